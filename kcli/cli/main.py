@@ -1,0 +1,74 @@
+"""The `kcli` entry point: builds the typer app and turns errors into one line and an exit code."""
+
+import os
+import sys
+
+import typer
+
+from formats.errors import FormatError
+from kcli import __version__
+from kcli.errors import KcliError
+
+app = typer.Typer(
+    name="kcli",
+    help="An embedded Kafka-compatible broker and the tools a Kafka operator reaches for.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"kcli {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+) -> None:
+    if debug:
+        os.environ["KCLI_DEBUG"] = "1"
+
+
+def _register() -> None:
+    """Import each command module; each adds its commands to `app`."""
+    from kcli.cli import dump, verify  # noqa: F401
+
+
+def main() -> None:
+    _register()
+    try:
+        rc = app(standalone_mode=False)
+    except SystemExit:
+        raise
+    except (KcliError, FormatError, OSError) as exc:
+        if os.environ.get("KCLI_DEBUG"):
+            raise
+        code = exc.exit_code if isinstance(exc, KcliError) else 2
+        print(f"kcli: {_sentence(exc)}", file=sys.stderr)
+        sys.exit(code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    sys.exit(rc if isinstance(rc, int) else 0)
+    except Exception as exc:  # click's usage errors and aborts
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            sys.exit(2)
+        if isinstance(exc, click.exceptions.Abort):
+            sys.exit(130)
+        raise
+
+
+def _sentence(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f" {exc.filename}" if exc.filename else ""
+        return f"cannot open{where}: {exc.strerror.lower()}."
+    return str(exc)
