@@ -1,0 +1,559 @@
+"""Record batches (magic v2) and legacy message sets (magic v0/v1).
+
+Batches are plain header values (what one pass over the bytes yields); records are decoded only when
+asked, from the buffer the batch's `position` refers to. Views hold no reference to that buffer, so a
+reader can unmap a window of a segment while batch values from it are still in use.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterable, Sequence
+from enum import IntEnum
+from typing import NamedTuple
+
+from formats import _native
+from formats.compression import DEFAULT_MAX_UNCOMPRESSED, Codec, codec_of, compress, decompress
+from formats.errors import CorruptRecordError
+
+Buffer = bytes | bytearray | memoryview
+
+LOG_OVERHEAD = 12  # offset int64 + size int32
+MAGIC_OFFSET = 16  # byte 16 of every unit is its magic, whatever the format
+HEADER_SIZE_UP_TO_MAGIC = 17
+RECORD_BATCH_OVERHEAD = 61
+CRC_START = 21  # v2 CRC-32C covers [attributes, end of batch)
+MIN_UNIT_SIZE = 14  # smallest legal `size` field: the v0 message overhead
+
+NO_TIMESTAMP = -1
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+
+TIMESTAMP_TYPE_BIT = 0x08
+TRANSACTIONAL_BIT = 0x10
+CONTROL_BIT = 0x20
+DELETE_HORIZON_BIT = 0x40
+
+Record = _native.Record
+"""A v2 record: (offset, timestamp, key, value, headers), headers as ((str, bytes | None), ...)."""
+
+
+class TimestampType(IntEnum):
+    NO_TIMESTAMP_TYPE = -1
+    CREATE_TIME = 0
+    LOG_APPEND_TIME = 1
+
+    @property
+    def label(self) -> str:
+        """The name kafka-dump-log prints before a timestamp."""
+        return _TIMESTAMP_LABELS[self]
+
+
+_TIMESTAMP_LABELS = {-1: "NoTimestampType", 0: "CreateTime", 1: "LogAppendTime"}
+
+
+class ControlType(IntEnum):
+    ABORT = 0
+    COMMIT = 1
+    LEADER_CHANGE = 2
+    SNAPSHOT_HEADER = 3
+    SNAPSHOT_FOOTER = 4
+    KRAFT_VERSION = 5
+    KRAFT_VOTERS = 6
+    UNKNOWN = -1
+
+
+class RecordBatch(NamedTuple):
+    """The header of one magic v2 batch, in on-disk field order (reference §1.1)."""
+
+    position: int
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+    crc_valid: bool | None
+
+    @property
+    def size(self) -> int:
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> Codec:
+        return codec_of(self.attributes)
+
+    @property
+    def timestamp_type(self) -> TimestampType:
+        return TimestampType(1 if self.attributes & TIMESTAMP_TYPE_BIT else 0)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_BIT)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_BIT)
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        """Set by the log cleaner (KIP-534): then base_timestamp holds the horizon."""
+        return self.base_timestamp if self.attributes & DELETE_HORIZON_BIT else None
+
+    @property
+    def last_sequence(self) -> int:
+        return _add_sequence(self.base_sequence, self.last_offset_delta)
+
+    @property
+    def first_timestamp(self) -> int:
+        return self.base_timestamp
+
+    def records(self, buf: Buffer, max_size: int = DEFAULT_MAX_UNCOMPRESSED) -> list[Record]:
+        """Decode the records; `buf` is the buffer `position` indexes into."""
+        view = memoryview(buf)
+        start = self.position + RECORD_BATCH_OVERHEAD
+        data = view[start : self.position + self.size]
+        if self.records_count < 0:
+            raise CorruptRecordError(f"Found invalid record count {self.records_count} in magic v2 batch")
+        codec = self.compression
+        if codec is not Codec.NONE:
+            data = decompress(codec, data, magic=2, max_size=max_size)
+        log_append_time = self.max_timestamp if self.attributes & TIMESTAMP_TYPE_BIT else -1
+        return _native.decode_records(
+            data, self.records_count, self.base_offset, self.base_timestamp, log_append_time
+        )
+
+    def sequence_of(self, offset: int) -> int:
+        return _add_sequence(self.base_sequence, offset - self.base_offset)
+
+
+class LegacyRecord(NamedTuple):
+    """One magic v0/v1 message as a consumer sees it (a wrapper's inner message, or a plain message)."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple
+    magic: int
+    attributes: int
+    crc: int
+    crc_valid: bool
+    timestamp_type: TimestampType
+
+
+class LegacyBatch(NamedTuple):
+    """One shallow magic v0/v1 entry: a plain message, or a compressed wrapper holding a message set."""
+
+    position: int
+    offset: int
+    message_size: int
+    crc: int
+    magic: int
+    attributes: int
+    timestamp: int
+    crc_valid: bool | None
+
+    @property
+    def size(self) -> int:
+        return self.message_size + LOG_OVERHEAD
+
+    @property
+    def base_offset(self) -> int:
+        """Known exactly only after decompression for wrappers; the entry offset stands in for it."""
+        return self.offset
+
+    @property
+    def last_offset(self) -> int:
+        return self.offset
+
+    @property
+    def next_offset(self) -> int:
+        return self.offset + 1
+
+    @property
+    def max_timestamp(self) -> int:
+        return self.timestamp
+
+    @property
+    def compression(self) -> Codec:
+        return codec_of(self.attributes & 0x07)
+
+    @property
+    def timestamp_type(self) -> TimestampType:
+        if self.magic == 0:
+            return TimestampType.NO_TIMESTAMP_TYPE
+        return TimestampType(1 if self.attributes & TIMESTAMP_TYPE_BIT else 0)
+
+    is_transactional = False
+    is_control = False
+    partition_leader_epoch = NO_PARTITION_LEADER_EPOCH
+    producer_id = NO_PRODUCER_ID
+
+    def records(self, buf: Buffer, max_size: int = DEFAULT_MAX_UNCOMPRESSED) -> list[LegacyRecord]:
+        """The messages a consumer sees: this message, or the inner messages of a wrapper."""
+        view = memoryview(buf)
+        key, value = _legacy_key_value(view, self.position, self.size, self.magic)
+        if self.compression is Codec.NONE:
+            return [self._as_record(self.offset, self.timestamp, key, value)]
+        if value is None:
+            raise CorruptRecordError("Found invalid compressed record set with null value")
+        inner = decompress(self.compression, value, magic=self.magic, max_size=max_size)
+        return self._inner_records(inner)
+
+    def _as_record(self, offset: int, timestamp: int, key: bytes | None, value: bytes | None) -> LegacyRecord:
+        crc_valid = bool(self.crc_valid) if self.crc_valid is not None else True
+        return LegacyRecord(
+            offset,
+            timestamp,
+            key,
+            value,
+            (),
+            self.magic,
+            self.attributes,
+            self.crc,
+            crc_valid,
+            self.timestamp_type,
+        )
+
+    def _inner_records(self, inner: bytes) -> list[LegacyRecord]:
+        entries = []
+        pos = 0
+        while pos < len(inner):
+            if len(inner) - pos < HEADER_SIZE_UP_TO_MAGIC:
+                raise CorruptRecordError("Found a truncated message inside a compressed wrapper message")
+            entry = read_legacy_entry(inner, pos, check_crc=True)
+            if entry.compression is not Codec.NONE:
+                raise CorruptRecordError("Compressed message set contains a nested compressed message")
+            if entry.magic != self.magic:
+                raise CorruptRecordError(
+                    f"Compressed message set of magic {self.magic} contains a message of magic {entry.magic}"
+                )
+            key, value = _legacy_key_value(inner, pos, entry.size, entry.magic)
+            entries.append((entry, key, value))
+            pos += entry.size
+        if not entries:
+            raise CorruptRecordError("Found invalid compressed record set with no inner records")
+        if self.magic == 0:
+            offsets = [entry.offset for entry, _, _ in entries]
+        else:
+            last_relative = entries[-1][0].offset
+            if self.offset == 0:
+                offsets = [entry.offset for entry, _, _ in entries]
+            elif self.offset < last_relative:
+                raise CorruptRecordError(
+                    f"Found invalid wrapper offset in compressed v1 message set, wrapper offset '{self.offset}' "
+                    f"is less than the last inner message offset '{last_relative}' and it is not zero."
+                )
+            else:
+                offsets = [self.offset - last_relative + entry.offset for entry, _, _ in entries]
+        log_append = self.magic == 1 and bool(self.attributes & TIMESTAMP_TYPE_BIT)
+        out = []
+        for offset, (entry, key, value) in zip(offsets, entries, strict=True):
+            timestamp = self.timestamp if log_append else entry.timestamp
+            ts_type = self.timestamp_type if log_append else entry.timestamp_type
+            out.append(
+                LegacyRecord(
+                    offset,
+                    timestamp,
+                    key,
+                    value,
+                    (),
+                    entry.magic,
+                    entry.attributes,
+                    entry.crc,
+                    bool(entry.crc_valid),
+                    ts_type,
+                )
+            )
+        return out
+
+
+Batch = RecordBatch | LegacyBatch
+
+
+# --- reading ----------------------------------------------------------------------------------------------
+
+_V2_HEADER = struct.Struct(">qiibIhiqqqhii")
+_LEGACY_PREFIX = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
+
+
+def read_batch(buf: Buffer, position: int = 0, *, check_crc: bool = True) -> Batch:
+    """The unit starting at `position`; it must be complete (see formats.segment.walk for files)."""
+    view = memoryview(buf)
+    if len(view) - position < HEADER_SIZE_UP_TO_MAGIC:
+        raise CorruptRecordError("Found a record batch shorter than its 17-byte prefix")
+    magic = view[position + MAGIC_OFFSET]
+    if magic in (0, 1):
+        return read_legacy_entry(view, position, check_crc=check_crc)
+    if magic != 2:
+        raise CorruptRecordError(f"Found unknown record magic {_signed_byte(magic)} at position {position}")
+    batches, stop, reason = _native.scan(view, position, len(view), check_crc)
+    if not batches or batches[0][0] != position:
+        size = int.from_bytes(view[position + 8 : position + 12], "big", signed=True)
+        raise CorruptRecordError(describe_bad_unit(size, len(view) - position, magic))
+    return RecordBatch._make(batches[0])
+
+
+def read_legacy_entry(buf: Buffer, position: int, *, check_crc: bool = True) -> LegacyBatch:
+    """Parse one v0/v1 message-set entry's header and check its CRC-32 (magic .. end of message)."""
+    view = memoryview(buf)
+    offset, size, crc, magic, attributes = _LEGACY_PREFIX.unpack_from(view, position)
+    overhead = legacy_overhead(magic)
+    if size < overhead:
+        raise CorruptRecordError(
+            f"Found record size {size} smaller than minimum record overhead ({overhead}) at position {position}"
+        )
+    end = position + LOG_OVERHEAD + size
+    if end > len(view):
+        raise CorruptRecordError(
+            f"Found a message of {size} bytes at position {position} running past the data"
+        )
+    timestamp = struct.unpack_from(">q", view, position + 18)[0] if magic == 1 else NO_TIMESTAMP
+    crc_valid = (zlib.crc32(view[position + MAGIC_OFFSET : end]) == crc) if check_crc else None
+    if magic not in (0, 1):
+        raise CorruptRecordError(f"Found unknown record magic {magic} in a legacy message set")
+    return LegacyBatch(position, offset, size, crc, magic, attributes, timestamp, crc_valid)
+
+
+def legacy_overhead(magic: int) -> int:
+    """Smallest legal `size` of a v0 (14) or v1 (22) message."""
+    return 14 if magic == 0 else 22
+
+
+def describe_bad_unit(size: int, available: int, magic: int) -> str:
+    """Kafka's sentence for a unit that cannot be framed."""
+    minimum = legacy_overhead(magic) if magic in (0, 1) else MIN_UNIT_SIZE
+    if size < minimum:
+        return f"Found record size {size} smaller than minimum record overhead ({minimum})"
+    if magic == 2 and size + LOG_OVERHEAD < RECORD_BATCH_OVERHEAD:
+        return (
+            f"Record batch is corrupt (the size {size + LOG_OVERHEAD} is smaller than the minimum "
+            f"allowed overhead {RECORD_BATCH_OVERHEAD})"
+        )
+    if magic > 2:
+        return f"Found unknown record magic {magic}"
+    return f"Found a batch of {size + LOG_OVERHEAD} bytes with only {available} bytes left"
+
+
+def _legacy_key_value(
+    view: Buffer, position: int, size: int, magic: int
+) -> tuple[bytes | None, bytes | None]:
+    pos = position + LOG_OVERHEAD + (6 if magic == 0 else 14)
+    end = position + size
+    key, pos = _legacy_bytes(view, pos, end)
+    value, pos = _legacy_bytes(view, pos, end)
+    if pos != end:
+        raise CorruptRecordError(f"Found {end - pos} unexpected bytes after the value of a legacy message")
+    return key, value
+
+
+def _legacy_bytes(view: Buffer, pos: int, end: int) -> tuple[bytes | None, int]:
+    if pos + 4 > end:
+        raise CorruptRecordError("Legacy message is truncated before its key or value length")
+    (length,) = struct.unpack_from(">i", view, pos)
+    pos += 4
+    if length < 0:
+        return None, pos
+    if pos + length > end:
+        raise CorruptRecordError(f"Legacy message declares a key or value of {length} bytes past its end")
+    return bytes(view[pos : pos + length]), pos + length
+
+
+def _signed_byte(b: int) -> int:
+    return b - 256 if b > 127 else b
+
+
+def _add_sequence(base_sequence: int, delta: int) -> int:
+    """Producer sequences wrap at Int32.MAX back to 0; -1 means none."""
+    if base_sequence == NO_SEQUENCE:
+        return NO_SEQUENCE
+    return (base_sequence + delta) % (1 << 31)
+
+
+# --- control records -----------------------------------------------------------------------------------
+
+
+class EndTxnMarker(NamedTuple):
+    version: int
+    coordinator_epoch: int
+
+
+def control_type(key: bytes | None) -> ControlType:
+    """The type named by a control record's key: int16 version (>= 0), int16 type."""
+    if key is None or len(key) < 4:
+        raise CorruptRecordError("Invalid control record key: fewer than 4 bytes")
+    version, kind = struct.unpack_from(">hh", key)
+    if version < 0:
+        raise CorruptRecordError(
+            f"Invalid version found for control record: {version}. May indicate data corruption"
+        )
+    try:
+        return ControlType(kind)
+    except ValueError:
+        return ControlType.UNKNOWN
+
+
+def end_txn_marker(value: bytes | None) -> EndTxnMarker:
+    if value is None or len(value) < 6:
+        raise CorruptRecordError("Invalid end transaction marker value: fewer than 6 bytes")
+    version, coordinator_epoch = struct.unpack_from(">hi", value)
+    if version < 0:
+        raise CorruptRecordError(
+            f"Invalid version found for end transaction marker: {version}. May indicate data corruption"
+        )
+    return EndTxnMarker(version, coordinator_epoch)
+
+
+# --- building v2 batches --------------------------------------------------------------------------------
+
+
+class RecordSpec(NamedTuple):
+    """A record to write; offset_delta None means "next slot" (set it to leave compaction-style gaps)."""
+
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes | None]] = ()
+    offset_delta: int | None = None
+
+
+def build_batch(
+    records: Iterable[RecordSpec | tuple],
+    *,
+    base_offset: int = 0,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    codec: Codec = Codec.NONE,
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    last_offset_delta: int | None = None,
+    max_timestamp: int | None = None,
+    delete_horizon_ms: int | None = None,
+    compression_level: int | None = None,
+) -> bytes:
+    """Encode one magic v2 batch (CRC last, as Kafka does). An empty `records` makes an empty batch."""
+    specs = [r if isinstance(r, RecordSpec) else RecordSpec(*r) for r in records]
+    if delete_horizon_ms is not None:
+        base_timestamp = delete_horizon_ms
+    else:
+        base_timestamp = specs[0].timestamp if specs else NO_TIMESTAMP
+    body = bytearray()
+    delta = -1
+    for spec in specs:
+        delta = delta + 1 if spec.offset_delta is None else spec.offset_delta
+        _encode_record(body, spec, delta, base_timestamp)
+    if last_offset_delta is None:
+        last_offset_delta = max(delta, 0)
+    if max_timestamp is None:
+        max_timestamp = max((s.timestamp for s in specs), default=NO_TIMESTAMP)
+    payload = (
+        compress(codec, bytes(body), level=compression_level) if codec is not Codec.NONE else bytes(body)
+    )
+    attributes = int(codec)
+    if timestamp_type is TimestampType.LOG_APPEND_TIME:
+        attributes |= TIMESTAMP_TYPE_BIT
+    if is_transactional:
+        attributes |= TRANSACTIONAL_BIT
+    if is_control:
+        attributes |= CONTROL_BIT
+    if delete_horizon_ms is not None:
+        attributes |= DELETE_HORIZON_BIT
+    out = bytearray(RECORD_BATCH_OVERHEAD)
+    _V2_HEADER.pack_into(
+        out,
+        0,
+        base_offset,
+        RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(payload),
+        partition_leader_epoch,
+        2,
+        0,
+        attributes,
+        last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        len(specs),
+    )
+    out += payload
+    struct.pack_into(">I", out, 17, _native.crc32c(memoryview(out)[CRC_START:]))
+    return bytes(out)
+
+
+def build_control_batch(
+    control: ControlType,
+    *,
+    base_offset: int = 0,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int = 0,
+    timestamp: int,
+) -> bytes:
+    """A transaction marker batch (COMMIT or ABORT): one record, uncompressed, transactional + control."""
+    if control not in (ControlType.COMMIT, ControlType.ABORT):
+        raise ValueError("only COMMIT and ABORT markers are built here")
+    key = struct.pack(">hh", 0, int(control))
+    value = struct.pack(">hi", 0, coordinator_epoch)
+    return build_batch(
+        [RecordSpec(timestamp, key, value)],
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        is_transactional=True,
+        is_control=True,
+    )
+
+
+def _encode_record(out: bytearray, spec: RecordSpec, offset_delta: int, base_timestamp: int) -> None:
+    body = bytearray(b"\x00")  # attributes
+    _put_varlong(body, spec.timestamp - base_timestamp)
+    _put_varlong(body, offset_delta)
+    _put_bytes(body, spec.key)
+    _put_bytes(body, spec.value)
+    _put_varlong(body, len(spec.headers))
+    for name, hvalue in spec.headers:
+        _put_bytes(body, name.encode("utf-8"))
+        _put_bytes(body, hvalue)
+    _put_varlong(out, len(body))
+    out += body
+
+
+def _put_bytes(out: bytearray, data: bytes | None) -> None:
+    if data is None:
+        out.append(1)  # zig-zag(-1)
+        return
+    _put_varlong(out, len(data))
+    out += data
+
+
+def _put_varlong(out: bytearray, n: int) -> None:
+    u = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
+    while u >= 0x80:
+        out.append((u & 0x7F) | 0x80)
+        u >>= 7
+    out.append(u)
