@@ -1,7 +1,7 @@
 """`kcli dump-segment`: kafka-dump-log.sh for every file Kafka writes, as Kafka's text or JSON lines."""
 
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 
 import typer
@@ -12,12 +12,12 @@ from kcli.output import progress_for
 from ops.dump import Dumper, DumpOptions
 
 
-class Output(str, Enum):
+class Output(StrEnum):
     text = "text"
     json = "json"
 
 
-class Decoder(str, Enum):
+class Decoder(StrEnum):
     string = "string"
     hex = "hex"
     base64 = "base64"

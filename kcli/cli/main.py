@@ -3,6 +3,7 @@
 import os
 import sys
 
+import click
 import typer
 
 from formats.errors import FormatError
@@ -43,28 +44,18 @@ def main() -> None:
     _register()
     try:
         rc = app(standalone_mode=False)
-    except SystemExit:
-        raise
     except (KcliError, FormatError, OSError) as exc:
         if os.environ.get("KCLI_DEBUG"):
             raise
         code = exc.exit_code if isinstance(exc, KcliError) else 2
         print(f"kcli: {_sentence(exc)}", file=sys.stderr)
         sys.exit(code)
-    except KeyboardInterrupt:
-        sys.exit(130)
-    except typer.Exit as exc:
+    except click.exceptions.ClickException as exc:
+        exc.show()
         sys.exit(exc.exit_code)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        sys.exit(130)
     sys.exit(rc if isinstance(rc, int) else 0)
-    except Exception as exc:  # click's usage errors and aborts
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(2)
-        if isinstance(exc, click.exceptions.Abort):
-            sys.exit(130)
-        raise
 
 
 def _sentence(exc: BaseException) -> str:
