@@ -117,3 +117,49 @@ def unit_size_at(buf: Buffer, position: int) -> int | None:
     if len(view) - position < HEADER_SIZE_UP_TO_MAGIC:
         return None
     return int.from_bytes(view[position + 8 : position + 12], "big", signed=True) + LOG_OVERHEAD
+
+
+class IndexEntries(NamedTuple):
+    """Index entries one append adds: (last offset, position) and (timestamp, offset), either may be None."""
+
+    offset_entry: tuple[int, int] | None
+    time_entry: tuple[int, int] | None
+
+
+class SegmentIndexer:
+    """Kafka's sparse-index rule for one segment (LogSegment.append and LogSegment.recover).
+
+    Before an append's bytes count, if more than `index_interval_bytes` were written since the last entry,
+    the append gets an offset-index entry (its last offset, the position where it starts) and the time
+    index gets (max timestamp so far, its offset) if that timestamp is newer than the last time entry.
+    The counter starts at 0 for every opened segment, so a segment's first batch never gets an entry.
+    """
+
+    def __init__(self, index_interval_bytes: int = 4096) -> None:
+        self.index_interval_bytes = index_interval_bytes
+        self.bytes_since_last_entry = 0
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = -1
+        self.last_time_entry_timestamp = -1
+
+    def append(self, position: int, last_offset: int, max_timestamp: int, size: int) -> IndexEntries:
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+            self.offset_of_max_timestamp = last_offset
+        offset_entry = time_entry = None
+        if self.bytes_since_last_entry > self.index_interval_bytes:
+            offset_entry = (last_offset, position)
+            time_entry = self._maybe_time_entry()
+            self.bytes_since_last_entry = 0
+        self.bytes_since_last_entry += size
+        return IndexEntries(offset_entry, time_entry)
+
+    def final_time_entry(self) -> tuple[int, int] | None:
+        """The entry Kafka adds when a segment becomes inactive, is closed or finishes recovery."""
+        return self._maybe_time_entry()
+
+    def _maybe_time_entry(self) -> tuple[int, int] | None:
+        if self.max_timestamp > self.last_time_entry_timestamp:
+            self.last_time_entry_timestamp = self.max_timestamp
+            return (self.max_timestamp, self.offset_of_max_timestamp)
+        return None
