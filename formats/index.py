@@ -314,13 +314,19 @@ def _count_until_zero_slot(view: memoryview, slots: int, entry_size: int, field_
 
     A preallocated 10 MiB index has over a million slots, so instead of a Python loop this ORs the
     four byte columns of the relative-offset field (strided copies, one big int each) and looks for
-    the first zero byte: a slot whose four bytes are all zero.
+    the first zero byte: a slot whose four bytes are all zero. Chunks keep the cost proportional
+    to the entries in use when a crash left a mostly-zero file.
     """
-    if slots <= 1:
-        return slots
-    used = view[: slots * entry_size]
-    nonzero = 0
-    for k in range(4):
-        nonzero |= int.from_bytes(used[field_at + k :: entry_size])
-    first_zero = nonzero.to_bytes(slots).find(0, 1)
-    return slots if first_zero < 0 else first_zero
+    for chunk_start in range(0, slots, _SLOTS_PER_CHUNK):
+        chunk_slots = min(_SLOTS_PER_CHUNK, slots - chunk_start)
+        chunk = view[chunk_start * entry_size : (chunk_start + chunk_slots) * entry_size]
+        nonzero = 0
+        for k in range(4):
+            nonzero |= int.from_bytes(chunk[field_at + k :: entry_size])
+        first_zero = nonzero.to_bytes(chunk_slots).find(0, 1 if chunk_start == 0 else 0)
+        if first_zero >= 0:
+            return chunk_start + first_zero
+    return slots
+
+
+_SLOTS_PER_CHUNK = 1 << 16

@@ -194,6 +194,19 @@ def test_entry_count_matches_a_naive_scan(words):
     assert len(TimeIndex(data, 3)) == naive_entry_count(data, 12, 8)
 
 
+@pytest.mark.parametrize("zero_slot", [1, 65_535, 65_536, 65_537, 131_072, 139_999, None])
+def test_entry_count_across_scan_chunks(zero_slot):
+    # The count is found 65,536 slots at a time; a zero slot on either side of a boundary counts.
+    data = bytearray((be(1, 4) + be(0, 4)) * 140_000)
+    if zero_slot is not None:
+        data[zero_slot * 8 : zero_slot * 8 + 4] = bytes(4)
+    assert len(OffsetIndex(data, 0)) == (140_000 if zero_slot is None else zero_slot)
+    time_data = bytearray((be(0, 8) + be(1, 4)) * 140_000)
+    if zero_slot is not None:
+        time_data[zero_slot * 12 + 8 : zero_slot * 12 + 12] = bytes(4)
+    assert len(TimeIndex(time_data, 0)) == (140_000 if zero_slot is None else zero_slot)
+
+
 def test_preallocated_ten_mib_index_counts_without_a_python_loop():
     data = offset_index_bytes(0, [(i * 10, i * 4096) for i in range(1000)])
     data += bytes(preallocated_size(10 * 1024 * 1024, 8) - len(data))
