@@ -100,7 +100,7 @@ class _IndexView:
         )
 
     @property
-    def size_in_bytes(self) -> int:
+    def length(self) -> int:
         """Length of the bytes the view was given (Kafka's ``length``)."""
         return len(self._view)
 
@@ -168,9 +168,9 @@ class OffsetIndex(_IndexView):
                     f"Corrupt index found, index file has non-zero size but the last offset is "
                     f"{last_offset} which is less than the base offset {self.base_offset}"
                 )
-        if self.size_in_bytes % OFFSET_ENTRY_SIZE != 0:
+        if self.length % OFFSET_ENTRY_SIZE != 0:
             raise CorruptIndexError(
-                f"Index file is corrupt, found {self.size_in_bytes} bytes which is neither positive "
+                f"Index file is corrupt, found {self.length} bytes which is neither positive "
                 f"nor a multiple of {OFFSET_ENTRY_SIZE}"
             )
 
@@ -231,9 +231,9 @@ class TimeIndex(_IndexView):
                     f"Corrupt time index found, time index file has non-zero size but the last "
                     f"offset is {last.offset} which is less than the first offset {self.base_offset}"
                 )
-        if self.size_in_bytes % TIME_ENTRY_SIZE != 0:
+        if self.length % TIME_ENTRY_SIZE != 0:
             raise CorruptIndexError(
-                f"Time index file is corrupt, found {self.size_in_bytes} bytes which is neither "
+                f"Time index file is corrupt, found {self.length} bytes which is neither "
                 f"positive nor a multiple of {TIME_ENTRY_SIZE}"
             )
 
