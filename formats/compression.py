@@ -14,6 +14,7 @@ import zlib
 
 import cramjam
 import lz4.block
+import xxhash
 import zstandard
 
 from formats.errors import CompressionError
@@ -399,43 +400,9 @@ def _lz4_decompress(view: memoryview, magic: int, out: _Output) -> None:
             raise CompressionError("Corrupt lz4 block: it does not decompress.") from None
 
 
-_P1, _P2, _P3, _P4, _P5 = 0x9E3779B1, 0x85EBCA77, 0xC2B2AE3D, 0x27D4EB2F, 0x165667B1
-_M32 = 0xFFFFFFFF
-
-
-def _rotl(x: int, r: int) -> int:
-    return ((x << r) | (x >> (32 - r))) & _M32
-
-
 def xxh32(data: bytes | memoryview, seed: int = 0) -> int:
-    """XXH32, the hash of the LZ4 frame's header checksum and block checksums (no xxhash package here)."""
-    data = memoryview(data).cast("B")
-    length = len(data)
-    position = 0
-    if length >= 16:
-        v1, v2, v3, v4 = (seed + _P1 + _P2) & _M32, (seed + _P2) & _M32, seed, (seed - _P1) & _M32
-        stripes = length // 16
-        lanes = struct.unpack_from(f"<{stripes * 4}I", data)
-        for i in range(0, stripes * 4, 4):
-            v1 = (_rotl((v1 + lanes[i] * _P2) & _M32, 13) * _P1) & _M32
-            v2 = (_rotl((v2 + lanes[i + 1] * _P2) & _M32, 13) * _P1) & _M32
-            v3 = (_rotl((v3 + lanes[i + 2] * _P2) & _M32, 13) * _P1) & _M32
-            v4 = (_rotl((v4 + lanes[i + 3] * _P2) & _M32, 13) * _P1) & _M32
-        h = (_rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)) & _M32
-        position = stripes * 16
-    else:
-        h = (seed + _P5) & _M32
-    h = (h + length) & _M32
-    while length - position >= 4:
-        (word,) = struct.unpack_from("<I", data, position)
-        h = (_rotl((h + word * _P3) & _M32, 17) * _P4) & _M32
-        position += 4
-    while position < length:
-        h = (_rotl((h + data[position] * _P5) & _M32, 11) * _P1) & _M32
-        position += 1
-    h = ((h ^ (h >> 15)) * _P2) & _M32
-    h = ((h ^ (h >> 13)) * _P3) & _M32
-    return h ^ (h >> 16)
+    """XXH32, the hash of the LZ4 frame's header checksum and block checksums."""
+    return xxhash.xxh32_intdigest(data, seed)
 
 
 # --- zstd: standard frames, as zstd-jni's ZstdOutputStream / ZstdInputStream --------------------------------
