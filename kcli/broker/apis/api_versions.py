@@ -1,0 +1,56 @@
+"""ApiVersions (key 18): what the broker handles, and the fallback that lets any client negotiate.
+
+A client sends its newest ApiVersions version before it knows ours. Kafka answers a version it
+does not know with the v0 response shape, UNSUPPORTED_VERSION and its own ApiVersions range
+(KIP-511), and the client retries with that version; `unsupported_version_response` is that answer.
+The server calls it without parsing the body, which may be in a format we cannot read.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+
+from kio.schema.errors import ErrorCode
+
+from kcli.broker.apis import ApiRegistry, ApiSpec, build, kio_versions, nested_type, response_type
+from kcli.broker.apis.context import RequestContext
+
+API_KEY = 18
+
+# Kafka's ApiVersionsRequest.SOFTWARE_NAME_VERSION_PATTERN (checked from v3 on).
+_SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+_NO_THROTTLE = datetime.timedelta(0)
+
+
+async def handle_api_versions(ctx: RequestContext, request: object) -> object:
+    version = ctx.api_version
+    response_cls = response_type(API_KEY, version)
+    api_version_cls = nested_type(response_cls, "ApiVersion")
+    if version >= 3:
+        name = request.client_software_name  # type: ignore[attr-defined]
+        software_version = request.client_software_version  # type: ignore[attr-defined]
+        if not (_SOFTWARE.fullmatch(name) and _SOFTWARE.fullmatch(software_version)):
+            return build(
+                response_cls, error_code=ErrorCode.invalid_request, api_keys=(), throttle_time=_NO_THROTTLE
+            )
+        ctx.connection.client_software_name = name
+        ctx.connection.client_software_version = software_version
+    api_keys = tuple(
+        api_version_cls(api_key=spec.api_key, min_version=spec.min_version, max_version=spec.max_version)
+        for spec in ctx.state.registry
+    )
+    return build(response_cls, error_code=ErrorCode.none, api_keys=api_keys, throttle_time=_NO_THROTTLE)
+
+
+def unsupported_version_response(registry: ApiRegistry) -> object:
+    """The v0-shaped answer to an ApiVersions version we do not handle (header v0 as always)."""
+    from kio.schema.api_versions.v0.response import ApiVersion, ApiVersionsResponse
+
+    spec = registry.get(API_KEY)
+    assert spec is not None
+    entry = ApiVersion(api_key=API_KEY, min_version=spec.min_version, max_version=spec.max_version)
+    return ApiVersionsResponse(error_code=ErrorCode.unsupported_version, api_keys=(entry,))
+
+
+APIS = [ApiSpec(API_KEY, 0, kio_versions(API_KEY)[1], handle_api_versions)]  # type: ignore[index]

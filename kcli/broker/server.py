@@ -1,0 +1,459 @@
+"""The broker's network core: asyncio listener, size-prefixed frames, request headers, dispatch.
+
+Per connection, requests are read and answered strictly one at a time, in order, as Kafka's
+SocketServer does by muting a channel while its request is in flight; pipelining clients
+(librdkafka) just find their next request waiting in the socket buffer.
+
+What happens to bad input follows Kafka's SocketServer and KafkaApis:
+- a negative size or one above `socket.request.max.bytes`: the connection is closed;
+- a header that cannot be parsed, an unknown API key, a version of an API we handle that is
+  outside our range, or a body that cannot be parsed: the connection is closed;
+- an ApiVersions version we do not handle: the v0-shaped UNSUPPORTED_VERSION answer (KIP-511);
+- an API that Kafka defines but this broker does not implement yet: a well-formed response of
+  that API carrying UNSUPPORTED_VERSION, and the connection stays open;
+- a handler that raises: UNKNOWN_SERVER_ERROR in a well-formed response, logged with traceback.
+Nothing a client sends can take down another connection or the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import os
+import signal
+import socket
+import struct
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cache
+from pathlib import Path
+
+from kio.schema.errors import ErrorCode
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.serial import entity_reader, entity_writer
+
+from formats.checkpoints import MetaProperties, read_meta_properties, write_meta_properties
+from formats.errors import CheckpointError
+from kcli.broker.apis import (
+    ApiRegistry,
+    api_name,
+    build_registry,
+    error_response,
+    kio_versions,
+    request_type,
+)
+from kcli.broker.apis.api_versions import API_KEY as API_VERSIONS
+from kcli.broker.apis.api_versions import unsupported_version_response
+from kcli.broker.apis.context import (
+    BrokerInfo,
+    BrokerState,
+    ConnectionInfo,
+    RequestContext,
+    SingleNodeImage,
+    new_cluster_id,
+)
+from kcli.config import BrokerConfig, Listener
+from kcli.errors import KcliError
+
+log = logging.getLogger("kcli.broker")
+
+SHUTDOWN_GRACE_SECONDS = 10.0
+"""How long in-flight requests may take to finish after SIGTERM before their connections are cut."""
+
+
+async def serve(config: BrokerConfig, on_ready: Callable[[str, int], None]) -> None:
+    """Run a broker until SIGTERM or SIGINT, then shut down gracefully.
+
+    `on_ready(host, port)` is called once the socket is bound, with the real port when port 0 was
+    asked for. Start-up problems (port in use, unusable data dir) raise KcliError.
+    """
+    broker = Broker(config)
+    host, port = await broker.start()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, broker.request_stop)
+    try:
+        on_ready(host, port)
+        await broker.wait_for_stop_request()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        await broker.shutdown()
+
+
+class Broker:
+    """One node: a listener, the shared `BrokerState`, and the connections being served."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        registry: ApiRegistry | None = None,
+        cluster_id: str | None = None,
+    ) -> None:
+        self.config = config
+        self.registry = registry or build_registry()
+        self.cluster_id = cluster_id
+        self.state: BrokerState | None = None
+        self._server: asyncio.Server | None = None
+        self._connections: set[_Connection] = set()
+        self._next_connection = 0
+        self._stopping = False
+        self._stop_requested = asyncio.Event()
+        self._sweeper: asyncio.Task[None] | None = None
+        self._max_request = int(config["socket.request.max.bytes"])  # type: ignore[call-overload]
+
+    async def start(self) -> tuple[str, int]:
+        """Prepare the log dirs, bind the listener and return the bound (host, port)."""
+        prepare_log_dirs(self.config.log_dirs)
+        cluster_id = ensure_meta_properties(self.config.log_dirs, self.config.node_id, self.cluster_id)
+        listener = self.config.listener
+        self._server = await _bind(listener, self.config, self._on_connection)
+        bound_host, bound_port = self._server.sockets[0].getsockname()[:2]
+        advertised = self.config.advertised_listener(bound_port)
+        rack = self.config["broker.rack"]
+        node = BrokerInfo(self.config.node_id, advertised.host, advertised.port, rack)  # type: ignore[arg-type]
+        self.state = BrokerState(self.config, self.registry, SingleNodeImage(cluster_id, node))
+        idle_ms = int(self.config["connections.max.idle.ms"])  # type: ignore[call-overload]
+        if idle_ms > 0:
+            self._sweeper = asyncio.create_task(self._close_idle_connections(idle_ms / 1000))
+        for key in self.config.ignored_keys():
+            log.info("configuration %s is accepted for compatibility and not used by kcli", key)
+        log.info(
+            "node %d of cluster %s serving %s, advertised as %s, log dirs %s",
+            self.config.node_id,
+            cluster_id,
+            Listener(listener.name, bound_host, bound_port),
+            advertised,
+            ", ".join(self.config.log_dirs),
+        )
+        return bound_host, bound_port
+
+    def request_stop(self) -> None:
+        self._stop_requested.set()
+
+    async def wait_for_stop_request(self) -> None:
+        await self._stop_requested.wait()
+
+    async def shutdown(self, grace: float = SHUTDOWN_GRACE_SECONDS) -> None:
+        """Stop accepting, let in-flight requests finish and answer, then close every connection."""
+        if self._stopping:
+            return
+        self._stopping = True
+        log.info("shutting down: %d connection(s) open", len(self._connections))
+        if self._server is not None:
+            self._server.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        for conn in list(self._connections):
+            if not conn.busy:
+                conn.task.cancel()
+        tasks = [conn.task for conn in self._connections]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=grace)
+            for task in pending:
+                task.cancel()
+            if pending:
+                log.warning("%d request(s) still running after %.0f s were abandoned", len(pending), grace)
+                await asyncio.wait(pending, timeout=1.0)
+        if self._server is not None:
+            await self._server.wait_closed()
+        log.info("shutdown complete")
+
+    # --- connections -----------------------------------------------------------------------
+
+    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        peer = _format_address(writer.get_extra_info("peername"))
+        self._next_connection += 1
+        info = ConnectionInfo(f"{peer}-{self._next_connection}", peer)
+        conn = _Connection(info, reader, writer, task, asyncio.get_running_loop().time())
+        if self._stopping:
+            writer.close()
+            return
+        self._connections.add(conn)
+        _apply_socket_options(writer, self.config)
+        try:
+            await self._serve(conn)
+        except _CloseConnection as exc:
+            log.warning("closing connection from %s: %s", peer, exc)
+        except asyncio.CancelledError:
+            pass
+        except (ConnectionError, OSError) as exc:
+            log.debug("connection from %s dropped: %s", peer, exc)
+        except Exception:
+            log.exception("closing connection from %s after an unexpected error", peer)
+        finally:
+            self._connections.discard(conn)
+            writer.close()
+
+    async def _serve(self, conn: _Connection) -> None:
+        reader, writer = conn.reader, conn.writer
+        loop = asyncio.get_running_loop()
+        while not self._stopping:
+            conn.busy = False
+            try:
+                prefix = await reader.readexactly(4)
+            except asyncio.IncompleteReadError as exc:
+                if exc.partial:
+                    raise _CloseConnection("connection closed inside a frame's size prefix") from None
+                return
+            (size,) = _INT32.unpack(prefix)
+            if size < 0 or size > self._max_request:
+                raise _CloseConnection(
+                    f"invalid request size {size} (socket.request.max.bytes is {self._max_request})"
+                )
+            try:
+                frame = await reader.readexactly(size)
+            except asyncio.IncompleteReadError as exc:
+                raise _CloseConnection(
+                    f"connection closed after {len(exc.partial)} of {size} frame bytes"
+                ) from None
+            conn.busy = True
+            conn.last_active = loop.time()
+            response = await self._handle_frame(conn, frame)
+            if response is not None:
+                writer.write(response)
+                await writer.drain()
+            conn.last_active = loop.time()
+
+    async def _handle_frame(self, conn: _Connection, frame: bytes) -> bytes | None:
+        if len(frame) < 4:
+            raise _CloseConnection(f"request header is truncated ({len(frame)} bytes)")
+        api_key, api_version = _KEY_VERSION.unpack_from(frame)
+        header_reader = _header_reader(api_key, api_version)
+        try:
+            header, header_size = header_reader(frame, 0)
+        except Exception as exc:
+            raise _CloseConnection(f"cannot parse the request header of api key {api_key}: {exc}") from None
+        assert self.state is not None
+        ctx = RequestContext(
+            api_key, api_version, header.correlation_id, header.client_id or "", conn.info, self.state
+        )
+        spec = self.registry.get(api_key)
+        if api_key == API_VERSIONS and (spec is None or not spec.handles(api_version)):
+            response = unsupported_version_response(self.registry)
+        elif spec is None:
+            log.info(
+                "%s v%d from %s is not implemented; answering UNSUPPORTED_VERSION",
+                api_name(api_key),
+                api_version,
+                conn.info.peer,
+            )
+            message = f"kcli does not implement {api_name(api_key)} yet"
+            response = error_response(api_key, api_version, ErrorCode.unsupported_version, message)
+        elif not spec.handles(api_version):
+            raise _CloseConnection(
+                f"received {spec.name} v{api_version}, which is not enabled (this broker handles "
+                f"v{spec.min_version}-v{spec.max_version})"
+            )
+        else:
+            try:
+                request, _ = _request_reader(api_key, api_version)(frame, header_size)
+            except Exception as exc:
+                raise _CloseConnection(f"cannot parse {spec.name} v{api_version} request: {exc}") from None
+            try:
+                response = await spec.handler(ctx, request)
+            except Exception:
+                log.exception("%s v%d handler failed for %s", spec.name, api_version, conn.info.peer)
+                response = error_response(api_key, api_version, ErrorCode.unknown_server_error)
+        if response is None:
+            return None
+        return encode_response(header.correlation_id, api_key, response)
+
+    async def _close_idle_connections(self, idle_seconds: float) -> None:
+        """Kafka's connections.max.idle.ms: close connections with no request for that long."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(idle_seconds / 2, 30.0))
+            now = loop.time()
+            for conn in list(self._connections):
+                if not conn.busy and now - conn.last_active > idle_seconds:
+                    log.info(
+                        "closing connection from %s: idle for more than %.0f s", conn.info.peer, idle_seconds
+                    )
+                    conn.task.cancel()
+
+
+def encode_response(correlation_id: int, api_key: int, response: object) -> bytes:
+    """Frame a response: size, header (v1 with tagged fields for flexible responses, except
+    ApiVersions, whose header is always v0 so that any client can read it), body."""
+    buffer = io.BytesIO()
+    buffer.write(b"\0\0\0\0")
+    buffer.write(_INT32.pack(correlation_id))
+    response_type = type(response)
+    if response_type.__flexible__ and api_key != API_VERSIONS:  # type: ignore[attr-defined]
+        buffer.write(b"\0")
+    entity_writer(response_type)(buffer, response)
+    with buffer.getbuffer() as view:
+        _INT32.pack_into(view, 0, len(view) - 4)
+    return buffer.getvalue()
+
+
+def prepare_log_dirs(log_dirs: list[str]) -> None:
+    """Create each log dir and prove it is writable, or fail with one sentence."""
+    for log_dir in log_dirs:
+        path = Path(log_dir)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            fd, probe = tempfile.mkstemp(prefix=".kcli-probe-", dir=path)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            reason = (exc.strerror or str(exc)).lower()
+            raise KcliError(f"data dir {log_dir} is not usable: {reason}.") from None
+
+
+def ensure_meta_properties(log_dirs: list[str], node_id: int, cluster_id: str | None = None) -> str:
+    """Return the cluster id the log dirs belong to, writing meta.properties where it is missing.
+
+    Checks what Kafka's `MetaPropertiesEnsemble.verify` checks, with its sentences: every dir
+    names the same cluster.id and the configured node.id. A dir with no meta.properties is
+    formatted on the spot (version 1, a fresh directory.id), since `kcli broker start` has no
+    separate format step; with no meta.properties anywhere a new cluster id is made.
+    """
+    found: dict[str, MetaProperties] = {}
+    for log_dir in log_dirs:
+        path = Path(log_dir) / META_PROPERTIES
+        try:
+            text = path.read_bytes().decode("utf-8", errors="replace")
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise KcliError(f"cannot read {path}: {(exc.strerror or str(exc)).lower()}.") from None
+        try:
+            found[log_dir] = read_meta_properties(text)
+        except CheckpointError as exc:
+            raise KcliError(f"cannot read {path}: {str(exc).rstrip('.')}.") from None
+    expected = cluster_id
+    for log_dir, meta in found.items():
+        path = Path(log_dir) / META_PROPERTIES
+        if meta.cluster_id is not None:
+            if expected is None:
+                expected = meta.cluster_id
+            elif meta.cluster_id != expected:
+                raise KcliError(
+                    f"Invalid cluster.id in: {path}. Expected {expected}, but read {meta.cluster_id}."
+                )
+        if meta.node_id is not None and meta.node_id != node_id:
+            raise KcliError(
+                f"Stored node id {meta.node_id} doesn't match the configured node.id {node_id} in {path}."
+            )
+    expected = expected or new_cluster_id()
+    for log_dir in log_dirs:
+        if log_dir not in found:
+            meta = MetaProperties(1, node_id=node_id, cluster_id=expected, directory_id=new_cluster_id())
+            _write_atomically(
+                Path(log_dir) / META_PROPERTIES, write_meta_properties(meta, datetime.now().astimezone())
+            )
+    return expected
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Kafka's way: write <name>.tmp, fsync, rename over the target, fsync the directory."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        raise KcliError(f"cannot write {path}: {(exc.strerror or str(exc)).lower()}.") from None
+
+
+# ---------------------------------------------------------------------------------------------------
+
+META_PROPERTIES = "meta.properties"
+_INT32 = struct.Struct(">i")
+_KEY_VERSION = struct.Struct(">hh")
+
+
+class _CloseConnection(Exception):
+    """Input the broker cannot answer; the one connection is closed and the reason logged."""
+
+
+@dataclass(eq=False)
+class _Connection:
+    info: ConnectionInfo
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    task: asyncio.Task
+    last_active: float
+    busy: bool = field(default=False)
+
+
+@cache
+def _header_reader(api_key: int, api_version: int):  # type: ignore[no-untyped-def]
+    """The request header reader for this api key and version (header v2 for flexible versions).
+
+    ApiVersions is special: any version is accepted, as Kafka does, and v3+ uses header v2.
+    """
+    if api_key == API_VERSIONS:
+        return entity_reader(RequestHeaderV2 if api_version >= 3 else RequestHeaderV1)
+    versions = kio_versions(api_key)
+    if versions is None:
+        return _refuse(f"unknown API key {api_key}")
+    low, high = versions
+    if not low <= api_version <= high:
+        return _refuse(
+            f"{api_name(api_key)} v{api_version} is not a version this broker knows (v{low}-v{high})"
+        )
+    flexible = request_type(api_key, api_version).__flexible__
+    return entity_reader(RequestHeaderV2 if flexible else RequestHeaderV1)
+
+
+def _refuse(reason: str):  # type: ignore[no-untyped-def]
+    def reader(buffer: bytes, offset: int) -> tuple[object, int]:
+        raise _CloseConnection(reason)
+
+    return reader
+
+
+@cache
+def _request_reader(api_key: int, api_version: int):  # type: ignore[no-untyped-def]
+    return entity_reader(request_type(api_key, api_version))
+
+
+async def _bind(listener: Listener, config: BrokerConfig, on_connection) -> asyncio.Server:  # type: ignore[no-untyped-def]
+    host = listener.host or None  # an empty host binds every interface, as in Kafka
+    backlog = int(config["socket.listen.backlog.size"])  # type: ignore[call-overload]
+    where = f"{listener.host or '0.0.0.0'}:{listener.port}"
+    try:
+        return await asyncio.start_server(
+            on_connection, host, listener.port, backlog=backlog, reuse_address=True, limit=1 << 20
+        )
+    except OSError as exc:
+        reason = (exc.strerror or str(exc)).lower()
+        raise KcliError(f"cannot listen on {where}: {reason}.") from None
+
+
+def _apply_socket_options(writer: asyncio.StreamWriter, config: BrokerConfig) -> None:
+    """socket.send/receive.buffer.bytes when set explicitly; by default the kernel autotunes."""
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return
+    for key, option in (
+        ("socket.send.buffer.bytes", socket.SO_SNDBUF),
+        ("socket.receive.buffer.bytes", socket.SO_RCVBUF),
+    ):
+        value = int(config[key])  # type: ignore[call-overload]
+        if config.is_set(key) and value > 0:
+            sock.setsockopt(socket.SOL_SOCKET, option, value)
+
+
+def _format_address(address: object) -> str:
+    if isinstance(address, tuple) and len(address) >= 2:
+        host, port = address[0], address[1]
+        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    return str(address)

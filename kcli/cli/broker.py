@@ -1,0 +1,77 @@
+"""`kcli broker start`: run the embedded Kafka-compatible broker in the foreground."""
+
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+import typer
+
+from kcli.cli.main import app
+from kcli.config import BrokerConfig, ConfigError
+
+broker_app = typer.Typer(
+    help="Run the embedded Kafka-compatible broker.",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(broker_app, name="broker")
+
+READY_LINE = "kcli broker: listening on {host}:{port}"
+"""Printed on stderr once the socket is bound; tests and scripts wait for it."""
+
+
+@broker_app.command("start")
+def start(
+    listen: str = typer.Option(
+        None,
+        "--listen",
+        metavar="HOST:PORT",
+        help="Address to bind (default 127.0.0.1:9092); port 0 picks a free port, printed when ready.",
+        show_default=False,
+    ),
+    data_dir: Path = typer.Option(
+        None, "--data-dir", help="Log directory (log.dirs); default ./kcli-data.", show_default=False
+    ),
+    config_file: Path = typer.Option(
+        None, "--config", help="A Kafka server.properties file.", show_default=False
+    ),
+    overrides: list[str] = typer.Option(
+        [], "--override", metavar="KEY=VALUE", help="Set one broker property; repeatable; wins over --config."
+    ),
+) -> None:
+    """Start a single-node broker; SIGTERM or Ctrl-C shuts it down cleanly."""
+    settings: dict[str, str] = {}
+    if listen is not None:
+        settings["listeners"] = f"PLAINTEXT://{_check_listen(listen)}"
+    if data_dir is not None:
+        settings["log.dirs"] = str(data_dir)
+    config = BrokerConfig.load(config_file=config_file, settings=settings, overrides=overrides)
+    _configure_logging()
+
+    from kcli.broker.server import serve
+
+    def ready(host: str, port: int) -> None:
+        shown = f"[{host}]" if ":" in host else host
+        print(READY_LINE.format(host=shown, port=port), file=sys.stderr, flush=True)
+
+    try:
+        asyncio.run(serve(config, ready))
+    except KeyboardInterrupt:  # a second Ctrl-C during shutdown
+        raise typer.Exit(130) from None
+
+
+def _check_listen(listen: str) -> str:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"--listen {listen!r} is not of the form HOST:PORT (port 0-65535).")
+    return listen
+
+
+def _configure_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("[%(asctime)s] %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("kcli")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    root.propagate = False

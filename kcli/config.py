@@ -1,0 +1,1110 @@
+"""Broker configuration with Kafka's property names, types and defaults.
+
+One table (`BROKER_CONFIGS`) maps each broker property to (type, default, validator, doc); a second
+(`TOPIC_CONFIGS`) does the same for topic-level properties, and `TOPIC_CONFIG_SYNONYMS` says which
+broker property supplies a topic property's default, as Kafka's `ServerTopicConfigSynonyms` does.
+Values come from Kafka's defaults, then kcli's embedded defaults (`KCLI_DEFAULTS`, what a single
+node needs), then a `server.properties` file, then `key=value` overrides. Any mistake raises
+`ConfigError` with one sentence; Kafka properties that kcli accepts but does not act on are
+listed with `used=False`, so a stock `server.properties` still loads.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from formats.checkpoints import parse_java_properties
+from formats.errors import CheckpointError
+from kcli.errors import KcliError
+
+INT_MAX = 2**31 - 1
+LONG_MAX = 2**63 - 1
+
+
+class ConfigError(KcliError):
+    """A bad configuration key, value or file; exit code 2."""
+
+
+Validator = Callable[[object], str | None]
+"""Returns None when the value is acceptable, otherwise the reason (a clause, no full stop)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigKey:
+    """One property: its Kafka type, parsed default (None = no default), validator and doc."""
+
+    name: str
+    type: str  # "int" | "long" | "short" | "double" | "boolean" | "string" | "list" | "password" | "class"
+    default: object
+    validator: Validator | None
+    doc: str
+    used: bool = True  # False: accepted so Kafka's own files load, but kcli does not act on it
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """One entry of `listeners` / `advertised.listeners`: `NAME://host:port`."""
+
+    name: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.name}://{host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class Synonym:
+    """A broker property that supplies a topic property's default, times `factor` (hours -> ms)."""
+
+    name: str
+    factor: int = 1
+
+
+# ---------------------------------------------------------------------------------------------------
+# Public API
+# ---------------------------------------------------------------------------------------------------
+
+
+class BrokerConfig:
+    """Parsed, validated broker properties plus the values Kafka derives from them."""
+
+    def __init__(self, settings: Mapping[str, str] | None = None, *, source: str = "configuration") -> None:
+        self._explicit: dict[str, object] = {}
+        for key, raw in (settings or {}).items():
+            self._explicit[key] = parse_value(BROKER_CONFIGS, key, raw, source=source)
+        self._check_combinations()
+
+    @classmethod
+    def load(
+        cls,
+        *,
+        config_file: str | Path | None = None,
+        settings: Mapping[str, str] | None = None,
+        overrides: Sequence[str] = (),
+    ) -> BrokerConfig:
+        """Layer a properties file, then `settings` (CLI flags), then `key=value` overrides."""
+        merged: dict[str, str] = {}
+        if config_file is not None:
+            from_file = load_properties(config_file)
+            _check_keys(from_file, f"in {config_file}")
+            merged.update(from_file)
+        merged.update(settings or {})
+        for item in overrides:
+            key, value = parse_override(item)
+            _check_keys({key: value}, "in --override")
+            merged[key] = value
+        return cls(merged)
+
+    def __getitem__(self, key: str) -> object:
+        if key in self._explicit:
+            return self._explicit[key]
+        try:
+            spec = BROKER_CONFIGS[key]
+        except KeyError:
+            raise ConfigError(_unknown_key_message(BROKER_CONFIGS, key, "configuration")) from None
+        return KCLI_DEFAULTS.get(key, spec.default)
+
+    def get(self, key: str) -> object:
+        return self[key]
+
+    def is_set(self, key: str) -> bool:
+        """True when the value came from the file, a flag or an override rather than a default."""
+        return key in self._explicit
+
+    def explicit(self) -> dict[str, object]:
+        return dict(self._explicit)
+
+    def ignored_keys(self) -> list[str]:
+        """Keys that were set but that kcli does not act on (logged at start-up)."""
+        return sorted(k for k in self._explicit if not BROKER_CONFIGS[k].used)
+
+    # Derived values, computed the way Kafka's KafkaConfig computes them.
+
+    @property
+    def node_id(self) -> int:
+        return int(self["node.id"])  # type: ignore[call-overload]
+
+    @property
+    def log_dirs(self) -> list[str]:
+        """`log.dirs` when set, else `log.dir` (kcli's default: ./kcli-data)."""
+        dirs = self["log.dirs"] if self.is_set("log.dirs") else None
+        if dirs:
+            return list(dirs)  # type: ignore[call-overload]
+        return [str(self["log.dir"])]
+
+    @property
+    def listener(self) -> Listener:
+        """The one client listener: the first in `listeners` not named in `controller.listener.names`."""
+        controller_names = set(self["controller.listener.names"])  # type: ignore[call-overload]
+        for listener in self["listeners"]:  # type: ignore[attr-defined]
+            if listener.name not in controller_names:
+                return listener
+        raise ConfigError("listeners names no listener for clients (all are controller listeners).")
+
+    def advertised_listener(self, bound_port: int | None = None) -> Listener:
+        """What Metadata tells clients: `advertised.listeners` for our listener name, else the listener.
+
+        An unset host (bind to all interfaces) advertises 127.0.0.1 rather than a hostname that may
+        not resolve; port 0 means "the port we were given by the OS".
+        """
+        own = self.listener
+        chosen = own
+        if self.is_set("advertised.listeners"):
+            for listener in self["advertised.listeners"]:  # type: ignore[attr-defined]
+                if listener.name == own.name:
+                    chosen = listener
+                    break
+        host = chosen.host or "127.0.0.1"
+        port = chosen.port
+        if port == 0 and bound_port is not None:
+            port = bound_port
+        return Listener(chosen.name, host, port)
+
+    @property
+    def log_roll_ms(self) -> int:
+        if self["log.roll.ms"] is not None:
+            return int(self["log.roll.ms"])  # type: ignore[call-overload]
+        return int(self["log.roll.hours"]) * _HOUR_MS  # type: ignore[call-overload]
+
+    @property
+    def log_roll_jitter_ms(self) -> int:
+        if self["log.roll.jitter.ms"] is not None:
+            return int(self["log.roll.jitter.ms"])  # type: ignore[call-overload]
+        return int(self["log.roll.jitter.hours"]) * _HOUR_MS  # type: ignore[call-overload]
+
+    @property
+    def log_retention_ms(self) -> int:
+        """ms, else minutes, else hours; any negative value means unlimited (-1)."""
+        if self["log.retention.ms"] is not None:
+            millis = int(self["log.retention.ms"])  # type: ignore[call-overload]
+        elif self["log.retention.minutes"] is not None:
+            millis = int(self["log.retention.minutes"]) * _MINUTE_MS  # type: ignore[call-overload]
+        else:
+            millis = int(self["log.retention.hours"]) * _HOUR_MS  # type: ignore[call-overload]
+        return -1 if millis < 0 else millis
+
+    @property
+    def log_flush_interval_ms(self) -> int:
+        if self["log.flush.interval.ms"] is not None:
+            return int(self["log.flush.interval.ms"])  # type: ignore[call-overload]
+        return int(self["log.flush.scheduler.interval.ms"])  # type: ignore[call-overload]
+
+    def topic_defaults(self) -> dict[str, object]:
+        """Every topic property's value for a topic with no overrides, from its broker synonyms."""
+        derived = {
+            "segment.ms": self.log_roll_ms,
+            "segment.jitter.ms": self.log_roll_jitter_ms,
+            "retention.ms": self.log_retention_ms,
+            "flush.ms": self.log_flush_interval_ms,
+        }
+        values: dict[str, object] = {}
+        for name, spec in TOPIC_CONFIGS.items():
+            if name in derived:
+                values[name] = derived[name]
+                continue
+            synonyms = TOPIC_CONFIG_SYNONYMS.get(name, ())
+            values[name] = self[synonyms[0].name] if synonyms else spec.default
+        return values
+
+    def topic_config(self, overrides: Mapping[str, str] | None = None) -> dict[str, object]:
+        """A topic's effective configuration: broker-derived defaults with validated overrides on top."""
+        values = self.topic_defaults()
+        for key, raw in (overrides or {}).items():
+            values[key] = parse_topic_value(key, raw)
+        return values
+
+    def _check_combinations(self) -> None:
+        listeners = self["listeners"]
+        if not listeners:
+            raise ConfigError("listeners must name at least one listener.")
+        own = self.listener
+        protocols = self["listener.security.protocol.map"]
+        advertised = [a for a in self["advertised.listeners"] or [] if a.name == own.name]  # type: ignore[attr-defined]
+        for listener in [own, *advertised]:
+            protocol = protocols.get(listener.name)  # type: ignore[attr-defined]
+            if protocol is None:
+                raise ConfigError(
+                    f"listener name {listener.name} has no entry in listener.security.protocol.map."
+                )
+            if protocol != "PLAINTEXT":
+                raise ConfigError(
+                    f"listener {listener} uses security protocol {protocol}; kcli serves PLAINTEXT only."
+                )
+        broker_id = self["broker.id"]
+        if self.is_set("broker.id") and broker_id != -1 and broker_id != self.node_id:
+            raise ConfigError(f"broker.id {broker_id} must match node.id {self.node_id} when both are set.")
+        if self.log_retention_ms == 0:
+            raise ConfigError("log.retention.ms must be unlimited (-1) or, equal or greater than 1.")
+        if not self.log_dirs or any(not d for d in self.log_dirs):
+            raise ConfigError("log.dirs must name at least one directory.")
+
+
+def load_properties(path: str | Path) -> dict[str, str]:
+    """Read a `server.properties` file (Java properties syntax) into raw strings."""
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"cannot read config file {path}: it is not UTF-8 text.") from None
+    except OSError as exc:
+        reason = (exc.strerror or str(exc)).lower()
+        raise ConfigError(f"cannot read config file {path}: {reason}.") from None
+    return parse_properties(text, source=str(path))
+
+
+def parse_properties(text: str, *, source: str = "properties") -> dict[str, str]:
+    """Parse Java properties text (comments, `=`/`:`/space separators, continuations, escapes)."""
+    try:
+        return parse_java_properties(text)
+    except CheckpointError as exc:
+        raise ConfigError(f"cannot parse {source}: {str(exc).rstrip('.')}.") from None
+
+
+def parse_override(item: str) -> tuple[str, str]:
+    """`key=value` from the command line; the value may be empty or contain `=`."""
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"override {item!r} is not of the form key=value.")
+    return key.strip(), value.strip()
+
+
+def parse_value(
+    table: Mapping[str, ConfigKey], key: str, raw: str, *, source: str = "configuration"
+) -> object:
+    """Parse one raw string for `key` per its type and validator; raise ConfigError otherwise."""
+    spec = table.get(key)
+    if spec is None:
+        raise ConfigError(_unknown_key_message(table, key, source))
+    try:
+        value = _PARSERS[spec.type](raw.strip(), key)
+    except ValueError as exc:
+        raise ConfigError(f"invalid value {raw.strip()!r} for configuration {key}: {exc}.") from None
+    if value is not None and spec.validator is not None:
+        reason = spec.validator(value)
+        if reason is not None:
+            raise ConfigError(f"invalid value {raw.strip()!r} for configuration {key}: {reason}.")
+    return value
+
+
+def parse_topic_value(key: str, raw: str) -> object:
+    """Validate one topic-level property (CreateTopics / AlterConfigs will answer INVALID_CONFIG)."""
+    return parse_value(TOPIC_CONFIGS, key, raw, source="topic configuration")
+
+
+def is_valid_topic_name(name: str) -> bool:
+    """Kafka's `Topic.isValid`: 1-249 chars of [a-zA-Z0-9._-], and not "." or ".."."""
+    return 0 < len(name) <= 249 and name not in (".", "..") and _TOPIC_NAME.fullmatch(name) is not None
+
+
+def is_internal_topic(name: str) -> bool:
+    return name in INTERNAL_TOPICS
+
+
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Parsers and validators
+# ---------------------------------------------------------------------------------------------------
+
+_MINUTE_MS = 60 * 1000
+_HOUR_MS = 60 * _MINUTE_MS
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+def _parse_int(bits: int) -> Callable[[str, str], int | None]:
+    low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+
+    def parse(text: str, key: str) -> int | None:
+        if text == "" and _NULLABLE_NUMBERS.get(key, False):
+            return None
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise ValueError("expected an integer") from None
+        if not low <= value <= high:
+            raise ValueError(f"out of range for a {bits}-bit integer")
+        return value
+
+    return parse
+
+
+def _parse_double(text: str, key: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError("expected a number") from None
+
+
+def _parse_boolean(text: str, key: str) -> bool:
+    lowered = text.lower()
+    if lowered == "true":
+        return True
+    if lowered == "false":
+        return False
+    raise ValueError("expected true or false")
+
+
+def _parse_string(text: str, key: str) -> str | None:
+    return text
+
+
+def _parse_list(text: str, key: str) -> list[str]:
+    if text == "":
+        return []
+    return [item.strip() for item in text.split(",")]
+
+
+_PARSERS: dict[str, Callable[[str, str], object]] = {
+    "short": _parse_int(16),
+    "int": _parse_int(32),
+    "long": _parse_int(64),
+    "double": _parse_double,
+    "boolean": _parse_boolean,
+    "string": _parse_string,
+    "password": _parse_string,
+    "class": _parse_string,
+    "list": _parse_list,
+}
+
+# Properties whose Kafka default is null: an empty value means "unset" rather than a parse error.
+_NULLABLE_NUMBERS = {
+    "log.roll.ms": True,
+    "log.roll.jitter.ms": True,
+    "log.retention.ms": True,
+    "log.retention.minutes": True,
+    "log.flush.interval.ms": True,
+}
+
+
+def at_least(minimum: float) -> Validator:
+    def check(value: object) -> str | None:
+        return None if value >= minimum else f"value must be at least {minimum}"  # type: ignore[operator]
+
+    return check
+
+
+def between(low: float, high: float) -> Validator:
+    def check(value: object) -> str | None:
+        if low <= value <= high:  # type: ignore[operator]
+            return None
+        return f"value must be between {low} and {high}"
+
+    return check
+
+
+def one_of(*choices: str, case_sensitive: bool = True) -> Validator:
+    def check(value: object) -> str | None:
+        candidate = value if case_sensitive else str(value).lower()
+        allowed = choices if case_sensitive else tuple(c.lower() for c in choices)
+        return None if candidate in allowed else f"value must be one of {', '.join(choices)}"
+
+    return check
+
+
+def list_of(*choices: str) -> Validator:
+    def check(value: object) -> str | None:
+        bad = [item for item in value if item not in choices]  # type: ignore[attr-defined]
+        if not value:
+            return f"value must name at least one of {', '.join(choices)}"
+        return None if not bad else f"{bad[0]!r} is not one of {', '.join(choices)}"
+
+    return check
+
+
+def _compression_level(low: int, high: int, extra: int | None = None) -> Validator:
+    def check(value: object) -> str | None:
+        if low <= value <= high or value == extra:  # type: ignore[operator]
+            return None
+        tail = f" or equal to {extra}" if extra is not None else ""
+        return f"value must be between {low} and {high}{tail}"
+
+    return check
+
+
+_LISTENER = re.compile(r"^([A-Za-z0-9_-]+)://(\[[0-9a-fA-F:.]+\]|[^:\[\]/]*):(-?\d+)$")
+
+
+def parse_listeners(text: str) -> list[Listener]:
+    """`PLAINTEXT://127.0.0.1:9092,CONTROLLER://:9093` -> listeners; names are upper-cased as Kafka does."""
+    listeners: list[Listener] = []
+    for item in _parse_list(text, "listeners"):
+        match = _LISTENER.match(item)
+        if match is None:
+            raise ValueError(f"{item!r} is not of the form NAME://host:port")
+        name, host, port = match.group(1).upper(), match.group(2).strip("[]"), int(match.group(3))
+        if not 0 <= port <= 65535:
+            raise ValueError(f"port {port} in {item!r} is not between 0 and 65535")
+        if any(existing.name == name for existing in listeners):
+            raise ValueError(f"listener name {name} appears more than once")
+        listeners.append(Listener(name, host, port))
+    return listeners
+
+
+def _parse_listener_value(text: str, key: str) -> list[Listener] | None:
+    if text == "" and key == "advertised.listeners":
+        return None
+    return parse_listeners(text)
+
+
+def _parse_protocol_map(text: str, key: str) -> dict[str, str]:
+    mapping: dict[str, str] = {}
+    for item in _parse_list(text, key):
+        name, sep, protocol = item.partition(":")
+        if not sep or not name or not protocol:
+            raise ValueError(f"{item!r} is not of the form LISTENER_NAME:SECURITY_PROTOCOL")
+        mapping[name.strip().upper()] = protocol.strip().upper()
+    return mapping
+
+
+_PARSERS["listeners"] = _parse_listener_value
+_PARSERS["protocol_map"] = _parse_protocol_map
+
+
+# ---------------------------------------------------------------------------------------------------
+# The tables
+# ---------------------------------------------------------------------------------------------------
+
+
+def _table(rows: Iterable[tuple]) -> dict[str, ConfigKey]:
+    table: dict[str, ConfigKey] = {}
+    for row in rows:
+        name, type_, default, validator, doc, *rest = row
+        table[name] = ConfigKey(name, type_, default, validator, doc, *(rest or []))
+    return table
+
+
+_DAY_MS = 24 * _HOUR_MS
+_CLEANUP = ("compact", "delete")
+_TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+_TOPIC_COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+_DEFAULT_PROTOCOL_MAP = {p: p for p in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")}
+
+BROKER_CONFIGS: dict[str, ConfigKey] = _table(
+    [
+        # --- identity and listeners
+        ("node.id", "int", -1, at_least(0), "The node id of this broker (KRaft); kcli defaults to 1."),
+        ("broker.id", "int", -1, None, "Legacy broker id; must equal node.id when set."),
+        (
+            "process.roles",
+            "list",
+            [],
+            list_of("broker", "controller"),
+            "Roles of this node; kcli is always broker,controller.",
+            False,
+        ),
+        (
+            "controller.quorum.voters",
+            "list",
+            [],
+            None,
+            "Static controller quorum; kcli is a quorum of one.",
+            False,
+        ),
+        ("controller.quorum.bootstrap.servers", "list", [], None, "Controller bootstrap servers.", False),
+        (
+            "controller.listener.names",
+            "list",
+            [],
+            None,
+            "Listener names used by the controller; skipped for clients.",
+        ),
+        ("inter.broker.listener.name", "string", None, None, "Listener for inter-broker traffic.", False),
+        (
+            "security.inter.broker.protocol",
+            "string",
+            "PLAINTEXT",
+            None,
+            "Inter-broker security protocol.",
+            False,
+        ),
+        (
+            "listeners",
+            "listeners",
+            parse_listeners("PLAINTEXT://:9092"),
+            None,
+            "NAME://host:port entries to bind; kcli binds 127.0.0.1:9092 by default.",
+        ),
+        (
+            "advertised.listeners",
+            "listeners",
+            None,
+            None,
+            "Addresses clients are told to use; defaults to listeners.",
+        ),
+        (
+            "listener.security.protocol.map",
+            "protocol_map",
+            _DEFAULT_PROTOCOL_MAP,
+            None,
+            "Listener name to security protocol.",
+        ),
+        ("broker.rack", "string", None, None, "Rack of this broker, reported in Metadata."),
+        # --- sockets and requests
+        (
+            "socket.request.max.bytes",
+            "int",
+            100 * 1024 * 1024,
+            at_least(1),
+            "Largest request frame accepted; larger closes the connection.",
+        ),
+        (
+            "socket.send.buffer.bytes",
+            "int",
+            100 * 1024,
+            None,
+            "SO_SNDBUF of client sockets; -1 leaves the OS default.",
+        ),
+        (
+            "socket.receive.buffer.bytes",
+            "int",
+            100 * 1024,
+            None,
+            "SO_RCVBUF of client sockets; -1 leaves the OS default.",
+        ),
+        ("socket.listen.backlog.size", "int", 50, at_least(1), "Listen backlog of the server socket."),
+        (
+            "connections.max.idle.ms",
+            "long",
+            10 * 60 * 1000,
+            None,
+            "Idle connections are closed after this long.",
+        ),
+        ("queued.max.requests", "int", 500, at_least(1), "Request queue size.", False),
+        ("num.network.threads", "int", 3, at_least(1), "Network threads; kcli uses one event loop.", False),
+        (
+            "num.io.threads",
+            "int",
+            8,
+            at_least(1),
+            "Request handler threads; kcli uses one event loop.",
+            False,
+        ),
+        ("background.threads", "int", 10, at_least(1), "Background threads.", False),
+        ("request.timeout.ms", "int", 30000, at_least(0), "Timeout of inter-node requests.", False),
+        (
+            "message.max.bytes",
+            "int",
+            1024 * 1024 + 12,
+            at_least(0),
+            "Largest record batch accepted (after compression).",
+        ),
+        (
+            "fetch.max.bytes",
+            "int",
+            55 * 1024 * 1024,
+            at_least(1024),
+            "Largest fetch response the broker builds.",
+        ),
+        ("delete.topic.enable", "boolean", True, None, "Whether DeleteTopics is allowed."),
+        (
+            "auto.create.topics.enable",
+            "boolean",
+            True,
+            None,
+            "Create a topic on first Metadata/Produce request for it.",
+        ),
+        ("num.partitions", "int", 1, at_least(1), "Partitions of auto-created topics."),
+        ("default.replication.factor", "int", 1, None, "Replication factor of auto-created topics."),
+        ("min.insync.replicas", "int", 1, at_least(1), "Replicas that must acknowledge an acks=all produce."),
+        (
+            "unclean.leader.election.enable",
+            "boolean",
+            False,
+            None,
+            "Allow an out-of-sync replica to become leader.",
+        ),
+        (
+            "unclean.leader.election.interval.ms",
+            "long",
+            300000,
+            at_least(1),
+            "How often the controller tries unclean elections.",
+        ),
+        (
+            "auto.leader.rebalance.enable",
+            "boolean",
+            True,
+            None,
+            "Move leadership back to preferred replicas.",
+        ),
+        (
+            "replica.lag.time.max.ms",
+            "long",
+            30000,
+            None,
+            "A follower not caught up for this long leaves the ISR.",
+        ),
+        (
+            "replica.fetch.max.bytes",
+            "int",
+            1024 * 1024,
+            at_least(0),
+            "Bytes per partition a follower fetches.",
+        ),
+        (
+            "replica.fetch.response.max.bytes",
+            "int",
+            10 * 1024 * 1024,
+            at_least(0),
+            "Bytes per fetch response a follower asks for.",
+        ),
+        (
+            "replica.high.watermark.checkpoint.interval.ms",
+            "long",
+            5000,
+            None,
+            "How often replication-offset-checkpoint is written.",
+        ),
+        (
+            "compression.type",
+            "string",
+            "producer",
+            one_of(*_TOPIC_COMPRESSION),
+            "Codec applied by the broker; producer keeps the producer's.",
+        ),
+        (
+            "compression.gzip.level",
+            "int",
+            -1,
+            _compression_level(1, 9, -1),
+            "gzip level when the broker compresses.",
+        ),
+        (
+            "compression.lz4.level",
+            "int",
+            9,
+            _compression_level(1, 17),
+            "lz4 level when the broker compresses.",
+        ),
+        (
+            "compression.zstd.level",
+            "int",
+            3,
+            _compression_level(-131072, 22),
+            "zstd level when the broker compresses.",
+        ),
+        # --- log dirs and segments
+        ("log.dirs", "list", None, None, "Comma-separated data directories; overrides log.dir."),
+        (
+            "log.dir",
+            "string",
+            "/tmp/kafka-logs",
+            None,
+            "Data directory when log.dirs is unset; kcli: ./kcli-data.",
+        ),
+        ("log.segment.bytes", "int", 1024 * 1024 * 1024, at_least(14), "Roll a segment at this size."),
+        ("log.roll.ms", "long", None, None, "Roll a segment after this long; overrides log.roll.hours."),
+        ("log.roll.hours", "int", 168, at_least(1), "Roll a segment after this many hours."),
+        ("log.roll.jitter.ms", "long", None, None, "Random jitter subtracted from the roll time."),
+        ("log.roll.jitter.hours", "int", 0, at_least(0), "Roll jitter in hours."),
+        ("log.retention.ms", "long", None, None, "Delete segments older than this; -1 keeps forever."),
+        ("log.retention.minutes", "int", None, None, "Retention in minutes when log.retention.ms is unset."),
+        ("log.retention.hours", "int", 168, None, "Retention in hours when ms and minutes are unset."),
+        (
+            "log.retention.bytes",
+            "long",
+            -1,
+            None,
+            "Delete old segments while a partition is larger; -1 = no limit.",
+        ),
+        ("log.retention.check.interval.ms", "long", 5 * 60 * 1000, at_least(1), "How often retention runs."),
+        ("log.cleanup.policy", "list", ["delete"], list_of(*_CLEANUP), "delete, compact, or both."),
+        ("log.index.interval.bytes", "int", 4096, at_least(0), "Bytes between offset-index entries."),
+        (
+            "log.index.size.max.bytes",
+            "int",
+            10 * 1024 * 1024,
+            at_least(4),
+            "Preallocated size of each index file.",
+        ),
+        ("log.flush.interval.messages", "long", LONG_MAX, at_least(1), "fsync after this many messages."),
+        (
+            "log.flush.interval.ms",
+            "long",
+            None,
+            None,
+            "fsync after this long; defaults to log.flush.scheduler.interval.ms.",
+        ),
+        ("log.flush.scheduler.interval.ms", "long", LONG_MAX, None, "How often the flusher checks logs."),
+        (
+            "log.flush.offset.checkpoint.interval.ms",
+            "int",
+            60000,
+            at_least(0),
+            "How often recovery-point-offset-checkpoint is written.",
+        ),
+        (
+            "log.flush.start.offset.checkpoint.interval.ms",
+            "int",
+            60000,
+            at_least(0),
+            "How often log-start-offset-checkpoint is written.",
+        ),
+        ("log.segment.delete.delay.ms", "long", 60000, at_least(0), "Grace period of .deleted files."),
+        ("log.preallocate", "boolean", False, None, "Preallocate segment files."),
+        (
+            "log.message.timestamp.type",
+            "string",
+            "CreateTime",
+            one_of(*_TIMESTAMP_TYPES),
+            "CreateTime or LogAppendTime.",
+        ),
+        (
+            "log.message.timestamp.difference.max.ms",
+            "long",
+            LONG_MAX,
+            at_least(0),
+            "Deprecated bound on timestamp skew.",
+        ),
+        (
+            "log.message.timestamp.before.max.ms",
+            "long",
+            LONG_MAX,
+            at_least(0),
+            "How far in the past a timestamp may be.",
+        ),
+        (
+            "log.message.timestamp.after.max.ms",
+            "long",
+            LONG_MAX,
+            at_least(0),
+            "How far in the future a timestamp may be.",
+        ),
+        ("log.message.downconversion.enable", "boolean", True, None, "Down-convert for old fetchers.", False),
+        ("log.message.format.version", "string", "3.0-IV1", None, "Obsolete message format version.", False),
+        ("log.cleaner.enable", "boolean", True, None, "Run the log cleaner (compaction)."),
+        ("log.cleaner.threads", "int", 1, at_least(0), "Cleaner threads."),
+        (
+            "log.cleaner.delete.retention.ms",
+            "long",
+            _DAY_MS,
+            at_least(0),
+            "How long tombstones are kept after compaction.",
+        ),
+        (
+            "log.cleaner.min.compaction.lag.ms",
+            "long",
+            0,
+            at_least(0),
+            "Minimum age before a record may be compacted.",
+        ),
+        (
+            "log.cleaner.max.compaction.lag.ms",
+            "long",
+            LONG_MAX,
+            at_least(1),
+            "Maximum age before a record must be compactable.",
+        ),
+        (
+            "log.cleaner.min.cleanable.ratio",
+            "double",
+            0.5,
+            between(0, 1),
+            "Dirty ratio that triggers cleaning.",
+        ),
+        ("log.cleaner.backoff.ms", "long", 15000, at_least(0), "Cleaner sleep when idle."),
+        (
+            "num.recovery.threads.per.data.dir",
+            "int",
+            1,
+            at_least(1),
+            "Threads that recover logs at start-up.",
+        ),
+        # --- KRaft metadata log
+        (
+            "metadata.log.dir",
+            "string",
+            None,
+            None,
+            "Directory of __cluster_metadata; defaults to the first log dir.",
+        ),
+        (
+            "metadata.log.segment.bytes",
+            "int",
+            1024 * 1024 * 1024,
+            at_least(12),
+            "Segment size of the metadata log.",
+        ),
+        ("metadata.log.segment.ms", "long", 7 * _DAY_MS, None, "Roll time of the metadata log."),
+        ("metadata.max.retention.bytes", "long", 100 * 1024 * 1024, None, "Metadata log retention by size."),
+        ("metadata.max.retention.ms", "long", 7 * _DAY_MS, None, "Metadata log retention by time."),
+        (
+            "metadata.log.max.record.bytes.between.snapshots",
+            "long",
+            20 * 1024 * 1024,
+            at_least(1),
+            "Snapshot after this many bytes.",
+        ),
+        (
+            "metadata.log.max.snapshot.interval.ms",
+            "long",
+            _HOUR_MS,
+            at_least(0),
+            "Snapshot at least this often.",
+        ),
+        # --- groups and offsets
+        ("offsets.topic.num.partitions", "int", 50, at_least(1), "Partitions of __consumer_offsets."),
+        (
+            "offsets.topic.replication.factor",
+            "short",
+            3,
+            at_least(1),
+            "Replication factor of __consumer_offsets; kcli: 1.",
+        ),
+        (
+            "offsets.topic.segment.bytes",
+            "int",
+            100 * 1024 * 1024,
+            at_least(1),
+            "Segment size of __consumer_offsets.",
+        ),
+        (
+            "offsets.retention.minutes",
+            "int",
+            7 * 24 * 60,
+            at_least(1),
+            "How long committed offsets of empty groups live.",
+        ),
+        (
+            "offsets.retention.check.interval.ms",
+            "long",
+            600000,
+            at_least(1),
+            "How often stale offsets are removed.",
+        ),
+        ("offset.metadata.max.bytes", "int", 4096, None, "Largest metadata string of a commit."),
+        (
+            "group.initial.rebalance.delay.ms",
+            "int",
+            3000,
+            None,
+            "Wait for more members before the first rebalance.",
+        ),
+        ("group.min.session.timeout.ms", "int", 6000, None, "Smallest session timeout a member may ask for."),
+        (
+            "group.max.session.timeout.ms",
+            "int",
+            1800000,
+            None,
+            "Largest session timeout a member may ask for.",
+        ),
+        ("group.max.size", "int", INT_MAX, at_least(1), "Most members in one classic group."),
+        # --- transactions and producers
+        (
+            "transaction.state.log.num.partitions",
+            "int",
+            50,
+            at_least(1),
+            "Partitions of __transaction_state.",
+        ),
+        (
+            "transaction.state.log.replication.factor",
+            "short",
+            3,
+            at_least(1),
+            "Replication factor of __transaction_state; kcli: 1.",
+        ),
+        (
+            "transaction.state.log.min.isr",
+            "int",
+            2,
+            at_least(1),
+            "min.insync.replicas of __transaction_state; kcli: 1.",
+        ),
+        (
+            "transaction.state.log.segment.bytes",
+            "int",
+            100 * 1024 * 1024,
+            at_least(1),
+            "Segment size of __transaction_state.",
+        ),
+        (
+            "transaction.max.timeout.ms",
+            "int",
+            15 * 60 * 1000,
+            at_least(1),
+            "Largest transaction timeout a producer may ask for.",
+        ),
+        (
+            "transactional.id.expiration.ms",
+            "int",
+            7 * _DAY_MS,
+            at_least(1),
+            "Idle transactional ids expire after this long.",
+        ),
+        (
+            "producer.id.expiration.ms",
+            "int",
+            _DAY_MS,
+            at_least(1),
+            "Idle producer ids expire after this long.",
+        ),
+        # --- accepted for compatibility with Kafka's shipped files
+        ("share.coordinator.state.topic.replication.factor", "short", 3, at_least(1), "Share groups.", False),
+        ("share.coordinator.state.topic.min.isr", "short", 2, at_least(1), "Share groups.", False),
+        ("zookeeper.connect", "string", None, None, "ZooKeeper mode is not supported; ignored.", False),
+        ("controlled.shutdown.enable", "boolean", True, None, "Controlled shutdown.", False),
+        (
+            "group.coordinator.rebalance.protocols",
+            "list",
+            ["classic", "consumer"],
+            None,
+            "Rebalance protocols.",
+            False,
+        ),
+    ]
+)
+
+KCLI_DEFAULTS: dict[str, object] = {
+    # What `kcli broker start` needs with no configuration at all: one node on loopback, data in
+    # ./kcli-data, and internal topics that fit on one broker (as Kafka's config/kraft/server.properties).
+    "node.id": 1,
+    "listeners": parse_listeners("PLAINTEXT://127.0.0.1:9092"),
+    "log.dir": "./kcli-data",
+    "offsets.topic.replication.factor": 1,
+    "transaction.state.log.replication.factor": 1,
+    "transaction.state.log.min.isr": 1,
+}
+
+TOPIC_CONFIGS: dict[str, ConfigKey] = _table(
+    [
+        ("segment.bytes", "int", 1024 * 1024 * 1024, at_least(14), "Roll a segment at this size."),
+        ("segment.ms", "long", 7 * _DAY_MS, at_least(1), "Roll a segment after this long."),
+        ("segment.jitter.ms", "long", 0, at_least(0), "Random jitter subtracted from segment.ms."),
+        (
+            "segment.index.bytes",
+            "int",
+            10 * 1024 * 1024,
+            at_least(4),
+            "Preallocated size of each index file.",
+        ),
+        ("flush.messages", "long", LONG_MAX, at_least(1), "fsync after this many messages."),
+        ("flush.ms", "long", LONG_MAX, at_least(0), "fsync after this long."),
+        (
+            "retention.bytes",
+            "long",
+            -1,
+            None,
+            "Delete old segments while the partition is larger; -1 = no limit.",
+        ),
+        (
+            "retention.ms",
+            "long",
+            7 * _DAY_MS,
+            at_least(-1),
+            "Delete segments older than this; -1 keeps forever.",
+        ),
+        ("max.message.bytes", "int", 1024 * 1024 + 12, at_least(0), "Largest record batch accepted."),
+        ("index.interval.bytes", "int", 4096, at_least(0), "Bytes between offset-index entries."),
+        ("delete.retention.ms", "long", _DAY_MS, at_least(0), "How long tombstones survive compaction."),
+        ("min.compaction.lag.ms", "long", 0, at_least(0), "Minimum age before compaction."),
+        ("max.compaction.lag.ms", "long", LONG_MAX, at_least(1), "Maximum age before compaction."),
+        ("file.delete.delay.ms", "long", 60000, at_least(0), "Grace period of .deleted files."),
+        ("min.cleanable.dirty.ratio", "double", 0.5, between(0, 1), "Dirty ratio that triggers cleaning."),
+        ("cleanup.policy", "list", ["delete"], list_of(*_CLEANUP), "delete, compact, or both."),
+        ("unclean.leader.election.enable", "boolean", False, None, "Allow an out-of-sync replica to lead."),
+        ("min.insync.replicas", "int", 1, at_least(1), "Replicas that must acknowledge acks=all."),
+        ("compression.type", "string", "producer", one_of(*_TOPIC_COMPRESSION), "Codec the broker stores."),
+        ("compression.gzip.level", "int", -1, _compression_level(1, 9, -1), "gzip level."),
+        ("compression.lz4.level", "int", 9, _compression_level(1, 17), "lz4 level."),
+        ("compression.zstd.level", "int", 3, _compression_level(-131072, 22), "zstd level."),
+        ("preallocate", "boolean", False, None, "Preallocate segment files."),
+        (
+            "message.timestamp.type",
+            "string",
+            "CreateTime",
+            one_of(*_TIMESTAMP_TYPES),
+            "CreateTime or LogAppendTime.",
+        ),
+        (
+            "message.timestamp.difference.max.ms",
+            "long",
+            LONG_MAX,
+            at_least(0),
+            "Deprecated bound on timestamp skew.",
+        ),
+        (
+            "message.timestamp.before.max.ms",
+            "long",
+            LONG_MAX,
+            at_least(0),
+            "How far in the past a timestamp may be.",
+        ),
+        (
+            "message.timestamp.after.max.ms",
+            "long",
+            LONG_MAX,
+            at_least(0),
+            "How far in the future a timestamp may be.",
+        ),
+        ("message.downconversion.enable", "boolean", True, None, "Down-convert for old fetchers.", False),
+        ("message.format.version", "string", "3.0-IV1", None, "Obsolete message format version.", False),
+        ("leader.replication.throttled.replicas", "list", [], None, "Throttled leader replicas.", False),
+        ("follower.replication.throttled.replicas", "list", [], None, "Throttled follower replicas.", False),
+        ("remote.storage.enable", "boolean", False, None, "Tiered storage.", False),
+        ("local.retention.ms", "long", -2, at_least(-2), "Tiered storage local retention.", False),
+        ("local.retention.bytes", "long", -2, at_least(-2), "Tiered storage local retention.", False),
+    ]
+)
+
+TOPIC_CONFIG_SYNONYMS: dict[str, tuple[Synonym, ...]] = {
+    # Kafka's ServerTopicConfigSynonyms: the first synonym that is set wins (derived ones are
+    # computed by BrokerConfig: segment.ms, segment.jitter.ms, retention.ms, flush.ms).
+    "segment.bytes": (Synonym("log.segment.bytes"),),
+    "segment.ms": (Synonym("log.roll.ms"), Synonym("log.roll.hours", _HOUR_MS)),
+    "segment.jitter.ms": (Synonym("log.roll.jitter.ms"), Synonym("log.roll.jitter.hours", _HOUR_MS)),
+    "segment.index.bytes": (Synonym("log.index.size.max.bytes"),),
+    "flush.messages": (Synonym("log.flush.interval.messages"),),
+    "flush.ms": (Synonym("log.flush.interval.ms"), Synonym("log.flush.scheduler.interval.ms")),
+    "retention.bytes": (Synonym("log.retention.bytes"),),
+    "retention.ms": (
+        Synonym("log.retention.ms"),
+        Synonym("log.retention.minutes", _MINUTE_MS),
+        Synonym("log.retention.hours", _HOUR_MS),
+    ),
+    "max.message.bytes": (Synonym("message.max.bytes"),),
+    "index.interval.bytes": (Synonym("log.index.interval.bytes"),),
+    "delete.retention.ms": (Synonym("log.cleaner.delete.retention.ms"),),
+    "min.compaction.lag.ms": (Synonym("log.cleaner.min.compaction.lag.ms"),),
+    "max.compaction.lag.ms": (Synonym("log.cleaner.max.compaction.lag.ms"),),
+    "file.delete.delay.ms": (Synonym("log.segment.delete.delay.ms"),),
+    "min.cleanable.dirty.ratio": (Synonym("log.cleaner.min.cleanable.ratio"),),
+    "cleanup.policy": (Synonym("log.cleanup.policy"),),
+    "unclean.leader.election.enable": (Synonym("unclean.leader.election.enable"),),
+    "min.insync.replicas": (Synonym("min.insync.replicas"),),
+    "compression.type": (Synonym("compression.type"),),
+    "compression.gzip.level": (Synonym("compression.gzip.level"),),
+    "compression.lz4.level": (Synonym("compression.lz4.level"),),
+    "compression.zstd.level": (Synonym("compression.zstd.level"),),
+    "preallocate": (Synonym("log.preallocate"),),
+    "message.format.version": (Synonym("log.message.format.version"),),
+    "message.timestamp.type": (Synonym("log.message.timestamp.type"),),
+    "message.timestamp.difference.max.ms": (Synonym("log.message.timestamp.difference.max.ms"),),
+    "message.timestamp.before.max.ms": (Synonym("log.message.timestamp.before.max.ms"),),
+    "message.timestamp.after.max.ms": (Synonym("log.message.timestamp.after.max.ms"),),
+    "message.downconversion.enable": (Synonym("log.message.downconversion.enable"),),
+}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------------------
+
+
+def _unknown_key_message(table: Mapping[str, ConfigKey], key: str, source: str, where: str = "") -> str:
+    candidates = difflib.get_close_matches(key, list(table), n=1, cutoff=0.6)
+    hint = f"; did you mean {candidates[0]!r}?" if candidates else "."
+    return f"unknown {source} key {key!r}{' ' + where if where else ''}{hint}"
+
+
+def _check_keys(settings: Mapping[str, str], where: str) -> None:
+    for key in settings:
+        if key not in BROKER_CONFIGS:
+            raise ConfigError(_unknown_key_message(BROKER_CONFIGS, key, "configuration", where))
