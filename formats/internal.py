@@ -1,0 +1,1235 @@
+"""Records of Kafka's internal topics: __consumer_offsets, __transaction_state and __cluster_metadata.
+
+Sans-I/O: every function takes the key/value bytes of one record and returns plain values, or builds
+those bytes. The schemas live in `formats.internal_schemas` as tables transcribed from Kafka's JSON
+message definitions; one table-driven codec below reads and writes Kafka's "generated message"
+encoding (non-flexible: int16 strings, int32 bytes and arrays; flexible: compact lengths and tagged
+fields). Decoding follows Kafka's generated readers, which do not reject versions outside the schema:
+a newer version is read with the newest layout known here, as a Kafka broker of 3.9 would.
+
+The `dump_*` functions produce the key and payload text of `kafka-dump-log.sh` with
+`--offsets-decoder` (3.8+ JSON form), `--transaction-log-decoder` and `--cluster-metadata-decoder`.
+Their JSON is what Kafka's generated JsonConverters print through Jackson: compact, camelCase field
+names, uuids in Kafka's URL-safe base64, bytes in standard base64, tagged fields only when not default.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import re
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from functools import cache
+from typing import Any
+from uuid import UUID
+
+from formats.errors import CorruptRecordError, FormatError
+from formats.internal_schemas import (
+    COORDINATOR_RECORDS,
+    METADATA_RECORDS,
+    TRANSACTION_LOG_KEY,
+    TRANSACTION_LOG_VALUE,
+    Field,
+    Schema,
+)
+
+__all__ = [
+    "OffsetCommitKey",
+    "GroupMetadataKey",
+    "ConsumerGroupRecordKey",
+    "UnknownOffsetsKey",
+    "OffsetsKey",
+    "OffsetCommitValue",
+    "MemberMetadata",
+    "GroupMetadataValue",
+    "ConsumerGroupRecordValue",
+    "OffsetsValue",
+    "decode_offsets_key",
+    "decode_offsets_value",
+    "encode_offset_commit_key",
+    "encode_offset_commit",
+    "encode_group_metadata_key",
+    "encode_group_metadata",
+    "offsets_partition_for",
+    "TRANSACTION_STATES",
+    "TxnPartitions",
+    "TxnLogValue",
+    "decode_txn_key",
+    "decode_txn_value",
+    "encode_txn_key",
+    "encode_txn_log",
+    "txn_partition_for",
+    "MetadataRecord",
+    "decode_metadata_record",
+    "encode_metadata_record",
+    "metadata_schema",
+    "dump_offsets_record",
+    "dump_txn_record",
+    "dump_metadata_record",
+    "java_string_hash",
+]
+
+# ==========================================================================================================
+# __consumer_offsets
+# ==========================================================================================================
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OffsetCommitKey:
+    """Key of a committed offset; record type 1 is what Kafka writes, 0 is the same layout."""
+
+    group: str
+    topic: str
+    partition: int
+    record_type: int = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupMetadataKey:
+    """Key of a classic group's metadata (record type 2)."""
+
+    group: str
+    record_type: int = 2
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupRecordKey:
+    """Key of a KIP-848 consumer-group record (types 3-8), decoded generically with camelCase names."""
+
+    record_type: int
+    name: str
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnknownOffsetsKey:
+    """A key whose record type this reader does not know (e.g. 4.0 share-group records); Kafka skips them."""
+
+    record_type: int
+
+
+OffsetsKey = OffsetCommitKey | GroupMetadataKey | ConsumerGroupRecordKey | UnknownOffsetsKey
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OffsetCommitValue:
+    """A committed offset; leader_epoch and expire_timestamp are -1 where the version lacks them."""
+
+    version: int
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int
+    expire_timestamp: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemberMetadata:
+    """One member of a classic group; subscription and assignment are the protocol's opaque bytes."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout: int
+    session_timeout: int
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupMetadataValue:
+    """A classic group's state as the coordinator last wrote it."""
+
+    version: int
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    current_state_timestamp: int
+    members: tuple[MemberMetadata, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupRecordValue:
+    """Value of a KIP-848 consumer-group record, decoded generically with camelCase names."""
+
+    record_type: int
+    name: str
+    version: int
+    data: dict[str, Any]
+
+
+OffsetsValue = OffsetCommitValue | GroupMetadataValue | ConsumerGroupRecordValue
+
+
+def decode_offsets_key(key: bytes | bytearray | memoryview) -> OffsetsKey:
+    """Decode a __consumer_offsets key; its int16 version is the record type."""
+    try:
+        reader = _Reader(key)
+        record_type = _read_version(reader, "key")
+        schemas = COORDINATOR_RECORDS.get(record_type)
+        if schemas is None:
+            return UnknownOffsetsKey(record_type=record_type)
+        data = _read_message(schemas[0], record_type, reader, "key")
+    except _Malformed as e:
+        raise CorruptRecordError(_sentence(e.message)) from None
+    if record_type <= 1:
+        return OffsetCommitKey(
+            group=data["group"], topic=data["topic"], partition=data["partition"], record_type=record_type
+        )
+    if record_type == 2:
+        return GroupMetadataKey(group=data["group"])
+    return ConsumerGroupRecordKey(record_type=record_type, name=schemas[0].name, data=data)
+
+
+def decode_offsets_value(
+    key: OffsetsKey, value: bytes | bytearray | memoryview | None
+) -> OffsetsValue | None:
+    """Decode the value that goes with `key`; None for a tombstone."""
+    if value is None:
+        return None
+    if isinstance(key, UnknownOffsetsKey):
+        raise CorruptRecordError(
+            f"Unknown record type {key.record_type} in __consumer_offsets, so its value cannot be read."
+        )
+    schema = COORDINATOR_RECORDS[key.record_type][1]
+    try:
+        reader = _Reader(value)
+        version = _read_version(reader, "value")
+        data = _read_message(schema, version, reader, "value")
+    except _Malformed as e:
+        raise CorruptRecordError(_sentence(e.message)) from None
+    if isinstance(key, OffsetCommitKey):
+        return OffsetCommitValue(
+            version=version,
+            offset=data["offset"],
+            leader_epoch=data.get("leaderEpoch", -1),
+            metadata=data["metadata"],
+            commit_timestamp=data["commitTimestamp"],
+            expire_timestamp=data.get("expireTimestamp", -1),
+        )
+    if isinstance(key, GroupMetadataKey):
+        return GroupMetadataValue(
+            version=version,
+            protocol_type=data["protocolType"],
+            generation=data["generation"],
+            protocol=data["protocol"],
+            leader=data["leader"],
+            current_state_timestamp=data.get("currentStateTimestamp", -1),
+            members=tuple(
+                MemberMetadata(
+                    member_id=m["memberId"],
+                    group_instance_id=m.get("groupInstanceId"),
+                    client_id=m["clientId"],
+                    client_host=m["clientHost"],
+                    rebalance_timeout=m.get("rebalanceTimeout", -1),
+                    session_timeout=m["sessionTimeout"],
+                    subscription=m["subscription"],
+                    assignment=m["assignment"],
+                )
+                for m in data["members"]
+            ),
+        )
+    return ConsumerGroupRecordValue(record_type=key.record_type, name=schema.name, version=version, data=data)
+
+
+def encode_offset_commit_key(group: str, topic: str, partition: int) -> bytes:
+    """The OffsetCommitKey (record type 1) alone: what a tombstone for an expired offset carries."""
+    schema = COORDINATOR_RECORDS[1][0]
+    return _encode_prefixed(schema, 1, {"group": group, "topic": topic, "partition": partition})
+
+
+def encode_offset_commit(
+    group: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    leader_epoch: int | None,
+    metadata: str,
+    commit_timestamp: int,
+    expire_timestamp: int | None = None,
+) -> tuple[bytes, bytes]:
+    """Key v1 and value v3, or value v1 when the commit carried an explicit expire time (as Kafka does)."""
+    schema = COORDINATOR_RECORDS[1][1]
+    fields: dict[str, Any] = {"offset": offset, "metadata": metadata, "commitTimestamp": commit_timestamp}
+    if expire_timestamp is None:
+        version = 3
+        fields["leaderEpoch"] = -1 if leader_epoch is None else leader_epoch
+    else:
+        version = 1  # v1 has no leader epoch; Kafka drops it there too.
+        fields["expireTimestamp"] = expire_timestamp
+    return encode_offset_commit_key(group, topic, partition), _encode_prefixed(schema, version, fields)
+
+
+def encode_group_metadata_key(group: str) -> bytes:
+    """The GroupMetadataKey (record type 2) alone: what a tombstone for a deleted group carries."""
+    return _encode_prefixed(COORDINATOR_RECORDS[2][0], 2, {"group": group})
+
+
+def encode_group_metadata(
+    group: str,
+    protocol_type: str,
+    generation: int,
+    protocol: str | None,
+    leader: str | None,
+    current_state_timestamp: int,
+    members: Iterable[MemberMetadata],
+    *,
+    version: int = 3,
+) -> tuple[bytes, bytes]:
+    """GroupMetadataKey and GroupMetadataValue (v3 by default, what Kafka 2.3+ writes)."""
+    value = {
+        "protocolType": protocol_type,
+        "generation": generation,
+        "protocol": protocol,
+        "leader": leader,
+        "currentStateTimestamp": current_state_timestamp,
+        "members": [
+            {
+                "memberId": m.member_id,
+                "groupInstanceId": m.group_instance_id,
+                "clientId": m.client_id,
+                "clientHost": m.client_host,
+                "rebalanceTimeout": m.rebalance_timeout,
+                "sessionTimeout": m.session_timeout,
+                "subscription": m.subscription,
+                "assignment": m.assignment,
+            }
+            for m in members
+        ],
+    }
+    return encode_group_metadata_key(group), _encode_prefixed(COORDINATOR_RECORDS[2][1], version, value)
+
+
+def offsets_partition_for(group_id: str, num_partitions: int = 50) -> int:
+    """The __consumer_offsets partition of a group: abs(groupId.hashCode()) % n, with abs(MIN_VALUE) = 0."""
+    return _partition_for(group_id, num_partitions)
+
+
+# ==========================================================================================================
+# __transaction_state
+# ==========================================================================================================
+
+TRANSACTION_STATES: dict[int, str] = {
+    0: "Empty",
+    1: "Ongoing",
+    2: "PrepareCommit",
+    3: "PrepareAbort",
+    4: "CompleteCommit",
+    5: "CompleteAbort",
+    6: "Dead",
+    7: "PrepareEpochFence",
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TxnPartitions:
+    """The partitions of one topic that take part in a transaction."""
+
+    topic: str
+    partition_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TxnLogValue:
+    """TransactionLogValue; version 1 (flexible) adds the tagged producer ids and client version."""
+
+    producer_id: int
+    producer_epoch: int
+    transaction_timeout_ms: int
+    transaction_status: int
+    transaction_partitions: tuple[TxnPartitions, ...] | None
+    transaction_last_update_timestamp_ms: int
+    transaction_start_timestamp_ms: int
+    previous_producer_id: int = -1
+    next_producer_id: int = -1
+    client_transaction_version: int = 0
+    version: int = 0
+
+    @property
+    def state(self) -> str:
+        """Kafka's name for transaction_status, e.g. "Ongoing"."""
+        return _txn_state(self.transaction_status)
+
+
+def decode_txn_key(key: bytes | bytearray | memoryview) -> str:
+    """The transactional id of a __transaction_state key (key version 0, the only one Kafka has)."""
+    try:
+        reader = _Reader(key)
+        version = _read_version(reader, "key")
+        if version != 0:
+            raise _Malformed(f"Unknown version {version} of the transaction log key")
+        return _read_message(TRANSACTION_LOG_KEY, 0, reader, "key")["transactionalId"]
+    except _Malformed as e:
+        raise CorruptRecordError(_sentence(e.message)) from None
+
+
+def decode_txn_value(value: bytes | bytearray | memoryview | None) -> TxnLogValue | None:
+    """Decode a TransactionLogValue (v0 or v1); None for a tombstone."""
+    if value is None:
+        return None
+    try:
+        data, version = _read_txn_value(value)
+    except _Malformed as e:
+        raise CorruptRecordError(_sentence(e.message)) from None
+    partitions = data["transactionPartitions"]
+    return TxnLogValue(
+        version=version,
+        producer_id=data["producerId"],
+        previous_producer_id=data["previousProducerId"] if version >= 1 else -1,
+        next_producer_id=data["nextProducerId"] if version >= 1 else -1,
+        producer_epoch=data["producerEpoch"],
+        transaction_timeout_ms=data["transactionTimeoutMs"],
+        transaction_status=data["transactionStatus"],
+        transaction_partitions=None
+        if partitions is None
+        else tuple(TxnPartitions(topic=p["topic"], partition_ids=p["partitionIds"]) for p in partitions),
+        transaction_last_update_timestamp_ms=data["transactionLastUpdateTimestampMs"],
+        transaction_start_timestamp_ms=data["transactionStartTimestampMs"],
+        client_transaction_version=data["clientTransactionVersion"] if version >= 1 else 0,
+    )
+
+
+def encode_txn_key(transactional_id: str) -> bytes:
+    """The TransactionLogKey alone: what a tombstone for an expired transactional id carries."""
+    return _encode_prefixed(TRANSACTION_LOG_KEY, 0, {"transactionalId": transactional_id})
+
+
+def encode_txn_log(transactional_id: str, value: TxnLogValue) -> tuple[bytes, bytes]:
+    """Key and value of one __transaction_state record; value.version picks v0 or the flexible v1."""
+    if value.transaction_status not in TRANSACTION_STATES:
+        raise FormatError(f"Unknown transaction state id {value.transaction_status}.")
+    data: dict[str, Any] = {
+        "producerId": value.producer_id,
+        "producerEpoch": value.producer_epoch,
+        "transactionTimeoutMs": value.transaction_timeout_ms,
+        "transactionStatus": value.transaction_status,
+        "transactionPartitions": None
+        if value.transaction_partitions is None
+        else [{"topic": p.topic, "partitionIds": p.partition_ids} for p in value.transaction_partitions],
+        "transactionLastUpdateTimestampMs": value.transaction_last_update_timestamp_ms,
+        "transactionStartTimestampMs": value.transaction_start_timestamp_ms,
+        "previousProducerId": value.previous_producer_id,
+        "nextProducerId": value.next_producer_id,
+        "clientTransactionVersion": value.client_transaction_version,
+    }
+    return encode_txn_key(transactional_id), _encode_prefixed(TRANSACTION_LOG_VALUE, value.version, data)
+
+
+def txn_partition_for(transactional_id: str, num_partitions: int = 50) -> int:
+    """The __transaction_state partition of a transactional id (same hashing as groups)."""
+    return _partition_for(transactional_id, num_partitions)
+
+
+# ==========================================================================================================
+# __cluster_metadata
+# ==========================================================================================================
+
+_FRAME_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MetadataRecord:
+    """One KRaft metadata record: its apiKey, schema name, version and fields (camelCase names)."""
+
+    api_key: int
+    name: str
+    version: int
+    data: dict[str, Any]
+
+    @property
+    def type_name(self) -> str:
+        """MetadataRecordType's enum name, e.g. TOPIC_RECORD, as kafka-dump-log prints it."""
+        return _upper_snake(self.name)
+
+
+def metadata_schema(record_type: str | int) -> Schema:
+    """The schema of a metadata record given its apiKey, name ("TopicRecord") or enum name ("TOPIC_RECORD")."""
+    if isinstance(record_type, int):
+        schema = METADATA_RECORDS.get(record_type)
+    else:
+        schema = _METADATA_BY_NAME.get(record_type)
+    if schema is None:
+        raise FormatError(f"Unknown metadata record type {record_type!r}.")
+    return schema
+
+
+def decode_metadata_record(value: bytes | bytearray | memoryview) -> MetadataRecord:
+    """Decode the value of a __cluster_metadata record: uvarint frame version (1), apiKey, version, body."""
+    try:
+        return _read_metadata_record(value)
+    except _Malformed as e:
+        raise CorruptRecordError(_sentence(e.message)) from None
+
+
+def encode_metadata_record(record_type: str | int, version: int, data: Mapping[str, Any]) -> bytes:
+    """Frame and encode one metadata record; fields left out of `data` take Kafka's defaults."""
+    schema = metadata_schema(record_type)
+    if version not in schema.valid:
+        raise FormatError(f"{schema.name} has no version {version}; its versions are {schema.valid}.")
+    out = bytearray()
+    _write_uvarint(out, _FRAME_VERSION)
+    _write_uvarint(out, int(schema.api_key))  # type: ignore[arg-type]
+    _write_uvarint(out, version)
+    _write_struct(schema.fields, version, True, data, out, schema.name)
+    return bytes(out)
+
+
+# ==========================================================================================================
+# kafka-dump-log decoder text
+# ==========================================================================================================
+
+
+def dump_offsets_record(
+    key: bytes | bytearray | memoryview | None, value: bytes | bytearray | memoryview | None, offset: int
+) -> tuple[str | None, str | None]:
+    """(key text, payload text) as `kafka-dump-log --offsets-decoder` prints them (3.8+)."""
+    if key is None:
+        raise CorruptRecordError(
+            f"Failed to decode message at offset {offset} using offset topic decoder (message had a missing key)"
+        )
+    try:
+        reader = _Reader(key)
+        record_type = _read_version(reader, "key")
+        schemas = COORDINATOR_RECORDS.get(record_type)
+        if schemas is None:
+            return f"Unknown record type {record_type} at offset {offset}, skipping.", None
+        key_schema, value_schema = schemas
+        key_data = _read_message(key_schema, record_type, reader, "key")
+        key_text = _dumps({"type": str(record_type), "data": _json_tree(key_schema, record_type, key_data)})
+        if value is None:
+            return key_text, "<DELETE>"
+        reader = _Reader(value)
+        version = _read_version(reader, "value")
+        value_data = _read_message(value_schema, version, reader, "value")
+    except _Malformed as e:
+        return f"Error at offset {offset}, skipping. {e.message}", None
+    tree = _json_tree(value_schema, version, value_data)
+    if record_type == 2:
+        _expand_consumer_protocol(tree, value_data)
+    return key_text, _dumps({"version": str(version), "data": tree})
+
+
+def dump_txn_record(
+    key: bytes | bytearray | memoryview | None, value: bytes | bytearray | memoryview | None, offset: int
+) -> tuple[str | None, str | None]:
+    """(key text, payload text) as `kafka-dump-log --transaction-log-decoder` prints them.
+
+    Where Kafka's tool would die on a record it cannot read, this returns an
+    "Error at offset ..., skipping." key text instead, like the offsets decoder.
+    """
+    if key is None:
+        raise CorruptRecordError(
+            f"Failed to decode message at offset {offset} using transaction log decoder (message had a missing key)"
+        )
+    try:
+        reader = _Reader(key)
+        key_version = _read_version(reader, "key")
+        if key_version != 0:
+            return f"unknown::version={key_version}", None
+        transactional_id = _read_message(TRANSACTION_LOG_KEY, 0, reader, "key")["transactionalId"]
+        key_text = f"transaction_metadata::transactionalId={transactional_id}"
+        if value is None:
+            return key_text, "<DELETE>"
+        data, _ = _read_txn_value(value)
+        state = _txn_state(data["transactionStatus"])
+    except _Malformed as e:
+        return f"Error at offset {offset}, skipping. {e.message}", None
+    partitions = []
+    if state != "Empty":
+        groups = [(p["topic"], p["partitionIds"]) for p in data["transactionPartitions"] or ()]
+        partitions = _scala_hash_set_order(groups)
+    payload = (
+        f"producerId:{data['producerId']},producerEpoch:{data['producerEpoch']},state={state},"
+        f"partitions=[{','.join(f'{topic}-{p}' for topic, p in partitions)}],"
+        f"txnLastUpdateTimestamp={data['transactionLastUpdateTimestampMs']},"
+        f"txnTimeoutMs={data['transactionTimeoutMs']}"
+    )
+    return key_text, payload
+
+
+def dump_metadata_record(value: bytes | bytearray | memoryview | None, offset: int) -> str:
+    """Payload text of `kafka-dump-log --cluster-metadata-decoder`: {"type":...,"version":N,"data":{...}}."""
+    if value is None:
+        return f"Error at {offset}, skipping. The record has no value."
+    try:
+        record = _read_metadata_record(value)
+    except _Malformed as e:
+        return f"Error at {offset}, skipping. {e.kafka_message}"
+    schema = METADATA_RECORDS[record.api_key]
+    tree = _json_tree(schema, record.version, record.data)
+    return _dumps({"type": record.type_name, "version": record.version, "data": tree})
+
+
+# ==========================================================================================================
+# Partitioning: Java's String.hashCode
+# ==========================================================================================================
+
+
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode: 31-multiplier over UTF-16 code units, wrapped to a signed int32."""
+    h = 0
+    for (unit,) in struct.iter_unpack(">H", text.encode("utf-16-be", "surrogatepass")):
+        h = (31 * h + unit) & 0xFFFFFFFF
+    return _signed32(h)
+
+
+def _partition_for(key: str, num_partitions: int) -> int:
+    if num_partitions < 1:
+        raise ValueError(f"The number of partitions must be at least 1, not {num_partitions}.")
+    h = java_string_hash(key)
+    return (0 if h == -(2**31) else abs(h)) % num_partitions  # Kafka's Utils.abs
+
+
+# ==========================================================================================================
+# The codec: Kafka's generated-message encoding driven by the schema tables
+# ==========================================================================================================
+
+
+class _Malformed(Exception):
+    """Bytes that do not follow a schema; `message` is the sentence to show, `kafka_message` Kafka's own."""
+
+    def __init__(self, message: str, kafka_message: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.kafka_message = kafka_message if kafka_message is not None else message
+
+
+_INT8 = struct.Struct(">b")
+_INT16 = struct.Struct(">h")
+_UINT16 = struct.Struct(">H")
+_INT32 = struct.Struct(">i")
+_UINT32 = struct.Struct(">I")
+_INT64 = struct.Struct(">q")
+_FLOAT64 = struct.Struct(">d")
+_UUID = struct.Struct(">16s")
+
+_FIXED: dict[str, struct.Struct] = {
+    "bool": _INT8,
+    "int8": _INT8,
+    "int16": _INT16,
+    "uint16": _UINT16,
+    "int32": _INT32,
+    "uint32": _UINT32,
+    "int64": _INT64,
+    "float64": _FLOAT64,
+}
+
+
+class _Reader:
+    """A cursor over a buffer whose reads fail with Kafka's wording when bytes run out."""
+
+    __slots__ = ("_buf", "_end", "pos")
+
+    def __init__(self, data: bytes | bytearray | memoryview) -> None:
+        self._buf = data
+        self._end = len(data)
+        self.pos = 0
+
+    def remaining(self) -> int:
+        return self._end - self.pos
+
+    def fixed(self, codec: struct.Struct) -> Any:
+        pos = self.pos
+        if pos + codec.size > self._end:
+            raise _Malformed(
+                f"Not enough bytes to read a {codec.size}-byte value: only {self._end - pos} byte(s) available"
+            )
+        self.pos = pos + codec.size
+        return codec.unpack_from(self._buf, pos)[0]
+
+    def take(self, size: int) -> bytes:
+        remaining = self._end - self.pos
+        if size > remaining:
+            raise _Malformed(
+                f"Error reading byte array of {size} byte(s): only {remaining} byte(s) available"
+            )
+        start = self.pos
+        self.pos = start + size
+        return bytes(self._buf[start : self.pos])
+
+    def uvarint(self) -> int:
+        """An unsigned varint of at most 5 bytes, wrapped to 32 bits as Java's int would be."""
+        value = 0
+        for shift in range(0, 35, 7):
+            if self.pos >= self._end:
+                raise _Malformed("Not enough bytes to read an unsigned varint")
+            b = self._buf[self.pos]
+            self.pos += 1
+            value |= (b & 0x7F) << shift
+            if b < 0x80:
+                return value & 0xFFFFFFFF
+        raise _Malformed("Varint is too long, the most significant bit in the 5th byte is set")
+
+    def compact_length(self) -> int:
+        """A compact length (uvarint of length + 1), as Java computes it with ints: -1 means null."""
+        return _signed32(_signed32(self.uvarint()) - 1)
+
+
+def _sentence(message: str) -> str:
+    """Kafka's inner messages have no final period; ours are sentences."""
+    return message if message.endswith(".") else message + "."
+
+
+def _signed32(value: int) -> int:
+    value &= 0xFFFFFFFF
+    return value - 0x100000000 if value >= 0x80000000 else value
+
+
+def _read_version(reader: _Reader, name: str) -> int:
+    try:
+        return reader.fixed(_INT16)
+    except _Malformed:
+        raise _Malformed(f"Could not read version from {name}'s buffer.") from None
+
+
+def _read_message(schema: Schema, version: int, reader: _Reader, name: str) -> dict[str, Any]:
+    """Read one coordinator message, wrapping failures the way CoordinatorRecordSerde words them."""
+    effective = _effective_version(schema, version)
+    try:
+        return _read_struct(schema.fields, effective, effective in schema.flexible, reader)
+    except _Malformed as e:
+        raise _Malformed(
+            f"Could not read record with version {version} from {name}'s buffer due to: {e.message}."
+        ) from None
+
+
+def _effective_version(schema: Schema, version: int) -> int:
+    """The version whose layout Kafka's generated reader uses: versions past either end read as that end."""
+    return min(max(version, schema.valid.lowest), schema.valid.highest)
+
+
+def _read_struct(fields: tuple[Field, ...], version: int, flexible: bool, reader: _Reader) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    for field in fields:
+        if version not in field.versions:
+            continue
+        if version in field.tagged:
+            data[field.name] = field.default
+        else:
+            data[field.name] = _read_field(field, version, flexible, reader, False)
+    if flexible:
+        for _ in range(_signed32(reader.uvarint())):
+            tag = _signed32(reader.uvarint())
+            size = _signed32(reader.uvarint())
+            field = _tagged_field(fields, tag)
+            if field is None:
+                if size < 0:
+                    raise _Malformed(f"Tagged field {tag} has a negative size {size}")
+                reader.take(size)  # an unknown tagged field: skipped, as Kafka keeps it opaque
+                continue
+            if version not in field.tagged.intersect(field.versions):
+                raise _Malformed(f"Tag {tag} is not valid for version {version}")
+            data[field.name] = _read_field(field, version, True, reader, True)
+    return data
+
+
+def _tagged_field(fields: tuple[Field, ...], tag: int) -> Field | None:
+    for field in fields:
+        if field.tag == tag:
+            return field
+    return None
+
+
+def _read_field(field: Field, version: int, flexible: bool, reader: _Reader, tagged: bool) -> Any:
+    if field.is_array:
+        length = reader.compact_length() if flexible else reader.fixed(_INT32)
+        if length < 0:
+            return _null(field, version)
+        if length > reader.remaining():
+            raise _Malformed(
+                f"Tried to allocate a collection of size {length}, but there are only "
+                f"{reader.remaining()} bytes remaining."
+            )
+        return tuple(_read_element(field, version, flexible, reader) for _ in range(length))
+    if field.type == "struct":
+        if version in field.nullable:
+            present = _signed32(reader.uvarint()) > 0 if tagged else reader.fixed(_INT8) >= 0
+            if not present:
+                return None
+        return _read_struct(field.fields, version, flexible, reader)
+    if field.type in ("string", "bytes"):
+        return _read_variable(field.type, field.name, version in field.nullable, flexible, reader)
+    return _read_primitive(field.type, reader)
+
+
+def _read_element(field: Field, version: int, flexible: bool, reader: _Reader) -> Any:
+    if field.type == "struct":
+        return _read_struct(field.fields, version, flexible, reader)
+    if field.type in ("string", "bytes"):
+        return _read_variable(field.type, field.name + " element", False, flexible, reader)
+    return _read_primitive(field.type, reader)
+
+
+def _read_variable(kind: str, name: str, nullable: bool, flexible: bool, reader: _Reader) -> Any:
+    if flexible:
+        length = reader.compact_length()
+    else:
+        length = reader.fixed(_INT16 if kind == "string" else _INT32)
+    if length < 0:
+        if nullable:
+            return None
+        raise _Malformed(f"non-nullable field {name} was serialized as null")
+    if kind == "bytes":
+        return reader.take(length)
+    if length > 0x7FFF:
+        raise _Malformed(f"string field {name} had invalid length {length}")
+    # Java's new String(bytes, UTF_8) replaces malformed input rather than failing; so do we.
+    return reader.take(length).decode("utf-8", "replace")
+
+
+def _read_primitive(kind: str, reader: _Reader) -> Any:
+    if kind == "uuid":
+        return UUID(bytes=reader.fixed(_UUID))
+    value = reader.fixed(_FIXED[kind])
+    return value != 0 if kind == "bool" else value
+
+
+def _null(field: Field, version: int) -> None:
+    if version in field.nullable:
+        return None
+    raise _Malformed(f"non-nullable field {field.name} was serialized as null")
+
+
+# --- writing ------------------------------------------------------------------------------------------------
+
+
+def _encode_prefixed(schema: Schema, version: int, data: Mapping[str, Any]) -> bytes:
+    """Kafka's MessageUtil.toVersionPrefixedBytes: int16 version, then the message."""
+    if version not in schema.valid:
+        raise FormatError(f"{schema.name} has no version {version}; its versions are {schema.valid}.")
+    out = bytearray(_INT16.pack(version))
+    _write_struct(schema.fields, version, version in schema.flexible, data, out, schema.name)
+    return bytes(out)
+
+
+def _write_struct(
+    fields: tuple[Field, ...],
+    version: int,
+    flexible: bool,
+    data: Mapping[str, Any],
+    out: bytearray,
+    where: str,
+) -> None:
+    if not isinstance(data, Mapping):
+        raise FormatError(f"{where} must be a mapping of field names to values, not {type(data).__name__}.")
+    known = {field.name for field in fields}
+    for name in data:
+        if name not in known:
+            raise FormatError(f"{where} has no field named {name!r}.")
+    tagged: list[tuple[int, bytes]] = []
+    for field in fields:
+        value = _normalise(field, data.get(field.name, field.default))
+        if version not in field.versions:
+            if not field.ignorable and value != field.default:
+                raise FormatError(
+                    f"Attempted to write a non-default {field.name} at version {version} of {where}."
+                )
+            continue
+        if version in field.tagged:
+            if value != field.default:
+                payload = bytearray()
+                _write_field(field, version, True, value, payload, where, tagged=True)
+                tagged.append((field.tag or 0, bytes(payload)))
+            continue
+        _write_field(field, version, flexible, value, out, where, tagged=False)
+    if flexible:
+        _write_uvarint(out, len(tagged))
+        for tag, payload in sorted(tagged):
+            _write_uvarint(out, tag)
+            _write_uvarint(out, len(payload))
+            out += payload
+    elif tagged:
+        raise FormatError(f"Tagged fields were set, but version {version} of {where} does not support them.")
+
+
+def _normalise(field: Field, value: Any) -> Any:
+    """Arrays as tuples, so that comparing with a field's default means what Kafka's checks mean."""
+    if field.is_array and value is not None and not isinstance(value, tuple):
+        if isinstance(value, str | bytes | bytearray | Mapping) or not isinstance(value, Iterable):
+            raise FormatError(f"Field {field.name} must be a sequence, not {type(value).__name__}.")
+        return tuple(value)
+    return value
+
+
+def _write_field(
+    field: Field, version: int, flexible: bool, value: Any, out: bytearray, where: str, *, tagged: bool
+) -> None:
+    if value is None:
+        if version not in field.nullable:
+            raise FormatError(f"Field {field.name} of {where} is not nullable at version {version}.")
+        if field.type == "struct":
+            out += b"\x00" if tagged else b"\xff"
+        elif flexible:
+            out += b"\x00"
+        else:
+            out += b"\xff\xff" if field.type == "string" and not field.is_array else b"\xff\xff\xff\xff"
+        return
+    if field.is_array:
+        if flexible:
+            _write_uvarint(out, len(value) + 1)
+        else:
+            out += _INT32.pack(len(value))
+        for element in value:
+            _write_element(field, version, flexible, element, out, where)
+        return
+    if field.type == "struct":
+        if version in field.nullable:
+            out += b"\x01"
+        _write_struct(field.fields, version, flexible, value, out, f"{where}.{field.name}")
+        return
+    _write_element(field, version, flexible, value, out, where)
+
+
+def _write_element(
+    field: Field, version: int, flexible: bool, value: Any, out: bytearray, where: str
+) -> None:
+    kind = field.type
+    if kind == "struct":
+        _write_struct(field.fields, version, flexible, value, out, f"{where}.{field.name}")
+    elif kind == "string":
+        if not isinstance(value, str):
+            raise FormatError(f"Field {field.name} of {where} must be a string, not {type(value).__name__}.")
+        try:
+            raw = value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise FormatError(f"Field {field.name} of {where} is not valid Unicode text.") from None
+        if flexible:
+            _write_uvarint(out, len(raw) + 1)
+        elif len(raw) > 0x7FFF:
+            raise FormatError(f"'{field.name}' field is too long to be serialized")
+        else:
+            out += _INT16.pack(len(raw))
+        out += raw
+    elif kind == "bytes":
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise FormatError(f"Field {field.name} of {where} must be bytes, not {type(value).__name__}.")
+        raw = bytes(value)
+        if flexible:
+            _write_uvarint(out, len(raw) + 1)
+        else:
+            out += _INT32.pack(len(raw))
+        out += raw
+    elif kind == "uuid":
+        if not isinstance(value, UUID):
+            raise FormatError(
+                f"Field {field.name} of {where} must be a uuid.UUID, not {type(value).__name__}."
+            )
+        out += value.bytes
+    elif kind == "bool":
+        if not isinstance(value, bool):
+            raise FormatError(f"Field {field.name} of {where} must be a bool, not {type(value).__name__}.")
+        out += b"\x01" if value else b"\x00"
+    elif kind == "float64":
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise FormatError(f"Field {field.name} of {where} must be a number, not {type(value).__name__}.")
+        out += _FLOAT64.pack(value)
+    else:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise FormatError(
+                f"Field {field.name} of {where} must be an integer, not {type(value).__name__}."
+            )
+        try:
+            out += _FIXED[kind].pack(value)
+        except struct.error:
+            raise FormatError(f"Field {field.name} of {where} is out of range for {kind}: {value}.") from None
+
+
+def _write_uvarint(out: bytearray, value: int) -> None:
+    if value < 0 or value > 0xFFFFFFFF:
+        raise FormatError(f"{value} cannot be written as an unsigned varint.")
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+# --- __transaction_state and __cluster_metadata framing -----------------------------------------------------
+
+
+def _read_txn_value(value: bytes | bytearray | memoryview) -> tuple[dict[str, Any], int]:
+    """TransactionLog.readTxnRecordValue: only versions 0 and 1 are accepted."""
+    reader = _Reader(value)
+    version = _read_version(reader, "value")
+    if version not in TRANSACTION_LOG_VALUE.valid:
+        raise _Malformed(f"Unknown version {version} from the transaction log message value")
+    return _read_message(TRANSACTION_LOG_VALUE, version, reader, "value"), version
+
+
+def _txn_state(status: int) -> str:
+    state = TRANSACTION_STATES.get(status)
+    if state is None:
+        raise _Malformed(f"Unknown transaction state id {status} from the transaction status message")
+    return state
+
+
+def _read_metadata_record(value: bytes | bytearray | memoryview) -> MetadataRecord:
+    """AbstractApiMessageSerde.read, with its messages; `message` adds the cause Kafka keeps apart."""
+    reader = _Reader(value)
+    frame_version = _read_frame_short(reader, "frame version")
+    if frame_version == 0:
+        raise _Malformed(
+            "Could not deserialize metadata record with frame version 0. Note that upgrades from the "
+            "preview release of KRaft in 2.8 to newer versions are not supported."
+        )
+    if frame_version != _FRAME_VERSION:
+        raise _Malformed(
+            f"Could not deserialize metadata record due to unknown frame version {frame_version}"
+            f"(only frame version {_FRAME_VERSION} is supported)"
+        )
+    api_key = _read_frame_short(reader, "type")
+    version = _read_frame_short(reader, "version")
+    schema = METADATA_RECORDS.get(api_key)
+    if schema is None:
+        unknown = f"Unknown metadata id {api_key}"
+        raise _Malformed(
+            f"{unknown}.", f"org.apache.kafka.common.errors.UnsupportedVersionException: {unknown}"
+        )
+    effective = _effective_version(schema, version)
+    try:
+        data = _read_struct(schema.fields, effective, True, reader)
+    except _Malformed as e:
+        kafka = f"Failed to deserialize record with type {api_key}"
+        raise _Malformed(f"{kafka} ({schema.name} version {version}): {e.message}.", kafka) from None
+    if reader.remaining() > 0:
+        raise _Malformed(f"Found {reader.remaining()} byte(s) of garbage after {api_key}")
+    return MetadataRecord(api_key=api_key, name=schema.name, version=version, data=data)
+
+
+def _read_frame_short(reader: _Reader, entity: str) -> int:
+    try:
+        value = reader.uvarint()
+    except _Malformed as e:
+        raise _Malformed(
+            f"Error while reading {entity}: {e.message}", f"Error while reading {entity}"
+        ) from None
+    if value > 0x7FFF:
+        raise _Malformed(f"Value for {entity} was too large.")
+    return value
+
+
+def _upper_snake(name: str) -> str:
+    """MessageGenerator.toSnakeCase(name).toUpperCase(): RegisterBrokerRecord -> REGISTER_BROKER_RECORD."""
+    out = []
+    previous_upper = True
+    for ch in name:
+        if ch.isupper():
+            if not previous_upper:
+                out.append("_")
+            previous_upper = True
+        else:
+            previous_upper = False
+        out.append(ch.upper())
+    return "".join(out)
+
+
+_METADATA_BY_NAME: dict[str, Schema] = {
+    **{schema.name: schema for schema in METADATA_RECORDS.values()},
+    **{_upper_snake(schema.name): schema for schema in METADATA_RECORDS.values()},
+}
+
+
+# --- Scala's mutable.HashSet iteration order ----------------------------------------------------------------
+
+
+def _scala_hash_set_order(groups: Sequence[tuple[str, Sequence[int]]]) -> list[tuple[str, int]]:
+    """The order in which Kafka's TransactionMetadata prints its partitions.
+
+    TransactionLog adds each topic's partitions (an immutable Set) to a Scala 2.13 mutable.HashSet
+    and prints it with mkString, so the order is that of the hash table: bucket by bucket, each bucket
+    sorted by the spread hash of TopicPartition. This replays the table's growth to get the same
+    number of buckets.
+    """
+    length, threshold, size = 16, 12, 0
+    entries: dict[tuple[str, int], tuple[int, int]] = {}
+    for topic, partition_ids in groups:
+        elements = list(dict.fromkeys((topic, p) for p in partition_ids))  # immutable Set: distinct
+        target = _scala_table_size_for(int((len(elements) + 1) / 0.75))  # sizeHint
+        if target > length:
+            length, threshold = target, int(target * 0.75)
+        for element in elements:
+            # Set1..Set4 are added one by one through add(), which grows first; bigger sets are not.
+            if len(elements) <= 4 and size + 1 >= threshold:
+                length, threshold = length * 2, int(length * 2 * 0.75)
+            if element not in entries:
+                entries[element] = (_spread_hash(_topic_partition_hash(*element)), len(entries))
+                size += 1
+    return sorted(entries, key=lambda e: (entries[e][0] & (length - 1), entries[e][0], entries[e][1]))
+
+
+def _scala_table_size_for(capacity: int) -> int:
+    return min(1 << (max(capacity - 1, 4).bit_length() - 1) << 1, 1 << 30)
+
+
+def _topic_partition_hash(topic: str, partition: int) -> int:
+    """TopicPartition.hashCode: 31 * (31 + partition) + topic.hashCode(), as int32."""
+    return _signed32(31 * (31 + partition) + java_string_hash(topic))
+
+
+def _spread_hash(h: int) -> int:
+    """Scala's improveHash, h ^ (h >>> 16), as a signed int32 (buckets are sorted by it, signed)."""
+    return _signed32(h ^ ((h & 0xFFFFFFFF) >> 16))
+
+
+# --- JSON as Kafka's JsonConverters and Jackson print it -------------------------------------------------------
+
+
+def _json_tree(schema: Schema, version: int, data: Mapping[str, Any]) -> dict[str, Any]:
+    return _json_struct(schema.fields, _effective_version(schema, version), data)
+
+
+def _json_struct(fields: tuple[Field, ...], version: int, data: Mapping[str, Any]) -> dict[str, Any]:
+    node: dict[str, Any] = {}
+    for field in fields:
+        if version not in field.versions:
+            continue
+        value = data.get(field.name, field.default)
+        if version in field.tagged and value == field.default:
+            continue  # tagged fields are written only when not default
+        node[field.name] = _json_value(field, version, value)
+    return node
+
+
+def _json_value(field: Field, version: int, value: Any) -> Any:
+    if value is None:
+        return None
+    if field.is_array:
+        return [_json_scalar(field, version, element) for element in value]
+    return _json_scalar(field, version, value)
+
+
+def _json_scalar(field: Field, version: int, value: Any) -> Any:
+    if field.type == "struct":
+        return _json_struct(field.fields, version, value)
+    if field.type == "uuid":
+        return _kafka_uuid(value)
+    if field.type == "bytes":
+        return base64.b64encode(value).decode("ascii")
+    return value
+
+
+def _kafka_uuid(value: UUID) -> str:
+    """Kafka's Uuid.toString: URL-safe base64 of the 16 bytes, without padding."""
+    return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode("ascii")
+
+
+def _expand_consumer_protocol(tree: dict[str, Any], data: Mapping[str, Any]) -> None:
+    """For protocolType "consumer", replace each member's subscription/assignment by its JSON if it parses."""
+    if tree.get("protocolType") != "consumer":
+        return
+    for member_node, member in zip(tree.get("members", ()), data["members"], strict=True):
+        subscription = _consumer_protocol_json(member["subscription"], subscription=True)
+        if subscription is not None:
+            member_node["subscription"] = subscription
+        assignment = _consumer_protocol_json(member["assignment"], subscription=False)
+        if assignment is not None:
+            member_node["assignment"] = assignment
+
+
+def _consumer_protocol_json(blob: bytes, *, subscription: bool) -> dict[str, Any] | None:
+    """ConsumerProtocolSubscription/Assignment JSON read with kio's types, or None if the bytes do not parse."""
+    if len(blob) < 2:
+        return None
+    version = _INT16.unpack_from(blob)[0]
+    readers = _consumer_protocol_readers()[0 if subscription else 1]
+    try:
+        message, _ = readers[min(max(version, 0), 3)](blob, 2)  # newer versions read as the newest known
+    except Exception:  # noqa: BLE001 - Kafka swallows any failure here and keeps the bytes
+        return None
+    user_data = None if message.user_data is None else base64.b64encode(message.user_data).decode("ascii")
+    if not subscription:
+        partitions = message.assigned_partitions
+        return {"assignedPartitions": _topic_partitions_json(partitions), "userData": user_data}
+    node: dict[str, Any] = {"topics": list(message.topics), "userData": user_data}
+    if version >= 1:
+        node["ownedPartitions"] = _topic_partitions_json(message.owned_partitions)
+    if version >= 2:
+        node["generationId"] = message.generation_id
+    if version >= 3:
+        node["rackId"] = message.rack_id
+    return node
+
+
+def _topic_partitions_json(partitions: Iterable[Any]) -> list[dict[str, Any]]:
+    return [{"topic": tp.topic, "partitions": list(tp.partitions)} for tp in partitions]
+
+
+@cache
+def _consumer_protocol_readers() -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """kio's readers for ConsumerProtocolSubscription and ConsumerProtocolAssignment v0-v3, loaded once."""
+    from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssignment as A0
+    from kio.schema.consumer_protocol_assignment.v1.data import ConsumerProtocolAssignment as A1
+    from kio.schema.consumer_protocol_assignment.v2.data import ConsumerProtocolAssignment as A2
+    from kio.schema.consumer_protocol_assignment.v3.data import ConsumerProtocolAssignment as A3
+    from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSubscription as S0
+    from kio.schema.consumer_protocol_subscription.v1.data import ConsumerProtocolSubscription as S1
+    from kio.schema.consumer_protocol_subscription.v2.data import ConsumerProtocolSubscription as S2
+    from kio.schema.consumer_protocol_subscription.v3.data import ConsumerProtocolSubscription as S3
+    from kio.serial import entity_reader
+
+    return (
+        tuple(entity_reader(cls) for cls in (S0, S1, S2, S3)),
+        tuple(entity_reader(cls) for cls in (A0, A1, A2, A3)),
+    )
+
+
+_JSON_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+_JSON_NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f]')
+
+
+def _json_string(text: str) -> str:
+    """Jackson's escaping: quote, backslash and control characters; \\u00XX in upper-case hex; no ASCII-only."""
+    return (
+        '"' + _JSON_NEEDS_ESCAPE.sub(lambda m: _JSON_ESCAPES.get(m[0]) or f"\\u{ord(m[0]):04X}", text) + '"'
+    )
+
+
+def _dumps(value: Any) -> str:
+    """Compact JSON the way Jackson's JsonNode.toString writes it."""
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return _java_double(value)
+    if isinstance(value, str):
+        return _json_string(value)
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{_json_string(k)}:{_dumps(v)}" for k, v in value.items()) + "}"
+    return "[" + ",".join(_dumps(v) for v in value) + "]"
+
+
+def _java_double(value: float) -> str:
+    """Java's Double.toString (shortest digits): 1.0E7, 100.0, 0.001, 1.0E-4; NaN/Infinity quoted by Jackson."""
+    if math.isnan(value):
+        return '"NaN"'
+    if math.isinf(value):
+        return '"Infinity"' if value > 0 else '"-Infinity"'
+    if value == 0:
+        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
+    sign = "-" if value < 0 else ""
+    _, digit_tuple, exponent = Decimal(repr(abs(value))).as_tuple()
+    if len(digit_tuple) == 1:
+        # Java prints at least two digits and picks the two-digit decimal closest to the exact value,
+        # which differs from "d.0" only for the sparsest subnormals (4.9E-324).
+        two_digits = f"{Decimal(abs(value)):.1e}"
+        if float(two_digits) == abs(value):
+            _, digit_tuple, exponent = Decimal(two_digits).as_tuple()
+    digits = "".join(map(str, digit_tuple)).rstrip("0") or "0"
+    exponent = int(exponent) + len(digit_tuple) - len(digits)
+    point = len(digits) + exponent  # value = 0.digits * 10**point
+    if 1e-3 <= abs(value) < 1e7:
+        if point <= 0:
+            return f"{sign}0.{'0' * -point}{digits}"
+        if point >= len(digits):
+            return f"{sign}{digits}{'0' * (point - len(digits))}.0"
+        return f"{sign}{digits[:point]}.{digits[point:]}"
+    return f"{sign}{digits[0]}.{digits[1:] or '0'}E{point - 1}"
