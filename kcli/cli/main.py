@@ -3,7 +3,6 @@
 import os
 import sys
 
-import click
 import typer
 
 from formats.errors import FormatError
@@ -28,7 +27,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
 ) -> None:
     if debug:
@@ -37,7 +38,7 @@ def _root(
 
 def _register() -> None:
     """Import each command module; each adds its commands to `app`."""
-    from kcli.cli import broker, dump, verify  # noqa: F401
+    from kcli.cli import broker, dump  # noqa: F401
 
 
 def main() -> None:
@@ -50,10 +51,12 @@ def main() -> None:
         code = exc.exit_code if isinstance(exc, KcliError) else 2
         print(f"kcli: {_sentence(exc)}", file=sys.stderr)
         sys.exit(code)
-    except click.exceptions.ClickException as exc:
+    except typer.Abort:
+        sys.exit(130)
+    except typer.TyperException as exc:  # usage errors: click's message and exit code 2
         exc.show()
         sys.exit(exc.exit_code)
-    except (click.exceptions.Abort, KeyboardInterrupt):
+    except KeyboardInterrupt:
         sys.exit(130)
     sys.exit(rc if isinstance(rc, int) else 0)
 
