@@ -353,7 +353,10 @@ class TxnLogValue:
     @property
     def state(self) -> str:
         """Kafka's name for transaction_status, e.g. "Ongoing"."""
-        return _txn_state(self.transaction_status)
+        try:
+            return _txn_state(self.transaction_status)
+        except _Malformed as e:
+            raise FormatError(_sentence(e.message)) from None
 
 
 def decode_txn_key(key: bytes | bytearray | memoryview) -> str:
@@ -374,6 +377,7 @@ def decode_txn_value(value: bytes | bytearray | memoryview | None) -> TxnLogValu
         return None
     try:
         data, version = _read_txn_value(value)
+        _txn_state(data["transactionStatus"])  # TransactionState.fromId rejects unknown ids
     except _Malformed as e:
         raise CorruptRecordError(_sentence(e.message)) from None
     partitions = data["transactionPartitions"]
@@ -862,7 +866,7 @@ def _write_field(
     if value is None:
         if version not in field.nullable:
             raise FormatError(f"Field {field.name} of {where} is not nullable at version {version}.")
-        if field.type == "struct":
+        if field.type == "struct" and not field.is_array:
             out += b"\x00" if tagged else b"\xff"
         elif flexible:
             out += b"\x00"
