@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
-from formats.index import OffsetIndex, TimeIndex, format_aborted_txn, read_txn_index
 
 from formats import checkpoints, internal, snapshot
 from formats.errors import FormatError
+from formats.index import OffsetIndex, TimeIndex, format_aborted_txn, read_txn_index
 from formats.records import (
     DEFAULT_MAX_UNCOMPRESSED,
     Batch,
@@ -560,7 +560,7 @@ def _value_decoder(name: str, json_mode: bool) -> Callable[[bytes | None], objec
             if data is None:
                 return None
             try:
-                return orjson.Fragment(orjson.dumps(orjson.loads(data)))
+                return orjson.loads(data)
             except orjson.JSONDecodeError:
                 return _utf8(data)
 
@@ -572,7 +572,7 @@ def _maybe_json(text: str | None) -> object:
     if text is None or not text.startswith("{"):
         return text
     try:
-        return orjson.Fragment(orjson.dumps(orjson.loads(text)))
+        return orjson.loads(text)
     except orjson.JSONDecodeError:
         return text
 
