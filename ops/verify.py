@@ -1,0 +1,1203 @@
+"""Check every file of a segment, a partition dir or a whole log dir against the rules Kafka keeps.
+
+The findings are facts an operator can act on, each a `Finding` with the file, the byte position, the
+offsets concerned, a stable `kind` and one sentence. Errors are states Kafka would refuse, lose data
+over or never write itself; warnings are states Kafka creates on purpose (a compacted range, a log start
+moved by retention) or tolerates, printed so the log can be understood but not failing the check.
+
+The segment walk is the hot path: `formats.segment.walk` frames batches and checks CRCs in C, and the
+loop over its header tuples below does a handful of comparisons per batch; everything unusual (a bad CRC,
+a gap, a new leader epoch, an index entry) leaves the loop for a method of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import zlib
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from operator import itemgetter
+from pathlib import Path
+from typing import NamedTuple
+
+from formats import _native, checkpoints, snapshot
+from formats.errors import FormatError
+from formats.index import OffsetIndex, TimeIndex, read_txn_index
+from formats.records import (
+    CONTROL_BIT,
+    CRC_START,
+    DELETE_HORIZON_BIT,
+    MAGIC_OFFSET,
+    NO_TIMESTAMP,
+    TIMESTAMP_TYPE_BIT,
+    TRANSACTIONAL_BIT,
+    ControlType,
+    LegacyBatch,
+    RecordBatch,
+    control_type,
+    end_txn_marker,
+)
+from formats.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SNAPSHOT_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    StopReason,
+    base_offset_of,
+    filename,
+    parse_partition_dir,
+    unit_size_at,
+)
+from ops.logdir import WINDOW_BYTES, Chunk, SegmentReader
+
+ERROR = "error"
+WARNING = "warning"
+
+KINDS: dict[str, str] = {
+    # batches and framing
+    "crc_mismatch": ERROR,
+    "corrupt_batch": ERROR,
+    "corrupt_records": ERROR,
+    "torn_tail": ERROR,
+    "max_timestamp_mismatch": ERROR,
+    "timestamp_order": WARNING,
+    # offsets
+    "offset_overlap": ERROR,
+    "offset_gap_unexplained": ERROR,
+    "offset_gap_compaction": WARNING,
+    "offset_gap_retention": WARNING,
+    "offset_gap_control_marker": WARNING,
+    "segment_name_mismatch": ERROR,
+    # indexes
+    "index_mismatch": ERROR,
+    "index_entry_spans_batches": WARNING,
+    "index_corrupt": ERROR,
+    "index_missing": WARNING,
+    "time_index_mismatch": ERROR,
+    "time_index_out_of_order": ERROR,
+    # leader epochs
+    "leader_epoch_regression": ERROR,
+    "leader_epoch_checkpoint_mismatch": ERROR,
+    # checkpoints and other partition files
+    "checkpoint_corrupt": ERROR,
+    "checkpoint_beyond_log_end": ERROR,
+    "checkpoint_below_log_start": WARNING,
+    "checkpoint_unknown_partition": WARNING,
+    "snapshot_corrupt": WARNING,
+    "unreadable_file": ERROR,
+}
+"""Every finding kind and its severity; kinds are stable names for scripts."""
+
+LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+ROOT_CHECKPOINTS = (
+    "recovery-point-offset-checkpoint",
+    "replication-offset-checkpoint",
+    LOG_START_CHECKPOINT,
+    CLEANER_CHECKPOINT,
+)
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+PARTITION_METADATA = "partition.metadata"
+META_PROPERTIES = "meta.properties"
+COMPACTED_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+_INT32_MAX = 2**31 - 1
+_NEVER = sys.maxsize  # an index position or offset no batch reaches
+_ALWAYS = -(2**62)  # an index position every batch reaches
+
+
+class Finding(NamedTuple):
+    """One problem found: where (file, byte position, offsets), what (kind) and one sentence."""
+
+    file: str
+    position: int | None
+    first_offset: int | None
+    last_offset: int | None
+    kind: str
+    message: str
+
+    @property
+    def severity(self) -> str:
+        return KINDS[self.kind]
+
+    def to_json(self) -> dict:
+        return {
+            "type": "finding",
+            "file": self.file,
+            "position": self.position,
+            "first_offset": self.first_offset,
+            "last_offset": self.last_offset,
+            "kind": self.kind,
+            "severity": self.severity,
+            "message": self.message,
+        }
+
+    def __str__(self) -> str:
+        where = self.file if self.position is None else f"{self.file}:{self.position}"
+        return f"{where}: {self.kind}: {self.message}"
+
+
+@dataclass
+class Summary:
+    """What was read and what was found, for the final line and the exit code."""
+
+    files: int = 0
+    segments: int = 0
+    batches: int = 0
+    records: int = 0
+    bytes: int = 0
+    kinds: Counter = field(default_factory=Counter)
+
+    @property
+    def errors(self) -> int:
+        return sum(n for kind, n in self.kinds.items() if KINDS[kind] == ERROR)
+
+    @property
+    def warnings(self) -> int:
+        return sum(n for kind, n in self.kinds.items() if KINDS[kind] == WARNING)
+
+    @property
+    def exit_code(self) -> int:
+        """0 when nothing is wrong (warnings alone included), 1 when there is an error."""
+        return 1 if self.errors else 0
+
+    def to_json(self, deep: bool) -> dict:
+        return {
+            "type": "summary",
+            "files": self.files,
+            "segments": self.segments,
+            "batches": self.batches,
+            "records": self.records if deep else None,
+            "bytes": self.bytes,
+            "findings": self.errors + self.warnings,
+            "errors": self.errors,
+            "warnings": self.warnings,
+            "kinds": dict(sorted(self.kinds.items())),
+        }
+
+    def line(self, deep: bool) -> str:
+        records = f"{self.records} records, " if deep else ""
+        found = self.errors + self.warnings
+        if not found:
+            verdict = "no findings"
+        else:
+            verdict = f"{_plural(found, 'finding')} ({_plural(self.errors, 'error')}, {_plural(self.warnings, 'warning')})"
+        return (
+            f"verified {_plural(self.files, 'file')}, {_plural(self.segments, 'segment')}, "
+            f"{_plural(self.batches, 'batch', 'batches')}, {records}{self.bytes} bytes: {verdict}"
+        )
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    deep: bool = False  # decode every record, not only batch headers
+    compacted_topics: frozenset[str] = frozenset()  # topics known to have cleanup.policy=compact
+    window: int = WINDOW_BYTES
+
+
+class NotKafkaPath(ValueError):
+    """A PATH that is not a segment, a partition dir or a log dir; the message is one sentence."""
+
+
+class Target(NamedTuple):
+    kind: str  # "segment", "partition" or "log_dir"
+    path: Path
+
+
+def resolve(path: Path) -> Target:
+    """Say what kind of Kafka path `path` is, or raise NotKafkaPath with one sentence."""
+    if not path.exists():
+        raise NotKafkaPath(f"{path}: no such file or directory.")
+    if path.is_file():
+        if path.name.endswith(LOG_SUFFIX):
+            return Target("segment", path)
+        raise NotKafkaPath(f"{path} is not a .log segment, a partition directory or a log directory.")
+    if not path.is_dir():
+        raise NotKafkaPath(f"{path} is not a regular file or a directory.")
+    names = os.listdir(path)
+    if parse_partition_dir(path.resolve().name) and any(_is_segment_name(n) for n in names):
+        return Target("partition", path)
+    if any(n in ROOT_CHECKPOINTS or n == META_PROPERTIES for n in names) or any(
+        parse_partition_dir(n) and (path / n).is_dir() for n in names
+    ):
+        return Target("log_dir", path)
+    raise NotKafkaPath(
+        f"{path} is not a Kafka directory: it holds no segments, partition directories or checkpoint files."
+    )
+
+
+class Verifier:
+    """Verify targets one after another; each finding goes to `report` as soon as it is known."""
+
+    def __init__(
+        self,
+        options: VerifyOptions,
+        report: Callable[[Finding], object],
+        *,
+        progress: Callable[[Path, int], Callable[[int], None] | None] | None = None,
+    ) -> None:
+        self.options = options
+        self._report = report
+        self._progress_factory = progress
+        self._progress: Callable[[int], None] | None = None
+        self._bytes_before = 0  # .log bytes of the segments already walked, for the progress bar
+        self.summary = Summary()
+
+    def run(self, targets: Iterable[Target]) -> Summary:
+        targets = list(targets)
+        if self._progress_factory and targets:
+            total = sum(_log_bytes(t) for t in targets)
+            self._progress = self._progress_factory(targets[0].path, total)
+        for target in targets:
+            if target.kind == "segment":
+                self._verify_lone_segment(target.path)
+            elif target.kind == "partition":
+                self._verify_lone_partition(target.path)
+            else:
+                self._verify_log_dir(target.path)
+        return self.summary
+
+    # --- findings ---------------------------------------------------------------------------------------
+
+    def _find(
+        self,
+        file: Path | str,
+        position: int | None,
+        first_offset: int | None,
+        last_offset: int | None,
+        kind: str,
+        message: str,
+    ) -> None:
+        self.summary.kinds[kind] += 1
+        self._report(Finding(str(file), position, first_offset, last_offset, kind, message))
+
+    # --- log dirs -----------------------------------------------------------------------------------------
+
+    def _verify_log_dir(self, path: Path) -> None:
+        """Partitions first (to learn their log start and end), then the root checkpoints against them."""
+        checkpointed: dict[str, dict[tuple[str, int], tuple[int, int | None]]] = {}
+        for name in ROOT_CHECKPOINTS:
+            if (path / name).is_file():
+                checkpointed[name] = self._read_offset_checkpoint(path / name)
+        if (path / META_PROPERTIES).is_file():
+            self._read_text_file(path / META_PROPERTIES, checkpoints.read_meta_properties)
+        log_start = {tp: offset for tp, (offset, _) in checkpointed.get(LOG_START_CHECKPOINT, {}).items()}
+        cleaned = set(checkpointed.get(CLEANER_CHECKPOINT, {}))
+        dirs = []
+        for name in os.listdir(path):
+            parsed = parse_partition_dir(name)
+            if parsed and (path / name).is_dir():
+                dirs.append((tuple(parsed[0]), parsed[1] or "", name))
+        ranges: dict[tuple[str, int], tuple[int, int]] = {}
+        for tp, state, name in sorted(dirs):
+            log = _PartitionLog(name, log_start.get(tp), tp in cleaned)
+            self._verify_partition(path / name, log)
+            if not state:  # -delete, -future and -stray dirs are not the partition the checkpoints name
+                ranges[tp] = (log.log_start, log.log_end)
+        for name, entries in checkpointed.items():
+            if name != CLEANER_CHECKPOINT:  # Kafka resets a cleaner checkpoint that is out of range
+                self._check_root_checkpoint(path / name, entries, ranges)
+
+    def _verify_lone_partition(self, path: Path) -> None:
+        """A partition dir on its own; the checkpoints of the log dir around it, if any, inform the gaps."""
+        path = path.resolve()
+        log = _PartitionLog(path.name)
+        tp = (log.topic, log.partition)
+        log_start = _quiet_offset_checkpoint(path.parent / LOG_START_CHECKPOINT)
+        log.log_start_checkpoint = log_start.get(tp)
+        log.compacted = tp in _quiet_offset_checkpoint(path.parent / CLEANER_CHECKPOINT)
+        self._verify_partition(path, log)
+
+    def _read_offset_checkpoint(self, file: Path) -> dict[tuple[str, int], tuple[int, int | None]]:
+        """{(topic, partition): (offset, byte position of its line)}, or {} after reporting a bad file."""
+        data = self._read_bytes(file)
+        if data is None:
+            return {}
+        self.summary.files += 1
+        try:
+            entries = checkpoints.read_offset_checkpoint(data.decode("utf-8"))
+        except (FormatError, UnicodeDecodeError) as e:
+            self._find(file, None, None, None, "checkpoint_corrupt", _checkpoint_sentence(e, file))
+            return {}
+        lines = _entry_line_positions(data)
+        return {
+            tp: (offset, lines[i] if i < len(lines) else None)
+            for i, (tp, offset) in enumerate(entries.items())
+        }
+
+    def _check_root_checkpoint(
+        self,
+        file: Path,
+        entries: dict[tuple[str, int], tuple[int, int | None]],
+        ranges: dict[tuple[str, int], tuple[int, int]],
+    ) -> None:
+        what = {
+            "recovery-point-offset-checkpoint": "recovery point",
+            "replication-offset-checkpoint": "high watermark",
+            "log-start-offset-checkpoint": "log start offset",
+        }[file.name]
+        for (topic, partition), (offset, position) in entries.items():
+            name = f"{topic}-{partition}"
+            if (topic, partition) not in ranges:
+                self._find(
+                    file, position, offset, offset, "checkpoint_unknown_partition",
+                    f"the {what} of {name} is checkpointed, but this log dir holds no directory {name}.",
+                )  # fmt: skip
+                continue
+            log_start, log_end = ranges[(topic, partition)]
+            if offset > log_end:
+                self._find(
+                    file, position, offset, offset, "checkpoint_beyond_log_end",
+                    f"the {what} {offset} of {name} is beyond its log end offset {log_end}.",
+                )  # fmt: skip
+            elif offset < log_start and what != "log start offset":
+                self._find(
+                    file, position, offset, offset, "checkpoint_below_log_start",
+                    f"the {what} {offset} of {name} is below its log start offset {log_start}.",
+                )  # fmt: skip
+
+    # --- partitions ---------------------------------------------------------------------------------------
+
+    def _verify_partition(self, path: Path, log: _PartitionLog) -> None:
+        if log.topic in self.options.compacted_topics or log.topic in COMPACTED_INTERNAL_TOPICS:
+            log.compacted = True
+        names = os.listdir(path)
+        segments = sorted((base_offset_of(n), n) for n in names if _is_segment_name(n))
+        if segments:
+            log.first_segment_base = segments[0][0]
+        for i, (base, name) in enumerate(segments):
+            self._verify_segment(path / name, base, log, is_last=i == len(segments) - 1, names=names)
+        if segments:
+            log.log_end = max(log.log_end, segments[-1][0])  # an empty active segment still moves the end
+        self._finish_log(log)
+        if LEADER_EPOCH_CHECKPOINT in names:
+            self._check_leader_epoch_checkpoint(path / LEADER_EPOCH_CHECKPOINT, log)
+        if PARTITION_METADATA in names:
+            self._read_text_file(path / PARTITION_METADATA, checkpoints.read_partition_metadata)
+        for name in sorted(names):
+            if name.endswith(SNAPSHOT_SUFFIX) and base_offset_of(name) is not None:
+                self._check_snapshot(path / name)
+
+    def _verify_lone_segment(self, path: Path) -> None:
+        log = _PartitionLog(path.parent.resolve().name)
+        base = base_offset_of(path.name)
+        log.first_segment_base = base
+        self._verify_segment(path, base, log, is_last=True, names=None)
+        self._finish_log(log)
+
+    def _finish_log(self, log: _PartitionLog) -> None:
+        """Gaps held back until the whole partition was seen, and the last leader-epoch run."""
+        for file, position, first, last in log.pending_gaps:
+            if log.compaction_seen:
+                self._gap_found(file, position, first, last, "offset_gap_compaction", _COMPACTION_SEEN)
+            else:
+                self._gap_found(file, position, first, last, "offset_gap_unexplained", _UNEXPLAINED)
+        log.pending_gaps.clear()
+        if log.epoch_runs:
+            log.epoch_runs[-1][2] = log.prev_last
+
+    # --- segments -----------------------------------------------------------------------------------------
+
+    def _verify_segment(
+        self, path: Path, base: int | None, log: _PartitionLog, *, is_last: bool, names: list[str] | None
+    ) -> None:
+        seg = _Segment(path, base)
+        self.summary.files += 1
+        self.summary.segments += 1
+        try:
+            size = path.stat().st_size
+        except OSError as e:
+            self._find(path, None, None, None, "unreadable_file", _os_sentence(e))
+            return
+        self.summary.bytes += size
+        if base is not None:
+            self._load_indexes(seg, names, size)
+        on_progress = None
+        if self._progress is not None:
+            before, progress = self._bytes_before, self._progress
+            on_progress = lambda done: progress(before + done)  # noqa: E731
+        reader = SegmentReader(path, check_crc=True, window=self.options.window, on_progress=on_progress)
+        first = True
+        try:
+            for chunk in reader.chunks():
+                if first:
+                    self._segment_start(seg, log, chunk)
+                    first = False
+                self._walk_chunk(seg, log, chunk)
+        except OSError as e:
+            self._find(path, None, None, None, "unreadable_file", _os_sentence(e))
+            return
+        finally:
+            self._bytes_before += size
+        self._segment_end(seg, log, reader, is_last)
+
+    def _segment_start(self, seg: _Segment, log: _PartitionLog, chunk: Chunk) -> None:
+        """The segment's name against its first batch, the segment before it and the log start."""
+        batch = chunk.batches[0]
+        position = chunk.base + batch.position
+        # a v0/v1 compressed wrapper carries its last inner offset; its first is known only with --deep
+        first = None if batch.magic < 2 and batch.attributes & 0x07 else batch.base_offset
+        if log.first_offset is None:
+            log.first_offset = first if first is not None else batch.last_offset
+            self._head(seg, log, position, first)
+        if seg.base is None:
+            return
+        if first is not None and first < seg.base:
+            self._find(
+                seg.path, position, first, batch.last_offset, "segment_name_mismatch",
+                f"the first batch starts at offset {first}, below the base offset {seg.base} the segment is named after.",
+            )  # fmt: skip
+        elif log.prev_last is not None and seg.base <= log.prev_last < (
+            first if first is not None else batch.last_offset
+        ):
+            self._find(
+                seg.path, 0, seg.base, log.prev_last, "offset_overlap",
+                f"the segment is named after offset {seg.base}, but the segment before it holds offsets up to {log.prev_last}.",
+            )  # fmt: skip
+
+    def _walk_chunk(self, seg: _Segment, log: _PartitionLog, chunk: Chunk) -> None:
+        """The hot loop: a few comparisons per batch; anything unusual goes to a method."""
+        base = chunk.base
+        view = chunk.view
+        deep = self.options.deep
+        next_offset = log.next_offset  # None: no expectation (start of the log, or after a bad CRC)
+        prev_last = log.prev_last
+        prev_attributes = log.prev_attributes
+        prev_max_timestamp = log.prev_max_timestamp
+        epoch = log.epoch
+        max_timestamp_so_far = seg.max_timestamp
+        index_at = seg.next_index_position - base
+        time_index_at = seg.next_time_index_offset
+        for batch in chunk.batches:
+            position = batch[0]
+            if batch[4] == 2:
+                (
+                    _, base_offset, _, partition_leader_epoch, _, _, attributes, last_offset_delta,
+                    _, max_timestamp, _, _, _, records_count, crc_valid,
+                ) = batch  # fmt: skip
+                last_offset = base_offset + last_offset_delta
+                if records_count != last_offset_delta + 1 or attributes & DELETE_HORIZON_BIT:
+                    self._compacted_batch(seg, log, base + position, batch)
+                if crc_valid is not True:
+                    self._crc_mismatch(seg, view, base, batch)
+                elif deep:
+                    self._check_records(seg, log, view, base, batch)
+            else:
+                base_offset, last_offset, max_timestamp = self._legacy_entry(seg, log, view, base, batch)
+                partition_leader_epoch = -1
+                attributes = 0
+                crc_valid = batch[7]
+                if crc_valid is not True:
+                    self._crc_mismatch(seg, view, base, batch)
+            if base_offset != next_offset:
+                self._discontinuity(
+                    seg,
+                    log,
+                    base + position,
+                    base_offset,
+                    last_offset,
+                    next_offset,
+                    prev_last,
+                    prev_attributes,
+                )
+            if partition_leader_epoch != epoch:
+                epoch = self._leader_epoch_change(
+                    seg, log, base + position, base_offset, partition_leader_epoch, epoch, prev_last
+                )
+            next_offset = last_offset + 1 if crc_valid else None
+            prev_last = last_offset
+            prev_attributes = attributes
+            if max_timestamp > max_timestamp_so_far:
+                max_timestamp_so_far = max_timestamp
+            elif attributes & TIMESTAMP_TYPE_BIT and max_timestamp < prev_max_timestamp:
+                self._log_append_time_backwards(
+                    seg, base + position, batch, max_timestamp, prev_max_timestamp
+                )
+            prev_max_timestamp = max_timestamp
+            if position >= index_at:
+                index_at = self._offset_index_entries(seg, base + position, last_offset) - base
+            if last_offset >= time_index_at:
+                time_index_at = self._time_index_entries(
+                    seg, last_offset, max_timestamp, max_timestamp_so_far
+                )
+        log.next_offset = next_offset
+        log.prev_last = prev_last
+        log.prev_attributes = prev_attributes
+        log.prev_max_timestamp = prev_max_timestamp
+        log.epoch = epoch
+        seg.max_timestamp = max_timestamp_so_far
+        seg.next_index_position = index_at + base
+        seg.next_time_index_offset = time_index_at
+        self.summary.batches += len(chunk.batches)
+
+    def _segment_end(self, seg: _Segment, log: _PartitionLog, reader: SegmentReader, is_last: bool) -> None:
+        end = reader.end
+        if end is None:
+            return
+        after = "" if is_last else "; log recovery would truncate the log here and delete every later segment"
+        if end.reason is StopReason.END and end.trailing_bytes:
+            declared = self._declared_size(seg.path, end.position, end.trailing_bytes)
+            self._find(
+                seg.path, end.position, None, None, "torn_tail",
+                f"{_plural(end.trailing_bytes, 'byte')} after the last whole batch do not form a complete batch"
+                f"{declared}{after}.",
+            )  # fmt: skip
+        elif end.reason is not StopReason.END:
+            self._find(
+                seg.path, end.position, None, None, "corrupt_batch",
+                f"{end.problem}; the {_plural(end.trailing_bytes, 'byte')} from here to the end of the file "
+                f"cannot be framed{after}.",
+            )  # fmt: skip
+        if log.prev_last is not None:
+            log.log_end = max(log.log_end, log.prev_last + 1)
+            if seg.base is not None and log.prev_last - seg.base > _INT32_MAX:
+                self._find(
+                    seg.path, None, seg.base, log.prev_last, "corrupt_batch",
+                    f"offset {log.prev_last} is more than 2^31-1 above the segment's base offset {seg.base}, "
+                    "so no index entry can express it.",
+                )  # fmt: skip
+        self._index_leftovers(seg, end.position)
+
+    def _declared_size(self, path: Path, position: int, available: int) -> str:
+        """', which declares N bytes' for a torn unit whose size field is all there."""
+        try:
+            with open(path, "rb") as f:
+                f.seek(position)
+                prefix = f.read(12)
+        except OSError:
+            return ""
+        size = unit_size_at(prefix + bytes(5), 0) if len(prefix) == 12 else None
+        return f" (the unit there declares {size} bytes)" if size is not None and size > available else ""
+
+    # --- unusual batches ----------------------------------------------------------------------------------
+
+    def _crc_mismatch(
+        self, seg: _Segment, view: memoryview, base: int, batch: RecordBatch | LegacyBatch
+    ) -> None:
+        position = batch.position
+        end = position + batch.size
+        if batch.magic == 2:
+            computed = _native.crc32c(view[position + CRC_START : end])
+            sentence = f"Record batch is corrupt (stored crc = {batch.crc}, computed crc = {computed})."
+        else:
+            computed = zlib.crc32(view[position + MAGIC_OFFSET : end])
+            sentence = f"Record is corrupt (stored crc = {batch.crc}, computed crc = {computed})."
+        self._find(seg.path, base + position, batch.base_offset, batch.last_offset, "crc_mismatch", sentence)
+
+    def _compacted_batch(self, seg: _Segment, log: _PartitionLog, position: int, batch: RecordBatch) -> None:
+        """Fewer records than offsets (or a delete horizon): the cleaner's work, unless the header is impossible."""
+        count, delta = batch.records_count, batch.last_offset_delta
+        if count < 0 or delta < 0 or count > delta + 1:
+            self._find(
+                seg.path, position, batch.base_offset, batch.last_offset, "corrupt_batch",
+                f"the batch declares {count} records for last_offset_delta {delta}, which no writer produces.",
+            )  # fmt: skip
+        else:
+            log.compaction_seen = True
+
+    def _legacy_entry(
+        self, seg: _Segment, log: _PartitionLog, view: memoryview, base: int, batch: LegacyBatch
+    ) -> tuple[int | None, int, int]:
+        """(first offset or None when unknown, last offset, max timestamp) of a v0/v1 entry.
+
+        A compressed wrapper carries its last inner offset; its first is known only by decompressing it,
+        which --deep does.
+        """
+        compressed = batch.attributes & 0x07
+        if not self.options.deep:
+            return (None if compressed else batch.offset), batch.offset, batch.timestamp
+        position = base + batch.position
+        try:
+            records = batch.records(view)
+        except FormatError as e:
+            self._find(seg.path, position, batch.offset, batch.offset, "corrupt_records", _sentence(e))
+            return (None if compressed else batch.offset), batch.offset, batch.timestamp
+        self.summary.records += len(records)
+        offsets = [r.offset for r in records]
+        if any(a >= b for a, b in zip(offsets, offsets[1:], strict=False)) or offsets[-1] != batch.offset:
+            self._find(
+                seg.path, position, offsets[0], batch.offset, "corrupt_records",
+                f"the inner offsets {offsets[0]}..{offsets[-1]} of the wrapper message at offset {batch.offset} "
+                "do not increase up to the wrapper's offset.",
+            )  # fmt: skip
+        elif compressed and offsets != list(range(offsets[0], offsets[0] + len(offsets))):
+            log.compaction_seen = True
+        if batch.magic == 1 and not batch.attributes & TIMESTAMP_TYPE_BIT:
+            newest = max(r.timestamp for r in records)
+            if newest > batch.timestamp:
+                self._find(
+                    seg.path, position, offsets[0], batch.offset, "max_timestamp_mismatch",
+                    f"the wrapper message's timestamp {batch.timestamp} is below its newest inner timestamp {newest}.",
+                )  # fmt: skip
+        return offsets[0], batch.offset, batch.timestamp
+
+    def _check_records(
+        self, seg: _Segment, log: _PartitionLog, view: memoryview, base: int, batch: RecordBatch
+    ) -> None:
+        """--deep: the records' structure, offsets inside the batch's range, timestamps within max_timestamp."""
+        position = base + batch.position
+        try:
+            records = batch.records(view)
+        except FormatError as e:
+            self._find(
+                seg.path, position, batch.base_offset, batch.last_offset, "corrupt_records", _sentence(e)
+            )
+            return
+        self.summary.records += len(records)
+        if not records:
+            return
+        offsets = list(map(_OFFSET, records))
+        if offsets != list(range(batch.base_offset, batch.base_offset + len(records))):
+            if offsets[-1] > batch.last_offset or any(
+                a >= b for a, b in zip(offsets, offsets[1:], strict=False)
+            ):
+                self._find(
+                    seg.path, position, batch.base_offset, batch.last_offset, "corrupt_records",
+                    f"record offsets {offsets[0]}..{offsets[-1]} do not increase within the batch's offsets "
+                    f"{batch.base_offset}..{batch.last_offset}.",
+                )  # fmt: skip
+            else:
+                log.compaction_seen = True  # records removed from inside the batch
+        if not batch.attributes & TIMESTAMP_TYPE_BIT:
+            newest = max(map(_TIMESTAMP, records))
+            if newest > batch.max_timestamp:
+                offset = records[list(map(_TIMESTAMP, records)).index(newest)].offset
+                self._find(
+                    seg.path, position, batch.base_offset, batch.last_offset, "max_timestamp_mismatch",
+                    f"the record at offset {offset} has timestamp {newest}, above the batch's max_timestamp "
+                    f"{batch.max_timestamp}.",
+                )  # fmt: skip
+        if batch.attributes & CONTROL_BIT:
+            try:
+                for record in records:
+                    if control_type(record.key) in (ControlType.COMMIT, ControlType.ABORT):
+                        end_txn_marker(record.value)
+            except FormatError as e:
+                self._find(
+                    seg.path, position, batch.base_offset, batch.last_offset, "corrupt_records", _sentence(e)
+                )
+
+    def _log_append_time_backwards(
+        self, seg: _Segment, position: int, batch, max_timestamp: int, before: int
+    ) -> None:
+        self._find(
+            seg.path, position, batch.base_offset, batch.last_offset, "timestamp_order",
+            f"the LogAppendTime {max_timestamp} of this batch is earlier than the {before} of the batch before it "
+            "(the broker's clock went back).",
+        )  # fmt: skip
+
+    # --- offsets ------------------------------------------------------------------------------------------
+
+    def _discontinuity(
+        self,
+        seg: _Segment,
+        log: _PartitionLog,
+        position: int,
+        first: int | None,
+        last: int,
+        expected: int | None,
+        prev_last: int | None,
+        prev_attributes: int,
+    ) -> None:
+        """A batch that does not start at the offset after the previous one: overlap, or a classified gap."""
+        if expected is None:
+            return  # the log's first batch (see _head), or the batch after a bad CRC, whose offsets are suspect
+        if first is None:  # a v0/v1 compressed wrapper read shallowly: only its last offset is known
+            if last < expected:
+                self._overlap(seg, position, last, last, prev_last)
+            return
+        if first < expected:
+            self._overlap(seg, position, first, last, prev_last)
+            return
+        self._gap(seg, log, position, expected, first - 1, prev_attributes)
+
+    def _overlap(self, seg: _Segment, position: int, first: int, last: int, prev_last: int | None) -> None:
+        self._find(
+            seg.path, position, first, last, "offset_overlap",
+            f"this batch (offsets {first}..{last}) starts at or below offset {prev_last}, "
+            "the last offset of the batch before it.",
+        )  # fmt: skip
+
+    def _head(self, seg: _Segment, log: _PartitionLog, position: int, first: int | None) -> None:
+        """The first batch of the partition against the log start (the checkpoint, else the segment name)."""
+        if first is None:
+            return
+        start = log.log_start_checkpoint if log.log_start_checkpoint is not None else log.first_segment_base
+        if start is None or first <= start:
+            return
+        if log.compacted:
+            self._gap_found(seg.path, position, start, first - 1, "offset_gap_compaction", _COMPACTED)
+            return
+        source = "log-start-offset-checkpoint" if log.log_start_checkpoint is not None else "segment name"
+        self._gap_found(
+            seg.path, position, start, first - 1, "offset_gap_retention",
+            f"the log starts at offset {start} (its {source}) but its first batch at offset {first}: "
+            "the head was removed (retention, DeleteRecords or compaction).",
+        )  # fmt: skip
+
+    def _gap(
+        self, seg: _Segment, log: _PartitionLog, position: int, first: int, last: int, prev_attributes: int
+    ) -> None:
+        if log.log_start_checkpoint is not None and last < log.log_start_checkpoint:
+            self._gap_found(
+                seg.path, position, first, last, "offset_gap_retention",
+                f"below the log start offset {log.log_start_checkpoint}, so no longer part of the log.",
+            )  # fmt: skip
+        elif prev_attributes & TRANSACTIONAL_BIT and not prev_attributes & CONTROL_BIT:
+            self._gap_found(
+                seg.path, position, first, last, "offset_gap_control_marker",
+                "right after a transactional batch, where its transaction marker sat before the cleaner removed it.",
+            )  # fmt: skip
+        elif log.compacted:
+            self._gap_found(seg.path, position, first, last, "offset_gap_compaction", _COMPACTED)
+        elif log.compaction_seen:
+            self._gap_found(seg.path, position, first, last, "offset_gap_compaction", _COMPACTION_SEEN)
+        else:
+            log.pending_gaps.append(
+                (seg.path, position, first, last)
+            )  # classified once the partition is read
+
+    def _gap_found(self, file: Path, position: int, first: int, last: int, kind: str, why: str) -> None:
+        missing = f"offset {first} is" if first == last else f"offsets {first}..{last} are"
+        self._find(file, position, first, last, kind, f"{missing} missing before this batch: {why}")
+
+    # --- leader epochs ------------------------------------------------------------------------------------
+
+    def _leader_epoch_change(
+        self,
+        seg: _Segment,
+        log: _PartitionLog,
+        position: int,
+        first: int | None,
+        new_epoch: int,
+        epoch: int,
+        prev_last: int | None,
+    ) -> int:
+        """Start a new epoch run; an epoch below the one before is a regression. -1 (no epoch) is skipped."""
+        if new_epoch < 0 or first is None:
+            return epoch
+        regressed = new_epoch < epoch
+        if regressed:
+            self._find(
+                seg.path, position, first, first, "leader_epoch_regression",
+                f"partition_leader_epoch goes down from {epoch} to {new_epoch} at offset {first}.",
+            )  # fmt: skip
+        if log.epoch_runs:
+            log.epoch_runs[-1][2] = prev_last
+        log.epoch_runs.append([new_epoch, first, None, regressed])
+        return new_epoch
+
+    def _check_leader_epoch_checkpoint(self, file: Path, log: _PartitionLog) -> None:
+        """Each epoch run of the log must map, through the checkpoint, to its own epoch."""
+        self.summary.files += 1
+        data = self._read_bytes(file)
+        if data is None:
+            return
+        try:
+            entries = checkpoints.read_leader_epoch_checkpoint(data.decode("utf-8"))
+        except (FormatError, UnicodeDecodeError) as e:
+            self._find(file, None, None, None, "checkpoint_corrupt", _checkpoint_sentence(e, file))
+            return
+        lines = _entry_line_positions(data)
+
+        def where(i: int) -> int | None:
+            return lines[i] if i < len(lines) else None
+
+        def mismatch(i: int | None, first: int | None, last: int | None, sentence: str) -> None:
+            self._find(
+                file,
+                where(i) if i is not None else None,
+                first,
+                last,
+                "leader_epoch_checkpoint_mismatch",
+                sentence,
+            )
+
+        ordered = []
+        for i, (epoch, start) in enumerate(entries):
+            if ordered and (epoch <= ordered[-1][1] or start <= ordered[-1][2]):
+                mismatch(
+                    i,
+                    start,
+                    start,
+                    f"entry {epoch} {start} does not come after entry {ordered[-1][1]} {ordered[-1][2]}.",
+                )
+                continue
+            if start > log.log_end:
+                mismatch(
+                    i,
+                    start,
+                    start,
+                    f"epoch {epoch} starts at offset {start}, beyond the log end offset {log.log_end}.",
+                )
+                continue
+            ordered.append((i, epoch, start))
+        if not ordered:
+            return
+        starts = [start for _, _, start in ordered]
+        for epoch, first, last, regressed in log.epoch_runs:
+            if regressed or last is None or last < first:
+                continue
+            k = _last_at_or_below(starts, first)
+            if k < 0:
+                if first >= log.log_start:
+                    mismatch(
+                        None, first, last,
+                        f"offsets {first}..{last} were written in epoch {epoch}, but the first entry starts "
+                        f"at offset {starts[0]}.",
+                    )  # fmt: skip
+                continue
+            i, cp_epoch, cp_start = ordered[k]
+            if cp_epoch != epoch:
+                mismatch(
+                    i, first, last,
+                    f"offsets {first}..{last} were written in epoch {epoch}, but the entry {cp_epoch} {cp_start} "
+                    f"assigns offset {first} to epoch {cp_epoch}.",
+                )  # fmt: skip
+            elif k + 1 < len(ordered) and ordered[k + 1][2] <= last:
+                j, next_epoch, next_start = ordered[k + 1]
+                mismatch(
+                    j, first, last,
+                    f"offsets {first}..{last} were written in epoch {epoch}, but the entry {next_epoch} {next_start} "
+                    f"starts epoch {next_epoch} inside them.",
+                )  # fmt: skip
+
+    # --- indexes ------------------------------------------------------------------------------------------
+
+    def _load_indexes(self, seg: _Segment, names: list[str] | None, log_size: int) -> None:
+        """Read .index and .timeindex (bounded by segment.index.bytes) and check what needs no log."""
+        index_path = seg.path.with_name(filename(seg.base, INDEX_SUFFIX))
+        time_path = seg.path.with_name(filename(seg.base, TIME_INDEX_SUFFIX))
+        txn_path = seg.path.with_name(filename(seg.base, TXN_INDEX_SUFFIX))
+        present = set(names) if names is not None else None
+
+        def exists(p: Path) -> bool:
+            return p.name in present if present is not None else p.is_file()
+
+        if exists(index_path):
+            data = self._read_bytes(index_path)
+            if data is not None:
+                self.summary.files += 1
+                seg.index = self._offset_index(index_path, OffsetIndex(data, seg.base))
+        elif log_size:
+            self._find(
+                index_path, None, None, None, "index_missing",
+                "the offset index of a non-empty segment is missing; Kafka rebuilds it by recovering the segment.",
+            )  # fmt: skip
+        if exists(time_path):
+            data = self._read_bytes(time_path)
+            if data is not None:
+                self.summary.files += 1
+                seg.time_index = self._time_index(time_path, TimeIndex(data, seg.base))
+        if exists(txn_path):
+            data = self._read_bytes(txn_path)
+            if data is not None:
+                self.summary.files += 1
+                try:
+                    read_txn_index(data)
+                except FormatError as e:
+                    self._find(txn_path, None, None, None, "index_corrupt", _sentence(e))
+        seg.index_path, seg.time_index_path = index_path, time_path
+        seg.next_index_position = seg.index[0][2] if seg.index else _NEVER
+        seg.next_time_index_offset = seg.time_index[0][2] if seg.time_index else _NEVER
+
+    def _offset_index(self, path: Path, index: OffsetIndex) -> list[tuple[int, int, int]]:
+        """Kafka's sanity check, then the entries that increase, as (entry number, offset, position)."""
+        try:
+            index.sanity_check()
+        except FormatError as e:
+            self._find(path, None, None, None, "index_corrupt", _sentence(e))
+        kept: list[tuple[int, int, int]] = []
+        for n, (offset, position) in enumerate(index.entries()):
+            if kept and (offset <= kept[-1][1] or position <= kept[-1][2]):
+                self._find(
+                    path, n * 8, offset, offset, "index_corrupt",
+                    f"entry {n} (offset {offset}, position {position}) does not come after entry {kept[-1][0]} "
+                    f"(offset {kept[-1][1]}, position {kept[-1][2]}).",
+                )  # fmt: skip
+                continue
+            kept.append((n, offset, position))
+        return kept
+
+    def _time_index(self, path: Path, index: TimeIndex) -> list[tuple[int, int, int]]:
+        """Kafka's sanity check and the strictly increasing timestamps; entries as (number, timestamp, offset)."""
+        try:
+            index.sanity_check()
+        except FormatError as e:
+            self._find(path, None, None, None, "index_corrupt", _sentence(e))
+        kept: list[tuple[int, int, int]] = []
+        previous = None
+        for n, (timestamp, offset) in enumerate(index.entries()):
+            if previous is not None and timestamp <= previous:
+                self._find(
+                    path, n * 12, offset, offset, "time_index_out_of_order",
+                    f"entry {n} has timestamp {timestamp}, not above the previously indexed timestamp {previous}.",
+                )  # fmt: skip
+            previous = timestamp  # Kafka's DumpLogSegments compares with the entry just before
+            if kept and offset < kept[-1][2]:
+                self._find(
+                    path, n * 12, offset, offset, "time_index_out_of_order",
+                    f"entry {n} has offset {offset}, below offset {kept[-1][2]} of entry {kept[-1][0]}.",
+                )  # fmt: skip
+                continue
+            kept.append((n, timestamp, offset))
+        return kept
+
+    def _offset_index_entries(self, seg: _Segment, position: int, last_offset: int) -> int:
+        """Check the index entries up to the batch at file `position`; return where the next one points.
+
+        An entry must point at the start of a batch whose last offset is the entry's offset. Brokers
+        before 4.0 wrote one entry per follower append: (last offset of its last batch, position of its
+        first batch), which lookups tolerate; such an entry is a warning once the batch ending at its
+        offset is found.
+        """
+        if seg.index_span is not None:
+            n, offset, at, at_last = seg.index_span
+            if last_offset >= offset:
+                seg.index_span = None
+                if last_offset == offset:
+                    self._find(
+                        seg.index_path, n * 8, offset, offset, "index_entry_spans_batches",
+                        f"entry {n} maps offset {offset} to position {at}, where a batch ending at {at_last} starts; "
+                        "the batches from there end at offset "
+                        f"{offset} (one entry per follower append, as brokers before 4.0 wrote them).",
+                    )  # fmt: skip
+                else:
+                    self._index_mismatch(seg, n, offset, at, f"no batch from there ends at offset {offset}")
+        entries = seg.index
+        k = seg.index_k
+        while k < len(entries) and entries[k][2] <= position:
+            n, offset, at = entries[k]
+            if at < position:
+                self._index_mismatch(seg, n, offset, at, "which is not the start of a batch")
+            elif offset > last_offset and seg.index_span is None:
+                seg.index_span = (n, offset, at, last_offset)
+            elif offset != last_offset:
+                self._index_mismatch(seg, n, offset, at, f"but the batch there ends at offset {last_offset}")
+            k += 1
+        seg.index_k = k
+        if seg.index_span is not None:
+            return _ALWAYS
+        return entries[k][2] if k < len(entries) else _NEVER
+
+    def _index_mismatch(self, seg: _Segment, n: int, offset: int, position: int, why: str) -> None:
+        self._find(
+            seg.index_path, n * 8, offset, offset, "index_mismatch",
+            f"entry {n} maps offset {offset} to log position {position}, {why}.",
+        )  # fmt: skip
+
+    def _time_index_entries(
+        self, seg: _Segment, last_offset: int, max_timestamp: int, max_so_far: int
+    ) -> int:
+        """Check the time index entries whose offset the batch ending at `last_offset` reaches (Kafka's rules)."""
+        entries = seg.time_index
+        k = seg.time_index_k
+        while k < len(entries) and entries[k][2] <= last_offset:
+            n, timestamp, offset = entries[k]
+            if offset != last_offset:
+                why = f"which is not the last offset of a batch (the batch holding it ends at {last_offset})"
+            elif timestamp != max_timestamp:
+                why = f"but the batch ending there has max timestamp {max_timestamp}"
+            elif timestamp != max_so_far:
+                why = f"but the segment reached timestamp {max_so_far} before that batch"
+            else:
+                why = None
+            if why:
+                self._find(
+                    seg.time_index_path, n * 12, offset, offset, "time_index_mismatch",
+                    f"entry {n} gives timestamp {timestamp} for offset {offset}, {why}.",
+                )  # fmt: skip
+            k += 1
+        seg.time_index_k = k
+        return entries[k][2] if k < len(entries) else _NEVER
+
+    def _index_leftovers(self, seg: _Segment, valid_end: int) -> None:
+        """Entries no batch reached: they point past the segment's last whole batch."""
+        if seg.index_span is not None:
+            n, offset, at, _ = seg.index_span
+            self._index_mismatch(seg, n, offset, at, f"but no batch from there ends at offset {offset}")
+        for n, offset, at in seg.index[seg.index_k :]:
+            self._index_mismatch(
+                seg, n, offset, at, f"beyond the segment's last whole batch (valid bytes end at {valid_end})"
+            )
+        for n, timestamp, offset in seg.time_index[seg.time_index_k :]:
+            self._find(
+                seg.time_index_path, n * 12, offset, offset, "time_index_mismatch",
+                f"entry {n} gives timestamp {timestamp} for offset {offset}, beyond the segment's last batch.",
+            )  # fmt: skip
+
+    # --- other partition files ----------------------------------------------------------------------------
+
+    def _check_snapshot(self, path: Path) -> None:
+        data = self._read_bytes(path)
+        if data is None:
+            return
+        self.summary.files += 1
+        try:
+            snapshot.read_snapshot(data)
+        except FormatError as e:
+            self._find(
+                path,
+                None,
+                None,
+                None,
+                "snapshot_corrupt",
+                f"{_sentence(e)[:-1]}; Kafka deletes it and rebuilds producer state.",
+            )
+
+    def _read_text_file(self, path: Path, parse: Callable[[str], object]) -> None:
+        data = self._read_bytes(path)
+        if data is None:
+            return
+        self.summary.files += 1
+        try:
+            parse(data.decode("utf-8"))
+        except (FormatError, UnicodeDecodeError) as e:
+            self._find(path, None, None, None, "checkpoint_corrupt", _checkpoint_sentence(e, path))
+
+    def _read_bytes(self, path: Path) -> bytes | None:
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            self._find(path, None, None, None, "unreadable_file", _os_sentence(e))
+            return None
+        self.summary.bytes += len(data)
+        return data
+
+
+# --- state carried along a walk ---------------------------------------------------------------------------
+
+
+class _PartitionLog:
+    """What the walk of one partition carries from batch to batch and from segment to segment."""
+
+    def __init__(self, name: str, log_start_checkpoint: int | None = None, compacted: bool = False) -> None:
+        parsed = parse_partition_dir(name)
+        self.topic = parsed[0].topic if parsed else None
+        self.partition = parsed[0].partition if parsed else None
+        self.log_start_checkpoint = log_start_checkpoint
+        self.compacted = (
+            compacted  # known from cleanup.policy (--compacted, cleaner checkpoint, internal topic)
+        )
+        self.compaction_seen = False  # some batch shows records removed by the cleaner
+        self.first_segment_base: int | None = None
+        self.first_offset: int | None = None
+        self.next_offset: int | None = None
+        self.prev_last: int | None = None
+        self.prev_attributes = 0
+        self.prev_max_timestamp = NO_TIMESTAMP
+        self.epoch = -1
+        self.epoch_runs: list[list] = []  # [epoch, first offset, last offset, regressed]
+        self.pending_gaps: list[tuple[Path, int, int, int]] = []
+        self._log_end = 0
+
+    @property
+    def log_start(self) -> int:
+        """Kafka's rule on load: max(checkpoint, first segment's base offset)."""
+        candidates = [o for o in (self.log_start_checkpoint, self.first_segment_base) if o is not None]
+        return max(candidates, default=0)
+
+    @property
+    def log_end(self) -> int:
+        return max(self._log_end, self.log_start)
+
+    @log_end.setter
+    def log_end(self, value: int) -> None:
+        self._log_end = value
+
+
+class _Segment:
+    """One segment being walked: its indexes and where the walk stands in them."""
+
+    def __init__(self, path: Path, base: int | None) -> None:
+        self.path = path
+        self.base = base
+        self.index_path = path
+        self.time_index_path = path
+        self.index: list[tuple[int, int, int]] = []  # (entry number, offset, position)
+        self.index_k = 0
+        self.index_span: tuple[int, int, int, int] | None = None
+        self.next_index_position = _NEVER
+        self.time_index: list[tuple[int, int, int]] = []  # (entry number, timestamp, offset)
+        self.time_index_k = 0
+        self.next_time_index_offset = _NEVER
+        self.max_timestamp = NO_TIMESTAMP
+
+
+# --- helpers ----------------------------------------------------------------------------------------------
+
+_OFFSET = itemgetter(0)
+_TIMESTAMP = itemgetter(1)
+_COMPACTED = "the topic is compacted."
+_COMPACTION_SEEN = "removed by compaction (batches of this partition have records removed by the cleaner)."
+_UNEXPLAINED = (
+    "nothing explains it (no compaction, not below the log start, not after a transactional batch)."
+)
+
+
+def _is_segment_name(name: str) -> bool:
+    return name.endswith(LOG_SUFFIX) and base_offset_of(name) is not None and name.count(".") == 1
+
+
+def _log_bytes(target: Target) -> int:
+    """Bytes of .log data under a target, for the progress bar's total."""
+    path = target.path
+    try:
+        if target.kind == "segment":
+            return path.stat().st_size
+        dirs = [path] if target.kind == "partition" else [d for d in path.iterdir() if d.is_dir()]
+        return sum(f.stat().st_size for d in dirs for f in d.iterdir() if _is_segment_name(f.name))
+    except OSError:
+        return 0
+
+
+def _quiet_offset_checkpoint(path: Path) -> dict[tuple[str, int], int]:
+    """A checkpoint read only for context: missing or unreadable means no entries."""
+    try:
+        return checkpoints.read_offset_checkpoint(path.read_text("utf-8"))
+    except (OSError, FormatError, UnicodeDecodeError):
+        return {}
+
+
+def _entry_line_positions(data: bytes) -> list[int]:
+    """Byte positions of the entry lines of a checkpoint (after the version and count lines)."""
+    starts = [0]
+    at = data.find(b"\n")
+    while at >= 0 and at + 1 < len(data):
+        starts.append(at + 1)
+        at = data.find(b"\n", at + 1)
+    return starts[2:]
+
+
+def _last_at_or_below(sorted_values: list[int], value: int) -> int:
+    """Index of the last element <= value, or -1."""
+    lo, hi = 0, len(sorted_values)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if sorted_values[mid] <= value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - 1
+
+
+def _sentence(e: BaseException) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text if text.endswith(".") else text + "."
+
+
+def _checkpoint_sentence(e: BaseException, path: Path) -> str:
+    if isinstance(e, UnicodeDecodeError):
+        return f"{path.name} is not text (byte {e.start} is not UTF-8)."
+    return _sentence(e)
+
+
+def _os_sentence(e: OSError) -> str:
+    return f"cannot read the file: {(e.strerror or str(e)).lower()}."
+
+
+def _plural(n: int, word: str, plural: str | None = None) -> str:
+    return f"{n} {word if n == 1 else (plural or word + 's')}"
