@@ -16,7 +16,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from formats import internal
 from formats.errors import CorruptRecordError, FormatError
 from formats.internal import (
     ConsumerGroupRecordKey,
@@ -30,6 +29,7 @@ from formats.internal import (
     TxnLogValue,
     TxnPartitions,
     UnknownOffsetsKey,
+    codec,
     decode_metadata_record,
     decode_offsets_key,
     decode_offsets_value,
@@ -50,7 +50,7 @@ from formats.internal import (
     offsets_partition_for,
     txn_partition_for,
 )
-from formats.internal_schemas import COORDINATOR_RECORDS, METADATA_RECORDS, Field
+from formats.internal.schemas import COORDINATOR_RECORDS, METADATA_RECORDS, Field
 
 
 # --- hand assembly helpers -------------------------------------------------------------------------------
@@ -957,8 +957,8 @@ def test_coordinator_records_round_trip_every_type_and_version(data):
     version = data.draw(st.integers(value_schema.valid.lowest, value_schema.valid.highest))
     key_fields = data.draw(_struct_strategy(key_schema.fields, record_type))
     value_fields = data.draw(_struct_strategy(value_schema.fields, version))
-    key = internal._encode_prefixed(key_schema, record_type, key_fields)
-    value = internal._encode_prefixed(value_schema, version, value_fields)
+    key = codec.encode_prefixed(key_schema, record_type, key_fields)
+    value = codec.encode_prefixed(value_schema, version, value_fields)
     decoded_key = decode_offsets_key(key)
     decoded_value = decode_offsets_value(decoded_key, value)
     if record_type >= 3:

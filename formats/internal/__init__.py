@@ -1,8 +1,8 @@
 """Records of Kafka's internal topics: __consumer_offsets, __transaction_state and __cluster_metadata.
 
 Sans-I/O: every function takes the key/value bytes of one record and returns plain values, or builds
-those bytes. The schemas live in `formats.internal_schemas` as tables transcribed from Kafka's JSON
-message definitions; one table-driven codec below reads and writes Kafka's "generated message"
+those bytes. The schemas live in `formats.internal.schemas` as tables transcribed from Kafka's JSON
+message definitions; one table-driven codec (`formats.internal.codec`) reads and writes Kafka's "generated message"
 encoding (non-flexible: int16 strings, int32 bytes and arrays; flexible: compact lengths and tagged
 fields). Decoding follows Kafka's generated readers, which do not reject versions outside the schema:
 a newer version is read with the newest layout known here, as a Kafka broker of 3.9 would.
@@ -16,23 +16,34 @@ names, uuids in Kafka's URL-safe base64, bytes in standard base64, tagged fields
 from __future__ import annotations
 
 import base64
-import math
-import re
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from functools import cache
 from typing import Any
-from uuid import UUID
 
 from formats.errors import CorruptRecordError, FormatError
-from formats.internal_schemas import (
+from formats.internal.codec import (
+    INT16,
+    Malformed,
+    Reader,
+    dumps,
+    effective_version,
+    encode_prefixed,
+    json_tree,
+    read_message,
+    read_struct,
+    read_version,
+    sentence,
+    signed32,
+    write_struct,
+    write_uvarint,
+)
+from formats.internal.schemas import (
     COORDINATOR_RECORDS,
     METADATA_RECORDS,
     TRANSACTION_LOG_KEY,
     TRANSACTION_LOG_VALUE,
-    Field,
     Schema,
 )
 
@@ -169,14 +180,14 @@ OffsetsValue = OffsetCommitValue | GroupMetadataValue | ConsumerGroupRecordValue
 def decode_offsets_key(key: bytes | bytearray | memoryview) -> OffsetsKey:
     """Decode a __consumer_offsets key; its int16 version is the record type."""
     try:
-        reader = _Reader(key)
-        record_type = _read_version(reader, "key")
+        reader = Reader(key)
+        record_type = read_version(reader, "key")
         schemas = COORDINATOR_RECORDS.get(record_type)
         if schemas is None:
             return UnknownOffsetsKey(record_type=record_type)
-        data = _read_message(schemas[0], record_type, reader, "key")
-    except _Malformed as e:
-        raise CorruptRecordError(_sentence(e.message)) from None
+        data = read_message(schemas[0], record_type, reader, "key")
+    except Malformed as e:
+        raise CorruptRecordError(sentence(e.message)) from None
     if record_type <= 1:
         return OffsetCommitKey(
             group=data["group"], topic=data["topic"], partition=data["partition"], record_type=record_type
@@ -198,11 +209,11 @@ def decode_offsets_value(
         )
     schema = COORDINATOR_RECORDS[key.record_type][1]
     try:
-        reader = _Reader(value)
-        version = _read_version(reader, "value")
-        data = _read_message(schema, version, reader, "value")
-    except _Malformed as e:
-        raise CorruptRecordError(_sentence(e.message)) from None
+        reader = Reader(value)
+        version = read_version(reader, "value")
+        data = read_message(schema, version, reader, "value")
+    except Malformed as e:
+        raise CorruptRecordError(sentence(e.message)) from None
     if isinstance(key, OffsetCommitKey):
         return OffsetCommitValue(
             version=version,
@@ -240,7 +251,7 @@ def decode_offsets_value(
 def encode_offset_commit_key(group: str, topic: str, partition: int) -> bytes:
     """The OffsetCommitKey (record type 1) alone: what a tombstone for an expired offset carries."""
     schema = COORDINATOR_RECORDS[1][0]
-    return _encode_prefixed(schema, 1, {"group": group, "topic": topic, "partition": partition})
+    return encode_prefixed(schema, 1, {"group": group, "topic": topic, "partition": partition})
 
 
 def encode_offset_commit(
@@ -262,12 +273,12 @@ def encode_offset_commit(
     else:
         version = 1  # v1 has no leader epoch; Kafka drops it there too.
         fields["expireTimestamp"] = expire_timestamp
-    return encode_offset_commit_key(group, topic, partition), _encode_prefixed(schema, version, fields)
+    return encode_offset_commit_key(group, topic, partition), encode_prefixed(schema, version, fields)
 
 
 def encode_group_metadata_key(group: str) -> bytes:
     """The GroupMetadataKey (record type 2) alone: what a tombstone for a deleted group carries."""
-    return _encode_prefixed(COORDINATOR_RECORDS[2][0], 2, {"group": group})
+    return encode_prefixed(COORDINATOR_RECORDS[2][0], 2, {"group": group})
 
 
 def encode_group_metadata(
@@ -302,7 +313,7 @@ def encode_group_metadata(
             for m in members
         ],
     }
-    return encode_group_metadata_key(group), _encode_prefixed(COORDINATOR_RECORDS[2][1], version, value)
+    return encode_group_metadata_key(group), encode_prefixed(COORDINATOR_RECORDS[2][1], version, value)
 
 
 def offsets_partition_for(group_id: str, num_partitions: int = 50) -> int:
@@ -355,20 +366,20 @@ class TxnLogValue:
         """Kafka's name for transaction_status, e.g. "Ongoing"."""
         try:
             return _txn_state(self.transaction_status)
-        except _Malformed as e:
-            raise FormatError(_sentence(e.message)) from None
+        except Malformed as e:
+            raise FormatError(sentence(e.message)) from None
 
 
 def decode_txn_key(key: bytes | bytearray | memoryview) -> str:
     """The transactional id of a __transaction_state key (key version 0, the only one Kafka has)."""
     try:
-        reader = _Reader(key)
-        version = _read_version(reader, "key")
+        reader = Reader(key)
+        version = read_version(reader, "key")
         if version != 0:
-            raise _Malformed(f"Unknown version {version} of the transaction log key")
-        return _read_message(TRANSACTION_LOG_KEY, 0, reader, "key")["transactionalId"]
-    except _Malformed as e:
-        raise CorruptRecordError(_sentence(e.message)) from None
+            raise Malformed(f"Unknown version {version} of the transaction log key")
+        return read_message(TRANSACTION_LOG_KEY, 0, reader, "key")["transactionalId"]
+    except Malformed as e:
+        raise CorruptRecordError(sentence(e.message)) from None
 
 
 def decode_txn_value(value: bytes | bytearray | memoryview | None) -> TxnLogValue | None:
@@ -378,8 +389,8 @@ def decode_txn_value(value: bytes | bytearray | memoryview | None) -> TxnLogValu
     try:
         data, version = _read_txn_value(value)
         _txn_state(data["transactionStatus"])  # TransactionState.fromId rejects unknown ids
-    except _Malformed as e:
-        raise CorruptRecordError(_sentence(e.message)) from None
+    except Malformed as e:
+        raise CorruptRecordError(sentence(e.message)) from None
     partitions = data["transactionPartitions"]
     return TxnLogValue(
         version=version,
@@ -400,7 +411,7 @@ def decode_txn_value(value: bytes | bytearray | memoryview | None) -> TxnLogValu
 
 def encode_txn_key(transactional_id: str) -> bytes:
     """The TransactionLogKey alone: what a tombstone for an expired transactional id carries."""
-    return _encode_prefixed(TRANSACTION_LOG_KEY, 0, {"transactionalId": transactional_id})
+    return encode_prefixed(TRANSACTION_LOG_KEY, 0, {"transactionalId": transactional_id})
 
 
 def encode_txn_log(transactional_id: str, value: TxnLogValue) -> tuple[bytes, bytes]:
@@ -421,7 +432,7 @@ def encode_txn_log(transactional_id: str, value: TxnLogValue) -> tuple[bytes, by
         "nextProducerId": value.next_producer_id,
         "clientTransactionVersion": value.client_transaction_version,
     }
-    return encode_txn_key(transactional_id), _encode_prefixed(TRANSACTION_LOG_VALUE, value.version, data)
+    return encode_txn_key(transactional_id), encode_prefixed(TRANSACTION_LOG_VALUE, value.version, data)
 
 
 def txn_partition_for(transactional_id: str, num_partitions: int = 50) -> int:
@@ -466,8 +477,8 @@ def decode_metadata_record(value: bytes | bytearray | memoryview) -> MetadataRec
     """Decode the value of a __cluster_metadata record: uvarint frame version (1), apiKey, version, body."""
     try:
         return _read_metadata_record(value)
-    except _Malformed as e:
-        raise CorruptRecordError(_sentence(e.message)) from None
+    except Malformed as e:
+        raise CorruptRecordError(sentence(e.message)) from None
 
 
 def encode_metadata_record(record_type: str | int, version: int, data: Mapping[str, Any]) -> bytes:
@@ -476,10 +487,10 @@ def encode_metadata_record(record_type: str | int, version: int, data: Mapping[s
     if version not in schema.valid:
         raise FormatError(f"{schema.name} has no version {version}; its versions are {schema.valid}.")
     out = bytearray()
-    _write_uvarint(out, _FRAME_VERSION)
-    _write_uvarint(out, int(schema.api_key))  # type: ignore[arg-type]
-    _write_uvarint(out, version)
-    _write_struct(schema.fields, version, True, data, out, schema.name)
+    write_uvarint(out, _FRAME_VERSION)
+    write_uvarint(out, int(schema.api_key))  # type: ignore[arg-type]
+    write_uvarint(out, version)
+    write_struct(schema.fields, version, True, data, out, schema.name)
     return bytes(out)
 
 
@@ -497,25 +508,25 @@ def dump_offsets_record(
             f"Failed to decode message at offset {offset} using offset topic decoder (message had a missing key)"
         )
     try:
-        reader = _Reader(key)
-        record_type = _read_version(reader, "key")
+        reader = Reader(key)
+        record_type = read_version(reader, "key")
         schemas = COORDINATOR_RECORDS.get(record_type)
         if schemas is None:
             return f"Unknown record type {record_type} at offset {offset}, skipping.", None
         key_schema, value_schema = schemas
-        key_data = _read_message(key_schema, record_type, reader, "key")
-        key_text = _dumps({"type": str(record_type), "data": _json_tree(key_schema, record_type, key_data)})
+        key_data = read_message(key_schema, record_type, reader, "key")
+        key_text = dumps({"type": str(record_type), "data": json_tree(key_schema, record_type, key_data)})
         if value is None:
             return key_text, "<DELETE>"
-        reader = _Reader(value)
-        version = _read_version(reader, "value")
-        value_data = _read_message(value_schema, version, reader, "value")
-    except _Malformed as e:
+        reader = Reader(value)
+        version = read_version(reader, "value")
+        value_data = read_message(value_schema, version, reader, "value")
+    except Malformed as e:
         return f"Error at offset {offset}, skipping. {e.message}", None
-    tree = _json_tree(value_schema, version, value_data)
+    tree = json_tree(value_schema, version, value_data)
     if record_type == 2:
         _expand_consumer_protocol(tree, value_data)
-    return key_text, _dumps({"version": str(version), "data": tree})
+    return key_text, dumps({"version": str(version), "data": tree})
 
 
 def dump_txn_record(
@@ -531,17 +542,17 @@ def dump_txn_record(
             f"Failed to decode message at offset {offset} using transaction log decoder (message had a missing key)"
         )
     try:
-        reader = _Reader(key)
-        key_version = _read_version(reader, "key")
+        reader = Reader(key)
+        key_version = read_version(reader, "key")
         if key_version != 0:
             return f"unknown::version={key_version}", None
-        transactional_id = _read_message(TRANSACTION_LOG_KEY, 0, reader, "key")["transactionalId"]
+        transactional_id = read_message(TRANSACTION_LOG_KEY, 0, reader, "key")["transactionalId"]
         key_text = f"transaction_metadata::transactionalId={transactional_id}"
         if value is None:
             return key_text, "<DELETE>"
         data, _ = _read_txn_value(value)
         state = _txn_state(data["transactionStatus"])
-    except _Malformed as e:
+    except Malformed as e:
         return f"Error at offset {offset}, skipping. {e.message}", None
     partitions = []
     if state != "Empty":
@@ -562,11 +573,11 @@ def dump_metadata_record(value: bytes | bytearray | memoryview | None, offset: i
         return f"Error at {offset}, skipping. The record has no value."
     try:
         record = _read_metadata_record(value)
-    except _Malformed as e:
+    except Malformed as e:
         return f"Error at {offset}, skipping. {e.kafka_message}"
     schema = METADATA_RECORDS[record.api_key]
-    tree = _json_tree(schema, record.version, record.data)
-    return _dumps({"type": record.type_name, "version": record.version, "data": tree})
+    tree = json_tree(schema, record.version, record.data)
+    return dumps({"type": record.type_name, "version": record.version, "data": tree})
 
 
 # ==========================================================================================================
@@ -579,7 +590,7 @@ def java_string_hash(text: str) -> int:
     h = 0
     for (unit,) in struct.iter_unpack(">H", text.encode("utf-16-be", "surrogatepass")):
         h = (31 * h + unit) & 0xFFFFFFFF
-    return _signed32(h)
+    return signed32(h)
 
 
 def _partition_for(key: str, num_partitions: int) -> int:
@@ -589,399 +600,36 @@ def _partition_for(key: str, num_partitions: int) -> int:
     return (0 if h == -(2**31) else abs(h)) % num_partitions  # Kafka's Utils.abs
 
 
-# ==========================================================================================================
-# The codec: Kafka's generated-message encoding driven by the schema tables
-# ==========================================================================================================
-
-
-class _Malformed(Exception):
-    """Bytes that do not follow a schema; `message` is the sentence to show, `kafka_message` Kafka's own."""
-
-    def __init__(self, message: str, kafka_message: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.kafka_message = kafka_message if kafka_message is not None else message
-
-
-_INT8 = struct.Struct(">b")
-_INT16 = struct.Struct(">h")
-_UINT16 = struct.Struct(">H")
-_INT32 = struct.Struct(">i")
-_UINT32 = struct.Struct(">I")
-_INT64 = struct.Struct(">q")
-_FLOAT64 = struct.Struct(">d")
-_UUID = struct.Struct(">16s")
-
-_FIXED: dict[str, struct.Struct] = {
-    "bool": _INT8,
-    "int8": _INT8,
-    "int16": _INT16,
-    "uint16": _UINT16,
-    "int32": _INT32,
-    "uint32": _UINT32,
-    "int64": _INT64,
-    "float64": _FLOAT64,
-}
-
-
-class _Reader:
-    """A cursor over a buffer whose reads fail with Kafka's wording when bytes run out."""
-
-    __slots__ = ("_buf", "_end", "pos")
-
-    def __init__(self, data: bytes | bytearray | memoryview) -> None:
-        self._buf = data
-        self._end = len(data)
-        self.pos = 0
-
-    def remaining(self) -> int:
-        return self._end - self.pos
-
-    def fixed(self, codec: struct.Struct) -> Any:
-        pos = self.pos
-        if pos + codec.size > self._end:
-            raise _Malformed(
-                f"Not enough bytes to read a {codec.size}-byte value: only {self._end - pos} byte(s) available"
-            )
-        self.pos = pos + codec.size
-        return codec.unpack_from(self._buf, pos)[0]
-
-    def take(self, size: int) -> bytes:
-        remaining = self._end - self.pos
-        if size > remaining:
-            raise _Malformed(
-                f"Error reading byte array of {size} byte(s): only {remaining} byte(s) available"
-            )
-        start = self.pos
-        self.pos = start + size
-        return bytes(self._buf[start : self.pos])
-
-    def uvarint(self) -> int:
-        """An unsigned varint of at most 5 bytes, wrapped to 32 bits as Java's int would be."""
-        value = 0
-        for shift in range(0, 35, 7):
-            if self.pos >= self._end:
-                raise _Malformed("Not enough bytes to read an unsigned varint")
-            b = self._buf[self.pos]
-            self.pos += 1
-            value |= (b & 0x7F) << shift
-            if b < 0x80:
-                return value & 0xFFFFFFFF
-        raise _Malformed("Varint is too long, the most significant bit in the 5th byte is set")
-
-    def compact_length(self) -> int:
-        """A compact length (uvarint of length + 1), as Java computes it with ints: -1 means null."""
-        return _signed32(_signed32(self.uvarint()) - 1)
-
-
-def _sentence(message: str) -> str:
-    """Kafka's inner messages have no final period; ours are sentences."""
-    return message if message.endswith(".") else message + "."
-
-
-def _signed32(value: int) -> int:
-    value &= 0xFFFFFFFF
-    return value - 0x100000000 if value >= 0x80000000 else value
-
-
-def _read_version(reader: _Reader, name: str) -> int:
-    try:
-        return reader.fixed(_INT16)
-    except _Malformed:
-        raise _Malformed(f"Could not read version from {name}'s buffer.") from None
-
-
-def _read_message(schema: Schema, version: int, reader: _Reader, name: str) -> dict[str, Any]:
-    """Read one coordinator message, wrapping failures the way CoordinatorRecordSerde words them."""
-    effective = _effective_version(schema, version)
-    try:
-        return _read_struct(schema.fields, effective, effective in schema.flexible, reader)
-    except _Malformed as e:
-        raise _Malformed(
-            f"Could not read record with version {version} from {name}'s buffer due to: {e.message}."
-        ) from None
-
-
-def _effective_version(schema: Schema, version: int) -> int:
-    """The version whose layout Kafka's generated reader uses: versions past either end read as that end."""
-    return min(max(version, schema.valid.lowest), schema.valid.highest)
-
-
-def _read_struct(fields: tuple[Field, ...], version: int, flexible: bool, reader: _Reader) -> dict[str, Any]:
-    data: dict[str, Any] = {}
-    for field in fields:
-        if version not in field.versions:
-            continue
-        if version in field.tagged:
-            data[field.name] = field.default
-        else:
-            data[field.name] = _read_field(field, version, flexible, reader, False)
-    if flexible:
-        for _ in range(_signed32(reader.uvarint())):
-            tag = _signed32(reader.uvarint())
-            size = _signed32(reader.uvarint())
-            field = _tagged_field(fields, tag)
-            if field is None:
-                if size < 0:
-                    raise _Malformed(f"Tagged field {tag} has a negative size {size}")
-                reader.take(size)  # an unknown tagged field: skipped, as Kafka keeps it opaque
-                continue
-            if version not in field.tagged.intersect(field.versions):
-                raise _Malformed(f"Tag {tag} is not valid for version {version}")
-            data[field.name] = _read_field(field, version, True, reader, True)
-    return data
-
-
-def _tagged_field(fields: tuple[Field, ...], tag: int) -> Field | None:
-    for field in fields:
-        if field.tag == tag:
-            return field
-    return None
-
-
-def _read_field(field: Field, version: int, flexible: bool, reader: _Reader, tagged: bool) -> Any:
-    if field.is_array:
-        length = reader.compact_length() if flexible else reader.fixed(_INT32)
-        if length < 0:
-            return _null(field, version)
-        if length > reader.remaining():
-            raise _Malformed(
-                f"Tried to allocate a collection of size {length}, but there are only "
-                f"{reader.remaining()} bytes remaining."
-            )
-        return tuple(_read_element(field, version, flexible, reader) for _ in range(length))
-    if field.type == "struct":
-        if version in field.nullable:
-            present = _signed32(reader.uvarint()) > 0 if tagged else reader.fixed(_INT8) >= 0
-            if not present:
-                return None
-        return _read_struct(field.fields, version, flexible, reader)
-    if field.type in ("string", "bytes"):
-        return _read_variable(field.type, field.name, version in field.nullable, flexible, reader)
-    return _read_primitive(field.type, reader)
-
-
-def _read_element(field: Field, version: int, flexible: bool, reader: _Reader) -> Any:
-    if field.type == "struct":
-        return _read_struct(field.fields, version, flexible, reader)
-    if field.type in ("string", "bytes"):
-        return _read_variable(field.type, field.name + " element", False, flexible, reader)
-    return _read_primitive(field.type, reader)
-
-
-def _read_variable(kind: str, name: str, nullable: bool, flexible: bool, reader: _Reader) -> Any:
-    if flexible:
-        length = reader.compact_length()
-    else:
-        length = reader.fixed(_INT16 if kind == "string" else _INT32)
-    if length < 0:
-        if nullable:
-            return None
-        raise _Malformed(f"non-nullable field {name} was serialized as null")
-    if kind == "bytes":
-        return reader.take(length)
-    if length > 0x7FFF:
-        raise _Malformed(f"string field {name} had invalid length {length}")
-    # Java's new String(bytes, UTF_8) replaces malformed input rather than failing; so do we.
-    return reader.take(length).decode("utf-8", "replace")
-
-
-def _read_primitive(kind: str, reader: _Reader) -> Any:
-    if kind == "uuid":
-        return UUID(bytes=reader.fixed(_UUID))
-    value = reader.fixed(_FIXED[kind])
-    return value != 0 if kind == "bool" else value
-
-
-def _null(field: Field, version: int) -> None:
-    if version in field.nullable:
-        return None
-    raise _Malformed(f"non-nullable field {field.name} was serialized as null")
-
-
-# --- writing ------------------------------------------------------------------------------------------------
-
-
-def _encode_prefixed(schema: Schema, version: int, data: Mapping[str, Any]) -> bytes:
-    """Kafka's MessageUtil.toVersionPrefixedBytes: int16 version, then the message."""
-    if version not in schema.valid:
-        raise FormatError(f"{schema.name} has no version {version}; its versions are {schema.valid}.")
-    out = bytearray(_INT16.pack(version))
-    _write_struct(schema.fields, version, version in schema.flexible, data, out, schema.name)
-    return bytes(out)
-
-
-def _write_struct(
-    fields: tuple[Field, ...],
-    version: int,
-    flexible: bool,
-    data: Mapping[str, Any],
-    out: bytearray,
-    where: str,
-) -> None:
-    if not isinstance(data, Mapping):
-        raise FormatError(f"{where} must be a mapping of field names to values, not {type(data).__name__}.")
-    known = {field.name for field in fields}
-    for name in data:
-        if name not in known:
-            raise FormatError(f"{where} has no field named {name!r}.")
-    tagged: list[tuple[int, bytes]] = []
-    for field in fields:
-        value = _normalise(field, data.get(field.name, field.default))
-        if version not in field.versions:
-            if not field.ignorable and value != field.default:
-                raise FormatError(
-                    f"Attempted to write a non-default {field.name} at version {version} of {where}."
-                )
-            continue
-        if version in field.tagged:
-            if value != field.default:
-                payload = bytearray()
-                _write_field(field, version, True, value, payload, where, tagged=True)
-                tagged.append((field.tag or 0, bytes(payload)))
-            continue
-        _write_field(field, version, flexible, value, out, where, tagged=False)
-    if flexible:
-        _write_uvarint(out, len(tagged))
-        for tag, payload in sorted(tagged):
-            _write_uvarint(out, tag)
-            _write_uvarint(out, len(payload))
-            out += payload
-    elif tagged:
-        raise FormatError(f"Tagged fields were set, but version {version} of {where} does not support them.")
-
-
-def _normalise(field: Field, value: Any) -> Any:
-    """Arrays as tuples, so that comparing with a field's default means what Kafka's checks mean."""
-    if field.is_array and value is not None and not isinstance(value, tuple):
-        if isinstance(value, str | bytes | bytearray | Mapping) or not isinstance(value, Iterable):
-            raise FormatError(f"Field {field.name} must be a sequence, not {type(value).__name__}.")
-        return tuple(value)
-    return value
-
-
-def _write_field(
-    field: Field, version: int, flexible: bool, value: Any, out: bytearray, where: str, *, tagged: bool
-) -> None:
-    if value is None:
-        if version not in field.nullable:
-            raise FormatError(f"Field {field.name} of {where} is not nullable at version {version}.")
-        if field.type == "struct" and not field.is_array:
-            out += b"\x00" if tagged else b"\xff"
-        elif flexible:
-            out += b"\x00"
-        else:
-            out += b"\xff\xff" if field.type == "string" and not field.is_array else b"\xff\xff\xff\xff"
-        return
-    if field.is_array:
-        if flexible:
-            _write_uvarint(out, len(value) + 1)
-        else:
-            out += _INT32.pack(len(value))
-        for element in value:
-            _write_element(field, version, flexible, element, out, where)
-        return
-    if field.type == "struct":
-        if version in field.nullable:
-            out += b"\x01"
-        _write_struct(field.fields, version, flexible, value, out, f"{where}.{field.name}")
-        return
-    _write_element(field, version, flexible, value, out, where)
-
-
-def _write_element(
-    field: Field, version: int, flexible: bool, value: Any, out: bytearray, where: str
-) -> None:
-    kind = field.type
-    if kind == "struct":
-        _write_struct(field.fields, version, flexible, value, out, f"{where}.{field.name}")
-    elif kind == "string":
-        if not isinstance(value, str):
-            raise FormatError(f"Field {field.name} of {where} must be a string, not {type(value).__name__}.")
-        try:
-            raw = value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise FormatError(f"Field {field.name} of {where} is not valid Unicode text.") from None
-        if flexible:
-            _write_uvarint(out, len(raw) + 1)
-        elif len(raw) > 0x7FFF:
-            raise FormatError(f"'{field.name}' field is too long to be serialized")
-        else:
-            out += _INT16.pack(len(raw))
-        out += raw
-    elif kind == "bytes":
-        if not isinstance(value, bytes | bytearray | memoryview):
-            raise FormatError(f"Field {field.name} of {where} must be bytes, not {type(value).__name__}.")
-        raw = bytes(value)
-        if flexible:
-            _write_uvarint(out, len(raw) + 1)
-        else:
-            out += _INT32.pack(len(raw))
-        out += raw
-    elif kind == "uuid":
-        if not isinstance(value, UUID):
-            raise FormatError(
-                f"Field {field.name} of {where} must be a uuid.UUID, not {type(value).__name__}."
-            )
-        out += value.bytes
-    elif kind == "bool":
-        if not isinstance(value, bool):
-            raise FormatError(f"Field {field.name} of {where} must be a bool, not {type(value).__name__}.")
-        out += b"\x01" if value else b"\x00"
-    elif kind == "float64":
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            raise FormatError(f"Field {field.name} of {where} must be a number, not {type(value).__name__}.")
-        out += _FLOAT64.pack(value)
-    else:
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise FormatError(
-                f"Field {field.name} of {where} must be an integer, not {type(value).__name__}."
-            )
-        try:
-            out += _FIXED[kind].pack(value)
-        except struct.error:
-            raise FormatError(f"Field {field.name} of {where} is out of range for {kind}: {value}.") from None
-
-
-def _write_uvarint(out: bytearray, value: int) -> None:
-    if value < 0 or value > 0xFFFFFFFF:
-        raise FormatError(f"{value} cannot be written as an unsigned varint.")
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-
-
 # --- __transaction_state and __cluster_metadata framing -----------------------------------------------------
 
 
 def _read_txn_value(value: bytes | bytearray | memoryview) -> tuple[dict[str, Any], int]:
     """TransactionLog.readTxnRecordValue: only versions 0 and 1 are accepted."""
-    reader = _Reader(value)
-    version = _read_version(reader, "value")
+    reader = Reader(value)
+    version = read_version(reader, "value")
     if version not in TRANSACTION_LOG_VALUE.valid:
-        raise _Malformed(f"Unknown version {version} from the transaction log message value")
-    return _read_message(TRANSACTION_LOG_VALUE, version, reader, "value"), version
+        raise Malformed(f"Unknown version {version} from the transaction log message value")
+    return read_message(TRANSACTION_LOG_VALUE, version, reader, "value"), version
 
 
 def _txn_state(status: int) -> str:
     state = TRANSACTION_STATES.get(status)
     if state is None:
-        raise _Malformed(f"Unknown transaction state id {status} from the transaction status message")
+        raise Malformed(f"Unknown transaction state id {status} from the transaction status message")
     return state
 
 
 def _read_metadata_record(value: bytes | bytearray | memoryview) -> MetadataRecord:
     """AbstractApiMessageSerde.read, with its messages; `message` adds the cause Kafka keeps apart."""
-    reader = _Reader(value)
+    reader = Reader(value)
     frame_version = _read_frame_short(reader, "frame version")
     if frame_version == 0:
-        raise _Malformed(
+        raise Malformed(
             "Could not deserialize metadata record with frame version 0. Note that upgrades from the "
             "preview release of KRaft in 2.8 to newer versions are not supported."
         )
     if frame_version != _FRAME_VERSION:
-        raise _Malformed(
+        raise Malformed(
             f"Could not deserialize metadata record due to unknown frame version {frame_version}"
             f"(only frame version {_FRAME_VERSION} is supported)"
         )
@@ -990,29 +638,29 @@ def _read_metadata_record(value: bytes | bytearray | memoryview) -> MetadataReco
     schema = METADATA_RECORDS.get(api_key)
     if schema is None:
         unknown = f"Unknown metadata id {api_key}"
-        raise _Malformed(
+        raise Malformed(
             f"{unknown}.", f"org.apache.kafka.common.errors.UnsupportedVersionException: {unknown}"
         )
-    effective = _effective_version(schema, version)
+    effective = effective_version(schema, version)
     try:
-        data = _read_struct(schema.fields, effective, True, reader)
-    except _Malformed as e:
+        data = read_struct(schema.fields, effective, True, reader)
+    except Malformed as e:
         kafka = f"Failed to deserialize record with type {api_key}"
-        raise _Malformed(f"{kafka} ({schema.name} version {version}): {e.message}.", kafka) from None
+        raise Malformed(f"{kafka} ({schema.name} version {version}): {e.message}.", kafka) from None
     if reader.remaining() > 0:
-        raise _Malformed(f"Found {reader.remaining()} byte(s) of garbage after {api_key}")
+        raise Malformed(f"Found {reader.remaining()} byte(s) of garbage after {api_key}")
     return MetadataRecord(api_key=api_key, name=schema.name, version=version, data=data)
 
 
-def _read_frame_short(reader: _Reader, entity: str) -> int:
+def _read_frame_short(reader: Reader, entity: str) -> int:
     try:
         value = reader.uvarint()
-    except _Malformed as e:
-        raise _Malformed(
+    except Malformed as e:
+        raise Malformed(
             f"Error while reading {entity}: {e.message}", f"Error while reading {entity}"
         ) from None
     if value > 0x7FFF:
-        raise _Malformed(f"Value for {entity} was too large.")
+        raise Malformed(f"Value for {entity} was too large.")
     return value
 
 
@@ -1071,54 +719,12 @@ def _scala_table_size_for(capacity: int) -> int:
 
 def _topic_partition_hash(topic: str, partition: int) -> int:
     """TopicPartition.hashCode: 31 * (31 + partition) + topic.hashCode(), as int32."""
-    return _signed32(31 * (31 + partition) + java_string_hash(topic))
+    return signed32(31 * (31 + partition) + java_string_hash(topic))
 
 
 def _spread_hash(h: int) -> int:
     """Scala's improveHash, h ^ (h >>> 16), as a signed int32 (buckets are sorted by it, signed)."""
-    return _signed32(h ^ ((h & 0xFFFFFFFF) >> 16))
-
-
-# --- JSON as Kafka's JsonConverters and Jackson print it -------------------------------------------------------
-
-
-def _json_tree(schema: Schema, version: int, data: Mapping[str, Any]) -> dict[str, Any]:
-    return _json_struct(schema.fields, _effective_version(schema, version), data)
-
-
-def _json_struct(fields: tuple[Field, ...], version: int, data: Mapping[str, Any]) -> dict[str, Any]:
-    node: dict[str, Any] = {}
-    for field in fields:
-        if version not in field.versions:
-            continue
-        value = data.get(field.name, field.default)
-        if version in field.tagged and value == field.default:
-            continue  # tagged fields are written only when not default
-        node[field.name] = _json_value(field, version, value)
-    return node
-
-
-def _json_value(field: Field, version: int, value: Any) -> Any:
-    if value is None:
-        return None
-    if field.is_array:
-        return [_json_scalar(field, version, element) for element in value]
-    return _json_scalar(field, version, value)
-
-
-def _json_scalar(field: Field, version: int, value: Any) -> Any:
-    if field.type == "struct":
-        return _json_struct(field.fields, version, value)
-    if field.type == "uuid":
-        return _kafka_uuid(value)
-    if field.type == "bytes":
-        return base64.b64encode(value).decode("ascii")
-    return value
-
-
-def _kafka_uuid(value: UUID) -> str:
-    """Kafka's Uuid.toString: URL-safe base64 of the 16 bytes, without padding."""
-    return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode("ascii")
+    return signed32(h ^ ((h & 0xFFFFFFFF) >> 16))
 
 
 def _expand_consumer_protocol(tree: dict[str, Any], data: Mapping[str, Any]) -> None:
@@ -1138,7 +744,7 @@ def _consumer_protocol_json(blob: bytes, *, subscription: bool) -> dict[str, Any
     """ConsumerProtocolSubscription/Assignment JSON read with kio's types, or None if the bytes do not parse."""
     if len(blob) < 2:
         return None
-    version = _INT16.unpack_from(blob)[0]
+    version = INT16.unpack_from(blob)[0]
     readers = _consumer_protocol_readers()[0 if subscription else 1]
     try:
         message, _ = readers[min(max(version, 0), 3)](blob, 2)  # newer versions read as the newest known
@@ -1179,61 +785,3 @@ def _consumer_protocol_readers() -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         tuple(entity_reader(cls) for cls in (S0, S1, S2, S3)),
         tuple(entity_reader(cls) for cls in (A0, A1, A2, A3)),
     )
-
-
-_JSON_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
-_JSON_NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f]')
-
-
-def _json_string(text: str) -> str:
-    """Jackson's escaping: quote, backslash and control characters; \\u00XX in upper-case hex; no ASCII-only."""
-    return (
-        '"' + _JSON_NEEDS_ESCAPE.sub(lambda m: _JSON_ESCAPES.get(m[0]) or f"\\u{ord(m[0]):04X}", text) + '"'
-    )
-
-
-def _dumps(value: Any) -> str:
-    """Compact JSON the way Jackson's JsonNode.toString writes it."""
-    if value is None:
-        return "null"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return _java_double(value)
-    if isinstance(value, str):
-        return _json_string(value)
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{_json_string(k)}:{_dumps(v)}" for k, v in value.items()) + "}"
-    return "[" + ",".join(_dumps(v) for v in value) + "]"
-
-
-def _java_double(value: float) -> str:
-    """Java's Double.toString (shortest digits): 1.0E7, 100.0, 0.001, 1.0E-4; NaN/Infinity quoted by Jackson."""
-    if math.isnan(value):
-        return '"NaN"'
-    if math.isinf(value):
-        return '"Infinity"' if value > 0 else '"-Infinity"'
-    if value == 0:
-        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
-    sign = "-" if value < 0 else ""
-    _, digit_tuple, exponent = Decimal(repr(abs(value))).as_tuple()
-    if len(digit_tuple) == 1:
-        # Java prints at least two digits and picks the two-digit decimal closest to the exact value,
-        # which differs from "d.0" only for the sparsest subnormals (4.9E-324).
-        two_digits = f"{Decimal(abs(value)):.1e}"
-        if float(two_digits) == abs(value):
-            _, digit_tuple, exponent = Decimal(two_digits).as_tuple()
-    digits = "".join(map(str, digit_tuple)).rstrip("0") or "0"
-    exponent = int(exponent) + len(digit_tuple) - len(digits)
-    point = len(digits) + exponent  # value = 0.digits * 10**point
-    if 1e-3 <= abs(value) < 1e7:
-        if point <= 0:
-            return f"{sign}0.{'0' * -point}{digits}"
-        if point >= len(digits):
-            return f"{sign}{digits}{'0' * (point - len(digits))}.0"
-        return f"{sign}{digits[:point]}.{digits[point:]}"
-    return f"{sign}{digits[0]}.{digits[1:] or '0'}E{point - 1}"
