@@ -882,7 +882,7 @@ class Verifier:
             if data is not None:
                 self.summary.files += 1
                 seg.index = self._offset_index(index_path, OffsetIndex(data, seg.base))
-        elif log_size:
+        elif log_size and present is not None:  # a lone segment may well be a copy without its index
             self._find(
                 index_path, None, None, None, "index_missing",
                 "the offset index of a non-empty segment is missing; Kafka rebuilds it by recovering the segment.",
@@ -1015,14 +1015,21 @@ class Verifier:
         return entries[k][2] if k < len(entries) else _NEVER
 
     def _index_leftovers(self, seg: _Segment, valid_end: int) -> None:
-        """Entries no batch reached: they point past the segment's last whole batch."""
+        """Entries no batch reached: inside the last batch, or past the segment's last whole batch."""
         if seg.index_span is not None:
             n, offset, at, _ = seg.index_span
             self._index_mismatch(seg, n, offset, at, f"but no batch from there ends at offset {offset}")
         for n, offset, at in seg.index[seg.index_k :]:
-            self._index_mismatch(
-                seg, n, offset, at, f"beyond the segment's last whole batch (valid bytes end at {valid_end})"
-            )
+            if at < valid_end:
+                self._index_mismatch(seg, n, offset, at, "which is not the start of a batch")
+            else:
+                self._index_mismatch(
+                    seg,
+                    n,
+                    offset,
+                    at,
+                    f"beyond the segment's last whole batch (valid bytes end at {valid_end})",
+                )
         for n, timestamp, offset in seg.time_index[seg.time_index_k :]:
             self._find(
                 seg.time_index_path, n * 12, offset, offset, "time_index_mismatch",
