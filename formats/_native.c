@@ -14,8 +14,9 @@
  *       Tuple subclass with attribute access, like a named tuple.
  *
  * Only Python's C API and the C standard library are used. On x86-64 with GCC or Clang the CRC uses
- * the SSE4.2 crc32 instruction when the CPU has it (checked at import); everywhere else a portable
- * slicing-by-8 table does the work.
+ * the SSE4.2 crc32 and PCLMULQDQ instructions when the CPU has both (checked at import; every x86-64
+ * CPU since 2010 does); everywhere else, or with -DKCLI_PORTABLE_ONLY, a portable slicing-by-8 table
+ * does the work.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -97,10 +98,10 @@ static inline int64_t as_i64(uint64_t v)
  */
 
 #define CRC32C_POLY 0x82F63B78u
-#define CRC_MAX_STREAM 32768     /* bytes per stream in one three-way block */
-#define CRC_MIN_THREE_WAY 192   /* below this a single chain is as fast */
+#define CRC_MAX_STREAM 32768  /* bytes per stream in one three-way block (longer streams read memory faster) */
+#define CRC_MIN_THREE_WAY 192 /* below this a single chain is as fast */
 
-static uint32_t crc_slice[8][256];                     /* [k][b]: byte b followed by k zero bytes */
+static uint32_t crc_slice[8][256];                       /* [k][b]: byte b followed by k zero bytes */
 static uint32_t crc_shift_const[CRC_MAX_STREAM / 8 + 1]; /* [L/8]: x^(8L-33) mod P, reflected */
 
 static uint32_t (*crc_update)(uint32_t crc, const uint8_t *p, size_t n);
@@ -391,17 +392,18 @@ static PyObject *native_crc32c_portable(PyObject *module, PyObject *const *args,
  * Framing (Kafka's FileLogInputStream.nextBatch): a unit needs more than 17 bytes before `end`; its
  * size field (bytes after offset+size) must be >= 14; it must fit before `end`; byte 16 is the magic.
  * The walk runs in chunks: the CRC pass over a chunk runs without the GIL, then the chunk's header
- * tuples are built with it.
+ * tuples are built with it. CRCs are computed three batches at a time, one chain per batch, which
+ * reads a memory-mapped file faster than splitting every batch three ways (the streams are longer).
  */
 
 enum { SCAN_END = 0, SCAN_LEGACY = 1, SCAN_BAD_SIZE = 2, SCAN_BAD_MAGIC = 3, SCAN_MORE = -1 };
 
 #define LOG_OVERHEAD 12
 #define HEADER_SIZE_UP_TO_MAGIC 17
-#define MIN_UNIT_SIZE 14              /* v0 message overhead */
-#define RECORD_BATCH_OVERHEAD 61      /* v2 batch header */
-#define CRC_START 21                  /* CRC covers [attributes, end of batch) */
-#define SCAN_CHUNK 64               /* batches per GIL-free CRC pass */
+#define MIN_UNIT_SIZE 14         /* v0 message overhead */
+#define RECORD_BATCH_OVERHEAD 61 /* v2 batch header */
+#define CRC_START 21             /* CRC covers [attributes, end of batch) */
+#define SCAN_CHUNK 64            /* batches per GIL-free CRC pass */
 
 typedef struct {
     Py_ssize_t position;
@@ -574,11 +576,11 @@ static PyObject *native_scan(PyObject *module, PyObject *const *args, Py_ssize_t
     int reason;
     do {
         Py_ssize_t n;
-        if (check_crc) {
+        if (check_crc && end - pos >= CRC_RELEASE_GIL_BYTES) {
             Py_BEGIN_ALLOW_THREADS reason = scan_chunk(buf, &pos, (Py_ssize_t)end, 1, entries, &n);
             Py_END_ALLOW_THREADS
         } else {
-            reason = scan_chunk(buf, &pos, (Py_ssize_t)end, 0, entries, &n);
+            reason = scan_chunk(buf, &pos, (Py_ssize_t)end, check_crc, entries, &n);
         }
         for (Py_ssize_t i = 0; i < n; i++) {
             PyObject *t = batch_tuple(&entries[i]);
