@@ -32,6 +32,7 @@ from ops.logdir import SegmentReader
 
 DECODERS = ("string", "hex", "base64", "json")
 INTERNAL_DECODERS = ("offsets", "transaction-log", "cluster-metadata")
+FLUSH_EVERY_BATCHES = 64
 CHECKPOINT_FILES = (
     "recovery-point-offset-checkpoint",
     "replication-offset-checkpoint",
@@ -75,12 +76,12 @@ class _Problems:
 
 
 class Dumper:
-    """Dump files one after another; `write` receives output text (lines with their newlines)."""
+    """Dump files one after another; `write` receives output bytes (whole lines with their newlines)."""
 
     def __init__(
         self,
         options: DumpOptions,
-        write: Callable[[str], object],
+        write: Callable[[bytes], object],
         *,
         warn: Callable[[str], object],
         progress: Callable[[Path, int], Callable[[int], None] | None] | None = None,
@@ -92,6 +93,12 @@ class Dumper:
         self.problems = _Problems()
         self._key = _value_decoder(options.key_decoder, options.json)
         self._value = _value_decoder(options.value_decoder, options.json)
+        fast = ("string", "hex", "base64")
+        self._fast_json = (
+            (_text_decoders[options.key_decoder], _text_decoders[options.value_decoder])
+            if options.key_decoder in fast and options.value_decoder in fast
+            else None
+        )
 
     # --- dispatch ------------------------------------------------------------------------------------
 
@@ -192,8 +199,11 @@ class Dumper:
         last = [-1]
         for chunk in reader.chunks():
             out: list = []
-            for batch in chunk.batches:
+            for i, batch in enumerate(chunk.batches, 1):
                 render(out, chunk.base, chunk.view, batch, last, path)
+                if i % FLUSH_EVERY_BATCHES == 0:  # keep rendered output small: memory flat in file size
+                    self._flush(out)
+                    out = []
             self._flush(out)
         end = reader.end
         if end.problem:
@@ -241,12 +251,13 @@ class Dumper:
         if not self.options.deep:
             return
         records = self._records(batch, view, position, out, path)
+        self._continuity(records, last, path)
         opts = self.options
         ts_label = batch.timestamp_type.label
         v2 = batch.magic >= 2
         control = batch.is_control
+        base_offset, base_sequence = batch.base_offset, getattr(batch, "base_sequence", -1)
         for record in records:
-            self._continuity(record.offset, last, path)
             prefix = "| "
             parts = []
             if not opts.skip_record_metadata:
@@ -259,7 +270,8 @@ class Dumper:
                 prefix = " "
                 if v2:
                     keys = ",".join(k for k, _ in record.headers)
-                    parts.append(f" sequence: {batch.sequence_of(record.offset)} headerKeys: [{keys}]")
+                    sequence = -1 if base_sequence < 0 else (base_sequence + record.offset - base_offset) % 2147483648
+                    parts.append(f" sequence: {sequence} headerKeys: [{keys}]")
                 else:
                     parts.append(f" isValid: {_b(record.crc_valid)} crc: {record.crc}}}")
                 if control:
@@ -277,14 +289,17 @@ class Dumper:
         self, out: list, base: int, view: memoryview, batch: Batch, last: list, path: Path
     ) -> None:
         position = base + batch.position
-        obj = _batch_object(batch, position)
-        out.append(orjson.dumps(obj))
+        out.append(orjson.dumps(_batch_object(batch, position)))
         if not self.options.deep:
             return
+        records = self._records(batch, view, position, out, path)
+        self._continuity(records, last, path)
         opts = self.options
+        if batch.magic >= 2 and not batch.is_control and opts.internal_decoder is None and self._fast_json:
+            out += _json_record_lines(records, batch.base_offset, batch.base_sequence, *self._fast_json)
+            return
         v2 = batch.magic >= 2
-        for record in self._records(batch, view, position, out, path):
-            self._continuity(record.offset, last, path)
+        for record in records:
             obj = {"type": "record", "offset": record.offset, "timestamp": record.timestamp}
             if v2:
                 obj["sequence"] = batch.sequence_of(record.offset)
@@ -327,10 +342,23 @@ class Dumper:
                 out.append(message + "\n")
             return []
 
-    def _continuity(self, offset: int, last: list, path: Path) -> None:
-        if last[0] != -1 and offset != last[0] + 1:
-            self.problems.non_consecutive.setdefault(str(path.absolute()), []).append((last[0], offset))
-        last[0] = offset
+    def _continuity(self, records: list, last: list, path: Path) -> None:
+        """Record each offset that does not follow its predecessor; per record only in batches with holes."""
+        if not records:
+            return
+        first, final = records[0][0], records[-1][0]
+        pairs = []
+        if last[0] != -1 and first != last[0] + 1:
+            pairs.append((last[0], first))
+        if final - first + 1 != len(records):
+            previous = first
+            for record in records[1:]:
+                if record[0] != previous + 1:
+                    pairs.append((previous, record[0]))
+                previous = record[0]
+        if pairs:
+            self.problems.non_consecutive.setdefault(str(path.absolute()), []).extend(pairs)
+        last[0] = final
 
     def _decode(self, record) -> tuple[str | None, str | None]:
         decoder = self.options.internal_decoder
@@ -453,25 +481,26 @@ class Dumper:
 
     def _line(self, text: str, obj: dict) -> None:
         if self.options.json:
-            self.write(orjson.dumps(obj).decode() + "\n")
+            self.write(orjson.dumps(obj) + b"\n")
         else:
-            self.write(text)
+            self.write(text.encode())
 
     def _emit_text(self, text: str) -> None:
         if not self.options.json:
-            self.write(text)
+            self.write(text.encode())
 
     def _emit_json(self, obj: dict) -> None:
         if self.options.json:
-            self.write(orjson.dumps(obj).decode() + "\n")
+            self.write(orjson.dumps(obj) + b"\n")
 
     def _flush(self, out: list) -> None:
         if not out:
             return
         if self.options.json:
-            self.write(b"\n".join(out).decode() + "\n")
+            out.append(b"")
+            self.write(b"\n".join(out))
         else:
-            self.write("".join(out))
+            self.write("".join(out).encode("utf-8", "surrogateescape"))
 
 
 # --- helpers -------------------------------------------------------------------------------------------
@@ -479,6 +508,51 @@ class Dumper:
 
 def _b(value: bool | None) -> str:
     return "true" if value else "false"
+
+
+def _json_record_lines(
+    records: list, base_offset: int, base_sequence: int, key_text: Callable, value_text: Callable
+) -> list[bytes]:
+    """JSON lines for the records of a v2 data batch: the hot loop of `--deep-iteration --output json`."""
+    dumps = orjson.dumps
+    lines = []
+    append = lines.append
+    if key_text is _utf8 and value_text is _utf8:  # the default: inline the decode, no call per field
+        for offset, timestamp, key, value, headers in records:
+            append(
+                b'{"type":"record","offset":%d,"timestamp":%d,"sequence":%d,"keySize":%d,"valueSize":%d,'
+                b'"key":%b,"value":%b,"headers":%b}'
+                % (
+                    offset,
+                    timestamp,
+                    -1 if base_sequence < 0 else (base_sequence + offset - base_offset) % 2147483648,
+                    -1 if key is None else len(key),
+                    -1 if value is None else len(value),
+                    b"null" if key is None else dumps(key.decode("utf-8", "replace")),
+                    b"null" if value is None else dumps(value.decode("utf-8", "replace")),
+                    dumps([[k, None if v is None else v.decode("utf-8", "replace")] for k, v in headers])
+                    if headers
+                    else b"[]",
+                )
+            )
+        return lines
+    for offset, timestamp, key, value, headers in records:
+        sequence = -1 if base_sequence < 0 else (base_sequence + offset - base_offset) % 2147483648
+        append(
+            b'{"type":"record","offset":%d,"timestamp":%d,"sequence":%d,"keySize":%d,"valueSize":%d,'
+            b'"key":%b,"value":%b,"headers":%b}'
+            % (
+                offset,
+                timestamp,
+                sequence,
+                -1 if key is None else len(key),
+                -1 if value is None else len(value),
+                b"null" if key is None else dumps(key_text(key)),
+                b"null" if value is None else dumps(value_text(value)),
+                dumps([[k, None if v is None else value_text(v)] for k, v in headers]) if headers else b"[]",
+            )
+        )
+    return lines
 
 
 def _batch_object(batch: Batch, position: int) -> dict:

@@ -4,6 +4,7 @@ import sys
 from enum import StrEnum
 from pathlib import Path
 
+import orjson
 import typer
 
 from kcli.cli.main import app
@@ -111,16 +112,14 @@ def dump_segment(
         value_decoder=value_decoder.value,
         json=output is Output.json,
     )
-    out = sys.stdout
+    out = sys.stdout.buffer
     dumper = Dumper(options, out.write, warn=lambda line: print(line, file=sys.stderr), progress=progress_for)
     for path in paths:
         dumper.dump(path)
-    out.flush()
     if options.json:
-        import orjson
-
         for obj in dumper.summary_objects():
-            out.write(orjson.dumps(obj).decode() + "\n")
-    else:
+            out.write(orjson.dumps(obj) + b"\n")
+    out.flush()
+    if not options.json:
         for line in dumper.summary():
             print(line, file=sys.stderr)
