@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_records import V0_HELLO, V1_HELLO, V2_COMMIT, V2_HELLO
 
 from formats.index import encode_offset_entry, encode_time_entry
 from formats.records import RecordSpec, build_batch
-from tests.test_records import V0_HELLO, V1_HELLO, V2_COMMIT, V2_HELLO
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "logdir"
 
