@@ -15,16 +15,18 @@ from __future__ import annotations
 import os
 import sys
 import zlib
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from operator import itemgetter
+from itertools import islice
+from operator import itemgetter, le, lt
 from pathlib import Path
 from typing import NamedTuple
 
 from formats import _native, checkpoints, snapshot
 from formats.errors import FormatError
-from formats.index import OffsetIndex, TimeIndex, read_txn_index
+from formats.index import OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE, OffsetIndex, TimeIndex, read_txn_index
 from formats.records import (
     CONTROL_BIT,
     CRC_START,
@@ -469,8 +471,10 @@ class Verifier:
         prev_max_timestamp = log.prev_max_timestamp
         epoch = log.epoch
         max_timestamp_so_far = seg.max_timestamp
-        index_at = seg.next_index_position - base
-        time_index_at = seg.next_time_index_offset
+        index_offsets, index_positions, index_k = seg.index_offsets, seg.index_positions, seg.index_k
+        index_at = (_ALWAYS if seg.index_span else index_positions[index_k]) - base
+        time_timestamps, time_offsets, time_k = seg.time_timestamps, seg.time_offsets, seg.time_index_k
+        time_index_at = time_offsets[time_k]
         for batch in chunk.batches:
             position = batch[0]
             if batch[4] == 2:
@@ -517,20 +521,37 @@ class Verifier:
                     seg, base + position, batch, max_timestamp, prev_max_timestamp
                 )
             prev_max_timestamp = max_timestamp
+            # index entries: the usual one (this batch's start and last offset) is checked inline
             if position >= index_at:
-                index_at = self._offset_index_entries(seg, base + position, last_offset) - base
+                if position == index_at and index_offsets[index_k] == last_offset:
+                    index_k += 1
+                    index_at = index_positions[index_k] - base
+                else:
+                    seg.index_k = index_k
+                    index_at = self._offset_index_entries(seg, base + position, last_offset) - base
+                    index_k = seg.index_k
             if last_offset >= time_index_at:
-                time_index_at = self._time_index_entries(
-                    seg, last_offset, max_timestamp, max_timestamp_so_far
-                )
+                if (
+                    last_offset == time_index_at
+                    and time_timestamps[time_k] == max_timestamp == max_timestamp_so_far
+                    and time_offsets[time_k + 1] > last_offset
+                ):
+                    time_k += 1
+                    time_index_at = time_offsets[time_k]
+                else:
+                    seg.time_index_k = time_k
+                    time_index_at = self._time_index_entries(
+                        seg, last_offset, max_timestamp, max_timestamp_so_far
+                    )
+                    time_k = seg.time_index_k
         log.next_offset = next_offset
         log.prev_last = prev_last
         log.prev_attributes = prev_attributes
         log.prev_max_timestamp = prev_max_timestamp
         log.epoch = epoch
         seg.max_timestamp = max_timestamp_so_far
-        seg.next_index_position = index_at + base
-        seg.next_time_index_offset = time_index_at
+        seg.index_k = index_k
+        seg.time_index_k = time_k
         self.summary.batches += len(chunk.batches)
 
     def _segment_end(self, seg: _Segment, log: _PartitionLog, reader: SegmentReader, is_last: bool) -> None:
@@ -881,7 +902,7 @@ class Verifier:
             data = self._read_bytes(index_path)
             if data is not None:
                 self.summary.files += 1
-                seg.index = self._offset_index(index_path, OffsetIndex(data, seg.base))
+                self._load_offset_index(seg, index_path, OffsetIndex(data, seg.base), data)
         elif log_size and present is not None:  # a lone segment may well be a copy without its index
             self._find(
                 index_path, None, None, None, "index_missing",
@@ -891,7 +912,7 @@ class Verifier:
             data = self._read_bytes(time_path)
             if data is not None:
                 self.summary.files += 1
-                seg.time_index = self._time_index(time_path, TimeIndex(data, seg.base))
+                self._load_time_index(seg, time_path, TimeIndex(data, seg.base), data)
         if exists(txn_path):
             data = self._read_bytes(txn_path)
             if data is not None:
@@ -901,50 +922,68 @@ class Verifier:
                 except FormatError as e:
                     self._find(txn_path, None, None, None, "index_corrupt", _sentence(e))
         seg.index_path, seg.time_index_path = index_path, time_path
-        seg.next_index_position = seg.index[0][2] if seg.index else _NEVER
-        seg.next_time_index_offset = seg.time_index[0][2] if seg.time_index else _NEVER
 
-    def _offset_index(self, path: Path, index: OffsetIndex) -> list[tuple[int, int, int]]:
-        """Kafka's sanity check, then the entries that increase, as (entry number, offset, position)."""
+    def _load_offset_index(self, seg: _Segment, path: Path, index: OffsetIndex, data: bytes) -> None:
+        """Kafka's sanity check, then the entries whose offsets and positions increase, kept for the walk."""
         try:
             index.sanity_check()
         except FormatError as e:
             self._find(path, None, None, None, "index_corrupt", _sentence(e))
-        kept: list[tuple[int, int, int]] = []
-        for n, (offset, position) in enumerate(index.entries()):
-            if kept and (offset <= kept[-1][1] or position <= kept[-1][2]):
-                self._find(
-                    path, n * 8, offset, offset, "index_corrupt",
-                    f"entry {n} (offset {offset}, position {position}) does not come after entry {kept[-1][0]} "
-                    f"(offset {kept[-1][1]}, position {kept[-1][2]}).",
-                )  # fmt: skip
-                continue
-            kept.append((n, offset, position))
-        return kept
+        used = data[: len(index) * OFFSET_ENTRY_SIZE]
+        offsets = list(map(seg.base.__add__, _big_endian_column(used, OFFSET_ENTRY_SIZE, 0, "i")))
+        positions = _big_endian_column(used, OFFSET_ENTRY_SIZE, 4, "i")
+        numbers = list(range(len(offsets)))
+        if not (_increasing(offsets) and _increasing(positions)):
+            kept = 0
+            for n in range(len(offsets)):
+                offset, position = offsets[n], positions[n]
+                if kept and (offset <= offsets[kept - 1] or position <= positions[kept - 1]):
+                    self._find(
+                        path, n * OFFSET_ENTRY_SIZE, offset, offset, "index_corrupt",
+                        f"entry {n} (offset {offset}, position {position}) does not come after entry "
+                        f"{numbers[kept - 1]} (offset {offsets[kept - 1]}, position {positions[kept - 1]}).",
+                    )  # fmt: skip
+                    continue
+                numbers[kept], offsets[kept], positions[kept] = n, offset, position
+                kept += 1
+            del numbers[kept:], offsets[kept:], positions[kept:]
+        seg.index_numbers = numbers
+        seg.index_offsets = offsets + [_NEVER]
+        seg.index_positions = positions + [_NEVER]
 
-    def _time_index(self, path: Path, index: TimeIndex) -> list[tuple[int, int, int]]:
-        """Kafka's sanity check and the strictly increasing timestamps; entries as (number, timestamp, offset)."""
+    def _load_time_index(self, seg: _Segment, path: Path, index: TimeIndex, data: bytes) -> None:
+        """Kafka's sanity check and its out-of-order check (each timestamp above the entry before)."""
         try:
             index.sanity_check()
         except FormatError as e:
             self._find(path, None, None, None, "index_corrupt", _sentence(e))
-        kept: list[tuple[int, int, int]] = []
-        previous = None
-        for n, (timestamp, offset) in enumerate(index.entries()):
-            if previous is not None and timestamp <= previous:
-                self._find(
-                    path, n * 12, offset, offset, "time_index_out_of_order",
-                    f"entry {n} has timestamp {timestamp}, not above the previously indexed timestamp {previous}.",
-                )  # fmt: skip
-            previous = timestamp  # Kafka's DumpLogSegments compares with the entry just before
-            if kept and offset < kept[-1][2]:
-                self._find(
-                    path, n * 12, offset, offset, "time_index_out_of_order",
-                    f"entry {n} has offset {offset}, below offset {kept[-1][2]} of entry {kept[-1][0]}.",
-                )  # fmt: skip
-                continue
-            kept.append((n, timestamp, offset))
-        return kept
+        used = data[: len(index) * TIME_ENTRY_SIZE]
+        timestamps = _big_endian_column(used, TIME_ENTRY_SIZE, 0, "q")
+        offsets = list(map(seg.base.__add__, _big_endian_column(used, TIME_ENTRY_SIZE, 8, "i")))
+        numbers = list(range(len(offsets)))
+        if not (_increasing(timestamps) and _non_decreasing(offsets)):
+            kept = 0
+            for n in range(len(offsets)):
+                timestamp, offset = timestamps[n], offsets[n]
+                if n and timestamp <= timestamps[n - 1]:  # Kafka compares with the entry just before
+                    self._find(
+                        path, n * TIME_ENTRY_SIZE, offset, offset, "time_index_out_of_order",
+                        f"entry {n} has timestamp {timestamp}, not above the previously indexed timestamp "
+                        f"{timestamps[n - 1]}.",
+                    )  # fmt: skip
+                if kept and offset < offsets[kept - 1]:
+                    self._find(
+                        path, n * TIME_ENTRY_SIZE, offset, offset, "time_index_out_of_order",
+                        f"entry {n} has offset {offset}, below offset {offsets[kept - 1]} of entry {numbers[kept - 1]}.",
+                    )  # fmt: skip
+                    continue
+                numbers[kept], offsets[kept] = n, offset
+                kept += 1
+            timestamps = [timestamps[n] for n in numbers[:kept]]
+            del numbers[kept:], offsets[kept:]
+        seg.time_numbers = numbers
+        seg.time_timestamps = timestamps + [_NEVER]
+        seg.time_offsets = offsets + [_NEVER]
 
     def _offset_index_entries(self, seg: _Segment, position: int, last_offset: int) -> int:
         """Check the index entries up to the batch at file `position`; return where the next one points.
@@ -960,17 +999,17 @@ class Verifier:
                 seg.index_span = None
                 if last_offset == offset:
                     self._find(
-                        seg.index_path, n * 8, offset, offset, "index_entry_spans_batches",
+                        seg.index_path, n * OFFSET_ENTRY_SIZE, offset, offset, "index_entry_spans_batches",
                         f"entry {n} maps offset {offset} to position {at}, where a batch ending at {at_last} starts; "
                         "the batches from there end at offset "
                         f"{offset} (one entry per follower append, as brokers before 4.0 wrote them).",
                     )  # fmt: skip
                 else:
                     self._index_mismatch(seg, n, offset, at, f"no batch from there ends at offset {offset}")
-        entries = seg.index
         k = seg.index_k
-        while k < len(entries) and entries[k][2] <= position:
-            n, offset, at = entries[k]
+        positions = seg.index_positions
+        while positions[k] <= position:
+            n, offset, at = seg.index_numbers[k], seg.index_offsets[k], positions[k]
             if at < position:
                 self._index_mismatch(seg, n, offset, at, "which is not the start of a batch")
             elif offset > last_offset and seg.index_span is None:
@@ -979,13 +1018,11 @@ class Verifier:
                 self._index_mismatch(seg, n, offset, at, f"but the batch there ends at offset {last_offset}")
             k += 1
         seg.index_k = k
-        if seg.index_span is not None:
-            return _ALWAYS
-        return entries[k][2] if k < len(entries) else _NEVER
+        return _ALWAYS if seg.index_span is not None else positions[k]
 
     def _index_mismatch(self, seg: _Segment, n: int, offset: int, position: int, why: str) -> None:
         self._find(
-            seg.index_path, n * 8, offset, offset, "index_mismatch",
+            seg.index_path, n * OFFSET_ENTRY_SIZE, offset, offset, "index_mismatch",
             f"entry {n} maps offset {offset} to log position {position}, {why}.",
         )  # fmt: skip
 
@@ -993,10 +1030,10 @@ class Verifier:
         self, seg: _Segment, last_offset: int, max_timestamp: int, max_so_far: int
     ) -> int:
         """Check the time index entries whose offset the batch ending at `last_offset` reaches (Kafka's rules)."""
-        entries = seg.time_index
         k = seg.time_index_k
-        while k < len(entries) and entries[k][2] <= last_offset:
-            n, timestamp, offset = entries[k]
+        offsets = seg.time_offsets
+        while offsets[k] <= last_offset:
+            n, timestamp, offset = seg.time_numbers[k], seg.time_timestamps[k], offsets[k]
             if offset != last_offset:
                 why = f"which is not the last offset of a batch (the batch holding it ends at {last_offset})"
             elif timestamp != max_timestamp:
@@ -1007,32 +1044,29 @@ class Verifier:
                 why = None
             if why:
                 self._find(
-                    seg.time_index_path, n * 12, offset, offset, "time_index_mismatch",
+                    seg.time_index_path, n * TIME_ENTRY_SIZE, offset, offset, "time_index_mismatch",
                     f"entry {n} gives timestamp {timestamp} for offset {offset}, {why}.",
                 )  # fmt: skip
             k += 1
         seg.time_index_k = k
-        return entries[k][2] if k < len(entries) else _NEVER
+        return offsets[k]
 
     def _index_leftovers(self, seg: _Segment, valid_end: int) -> None:
         """Entries no batch reached: inside the last batch, or past the segment's last whole batch."""
         if seg.index_span is not None:
             n, offset, at, _ = seg.index_span
             self._index_mismatch(seg, n, offset, at, f"but no batch from there ends at offset {offset}")
-        for n, offset, at in seg.index[seg.index_k :]:
+        for k in range(seg.index_k, len(seg.index_numbers)):
+            n, offset, at = seg.index_numbers[k], seg.index_offsets[k], seg.index_positions[k]
             if at < valid_end:
                 self._index_mismatch(seg, n, offset, at, "which is not the start of a batch")
             else:
-                self._index_mismatch(
-                    seg,
-                    n,
-                    offset,
-                    at,
-                    f"beyond the segment's last whole batch (valid bytes end at {valid_end})",
-                )
-        for n, timestamp, offset in seg.time_index[seg.time_index_k :]:
+                why = f"beyond the segment's last whole batch (valid bytes end at {valid_end})"
+                self._index_mismatch(seg, n, offset, at, why)
+        for k in range(seg.time_index_k, len(seg.time_numbers)):
+            n, timestamp, offset = seg.time_numbers[k], seg.time_timestamps[k], seg.time_offsets[k]
             self._find(
-                seg.time_index_path, n * 12, offset, offset, "time_index_mismatch",
+                seg.time_index_path, n * TIME_ENTRY_SIZE, offset, offset, "time_index_mismatch",
                 f"entry {n} gives timestamp {timestamp} for offset {offset}, beyond the segment's last batch.",
             )  # fmt: skip
 
@@ -1124,13 +1158,16 @@ class _Segment:
         self.base = base
         self.index_path = path
         self.time_index_path = path
-        self.index: list[tuple[int, int, int]] = []  # (entry number, offset, position)
-        self.index_k = 0
-        self.index_span: tuple[int, int, int, int] | None = None
-        self.next_index_position = _NEVER
-        self.time_index: list[tuple[int, int, int]] = []  # (entry number, timestamp, offset)
+        # index entries still in play, as parallel lists; offsets and positions end with a _NEVER sentinel
+        self.index_numbers: list[int] = []
+        self.index_offsets: list[int] = [_NEVER]
+        self.index_positions: list[int] = [_NEVER]
+        self.index_k = 0  # the next entry to meet
+        self.index_span: tuple[int, int, int, int] | None = None  # a pre-4.0 entry awaiting its last batch
+        self.time_numbers: list[int] = []
+        self.time_timestamps: list[int] = [_NEVER]
+        self.time_offsets: list[int] = [_NEVER]
         self.time_index_k = 0
-        self.next_time_index_offset = _NEVER
         self.max_timestamp = NO_TIMESTAMP
 
 
@@ -1177,6 +1214,27 @@ def _entry_line_positions(data: bytes) -> list[int]:
         starts.append(at + 1)
         at = data.find(b"\n", at + 1)
     return starts[2:]
+
+
+def _big_endian_column(data: bytes, entry_size: int, at: int, typecode: str) -> list[int]:
+    """One big-endian integer field of every fixed-size entry, gathered with strided copies (no per-entry loop)."""
+    count = len(data) // entry_size
+    width = array(typecode).itemsize
+    column = bytearray(count * width)
+    for k in range(width):
+        column[k::width] = data[at + k :: entry_size][:count]
+    values = array(typecode, column)
+    if sys.byteorder == "little":
+        values.byteswap()
+    return values.tolist()
+
+
+def _increasing(values: list[int]) -> bool:
+    return all(map(lt, values, islice(values, 1, None)))
+
+
+def _non_decreasing(values: list[int]) -> bool:
+    return all(map(le, values, islice(values, 1, None)))
 
 
 def _last_at_or_below(sorted_values: list[int], value: int) -> int:
