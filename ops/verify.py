@@ -583,7 +583,7 @@ class Verifier:
         self._index_leftovers(seg, end.position)
 
     def _declared_size(self, path: Path, position: int, available: int) -> str:
-        """', which declares N bytes' for a torn unit whose size field is all there."""
+        """' (the unit there declares N bytes)' for a torn unit whose size field is all there, else ''."""
         try:
             with open(path, "rb") as f:
                 f.seek(position)

@@ -104,6 +104,8 @@ def main() -> None:
     finally:
         if not args.keep:
             shutil.rmtree(partition, ignore_errors=True)
+            if args.dir.is_dir() and not any(args.dir.iterdir()):
+                args.dir.rmdir()
 
 
 def timed(command: list[str], env: dict[str, str]) -> tuple[float, int]:
