@@ -393,31 +393,26 @@ class _Connection:
     busy: bool = field(default=False)
 
 
-@cache
 def _header_reader(api_key: int, api_version: int):  # type: ignore[no-untyped-def]
     """The request header reader for this api key and version (header v2 for flexible versions).
 
     ApiVersions is special: any version is accepted, as Kafka does, and v3+ uses header v2.
     """
     if api_key == API_VERSIONS:
-        return entity_reader(RequestHeaderV2 if api_version >= 3 else RequestHeaderV1)
+        return _HEADER_V2 if api_version >= 3 else _HEADER_V1
     versions = kio_versions(api_key)
     if versions is None:
-        return _refuse(f"unknown API key {api_key}")
+        raise _CloseConnection(f"unknown API key {api_key}")
     low, high = versions
     if not low <= api_version <= high:
-        return _refuse(
+        raise _CloseConnection(
             f"{api_name(api_key)} v{api_version} is not a version this broker knows (v{low}-v{high})"
         )
-    flexible = request_type(api_key, api_version).__flexible__
-    return entity_reader(RequestHeaderV2 if flexible else RequestHeaderV1)
+    return _HEADER_V2 if request_type(api_key, api_version).__flexible__ else _HEADER_V1
 
 
-def _refuse(reason: str):  # type: ignore[no-untyped-def]
-    def reader(buffer: bytes, offset: int) -> tuple[object, int]:
-        raise _CloseConnection(reason)
-
-    return reader
+_HEADER_V1 = entity_reader(RequestHeaderV1)
+_HEADER_V2 = entity_reader(RequestHeaderV2)
 
 
 @cache
@@ -434,8 +429,9 @@ async def _bind(listener: Listener, config: BrokerConfig, on_connection) -> asyn
             on_connection, host, listener.port, backlog=backlog, reuse_address=True, limit=1 << 20
         )
     except OSError as exc:
-        reason = (exc.strerror or str(exc)).lower()
-        raise KcliError(f"cannot listen on {where}: {reason}.") from None
+        # asyncio wraps the bind error's text; the errno alone gives the plain reason.
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise KcliError(f"cannot listen on {where}: {reason.lower()}.") from None
 
 
 def _apply_socket_options(writer: asyncio.StreamWriter, config: BrokerConfig) -> None:

@@ -86,14 +86,14 @@ def api_name(api_key: int) -> str:
     return "".join(part.capitalize() for part in snake.split("_"))
 
 
-@cache
 def kio_versions(api_key: int) -> tuple[int, int] | None:
     """The (lowest, highest) version kio has schemas for, or None for an API key kio does not know."""
-    name = api_key_map.get(api_key)
-    if name is None:
-        return None
-    versions = sorted(schema_name_map[name])
-    return versions[0], versions[-1]
+    return _KIO_VERSIONS.get(api_key)
+
+
+_KIO_VERSIONS = {
+    key: (min(schema_name_map[name]), max(schema_name_map[name])) for key, name in api_key_map.items()
+}
 
 
 @cache
@@ -127,7 +127,7 @@ def error_response(api_key: int, version: int, error: ErrorCode, message: str | 
     This is how the broker answers an API it knows but does not implement: a well-formed
     response the client can decode, carrying UNSUPPORTED_VERSION, instead of a dropped connection.
     """
-    return _default_entity(response_type(api_key, version), error, message)
+    return default_entity(response_type(api_key, version), error, message)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -148,7 +148,7 @@ def _field_names(entity_type: type) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(entity_type))
 
 
-def _default_entity(entity_type: type, error: ErrorCode, message: str | None) -> typing.Any:
+def default_entity(entity_type: type, error: ErrorCode, message: str | None) -> typing.Any:
     values: dict[str, object] = {}
     for f in dataclasses.fields(entity_type):
         if f.name == "error_code":
@@ -172,7 +172,7 @@ def _default_value(f: dataclasses.Field, error: ErrorCode, message: str | None) 
     if typing.get_origin(field_type) is tuple:
         return ()
     if dataclasses.is_dataclass(field_type):
-        return None if optional else _default_entity(field_type, error, message)  # type: ignore[arg-type]
+        return None if optional else default_entity(field_type, error, message)  # type: ignore[arg-type]
     kafka_type = f.metadata.get("kafka_type")
     if kafka_type == "error_code":
         return error

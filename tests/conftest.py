@@ -1,0 +1,159 @@
+"""Shared fixtures: a real `kcli broker start` process on an ephemeral loopback port.
+
+    def test_something(broker):            # a fresh broker per test
+        AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics()
+
+    def test_other(broker_factory):        # custom properties, several brokers, restarts
+        b = broker_factory(overrides=["auto.create.topics.enable=false"])
+
+Each broker runs as `python -m kcli broker start --listen 127.0.0.1:0 --data-dir <tmp>/data`,
+its stderr goes to a log file in `<tmp>` (`BrokerProcess.log()`), and the fixture waits for the
+ready line. At teardown it is stopped with SIGTERM by PID (SIGKILL after a timeout) and the
+test fails unless it exited with status 0.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+KCLI = [sys.executable, "-m", "kcli"]
+READY = re.compile(r"^kcli broker: listening on (\S+):(\d+)$", re.MULTILINE)
+START_TIMEOUT = 30.0
+STOP_TIMEOUT = 15.0
+
+
+@dataclass
+class BrokerProcess:
+    """A running `kcli broker start`; `bootstrap` is "127.0.0.1:PORT"."""
+
+    bootstrap: str
+    host: str
+    port: int
+    pid: int
+    data_dir: Path
+    log_path: Path
+    process: subprocess.Popen[bytes] = field(repr=False)
+
+    def log(self) -> str:
+        """Everything the broker wrote to stderr so far."""
+        return self.log_path.read_text(errors="replace")
+
+    def is_running(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> int:
+        """SIGTERM by PID, wait; SIGKILL by PID if it does not exit in time. Returns the exit status."""
+        if self.process.poll() is None:
+            os.kill(self.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.kill(self.pid, signal.SIGKILL)
+                self.process.wait()
+        return self.process.returncode
+
+
+def kcli_env() -> dict[str, str]:
+    """The environment a kcli subprocess needs to import this checkout."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    # kio registers hypothesis strategies when hypothesis is installed, and hypothesis then builds
+    # a unicode table in `.hypothesis/` under the cwd (~1.5 s the first time in each directory).
+    env.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(REPO / ".hypothesis"))
+    env.pop("KCLI_DEBUG", None)
+    return env
+
+
+def start_broker(
+    workdir: Path,
+    *,
+    data_dir: Path | None = None,
+    overrides: Sequence[str] = (),
+    extra_args: Sequence[str] = (),
+    listen: str = "127.0.0.1:0",
+) -> BrokerProcess:
+    """Start a broker and wait for its ready line; fail the test with its stderr if it does not come."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    data_dir = data_dir or workdir / "data"
+    log_path = workdir / f"broker-{time.monotonic_ns()}.log"
+    args = [*KCLI, "broker", "start", "--listen", listen, "--data-dir", str(data_dir)]
+    for item in overrides:
+        args += ["--override", item]
+    args += list(extra_args)
+    with open(log_path, "wb") as log_file:
+        process = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, cwd=workdir, env=kcli_env()
+        )
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        text = log_path.read_text(errors="replace")
+        match = READY.search(text)
+        if match:
+            host, port = match.group(1), int(match.group(2))
+            return BrokerProcess(f"{host}:{port}", host, port, process.pid, data_dir, log_path, process)
+        if process.poll() is not None:
+            pytest.fail(f"kcli broker exited with status {process.returncode} before it was ready:\n{text}")
+        if time.monotonic() > deadline:
+            process.kill()
+            process.wait()
+            pytest.fail(f"kcli broker was not ready after {START_TIMEOUT:g} s:\n{text}")
+        time.sleep(0.02)
+
+
+def stop_cleanly(broker: BrokerProcess) -> None:
+    status = broker.stop()
+    assert status == 0, f"kcli broker exited with status {status}:\n{broker.log()}"
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A fresh single-node broker with kcli's defaults, stopped (and checked) at teardown."""
+    process = start_broker(tmp_path / "broker")
+    try:
+        yield process
+    finally:
+        stop_cleanly(process)
+
+
+@pytest.fixture
+def broker_factory(tmp_path: Path) -> Iterator:
+    """`factory(overrides=[...], data_dir=..., extra_args=[...])` -> BrokerProcess; all stopped at teardown."""
+    started: list[BrokerProcess] = []
+    counter = iter(range(1_000_000))
+
+    def factory(
+        *,
+        overrides: Sequence[str] = (),
+        data_dir: Path | None = None,
+        extra_args: Sequence[str] = (),
+    ) -> BrokerProcess:
+        process = start_broker(
+            tmp_path / f"broker-{next(counter)}",
+            data_dir=data_dir,
+            overrides=overrides,
+            extra_args=extra_args,
+        )
+        started.append(process)
+        return process
+
+    try:
+        yield factory
+    finally:
+        failures = []
+        for process in started:
+            status = process.stop()
+            if status != 0:
+                failures.append(f"broker {process.pid} exited with status {status}:\n{process.log()}")
+        assert not failures, "\n".join(failures)

@@ -1,0 +1,515 @@
+"""The broker's network core against real clients and real bad input.
+
+Every test talks to a real `kcli broker start` process (see conftest.py): confluent-kafka
+(librdkafka 2.x wheel), Debian's kcat (librdkafka 2.0.2), kafka-python, aiokafka, kcli's own
+client, and raw sockets for what no client would send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import KCLI, BrokerProcess, kcli_env
+from kio.schema.errors import ErrorCode
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.serial import entity_reader, entity_writer
+
+from kcli.broker.apis import kio_versions, request_type, response_type
+from kcli.client import KafkaClient
+
+pytestmark = pytest.mark.timeout(60)
+
+# ---------------------------------------------------------------------------------------------------
+# Stock clients
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_confluent_kafka_lists_topics_and_describes_cluster(broker: BrokerProcess) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    metadata = admin.list_topics(timeout=10)
+    assert list(metadata.brokers) == [1]
+    assert (metadata.brokers[1].host, metadata.brokers[1].port) == ("127.0.0.1", broker.port)
+    assert metadata.controller_id == 1
+    assert metadata.topics == {}
+    assert len(metadata.cluster_id) == 22
+
+    missing = admin.list_topics(topic="no-such-topic", timeout=10).topics["no-such-topic"]
+    assert missing.error is not None and missing.error.code() == ErrorCode.unknown_topic_or_partition
+
+    cluster = admin.describe_cluster(request_timeout=10).result()
+    assert cluster.cluster_id == metadata.cluster_id
+    assert cluster.controller.id == 1
+    assert [(n.id, n.host, n.port) for n in cluster.nodes] == [(1, "127.0.0.1", broker.port)]
+
+
+def test_kafka_python_admin_and_consumer(broker: BrokerProcess) -> None:
+    from kafka import KafkaAdminClient, KafkaConsumer
+
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, request_timeout_ms=10000)
+    try:
+        assert consumer.topics() == set()
+    finally:
+        consumer.close()
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=10000)
+    try:
+        assert admin.list_topics() == []
+        cluster = admin.describe_cluster()
+        assert cluster["controller_id"] == 1
+        assert [(b["broker_id"], b["host"], b["port"]) for b in cluster["brokers"]] == [
+            (1, "127.0.0.1", broker.port)
+        ]
+    finally:
+        admin.close()
+
+
+def test_aiokafka_bootstraps_and_reads_metadata(broker: BrokerProcess) -> None:
+    from aiokafka.client import AIOKafkaClient
+
+    async def run() -> None:
+        client = AIOKafkaClient(bootstrap_servers=broker.bootstrap)
+        await client.bootstrap()
+        try:
+            assert [(b.nodeId, b.host, b.port) for b in client.cluster.brokers()] == [
+                (1, "127.0.0.1", broker.port)
+            ]
+            assert client.cluster.controller.nodeId == 1
+            assert client.cluster.topics() == set()
+            await client.force_metadata_update()
+        finally:
+            await client.close()
+
+    asyncio.run(run())
+
+
+def test_kcat_lists_metadata(broker: BrokerProcess) -> None:
+    kcat = shutil.which("kcat")
+    if kcat is None:
+        message = "kcat is not on PATH (apt-get install -y kcat)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    listing = subprocess.run(
+        [kcat, "-L", "-J", "-b", broker.bootstrap, "-m", "10"], capture_output=True, text=True, timeout=30
+    )
+    assert listing.returncode == 0, listing.stderr
+    metadata = json.loads(listing.stdout)
+    assert metadata["controllerid"] == 1
+    assert metadata["brokers"] == [{"id": 1, "name": f"127.0.0.1:{broker.port}"}]
+    assert metadata["topics"] == []
+
+    one = subprocess.run(
+        [kcat, "-L", "-J", "-b", broker.bootstrap, "-t", "missing", "-m", "10"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert one.returncode == 0, one.stderr
+    [topic] = json.loads(one.stdout)["topics"]
+    assert topic["topic"] == "missing" and "Unknown topic or partition" in topic["error"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# ApiVersions and Metadata semantics, with kcli's own client
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_api_versions_every_version_and_the_unsupported_fallback(broker: BrokerProcess) -> None:
+    async def run() -> None:
+        async with await KafkaClient.connect(broker.bootstrap) as client:
+            advertised = dict(client.broker_versions)
+            assert advertised == {
+                18: kio_versions(18),
+                3: kio_versions(3),
+                60: kio_versions(60),
+            }
+            for version in range(kio_versions(18)[1] + 1):
+                cls = request_type(18, version)
+                fields = {"client_software_name": "t", "client_software_version": "1"} if version >= 3 else {}
+                response = await client.send(cls(**fields))
+                assert response.error_code == ErrorCode.none
+                assert {(k.api_key, k.min_version, k.max_version) for k in response.api_keys} == {
+                    (key, low, high) for key, (low, high) in advertised.items()
+                }
+            bad_name = request_type(18, 3)(client_software_name="-bad-", client_software_version="1")
+            response = await client.send(bad_name)
+            assert response.error_code == ErrorCode.invalid_request and response.api_keys == ()
+
+    asyncio.run(run())
+    # A version from the future, with a body we cannot parse: v0-shaped UNSUPPORTED_VERSION, header v0.
+    with _connect(broker) as sock:
+        sock.sendall(_frame(_header(18, 99, 7, flexible=True) + b"\x99garbage"))
+        correlation_id, body = _read_response(sock)
+        assert correlation_id == 7
+        response, size = entity_reader(response_type(18, 0))(body, 0)
+        assert size == len(body)
+        assert response.error_code == ErrorCode.unsupported_version
+        assert [(k.api_key, k.min_version, k.max_version) for k in response.api_keys] == [
+            (18, *kio_versions(18))
+        ]
+
+
+def test_metadata_topics_by_version(broker: BrokerProcess) -> None:
+    async def run() -> None:
+        async with await KafkaClient.connect(broker.bootstrap) as client:
+            for version in range(kio_versions(3)[0], kio_versions(3)[1] + 1):
+                cls = request_type(3, version)
+                topic_cls = _nested(cls, "MetadataRequestTopic")
+                names = ["orders", "bad name!", "orders"]
+                topics = tuple(_make(topic_cls, name=n, topic_id=None) for n in names)
+                response = await client.send(_make(cls, topics=topics, allow_auto_topic_creation=True))
+                assert [(t.name, t.error_code) for t in response.topics] == [
+                    ("orders", ErrorCode.unknown_topic_or_partition),
+                    ("bad name!", ErrorCode.invalid_topic_exception),
+                ], version
+                assert [(b.node_id, b.host, b.port) for b in response.brokers] == [
+                    (1, "127.0.0.1", broker.port)
+                ]
+                everything = None if version >= 1 else ()
+                response = await client.send(_make(cls, topics=everything, allow_auto_topic_creation=False))
+                assert response.topics == ()
+                if version >= 2:
+                    assert response.cluster_id and len(response.cluster_id) == 22
+                if version >= 1:
+                    assert response.controller_id == 1
+
+    asyncio.run(run())
+
+
+def test_describe_cluster_endpoint_types(broker: BrokerProcess) -> None:
+    async def run() -> None:
+        async with await KafkaClient.connect(broker.bootstrap) as client:
+            cls = request_type(60, 1)
+            ok = await client.send(cls(include_cluster_authorized_operations=True, endpoint_type=1))
+            assert ok.error_code == ErrorCode.none and ok.controller_id == 1
+            assert ok.cluster_authorized_operations == sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+            wrong = await client.send(cls(include_cluster_authorized_operations=False, endpoint_type=2))
+            assert wrong.error_code == ErrorCode.mismatched_endpoint_type
+            unknown = await client.send(cls(include_cluster_authorized_operations=False, endpoint_type=9))
+            assert unknown.error_code == ErrorCode.unsupported_endpoint_type
+
+    asyncio.run(run())
+
+
+def test_pipelined_requests_are_answered_in_order(broker: BrokerProcess) -> None:
+    frames = []
+    for correlation_id in range(1, 61):
+        api_key, version = ((18, 2), (3, 12), (60, 0))[correlation_id % 3]
+        body = _minimal_request(api_key, version)
+        flexible = request_type(api_key, version).__flexible__
+        frames.append(_frame(_header(api_key, version, correlation_id, flexible) + body))
+    with _connect(broker) as sock:
+        sock.sendall(b"".join(frames))
+        assert [_read_response(sock)[0] for _ in frames] == list(range(1, 61))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Bad input: a Kafka-shaped answer or a closed connection, and nobody else notices
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_bad_input_closes_only_that_connection(broker: BrokerProcess) -> None:
+    bystander = _Bystander(broker)
+    try:
+        bystander.check()
+        cases = {
+            "an HTTP request": b"GET / HTTP/1.1\r\nHost: kafka\r\n\r\n",
+            "a 2 GiB declared length": struct.pack(">i", 2**31 - 1) + b"\0" * 64,
+            "a negative length": struct.pack(">i", -1) + b"\0" * 16,
+            "a frame too short for a header": _frame(b"\x00\x03"),
+            "garbage in a well-sized frame": _frame(b"\xff\x7f\x13\x37" + bytes(range(40))),
+            "an unknown API key": _frame(_header(9999, 0, 5, flexible=False)),
+            "a version we do not handle": _frame(_header(3, 99, 5, flexible=True)),
+            "a body that does not parse": _frame(_header(3, 12, 5, flexible=True) + b"\x05\xff"),
+            "a truncated header": _frame(struct.pack(">hhi", 3, 1, 5) + b"\x00"),
+        }
+        for what, data in cases.items():
+            with _connect(broker) as sock:
+                sock.sendall(data)
+                assert _closed_by_broker(sock), f"{what}: the broker kept the connection open"
+            bystander.check()
+        # A frame that never completes: the broker waits, then drops it when we give up.
+        with _connect(broker) as sock:
+            sock.sendall(struct.pack(">i", 100) + b"\x00" * 10)
+            sock.shutdown(socket.SHUT_WR)
+            assert _closed_by_broker(sock)
+        bystander.check()
+        assert broker.is_running()
+    finally:
+        bystander.close()
+    log = broker.log()
+    assert "invalid request size 1195725856" in log
+    assert "unknown API key 9999" in log
+    assert "Metadata v99" in log
+
+
+def test_an_api_we_do_not_implement_gets_unsupported_version_and_the_connection_stays(
+    broker: BrokerProcess,
+) -> None:
+    with _connect(broker) as sock:
+        for correlation_id, (api_key, version) in enumerate([(16, 4), (0, 9), (32, 4), (19, 7)], start=1):
+            request = _default_request(api_key, version)
+            sock.sendall(
+                _frame(_header(api_key, version, correlation_id, request.__flexible__) + _encode(request))
+            )
+            got_id, body = _read_response(sock, flexible=response_type(api_key, version).__flexible__)
+            assert got_id == correlation_id
+            response, size = entity_reader(response_type(api_key, version))(body, 0)
+            assert size == len(body)
+            if hasattr(response, "error_code"):
+                assert response.error_code == ErrorCode.unsupported_version
+        # Still the same connection, still served.
+        sock.sendall(_frame(_header(18, 2, 99, flexible=False)))
+        assert _read_response(sock)[0] == 99
+    assert broker.is_running()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Process life cycle
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_sigterm_exits_zero_quickly_with_connections_open(broker: BrokerProcess) -> None:
+    with _connect(broker) as idle, _connect(broker) as mid_frame:
+        mid_frame.sendall(struct.pack(">i", 50) + b"\x00\x03")
+        time.sleep(0.1)
+        started = time.monotonic()
+        os.kill(broker.pid, signal.SIGTERM)
+        status = broker.process.wait(10)
+        elapsed = time.monotonic() - started
+        assert _closed_by_broker(idle)
+    assert status == 0, broker.log()
+    assert elapsed < 3.0
+    assert "shutdown complete" in broker.log()
+
+
+def test_restart_keeps_cluster_id_and_refuses_a_foreign_log_dir(broker_factory, tmp_path: Path) -> None:
+    data = tmp_path / "shared-data"
+    first = broker_factory(data_dir=data)
+    meta = (data / "meta.properties").read_text()
+    cluster_id = _cluster_id_of(first)
+    assert f"cluster.id={cluster_id}" in meta and "node.id=1" in meta and "version=1" in meta
+    assert first.stop() == 0
+    second = broker_factory(data_dir=data)
+    assert _cluster_id_of(second) == cluster_id
+    assert second.stop() == 0
+
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "meta.properties").write_text("version=1\nnode.id=1\ncluster.id=AAAAAAAAAAAAAAAAAAAAAQ\n")
+    result = _run_kcli(
+        tmp_path, "broker", "start", "--listen", "127.0.0.1:0", "--override", f"log.dirs={data},{other}"
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"kcli: Invalid cluster.id in: {other}/meta.properties. Expected {cluster_id}, but read AAAAAAAAAAAAAAAAAAAAAQ."
+    ]
+    result = _run_kcli(
+        tmp_path,
+        "broker",
+        "start",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        str(data),
+        "--override",
+        "node.id=7",
+    )
+    assert (
+        result.returncode == 2 and "Stored node id 1 doesn't match the configured node.id 7" in result.stderr
+    )
+
+
+def test_port_in_use_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = _run_kcli(
+            tmp_path, "broker", "start", "--listen", f"127.0.0.1:{port}", "--data-dir", str(tmp_path / "d")
+        )
+    assert result.returncode == 2
+    assert _error_lines(result) == [f"kcli: cannot listen on 127.0.0.1:{port}: address already in use."]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["--override", "num.partition=3"],
+            "kcli: unknown configuration key 'num.partition' in --override; did you mean 'num.partitions'?",
+        ),
+        (
+            ["--override", "num.partitions=0"],
+            "kcli: invalid value '0' for configuration num.partitions: value must be at least 1.",
+        ),
+        (["--override", "nonsense"], "kcli: override 'nonsense' is not of the form key=value."),
+        (
+            ["--listen", "localhost"],
+            "kcli: --listen 'localhost' is not of the form HOST:PORT (port 0-65535).",
+        ),
+    ],
+)
+def test_bad_configuration_is_one_line_and_exit_2(tmp_path: Path, args: list[str], expected: str) -> None:
+    result = _run_kcli(tmp_path, "broker", "start", "--data-dir", str(tmp_path / "d"), *args)
+    assert result.returncode == 2
+    assert _error_lines(result) == [expected]
+
+
+def test_unusable_data_dir_and_config_file_are_one_line_and_exit_2(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    result = _run_kcli(
+        tmp_path, "broker", "start", "--listen", "127.0.0.1:0", "--data-dir", str(blocker / "data")
+    )
+    assert result.returncode == 2
+    assert _error_lines(result) == [f"kcli: data dir {blocker / 'data'} is not usable: not a directory."]
+    result = _run_kcli(tmp_path, "broker", "start", "--config", str(tmp_path / "missing.properties"))
+    assert result.returncode == 2
+    assert _error_lines(result) == [
+        f"kcli: cannot read config file {tmp_path / 'missing.properties'}: no such file or directory."
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------------------
+
+
+class _Bystander:
+    """A well-behaved client on its own connection that must keep working throughout."""
+
+    def __init__(self, broker: BrokerProcess) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.client = self.loop.run_until_complete(KafkaClient.connect(broker.bootstrap, request_timeout=5))
+        self.port = broker.port
+
+    def check(self) -> None:
+        cls = self.client.request_type(3)
+        response = self.loop.run_until_complete(
+            self.client.send(_make(cls, topics=None, allow_auto_topic_creation=False))
+        )
+        assert [(b.host, b.port) for b in response.brokers] == [("127.0.0.1", self.port)]
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.client.close())
+        self.loop.close()
+
+
+def _connect(broker: BrokerProcess) -> socket.socket:
+    sock = socket.create_connection((broker.host, broker.port), timeout=5)
+    return sock
+
+
+def _closed_by_broker(sock: socket.socket, timeout: float = 5.0) -> bool:
+    """True when the broker closes the connection (EOF or reset) without sending anything."""
+    sock.settimeout(timeout)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def _frame(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload
+
+
+def _header(api_key: int, version: int, correlation_id: int, flexible: bool) -> bytes:
+    header_type = RequestHeaderV2 if flexible else RequestHeaderV1
+    buffer = io.BytesIO()
+    entity_writer(header_type)(
+        buffer,
+        header_type(
+            request_api_key=api_key, request_api_version=version, correlation_id=correlation_id, client_id="t"
+        ),
+    )
+    return buffer.getvalue()
+
+
+def _encode(entity: object) -> bytes:
+    buffer = io.BytesIO()
+    entity_writer(type(entity))(buffer, entity)
+    return buffer.getvalue()
+
+
+def _read_exactly(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise AssertionError(f"connection closed after {len(data)} of {size} bytes")
+        data += chunk
+    return data
+
+
+def _read_response(sock: socket.socket, flexible: bool = False) -> tuple[int, bytes]:
+    """(correlation id, body) of the next response; skips the v1 header's tagged fields."""
+    (size,) = struct.unpack(">i", _read_exactly(sock, 4))
+    frame = _read_exactly(sock, size)
+    (correlation_id,) = struct.unpack_from(">i", frame)
+    offset = 4
+    if flexible:
+        assert frame[4] == 0, "a response header with tagged fields"
+        offset = 5
+    return correlation_id, frame[offset:]
+
+
+def _nested(payload_type: type, name: str) -> type:
+    import sys
+
+    return getattr(sys.modules[payload_type.__module__], name)
+
+
+def _make(entity_type: type, **values: object) -> object:
+    """Build a kio entity from the values its version has; others fall back to schema defaults."""
+    import dataclasses
+
+    names = {f.name: f for f in dataclasses.fields(entity_type)}
+    kwargs = {k: v for k, v in values.items() if k in names}
+    for name, f in names.items():
+        if name not in kwargs and f.default is dataclasses.MISSING:
+            kwargs[name] = False if f.metadata.get("kafka_type") == "bool" else None
+    return entity_type(**kwargs)
+
+
+def _minimal_request(api_key: int, version: int) -> bytes:
+    return _encode(_default_request(api_key, version))
+
+
+def _default_request(api_key: int, version: int) -> object:
+    """A well-formed request with empty lists and zero values, from the kio schema."""
+    from kcli.broker.apis import default_entity
+
+    return default_entity(request_type(api_key, version), ErrorCode.none, None)
+
+
+def _cluster_id_of(process: BrokerProcess) -> str:
+    async def run() -> str:
+        async with await KafkaClient.connect(process.bootstrap) as client:
+            cls = request_type(60, 0)
+            return (await client.send(cls(include_cluster_authorized_operations=False))).cluster_id
+
+    return asyncio.run(run())
+
+
+def _run_kcli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*KCLI, *args], cwd=cwd, env=kcli_env(), capture_output=True, text=True, timeout=30)
+
+
+def _error_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
+    return result.stderr.strip().splitlines()

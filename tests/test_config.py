@@ -1,0 +1,276 @@
+"""kcli.config: Kafka's property names, defaults, derived values and one-sentence errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kcli.config import (
+    BROKER_CONFIGS,
+    KCLI_DEFAULTS,
+    TOPIC_CONFIG_SYNONYMS,
+    TOPIC_CONFIGS,
+    BrokerConfig,
+    ConfigError,
+    Listener,
+    is_valid_topic_name,
+    parse_listeners,
+    parse_override,
+    parse_properties,
+)
+from kcli.errors import KcliError
+
+# Apache Kafka's config/kraft/server.properties (trunk), comments dropped.
+KAFKA_KRAFT_SERVER_PROPERTIES = """\
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@localhost:9093
+listeners=PLAINTEXT://:9092,CONTROLLER://:9093
+inter.broker.listener.name=PLAINTEXT
+advertised.listeners=PLAINTEXT://localhost:9092,CONTROLLER://localhost:9093
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL
+num.network.threads=3
+num.io.threads=8
+socket.send.buffer.bytes=102400
+socket.receive.buffer.bytes=102400
+socket.request.max.bytes=104857600
+log.dirs=/tmp/kraft-combined-logs
+num.partitions=1
+num.recovery.threads.per.data.dir=1
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+log.retention.hours=168
+log.segment.bytes=1073741824
+log.retention.check.interval.ms=300000
+"""
+
+
+def test_defaults_are_kafkas_with_kclis_single_node_changes() -> None:
+    config = BrokerConfig()
+    assert config.node_id == 1
+    assert config.listener == Listener("PLAINTEXT", "127.0.0.1", 9092)
+    assert config.advertised_listener() == Listener("PLAINTEXT", "127.0.0.1", 9092)
+    assert config.log_dirs == ["./kcli-data"]
+    assert config["num.partitions"] == 1
+    assert config["default.replication.factor"] == 1
+    assert config["auto.create.topics.enable"] is True
+    assert config["message.max.bytes"] == 1048588
+    assert config["socket.request.max.bytes"] == 104857600
+    assert config["log.segment.bytes"] == 1073741824
+    assert config["log.index.interval.bytes"] == 4096
+    assert config["log.index.size.max.bytes"] == 10485760
+    assert config["log.retention.bytes"] == -1
+    assert config["log.retention.check.interval.ms"] == 300000
+    assert config["log.flush.interval.messages"] == 2**63 - 1
+    assert config["offsets.topic.num.partitions"] == 50
+    assert config["offsets.topic.replication.factor"] == 1  # Kafka: 3, which one node cannot satisfy
+    assert config["transaction.state.log.num.partitions"] == 50
+    assert config["group.initial.rebalance.delay.ms"] == 3000
+    assert config["unclean.leader.election.enable"] is False
+    assert config["min.insync.replicas"] == 1
+    assert config.log_retention_ms == 7 * 24 * 3600 * 1000
+    assert config.log_roll_ms == 7 * 24 * 3600 * 1000
+    assert config.log_flush_interval_ms == 2**63 - 1
+    assert not config.is_set("num.partitions")
+    assert BROKER_CONFIGS["node.id"].default == -1 and KCLI_DEFAULTS["node.id"] == 1
+
+
+def test_kafkas_own_server_properties_loads(tmp_path: Path) -> None:
+    path = tmp_path / "server.properties"
+    path.write_text("# Kafka's sample\n" + KAFKA_KRAFT_SERVER_PROPERTIES)
+    config = BrokerConfig.load(config_file=path)
+    assert config.listener == Listener("PLAINTEXT", "", 9092)  # CONTROLLER is skipped
+    assert config.advertised_listener(bound_port=9092) == Listener("PLAINTEXT", "localhost", 9092)
+    assert config.log_dirs == ["/tmp/kraft-combined-logs"]
+    assert "controller.quorum.voters" in config.ignored_keys()
+    assert "num.partitions" not in config.ignored_keys()
+
+
+def test_layers_file_then_flags_then_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "server.properties"
+    path.write_text("num.partitions=3\nlog.dirs=/from/file\nlisteners=PLAINTEXT://127.0.0.1:9999\n")
+    config = BrokerConfig.load(
+        config_file=path,
+        settings={"log.dirs": "/from/flag", "listeners": "PLAINTEXT://127.0.0.1:0"},
+        overrides=["num.partitions=5", "log.retention.minutes=2"],
+    )
+    assert config["num.partitions"] == 5
+    assert config.log_dirs == ["/from/flag"]
+    assert config.listener.port == 0
+    assert config.advertised_listener(bound_port=41234).port == 41234
+    assert config.log_retention_ms == 120_000
+
+
+def test_retention_precedence_and_unlimited() -> None:
+    assert BrokerConfig({"log.retention.hours": "1"}).log_retention_ms == 3_600_000
+    both = BrokerConfig({"log.retention.hours": "1", "log.retention.minutes": "5", "log.retention.ms": "7"})
+    assert both.log_retention_ms == 7
+    assert BrokerConfig({"log.retention.ms": "-5"}).log_retention_ms == -1
+    assert BrokerConfig({"log.roll.hours": "2"}).log_roll_ms == 7_200_000
+    assert BrokerConfig({"log.flush.scheduler.interval.ms": "100"}).log_flush_interval_ms == 100
+    assert BrokerConfig({"log.dir": "/one"}).log_dirs == ["/one"]
+    assert BrokerConfig({"log.dir": "/one", "log.dirs": "/a, /b"}).log_dirs == ["/a", "/b"]
+
+
+def test_topic_defaults_come_from_broker_synonyms() -> None:
+    config = BrokerConfig(
+        {
+            "log.segment.bytes": "1048576",
+            "log.retention.minutes": "10",
+            "log.roll.hours": "1",
+            "message.max.bytes": "2000000",
+            "log.cleanup.policy": "compact,delete",
+            "log.index.interval.bytes": "100",
+            "min.insync.replicas": "2",
+        }
+    )
+    defaults = config.topic_defaults()
+    assert set(defaults) == set(TOPIC_CONFIGS)
+    assert defaults["segment.bytes"] == 1048576
+    assert defaults["retention.ms"] == 600_000
+    assert defaults["segment.ms"] == 3_600_000
+    assert defaults["max.message.bytes"] == 2_000_000
+    assert defaults["cleanup.policy"] == ["compact", "delete"]
+    assert defaults["index.interval.bytes"] == 100
+    assert defaults["min.insync.replicas"] == 2
+    assert defaults["retention.bytes"] == -1
+    topic = config.topic_config({"retention.ms": "1000", "cleanup.policy": "compact"})
+    assert topic["retention.ms"] == 1000 and topic["cleanup.policy"] == ["compact"]
+    assert topic["segment.bytes"] == 1048576
+    for name, synonyms in TOPIC_CONFIG_SYNONYMS.items():
+        assert name in TOPIC_CONFIGS
+        assert all(s.name in BROKER_CONFIGS for s in synonyms), name
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"num.partition": "3"}, "unknown configuration key 'num.partition'; did you mean 'num.partitions'?"),
+        ({"zzz.qqq": "3"}, "unknown configuration key 'zzz.qqq'."),
+        (
+            {"num.partitions": "0"},
+            "invalid value '0' for configuration num.partitions: value must be at least 1.",
+        ),
+        (
+            {"num.partitions": "many"},
+            "invalid value 'many' for configuration num.partitions: expected an integer.",
+        ),
+        (
+            {"num.partitions": "4294967296"},
+            "invalid value '4294967296' for configuration num.partitions: out of range for a 32-bit integer.",
+        ),
+        (
+            {"auto.create.topics.enable": "yes"},
+            "invalid value 'yes' for configuration auto.create.topics.enable: expected true or false.",
+        ),
+        (
+            {"log.cleanup.policy": "shred"},
+            "invalid value 'shred' for configuration log.cleanup.policy: 'shred' is not one of compact, delete.",
+        ),
+        (
+            {"listeners": "PLAINTEXT://127.0.0.1:70000"},
+            "invalid value 'PLAINTEXT://127.0.0.1:70000' for configuration listeners: "
+            "port 70000 in 'PLAINTEXT://127.0.0.1:70000' is not between 0 and 65535.",
+        ),
+        (
+            {"listeners": "SSL://:9093"},
+            "listener SSL://:9093 uses security protocol SSL; kcli serves PLAINTEXT only.",
+        ),
+        (
+            {"listeners": "INTERNAL://:9093"},
+            "listener name INTERNAL has no entry in listener.security.protocol.map.",
+        ),
+        ({"log.retention.ms": "0"}, "log.retention.ms must be unlimited (-1) or, equal or greater than 1."),
+        ({"node.id": "2", "broker.id": "3"}, "broker.id 3 must match node.id 2 when both are set."),
+    ],
+)
+def test_bad_settings_are_one_sentence(settings: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        BrokerConfig(settings)
+    assert str(info.value) == message
+    assert info.value.exit_code == 2 and isinstance(info.value, KcliError)
+
+
+def test_bad_file_and_overrides_say_where(tmp_path: Path) -> None:
+    path = tmp_path / "server.properties"
+    path.write_text("log.segment.byte=100\n")
+    with pytest.raises(
+        ConfigError,
+        match=rf"^unknown configuration key 'log.segment.byte' in {path}; did you mean 'log.segment.bytes'\?$",
+    ):
+        BrokerConfig.load(config_file=path)
+    with pytest.raises(
+        ConfigError, match=r"^cannot read config file .*missing: no such file or directory\.$"
+    ):
+        BrokerConfig.load(config_file=tmp_path / "missing")
+    path.write_bytes(b"num.partitions=\xff\xfe\n")
+    with pytest.raises(ConfigError, match=r"it is not UTF-8 text\.$"):
+        BrokerConfig.load(config_file=path)
+    path.write_text("num.partitions=\\u12\n")
+    with pytest.raises(ConfigError, match=r"Malformed \\uxxxx encoding"):
+        BrokerConfig.load(config_file=path)
+    with pytest.raises(
+        ConfigError, match=r"^unknown configuration key 'num.partitons' in --override; did you mean"
+    ):
+        BrokerConfig.load(overrides=["num.partitons=3"])
+    with pytest.raises(ConfigError, match=r"^override 'num.partitions' is not of the form key=value\.$"):
+        BrokerConfig.load(overrides=["num.partitions"])
+
+
+def test_topic_config_validation() -> None:
+    config = BrokerConfig()
+    with pytest.raises(
+        ConfigError, match=r"^unknown topic configuration key 'retention.mss'; did you mean 'retention.ms'\?$"
+    ):
+        config.topic_config({"retention.mss": "1"})
+    with pytest.raises(ConfigError, match=r"value must be at least -1\.$"):
+        config.topic_config({"retention.ms": "-2"})
+    with pytest.raises(ConfigError, match=r"value must be between 0 and 1\.$"):
+        config.topic_config({"min.cleanable.dirty.ratio": "1.5"})
+    with pytest.raises(ConfigError, match=r"value must be between 1 and 9 or equal to -1\.$"):
+        config.topic_config({"compression.gzip.level": "0"})
+    assert config.topic_config({"compression.type": "zstd"})["compression.type"] == "zstd"
+
+
+def test_java_properties_syntax() -> None:
+    text = "a=b\\\n   c\nk\\:x : v\n# comment\n! comment\nkey value with spaces\nu=\\u00e9\\tz\nempty\n  spaced = 1\n"
+    assert parse_properties(text) == {
+        "a": "bc",
+        "k:x": "v",
+        "key": "value with spaces",
+        "u": "é\tz",
+        "empty": "",
+        "spaced": "1",
+    }
+    assert (
+        BrokerConfig(parse_properties("num.partitions = 7  \n"))["num.partitions"] == 7
+    )  # Kafka trims values
+
+
+def test_listeners_and_overrides_parse() -> None:
+    assert parse_listeners("plaintext://[::1]:9092, CONTROLLER://:9093") == [
+        Listener("PLAINTEXT", "::1", 9092),
+        Listener("CONTROLLER", "", 9093),
+    ]
+    assert str(Listener("PLAINTEXT", "::1", 9092)) == "PLAINTEXT://[::1]:9092"
+    assert parse_override(" log.dirs = /a,/b ") == ("log.dirs", "/a,/b")
+    assert parse_override("client.id=a=b") == ("client.id", "a=b")
+
+
+def test_topic_name_rules_match_kafka() -> None:
+    assert is_valid_topic_name("orders.v2_eu-1")
+    assert is_valid_topic_name("a" * 249)
+    for bad in ("", ".", "..", "a" * 250, "white space", "slash/", "ünicode"):
+        assert not is_valid_topic_name(bad), bad
+
+
+@given(st.integers(min_value=1, max_value=2**31 - 1), st.sampled_from(["num.partitions", "log.roll.hours"]))
+def test_integers_round_trip_through_text(value: int, key: str) -> None:
+    assert BrokerConfig({key: f"  {value} "})[key] == value
