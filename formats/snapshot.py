@@ -13,8 +13,7 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import crc32c
-
+from formats._native import crc32c
 from formats.errors import CorruptSnapshotError
 
 __all__ = [
@@ -90,7 +89,7 @@ def read_snapshot(data: bytes | bytearray | memoryview) -> list[ProducerSnapshot
             f"{count} entries need {count * SNAPSHOT_ENTRY_SIZE} bytes but only {remaining} bytes remain"
         )
 
-    computed_crc = crc32c.crc32c(view[_ENTRIES_OFFSET:])
+    computed_crc = crc32c(view[_ENTRIES_OFFSET:])
     if stored_crc != computed_crc:
         raise CorruptSnapshotError(
             f"Snapshot is corrupt (CRC is no longer valid). Stored crc: {stored_crc}. "
@@ -122,7 +121,7 @@ def write_snapshot(entries: Iterable[ProducerSnapshotEntry]) -> bytes:
         count += 1
     struct.pack_into(">h", body, 0, SNAPSHOT_VERSION)
     struct.pack_into(">i", body, _ENTRIES_OFFSET, count)
-    struct.pack_into(">I", body, _CRC_OFFSET, crc32c.crc32c(memoryview(body)[_ENTRIES_OFFSET:]))
+    struct.pack_into(">I", body, _CRC_OFFSET, crc32c(memoryview(body)[_ENTRIES_OFFSET:]))
     return bytes(body)
 
 

@@ -16,14 +16,17 @@ from pathlib import Path
 
 import orjson
 
-from formats import checkpoints, internal, snapshot
+from formats import _native, checkpoints, snapshot
+from formats.compression import Codec, decompress
 from formats.errors import FormatError
 from formats.index import OffsetIndex, TimeIndex, format_aborted_txn, read_txn_index
 from formats.records import (
     DEFAULT_MAX_UNCOMPRESSED,
+    RECORD_BATCH_OVERHEAD,
     Batch,
     ControlType,
     RecordBatch,
+    TimestampType,
     control_type,
     end_txn_marker,
 )
@@ -292,12 +295,27 @@ class Dumper:
         out.append(orjson.dumps(_batch_object(batch, position)))
         if not self.options.deep:
             return
-        records = self._records(batch, view, position, out, path)
-        self._continuity(records, last, path)
         opts = self.options
         if batch.magic >= 2 and not batch.is_control and opts.internal_decoder is None and self._fast_json:
-            out += _json_record_lines(records, batch.base_offset, batch.base_sequence, *self._fast_json)
-            return
+            max_size = max(opts.max_message_size, DEFAULT_MAX_UNCOMPRESSED)
+            try:
+                lines = _json_record_lines(batch, view, max_size, opts.key_decoder, opts.value_decoder)
+            except FormatError:
+                pass  # the path below reads the batch again and reports the error as every decoder does
+            else:
+                if lines:
+                    out.append(memoryview(lines)[:-1])  # _flush joins with newlines: no copy to drop the last
+                    # Record offsets for the continuity check: the first and last line start with them;
+                    # a batch with holes (or a gap before it) is decoded for the per-record pairs.
+                    first = int(lines[26 : lines.index(b",", 26)])
+                    at = lines.rfind(b"\n", 0, -1) + 1 + 26
+                    final = int(lines[at : lines.index(b",", at)])
+                    if final - first + 1 != batch.records_count or last[0] not in (-1, first - 1):
+                        self._continuity(batch.records(view, max_size), last, path)
+                    last[0] = final
+                return
+        records = self._records(batch, view, position, out, path)
+        self._continuity(records, last, path)
         v2 = batch.magic >= 2
         for record in records:
             obj = {"type": "record", "offset": record.offset, "timestamp": record.timestamp}
@@ -362,6 +380,8 @@ class Dumper:
 
     def _decode(self, record) -> tuple[str | None, str | None]:
         decoder = self.options.internal_decoder
+        if decoder is not None:
+            from formats import internal  # 43 schema tables: built only when a decoder is asked for
         if decoder == "offsets":
             return internal.dump_offsets_record(record.key, record.value, record.offset)
         if decoder == "transaction-log":
@@ -510,49 +530,30 @@ def _b(value: bool | None) -> str:
     return "true" if value else "false"
 
 
+_NATIVE_TEXT_MODES = {"string": 0, "hex": 1, "base64": 2}
+
+
 def _json_record_lines(
-    records: list, base_offset: int, base_sequence: int, key_text: Callable, value_text: Callable
-) -> list[bytes]:
-    """JSON lines for the records of a v2 data batch: the hot loop of `--deep-iteration --output json`."""
-    dumps = orjson.dumps
-    lines = []
-    append = lines.append
-    if key_text is _utf8 and value_text is _utf8:  # the default: inline the decode, no call per field
-        for offset, timestamp, key, value, headers in records:
-            append(
-                b'{"type":"record","offset":%d,"timestamp":%d,"sequence":%d,"keySize":%d,"valueSize":%d,'
-                b'"key":%b,"value":%b,"headers":%b}'
-                % (
-                    offset,
-                    timestamp,
-                    -1 if base_sequence < 0 else (base_sequence + offset - base_offset) % 2147483648,
-                    -1 if key is None else len(key),
-                    -1 if value is None else len(value),
-                    b"null" if key is None else dumps(key.decode("utf-8", "replace")),
-                    b"null" if value is None else dumps(value.decode("utf-8", "replace")),
-                    dumps([[k, None if v is None else v.decode("utf-8", "replace")] for k, v in headers])
-                    if headers
-                    else b"[]",
-                )
-            )
-        return lines
-    for offset, timestamp, key, value, headers in records:
-        sequence = -1 if base_sequence < 0 else (base_sequence + offset - base_offset) % 2147483648
-        append(
-            b'{"type":"record","offset":%d,"timestamp":%d,"sequence":%d,"keySize":%d,"valueSize":%d,'
-            b'"key":%b,"value":%b,"headers":%b}'
-            % (
-                offset,
-                timestamp,
-                sequence,
-                -1 if key is None else len(key),
-                -1 if value is None else len(value),
-                b"null" if key is None else dumps(key_text(key)),
-                b"null" if value is None else dumps(value_text(value)),
-                dumps([[k, None if v is None else value_text(v)] for k, v in headers]) if headers else b"[]",
-            )
-        )
-    return lines
+    batch: RecordBatch, view: memoryview, max_size: int, key_decoder: str, value_decoder: str
+) -> bytes:
+    """The JSON lines, each ending in a newline, for the records of a v2 data batch: the hot loop of
+    `--deep-iteration --output json`, rendered in C from the record bytes with no object per record.
+    Raises FormatError for bad bytes, as `RecordBatch.records` does."""
+    data = view[batch.position + RECORD_BATCH_OVERHEAD : batch.position + batch.size]
+    codec = batch.compression
+    if codec is not Codec.NONE:
+        data = decompress(codec, data, magic=2, max_size=max_size)
+    log_append_time = batch.max_timestamp if batch.timestamp_type is TimestampType.LOG_APPEND_TIME else -1
+    return _native.json_records(
+        data,
+        batch.records_count,
+        batch.base_offset,
+        batch.base_timestamp,
+        log_append_time,
+        batch.base_sequence,
+        _NATIVE_TEXT_MODES[key_decoder],
+        _NATIVE_TEXT_MODES[value_decoder],
+    )
 
 
 def _batch_object(batch: Batch, position: int) -> dict:

@@ -9,8 +9,6 @@ import typer
 
 from kcli.cli.main import app
 from kcli.errors import KcliError
-from kcli.output import progress_for
-from ops.dump import Dumper, DumpOptions
 
 
 class Output(StrEnum):
@@ -78,6 +76,9 @@ def dump_segment(
     ),
 ) -> None:
     """Dump Kafka's on-disk files the way kafka-dump-log.sh does; --output json for machines."""
+    from kcli.output import progress_for
+    from ops.dump import Dumper, DumpOptions
+
     paths = list(files or []) + [Path(p) for p in (files_csv or "").split(",") if p]
     if not paths:
         raise KcliError("give at least one file to dump (positional FILE... or --files a,b).")

@@ -3,6 +3,7 @@
 import os
 import sys
 
+import click
 import typer
 
 from formats.errors import FormatError
@@ -51,9 +52,9 @@ def main() -> None:
         code = exc.exit_code if isinstance(exc, KcliError) else 2
         print(f"kcli: {_sentence(exc)}", file=sys.stderr)
         sys.exit(code)
-    except typer.Abort:
+    except click.exceptions.Abort:
         sys.exit(130)
-    except typer.TyperException as exc:  # usage errors: click's message and exit code 2
+    except click.exceptions.ClickException as exc:  # usage errors: click's message and exit code 2
         exc.show()
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:

@@ -9,8 +9,6 @@ import typer
 
 from kcli.cli.main import app
 from kcli.errors import KcliError
-from kcli.output import progress_for
-from ops.verify import Finding, NotKafkaPath, Verifier, VerifyOptions, resolve
 
 
 class Output(StrEnum):
@@ -41,6 +39,9 @@ def verify(
 
     Exit 0 when clean (warnings alone included), 1 when errors were found, 2 for a usage error.
     """
+    from kcli.output import progress_for
+    from ops.verify import Finding, NotKafkaPath, Verifier, VerifyOptions, resolve
+
     if not paths:
         raise KcliError("give at least one segment, partition directory or log directory to verify.")
     try:
