@@ -8,6 +8,9 @@ client, and raw sockets for what no client would send.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
+import datetime
 import io
 import json
 import os
@@ -17,6 +20,7 @@ import socket
 import struct
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -26,8 +30,13 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 
-from kcli.broker.apis import kio_versions, request_type, response_type
-from kcli.client import KafkaClient
+from kcli.broker.apis import ApiRegistry, ApiSpec, kio_versions, request_type, response_type
+from kcli.broker.apis import api_versions as api_versions_module
+from kcli.broker.apis import metadata as metadata_module
+from kcli.broker.apis.context import FileRegion, FramedResponse, PartitionInfo, TopicInfo
+from kcli.broker.server import Broker
+from kcli.client import ClientError, KafkaClient
+from kcli.config import BrokerConfig
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -513,3 +522,222 @@ def _run_kcli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def _error_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
     return result.stderr.strip().splitlines()
+
+
+# ---------------------------------------------------------------------------------------------------
+# In-process broker: the plug-in points (metadata image, auto-creation hook, zero-copy responses,
+# handler failures) and graceful shutdown, over real sockets with kcli's client
+# ---------------------------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def _in_process_broker(tmp_path: Path, registry: ApiRegistry | None = None):
+    config = BrokerConfig({"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path / "data")})
+    broker = Broker(config, registry=registry)
+    host, port = await broker.start()
+    try:
+        yield broker, f"{host}:{port}"
+    finally:
+        await broker.shutdown(grace=5)
+
+
+def test_metadata_reads_the_image_and_auto_creates_through_the_hook(tmp_path: Path) -> None:
+    orders = TopicInfo(
+        "orders", uuid.uuid4(), (PartitionInfo(0, 1, 5, (1,), (1,)), PartitionInfo(1, 1, 5, (1,), (1,)))
+    )
+
+    async def run() -> None:
+        async with _in_process_broker(tmp_path) as (broker, bootstrap):
+            state = broker.state
+            state.image = dataclasses.replace(state.image, topics_by_name={"orders": orders})
+            created: list[str] = []
+
+            async def auto_create(names):
+                created.extend(names)
+                topics = dict(state.image.topics_by_name)
+                for name in names:
+                    topics[name] = TopicInfo(name, uuid.uuid4(), (PartitionInfo(0, 1, 0, (1,), (1,)),))
+                state.image = dataclasses.replace(state.image, topics_by_name=topics)
+                return {name: ErrorCode.none for name in names}
+
+            state.auto_create_topics = auto_create
+            async with await KafkaClient.connect(bootstrap) as client:
+                cls = request_type(3, 12)
+                topic_cls = _nested(cls, "MetadataRequestTopic")
+
+                def ask(*names: str, auto: bool = True, ops: bool = False, ids: tuple = ()) -> object:
+                    topics = tuple(topic_cls(name=n, topic_id=None) for n in names)
+                    topics += tuple(topic_cls(name=None, topic_id=i) for i in ids)
+                    return cls(
+                        topics=topics, allow_auto_topic_creation=auto, include_topic_authorized_operations=ops
+                    )
+
+                response = await client.send(ask("orders", "fresh"))
+                assert created == ["fresh"]
+                by_name = {t.name: t for t in response.topics}
+                assert by_name["orders"].error_code == ErrorCode.none
+                assert by_name["orders"].topic_id == orders.topic_id
+                assert [
+                    (p.partition_index, p.leader_id, p.leader_epoch, p.isr_nodes)
+                    for p in by_name["orders"].partitions
+                ] == [
+                    (0, 1, 5, (1,)),
+                    (1, 1, 5, (1,)),
+                ]
+                assert by_name["fresh"].error_code == ErrorCode.none and len(by_name["fresh"].partitions) == 1
+
+                response = await client.send(ask("later", auto=False))
+                assert [(t.name, t.error_code) for t in response.topics] == [
+                    ("later", ErrorCode.unknown_topic_or_partition)
+                ]
+                assert created == ["fresh"]
+
+                response = await client.send(ask("__consumer_offsets", auto=False))
+                assert response.topics[0].is_internal
+
+                response = await client.send(ask(ids=(orders.topic_id, uuid.UUID(int=7)), ops=True))
+                assert [(t.name, t.error_code) for t in response.topics] == [
+                    ("orders", ErrorCode.none),
+                    (None, ErrorCode.unknown_topic_id),
+                ]
+                assert response.topics[0].topic_authorized_operations == sum(
+                    1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11)
+                )
+
+                everything = await client.send(
+                    cls(
+                        topics=None,
+                        allow_auto_topic_creation=False,
+                        include_topic_authorized_operations=False,
+                    )
+                )
+                assert sorted(t.name for t in everything.topics) == ["fresh", "orders"]
+
+    asyncio.run(run())
+
+
+def test_framed_responses_send_file_regions_with_sendfile(tmp_path: Path) -> None:
+    """The zero-copy path Fetch will use: kio-encoded parts around records sent from a file."""
+    segment = tmp_path / "00000000000000000000.log"
+    payload = bytes(range(256)) * 300
+    segment.write_bytes(payload)
+    first, second = payload[100:5100], payload[20000:70000]
+    fetch_response = response_type(1, 4)
+    topic_cls, partition_cls = (
+        _nested(fetch_response, "FetchableTopicResponse"),
+        _nested(fetch_response, "PartitionData"),
+    )
+    expected = fetch_response(
+        throttle_time=datetime.timedelta(0),
+        responses=(
+            topic_cls(
+                topic="t",
+                partitions=tuple(
+                    partition_cls(
+                        partition_index=i,
+                        error_code=ErrorCode.none,
+                        high_watermark=10,
+                        last_stable_offset=10,
+                        aborted_transactions=(),
+                        records=records,
+                    )
+                    for i, records in enumerate((first, second))
+                ),
+            ),
+        ),
+    )
+    body = _encode(expected)
+    start_1, start_2 = body.index(first), body.index(second)
+
+    async def handle_fetch(ctx, request):
+        handle = open(segment, "rb")  # noqa: SIM115 - closed after the response is sent
+        ctx_files.append(handle)
+        return FramedResponse(
+            fetch_response,
+            (
+                body[:start_1],
+                FileRegion(handle, 100, len(first)),
+                body[start_1 + len(first) : start_2],
+                FileRegion(handle, 20000, len(second)),
+                body[start_2 + len(second) :],
+            ),
+        )
+
+    ctx_files: list = []
+    registry = ApiRegistry([*api_versions_module.APIS, ApiSpec(1, 4, 4, handle_fetch)])
+
+    async def run() -> None:
+        async with _in_process_broker(tmp_path, registry) as (_, bootstrap):
+            async with await KafkaClient.connect(bootstrap) as client:
+                assert client.broker_versions[1] == (4, 4)
+                fetch = client.request_type(1)
+                request = fetch(max_wait=datetime.timedelta(0), min_bytes=1, topics=())
+                responses = await asyncio.gather(*[client.send(request) for _ in range(5)])
+                assert all(r == expected for r in responses)
+
+    try:
+        asyncio.run(run())
+    finally:
+        for handle in ctx_files:
+            handle.close()
+
+
+def test_a_failing_handler_answers_unknown_server_error_and_keeps_serving(tmp_path: Path) -> None:
+    calls = []
+
+    async def broken(ctx, request):
+        calls.append(ctx.correlation_id)
+        raise RuntimeError("a bug in a handler")
+
+    registry = ApiRegistry([*api_versions_module.APIS, ApiSpec(60, 0, 2, broken)])
+
+    async def run() -> None:
+        async with _in_process_broker(tmp_path, registry) as (_, bootstrap):
+            async with await KafkaClient.connect(bootstrap) as client:
+                cls = client.request_type(60)
+                for _ in range(2):
+                    response = await client.send(
+                        cls(include_cluster_authorized_operations=False, include_fenced_brokers=False)
+                    )
+                    assert response.error_code == ErrorCode.unknown_server_error
+                assert len(calls) == 2
+
+    asyncio.run(run())
+
+
+def test_shutdown_answers_the_request_in_flight_then_closes(tmp_path: Path) -> None:
+    async def slow_metadata(ctx, request):
+        await asyncio.sleep(0.3)
+        return await metadata_module.handle_metadata(ctx, request)
+
+    registry = ApiRegistry([*api_versions_module.APIS, ApiSpec(3, 0, 13, slow_metadata)])
+
+    async def run() -> None:
+        async with _in_process_broker(tmp_path, registry) as (broker, bootstrap):
+            client = await KafkaClient.connect(bootstrap)
+            idle = await KafkaClient.connect(bootstrap)
+            cls = client.request_type(3)
+            in_flight = asyncio.ensure_future(
+                client.send(_make(cls, topics=None, allow_auto_topic_creation=False))
+            )
+            await asyncio.sleep(0.05)
+            started = time.monotonic()
+            await broker.shutdown(grace=5)
+            assert time.monotonic() - started < 2
+            response = await in_flight
+            assert response.brokers[0].node_id == 1
+            for closed in (client, idle):
+                with pytest.raises(ClientError, match="closed by the broker"):
+                    await closed.send(_make(cls, topics=None, allow_auto_topic_creation=False))
+                await closed.close()
+            with pytest.raises(ClientError, match="cannot connect"):
+                await KafkaClient.connect(bootstrap, connect_timeout=2)
+
+    asyncio.run(run())
+
+
+def test_idle_connections_are_closed_after_connections_max_idle_ms(broker_factory) -> None:
+    process = broker_factory(overrides=["connections.max.idle.ms=300"])
+    with _connect(process) as idle:
+        assert _closed_by_broker(idle, timeout=5)
+    assert "idle for more than" in process.log()

@@ -52,6 +52,8 @@ from kcli.broker.apis.context import (
     BrokerInfo,
     BrokerState,
     ConnectionInfo,
+    FileRegion,
+    FramedResponse,
     RequestContext,
     SingleNodeImage,
     new_cluster_id,
@@ -217,12 +219,14 @@ class Broker:
             conn.busy = True
             conn.last_active = loop.time()
             response = await self._handle_frame(conn, frame)
-            if response is not None:
+            if isinstance(response, bytes):
                 writer.write(response)
                 await writer.drain()
+            elif response is not None:
+                await _send_framed(writer, response)
             conn.last_active = loop.time()
 
-    async def _handle_frame(self, conn: _Connection, frame: bytes) -> bytes | None:
+    async def _handle_frame(self, conn: _Connection, frame: bytes) -> bytes | _FramedSend | None:
         if len(frame) < 4:
             raise _CloseConnection(f"request header is truncated ({len(frame)} bytes)")
         api_key, api_version = _KEY_VERSION.unpack_from(frame)
@@ -264,6 +268,8 @@ class Broker:
                 response = error_response(api_key, api_version, ErrorCode.unknown_server_error)
         if response is None:
             return None
+        if isinstance(response, FramedResponse):
+            return _FramedSend(header.correlation_id, api_key, response)
         return encode_response(header.correlation_id, api_key, response)
 
     async def _close_idle_connections(self, idle_seconds: float) -> None:
@@ -281,18 +287,22 @@ class Broker:
 
 
 def encode_response(correlation_id: int, api_key: int, response: object) -> bytes:
-    """Frame a response: size, header (v1 with tagged fields for flexible responses, except
-    ApiVersions, whose header is always v0 so that any client can read it), body."""
+    """Frame a response: size, header, body."""
     buffer = io.BytesIO()
     buffer.write(b"\0\0\0\0")
-    buffer.write(_INT32.pack(correlation_id))
-    response_type = type(response)
-    if response_type.__flexible__ and api_key != API_VERSIONS:  # type: ignore[attr-defined]
-        buffer.write(b"\0")
-    entity_writer(response_type)(buffer, response)
+    buffer.write(response_header(correlation_id, api_key, type(response)))
+    entity_writer(type(response))(buffer, response)
     with buffer.getbuffer() as view:
         _INT32.pack_into(view, 0, len(view) - 4)
     return buffer.getvalue()
+
+
+def response_header(correlation_id: int, api_key: int, response_type: type) -> bytes:
+    """Header v1 (correlation id + empty tagged fields) for flexible responses, else v0. ApiVersions
+    always gets v0, so that a client can read it whatever version it asked for."""
+    if response_type.__flexible__ and api_key != API_VERSIONS:  # type: ignore[attr-defined]
+        return _INT32.pack(correlation_id) + b"\0"
+    return _INT32.pack(correlation_id)
 
 
 def prepare_log_dirs(log_dirs: list[str]) -> None:
@@ -381,6 +391,31 @@ _KEY_VERSION = struct.Struct(">hh")
 
 class _CloseConnection(Exception):
     """Input the broker cannot answer; the one connection is closed and the reason logged."""
+
+
+@dataclass(frozen=True, slots=True)
+class _FramedSend:
+    correlation_id: int
+    api_key: int
+    response: FramedResponse
+
+
+async def _send_framed(writer: asyncio.StreamWriter, send: _FramedSend) -> None:
+    """Write size and header, then each part; file regions go out with loop.sendfile (os.sendfile)."""
+    header = response_header(send.correlation_id, send.api_key, send.response.response_type)
+    writer.write(_INT32.pack(len(header) + send.response.size) + header)
+    loop = asyncio.get_running_loop()
+    for part in send.response.parts:
+        if isinstance(part, FileRegion):
+            await writer.drain()
+            sent = await loop.sendfile(writer.transport, part.file, part.offset, part.count)
+            if sent != part.count:
+                raise _CloseConnection(
+                    f"the file ended {part.count - sent} bytes early while sending a response"
+                )
+        else:
+            writer.write(part)
+    await writer.drain()
 
 
 @dataclass(eq=False)

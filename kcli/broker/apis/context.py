@@ -13,7 +13,7 @@ import base64
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -137,6 +137,32 @@ class RequestContext:
     client_id: str
     connection: ConnectionInfo
     state: BrokerState
+
+
+@dataclass(frozen=True, slots=True)
+class FileRegion:
+    """`count` bytes of an open file from `offset`, sent with os.sendfile (no copy through Python)."""
+
+    file: BinaryIO
+    offset: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class FramedResponse:
+    """A response body a handler has already encoded as parts, some of them file regions.
+
+    This is the zero-copy path for Fetch: the handler encodes everything around the record bytes
+    with kio and leaves the records as `FileRegion`s of segment files. `response_type` (the kio
+    response class) tells the server which response header version to write in front.
+    """
+
+    response_type: type
+    parts: tuple[bytes | FileRegion, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(p.count if isinstance(p, FileRegion) else len(p) for p in self.parts)
 
 
 def new_cluster_id() -> str:
