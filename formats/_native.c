@@ -10,6 +10,10 @@
  *       magic-2 batch; stop at the end, at a legacy (v0/v1) unit, at a bad size or a bad magic.
  *   decode_records(data, count, base_offset, base_timestamp, log_append_time) -> list[Record]
  *       Decode the records region of one (decompressed) v2 batch, validating as Kafka does.
+ *   json_records(data, count, base_offset, base_timestamp, log_append_time, base_sequence, key_mode,
+ *                value_mode) -> bytes
+ *       The same records as the JSON lines of `kcli dump-segment --output json`, with decode_records'
+ *       errors; keys and values as text: 0 UTF-8 with replacement, 1 hex, 2 base64.
  *   Record(offset, timestamp, key, value, headers)
  *       Tuple subclass with attribute access, like a named tuple.
  *
@@ -824,50 +828,204 @@ static inline int body_varint(const uint8_t **pp, const uint8_t *end, int32_t *o
     return 0;
 }
 
+/* ---------------------------------------------------------------------------------------------------
+ * The record parser shared by decode_records and json_records: it validates one record and yields
+ * its fields as spans into `data`; each caller then renders the spans its own way (Python objects,
+ * or JSON text), so both raise the same errors for the same bytes.
+ */
+
+/* Bytes inside the batch data; size -1 (and data NULL) for null. */
+typedef struct {
+    const uint8_t *data;
+    int32_t size;
+} span;
+
+typedef struct {
+    int64_t offset, timestamp;
+    span key, value;
+    int32_t header_count;
+    const uint8_t *headers; /* the first header, already validated; walk with parse_header */
+    const uint8_t *end;     /* the end of the record */
+} raw_record;
+
+/* The records region of one batch and what every record's offset and timestamp add to. */
+typedef struct {
+    const uint8_t *p, *end;
+    int64_t count, base_offset, base_timestamp, log_append_time;
+} record_reader;
+
 /* Kafka's Utils.readBytes: a negative length is null; one past the end is a structure error. */
-static inline PyObject *body_bytes(const uint8_t **pp, const uint8_t *end, int32_t length)
+static inline int body_bytes(const uint8_t **pp, const uint8_t *end, int32_t length, span *out)
 {
-    if (length < 0)
-        Py_RETURN_NONE;
+    if (length < 0) {
+        out->data = NULL;
+        out->size = -1;
+        return 0;
+    }
     if (length > end - *pp) {
         raise_corrupt("Found invalid record structure");
-        return NULL;
+        return -1;
     }
-    PyObject *b = PyBytes_FromStringAndSize((const char *)*pp, length);
+    out->data = *pp;
+    out->size = length;
     *pp += length;
-    return b;
+    return 0;
 }
 
-static PyObject *read_headers(const uint8_t **pp, const uint8_t *end, int32_t count)
+/* One header (Kafka's DefaultRecord.readHeaders): a key that may not be null, then a value. */
+static inline int parse_header(const uint8_t **pp, const uint8_t *end, span *key, span *value)
 {
-    PyObject *headers = PyTuple_New(count);
+    int32_t key_size, value_size;
+    if (body_varint(pp, end, &key_size) < 0)
+        return -1;
+    if (key_size < 0) {
+        PyErr_Format(CorruptRecordError, "Invalid negative header key size %d", (int)key_size);
+        return -1;
+    }
+    if (body_bytes(pp, end, key_size, key) < 0 || body_varint(pp, end, &value_size) < 0)
+        return -1;
+    return body_bytes(pp, end, value_size, value);
+}
+
+/* Parse the next record; on error raise CorruptRecordError with Kafka's message and return -1. */
+static int next_record(record_reader *r, raw_record *out)
+{
+    const uint8_t *p = r->p, *end = r->end;
+    uint32_t u;
+    int status = read_uvarint(&p, end, &u);
+    if (status == VARINT_EOF) {
+        raise_corrupt("Incorrect declared batch size, premature EOF reached");
+        return -1;
+    }
+    if (status == VARINT_TOO_LONG) {
+        raise_varint(status, u);
+        return -1;
+    }
+    int32_t size = unzigzag32(u);
+    if (end - p < size) {
+        PyErr_Format(CorruptRecordError,
+                     "Invalid record size: expected %d bytes in record payload, but instead the buffer has "
+                     "only %zd remaining bytes.",
+                     (int)size, (Py_ssize_t)(end - p));
+        return -1;
+    }
+    /* The body: every field is read against the end of the data, as Kafka reads its buffer. */
+    const uint8_t *start = p;
+    int32_t offset_delta, key_size, value_size, header_count;
+    uint64_t ts_raw;
+    if (p >= end) {
+        raise_corrupt("Found invalid record structure");
+        return -1;
+    }
+    p++; /* attributes: no bits defined */
+    if ((status = read_uvarlong(&p, end, &ts_raw)) != VARINT_OK) {
+        raise_varlong(status, ts_raw);
+        return -1;
+    }
+    if (body_varint(&p, end, &offset_delta) < 0 || body_varint(&p, end, &key_size) < 0 ||
+        body_bytes(&p, end, key_size, &out->key) < 0 || body_varint(&p, end, &value_size) < 0 ||
+        body_bytes(&p, end, value_size, &out->value) < 0 || body_varint(&p, end, &header_count) < 0)
+        return -1;
+    if (header_count < 0) {
+        PyErr_Format(CorruptRecordError, "Found invalid number of record headers %d", (int)header_count);
+        return -1;
+    }
+    if (header_count > end - p) {
+        PyErr_Format(CorruptRecordError,
+                     "Found invalid number of record headers. %d is larger than the remaining size of the buffer",
+                     (int)header_count);
+        return -1;
+    }
+    out->header_count = header_count;
+    out->headers = p;
+    for (int32_t i = 0; i < header_count; i++) {
+        span key, value;
+        if (parse_header(&p, end, &key, &value) < 0)
+            return -1;
+    }
+    if (p - start != size) {
+        PyErr_Format(CorruptRecordError,
+                     "Invalid record size: expected to read %d bytes in record payload, but instead read %zd",
+                     (int)size, (Py_ssize_t)(p - start));
+        return -1;
+    }
+    out->end = p;
+    out->timestamp = r->log_append_time != -1
+                         ? r->log_append_time
+                         : as_i64((uint64_t)r->base_timestamp + (uint64_t)unzigzag64(ts_raw));
+    out->offset = as_i64((uint64_t)r->base_offset + (uint64_t)(int64_t)offset_delta);
+    r->p = p;
+    return 0;
+}
+
+/* After the last record: Kafka rejects bytes left over (but reads nothing at all for count 0). */
+static int finish_records(const record_reader *r)
+{
+    if (r->count > 0 && r->p != r->end) {
+        raise_corrupt("Incorrect declared batch size, records still remaining in file");
+        return -1;
+    }
+    return 0;
+}
+
+/* The arguments both functions start with: (data, count, base_offset, base_timestamp,
+ * log_append_time). On success the caller owns `view` and must release it. */
+static int open_records(PyObject *const *args, record_reader *r, Py_buffer *view)
+{
+    if (arg_int64(args[1], "count", &r->count) < 0 || arg_int64(args[2], "base_offset", &r->base_offset) < 0 ||
+        arg_int64(args[3], "base_timestamp", &r->base_timestamp) < 0 ||
+        arg_int64(args[4], "log_append_time", &r->log_append_time) < 0)
+        return -1;
+    if (r->count < 0) {
+        char n[24];
+        snprintf(n, sizeof n, "%lld", (long long)r->count);
+        PyErr_Format(CorruptRecordError, "Found invalid record count %s in magic v2 batch", n);
+        return -1;
+    }
+    if (PyObject_GetBuffer(args[0], view, PyBUF_SIMPLE) < 0)
+        return -1;
+    r->p = view->buf;
+    r->end = r->p + view->len;
+    return 0;
+}
+
+/* Every record takes at least 7 bytes, so no more than this many can be read before an error. */
+static inline Py_ssize_t records_bound(const record_reader *r)
+{
+    Py_ssize_t capacity = (r->end - r->p) / 7 + 1;
+    return r->count < capacity ? (Py_ssize_t)r->count : capacity;
+}
+
+/* ---------------------------------------------------------------------------------------------------
+ * decode_records(data, count, base_offset, base_timestamp, log_append_time)
+ */
+
+static inline PyObject *span_bytes(span s)
+{
+    if (s.size < 0)
+        Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize((const char *)s.data, s.size);
+}
+
+/* The headers of a parsed record as a tuple of (str, bytes | None); keys are UTF-8 with replacement. */
+static PyObject *header_tuple(const raw_record *rec)
+{
+    PyObject *headers = PyTuple_New(rec->header_count);
     if (headers == NULL)
         return NULL;
-    for (int32_t i = 0; i < count; i++) {
-        int32_t key_size, value_size;
-        if (body_varint(pp, end, &key_size) < 0)
+    const uint8_t *p = rec->headers;
+    for (int32_t i = 0; i < rec->header_count; i++) {
+        span key_span, value_span;
+        if (parse_header(&p, rec->end, &key_span, &value_span) < 0) /* validated: cannot fail */
             goto fail;
-        if (key_size < 0) {
-            PyErr_Format(CorruptRecordError, "Invalid negative header key size %d", (int)key_size);
-            goto fail;
-        }
-        if (key_size > end - *pp) {
-            raise_corrupt("Found invalid record structure");
-            goto fail;
-        }
-        PyObject *key = PyUnicode_DecodeUTF8((const char *)*pp, key_size, "replace");
+        PyObject *key = PyUnicode_DecodeUTF8((const char *)key_span.data, key_span.size, "replace");
         if (key == NULL)
             goto fail;
-        *pp += key_size;
-        PyObject *value = NULL;
-        if (body_varint(pp, end, &value_size) < 0 || (value = body_bytes(pp, end, value_size)) == NULL) {
-            Py_DECREF(key);
-            goto fail;
-        }
-        PyObject *pair = PyTuple_New(2);
+        PyObject *value = span_bytes(value_span);
+        PyObject *pair = value == NULL ? NULL : PyTuple_New(2);
         if (pair == NULL) {
             Py_DECREF(key);
-            Py_DECREF(value);
+            Py_XDECREF(value);
             goto fail;
         }
         PyTuple_SET_ITEM(pair, 0, key);
@@ -880,73 +1038,28 @@ fail:
     return NULL;
 }
 
-/* One record starting at *pp (its length varint already read into `size`, body at *pp). */
-static PyObject *read_record(const uint8_t **pp, const uint8_t *end, int32_t size, int64_t base_offset,
-                             int64_t base_timestamp, int64_t log_append_time, PyObject *empty_headers)
+static PyObject *record_object(const raw_record *rec, PyObject *empty_headers)
 {
-    const uint8_t *start = *pp, *p = start;
-    PyObject *key = NULL, *value = NULL, *headers = NULL, *offset_obj = NULL, *timestamp_obj = NULL;
-    int32_t offset_delta, key_size, value_size, header_count;
-    uint64_t ts_raw;
-    int status;
-
-    if (p >= end) {
-        raise_corrupt("Found invalid record structure");
-        return NULL;
-    }
-    p++; /* attributes: no bits defined */
-    if ((status = read_uvarlong(&p, end, &ts_raw)) != VARINT_OK) {
-        raise_varlong(status, ts_raw);
-        return NULL;
-    }
-    if (body_varint(&p, end, &offset_delta) < 0 || body_varint(&p, end, &key_size) < 0)
-        return NULL;
-    if ((key = body_bytes(&p, end, key_size)) == NULL)
-        return NULL;
-    if (body_varint(&p, end, &value_size) < 0 || (value = body_bytes(&p, end, value_size)) == NULL)
+    PyObject *offset = NULL, *timestamp = NULL, *key = NULL, *value = NULL, *headers = NULL;
+    if ((offset = PyLong_FromLongLong(rec->offset)) == NULL ||
+        (timestamp = PyLong_FromLongLong(rec->timestamp)) == NULL || (key = span_bytes(rec->key)) == NULL ||
+        (value = span_bytes(rec->value)) == NULL)
         goto fail;
-    if (body_varint(&p, end, &header_count) < 0)
-        goto fail;
-    if (header_count < 0) {
-        PyErr_Format(CorruptRecordError, "Found invalid number of record headers %d", (int)header_count);
-        goto fail;
-    }
-    if (header_count > end - p) {
-        PyErr_Format(CorruptRecordError,
-                     "Found invalid number of record headers. %d is larger than the remaining size of the buffer",
-                     (int)header_count);
-        goto fail;
-    }
-    if (header_count == 0) {
+    if (rec->header_count == 0) {
         headers = empty_headers;
         Py_INCREF(headers);
-    } else if ((headers = read_headers(&p, end, header_count)) == NULL) {
+    } else if ((headers = header_tuple(rec)) == NULL) {
         goto fail;
     }
-    if (p - start != size) {
-        PyErr_Format(CorruptRecordError,
-                     "Invalid record size: expected to read %d bytes in record payload, but instead read %zd",
-                     (int)size, (Py_ssize_t)(p - start));
-        goto fail;
-    }
-    int64_t timestamp = log_append_time != -1
-                            ? log_append_time
-                            : as_i64((uint64_t)base_timestamp + (uint64_t)unzigzag64(ts_raw));
-    int64_t offset = as_i64((uint64_t)base_offset + (uint64_t)(int64_t)offset_delta);
-    if ((offset_obj = PyLong_FromLongLong(offset)) == NULL ||
-        (timestamp_obj = PyLong_FromLongLong(timestamp)) == NULL)
-        goto fail;
-    PyObject *record = record_alloc(offset_obj, timestamp_obj, key, value, headers);
-    if (record == NULL)
-        goto fail;
-    *pp = p;
-    return record;
+    PyObject *record = record_alloc(offset, timestamp, key, value, headers);
+    if (record != NULL)
+        return record;
 fail:
+    Py_XDECREF(offset);
+    Py_XDECREF(timestamp);
     Py_XDECREF(key);
     Py_XDECREF(value);
     Py_XDECREF(headers);
-    Py_XDECREF(offset_obj);
-    Py_XDECREF(timestamp_obj);
     return NULL;
 }
 
@@ -961,48 +1074,20 @@ static PyObject *native_decode_records(PyObject *module, PyObject *const *args, 
     (void)module;
     if (arg_count(nargs, 5, 5, "decode_records") < 0)
         return NULL;
-    int64_t count, base_offset, base_timestamp, log_append_time;
-    if (arg_int64(args[1], "count", &count) < 0 || arg_int64(args[2], "base_offset", &base_offset) < 0 ||
-        arg_int64(args[3], "base_timestamp", &base_timestamp) < 0 ||
-        arg_int64(args[4], "log_append_time", &log_append_time) < 0)
-        return NULL;
-    if (count < 0) {
-        char n[24];
-        snprintf(n, sizeof n, "%lld", (long long)count);
-        PyErr_Format(CorruptRecordError, "Found invalid record count %s in magic v2 batch", n);
-        return NULL;
-    }
+    record_reader reader;
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+    if (open_records(args, &reader, &view) < 0)
         return NULL;
-    const uint8_t *p = view.buf, *end = p + view.len;
-    /* Every record takes at least 7 bytes, so a larger count fails before the list would fill. */
-    Py_ssize_t capacity = view.len / 7 + 1;
-    Py_ssize_t allocated = count < capacity ? (Py_ssize_t)count : capacity;
+    Py_ssize_t allocated = records_bound(&reader);
     PyObject *records = PyList_New(allocated);
     PyObject *empty_headers = PyTuple_New(0);
     if (records == NULL || empty_headers == NULL)
         goto fail;
-    for (int64_t i = 0; i < count; i++) {
-        uint32_t u;
-        int status = read_uvarint(&p, end, &u);
-        if (status == VARINT_EOF) {
-            raise_corrupt("Incorrect declared batch size, premature EOF reached");
+    for (int64_t i = 0; i < reader.count; i++) {
+        raw_record rec;
+        if (next_record(&reader, &rec) < 0)
             goto fail;
-        }
-        if (status == VARINT_TOO_LONG) {
-            raise_varint(status, u);
-            goto fail;
-        }
-        int32_t size = unzigzag32(u);
-        if (end - p < size) {
-            PyErr_Format(CorruptRecordError,
-                         "Invalid record size: expected %d bytes in record payload, but instead the buffer has "
-                         "only %zd remaining bytes.",
-                         (int)size, (Py_ssize_t)(end - p));
-            goto fail;
-        }
-        PyObject *record = read_record(&p, end, size, base_offset, base_timestamp, log_append_time, empty_headers);
+        PyObject *record = record_object(&rec, empty_headers);
         if (record == NULL)
             goto fail;
         if (i < allocated) {
@@ -1014,10 +1099,8 @@ static PyObject *native_decode_records(PyObject *module, PyObject *const *args, 
                 goto fail;
         }
     }
-    if (count > 0 && p != end) {
-        raise_corrupt("Incorrect declared batch size, records still remaining in file");
+    if (finish_records(&reader) < 0)
         goto fail;
-    }
     Py_DECREF(empty_headers);
     PyBuffer_Release(&view);
     return records;
@@ -1030,6 +1113,345 @@ fail:
 }
 
 /* ---------------------------------------------------------------------------------------------------
+ * json_records(data, count, base_offset, base_timestamp, log_append_time, base_sequence, key_mode,
+ *              value_mode)
+ *
+ * The JSON lines `kcli dump-segment --output json` prints for the records of one v2 data batch,
+ * straight from the record bytes: byte for byte what orjson.dumps makes of
+ *   {"type":"record","offset":..,"timestamp":..,"sequence":..,"keySize":..,"valueSize":..,
+ *    "key":..,"value":..,"headers":[[key,value],..]}
+ * with key and value rendered as text by their mode: 0 UTF-8 (invalid sequences replaced by U+FFFD as
+ * bytes.decode("utf-8", "replace") does), 1 lower-case hex, 2 padded standard base64. Header keys
+ * are always UTF-8 text, header values use value_mode. orjson escapes '"', '\\' and the control
+ * characters below 0x20 (\b \t \n \f \r, else \u00xx) and writes everything else as UTF-8.
+ */
+
+enum { MODE_STRING = 0, MODE_HEX = 1, MODE_BASE64 = 2 };
+
+/* The output: a bytes object grown by doubling and cut to size at the end. */
+typedef struct {
+    PyObject *bytes;
+    char *p, *limit;
+} json_out;
+
+/* Make room for n more bytes; every writer below reserves its worst case first, then writes freely. */
+static int out_reserve(json_out *o, size_t n)
+{
+    if ((size_t)(o->limit - o->p) >= n)
+        return 0;
+    char *start = PyBytes_AS_STRING(o->bytes);
+    size_t used = (size_t)(o->p - start), size = (size_t)(o->limit - start);
+    size_t wanted = size * 2 > used + n ? size * 2 : used + n;
+    if (wanted > (size_t)PY_SSIZE_T_MAX) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (_PyBytes_Resize(&o->bytes, (Py_ssize_t)wanted) < 0)
+        return -1;
+    start = PyBytes_AS_STRING(o->bytes);
+    o->p = start + used;
+    o->limit = start + wanted;
+    return 0;
+}
+
+#define LITERAL(o, s) (memcpy((o), (s), sizeof(s) - 1), (o) + sizeof(s) - 1)
+
+static const char hex_digits[] = "0123456789abcdef";
+
+static char *put_int64(char *o, int64_t v)
+{
+    char digits[20];
+    int n = 0;
+    uint64_t u = v < 0 ? 0u - (uint64_t)v : (uint64_t)v;
+    do {
+        digits[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        *o++ = '-';
+    while (n)
+        *o++ = digits[--n];
+    return o;
+}
+
+/* orjson's escape for each ASCII byte: 0 none, else the character after the backslash ('u' for \u00xx). */
+static const char json_escape[128] = {
+    ['\b'] = 'b', ['\t'] = 't', ['\n'] = 'n', ['\f'] = 'f', ['\r'] = 'r', ['"'] = '"', ['\\'] = '\\',
+    [0x00] = 'u', [0x01] = 'u', [0x02] = 'u', [0x03] = 'u', [0x04] = 'u', [0x05] = 'u', [0x06] = 'u',
+    [0x07] = 'u', [0x0B] = 'u', [0x0E] = 'u', [0x0F] = 'u', [0x10] = 'u', [0x11] = 'u', [0x12] = 'u',
+    [0x13] = 'u', [0x14] = 'u', [0x15] = 'u', [0x16] = 'u', [0x17] = 'u', [0x18] = 'u', [0x19] = 'u',
+    [0x1A] = 'u', [0x1B] = 'u', [0x1C] = 'u', [0x1D] = 'u', [0x1E] = 'u', [0x1F] = 'u',
+};
+
+/* Does any byte of the 8 need attention: a control character, '"', '\\', or a non-ASCII byte? */
+static inline int word_needs_care(uint64_t w)
+{
+    const uint64_t ones = 0x0101010101010101u, highs = 0x8080808080808080u;
+    uint64_t quote = w ^ (ones * '"'), backslash = w ^ (ones * '\\');
+    uint64_t special = ((w - ones * 0x20) | (quote - ones) | (backslash - ones)) & ~w;
+    return ((special | w) & highs) != 0;
+}
+
+/* Length of the well-formed UTF-8 sequence at s (2 to 4), or minus the number of bytes one U+FFFD
+ * replaces: CPython's decoder replaces the longest prefix of a valid sequence (at least one byte). */
+static inline int utf8_sequence(const uint8_t *s, const uint8_t *end)
+{
+    uint8_t c = s[0];
+    ptrdiff_t available = end - s;
+    if (c < 0xC2 || c > 0xF4)
+        return -1;
+    if (c < 0xE0)
+        return available >= 2 && (s[1] & 0xC0) == 0x80 ? 2 : -1;
+    uint8_t lo = 0x80, hi = 0xBF; /* the second byte's range excludes overlongs, surrogates, > U+10FFFF */
+    if (c == 0xE0)
+        lo = 0xA0;
+    else if (c == 0xED)
+        hi = 0x9F;
+    else if (c == 0xF0)
+        lo = 0x90;
+    else if (c == 0xF4)
+        hi = 0x8F;
+    if (available < 2 || s[1] < lo || s[1] > hi)
+        return -1;
+    if (available < 3 || (s[2] & 0xC0) != 0x80)
+        return -2;
+    if (c < 0xF0)
+        return 3;
+    if (available < 4 || (s[3] & 0xC0) != 0x80)
+        return -3;
+    return 4;
+}
+
+/* At most 6 output bytes per input byte (a control character's \u00xx), plus the quotes. */
+static inline size_t string_bound(size_t n) { return 6 * n + 2; }
+
+static char *put_string(char *o, const uint8_t *s, size_t n)
+{
+    const uint8_t *end = s + n;
+    *o++ = '"';
+    while (s < end) {
+        while (end - s >= 8 && !word_needs_care(load_le64(s))) {
+            memcpy(o, s, 8);
+            o += 8;
+            s += 8;
+        }
+        if (s >= end)
+            break;
+        uint8_t c = *s;
+        if (c >= 0x80) {
+            int length = utf8_sequence(s, end);
+            if (length > 0) {
+                memcpy(o, s, (size_t)length);
+                o += length;
+                s += length;
+            } else {
+                o = LITERAL(o, "\xEF\xBF\xBD"); /* U+FFFD */
+                s -= length;
+            }
+            continue;
+        }
+        char escape = json_escape[c];
+        s++;
+        if (escape == 0) {
+            *o++ = (char)c;
+        } else if (escape != 'u') {
+            *o++ = '\\';
+            *o++ = escape;
+        } else {
+            o = LITERAL(o, "\\u00");
+            *o++ = hex_digits[c >> 4];
+            *o++ = hex_digits[c & 15];
+        }
+    }
+    *o++ = '"';
+    return o;
+}
+
+static char hex_pairs[256][2]; /* [b]: b's two lower-case hex digits, filled at import */
+
+static void hex_init(void)
+{
+    for (int b = 0; b < 256; b++) {
+        hex_pairs[b][0] = hex_digits[b >> 4];
+        hex_pairs[b][1] = hex_digits[b & 15];
+    }
+}
+
+static char *put_hex(char *o, const uint8_t *s, size_t n)
+{
+    *o++ = '"';
+    for (size_t i = 0; i < n; i++, o += 2)
+        memcpy(o, hex_pairs[s[i]], 2);
+    *o++ = '"';
+    return o;
+}
+
+static const char base64_digits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static char *put_base64(char *o, const uint8_t *s, size_t n)
+{
+    *o++ = '"';
+    size_t i = 0;
+    for (; i + 3 <= n; i += 3) {
+        uint32_t v = (uint32_t)s[i] << 16 | (uint32_t)s[i + 1] << 8 | s[i + 2];
+        *o++ = base64_digits[v >> 18];
+        *o++ = base64_digits[(v >> 12) & 63];
+        *o++ = base64_digits[(v >> 6) & 63];
+        *o++ = base64_digits[v & 63];
+    }
+    if (n - i == 1) {
+        uint32_t v = (uint32_t)s[i] << 16;
+        *o++ = base64_digits[v >> 18];
+        *o++ = base64_digits[(v >> 12) & 63];
+        o = LITERAL(o, "==");
+    } else if (n - i == 2) {
+        uint32_t v = (uint32_t)s[i] << 16 | (uint32_t)s[i + 1] << 8;
+        *o++ = base64_digits[v >> 18];
+        *o++ = base64_digits[(v >> 12) & 63];
+        *o++ = base64_digits[(v >> 6) & 63];
+        *o++ = '=';
+    }
+    *o++ = '"';
+    return o;
+}
+
+static inline size_t text_bound(int mode, size_t n)
+{
+    return mode == MODE_STRING ? string_bound(n) : mode == MODE_HEX ? 2 * n + 2 : (n + 2) / 3 * 4 + 2;
+}
+
+/* A key, value or header value as JSON: null, or a string in the given mode. */
+static int put_text(json_out *o, int mode, span s)
+{
+    if (s.size < 0) {
+        if (out_reserve(o, 4) < 0)
+            return -1;
+        o->p = LITERAL(o->p, "null");
+        return 0;
+    }
+    if (out_reserve(o, text_bound(mode, (size_t)s.size)) < 0)
+        return -1;
+    size_t n = (size_t)s.size;
+    o->p = mode == MODE_STRING ? put_string(o->p, s.data, n)
+           : mode == MODE_HEX  ? put_hex(o->p, s.data, n)
+                               : put_base64(o->p, s.data, n);
+    return 0;
+}
+
+/* Room for the fixed text of one record: the field names, five integers and an empty header list. */
+#define JSON_RECORD_FIXED 256
+
+static int put_record(json_out *o, const raw_record *rec, int64_t base_offset, int64_t base_sequence,
+                      int key_mode, int value_mode)
+{
+    if (out_reserve(o, JSON_RECORD_FIXED) < 0)
+        return -1;
+    int64_t sequence = base_sequence < 0
+                           ? -1
+                           : (int64_t)(((uint64_t)base_sequence + (uint64_t)rec->offset - (uint64_t)base_offset) &
+                                       0x7FFFFFFFu);
+    char *p = o->p;
+    p = LITERAL(p, "{\"type\":\"record\",\"offset\":");
+    p = put_int64(p, rec->offset);
+    p = LITERAL(p, ",\"timestamp\":");
+    p = put_int64(p, rec->timestamp);
+    p = LITERAL(p, ",\"sequence\":");
+    p = put_int64(p, sequence);
+    p = LITERAL(p, ",\"keySize\":");
+    p = put_int64(p, rec->key.size);
+    p = LITERAL(p, ",\"valueSize\":");
+    p = put_int64(p, rec->value.size);
+    o->p = LITERAL(p, ",\"key\":");
+    if (put_text(o, key_mode, rec->key) < 0 || out_reserve(o, 16) < 0)
+        return -1;
+    o->p = LITERAL(o->p, ",\"value\":");
+    if (put_text(o, value_mode, rec->value) < 0 || out_reserve(o, 16) < 0)
+        return -1;
+    o->p = LITERAL(o->p, ",\"headers\":[");
+    const uint8_t *h = rec->headers;
+    for (int32_t i = 0; i < rec->header_count; i++) {
+        span key, value;
+        if (parse_header(&h, rec->end, &key, &value) < 0) /* validated: cannot fail */
+            return -1;
+        if (out_reserve(o, 3) < 0)
+            return -1;
+        if (i > 0)
+            *o->p++ = ',';
+        *o->p++ = '[';
+        if (put_text(o, MODE_STRING, key) < 0 || out_reserve(o, 1) < 0)
+            return -1;
+        *o->p++ = ',';
+        if (put_text(o, value_mode, value) < 0 || out_reserve(o, 2) < 0)
+            return -1;
+        *o->p++ = ']';
+    }
+    if (out_reserve(o, 3) < 0)
+        return -1;
+    o->p = LITERAL(o->p, "]}\n");
+    return 0;
+}
+
+static int arg_mode(PyObject *obj, const char *name, int *out)
+{
+    int64_t mode;
+    if (arg_int64(obj, name, &mode) < 0)
+        return -1;
+    if (mode != MODE_STRING && mode != MODE_HEX && mode != MODE_BASE64) {
+        PyErr_Format(PyExc_ValueError, "%s must be 0 (string), 1 (hex) or 2 (base64), not %lld", name,
+                     (long long)mode);
+        return -1;
+    }
+    *out = (int)mode;
+    return 0;
+}
+
+PyDoc_STRVAR(json_records_doc,
+             "json_records($module, data, count, base_offset, base_timestamp, log_append_time,\n"
+             "             base_sequence, key_mode, value_mode, /)\n--\n\n"
+             "The JSON lines (each ending in a newline) of count v2 records in data, as kcli dump-segment\n"
+             "prints them: decode_records' arguments and errors, plus the batch's base_sequence and\n"
+             "how keys and values become text: 0 UTF-8 with replacement, 1 hex, 2 base64.");
+
+static PyObject *native_json_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (arg_count(nargs, 8, 8, "json_records") < 0)
+        return NULL;
+    int64_t base_sequence;
+    int key_mode, value_mode;
+    if (arg_int64(args[5], "base_sequence", &base_sequence) < 0 || arg_mode(args[6], "key_mode", &key_mode) < 0 ||
+        arg_mode(args[7], "value_mode", &value_mode) < 0)
+        return NULL;
+    record_reader reader;
+    Py_buffer view;
+    if (open_records(args, &reader, &view) < 0)
+        return NULL;
+    /* A first guess that holds typical records (text no longer than the bytes) without growing. */
+    Py_ssize_t guess = records_bound(&reader) * 160 + view.len + view.len / 4 + 64;
+    json_out out = {PyBytes_FromStringAndSize(NULL, guess), NULL, NULL};
+    if (out.bytes == NULL)
+        goto fail;
+    out.p = PyBytes_AS_STRING(out.bytes);
+    out.limit = out.p + guess;
+    for (int64_t i = 0; i < reader.count; i++) {
+        raw_record rec;
+        if (next_record(&reader, &rec) < 0 ||
+            put_record(&out, &rec, reader.base_offset, base_sequence, key_mode, value_mode) < 0)
+            goto fail;
+    }
+    if (finish_records(&reader) < 0)
+        goto fail;
+    PyBuffer_Release(&view);
+    if (_PyBytes_Resize(&out.bytes, out.p - PyBytes_AS_STRING(out.bytes)) < 0)
+        return NULL;
+    return out.bytes;
+fail:
+    Py_XDECREF(out.bytes);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------------------
  * Module
  */
 
@@ -1037,6 +1459,7 @@ static PyMethodDef native_methods[] = {
     {"crc32c", (PyCFunction)(void (*)(void))native_crc32c, METH_FASTCALL | METH_KEYWORDS, crc32c_doc},
     {"scan", (PyCFunction)(void (*)(void))native_scan, METH_FASTCALL, scan_doc},
     {"decode_records", (PyCFunction)(void (*)(void))native_decode_records, METH_FASTCALL, decode_records_doc},
+    {"json_records", (PyCFunction)(void (*)(void))native_json_records, METH_FASTCALL, json_records_doc},
     {"_crc32c_portable", (PyCFunction)(void (*)(void))native_crc32c_portable, METH_FASTCALL,
      crc32c_portable_doc},
     {NULL, NULL, 0, NULL},
@@ -1045,7 +1468,7 @@ static PyMethodDef native_methods[] = {
 static struct PyModuleDef native_module = {
     PyModuleDef_HEAD_INIT,
     "formats._native",
-    "Compiled hot loops over Kafka record batches: CRC-32C, the batch walk, v2 record decoding.",
+    "Compiled hot loops over Kafka record batches: CRC-32C, the batch walk, v2 record decoding and JSON lines.",
     -1,
     native_methods,
     NULL,
@@ -1057,6 +1480,7 @@ static struct PyModuleDef native_module = {
 PyMODINIT_FUNC PyInit__native(void)
 {
     crc_init();
+    hex_init();
     PyObject *errors = PyImport_ImportModule("formats.errors");
     if (errors == NULL)
         return NULL;
