@@ -21,11 +21,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
-from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
 
 from kcli import __version__
 from kcli.broker.apis import api_name, kio_versions, request_type, response_type
+from kcli.broker.apis.guard import check_sizes, skip_tagged_fields, without_unknown_tags
 from kcli.errors import KcliError
 
 API_VERSIONS = 18
@@ -254,8 +254,11 @@ def _decode_response(response_cls: type, frame: bytes) -> Any:
             response_cls = response_type(API_VERSIONS, 0)
         offset = 4
     elif response_cls.__flexible__:  # type: ignore[attr-defined]
-        _, offset = entity_reader(ResponseHeaderV1)(frame, 0)
+        offset = skip_tagged_fields(frame, 4, len(frame))
     else:
         offset = 4
+    _, edits = check_sizes(response_cls, frame, offset)  # kio would abort on a huge declared array
+    if edits:
+        frame = without_unknown_tags(frame, edits)
     response, _ = entity_reader(response_cls)(frame, offset)
     return response

@@ -25,20 +25,33 @@ from pathlib import Path
 
 import pytest
 from conftest import KCLI, BrokerProcess, kcli_env
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
+from kio.schema.index import api_key_map
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import Records
 
 from kcli.broker.apis import ApiRegistry, ApiSpec, kio_versions, request_type, response_type
 from kcli.broker.apis import api_versions as api_versions_module
 from kcli.broker.apis import metadata as metadata_module
 from kcli.broker.apis.context import FileRegion, FramedResponse, PartitionInfo, TopicInfo
+from kcli.broker.apis.guard import DeclaredSizeError, check_sizes, without_unknown_tags
 from kcli.broker.server import Broker
 from kcli.client import ClientError, KafkaClient
 from kcli.config import BrokerConfig
 
 pytestmark = pytest.mark.timeout(60)
+
+st.register_type_strategy(Records, st.binary(max_size=64))
+_ALL_MESSAGE_TYPES = [
+    make(key, version)
+    for key, (low, high) in ((k, kio_versions(k)) for k in sorted(api_key_map))
+    for version in range(low, high + 1)
+    for make in (request_type, response_type)
+]
 
 # ---------------------------------------------------------------------------------------------------
 # Stock clients
@@ -244,6 +257,14 @@ def test_bad_input_closes_only_that_connection(broker: BrokerProcess) -> None:
             "a version we do not handle": _frame(_header(3, 99, 5, flexible=True)),
             "a body that does not parse": _frame(_header(3, 12, 5, flexible=True) + b"\x05\xff"),
             "a truncated header": _frame(struct.pack(">hhi", 3, 1, 5) + b"\x00"),
+            # kio would allocate the declared array before reading it and abort the process.
+            "a four-billion-entry compact array": _frame(
+                _header(3, 12, 5, True) + b"\xff\xff\xff\xff\x0f\x00\x00"
+            ),
+            "a two-billion-entry array": _frame(_header(3, 4, 5, False) + b"\x7f\xff\xff\xff\x00"),
+            "a tagged field larger than the frame": _frame(
+                _header(18, 3, 5, True) + b"\x02a\x021" + b"\x01\x00\xff\xff\xff\x0f"
+            ),
         }
         for what, data in cases.items():
             with _connect(broker) as sock:
@@ -263,6 +284,7 @@ def test_bad_input_closes_only_that_connection(broker: BrokerProcess) -> None:
     assert "invalid request size 1195725856" in log
     assert "unknown API key 9999" in log
     assert "Metadata v99" in log
+    assert "Tried to allocate a collection of size 4294967294, but there are only 2 bytes remaining" in log
 
 
 def test_an_api_we_do_not_implement_gets_unsupported_version_and_the_connection_stays(
@@ -284,6 +306,77 @@ def test_an_api_we_do_not_implement_gets_unsupported_version_and_the_connection_
         sock.sendall(_frame(_header(18, 2, 99, flexible=False)))
         assert _read_response(sock)[0] == 99
     assert broker.is_running()
+
+
+def test_unknown_tagged_fields_are_skipped_as_kafka_does(broker: BrokerProcess) -> None:
+    unknown_tag = b"\x01\x63\x03xyz"  # one tagged field, tag 99, 3 bytes
+    header = _header(3, 12, 1, True)[:-1] + unknown_tag  # header v2 with a tag Kafka does not define
+    topic = b"\x00" * 16 + b"\x07orders" + unknown_tag  # topic_id zero, name, an unknown tag
+    body = b"\x02" + topic + b"\x01\x00" + unknown_tag  # one topic, auto-create, no operations
+    with _connect(broker) as sock:
+        sock.sendall(_frame(header + body))
+        correlation_id, payload = _read_response(sock, flexible=True)
+        response, _ = entity_reader(response_type(3, 12))(payload, 0)
+    assert correlation_id == 1
+    assert [(t.name, t.error_code) for t in response.topics] == [
+        ("orders", ErrorCode.unknown_topic_or_partition)
+    ]
+
+
+def test_random_bodies_never_hurt_the_broker(broker: BrokerProcess) -> None:
+    keys = sorted(k for k in api_key_map if k != 18)
+    bystander = _Bystander(broker)
+    sent = 0
+
+    @settings(max_examples=150, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.sampled_from(keys), st.data(), st.binary(max_size=48))
+    def throw(api_key: int, data: st.DataObject, body: bytes) -> None:
+        nonlocal sent
+        low, high = kio_versions(api_key)
+        version = data.draw(st.integers(low, high))
+        flexible = request_type(api_key, version).__flexible__
+        with _connect(broker) as sock:
+            sock.sendall(_frame(_header(api_key, version, 1, flexible) + body))
+            sock.settimeout(5)
+            try:
+                sock.recv(65536)  # an error response, or the connection closed
+            except ConnectionResetError:
+                pass
+        sent += 1
+
+    try:
+        throw()
+        bystander.check()
+    finally:
+        bystander.close()
+    assert sent >= 150 and broker.is_running()
+
+
+@settings(max_examples=150, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from(_ALL_MESSAGE_TYPES).flatmap(st.from_type))
+def test_size_guard_agrees_with_kio_on_every_message_type(entity: object) -> None:
+    data = _encode(entity)
+    end, edits = check_sizes(type(entity), data)
+    assert end == len(data) and edits == []
+    assert entity_reader(type(entity))(data, 0)[1] == len(data)
+    if len(data) > 1:
+        with pytest.raises(DeclaredSizeError):
+            check_sizes(type(entity), data[: len(data) // 2])
+
+
+def test_size_guard_looks_inside_known_tagged_fields() -> None:
+    heartbeat = request_type(63, 1)  # BrokerHeartbeat v1: tag 0 is an array of log dir ids
+    fixed = b"\x00" * 22
+    ok = fixed + b"\x01\x00\x11\x02" + b"\x07" * 16
+    assert check_sizes(heartbeat, ok) == (len(ok), [])
+    huge = fixed + b"\x01\x00\x05\xff\xff\xff\xff\x0f"
+    with pytest.raises(DeclaredSizeError, match="Tried to allocate a collection of size 4294967294"):
+        check_sizes(heartbeat, huge)
+    unknown = fixed + b"\x02\x00\x11\x02" + b"\x07" * 16 + b"\x09\x02zz"
+    end, edits = check_sizes(heartbeat, unknown)
+    cleaned = without_unknown_tags(unknown, edits)
+    assert end == len(unknown) and cleaned == ok
+    assert entity_reader(heartbeat)(cleaned, 0)[0].offline_log_dirs == (uuid.UUID(bytes=b"\x07" * 16),)
 
 
 # ---------------------------------------------------------------------------------------------------

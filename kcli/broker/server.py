@@ -32,8 +32,6 @@ from functools import cache
 from pathlib import Path
 
 from kio.schema.errors import ErrorCode
-from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
-from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 
 from formats.checkpoints import MetaProperties, read_meta_properties, write_meta_properties
@@ -58,6 +56,7 @@ from kcli.broker.apis.context import (
     SingleNodeImage,
     new_cluster_id,
 )
+from kcli.broker.apis.guard import DeclaredSizeError, check_sizes, skip_tagged_fields, without_unknown_tags
 from kcli.config import BrokerConfig, Listener
 from kcli.errors import KcliError
 
@@ -230,15 +229,11 @@ class Broker:
         if len(frame) < 4:
             raise _CloseConnection(f"request header is truncated ({len(frame)} bytes)")
         api_key, api_version = _KEY_VERSION.unpack_from(frame)
-        header_reader = _header_reader(api_key, api_version)
-        try:
-            header, header_size = header_reader(frame, 0)
-        except Exception as exc:
-            raise _CloseConnection(f"cannot parse the request header of api key {api_key}: {exc}") from None
-        assert self.state is not None
-        ctx = RequestContext(
-            api_key, api_version, header.correlation_id, header.client_id or "", conn.info, self.state
+        correlation_id, client_id, body_offset = parse_request_header(
+            frame, _header_is_flexible(api_key, api_version)
         )
+        assert self.state is not None
+        ctx = RequestContext(api_key, api_version, correlation_id, client_id, conn.info, self.state)
         spec = self.registry.get(api_key)
         if api_key == API_VERSIONS and (spec is None or not spec.handles(api_version)):
             response = unsupported_version_response(self.registry)
@@ -257,10 +252,7 @@ class Broker:
                 f"v{spec.min_version}-v{spec.max_version})"
             )
         else:
-            try:
-                request, _ = _request_reader(api_key, api_version)(frame, header_size)
-            except Exception as exc:
-                raise _CloseConnection(f"cannot parse {spec.name} v{api_version} request: {exc}") from None
+            request = _decode_request(spec.name, api_key, api_version, frame, body_offset)
             try:
                 response = await spec.handler(ctx, request)
             except Exception:
@@ -269,8 +261,8 @@ class Broker:
         if response is None:
             return None
         if isinstance(response, FramedResponse):
-            return _FramedSend(header.correlation_id, api_key, response)
-        return encode_response(header.correlation_id, api_key, response)
+            return _FramedSend(correlation_id, api_key, response)
+        return encode_response(correlation_id, api_key, response)
 
     async def _close_idle_connections(self, idle_seconds: float) -> None:
         """Kafka's connections.max.idle.ms: close connections with no request for that long."""
@@ -387,6 +379,7 @@ def _write_atomically(path: Path, text: str) -> None:
 META_PROPERTIES = "meta.properties"
 _INT32 = struct.Struct(">i")
 _KEY_VERSION = struct.Struct(">hh")
+_CORRELATION_CLIENT_ID = struct.Struct(">ih")
 
 
 class _CloseConnection(Exception):
@@ -428,13 +421,36 @@ class _Connection:
     busy: bool = field(default=False)
 
 
-def _header_reader(api_key: int, api_version: int):  # type: ignore[no-untyped-def]
-    """The request header reader for this api key and version (header v2 for flexible versions).
+def parse_request_header(frame: bytes, flexible: bool) -> tuple[int, str, int]:
+    """(correlation id, client id, offset of the body) from a request header v1 or v2.
 
-    ApiVersions is special: any version is accepted, as Kafka does, and v3+ uses header v2.
+    The client id is a legacy nullable string even in header v2 (null reads as "", as in Kafka);
+    header v2's tagged fields are skipped, since Kafka defines none.
     """
+    if len(frame) < 10:
+        raise _CloseConnection(f"request header is truncated ({len(frame)} bytes)")
+    correlation_id, length = _CORRELATION_CLIENT_ID.unpack_from(frame, 4)
+    position = 10
+    client_id = ""
+    if length < -1:
+        raise _CloseConnection(f"request header has a negative client id length {length}")
+    if length > 0:
+        if position + length > len(frame):
+            raise _CloseConnection(f"request header is truncated inside its {length}-byte client id")
+        client_id = frame[position : position + length].decode("utf-8", errors="replace")
+        position += length
+    if flexible:
+        try:
+            position = skip_tagged_fields(frame, position, len(frame))
+        except DeclaredSizeError as exc:
+            raise _CloseConnection(f"malformed request header: {exc}") from None
+    return correlation_id, client_id, position
+
+
+def _header_is_flexible(api_key: int, api_version: int) -> bool:
+    """Header v2 for flexible request versions, v1 otherwise; ApiVersions accepts any version."""
     if api_key == API_VERSIONS:
-        return _HEADER_V2 if api_version >= 3 else _HEADER_V1
+        return api_version >= 3
     versions = kio_versions(api_key)
     if versions is None:
         raise _CloseConnection(f"unknown API key {api_key}")
@@ -443,11 +459,24 @@ def _header_reader(api_key: int, api_version: int):  # type: ignore[no-untyped-d
         raise _CloseConnection(
             f"{api_name(api_key)} v{api_version} is not a version this broker knows (v{low}-v{high})"
         )
-    return _HEADER_V2 if request_type(api_key, api_version).__flexible__ else _HEADER_V1
+    return bool(request_type(api_key, api_version).__flexible__)
 
 
-_HEADER_V1 = entity_reader(RequestHeaderV1)
-_HEADER_V2 = entity_reader(RequestHeaderV2)
+def _decode_request(name: str, api_key: int, api_version: int, frame: bytes, offset: int) -> object:
+    """Check declared sizes first (kio would abort the process on a huge array length), drop
+    unknown tagged fields as Kafka does, then let kio build the request."""
+    body_type = request_type(api_key, api_version)
+    try:
+        _, edits = check_sizes(body_type, frame, offset)
+    except DeclaredSizeError as exc:
+        raise _CloseConnection(f"malformed {name} v{api_version} request: {exc}") from None
+    if edits:
+        frame = without_unknown_tags(frame, edits)
+    try:
+        request, _ = _request_reader(api_key, api_version)(frame, offset)
+    except Exception as exc:
+        raise _CloseConnection(f"cannot parse {name} v{api_version} request: {exc}") from None
+    return request
 
 
 @cache
