@@ -510,10 +510,12 @@ static inline int tuple_put(PyObject *t, Py_ssize_t i, PyObject *v)
 
 /* The 15-tuple of one batch. It holds only ints, bools and None, so it cannot be part of a reference
  * cycle: it is untracked by the GC (CPython does the same to such tuples, but only lazily). */
-static PyObject *batch_tuple(const scan_entry *e)
+static PyObject *batch_tuple(const scan_entry *e, PyTypeObject *type)
 {
     const uint8_t *h = e->header;
-    PyObject *t = PyTuple_New(15);
+    /* A tuple subclass without instance slots (a namedtuple) is laid out as a tuple: allocate it
+     * directly, saving the Python-level wrap per batch. */
+    PyObject *t = type == NULL ? PyTuple_New(15) : type->tp_alloc(type, 15);
     if (t == NULL)
         return NULL;
     PyObject *crc_valid = e->crc_valid < 0 ? Py_None : e->crc_valid ? Py_True : Py_False;
@@ -541,8 +543,10 @@ static PyObject *batch_tuple(const scan_entry *e)
 }
 
 PyDoc_STRVAR(scan_doc,
-             "scan($module, buf, position, end, check_crc, /)\n--\n\n"
+             "scan($module, buf, position, end, check_crc, batch_type=None, /)\n--\n\n"
              "Walk the units of buf[position:end]; return (batches, stop, reason).\n\n"
+             "batch_type, if given, is a tuple subclass without instance slots (a namedtuple of 15\n"
+             "fields) whose instances hold the batches instead of plain tuples.\n\n"
              "batches holds one 15-tuple per complete magic-2 batch, in header order:\n"
              "(position, base_offset, batch_length, partition_leader_epoch, magic, crc, attributes,\n"
              " last_offset_delta, base_timestamp, max_timestamp, producer_id, producer_epoch,\n"
@@ -552,8 +556,17 @@ PyDoc_STRVAR(scan_doc,
 static PyObject *native_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (arg_count(nargs, 4, 4, "scan") < 0)
+    if (arg_count(nargs, 4, 5, "scan") < 0)
         return NULL;
+    PyTypeObject *batch_type = NULL;
+    if (nargs == 5 && args[4] != Py_None) {
+        if (!PyType_Check(args[4]) || !PyType_IsSubtype((PyTypeObject *)args[4], &PyTuple_Type) ||
+            ((PyTypeObject *)args[4])->tp_basicsize != PyTuple_Type.tp_basicsize) {
+            PyErr_SetString(PyExc_TypeError, "scan() batch_type must be a tuple subclass without slots");
+            return NULL;
+        }
+        batch_type = (PyTypeObject *)args[4];
+    }
     int64_t position, end;
     if (arg_int64(args[1], "position", &position) < 0 || arg_int64(args[2], "end", &end) < 0)
         return NULL;
@@ -587,7 +600,7 @@ static PyObject *native_scan(PyObject *module, PyObject *const *args, Py_ssize_t
             reason = scan_chunk(buf, &pos, (Py_ssize_t)end, check_crc, entries, &n);
         }
         for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *t = batch_tuple(&entries[i]);
+            PyObject *t = batch_tuple(&entries[i], batch_type);
             if (t == NULL || PyList_Append(batches, t) < 0) {
                 Py_XDECREF(t);
                 Py_DECREF(batches);

@@ -128,18 +128,26 @@ class RecordBatch(NamedTuple):
 
     def records(self, buf: Buffer, max_size: int = DEFAULT_MAX_UNCOMPRESSED) -> list[Record]:
         """Decode the records; `buf` is the buffer `position` indexes into."""
-        view = memoryview(buf)
-        start = self.position + RECORD_BATCH_OVERHEAD
-        data = view[start : self.position + self.size]
+        return _native.decode_records(
+            self.records_data(buf, max_size),
+            self.records_count,
+            self.base_offset,
+            self.base_timestamp,
+            self.log_append_time,
+        )
+
+    def records_data(self, buf: Buffer, max_size: int = DEFAULT_MAX_UNCOMPRESSED) -> bytes | memoryview:
+        """The records region, decompressed: what the native record decoders take."""
         if self.records_count < 0:
             raise CorruptRecordError(f"Found invalid record count {self.records_count} in magic v2 batch")
+        data = memoryview(buf)[self.position + RECORD_BATCH_OVERHEAD : self.position + self.size]
         codec = self.compression
-        if codec is not Codec.NONE:
-            data = decompress(codec, data, magic=2, max_size=max_size)
-        log_append_time = self.max_timestamp if self.attributes & TIMESTAMP_TYPE_BIT else -1
-        return _native.decode_records(
-            data, self.records_count, self.base_offset, self.base_timestamp, log_append_time
-        )
+        return data if codec is Codec.NONE else decompress(codec, data, magic=2, max_size=max_size)
+
+    @property
+    def log_append_time(self) -> int:
+        """The broker's append time, which every record takes under LogAppendTime; else -1."""
+        return self.max_timestamp if self.attributes & TIMESTAMP_TYPE_BIT else -1
 
     def sequence_of(self, offset: int) -> int:
         return _add_sequence(self.base_sequence, offset - self.base_offset)

@@ -97,10 +97,9 @@ def walk(buf: Buffer, position: int = 0, end: int | None = None, *, check_crc: b
     view = memoryview(buf)
     end = len(view) if end is None else end
     batches: list[Batch] = []
-    make = RecordBatch._make
     while True:
-        found, stop, reason = _native.scan(view, position, end, check_crc)
-        batches.extend(map(make, found))
+        found, stop, reason = _native.scan(view, position, end, check_crc, RecordBatch)
+        batches.extend(found)
         if reason != StopReason.LEGACY:
             return WalkResult(batches, stop, StopReason(reason))
         size = int.from_bytes(view[stop + 8 : stop + 12], "big", signed=True)

@@ -17,16 +17,13 @@ from pathlib import Path
 import orjson
 
 from formats import _native, checkpoints, snapshot
-from formats.compression import Codec, decompress
 from formats.errors import FormatError
 from formats.index import OffsetIndex, TimeIndex, format_aborted_txn, read_txn_index
 from formats.records import (
     DEFAULT_MAX_UNCOMPRESSED,
-    RECORD_BATCH_OVERHEAD,
     Batch,
     ControlType,
     RecordBatch,
-    TimestampType,
     control_type,
     end_txn_marker,
 )
@@ -273,7 +270,11 @@ class Dumper:
                 prefix = " "
                 if v2:
                     keys = ",".join(k for k, _ in record.headers)
-                    sequence = -1 if base_sequence < 0 else (base_sequence + record.offset - base_offset) % 2147483648
+                    sequence = (
+                        -1
+                        if base_sequence < 0
+                        else (base_sequence + record.offset - base_offset) % 2147483648
+                    )
                     parts.append(f" sequence: {sequence} headerKeys: [{keys}]")
                 else:
                     parts.append(f" isValid: {_b(record.crc_valid)} crc: {record.crc}}}")
@@ -539,17 +540,12 @@ def _json_record_lines(
     """The JSON lines, each ending in a newline, for the records of a v2 data batch: the hot loop of
     `--deep-iteration --output json`, rendered in C from the record bytes with no object per record.
     Raises FormatError for bad bytes, as `RecordBatch.records` does."""
-    data = view[batch.position + RECORD_BATCH_OVERHEAD : batch.position + batch.size]
-    codec = batch.compression
-    if codec is not Codec.NONE:
-        data = decompress(codec, data, magic=2, max_size=max_size)
-    log_append_time = batch.max_timestamp if batch.timestamp_type is TimestampType.LOG_APPEND_TIME else -1
     return _native.json_records(
-        data,
+        batch.records_data(view, max_size),
         batch.records_count,
         batch.base_offset,
         batch.base_timestamp,
-        log_append_time,
+        batch.log_append_time,
         batch.base_sequence,
         _NATIVE_TEXT_MODES[key_decoder],
         _NATIVE_TEXT_MODES[value_decoder],

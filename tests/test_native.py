@@ -723,3 +723,15 @@ def test_decode_records_huge_count_on_little_data_fails_cleanly():
         _native.decode_records(GOOD, 2**31 - 1, 0, 0, -1)
     with pytest.raises(CorruptRecordError, match="premature EOF"):
         _native.decode_records(GOOD * 3, 2**62, 0, 0, -1)
+
+
+def test_scan_builds_instances_of_a_given_tuple_subclass():
+    from formats.records import RecordBatch, RecordSpec, build_batch
+
+    data = build_batch([RecordSpec(1, b"k", b"v")], base_offset=7) * 1
+    plain, _, _ = _native.scan(data, 0, len(data), True)
+    typed, stop, reason = _native.scan(data, 0, len(data), True, RecordBatch)
+    assert type(typed[0]) is RecordBatch and typed[0] == RecordBatch._make(plain[0])
+    assert typed[0].base_offset == 7 and (stop, reason) == (len(data), 0)
+    with pytest.raises(TypeError, match="tuple subclass"):
+        _native.scan(data, 0, len(data), True, dict)
