@@ -1,0 +1,890 @@
+"""The metadata layer: the image fold, the controller's validation, and the metadata log on disk."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
+
+from formats.checkpoints import read_leader_epoch_checkpoint, read_partition_metadata
+from formats.internal import decode_metadata_record, encode_metadata_record
+from formats.segment import walk
+from kcli.broker.metadata import (
+    ConfigOp,
+    MetadataLog,
+    NewTopic,
+    OpType,
+    QuorumController,
+    metadata_log_dir,
+)
+from kcli.broker.metadata.controller import ApiException
+from kcli.broker.metadata.image import (
+    DIRECTORY_LOST,
+    ClusterMetadataImage,
+    MetadataDelta,
+    MetadataReplayError,
+    fold,
+)
+from kcli.config import BrokerConfig, Listener
+
+REPO = Path(__file__).resolve().parents[1]
+NODE = 1
+LISTENER = Listener("PLAINTEXT", "127.0.0.1", 9092)
+DIR_ID = uuid.UUID("8670faa3-99fa-46b7-b355-10bfd0e91ceb")
+T1 = uuid.UUID("418c0f03-2751-48dd-be75-91e20bac7527")
+T2 = uuid.UUID("b9ac52be-d9cf-46c0-86c4-e578e8457998")
+
+
+def rec(record_type: str, version: int = 0, /, **data):
+    """A record as the log gives it back: encoded with Kafka's framing, then decoded."""
+    return decode_metadata_record(encode_metadata_record(record_type, version, data))
+
+
+def register(broker_id: int = NODE, epoch: int = 1, fenced: bool = False, port: int = 9092):
+    return rec(
+        "RegisterBrokerRecord",
+        3,
+        brokerId=broker_id,
+        incarnationId=uuid.uuid4(),
+        brokerEpoch=epoch,
+        endPoints=[{"name": "PLAINTEXT", "host": "127.0.0.1", "port": port, "securityProtocol": 0}],
+        features=[{"name": "metadata.version", "minSupportedVersion": 1, "maxSupportedVersion": 21}],
+        rack=None,
+        fenced=fenced,
+        logDirs=[DIR_ID],
+    )
+
+
+def partition(topic_id, index, replicas=(NODE,), leader=NODE, **extra):
+    return rec(
+        "PartitionRecord",
+        1,
+        partitionId=index,
+        topicId=topic_id,
+        replicas=list(replicas),
+        isr=list(replicas),
+        removingReplicas=[],
+        addingReplicas=[],
+        leader=leader,
+        leaderEpoch=0,
+        partitionEpoch=0,
+        directories=[DIR_ID] * len(replicas),
+        **extra,
+    )
+
+
+def empty_image() -> ClusterMetadataImage:
+    return ClusterMetadataImage.empty("cluster-x", NODE, "PLAINTEXT")
+
+
+def base_records():
+    return [
+        rec("FeatureLevelRecord", name="metadata.version", featureLevel=21),
+        register(),
+        rec("TopicRecord", name="orders", topicId=T1),
+        partition(T1, 0),
+        partition(T1, 1),
+    ]
+
+
+def config(tmp_path: Path, **settings: str) -> BrokerConfig:
+    return BrokerConfig({"log.dirs": str(tmp_path / "data"), **settings})
+
+
+def open_controller(tmp_path: Path, register_node: bool = True, **settings: str) -> QuorumController:
+    controller = QuorumController.open(config(tmp_path, **settings), cluster_id="cluster-x")
+    if register_node:
+        controller.register_broker(LISTENER, log_dirs=[DIR_ID])
+    return controller
+
+
+def batch_count(controller: QuorumController) -> int:
+    return sum(1 for _ in controller.metadata_log.batches())
+
+
+# --- the fold -----------------------------------------------------------------------------------------
+
+
+def test_fold_builds_topics_brokers_and_features():
+    image = fold(empty_image(), base_records())
+    assert image.metadata_version == 21
+    assert [b.node_id for b in image.brokers()] == [NODE]
+    assert image.brokers()[0].port == 9092 and not image.brokers()[0].is_fenced
+    info = image.topic("orders")
+    assert info is not None and info.topic_id == T1 and image.topic_by_id(T1) == info
+    assert [(p.partition_index, p.leader_id, p.leader_epoch, p.isr_nodes) for p in info.partitions] == [
+        (0, NODE, 0, (NODE,)),
+        (1, NODE, 0, (NODE,)),
+    ]
+    assert set(image.partitions_of("orders")) == {0, 1}
+    assert image.partitions_of("missing") is None and image.topic("missing") is None
+    assert image.partition("orders", 1).directories == (DIR_ID,)
+    assert image.cluster_id == "cluster-x" and image.controller_id == NODE
+
+
+def test_fold_is_immutable_and_incremental_fold_equals_one_pass():
+    records = base_records()
+    first = fold(empty_image(), records[:3])
+    second = fold(first, records[3:])
+    assert first.topic("orders").partitions == ()  # the earlier image did not change
+    assert second == fold(empty_image(), records)
+    with pytest.raises(TypeError):
+        second.topics_by_id[T2] = None  # type: ignore[index]
+
+
+def test_partition_change_bumps_epochs_like_kafka():
+    image = fold(empty_image(), base_records())
+    isr_only = rec("PartitionChangeRecord", 1, partitionId=0, topicId=T1, isr=[])
+    image = fold(image, [isr_only])
+    p = image.partition("orders", 0)
+    assert (p.isr, p.leader, p.leader_epoch, p.partition_epoch) == ((), NODE, 0, 1)
+    same_leader = rec("PartitionChangeRecord", 1, partitionId=0, topicId=T1, leader=NODE, isr=[NODE])
+    p = fold(image, [same_leader]).partition("orders", 0)
+    assert (p.isr, p.leader, p.leader_epoch, p.partition_epoch) == ((NODE,), NODE, 1, 2)
+    no_leader = rec("PartitionChangeRecord", 1, partitionId=1, topicId=T1, leader=-1, leaderRecoveryState=1)
+    after = fold(image, [no_leader])
+    p = after.partition("orders", 1)
+    assert (p.leader, p.leader_epoch, p.leader_recovery_state) == (-1, 1, 1)
+    assert after.topic("orders").partitions[1].error_code is ErrorCode.leader_not_available
+    assert after.partition("orders", 0) == image.partition("orders", 0)
+
+
+def test_remove_topic_drops_partitions_and_configs():
+    records = base_records() + [
+        rec("ConfigRecord", resourceType=2, resourceName="orders", name="retention.ms", value="1000"),
+        rec("ConfigRecord", resourceType=2, resourceName="orders", name="cleanup.policy", value="compact"),
+        rec("ConfigRecord", resourceType=2, resourceName="orders", name="cleanup.policy", value=None),
+        rec("ConfigRecord", resourceType=4, resourceName="", name="log.retention.ms", value="5"),
+        rec("ConfigRecord", resourceType=4, resourceName="1", name="log.cleaner.threads", value="2"),
+    ]
+    image = fold(empty_image(), records)
+    assert image.topic_config("orders") == {"retention.ms": "1000"}
+    assert image.broker_config("") == {"log.retention.ms": "5"}
+    assert image.broker_config("1") == {"log.cleaner.threads": "2"}
+    gone = fold(image, [rec("RemoveTopicRecord", topicId=T1)])
+    assert gone.topic("orders") is None and gone.topic_by_id(T1) is None
+    assert gone.topic_config("orders") == {} and list(gone.topics()) == []
+    assert gone.broker_config("") == {"log.retention.ms": "5"}
+
+
+def test_fencing_and_unknown_leaders_give_kafkas_partition_errors():
+    image = fold(empty_image(), base_records() + [register(2, epoch=7, port=9093)])
+    assert [b.node_id for b in image.brokers()] == [1, 2]
+    fenced = fold(image, [rec("BrokerRegistrationChangeRecord", 0, brokerId=1, brokerEpoch=1, fenced=1)])
+    assert fenced.brokers()[0].is_fenced
+    p = fenced.topic("orders").partitions[0]
+    assert (p.leader_id, p.error_code) == (-1, ErrorCode.listener_not_found)
+    unfenced = fold(fenced, [rec("UnfenceBrokerRecord", id=1, epoch=1)])
+    assert not unfenced.brokers()[0].is_fenced
+    gone = fold(image, [rec("UnregisterBrokerRecord", brokerId=1, brokerEpoch=1)])
+    p = gone.topic("orders").partitions[0]
+    assert (p.leader_id, p.error_code, p.offline_replicas) == (-1, ErrorCode.leader_not_available, (1,))
+    with pytest.raises(MetadataReplayError):
+        fold(image, [rec("FenceBrokerRecord", id=1, epoch=99)])
+
+
+def test_lost_directory_is_an_offline_replica():
+    records = base_records()[:3] + [
+        rec(
+            "PartitionRecord",
+            1,
+            partitionId=0,
+            topicId=T1,
+            replicas=[1],
+            isr=[1],
+            removingReplicas=[],
+            addingReplicas=[],
+            leader=1,
+            leaderEpoch=0,
+            partitionEpoch=0,
+            directories=[DIRECTORY_LOST],
+        )
+    ]
+    assert fold(empty_image(), records).topic("orders").partitions[0].offline_replicas == (1,)
+
+
+def test_producer_ids_features_noop_and_transactions():
+    image = fold(empty_image(), base_records())
+    assert image.next_producer_id_block(NODE).first_producer_id == 0
+    image = fold(
+        image, [rec("ProducerIdsRecord", brokerId=1, brokerEpoch=1, nextProducerId=1000), rec("NoOpRecord")]
+    )
+    assert image.next_producer_id_block(NODE).first_producer_id == 1000
+    with pytest.raises(MetadataReplayError):
+        fold(image, [rec("ProducerIdsRecord", brokerId=1, brokerEpoch=1, nextProducerId=1000)])
+    assert (
+        fold(image, [rec("FeatureLevelRecord", name="metadata.version", featureLevel=0)]).metadata_version
+        == 0
+    )
+    committed = [rec("BeginTransactionRecord", name="x"), rec("TopicRecord", name="t2", topicId=T2)]
+    delta = MetadataDelta(image).replay_all((r, -1) for r in committed)
+    assert delta.apply().topic("t2") is None  # still buffered
+    delta.replay(rec("EndTransactionRecord"))
+    assert delta.apply().topic("t2") is not None
+    aborted = committed + [rec("AbortTransactionRecord", reason="x")]
+    assert fold(image, aborted).topic("t2") is None
+
+
+def test_replay_errors_on_records_for_missing_topics():
+    with pytest.raises(MetadataReplayError):
+        fold(empty_image(), [partition(T2, 0)])
+    with pytest.raises(MetadataReplayError):
+        fold(empty_image(), [rec("PartitionChangeRecord", 0, partitionId=0, topicId=T2)])
+    with pytest.raises(MetadataReplayError):
+        fold(
+            fold(empty_image(), base_records()), [rec("PartitionChangeRecord", 0, partitionId=7, topicId=T1)]
+        )
+    with pytest.raises(MetadataReplayError):
+        fold(empty_image(), [rec("RemoveTopicRecord", topicId=T2)])
+
+
+# --- the controller ----------------------------------------------------------------------------------
+
+
+def codes(results):
+    return {r.name: r.error.code for r in results}
+
+
+def test_create_topics_defaults_records_and_one_batch(tmp_path):
+    controller = open_controller(tmp_path, **{"num.partitions": "3"})
+    batches = batch_count(controller)
+    results = controller.create_topics([NewTopic("a"), NewTopic("b", 2, 1, configs={"retention.ms": "100"})])
+    assert codes(results) == {"a": ErrorCode.none, "b": ErrorCode.none}
+    assert batch_count(controller) == batches + 1
+    a, b = results
+    assert (a.num_partitions, a.replication_factor, b.num_partitions) == (3, 1, 2)
+    assert a.topic_id != b.topic_id and a.topic_id.version == 4
+    assert {e.name: (e.value, e.source) for e in b.configs}["retention.ms"] == ("100", 1)
+    assert {e.name: (e.value, e.source) for e in b.configs}["segment.bytes"] == ("1073741824", 5)
+    image = controller.image
+    assert image.topic("a").topic_id == a.topic_id and image.topic_config("b") == {"retention.ms": "100"}
+    for p in image.topic("a").partitions:
+        assert (p.leader_id, p.leader_epoch, p.isr_nodes, p.replica_nodes) == (NODE, 0, (NODE,), (NODE,))
+    assert image.partition("a", 0).directories == (DIR_ID,)
+    last = list(controller.metadata_log.batches())[-1]
+    assert last.leader_epoch == 1
+    assert [r.name for r, _ in last.records] == [
+        "TopicRecord",
+        "PartitionRecord",
+        "PartitionRecord",
+        "PartitionRecord",
+        "TopicRecord",
+        "ConfigRecord",
+        "PartitionRecord",
+        "PartitionRecord",
+    ]
+
+
+def test_create_topics_validate_only_writes_nothing(tmp_path):
+    controller = open_controller(tmp_path)
+    end = controller.metadata_log.next_offset
+    results = controller.create_topics([NewTopic("a", 2)], validate_only=True)
+    assert codes(results) == {"a": ErrorCode.none} and results[0].num_partitions == 2
+    assert controller.metadata_log.next_offset == end and controller.image.topic("a") is None
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("", "Topic name is invalid: the empty string is not allowed"),
+        (".", "Topic name is invalid: '.' is not allowed"),
+        ("..", "Topic name is invalid: '..' is not allowed"),
+        (
+            "x" * 250,
+            f"Topic name is invalid: the length of '{'x' * 250}' is longer than the max allowed length 249",
+        ),
+        (
+            "bad/name",
+            "Topic name is invalid: 'bad/name' contains one or more characters other than ASCII alphanumerics, "
+            "'.', '_' and '-'",
+        ),
+        (
+            "é",
+            "Topic name is invalid: 'é' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'",
+        ),
+    ],
+)
+def test_invalid_topic_names(tmp_path, name, message):
+    controller = open_controller(tmp_path)
+    [result] = controller.create_topics([NewTopic(name)])
+    assert (result.error.code, result.error.message) == (ErrorCode.invalid_topic_exception, message)
+
+
+def test_topic_name_collisions_and_existing_topics(tmp_path):
+    controller = open_controller(tmp_path)
+    controller.create_topics([NewTopic("a.b"), NewTopic("plain")])
+    results = controller.create_topics([NewTopic("a_b"), NewTopic("a.b"), NewTopic("plain"), NewTopic("a-b")])
+    by_name = {r.name: r.error for r in results}
+    assert by_name["a_b"].code is ErrorCode.invalid_topic_exception
+    assert by_name["a_b"].message == "Topic 'a_b' collides with existing topic: a.b"
+    assert (by_name["a.b"].code, by_name["a.b"].message) == (
+        ErrorCode.topic_already_exists,
+        "Topic 'a.b' already exists.",
+    )
+    assert by_name["plain"].code is ErrorCode.topic_already_exists
+    assert by_name["a-b"].code is ErrorCode.none
+
+
+def test_create_topics_request_level_errors(tmp_path):
+    controller = open_controller(tmp_path)
+    results = controller.create_topics(
+        [NewTopic("dup"), NewTopic("ok"), NewTopic("dup"), NewTopic("__cluster_metadata")]
+    )
+    assert [r.name for r in results] == ["dup", "ok", "__cluster_metadata"]
+    assert (results[0].error.code, results[0].error.message) == (
+        ErrorCode.invalid_request,
+        "Duplicate topic name.",
+    )
+    assert results[1].error.code is ErrorCode.none
+    assert results[2].error.message == "Creation of internal topic __cluster_metadata is prohibited."
+
+
+@pytest.mark.parametrize(
+    ("topic", "code", "message"),
+    [
+        (
+            NewTopic("t", 1, 0),
+            ErrorCode.invalid_replication_factor,
+            "Replication factor must be larger than 0, or -1 to use the default value.",
+        ),
+        (
+            NewTopic("t", 1, -2),
+            ErrorCode.invalid_replication_factor,
+            "Replication factor must be larger than 0, or -1 to use the default value.",
+        ),
+        (
+            NewTopic("t", 1, 3),
+            ErrorCode.invalid_replication_factor,
+            "Unable to replicate the partition 3 time(s): The target replication factor of 3 cannot be reached "
+            "because only 1 broker(s) are registered.",
+        ),
+        (
+            NewTopic("t", 0),
+            ErrorCode.invalid_partitions,
+            "Number of partitions was set to an invalid non-positive value.",
+        ),
+        (
+            NewTopic("t", -5),
+            ErrorCode.invalid_partitions,
+            "Number of partitions was set to an invalid non-positive value.",
+        ),
+        (
+            NewTopic("t", 1, -1, assignments=[(0, [1])]),
+            ErrorCode.invalid_request,
+            "A manual partition assignment was specified, but numPartitions was not set to -1.",
+        ),
+        (
+            NewTopic("t", -1, 1, assignments=[(0, [1])]),
+            ErrorCode.invalid_request,
+            "A manual partition assignment was specified, but replication factor was not set to -1.",
+        ),
+        (
+            NewTopic("t", assignments=[(0, [])]),
+            ErrorCode.invalid_replica_assignment,
+            "The manual partition assignment includes an empty replica list.",
+        ),
+        (
+            NewTopic("t", assignments=[(0, [5])]),
+            ErrorCode.invalid_replica_assignment,
+            "The manual partition assignment includes broker 5, but no such broker is registered.",
+        ),
+        (
+            NewTopic("t", assignments=[(0, [1, 1])]),
+            ErrorCode.invalid_replica_assignment,
+            "The manual partition assignment includes the broker 1 more than once.",
+        ),
+        (
+            NewTopic("t", assignments=[(0, [1]), (0, [1])]),
+            ErrorCode.invalid_replica_assignment,
+            "Found multiple manual partition assignments for partition 0",
+        ),
+        (
+            NewTopic("t", assignments=[(0, [1]), (2, [1])]),
+            ErrorCode.invalid_replica_assignment,
+            "partitions should be a consecutive 0-based integer sequence",
+        ),
+        (
+            NewTopic("t", configs={"bogus.key": "1"}),
+            ErrorCode.invalid_config,
+            "Unknown topic config name: bogus.key",
+        ),
+        (
+            NewTopic("t", configs={"segment.bytes": "abc"}),
+            ErrorCode.invalid_config,
+            "Invalid value 'abc' for configuration segment.bytes: expected an integer",
+        ),
+        (
+            NewTopic("t", configs={"retention.ms": None, "segment.ms": None}),
+            ErrorCode.invalid_config,
+            "Null value not supported for topic configs: retention.ms,segment.ms",
+        ),
+        (
+            NewTopic("t", configs={"min.compaction.lag.ms": "10", "max.compaction.lag.ms": "5"}),
+            ErrorCode.invalid_config,
+            "conflict topic config setting min.compaction.lag.ms (10) > max.compaction.lag.ms (5)",
+        ),
+        (
+            NewTopic("t", configs={"remote.storage.enable": "true"}),
+            ErrorCode.invalid_config,
+            "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage.",
+        ),
+    ],
+)
+def test_create_topic_errors(tmp_path, topic, code, message):
+    controller = open_controller(tmp_path)
+    end = controller.metadata_log.next_offset
+    [result] = controller.create_topics([topic])
+    assert (result.error.code, result.error.message) == (code, message)
+    assert controller.metadata_log.next_offset == end and controller.image.topic("t") is None
+
+
+def test_manual_assignments_and_default_replication_factor(tmp_path):
+    controller = open_controller(tmp_path, **{"default.replication.factor": "2"})
+    [result] = controller.create_topics([NewTopic("t")])
+    assert result.error.code is ErrorCode.invalid_replication_factor
+    [result] = controller.create_topics([NewTopic("t", assignments=[(1, [1]), (0, [1])])])
+    assert result.error.code is ErrorCode.none and result.num_partitions == 2
+
+
+def test_errors_need_a_registered_broker(tmp_path):
+    controller = open_controller(tmp_path, register_node=False)
+    [result] = controller.create_topics([NewTopic("t")])
+    assert (
+        result.error.message
+        == "Unable to replicate the partition 1 time(s): All brokers are currently fenced."
+    )
+
+
+def test_delete_topics_by_name_and_id(tmp_path):
+    controller = open_controller(tmp_path)
+    created = {
+        r.name: r.topic_id for r in controller.create_topics([NewTopic("a"), NewTopic("b"), NewTopic("c")])
+    }
+    controller.alter_topic_configs("a", [ConfigOp("retention.ms", OpType.SET, "5")])
+    batches = batch_count(controller)
+    unknown_id = uuid.uuid4()
+    results = controller.delete_topics(["a", created["b"], "missing", unknown_id, "c", "c", uuid.UUID(int=0)])
+    assert batch_count(controller) == batches + 1
+    assert [(r.name, r.topic_id, r.error.code) for r in results] == [
+        ("a", created["a"], ErrorCode.none),
+        ("b", created["b"], ErrorCode.none),
+        ("missing", uuid.UUID(int=0), ErrorCode.unknown_topic_or_partition),
+        (None, unknown_id, ErrorCode.unknown_topic_id),
+        ("c", uuid.UUID(int=0), ErrorCode.invalid_request),
+        (None, uuid.UUID(int=0), ErrorCode.invalid_request),
+    ]
+    assert results[4].error.message == "Duplicate topic name."
+    image = controller.image
+    assert [t.name for t in image.topics()] == ["c"] and image.topic_config("a") == {}
+    [again] = controller.delete_topics(["c", created["c"]])[1:]
+    assert again.error.message == "The provided topic name maps to an ID that was already supplied."
+
+
+def test_delete_topics_disabled(tmp_path):
+    controller = open_controller(tmp_path, **{"delete.topic.enable": "false"})
+    controller.create_topics([NewTopic("a")])
+    [result] = controller.delete_topics(["a"])
+    assert result.error.code is ErrorCode.topic_deletion_disabled and controller.image.topic("a") is not None
+
+
+def test_create_partitions(tmp_path):
+    controller = open_controller(tmp_path)
+    controller.create_topics([NewTopic("t", 2)])
+    assert controller.create_partitions("t", 4).code is ErrorCode.none
+    assert set(controller.image.partitions_of("t")) == {0, 1, 2, 3}
+    assert controller.image.partition("t", 3).leader_epoch == 0
+    assert controller.create_partitions("t", 5, [[1]]).code is ErrorCode.none
+    assert controller.create_partitions("t", 6, validate_only=True).code is ErrorCode.none
+    assert len(controller.image.partitions_of("t")) == 5
+    cases = [
+        (("missing", 3), ErrorCode.unknown_topic_or_partition, None),
+        (("t", 5), ErrorCode.invalid_partitions, "Topic already has 5 partition(s)."),
+        (
+            ("t", 2),
+            ErrorCode.invalid_partitions,
+            "The topic t currently has 5 partition(s); 2 would not be an increase.",
+        ),
+        (
+            ("t", 7, [[1]]),
+            ErrorCode.invalid_replica_assignment,
+            "Attempted to add 2 additional partition(s), but only 1 assignment(s) were specified.",
+        ),
+        (
+            ("t", 6, [[2]]),
+            ErrorCode.invalid_replica_assignment,
+            "The manual partition assignment includes broker 2, but no such broker is registered.",
+        ),
+    ]
+    for args, code, message in cases:
+        error = controller.create_partitions(*args)
+        assert (error.code, error.message) == (code, message)
+    assert len(controller.image.partitions_of("t")) == 5
+
+
+def test_incremental_alter_configs(tmp_path):
+    controller = open_controller(tmp_path)
+    controller.create_topics([NewTopic("t", configs={"retention.ms": "100"})])
+    ops = [
+        ConfigOp("cleanup.policy", OpType.APPEND, "compact"),
+        ConfigOp("retention.ms", OpType.DELETE),
+        ConfigOp("segment.bytes", OpType.SET, "1000"),
+    ]
+    assert controller.alter_topic_configs("t", ops).code is ErrorCode.none
+    assert controller.image.topic_config("t") == {"cleanup.policy": "delete,compact", "segment.bytes": "1000"}
+    subtract = [ConfigOp("cleanup.policy", OpType.SUBTRACT, "delete")]
+    assert controller.alter_topic_configs("t", subtract).code is ErrorCode.none
+    assert controller.image.topic_config("t")["cleanup.policy"] == "compact"
+    end = controller.metadata_log.next_offset
+    assert (
+        controller.alter_topic_configs("t", [ConfigOp("segment.bytes", OpType.SET, "1000")]).code
+        is ErrorCode.none
+    )
+    assert controller.metadata_log.next_offset == end  # nothing changed, nothing written
+    validate = controller.alter_topic_configs(
+        "t", [ConfigOp("segment.bytes", OpType.SET, "2000")], validate_only=True
+    )
+    assert validate.code is ErrorCode.none and controller.image.topic_config("t")["segment.bytes"] == "1000"
+
+
+@pytest.mark.parametrize(
+    ("topic", "ops", "code", "message"),
+    [
+        (
+            "t",
+            [ConfigOp("segment.ms", OpType.APPEND, "1")],
+            ErrorCode.invalid_config,
+            "Can't APPEND to key segment.ms because its type is not LIST.",
+        ),
+        (
+            "t",
+            [ConfigOp("nope", OpType.SET, "1")],
+            ErrorCode.invalid_config,
+            "Unknown topic config name: nope",
+        ),
+        (
+            "t",
+            [ConfigOp("retention.ms", OpType.SET, "-7")],
+            ErrorCode.invalid_config,
+            "Invalid value '-7' for configuration retention.ms: value must be at least -1",
+        ),
+        (
+            "t",
+            [ConfigOp("a", OpType.SET, "1"), ConfigOp("a", OpType.DELETE)],
+            ErrorCode.invalid_request,
+            "Error due to duplicate config keys",
+        ),
+        (
+            "t",
+            [ConfigOp("retention.ms", OpType.SET, None)],
+            ErrorCode.invalid_request,
+            "Null value not supported for : retention.ms",
+        ),
+        (
+            "",
+            [ConfigOp("retention.ms", OpType.SET, "1")],
+            ErrorCode.invalid_request,
+            "Default topic resources are not allowed.",
+        ),
+        (
+            "missing",
+            [ConfigOp("retention.ms", OpType.SET, "1")],
+            ErrorCode.unknown_topic_or_partition,
+            "The topic 'missing' does not exist.",
+        ),
+        (
+            "bad!",
+            [ConfigOp("retention.ms", OpType.SET, "1")],
+            ErrorCode.invalid_topic_exception,
+            "Topic name is invalid: 'bad!' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'",
+        ),
+    ],
+)
+def test_alter_config_errors(tmp_path, topic, ops, code, message):
+    controller = open_controller(tmp_path)
+    controller.create_topics([NewTopic("t", configs={"retention.ms": "100"})])
+    error = controller.alter_topic_configs(topic, ops)
+    assert (error.code, error.message) == (code, message)
+    assert controller.image.topic_config("t") == {"retention.ms": "100"}
+
+
+def test_legacy_alter_configs_replaces_every_override(tmp_path):
+    controller = open_controller(tmp_path)
+    controller.create_topics([NewTopic("t", configs={"retention.ms": "100", "segment.ms": "5000"})])
+    assert controller.replace_topic_configs("t", {"segment.ms": "6000"}).code is ErrorCode.none
+    assert controller.image.topic_config("t") == {"segment.ms": "6000"}
+    error = controller.replace_topic_configs("t", {"segment.ms": "0"})
+    assert error.code is ErrorCode.invalid_config
+    assert controller.replace_topic_configs("t", {"segment.ms": None}).code is ErrorCode.invalid_request
+    assert controller.replace_topic_configs("t", {}).code is ErrorCode.none
+    assert controller.image.topic_config("t") == {}
+
+
+def test_auto_create_topics_hook(tmp_path):
+    controller = open_controller(tmp_path, **{"num.partitions": "2", "offsets.topic.num.partitions": "3"})
+    controller.create_topics([NewTopic("exists")])
+    created = asyncio.run(
+        controller.auto_create_topics(["fresh", "exists", "__consumer_offsets", "__transaction_state"])
+    )
+    assert set(created.values()) == {ErrorCode.none}
+    image = controller.image
+    assert len(image.partitions_of("fresh")) == 2 and len(image.partitions_of("__consumer_offsets")) == 3
+    assert image.topic("__consumer_offsets").is_internal
+    assert image.topic_config("__consumer_offsets")["cleanup.policy"] == "compact"
+    assert image.topic_config("__transaction_state")["compression.type"] == "uncompressed"
+
+
+def test_producer_id_blocks(tmp_path):
+    controller = open_controller(tmp_path)
+    epoch = controller.image.broker(NODE).broker_epoch
+    first = controller.allocate_producer_ids(NODE, epoch)
+    second = controller.allocate_producer_ids(NODE, epoch)
+    assert (first.first_producer_id, second.first_producer_id, second.size) == (0, 1000, 1000)
+    with pytest.raises(ApiException) as raised:
+        controller.allocate_producer_ids(NODE, epoch + 1)
+    assert raised.value.error.code is ErrorCode.stale_broker_epoch
+    controller.close()
+    reopened = open_controller(tmp_path, register_node=False)
+    assert reopened.image.next_producer_id_block(NODE).first_producer_id == 2000
+
+
+def test_listeners_see_every_committed_image(tmp_path):
+    controller = open_controller(tmp_path)
+    seen = []
+    controller.add_listener(lambda old, new: seen.append((old.topic("t"), new.topic("t"))))
+    controller.create_topics([NewTopic("t")])
+    controller.create_topics([NewTopic("t", 0)], validate_only=True)
+    assert len(seen) == 1 and seen[0][0] is None and seen[0][1].name == "t"
+
+
+def test_registration_epochs_increase_with_each_start(tmp_path):
+    controller = open_controller(tmp_path)
+    first = controller.image.broker(NODE)
+    assert first.broker_epoch == 1  # offset 0 is the bootstrap FeatureLevelRecord
+    controller.create_topics([NewTopic("t")])
+    controller.close()
+    again = open_controller(tmp_path)
+    second = again.image.broker(NODE)
+    assert second.broker_epoch > first.broker_epoch and second.incarnation_id != first.incarnation_id
+    assert again.image.metadata_version == 21
+    bootstrap = [r.name for r, _ in again.metadata_log.records()].count("FeatureLevelRecord")
+    assert bootstrap == 1
+
+
+# --- the metadata log on disk ------------------------------------------------------------------------
+
+
+def test_restart_replays_an_identical_image(tmp_path):
+    controller = open_controller(tmp_path)
+    controller.create_topics([NewTopic("a", 3), NewTopic("b", configs={"cleanup.policy": "compact"})])
+    controller.create_partitions("a", 5)
+    controller.alter_topic_configs("a", [ConfigOp("retention.ms", OpType.SET, "42")])
+    controller.delete_topics(["b"])
+    image = controller.image
+    controller.close()
+    reopened = QuorumController.open(config(tmp_path), cluster_id="cluster-x")
+    assert reopened.image == image and reopened.metadata_log.truncation is None
+    assert list(reopened.image.topics()) == list(image.topics())
+
+
+def test_files_have_kafkas_names_and_contents(tmp_path):
+    controller = open_controller(tmp_path)
+    directory = metadata_log_dir(controller.config)
+    assert directory == tmp_path / "data" / "__cluster_metadata-0"
+    names = sorted(p.name for p in directory.iterdir())
+    assert "00000000000000000000.log" in names
+    metadata = read_partition_metadata((directory / "partition.metadata").read_text())
+    assert str(metadata.topic_id) == "00000000-0000-0000-0000-000000000001"
+    epochs = read_leader_epoch_checkpoint((directory / "leader-epoch-checkpoint").read_text())
+    assert [(e.epoch, e.start_offset) for e in epochs] == [(1, 0)]
+    assert (directory / "quorum-state").read_text() == (
+        '{"leaderId":1,"leaderEpoch":1,"votedId":-1,"votedDirectoryId":"AAAAAAAAAAAAAAAAAAAAAA","data_version":1}'
+    )
+    data = (directory / "00000000000000000000.log").read_bytes()
+    result = walk(data)
+    assert result.stop == len(data)
+    assert all(b.crc_valid and b.partition_leader_epoch == 1 and b.magic == 2 for b in result.batches)
+    for batch in result.batches:
+        assert all(r.key is None for r in batch.records(data))
+
+
+def test_torn_last_batch_is_truncated_to_the_previous_image(tmp_path):
+    controller = open_controller(tmp_path)
+    controller.create_topics([NewTopic("kept")])
+    before = controller.image
+    controller.create_topics([NewTopic("lost", 4)])
+    segment = controller.metadata_log.segments[-1]
+    controller.close()
+    size = segment.stat().st_size
+    with open(segment, "r+b") as f:  # what kill -9 in the middle of a write leaves
+        f.truncate(size - 10)
+    reopened = QuorumController.open(config(tmp_path), cluster_id="cluster-x")
+    assert reopened.image == before
+    truncation = reopened.metadata_log.truncation
+    assert truncation is not None and truncation.offset == before.offset + 1
+    assert truncation.reason == "an incomplete batch (torn write)"
+    assert segment.stat().st_size < size - 10
+    reopened.create_topics([NewTopic("after")])
+    reopened.close()
+    again = QuorumController.open(config(tmp_path), cluster_id="cluster-x")
+    assert {t.name for t in again.image.topics()} == {"kept", "after"}
+    assert again.metadata_log.truncation is None
+
+
+def test_corrupt_batch_truncates_it_and_later_segments(tmp_path):
+    controller = QuorumController.open(
+        config(tmp_path, **{"metadata.log.segment.bytes": "400"}), cluster_id="x"
+    )
+    controller.register_broker(LISTENER)
+    images = [controller.image]
+    for i in range(6):
+        controller.create_topics([NewTopic(f"t{i}", 2)])
+        images.append(controller.image)
+    segments = controller.metadata_log.segments
+    assert len(segments) >= 3
+    assert [int(p.name[:20]) for p in segments] == sorted(int(p.name[:20]) for p in segments)
+    controller.close()
+    victim = segments[1]
+    data = bytearray(victim.read_bytes())
+    data[-5] ^= 0xFF  # a flipped bit in the last batch of a middle segment
+    victim.write_bytes(bytes(data))
+    reopened = MetadataLog.open(victim.parent, segment_bytes=400)
+    truncation = reopened.truncation
+    assert truncation is not None and "CRC" in truncation.reason
+    assert truncation.deleted_segments == tuple(segments[2:])
+    assert reopened.segments == segments[:2]
+    replayed = (
+        MetadataDelta(ClusterMetadataImage.empty("x", NODE, "PLAINTEXT"))
+        .replay_all(reopened.records())
+        .apply()
+    )
+    assert replayed.offset == reopened.next_offset - 1
+    assert replayed == next(img for img in images if img.offset == replayed.offset)
+
+
+def test_garbage_size_field_is_truncated(tmp_path):
+    controller = open_controller(tmp_path)
+    before = controller.image
+    segment = controller.metadata_log.segments[-1]
+    controller.close()
+    with open(segment, "ab") as f:
+        f.write(b"\x00" * 8 + b"\x00\x00\x00\x05" + b"\x00" * 20)  # a unit claiming 5 bytes
+    reopened = QuorumController.open(config(tmp_path), cluster_id="cluster-x")
+    assert reopened.image == before and reopened.metadata_log.truncation is not None
+
+
+def test_undecodable_record_is_an_error_not_a_truncation(tmp_path):
+    directory = tmp_path / "meta"
+    log = MetadataLog.open(directory)
+    log.append([b"\x01\x63\x00"], leader_epoch=1, now_ms=0)  # unknown record type 99
+    log.close()
+    with pytest.raises(Exception, match="Unknown metadata id 99"):
+        list(MetadataLog.open(directory).records())
+
+
+def test_dump_segment_decodes_the_metadata_log(tmp_path):
+    controller = open_controller(tmp_path)
+    controller.create_topics([NewTopic("dumped", 2, configs={"retention.ms": "7"})])
+    segment = controller.metadata_log.segments[0]
+    controller.close()
+    proc = subprocess.run(
+        [sys.executable, "-m", "kcli", "dump-segment", "--cluster-metadata-decoder", str(segment)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert (
+        '"type":"FEATURE_LEVEL_RECORD","version":0,"data":{"name":"metadata.version","featureLevel":21}'
+        in out
+    )
+    assert '"type":"REGISTER_BROKER_RECORD","version":3' in out
+    assert '"type":"TOPIC_RECORD","version":0,"data":{"name":"dumped"' in out
+    assert out.count('"type":"PARTITION_RECORD","version":1') == 2
+    assert '"name":"retention.ms","value":"7"' in out
+    assert "partitionLeaderEpoch: 1" in out and "isvalid: false" not in out
+
+
+KILLER = textwrap.dedent(
+    """
+    import sys
+    from kcli.broker.metadata import NewTopic, QuorumController
+    from kcli.config import BrokerConfig, Listener
+    config = BrokerConfig({"log.dirs": sys.argv[1]})
+    controller = QuorumController.open(config, cluster_id="cluster-x")
+    controller.register_broker(Listener("PLAINTEXT", "127.0.0.1", 9092))
+    print("ready", flush=True)
+    i = 0
+    while True:
+        controller.create_topics([NewTopic(f"t{i}", 8, configs={"retention.ms": str(i + 1)})])
+        i += 1
+    """
+)
+
+
+def test_real_kill_9_leaves_whole_operations_only(tmp_path):
+    data = tmp_path / "data"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLER, str(data)], stdout=subprocess.PIPE, cwd=REPO, env={**os.environ}
+    )
+    try:
+        assert proc.stdout.readline() == b"ready\n"
+        segment = data / "__cluster_metadata-0" / "00000000000000000000.log"
+        while segment.stat().st_size < 20000 and proc.poll() is None:
+            time.sleep(0.005)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    controller = QuorumController.open(BrokerConfig({"log.dirs": str(data)}), cluster_id="cluster-x")
+    topics = list(controller.image.topics())
+    assert len(topics) > 10
+    for topic in topics:  # every topic arrived whole: its partitions and its config
+        assert len(topic.partitions) == 8
+        assert controller.image.topic_config(topic.name) == {"retention.ms": str(int(topic.name[1:]) + 1)}
+    assert sorted(int(t.name[1:]) for t in topics) == list(range(len(topics)))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("create"), st.sampled_from("abcde"), st.integers(-1, 3)),
+            st.tuples(st.just("delete"), st.sampled_from("abcde"), st.just(0)),
+            st.tuples(st.just("grow"), st.sampled_from("abcde"), st.integers(1, 5)),
+            st.tuples(st.just("config"), st.sampled_from("abcde"), st.integers(-2, 3)),
+        ),
+        max_size=12,
+    )
+)
+def test_any_operation_sequence_replays_to_the_same_image(tmp_path_factory, operations):
+    root = tmp_path_factory.mktemp("ops")
+    controller = open_controller(root)
+    for op, name, n in operations:
+        if op == "create":
+            controller.create_topics([NewTopic(name, n)])
+        elif op == "delete":
+            controller.delete_topics([name])
+        elif op == "grow":
+            controller.create_partitions(name, n)
+        else:
+            controller.alter_topic_configs(name, [ConfigOp("retention.ms", OpType.SET, str(n))])
+    image = controller.image
+    controller.close()
+    reopened = QuorumController.open(config(root), cluster_id="cluster-x")
+    assert reopened.image == image
+    delta = MetadataDelta(empty_image())
+    for record, offset in reopened.metadata_log.records():
+        delta.replay(record, offset)
+    assert delta.apply() == image
