@@ -7,6 +7,7 @@ at the end unless --keep), with .index/.timeindex by Kafka's sparse rule and a l
 Then times, as whole processes with the files in page cache, a warm-up and `--runs` runs of each of:
 
   * bare:   one Python process reading every .log in 8 MiB chunks and crc32c-ing each (the crc32c package);
+  * mmap:   the same with each whole file memory-mapped (no copy, no bound on memory): the fastest bare pass;
   * verify: `kcli verify <partition dir>` (header walk + CRC-32C of every batch + index/epoch checks);
 
 and prints the median wall time and throughput of each, their ratio, and the peak RSS (the kernel's
@@ -47,6 +48,12 @@ for path in sys.argv[1:]:
         while n := f.readinto(buf):
             crc32c.crc32c(view[:n])
 """
+BARE_MMAP = """
+import mmap, sys, crc32c
+for path in sys.argv[1:]:
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        crc32c.crc32c(m)
+"""
 VERIFY = [sys.executable, "-c", "import kcli.cli.verify; from kcli.cli.main import main; main()", "verify"]
 
 
@@ -66,22 +73,27 @@ def main() -> None:
         total = sum(os.path.getsize(p) for p in logs)
         env = dict(os.environ, PYTHONPATH=str(REPO))
         bare = [sys.executable, "-c", BARE_CRC, *logs]
+        bare_mmap = [sys.executable, "-c", BARE_MMAP, *logs]
         verify = [*VERIFY, str(partition)]
         check = subprocess.run(verify, capture_output=True, text=True, env=env)
         print(check.stdout.strip().splitlines()[-1])
         if check.returncode != 0:
             sys.exit(f"kcli verify reported findings on the generated dir:\n{check.stdout}{check.stderr}")
-        bare_times, verify_times = [], []
-        for run in range(args.runs + 1):  # the first pair warms the page cache and is not counted
+        bare_times, mmap_times, verify_times = [], [], []
+        for run in range(args.runs + 1):  # the first round warms the page cache and is not counted
             b, _ = timed(bare, env)
+            m, _ = timed(bare_mmap, env)
             v, _ = timed(verify, env)
             if run:
                 bare_times.append(b)
+                mmap_times.append(m)
                 verify_times.append(v)
         one_segment = [*VERIFY, logs[0]]
         _, rss_kib = timed(one_segment, env)
         bare_s, verify_s = statistics.median(bare_times), statistics.median(verify_times)
         ratios = sorted(b / v for b, v in zip(bare_times, verify_times, strict=True))
+        mmap_s = statistics.median(mmap_times)
+        mmap_ratios = sorted(m / v for m, v in zip(mmap_times, verify_times, strict=True))
         print(
             f"data: {len(logs)} segments, {total / GIB:.2f} GiB, {RECORDS_PER_BATCH}-record batches of ~16 KiB"
         )
@@ -89,11 +101,18 @@ def main() -> None:
             f"bare crc32c pass : median {bare_s:.3f} s  {total / bare_s / 1e9:.2f} GB/s  ({args.runs} runs)"
         )
         print(
+            f"bare crc32c, mmap: median {mmap_s:.3f} s  {total / mmap_s / 1e9:.2f} GB/s  (whole file mapped, no bound on memory)"
+        )
+        print(
             f"kcli verify      : median {verify_s:.3f} s  {total / verify_s / 1e9:.2f} GB/s  ({args.runs} runs)"
         )
         print(
             f"verify / bare throughput: median {statistics.median(ratios):.2f} "
             f"(min {ratios[0]:.2f}, max {ratios[-1]:.2f}; bar >= 0.50)"
+        )
+        print(
+            f"verify / mmap throughput: median {statistics.median(mmap_ratios):.2f} "
+            f"(min {mmap_ratios[0]:.2f}, max {mmap_ratios[-1]:.2f}; bar >= 0.50)"
         )
         print(
             f"peak RSS, kcli verify of one {os.path.getsize(logs[0]) / GIB:.2f} GiB segment: {rss_kib / 1024:.1f} MiB"
