@@ -739,6 +739,8 @@ def test_torn_last_batch_is_truncated_to_the_previous_image(tmp_path):
     again = QuorumController.open(config(tmp_path), cluster_id="cluster-x")
     assert {t.name for t in again.image.topics()} == {"kept", "after"}
     assert again.metadata_log.truncation is None
+    again.close()
+    assert_verifies_clean(segment.parent)
 
 
 def test_corrupt_batch_truncates_it_and_later_segments(tmp_path):
@@ -792,20 +794,45 @@ def test_undecodable_record_is_an_error_not_a_truncation(tmp_path):
         list(MetadataLog.open(directory).records())
 
 
+def kcli(*args: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "kcli", *args], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def assert_verifies_clean(path: Path) -> None:
+    """`kcli verify --deep` finds nothing: CRCs, offsets, both indexes and the epoch checkpoint agree."""
+    assert "no findings" in kcli("verify", "--deep", str(path))
+
+
+def test_segments_roll_with_indexes_that_verify_clean(tmp_path):
+    controller = QuorumController.open(
+        config(tmp_path, **{"metadata.log.segment.bytes": "5000"}), cluster_id="x"
+    )
+    controller.register_broker(LISTENER)
+    for i in range(40):
+        controller.create_topics([NewTopic(f"t{i}", 3)])
+    controller.close()
+    reopened = QuorumController.open(
+        config(tmp_path, **{"metadata.log.segment.bytes": "5000"}), cluster_id="x"
+    )
+    for i in range(40, 50):
+        reopened.create_topics([NewTopic(f"t{i}", 3)])
+    segments = reopened.metadata_log.segments
+    assert len(segments) >= 4 and len(list(reopened.image.topics())) == 50
+    assert any(p.with_suffix(".index").stat().st_size > 0 for p in segments)
+    reopened.close()
+    assert_verifies_clean(segments[0].parent.parent)
+
+
 def test_dump_segment_decodes_the_metadata_log(tmp_path):
     controller = open_controller(tmp_path)
     controller.create_topics([NewTopic("dumped", 2, configs={"retention.ms": "7"})])
     segment = controller.metadata_log.segments[0]
     controller.close()
-    proc = subprocess.run(
-        [sys.executable, "-m", "kcli", "dump-segment", "--cluster-metadata-decoder", str(segment)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-    )
-    assert proc.returncode == 0, proc.stderr
-    out = proc.stdout
+    out = kcli("dump-segment", "--cluster-metadata-decoder", str(segment))
     assert (
         '"type":"FEATURE_LEVEL_RECORD","version":0,"data":{"name":"metadata.version","featureLevel":21}'
         in out

@@ -9,7 +9,8 @@ before it returns, so an operation is either wholly on disk or not there after `
 Opening the log recovers it as Kafka's LogLoader recovers a segment: every batch is framed and its
 CRC checked; the first incomplete or invalid unit and everything after it (later segments too) is
 truncated away, and the loss is logged with exact offsets and byte counts. Metadata is small, so
-there are no index files and every open re-validates the whole log.
+every open re-validates the whole log and rewrites each segment's `.index` and `.timeindex` from
+it (Kafka's sparse-entry rule, `index.interval.bytes` = 4096); appends then extend them.
 """
 
 from __future__ import annotations
@@ -31,9 +32,18 @@ from formats.checkpoints import (
     write_partition_metadata,
 )
 from formats.errors import FormatError
+from formats.index import encode_offset_entry, encode_time_entry
 from formats.internal import MetadataRecord, decode_metadata_record
-from formats.records import RecordBatch, RecordSpec, build_batch
-from formats.segment import LOG_SUFFIX, base_offset_of, filename
+from formats.records import RecordBatch, RecordSpec, build_batch, read_batch
+from formats.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    IndexEntries,
+    SegmentIndexer,
+    base_offset_of,
+    filename,
+)
 from kcli.config import CLUSTER_METADATA_TOPIC, BrokerConfig
 from kcli.errors import KcliError
 from ops.logdir import SegmentReader
@@ -46,6 +56,7 @@ LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 PARTITION_METADATA = "partition.metadata"
 QUORUM_STATE = "quorum-state"
 DEFAULT_SEGMENT_BYTES = 1024 * 1024 * 1024  # metadata.log.segment.bytes
+INDEX_INTERVAL_BYTES = 4096  # index.interval.bytes: KafkaMetadataLog keeps LogConfig's default
 
 
 class MetadataLogError(KcliError):
@@ -83,9 +94,32 @@ class LoggedBatch:
 
 @dataclass
 class _Segment:
+    """A segment and the sparse-index state of its appends (Kafka's LogSegment, minus the mmaps)."""
+
     base_offset: int
     path: Path
     size: int
+    indexer: SegmentIndexer = field(default_factory=lambda: SegmentIndexer(INDEX_INTERVAL_BYTES))
+
+    @property
+    def index_path(self) -> Path:
+        return self.path.with_name(filename(self.base_offset, INDEX_SUFFIX))
+
+    @property
+    def time_index_path(self) -> Path:
+        return self.path.with_name(filename(self.base_offset, TIME_INDEX_SUFFIX))
+
+    def add_index_entries(self, entries: IndexEntries) -> None:
+        if entries.offset_entry is not None:
+            _append(self.index_path, encode_offset_entry(self.base_offset, *entries.offset_entry))
+        if entries.time_entry is not None:
+            _append(self.time_index_path, encode_time_entry(self.base_offset, *entries.time_entry))
+
+    def finish_time_index(self) -> None:
+        """The time entry Kafka adds when a segment is rolled, closed or recovered."""
+        entry = self.indexer.final_time_entry()
+        if entry is not None:
+            _append(self.time_index_path, encode_time_entry(self.base_offset, *entry))
 
 
 @dataclass
@@ -180,6 +214,12 @@ class MetadataLog:
         _write_atomically(self.directory / QUORUM_STATE, json.dumps(state, separators=(",", ":")).encode())
 
     def close(self) -> None:
+        """Close the active segment (with its final time-index entry, as Kafka closes one)."""
+        self._close_file()
+        if self._segments:
+            self._segments[-1].finish_time_index()
+
+    def _close_file(self) -> None:
         if self._file is not None:
             self._file.close()  # type: ignore[attr-defined]
             self._file = None
@@ -196,9 +236,10 @@ class MetadataLog:
         epochs: list[EpochEntry] = []
         next_offset = 0
         for index, (base, path) in enumerate(found):
-            valid, next_offset, stop = _validate_segment(path, base, epochs)
+            segment = _Segment(base, path, 0)
+            valid, next_offset, stop = _recover_segment(segment, epochs)
             size = path.stat().st_size
-            segments.append(_Segment(base, path, valid))
+            segments.append(segment)
             if valid < size:
                 later = tuple(p for _, p in found[index + 1 :])
                 self._truncate(path, valid, next_offset, size - valid, later, stop)
@@ -206,8 +247,6 @@ class MetadataLog:
         self._segments = segments
         self._epochs = epochs
         self._next_offset = next_offset if segments else 0
-        if segments and segments[-1].size == 0:
-            self._next_offset = segments[-1].base_offset
         self._sync_epoch_checkpoint()
 
     def _truncate(
@@ -218,6 +257,8 @@ class MetadataLog:
             f.truncate(position)
             os.fsync(f.fileno())
         for extra in later:
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                extra.with_suffix(suffix).unlink(missing_ok=True)
             extra.unlink()
         _fsync_dir(self.directory)
         self.truncation = Truncation(path, position, offset, dropped + later_bytes, later, reason)
@@ -265,18 +306,23 @@ class MetadataLog:
             os.fsync(f.fileno())
         except OSError:
             # Leave no partial batch behind: the next append must start on a batch boundary.
-            self.close()
+            self._close_file()
             with open(active.path, "r+b") as raw:
                 raw.truncate(active.size)
             raise
+        header = read_batch(batch)
+        active.add_index_entries(
+            active.indexer.append(active.size, header.last_offset, header.max_timestamp, len(batch))
+        )
         active.size += len(batch)
 
     def _roll(self, base_offset: int) -> None:
         self.close()
-        path = self.directory / filename(base_offset, LOG_SUFFIX)
-        path.touch()
+        segment = _Segment(base_offset, self.directory / filename(base_offset, LOG_SUFFIX), 0)
+        for path in (segment.path, segment.index_path, segment.time_index_path):
+            path.write_bytes(b"")
         _fsync_dir(self.directory)
-        self._segments.append(_Segment(base_offset, path, 0))
+        self._segments.append(segment)
 
     def _active_file(self, active: _Segment):  # noqa: ANN202 - a binary file object
         if self._file is None:
@@ -284,25 +330,45 @@ class MetadataLog:
         return self._file
 
 
-def _validate_segment(path: Path, base: int, epochs: list[EpochEntry]) -> tuple[int, int, str]:
-    """Walk one segment: (valid bytes, next offset after them, why the walk stopped early)."""
-    reader = SegmentReader(path, check_crc=True)
-    valid, next_offset = 0, base
+def _recover_segment(segment: _Segment, epochs: list[EpochEntry]) -> tuple[int, int, str]:
+    """LogSegment.recover: walk the batches, rebuild both indexes from them, stop at the first bad one.
+
+    Returns (valid bytes, next offset after them, why the walk stopped early or "").
+    """
+    reader = SegmentReader(segment.path, check_crc=True)
+    valid, next_offset, stop = 0, segment.base_offset, ""
+    offset_index, time_index = bytearray(), bytearray()
+    indexer = segment.indexer
     for chunk in reader.chunks():
         for batch in chunk.batches:
             if not isinstance(batch, RecordBatch):
-                return valid, next_offset, f"a magic v{batch.magic} message (the metadata log is v2 only)"
+                stop = f"a magic v{batch.magic} message (the metadata log is v2 only)"
+                break
             if not batch.crc_valid:
-                return valid, next_offset, f"a batch at offset {batch.base_offset} failed its CRC check"
+                stop = f"a batch at offset {batch.base_offset} failed its CRC check"
+                break
             epoch = batch.partition_leader_epoch
             if epoch >= 0 and (not epochs or epoch > epochs[-1].epoch):
                 epochs.append(EpochEntry(epoch, batch.base_offset))
+            entries = indexer.append(valid, batch.last_offset, batch.max_timestamp, batch.size)
+            if entries.offset_entry is not None:
+                offset_index += encode_offset_entry(segment.base_offset, *entries.offset_entry)
+            if entries.time_entry is not None:
+                time_index += encode_time_entry(segment.base_offset, *entries.time_entry)
             valid = chunk.base + batch.position + batch.size
             next_offset = batch.next_offset
+        if stop:
+            break
     end = reader.end
-    if end is None or end.position >= end.file_size:
-        return valid, next_offset, ""
-    return valid, next_offset, end.problem or "an incomplete batch (torn write)"
+    if not stop and end is not None and end.position < end.file_size:
+        stop = end.problem or "an incomplete batch (torn write)"
+    final = indexer.final_time_entry()
+    if final is not None:
+        time_index += encode_time_entry(segment.base_offset, *final)
+    segment.index_path.write_bytes(bytes(offset_index))
+    segment.time_index_path.write_bytes(bytes(time_index))
+    segment.size = valid
+    return valid, next_offset, stop
 
 
 def _logged_batch(path: Path, view: memoryview, batch: RecordBatch) -> LoggedBatch:
@@ -319,6 +385,11 @@ def _logged_batch(path: Path, view: memoryview, batch: RecordBatch) -> LoggedBat
     return LoggedBatch(
         batch.base_offset, batch.last_offset, batch.partition_leader_epoch, batch.max_timestamp, records
     )
+
+
+def _append(path: Path, data: bytes) -> None:
+    with open(path, "ab") as f:
+        f.write(data)
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
