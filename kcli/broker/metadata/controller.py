@@ -31,10 +31,11 @@ from kcli.broker.metadata.image import (
     ClusterMetadataImage,
     ConfigEntry,
     MetadataDelta,
+    MetadataReplayError,
     ProducerIdsBlock,
     topic_config_entries,
 )
-from kcli.broker.metadata.metadata_log import MetadataLog, metadata_log_dir
+from kcli.broker.metadata.metadata_log import MetadataLog, MetadataLogError, metadata_log_dir
 from kcli.config import (
     CLUSTER_METADATA_TOPIC,
     LONG_MAX,
@@ -165,7 +166,13 @@ class QuorumController:
             segment_bytes=int(config["metadata.log.segment.bytes"]),  # type: ignore[call-overload]
         )
         image = ClusterMetadataImage.empty(cluster_id, config.node_id, listener_name or config.listener.name)
-        image = MetadataDelta(image).replay_all(metadata_log.records()).apply()
+        try:
+            image = MetadataDelta(image).replay_all(metadata_log.records()).apply()
+        except MetadataReplayError as exc:
+            metadata_log.close()
+            raise MetadataLogError(
+                f"cannot replay the metadata log in {metadata_log.directory}: {str(exc).rstrip('.')}."
+            ) from None
         controller = cls(config, metadata_log, image)
         metadata_log.write_quorum_state(config.node_id, controller.epoch)
         controller.bootstrap()
@@ -555,7 +562,7 @@ class QuorumController:
                 replication_factor = int(self.config["default.replication.factor"])  # type: ignore[call-overload]
             replicas_by_partition = self._place(0, num_partitions, replication_factor)
 
-        topic_id = uuid.uuid4()
+        topic_id = _random_topic_id()
         records: list[Record] = [("TopicRecord", 0, {"name": topic.name, "topicId": topic_id})]
         for name, value in topic.configs.items():  # ConfigRecords go between TopicRecord and PartitionRecords
             records.append(
@@ -817,6 +824,14 @@ def _topic_name_error(name: str) -> ApiError | None:
     if reason is None:
         return None
     return ApiError(ErrorCode.invalid_topic_exception, f"Topic name is invalid: {reason}")
+
+
+def _random_topic_id() -> uuid.UUID:
+    """Uuid.randomUuid: never a reserved id (0 or 1) nor one whose base64 form starts with '-'."""
+    while True:
+        candidate = uuid.uuid4()
+        if candidate.int > 1 and candidate.bytes[0] >> 2 != 62:  # 62 is '-' in URL-safe base64
+            return candidate
 
 
 def _name_and_id(reference: str | uuid.UUID) -> tuple[str | None, uuid.UUID]:
