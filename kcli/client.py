@@ -12,7 +12,6 @@ flight at once (pipelining): each is matched to its response by correlation id.
 from __future__ import annotations
 
 import asyncio
-import io
 import itertools
 import struct
 from types import TracebackType
@@ -21,10 +20,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 
 from kcli import __version__
 from kcli.broker.apis import api_name, kio_versions, request_type, response_type
+from kcli.broker.apis.codec import entity_write
 from kcli.broker.apis.guard import check_sizes, skip_tagged_fields, without_unknown_tags
 from kcli.errors import KcliError
 
@@ -182,13 +182,11 @@ class KafkaClient:
             correlation_id=correlation_id,
             client_id=self.client_id,
         )
-        buffer = io.BytesIO()
-        buffer.write(b"\0\0\0\0")
-        entity_writer(header_type)(buffer, header)
-        entity_writer(type(request))(buffer, request)
-        with buffer.getbuffer() as view:
-            _INT32.pack_into(view, 0, len(view) - 4)
-        return buffer.getvalue()
+        out = bytearray(b"\0\0\0\0")
+        entity_write(header_type)(out, header)
+        entity_write(type(request))(out, request)
+        _INT32.pack_into(out, 0, len(out) - 4)
+        return bytes(out)
 
     async def _read_responses(self) -> None:
         try:

@@ -37,9 +37,10 @@ from kio.static.primitive import Records
 from kcli.broker.apis import ApiRegistry, ApiSpec, kio_versions, request_type, response_type
 from kcli.broker.apis import api_versions as api_versions_module
 from kcli.broker.apis import metadata as metadata_module
+from kcli.broker.apis.codec import encode
 from kcli.broker.apis.context import FileRegion, FramedResponse, PartitionInfo, TopicInfo
 from kcli.broker.apis.guard import DeclaredSizeError, check_sizes, without_unknown_tags
-from kcli.broker.server import Broker
+from kcli.broker.server import Broker, parse_request_header
 from kcli.client import ClientError, KafkaClient
 from kcli.config import BrokerConfig
 
@@ -352,16 +353,28 @@ def test_random_bodies_never_hurt_the_broker(broker: BrokerProcess) -> None:
     assert sent >= 150 and broker.is_running()
 
 
-@settings(max_examples=150, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-@given(st.sampled_from(_ALL_MESSAGE_TYPES).flatmap(st.from_type))
-def test_size_guard_agrees_with_kio_on_every_message_type(entity: object) -> None:
-    data = _encode(entity)
+@settings(max_examples=200, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from([*_ALL_MESSAGE_TYPES, RequestHeaderV1, RequestHeaderV2]).flatmap(st.from_type))
+def test_fast_encoder_and_size_guard_agree_with_kio_on_every_message_type(entity: object) -> None:
+    data = _encode(entity)  # kio's own writer
+    assert encode(entity) == data
     end, edits = check_sizes(type(entity), data)
     assert end == len(data) and edits == []
     assert entity_reader(type(entity))(data, 0)[1] == len(data)
     if len(data) > 1:
         with pytest.raises(DeclaredSizeError):
             check_sizes(type(entity), data[: len(data) // 2])
+
+
+@pytest.mark.parametrize("header_type", [RequestHeaderV1, RequestHeaderV2])
+@pytest.mark.parametrize("client_id", [None, "", "rdkafka", "é" * 300])
+def test_request_headers_encode_and_check_like_kio(header_type: type, client_id: str | None) -> None:
+    header = header_type(request_api_key=3, request_api_version=12, correlation_id=-5, client_id=client_id)
+    data = _encode(header)
+    assert encode(header) == data
+    assert check_sizes(header_type, data) == (len(data), [])
+    flexible = header_type is RequestHeaderV2
+    assert parse_request_header(data, flexible) == (-5, client_id or "", len(data))
 
 
 def test_size_guard_looks_inside_known_tagged_fields() -> None:

@@ -18,7 +18,6 @@ Nothing a client sends can take down another connection or the process.
 from __future__ import annotations
 
 import asyncio
-import io
 import logging
 import os
 import signal
@@ -32,7 +31,7 @@ from functools import cache
 from pathlib import Path
 
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 
 from formats.checkpoints import MetaProperties, read_meta_properties, write_meta_properties
 from formats.errors import CheckpointError
@@ -46,6 +45,7 @@ from kcli.broker.apis import (
 )
 from kcli.broker.apis.api_versions import API_KEY as API_VERSIONS
 from kcli.broker.apis.api_versions import unsupported_version_response
+from kcli.broker.apis.codec import entity_write
 from kcli.broker.apis.context import (
     BrokerInfo,
     BrokerState,
@@ -280,13 +280,11 @@ class Broker:
 
 def encode_response(correlation_id: int, api_key: int, response: object) -> bytes:
     """Frame a response: size, header, body."""
-    buffer = io.BytesIO()
-    buffer.write(b"\0\0\0\0")
-    buffer.write(response_header(correlation_id, api_key, type(response)))
-    entity_writer(type(response))(buffer, response)
-    with buffer.getbuffer() as view:
-        _INT32.pack_into(view, 0, len(view) - 4)
-    return buffer.getvalue()
+    out = bytearray(b"\0\0\0\0")
+    out += response_header(correlation_id, api_key, type(response))
+    entity_write(type(response))(out, response)
+    _INT32.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
 
 
 def response_header(correlation_id: int, api_key: int, response_type: type) -> bytes:

@@ -65,9 +65,12 @@ def entity_checker(entity_type: type) -> Checker:
     steps: list[Checker] = []
     tagged: dict[int, Checker] = {}
     # Nested entities are looked up when first used, so compiling never recurses.
+    is_request_header = entity_type.__name__ == "RequestHeader"
     for f in dataclasses.fields(entity_type):
         tag = f.metadata.get("tag")
-        if tag is None:
+        if is_request_header and f.name == "client_id":
+            steps.append(_primitive_checker("string", flexible=False))  # legacy even in header v2
+        elif tag is None:
             steps.append(_field_checker(f, flexible, in_tag=False))
         else:
             tagged[int(tag)] = _field_checker(f, flexible, in_tag=True)
