@@ -216,7 +216,7 @@ def test_lost_directory_is_an_offline_replica():
 
 def test_producer_ids_features_noop_and_transactions():
     image = fold(empty_image(), base_records())
-    assert image.next_producer_id_block(NODE).first_producer_id == 0
+    assert image.next_producer_id_block().first_producer_id == 0
     image = fold(
         image, [rec("ProducerIdsRecord", brokerId=1, brokerEpoch=1, nextProducerId=1000), rec("NoOpRecord")]
     )

@@ -262,10 +262,10 @@ class ClusterMetadataImage:
         """DescribeConfigs' view of a topic: each property, its value as text and where it came from."""
         return topic_config_entries(config, self.topic_config(name))
 
-    def next_producer_id_block(self, broker_id: int) -> ProducerIdsBlock:
+    def next_producer_id_block(self, broker_id: int | None = None) -> ProducerIdsBlock:
         """The block the next ProducerIdsRecord will hand out (ProducerIdControlManager)."""
         first = 0 if self.producer_ids is None else self.producer_ids.first_producer_id
-        return ProducerIdsBlock(broker_id, first)
+        return ProducerIdsBlock(self.controller_id if broker_id is None else broker_id, first)
 
     def partitions_led_by(self, broker_id: int) -> list[tuple[str, int, PartitionRegistration]]:
         """(topic, partition, registration) of every partition whose leader is `broker_id`."""
