@@ -241,6 +241,11 @@ class BrokerConfig:
             raise ConfigError(f"broker.id {broker_id} must match node.id {self.node_id} when both are set.")
         if self.log_retention_ms == 0:
             raise ConfigError("log.retention.ms must be unlimited (-1) or, equal or greater than 1.")
+        if self.advertised_listener().host in ("0.0.0.0", "::"):
+            raise ConfigError(
+                "advertised.listeners cannot use the nonroutable meta-address "
+                f"{self.advertised_listener().host}; set advertised.listeners to a routable address."
+            )
         if not self.log_dirs or any(not d for d in self.log_dirs):
             raise ConfigError("log.dirs must name at least one directory.")
 

@@ -89,6 +89,10 @@ def test_kafkas_own_server_properties_loads(tmp_path: Path) -> None:
     assert config.listener == Listener("PLAINTEXT", "", 9092)  # CONTROLLER is skipped
     assert config.advertised_listener(bound_port=9092) == Listener("PLAINTEXT", "localhost", 9092)
     assert config.log_dirs == ["/tmp/kraft-combined-logs"]
+    everywhere = BrokerConfig(
+        {"listeners": "PLAINTEXT://0.0.0.0:0", "advertised.listeners": "PLAINTEXT://10.1.2.3:9092"}
+    )
+    assert everywhere.advertised_listener(bound_port=5555) == Listener("PLAINTEXT", "10.1.2.3", 9092)
     assert "controller.quorum.voters" in config.ignored_keys()
     assert "num.partitions" not in config.ignored_keys()
 
@@ -189,6 +193,11 @@ def test_topic_defaults_come_from_broker_synonyms() -> None:
         ),
         ({"log.retention.ms": "0"}, "log.retention.ms must be unlimited (-1) or, equal or greater than 1."),
         ({"node.id": "2", "broker.id": "3"}, "broker.id 3 must match node.id 2 when both are set."),
+        (
+            {"listeners": "PLAINTEXT://0.0.0.0:9092"},
+            "advertised.listeners cannot use the nonroutable meta-address 0.0.0.0; "
+            "set advertised.listeners to a routable address.",
+        ),
     ],
 )
 def test_bad_settings_are_one_sentence(settings: dict[str, str], message: str) -> None:
