@@ -1,6 +1,5 @@
 """`kcli broker start`: run the embedded Kafka-compatible broker in the foreground."""
 
-import asyncio
 import logging
 import sys
 from pathlib import Path
@@ -8,7 +7,6 @@ from pathlib import Path
 import typer
 
 from kcli.cli.main import app
-from kcli.config import BrokerConfig, ConfigError
 
 broker_app = typer.Typer(
     help="Run the embedded Kafka-compatible broker.",
@@ -41,6 +39,10 @@ def start(
     ),
 ) -> None:
     """Start a single-node broker; SIGTERM or Ctrl-C shuts it down cleanly."""
+    import asyncio
+
+    from kcli.config import BrokerConfig
+
     settings: dict[str, str] = {}
     if listen is not None:
         settings["listeners"] = f"PLAINTEXT://{_check_listen(listen)}"
@@ -62,6 +64,8 @@ def start(
 
 
 def _check_listen(listen: str) -> str:
+    from kcli.config import ConfigError
+
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigError(f"--listen {listen!r} is not of the form HOST:PORT (port 0-65535).")

@@ -43,6 +43,9 @@ def _register() -> None:
 
 
 def main() -> None:
+    # kio registers hypothesis strategies when hypothesis is importable: ~1.5 s and a .hypothesis/ dir
+    # in the user's cwd for nothing. The program never needs it (tests import our modules directly).
+    sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
     _register()
     try:
         rc = app(standalone_mode=False)
