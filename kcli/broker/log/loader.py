@@ -1,0 +1,250 @@
+"""LogLoader: open a partition directory and recover it after an unclean shutdown (reference §4.1).
+
+The order is Kafka's LogLoader.load: leftovers of interrupted deletes, compactions and splits are cleaned
+up, every segment is opened (an index that is missing or fails its cheap sanity check gets the segment
+recovered at once), and without a clean-shutdown marker every segment from the one holding the recovery
+point onward is re-validated. The first segment that loses bytes has every later segment deleted. What
+was done is reported in lines an operator can act on: files, byte positions and offsets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+from formats.segment import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SNAPSHOT_SUFFIX,
+    SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    base_offset_of,
+)
+from kcli.broker.log.config import LogConfig
+from kcli.broker.log.epochs import LeaderEpochCache
+from kcli.broker.log.segment import Segment
+
+_INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+_SNAPSHOT_DELETED = ".checkpoint.deleted"  # KRaft snapshots: their own recovery handles them
+
+
+class LoadedLog(NamedTuple):
+    """A partition's segments and offsets after loading."""
+
+    segments: list[Segment]
+    log_start_offset: int
+    recovery_point: int
+    log_end_offset: int
+    epoch_cache: LeaderEpochCache
+
+
+class LogLoader:
+    """Loads one partition directory; `report` receives one line per repair."""
+
+    def __init__(
+        self,
+        dir: Path,
+        config: LogConfig,
+        *,
+        log_start_offset_checkpoint: int,
+        recovery_point_checkpoint: int,
+        had_clean_shutdown: bool,
+        now_ms: int,
+        report: Callable[[str], None],
+    ) -> None:
+        self.dir = dir
+        self.name = dir.name
+        self.config = config
+        self.log_start_offset_checkpoint = log_start_offset_checkpoint
+        self.recovery_point_checkpoint = recovery_point_checkpoint
+        self.had_clean_shutdown = had_clean_shutdown
+        self.now_ms = now_ms
+        self.report = report
+        self.segments: list[Segment] = []
+
+    def load(self) -> LoadedLog:
+        epoch_cache, problem = LeaderEpochCache.load(self.dir)
+        if problem:
+            self.report(problem)
+        self.epoch_cache = epoch_cache
+        swap_files = self._remove_temp_files_and_collect_swap_files()
+        self._complete_swaps(swap_files)
+        self._load_segment_files()
+        recovery_point, next_offset = self._recover_log()
+        self.segments[-1].resize_indexes(self.config.segment_index_bytes)
+        epoch_cache.truncate_from_end(next_offset)
+        log_start_offset = max(self.log_start_offset_checkpoint, self.segments[0].base_offset)
+        epoch_cache.truncate_from_start(self.log_start_offset_checkpoint)
+        return LoadedLog(self.segments, log_start_offset, recovery_point, next_offset, epoch_cache)
+
+    # --- leftovers -----------------------------------------------------------------------------------
+
+    def _remove_temp_files_and_collect_swap_files(self) -> list[Path]:
+        """Delete `.deleted` and `.cleaned` files and the `.swap` files of an interrupted split."""
+        swap_files: list[Path] = []
+        cleaned: list[Path] = []
+        for path in sorted(self.dir.iterdir()):
+            if not path.is_file():
+                continue
+            name = path.name
+            if name.endswith(DELETED_SUFFIX) and not name.endswith(_SNAPSHOT_DELETED):
+                path.unlink(missing_ok=True)
+            elif name.endswith(CLEANED_SUFFIX):
+                cleaned.append(path)
+            elif name.endswith(SWAP_SUFFIX):
+                swap_files.append(path)
+        min_cleaned = min((_offset_of(p) for p in cleaned), default=None)
+        valid_swaps = []
+        for path in swap_files:
+            if min_cleaned is not None and _offset_of(path) >= min_cleaned:
+                self.report(f"{self.name}: deleted {path.name}, left by an interrupted segment split")
+                path.unlink(missing_ok=True)
+            else:
+                valid_swaps.append(path)
+        for path in cleaned:
+            path.unlink(missing_ok=True)
+        if cleaned:
+            self.report(f"{self.name}: deleted {len(cleaned)} .cleaned files of an interrupted compaction")
+        return valid_swaps
+
+    def _complete_swaps(self, swap_files: list[Path]) -> None:
+        """Segments a compaction finished replacing: drop what they replace, then strip `.swap`."""
+        swap_logs = [p for p in swap_files if p.name.endswith(LOG_SUFFIX + SWAP_SUFFIX)]
+        if swap_logs:
+            low = min(_offset_of(p) for p in swap_logs)
+            high = low
+            for path in swap_logs:
+                segment = Segment(
+                    self.dir,
+                    _offset_of(path),
+                    self.config,
+                    now_ms=self.now_ms,
+                    create=False,
+                    suffix=SWAP_SUFFIX,
+                )
+                high = max(high, _next_offset_of(segment))
+                segment.close_handlers()
+            for path in sorted(self.dir.iterdir()):
+                offset = base_offset_of(path.name)
+                if (
+                    path.is_file()
+                    and not path.name.endswith(SWAP_SUFFIX)
+                    and offset is not None
+                    and low <= offset < high
+                ):
+                    path.unlink(missing_ok=True)
+        for path in sorted(self.dir.iterdir()):
+            if path.is_file() and path.name.endswith(SWAP_SUFFIX):
+                path.rename(path.with_name(path.name[: -len(SWAP_SUFFIX)]))
+                self.report(f"{self.name}: completed the interrupted swap of {path.name}")
+
+    # --- segments ------------------------------------------------------------------------------------
+
+    def _load_segment_files(self) -> None:
+        names = sorted(p.name for p in self.dir.iterdir() if p.is_file())
+        present = set(names)
+        for name in names:
+            base_offset = base_offset_of(name)
+            if base_offset is None:
+                continue
+            if name.endswith(_INDEX_SUFFIXES):
+                log_name = name[: name.rindex(".")] + LOG_SUFFIX
+                if log_name not in present:
+                    (self.dir / name).unlink(missing_ok=True)
+                    self.report(f"{self.name}: deleted {name}, an index without its log file")
+            elif name.endswith(LOG_SUFFIX):
+                segment = Segment(self.dir, base_offset, self.config, now_ms=self.now_ms, create=False)
+                problem = segment.sanity_check()
+                if problem is not None:
+                    result = segment.recover(self.epoch_cache)
+                    self.report(f"{self.name}: rebuilt the indexes of {name} ({problem})")
+                    if result.truncated_bytes:
+                        self._report_truncation(segment, result)
+                self.segments.append(segment)
+
+    def _recover_log(self) -> tuple[int, int]:
+        """Recover unflushed segments unless the shutdown was clean; returns (recovery point, log end)."""
+        if not self.had_clean_shutdown:
+            unflushed = [
+                s
+                for i, s in enumerate(self.segments)
+                if i + 1 == len(self.segments)
+                or self.segments[i + 1].base_offset > self.recovery_point_checkpoint
+            ]
+            for k, segment in enumerate(unflushed):
+                result = segment.recover(self.epoch_cache)
+                if result.truncated_bytes:
+                    self._report_truncation(segment, result)
+                    self._delete_later_segments(segment, unflushed[k + 1 :])
+                    break
+        log_end_offset = self._delete_segments_if_log_start_greater_than_log_end()
+        if not self.segments:
+            self.segments.append(
+                Segment(
+                    self.dir, self.log_start_offset_checkpoint, self.config, now_ms=self.now_ms, create=True
+                )
+            )
+        if log_end_offset is None:
+            log_end_offset = self.segments[-1].read_next_offset()
+            return min(self.recovery_point_checkpoint, log_end_offset), log_end_offset
+        if self.had_clean_shutdown:
+            return log_end_offset, log_end_offset
+        return min(self.recovery_point_checkpoint, log_end_offset), log_end_offset
+
+    def _delete_later_segments(self, corrupt: Segment, later: list[Segment]) -> None:
+        if not later:
+            return
+        first, total = later[0].base_offset, sum(s.size for s in later)
+        last_offset = later[-1].read_next_offset() - 1
+        for segment in later:
+            self.segments.remove(segment)
+            segment.delete_files()
+            (self.dir / f"{segment.base_offset:020d}{SNAPSHOT_SUFFIX}").unlink(missing_ok=True)
+        self.report(
+            f"{self.name}: deleted {len(later)} segments after {corrupt.log_path.name} "
+            f"({', '.join(s.log_path.name for s in later)}: offsets {first}..{last_offset}, {total} bytes), "
+            f"since the segment before them lost bytes"
+        )
+
+    def _delete_segments_if_log_start_greater_than_log_end(self) -> int | None:
+        if not self.segments:
+            return None
+        log_end_offset = self.segments[-1].read_next_offset()
+        if log_end_offset >= self.log_start_offset_checkpoint:
+            return log_end_offset
+        self.report(
+            f"{self.name}: deleted all segments, since the log end offset {log_end_offset} is below the "
+            f"checkpointed log start offset {self.log_start_offset_checkpoint}"
+        )
+        for segment in self.segments:
+            segment.delete_files()
+        self.segments.clear()
+        self.epoch_cache.clear()
+        return None
+
+    def _report_truncation(self, segment: Segment, result: object) -> None:
+        valid, truncated, next_offset, problem, first, last = result  # type: ignore[misc]
+        claimed = ""
+        if first is not None:
+            claimed = f"; the first dropped batch claims offsets {first}..{last}"
+        self.report(
+            f"{self.name}: truncated {segment.log_path.name} at byte {valid}, dropping {truncated} bytes "
+            f"(log end offset now {next_offset}{claimed}): {problem}"
+        )
+
+
+def _offset_of(path: Path) -> int:
+    offset = base_offset_of(path.name)
+    assert offset is not None, path
+    return offset
+
+
+def _next_offset_of(segment: Segment) -> int:
+    next_offset = segment.base_offset
+    for header in segment.batch_headers(0, segment.size):
+        next_offset = header.last_offset + 1
+    return next_offset

@@ -1,0 +1,716 @@
+"""Log: one partition's log on this node (Kafka's UnifiedLog and LocalLog in one class).
+
+Appends validate (see `validator`), stamp the base offset and partition leader epoch into a copy of the
+61-byte header (outside the CRC), roll when Kafka would, and write header and payload with one
+`os.pwritev`. Reads return file slices for `os.sendfile`, never record bytes. Retention and DeleteRecords
+move the log start offset and retire whole segments: renamed to `.deleted`, their files and descriptors
+kept until `file.delete.delay.ms` has passed so in-flight sendfiles finish. Recovery points only move
+with flushes, as in Kafka.
+
+Concurrency: the log is driven from one thread (the broker's event loop); a roll may hand the flush of
+the finished segment to `flush_scheduler` (a background thread), which takes the flush lock and then the
+log lock, never the other way round.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+import time
+import uuid
+from bisect import bisect_right
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import NamedTuple
+
+from kio.schema.errors import ErrorCode
+
+from formats.checkpoints import PartitionMetadata, read_partition_metadata, write_partition_metadata
+from formats.segment import DELETED_SUFFIX, SNAPSHOT_SUFFIX, StopReason, filename, parse_partition_dir, walk
+from kcli.broker.log.config import LogConfig
+from kcli.broker.log.epochs import LeaderEpochCache
+from kcli.broker.log.errors import LogStorageError, OffsetOutOfRange, RecordError
+from kcli.broker.log.files import fsync_dir, write_atomically
+from kcli.broker.log.loader import LogLoader
+from kcli.broker.log.segment import BatchHeader, Segment
+from kcli.broker.log.validator import AppendOrigin, validate_leader_batch
+
+log = logging.getLogger("kcli.broker.log")
+
+PARTITION_METADATA = "partition.metadata"
+_BASE_OFFSET = struct.Struct(">q")
+_PARTITION_LEADER_EPOCH = struct.Struct(">i")
+
+
+class AppendInfo(NamedTuple):
+    """What a produce response needs about an append."""
+
+    first_offset: int
+    last_offset: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    max_timestamp: int
+    records_count: int
+    size: int
+
+
+class FetchSlice(NamedTuple):
+    """Bytes of whole batches in a segment file, ready for `os.sendfile(sock, fd, position, size)`."""
+
+    fd: int
+    position: int
+    size: int
+    segment_base: int
+
+
+class PolicyViolation(Exception):
+    """DeleteRecords on a topic whose cleanup.policy does not include delete."""
+
+    error_code = ErrorCode.policy_violation
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Log:
+    """One partition's log. Build it with `Log.create` (new partition) or `Log.load` (existing dir)."""
+
+    def __init__(
+        self,
+        dir: Path,
+        config: LogConfig,
+        *,
+        topic_id: uuid.UUID | None,
+        segments: list[Segment],
+        log_start_offset: int,
+        recovery_point: int,
+        log_end_offset: int,
+        epoch_cache: LeaderEpochCache,
+        high_watermark: int | None = None,
+        clock: Callable[[], int] = wall_clock_ms,
+        flush_scheduler: Callable[[Callable[[], None]], object] | None = None,
+    ) -> None:
+        parsed = parse_partition_dir(dir.name)
+        if parsed is None:
+            raise ValueError(f"{dir} is not named <topic>-<partition>")
+        self.topic, self.partition = parsed[0]
+        self.dir = dir
+        self.config = config
+        self.topic_id = topic_id
+        self.epoch_cache = epoch_cache
+        self.clock = clock
+        self._flush_scheduler = flush_scheduler
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self.log_start_offset = log_start_offset
+        self.recovery_point = recovery_point
+        self._leo = log_end_offset
+        self.high_watermark = log_start_offset
+        self.update_high_watermark(log_end_offset if high_watermark is None else high_watermark)
+        self.hw_follows_leo = True  # single replica: every append is committed at once
+        self.last_flush_ms = clock()
+        self.append_event: list[Callable[[Log], None]] = []
+        self._pending_deletes: list[tuple[int, Segment]] = []
+        self._lock = threading.RLock()
+        self._flush_lock = threading.RLock()
+        self._closed = False
+        self.active_segment.load_max_timestamp()
+
+    # --- construction --------------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        dir: Path,
+        config: LogConfig,
+        topic_id: uuid.UUID,
+        *,
+        clock: Callable[[], int] = wall_clock_ms,
+        flush_scheduler: Callable[[Callable[[], None]], object] | None = None,
+    ) -> Log:
+        """A new, empty partition directory with its partition.metadata and first segment."""
+        dir.mkdir(parents=True, exist_ok=False)
+        write_atomically(dir / PARTITION_METADATA, write_partition_metadata(PartitionMetadata(0, topic_id)))
+        fsync_dir(dir.parent)
+        return cls.load(dir, config, clock=clock, flush_scheduler=flush_scheduler)
+
+    @classmethod
+    def load(
+        cls,
+        dir: Path,
+        config: LogConfig,
+        *,
+        log_start_offset_checkpoint: int = 0,
+        recovery_point_checkpoint: int = 0,
+        high_watermark_checkpoint: int | None = None,
+        had_clean_shutdown: bool = False,
+        clock: Callable[[], int] = wall_clock_ms,
+        flush_scheduler: Callable[[Callable[[], None]], object] | None = None,
+        report: Callable[[str], None] | None = None,
+    ) -> Log:
+        """Open an existing partition directory, recovering it as Kafka's LogLoader does."""
+        lines: list[str] = []
+        loaded = LogLoader(
+            dir,
+            config,
+            log_start_offset_checkpoint=log_start_offset_checkpoint,
+            recovery_point_checkpoint=recovery_point_checkpoint,
+            had_clean_shutdown=had_clean_shutdown,
+            now_ms=clock(),
+            report=report or lines.append,
+        ).load()
+        for line in lines:
+            log.info("%s", line)
+        topic_id = None
+        metadata = dir / PARTITION_METADATA
+        if metadata.exists():
+            topic_id = read_partition_metadata(metadata.read_text("utf-8")).topic_id
+        return cls(
+            dir,
+            config,
+            topic_id=topic_id,
+            segments=loaded.segments,
+            log_start_offset=loaded.log_start_offset,
+            recovery_point=loaded.recovery_point,
+            log_end_offset=loaded.log_end_offset,
+            epoch_cache=loaded.epoch_cache,
+            high_watermark=high_watermark_checkpoint if high_watermark_checkpoint is not None else 0,
+            clock=clock,
+            flush_scheduler=flush_scheduler,
+        )
+
+    # --- state ---------------------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._leo
+
+    @property
+    def last_stable_offset(self) -> int:
+        """No transactions are tracked yet, so everything up to the high watermark is stable."""
+        return self.high_watermark
+
+    @property
+    def active_segment(self) -> Segment:
+        return self._segments[-1]
+
+    @property
+    def segments(self) -> list[Segment]:
+        """The live segments, oldest first (a snapshot; the list is replaced, never changed in place)."""
+        return self._segments
+
+    def size_bytes(self) -> int:
+        return sum(segment.size for segment in self._segments)
+
+    def update_config(self, config: LogConfig) -> None:
+        """New settings apply from now on; index sizes and intervals of existing segments stay."""
+        self.config = config
+
+    def update_high_watermark(self, high_watermark: int) -> int:
+        """Set the high watermark, clamped into [log start offset, log end offset]."""
+        self.high_watermark = min(max(high_watermark, self.log_start_offset), self._leo)
+        return self.high_watermark
+
+    def make_leader(self, leader_epoch: int) -> None:
+        """What Kafka's Partition.makeLeader does to the log: the epoch starts at the log end offset,
+        and with this node the only in-sync replica, everything in the log is committed."""
+        with self._lock:
+            self.assign_epoch_start_offset(leader_epoch, self._leo)
+            if self.hw_follows_leo:
+                self.high_watermark = self._leo
+
+    def assign_epoch_start_offset(self, leader_epoch: int, start_offset: int) -> None:
+        if leader_epoch >= 0:
+            self.epoch_cache.assign(leader_epoch, start_offset)
+
+    # --- appends -------------------------------------------------------------------------------------
+
+    def append_as_leader(
+        self,
+        records: bytes | bytearray | memoryview,
+        *,
+        leader_epoch: int,
+        now_ms: int,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> AppendInfo:
+        """Validate one produce batch, assign it offsets from the log end and append it.
+
+        Raises RecordError (nothing written) for bad input. RAFT_LEADER appends keep their offsets.
+        """
+        if origin is AppendOrigin.RAFT_LEADER:
+            return self.append_as_follower(records, now_ms=now_ms, leader_epoch=leader_epoch)
+        batch = validate_leader_batch(
+            records, self.config, now_ms=now_ms, origin=origin, topic_partition=self.name
+        )
+        size = batch.size
+        with self._lock:
+            self._check_open()
+            if size > self.config.segment_bytes:
+                raise _segment_too_small(size, self.name, self.config.segment_bytes)
+            first_offset = self._leo
+            last_offset = first_offset + batch.last_offset_delta
+            header = batch.header
+            _BASE_OFFSET.pack_into(header, 0, first_offset)
+            _PARTITION_LEADER_EPOCH.pack_into(header, 12, leader_epoch)
+            segment = self._maybe_roll(size, first_offset, last_offset, batch.max_timestamp, now_ms)
+            segment.append((header, batch.body), size, last_offset, batch.max_timestamp)
+            if leader_epoch >= 0 and leader_epoch != self.epoch_cache.latest_epoch():
+                self.epoch_cache.assign(leader_epoch, first_offset)
+            self._leo = last_offset + 1
+            if self.hw_follows_leo:
+                self.high_watermark = last_offset + 1
+            log_start_offset = self.log_start_offset
+        if last_offset + 1 - self.recovery_point >= self.config.flush_messages:
+            self.flush()
+        for callback in self.append_event:
+            callback(self)
+        return AppendInfo(
+            first_offset,
+            last_offset,
+            batch.log_append_time,
+            log_start_offset,
+            batch.max_timestamp,
+            batch.records_count,
+            size,
+        )
+
+    def append_as_follower(
+        self, records: bytes | bytearray | memoryview, *, now_ms: int, leader_epoch: int | None = None
+    ) -> AppendInfo:
+        """Append batches that already carry their offsets and epochs (replication, the metadata quorum).
+
+        Every batch must be whole with a valid CRC, offsets must increase and start at or after the log
+        end. With `leader_epoch` given (a Raft leader), every batch must carry that epoch.
+        """
+        view = memoryview(records)
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B")
+        result = walk(view, 0, len(view), check_crc=True)
+        if result.reason is not StopReason.END:
+            raise RecordError(
+                ErrorCode.corrupt_message, f"{result.problem(view)} in topic partition {self.name}"
+            )
+        batches = result.batches
+        if not batches:
+            raise RecordError(
+                ErrorCode.invalid_record, f"The append to {self.name} holds no complete record batch"
+            )
+        headers = []
+        previous = -1
+        for batch in batches:
+            if not batch.crc_valid:
+                raise RecordError(
+                    ErrorCode.corrupt_message,
+                    f"Record is corrupt (stored crc = {batch.crc}) in topic partition {self.name}.",
+                )
+            if leader_epoch is not None and batch.partition_leader_epoch != leader_epoch:
+                raise RecordError(
+                    ErrorCode.invalid_record, "Append from Raft leader did not set the batch epoch correctly"
+                )
+            if batch.last_offset <= previous:
+                raise RecordError(
+                    ErrorCode.invalid_record, f"Out of order offsets found in append to {self.name}"
+                )
+            previous = batch.last_offset
+            headers.append(
+                BatchHeader(
+                    batch.position,
+                    batch.base_offset,
+                    batch.last_offset,
+                    batch.size,
+                    batch.magic,
+                    batch.partition_leader_epoch,
+                    batch.max_timestamp,
+                )
+            )
+        start, end = headers[0].position, headers[-1].position + headers[-1].size
+        size = end - start
+        max_timestamp = max(h.max_timestamp for h in headers)
+        with self._lock:
+            self._check_open()
+            first_offset, last_offset = headers[0].base_offset, headers[-1].last_offset
+            if first_offset < self._leo:
+                raise RecordError(
+                    ErrorCode.invalid_record,
+                    f"Unexpected offset in append to {self.name}. First offset {first_offset} is less than the "
+                    f"next offset {self._leo}.",
+                )
+            if size > self.config.segment_bytes:
+                raise _segment_too_small(size, self.name, self.config.segment_bytes)
+            segment = self._maybe_roll(size, first_offset, last_offset, max_timestamp, now_ms)
+            segment.append_batches(view[start:end], headers, start)
+            for header in headers:
+                if header.magic >= 2:
+                    if (
+                        header.partition_leader_epoch >= 0
+                        and header.partition_leader_epoch != self.epoch_cache.latest_epoch()
+                    ):
+                        self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+                elif len(self.epoch_cache):
+                    log.warning(
+                        "%s: clearing the leader epoch cache after a magic v%d append",
+                        self.name,
+                        header.magic,
+                    )
+                    self.epoch_cache.clear()
+            self._leo = last_offset + 1
+            if self.hw_follows_leo:
+                self.high_watermark = last_offset + 1
+            log_start_offset = self.log_start_offset
+        if last_offset + 1 - self.recovery_point >= self.config.flush_messages:
+            self.flush()
+        for callback in self.append_event:
+            callback(self)
+        return AppendInfo(first_offset, last_offset, -1, log_start_offset, max_timestamp, -1, size)
+
+    def _maybe_roll(
+        self, size: int, first_offset: int, last_offset: int, max_timestamp: int, now_ms: int
+    ) -> Segment:
+        segment = self._segments[-1]
+        config = self.config
+        if segment.should_roll(
+            segment_bytes=config.segment_bytes,
+            max_segment_ms=config.max_segment_ms,
+            messages_size=size,
+            max_timestamp=max_timestamp,
+            last_offset=last_offset,
+            now_ms=now_ms,
+        ):
+            segment = self.roll(first_offset, now_ms=now_ms)
+        return segment
+
+    def roll(self, expected_next_offset: int = 0, *, now_ms: int | None = None) -> Segment:
+        """Start a new active segment at max(expected_next_offset, log end offset); flush the old one."""
+        with self._lock:
+            now_ms = self.clock() if now_ms is None else now_ms
+            new_offset = max(expected_next_offset, self._leo)
+            active = self._segments[-1]
+            if new_offset == active.base_offset:
+                if active.size:
+                    raise LogStorageError(
+                        f"Trying to roll a new log segment for {self.name} with start offset {new_offset} while it "
+                        f"already exists."
+                    )
+                # An empty active segment whose index counts as full: replace it (KAFKA-6388).
+                active.delete_files()
+                segments = self._segments[:-1]
+            elif new_offset < active.base_offset:
+                raise LogStorageError(
+                    f"Trying to roll a new log segment for {self.name} with start offset {new_offset} lower than "
+                    f"the start offset of the active segment {active.base_offset}"
+                )
+            else:
+                active.on_become_inactive()
+                segments = self._segments
+            segment = Segment(self.dir, new_offset, self.config, now_ms=now_ms, create=True)
+            self._set_segments([*segments, segment])
+            log.debug("%s: rolled new log segment at offset %d", self.name, new_offset)
+        if self._flush_scheduler is None:
+            self.flush(new_offset)
+        else:
+            self._flush_scheduler(lambda: self.flush(new_offset))
+        return segment
+
+    # --- reads ---------------------------------------------------------------------------------------
+
+    def read(
+        self, offset: int, max_bytes: int, *, upper_bound: int, min_one_batch: bool
+    ) -> FetchSlice | None:
+        """Whole batches from the one holding `offset`, ending at or before `upper_bound` (an offset at a
+        batch boundary: the high watermark or last stable offset), at most `max_bytes` unless
+        `min_one_batch` and the first batch alone is larger. None when there is nothing to return.
+
+        Raises OffsetOutOfRange for offsets outside [log start offset, log end offset].
+        """
+        segments, bases, leo = self._segments, self._bases, self._leo
+        if offset < self.log_start_offset or offset > leo:
+            raise OffsetOutOfRange(
+                f"Received request for offset {offset} for partition {self.name}, but we only have log segments "
+                f"in the range {self.log_start_offset} to {leo}."
+            )
+        if offset >= upper_bound:
+            return None
+        bound_segment, bound_position = self._position_of(min(upper_bound, leo), segments, bases)
+        k = max(bisect_right(bases, offset) - 1, 0)
+        for segment in segments[k:]:
+            if segment.base_offset > bound_segment:
+                return None
+            max_position = segment.size if segment.base_offset < bound_segment else bound_position
+            header = segment.translate_offset(offset)
+            if header is None:
+                continue
+            start = header.position
+            if start >= max_position:
+                return None
+            end = segment.whole_batches_end(start, min(max_position, start + max_bytes))
+            if end == start:
+                if not min_one_batch or start + header.size > max_position:
+                    return None
+                end = start + header.size
+            return FetchSlice(segment.fd, start, end - start, segment.base_offset)
+        return None
+
+    def _position_of(self, offset: int, segments: list[Segment], bases: list[int]) -> tuple[int, int]:
+        """(segment base, byte position) where the batch holding `offset` starts; the end for the log end."""
+        active = segments[-1]
+        if offset >= self._leo:
+            return active.base_offset, active.size
+        segment = segments[max(bisect_right(bases, offset) - 1, 0)]
+        header = segment.translate_offset(offset)
+        if header is None:
+            return segment.base_offset, segment.size
+        return segment.base_offset, header.position
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int, int] | None:
+        """(offset, timestamp, leader epoch or -1) of the first record at or after `timestamp`."""
+        for segment in self._segments:
+            if segment.largest_timestamp >= timestamp:
+                return segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int, int] | None:
+        """(offset, timestamp, leader epoch or -1) of the record with the largest timestamp (first one)."""
+        segments = self._segments
+        best = max(segments, key=lambda s: s.max_timestamp_so_far)
+        timestamp, offset = best.max_timestamp_so_far, best.offset_of_max_timestamp
+        _, position = best.offset_index.lookup(offset)
+        for header in best.batch_headers(position, best.size):
+            if header.max_timestamp == timestamp:
+                record_offset = best.offset_of_timestamp_in_batch(header, timestamp)
+                if record_offset is None:
+                    return None
+                return record_offset, timestamp, header.partition_leader_epoch
+        return None
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) as OffsetForLeaderEpoch answers; (-1, -1) when the epoch is unknown."""
+        return self.epoch_cache.end_offset_for(epoch, self._leo)
+
+    def latest_epoch(self) -> int | None:
+        return self.epoch_cache.latest_epoch()
+
+    def log_start_epoch(self) -> int | None:
+        """The epoch ListOffsets reports with the earliest offset (None if the cache cannot tell)."""
+        earliest = self.epoch_cache.earliest_entry()
+        if earliest is not None and earliest.start_offset <= self.log_start_offset:
+            return earliest.epoch
+        return None
+
+    # --- log start and retention ---------------------------------------------------------------------
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: move the log start offset up to `offset` (-1: the high watermark).
+
+        Returns the new log start offset (the low watermark). Whole segments below it go at the next
+        retention pass, as in Kafka.
+        """
+        if not self.config.delete:
+            raise PolicyViolation(
+                f"Records of partition {self.name} can not be deleted while the topic is compacted"
+            )
+        with self._lock:
+            if offset == -1:
+                offset = self.high_watermark
+            if offset < 0:
+                raise OffsetOutOfRange(f"The offset {offset} for partition {self.name} is not valid")
+            self.maybe_increment_log_start_offset(offset)
+            return self.log_start_offset
+
+    def maybe_increment_log_start_offset(self, new_log_start_offset: int) -> bool:
+        with self._lock:
+            if new_log_start_offset > self.high_watermark:
+                raise OffsetOutOfRange(
+                    f"Cannot increment the log start offset to {new_log_start_offset} of partition {self.name} "
+                    f"since it is larger than the high watermark {self.high_watermark}"
+                )
+            if new_log_start_offset <= self.log_start_offset:
+                return False
+            self.log_start_offset = new_log_start_offset
+            if self.recovery_point < new_log_start_offset:
+                self.recovery_point = new_log_start_offset
+            self.epoch_cache.truncate_from_start(new_log_start_offset)
+            return True
+
+    def enforce_retention(self, now_ms: int) -> int:
+        """Delete whole segments below the log start offset and, with cleanup.policy delete, those past
+        retention.bytes or retention.ms; returns the bytes deleted."""
+        deleted = self._delete_old_segments(_start_offset_breached, now_ms)
+        if self.config.delete:
+            deleted += self._delete_retention_size_breached(now_ms)
+            deleted += self._delete_retention_ms_breached(now_ms)
+        return deleted
+
+    def _delete_retention_ms_breached(self, now_ms: int) -> int:
+        retention_ms = self.config.retention_ms
+        if retention_ms < 0:
+            return 0
+
+        def should_delete(log: Log, segment: Segment, next_segment: Segment | None) -> bool:
+            return now_ms - segment.largest_timestamp > retention_ms
+
+        return self._delete_old_segments(should_delete, now_ms)
+
+    def _delete_retention_size_breached(self, now_ms: int) -> int:
+        retention_bytes = self.config.retention_bytes
+        size = self.size_bytes()
+        if retention_bytes < 0 or size < retention_bytes:
+            return 0
+        diff = size - retention_bytes
+
+        def should_delete(log: Log, segment: Segment, next_segment: Segment | None) -> bool:
+            nonlocal diff
+            if diff - segment.size >= 0:
+                diff -= segment.size
+                return True
+            return False
+
+        return self._delete_old_segments(should_delete, now_ms)
+
+    def _delete_old_segments(
+        self, predicate: Callable[[Log, Segment, Segment | None], bool], now_ms: int
+    ) -> int:
+        with self._lock:
+            self._check_open()
+            deletable = []
+            segments = self._segments
+            for i, segment in enumerate(segments):
+                next_segment = segments[i + 1] if i + 1 < len(segments) else None
+                upper_bound = next_segment.base_offset if next_segment is not None else self._leo
+                if next_segment is None and segment.size == 0:
+                    break
+                if not (self.high_watermark >= upper_bound and predicate(self, segment, next_segment)):
+                    break
+                deletable.append(segment)
+            if not deletable:
+                return 0
+            return self._delete_segments(deletable, now_ms)
+
+    def _delete_segments(self, deletable: list[Segment], now_ms: int) -> int:
+        if len(deletable) == len(self._segments):
+            new_segment = self.roll(now_ms=now_ms)
+            if deletable[-1].base_offset == new_segment.base_offset:
+                deletable = deletable[:-1]
+        if not deletable:
+            return 0
+        last = deletable[-1]
+        following = self._segments[self._segments.index(last) + 1]
+        self.maybe_increment_log_start_offset(following.base_offset)
+        doomed = set(map(id, deletable))
+        self._set_segments([s for s in self._segments if id(s) not in doomed])
+        deleted = 0
+        for segment in deletable:
+            deleted += segment.size
+            segment.change_suffix("", DELETED_SUFFIX)
+            (self.dir / filename(segment.base_offset, SNAPSHOT_SUFFIX)).unlink(missing_ok=True)
+            self._pending_deletes.append((now_ms + self.config.file_delete_delay_ms, segment))
+        log.info(
+            "%s: deleted %d segments below offset %d (%d bytes)",
+            self.name, len(deletable), following.base_offset, deleted,
+        )  # fmt: skip
+        self.delete_pending_segments(now_ms)
+        return deleted
+
+    def delete_pending_segments(self, now_ms: int) -> None:
+        """Remove `.deleted` segments whose file.delete.delay.ms has passed (closing their descriptors)."""
+        with self._lock:
+            due = [s for when, s in self._pending_deletes if when <= now_ms]
+            if due:
+                self._pending_deletes = [(when, s) for when, s in self._pending_deletes if when > now_ms]
+                for segment in due:
+                    segment.delete_files()
+
+    # --- flushing and closing ------------------------------------------------------------------------
+
+    def flush(self, up_to: int | None = None) -> None:
+        """fsync the segments holding offsets [recovery point, up_to) (default: the log end offset) and
+        move the recovery point there."""
+        with self._flush_lock:
+            offset = self._leo if up_to is None else min(up_to, self._leo)
+            recovery_point = self.recovery_point
+            if offset <= recovery_point:
+                return
+            segments, bases = self._segments, self._bases
+            first = max(bisect_right(bases, recovery_point) - 1, 0)
+            flushed = [s for s in segments[first:] if s.base_offset < offset]
+            try:
+                for segment in flushed:
+                    segment.flush()
+                if any(s.base_offset >= recovery_point for s in flushed):
+                    fsync_dir(self.dir)
+            except (OSError, ValueError) as e:
+                if self._closed:
+                    return
+                raise LogStorageError(
+                    f"Error while flushing log {self.name} up to offset {offset}: {e}"
+                ) from e
+            with self._lock:
+                if offset > self.recovery_point:
+                    self.recovery_point = offset
+                    self.last_flush_ms = self.clock()
+
+    def flush_all(self) -> None:
+        """fsync every segment from the recovery point, the empty active one included (clean shutdown)."""
+        with self._flush_lock:
+            segments, bases = self._segments, self._bases
+            first = max(bisect_right(bases, self.recovery_point) - 1, 0)
+            for segment in segments[first:]:
+                segment.flush()
+            fsync_dir(self.dir)
+            with self._lock:
+                self.recovery_point = max(self.recovery_point, self._leo)
+                self.last_flush_ms = self.clock()
+
+    def close(self) -> None:
+        """Close every segment: final time-index entries, trimmed indexes, descriptors released."""
+        with self._flush_lock, self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for segment in self._segments:
+                segment.close()
+            for _, segment in self._pending_deletes:
+                segment.close_handlers()
+
+    def close_handlers(self) -> None:
+        """Release descriptors and maps without writing (the directory is going away)."""
+        with self._lock:
+            self._closed = True
+            for segment in self._segments:
+                segment.close_handlers()
+            for _, segment in self._pending_deletes:
+                segment.close_handlers()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogStorageError(f"The log of {self.name} is closed")
+
+    def _set_segments(self, segments: Iterable[Segment]) -> None:
+        self._segments = list(segments)
+        self._bases = [s.base_offset for s in self._segments]
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.name}, start={self.log_start_offset}, end={self._leo}, hw={self.high_watermark}, "
+            f"segments={len(self._segments)})"
+        )
+
+
+def _start_offset_breached(log: Log, segment: Segment, next_segment: Segment | None) -> bool:
+    return next_segment is not None and next_segment.base_offset <= log.log_start_offset
+
+
+def _segment_too_small(size: int, name: str, segment_bytes: int) -> RecordError:
+    return RecordError(
+        ErrorCode.record_list_too_large,
+        f"Message batch size is {size} bytes in append to partition {name}, which exceeds the maximum "
+        f"configured segment size of {segment_bytes}.",
+    )
+
+
+__all__ = ["AppendInfo", "AppendOrigin", "FetchSlice", "Log", "PolicyViolation"]
