@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from formats import _native
-from formats.errors import CorruptIndexError, FormatError
+from formats.errors import CorruptIndexError
 from formats.index import OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE, read_txn_index
 from formats.records import (
     CRC_START,
@@ -614,17 +614,14 @@ def _torn_tail(data: mmap.mmap, position: int, size: int) -> str:
 
 
 def _claimed_offsets(data: mmap.mmap, position: int) -> tuple[int | None, int | None]:
-    """The offsets the first dropped unit's header claims, if enough of it is there to say."""
-    try:
-        if len(data) - position >= 27 and data[position + 16] == 2:
-            base, delta = (
-                struct.unpack_from(">q", data, position)[0],
-                struct.unpack_from(">i", data, position + 23)[0],
-            )
-            return base, base + delta
-        if len(data) - position >= 8:
-            offset = struct.unpack_from(">q", data, position)[0]
-            return offset, offset
-    except (struct.error, FormatError):
-        pass
-    return None, None
+    """The offsets the first dropped unit's header claims, when it looks like a header at all."""
+    if len(data) - position < 27:
+        return None, None
+    length = struct.unpack_from(">i", data, position + 8)[0]
+    magic = data[position + 16]
+    if length < MIN_UNIT_SIZE or magic > 2:
+        return None, None
+    base = struct.unpack_from(">q", data, position)[0]
+    if magic != 2:
+        return base, base
+    return base, base + struct.unpack_from(">i", data, position + 23)[0]
