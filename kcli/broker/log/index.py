@@ -57,11 +57,9 @@ class _MappedIndex:
                 self._mmap = mmap.mmap(fd, self.length)
         finally:
             os.close(fd)
+        self.max_entries = self.length // self.entry_size
         self.entries = 0 if newly_created else self._count_entries()
-
-    @property
-    def max_entries(self) -> int:
-        return self.length // self.entry_size
+        self._load_last()
 
     @property
     def size_in_bytes(self) -> int:
@@ -80,6 +78,7 @@ class _MappedIndex:
             self._mmap = None
         os.truncate(self.path, rounded)
         self.length = rounded
+        self.max_entries = rounded // self.entry_size
         if rounded:
             fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
             try:
@@ -106,10 +105,16 @@ class _MappedIndex:
                 (self.entries - entries) * self.entry_size
             )
         self.entries = entries
+        self._load_last()
 
     def flush(self) -> None:
-        if self._mmap is not None:
-            self._mmap.flush()
+        """fsync the file: that writes the map's dirty pages too, and unlike msync it releases the GIL."""
+        if self.length:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def close(self) -> None:
         """Trim to the entries and release the map (Kafka's AbstractIndex.close)."""
@@ -125,12 +130,11 @@ class _MappedIndex:
         os.replace(self.path, path)
         self.path = path
 
-    def _append_entry(self, entry: bytes) -> None:
-        position = self.entries * self.entry_size
-        self._mmap[position : position + self.entry_size] = entry  # type: ignore[index]
-        self.entries += 1
-
     def _count_entries(self) -> int:
+        raise NotImplementedError
+
+    def _load_last(self) -> None:
+        """Cache what appends compare against (the last entry), so an append reads nothing back."""
         raise NotImplementedError
 
 
@@ -140,14 +144,18 @@ class OffsetIndexFile(_MappedIndex):
     entry_size = OFFSET_ENTRY_SIZE
 
     def append(self, offset: int, position: int) -> None:
-        if self.entries and offset <= self.last_offset():
+        if self.entries and offset <= self._last_offset:
             raise ValueError(
                 f"Attempt to append an offset ({offset}) to position {self.entries} no larger than the last "
-                f"offset appended ({self.last_offset()}) to {self.path}."
+                f"offset appended ({self._last_offset}) to {self.path}."
             )
-        if self.is_full():
-            raise ValueError(f"Attempt to append to a full index (size = {self.entries}).")
-        self._append_entry(encode_offset_entry(self.base_offset, offset, position))
+        entries = self.entries
+        if entries >= self.max_entries:
+            raise ValueError(f"Attempt to append to a full index (size = {entries}).")
+        at = entries * OFFSET_ENTRY_SIZE
+        self._mmap[at : at + OFFSET_ENTRY_SIZE] = encode_offset_entry(self.base_offset, offset, position)  # type: ignore[index]
+        self.entries = entries + 1
+        self._last_offset = offset
 
     def can_append_offset(self, offset: int) -> bool:
         return 0 <= offset - self.base_offset <= _INT32_MAX
@@ -157,7 +165,10 @@ class OffsetIndexFile(_MappedIndex):
         return self.base_offset + relative, position
 
     def last_offset(self) -> int:
-        return self.entry(self.entries - 1)[0] if self.entries else self.base_offset
+        return self._last_offset
+
+    def _load_last(self) -> None:
+        self._last_offset = self.entry(self.entries - 1)[0] if self.entries else self.base_offset
 
     def lookup(self, target_offset: int) -> tuple[int, int]:
         """The last entry with offset <= target, else (base offset, 0): where to start scanning the log."""
@@ -199,20 +210,26 @@ class TimeIndexFile(_MappedIndex):
 
     def maybe_append(self, timestamp: int, offset: int, *, skip_full_check: bool = False) -> None:
         """Append unless `timestamp` is not above the last entry's (Kafka's TimeIndex.maybeAppend)."""
-        if not skip_full_check and self.is_full():
-            raise ValueError(f"Attempt to append to a full time index (size = {self.entries}).")
-        if self.entries:
-            last_timestamp, last_offset = self.last_entry()
-            if offset < last_offset:
+        entries = self.entries
+        if not skip_full_check and entries >= self.max_entries - 1:
+            raise ValueError(f"Attempt to append to a full time index (size = {entries}).")
+        if entries:
+            if offset < self._last_offset:
                 raise ValueError(
-                    f"Attempt to append an offset ({offset}) to slot {self.entries} no larger than the last "
-                    f"offset appended ({last_offset}) to {self.path}."
+                    f"Attempt to append an offset ({offset}) to slot {entries} no larger than the last "
+                    f"offset appended ({self._last_offset}) to {self.path}."
                 )
-            if timestamp <= last_timestamp:
+            if timestamp <= self._last_timestamp:
                 return
-        if self.entries >= self.max_entries:
+        if entries >= self.max_entries:
             self.resize(self.length + TIME_ENTRY_SIZE)
-        self._append_entry(encode_time_entry(self.base_offset, timestamp, offset))
+        at = entries * TIME_ENTRY_SIZE
+        self._mmap[at : at + TIME_ENTRY_SIZE] = encode_time_entry(self.base_offset, timestamp, offset)  # type: ignore[index]
+        self.entries = entries + 1
+        self._last_timestamp, self._last_offset = timestamp, offset
+
+    def _load_last(self) -> None:
+        self._last_timestamp, self._last_offset = self.last_entry()
 
     def entry(self, n: int) -> tuple[int, int]:
         timestamp, relative = _TIME_ENTRY.unpack_from(self._mmap, n * TIME_ENTRY_SIZE)  # type: ignore[arg-type]

@@ -34,7 +34,7 @@ from kcli.broker.log.errors import LogStorageError, OffsetOutOfRange, RecordErro
 from kcli.broker.log.files import fsync_dir, write_atomically
 from kcli.broker.log.loader import LogLoader
 from kcli.broker.log.segment import BatchHeader, Segment
-from kcli.broker.log.validator import AppendOrigin, validate_leader_batch
+from kcli.broker.log.validator import AppendOrigin, BatchValidator
 
 log = logging.getLogger("kcli.broker.log")
 
@@ -100,6 +100,8 @@ class Log:
         self.config = config
         self.topic_id = topic_id
         self.epoch_cache = epoch_cache
+        self._validator = BatchValidator(config, f"{self.topic}-{self.partition}")
+        self._max_segment_ms = config.max_segment_ms
         self.clock = clock
         self._flush_scheduler = flush_scheduler
         self._segments = segments
@@ -211,6 +213,8 @@ class Log:
     def update_config(self, config: LogConfig) -> None:
         """New settings apply from now on; index sizes and intervals of existing segments stay."""
         self.config = config
+        self._validator = BatchValidator(config, self.name)
+        self._max_segment_ms = config.max_segment_ms
 
     def update_high_watermark(self, high_watermark: int) -> int:
         """Set the high watermark, clamped into [log start offset, log end offset]."""
@@ -245,9 +249,7 @@ class Log:
         """
         if origin is AppendOrigin.RAFT_LEADER:
             return self.append_as_follower(records, now_ms=now_ms, leader_epoch=leader_epoch)
-        batch = validate_leader_batch(
-            records, self.config, now_ms=now_ms, origin=origin, topic_partition=self.name
-        )
+        batch = self._validator.validate(records, now_ms=now_ms, origin=origin)
         size = batch.size
         with self._lock:
             self._check_open()
@@ -375,12 +377,7 @@ class Log:
         segment = self._segments[-1]
         config = self.config
         if segment.should_roll(
-            segment_bytes=config.segment_bytes,
-            max_segment_ms=config.max_segment_ms,
-            messages_size=size,
-            max_timestamp=max_timestamp,
-            last_offset=last_offset,
-            now_ms=now_ms,
+            config.segment_bytes, self._max_segment_ms, size, max_timestamp, last_offset, now_ms
         ):
             segment = self.roll(first_offset, now_ms=now_ms)
         return segment

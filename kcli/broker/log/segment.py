@@ -280,7 +280,6 @@ class Segment:
 
     def should_roll(
         self,
-        *,
         segment_bytes: int,
         max_segment_ms: int,
         messages_size: int,
@@ -297,11 +296,11 @@ class Segment:
             and self.time_waited_for_roll(now_ms, max_timestamp) > max_segment_ms - self.roll_jitter_ms
         ):
             return True
-        offset_index = self.offset_index
+        offset_index, time_index = self.offset_index, self.time_index
         return (
-            offset_index.is_full()
-            or self.time_index.is_full()
-            or not offset_index.can_append_offset(last_offset)
+            offset_index.entries >= offset_index.max_entries
+            or time_index.entries >= time_index.max_entries - 1
+            or not 0 <= last_offset - self.base_offset <= _INT32_MAX
         )
 
     def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:

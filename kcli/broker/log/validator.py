@@ -26,6 +26,7 @@ from formats.errors import CompressionError, FormatError
 from formats.records import (
     CONTROL_BIT,
     CRC_START,
+    MIN_UNIT_SIZE,
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_BIT,
     LegacyBatch,
@@ -70,52 +71,107 @@ class ValidatedBatch(NamedTuple):
     log_append_time: int  # -1 unless the topic uses LogAppendTime
 
 
-def validate_leader_batch(
-    records: bytes | bytearray | memoryview,
-    config: LogConfig,
-    *,
-    now_ms: int,
-    origin: AppendOrigin,
-    topic_partition: str,
-) -> ValidatedBatch:
-    """Check a produce request's records for one partition; raise RecordError exactly as Kafka would."""
-    view = memoryview(records)
-    if view.format != "B" or view.ndim != 1:
-        view = view.cast("B")
-    found, stop, reason = _native.scan(view, 0, len(view), True)
-    if reason == StopReason.LEGACY:
-        if found:
-            raise RecordError(
-                ErrorCode.invalid_record,
-                f"Batch magic {view[stop + 16]} is not the same as the first batch's magic byte 2 in topic "
-                f"partition {topic_partition}",
+class BatchValidator:
+    """Produce-time checks for one partition under one config (the log builds a new one on config change).
+
+    The common case (one v2 batch, nothing that needs its records) costs one native header scan and a
+    handful of integer comparisons; everything else takes the general path below.
+    """
+
+    def __init__(self, config: LogConfig, topic_partition: str) -> None:
+        self.config = config
+        self.topic_partition = topic_partition
+        self.max_message_bytes = config.max_message_bytes
+        self.log_append_time = config.message_timestamp_type is TimestampType.LOG_APPEND_TIME
+        bounded = (
+            config.message_timestamp_before_max_ms < _LONG_MAX
+            or config.message_timestamp_after_max_ms < _LONG_MAX
+        )
+        self.needs_records = config.compact or (bounded and not self.log_append_time)
+        self.target_codec = (
+            None if config.compression_type == "producer" else int(config.target_codec(Codec.NONE))
+        )
+
+    def validate(
+        self, records: bytes | bytearray | memoryview, *, now_ms: int, origin: AppendOrigin
+    ) -> ValidatedBatch:
+        """Check a produce request's records for this partition; raise RecordError exactly as Kafka would."""
+        view = records if type(records) is memoryview else memoryview(records)
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B")
+        found, stop, reason = _native.scan(view, 0, len(view), True)
+        if reason or len(found) != 1:
+            return self._validate_general(view, found, stop, reason, now_ms=now_ms, origin=origin)
+        (position, base_offset, length, _, _, crc, attributes, delta, _, max_ts, producer_id, _, base_sequence, count, crc_valid) = found[0]  # fmt: skip
+        size = length + 12
+        is_client = origin is AppendOrigin.CLIENT
+        if (
+            (base_offset and is_client)
+            or size > self.max_message_bytes
+            or not crc_valid
+            or (
+                is_client
+                and (
+                    delta + 1 != count
+                    or count <= 0
+                    or attributes & CONTROL_BIT
+                    or (producer_id >= 0 and base_sequence < 0)
+                )
             )
-        return _convert_legacy(view, config, now_ms=now_ms, topic_partition=topic_partition)
-    if reason == StopReason.BAD_SIZE:
-        size = int.from_bytes(view[stop + 8 : stop + 12], "big", signed=True)
-        raise RecordError(
-            ErrorCode.corrupt_message,
-            f"Record size {size} is less than the minimum record overhead ({RECORD_BATCH_OVERHEAD - 12}) "
-            f"in topic partition {topic_partition}",
-        )
-    if reason == StopReason.BAD_MAGIC:
-        magic = view[stop + 16]
-        raise RecordError(
-            ErrorCode.corrupt_message,
-            f"Invalid magic found in record: {magic - 256 if magic > 127 else magic}",
-        )
-    if not found:
-        raise RecordError(
-            ErrorCode.invalid_record, f"The append to {topic_partition} holds no complete record batch"
-        )
-    is_client = origin is AppendOrigin.CLIENT
-    for batch in found:
-        _check_shallow(batch, config, is_client, topic_partition)
-    if len(found) > 1:
-        raise RecordError(ErrorCode.invalid_record, "Compressed outer record has more than one batch")
-    batch = found[0]
-    _check_batch(batch, is_client, topic_partition)
-    return _validate_v2(view, batch, config, now_ms=now_ms, topic_partition=topic_partition)
+            or attributes & TIMESTAMP_TYPE_BIT  # LogAppendTime set by a producer
+            or attributes & 0x07 > 4  # not a codec
+            or self.needs_records
+            or (self.target_codec is not None and self.target_codec != attributes & 0x07)
+        ):
+            return self._validate_general(view, found, stop, reason, now_ms=now_ms, origin=origin)
+        header = bytearray(view[position : position + RECORD_BATCH_OVERHEAD])
+        body = view[position + RECORD_BATCH_OVERHEAD : position + size]
+        if self.log_append_time:
+            _set_max_timestamp(header, body, attributes | TIMESTAMP_TYPE_BIT, now_ms)
+            return ValidatedBatch(header, body, size, delta, now_ms, count, now_ms)
+        return ValidatedBatch(header, body, size, delta, max_ts, count, -1)
+
+    def _validate_general(
+        self, view: memoryview, found: list, stop: int, reason: int, *, now_ms: int, origin: AppendOrigin
+    ) -> ValidatedBatch:
+        """Every case in Kafka's order, with Kafka's messages."""
+        config, topic_partition = self.config, self.topic_partition
+        if reason == StopReason.LEGACY:
+            if found:
+                raise RecordError(
+                    ErrorCode.invalid_record,
+                    f"Batch magic {view[stop + 16]} is not the same as the first batch's magic byte 2 in topic "
+                    f"partition {topic_partition}",
+                )
+            return _convert_legacy(view, config, now_ms=now_ms, topic_partition=topic_partition)
+        if reason == StopReason.BAD_SIZE:
+            size = int.from_bytes(view[stop + 8 : stop + 12], "big", signed=True)
+            if size < MIN_UNIT_SIZE:
+                message = f"Record size {size} is less than the minimum record overhead ({MIN_UNIT_SIZE})"
+            else:
+                message = (
+                    f"Record batch is corrupt (the size {size + 12} is smaller than the minimum allowed overhead "
+                    f"{RECORD_BATCH_OVERHEAD})"
+                )
+            raise RecordError(ErrorCode.corrupt_message, f"{message} in topic partition {topic_partition}")
+        if reason == StopReason.BAD_MAGIC:
+            magic = view[stop + 16]
+            raise RecordError(
+                ErrorCode.corrupt_message,
+                f"Invalid magic found in record: {magic - 256 if magic > 127 else magic}",
+            )
+        if not found:
+            raise RecordError(
+                ErrorCode.invalid_record, f"The append to {topic_partition} holds no complete record batch"
+            )
+        is_client = origin is AppendOrigin.CLIENT
+        for batch in found:
+            _check_shallow(batch, config, is_client, topic_partition)
+        if len(found) > 1:
+            raise RecordError(ErrorCode.invalid_record, "Compressed outer record has more than one batch")
+        batch = found[0]
+        _check_batch(batch, is_client, topic_partition)
+        return _validate_v2(view, batch, config, now_ms=now_ms, topic_partition=topic_partition)
 
 
 def _check_shallow(batch: tuple, config: LogConfig, is_client: bool, topic_partition: str) -> None:
