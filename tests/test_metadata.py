@@ -693,7 +693,7 @@ def test_restart_replays_an_identical_image(tmp_path):
     image = controller.image
     controller.close()
     reopened = QuorumController.open(config(tmp_path), cluster_id="cluster-x")
-    assert reopened.image == image and reopened.metadata_log.truncation is None
+    assert reopened.image == image and reopened.metadata_log.recovery_report == []
     assert list(reopened.image.topics()) == list(image.topics())
 
 
@@ -730,15 +730,14 @@ def test_torn_last_batch_is_truncated_to_the_previous_image(tmp_path):
         f.truncate(size - 10)
     reopened = QuorumController.open(config(tmp_path), cluster_id="cluster-x")
     assert reopened.image == before
-    truncation = reopened.metadata_log.truncation
-    assert truncation is not None and truncation.offset == before.offset + 1
-    assert truncation.reason == "an incomplete batch (torn write)"
+    [line] = reopened.metadata_log.recovery_report
+    assert f"truncated {segment.name} at byte" in line and f"log end offset now {before.offset + 1}" in line
     assert segment.stat().st_size < size - 10
     reopened.create_topics([NewTopic("after")])
     reopened.close()
     again = QuorumController.open(config(tmp_path), cluster_id="cluster-x")
     assert {t.name for t in again.image.topics()} == {"kept", "after"}
-    assert again.metadata_log.truncation is None
+    assert again.metadata_log.recovery_report == []
     again.close()
     assert_verifies_clean(segment.parent)
 
@@ -761,9 +760,10 @@ def test_corrupt_batch_truncates_it_and_later_segments(tmp_path):
     data[-5] ^= 0xFF  # a flipped bit in the last batch of a middle segment
     victim.write_bytes(bytes(data))
     reopened = MetadataLog.open(victim.parent, segment_bytes=400)
-    truncation = reopened.truncation
-    assert truncation is not None and "CRC" in truncation.reason
-    assert truncation.deleted_segments == tuple(segments[2:])
+    truncated, deleted = reopened.recovery_report
+    assert f"truncated {victim.name}" in truncated and "crc" in truncated.lower()
+    assert f"deleted {len(segments) - 2} segments after {victim.name}" in deleted
+    assert not any(p.exists() for p in segments[2:])
     assert reopened.segments == segments[:2]
     replayed = (
         MetadataDelta(ClusterMetadataImage.empty("x", NODE, "PLAINTEXT"))
@@ -782,11 +782,11 @@ def test_garbage_size_field_is_truncated(tmp_path):
     with open(segment, "ab") as f:
         f.write(b"\x00" * 8 + b"\x00\x00\x00\x05" + b"\x00" * 20)  # a unit claiming 5 bytes
     reopened = QuorumController.open(config(tmp_path), cluster_id="cluster-x")
-    assert reopened.image == before and reopened.metadata_log.truncation is not None
+    assert reopened.image == before and len(reopened.metadata_log.recovery_report) == 1
 
 
 def test_undecodable_record_is_an_error_not_a_truncation(tmp_path):
-    directory = tmp_path / "meta"
+    directory = tmp_path / "__cluster_metadata-0"
     log = MetadataLog.open(directory)
     log.append([b"\x01\x63\x00"], leader_epoch=1, now_ms=0)  # unknown record type 99
     log.close()

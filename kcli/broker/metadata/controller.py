@@ -164,6 +164,7 @@ class QuorumController:
         metadata_log = MetadataLog.open(
             metadata_log_dir(config),
             segment_bytes=int(config["metadata.log.segment.bytes"]),  # type: ignore[call-overload]
+            segment_ms=int(config["metadata.log.segment.ms"]),  # type: ignore[call-overload]
         )
         image = ClusterMetadataImage.empty(cluster_id, config.node_id, listener_name or config.listener.name)
         try:
