@@ -789,3 +789,16 @@ def test_verify_finds_nothing_after_a_long_run(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.strip().splitlines()
     assert len(lines) == 1 and lines[0].endswith("no findings"), result.stdout
+
+
+def test_manager_leaves_the_metadata_log_and_moved_replicas_alone(tmp_path: Path) -> None:
+    root = tmp_path / "a"
+    Log.create(root / "__cluster_metadata-0", LogConfig(), uuid.UUID(int=1)).close()
+    future = root / f"orders-0.{uuid.uuid4().hex}-future"
+    future.mkdir()
+    manager = LogManager(BrokerConfig({"log.dirs": str(root)}))
+    lines = manager.startup()
+    assert lines == [f"{future}: a -future replica directory, left alone"]
+    assert manager.get_log("__cluster_metadata", 0) is None and list(manager.logs()) == []
+    manager.shutdown()
+    assert (root / "recovery-point-offset-checkpoint").read_text() == "0\n0\n"

@@ -22,7 +22,7 @@ from formats.segment import parse_partition_dir
 from kcli.broker.log.config import LogConfig
 from kcli.broker.log.files import create_if_missing, fsync_dir, write_atomically
 from kcli.broker.log.log import Log, wall_clock_ms
-from kcli.config import BrokerConfig
+from kcli.config import CLUSTER_METADATA_TOPIC, BrokerConfig
 
 log = logging.getLogger("kcli.broker.log")
 
@@ -30,7 +30,6 @@ RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
-METADATA_TOPIC = "__cluster_metadata"
 _ROOT_CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT)
 
 
@@ -69,7 +68,7 @@ class LogManager:
             if had_clean_shutdown:
                 marker.unlink()  # a crash while loading must count as unclean next time
                 fsync_dir(log_dir)
-            self._had_clean_shutdown[log_dir] = had_clean_shutdown
+            self._had_clean_shutdown[log_dir.resolve()] = had_clean_shutdown
             recovery_points = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT, lines)
             log_starts = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT, lines)
             high_watermarks = self._read_checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT, lines)
@@ -78,11 +77,12 @@ class LogManager:
             partition_dirs = []
             for path in sorted(log_dir.iterdir()):
                 parsed = parse_partition_dir(path.name)
-                if parsed is None or not path.is_dir() or parsed[0].topic == METADATA_TOPIC:
+                if parsed is None or not path.is_dir() or parsed[0].topic == CLUSTER_METADATA_TOPIC:
                     continue
                 partition_dirs.append((path, parsed[0], parsed[1]))
-            if partition_dirs and not had_clean_shutdown:
-                lines.append(f"{log_dir}: no clean shutdown marker, recovering {len(partition_dirs)} logs")
+            live = sum(1 for _, _, state in partition_dirs if state is None)
+            if live and not had_clean_shutdown:
+                lines.append(f"{log_dir}: no clean shutdown marker, recovering {live} logs")
             for path, tp, state in partition_dirs:
                 if state == "delete":
                     self._logs_to_delete.append((self.clock(), _DirOnly(path)))  # type: ignore[arg-type]
@@ -113,7 +113,7 @@ class LogManager:
 
     def had_clean_shutdown(self, log_dir: str | Path) -> bool:
         """Whether `log_dir` held the clean-shutdown marker at start-up (for logs loaded elsewhere)."""
-        return self._had_clean_shutdown.get(Path(log_dir), False)
+        return self._had_clean_shutdown.get(Path(log_dir).resolve(), False)
 
     def _read_checkpoint(self, path: Path, lines: list[str]) -> dict[tuple[str, int], int]:
         try:
