@@ -34,7 +34,9 @@ from kcli.broker.metadata.image import (
     ClusterMetadataImage,
     MetadataDelta,
     MetadataReplayError,
+    TopicChanges,
     fold,
+    topic_changes,
 )
 from kcli.config import BrokerConfig, Listener
 
@@ -665,6 +667,22 @@ def test_listeners_see_every_committed_image(tmp_path):
     controller.create_topics([NewTopic("t")])
     controller.create_topics([NewTopic("t", 0)], validate_only=True)
     assert len(seen) == 1 and seen[0][0] is None and seen[0][1].name == "t"
+
+
+def test_topic_changes_tell_storage_what_to_do(tmp_path):
+    controller = open_controller(tmp_path)
+    changes = []
+    controller.add_listener(lambda old, new: changes.append(topic_changes(old, new)))
+    [a] = controller.create_topics([NewTopic("a", 2)])
+    controller.create_partitions("a", 3)
+    controller.alter_topic_configs("a", [ConfigOp("retention.ms", OpType.SET, "9")])
+    controller.delete_topics(["a"])
+    assert changes == [
+        TopicChanges((("a", 0, a.topic_id), ("a", 1, a.topic_id)), (), ()),
+        TopicChanges((("a", 2, a.topic_id),), (), ()),
+        TopicChanges((), (), ("a",)),
+        TopicChanges((), (("a", a.topic_id, (0, 1, 2)),), ()),
+    ]
 
 
 def test_registration_epochs_increase_with_each_start(tmp_path):

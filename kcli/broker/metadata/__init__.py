@@ -14,7 +14,13 @@ from kcli.broker.metadata.controller import (
     OpType,
     QuorumController,
 )
-from kcli.broker.metadata.image import ClusterMetadataImage, MetadataDelta, PartitionRegistration
+from kcli.broker.metadata.image import (
+    ClusterMetadataImage,
+    MetadataDelta,
+    PartitionRegistration,
+    TopicChanges,
+    topic_changes,
+)
 from kcli.broker.metadata.metadata_log import MetadataLog, MetadataLogError, metadata_log_dir
 
 __all__ = [
@@ -30,5 +36,7 @@ __all__ = [
     "OpType",
     "PartitionRegistration",
     "QuorumController",
+    "TopicChanges",
     "metadata_log_dir",
+    "topic_changes",
 ]

@@ -557,6 +557,36 @@ def fold(
     return delta.apply()
 
 
+@dataclass(frozen=True, slots=True)
+class TopicChanges:
+    """What storage must do after an image change (Kafka's TopicsDelta, as the replica manager reads it)."""
+
+    created: tuple[tuple[str, int, uuid.UUID], ...]  # new partitions: (topic, partition, topic id)
+    deleted: tuple[tuple[str, uuid.UUID, tuple[int, ...]], ...]  # removed topics and their partitions
+    reconfigured: tuple[str, ...]  # surviving topics whose explicit configs changed
+
+
+def topic_changes(old: ClusterMetadataImage, new: ClusterMetadataImage) -> TopicChanges:
+    """Partitions to create, topics to delete and topics to reconfigure between two images."""
+    created = []
+    for topic_id, topic in new.topics_by_id.items():
+        before = old.topics_by_id.get(topic_id)
+        known = before.partitions if before is not None else {}
+        created += [(topic.name, index, topic_id) for index in sorted(topic.partitions) if index not in known]
+    deleted = tuple(
+        (topic.name, topic_id, tuple(sorted(topic.partitions)))
+        for topic_id, topic in old.topics_by_id.items()
+        if topic_id not in new.topics_by_id
+    )
+    reconfigured = tuple(
+        name
+        for name, topic_id in new.topic_ids.items()
+        if old.topic_ids.get(name) == topic_id
+        and old.configs.get((TOPIC_RESOURCE, name)) != new.configs.get((TOPIC_RESOURCE, name))
+    )
+    return TopicChanges(tuple(created), deleted, reconfigured)
+
+
 def topic_config_entries(config: BrokerConfig, overrides: Mapping[str, str]) -> list[ConfigEntry]:
     """Every topic property, sorted by name: an override is TOPIC_CONFIG, a broker property set in the
     configuration is STATIC_BROKER_CONFIG, anything else is Kafka's DEFAULT_CONFIG."""
