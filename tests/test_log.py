@@ -802,3 +802,13 @@ def test_manager_leaves_the_metadata_log_and_moved_replicas_alone(tmp_path: Path
     assert manager.get_log("__cluster_metadata", 0) is None and list(manager.logs()) == []
     manager.shutdown()
     assert (root / "recovery-point-offset-checkpoint").read_text() == "0\n0\n"
+
+
+def test_log_append_time_batch_on_a_create_time_topic_is_stored_as_create_time(tmp_path: Path) -> None:
+    log = new_log(tmp_path)
+    data = build_batch(records(2, T0), timestamp_type=TimestampType.LOG_APPEND_TIME, max_timestamp=T0 + 50)
+    log.append_as_leader(data, leader_epoch=0, now_ms=T0)
+    stored = read_batch(read_all(log))
+    assert stored.crc_valid and stored.timestamp_type is TimestampType.CREATE_TIME
+    assert stored.max_timestamp == T0 + 50
+    log.close()

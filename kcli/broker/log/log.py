@@ -345,7 +345,9 @@ class Log:
                 )
             if size > self.config.segment_bytes:
                 raise _segment_too_small(size, self.name, self.config.segment_bytes)
-            segment = self._maybe_roll(size, first_offset, last_offset, max_timestamp, now_ms)
+            # A legacy wrapper's header gives its last offset only: roll at the log end, as Kafka does.
+            roll_offset = first_offset if headers[0].magic >= 2 else self._leo
+            segment = self._maybe_roll(size, roll_offset, last_offset, max_timestamp, now_ms)
             segment.append_batches(view[start:end], headers, start)
             for header in headers:
                 if header.magic >= 2:

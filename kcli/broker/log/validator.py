@@ -272,6 +272,9 @@ def _validate_v2(
     if topic_log_append:
         log_append_time = max_timestamp = now_ms
         _set_max_timestamp(header, body, attributes | TIMESTAMP_TYPE_BIT, now_ms)
+    elif batch_log_append:
+        # A CreateTime topic stores it as CreateTime; each record read as the batch max timestamp.
+        _set_max_timestamp(header, body, attributes & ~TIMESTAMP_TYPE_BIT, max_timestamp)
     return ValidatedBatch(header, body, size, batch[_DELTA], max_timestamp, count, log_append_time)
 
 
@@ -321,10 +324,8 @@ def _validate_records(
         _set_max_timestamp(header, body, header_values.attributes | TIMESTAMP_TYPE_BIT, now_ms)
         return ValidatedBatch(header, body, size, batch[_DELTA], now_ms, batch[_COUNT], now_ms)
     max_timestamp = max((r.timestamp for r in records), default=-1)
-    if header_values.attributes & TIMESTAMP_TYPE_BIT:
-        max_timestamp = header_values.max_timestamp
-    elif max_timestamp != header_values.max_timestamp:
-        _set_max_timestamp(header, body, header_values.attributes, max_timestamp)
+    if header_values.attributes & TIMESTAMP_TYPE_BIT or max_timestamp != header_values.max_timestamp:
+        _set_max_timestamp(header, body, header_values.attributes & ~TIMESTAMP_TYPE_BIT, max_timestamp)
     return ValidatedBatch(header, body, size, batch[_DELTA], max_timestamp, batch[_COUNT], -1)
 
 
