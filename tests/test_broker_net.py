@@ -38,7 +38,7 @@ from kcli.broker.apis import ApiRegistry, ApiSpec, kio_versions, request_type, r
 from kcli.broker.apis import api_versions as api_versions_module
 from kcli.broker.apis import metadata as metadata_module
 from kcli.broker.apis.codec import encode
-from kcli.broker.apis.context import FileRegion, FramedResponse, PartitionInfo, TopicInfo
+from kcli.broker.apis.context import FileRegion, FramedResponse
 from kcli.broker.apis.guard import DeclaredSizeError, check_sizes, without_unknown_tags
 from kcli.broker.server import Broker, parse_request_header
 from kcli.client import ClientError, KafkaClient
@@ -70,13 +70,24 @@ def test_confluent_kafka_lists_topics_and_describes_cluster(broker: BrokerProces
     assert metadata.topics == {}
     assert len(metadata.cluster_id) == 22
 
-    missing = admin.list_topics(topic="no-such-topic", timeout=10).topics["no-such-topic"]
-    assert missing.error is not None and missing.error.code() == ErrorCode.unknown_topic_or_partition
+    # librdkafka asks for auto-creation and auto.create.topics.enable defaults to true, as in Kafka
+    created = admin.list_topics(topic="auto-created", timeout=10).topics["auto-created"]
+    assert created.error is None and list(created.partitions) == [0]
+    assert created.partitions[0].leader == 1 and created.partitions[0].isrs == [1]
 
     cluster = admin.describe_cluster(request_timeout=10).result()
     assert cluster.cluster_id == metadata.cluster_id
     assert cluster.controller.id == 1
     assert [(n.id, n.host, n.port) for n in cluster.nodes] == [(1, "127.0.0.1", broker.port)]
+
+
+def test_missing_topic_without_auto_creation(broker_factory) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    broker = broker_factory(overrides=["auto.create.topics.enable=false"])
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    missing = admin.list_topics(topic="no-such-topic", timeout=10).topics["no-such-topic"]
+    assert missing.error is not None and missing.error.code() == ErrorCode.unknown_topic_or_partition
 
 
 def test_kafka_python_admin_and_consumer(broker: BrokerProcess) -> None:
@@ -141,8 +152,9 @@ def test_kcat_lists_metadata(broker: BrokerProcess) -> None:
         timeout=30,
     )
     assert one.returncode == 0, one.stderr
-    [topic] = json.loads(one.stdout)["topics"]
-    assert topic["topic"] == "missing" and "Unknown topic or partition" in topic["error"]
+    [topic] = json.loads(one.stdout)["topics"]  # auto-created: librdkafka asks, the broker allows
+    assert topic["topic"] == "missing" and "error" not in topic
+    assert [p["partition"] for p in topic["partitions"]] == [0]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -195,7 +207,7 @@ def test_metadata_topics_by_version(broker: BrokerProcess) -> None:
                 topics = tuple(_make(topic_cls, name=n, topic_id=None) for n in names)
                 response = await client.send(_make(cls, topics=topics, allow_auto_topic_creation=True))
                 assert [(t.name, t.error_code) for t in response.topics] == [
-                    ("orders", ErrorCode.unknown_topic_or_partition),
+                    ("orders", ErrorCode.none),  # auto-created by the first request, then found
                     ("bad name!", ErrorCode.invalid_topic_exception),
                 ], version
                 assert [(b.node_id, b.host, b.port) for b in response.brokers] == [
@@ -203,7 +215,7 @@ def test_metadata_topics_by_version(broker: BrokerProcess) -> None:
                 ]
                 everything = None if version >= 1 else ()
                 response = await client.send(_make(cls, topics=everything, allow_auto_topic_creation=False))
-                assert response.topics == ()
+                assert [t.name for t in response.topics] == ["orders"]
                 if version >= 2:
                     assert response.cluster_id and len(response.cluster_id) == 22
                 if version >= 1:
@@ -319,9 +331,7 @@ def test_unknown_tagged_fields_are_skipped_as_kafka_does(broker: BrokerProcess) 
         correlation_id, payload = _read_response(sock, flexible=True)
         response, _ = entity_reader(response_type(3, 12))(payload, 0)
     assert correlation_id == 1
-    assert [(t.name, t.error_code) for t in response.topics] == [
-        ("orders", ErrorCode.unknown_topic_or_partition)
-    ]
+    assert [(t.name, t.error_code) for t in response.topics] == [("orders", ErrorCode.none)]  # auto-created
 
 
 def test_random_bodies_never_hurt_the_broker(broker: BrokerProcess) -> None:
@@ -592,7 +602,6 @@ def _nested(payload_type: type, name: str) -> type:
 
 def _make(entity_type: type, **values: object) -> object:
     """Build a kio entity from the values its version has; others fall back to schema defaults."""
-    import dataclasses
 
     names = {f.name: f for f in dataclasses.fields(entity_type)}
     kwargs = {k: v for k, v in values.items() if k in names}
@@ -647,26 +656,14 @@ async def _in_process_broker(tmp_path: Path, registry: ApiRegistry | None = None
         await broker.shutdown(grace=5)
 
 
-def test_metadata_reads_the_image_and_auto_creates_through_the_hook(tmp_path: Path) -> None:
-    orders = TopicInfo(
-        "orders", uuid.uuid4(), (PartitionInfo(0, 1, 5, (1,), (1,)), PartitionInfo(1, 1, 5, (1,), (1,)))
-    )
+def test_metadata_reads_the_image_and_auto_creates_through_the_controller(tmp_path: Path) -> None:
+    from kcli.broker.metadata.controller import NewTopic
 
     async def run() -> None:
         async with _in_process_broker(tmp_path) as (broker, bootstrap):
-            state = broker.state
-            state.image = dataclasses.replace(state.image, topics_by_name={"orders": orders})
-            created: list[str] = []
-
-            async def auto_create(names):
-                created.extend(names)
-                topics = dict(state.image.topics_by_name)
-                for name in names:
-                    topics[name] = TopicInfo(name, uuid.uuid4(), (PartitionInfo(0, 1, 0, (1,), (1,)),))
-                state.image = dataclasses.replace(state.image, topics_by_name=topics)
-                return {name: ErrorCode.none for name in names}
-
-            state.auto_create_topics = auto_create
+            [result] = broker.node.controller.create_topics([NewTopic("orders", 2, 1)])
+            assert not result.error.is_failure
+            orders_id = broker.state.image.topic("orders").topic_id
             async with await KafkaClient.connect(bootstrap) as client:
                 cls = request_type(3, 12)
                 topic_cls = _nested(cls, "MetadataRequestTopic")
@@ -679,29 +676,25 @@ def test_metadata_reads_the_image_and_auto_creates_through_the_hook(tmp_path: Pa
                     )
 
                 response = await client.send(ask("orders", "fresh"))
-                assert created == ["fresh"]
                 by_name = {t.name: t for t in response.topics}
                 assert by_name["orders"].error_code == ErrorCode.none
-                assert by_name["orders"].topic_id == orders.topic_id
+                assert by_name["orders"].topic_id == orders_id
                 assert [
                     (p.partition_index, p.leader_id, p.leader_epoch, p.isr_nodes)
                     for p in by_name["orders"].partitions
-                ] == [
-                    (0, 1, 5, (1,)),
-                    (1, 1, 5, (1,)),
-                ]
+                ] == [(0, 1, 0, (1,)), (1, 1, 0, (1,))]
                 assert by_name["fresh"].error_code == ErrorCode.none and len(by_name["fresh"].partitions) == 1
+                assert broker.node.logs.get_log("fresh", 0) is not None  # the controller made its log
 
                 response = await client.send(ask("later", auto=False))
                 assert [(t.name, t.error_code) for t in response.topics] == [
                     ("later", ErrorCode.unknown_topic_or_partition)
                 ]
-                assert created == ["fresh"]
 
                 response = await client.send(ask("__consumer_offsets", auto=False))
                 assert response.topics[0].is_internal
 
-                response = await client.send(ask(ids=(orders.topic_id, uuid.UUID(int=7)), ops=True))
+                response = await client.send(ask(ids=(orders_id, uuid.UUID(int=7)), ops=True))
                 assert [(t.name, t.error_code) for t in response.topics] == [
                     ("orders", ErrorCode.none),
                     (None, ErrorCode.unknown_topic_id),

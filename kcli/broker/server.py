@@ -47,16 +47,15 @@ from kcli.broker.apis.api_versions import API_KEY as API_VERSIONS
 from kcli.broker.apis.api_versions import unsupported_version_response
 from kcli.broker.apis.codec import entity_write
 from kcli.broker.apis.context import (
-    BrokerInfo,
     BrokerState,
     ConnectionInfo,
     FileRegion,
     FramedResponse,
     RequestContext,
-    SingleNodeImage,
     new_cluster_id,
 )
 from kcli.broker.apis.guard import DeclaredSizeError, check_sizes, skip_tagged_fields, without_unknown_tags
+from kcli.broker.node import Node
 from kcli.config import BrokerConfig, Listener
 from kcli.errors import KcliError
 
@@ -106,6 +105,8 @@ class Broker:
         self._stopping = False
         self._stop_requested = asyncio.Event()
         self._sweeper: asyncio.Task[None] | None = None
+        self._periodic: asyncio.Task[None] | None = None
+        self.node: Node | None = None
         self._max_request = int(config["socket.request.max.bytes"])  # type: ignore[call-overload]
 
     async def start(self) -> tuple[str, int]:
@@ -114,11 +115,24 @@ class Broker:
         cluster_id = ensure_meta_properties(self.config.log_dirs, self.config.node_id, self.cluster_id)
         listener = self.config.listener
         self._server = await _bind(listener, self.config, self._on_connection)
+        try:
+            self.node = node = Node.open(self.config, cluster_id)
+        except BaseException:
+            self._server.close()
+            raise
         bound_host, bound_port = self._server.sockets[0].getsockname()[:2]
         advertised = self.config.advertised_listener(bound_port)
-        rack = self.config["broker.rack"]
-        node = BrokerInfo(self.config.node_id, advertised.host, advertised.port, rack)  # type: ignore[arg-type]
-        self.state = BrokerState(self.config, self.registry, SingleNodeImage(cluster_id, node))
+        node.register(advertised, self.config["broker.rack"])  # type: ignore[arg-type]
+        self.state = state = BrokerState(
+            self.config,
+            self.registry,
+            node.image,
+            auto_create_topics=node.controller.auto_create_topics,
+            node=node,
+        )
+        node.controller.add_listener(lambda _old, new: setattr(state, "image", new))
+        self._periodic = asyncio.create_task(node.run_periodic())
+        await self._server.start_serving()
         idle_ms = int(self.config["connections.max.idle.ms"])  # type: ignore[call-overload]
         if idle_ms > 0:
             self._sweeper = asyncio.create_task(self._close_idle_connections(idle_ms / 1000))
@@ -163,6 +177,10 @@ class Broker:
                 await asyncio.wait(pending, timeout=1.0)
         if self._server is not None:
             await self._server.wait_closed()
+        if self._periodic is not None:
+            self._periodic.cancel()
+        if self.node is not None:
+            self.node.shutdown()
         log.info("shutdown complete")
 
     # --- connections -----------------------------------------------------------------------
@@ -488,7 +506,13 @@ async def _bind(listener: Listener, config: BrokerConfig, on_connection) -> asyn
     where = f"{listener.host or '0.0.0.0'}:{listener.port}"
     try:
         return await asyncio.start_server(
-            on_connection, host, listener.port, backlog=backlog, reuse_address=True, limit=1 << 20
+            on_connection,
+            host,
+            listener.port,
+            backlog=backlog,
+            reuse_address=True,
+            limit=1 << 20,
+            start_serving=False,  # bound now (a busy port fails before any data is touched), served once ready
         )
     except OSError as exc:
         # asyncio wraps the bind error's text; the errno alone gives the plain reason.

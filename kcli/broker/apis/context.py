@@ -21,6 +21,7 @@ from kcli.config import BrokerConfig
 
 if TYPE_CHECKING:
     from kcli.broker.apis import ApiRegistry
+    from kcli.broker.node import Node
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +112,8 @@ class BrokerState:
     registry: ApiRegistry
     image: MetadataImage
     auto_create_topics: AutoCreateTopics | None = None
+    node: Node | None = None
+    """The controller and the logs; None only for a broker started without storage (network tests)."""
 
     @property
     def node_id(self) -> int:

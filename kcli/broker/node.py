@@ -1,0 +1,112 @@
+"""One node's parts besides the network: the controller (a quorum of one) and the log manager.
+
+Metadata drives storage, as in Kafka's KRaft broker: every image the controller publishes is diffed
+against the previous one and the differences (partitions created, topics deleted, configs changed)
+are applied to the logs. At start-up the same reconciliation brings the log dirs in line with the
+replayed metadata log, so one code path serves first start, restart and every admin operation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from kcli.broker.log.config import LogConfig
+from kcli.broker.log.log import Log, wall_clock_ms
+from kcli.broker.log.manager import LogManager
+from kcli.broker.metadata.controller import QuorumController
+from kcli.broker.metadata.image import ClusterMetadataImage, topic_changes
+from kcli.config import BrokerConfig, Listener
+
+log = logging.getLogger("kcli.broker")
+
+PERIODIC_TICK_SECONDS = 0.5
+"""How often retention, flush.ms, deferred deletes and checkpoints are considered (each keeps its own interval)."""
+
+
+class Node:
+    def __init__(self, config: BrokerConfig, controller: QuorumController, logs: LogManager) -> None:
+        self.config = config
+        self.controller = controller
+        self.logs = logs
+        self.broker_epoch = -1
+        controller.add_listener(self._on_new_image)
+
+    @classmethod
+    def open(cls, config: BrokerConfig, cluster_id: str) -> Node:
+        """Recover the metadata log and every partition log, then reconcile the two."""
+        controller = QuorumController.open(config, cluster_id=cluster_id)
+        image = controller.image
+        logs = LogManager(config)
+        logs.startup({name: cls._log_config(config, image, name) for name in image.topic_ids})
+        node = cls(config, controller, logs)
+        node._reconcile(image)
+        return node
+
+    @property
+    def image(self) -> ClusterMetadataImage:
+        return self.controller.image
+
+    def register(self, advertised: Listener, rack: str | None) -> None:
+        """Write this incarnation's broker registration (the listener clients are told about)."""
+        self.broker_epoch = self.controller.register_broker(advertised, rack=rack)
+
+    async def run_periodic(self) -> None:
+        """Retention, flushes, deferred deletes and checkpoints, until cancelled."""
+        while True:
+            await asyncio.sleep(PERIODIC_TICK_SECONDS)
+            try:
+                self.logs.run_periodic(wall_clock_ms())
+            except OSError as e:  # a full disk must not kill the loop; Kafka marks the dir offline
+                log.error("periodic log maintenance failed: %s", e)
+
+    def shutdown(self) -> None:
+        """Close the metadata log, then flush and close every log and write the clean-shutdown marker."""
+        self.controller.close()
+        self.logs.shutdown(self.broker_epoch)
+
+    # --- metadata -> storage ------------------------------------------------------------------------
+
+    def _on_new_image(self, old: ClusterMetadataImage, new: ClusterMetadataImage) -> None:
+        changes = topic_changes(old, new)
+        for topic, _topic_id, partitions in changes.deleted:
+            for partition in partitions:
+                self.logs.delete_log(topic, partition)
+            log.info("deleted topic %s (%d partitions)", topic, len(partitions))
+        for topic, partition, topic_id in changes.created:
+            created = self.logs.create_log(
+                topic, partition, topic_id, self._log_config(self.config, new, topic)
+            )
+            self._lead(created, new)
+        for topic in changes.reconfigured:
+            config = self._log_config(self.config, new, topic)
+            for partition in new.partitions_of(topic) or {}:
+                existing = self.logs.get_log(topic, partition)
+                if existing is not None:
+                    existing.update_config(config)
+
+    def _reconcile(self, image: ClusterMetadataImage) -> None:
+        """Create the logs the metadata names and the disk lacks; delete logs of topics no longer named."""
+        for existing in list(self.logs.logs()):
+            if existing.topic not in image.topic_ids or existing.partition not in (
+                image.partitions_of(existing.topic) or {}
+            ):
+                log.info("removing %s: its topic is not in the metadata log", existing.name)
+                self.logs.delete_log(existing.topic, existing.partition)
+        for name, topic_id in image.topic_ids.items():
+            config = self._log_config(self.config, image, name)
+            for partition in image.partitions_of(name) or {}:
+                existing = self.logs.get_log(name, partition)
+                if existing is None:
+                    existing = self.logs.create_log(name, partition, topic_id, config)
+                self._lead(existing, image)
+
+    def _lead(self, partition_log: Log, image: ClusterMetadataImage) -> None:
+        """Partition.makeLeader: with this node the leader and the only ISR member, the HW is the LEO."""
+        registration = image.partition(partition_log.topic, partition_log.partition)
+        if registration is not None and registration.leader == self.config.node_id:
+            partition_log.make_leader(registration.leader_epoch)
+
+    @staticmethod
+    def _log_config(config: BrokerConfig, image: ClusterMetadataImage, topic: str) -> LogConfig:
+        return LogConfig.from_broker(config, image.topic_config(topic))
