@@ -407,7 +407,7 @@ enum { SCAN_END = 0, SCAN_LEGACY = 1, SCAN_BAD_SIZE = 2, SCAN_BAD_MAGIC = 3, SCA
 #define MIN_UNIT_SIZE 14         /* v0 message overhead */
 #define RECORD_BATCH_OVERHEAD 61 /* v2 batch header */
 #define CRC_START 21             /* CRC covers [attributes, end of batch) */
-#define SCAN_CHUNK 64            /* batches per GIL-free CRC pass */
+#define SCAN_CHUNK 64            /* batches per CRC pass (three at a time inside it) */
 
 typedef struct {
     Py_ssize_t position;
@@ -589,27 +589,53 @@ static PyObject *native_scan(PyObject *module, PyObject *const *args, Py_ssize_t
     }
     const uint8_t *buf = view.buf;
     Py_ssize_t pos = (Py_ssize_t)position;
-    scan_entry entries[SCAN_CHUNK];
-    int reason;
+    /* Walk and checksum the whole region first, without the GIL when it is big enough to matter, so
+     * another thread's Python work runs meanwhile; then build the batch objects in one go. Waking up
+     * for the GIL between chunks would cost up to the interpreter's switch interval each time. */
+    Py_ssize_t count = 0, capacity = SCAN_CHUNK;
+    scan_entry *entries = PyMem_RawMalloc(capacity * sizeof(scan_entry));
+    if (entries == NULL) {
+        Py_DECREF(batches);
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    int reason, out_of_memory = 0;
+    int release = check_crc && end - pos >= CRC_RELEASE_GIL_BYTES;
+    PyThreadState *thread = release ? PyEval_SaveThread() : NULL;
     do {
-        Py_ssize_t n;
-        if (check_crc && end - pos >= CRC_RELEASE_GIL_BYTES) {
-            Py_BEGIN_ALLOW_THREADS reason = scan_chunk(buf, &pos, (Py_ssize_t)end, 1, entries, &n);
-            Py_END_ALLOW_THREADS
-        } else {
-            reason = scan_chunk(buf, &pos, (Py_ssize_t)end, check_crc, entries, &n);
-        }
-        for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *t = batch_tuple(&entries[i], batch_type);
-            if (t == NULL || PyList_Append(batches, t) < 0) {
-                Py_XDECREF(t);
-                Py_DECREF(batches);
-                PyBuffer_Release(&view);
-                return NULL;
+        if (capacity - count < SCAN_CHUNK) {
+            scan_entry *grown = PyMem_RawRealloc(entries, 2 * capacity * sizeof(scan_entry));
+            if (grown == NULL) {
+                out_of_memory = 1;
+                break;
             }
-            Py_DECREF(t);
+            entries = grown;
+            capacity *= 2;
         }
+        Py_ssize_t n;
+        reason = scan_chunk(buf, &pos, (Py_ssize_t)end, check_crc, entries + count, &n);
+        count += n;
     } while (reason == SCAN_MORE);
+    if (thread != NULL)
+        PyEval_RestoreThread(thread);
+    if (out_of_memory) {
+        PyMem_RawFree(entries);
+        Py_DECREF(batches);
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *t = batch_tuple(&entries[i], batch_type);
+        if (t == NULL || PyList_Append(batches, t) < 0) {
+            Py_XDECREF(t);
+            PyMem_RawFree(entries);
+            Py_DECREF(batches);
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        Py_DECREF(t);
+    }
+    PyMem_RawFree(entries);
     PyBuffer_Release(&view);
     return Py_BuildValue("(Nni)", batches, pos, reason);
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 import mmap
 import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
@@ -66,44 +67,59 @@ class SegmentReader:
                 self.on_progress(self.end.file_size)
 
     def _chunks(self, start: int) -> Iterator[Chunk]:
-        with open(self.path, "rb") as f:
+        """Walk window N+1 on a worker thread while the caller checks window N: the CRC pass releases
+        the GIL, so on two cores checksumming and the caller's Python work overlap."""
+        with open(self.path, "rb") as f, ThreadPoolExecutor(1, thread_name_prefix="kcli-walk") as pool:
             file_size = os.fstat(f.fileno()).st_size
             limit = file_size if self.max_bytes is None else min(file_size, self.max_bytes)
-            position = start
-            want = self.window
-            while True:
-                if limit - position <= 0:
-                    self.end = SegmentEnd(position, file_size, StopReason.END, None)
-                    return
-                base = position - position % mmap.ALLOCATIONGRANULARITY
-                length = min(max(want, self.window), limit - base)
-                with _map(f, base, length) as m:
-                    view = memoryview(m)
+            if limit - start <= 0:
+                self.end = SegmentEnd(start, file_size, StopReason.END, None)
+                return
+            pending: Future[_Window] | None = pool.submit(self._walk_window, f, start, self.window, limit)
+            try:
+                while pending is not None:
+                    window = pending.result()
+                    pending = None
+                    result = window.result
+                    stop = window.base + result.stop
+                    if result.reason is not StopReason.END:
+                        self.end = SegmentEnd(stop, file_size, result.reason, window.problem)
+                    elif window.base + window.length >= limit:
+                        self.end = SegmentEnd(stop, file_size, StopReason.END, None)
+                    else:
+                        stuck = stop == window.position and window.next_size is not None
+                        # a unit bigger than a window gets a window of its own size
+                        want = (
+                            window.next_size
+                            + (stop % mmap.ALLOCATIONGRANULARITY)
+                            + mmap.ALLOCATIONGRANULARITY
+                            if stuck
+                            else self.window
+                        )
+                        pending = pool.submit(self._walk_window, f, stop, want, limit)
                     try:
-                        result: WalkResult = walk(view, position - base, length, check_crc=self.check_crc)
                         if result.batches:
-                            yield Chunk(base, view, result.batches)
-                        problem = result.problem(view)
-                        next_size = unit_size_at(view, result.stop)
+                            yield Chunk(window.base, window.view, result.batches)
                     finally:
-                        view.release()
-                stop = base + result.stop
-                if self.on_progress:
-                    self.on_progress(stop)
-                if result.reason is not StopReason.END:
-                    self.end = SegmentEnd(stop, file_size, result.reason, problem)
-                    return
-                at_limit = base + length >= limit
-                if at_limit:
-                    self.end = SegmentEnd(stop, file_size, StopReason.END, None)
-                    return
-                if stop == position and next_size is not None:
-                    want = (
-                        next_size + (stop - base) + mmap.ALLOCATIONGRANULARITY
-                    )  # one unit bigger than a window
-                else:
-                    want = self.window
-                position = stop
+                        pool.submit(window.close)  # unmapping costs too: off the caller's thread
+                    if self.on_progress:
+                        self.on_progress(stop)
+            finally:
+                if pending is not None:
+                    pending.result().close()
+
+    def _walk_window(self, f, position: int, want: int, limit: int) -> _Window:
+        base = position - position % mmap.ALLOCATIONGRANULARITY
+        length = min(max(want, self.window), limit - base)
+        window = _Window(f, base, length, position)
+        try:
+            window.result = walk(window.view, position - base, length, check_crc=self.check_crc)
+            window.problem = window.result.problem(window.view)
+            window.next_size = unit_size_at(window.view, window.result.stop)
+        except BaseException:
+            window.close()
+            raise
+        return window
 
     def __iter__(self) -> Iterator[tuple[int, memoryview, Batch]]:
         """(file position, window view, batch) for every unit; prefer chunks() in hot loops."""
@@ -112,18 +128,22 @@ class SegmentReader:
                 yield chunk.base + batch.position, chunk.view, batch
 
 
-class _map:
-    """A read-only mapping of [offset, offset+length) that is advised sequential and always closed."""
+class _Window:
+    """A read-only mapping of [base, base+length) and what walking it found; always closed."""
 
-    def __init__(self, f, offset: int, length: int) -> None:
+    result: WalkResult
+    problem: str | None
+    next_size: int | None
+
+    def __init__(self, f, base: int, length: int, position: int) -> None:
+        self.base, self.length, self.position = base, length, position
         # MAP_POPULATE maps the window's page-cache pages in one call instead of one fault per page.
         flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-        self.m = mmap.mmap(f.fileno(), length, flags=flags, prot=mmap.PROT_READ, offset=offset)
-        if hasattr(self.m, "madvise"):
-            self.m.madvise(mmap.MADV_SEQUENTIAL)
+        self.map = mmap.mmap(f.fileno(), length, flags=flags, prot=mmap.PROT_READ, offset=base)
+        if hasattr(self.map, "madvise"):
+            self.map.madvise(mmap.MADV_SEQUENTIAL)
+        self.view = memoryview(self.map)
 
-    def __enter__(self) -> mmap.mmap:
-        return self.m
-
-    def __exit__(self, *exc) -> None:
-        self.m.close()
+    def close(self) -> None:
+        self.view.release()
+        self.map.close()
