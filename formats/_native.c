@@ -139,31 +139,32 @@ CRC_HW static inline uint64_t crc_shift_hw(uint64_t crc, uint32_t constant)
     return _mm_crc32_u64(0, (uint64_t)_mm_cvtsi128_si64(product));
 }
 
+/* Three independent CRC chains over `len` bytes (a multiple of 8) at a, b and c, in lock-step so the
+ * three crc32 instructions in flight hide each other's latency. */
+CRC_HW static inline void crc_streams3_hw(uint64_t *c0, uint64_t *c1, uint64_t *c2, const uint8_t *a,
+                                          const uint8_t *b, const uint8_t *c, size_t len)
+{
+    uint64_t x = *c0, y = *c1, z = *c2;
+    size_t i = 0;
+    for (; i + 32 <= len; i += 32)
+        for (size_t j = i; j < i + 32; j += 8) {
+            x = _mm_crc32_u64(x, load_le64(a + j));
+            y = _mm_crc32_u64(y, load_le64(b + j));
+            z = _mm_crc32_u64(z, load_le64(c + j));
+        }
+    for (; i < len; i += 8) {
+        x = _mm_crc32_u64(x, load_le64(a + i));
+        y = _mm_crc32_u64(y, load_le64(b + i));
+        z = _mm_crc32_u64(z, load_le64(c + i));
+    }
+    *c0 = x, *c1 = y, *c2 = z;
+}
+
 /* One three-way block: streams of `len` bytes (a multiple of 8) at p, p + len, p + 2 len. */
 CRC_HW static inline uint64_t crc_three_way_hw(uint64_t c0, const uint8_t *p, size_t len)
 {
-    const uint8_t *a = p, *b = p + len, *c = p + 2 * len;
     uint64_t c1 = 0, c2 = 0;
-    size_t i = 0;
-    for (; i + 32 <= len; i += 32) {
-        c0 = _mm_crc32_u64(c0, load_le64(a + i));
-        c1 = _mm_crc32_u64(c1, load_le64(b + i));
-        c2 = _mm_crc32_u64(c2, load_le64(c + i));
-        c0 = _mm_crc32_u64(c0, load_le64(a + i + 8));
-        c1 = _mm_crc32_u64(c1, load_le64(b + i + 8));
-        c2 = _mm_crc32_u64(c2, load_le64(c + i + 8));
-        c0 = _mm_crc32_u64(c0, load_le64(a + i + 16));
-        c1 = _mm_crc32_u64(c1, load_le64(b + i + 16));
-        c2 = _mm_crc32_u64(c2, load_le64(c + i + 16));
-        c0 = _mm_crc32_u64(c0, load_le64(a + i + 24));
-        c1 = _mm_crc32_u64(c1, load_le64(b + i + 24));
-        c2 = _mm_crc32_u64(c2, load_le64(c + i + 24));
-    }
-    for (; i < len; i += 8) {
-        c0 = _mm_crc32_u64(c0, load_le64(a + i));
-        c1 = _mm_crc32_u64(c1, load_le64(b + i));
-        c2 = _mm_crc32_u64(c2, load_le64(c + i));
-    }
+    crc_streams3_hw(&c0, &c1, &c2, p, p + len, p + 2 * len, len);
     const uint32_t k = crc_shift_const[len / 8];
     c0 = crc_shift_hw(c0, k) ^ c1;
     return crc_shift_hw(c0, k) ^ c2;
@@ -207,26 +208,7 @@ CRC_HW static void crc_update3_hw(uint32_t crc[3], const uint8_t *const p[3], co
     size_t common = n[0] < n[1] ? n[0] : n[1];
     common = (common < n[2] ? common : n[2]) / 8 * 8;
     uint64_t c0 = crc[0], c1 = crc[1], c2 = crc[2];
-    size_t i = 0;
-    for (; i + 32 <= common; i += 32) {
-        c0 = _mm_crc32_u64(c0, load_le64(a + i));
-        c1 = _mm_crc32_u64(c1, load_le64(b + i));
-        c2 = _mm_crc32_u64(c2, load_le64(c + i));
-        c0 = _mm_crc32_u64(c0, load_le64(a + i + 8));
-        c1 = _mm_crc32_u64(c1, load_le64(b + i + 8));
-        c2 = _mm_crc32_u64(c2, load_le64(c + i + 8));
-        c0 = _mm_crc32_u64(c0, load_le64(a + i + 16));
-        c1 = _mm_crc32_u64(c1, load_le64(b + i + 16));
-        c2 = _mm_crc32_u64(c2, load_le64(c + i + 16));
-        c0 = _mm_crc32_u64(c0, load_le64(a + i + 24));
-        c1 = _mm_crc32_u64(c1, load_le64(b + i + 24));
-        c2 = _mm_crc32_u64(c2, load_le64(c + i + 24));
-    }
-    for (; i < common; i += 8) {
-        c0 = _mm_crc32_u64(c0, load_le64(a + i));
-        c1 = _mm_crc32_u64(c1, load_le64(b + i));
-        c2 = _mm_crc32_u64(c2, load_le64(c + i));
-    }
+    crc_streams3_hw(&c0, &c1, &c2, a, b, c, common);
     crc[0] = crc_update_hw((uint32_t)c0, a + common, n[0] - common);
     crc[1] = crc_update_hw((uint32_t)c1, b + common, n[1] - common);
     crc[2] = crc_update_hw((uint32_t)c2, c + common, n[2] - common);
