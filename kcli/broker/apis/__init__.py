@@ -73,9 +73,35 @@ class ApiRegistry:
 
 def build_registry() -> ApiRegistry:
     """The broker's registry: every API family module's `APIS`."""
-    from kcli.broker.apis import api_versions, cluster, metadata
+    from kcli.broker.apis import (
+        api_versions,
+        cluster,
+        configs,
+        fetch,
+        list_offsets,
+        log_dirs,
+        metadata,
+        offset_for_leader_epoch,
+        produce,
+        records,
+        topics,
+    )
 
-    return ApiRegistry([*api_versions.APIS, *metadata.APIS, *cluster.APIS])
+    return ApiRegistry(
+        [
+            *api_versions.APIS,
+            *metadata.APIS,
+            *cluster.APIS,
+            *topics.APIS,
+            *configs.APIS,
+            *records.APIS,
+            *log_dirs.APIS,
+            *produce.APIS,
+            *fetch.APIS,
+            *list_offsets.APIS,
+            *offset_for_leader_epoch.APIS,
+        ]
+    )
 
 
 def api_name(api_key: int) -> str:

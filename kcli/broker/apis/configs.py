@@ -1,0 +1,521 @@
+"""DescribeConfigs (32), AlterConfigs (33) and IncrementalAlterConfigs (44).
+
+DescribeConfigs is answered by the broker, as Kafka's `ConfigHelper` answers it: a topic's every
+property with its effective value, where it came from (the topic, the broker's properties, or the
+default) and, on request, its synonyms and documentation; a broker's every property ("1"), or the
+cluster-wide dynamic defaults (""). Entries come sorted by name.
+
+The two alter APIs go first through what a KRaft broker does before forwarding
+(`ConfigAdminManager.preprocess`: each resource at most once, no duplicate keys, no null values,
+broker resources checked), then to the controller, which validates topic configs and writes them
+as ConfigRecords in the metadata log (so they survive restarts) and hands them to the logs.
+
+This broker has no dynamic broker configs: every broker property is read-only (so DescribeConfigs
+says read_only=true), and a change to one is refused with Kafka's sentence for a property that
+cannot be updated dynamically. Dynamic broker configs found in a metadata log written by Kafka are
+not applied, so they are not reported as the source of any value either. Resource types Kafka has
+and kcli does not serve (BROKER_LOGGER, CLIENT_METRICS, GROUP) are answered per resource with
+INVALID_REQUEST.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+
+from kio.schema.errors import ErrorCode
+
+from kcli.broker.apis import ApiSpec, build, kio_versions, nested_type, response_type
+from kcli.broker.apis.context import RequestContext
+from kcli.broker.metadata.controller import ApiError, ConfigOp, OpType, QuorumController, _topic_name_error
+from kcli.broker.metadata.image import ClusterMetadataImage
+from kcli.config import (
+    BROKER_CONFIGS,
+    KCLI_DEFAULTS,
+    TOPIC_CONFIG_SYNONYMS,
+    TOPIC_CONFIGS,
+    BrokerConfig,
+    ConfigKey,
+    Listener,
+)
+
+DESCRIBE_CONFIGS = 32
+ALTER_CONFIGS = 33
+INCREMENTAL_ALTER_CONFIGS = 44
+
+_NO_THROTTLE = datetime.timedelta(0)
+_NONE = ApiError()
+
+
+class ResourceType(IntEnum):
+    """ConfigResource.Type ids."""
+
+    UNKNOWN = 0
+    TOPIC = 2
+    BROKER = 4
+    BROKER_LOGGER = 8
+    CLIENT_METRICS = 16
+    GROUP = 32
+
+
+class ConfigSource(IntEnum):
+    """DescribeConfigsResponse.ConfigSource ids."""
+
+    TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+# DescribeConfigsResponse.ConfigType ids by kcli.config type; 0 is UNKNOWN.
+CONFIG_TYPES = {
+    "boolean": 1,
+    "string": 2,
+    "int": 3,
+    "short": 4,
+    "long": 5,
+    "double": 6,
+    "list": 7,
+    "class": 8,
+    "password": 9,
+    "listeners": 2,  # Kafka's listeners / advertised.listeners are STRING
+    "protocol_map": 2,  # listener.security.protocol.map is STRING
+}
+# Properties kcli parses as lists that Kafka declares as STRING.
+_STRING_IN_KAFKA = frozenset({"log.dirs", "controller.listener.names"})
+
+# DynamicBrokerConfig.brokerConfigSynonyms: broker properties that stand for the same setting,
+# most specific first.
+_SYNONYM_GROUPS = (
+    ("log.roll.ms", "log.roll.hours"),
+    ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+)
+_INVALID_REQUEST_TEXT = (
+    "This most likely occurs because of a request being malformed by the client library or the "
+    "message was sent to an incompatible broker. See the broker logs for more details."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Synonym:
+    name: str
+    value: str | None
+    source: ConfigSource
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedConfig:
+    """One DescribeConfigsResourceResult before it is put in a response of some version."""
+
+    name: str
+    value: str | None
+    source: ConfigSource
+    read_only: bool
+    is_sensitive: bool
+    synonyms: tuple[Synonym, ...]
+    config_type: int
+    documentation: str | None
+
+
+# --- DescribeConfigs ---------------------------------------------------------------------------------
+
+
+async def handle_describe_configs(ctx: RequestContext, request: object) -> object:
+    response_cls = response_type(DESCRIBE_CONFIGS, ctx.api_version)
+    resources = request.resources  # type: ignore[attr-defined]
+    if any(r.resource_type not in _DESCRIBABLE for r in resources):
+        # ConfigHelper throws before describing anything; getErrorResponse uses the code's own text.
+        error = ApiError(ErrorCode.invalid_request, _INVALID_REQUEST_TEXT)
+        results = [_described(response_cls, r, error, ()) for r in resources]
+        return build(response_cls, throttle_time=_NO_THROTTLE, results=tuple(results))
+
+    include_synonyms = bool(request.include_synonyms)  # type: ignore[attr-defined]
+    include_documentation = bool(getattr(request, "include_documentation", False))
+    results = []
+    for resource in resources:
+        error, entries = describe_resource(
+            ctx.state.config,
+            ctx.state.image,
+            resource.resource_type,
+            resource.resource_name,  # type: ignore[arg-type]
+        )
+        keys = resource.configuration_keys
+        if keys:
+            wanted = set(keys)
+            entries = [e for e in entries if e.name in wanted]
+        results.append(
+            _described(response_cls, resource, error, entries, include_synonyms, include_documentation)
+        )
+    return build(response_cls, throttle_time=_NO_THROTTLE, results=tuple(results))
+
+
+def describe_resource(
+    config: BrokerConfig, image: ClusterMetadataImage, resource_type: int, name: str
+) -> tuple[ApiError, list[DescribedConfig]]:
+    """The error (or none) and the entries DescribeConfigs gives for one resource."""
+    if resource_type == ResourceType.TOPIC:
+        error = _topic_name_error(name)
+        if error is not None:
+            return error, []
+        if image.topic_id(name) is None:
+            return ApiError(ErrorCode.unknown_topic_or_partition), []
+        return _NONE, describe_topic(config, image.topic_config(name))
+    if resource_type == ResourceType.BROKER:
+        if not name:
+            return _NONE, describe_cluster_defaults(image.broker_config(""))
+        try:
+            broker_id = int(name)
+        except ValueError:
+            return ApiError(ErrorCode.invalid_request, f"Broker id must be an integer, but it is: {name}"), []
+        if broker_id != config.node_id:
+            message = f"Unexpected broker id, expected {config.node_id} or empty string, but received {name}"
+            return ApiError(ErrorCode.invalid_request, message), []
+        return _NONE, describe_broker(config)
+    return _unsupported(resource_type), []
+
+
+def describe_topic(config: BrokerConfig, overrides: Mapping[str, str]) -> list[DescribedConfig]:
+    """ConfigHelper.createTopicConfigEntry for every topic property."""
+    effective = config.topic_config(overrides)
+    entries = []
+    for name in sorted(TOPIC_CONFIGS):
+        spec = TOPIC_CONFIGS[name]
+        sensitive = spec.type == "password"
+        value = None if sensitive else config_value_text(effective[name])
+        synonyms: list[Synonym] = []
+        if name in overrides:
+            synonyms.append(Synonym(name, value, ConfigSource.TOPIC_CONFIG))
+        broker_synonyms = TOPIC_CONFIG_SYNONYMS.get(name)
+        if broker_synonyms:
+            synonyms += _broker_synonyms(config, broker_synonyms[0].name, sensitive)
+        entries.append(
+            DescribedConfig(
+                name=name,
+                value=value,
+                source=synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG,
+                read_only=False,
+                is_sensitive=sensitive,
+                synonyms=tuple(synonyms),
+                config_type=CONFIG_TYPES.get(spec.type, 0),
+                documentation=spec.doc,
+            )
+        )
+    return entries
+
+
+def describe_broker(config: BrokerConfig) -> list[DescribedConfig]:
+    """ConfigHelper.createBrokerConfigEntry (per broker) for every broker property."""
+    entries = []
+    for name in sorted(BROKER_CONFIGS):
+        spec = BROKER_CONFIGS[name]
+        sensitive = spec.type == "password"
+        synonyms = _broker_synonyms(config, name, sensitive)
+        entries.append(
+            DescribedConfig(
+                name=name,
+                value=None if sensitive else config_value_text(config[name]),
+                source=synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG,
+                read_only=True,
+                is_sensitive=sensitive,
+                synonyms=tuple(synonyms),
+                config_type=_config_type(spec),
+                documentation=spec.doc,
+            )
+        )
+    return entries
+
+
+def describe_cluster_defaults(dynamic_defaults: Mapping[str, str]) -> list[DescribedConfig]:
+    """The cluster-wide dynamic broker defaults in the metadata log (none unless Kafka wrote them)."""
+    entries = []
+    for name in sorted(dynamic_defaults):
+        spec = BROKER_CONFIGS.get(name)
+        sensitive = spec is None or spec.type == "password"  # KafkaConfig.maybeSensitive
+        value = None if sensitive else dynamic_defaults[name]
+        synonyms = [
+            Synonym(n, None if sensitive else dynamic_defaults[n], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+            for n in _synonym_group(name)
+            if n in dynamic_defaults
+        ]
+        synonyms = _from_own_name(synonyms, name)
+        entries.append(
+            DescribedConfig(
+                name=name,
+                value=value,
+                source=synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG,
+                read_only=True,
+                is_sensitive=sensitive,
+                synonyms=tuple(synonyms),
+                config_type=_config_type(spec) if spec is not None else 0,
+                documentation=spec.doc if spec is not None else None,
+            )
+        )
+    return entries
+
+
+def config_value_text(value: object) -> str | None:
+    """A parsed property as Kafka's ConfigDef.convertToString prints it."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Mapping):
+        return ",".join(f"{k}:{v}" for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return ",".join(
+            str(item) if isinstance(item, Listener) else config_value_text(item) or "" for item in value
+        )
+    return str(value)
+
+
+def _broker_synonyms(config: BrokerConfig, name: str, sensitive: bool) -> list[Synonym]:
+    """ConfigHelper.configSynonyms without dynamic configs: static, then default, from `name` on."""
+    group = _synonym_group(name)
+    found = []
+    explicit = config.explicit()
+    for each in group:
+        if config.is_set(each):
+            value = None if sensitive else config_value_text(explicit[each])
+            found.append(Synonym(each, value, ConfigSource.STATIC_BROKER_CONFIG))
+    for each in group:
+        default = KCLI_DEFAULTS.get(each, BROKER_CONFIGS[each].default)
+        if default is not None:
+            found.append(
+                Synonym(each, None if sensitive else config_value_text(default), ConfigSource.DEFAULT_CONFIG)
+            )
+    return _from_own_name(found, name)
+
+
+def _synonym_group(name: str) -> tuple[str, ...]:
+    if name == "log.flush.interval.ms":
+        return ("log.flush.interval.ms", "log.flush.scheduler.interval.ms")
+    for group in _SYNONYM_GROUPS:
+        if name in group:
+            return group
+    return (name,)
+
+
+def _from_own_name(synonyms: list[Synonym], name: str) -> list[Synonym]:
+    """Kafka drops the synonyms before the first one named `name` (so a more specific property set
+    elsewhere does not show as the source of a less specific one)."""
+    for i, synonym in enumerate(synonyms):
+        if synonym.name == name:
+            return synonyms[i:]
+    return []
+
+
+def _config_type(spec: ConfigKey) -> int:
+    return CONFIG_TYPES["string"] if spec.name in _STRING_IN_KAFKA else CONFIG_TYPES.get(spec.type, 0)
+
+
+def _described(
+    response_cls: type,
+    resource: object,
+    error: ApiError,
+    entries: Iterable[DescribedConfig],
+    include_synonyms: bool = False,
+    include_documentation: bool = False,
+) -> object:
+    entry_cls = nested_type(response_cls, "DescribeConfigsResourceResult")
+    synonym_cls = nested_type(response_cls, "DescribeConfigsSynonym")
+    configs = tuple(
+        build(
+            entry_cls,
+            name=e.name,
+            value=e.value,
+            read_only=e.read_only,
+            config_source=int(e.source),
+            is_sensitive=e.is_sensitive,
+            synonyms=tuple(synonym_cls(name=s.name, value=s.value, source=int(s.source)) for s in e.synonyms)
+            if include_synonyms
+            else (),
+            config_type=e.config_type,
+            documentation=e.documentation if include_documentation else None,
+        )
+        for e in entries
+    )
+    return build(
+        nested_type(response_cls, "DescribeConfigsResult"),
+        error_code=error.code,
+        error_message=error.message,
+        resource_type=resource.resource_type,  # type: ignore[attr-defined]
+        resource_name=resource.resource_name,  # type: ignore[attr-defined]
+        configs=configs,
+    )
+
+
+# --- AlterConfigs and IncrementalAlterConfigs --------------------------------------------------------
+
+
+async def handle_alter_configs(ctx: RequestContext, request: object) -> object:
+    """Legacy AlterConfigs: the given configs replace all of a resource's overrides."""
+    response_cls = response_type(ALTER_CONFIGS, ctx.api_version)
+    resources = request.resources  # type: ignore[attr-defined]
+    validate_only = bool(request.validate_only)  # type: ignore[attr-defined]
+    errors = _duplicate_resources(resources)
+    for i, resource in enumerate(resources):
+        if i in errors:
+            continue
+        configs = [(c.name, c.value) for c in resource.configs]
+        errors[i] = _check_keys_and_values(configs, null_allowed=False) or _alter_one(
+            ctx, resource, configs, validate_only, incremental=False
+        )
+    return _altered(response_cls, resources, errors)
+
+
+async def handle_incremental_alter_configs(ctx: RequestContext, request: object) -> object:
+    """IncrementalAlterConfigs: SET, DELETE, APPEND and SUBTRACT, all or nothing per resource."""
+    response_cls = response_type(INCREMENTAL_ALTER_CONFIGS, ctx.api_version)
+    resources = request.resources  # type: ignore[attr-defined]
+    validate_only = bool(request.validate_only)  # type: ignore[attr-defined]
+    errors = _duplicate_resources(resources)
+    for i, resource in enumerate(resources):
+        if i in errors:
+            continue
+        ops = [(c.name, c.value, c.config_operation) for c in resource.configs]
+        errors[i] = _check_keys_and_values(ops, null_allowed=True) or _alter_one(
+            ctx, resource, ops, validate_only, incremental=True
+        )
+    return _altered(response_cls, resources, errors)
+
+
+def _duplicate_resources(resources: Sequence[object]) -> dict[int, ApiError]:
+    """ConfigAdminManager.preprocess: every copy of a repeated resource fails, the others go on."""
+    counts = Counter((r.resource_type, r.resource_name) for r in resources)  # type: ignore[attr-defined]
+    error = ApiError(ErrorCode.invalid_request, "Each resource must appear at most once.")
+    return {
+        i: error
+        for i, r in enumerate(resources)
+        if counts[(r.resource_type, r.resource_name)] > 1  # type: ignore[attr-defined]
+    }
+
+
+def _check_keys_and_values(items: Sequence[tuple], *, null_allowed: bool) -> ApiError | None:
+    """Duplicate keys, then null values (allowed only for DELETE in the incremental API)."""
+    names = [item[0] for item in items]
+    if len(set(names)) != len(names):
+        return ApiError(ErrorCode.invalid_request, "Error due to duplicate config keys")
+    nulls = [item[0] for item in items if item[1] is None and not (null_allowed and item[2] == OpType.DELETE)]
+    if nulls:
+        return ApiError(ErrorCode.invalid_request, "Null value not supported for : " + ", ".join(nulls))
+    return None
+
+
+def _alter_one(
+    ctx: RequestContext, resource: object, items: Sequence[tuple], validate_only: bool, *, incremental: bool
+) -> ApiError:
+    resource_type = resource.resource_type  # type: ignore[attr-defined]
+    name = resource.resource_name  # type: ignore[attr-defined]
+    if resource_type == ResourceType.TOPIC:
+        controller = _controller(ctx)
+        if incremental:
+            error = _unknown_operation(items)
+            if error is not None:
+                return error
+            ops = [ConfigOp(key, OpType(op), value) for key, value, op in items]
+            return controller.alter_topic_configs(name, ops, validate_only=validate_only)
+        return controller.replace_topic_configs(name, dict(items), validate_only=validate_only)
+    if resource_type == ResourceType.BROKER:
+        return _alter_broker(ctx, name, items, incremental)
+    if resource_type in (ResourceType.BROKER_LOGGER, ResourceType.CLIENT_METRICS, ResourceType.GROUP):
+        if resource_type == ResourceType.BROKER_LOGGER and not incremental:
+            return ApiError(ErrorCode.invalid_request, f"Unknown resource type {resource_type}")
+        return _unsupported(resource_type)
+    return ApiError(ErrorCode.invalid_request, f"Unknown resource type {resource_type}")
+
+
+def _alter_broker(ctx: RequestContext, name: str, items: Sequence[tuple], incremental: bool) -> ApiError:
+    """No broker property is dynamic here: any resulting dynamic config is refused as Kafka refuses
+    a property that cannot be updated dynamically; a change that leaves none is a no-op."""
+    node_id = ctx.state.config.node_id
+    if name:
+        try:
+            broker_id = int(name)
+        except ValueError:
+            return ApiError(ErrorCode.invalid_request, f"Node id must be an integer, but it is: {name}")
+        if broker_id != node_id:
+            return ApiError(
+                ErrorCode.invalid_request, f"Unexpected broker id, expected {node_id}, but received {name}"
+            )
+    if incremental:
+        error = _unknown_operation(items)
+        if error is not None:
+            return error
+        resulting = dict.fromkeys(ctx.state.image.broker_config(name))
+        for key, _value, op in items:
+            if op == OpType.DELETE:
+                resulting.pop(key, None)
+            else:
+                resulting[key] = None
+    else:
+        resulting = dict.fromkeys(key for key, _ in items)
+    if resulting:
+        return ApiError(
+            ErrorCode.invalid_request, f"Cannot update these configs dynamically: Set({', '.join(resulting)})"
+        )
+    return _NONE
+
+
+def _unknown_operation(ops: Sequence[tuple]) -> ApiError | None:
+    for _name, _value, op in ops:
+        if op not in OpType._value2member_map_:
+            return ApiError(ErrorCode.invalid_request, f"Unknown operations type {op}")
+    return None
+
+
+def _altered(response_cls: type, resources: Sequence[object], errors: Mapping[int, ApiError]) -> object:
+    entry_cls = nested_type(response_cls, "AlterConfigsResourceResponse")
+    responses = tuple(
+        build(
+            entry_cls,
+            error_code=errors[i].code,
+            error_message=errors[i].message,
+            resource_type=r.resource_type,  # type: ignore[attr-defined]
+            resource_name=r.resource_name,  # type: ignore[attr-defined]
+        )
+        for i, r in enumerate(resources)
+    )
+    return build(response_cls, throttle_time=_NO_THROTTLE, responses=responses)
+
+
+# ---------------------------------------------------------------------------------------------------
+
+_DESCRIBABLE = frozenset(
+    {
+        ResourceType.TOPIC,
+        ResourceType.BROKER,
+        ResourceType.BROKER_LOGGER,
+        ResourceType.CLIENT_METRICS,
+        ResourceType.GROUP,
+    }
+)
+
+
+def _unsupported(resource_type: int) -> ApiError:
+    kind = (
+        ResourceType(resource_type).name
+        if resource_type in ResourceType._value2member_map_
+        else resource_type
+    )
+    return ApiError(ErrorCode.invalid_request, f"Unsupported resource type: {kind}")
+
+
+def _controller(ctx: RequestContext) -> QuorumController:
+    node = ctx.state.node
+    if node is None:
+        raise RuntimeError("this broker was started without storage, so it has no controller")
+    return node.controller
+
+
+APIS = [
+    ApiSpec(DESCRIBE_CONFIGS, *kio_versions(DESCRIBE_CONFIGS), handle_describe_configs),  # type: ignore[misc]
+    ApiSpec(ALTER_CONFIGS, *kio_versions(ALTER_CONFIGS), handle_alter_configs),  # type: ignore[misc]
+    ApiSpec(
+        INCREMENTAL_ALTER_CONFIGS, *kio_versions(INCREMENTAL_ALTER_CONFIGS), handle_incremental_alter_configs
+    ),  # type: ignore[misc]
+]

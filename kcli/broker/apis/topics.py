@@ -1,0 +1,206 @@
+"""CreateTopics (19), DeleteTopics (20) and CreatePartitions (37): topic admin through the controller.
+
+A KRaft broker forwards these requests to the active controller, and Kafka's `ControllerApis` answers
+them. Here the controller is this node's `QuorumController`; the handlers do what `ControllerApis`
+does around it (duplicate names, names and ids in one DeleteTopics, Kafka's messages) and the
+controller does what `ReplicationControlManager` does (validation, records, one batch per call).
+
+Timeouts follow the KRaft controller: the request's timeout is the deadline of the controller
+event, and an event past its deadline is not performed. A timeout of 0 or less is therefore
+REQUEST_TIMED_OUT for every topic and nothing changes; any positive timeout is enough here,
+because the controller commits before it answers.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+
+from kio.schema.errors import ErrorCode
+
+from kcli.broker.apis import ApiSpec, build, kio_versions, nested_type, response_type
+from kcli.broker.apis.context import RequestContext
+from kcli.broker.metadata.controller import (
+    ApiError,
+    CreateTopicResult,
+    DeleteTopicResult,
+    NewTopic,
+    QuorumController,
+)
+from kcli.config import CLUSTER_METADATA_TOPIC
+
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+CREATE_PARTITIONS = 37
+
+ZERO_UUID = uuid.UUID(int=0)
+_NO_THROTTLE = datetime.timedelta(0)
+
+# What Kafka's `new ApiError(error)` carries for the two errors its controller reports without a
+# sentence of its own (findTopicIds / findTopicNames).
+_DEFAULT_MESSAGES = {
+    ErrorCode.unknown_topic_or_partition: "This server does not host this topic-partition.",
+    ErrorCode.unknown_topic_id: "This server does not host this topic ID.",
+}
+
+
+async def handle_create_topics(ctx: RequestContext, request: object) -> object:
+    response_cls = response_type(CREATE_TOPICS, ctx.api_version)
+    topics = request.topics  # type: ignore[attr-defined]
+    if not topics:
+        return build(response_cls, throttle_time=_NO_THROTTLE, topics=())
+    counts = Counter(t.name for t in topics)
+    reaches_controller = any(n != CLUSTER_METADATA_TOPIC and c == 1 for n, c in counts.items())
+    if reaches_controller and _timed_out(request):
+        # CreateTopicsRequest.getErrorResponse: every topic of the request, duplicates included.
+        results = [_created(response_cls, CreateTopicResult(t.name, _TIMED_OUT)) for t in topics]
+        return build(response_cls, throttle_time=_NO_THROTTLE, topics=tuple(results))
+
+    new_topics = [
+        NewTopic(
+            name=t.name,
+            num_partitions=t.num_partitions,
+            replication_factor=t.replication_factor,
+            assignments=[(a.partition_index, tuple(a.broker_ids)) for a in t.assignments],
+            configs={c.name: c.value for c in t.configs},
+        )
+        for t in topics
+    ]
+    outcome = _controller(ctx).create_topics(new_topics, validate_only=request.validate_only)  # type: ignore[attr-defined]
+    results = [_created(response_cls, result) for result in outcome]
+    return build(response_cls, throttle_time=_NO_THROTTLE, topics=tuple(results))
+
+
+async def handle_delete_topics(ctx: RequestContext, request: object) -> object:
+    version = ctx.api_version
+    response_cls = response_type(DELETE_TOPICS, version)
+    if version >= 6:
+        given = [(t.name, t.topic_id or ZERO_UUID) for t in request.topics]  # type: ignore[attr-defined]
+    else:
+        given = [(name, ZERO_UUID) for name in request.topic_names]  # type: ignore[attr-defined]
+
+    if not ctx.state.config["delete.topic.enable"]:
+        # Thrown before the controller is asked; DeleteTopicsRequest.getErrorResponse carries no message.
+        code = ErrorCode.invalid_request if version < 3 else ErrorCode.topic_deletion_disabled
+        results = [_deleted(response_cls, DeleteTopicResult(n, i, ApiError(code))) for n, i in given]
+        return build(response_cls, throttle_time=_NO_THROTTLE, responses=tuple(results))
+
+    early: list[DeleteTopicResult] = []
+    references: list[str | uuid.UUID] = []
+    for name, topic_id in given:
+        if name is None and topic_id == ZERO_UUID:
+            error = ApiError(ErrorCode.invalid_request, "Neither topic name nor id were specified.")
+            early.append(DeleteTopicResult(None, ZERO_UUID, error))
+        elif name is None:
+            references.append(topic_id)
+        elif topic_id == ZERO_UUID:
+            references.append(name)
+        else:
+            error = ApiError(ErrorCode.invalid_request, "You may not specify both topic name and topic id.")
+            early.append(DeleteTopicResult(name, topic_id, error))
+
+    if any(count == 1 for count in Counter(references).values()) and _timed_out(request):
+        results = [_deleted(response_cls, DeleteTopicResult(n, i, _TIMED_OUT)) for n, i in given]
+        return build(response_cls, throttle_time=_NO_THROTTLE, responses=tuple(results))
+
+    outcome = early + _controller(ctx).delete_topics(references)
+    results = [_deleted(response_cls, result) for result in outcome]
+    return build(response_cls, throttle_time=_NO_THROTTLE, responses=tuple(results))
+
+
+async def handle_create_partitions(ctx: RequestContext, request: object) -> object:
+    response_cls = response_type(CREATE_PARTITIONS, ctx.api_version)
+    result_cls = nested_type(response_cls, "CreatePartitionsTopicResult")
+    topics = request.topics  # type: ignore[attr-defined]
+    counts = Counter(t.name for t in topics)
+    singles = [t for t in topics if counts[t.name] == 1]
+    if singles and _timed_out(request):
+        results = [_partitions_result(result_cls, t.name, _TIMED_OUT) for t in topics]
+        return build(response_cls, throttle_time=_NO_THROTTLE, results=tuple(results))
+
+    duplicate = ApiError(ErrorCode.invalid_request, "Duplicate topic name.")
+    results = [_partitions_result(result_cls, name, duplicate) for name, n in counts.items() if n > 1]
+    controller = _controller(ctx)
+    for topic in singles:
+        assignments = None
+        if topic.assignments is not None:
+            assignments = [tuple(a.broker_ids) for a in topic.assignments]
+        error = controller.create_partitions(
+            topic.name,
+            topic.count,
+            assignments,
+            validate_only=request.validate_only,  # type: ignore[attr-defined]
+        )
+        results.append(_partitions_result(result_cls, topic.name, error))
+    return build(response_cls, throttle_time=_NO_THROTTLE, results=tuple(results))
+
+
+# ---------------------------------------------------------------------------------------------------
+
+_TIMED_OUT = ApiError(ErrorCode.request_timed_out)
+
+
+def _timed_out(request: object) -> bool:
+    """The controller event's deadline is now + timeout; at 0 or less it has passed before it runs."""
+    return request.timeout <= datetime.timedelta(0)  # type: ignore[attr-defined]
+
+
+def _controller(ctx: RequestContext) -> QuorumController:
+    node = ctx.state.node
+    if node is None:
+        raise RuntimeError("this broker was started without storage, so it has no controller")
+    return node.controller
+
+
+def _created(response_cls: type, result: CreateTopicResult) -> object:
+    """A CreatableTopicResult: details and configs on success, -1s and no configs on failure."""
+    configs: Sequence[object] = ()
+    if not result.error.is_failure and response_cls.__version__ >= 5:
+        config_cls = nested_type(response_cls, "CreatableTopicConfigs")
+        configs = [
+            config_cls(
+                name=entry.name,
+                value=None if entry.is_sensitive else entry.value,
+                read_only=entry.read_only,
+                config_source=entry.source,
+                is_sensitive=entry.is_sensitive,
+            )
+            for entry in result.configs
+        ]
+    return build(
+        nested_type(response_cls, "CreatableTopicResult"),
+        name=result.name,
+        topic_id=result.topic_id,
+        error_code=result.error.code,
+        error_message=result.error.message,
+        topic_config_error_code=0,
+        num_partitions=result.num_partitions,
+        replication_factor=result.replication_factor,
+        configs=tuple(configs),
+    )
+
+
+def _deleted(response_cls: type, result: DeleteTopicResult) -> object:
+    message = result.error.message
+    if message is None:
+        message = _DEFAULT_MESSAGES.get(result.error.code)
+    return build(
+        nested_type(response_cls, "DeletableTopicResult"),
+        name=result.name,
+        topic_id=result.topic_id,
+        error_code=result.error.code,
+        error_message=message,
+    )
+
+
+def _partitions_result(result_cls: type, name: str, error: ApiError) -> object:
+    return build(result_cls, name=name, error_code=error.code, error_message=error.message)
+
+
+APIS = [
+    ApiSpec(CREATE_TOPICS, *kio_versions(CREATE_TOPICS), handle_create_topics),  # type: ignore[misc]
+    ApiSpec(DELETE_TOPICS, *kio_versions(DELETE_TOPICS), handle_delete_topics),  # type: ignore[misc]
+    ApiSpec(CREATE_PARTITIONS, *kio_versions(CREATE_PARTITIONS), handle_create_partitions),  # type: ignore[misc]
+]
