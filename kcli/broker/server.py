@@ -273,6 +273,8 @@ class Broker:
             request = _decode_request(spec.name, api_key, api_version, frame, body_offset)
             try:
                 response = await spec.handler(ctx, request)
+            except ConnectionAbortedError as exc:  # the handler asks for the connection to be closed
+                raise _CloseConnection(str(exc)) from None
             except Exception:
                 log.exception("%s v%d handler failed for %s", spec.name, api_version, conn.info.peer)
                 response = error_response(api_key, api_version, ErrorCode.unknown_server_error)

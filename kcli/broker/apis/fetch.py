@@ -1,0 +1,475 @@
+"""Fetch (key 1): record bytes straight from segment files, with Kafka's long poll.
+
+Follows Kafka's `KafkaApis.handleFetchRequest` and `ReplicaManager.fetchMessages`/`readFromLog`:
+- partitions are read in request order; the response budget is min(max_bytes, fetch.max.bytes) and
+  each partition's is min(partition_max_bytes, what is left); until one partition returned data, the
+  first batch is returned whole even when it is larger (Kafka's minOneMessage);
+- consumers read up to the high watermark (read_uncommitted) or the last stable offset
+  (read_committed, with an empty aborted-transaction list; no transactions are tracked yet); a
+  follower (replica id >= 0) reads up to the log end offset and must be one of the replicas;
+- errors per partition: UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID (v13+), NOT_LEADER_OR_FOLLOWER,
+  FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH against current_leader_epoch, OFFSET_OUT_OF_RANGE, and
+  a diverging epoch (v12+) when last_fetched_epoch ends before the fetch offset;
+- the answer comes at once when max_wait is 0, nothing is asked for, min_bytes are there or a
+  partition failed; otherwise the request waits on the logs' append events (no polling) until
+  min_bytes are there or max_wait has passed, then everything is read again;
+- incremental fetch sessions are not kept (as a broker with no session cache slots): a full fetch
+  is answered with session id 0, so clients keep sending full fetches, and an incremental fetch is
+  FETCH_SESSION_ID_NOT_FOUND with no partitions, which makes them start over with a full one.
+
+Zero copy: the response is encoded by hand (byte for byte what kio writes; see the tests) around the
+records, and each partition's records are a `FileRegion` of its segment file, sent with sendfile.
+No record byte is read into Python on this path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from typing import Any, NamedTuple
+
+from kio.schema.errors import ErrorCode
+
+from kcli.broker.apis import ApiSpec, kio_versions, response_type
+from kcli.broker.apis.context import FileRegion, FramedResponse, RequestContext
+from kcli.broker.log import LogStorageError, OffsetOutOfRange
+from kcli.broker.log.log import FetchSlice, Log
+
+API_KEY = 1
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+INITIAL_EPOCH = 0
+FINAL_EPOCH = -1
+
+
+async def handle_fetch(ctx: RequestContext, request: Any) -> FramedResponse:
+    version = ctx.api_version
+    if version >= 7 and request.session_epoch not in (INITIAL_EPOCH, FINAL_EPOCH):
+        # An incremental fetch: no session is ever created here, so none can be found.
+        return encode_response(version, ErrorCode.fetch_session_id_not_found, [])
+
+    targets, unknown = _targets(ctx, request)
+    replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
+    fetch = _Fetch(
+        ctx,
+        targets,
+        replica_id=replica_id,
+        read_committed=request.isolation_level == READ_COMMITTED,
+        max_bytes=min(request.max_bytes, int(ctx.state.config["fetch.max.bytes"])),  # type: ignore[call-overload]
+        version=version,
+    )
+    results, readable, failed = fetch.read()
+    max_wait = request.max_wait.total_seconds()
+    if max_wait > 0 and fetch.interesting and readable < request.min_bytes and not failed:
+        results = await fetch.wait(max_wait, request.min_bytes)
+    results += unknown
+    return encode_response(version, ErrorCode.none, _group(results, version), _leader_endpoints(ctx, results))
+
+
+class PartitionResult(NamedTuple):
+    """One partition of a FetchResponse; `records` is a file slice, or None for null records."""
+
+    topic: str | None
+    topic_id: Any
+    partition_index: int
+    error_code: ErrorCode
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    aborted_transactions: tuple[tuple[int, int], ...] | None = None
+    records: FetchSlice | None = None
+    empty_records: bool = False
+    diverging_epoch: tuple[int, int] | None = None
+    current_leader: tuple[int, int] | None = None
+
+
+def encode_response(
+    version: int,
+    error_code: ErrorCode,
+    topics: list[tuple[str | None, Any, list[PartitionResult]]],
+    node_endpoints: tuple[tuple[int, str, int, str | None], ...] = (),
+    session_id: int = 0,
+) -> FramedResponse:
+    """The FetchResponse body as bytes parts around `FileRegion`s of the segment files.
+
+    Writes exactly what kio's writer writes for the same response with the records inline.
+    """
+    flexible = version >= 12
+    parts: list[bytes | FileRegion] = []
+    out = bytearray(_INT32.pack(0))  # throttle_time_ms
+    if version >= 7:
+        out += _ERROR_SESSION.pack(error_code, session_id)
+    _array_length(out, len(topics), flexible)
+    for name, topic_id, partitions in topics:
+        if version >= 13:
+            out += topic_id.bytes
+        else:
+            _string(out, name, flexible)
+        _array_length(out, len(partitions), flexible)
+        for p in partitions:
+            out += _PARTITION_HEAD.pack(
+                p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset
+            )
+            if version >= 5:
+                out += _INT64.pack(p.log_start_offset)
+            aborted = p.aborted_transactions
+            if aborted is None:
+                out += b"\x00" if flexible else b"\xff\xff\xff\xff"
+            else:
+                _array_length(out, len(aborted), flexible)
+                for producer_id, first_offset in aborted:
+                    out += _ABORTED.pack(producer_id, first_offset)
+                    if flexible:
+                        out.append(0)
+            if version >= 11:
+                out += _PREFERRED_NONE
+            records = p.records
+            if records is not None and records.size > 0:
+                if flexible:
+                    _uvarint(out, records.size + 1)
+                else:
+                    out += _INT32.pack(records.size)
+                parts.append(bytes(out))
+                parts.append(FileRegion(_SegmentFile(records.fd), records.position, records.size))  # type: ignore[arg-type]
+                out = bytearray()
+            elif p.empty_records or records is not None:
+                out += b"\x01" if flexible else b"\x00\x00\x00\x00"
+            else:
+                out += b"\x00" if flexible else b"\xff\xff\xff\xff"
+            if flexible:
+                _partition_tags(out, p)
+        if flexible:
+            out.append(0)
+    if flexible:
+        if node_endpoints and version >= 16:
+            body = bytearray()
+            _array_length(body, len(node_endpoints), True)
+            for node_id, host, port, rack in node_endpoints:
+                body += _INT32.pack(node_id)
+                _string(body, host, True)
+                body += _INT32.pack(port)
+                _string(body, rack, True)
+                body.append(0)
+            out += b"\x01\x00"  # one tagged field, tag 0
+            _uvarint(out, len(body))
+            out += body
+        else:
+            out.append(0)
+    parts.append(bytes(out))
+    return FramedResponse(response_type(API_KEY, version), tuple(parts))
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+class _Target(NamedTuple):
+    topic: str
+    topic_id: Any
+    partition: int
+    fetch_offset: int
+    partition_max_bytes: int
+    current_leader_epoch: int
+    last_fetched_epoch: int
+
+
+def _targets(ctx: RequestContext, request: Any) -> tuple[list[_Target], list[PartitionResult]]:
+    """The partitions to read, in request order, and the ones whose topic id is unknown (v13+)."""
+    version = ctx.api_version
+    image = ctx.state.image
+    targets: list[_Target] = []
+    unknown: list[PartitionResult] = []
+    seen: dict[tuple[Any, int], int] = {}
+    for topic in request.topics:
+        if version >= 13:
+            topic_image = image.topics_by_id.get(topic.topic_id)  # type: ignore[attr-defined]
+            if topic_image is None:
+                unknown.extend(
+                    PartitionResult(None, topic.topic_id, p.partition, ErrorCode.unknown_topic_id)
+                    for p in topic.partitions
+                )
+                continue
+            name, topic_id = topic_image.name, topic.topic_id
+        else:
+            name = topic.topic
+            topic_id = image.topic_ids.get(name)  # type: ignore[attr-defined]
+        for p in topic.partitions:
+            target = _Target(
+                name,
+                topic_id,
+                p.partition,
+                p.fetch_offset,
+                p.partition_max_bytes,
+                getattr(p, "current_leader_epoch", -1),
+                getattr(p, "last_fetched_epoch", -1),
+            )
+            key = (name, p.partition)
+            if key in seen:  # Kafka keeps partitions in a map: a repeat replaces the first, in place
+                targets[seen[key]] = target
+            else:
+                seen[key] = len(targets)
+                targets.append(target)
+    return targets, unknown
+
+
+class _Fetch:
+    """One fetch request's reads, repeated after each wake-up of its long poll."""
+
+    def __init__(
+        self,
+        ctx: RequestContext,
+        targets: list[_Target],
+        *,
+        replica_id: int,
+        read_committed: bool,
+        max_bytes: int,
+        version: int,
+    ) -> None:
+        self.state = ctx.state
+        self.targets = targets
+        self.replica_id = replica_id
+        self.read_committed = read_committed
+        self.max_bytes = max_bytes
+        self.version = version
+        self.logs: list[Log] = []
+        self.interesting = 0
+        """Partitions that passed the metadata checks; with none, Kafka answers without waiting."""
+
+    def read(self) -> tuple[list[PartitionResult], int, bool]:
+        """(results in request order, bytes readable, whether a partition failed): readFromLog."""
+        results: list[PartitionResult] = []
+        erroneous: list[PartitionResult] = []
+        limit = self.max_bytes
+        min_one_batch = True
+        readable = 0
+        failed = False
+        logs: list[Log] = []
+        for target in self.targets:
+            result, partition_log = self._read_partition(
+                target, min(target.partition_max_bytes, limit), min_one_batch
+            )
+            if partition_log is not None:
+                logs.append(partition_log)
+            if result.error_code in _METADATA_ERRORS:
+                erroneous.append(result)
+                continue
+            results.append(result)
+            if result.error_code is not ErrorCode.none:
+                failed = True
+            elif result.diverging_epoch is not None:
+                failed = True  # Kafka answers a diverging epoch at once
+            size = result.records.size if result.records is not None else 0
+            if size:
+                min_one_batch = False
+                limit = max(0, limit - size)
+                readable += size
+        self.logs = logs
+        self.interesting = len(results)
+        return results + erroneous, readable, failed
+
+    async def wait(self, max_wait: float, min_bytes: int) -> list[PartitionResult]:
+        """Kafka's DelayedFetch: wait for appends until min_bytes are readable or max_wait has passed."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait
+        while True:
+            woken = loop.create_future()
+
+            def wake(_log: Log, woken: asyncio.Future[None] = woken) -> None:
+                if not woken.done():
+                    woken.set_result(None)
+
+            logs = list(self.logs)
+            for partition_log in logs:
+                partition_log.append_event.append(wake)
+            timer = loop.call_at(deadline, wake, None)
+            try:
+                await woken
+            finally:
+                timer.cancel()
+                for partition_log in logs:
+                    try:
+                        partition_log.append_event.remove(wake)
+                    except ValueError:
+                        pass
+            results, readable, failed = self.read()
+            if readable >= min_bytes or failed or loop.time() >= deadline:
+                return results
+
+    def _read_partition(
+        self, target: _Target, max_bytes: int, min_one_batch: bool
+    ) -> tuple[PartitionResult, Log | None]:
+        """Partition.fetchRecords + UnifiedLog.read for one partition."""
+        topic, topic_id, index = target.topic, target.topic_id, target.partition
+        state = self.state
+        registration = state.image.partition(topic, index)  # type: ignore[attr-defined]
+        if registration is None:
+            return PartitionResult(topic, topic_id, index, ErrorCode.unknown_topic_or_partition), None
+        node = state.node
+        partition_log = None if node is None else node.logs.get_log(topic, index)
+        error = _leader_epoch_error(target.current_leader_epoch, registration.leader_epoch)
+        if error is None and (registration.leader != state.node_id or partition_log is None):
+            error = ErrorCode.not_leader_or_follower
+        from_follower = self.replica_id >= 0
+        if (
+            error is None
+            and from_follower
+            and (self.replica_id == state.node_id or self.replica_id not in registration.replicas)
+        ):
+            error = (
+                ErrorCode.unknown_leader_epoch
+                if target.current_leader_epoch >= 0
+                else ErrorCode.not_leader_or_follower
+            )
+        if error is not None or partition_log is None:
+            leader = None
+            if (
+                error in (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)
+                and self.version >= 16
+            ):
+                leader = (registration.leader, registration.leader_epoch)
+            failed = PartitionResult(topic, topic_id, index, error or ErrorCode.not_leader_or_follower)
+            return failed._replace(empty_records=True, current_leader=leader), None
+
+        high_watermark = partition_log.high_watermark
+        log_start_offset = partition_log.log_start_offset
+        last_stable_offset = partition_log.last_stable_offset
+        aborted = () if self.read_committed and not from_follower else None
+        fetch_offset = target.fetch_offset
+        ok = PartitionResult(
+            topic,
+            topic_id,
+            index,
+            ErrorCode.none,
+            high_watermark,
+            last_stable_offset,
+            log_start_offset,
+            aborted,
+            empty_records=True,
+        )
+        try:
+            if target.last_fetched_epoch >= 0:
+                epoch, end_offset = partition_log.end_offset_for_epoch(target.last_fetched_epoch)
+                if epoch < 0 or end_offset < 0 or fetch_offset < log_start_offset:
+                    raise OffsetOutOfRange(f"offset {fetch_offset} with last fetched epoch is out of range")
+                if epoch < target.last_fetched_epoch or end_offset < fetch_offset:
+                    return ok._replace(diverging_epoch=(epoch, end_offset)), partition_log
+            if from_follower:
+                upper_bound = partition_log.log_end_offset
+            elif self.read_committed:
+                upper_bound = last_stable_offset
+            else:
+                upper_bound = high_watermark
+            records = partition_log.read(
+                fetch_offset, max_bytes, upper_bound=upper_bound, min_one_batch=min_one_batch
+            )
+        except OffsetOutOfRange:
+            return (
+                PartitionResult(topic, topic_id, index, ErrorCode.offset_out_of_range, empty_records=True),
+                partition_log,
+            )
+        except LogStorageError:
+            error = ErrorCode.kafka_storage_error if self.version > 5 else ErrorCode.not_leader_or_follower
+            return PartitionResult(topic, topic_id, index, error, empty_records=True), partition_log
+        return ok._replace(records=records), partition_log
+
+
+def _leader_endpoints(
+    ctx: RequestContext, results: list[PartitionResult]
+) -> tuple[tuple[int, str, int, str | None], ...]:
+    """v16+: the endpoints of the leaders named in NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH answers."""
+    leaders = {
+        r.current_leader[0] for r in results if r.current_leader is not None and r.current_leader[0] >= 0
+    }
+    if not leaders:
+        return ()
+    return tuple(
+        (b.node_id, b.host, b.port, b.rack) for b in ctx.state.image.brokers() if b.node_id in leaders
+    )
+
+
+def _leader_epoch_error(requested: int, current: int) -> ErrorCode | None:
+    """Partition.checkCurrentLeaderEpoch: -1 means the client does not say."""
+    if requested < 0 or requested == current:
+        return None
+    return ErrorCode.fenced_leader_epoch if current > requested else ErrorCode.unknown_leader_epoch
+
+
+def _group(
+    results: list[PartitionResult], version: int
+) -> list[tuple[str | None, Any, list[PartitionResult]]]:
+    """Consecutive partitions of one topic share a topic entry, keeping the order (FetchResponse.of)."""
+    topics: list[tuple[str | None, Any, list[PartitionResult]]] = []
+    by_id = version >= 13
+    for result in results:
+        if topics:
+            name, topic_id, partitions = topics[-1]
+            if (topic_id == result.topic_id) if by_id else (name == result.topic):
+                partitions.append(result)
+                continue
+        topics.append((result.topic, result.topic_id, [result]))
+    return topics
+
+
+class _SegmentFile:
+    """What loop.sendfile needs of a file: its descriptor and a binary mode (the segment keeps it open)."""
+
+    __slots__ = ("fd",)
+    mode = "rb"
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def fileno(self) -> int:
+        return self.fd
+
+
+def _partition_tags(out: bytearray, p: PartitionResult) -> None:
+    tags = []
+    if p.diverging_epoch is not None:
+        epoch, end_offset = p.diverging_epoch
+        tags.append((0, _INT32.pack(epoch) + _INT64.pack(end_offset) + b"\x00"))
+    if p.current_leader is not None:
+        leader_id, leader_epoch = p.current_leader
+        tags.append((1, _INT32.pack(leader_id) + _INT32.pack(leader_epoch) + b"\x00"))
+    _uvarint(out, len(tags))
+    for tag, body in tags:
+        _uvarint(out, tag)
+        _uvarint(out, len(body))
+        out += body
+
+
+def _array_length(out: bytearray, n: int, flexible: bool) -> None:
+    if flexible:
+        _uvarint(out, n + 1)
+    else:
+        out += _INT32.pack(n)
+
+
+def _string(out: bytearray, value: str | None, flexible: bool) -> None:
+    if value is None:
+        out += b"\x00" if flexible else b"\xff\xff"
+        return
+    data = value.encode()
+    if flexible:
+        _uvarint(out, len(data) + 1)
+    else:
+        out += _INT16.pack(len(data))
+    out += data
+
+
+def _uvarint(out: bytearray, value: int) -> None:
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
+_ERROR_SESSION = struct.Struct(">hi")
+_PARTITION_HEAD = struct.Struct(">ihqq")
+_ABORTED = struct.Struct(">qq")
+_PREFERRED_NONE = _INT32.pack(-1)
+_METADATA_ERRORS = frozenset({ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id})
+
+APIS = [ApiSpec(API_KEY, 4, kio_versions(API_KEY)[1], handle_fetch)]  # type: ignore[index]

@@ -1,0 +1,79 @@
+"""OffsetForLeaderEpoch (key 23): where each asked-for leader epoch ends in a partition's log.
+
+Follows Kafka's `ReplicaManager.lastOffsetForLeaderEpoch` and `Partition.lastOffsetForLeaderEpoch`:
+consumers (KIP-320) and followers ask it to detect log truncation. The answer is the largest epoch
+at or below the one asked for and the start offset of the next epoch (the log end offset for the
+latest epoch); an epoch the log cannot place is answered with -1 / -1 and no error. Only the leader
+answers (NOT_LEADER_OR_FOLLOWER otherwise); current_leader_epoch fences stale or future callers.
+"""
+
+from __future__ import annotations
+
+import datetime
+import sys
+from functools import cache
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcli.broker.apis import ApiSpec, kio_versions, response_type
+from kcli.broker.apis.context import RequestContext
+
+API_KEY = 23
+
+
+async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> object:
+    response_cls, topic_cls, partition_cls = _classes(ctx.api_version)
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for partition in topic.partitions:
+            error, epoch, end_offset = end_offset_for(ctx, topic.topic, partition)
+            partitions.append(
+                partition_cls(
+                    error_code=error,
+                    partition=partition.partition,
+                    leader_epoch=epoch,
+                    end_offset=end_offset,
+                )
+            )
+        topics.append(topic_cls(topic=topic.topic, partitions=tuple(partitions)))
+    return response_cls(throttle_time=_NO_THROTTLE, topics=tuple(topics))
+
+
+def end_offset_for(ctx: RequestContext, topic: str, partition: Any) -> tuple[ErrorCode, int, int]:
+    """(error, epoch, end offset) for one partition of the request."""
+    state = ctx.state
+    index = partition.partition
+    registration = state.image.partition(topic, index)  # type: ignore[attr-defined]
+    node = state.node
+    partition_log = None if node is None else node.logs.get_log(topic, index)
+    if partition_log is None:
+        error = (
+            ErrorCode.unknown_topic_or_partition if registration is None else ErrorCode.not_leader_or_follower
+        )
+        return error, -1, -1
+    current = partition.current_leader_epoch
+    if registration is not None and current >= 0 and current != registration.leader_epoch:
+        if registration.leader_epoch > current:
+            return ErrorCode.fenced_leader_epoch, -1, -1
+        return ErrorCode.unknown_leader_epoch, -1, -1
+    if registration is None or registration.leader != state.node_id:
+        return ErrorCode.not_leader_or_follower, -1, -1
+    epoch, end_offset = partition_log.end_offset_for_epoch(partition.leader_epoch)
+    if end_offset < 0:
+        return ErrorCode.none, -1, -1
+    return ErrorCode.none, epoch, end_offset
+
+
+_NO_THROTTLE = datetime.timedelta(0)
+
+
+@cache
+def _classes(version: int) -> tuple[Any, Any, Any]:
+    response_cls = response_type(API_KEY, version)
+    module = sys.modules[response_cls.__module__]
+    return response_cls, module.OffsetForLeaderTopicResult, module.EpochEndOffset
+
+
+APIS = [ApiSpec(API_KEY, 2, kio_versions(API_KEY)[1], handle_offset_for_leader_epoch)]  # type: ignore[index]

@@ -1,0 +1,350 @@
+"""Produce (key 0): validate each partition's record batch, append it as leader, answer per partition.
+
+Follows Kafka's `KafkaApis.handleProduceRequest` and `ReplicaManager.appendRecords`:
+- a partition of a topic the metadata does not know is UNKNOWN_TOPIC_OR_PARTITION (v13+: an unknown
+  topic id is UNKNOWN_TOPIC_ID); Produce never creates topics, only Metadata does;
+- `ProduceRequest.validateRecords`: exactly one magic v2 batch per partition (INVALID_RECORD), no
+  ZStandard before v7 (UNSUPPORTED_COMPRESSION_TYPE), a broken size or magic is CORRUPT_MESSAGE;
+- acks other than 0, 1 and -1 is INVALID_REQUIRED_ACKS; acks -1 needs an ISR at least as large as
+  min(min.insync.replicas, replicas), Kafka's effective minimum since 3.7 (NOT_ENOUGH_REPLICAS), so a
+  one-replica topic accepts acks=all whatever min.insync.replicas says, as Kafka does;
+- internal topics are written only by the admin client id (INVALID_TOPIC_EXCEPTION);
+- the log's checks (CRC, sizes, timestamps, keys) raise RecordError with Kafka's code, and nothing of
+  the batch is written; record-level rejections carry record_errors and error_message (v8+);
+- with acks=0 nothing is answered; if any partition failed the connection is closed, as Kafka does,
+  so the producer refreshes its metadata.
+
+Transactional and idempotent batches are appended as they are: no producer-state checks (epochs,
+sequences, duplicates) and no check that the partition was added to a transaction; only the request
+level rules apply (transactional batches need a transactional id, one producer id per request).
+With one replica the high watermark moves with every append, so acks=all answers at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+import struct
+import sys
+from functools import cache
+from typing import Any, NamedTuple
+
+from kio.schema.errors import ErrorCode
+
+from kcli.broker.apis import ApiSpec, kio_versions, response_type
+from kcli.broker.apis.context import RequestContext
+from kcli.broker.log import LogStorageError, RecordError
+from kcli.broker.log.log import wall_clock_ms
+from kcli.config import is_internal_topic
+
+log = logging.getLogger("kcli.broker")
+
+API_KEY = 0
+ADMIN_CLIENT_ID = "__admin_client"
+"""The only client id allowed to write to internal topics (Kafka's AdminUtils.ADMIN_CLIENT_ID)."""
+
+
+async def handle_produce(ctx: RequestContext, request: Any) -> object | None:
+    version = ctx.api_version
+    state = ctx.state
+    image = state.image
+    by_id = version >= 13
+    acks = request.acks
+
+    if _has_transactional_records(request) and request.transactional_id is None:
+        return _whole_request_error(version, request, ErrorCode.transactional_id_authorization_failed)
+    if _producer_ids(request) > 1:
+        return _whole_request_error(version, request, ErrorCode.invalid_producer_id_mapping)
+
+    results: list[tuple[Any, list[tuple[int, Outcome]]]] = []
+    pending: list[tuple[str, int, bytes, list[tuple[int, Outcome]], int]] = []
+    for topic in request.topic_data:
+        outcomes: list[tuple[int, Outcome]] = []
+        if by_id:
+            topic_image = image.topics_by_id.get(topic.topic_id)  # type: ignore[attr-defined]
+            name = None if topic_image is None else topic_image.name
+            results.append((topic.topic_id, outcomes))
+        else:
+            name = topic.name
+            results.append((name, outcomes))
+        for partition in topic.partition_data:
+            index = partition.index
+            if name is None:
+                outcomes.append((index, _failed(ErrorCode.unknown_topic_id)))
+                continue
+            if image.partition(name, index) is None:  # type: ignore[attr-defined]
+                outcomes.append((index, _failed(ErrorCode.unknown_topic_or_partition)))
+                continue
+            records = partition.records or b""
+            invalid = check_records(version, records)
+            if invalid is not None:
+                outcomes.append((index, _failed(invalid)))
+                continue
+            outcomes.append((index, _UNSET))
+            pending.append((name, index, records, outcomes, len(outcomes) - 1))
+
+    if pending:
+        if acks not in (0, 1, -1):
+            for _, _, _, outcomes, slot in pending:
+                outcomes[slot] = (outcomes[slot][0], _failed(ErrorCode.invalid_required_acks))
+        else:
+            now_ms = wall_clock_ms()
+            internal_allowed = ctx.client_id == ADMIN_CLIENT_ID
+            for name, index, records, outcomes, slot in pending:
+                outcome = _append(ctx, name, index, records, acks, now_ms, internal_allowed, version)
+                outcomes[slot] = (index, outcome)
+
+    if acks == 0:
+        failed = [
+            f"{topic}-{index}: {outcome.error.name}"
+            for topic, outcomes in results
+            for index, outcome in outcomes
+            if outcome.error is not ErrorCode.none
+        ]
+        if failed:
+            # Kafka closes the connection so the producer notices and refreshes its metadata.
+            raise ConnectionAbortedError(
+                f"produce request with acks=0 (correlation id {ctx.correlation_id}, client id "
+                f"{ctx.client_id!r}) failed: {', '.join(failed)}"
+            )
+        return None
+    return _response(version, results, image, by_id)
+
+
+class Outcome(NamedTuple):
+    """One partition's answer, in ProduceResponse's terms."""
+
+    error: ErrorCode
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    record_errors: tuple[tuple[int, str], ...] = ()
+    error_message: str | None = None
+    current_leader: tuple[int, int] | None = None
+
+
+def check_records(version: int, records: bytes) -> ErrorCode | None:
+    """Kafka's ProduceRequest.validateRecords on the raw bytes (v3+): the error, or None when fine.
+
+    Walks batch headers the way Kafka's batch iterator does: a tail too short to hold a header or its
+    declared size ends the walk quietly, a declared size below 14 or a magic above 2 is corrupt.
+    """
+    first = _next_batch(records, 0)
+    if isinstance(first, ErrorCode):
+        return first
+    if first is None:
+        return ErrorCode.invalid_record  # "must have at least one record batch per partition"
+    if records[16] != 2:
+        return ErrorCode.invalid_record  # "only allowed to contain record batches with magic version 2"
+    if version < 7 and len(records) > _ATTRIBUTES_AT + 1 and records[_ATTRIBUTES_AT + 1] & 0x07 == _ZSTD:
+        return ErrorCode.unsupported_compression_type
+    second = _next_batch(records, first)
+    if isinstance(second, ErrorCode):
+        return second
+    if second is not None:
+        return ErrorCode.invalid_record  # "only allowed to contain exactly one record batch per partition"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------
+
+_NO_THROTTLE = datetime.timedelta(0)
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
+_LOG_OVERHEAD = 12
+_HEADER_UP_TO_MAGIC = 17
+_MIN_RECORD_OVERHEAD = 14  # LegacyRecord.RECORD_OVERHEAD_V0: the smallest size any batch may declare
+_ATTRIBUTES_AT = 21
+_PRODUCER_ID_AT = 43
+_BATCH_HEADER = 61
+_TRANSACTIONAL_BIT = 0x10
+_ZSTD = 4
+_UNSET = Outcome(ErrorCode.unknown_server_error)
+
+
+def _failed(error: ErrorCode) -> Outcome:
+    return Outcome(error)
+
+
+def _next_batch(records: bytes, position: int) -> int | ErrorCode | None:
+    """The end of the batch starting at `position`, None when no whole batch is there, or CORRUPT_MESSAGE."""
+    remaining = len(records) - position
+    if remaining < _LOG_OVERHEAD:
+        return None
+    (size,) = _INT32.unpack_from(records, position + 8)
+    if size < _MIN_RECORD_OVERHEAD:
+        return ErrorCode.corrupt_message
+    if remaining < _HEADER_UP_TO_MAGIC:
+        return None
+    magic = records[position + 16]
+    if magic > 2:  # a negative magic reads as 128..255 here
+        return ErrorCode.corrupt_message
+    if remaining < size + _LOG_OVERHEAD:
+        return None
+    return position + size + _LOG_OVERHEAD
+
+
+def _first_batch_header(records: bytes | None) -> bool:
+    return records is not None and len(records) >= _BATCH_HEADER and records[16] == 2
+
+
+def _has_transactional_records(request: Any) -> bool:
+    """RequestUtils.hasTransactionalRecords: any partition whose first batch is transactional."""
+    for topic in request.topic_data:
+        for partition in topic.partition_data:
+            records = partition.records
+            if _first_batch_header(records) and records[_ATTRIBUTES_AT + 1] & _TRANSACTIONAL_BIT:
+                return True
+    return False
+
+
+def _producer_ids(request: Any) -> int:
+    """How many (producer id, epoch) pairs the transactional batches of the request carry."""
+    seen = set()
+    for topic in request.topic_data:
+        for partition in topic.partition_data:
+            records = partition.records
+            if _first_batch_header(records) and records[_ATTRIBUTES_AT + 1] & _TRANSACTIONAL_BIT:
+                (producer_id,) = _INT64.unpack_from(records, _PRODUCER_ID_AT)
+                if producer_id >= 0:
+                    seen.add(bytes(records[_PRODUCER_ID_AT : _PRODUCER_ID_AT + 10]))
+    return len(seen)
+
+
+def _append(
+    ctx: RequestContext,
+    topic: str,
+    index: int,
+    records: bytes,
+    acks: int,
+    now_ms: int,
+    internal_allowed: bool,
+    version: int,
+) -> Outcome:
+    """ReplicaManager.appendToLocalLog + Partition.appendRecordsToLeader for one partition."""
+    state = ctx.state
+    if is_internal_topic(topic) and not internal_allowed:
+        return _failed(ErrorCode.invalid_topic_exception)
+    registration = state.image.partition(topic, index)  # type: ignore[attr-defined]
+    node = state.node
+    partition_log = None if node is None else node.logs.get_log(topic, index)
+    if registration is None:
+        return _failed(ErrorCode.unknown_topic_or_partition)
+    if registration.leader != state.node_id or partition_log is None:
+        leader = (registration.leader, registration.leader_epoch) if version >= 10 else None
+        return Outcome(ErrorCode.not_leader_or_follower, current_leader=leader)
+    if acks == -1:
+        min_isr = int(partition_log.config.values.get("min.insync.replicas", 1))  # type: ignore[call-overload]
+        if len(registration.isr) < min(min_isr, len(registration.replicas)):
+            return Outcome(ErrorCode.not_enough_replicas, log_start_offset=partition_log.log_start_offset)
+    try:
+        info = partition_log.append_as_leader(records, leader_epoch=registration.leader_epoch, now_ms=now_ms)
+    except RecordError as e:
+        if e.error_code in (
+            ErrorCode.corrupt_message,
+            ErrorCode.message_too_large,
+            ErrorCode.record_list_too_large,
+        ):
+            return _failed(e.error_code)
+        if e.record_errors:  # Kafka's RecordValidationException: the message and the records
+            return Outcome(
+                e.error_code,
+                log_start_offset=partition_log.log_start_offset,
+                record_errors=e.record_errors,
+                error_message=e.message,
+            )
+        return Outcome(e.error_code, log_start_offset=partition_log.log_start_offset)
+    except LogStorageError as e:
+        log.error("produce to %s-%d failed: %s", topic, index, e)
+        return _failed(ErrorCode.kafka_storage_error)
+    except Exception:
+        log.exception("error processing append operation on partition %s-%d", topic, index)
+        return Outcome(ErrorCode.unknown_server_error, log_start_offset=partition_log.log_start_offset)
+    return Outcome(ErrorCode.none, info.first_offset, info.log_append_time, info.log_start_offset)
+
+
+def _whole_request_error(version: int, request: Any, error: ErrorCode) -> object:
+    """A request-level failure (Kafka's sendErrorResponseMaybeThrottle): every partition gets `error`."""
+    by_id = version >= 13
+    results = [
+        (topic.topic_id if by_id else topic.name, [(p.index, _failed(error)) for p in topic.partition_data])
+        for topic in request.topic_data
+    ]
+    if request.acks == 0:
+        raise ConnectionAbortedError(f"produce request with acks=0 failed: {error.name}")
+    return _response(version, results, None, by_id)
+
+
+def _response(
+    version: int, results: list[tuple[Any, list[tuple[int, Outcome]]]], image: Any, by_id: bool
+) -> object:
+    classes = _classes(version)
+    response_cls, topic_cls, partition_cls, record_error_cls, leader_cls, endpoint_cls = classes
+    fields = _partition_fields(version)
+    leaders: set[int] = set()
+    topics = []
+    for key, outcomes in results:
+        partitions = []
+        for index, outcome in outcomes:
+            values: dict[str, Any] = {
+                "index": index,
+                "error_code": outcome.error,
+                "base_offset": outcome.base_offset,
+            }
+            if "log_append_time" in fields:
+                values["log_append_time"] = (
+                    None
+                    if outcome.log_append_time < 0
+                    else _EPOCH + datetime.timedelta(milliseconds=outcome.log_append_time)
+                )
+            if "log_start_offset" in fields:
+                values["log_start_offset"] = outcome.log_start_offset
+            if "record_errors" in fields:
+                values["record_errors"] = tuple(
+                    record_error_cls(batch_index=i, batch_index_error_message=m)
+                    for i, m in outcome.record_errors
+                )
+                values["error_message"] = outcome.error_message
+            if outcome.current_leader is not None and "current_leader" in fields:
+                leader_id, leader_epoch = outcome.current_leader
+                values["current_leader"] = leader_cls(leader_id=leader_id, leader_epoch=leader_epoch)
+                if leader_id >= 0:
+                    leaders.add(leader_id)
+            partitions.append(partition_cls(**values))
+        if by_id:
+            topics.append(topic_cls(topic_id=key, partition_responses=tuple(partitions)))
+        else:
+            topics.append(topic_cls(name=key, partition_responses=tuple(partitions)))
+    if leaders and endpoint_cls is not None and image is not None:
+        endpoints = tuple(
+            endpoint_cls(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+            for b in image.brokers()
+            if b.node_id in leaders
+        )
+        return response_cls(responses=tuple(topics), throttle_time=_NO_THROTTLE, node_endpoints=endpoints)
+    return response_cls(responses=tuple(topics), throttle_time=_NO_THROTTLE)
+
+
+@cache
+def _classes(version: int) -> tuple[Any, ...]:
+    """The response class and its nested classes for `version` (None where the version has none)."""
+    response_cls = response_type(API_KEY, version)
+    module = sys.modules[response_cls.__module__]
+    return (
+        response_cls,
+        module.TopicProduceResponse,
+        module.PartitionProduceResponse,
+        getattr(module, "BatchIndexAndErrorMessage", None),
+        getattr(module, "LeaderIdAndEpoch", None),
+        getattr(module, "NodeEndpoint", None),
+    )
+
+
+@cache
+def _partition_fields(version: int) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(_classes(version)[2]))
+
+
+APIS = [ApiSpec(API_KEY, 3, kio_versions(API_KEY)[1], handle_produce)]  # type: ignore[index]
