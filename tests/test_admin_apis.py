@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -26,6 +26,7 @@ from confluent_kafka.admin import (
     ConfigSource,
     NewPartitions,
     NewTopic,
+    OffsetSpec,
 )
 from conftest import BrokerProcess, stop_cleanly
 from kafka import KafkaAdminClient
@@ -321,6 +322,52 @@ def test_configs_survive_a_restart(broker_factory, tmp_path: Path) -> None:
     }
     assert [(data_dir / f"kept-{i}").is_dir() for i in range(3)] == [True, True, True]
     assert not (data_dir / "gone-0").exists()
+
+
+def test_produced_data_deleted_by_records_and_by_retention(broker_factory) -> None:
+    broker = broker_factory(overrides=["log.retention.check.interval.ms=200"])
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    created = admin.create_topics(
+        [NewTopic("aging", 1, 1, config={"segment.bytes": "1024"}), NewTopic("trimmed", 1, 1)]
+    )
+    assert all(error_of(f) is None for f in created.values())
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    hour_ago = int(time.time() * 1000) - 3_600_000
+    for i in range(12):  # one batch each, about three to a segment
+        producer.produce("aging", value=b"x" * 200, key=str(i).encode(), timestamp=hour_ago)
+        producer.flush(10)
+    producer.produce("aging", value=b"fresh")
+    for i in range(10):
+        producer.produce("trimmed", value=str(i).encode())
+    assert producer.flush(10) == 0
+
+    [deleted] = admin.delete_records([TopicPartition("trimmed", 0, 4)]).values()
+    assert deleted.result(timeout=30).low_watermark == 4
+    [deleted] = admin.delete_records([TopicPartition("trimmed", 0, -1)]).values()  # -1: the high watermark
+    assert deleted.result(timeout=30).low_watermark == 10
+
+    segments = sorted(p.name for p in (broker.data_dir / "aging-0").glob("*.log"))
+    assert len(segments) >= 4
+    changes = ConfigResource(
+        "topic",
+        "aging",
+        incremental_configs=[
+            ConfigEntry("retention.ms", "60000", incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry("file.delete.delay.ms", "0", incremental_operation=AlterConfigOpType.SET),
+        ],
+    )
+    assert error_of(admin.incremental_alter_configs([changes])[changes]) is None
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        remaining = sorted(p.name for p in (broker.data_dir / "aging-0").glob("*.log"))
+        if len(remaining) == 1:
+            break
+        time.sleep(0.1)
+    # Every segment of hour-old batches went; the one holding the fresh batch (offset 12) stayed.
+    [kept] = remaining
+    assert 0 < int(kept[:20]) <= 12
+    earliest = admin.list_offsets({TopicPartition("aging", 0): OffsetSpec.earliest()})
+    assert [f.result(timeout=30).offset for f in earliest.values()] == [int(kept[:20])]
 
 
 # --- every version and error path with kcli's own client, broker in this process -------------------
