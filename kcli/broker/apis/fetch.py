@@ -423,11 +423,12 @@ class _SegmentFile:
 
 
 def _partition_tags(out: bytearray, p: PartitionResult) -> None:
+    """diverging_epoch (tag 0) and current_leader (tag 1), each only when not its default (-1, -1)."""
     tags = []
-    if p.diverging_epoch is not None:
+    if p.diverging_epoch is not None and p.diverging_epoch != (-1, -1):
         epoch, end_offset = p.diverging_epoch
         tags.append((0, _INT32.pack(epoch) + _INT64.pack(end_offset) + b"\x00"))
-    if p.current_leader is not None:
+    if p.current_leader is not None and p.current_leader != (-1, -1):
         leader_id, leader_epoch = p.current_leader
         tags.append((1, _INT32.pack(leader_id) + _INT32.pack(leader_epoch) + b"\x00"))
     _uvarint(out, len(tags))
