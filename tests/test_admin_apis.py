@@ -622,6 +622,7 @@ def test_describe_configs_every_version(tmp_path: Path) -> None:
                 (TOPIC, "bad/name", None),
                 (BROKER, "2", None),
                 (BROKER, "x", None),
+                (BROKER, " 1", None),
                 (BROKER_LOGGER, "1", None),
             ],
         )
@@ -639,6 +640,7 @@ def test_describe_configs_every_version(tmp_path: Path) -> None:
                 (),
             ),
             (ErrorCode.invalid_request, "Broker id must be an integer, but it is: x", ()),
+            (ErrorCode.invalid_request, "Broker id must be an integer, but it is:  1", ()),
             (ErrorCode.invalid_request, "Unsupported resource type: BROKER_LOGGER", ()),
         ]
         # An unknown resource type fails the whole request, as Kafka's ConfigHelper does.

@@ -21,6 +21,7 @@ INVALID_REQUEST.
 from __future__ import annotations
 
 import datetime
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -168,9 +169,8 @@ def describe_resource(
     if resource_type == ResourceType.BROKER:
         if not name:
             return _NONE, describe_cluster_defaults(image.broker_config(""))
-        try:
-            broker_id = int(name)
-        except ValueError:
+        broker_id = _java_int(name)
+        if broker_id is None:
             return ApiError(ErrorCode.invalid_request, f"Broker id must be an integer, but it is: {name}"), []
         if broker_id != config.node_id:
             message = f"Unexpected broker id, expected {config.node_id} or empty string, but received {name}"
@@ -434,9 +434,8 @@ def _alter_broker(ctx: RequestContext, name: str, items: Sequence[tuple], increm
     a property that cannot be updated dynamically; a change that leaves none is a no-op."""
     node_id = ctx.state.config.node_id
     if name:
-        try:
-            broker_id = int(name)
-        except ValueError:
+        broker_id = _java_int(name)
+        if broker_id is None:
             return ApiError(ErrorCode.invalid_request, f"Node id must be an integer, but it is: {name}")
         if broker_id != node_id:
             return ApiError(
@@ -494,6 +493,17 @@ _DESCRIBABLE = frozenset(
         ResourceType.GROUP,
     }
 )
+
+
+def _java_int(text: str) -> int | None:
+    """Integer.parseInt: an optional sign and ASCII digits only (no spaces, no underscores), 32 bits."""
+    if not _INTEGER.fullmatch(text):
+        return None
+    value = int(text)
+    return value if -(2**31) <= value < 2**31 else None
+
+
+_INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
 def _unsupported(resource_type: int) -> ApiError:
