@@ -206,7 +206,9 @@ class LogManager:
             self._last_hw_checkpoint_ms = now_ms
         if write_recovery or write_start or write_hw:
             for log_dir in self.log_dirs:
-                self._write_checkpoints(log_dir, recovery=write_recovery, start=write_start, hw=write_hw)
+                self._write_checkpoints(
+                    log_dir, recovery=write_recovery, start=write_start, hw=write_hw, write=self._write_later
+                )
 
     def wait_for_flushes(self) -> None:
         """Block until every flush handed to the background flusher so far has finished."""
@@ -218,22 +220,33 @@ class LogManager:
             self._write_checkpoints(log_dir)
 
     def _write_checkpoints(
-        self, log_dir: Path, *, recovery: bool = True, start: bool = True, hw: bool = True
+        self,
+        log_dir: Path,
+        *,
+        recovery: bool = True,
+        start: bool = True,
+        hw: bool = True,
+        write: Callable[[Path, str], object] = write_atomically,
     ) -> None:
         logs = [each for each in self._logs.values() if each.dir.parent == log_dir]
         if recovery:
             entries = {(e.topic, e.partition): e.recovery_point for e in logs}
-            write_atomically(log_dir / RECOVERY_POINT_CHECKPOINT, write_offset_checkpoint(entries))
+            write(log_dir / RECOVERY_POINT_CHECKPOINT, write_offset_checkpoint(entries))
         if start:
             entries = {
                 (e.topic, e.partition): e.log_start_offset
                 for e in logs
                 if e.log_start_offset > e.segments[0].base_offset
             }
-            write_atomically(log_dir / LOG_START_OFFSET_CHECKPOINT, write_offset_checkpoint(entries))
+            write(log_dir / LOG_START_OFFSET_CHECKPOINT, write_offset_checkpoint(entries))
         if hw:
             entries = {(e.topic, e.partition): e.high_watermark for e in logs}
-            write_atomically(log_dir / REPLICATION_OFFSET_CHECKPOINT, write_offset_checkpoint(entries))
+            write(log_dir / REPLICATION_OFFSET_CHECKPOINT, write_offset_checkpoint(entries))
+
+    def _write_later(self, path: Path, text: str) -> None:
+        """Periodic checkpoints are written (and fsynced) on the flusher thread, in order, as Kafka's
+        scheduler writes them: an fsync on the caller's thread would stall every request behind it."""
+        self._flusher.submit(write_atomically, path, text)
 
     # --- shutdown ------------------------------------------------------------------------------------
 
