@@ -370,8 +370,18 @@ class Verifier:
         segments = sorted((base_offset_of(n), n) for n in names if _is_segment_name(n))
         if segments:
             log.first_segment_base = segments[0][0]
-        for i, (base, name) in enumerate(segments):
-            self._verify_segment(path / name, base, log, is_last=i == len(segments) - 1, names=names)
+        # each segment's walk starts as soon as the walk of the one before has reached its end
+        readers = [self._reader(path / name) for _, name in segments]
+        try:
+            for i, (base, name) in enumerate(segments):
+                if i + 1 < len(segments):
+                    readers[i + 1].start(after=readers[i])
+                self._verify_segment(
+                    path / name, base, log, readers[i], is_last=i == len(segments) - 1, names=names
+                )
+        finally:
+            for reader in readers:
+                reader.close()
         if segments:
             log.log_end = max(log.log_end, segments[-1][0])  # an empty active segment still moves the end
         self._finish_log(log)
@@ -387,7 +397,11 @@ class Verifier:
         log = _PartitionLog(path.parent.resolve().name)
         base = base_offset_of(path.name)
         log.first_segment_base = base
-        self._verify_segment(path, base, log, is_last=True, names=None)
+        reader = self._reader(path)
+        try:
+            self._verify_segment(path, base, log, reader, is_last=True, names=None)
+        finally:
+            reader.close()
         self._finish_log(log)
 
     def _finish_log(self, log: _PartitionLog) -> None:
@@ -403,8 +417,22 @@ class Verifier:
 
     # --- segments -----------------------------------------------------------------------------------------
 
+    def _reader(self, path: Path) -> SegmentReader:
+        on_progress = None
+        if self._progress is not None:
+            progress = self._progress
+            on_progress = lambda done: progress(self._bytes_before + done)  # noqa: E731
+        return SegmentReader(path, check_crc=True, window=self.options.window, on_progress=on_progress)
+
     def _verify_segment(
-        self, path: Path, base: int | None, log: _PartitionLog, *, is_last: bool, names: list[str] | None
+        self,
+        path: Path,
+        base: int | None,
+        log: _PartitionLog,
+        reader: SegmentReader,
+        *,
+        is_last: bool,
+        names: list[str] | None,
     ) -> None:
         seg = _Segment(path, base)
         self.summary.files += 1
@@ -415,13 +443,10 @@ class Verifier:
             self._find(path, None, None, None, "unreadable_file", _os_sentence(e))
             return
         self.summary.bytes += size
+        if not reader.started:
+            reader.start()  # the first windows are checksummed while the indexes are read
         if base is not None:
             self._load_indexes(seg, names, size)
-        on_progress = None
-        if self._progress is not None:
-            before, progress = self._bytes_before, self._progress
-            on_progress = lambda done: progress(before + done)  # noqa: E731
-        reader = SegmentReader(path, check_crc=True, window=self.options.window, on_progress=on_progress)
         first = True
         try:
             for chunk in reader.chunks():
@@ -471,10 +496,12 @@ class Verifier:
         prev_max_timestamp = log.prev_max_timestamp
         epoch = log.epoch
         max_timestamp_so_far = seg.max_timestamp
+        # index entries hold offsets relative to the segment's base offset
+        offset_base = seg.offset_base
         index_offsets, index_positions, index_k = seg.index_offsets, seg.index_positions, seg.index_k
         index_at = (_ALWAYS if seg.index_span else index_positions[index_k]) - base
         time_timestamps, time_offsets, time_k = seg.time_timestamps, seg.time_offsets, seg.time_index_k
-        time_index_at = time_offsets[time_k]
+        time_index_at = offset_base + time_offsets[time_k]
         for batch in chunk.batches:
             position = batch[0]
             if batch[4] == 2:
@@ -523,7 +550,7 @@ class Verifier:
             prev_max_timestamp = max_timestamp
             # index entries: the usual one (this batch's start and last offset) is checked inline
             if position >= index_at:
-                if position == index_at and index_offsets[index_k] == last_offset:
+                if position == index_at and index_offsets[index_k] + offset_base == last_offset:
                     index_k += 1
                     index_at = index_positions[index_k] - base
                 else:
@@ -534,10 +561,10 @@ class Verifier:
                 if (
                     last_offset == time_index_at
                     and time_timestamps[time_k] == max_timestamp == max_timestamp_so_far
-                    and time_offsets[time_k + 1] > last_offset
+                    and offset_base + time_offsets[time_k + 1] > last_offset
                 ):
                     time_k += 1
-                    time_index_at = time_offsets[time_k]
+                    time_index_at = offset_base + time_offsets[time_k]
                 else:
                     seg.time_index_k = time_k
                     time_index_at = self._time_index_entries(
@@ -924,57 +951,64 @@ class Verifier:
         seg.index_path, seg.time_index_path = index_path, time_path
 
     def _load_offset_index(self, seg: _Segment, path: Path, index: OffsetIndex, data: bytes) -> None:
-        """Kafka's sanity check, then the entries whose offsets and positions increase, kept for the walk."""
+        """Kafka's sanity check, then the entries whose offsets and positions increase, kept for the walk.
+
+        Offsets stay relative to the segment's base offset (as in the file): no per-entry addition.
+        """
         try:
             index.sanity_check()
         except FormatError as e:
             self._find(path, None, None, None, "index_corrupt", _sentence(e))
-        used = data[: len(index) * OFFSET_ENTRY_SIZE]
-        offsets = list(map(seg.base.__add__, _big_endian_column(used, OFFSET_ENTRY_SIZE, 0, "i")))
-        positions = _big_endian_column(used, OFFSET_ENTRY_SIZE, 4, "i")
-        numbers = list(range(len(offsets)))
+        entries = _big_endian_ints(data[: len(index) * OFFSET_ENTRY_SIZE], "i")
+        offsets, positions = entries[0::2].tolist(), entries[1::2].tolist()
+        numbers: range | list[int] = range(len(offsets))
         if not (_increasing(offsets) and _increasing(positions)):
-            kept = 0
+            numbers, kept, base = list(numbers), 0, seg.base
             for n in range(len(offsets)):
                 offset, position = offsets[n], positions[n]
                 if kept and (offset <= offsets[kept - 1] or position <= positions[kept - 1]):
                     self._find(
-                        path, n * OFFSET_ENTRY_SIZE, offset, offset, "index_corrupt",
-                        f"entry {n} (offset {offset}, position {position}) does not come after entry "
-                        f"{numbers[kept - 1]} (offset {offsets[kept - 1]}, position {positions[kept - 1]}).",
+                        path, n * OFFSET_ENTRY_SIZE, base + offset, base + offset, "index_corrupt",
+                        f"entry {n} (offset {base + offset}, position {position}) does not come after entry "
+                        f"{numbers[kept - 1]} (offset {base + offsets[kept - 1]}, position {positions[kept - 1]}).",
                     )  # fmt: skip
                     continue
                 numbers[kept], offsets[kept], positions[kept] = n, offset, position
                 kept += 1
             del numbers[kept:], offsets[kept:], positions[kept:]
         seg.index_numbers = numbers
-        seg.index_offsets = offsets + [_NEVER]
-        seg.index_positions = positions + [_NEVER]
+        offsets.append(_NEVER)
+        positions.append(_NEVER)
+        seg.index_offsets, seg.index_positions = offsets, positions
 
     def _load_time_index(self, seg: _Segment, path: Path, index: TimeIndex, data: bytes) -> None:
-        """Kafka's sanity check and its out-of-order check (each timestamp above the entry before)."""
+        """Kafka's sanity check and its out-of-order check (each timestamp above the entry before).
+
+        Offsets stay relative to the segment's base offset (as in the file): no per-entry addition.
+        """
         try:
             index.sanity_check()
         except FormatError as e:
             self._find(path, None, None, None, "index_corrupt", _sentence(e))
         used = data[: len(index) * TIME_ENTRY_SIZE]
         timestamps = _big_endian_column(used, TIME_ENTRY_SIZE, 0, "q")
-        offsets = list(map(seg.base.__add__, _big_endian_column(used, TIME_ENTRY_SIZE, 8, "i")))
-        numbers = list(range(len(offsets)))
+        offsets = _big_endian_column(used, TIME_ENTRY_SIZE, 8, "i")
+        numbers: range | list[int] = range(len(offsets))
         if not (_increasing(timestamps) and _non_decreasing(offsets)):
-            kept = 0
+            numbers, kept, base = list(numbers), 0, seg.base
             for n in range(len(offsets)):
                 timestamp, offset = timestamps[n], offsets[n]
                 if n and timestamp <= timestamps[n - 1]:  # Kafka compares with the entry just before
                     self._find(
-                        path, n * TIME_ENTRY_SIZE, offset, offset, "time_index_out_of_order",
+                        path, n * TIME_ENTRY_SIZE, base + offset, base + offset, "time_index_out_of_order",
                         f"entry {n} has timestamp {timestamp}, not above the previously indexed timestamp "
                         f"{timestamps[n - 1]}.",
                     )  # fmt: skip
                 if kept and offset < offsets[kept - 1]:
                     self._find(
-                        path, n * TIME_ENTRY_SIZE, offset, offset, "time_index_out_of_order",
-                        f"entry {n} has offset {offset}, below offset {offsets[kept - 1]} of entry {numbers[kept - 1]}.",
+                        path, n * TIME_ENTRY_SIZE, base + offset, base + offset, "time_index_out_of_order",
+                        f"entry {n} has offset {base + offset}, below offset {base + offsets[kept - 1]} of entry "
+                        f"{numbers[kept - 1]}.",
                     )  # fmt: skip
                     continue
                 numbers[kept], offsets[kept] = n, offset
@@ -982,8 +1016,9 @@ class Verifier:
             timestamps = [timestamps[n] for n in numbers[:kept]]
             del numbers[kept:], offsets[kept:]
         seg.time_numbers = numbers
-        seg.time_timestamps = timestamps + [_NEVER]
-        seg.time_offsets = offsets + [_NEVER]
+        timestamps.append(_NEVER)
+        offsets.append(_NEVER)
+        seg.time_timestamps, seg.time_offsets = timestamps, offsets
 
     def _offset_index_entries(self, seg: _Segment, position: int, last_offset: int) -> int:
         """Check the index entries up to the batch at file `position`; return where the next one points.
@@ -1009,7 +1044,7 @@ class Verifier:
         k = seg.index_k
         positions = seg.index_positions
         while positions[k] <= position:
-            n, offset, at = seg.index_numbers[k], seg.index_offsets[k], positions[k]
+            n, offset, at = seg.index_numbers[k], seg.offset_base + seg.index_offsets[k], positions[k]
             if at < position:
                 self._index_mismatch(seg, n, offset, at, "which is not the start of a batch")
             elif offset > last_offset and seg.index_span is None:
@@ -1031,9 +1066,9 @@ class Verifier:
     ) -> int:
         """Check the time index entries whose offset the batch ending at `last_offset` reaches (Kafka's rules)."""
         k = seg.time_index_k
-        offsets = seg.time_offsets
-        while offsets[k] <= last_offset:
-            n, timestamp, offset = seg.time_numbers[k], seg.time_timestamps[k], offsets[k]
+        offsets, base = seg.time_offsets, seg.offset_base
+        while base + offsets[k] <= last_offset:
+            n, timestamp, offset = seg.time_numbers[k], seg.time_timestamps[k], base + offsets[k]
             if offset != last_offset:
                 why = f"which is not the last offset of a batch (the batch holding it ends at {last_offset})"
             elif timestamp != max_timestamp:
@@ -1049,22 +1084,23 @@ class Verifier:
                 )  # fmt: skip
             k += 1
         seg.time_index_k = k
-        return offsets[k]
+        return base + offsets[k]
 
     def _index_leftovers(self, seg: _Segment, valid_end: int) -> None:
         """Entries no batch reached: inside the last batch, or past the segment's last whole batch."""
         if seg.index_span is not None:
             n, offset, at, _ = seg.index_span
             self._index_mismatch(seg, n, offset, at, f"but no batch from there ends at offset {offset}")
+        base = seg.offset_base
         for k in range(seg.index_k, len(seg.index_numbers)):
-            n, offset, at = seg.index_numbers[k], seg.index_offsets[k], seg.index_positions[k]
+            n, offset, at = seg.index_numbers[k], base + seg.index_offsets[k], seg.index_positions[k]
             if at < valid_end:
                 self._index_mismatch(seg, n, offset, at, "which is not the start of a batch")
             else:
                 why = f"beyond the segment's last whole batch (valid bytes end at {valid_end})"
                 self._index_mismatch(seg, n, offset, at, why)
         for k in range(seg.time_index_k, len(seg.time_numbers)):
-            n, timestamp, offset = seg.time_numbers[k], seg.time_timestamps[k], seg.time_offsets[k]
+            n, timestamp, offset = seg.time_numbers[k], seg.time_timestamps[k], base + seg.time_offsets[k]
             self._find(
                 seg.time_index_path, n * TIME_ENTRY_SIZE, offset, offset, "time_index_mismatch",
                 f"entry {n} gives timestamp {timestamp} for offset {offset}, beyond the segment's last batch.",
@@ -1159,12 +1195,13 @@ class _Segment:
         self.index_path = path
         self.time_index_path = path
         # index entries still in play, as parallel lists; offsets and positions end with a _NEVER sentinel
-        self.index_numbers: list[int] = []
+        self.offset_base = base if base is not None else 0  # index entries' offsets are relative to it
+        self.index_numbers: range | list[int] = range(0)
         self.index_offsets: list[int] = [_NEVER]
         self.index_positions: list[int] = [_NEVER]
         self.index_k = 0  # the next entry to meet
         self.index_span: tuple[int, int, int, int] | None = None  # a pre-4.0 entry awaiting its last batch
-        self.time_numbers: list[int] = []
+        self.time_numbers: range | list[int] = range(0)
         self.time_timestamps: list[int] = [_NEVER]
         self.time_offsets: list[int] = [_NEVER]
         self.time_index_k = 0
@@ -1214,6 +1251,14 @@ def _entry_line_positions(data: bytes) -> list[int]:
         starts.append(at + 1)
         at = data.find(b"\n", at + 1)
     return starts[2:]
+
+
+def _big_endian_ints(data: bytes, typecode: str) -> array:
+    """The big-endian integers of `data`, all of one type, as an array in native order."""
+    values = array(typecode, data)
+    if sys.byteorder == "little":
+        values.byteswap()
+    return values
 
 
 def _big_endian_column(data: bytes, entry_size: int, at: int, typecode: str) -> list[int]:
