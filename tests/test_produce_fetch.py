@@ -104,6 +104,8 @@ def test_bad_produce_input_gets_kafkas_error_and_writes_nothing(server: BrokerPr
         {
             "p-bad": (1, {"max.message.bytes": "2000", "message.timestamp.before.max.ms": "3600000"}),
             "p-ok": (1, {}),
+            "p-compact": (1, {"cleanup.policy": "compact"}),
+            "p-tiny-segments": (1, {"segment.bytes": "1024"}),
         },
     )
     good = build_batch([RecordSpec(NOW_MS, None, b"good")])
@@ -145,6 +147,26 @@ def test_bad_produce_input_gets_kafkas_error_and_writes_nothing(server: BrokerPr
                 p.record_errors[0].batch_index_error_message
             )
 
+            # A compacted topic needs keys: INVALID_RECORD with the records at fault.
+            keyless = build_batch([RecordSpec(NOW_MS, b"k", b"a"), RecordSpec(NOW_MS, None, b"b")])
+            response = await client.send(produce_request(9, "p-compact", 0, keyless))
+            [p] = response.responses[0].partition_responses
+            assert (p.error_code, p.base_offset, p.log_start_offset) == (ErrorCode.invalid_record, -1, 0)
+            assert [e.batch_index for e in p.record_errors] == [1]
+            assert (
+                "Compacted topic cannot accept message without key"
+                in p.record_errors[0].batch_index_error_message
+            )
+            # A batch larger than a whole segment: RECORD_LIST_TOO_LARGE.
+            big = build_batch([RecordSpec(NOW_MS, b"k", os.urandom(1500))])
+            response = await client.send(produce_request(9, "p-tiny-segments", 0, big))
+            [p] = response.responses[0].partition_responses
+            assert (p.error_code, p.base_offset, p.log_start_offset) == (
+                ErrorCode.record_list_too_large,
+                -1,
+                -1,
+            )
+
             # Request-level rules: acks, transactional batches without a transactional id.
             response = await client.send(produce_request(9, "p-ok", 0, good, acks=2))
             assert response.responses[0].partition_responses[0].error_code == ErrorCode.invalid_required_acks
@@ -162,8 +184,8 @@ def test_bad_produce_input_gets_kafkas_error_and_writes_nothing(server: BrokerPr
             )
 
             # Nothing of any of it was written; the topic still takes good input, as do other clients.
-            assert await latest_offset(client, "p-bad") == 0
-            assert await latest_offset(client, "p-ok") == 0
+            for topic in ("p-bad", "p-ok", "p-compact", "p-tiny-segments"):
+                assert await latest_offset(client, topic) == 0, topic
             async with await KafkaClient.connect(server.bootstrap) as other:
                 response = await other.send(produce_request(9, "p-bad", 0, good))
                 assert response.responses[0].partition_responses[0].base_offset == 0

@@ -233,9 +233,10 @@ def rss_run(peers: Path, kcli: dict, lines: Path, messages: int, gib: float) -> 
     out = []
     try:
         before, started = cpu_rss(pid), time.perf_counter()
-        run(["kcat", "-b", bootstrap, "-P", "-t", topic, "-l", "-X", "acks=1", "-X", "linger.ms=5",
-             "-X", "batch.size=1048576", "-X", "queue.buffering.max.messages=1000000", *[str(lines)] * copies],
-            env=env)  # fmt: skip
+        for _ in range(copies):  # kcat takes one file in line mode: the same file again and again
+            run(["kcat", "-b", bootstrap, "-P", "-t", topic, "-l", "-X", "acks=1", "-X", "linger.ms=5",
+                 "-X", "batch.size=1048576", "-X", "queue.buffering.max.messages=1000000", str(lines)],
+                env=env)  # fmt: skip
         out.append(phase("kcli", f"{size / GIB:.1f} GiB produce", total, size, started, before, pid))
         out[-1]["peak_rss_MiB"] = round(peak[0] / MIB, 1)
         before, started = cpu_rss(pid), time.perf_counter()

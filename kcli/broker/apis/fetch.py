@@ -67,7 +67,8 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> FramedResponse:
 
 
 class PartitionResult(NamedTuple):
-    """One partition of a FetchResponse; `records` is a file slice, or None for null records."""
+    """One partition of a FetchResponse: `records` is a file slice; without one, the records are empty
+    (`empty_records`, as after a read) or null (as for a partition the metadata does not know)."""
 
     topic: str | None
     topic_id: Any
