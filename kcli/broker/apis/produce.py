@@ -186,7 +186,8 @@ def _next_batch(records: bytes, position: int) -> int | ErrorCode | None:
     return position + size + _LOG_OVERHEAD
 
 
-def _first_batch_header(records: bytes | None) -> bool:
+def _is_v2_batch(records: bytes | None) -> bool:
+    """Whether the records start with a whole magic v2 batch header."""
     return records is not None and len(records) >= _BATCH_HEADER and records[16] == 2
 
 
@@ -195,7 +196,7 @@ def _has_transactional_records(request: Any) -> bool:
     for topic in request.topic_data:
         for partition in topic.partition_data:
             records = partition.records
-            if _first_batch_header(records) and records[_ATTRIBUTES_AT + 1] & _TRANSACTIONAL_BIT:
+            if _is_v2_batch(records) and records[_ATTRIBUTES_AT + 1] & _TRANSACTIONAL_BIT:
                 return True
     return False
 
@@ -206,7 +207,7 @@ def _producer_ids(request: Any) -> int:
     for topic in request.topic_data:
         for partition in topic.partition_data:
             records = partition.records
-            if _first_batch_header(records) and records[_ATTRIBUTES_AT + 1] & _TRANSACTIONAL_BIT:
+            if _is_v2_batch(records) and records[_ATTRIBUTES_AT + 1] & _TRANSACTIONAL_BIT:
                 (producer_id,) = _INT64.unpack_from(records, _PRODUCER_ID_AT)
                 if producer_id >= 0:
                     seen.add(bytes(records[_PRODUCER_ID_AT : _PRODUCER_ID_AT + 10]))
