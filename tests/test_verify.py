@@ -171,6 +171,20 @@ def test_bundled_fixture_log_dir_is_clean() -> None:
     assert {f.kind for f in found} <= {"offset_gap_compaction"}
 
 
+def test_progress_counts_log_bytes_across_segments(tmp_path: Path) -> None:
+    p = clean_partition(tmp_path)
+    total = sum(p.segment(base).stat().st_size for base in (0, 30, 60))
+    seen: list[int] = []
+
+    def progress(path: Path, size: int):
+        assert (path, size) == (p.dir, total)
+        return seen.append
+
+    Verifier(VerifyOptions(window=4096), lambda f: None, progress=progress).run([resolve(p.dir)])
+    assert seen == sorted(seen) and seen[-1] == total
+    assert p.segment(0).stat().st_size in seen  # the end of the first segment
+
+
 def test_a_log_dir_checks_its_root_checkpoints(tmp_path: Path) -> None:
     clean_partition(tmp_path, "orders")
     clean_partition(tmp_path, "payments")
@@ -243,6 +257,24 @@ def test_bad_size_field_is_corrupt_framing(tmp_path: Path) -> None:
     finding = only(verify(p.dir), "corrupt_batch")
     assert finding.position == position
     assert finding.message.startswith("Found record size 5 smaller than minimum record overhead (14)")
+
+
+def test_unreadable_segment_and_index_files_are_findings_and_the_rest_is_checked(tmp_path: Path) -> None:
+    """The next segment's walk starts while the one before is checked: a failure in either stays a finding."""
+    p = clean_partition(tmp_path)
+    p.segment(30).unlink()
+    p.segment(30).mkdir()
+    index = p.dir / filename(60, ".index")
+    index.unlink()
+    index.mkdir()
+    found = verify(p.dir)
+    assert [(f.file, f.kind) for f in found] == [
+        (str(p.segment(30)), "unreadable_file"),
+        (str(index), "unreadable_file"),
+        (str(p.segment(60)), "offset_gap_unexplained"),
+    ]
+    assert found[0].message == "cannot read the file: is a directory."
+    assert (found[2].first_offset, found[2].last_offset) == (30, 59)
 
 
 def test_wrong_index_entry(tmp_path: Path) -> None:
