@@ -45,9 +45,11 @@ class SegmentEnd(NamedTuple):
 class SegmentReader:
     """Walk a .log file window by window; after iteration, `end` says where and why it stopped.
 
-    A walker thread maps and walks the windows one after another, READ_AHEAD windows ahead of the
+    A walker thread maps and walks the windows back to back, up to READ_AHEAD windows ahead of the
     caller: `formats.segment.walk` checksums a window without the GIL, so on two cores the CRC pass
-    and the caller's Python work overlap. The caller unmaps each window once it is done with it.
+    and the caller's Python work overlap. The walk (page faults and CRC) is the longer of the two, so
+    it does nothing else: the caller unmaps each window once it is done with it, and start() lets it
+    begin before the caller is ready (while indexes are read, or while the segment before is checked).
     """
 
     def __init__(
@@ -200,7 +202,10 @@ class SegmentReader:
 
 
 class _Window:
-    """A read-only mapping of [base, base+length) and what walking it found; always closed."""
+    """A read-only mapping of [base, base+length) and what walking it found; always closed.
+
+    Pages are faulted in by the CRC pass itself: mapping with MAP_POPULATE costs more in total here.
+    """
 
     result: WalkResult
     problem: str | None
