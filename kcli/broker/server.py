@@ -185,7 +185,7 @@ class Broker:
 
     # --- connections -----------------------------------------------------------------------
 
-    async def _on_connection(self, reader: _FrameReader, writer: asyncio.StreamWriter) -> None:
+    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         peer = _format_address(writer.get_extra_info("peername"))
@@ -216,9 +216,23 @@ class Broker:
         loop = asyncio.get_running_loop()
         while not self._stopping:
             conn.busy = False
-            frame = await reader.read_frame(self._max_request)
-            if frame is None:
+            try:
+                prefix = await reader.readexactly(4)
+            except asyncio.IncompleteReadError as exc:
+                if exc.partial:
+                    raise _CloseConnection("connection closed inside a frame's size prefix") from None
                 return
+            (size,) = _INT32.unpack(prefix)
+            if size < 0 or size > self._max_request:
+                raise _CloseConnection(
+                    f"invalid request size {size} (socket.request.max.bytes is {self._max_request})"
+                )
+            try:
+                frame = await reader.readexactly(size)
+            except asyncio.IncompleteReadError as exc:
+                raise _CloseConnection(
+                    f"connection closed after {len(exc.partial)} of {size} frame bytes"
+                ) from None
             conn.busy = True
             conn.last_active = loop.time()
             response = await self._handle_frame(conn, frame)
@@ -229,7 +243,7 @@ class Broker:
                 await _send_framed(writer, response)
             conn.last_active = loop.time()
 
-    async def _handle_frame(self, conn: _Connection, frame: memoryview) -> bytes | _FramedSend | None:
+    async def _handle_frame(self, conn: _Connection, frame: bytes) -> bytes | _FramedSend | None:
         if len(frame) < 4:
             raise _CloseConnection(f"request header is truncated ({len(frame)} bytes)")
         api_key, api_version = _KEY_VERSION.unpack_from(frame)
@@ -415,113 +429,17 @@ async def _send_framed(writer: asyncio.StreamWriter, send: _FramedSend) -> None:
     await writer.drain()
 
 
-_STAGE_BYTES = 64 * 1024
-"""Bytes read ahead of the frame being filled: size prefixes, small frames, pipelined requests."""
-
-
-class _FrameReader(asyncio.StreamReader):
-    """Reads size-prefixed frames with as few copies as asyncio allows.
-
-    The socket is read (recv_into, through `_FrameProtocol`) into a staging buffer until a size
-    prefix is known; the frame then gets a buffer of exactly its size, which takes what the stage
-    already holds and receives the rest from the socket directly. A plain StreamReader copies each
-    byte twice more (into its buffer, then out of it). When the stage is full (a client pipelining
-    far ahead) reading pauses, as Kafka mutes a channel, until the broker asks for the next frame.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(loop=loop)
-        self._stage = bytearray(_STAGE_BYTES)
-        self._start = 0
-        self._end = 0
-        self._frame: bytearray | None = None
-        self._filled = 0
-
-    async def read_frame(self, max_request: int) -> memoryview | None:
-        """The next frame (read-only), or None at a clean end of stream between frames."""
-        while self._end - self._start < 4:
-            if self._exception is not None:
-                raise self._exception
-            if self._eof:
-                if self._end > self._start:
-                    raise _CloseConnection("connection closed inside a frame's size prefix")
-                return None
-            await self._wait_for_data("read_frame")
-        (size,) = _INT32.unpack_from(self._stage, self._start)
-        if size < 0 or size > max_request:
-            raise _CloseConnection(f"invalid request size {size} (socket.request.max.bytes is {max_request})")
-        self._start += 4
-        frame = bytearray(size)
-        taken = min(size, self._end - self._start)
-        frame[:taken] = memoryview(self._stage)[self._start : self._start + taken]
-        self._start += taken
-        if self._start == self._end:
-            self._start = self._end = 0
-        self._filled = taken
-        if taken < size:
-            self._frame = frame
-            try:
-                while self._filled < size:
-                    if self._exception is not None:
-                        raise self._exception
-                    if self._eof:
-                        raise _CloseConnection(
-                            f"connection closed after {self._filled} of {size} frame bytes"
-                        )
-                    await self._wait_for_data("read_frame")
-            finally:
-                self._frame = None
-        return memoryview(frame).toreadonly()
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        if self._frame is not None:
-            return memoryview(self._frame)[self._filled :]
-        if self._end == len(self._stage):
-            if self._start > 0:
-                pending = self._end - self._start
-                self._stage[:pending] = self._stage[self._start : self._end]
-                self._start, self._end = 0, pending
-            else:
-                self._stage.extend(bytes(_STAGE_BYTES))  # only if reading could not pause in time
-        return memoryview(self._stage)[self._end :]
-
-    def buffer_updated(self, nbytes: int) -> None:
-        if self._frame is not None:
-            self._filled += nbytes
-        else:
-            self._end += nbytes
-            if self._end == len(self._stage) and not self._paused and self._transport is not None:
-                self._paused = True
-                self._transport.pause_reading()
-        self._wakeup_waiter()
-
-
-class _FrameProtocol(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
-    """StreamReaderProtocol (the StreamWriter, drain, connection callbacks) fed through recv_into."""
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        reader = self._stream_reader
-        assert isinstance(reader, _FrameReader)
-        return reader.get_buffer(sizehint)
-
-    def buffer_updated(self, nbytes: int) -> None:
-        reader = self._stream_reader
-        if reader is not None:
-            assert isinstance(reader, _FrameReader)
-            reader.buffer_updated(nbytes)
-
-
 @dataclass(eq=False)
 class _Connection:
     info: ConnectionInfo
-    reader: _FrameReader
+    reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
     task: asyncio.Task
     last_active: float
     busy: bool = field(default=False)
 
 
-def parse_request_header(frame: bytes | memoryview, flexible: bool) -> tuple[int, str, int]:
+def parse_request_header(frame: bytes, flexible: bool) -> tuple[int, str, int]:
     """(correlation id, client id, offset of the body) from a request header v1 or v2.
 
     The client id is a legacy nullable string even in header v2 (null reads as "", as in Kafka);
@@ -537,7 +455,7 @@ def parse_request_header(frame: bytes | memoryview, flexible: bool) -> tuple[int
     if length > 0:
         if position + length > len(frame):
             raise _CloseConnection(f"request header is truncated inside its {length}-byte client id")
-        client_id = bytes(frame[position : position + length]).decode("utf-8", errors="replace")
+        client_id = frame[position : position + length].decode("utf-8", errors="replace")
         position += length
     if flexible:
         try:
@@ -562,9 +480,7 @@ def _header_is_flexible(api_key: int, api_version: int) -> bool:
     return bool(request_type(api_key, api_version).__flexible__)
 
 
-def _decode_request(
-    name: str, api_key: int, api_version: int, frame: bytes | memoryview, offset: int
-) -> object:
+def _decode_request(name: str, api_key: int, api_version: int, frame: bytes, offset: int) -> object:
     """Check declared sizes first (kio would abort the process on a huge array length), drop
     unknown tagged fields as Kafka does, then let kio build the request."""
     body_type = request_type(api_key, api_version)
@@ -591,13 +507,13 @@ async def _bind(listener: Listener, config: BrokerConfig, on_connection) -> asyn
     backlog = int(config["socket.listen.backlog.size"])  # type: ignore[call-overload]
     where = f"{listener.host or '0.0.0.0'}:{listener.port}"
     try:
-        loop = asyncio.get_running_loop()
-        return await loop.create_server(
-            lambda: _FrameProtocol(_FrameReader(loop=loop), on_connection, loop=loop),
+        return await asyncio.start_server(
+            on_connection,
             host,
             listener.port,
             backlog=backlog,
             reuse_address=True,
+            limit=1 << 20,
             start_serving=False,  # bound now (a busy port fails before any data is touched), served once ready
         )
     except OSError as exc:
