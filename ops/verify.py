@@ -17,7 +17,7 @@ import sys
 import zlib
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from operator import itemgetter, le, lt
@@ -370,15 +370,19 @@ class Verifier:
         segments = sorted((base_offset_of(n), n) for n in names if _is_segment_name(n))
         if segments:
             log.first_segment_base = segments[0][0]
-        # each segment's walk starts as soon as the walk of the one before has reached its end
+        # Each segment's walk starts as soon as the walk of the one before has reached its end, and its
+        # index files are parsed a slice after each window of the one before: both overlap with the walk.
         readers = [self._reader(path / name) for _, name in segments]
+        indexes = [_IndexFiles(path / name, base, names) for base, name in segments]
         try:
             for i, (base, name) in enumerate(segments):
-                if i + 1 < len(segments):
+                is_last = i == len(segments) - 1
+                if not is_last:
                     readers[i + 1].start(after=readers[i])
                 self._verify_segment(
-                    path / name, base, log, readers[i], is_last=i == len(segments) - 1, names=names
-                )
+                    path / name, base, log, readers[i], indexes[i], None if is_last else indexes[i + 1],
+                    is_last=is_last, lone=False,
+                )  # fmt: skip
         finally:
             for reader in readers:
                 reader.close()
@@ -398,8 +402,9 @@ class Verifier:
         base = base_offset_of(path.name)
         log.first_segment_base = base
         reader = self._reader(path)
+        indexes = _IndexFiles(path, base, None) if base is not None else None
         try:
-            self._verify_segment(path, base, log, reader, is_last=True, names=None)
+            self._verify_segment(path, base, log, reader, indexes, None, is_last=True, lone=True)
         finally:
             reader.close()
         self._finish_log(log)
@@ -430,9 +435,11 @@ class Verifier:
         base: int | None,
         log: _PartitionLog,
         reader: SegmentReader,
+        indexes: _IndexFiles | None,
+        next_indexes: _IndexFiles | None,
         *,
         is_last: bool,
-        names: list[str] | None,
+        lone: bool,
     ) -> None:
         seg = _Segment(path, base)
         self.summary.files += 1
@@ -445,8 +452,8 @@ class Verifier:
         self.summary.bytes += size
         if not reader.started:
             reader.start()  # the first windows are checksummed while the indexes are read
-        if base is not None:
-            self._load_indexes(seg, names, size)
+        if indexes is not None:
+            self._load_indexes(seg, indexes, size, lone=lone)
         first = True
         try:
             for chunk in reader.chunks():
@@ -454,6 +461,8 @@ class Verifier:
                     self._segment_start(seg, log, chunk)
                     first = False
                 self._walk_chunk(seg, log, chunk)
+                if next_indexes is not None:
+                    next_indexes.parse_slice()
         except OSError as e:
             self._find(path, None, None, None, "unreadable_file", _os_sentence(e))
             return
@@ -915,55 +924,42 @@ class Verifier:
 
     # --- indexes ------------------------------------------------------------------------------------------
 
-    def _load_indexes(self, seg: _Segment, names: list[str] | None, log_size: int) -> None:
-        """Read .index and .timeindex (bounded by segment.index.bytes) and check what needs no log."""
-        index_path = seg.path.with_name(filename(seg.base, INDEX_SUFFIX))
-        time_path = seg.path.with_name(filename(seg.base, TIME_INDEX_SUFFIX))
-        txn_path = seg.path.with_name(filename(seg.base, TXN_INDEX_SUFFIX))
-        present = set(names) if names is not None else None
-
-        def exists(p: Path) -> bool:
-            return p.name in present if present is not None else p.is_file()
-
-        if exists(index_path):
-            data = self._read_bytes(index_path)
-            if data is not None:
+    def _load_indexes(self, seg: _Segment, indexes: _IndexFiles, log_size: int, *, lone: bool) -> None:
+        """Check .index, .timeindex and .txnindex for what needs no log; keep their entries for the walk."""
+        indexes.parse()
+        if indexes.has_index:
+            if self._bytes_read(indexes.index_path, indexes.index_data) is not None:
                 self.summary.files += 1
-                self._load_offset_index(seg, index_path, OffsetIndex(data, seg.base), data)
-        elif log_size and present is not None:  # a lone segment may well be a copy without its index
+                self._load_offset_index(seg, indexes)
+        elif log_size and not lone:  # a lone segment may well be a copy without its index
             self._find(
-                index_path, None, None, None, "index_missing",
+                indexes.index_path, None, None, None, "index_missing",
                 "the offset index of a non-empty segment is missing; Kafka rebuilds it by recovering the segment.",
             )  # fmt: skip
-        if exists(time_path):
-            data = self._read_bytes(time_path)
-            if data is not None:
+        if indexes.has_time_index:
+            if self._bytes_read(indexes.time_index_path, indexes.time_index_data) is not None:
                 self.summary.files += 1
-                self._load_time_index(seg, time_path, TimeIndex(data, seg.base), data)
-        if exists(txn_path):
-            data = self._read_bytes(txn_path)
+                self._load_time_index(seg, indexes)
+        if indexes.has_txn_index:
+            data = self._bytes_read(indexes.txn_index_path, indexes.txn_index_data)
             if data is not None:
                 self.summary.files += 1
                 try:
                     read_txn_index(data)
                 except FormatError as e:
-                    self._find(txn_path, None, None, None, "index_corrupt", _sentence(e))
-        seg.index_path, seg.time_index_path = index_path, time_path
+                    self._find(indexes.txn_index_path, None, None, None, "index_corrupt", _sentence(e))
+        seg.index_path, seg.time_index_path = indexes.index_path, indexes.time_index_path
 
-    def _load_offset_index(self, seg: _Segment, path: Path, index: OffsetIndex, data: bytes) -> None:
-        """Kafka's sanity check, then the entries whose offsets and positions increase, kept for the walk.
-
-        Offsets stay relative to the segment's base offset (as in the file): no per-entry addition.
-        """
+    def _load_offset_index(self, seg: _Segment, indexes: _IndexFiles) -> None:
+        """Kafka's sanity check, then the entries whose offsets and positions increase, kept for the walk."""
+        path, offsets, positions = indexes.index_path, indexes.index_offsets, indexes.index_positions
         try:
-            index.sanity_check()
+            indexes.index.sanity_check()
         except FormatError as e:
             self._find(path, None, None, None, "index_corrupt", _sentence(e))
-        entries = _big_endian_ints(data[: len(index) * OFFSET_ENTRY_SIZE], "i")
-        offsets, positions = entries[0::2].tolist(), entries[1::2].tolist()
         numbers: range | list[int] = range(len(offsets))
-        if not (_increasing(offsets) and _increasing(positions)):
-            numbers, kept, base = list(numbers), 0, seg.base
+        if not indexes.index_in_order:
+            numbers, kept, base = list(numbers), 0, seg.offset_base
             for n in range(len(offsets)):
                 offset, position = offsets[n], positions[n]
                 if kept and (offset <= offsets[kept - 1] or position <= positions[kept - 1]):
@@ -977,25 +973,18 @@ class Verifier:
                 kept += 1
             del numbers[kept:], offsets[kept:], positions[kept:]
         seg.index_numbers = numbers
-        offsets.append(_NEVER)
-        positions.append(_NEVER)
-        seg.index_offsets, seg.index_positions = offsets, positions
+        seg.index_offsets, seg.index_positions = [*offsets, _NEVER], [*positions, _NEVER]
 
-    def _load_time_index(self, seg: _Segment, path: Path, index: TimeIndex, data: bytes) -> None:
-        """Kafka's sanity check and its out-of-order check (each timestamp above the entry before).
-
-        Offsets stay relative to the segment's base offset (as in the file): no per-entry addition.
-        """
+    def _load_time_index(self, seg: _Segment, indexes: _IndexFiles) -> None:
+        """Kafka's sanity check and its out-of-order check (each timestamp above the entry before)."""
+        path, timestamps, offsets = indexes.time_index_path, indexes.time_timestamps, indexes.time_offsets
         try:
-            index.sanity_check()
+            indexes.time_index.sanity_check()
         except FormatError as e:
             self._find(path, None, None, None, "index_corrupt", _sentence(e))
-        used = data[: len(index) * TIME_ENTRY_SIZE]
-        timestamps = _big_endian_column(used, TIME_ENTRY_SIZE, 0, "q")
-        offsets = _big_endian_column(used, TIME_ENTRY_SIZE, 8, "i")
         numbers: range | list[int] = range(len(offsets))
-        if not (_increasing(timestamps) and _non_decreasing(offsets)):
-            numbers, kept, base = list(numbers), 0, seg.base
+        if not indexes.time_index_in_order:
+            numbers, kept, base = list(numbers), 0, seg.offset_base
             for n in range(len(offsets)):
                 timestamp, offset = timestamps[n], offsets[n]
                 if n and timestamp <= timestamps[n - 1]:  # Kafka compares with the entry just before
@@ -1016,9 +1005,7 @@ class Verifier:
             timestamps = [timestamps[n] for n in numbers[:kept]]
             del numbers[kept:], offsets[kept:]
         seg.time_numbers = numbers
-        timestamps.append(_NEVER)
-        offsets.append(_NEVER)
-        seg.time_timestamps, seg.time_offsets = timestamps, offsets
+        seg.time_timestamps, seg.time_offsets = [*timestamps, _NEVER], [*offsets, _NEVER]
 
     def _offset_index_entries(self, seg: _Segment, position: int, last_offset: int) -> int:
         """Check the index entries up to the batch at file `position`; return where the next one points.
@@ -1136,10 +1123,12 @@ class Verifier:
             self._find(path, None, None, None, "checkpoint_corrupt", _checkpoint_sentence(e, path))
 
     def _read_bytes(self, path: Path) -> bytes | None:
-        try:
-            data = path.read_bytes()
-        except OSError as e:
-            self._find(path, None, None, None, "unreadable_file", _os_sentence(e))
+        return self._bytes_read(path, _read(path))
+
+    def _bytes_read(self, path: Path, data: bytes | OSError) -> bytes | None:
+        """The bytes of a file read earlier, counted; None after reporting why it could not be read."""
+        if isinstance(data, OSError):
+            self._find(path, None, None, None, "unreadable_file", _os_sentence(data))
             return None
         self.summary.bytes += len(data)
         return data
@@ -1208,6 +1197,90 @@ class _Segment:
         self.max_timestamp = NO_TIMESTAMP
 
 
+class _IndexFiles:
+    """A segment's .index, .timeindex and .txnindex, read and parsed a slice at a time; no findings yet.
+
+    Parsing the ~66k entries of each index of a 1 GiB segment takes ~20 ms of Python, all of it holding
+    the GIL. In one go at the start of the segment, that stalls the walker thread (it needs the GIL for
+    each window, and reads only a window ahead); in slices of a few thousand entries, run after each
+    window of the segment before, it fits in the time the walker spends checksumming without the GIL.
+    _load_indexes finishes what is left and finds what is wrong.
+    """
+
+    SLICE = 4096  # entries per slice: well under a millisecond
+
+    def __init__(self, log_path: Path, base: int, names: list[str] | None) -> None:
+        self.base = base
+        self.index_path = log_path.with_name(filename(base, INDEX_SUFFIX))
+        self.time_index_path = log_path.with_name(filename(base, TIME_INDEX_SUFFIX))
+        self.txn_index_path = log_path.with_name(filename(base, TXN_INDEX_SUFFIX))
+        present = set(names) if names is not None else None
+
+        def exists(p: Path) -> bool:
+            return p.name in present if present is not None else p.is_file()
+
+        self.has_index, self.has_time_index = exists(self.index_path), exists(self.time_index_path)
+        self.has_txn_index = exists(self.txn_index_path)
+        self.index_data: bytes | OSError = b""
+        self.index: OffsetIndex
+        self.index_offsets: list[int] = []  # relative to the base offset, as in the file
+        self.index_positions: list[int] = []
+        self.index_in_order = True  # offsets and positions increase from entry to entry
+        self.time_index_data: bytes | OSError = b""
+        self.time_index: TimeIndex
+        self.time_timestamps: list[int] = []
+        self.time_offsets: list[int] = []  # relative to the base offset, as in the file
+        self.time_index_in_order = True  # timestamps increase, offsets do not decrease
+        self.txn_index_data: bytes | OSError = b""
+        self._slices = self._parse()
+
+    def parse_slice(self) -> None:
+        next(self._slices, None)
+
+    def parse(self) -> None:
+        for _ in self._slices:
+            pass
+
+    def _parse(self) -> Iterator[None]:
+        if self.has_index:
+            self.index_data = data = _read(self.index_path)
+            if isinstance(data, bytes):
+                self.index = OffsetIndex(data, self.base)
+                entries = _big_endian_ints(data[: len(self.index) * OFFSET_ENTRY_SIZE], "i")
+                offsets, positions = self.index_offsets, self.index_positions
+                for start in range(0, len(self.index), self.SLICE):
+                    yield
+                    end = min(start + self.SLICE, len(self.index))
+                    offsets += entries[2 * start : 2 * end : 2].tolist()
+                    positions += entries[2 * start + 1 : 2 * end : 2].tolist()
+                    before = max(start - 1, 0)  # each slice is checked against the entry before it
+                    self.index_in_order = (
+                        self.index_in_order
+                        and _increasing(offsets[before:end])
+                        and _increasing(positions[before:end])
+                    )
+        if self.has_time_index:
+            self.time_index_data = data = _read(self.time_index_path)
+            if isinstance(data, bytes):
+                yield
+                self.time_index = TimeIndex(data, self.base)
+                timestamps, offsets = self.time_timestamps, self.time_offsets
+                for start in range(0, len(self.time_index), self.SLICE):
+                    yield
+                    end = min(start + self.SLICE, len(self.time_index))
+                    entries = data[start * TIME_ENTRY_SIZE : end * TIME_ENTRY_SIZE]
+                    timestamps += _big_endian_column(entries, TIME_ENTRY_SIZE, 0, "q")
+                    offsets += _big_endian_column(entries, TIME_ENTRY_SIZE, 8, "i")
+                    before = max(start - 1, 0)
+                    self.time_index_in_order = (
+                        self.time_index_in_order
+                        and _increasing(timestamps[before:end])
+                        and _non_decreasing(offsets[before:end])
+                    )
+        if self.has_txn_index:
+            self.txn_index_data = _read(self.txn_index_path)
+
+
 # --- helpers ----------------------------------------------------------------------------------------------
 
 _OFFSET = itemgetter(0)
@@ -1217,6 +1290,13 @@ _COMPACTION_SEEN = "removed by compaction (batches of this partition have record
 _UNEXPLAINED = (
     "nothing explains it (no compaction, not below the log start, not after a transactional batch)."
 )
+
+
+def _read(path: Path) -> bytes | OSError:
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        return e
 
 
 def _is_segment_name(name: str) -> bool:

@@ -21,7 +21,7 @@ from formats import checkpoints
 from formats.index import encode_offset_entry, encode_time_entry
 from formats.records import ControlType, RecordSpec, build_batch, build_control_batch, read_batch
 from formats.segment import SegmentIndexer, filename
-from ops.verify import KINDS, Finding, NotKafkaPath, Verifier, VerifyOptions, resolve
+from ops.verify import KINDS, Finding, NotKafkaPath, Verifier, VerifyOptions, _IndexFiles, resolve
 
 T0 = 1_700_000_000_000
 FIXTURES = REPO / "fixtures" / "logdir"
@@ -340,6 +340,36 @@ def test_out_of_order_time_index_entry(tmp_path: Path) -> None:
     )
     mismatch = only(found, "time_index_mismatch")  # the entry no longer matches its batch either
     assert mismatch.position == 12 * n
+
+
+def test_index_entries_out_of_order_whatever_the_parsing_slices(tmp_path: Path) -> None:
+    """Indexes are parsed a slice at a time (ahead of their segment): an entry out of order is found at its
+    place, with the same findings whether it sits inside a slice or at the edge of one."""
+    p = clean_partition(tmp_path)
+    index = p.dir / filename(30, ".index")
+    entries = bytearray(index.read_bytes())
+    entries[2 * 8 : 3 * 8], entries[3 * 8 : 4 * 8] = entries[3 * 8 : 4 * 8], entries[2 * 8 : 3 * 8]
+    index.write_bytes(entries)
+    time_index = p.dir / filename(60, ".timeindex")
+    data = bytearray(time_index.read_bytes())
+    data[12 * 4 + 8 : 12 * 5] = data[12 * 2 + 8 : 12 * 3]  # entry 4 gets the offset of entry 2
+    time_index.write_bytes(data)
+    default = _IndexFiles.SLICE
+    try:
+        by_slice = {}
+        for size in (default, 1, 2, 3):
+            _IndexFiles.SLICE = size
+            by_slice[size] = verify(p.dir)
+    finally:
+        _IndexFiles.SLICE = default
+    found = by_slice[default]
+    assert all(other == found for other in by_slice.values())
+    corrupt = only(found, "index_corrupt")
+    assert (corrupt.file, corrupt.position) == (str(index), 3 * 8)
+    assert corrupt.message.startswith("entry 3 (offset ") and "does not come after entry 2" in corrupt.message
+    (backwards,) = [f for f in found if f.kind == "time_index_out_of_order" and "below offset" in f.message]
+    assert (backwards.file, backwards.position) == (str(time_index), 12 * 4)
+    assert backwards.message.endswith("of entry 3.")
 
 
 def test_missing_offsets_are_an_unexplained_gap(tmp_path: Path) -> None:
