@@ -372,20 +372,24 @@ class Verifier:
             log.first_segment_base = segments[0][0]
         # Each segment's walk starts as soon as the walk of the one before has reached its end, and its
         # index files are parsed a slice after each window of the one before: both overlap with the walk.
-        readers = [self._reader(path / name) for _, name in segments]
-        indexes = [_IndexFiles(path / name, base, names) for base, name in segments]
+        # Only the segment being checked and the next one hold a reader and parsed indexes.
+        current: _SegmentFiles | None = None
+        upcoming: _SegmentFiles | None = None
         try:
             for i, (base, name) in enumerate(segments):
-                is_last = i == len(segments) - 1
-                if not is_last:
-                    readers[i + 1].start(after=readers[i])
+                current, upcoming = upcoming or self._segment_files(path / name, base, names), None
+                if i + 1 < len(segments):
+                    next_base, next_name = segments[i + 1]
+                    upcoming = self._segment_files(path / next_name, next_base, names)
+                    upcoming.reader.start(after=current.reader)
                 self._verify_segment(
-                    path / name, base, log, readers[i], indexes[i], None if is_last else indexes[i + 1],
-                    is_last=is_last, lone=False,
-                )  # fmt: skip
+                    path / name, base, log, current, upcoming, is_last=upcoming is None, lone=False
+                )
+                current.reader.close()
         finally:
-            for reader in readers:
-                reader.close()
+            for files in (current, upcoming):
+                if files is not None:
+                    files.reader.close()
         if segments:
             log.log_end = max(log.log_end, segments[-1][0])  # an empty active segment still moves the end
         self._finish_log(log)
@@ -401,12 +405,11 @@ class Verifier:
         log = _PartitionLog(path.parent.resolve().name)
         base = base_offset_of(path.name)
         log.first_segment_base = base
-        reader = self._reader(path)
-        indexes = _IndexFiles(path, base, None) if base is not None else None
+        files = _SegmentFiles(self._reader(path), _IndexFiles(path, base, None) if base is not None else None)
         try:
-            self._verify_segment(path, base, log, reader, indexes, None, is_last=True, lone=True)
+            self._verify_segment(path, base, log, files, None, is_last=True, lone=True)
         finally:
-            reader.close()
+            files.reader.close()
         self._finish_log(log)
 
     def _finish_log(self, log: _PartitionLog) -> None:
@@ -422,6 +425,9 @@ class Verifier:
 
     # --- segments -----------------------------------------------------------------------------------------
 
+    def _segment_files(self, path: Path, base: int, names: list[str]) -> _SegmentFiles:
+        return _SegmentFiles(self._reader(path), _IndexFiles(path, base, names))
+
     def _reader(self, path: Path) -> SegmentReader:
         on_progress = None
         if self._progress is not None:
@@ -434,13 +440,15 @@ class Verifier:
         path: Path,
         base: int | None,
         log: _PartitionLog,
-        reader: SegmentReader,
-        indexes: _IndexFiles | None,
-        next_indexes: _IndexFiles | None,
+        files: _SegmentFiles,
+        upcoming: _SegmentFiles | None,
         *,
         is_last: bool,
         lone: bool,
     ) -> None:
+        """Walk the segment's .log through its indexes; parse the upcoming segment's indexes meanwhile."""
+        reader, indexes = files
+        next_indexes = upcoming.indexes if upcoming is not None else None
         seg = _Segment(path, base)
         self.summary.files += 1
         self.summary.segments += 1
@@ -1195,6 +1203,11 @@ class _Segment:
         self.time_offsets: list[int] = [_NEVER]
         self.time_index_k = 0
         self.max_timestamp = NO_TIMESTAMP
+
+
+class _SegmentFiles(NamedTuple):
+    reader: SegmentReader
+    indexes: _IndexFiles | None  # None for a segment whose name gives no base offset
 
 
 class _IndexFiles:
