@@ -31,7 +31,7 @@ from kio.schema.errors import ErrorCode
 
 from kcli.broker.apis import ApiSpec, build, kio_versions, nested_type, response_type
 from kcli.broker.apis.context import RequestContext
-from kcli.broker.metadata.controller import ApiError, ConfigOp, OpType, QuorumController, _topic_name_error
+from kcli.broker.metadata.controller import ApiError, ConfigOp, OpType, _topic_name_error
 from kcli.broker.metadata.image import ClusterMetadataImage
 from kcli.config import (
     BROKER_CONFIGS,
@@ -412,7 +412,7 @@ def _alter_one(
     resource_type = resource.resource_type  # type: ignore[attr-defined]
     name = resource.resource_name  # type: ignore[attr-defined]
     if resource_type == ResourceType.TOPIC:
-        controller = _controller(ctx)
+        controller = ctx.controller
         if incremental:
             error = _unknown_operation(items)
             if error is not None:
@@ -513,13 +513,6 @@ def _unsupported(resource_type: int) -> ApiError:
         else resource_type
     )
     return ApiError(ErrorCode.invalid_request, f"Unsupported resource type: {kind}")
-
-
-def _controller(ctx: RequestContext) -> QuorumController:
-    node = ctx.state.node
-    if node is None:
-        raise RuntimeError("this broker was started without storage, so it has no controller")
-    return node.controller
 
 
 APIS = [

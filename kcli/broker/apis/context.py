@@ -21,6 +21,7 @@ from kcli.config import BrokerConfig
 
 if TYPE_CHECKING:
     from kcli.broker.apis import ApiRegistry
+    from kcli.broker.metadata.controller import QuorumController
     from kcli.broker.node import Node
 
 
@@ -140,6 +141,14 @@ class RequestContext:
     client_id: str
     connection: ConnectionInfo
     state: BrokerState
+
+    @property
+    def controller(self) -> QuorumController:
+        """The quorum-of-one controller admin requests go through."""
+        node = self.state.node
+        if node is None:
+            raise RuntimeError("this broker was started without storage, so it has no controller")
+        return node.controller
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,6 @@ from kcli.broker.metadata.controller import (
     CreateTopicResult,
     DeleteTopicResult,
     NewTopic,
-    QuorumController,
 )
 from kcli.config import CLUSTER_METADATA_TOPIC
 
@@ -68,7 +67,7 @@ async def handle_create_topics(ctx: RequestContext, request: object) -> object:
         )
         for t in topics
     ]
-    outcome = _controller(ctx).create_topics(new_topics, validate_only=request.validate_only)  # type: ignore[attr-defined]
+    outcome = ctx.controller.create_topics(new_topics, validate_only=request.validate_only)  # type: ignore[attr-defined]
     results = [_created(response_cls, result) for result in outcome]
     return build(response_cls, throttle_time=_NO_THROTTLE, topics=tuple(results))
 
@@ -105,7 +104,7 @@ async def handle_delete_topics(ctx: RequestContext, request: object) -> object:
         results = [_deleted(response_cls, DeleteTopicResult(n, i, _TIMED_OUT)) for n, i in given]
         return build(response_cls, throttle_time=_NO_THROTTLE, responses=tuple(results))
 
-    outcome = early + _controller(ctx).delete_topics(references)
+    outcome = early + ctx.controller.delete_topics(references)
     results = [_deleted(response_cls, result) for result in outcome]
     return build(response_cls, throttle_time=_NO_THROTTLE, responses=tuple(results))
 
@@ -122,7 +121,7 @@ async def handle_create_partitions(ctx: RequestContext, request: object) -> obje
 
     duplicate = ApiError(ErrorCode.invalid_request, "Duplicate topic name.")
     results = [_partitions_result(result_cls, name, duplicate) for name, n in counts.items() if n > 1]
-    controller = _controller(ctx)
+    controller = ctx.controller
     for topic in singles:
         assignments = None
         if topic.assignments is not None:
@@ -145,13 +144,6 @@ _TIMED_OUT = ApiError(ErrorCode.request_timed_out)
 def _timed_out(request: object) -> bool:
     """The controller event's deadline is now + timeout; at 0 or less it has passed before it runs."""
     return request.timeout <= datetime.timedelta(0)  # type: ignore[attr-defined]
-
-
-def _controller(ctx: RequestContext) -> QuorumController:
-    node = ctx.state.node
-    if node is None:
-        raise RuntimeError("this broker was started without storage, so it has no controller")
-    return node.controller
 
 
 def _created(response_cls: type, result: CreateTopicResult) -> object:
