@@ -30,6 +30,7 @@ from formats.internal import (
     TxnPartitions,
     UnknownOffsetsKey,
     codec,
+    consumer_protocol_topics,
     decode_metadata_record,
     decode_offsets_key,
     decode_offsets_value,
@@ -1063,3 +1064,12 @@ def test_garbage_raises_only_format_errors(kind, key, value):
             decode_offsets_key(key)
         except FormatError:
             pass
+
+
+def test_consumer_protocol_topics_reads_subscriptions_and_assignments():
+    sub_v0 = i16(0) + i32(2) + s16("a") + s16("b") + i32(-1)
+    asg_v0 = i16(0) + i32(2) + s16("a") + i32(2) + i32(0) + i32(3) + s16("b") + i32(0) + i32(-1)
+    assert consumer_protocol_topics(sub_v0, subscription=True) == {"a": (), "b": ()}
+    assert consumer_protocol_topics(asg_v0, subscription=False) == {"a": (0, 3), "b": ()}
+    assert consumer_protocol_topics(b"", subscription=False) is None
+    assert consumer_protocol_topics(b"\0\0garbage", subscription=True) is None

@@ -65,6 +65,7 @@ __all__ = [
     "encode_group_metadata_key",
     "encode_group_metadata",
     "offsets_partition_for",
+    "consumer_protocol_topics",
     "TRANSACTION_STATES",
     "TxnPartitions",
     "TxnLogValue",
@@ -319,6 +320,20 @@ def encode_group_metadata(
 def offsets_partition_for(group_id: str, num_partitions: int = 50) -> int:
     """The __consumer_offsets partition of a group: abs(groupId.hashCode()) % n, with abs(MIN_VALUE) = 0."""
     return _partition_for(group_id, num_partitions)
+
+
+def consumer_protocol_topics(blob: bytes, *, subscription: bool) -> dict[str, tuple[int, ...]] | None:
+    """The topics of a "consumer" protocol subscription (partitions empty) or assignment, or None if unreadable.
+
+    Group coordinators keep these blobs opaque; operators' tools (and OffsetDelete's
+    GROUP_SUBSCRIBED_TO_TOPIC check) read them as the Java client's ConsumerProtocol writes them.
+    """
+    message = _consumer_protocol_message(blob, subscription=subscription)
+    if message is None:
+        return None
+    if subscription:
+        return {topic: () for topic in message.topics}
+    return {tp.topic: tuple(tp.partitions) for tp in message.assigned_partitions}
 
 
 # ==========================================================================================================
@@ -742,14 +757,10 @@ def _expand_consumer_protocol(tree: dict[str, Any], data: Mapping[str, Any]) -> 
 
 def _consumer_protocol_json(blob: bytes, *, subscription: bool) -> dict[str, Any] | None:
     """ConsumerProtocolSubscription/Assignment JSON read with kio's types, or None if the bytes do not parse."""
-    if len(blob) < 2:
+    message = _consumer_protocol_message(blob, subscription=subscription)
+    if message is None:
         return None
     version = INT16.unpack_from(blob)[0]
-    readers = _consumer_protocol_readers()[0 if subscription else 1]
-    try:
-        message, _ = readers[min(max(version, 0), 3)](blob, 2)  # newer versions read as the newest known
-    except Exception:  # noqa: BLE001 - Kafka swallows any failure here and keeps the bytes
-        return None
     user_data = None if message.user_data is None else base64.b64encode(message.user_data).decode("ascii")
     if not subscription:
         partitions = message.assigned_partitions
@@ -762,6 +773,18 @@ def _consumer_protocol_json(blob: bytes, *, subscription: bool) -> dict[str, Any
     if version >= 3:
         node["rackId"] = message.rack_id
     return node
+
+
+def _consumer_protocol_message(blob: bytes, *, subscription: bool) -> Any:
+    if len(blob) < 2:
+        return None
+    version = INT16.unpack_from(blob)[0]
+    readers = _consumer_protocol_readers()[0 if subscription else 1]
+    try:
+        message, _ = readers[min(max(version, 0), 3)](blob, 2)  # newer versions read as the newest known
+    except Exception:  # noqa: BLE001 - Kafka swallows any failure here and keeps the bytes
+        return None
+    return message
 
 
 def _topic_partitions_json(partitions: Iterable[Any]) -> list[dict[str, Any]]:
