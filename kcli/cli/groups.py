@@ -1,0 +1,335 @@
+"""`kcli groups`: list, describe (with lag), reset offsets of and delete consumer groups."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import orjson
+import typer
+
+from kcli.cli.main import app
+from kcli.errors import KcliError
+
+if TYPE_CHECKING:
+    from kcli.cluster import Cluster
+    from ops.groups import GroupDescription, OffsetReset
+
+groups_app = typer.Typer(
+    help="Consumer groups: members, committed offsets and lag; reset offsets; delete.",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(groups_app, name="groups")
+
+T = TypeVar("T")
+
+
+class Output(StrEnum):
+    text = "text"
+    json = "json"
+
+
+BOOTSTRAP = typer.Option(
+    "127.0.0.1:9092", "--bootstrap-server", "-b", metavar="HOST:PORT[,...]", help="Brokers to bootstrap from."
+)
+OUTPUT = typer.Option(Output.text, "--output", "-o", help="Aligned columns, or one JSON object per line.")
+
+
+@groups_app.command("list")
+def list_(
+    bootstrap: str = BOOTSTRAP,
+    state: list[str] = typer.Option(
+        None,
+        "--state",
+        help="Only groups in this state (Stable, Empty, ...); repeatable.",
+        show_default=False,
+    ),
+    output: Output = OUTPUT,
+) -> None:
+    """Every group of every broker, with its state and protocol type."""
+    from ops.groups import list_groups
+
+    listings = _run(bootstrap, lambda cluster: list_groups(cluster, state or ()))
+    if output is Output.json:
+        _json_lines(g.to_json() for g in listings)
+    else:
+        _print_table(
+            ["GROUP", "STATE", "PROTOCOL-TYPE", "COORDINATOR"],
+            [[g.group_id, g.state or "-", g.protocol_type or "-", str(g.coordinator)] for g in listings],
+        )
+
+
+@groups_app.command("describe")
+def describe(
+    groups: list[str] = typer.Argument(..., metavar="GROUP...", help="Groups to describe."),
+    bootstrap: str = BOOTSTRAP,
+    members: bool = typer.Option(
+        False, "--members", help="Show members and their assignments instead of offsets."
+    ),
+    watch: bool = typer.Option(False, "--watch", help="Redraw every --interval seconds until Ctrl-C."),
+    interval: float = typer.Option(2.0, "--interval", min=0.2, help="Seconds between redraws with --watch."),
+    output: Output = OUTPUT,
+) -> int:
+    """Committed offsets, log end offsets and lag per partition (in records and in seconds), and the members.
+
+    Lag in seconds is the age of the first record the group has not consumed. Exit 1 when a group
+    does not exist.
+    """
+    from ops.groups import describe_groups
+
+    def fetch() -> list[GroupDescription]:
+        return _run(bootstrap, lambda cluster: describe_groups(cluster, groups))
+
+    def render(descriptions: list[GroupDescription]) -> str:
+        if output is Output.json:
+            return "".join(orjson.dumps(d.to_json()).decode() + "\n" for d in descriptions)
+        return "\n".join(_describe_text(d, members) for d in descriptions)
+
+    if watch:
+        _watch(fetch, render, interval)
+        return 0
+    descriptions = fetch()
+    sys.stdout.write(render(descriptions))
+    sys.stdout.flush()
+    missing = [d.group_id for d in descriptions if not d.exists]
+    for group_id in missing:
+        print(f"kcli: consumer group '{group_id}' does not exist.", file=sys.stderr)
+    return 1 if missing else 0
+
+
+@groups_app.command("reset-offsets")
+def reset_offsets(
+    group: str = typer.Argument(..., metavar="GROUP", help="The group whose committed offsets to reset."),
+    bootstrap: str = BOOTSTRAP,
+    topic: list[str] = typer.Option(
+        None,
+        "--topic",
+        metavar="TOPIC[:P,P...]",
+        help="Reset this topic (all or the listed partitions); repeatable. Default: every partition with a committed offset.",
+        show_default=False,
+    ),
+    to_earliest: bool = typer.Option(False, "--to-earliest", help="To the log start offset."),
+    to_latest: bool = typer.Option(False, "--to-latest", help="To the log end offset."),
+    to_current: bool = typer.Option(
+        False, "--to-current", help="To the committed offset (log end where none)."
+    ),
+    to_offset: int = typer.Option(
+        None, "--to-offset", help="To this offset (clamped to the log).", show_default=False
+    ),
+    shift_by: int = typer.Option(
+        None, "--shift-by", help="Committed offset plus N (N may be negative).", show_default=False
+    ),
+    to_datetime: str = typer.Option(
+        None,
+        "--to-datetime",
+        metavar="ISO-8601",
+        help="To the first offset at or after this time.",
+        show_default=False,
+    ),
+    by_duration: str = typer.Option(
+        None,
+        "--by-duration",
+        metavar="DURATION",
+        help="To the first offset this long ago (PT1H30M or 1h30m).",
+        show_default=False,
+    ),
+    from_file: Path = typer.Option(
+        None,
+        "--from-file",
+        help="CSV of topic,partition,offset lines (as `--export` writes).",
+        show_default=False,
+    ),
+    execute: bool = typer.Option(False, "--execute", help="Apply the new offsets (default: only show them)."),
+    export: bool = typer.Option(False, "--export", help="Print the plan as topic,partition,offset CSV."),
+    output: Output = OUTPUT,
+) -> None:
+    """Compute new committed offsets for an inactive group; a dry run unless --execute.
+
+    Refuses while the group has members, as Kafka does.
+    """
+    from ops.groups import (
+        ResetSpec,
+        parse_datetime,
+        parse_duration,
+        parse_scope,
+        read_reset_file,
+        reset_offsets,
+    )
+
+    chosen = [
+        name
+        for name, value in (
+            ("--to-earliest", to_earliest),
+            ("--to-latest", to_latest),
+            ("--to-current", to_current),
+            ("--to-offset", to_offset is not None),
+            ("--shift-by", shift_by is not None),
+            ("--to-datetime", to_datetime is not None),
+            ("--by-duration", by_duration is not None),
+            ("--from-file", from_file is not None),
+        )
+        if value
+    ]
+    if len(chosen) != 1:
+        raise KcliError(
+            "give exactly one of --to-earliest, --to-latest, --to-current, --to-offset, --shift-by, "
+            f"--to-datetime, --by-duration, --from-file{' (got ' + ', '.join(chosen) + ')' if chosen else ''}."
+        )
+    spec = ResetSpec(
+        to_earliest=to_earliest,
+        to_latest=to_latest,
+        to_current=to_current,
+        to_offset=to_offset,
+        shift_by=shift_by,
+        to_datetime=parse_datetime(to_datetime) if to_datetime is not None else None,
+        by_duration=parse_duration(by_duration) if by_duration is not None else None,
+        from_file=read_reset_file(from_file, group) if from_file is not None else None,
+    )
+    scope = parse_scope(topic) if topic else None
+
+    plan: list[OffsetReset] = _run(
+        bootstrap, lambda cluster: reset_offsets(cluster, group, spec, scope, execute=execute)
+    )
+    if export:
+        sys.stdout.write("".join(f"{r.topic},{r.partition},{r.new}\n" for r in plan))
+    elif output is Output.json:
+        _json_lines({"group": group, **r.to_json(), "executed": execute} for r in plan)
+    else:
+        _print_table(
+            ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"],
+            [[group, r.topic, str(r.partition), _or_dash(r.current), str(r.new)] for r in plan],
+        )
+        if not execute:
+            print("(dry run: add --execute to commit these offsets)", file=sys.stderr)
+
+
+@groups_app.command("delete")
+def delete(
+    groups: list[str] = typer.Argument(
+        ..., metavar="GROUP...", help="Groups to delete (they must have no members)."
+    ),
+    bootstrap: str = BOOTSTRAP,
+) -> int:
+    """Delete groups and their committed offsets; exit 1 if any could not be deleted."""
+    from ops.groups import delete_groups
+
+    results = _run(bootstrap, lambda cluster: delete_groups(cluster, groups))
+    failed = 0
+    for group_id, error in results.items():
+        if error == 0:
+            print(f"Deletion of requested consumer group '{group_id}' was successful.")
+        else:
+            failed += 1
+            reason = {
+                "non_empty_group": "the group is not empty",
+                "group_id_not_found": "the group does not exist",
+            }.get(error.name, error.name.upper())
+            print(f"kcli: cannot delete consumer group '{group_id}': {reason}.", file=sys.stderr)
+    return 1 if failed else 0
+
+
+# --- rendering -------------------------------------------------------------------------------------
+
+
+def _describe_text(d: GroupDescription, members: bool) -> str:
+    state = d.state if d.exists else "Dead (does not exist)"
+    age = "" if d.max_lag_seconds is None else f", oldest unconsumed record {d.max_lag_seconds:.1f} s"
+    head = (
+        f"Consumer group '{d.group_id}' ({state}, {len(d.members)} members, coordinator {d.coordinator}): "
+        f"total lag {d.total_lag}{age}\n"
+    )
+    if members:
+        rows = [
+            [
+                m.member_id,
+                m.group_instance_id or "-",
+                m.client_host,
+                m.client_id,
+                str(sum(len(p) for p in m.assignment.values())),
+                " ".join(f"{t}({','.join(map(str, p))})" for t, p in sorted(m.assignment.items())) or "-",
+            ]
+            for m in d.members
+        ]
+        header = ["CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"]
+    else:
+        rows = [
+            [
+                d.group_id,
+                p.topic,
+                str(p.partition),
+                _or_dash(p.committed),
+                _or_dash(p.log_end_offset),
+                _or_dash(p.lag),
+                "-" if p.lag_seconds is None else f"{p.lag_seconds:.1f}",
+                p.member.member_id if p.member else "-",
+                p.member.client_host if p.member else "-",
+                p.member.client_id if p.member else "-",
+            ]
+            for p in d.partitions
+        ]
+        header = [
+            "GROUP",
+            "TOPIC",
+            "PARTITION",
+            "CURRENT-OFFSET",
+            "LOG-END-OFFSET",
+            "LAG",
+            "LAG-SECONDS",
+            "CONSUMER-ID",
+            "HOST",
+            "CLIENT-ID",
+        ]
+    return head + _table(header, rows)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    lines = [
+        " ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in (header, *rows)
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _print_table(header: list[str], rows: list[list[str]]) -> None:
+    sys.stdout.write(_table(header, rows))
+
+
+def _json_lines(items: Any) -> None:
+    sys.stdout.write("".join(orjson.dumps(item).decode() + "\n" for item in items))
+
+
+def _or_dash(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _watch(fetch: Callable[[], T], render: Callable[[T], str], interval: float) -> None:
+    """Redraw in place on a terminal (rich Live); elsewhere print each round, separated by a blank line."""
+    if not sys.stdout.isatty():
+        while True:
+            sys.stdout.write(render(fetch()) + "\n")
+            sys.stdout.flush()
+            time.sleep(interval)
+    from rich.live import Live
+    from rich.text import Text
+
+    with Live(Text(render(fetch())), auto_refresh=False) as live:
+        while True:
+            time.sleep(interval)
+            live.update(Text(render(fetch())), refresh=True)
+
+
+def _run(bootstrap: str, work: Callable[[Cluster], Awaitable[T]]) -> T:
+    from kcli.cluster import Cluster
+
+    async def main() -> T:
+        async with await Cluster.connect(bootstrap, client_id="kcli-groups") as cluster:
+            return await work(cluster)
+
+    return asyncio.run(main())

@@ -1,0 +1,151 @@
+"""A Kafka cluster as an admin tool sees it: a bootstrap broker, the metadata, and one connection per broker.
+
+Requests that must reach a particular broker (ListOffsets and Fetch to a partition leader, group
+requests to the group's coordinator) go through `node(node_id)`; connections are opened on first
+use and kept. Everything speaks the standard protocol, so the same code serves Apache Kafka.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcli.broker.apis import build, nested_type
+from kcli.client import ClientError, KafkaClient
+
+METADATA = 3
+FIND_COORDINATOR = 10
+GROUP_KEY = 0
+
+
+class ClusterError(ClientError):
+    """The cluster answered with an error an admin command cannot go on from."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterMetadata:
+    brokers: dict[int, str]
+    """node id -> "host:port"."""
+    leaders: dict[tuple[str, int], int]
+    """(topic, partition) -> leader node id (-1 when leaderless)."""
+    errors: dict[str, ErrorCode]
+    """Topics the metadata answered with an error for (UNKNOWN_TOPIC_OR_PARTITION, ...)."""
+
+    def partitions(self, topic: str) -> list[int]:
+        return sorted(p for t, p in self.leaders if t == topic)
+
+    @property
+    def topics(self) -> list[str]:
+        return sorted({t for t, _ in self.leaders})
+
+
+class Cluster:
+    def __init__(self, bootstrap: KafkaClient, *, client_id: str, request_timeout: float) -> None:
+        self.bootstrap = bootstrap
+        self.client_id = client_id
+        self.request_timeout = request_timeout
+        self._brokers: dict[int, str] = {}
+        self._clients: dict[int, KafkaClient] = {}
+
+    @classmethod
+    async def connect(
+        cls, bootstrap_servers: str, *, client_id: str = "kcli", request_timeout: float = 30.0
+    ) -> Cluster:
+        """Connect to the first reachable of "host:port[,host:port...]"."""
+        errors = []
+        for address in (a.strip() for a in bootstrap_servers.split(",") if a.strip()):
+            try:
+                client = await KafkaClient.connect(
+                    address, client_id=client_id, request_timeout=request_timeout
+                )
+            except ClientError as exc:
+                errors.append(str(exc))
+                continue
+            return cls(client, client_id=client_id, request_timeout=request_timeout)
+        if not errors:
+            raise ClusterError("give at least one bootstrap server as host:port.")
+        raise ClusterError(
+            errors[0] if len(errors) == 1 else "no bootstrap server is reachable: " + " ".join(errors)
+        )
+
+    async def metadata(self, topics: list[str] | None = None) -> ClusterMetadata:
+        """Brokers and partition leaders of `topics` (None: every topic)."""
+        cls = self.bootstrap.request_type(METADATA)
+        topic_cls = nested_type(cls, "MetadataRequestTopic")
+        names = None if topics is None else tuple(build(topic_cls, name=t, topic_id=None) for t in topics)
+        request = build(
+            cls,
+            topics=names,
+            allow_auto_topic_creation=False,
+            include_cluster_authorized_operations=False,
+            include_topic_authorized_operations=False,
+        )
+        response = await self.bootstrap.send(request)
+        self._brokers = {b.node_id: f"{b.host}:{b.port}" for b in response.brokers}
+        leaders: dict[tuple[str, int], int] = {}
+        errors: dict[str, ErrorCode] = {}
+        for topic in response.topics:
+            if topic.error_code != ErrorCode.none:
+                errors[topic.name] = topic.error_code
+                continue
+            for partition in topic.partitions:
+                leaders[(topic.name, partition.partition_index)] = partition.leader_id
+        return ClusterMetadata(dict(self._brokers), leaders, errors)
+
+    async def node(self, node_id: int) -> KafkaClient:
+        """The connection to broker `node_id` (opened on first use)."""
+        client = self._clients.get(node_id)
+        if client is not None:
+            return client
+        if node_id not in self._brokers:
+            await self.metadata([])
+        address = self._brokers.get(node_id)
+        if address is None:
+            raise ClusterError(f"broker {node_id} is not in the cluster metadata.")
+        if address == self.bootstrap.address:
+            client = self.bootstrap
+        else:
+            client = await KafkaClient.connect(
+                address, client_id=self.client_id, request_timeout=self.request_timeout
+            )
+        self._clients[node_id] = client
+        return client
+
+    async def all_nodes(self) -> list[tuple[int, KafkaClient]]:
+        """(node id, connection) of every broker (e.g. ListGroups is answered per coordinator)."""
+        await self.metadata([])
+        return [(node_id, await self.node(node_id)) for node_id in sorted(self._brokers)]
+
+    async def coordinator(self, group_id: str) -> tuple[int, KafkaClient]:
+        """(node id, connection) of `group_id`'s group coordinator (FindCoordinator, any version)."""
+        cls = self.bootstrap.request_type(FIND_COORDINATOR)
+        if cls.__version__ >= 4:
+            request = cls(key_type=GROUP_KEY, coordinator_keys=(group_id,))
+        else:
+            request = build(cls, key=group_id, key_type=GROUP_KEY)
+        response = await self.bootstrap.send(request)
+        answer: Any = response.coordinators[0] if cls.__version__ >= 4 else response
+        if answer.error_code != ErrorCode.none:
+            message = getattr(answer, "error_message", None)
+            detail = f" ({message})" if message else ""
+            raise ClusterError(
+                f"cannot find the coordinator of group {group_id!r}: {answer.error_code.name}{detail}."
+            )
+        self._brokers[answer.node_id] = f"{answer.host}:{answer.port}"
+        return answer.node_id, await self.node(answer.node_id)
+
+    async def close(self) -> None:
+        clients = {id(c): c for c in (self.bootstrap, *self._clients.values())}
+        for client in clients.values():
+            await client.close()
+
+    async def __aenter__(self) -> Cluster:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
