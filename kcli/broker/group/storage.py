@@ -1,0 +1,370 @@
+"""Groups and offsets in __consumer_offsets (Kafka's GroupMetadataManager).
+
+It owns the group cache, knows which __consumer_offsets partitions this node coordinates and which are
+still loading, writes group and offset records (key and value schemas from `formats.internal`, one
+batch per call, appended as the coordinator and answered after the append), loads partitions back
+at start-up, and turns expired or deleted offsets and dead groups into tombstones.
+
+Appends are synchronous: the partition log writes before `append_as_leader` returns, and with this
+node the only replica the write is committed then. So where Kafka registers a callback for the end
+of an append, the methods here simply return the outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable, Iterable, Mapping
+
+from kio.schema.errors import ErrorCode
+
+from formats.errors import FormatError
+from formats.internal import (
+    MemberMetadata,
+    encode_group_metadata,
+    encode_group_metadata_key,
+    encode_offset_commit,
+    encode_offset_commit_key,
+    offsets_partition_for,
+)
+from formats.records import RecordBatch, RecordSpec, build_batch
+from formats.segment import StopReason, walk
+from kcli.broker.group.group import ClassicGroup, CommitRecord, GroupState, OffsetAndMetadata
+from kcli.broker.group.loader import PartitionReplay
+from kcli.broker.log.errors import LogStorageError, OffsetOutOfRange, RecordError
+from kcli.broker.log.log import wall_clock_ms
+from kcli.broker.log.manager import LogManager
+from kcli.broker.log.validator import AppendOrigin
+from kcli.broker.metadata.controller import QuorumController
+from kcli.config import BrokerConfig
+
+log = logging.getLogger("kcli.broker.group")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+LOAD_CHUNK_BYTES = 5 * 1024 * 1024
+"""offsets.load.buffer.size: how much of a partition is read between two turns of the event loop."""
+
+TopicPartition = tuple[str, int]
+
+
+class GroupMetadataManager:
+    """The cache of groups this node coordinates, and their __consumer_offsets partitions."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        logs: LogManager,
+        controller: QuorumController,
+        *,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.config = config
+        self.logs = logs
+        self.controller = controller
+        self.clock = clock
+        self.groups: dict[str, ClassicGroup] = {}
+        self.owned_partitions: set[int] = set()
+        self.loading_partitions: set[int] = set()
+        self.max_metadata_size = int(config["offset.metadata.max.bytes"])  # type: ignore[call-overload]
+        self.retention_ms = int(config["offsets.retention.minutes"]) * 60_000  # type: ignore[call-overload]
+        self.shutting_down = False
+
+    # --- placement --------------------------------------------------------------------------------
+
+    @property
+    def num_partitions(self) -> int:
+        """The real partition count of __consumer_offsets once it exists, else the configured one."""
+        partitions = self.controller.image.partitions_of(OFFSETS_TOPIC)
+        if partitions:
+            return len(partitions)
+        return int(self.config["offsets.topic.num.partitions"])  # type: ignore[call-overload]
+
+    def partition_for(self, group_id: str) -> int:
+        return offsets_partition_for(group_id, self.num_partitions)
+
+    def is_group_local(self, group_id: str) -> bool:
+        return self.partition_for(group_id) in self.owned_partitions
+
+    def is_group_loading(self, group_id: str) -> bool:
+        return self.partition_for(group_id) in self.loading_partitions
+
+    @property
+    def is_loading(self) -> bool:
+        return bool(self.loading_partitions)
+
+    def led_partitions(self) -> list[int]:
+        """The __consumer_offsets partitions this node leads and has a log for."""
+        image = self.controller.image
+        node_id = self.config.node_id
+        return sorted(
+            index
+            for index, registration in (image.partitions_of(OFFSETS_TOPIC) or {}).items()
+            if registration.leader == node_id and self.logs.get_log(OFFSETS_TOPIC, index) is not None
+        )
+
+    # --- the cache --------------------------------------------------------------------------------
+
+    def get_group(self, group_id: str) -> ClassicGroup | None:
+        return self.groups.get(group_id)
+
+    def add_group(self, group: ClassicGroup) -> ClassicGroup:
+        """Add `group` unless one with its id is cached; return the cached one."""
+        return self.groups.setdefault(group.group_id, group)
+
+    def get_or_create_group(self, group_id: str, create: bool) -> ClassicGroup | None:
+        group = self.groups.get(group_id)
+        if group is None and create:
+            group = self.add_group(ClassicGroup(group_id, GroupState.EMPTY, self.clock()))
+        return group
+
+    def current_groups(self) -> list[ClassicGroup]:
+        return list(self.groups.values())
+
+    # --- writes -----------------------------------------------------------------------------------
+
+    def store_group(self, group: ClassicGroup, assignment: Mapping[str, bytes]) -> ErrorCode:
+        """Write the group record (what SyncGroup's leader and an emptied group persist).
+
+        Returns NONE or the error the group APIs report for a failed append.
+        """
+        protocol = group.protocol_name
+        members = [
+            MemberMetadata(
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                rebalance_timeout=m.rebalance_timeout_ms,
+                session_timeout=m.session_timeout_ms,
+                subscription=m.metadata(protocol) if protocol is not None else b"",
+                assignment=assignment.get(m.member_id, b""),
+            )
+            for m in group.members.values()
+        ]
+        key, value = encode_group_metadata(
+            group.group_id,
+            group.protocol_type or "",
+            group.generation_id,
+            protocol,
+            group.leader_id,
+            group.current_state_timestamp if group.current_state_timestamp is not None else -1,
+            members,
+        )
+        error, _ = self._append(self.partition_for(group.group_id), [(key, value)])
+        return _GROUP_APPEND_ERRORS.get(error, error)
+
+    def store_offsets(
+        self, group: ClassicGroup, offsets: Mapping[TopicPartition, OffsetAndMetadata]
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Append the valid commits as one batch; the cache takes them once the append succeeded."""
+        results: dict[TopicPartition, ErrorCode] = {}
+        valid: dict[TopicPartition, OffsetAndMetadata] = {}
+        for key, committed in offsets.items():
+            if _java_length(committed.metadata) > self.max_metadata_size:
+                results[key] = ErrorCode.offset_metadata_too_large
+            else:
+                valid[key] = committed
+        if not valid:
+            return results
+        records = [
+            encode_offset_commit(
+                group.group_id,
+                topic,
+                partition,
+                committed.offset,
+                committed.leader_epoch,
+                committed.metadata,
+                committed.commit_timestamp,
+                committed.expire_timestamp if committed.expire_timestamp >= 0 else None,
+            )
+            for (topic, partition), committed in valid.items()
+        ]
+        group.pending_offset_commits.update(valid)
+        error, base_offset = self._append(self.partition_for(group.group_id), records)
+        if error is ErrorCode.none:
+            for key, committed in valid.items():
+                group.on_offset_commit_append(key, CommitRecord(base_offset, committed))
+        else:
+            for key, committed in valid.items():
+                if group.pending_offset_commits.get(key) == committed:
+                    del group.pending_offset_commits[key]
+        mapped = _OFFSET_APPEND_ERRORS.get(error, error)
+        results.update(dict.fromkeys(valid, mapped))
+        return results
+
+    def get_offsets(
+        self, group_id: str, require_stable: bool, partitions: Iterable[TopicPartition] | None
+    ) -> dict[TopicPartition, tuple[OffsetAndMetadata | None, ErrorCode]]:
+        """Committed offsets (None: nothing committed); every partition when `partitions` is None."""
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            return {} if partitions is None else {key: (None, ErrorCode.none) for key in partitions}
+        keys = list(group.offsets) if partitions is None else list(partitions)
+        answer: dict[TopicPartition, tuple[OffsetAndMetadata | None, ErrorCode]] = {}
+        for key in keys:
+            if require_stable and group.has_pending_offset_commits(*key):
+                answer[key] = (None, ErrorCode.unstable_offset_commit)
+            else:
+                answer[key] = (group.offset(*key), ErrorCode.none)
+        return answer
+
+    def cleanup_group_metadata(
+        self,
+        groups: Iterable[ClassicGroup],
+        selector: Callable[[ClassicGroup], Mapping[TopicPartition, OffsetAndMetadata]],
+    ) -> int:
+        """Remove what `selector` picks from each group, tombstone it; an Empty group left without
+        offsets dies and, if it ever had a generation, gets a group tombstone too."""
+        removed_count = 0
+        now = self.clock()
+        for group in list(groups):
+            removed = selector(group)
+            if group.is_(GroupState.EMPTY) and not group.has_offsets():
+                log.info(
+                    "Group %s transitioned to Dead in generation %d", group.group_id, group.generation_id
+                )
+                group.transition_to(GroupState.DEAD, now)
+            tombstones = [
+                (encode_offset_commit_key(group.group_id, topic, partition), None)
+                for topic, partition in removed
+            ]
+            if group.is_(GroupState.DEAD) and self.groups.get(group.group_id) is group:
+                del self.groups[group.group_id]
+                if group.generation_id > 0:
+                    tombstones.append((encode_group_metadata_key(group.group_id), None))
+            if tombstones:
+                error, _ = self._append(self.partition_for(group.group_id), tombstones)
+                if error is not ErrorCode.none:  # the next cleanup pass writes them again
+                    log.error(
+                        "Failed to append %d tombstones for group %s: %s",
+                        len(tombstones),
+                        group.group_id,
+                        error.name,
+                    )
+                else:
+                    removed_count += len(removed)
+        return removed_count
+
+    def cleanup_expired_offsets(self) -> int:
+        """One offsets.retention.check.interval.ms pass."""
+        now = self.clock()
+        removed = self.cleanup_group_metadata(
+            self.current_groups(), lambda group: group.remove_expired_offsets(now, self.retention_ms)
+        )
+        if removed:
+            log.info("Removed %d expired offsets in %d milliseconds.", removed, self.clock() - now)
+        return removed
+
+    # --- loading ----------------------------------------------------------------------------------
+
+    async def load_partition(self, partition: int, on_group_loaded: Callable[[ClassicGroup], None]) -> None:
+        """Replay __consumer_offsets-`partition` into the cache, yielding to the event loop between chunks.
+
+        Requests for its groups get COORDINATOR_LOAD_IN_PROGRESS until this returns.
+        """
+        name = f"{OFFSETS_TOPIC}-{partition}"
+        partition_log = self.logs.get_log(OFFSETS_TOPIC, partition)
+        if partition_log is None:
+            log.warning("Attempted to load offsets and group metadata from %s, but found no log", name)
+            self.loading_partitions.discard(partition)
+            return
+        started = self.clock()
+        replay = PartitionReplay(name)
+        offset = partition_log.log_start_offset
+        try:
+            while offset < partition_log.log_end_offset and not self.shutting_down:
+                chunk = partition_log.read(
+                    offset, LOAD_CHUNK_BYTES, upper_bound=partition_log.log_end_offset, min_one_batch=True
+                )
+                if chunk is None:
+                    break
+                data = memoryview(os.pread(chunk.fd, chunk.size, chunk.position))
+                result = walk(data, 0, len(data), check_crc=False)
+                if not result.batches:
+                    break
+                for batch in result.batches:
+                    if isinstance(batch, RecordBatch) and batch.last_offset >= offset:
+                        replay.replay(data, batch)
+                    offset = batch.next_offset
+                if result.reason is not StopReason.END:
+                    log.error("stopped loading %s at offset %d: %s", name, offset, result.problem(data))
+                    break
+                await asyncio.sleep(0)
+        except (OSError, OffsetOutOfRange, FormatError, LogStorageError) as exc:
+            log.error("loading %s stopped at offset %d: %s", name, offset, exc)
+        if self.shutting_down:
+            return
+        now = self.clock()
+        loaded = replay.groups(now)
+        for group in loaded:
+            current = self.add_group(group)
+            if current is not group:
+                log.debug("Attempt to load group %s from log failed: a cached group exists", group.group_id)
+                continue
+            on_group_loaded(group)
+        self.loading_partitions.discard(partition)
+        self.owned_partitions.add(partition)
+        log.log(
+            logging.INFO if loaded else logging.DEBUG,
+            "Finished loading offsets and group metadata from %s in %d milliseconds: %d group(s), %d offset(s)",
+            name,
+            self.clock() - started,
+            len(loaded),
+            len(replay.offsets),
+        )
+
+    # --- appends ----------------------------------------------------------------------------------
+
+    def _append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> tuple[ErrorCode, int]:
+        """Append one batch of (key, value) records to __consumer_offsets-`partition`; (error, base offset)."""
+        partition_log = self.logs.get_log(OFFSETS_TOPIC, partition)
+        registration = self.controller.image.partition(OFFSETS_TOPIC, partition)
+        if partition_log is None or registration is None:
+            return ErrorCode.unknown_topic_or_partition, -1
+        if registration.leader != self.config.node_id:
+            return ErrorCode.not_leader_or_follower, -1
+        now = self.clock()
+        batch = build_batch([RecordSpec(now, key, value) for key, value in records])
+        try:
+            info = partition_log.append_as_leader(
+                batch, leader_epoch=registration.leader_epoch, now_ms=now, origin=AppendOrigin.COORDINATOR
+            )
+        except RecordError as exc:
+            log.error("append to %s-%d failed: %s", OFFSETS_TOPIC, partition, exc.message)
+            return exc.error_code, -1
+        except (LogStorageError, OSError) as exc:
+            log.error("append to %s-%d failed: %s", OFFSETS_TOPIC, partition, exc)
+            return ErrorCode.kafka_storage_error, -1
+        return ErrorCode.none, info.first_offset
+
+
+def _java_length(text: str) -> int:
+    """String.length(): UTF-16 code units, so a character outside the BMP counts twice."""
+    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
+
+
+_GROUP_APPEND_ERRORS = {
+    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+    ErrorCode.request_timed_out: ErrorCode.rebalance_in_progress,
+    ErrorCode.message_too_large: ErrorCode.unknown_server_error,
+    ErrorCode.record_list_too_large: ErrorCode.unknown_server_error,
+    ErrorCode.invalid_fetch_size: ErrorCode.unknown_server_error,
+}
+"""GroupMetadataManager.storeGroup's mapping of append errors to what JoinGroup/SyncGroup return."""
+
+_OFFSET_APPEND_ERRORS = {
+    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+    ErrorCode.message_too_large: ErrorCode.invalid_commit_offset_size,
+    ErrorCode.record_list_too_large: ErrorCode.invalid_commit_offset_size,
+    ErrorCode.invalid_fetch_size: ErrorCode.invalid_commit_offset_size,
+}
+"""GroupMetadataManager.storeOffsets' mapping (Kafka's maybeConvertOffsetCommitError)."""
