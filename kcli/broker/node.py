@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from kcli.broker.group.coordinator import GroupCoordinator
 from kcli.broker.log.config import LogConfig
 from kcli.broker.log.log import Log, wall_clock_ms
 from kcli.broker.log.manager import LogManager
@@ -31,6 +32,7 @@ class Node:
         self.logs = logs
         self.broker_epoch = -1
         controller.add_listener(self._on_new_image)
+        self.groups = GroupCoordinator(config, logs, controller)  # after the listener that creates logs
 
     @classmethod
     def open(cls, config: BrokerConfig, cluster_id: str) -> Node:
@@ -50,6 +52,7 @@ class Node:
     def register(self, advertised: Listener, rack: str | None) -> None:
         """Write this incarnation's broker registration (the listener clients are told about)."""
         self.broker_epoch = self.controller.register_broker(advertised, rack=rack)
+        self.groups.startup()  # loads __consumer_offsets on the running loop before requests are served
 
     async def run_periodic(self) -> None:
         """Retention, flushes, deferred deletes and checkpoints, until cancelled."""
@@ -62,6 +65,7 @@ class Node:
 
     def shutdown(self) -> None:
         """Close the metadata log, then flush and close every log and write the clean-shutdown marker."""
+        self.groups.shutdown()
         self.controller.close()
         self.logs.shutdown(self.broker_epoch)
 
