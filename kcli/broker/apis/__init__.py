@@ -78,10 +78,12 @@ def build_registry() -> ApiRegistry:
         cluster,
         configs,
         fetch,
+        groups,
         list_offsets,
         log_dirs,
         metadata,
         offset_for_leader_epoch,
+        offsets,
         produce,
         records,
         topics,
@@ -100,6 +102,8 @@ def build_registry() -> ApiRegistry:
             *fetch.APIS,
             *list_offsets.APIS,
             *offset_for_leader_epoch.APIS,
+            *groups.APIS,
+            *offsets.APIS,
         ]
     )
 
