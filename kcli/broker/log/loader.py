@@ -160,6 +160,7 @@ class LogLoader:
                 segment = Segment(self.dir, base_offset, self.config, now_ms=self.now_ms, create=False)
                 problem = segment.sanity_check()
                 if problem is not None:
+                    self._delete_snapshots_after(segment.base_offset)
                     result = segment.recover(self.epoch_cache)
                     self.report(f"{self.name}: rebuilt the indexes of {name} ({problem})")
                     if result.truncated_bytes:
@@ -176,6 +177,7 @@ class LogLoader:
                 or self.segments[i + 1].base_offset > self.recovery_point_checkpoint
             ]
             for k, segment in enumerate(unflushed):
+                self._delete_snapshots_after(segment.base_offset)
                 result = segment.recover(self.epoch_cache)
                 if result.truncated_bytes:
                     self._report_truncation(segment, result)
@@ -194,6 +196,18 @@ class LogLoader:
         if self.had_clean_shutdown:
             return log_end_offset, log_end_offset
         return min(self.recovery_point_checkpoint, log_end_offset), log_end_offset
+
+    def _delete_snapshots_after(self, offset: int) -> None:
+        """Producer snapshots past a segment being recovered may hold state of unflushed, lost batches:
+        Kafka's recoverSegment drops them (rebuilding producer state up to the segment's base offset)."""
+        for path in self.dir.iterdir():
+            snapshot_offset = base_offset_of(path.name)
+            if (
+                path.name.endswith(SNAPSHOT_SUFFIX)
+                and snapshot_offset is not None
+                and snapshot_offset > offset
+            ):
+                path.unlink(missing_ok=True)
 
     def _delete_later_segments(self, corrupt: Segment, later: list[Segment]) -> None:
         if not later:

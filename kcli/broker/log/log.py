@@ -27,12 +27,19 @@ from typing import NamedTuple
 from kio.schema.errors import ErrorCode
 
 from formats.checkpoints import PartitionMetadata, read_partition_metadata, write_partition_metadata
-from formats.segment import DELETED_SUFFIX, SNAPSHOT_SUFFIX, StopReason, filename, parse_partition_dir, walk
+from formats.segment import DELETED_SUFFIX, StopReason, parse_partition_dir, walk
 from kcli.broker.log.config import LogConfig
 from kcli.broker.log.epochs import LeaderEpochCache
 from kcli.broker.log.errors import LogStorageError, OffsetOutOfRange, RecordError
 from kcli.broker.log.files import fsync_dir, write_atomically
 from kcli.broker.log.loader import LogLoader
+from kcli.broker.log.producer_state import (
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    ProducerStateManager,
+    check_leader_append,
+    producer_info,
+    rebuild_producer_state,
+)
 from kcli.broker.log.segment import BatchHeader, Segment
 from kcli.broker.log.validator import AppendOrigin, BatchValidator
 
@@ -91,6 +98,7 @@ class Log:
         high_watermark: int | None = None,
         clock: Callable[[], int] = wall_clock_ms,
         flush_scheduler: Callable[[Callable[[], None]], object] | None = None,
+        producer_state: ProducerStateManager | None = None,
     ) -> None:
         parsed = parse_partition_dir(dir.name)
         if parsed is None:
@@ -100,6 +108,10 @@ class Log:
         self.config = config
         self.topic_id = topic_id
         self.epoch_cache = epoch_cache
+        if producer_state is None:
+            producer_state = ProducerStateManager(dir, f"{self.topic}-{self.partition}")
+            producer_state.update_map_end_offset(log_end_offset)
+        self.producer_state = producer_state
         self._validator = BatchValidator(config, f"{self.topic}-{self.partition}")
         self._max_segment_ms = config.max_segment_ms
         self.clock = clock
@@ -131,12 +143,19 @@ class Log:
         *,
         clock: Callable[[], int] = wall_clock_ms,
         flush_scheduler: Callable[[Callable[[], None]], object] | None = None,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> Log:
         """A new, empty partition directory with its partition.metadata and first segment."""
         dir.mkdir(parents=True, exist_ok=False)
         write_atomically(dir / PARTITION_METADATA, write_partition_metadata(PartitionMetadata(0, topic_id)))
         fsync_dir(dir.parent)
-        return cls.load(dir, config, clock=clock, flush_scheduler=flush_scheduler)
+        return cls.load(
+            dir,
+            config,
+            clock=clock,
+            flush_scheduler=flush_scheduler,
+            producer_id_expiration_ms=producer_id_expiration_ms,
+        )
 
     @classmethod
     def load(
@@ -151,8 +170,10 @@ class Log:
         clock: Callable[[], int] = wall_clock_ms,
         flush_scheduler: Callable[[Callable[[], None]], object] | None = None,
         report: Callable[[str], None] | None = None,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> Log:
-        """Open an existing partition directory, recovering it as Kafka's LogLoader does."""
+        """Open an existing partition directory, recovering it as Kafka's LogLoader does, then rebuild the
+        producer state from the newest snapshot and the batches after it."""
         lines: list[str] = []
         loaded = LogLoader(
             dir,
@@ -163,6 +184,19 @@ class Log:
             now_ms=clock(),
             report=report or lines.append,
         ).load()
+        producer_state = ProducerStateManager(
+            dir, dir.name, producer_id_expiration_ms=producer_id_expiration_ms
+        )
+        producer_state.remove_stray_snapshots(s.base_offset for s in loaded.segments)
+        for problem in rebuild_producer_state(
+            producer_state,
+            loaded.segments,
+            log_start_offset=loaded.log_start_offset,
+            last_offset=loaded.log_end_offset,
+            now_ms=clock(),
+            reload_from_clean_shutdown=had_clean_shutdown,
+        ):
+            (report or lines.append)(f"{dir.name}: deleted {problem.path.name}: {problem.message}")
         for line in lines:
             log.info("%s", line)
         topic_id = None
@@ -181,6 +215,7 @@ class Log:
             high_watermark=high_watermark_checkpoint if high_watermark_checkpoint is not None else 0,
             clock=clock,
             flush_scheduler=flush_scheduler,
+            producer_state=producer_state,
         )
 
     # --- state ---------------------------------------------------------------------------------------
@@ -245,19 +280,43 @@ class Log:
     ) -> AppendInfo:
         """Validate one produce batch, assign it offsets from the log end and append it.
 
-        Raises RecordError (nothing written) for bad input. RAFT_LEADER appends keep their offsets.
+        Raises RecordError (nothing written) for bad input or a producer-state violation. A retried
+        idempotent batch is not written again: the answer carries the offsets of the original, as Kafka's.
+        RAFT_LEADER appends keep their offsets.
         """
         if origin is AppendOrigin.RAFT_LEADER:
             return self.append_as_follower(records, now_ms=now_ms, leader_epoch=leader_epoch)
         batch = self._validator.validate(records, now_ms=now_ms, origin=origin)
         size = batch.size
+        header = batch.header
+        producer = producer_info(header)
         with self._lock:
             self._check_open()
             if size > self.config.segment_bytes:
                 raise _segment_too_small(size, self.name, self.config.segment_bytes)
             first_offset = self._leo
             last_offset = first_offset + batch.last_offset_delta
-            header = batch.header
+            producer_append = None
+            if producer.producer_id >= 0:
+                duplicate, producer_append, completed_txn = check_leader_append(
+                    self.producer_state,
+                    producer,
+                    first_offset=first_offset,
+                    last_offset=last_offset,
+                    max_timestamp=batch.max_timestamp,
+                    origin=origin,
+                    batch=lambda: bytes(batch.header) + bytes(batch.body),
+                )
+                if duplicate is not None:
+                    return AppendInfo(
+                        duplicate.first_offset,
+                        duplicate.last_offset,
+                        duplicate.timestamp,  # Kafka answers a duplicate with the batch timestamp here
+                        self.log_start_offset,
+                        duplicate.timestamp,
+                        batch.records_count,
+                        0,
+                    )
             _BASE_OFFSET.pack_into(header, 0, first_offset)
             _PARTITION_LEADER_EPOCH.pack_into(header, 12, leader_epoch)
             segment = self._maybe_roll(size, first_offset, last_offset, batch.max_timestamp, now_ms)
@@ -265,6 +324,11 @@ class Log:
             if leader_epoch >= 0 and leader_epoch != self.epoch_cache.latest_epoch():
                 self.epoch_cache.assign(leader_epoch, first_offset)
             self._leo = last_offset + 1
+            if producer_append is not None:
+                self.producer_state.update(producer_append)
+                if completed_txn is not None:
+                    self.producer_state.complete_txn(completed_txn)
+            self.producer_state.update_map_end_offset(last_offset + 1)
             if self.hw_follows_leo:
                 self.high_watermark = last_offset + 1
             log_start_offset = self.log_start_offset
@@ -349,6 +413,7 @@ class Log:
             roll_offset = first_offset if headers[0].magic >= 2 else self._leo
             segment = self._maybe_roll(size, roll_offset, last_offset, max_timestamp, now_ms)
             segment.append_batches(view[start:end], headers, start)
+            self._replay_producer_batches(view, batches)
             for header in headers:
                 if header.magic >= 2:
                     if (
@@ -372,6 +437,34 @@ class Log:
         for callback in self.append_event:
             callback(self)
         return AppendInfo(first_offset, last_offset, -1, log_start_offset, max_timestamp, -1, size)
+
+    def _replay_producer_batches(self, view: memoryview, batches: list) -> None:
+        """Follower and Raft appends update producer state without checks (Kafka's REPLICATION origin)."""
+        producer_state = self.producer_state
+        appends = {}
+        for batch in batches:
+            if batch.magic < 2 or batch.producer_id < 0 or batch.is_control:
+                continue
+            append = appends.get(batch.producer_id)
+            if append is None:
+                append = appends[batch.producer_id] = producer_state.prepare_update(batch.producer_id, None)
+            append.append_data_batch(
+                batch.producer_epoch,
+                batch.base_sequence,
+                batch.last_sequence,
+                batch.max_timestamp,
+                batch.base_offset,
+                batch.last_offset,
+                batch.is_transactional,
+            )
+        for append in appends.values():
+            producer_state.update(append)
+        producer_state.update_map_end_offset(batches[-1].next_offset)
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """Forget producers idle longer than producer.id.expiration.ms; returns how many."""
+        with self._lock:
+            return self.producer_state.remove_expired_producers(now_ms)
 
     def _maybe_roll(
         self, size: int, first_offset: int, last_offset: int, max_timestamp: int, now_ms: int
@@ -410,10 +503,20 @@ class Log:
             segment = Segment(self.dir, new_offset, self.config, now_ms=now_ms, create=True)
             self._set_segments([*segments, segment])
             log.debug("%s: rolled new log segment at offset %d", self.name, new_offset)
-        if self._flush_scheduler is None:
+            # A snapshot named after the new segment, so recovering it can start from there; it is
+            # fsynced with the old segment's flush, off this thread, as Kafka does.
+            self.producer_state.update_map_end_offset(new_offset)
+            snapshot = self.producer_state.take_snapshot(sync=False)
+
+        def flush_rolled() -> None:
+            if snapshot is not None:
+                self.producer_state.flush_snapshot(snapshot)
             self.flush(new_offset)
+
+        if self._flush_scheduler is None:
+            flush_rolled()
         else:
-            self._flush_scheduler(lambda: self.flush(new_offset))
+            self._flush_scheduler(flush_rolled)
         return segment
 
     # --- reads ---------------------------------------------------------------------------------------
@@ -534,6 +637,7 @@ class Log:
             if self.recovery_point < new_log_start_offset:
                 self.recovery_point = new_log_start_offset
             self.epoch_cache.truncate_from_start(new_log_start_offset)
+            self.producer_state.on_log_start_offset_incremented(new_log_start_offset)
             return True
 
     def enforce_retention(self, now_ms: int) -> int:
@@ -606,7 +710,7 @@ class Log:
         for segment in deletable:
             deleted += segment.size
             segment.change_suffix("", DELETED_SUFFIX)
-            (self.dir / filename(segment.base_offset, SNAPSHOT_SUFFIX)).unlink(missing_ok=True)
+            self.producer_state.delete_snapshot(segment.base_offset)
             self._pending_deletes.append((now_ms + self.config.file_delete_delay_ms, segment))
         log.info(
             "%s: deleted %d segments below offset %d (%d bytes)",
@@ -671,6 +775,8 @@ class Log:
             if self._closed:
                 return
             self._closed = True
+            # A snapshot at the log end, so the next start-up need not scan the log for producer state.
+            self.producer_state.take_snapshot()
             for segment in self._segments:
                 segment.close()
             for _, segment in self._pending_deletes:
