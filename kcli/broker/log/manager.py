@@ -22,7 +22,7 @@ from formats.segment import parse_partition_dir
 from kcli.broker.log.config import LogConfig
 from kcli.broker.log.files import create_if_missing, fsync_dir, write_atomically
 from kcli.broker.log.log import Log, wall_clock_ms
-from kcli.config import CLUSTER_METADATA_TOPIC, BrokerConfig
+from kcli.config import CLUSTER_METADATA_TOPIC, BrokerConfig, ConfigError
 
 log = logging.getLogger("kcli.broker.log")
 
@@ -31,6 +31,8 @@ REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 _ROOT_CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT)
+PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 10 * 60 * 1000
+"""Kafka's producer.id.expiration.check.interval.ms default (an internal setting there)."""
 
 
 class LogManager:
@@ -50,6 +52,11 @@ class LogManager:
         self._last_recovery_checkpoint_ms = now
         self._last_start_checkpoint_ms = now
         self._last_hw_checkpoint_ms = now
+        self._last_producer_expiration_ms = now
+        self.producer_id_expiration_ms = int(config["producer.id.expiration.ms"])  # type: ignore[call-overload]
+        self.producer_id_expiration_check_interval_ms = _optional_int(
+            config, "producer.id.expiration.check.interval.ms", PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS
+        )
         self._started = False
 
     # --- start-up ------------------------------------------------------------------------------------
@@ -105,6 +112,7 @@ class LogManager:
                     clock=self.clock,
                     flush_scheduler=self._flusher.submit,
                     report=lines.append,
+                    producer_id_expiration_ms=self.producer_id_expiration_ms,
                 )
         self._started = True
         for line in lines:
@@ -151,6 +159,7 @@ class LogManager:
             topic_id,
             clock=self.clock,
             flush_scheduler=self._flusher.submit,
+            producer_id_expiration_ms=self.producer_id_expiration_ms,
         )
         self._logs[(topic, partition)] = created
         return created
@@ -178,6 +187,10 @@ class LogManager:
             self._last_retention_ms = now_ms
             for each in logs:
                 each.enforce_retention(now_ms)
+        if now_ms - self._last_producer_expiration_ms >= self.producer_id_expiration_check_interval_ms:
+            self._last_producer_expiration_ms = now_ms
+            for each in logs:
+                each.remove_expired_producers(now_ms)
         for each in logs:
             if now_ms - each.last_flush_ms >= each.config.flush_ms:
                 self._flusher.submit(each.flush)
@@ -264,6 +277,14 @@ class LogManager:
             self._write_checkpoints(log_dir)
             if self._started:
                 write_atomically(log_dir / CLEAN_SHUTDOWN_FILE, write_clean_shutdown(broker_epoch))
+
+
+def _optional_int(config: BrokerConfig, key: str, default: int) -> int:
+    """A setting kcli's config table may not know (yet): its value if set and known, else `default`."""
+    try:
+        return int(config[key])  # type: ignore[call-overload]
+    except ConfigError:
+        return default
 
 
 class _DirOnly:
