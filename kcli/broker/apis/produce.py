@@ -14,9 +14,12 @@ Follows Kafka's `KafkaApis.handleProduceRequest` and `ReplicaManager.appendRecor
 - with acks=0 nothing is answered; if any partition failed the connection is closed, as Kafka does,
   so the producer refreshes its metadata.
 
-Transactional and idempotent batches are appended as they are: no producer-state checks (epochs,
-sequences, duplicates) and no check that the partition was added to a transaction; only the request
-level rules apply (transactional batches need a transactional id, one producer id per request).
+Idempotent batches go through the partition's producer state (`kcli.broker.log.producer_state`): a
+retried batch is answered with NONE and the offsets of the original (and, as Kafka does, its timestamp
+as log_append_time), a sequence gap is OUT_OF_ORDER_SEQUENCE_NUMBER, an older epoch
+INVALID_PRODUCER_EPOCH; nothing of a refused batch is written. Transactional batches need a
+transactional id (request level) and an ongoing transaction: with no transaction coordinator yet they
+get INVALID_TXN_STATE ("Record was not part of an ongoing transaction"), Kafka's answer when none is open.
 With one replica the high watermark moves with every append, so acks=all answers at once.
 """
 
