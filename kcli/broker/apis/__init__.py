@@ -85,6 +85,7 @@ def build_registry() -> ApiRegistry:
         offset_for_leader_epoch,
         offsets,
         produce,
+        producer_id,
         records,
         topics,
     )
@@ -99,6 +100,7 @@ def build_registry() -> ApiRegistry:
             *records.APIS,
             *log_dirs.APIS,
             *produce.APIS,
+            *producer_id.APIS,
             *fetch.APIS,
             *list_offsets.APIS,
             *offset_for_leader_epoch.APIS,

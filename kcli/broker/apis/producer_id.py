@@ -1,0 +1,135 @@
+"""InitProducerId (key 22): a producer id and epoch for an idempotent (or transactional) producer.
+
+Follows `KafkaApis.handleInitProducerIdRequest` and `TransactionCoordinator.handleInitProducerId`:
+- a producer id without an epoch (or the reverse) is INVALID_REQUEST;
+- without a transactional id the request is always granted: a fresh producer id, epoch 0, whatever
+  id and epoch the producer sent (v3+ lets it send its old ones);
+- ids come from a block of 1000 that the controller records in the metadata log (a ProducerIdsRecord,
+  as KRaft's ProducerIdControlManager does), so no id is handed out twice, even across restarts;
+- with a transactional id the transaction coordinator decides. Until one exists (`node.transaction_coordinator`
+  is the seam it plugs into) the answer is what Kafka gives while the coordinator is not available:
+  INVALID_REQUEST for an empty id, INVALID_TRANSACTION_TIMEOUT for a timeout outside
+  (0, transaction.max.timeout.ms], else COORDINATOR_NOT_AVAILABLE.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcli.broker.apis import ApiSpec, build, response_type
+from kcli.broker.apis.context import RequestContext
+from kcli.broker.metadata.controller import ApiException
+from kcli.broker.metadata.image import ProducerIdsBlock
+
+log = logging.getLogger("kcli.broker")
+
+API_KEY = 22
+MAX_VERSION = 5  # Kafka's InitProducerIdRequest validVersions (v6, two-phase commit, is not released)
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+_NO_THROTTLE = datetime.timedelta(0)
+
+
+async def handle_init_producer_id(ctx: RequestContext, request: Any) -> object:
+    version = ctx.api_version
+    producer_id = getattr(request, "producer_id", NO_PRODUCER_ID)
+    producer_epoch = getattr(request, "producer_epoch", NO_PRODUCER_EPOCH)
+    if (producer_id == NO_PRODUCER_ID) != (producer_epoch == NO_PRODUCER_EPOCH):
+        return _response(version, ErrorCode.invalid_request)
+    transactional_id = request.transactional_id
+    if transactional_id is None:
+        try:
+            new_id = producer_id_manager(ctx).generate_producer_id()
+        except ProducerIdsUnavailable as e:
+            log.error("InitProducerId from client %r: %s", ctx.client_id, e)
+            return _response(version, ErrorCode.coordinator_load_in_progress)
+        return _response(version, ErrorCode.none, new_id, 0)
+
+    timeout_ms = int(request.transaction_timeout.total_seconds() * 1000)
+    node = ctx.state.node
+    coordinator = getattr(node, "transaction_coordinator", None)
+    if coordinator is not None:
+        expected = None if producer_id == NO_PRODUCER_ID else (producer_id, producer_epoch)
+        error, new_id, epoch = await coordinator.handle_init_producer_id(
+            transactional_id, timeout_ms, expected
+        )
+        if version < 4 and error is ErrorCode.producer_fenced:
+            error = ErrorCode.invalid_producer_epoch  # older clients do not know PRODUCER_FENCED
+        return _response(version, error, new_id, epoch)
+    if transactional_id == "":
+        return _response(version, ErrorCode.invalid_request)
+    max_timeout_ms = int(ctx.state.config["transaction.max.timeout.ms"])  # type: ignore[call-overload]
+    if not 0 < timeout_ms <= max_timeout_ms:
+        return _response(version, ErrorCode.invalid_transaction_timeout)
+    return _response(version, ErrorCode.coordinator_not_available)
+
+
+class ProducerIdsUnavailable(Exception):
+    """The controller could not hand out a new block of producer ids."""
+
+
+class ProducerIdManager:
+    """Hands out producer ids from the current block, asking for the next block when it runs out.
+
+    Kafka's RPCProducerIdManager asks the controller with AllocateProducerIds; here the controller is in
+    the same process, so the next block is allocated (and recorded in the metadata log) on the spot.
+    """
+
+    def __init__(self, allocate_block: Callable[[], ProducerIdsBlock]) -> None:
+        self._allocate_block = allocate_block
+        self._next_id = 0
+        self._block_end = 0  # no block yet
+        self._lock = threading.Lock()
+
+    def generate_producer_id(self) -> int:
+        with self._lock:
+            if self._next_id >= self._block_end:
+                try:
+                    block = self._allocate_block()
+                except ApiException as e:
+                    raise ProducerIdsUnavailable(f"the controller refused a producer id block: {e}") from e
+                self._next_id = block.first_producer_id
+                self._block_end = block.next_block_first_id
+                log.info("acquired producer ids [%d, %d)", block.first_producer_id, block.next_block_first_id)
+            producer_id = self._next_id
+            self._next_id += 1
+            return producer_id
+
+
+def producer_id_manager(ctx: RequestContext) -> ProducerIdManager:
+    """This node's producer id manager (the transaction coordinator draws from the same one)."""
+    node = ctx.state.node
+    if node is None:
+        raise ProducerIdsUnavailable("this broker was started without storage, so it has no controller")
+    manager = _managers.get(node)
+    if manager is None:
+        controller = node.controller
+        node_id = ctx.state.node_id
+        manager = ProducerIdManager(lambda: controller.allocate_producer_ids(node_id, node.broker_epoch))
+        _managers[node] = manager
+    return manager
+
+
+_managers: weakref.WeakKeyDictionary[Any, ProducerIdManager] = weakref.WeakKeyDictionary()
+
+
+def _response(
+    version: int, error: ErrorCode, producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH
+) -> object:
+    return build(
+        response_type(API_KEY, version),
+        throttle_time=_NO_THROTTLE,
+        error_code=error,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+    )
+
+
+APIS = [ApiSpec(API_KEY, 0, MAX_VERSION, handle_init_producer_id)]
