@@ -218,6 +218,8 @@ async def describe_group(
     cls = coordinator.request_type(DESCRIBE_GROUPS)
     response = await coordinator.send(build(cls, groups=(group_id,), include_authorized_operations=False))
     described = response.groups[0]
+    if described.error_code == ErrorCode.group_id_not_found:  # v6+; older versions answer state Dead
+        return GroupDescription(group_id, "Dead", "", "", node_id, (), ())
     _check(described.error_code, f"describe group {group_id!r}")
     members = tuple(
         Member(
@@ -326,7 +328,9 @@ async def _list_offsets_at(
         )
         for topic, parts in _group_by_topic(partitions).items()
     )
-    response = await client.send(build(cls, replica_id=-1, isolation_level=0, topics=topics, timeout=30_000))
+    response = await client.send(
+        build(cls, replica_id=-1, isolation_level=0, topics=topics, timeout=datetime.timedelta(seconds=30))
+    )
     found: dict[TopicPartition, int] = {}
     for topic in response.topics:
         for p in topic.partitions:

@@ -45,3 +45,160 @@ def test_read_reset_file_both_csv_shapes(tmp_path):
     path.write_text("orders,zero,10\n")
     with pytest.raises(GroupError, match=r"plan.csv:1: expected topic,partition,offset"):
         read_reset_file(path, "g1")
+
+
+# --- against a real broker ------------------------------------------------------------------------
+
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from conftest import KCLI, kcli_env  # noqa: E402
+
+HOUR_MS = 3_600_000
+
+
+def kcli(broker, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*KCLI, "groups", *args, "-b", broker.bootstrap],
+        env=kcli_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def json_lines(result: subprocess.CompletedProcess) -> list[dict]:
+    assert result.returncode in (0, 1), result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def seed(broker, topic: str = "orders", *, per_partition: int = 10, age_ms: int = HOUR_MS) -> int:
+    """`per_partition` records in each of 3 partitions, record i stamped `age_ms` ago plus i seconds."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    start = int(time.time() * 1000) - age_ms
+    for partition in range(3):
+        for i in range(per_partition):
+            producer.produce(topic, value=b"v", partition=partition, timestamp=start + i * 1000)
+    assert producer.flush(30) == 0
+    return start
+
+
+def commit(broker, group: str, offsets: dict[tuple[str, int], int]) -> Consumer:
+    """An active member of `group` (subscribed, assigned) that has committed `offsets`."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": 6000,
+        }
+    )
+    consumer.subscribe(sorted({t for t, _ in offsets}))
+    deadline = time.monotonic() + 30
+    while not consumer.assignment() and time.monotonic() < deadline:
+        consumer.poll(0.2)
+    assert consumer.assignment(), "the consumer was never assigned partitions"
+    consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
+    return consumer
+
+
+def test_list_describe_lag_and_delete(broker_factory):
+    broker = broker_factory(overrides=["group.initial.rebalance.delay.ms=0"])
+    start = seed(broker)
+    consumer = commit(broker, "billing", {("orders", 0): 4, ("orders", 1): 10})
+
+    (listed,) = json_lines(kcli(broker, "list", "-o", "json"))
+    assert listed == {"group": "billing", "protocol_type": "consumer", "state": "Stable", "coordinator": 1}
+    assert "billing" in kcli(broker, "list").stdout
+
+    before = time.time() * 1000
+    (described,) = json_lines(kcli(broker, "describe", "billing", "-o", "json"))
+    after = time.time() * 1000
+    assert described["state"] == "Stable" and len(described["members"]) == 1
+    rows = {p["partition"]: p for p in described["partitions"]}
+    # Lag by hand: end offset (10 per partition) minus the committed offset; no commit -> no lag.
+    assert [(rows[p]["current_offset"], rows[p]["log_end_offset"], rows[p]["lag"]) for p in (0, 1, 2)] == [
+        (4, 10, 6),
+        (10, 10, 0),
+        (None, 10, None),
+    ]
+    assert described["total_lag"] == 6
+    # Partition 0's first unconsumed record is record 4, stamped start + 4 s.
+    assert (before - start - 4000) / 1000 <= rows[0]["lag_seconds"] <= (after - start - 4000) / 1000
+    assert rows[1]["lag_seconds"] == 0.0
+    assert {rows[p]["member_id"] for p in (0, 1, 2)} == {described["members"][0]["member_id"]}
+
+    text = kcli(broker, "describe", "billing").stdout.splitlines()
+    assert text[1].split()[:7] == [
+        "GROUP",
+        "TOPIC",
+        "PARTITION",
+        "CURRENT-OFFSET",
+        "LOG-END-OFFSET",
+        "LAG",
+        "LAG-SECONDS",
+    ]
+    assert text[2].split()[:6] == ["billing", "orders", "0", "4", "10", "6"]
+
+    refused = kcli(broker, "delete", "billing")
+    assert refused.returncode == 1 and "the group is not empty" in refused.stderr
+    consumer.close()
+
+    missing = kcli(broker, "describe", "nobody")
+    assert missing.returncode == 1 and "consumer group 'nobody' does not exist" in missing.stderr
+    deleted = kcli(broker, "delete", "billing", "nobody")
+    assert deleted.returncode == 1
+    assert "Deletion of requested consumer group 'billing' was successful." in deleted.stdout
+    assert "cannot delete consumer group 'nobody': the group does not exist." in deleted.stderr
+    assert json_lines(kcli(broker, "list", "-o", "json")) == []
+
+
+def test_reset_offsets_scenarios(broker_factory, tmp_path):
+    broker = broker_factory(overrides=["group.initial.rebalance.delay.ms=0"])
+    start = seed(broker)
+    consumer = commit(broker, "etl", {("orders", 0): 5, ("orders", 1): 7, ("orders", 2): 9})
+
+    active = kcli(broker, "reset-offsets", "etl", "--to-earliest")
+    assert active.returncode != 0
+    assert (
+        "Assignments can only be reset if the group 'etl' is inactive, but the current state is Stable."
+        in active.stderr
+    )
+    consumer.close()
+
+    def plan(*args: str) -> dict[int, int]:
+        rows = json_lines(kcli(broker, "reset-offsets", "etl", *args, "-o", "json"))
+        return {r["partition"]: r["new_offset"] for r in rows}
+
+    def committed() -> dict[int, int]:
+        (d,) = json_lines(kcli(broker, "describe", "etl", "-o", "json"))
+        return {p["partition"]: p["current_offset"] for p in d["partitions"]}
+
+    assert plan("--to-earliest") == {0: 0, 1: 0, 2: 0}
+    assert committed() == {0: 5, 1: 7, 2: 9}, "a dry run must not commit"
+    assert plan("--to-latest", "--topic", "orders:1") == {1: 10}
+    assert plan("--to-offset", "42") == {0: 10, 1: 10, 2: 10}, "clamped to the log end"
+    assert plan("--shift-by", "-6") == {0: 0, 1: 1, 2: 3}, "clamped to the log start"
+    assert plan("--to-current") == {0: 5, 1: 7, 2: 9}
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime((start + 3000) / 1000)) + "Z"
+    assert plan("--to-datetime", stamp) == {0: 3, 1: 3, 2: 3}
+    assert plan("--by-duration", "PT1M") == {0: 10, 1: 10, 2: 10}, "nothing that recent: the log end"
+    csv = tmp_path / "plan.csv"
+    csv.write_text("orders,0,2\norders,2,8\n")
+    assert plan("--from-file", str(csv)) == {0: 2, 2: 8}
+
+    exported = kcli(broker, "reset-offsets", "etl", "--shift-by", "1", "--export")
+    assert exported.stdout == "orders,0,6\norders,1,8\norders,2,10\n"
+    both = kcli(broker, "reset-offsets", "etl", "--to-earliest", "--to-latest")
+    assert both.returncode == 2 and "give exactly one of" in both.stderr
+
+    assert plan("--shift-by", "-2", "--execute") == {0: 3, 1: 5, 2: 7}
+    assert committed() == {0: 3, 1: 5, 2: 7}
+    unknown = kcli(broker, "reset-offsets", "etl", "--to-earliest", "--topic", "nope")
+    assert unknown.returncode != 0 and "topic 'nope' does not exist." in unknown.stderr
