@@ -202,3 +202,42 @@ def test_reset_offsets_scenarios(broker_factory, tmp_path):
     assert committed() == {0: 3, 1: 5, 2: 7}
     unknown = kcli(broker, "reset-offsets", "etl", "--to-earliest", "--topic", "nope")
     assert unknown.returncode != 0 and "topic 'nope' does not exist." in unknown.stderr
+
+
+def test_describe_watch_redraws_on_a_terminal_and_repeats_in_a_pipe(broker_factory):
+    import os
+    import pty
+    import select
+    import signal
+
+    broker = broker_factory(overrides=["group.initial.rebalance.delay.ms=0"])
+    seed(broker, per_partition=2)
+    commit(broker, "watched", {("orders", 0): 1}).close()
+    args = [*KCLI, "groups", "describe", "watched", "--watch", "--interval", "0.3", "-b", broker.bootstrap]
+
+    def capture(stdout: int, read_fd: int) -> str:
+        process = subprocess.Popen(
+            args, stdout=stdout, stderr=subprocess.PIPE, env={**kcli_env(), "TERM": "xterm"}
+        )
+        os.close(stdout)
+        chunks, deadline = [], time.monotonic() + 20
+        while time.monotonic() < deadline and "".join(chunks).count("Consumer group 'watched'") < 3:
+            if select.select([read_fd], [], [], 0.5)[0]:
+                try:
+                    chunks.append(os.read(read_fd, 65536).decode(errors="replace"))
+                except OSError:
+                    break
+        process.send_signal(signal.SIGINT)
+        assert process.wait(10) == 130, process.stderr.read()
+        os.close(read_fd)
+        return "".join(chunks)
+
+    read_fd, write_fd = os.pipe()
+    piped = capture(write_fd, read_fd)
+    assert piped.count("Consumer group 'watched' (Empty, 0 members") >= 3
+    assert "\x1b[" not in piped, "no terminal control codes in a pipe"
+
+    leader, follower = pty.openpty()
+    drawn = capture(follower, leader)
+    assert drawn.count("Consumer group 'watched'") >= 3
+    assert "\x1b[" in drawn, "a terminal is redrawn in place"
