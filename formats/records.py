@@ -511,6 +511,42 @@ def build_batch(
     return bytes(out)
 
 
+def rewrite_producer_state(
+    batch: Buffer,
+    *,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    is_transactional: bool = False,
+) -> bytearray:
+    """A copy of one whole magic v2 batch as a producer would send it under another producer identity.
+
+    Replaying a batch idempotently needs the new producer id, epoch and base sequence in its header, and
+    a batch leaves its transaction behind. Those fields sit inside the CRC (attributes onward), so the
+    CRC is computed again; the records, compressed or not, are copied as they are. Base offset and
+    partition leader epoch are reset to 0 and -1, the values a producer sends (the broker stamps both).
+    """
+    view = memoryview(batch)
+    if len(view) < RECORD_BATCH_OVERHEAD or view[MAGIC_OFFSET] != 2:
+        raise CorruptRecordError("Only a whole magic v2 record batch can take a new producer state")
+    size = int.from_bytes(view[8:12], "big", signed=True) + LOG_OVERHEAD
+    if size != len(view):
+        raise CorruptRecordError(f"Record batch declares {size} bytes but {len(view)} were given")
+    out = bytearray(view)
+    attributes = int.from_bytes(out[21:23], "big") & ~TRANSACTIONAL_BIT
+    if is_transactional:
+        attributes |= TRANSACTIONAL_BIT
+    struct.pack_into(">q", out, 0, 0)
+    struct.pack_into(">i", out, 12, NO_PARTITION_LEADER_EPOCH)
+    struct.pack_into(">h", out, 21, attributes)
+    _PRODUCER_FIELDS.pack_into(out, 43, producer_id, producer_epoch, base_sequence)
+    struct.pack_into(">I", out, 17, _native.crc32c(memoryview(out)[CRC_START:]))
+    return out
+
+
+_PRODUCER_FIELDS = struct.Struct(">qhi")  # producer id, producer epoch, base sequence
+
+
 def build_control_batch(
     control: ControlType,
     *,

@@ -1,0 +1,1383 @@
+"""Replay records from Kafka's segment files into a topic, on our broker or any Kafka cluster.
+
+Sources are read with `ops.logdir.SegmentReader`; records go out with the standard Produce API, one
+connection per partition leader, through an idempotent producer (InitProducerId, sequence numbers) when
+the destination offers one. Two paths share one pipeline:
+
+- raw mode re-sends a whole magic v2 batch as it is, compression included; only its producer fields
+  (and the transactional bit) change, so its CRC is computed again but nothing is decompressed;
+- record mode decodes records, filters them, maps them to partitions and builds new v2 batches.
+
+`Mode.AUTO` takes the raw path for every batch it can (no record-level filter, `same` or `round-robin`
+mapping, a batch a producer could have sent) and record mode for the rest (legacy magic v0/v1, compacted
+batches with offset gaps, LogAppendTime batches, batches cut by an offset bound).
+
+Resuming is deterministic: batches are a pure function of the sources and the options, generated in one
+order (source partitions in turn, records in offset order). The checkpoint keeps, per destination
+partition, how many of its batches were acknowledged and the offset after them; a resumed replay
+regenerates the batches, skips the acknowledged ones, and counts the records the destination holds
+beyond the checkpoint (its log end offset) as batches that landed before the interruption, so nothing is
+sent twice provided nothing else writes to those partitions in between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import functools
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import orjson
+from kio.schema.errors import ErrorCode
+
+from formats.compression import Codec
+from formats.errors import FormatError
+from formats.records import (
+    DELETE_HORIZON_BIT,
+    TIMESTAMP_TYPE_BIT,
+    Batch,
+    ControlType,
+    RecordBatch,
+    RecordSpec,
+    build_batch,
+    control_type,
+    rewrite_producer_state,
+)
+from formats.segment import LOG_SUFFIX, StopReason, base_offset_of, parse_partition_dir
+from kcli.broker.apis import build
+from kcli.client import ClientError, KafkaClient
+from kcli.cluster import Cluster
+from kcli.errors import KcliError
+from ops.logdir import SegmentReader
+
+PRODUCE = 0
+INIT_PRODUCER_ID = 22
+PRODUCE_VERSION_MAX = 12  # v13 names topics by id only; v12 is served by every Kafka since 3.7
+LATEST = -1
+MAX_IN_FLIGHT = 5
+"""Batches in flight per partition: an idempotent producer may not have more (the broker remembers the
+last five batches of each producer for de-duplication)."""
+DEFAULT_BATCH_BYTES = 512 * 1024
+"""Record mode closes a batch at this many record bytes: under the default max.message.bytes (1 MiB)
+even uncompressed."""
+MAX_BYTES_IN_FLIGHT = 64 << 20
+RETRIES = 10
+RETRY_BACKOFF_S = 0.1
+CHECKPOINT_INTERVAL_S = 0.5
+CHECKPOINT_VERSION = 1
+TRANSACTION_TIMEOUT = datetime.timedelta(minutes=1)
+
+
+class ReplayError(KcliError):
+    """A replay that cannot start or go on: bad source, bad options, or a destination that refuses."""
+
+
+class Mapping(StrEnum):
+    """Where a record goes: the same partition number, the Java client's key hash, or evenly."""
+
+    SAME = "same"
+    KEY = "key"
+    ROUND_ROBIN = "round-robin"
+
+
+class Mode(StrEnum):
+    AUTO = "auto"
+    RAW = "raw"
+    RECORD = "record"
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    source: Path
+    topic: str
+    bootstrap_servers: str
+    source_topic: str | None = None
+    partitions: tuple[int, ...] = ()
+    """Source partitions to replay; empty means all."""
+    from_offset: int | None = None
+    """First source offset replayed (inclusive)."""
+    to_offset: int | None = None
+    """Source offset to stop before (exclusive, like a log end offset)."""
+    from_time: int | None = None
+    """Records with a timestamp (ms) at or after this; inclusive."""
+    to_time: int | None = None
+    """Records with a timestamp (ms) before this; exclusive."""
+    key_regex: str | None = None
+    """Records whose key contains a match (re.search on the key bytes); null keys never match."""
+    committed_only: bool = False
+    mapping: Mapping = Mapping.SAME
+    mode: Mode = Mode.AUTO
+    compression: Codec | None = None
+    """Codec of rebuilt batches; None keeps the codec of the source batch (raw batches always keep theirs)."""
+    idempotence: bool | None = None
+    """None: idempotent when the destination supports it, with a warning when it does not."""
+    rate: float | None = None
+    """Upper bound in bytes per second of record batches sent."""
+    dry_run: bool = False
+    checkpoint: Path | None = None
+    offset_map: Path | None = None
+    skip_corrupt: bool = False
+    batch_bytes: int = DEFAULT_BATCH_BYTES
+    acks: int = -1
+    max_in_flight: int = MAX_IN_FLIGHT
+    request_timeout: float = 30.0
+
+    @property
+    def record_filters(self) -> bool:
+        """Filters that look at each record, so a batch cannot be sent as it is."""
+        return self.key_regex is not None or self.from_time is not None or self.to_time is not None
+
+
+@dataclass
+class ReplayStats:
+    """What a replay did; records and bytes count what the destination acknowledged."""
+
+    records: int = 0
+    bytes: int = 0
+    batches: int = 0
+    raw_batches: int = 0
+    rebuilt_batches: int = 0
+    filtered_records: int = 0
+    control_batches: int = 0
+    aborted_records: int = 0
+    corrupt_batches: int = 0
+    corrupt_bytes: int = 0
+    resumed_records: int = 0
+    """Records skipped because an earlier run had them acknowledged (checkpoint or destination log end)."""
+    source_bytes: int = 0
+    idempotent: bool = False
+    producer_id: int = -1
+    elapsed: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {_camel(k): v for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class SourcePartition:
+    """One source partition: its segment files in offset order."""
+
+    topic: str
+    partition: int
+    segments: tuple[Path, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def size(self) -> int:
+        return sum(_file_size(s) for s in self.segments)
+
+
+@dataclass(frozen=True)
+class PlannedBatch:
+    """One batch as it is (or, with --dry-run, would be) sent."""
+
+    source: str
+    first_offset: int
+    last_offset: int
+    partition: int
+    records: int
+    bytes: int
+    raw: bool
+    codec: Codec
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "batch",
+            "source": self.source,
+            "firstOffset": self.first_offset,
+            "lastOffset": self.last_offset,
+            "partition": self.partition,
+            "records": self.records,
+            "bytes": self.bytes,
+            "mode": "raw" if self.raw else "record",
+            "codec": self.codec.label,
+        }
+
+    def __str__(self) -> str:
+        mode = "raw   " if self.raw else "record"
+        return (
+            f"{mode} {self.source} offsets {self.first_offset}..{self.last_offset} -> partition "
+            f"{self.partition}: {self.records} records, {self.bytes} bytes, {self.codec.label}"
+        )
+
+
+Progress = Callable[[int, int, int], None]
+"""(source bytes read, source bytes in total, records acknowledged)."""
+
+
+def replay(
+    options: ReplayOptions,
+    *,
+    warn: Callable[[str], object] = lambda line: print(line, file=sys.stderr),
+    on_progress: Progress | None = None,
+    on_planned: Callable[[PlannedBatch], object] | None = None,
+) -> ReplayStats:
+    """Run a replay to its end; raises ReplayError (or ClientError) with one sentence when it cannot."""
+    return asyncio.run(_Replay(options, warn, on_progress, on_planned).run())
+
+
+def find_sources(
+    path: Path, source_topic: str | None = None, partitions: tuple[int, ...] = ()
+) -> list[SourcePartition]:
+    """The source partitions under a segment file, partition dir, log dir or archive of log dirs.
+
+    A log dir or archive holding several topics needs `source_topic`; internal topics (`__...`) are
+    never picked without it. When an archive holds the same partition more than once (replicas), the
+    copy reaching the highest offset is used.
+    """
+    if not path.exists():
+        raise ReplayError(f"{path}: no such file or directory.")
+    if path.is_file():
+        found = [_lone_segment(path, source_topic)]
+    elif _segment_names(path) and parse_partition_dir(path.resolve().name):
+        found = [_partition_dir(path)]
+    else:
+        found = _partition_dirs_under(path)
+        if not found:
+            raise ReplayError(f"{path} holds no segment files, partition dirs or log dirs.")
+        topics = sorted({s.topic for s in found})
+        if source_topic is None:
+            candidates = [t for t in topics if not t.startswith("__")]
+            if len(candidates) != 1:
+                listed = ", ".join(candidates or topics)
+                raise ReplayError(f"{path} holds topics {listed}: pick one with --source-topic.")
+            source_topic = candidates[0]
+        if source_topic not in topics:
+            raise ReplayError(
+                f"{path} holds no partition of topic {source_topic!r} (it has {', '.join(topics)})."
+            )
+        found = [s for s in found if s.topic == source_topic]
+    if partitions:
+        missing = sorted(set(partitions) - {s.partition for s in found})
+        if missing:
+            raise ReplayError(
+                f"{path} holds no partition {', '.join(map(str, missing))} of the source topic."
+            )
+        found = [s for s in found if s.partition in partitions]
+    return sorted(found, key=lambda s: (s.topic, s.partition))
+
+
+def java_murmur2(data: bytes) -> int:
+    """Kafka's Utils.murmur2: the 32-bit MurmurHash2 with Kafka's seed, as a signed Java int."""
+    length = len(data)
+    m = 0x5BD1E995
+    h = (0x9747B28C ^ length) & 0xFFFFFFFF
+    whole = length - length % 4
+    for i in range(0, whole, 4):
+        k = int.from_bytes(data[i : i + 4], "little")
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> 24
+        k = (k * m) & 0xFFFFFFFF
+        h = ((h * m) & 0xFFFFFFFF) ^ k
+    rest = length % 4
+    if rest == 3:
+        h ^= data[whole + 2] << 16
+    if rest >= 2:
+        h ^= data[whole + 1] << 8
+    if rest >= 1:
+        h ^= data[whole]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for_key(key: bytes, num_partitions: int) -> int:
+    """The Java producer's partition for a keyed record: toPositive(murmur2(key)) % partitions."""
+    return (java_murmur2(key) & 0x7FFFFFFF) % num_partitions
+
+
+def raw_obstacle(batch: Batch) -> str | None:
+    """Why a source batch cannot be re-sent as it is, or None when it can."""
+    if not isinstance(batch, RecordBatch):
+        return f"a magic v{batch.magic} message"
+    if batch.records_count != batch.last_offset_delta + 1:
+        return "a compacted batch (its records do not fill its offset range)"
+    if batch.attributes & DELETE_HORIZON_BIT:
+        return "a batch marked by the log cleaner"
+    if batch.attributes & TIMESTAMP_TYPE_BIT:
+        return "a LogAppendTime batch"
+    return None
+
+
+# --- the replay ----------------------------------------------------------------------------------------
+
+
+class _OutBatch:
+    """One batch for the destination: raw bytes of a source batch, or records to build."""
+
+    __slots__ = (
+        "partition",
+        "index",
+        "source_index",
+        "source",
+        "raw",
+        "specs",
+        "codec",
+        "count",
+        "size",
+        "runs",
+        "payload",
+        "attempts",
+    )
+
+    def __init__(self, partition: int, source_index: int, source: str) -> None:
+        self.partition = partition
+        self.index = -1  # this batch's number among its partition's batches, in generation order
+        self.source_index = source_index
+        self.source = source
+        self.raw: bytes | None = None
+        self.specs: list[RecordSpec] = []
+        self.codec = Codec.NONE
+        self.count = 0
+        self.size = 0
+        self.runs: list[list[int]] = []  # [source offset, index in batch, count] of consecutive offsets
+        self.payload: bytes | bytearray = b""
+        self.attempts = 0
+
+    def add_run(self, offset: int) -> None:
+        if self.runs and self.runs[-1][0] + self.runs[-1][2] == offset:
+            self.runs[-1][2] += 1
+        else:
+            self.runs.append([offset, self.count, 1])
+
+    def encode(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+        if self.raw is not None:
+            self.payload = rewrite_producer_state(
+                self.raw, producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence
+            )
+        else:
+            self.payload = build_batch(
+                self.specs,
+                codec=self.codec,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                base_sequence=base_sequence,
+            )
+        self.specs = []
+
+    def planned(self) -> PlannedBatch:
+        first = self.runs[0][0]
+        last = self.runs[-1][0] + self.runs[-1][2] - 1
+        size = len(self.raw) if self.raw is not None else len(self.payload) or self.size
+        return PlannedBatch(
+            self.source, first, last, self.partition, self.count, size, self.raw is not None, self.codec
+        )
+
+
+class _SourceDone:
+    __slots__ = ("source_index",)
+
+    def __init__(self, source_index: int) -> None:
+        self.source_index = source_index
+
+
+class _Replay:
+    def __init__(
+        self,
+        options: ReplayOptions,
+        warn: Callable[[str], object],
+        on_progress: Progress | None,
+        on_planned: Callable[[PlannedBatch], object] | None,
+    ) -> None:
+        self.options = options
+        self.warn = warn
+        self.on_progress = on_progress
+        self.on_planned = on_planned
+        self.stats = ReplayStats()
+        self.key_pattern = re.compile(options.key_regex.encode()) if options.key_regex is not None else None
+        self.sources: list[SourcePartition] = []
+        self.num_partitions = 0
+        self.total_bytes = 0
+        self.read_before = 0  # source bytes in segments finished
+        # bookkeeping of what is acknowledged, in generation order per destination partition
+        self.generated: list[int] = []  # batches generated so far, per destination partition
+        self.acked: list[int] = []  # acknowledged prefix, per destination partition
+        self.next_offset: list[int] = []  # destination offset after the acknowledged prefix
+        self.landed: list[int] = []  # records found past the checkpoint, not yet matched to batches
+        self.done_ahead: list[dict[int, tuple[_OutBatch, int]]] = []
+        self.source_outstanding: list[int] = []
+        self.source_generated: list[bool] = []
+        self.source_batches: list[dict[int, int]] = []
+        self.source_acked_records: list[int] = []
+        self.completed = 0  # sources [0, completed) have every batch acknowledged
+        self.completed_batches: dict[int, int] = {}
+        self.map_file: BinaryIO | None = None
+        self.map_path: Path | None = None
+        self.last_checkpoint = 0.0
+        self.sender: _Sender | None = None
+
+    async def run(self) -> ReplayStats:
+        opts = self.options
+        started = time.monotonic()
+        self.sources = find_sources(opts.source, opts.source_topic, opts.partitions)
+        self.total_bytes = sum(s.size for s in self.sources)
+        self._check_options()
+        cluster = await Cluster.connect(
+            opts.bootstrap_servers, client_id="kcli-replay", request_timeout=opts.request_timeout
+        )
+        try:
+            metadata = await cluster.metadata([opts.topic])
+            partitions = metadata.partitions(opts.topic)
+            if opts.topic in metadata.errors or not partitions:
+                raise ReplayError(
+                    f"topic {opts.topic!r} does not exist on {opts.bootstrap_servers}: create it first "
+                    f"(the source has {len(self.sources)} partition(s))."
+                )
+            self.num_partitions = len(partitions)
+            if opts.mapping is Mapping.SAME:
+                beyond = [s.name for s in self.sources if s.partition >= self.num_partitions]
+                if beyond:
+                    raise ReplayError(
+                        f"topic {opts.topic!r} has {self.num_partitions} partition(s), too few for source "
+                        f"partition {beyond[0]} with --partitioner same."
+                    )
+            self._reset_bookkeeping()
+            if opts.dry_run:
+                await self._generate_all()
+            else:
+                await self._replay(cluster, metadata)
+        finally:
+            await cluster.close()
+        self.stats.elapsed = time.monotonic() - started
+        return self.stats
+
+    def _check_options(self) -> None:
+        opts = self.options
+        if opts.mode is Mode.RAW and opts.record_filters:
+            raise ReplayError(
+                "--mode raw sends whole batches: it cannot apply --key-regex, --from-time or --to-time."
+            )
+        if opts.mode is Mode.RAW and opts.mapping is Mapping.KEY:
+            raise ReplayError("--mode raw sends whole batches: it cannot spread records by key.")
+        if opts.mode is Mode.RAW and opts.compression is not None:
+            raise ReplayError("--mode raw keeps each batch's compression: --compression needs record mode.")
+        if opts.offset_map is not None and opts.offset_map.suffix == ".parquet":
+            try:
+                import pyarrow  # noqa: F401
+            except ImportError:
+                raise ReplayError(
+                    "a Parquet offset map needs pyarrow, which is not installed: give a .jsonl path."
+                ) from None
+        if opts.batch_bytes < 1:
+            raise ReplayError("--batch-bytes must be at least 1.")
+
+    def _reset_bookkeeping(self) -> None:
+        n, s = self.num_partitions, len(self.sources)
+        self.generated = [0] * n
+        self.acked = [0] * n
+        self.next_offset = [0] * n
+        self.landed = [0] * n
+        self.done_ahead = [{} for _ in range(n)]
+        self.source_outstanding = [0] * s
+        self.source_generated = [False] * s
+        self.source_batches = [{} for _ in range(s)]
+        self.source_acked_records = [0] * s
+
+    async def _replay(self, cluster: Cluster, metadata: Any) -> None:
+        opts = self.options
+        from ops.groups import list_offsets
+
+        checkpoint = _read_checkpoint(opts.checkpoint) if opts.checkpoint else None
+        ends = await list_offsets(cluster, [(opts.topic, p) for p in range(self.num_partitions)], LATEST)
+        missing = [p for p in range(self.num_partitions) if (opts.topic, p) not in ends]
+        if missing:
+            raise ReplayError(
+                f"cannot read the log end offset of {opts.topic}-{missing[0]} on the destination."
+            )
+        if checkpoint is not None:
+            self._resume_from(checkpoint, [ends[(opts.topic, p)] for p in range(self.num_partitions)])
+        else:
+            self.next_offset = [ends[(opts.topic, p)] for p in range(self.num_partitions)]
+        self._open_offset_map(checkpoint)
+        self.sender = _Sender(cluster, metadata, opts, self._acked, self.warn)
+        try:
+            await self.sender.start()
+            self.stats.idempotent = self.sender.idempotent
+            self.stats.producer_id = self.sender.producer_id
+            self._write_checkpoint(force=True)
+            await self._generate_all()
+            await self.sender.drain()
+            if self.map_file is not None:
+                self.map_file.flush()
+        finally:
+            await self.sender.close()
+            if opts.checkpoint is not None:
+                self._write_checkpoint(force=True)
+            if self.map_file is not None:
+                self.map_file.close()
+        self._finish_offset_map()
+
+    # --- generation --------------------------------------------------------------------------------------
+
+    async def _generate_all(self) -> None:
+        for item in self._batches():
+            if isinstance(item, _SourceDone):
+                self.source_generated[item.source_index] = True
+                self._advance_completed()
+                continue
+            item.index = self.generated[item.partition]
+            self.generated[item.partition] += 1
+            batches = self.source_batches[item.source_index]
+            batches[item.partition] = batches.get(item.partition, 0) + 1
+            if self.options.dry_run:
+                self._plan(item)
+            elif item.index < self.acked[item.partition]:
+                self.stats.resumed_records += item.count
+            elif self.landed[item.partition]:
+                self._landed(item)
+            else:
+                self.source_outstanding[item.source_index] += 1
+                assert self.sender is not None
+                await self.sender.submit(item)
+        if not self.options.dry_run:
+            self._advance_completed()
+
+    def _plan(self, out: _OutBatch) -> None:
+        if out.raw is None:
+            out.payload = build_batch(out.specs, codec=out.codec)
+        planned = out.planned()
+        self.stats.batches += 1
+        self.stats.records += out.count
+        self.stats.bytes += planned.bytes
+        if out.raw is not None:
+            self.stats.raw_batches += 1
+        else:
+            self.stats.rebuilt_batches += 1
+        if self.on_planned:
+            self.on_planned(planned)
+        self._report_progress()
+
+    def _batches(self) -> Iterator[_OutBatch | _SourceDone]:
+        for index, source in enumerate(self.sources):
+            if index < self.completed:
+                self.read_before += source.size
+                continue
+            yield from _SourceWalk(self, index, source).batches()
+            yield _SourceDone(index)
+
+    # --- acknowledgements --------------------------------------------------------------------------------
+
+    def _acked(self, out: _OutBatch, base_offset: int) -> None:
+        """The destination acknowledged `out` at `base_offset`: account for it in partition order."""
+        p = out.partition
+        self.done_ahead[p][out.index] = (out, base_offset)
+        while self.acked[p] in self.done_ahead[p]:
+            batch, base = self.done_ahead[p].pop(self.acked[p])
+            self._account(batch, base)
+        self._advance_completed()
+        self._report_progress()
+        self._write_checkpoint()
+
+    def _landed(self, out: _OutBatch) -> None:
+        """A batch the interrupted run sent and the destination holds: count it, send nothing."""
+        p = out.partition
+        if self.landed[p] < out.count:
+            raise ReplayError(
+                f"{self.options.topic}-{p} holds {self.landed[p]} record(s) past the checkpoint that do not "
+                "make whole batches of this replay: something else wrote to it since the interruption."
+            )
+        self.landed[p] -= out.count
+        self.stats.resumed_records += out.count
+        self.source_outstanding[out.source_index] += 1
+        self._acked(out, self.next_offset[p])
+        self.stats.records -= out.count
+        self.stats.bytes -= out.size
+        self.stats.batches -= 1
+
+    def _account(self, out: _OutBatch, base_offset: int) -> None:
+        p = out.partition
+        self.acked[p] += 1
+        self.next_offset[p] = base_offset + out.count
+        self.source_outstanding[out.source_index] -= 1
+        self.source_acked_records[out.source_index] += out.count
+        self.stats.records += out.count
+        self.stats.bytes += out.size
+        self.stats.batches += 1
+        if out.raw is not None:
+            self.stats.raw_batches += 1
+        else:
+            self.stats.rebuilt_batches += 1
+        if self.map_file is not None:
+            topic, source_topic, source_partition = self.options.topic, *out.source.rsplit("-", 1)
+            lines = b"".join(
+                orjson.dumps(
+                    {
+                        "sourceTopic": source_topic,
+                        "sourcePartition": int(source_partition),
+                        "sourceOffset": offset,
+                        "topic": topic,
+                        "partition": p,
+                        "offset": base_offset + index,
+                        "count": count,
+                    }
+                )
+                + b"\n"
+                for offset, index, count in out.runs
+            )
+            self.map_file.write(lines)
+
+    def _advance_completed(self) -> None:
+        while (
+            self.completed < len(self.sources)
+            and self.source_generated[self.completed]
+            and self.source_outstanding[self.completed] == 0
+        ):
+            for p, n in self.source_batches[self.completed].items():
+                self.completed_batches[p] = self.completed_batches.get(p, 0) + n
+            self.completed += 1
+
+    def _report_progress(self) -> None:
+        if self.on_progress:
+            self.on_progress(
+                min(self.stats.source_bytes, self.total_bytes), self.total_bytes, self.stats.records
+            )
+
+    # --- checkpoint and offset map -------------------------------------------------------------------
+
+    def _fingerprint(self) -> dict[str, Any]:
+        opts = self.options
+        return {
+            "source": str(opts.source.resolve()),
+            "sources": [s.name for s in self.sources],
+            "topic": opts.topic,
+            "partitions": self.num_partitions,
+            "mapping": opts.mapping.value,
+            "mode": opts.mode.value,
+            "filters": [
+                opts.from_offset,
+                opts.to_offset,
+                opts.from_time,
+                opts.to_time,
+                opts.key_regex,
+                opts.committed_only,
+            ],
+            "compression": None if opts.compression is None else opts.compression.label,
+            "batchBytes": opts.batch_bytes,
+        }
+
+    def _resume_from(self, checkpoint: dict[str, Any], ends: list[int]) -> None:
+        ours = self._fingerprint()
+        theirs = checkpoint.get("replay", {})
+        for key, value in ours.items():
+            if theirs.get(key) != value:
+                raise ReplayError(
+                    f"{self.options.checkpoint} was written by a different replay ({key} differs): "
+                    "run with the same source and options, or remove it."
+                )
+        dest = checkpoint["destination"]
+        for p in range(self.num_partitions):
+            entry = dest[str(p)]
+            self.acked[p] = entry["ackedBatches"]
+            self.next_offset[p] = entry["nextOffset"]
+            if ends[p] < self.next_offset[p]:
+                raise ReplayError(
+                    f"{self.options.topic}-{p} ends at offset {ends[p]}, before the {self.next_offset[p]} "
+                    "the checkpoint recorded: its records were deleted since."
+                )
+            self.landed[p] = ends[p] - self.next_offset[p]
+        completed = checkpoint["completedSources"]
+        if completed != [s.name for s in self.sources[: len(completed)]]:
+            raise ReplayError(f"{self.options.checkpoint} does not match the source partitions found.")
+        self.completed = len(completed)
+        self.completed_batches = {int(p): n for p, n in checkpoint["completedBatches"].items()}
+        for p, n in self.completed_batches.items():
+            self.generated[p] = n
+        for index in range(self.completed):
+            self.source_generated[index] = True
+        acked_records = checkpoint["sourcePartitions"]
+        for index, source in enumerate(self.sources):
+            self.source_acked_records[index] = acked_records.get(source.name, {}).get("ackedRecords", 0)
+        self.stats.resumed_records = sum(self.source_acked_records[: self.completed])
+        landed = sum(self.landed)
+        if landed:
+            self.warn(
+                f"kcli replay: the destination holds {landed} record(s) sent after the last checkpoint; "
+                "they are counted as replayed, not sent again."
+            )
+
+    def _write_checkpoint(self, *, force: bool = False) -> None:
+        path = self.options.checkpoint
+        if path is None or self.options.dry_run:
+            return
+        now = time.monotonic()
+        if not force and now - self.last_checkpoint < CHECKPOINT_INTERVAL_S:
+            return
+        self.last_checkpoint = now
+        map_bytes = 0
+        if self.map_file is not None:
+            self.map_file.flush()
+            map_bytes = self.map_file.tell()
+        state = {
+            "version": CHECKPOINT_VERSION,
+            "replay": self._fingerprint(),
+            "complete": self.completed == len(self.sources),
+            "producerId": self.stats.producer_id,
+            "destination": {
+                str(p): {"ackedBatches": self.acked[p], "nextOffset": self.next_offset[p]}
+                for p in range(self.num_partitions)
+            },
+            "sourcePartitions": {
+                s.name: {"ackedRecords": self.source_acked_records[i], "complete": i < self.completed}
+                for i, s in enumerate(self.sources)
+            },
+            "completedSources": [s.name for s in self.sources[: self.completed]],
+            "completedBatches": {str(p): n for p, n in sorted(self.completed_batches.items())},
+            "offsetMapBytes": map_bytes,
+        }
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(orjson.dumps(state, option=orjson.OPT_INDENT_2) + b"\n")
+        os.replace(tmp, path)
+
+    def _open_offset_map(self, checkpoint: dict[str, Any] | None) -> None:
+        path = self.options.offset_map
+        if path is None:
+            return
+        self.map_path = path.with_name(path.name + ".jsonl") if path.suffix == ".parquet" else path
+        if checkpoint is not None and self.map_path.exists():
+            self.map_file = open(self.map_path, "r+b")  # noqa: SIM115 (closed at the end of the run)
+            self.map_file.truncate(checkpoint.get("offsetMapBytes", 0))
+            self.map_file.seek(0, os.SEEK_END)
+        else:
+            self.map_file = open(self.map_path, "wb")  # noqa: SIM115
+
+    def _finish_offset_map(self) -> None:
+        path = self.options.offset_map
+        if path is None or self.map_path is None or path == self.map_path:
+            return
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        rows = [orjson.loads(line) for line in self.map_path.read_bytes().splitlines() if line]
+        columns = ("sourceTopic", "sourcePartition", "sourceOffset", "topic", "partition", "offset", "count")
+        table = pa.table({name: [row[name] for row in rows] for name in columns})
+        pq.write_table(table, path)
+        self.map_path.unlink()
+
+
+class _SourceWalk:
+    """The batches of one source partition, in order: raw batches and rebuilt ones per destination."""
+
+    def __init__(self, replay: _Replay, index: int, source: SourcePartition) -> None:
+        self.replay = replay
+        self.options = replay.options
+        self.index = index
+        self.source = source
+        self.open: dict[int, _OutBatch] = {}  # record-mode batches being filled, per destination partition
+        self.round_robin = source.partition
+        self.aborted: dict[int, list[tuple[int, int]]] = {}
+
+    def batches(self) -> Iterator[_OutBatch]:
+        opts = self.options
+        if opts.committed_only:
+            self.aborted = self._aborted_transactions()
+        segments = self._segments()
+        replay = self.replay
+        for path in self.source.segments:
+            size = _file_size(path)
+            if path not in segments:
+                replay.read_before += size
+                replay.stats.source_bytes = replay.read_before
+                continue
+            yield from self._segment(path)
+            replay.read_before += size
+            replay.stats.source_bytes = replay.read_before
+        for partition in sorted(self.open):
+            yield self.open.pop(partition)
+
+    def _segments(self) -> set[Path]:
+        """Segments that may hold offsets in [from_offset, to_offset)."""
+        segments = self.source.segments
+        bases = [base_offset_of(s.name) for s in segments]
+        keep = set()
+        for i, path in enumerate(segments):
+            next_base = bases[i + 1] if i + 1 < len(bases) else None
+            if (
+                self.options.from_offset is not None
+                and next_base is not None
+                and next_base <= self.options.from_offset
+            ):
+                continue
+            if (
+                self.options.to_offset is not None
+                and bases[i] is not None
+                and bases[i] >= self.options.to_offset
+            ):
+                continue
+            keep.add(path)
+        return keep
+
+    def _segment(self, path: Path) -> Iterator[_OutBatch]:
+        replay = self.replay
+        before = replay.read_before
+
+        def progress(position: int) -> None:
+            replay.stats.source_bytes = before + position
+
+        reader = SegmentReader(path, on_progress=progress)
+        try:
+            for chunk in reader.chunks():
+                for batch in chunk.batches:
+                    yield from self._batch(path, chunk.base + batch.position, chunk.view, batch)
+        except OSError as e:
+            raise ReplayError(f"cannot read {path}: {(e.strerror or str(e)).lower()}.") from None
+        finally:
+            reader.close()
+        end = reader.end
+        if end is None:
+            return
+        if end.reason is not StopReason.END:
+            self._corrupt(
+                path, end.position, end.problem or "corrupt data", end.file_size - end.position, rest=True
+            )
+        elif end.trailing_bytes:
+            replay.warn(
+                f"kcli replay: {path}: {end.trailing_bytes} byte(s) after position {end.position} hold no "
+                "whole batch (a torn tail); ignored."
+            )
+
+    def _batch(self, path: Path, position: int, view: memoryview, batch: Batch) -> Iterator[_OutBatch]:
+        opts = self.options
+        stats = self.replay.stats
+        if batch.crc_valid is False:
+            self._corrupt(path, position, f"Record is corrupt (stored crc = {batch.crc})", batch.size)
+            return
+        if batch.is_control:
+            stats.control_batches += 1
+            return
+        if self.aborted and batch.is_transactional and self._is_aborted(batch.producer_id, batch.base_offset):
+            stats.aborted_records += batch.records_count
+            return
+        if (
+            opts.to_offset is not None
+            and batch.base_offset >= opts.to_offset
+            and isinstance(batch, RecordBatch)
+        ):
+            stats.filtered_records += batch.records_count
+            return
+        if opts.from_offset is not None and batch.last_offset < opts.from_offset:
+            stats.filtered_records += getattr(batch, "records_count", 1)
+            return
+        if isinstance(batch, RecordBatch) and batch.records_count == 0:
+            return
+        whole = (opts.from_offset is None or batch.base_offset >= opts.from_offset) and (
+            opts.to_offset is None or batch.last_offset < opts.to_offset
+        )
+        obstacle = raw_obstacle(batch)
+        raw = (
+            opts.mode is not Mode.RECORD
+            and obstacle is None
+            and whole
+            and not opts.record_filters
+            and opts.mapping is not Mapping.KEY
+        )
+        if opts.mode is Mode.RAW and not raw:
+            reason = obstacle or "a batch cut by --from-offset/--to-offset"
+            raise ReplayError(
+                f"{path}: the batch at position {position} is {reason}, which --mode raw cannot send as it "
+                "is: use --mode auto."
+            )
+        if raw:
+            assert isinstance(batch, RecordBatch)
+            yield from self._raw(batch, view)
+            return
+        try:
+            records = batch.records(view)
+        except FormatError as e:
+            self._corrupt(path, position, str(e).rstrip("."), batch.size)
+            return
+        yield from self._records(batch, records)
+
+    def _raw(self, batch: RecordBatch, view: memoryview) -> Iterator[_OutBatch]:
+        if self.options.mapping is Mapping.SAME:
+            partition = self.source.partition
+        else:
+            partition = self.round_robin % self.replay.num_partitions
+            self.round_robin += 1
+        pending = self.open.pop(partition, None)
+        if pending is not None:
+            yield pending
+        out = _OutBatch(partition, self.index, self.source.name)
+        out.raw = bytes(view[batch.position : batch.position + batch.size])
+        out.codec = batch.compression
+        out.count = batch.records_count
+        out.size = batch.size
+        out.runs = [[batch.base_offset, 0, batch.records_count]]
+        yield out
+
+    def _records(self, batch: Batch, records: list) -> Iterator[_OutBatch]:
+        opts = self.options
+        stats = self.replay.stats
+        num_partitions = self.replay.num_partitions
+        codec = batch.compression if opts.compression is None else opts.compression
+        low, high = opts.from_offset, opts.to_offset
+        t_low, t_high = opts.from_time, opts.to_time
+        pattern = self.replay.key_pattern
+        mapping = opts.mapping
+        limit = opts.batch_bytes
+        for record in records:
+            offset, timestamp, key = record.offset, record.timestamp, record.key
+            if (
+                (low is not None and offset < low)
+                or (high is not None and offset >= high)
+                or (t_low is not None and timestamp < t_low)
+                or (t_high is not None and timestamp >= t_high)
+                or (pattern is not None and (key is None or pattern.search(key) is None))
+            ):
+                stats.filtered_records += 1
+                continue
+            if mapping is Mapping.SAME:
+                partition = self.source.partition
+            elif mapping is Mapping.KEY and key is not None:
+                partition = partition_for_key(key, num_partitions)
+            else:
+                partition = self.round_robin % num_partitions
+                self.round_robin += 1
+            out = self.open.get(partition)
+            if out is None:
+                out = self.open[partition] = _OutBatch(partition, self.index, self.source.name)
+                out.codec = codec
+            value = record.value
+            headers = record.headers
+            out.specs.append(RecordSpec(timestamp, key, value, headers))
+            out.add_run(offset)
+            out.count += 1
+            out.size += (
+                20
+                + (len(key) if key is not None else 0)
+                + (len(value) if value is not None else 0)
+                + sum(len(h) + len(v or b"") + 2 for h, v in headers)
+            )
+            if out.size >= limit:
+                yield self.open.pop(partition)
+
+    def _corrupt(self, path: Path, position: int, problem: str, size: int, *, rest: bool = False) -> None:
+        what = "the rest of the segment" if rest else "the batch"
+        if not self.options.skip_corrupt:
+            raise ReplayError(
+                f"{path}: corrupt data at position {position}: {problem}; --skip-corrupt skips {what}."
+            )
+        stats = self.replay.stats
+        stats.corrupt_batches += 1
+        stats.corrupt_bytes += size
+        self.replay.warn(
+            f"kcli replay: {path}: skipped {size} corrupt byte(s) at position {position}: {problem}."
+        )
+
+    # --- transactions ------------------------------------------------------------------------------------
+
+    def _aborted_transactions(self) -> dict[int, list[tuple[int, int]]]:
+        """(first offset, marker offset) of every aborted transaction, per producer id; transactions still
+        open at the end of the source are treated as aborted (they never committed)."""
+        open_txns: dict[int, int] = {}
+        aborted: dict[int, list[tuple[int, int]]] = {}
+        for path in self.source.segments:
+            reader = SegmentReader(path)
+            try:
+                for chunk in reader.chunks():
+                    for batch in chunk.batches:
+                        if not batch.is_transactional or batch.crc_valid is False:
+                            continue
+                        pid = batch.producer_id
+                        if not batch.is_control:
+                            open_txns.setdefault(pid, batch.base_offset)
+                            continue
+                        try:
+                            kind = control_type(batch.records(chunk.view)[0].key)
+                        except (FormatError, IndexError):
+                            continue
+                        first = open_txns.pop(pid, None)
+                        if kind is ControlType.ABORT and first is not None:
+                            aborted.setdefault(pid, []).append((first, batch.base_offset))
+            except OSError as e:
+                raise ReplayError(f"cannot read {path}: {(e.strerror or str(e)).lower()}.") from None
+            finally:
+                reader.close()
+        for pid, first in open_txns.items():
+            aborted.setdefault(pid, []).append((first, 1 << 62))
+        return aborted
+
+    def _is_aborted(self, producer_id: int, offset: int) -> bool:
+        return any(first <= offset <= last for first, last in self.aborted.get(producer_id, ()))
+
+
+# --- sending -------------------------------------------------------------------------------------------
+
+
+class _PartitionState:
+    __slots__ = ("in_flight", "next_sequence", "retry", "retrying", "resending")
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.next_sequence = 0
+        self.retry: list[_OutBatch] = []
+        self.retrying = False  # new batches wait until the failed ones are through
+        self.resending = False
+
+
+class _Sender:
+    """Produce requests to partition leaders, in order per partition, with idempotence when offered."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        metadata: Any,
+        options: ReplayOptions,
+        on_ack: Callable[[_OutBatch, int], None],
+        warn: Callable[[str], object],
+    ) -> None:
+        self.cluster = cluster
+        self.options = options
+        self.topic = options.topic
+        self.on_ack = on_ack
+        self.warn = warn
+        self.leaders = {p: metadata.leaders[(self.topic, p)] for p in metadata.partitions(self.topic)}
+        self.brokers: dict[int, str] = dict(metadata.brokers)
+        self.clients: dict[int, KafkaClient] = {}
+        self.parts = {p: _PartitionState() for p in self.leaders}
+        self.idempotent = False
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.failure: BaseException | None = None
+        self.changed = asyncio.Event()
+        self.bytes_in_flight = 0
+        self.sent_bytes = 0
+        self.started = time.monotonic()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.max_in_flight = options.max_in_flight
+
+    async def start(self) -> None:
+        wanted = self.options.idempotence
+        if wanted is False:
+            return
+        bootstrap = self.cluster.bootstrap
+        if INIT_PRODUCER_ID not in bootstrap.broker_versions:
+            if wanted:
+                raise ReplayError(
+                    f"{self.options.bootstrap_servers} does not support idempotence (no InitProducerId): "
+                    "run with --no-idempotence."
+                )
+            self.warn(
+                f"kcli replay: warning: {self.options.bootstrap_servers} does not support idempotence "
+                "(no InitProducerId): going on without it, so a retried batch may be written twice."
+            )
+            return
+        cls = bootstrap.request_type(INIT_PRODUCER_ID)
+        request = build(
+            cls,
+            transactional_id=None,
+            transaction_timeout=TRANSACTION_TIMEOUT,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+        for attempt in range(RETRIES):
+            response = await bootstrap.send(request)
+            if response.error_code == ErrorCode.none:
+                self.idempotent = True
+                self.producer_id = response.producer_id
+                self.producer_epoch = response.producer_epoch
+                self.max_in_flight = min(self.max_in_flight, MAX_IN_FLIGHT)
+                return
+            if not response.error_code.retriable or attempt == RETRIES - 1:
+                raise ReplayError(
+                    f"{self.options.bootstrap_servers} answered InitProducerId with "
+                    f"{response.error_code.name.upper()}."
+                )
+            await asyncio.sleep(RETRY_BACKOFF_S * (attempt + 1))
+
+    async def submit(self, out: _OutBatch) -> None:
+        """Send `out` once its partition has room; raises what stopped the replay."""
+        state = self.parts[out.partition]
+        while True:
+            if self.failure is not None:
+                raise self.failure
+            if (
+                not state.retrying
+                and state.in_flight < self.max_in_flight
+                and self.bytes_in_flight < MAX_BYTES_IN_FLIGHT
+            ):
+                break
+            self.changed.clear()
+            await self.changed.wait()
+        if self.idempotent:
+            out.encode(self.producer_id, self.producer_epoch, state.next_sequence)
+            state.next_sequence = (state.next_sequence + out.count) % (1 << 31)
+        else:
+            out.encode(-1, -1, -1)
+        out.raw = None if out.raw is None else b""  # the payload holds the bytes now
+        await self._pace(len(out.payload))
+        state.in_flight += 1
+        self.bytes_in_flight += len(out.payload)
+        client = await self._leader(out.partition)
+        self._send(client, out)
+
+    async def drain(self) -> None:
+        """Wait until every batch is acknowledged (or raise what failed)."""
+        while True:
+            if self.failure is not None:
+                raise self.failure
+            if all(s.in_flight == 0 and not s.retrying for s in self.parts.values()):
+                return
+            self.changed.clear()
+            await self.changed.wait()
+
+    async def close(self) -> None:
+        for task in list(self.tasks):
+            task.cancel()
+        for client in self.clients.values():
+            if client is not self.cluster.bootstrap:
+                await client.close()
+        self.clients.clear()
+
+    async def _pace(self, size: int) -> None:
+        rate = self.options.rate
+        if not rate:
+            return
+        self.sent_bytes += size
+        ahead = self.sent_bytes / rate - (time.monotonic() - self.started)
+        if ahead > 0:
+            await asyncio.sleep(ahead)
+
+    async def _leader(self, partition: int) -> KafkaClient:
+        node = self.leaders.get(partition, -1)
+        if node < 0:
+            await self._refresh()
+            node = self.leaders.get(partition, -1)
+            if node < 0:
+                raise ClientError(f"{self.topic}-{partition} has no leader.")
+        client = self.clients.get(node)
+        if client is None:
+            address = self.brokers.get(node)
+            if address is None:
+                raise ClientError(f"broker {node} is not in the cluster metadata.")
+            client = await KafkaClient.connect(
+                address, client_id="kcli-replay", request_timeout=self.options.request_timeout
+            )
+            self.clients[node] = client
+        return client
+
+    async def _refresh(self) -> None:
+        metadata = await self.cluster.metadata([self.topic])
+        self.brokers = dict(metadata.brokers)
+        for p in self.parts:
+            self.leaders[p] = metadata.leaders.get((self.topic, p), -1)
+
+    def _request(self, out: _OutBatch, client: KafkaClient) -> Any:
+        cls = client.request_type(PRODUCE, PRODUCE_VERSION_MAX)
+        module = sys.modules[cls.__module__]
+        data = module.PartitionProduceData(index=out.partition, records=out.payload)
+        topic = module.TopicProduceData(name=self.topic, partition_data=(data,))
+        return cls(
+            transactional_id=None,
+            acks=self.options.acks,
+            timeout=datetime.timedelta(seconds=self.options.request_timeout),
+            topic_data=(topic,),
+        )
+
+    def _send(self, client: KafkaClient, out: _OutBatch) -> None:
+        try:
+            future = client.send_nowait(self._request(out, client))
+        except ClientError as e:
+            self._failed(out, client, e)
+            return
+        future.add_done_callback(functools.partial(self._completed, out, client))
+
+    def _completed(self, out: _OutBatch, client: KafkaClient, future: asyncio.Future[Any]) -> None:
+        if future.cancelled():
+            return
+        error = future.exception()
+        if error is not None:
+            self._failed(out, client, error)
+            return
+        answer = future.result().responses[0].partition_responses[0]
+        code = answer.error_code
+        state = self.parts[out.partition]
+        if code in (ErrorCode.none, ErrorCode.duplicate_sequence_number):
+            self._finished(out)
+            try:
+                self.on_ack(out, answer.base_offset)
+            except BaseException as e:  # raised again from submit() or drain()
+                self._fail(e)
+        elif code.retriable or (code == ErrorCode.out_of_order_sequence_number and state.retry):
+            self._failed(out, client, None, code)
+        else:
+            self._fail(self._refusal(out, code, answer))
+
+    def _failed(
+        self, out: _OutBatch, client: KafkaClient, error: BaseException | None, code: ErrorCode | None = None
+    ) -> None:
+        """A batch to send again once its partition's in-flight batches are back."""
+        state = self.parts[out.partition]
+        out.attempts += 1
+        if out.attempts > RETRIES:
+            why = str(error) if error is not None else (code.name.upper() if code is not None else "an error")
+            self._fail(ReplayError(f"gave up on {self.topic}-{out.partition} after {RETRIES} retries: {why}"))
+            return
+        if error is not None:
+            self._drop_client(client)
+        state.in_flight -= 1
+        self.bytes_in_flight -= len(out.payload)
+        state.retry.append(out)
+        state.retrying = True
+        self._maybe_resend(out.partition)
+        self.changed.set()
+
+    def _maybe_resend(self, partition: int) -> None:
+        """Failed batches go again once nothing of their partition is in flight (so order holds)."""
+        state = self.parts[partition]
+        if state.retry and state.in_flight == 0 and not state.resending:
+            state.resending = True
+            task = asyncio.get_running_loop().create_task(self._resend(partition))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    async def _resend(self, partition: int) -> None:
+        """Send a partition's failed batches again, in order, one at a time."""
+        state = self.parts[partition]
+        try:
+            await asyncio.sleep(RETRY_BACKOFF_S)
+            await self._refresh()
+            while state.retry:
+                state.retry.sort(key=lambda b: b.index)
+                out = state.retry.pop(0)
+                state.in_flight += 1
+                self.bytes_in_flight += len(out.payload)
+                client = await self._leader(partition)
+                self._send(client, out)
+                while state.in_flight:
+                    self.changed.clear()
+                    await self.changed.wait()
+                    if self.failure is not None:
+                        return
+                if state.retry:
+                    await asyncio.sleep(RETRY_BACKOFF_S * min(out.attempts, 10))
+                    await self._refresh()
+        except (ClientError, ReplayError) as e:
+            self._fail(e)
+        finally:
+            state.resending = False
+            state.retrying = bool(state.retry) and self.failure is None
+            self.changed.set()
+
+    def _finished(self, out: _OutBatch) -> None:
+        state = self.parts[out.partition]
+        state.in_flight -= 1
+        self.bytes_in_flight -= len(out.payload)
+        out.payload = b""
+        self._maybe_resend(out.partition)
+        self.changed.set()
+
+    def _drop_client(self, client: KafkaClient) -> None:
+        for node, known in list(self.clients.items()):
+            if known is client:
+                del self.clients[node]
+                task = asyncio.get_running_loop().create_task(client.close())
+                self.tasks.add(task)
+                task.add_done_callback(self.tasks.discard)
+
+    def _refusal(self, out: _OutBatch, code: ErrorCode, answer: Any) -> ReplayError:
+        first = out.runs[0][0]
+        message = getattr(answer, "error_message", None)
+        detail = f" ({message})" if message else ""
+        advice = ""
+        if code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large):
+            advice = "; lower --batch-bytes, or use --mode record for batches larger than max.message.bytes"
+        return ReplayError(
+            f"{self.topic}-{out.partition} refused the batch from {out.source} offset {first} with "
+            f"{code.name.upper()}{detail}{advice}."
+        )
+
+    def _fail(self, error: BaseException) -> None:
+        if self.failure is None:
+            self.failure = error
+        self.changed.set()
+
+
+# --- sources -------------------------------------------------------------------------------------------
+
+
+def _lone_segment(path: Path, source_topic: str | None) -> SourcePartition:
+    if base_offset_of(path.name) is None or not path.name.endswith(LOG_SUFFIX):
+        raise ReplayError(f"{path} is not a segment file (NNNNNNNNNNNNNNNNNNNN.log).")
+    parsed = parse_partition_dir(path.resolve().parent.name)
+    if parsed is not None:
+        topic, partition = parsed[0]
+    else:
+        topic, partition = source_topic or path.resolve().parent.name, 0
+    return SourcePartition(topic, partition, (path,))
+
+
+def _segment_names(path: Path) -> list[str]:
+    try:
+        names = os.listdir(path)
+    except OSError as e:
+        raise ReplayError(f"cannot read {path}: {(e.strerror or str(e)).lower()}.") from None
+    return sorted(n for n in names if n.endswith(LOG_SUFFIX) and base_offset_of(n) is not None)
+
+
+def _partition_dir(path: Path) -> SourcePartition:
+    parsed = parse_partition_dir(path.resolve().name)
+    assert parsed is not None
+    names = _segment_names(path)
+    segments = tuple(path / n for n in sorted(names, key=lambda n: base_offset_of(n) or 0))
+    return SourcePartition(parsed[0].topic, parsed[0].partition, segments)
+
+
+def _partition_dirs_under(root: Path) -> list[SourcePartition]:
+    """Partition dirs in `root` (a log dir) and one level further down (an archive of log dirs)."""
+    best: dict[tuple[str, int], SourcePartition] = {}
+    for log_dir in (root, *sorted(d for d in root.iterdir() if d.is_dir())):
+        try:
+            children = sorted(log_dir.iterdir())
+        except OSError:
+            continue
+        for child in children:
+            parsed = parse_partition_dir(child.name)
+            if parsed is None or parsed[1] is not None or not child.is_dir() or not _segment_names(child):
+                continue
+            found = _partition_dir(child)
+            key = (found.topic, found.partition)
+            if key not in best or _reach(found) > _reach(best[key]):
+                best[key] = found
+    return list(best.values())
+
+
+def _reach(source: SourcePartition) -> tuple[int, int]:
+    last = source.segments[-1]
+    return (base_offset_of(last.name) or 0, _file_size(last))
+
+
+def _file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _read_checkpoint(path: Path) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    try:
+        state = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError:
+        raise ReplayError(f"{path} is not a replay checkpoint (it is not JSON).") from None
+    if not isinstance(state, dict) or state.get("version") != CHECKPOINT_VERSION:
+        raise ReplayError(f"{path} is not a version {CHECKPOINT_VERSION} replay checkpoint.")
+    return state
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
