@@ -27,7 +27,7 @@ from typing import NamedTuple
 from kio.schema.errors import ErrorCode
 
 from formats.checkpoints import PartitionMetadata, read_partition_metadata, write_partition_metadata
-from formats.segment import DELETED_SUFFIX, StopReason, parse_partition_dir, walk
+from formats.segment import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, StopReason, parse_partition_dir, walk
 from kcli.broker.log.config import LogConfig
 from kcli.broker.log.epochs import LeaderEpochCache
 from kcli.broker.log.errors import LogStorageError, OffsetOutOfRange, RecordError
@@ -718,6 +718,38 @@ class Log:
         )  # fmt: skip
         self.delete_pending_segments(now_ms)
         return deleted
+
+    def replace_segments(
+        self, new_segments: list[Segment], old_segments: list[Segment], *, now_ms: int
+    ) -> bool:
+        """Swap cleaned segments (files `<base>.log.cleaned` ...) in for the segments they were written from.
+
+        Kafka's LocalLog.replaceSegments: the new files become `.swap` (highest first), the old segments
+        `.deleted` (kept file.delete.delay.ms for readers, as retention does), then `.swap` is dropped; the
+        LogLoader finishes or undoes a swap a crash interrupted. Returns False, changing nothing, when an
+        old segment has left the log meanwhile (retention, a deleted partition).
+        """
+        with self._lock:
+            live = {id(s) for s in self._segments}
+            if self._closed or not all(id(s) in live for s in old_segments):
+                return False
+            new_sorted = sorted(new_segments, key=lambda s: s.base_offset)
+            for segment in reversed(new_sorted):
+                segment.change_suffix(CLEANED_SUFFIX, SWAP_SUFFIX)
+            fsync_dir(self.dir)
+            doomed = {id(s) for s in old_segments}
+            kept = [s for s in self._segments if id(s) not in doomed]
+            self._set_segments(sorted([*kept, *new_sorted], key=lambda s: s.base_offset))
+            new_bases = {s.base_offset for s in new_sorted}
+            for segment in sorted(old_segments, key=lambda s: s.base_offset):
+                segment.change_suffix("", DELETED_SUFFIX)
+                if segment.base_offset not in new_bases:
+                    self.producer_state.delete_snapshot(segment.base_offset)
+                self._pending_deletes.append((now_ms + self.config.file_delete_delay_ms, segment))
+            for segment in new_sorted:
+                segment.change_suffix(SWAP_SUFFIX, "")
+            fsync_dir(self.dir)
+        return True
 
     def delete_pending_segments(self, now_ms: int) -> None:
         """Remove `.deleted` segments whose file.delete.delay.ms has passed (closing their descriptors)."""
