@@ -177,12 +177,12 @@ def align(path: str, base_offset: int, start: int) -> int | None:
                     return None
                 stop = result.stop
                 del result
-                if stop >= start:
-                    return stop
-                size_there = unit_size_at(
-                    view, stop
-                )  # a batch straddling `start` belongs to the range before
-                return stop + size_there if size_there is not None and size_there > 0 else None
+                if stop < start:  # a batch straddling `start` belongs to the range before
+                    size_there = unit_size_at(view, stop)
+                    if size_there is None or size_there <= 0:
+                        return None
+                    stop += size_there
+                return stop if stop < size else None
             finally:
                 view.release()
 
