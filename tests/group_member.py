@@ -1,0 +1,142 @@
+"""One consumer-group member in its own process, for tests that must kill a member outright.
+
+    python tests/group_member.py CLIENT BOOTSTRAP GROUP TOPIC [--session-ms N] [--instance-id ID]
+
+CLIENT is confluent, kafka-python or aiokafka. The member subscribes to TOPIC, commits synchronously
+after every record, and reports on stdout as JSON lines: {"assigned": [partitions]} when its
+assignment changes and {"consumed": [partition, offset]} once a record's commit succeeded. A line
+"stop" on stdin closes the consumer cleanly (a LeaveGroup for dynamic members); SIGKILL does not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import threading
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("client", choices=["confluent", "kafka-python", "aiokafka"])
+    parser.add_argument("bootstrap")
+    parser.add_argument("group")
+    parser.add_argument("topic")
+    parser.add_argument("--session-ms", type=int, default=6000)
+    parser.add_argument("--instance-id")
+    args = parser.parse_args()
+    stop = threading.Event()
+    threading.Thread(target=_watch_stdin, args=(stop,), daemon=True).start()
+    if args.client == "confluent":
+        _confluent(args, stop)
+    elif args.client == "kafka-python":
+        _kafka_python(args, stop)
+    else:
+        asyncio.run(_aiokafka(args, stop))
+
+
+def _watch_stdin(stop: threading.Event) -> None:
+    for line in sys.stdin:
+        if line.strip() == "stop":
+            break
+    stop.set()
+
+
+def _report(**event: object) -> None:
+    sys.stdout.write(json.dumps(event) + "\n")
+    sys.stdout.flush()
+
+
+class _Assignment:
+    def __init__(self) -> None:
+        self.last: list[int] | None = None
+
+    def update(self, partitions: list[int]) -> None:
+        partitions = sorted(partitions)
+        if partitions != self.last:
+            self.last = partitions
+            _report(assigned=partitions)
+
+
+def _confluent(args: argparse.Namespace, stop: threading.Event) -> None:
+    from confluent_kafka import Consumer
+
+    config = {
+        "bootstrap.servers": args.bootstrap,
+        "group.id": args.group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "session.timeout.ms": args.session_ms,
+        "heartbeat.interval.ms": 500,
+    }
+    if args.instance_id:
+        config["group.instance.id"] = args.instance_id
+    consumer = Consumer(config)
+    consumer.subscribe([args.topic])
+    assignment = _Assignment()
+    while not stop.is_set():
+        message = consumer.poll(0.1)
+        assignment.update([tp.partition for tp in consumer.assignment()])
+        if message is None or message.error():
+            continue
+        consumer.commit(message=message, asynchronous=False)
+        _report(consumed=[message.partition(), message.offset()])
+    consumer.close()
+
+
+def _kafka_python(args: argparse.Namespace, stop: threading.Event) -> None:
+    from kafka import KafkaConsumer
+    from kafka.structs import OffsetAndMetadata
+
+    consumer = KafkaConsumer(
+        args.topic,
+        bootstrap_servers=args.bootstrap,
+        group_id=args.group,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        session_timeout_ms=args.session_ms,
+        heartbeat_interval_ms=500,
+        group_instance_id=args.instance_id,
+    )
+    assignment = _Assignment()
+    while not stop.is_set():
+        batches = consumer.poll(timeout_ms=100)
+        assignment.update([tp.partition for tp in consumer.assignment()])
+        for tp, records in batches.items():
+            for record in records:
+                consumer.commit({tp: OffsetAndMetadata(record.offset + 1, "", -1)})
+                _report(consumed=[tp.partition, record.offset])
+    consumer.close()
+
+
+async def _aiokafka(args: argparse.Namespace, stop: threading.Event) -> None:
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.structs import OffsetAndMetadata
+
+    consumer = AIOKafkaConsumer(
+        args.topic,
+        bootstrap_servers=args.bootstrap,
+        group_id=args.group,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        session_timeout_ms=args.session_ms,
+        heartbeat_interval_ms=500,
+        group_instance_id=args.instance_id,
+    )
+    await consumer.start()
+    assignment = _Assignment()
+    try:
+        while not stop.is_set():
+            batches = await consumer.getmany(timeout_ms=100)
+            assignment.update([tp.partition for tp in consumer.assignment()])
+            for tp, records in batches.items():
+                for record in records:
+                    await consumer.commit({tp: OffsetAndMetadata(record.offset + 1, "")})
+                    _report(consumed=[tp.partition, record.offset])
+    finally:
+        await consumer.stop()
+
+
+if __name__ == "__main__":
+    main()
