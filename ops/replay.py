@@ -778,6 +778,7 @@ class _SourceWalk:
         self.open: dict[int, _OutBatch] = {}  # record-mode batches being filled, per destination partition
         self.round_robin = source.partition
         self.aborted: dict[int, list[tuple[int, int]]] = {}
+        self.previous: tuple[Path, int] | None = None  # the last segment read and the offset after it
 
     def batches(self) -> Iterator[_OutBatch]:
         opts = self.options
@@ -791,6 +792,7 @@ class _SourceWalk:
                 replay.read_before += size
                 replay.stats.source_bytes = replay.read_before
                 continue
+            self._check_continuity(path)
             yield from self._segment(path)
             replay.read_before += size
             replay.stats.source_bytes = replay.read_before
@@ -819,6 +821,15 @@ class _SourceWalk:
             keep.add(path)
         return keep
 
+    def _check_continuity(self, path: Path) -> None:
+        """Warn when a segment starts past where the one before ended: a segment file is missing."""
+        base = base_offset_of(path.name)
+        if self.previous is not None and base is not None and base > self.previous[1]:
+            self.replay.warn(
+                f"kcli replay: warning: offsets {self.previous[1]}..{base - 1} of {self.source.name} are in no "
+                f"segment between {self.previous[0].name} and {path.name} (a missing segment file, or compaction)."
+            )
+
     def _segment(self, path: Path) -> Iterator[_OutBatch]:
         replay = self.replay
         before = replay.read_before
@@ -830,6 +841,7 @@ class _SourceWalk:
         try:
             for chunk in reader.chunks():
                 for batch in chunk.batches:
+                    self.previous = (path, batch.next_offset)
                     yield from self._batch(path, chunk.base + batch.position, chunk.view, batch)
         except OSError as e:
             raise ReplayError(f"cannot read {path}: {(e.strerror or str(e)).lower()}.") from None

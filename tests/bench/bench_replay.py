@@ -1,0 +1,157 @@
+"""Benchmark `kcli replay` as a whole process into a local kcli broker.
+
+    python tests/bench/bench_replay.py [--raw-mib 1024] [--batch-kib 16] [--record-count 300000] [--keep]
+
+raw: one segment of v2 batches of 1 KiB records (~`--batch-kib` per batch, uncompressed) replayed in raw
+mode (MB/s of segment bytes). record: a segment of 1 KiB records replayed with --mode record (records/s).
+Each run gets a fresh broker and topic; the figures are wall time of the replay process, with the CPU
+seconds the replay process and the broker spent (both on this machine's cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from formats.records import RecordSpec, build_batch  # noqa: E402
+
+READY = re.compile(r"kcli broker: listening on (\S+):(\d+)")
+RECORD_BYTES = 1024
+T0 = 1_700_000_000_000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dir", type=Path, default=Path("/tmp/kcli-bench-replay"))
+    parser.add_argument("--raw-mib", type=int, default=1024)
+    parser.add_argument("--batch-kib", type=int, default=16)
+    parser.add_argument("--record-count", type=int, default=300_000)
+    parser.add_argument("--only", choices=("raw", "record"), default=None)
+    parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--no-idempotence", action="store_true")
+    args = parser.parse_args()
+    per_batch = max(1, (args.batch_kib << 10) // (RECORD_BYTES + 24))
+    try:
+        if args.only in (None, "raw"):
+            source = args.dir / "raw" / "src-0"
+            records = generate(source / "00000000000000000000.log", args.raw_mib << 20, per_batch)
+            size = (source / "00000000000000000000.log").stat().st_size
+            wall, cpu, broker_cpu = run_replay(args, source, ["--mode", "raw"])
+            print(
+                f"raw   : {size / (1 << 20):.0f} MiB segment, {records:,} records in batches of {per_batch}: "
+                f"{wall:.2f} s, {size / wall / 1e6:.0f} MB/s ({size / wall / (1 << 20):.0f} MiB/s); "
+                f"replay CPU {cpu:.2f} s, broker CPU {broker_cpu:.2f} s"
+            )
+            shutil.rmtree(args.dir / "raw", ignore_errors=True)
+        if args.only in (None, "record"):
+            source = args.dir / "record" / "src-0"
+            size_wanted = args.record_count * (RECORD_BYTES + 24)
+            records = generate(source / "00000000000000000000.log", size_wanted, per_batch)
+            wall, cpu, broker_cpu = run_replay(args, source, ["--mode", "record"])
+            print(
+                f"record: {records:,} records of 1 KiB: {wall:.2f} s, {records / wall / 1e3:.0f} k records/s; "
+                f"replay CPU {cpu:.2f} s, broker CPU {broker_cpu:.2f} s"
+            )
+        flags = f" --raw-mib {args.raw_mib} --batch-kib {args.batch_kib} --record-count {args.record_count}"
+        print(f"reproduce: python {Path(__file__).relative_to(REPO)}{flags}")
+    finally:
+        if not args.keep:
+            shutil.rmtree(args.dir, ignore_errors=True)
+
+
+def generate(path: Path, size: int, per_batch: int) -> int:
+    """Batches of `per_batch` 1 KiB records with distinct keys, stamped with consecutive offsets."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    value = os.urandom(RECORD_BYTES - 16)
+    offset = 0
+    with open(path, "wb") as f:
+        written = 0
+        while written < size:
+            specs = [
+                RecordSpec(T0 + offset + i, b"key-%012d" % (offset + i), value, (("h", b"1"),))
+                for i in range(per_batch)
+            ]
+            batch = build_batch(specs, base_offset=offset, partition_leader_epoch=0)
+            f.write(batch)
+            written += len(batch)
+            offset += per_batch
+    return offset
+
+
+def run_replay(args: argparse.Namespace, source: Path, extra: list[str]) -> tuple[float, float, float]:
+    workdir = source.parent / "broker"
+    broker = start_broker(workdir)
+    try:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": broker["bootstrap"]})
+        admin.create_topics([NewTopic("replayed", 1, 1)])["replayed"].result(30)
+        command = [
+            sys.executable, "-m", "kcli", "replay", str(source), "-b", broker["bootstrap"], "-t", "replayed", *extra,
+        ]  # fmt: skip
+        if args.no_idempotence:
+            command.append("--no-idempotence")
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        broker_before = cpu_seconds(broker["pid"])
+        started = time.monotonic()
+        before = os.times()
+        subprocess.run(command, check=True, env=env, stdout=sys.stderr)
+        wall = time.monotonic() - started
+        after = os.times()
+        cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+        return wall, cpu, cpu_seconds(broker["pid"]) - broker_before
+    finally:
+        stop_broker(broker)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def start_broker(workdir: Path) -> dict:
+    workdir.mkdir(parents=True, exist_ok=True)
+    log_path = workdir / "broker.log"
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+    with open(log_path, "wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "kcli", "broker", "start", "--listen", "127.0.0.1:0", "--data-dir",
+             str(workdir / "data")],
+            stdout=out, stderr=out, stdin=subprocess.DEVNULL, env=env, cwd=workdir,
+        )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        match = READY.search(log_path.read_text(errors="replace"))
+        if match:
+            return {"bootstrap": f"{match.group(1)}:{match.group(2)}", "pid": process.pid, "process": process}
+        if process.poll() is not None:
+            break
+        time.sleep(0.05)
+    raise SystemExit(f"kcli broker did not start:\n{log_path.read_text(errors='replace')}")
+
+
+def stop_broker(broker: dict) -> None:
+    process = broker["process"]
+    if process.poll() is None:
+        os.kill(process.pid, signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+if __name__ == "__main__":
+    main()
