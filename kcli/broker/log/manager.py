@@ -19,6 +19,7 @@ from pathlib import Path
 from formats.checkpoints import read_offset_checkpoint, write_clean_shutdown, write_offset_checkpoint
 from formats.errors import CheckpointError
 from formats.segment import parse_partition_dir
+from kcli.broker.log.cleaner import CleanerConfig, LogCleaner
 from kcli.broker.log.config import LogConfig
 from kcli.broker.log.files import create_if_missing, fsync_dir, write_atomically
 from kcli.broker.log.log import Log, wall_clock_ms
@@ -47,6 +48,9 @@ class LogManager:
         self._logs_to_delete: list[tuple[int, Log]] = []
         self._had_clean_shutdown: dict[Path, bool] = {}
         self._flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kcli-log-flush")
+        self.cleaner = LogCleaner(
+            CleanerConfig.from_broker(config), self.log_dirs, logs=self.logs, clock=now_ms
+        )
         now = now_ms()
         self._last_retention_ms = now
         self._last_recovery_checkpoint_ms = now
@@ -114,6 +118,7 @@ class LogManager:
                     report=lines.append,
                     producer_id_expiration_ms=self.producer_id_expiration_ms,
                 )
+        lines.extend(self.cleaner.startup())
         self._started = True
         for line in lines:
             log.info("%s", line)
@@ -169,6 +174,7 @@ class LogManager:
         removed = self._logs.pop((topic, partition), None)
         if removed is None:
             return
+        self.cleaner.remove_log(removed)
         suffix = f"-{partition}.{uuid.uuid4().hex}-delete"
         target = removed.dir.with_name(topic[: 255 - len(suffix)] + suffix)
         removed.dir.rename(target)
@@ -181,6 +187,7 @@ class LogManager:
 
     def run_periodic(self, now_ms: int) -> None:
         """Retention, flush.ms, deferred deletes and checkpoints, each when its interval has passed."""
+        self.cleaner.poll(now_ms)
         config = self.config
         logs = list(self._logs.values())
         if now_ms - self._last_retention_ms >= int(config["log.retention.check.interval.ms"]):  # type: ignore[call-overload]
@@ -265,6 +272,7 @@ class LogManager:
 
     def shutdown(self, broker_epoch: int = -1) -> None:
         """Flush and close every log, write the checkpoints and the clean-shutdown marker."""
+        self.cleaner.shutdown()
         self._flusher.shutdown(wait=True)
         for each in self._logs.values():
             each.flush_all()
