@@ -1,6 +1,6 @@
 """One consumer-group member in its own process, for tests that must kill a member outright.
 
-    python tests/group_member.py CLIENT BOOTSTRAP GROUP TOPIC [--session-ms N] [--instance-id ID]
+    python tests/group_member.py CLIENT BOOTSTRAP GROUP TOPIC [--session-ms N] [--heartbeat-ms N] [--instance-id ID]
 
 CLIENT is confluent, kafka-python or aiokafka. The member subscribes to TOPIC, commits synchronously
 after every record, and reports on stdout as JSON lines: {"assigned": [partitions]} when its
@@ -24,6 +24,7 @@ def main() -> None:
     parser.add_argument("group")
     parser.add_argument("topic")
     parser.add_argument("--session-ms", type=int, default=6000)
+    parser.add_argument("--heartbeat-ms", type=int, default=500)
     parser.add_argument("--instance-id")
     args = parser.parse_args()
     stop = threading.Event()
@@ -68,7 +69,7 @@ def _confluent(args: argparse.Namespace, stop: threading.Event) -> None:
         "auto.offset.reset": "earliest",
         "enable.auto.commit": False,
         "session.timeout.ms": args.session_ms,
-        "heartbeat.interval.ms": 500,
+        "heartbeat.interval.ms": args.heartbeat_ms,
     }
     if args.instance_id:
         config["group.instance.id"] = args.instance_id
@@ -96,7 +97,7 @@ def _kafka_python(args: argparse.Namespace, stop: threading.Event) -> None:
         auto_offset_reset="earliest",
         enable_auto_commit=False,
         session_timeout_ms=args.session_ms,
-        heartbeat_interval_ms=500,
+        heartbeat_interval_ms=args.heartbeat_ms,
         group_instance_id=args.instance_id,
     )
     assignment = _Assignment()
@@ -121,7 +122,7 @@ async def _aiokafka(args: argparse.Namespace, stop: threading.Event) -> None:
         auto_offset_reset="earliest",
         enable_auto_commit=False,
         session_timeout_ms=args.session_ms,
-        heartbeat_interval_ms=500,
+        heartbeat_interval_ms=args.heartbeat_ms,
         group_instance_id=args.instance_id,
     )
     await consumer.start()
