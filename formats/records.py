@@ -7,6 +7,7 @@ reader can unmap a window of a segment while batch values from it are still in u
 
 from __future__ import annotations
 
+import functools
 import struct
 import zlib
 from collections.abc import Iterable, Sequence
@@ -467,18 +468,17 @@ def build_batch(
         base_timestamp = delete_horizon_ms
     else:
         base_timestamp = specs[0].timestamp if specs else NO_TIMESTAMP
-    body = bytearray()
+    parts: list[bytes] = []
     delta = -1
     for spec in specs:
         delta = delta + 1 if spec.offset_delta is None else spec.offset_delta
-        _encode_record(body, spec, delta, base_timestamp)
+        _encode_record(parts, spec, delta, base_timestamp)
+    body = b"".join(parts)
     if last_offset_delta is None:
         last_offset_delta = max(delta, 0)
     if max_timestamp is None:
         max_timestamp = max((s.timestamp for s in specs), default=NO_TIMESTAMP)
-    payload = (
-        compress(codec, bytes(body), level=compression_level) if codec is not Codec.NONE else bytes(body)
-    )
+    payload = compress(codec, body, level=compression_level) if codec is not Codec.NONE else body
     attributes = int(codec)
     if timestamp_type is TimestampType.LOG_APPEND_TIME:
         attributes |= TIMESTAMP_TYPE_BIT
@@ -573,31 +573,41 @@ def build_control_batch(
     )
 
 
-def _encode_record(out: bytearray, spec: RecordSpec, offset_delta: int, base_timestamp: int) -> None:
-    body = bytearray(b"\x00")  # attributes
-    _put_varlong(body, spec.timestamp - base_timestamp)
-    _put_varlong(body, offset_delta)
-    _put_bytes(body, spec.key)
-    _put_bytes(body, spec.value)
-    _put_varlong(body, len(spec.headers))
-    for name, hvalue in spec.headers:
-        _put_bytes(body, name.encode("utf-8"))
-        _put_bytes(body, hvalue)
-    _put_varlong(out, len(body))
-    out += body
+def _encode_record(parts: list[bytes], spec: RecordSpec, offset_delta: int, base_timestamp: int) -> None:
+    """Append one record to `parts`, its length first. Pieces are joined once per batch, and the varints
+    come from a cache: most are small lengths and deltas, so this is where record mode's time goes."""
+    key, value, headers = spec.key, spec.value, spec.headers
+    pieces = [b"\x00", _varlong(spec.timestamp - base_timestamp), _varlong(offset_delta)]  # attributes 0
+    if key is None:
+        pieces.append(_NULL)
+    else:
+        pieces += (_varlong(len(key)), key)
+    if value is None:
+        pieces.append(_NULL)
+    else:
+        pieces += (_varlong(len(value)), value)
+    pieces.append(_varlong(len(headers)))
+    for name, hvalue in headers:
+        encoded = name.encode("utf-8")
+        pieces += (_varlong(len(encoded)), encoded)
+        if hvalue is None:
+            pieces.append(_NULL)
+        else:
+            pieces += (_varlong(len(hvalue)), hvalue)
+    parts.append(_varlong(sum(map(len, pieces))))
+    parts += pieces
 
 
-def _put_bytes(out: bytearray, data: bytes | None) -> None:
-    if data is None:
-        out.append(1)  # zig-zag(-1)
-        return
-    _put_varlong(out, len(data))
-    out += data
+_NULL = b"\x01"  # zig-zag(-1): a null key, value or header value
 
 
-def _put_varlong(out: bytearray, n: int) -> None:
+@functools.lru_cache(maxsize=1 << 16)
+def _varlong(n: int) -> bytes:
+    """Kafka's zig-zag varlong."""
     u = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
+    out = bytearray()
     while u >= 0x80:
         out.append((u & 0x7F) | 0x80)
         u >>= 7
     out.append(u)
+    return bytes(out)
