@@ -347,12 +347,6 @@ class _OutBatch:
         self.payload: bytes | bytearray = b""
         self.attempts = 0
 
-    def add_run(self, offset: int) -> None:
-        if self.runs and self.runs[-1][0] + self.runs[-1][2] == offset:
-            self.runs[-1][2] += 1
-        else:
-            self.runs.append([offset, self.count, 1])
-
     def encode(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
         if self.raw is not None:
             self.payload = rewrite_producer_state(
@@ -930,6 +924,7 @@ class _SourceWalk:
         yield out
 
     def _records(self, batch: Batch, records: list) -> Iterator[_OutBatch]:
+        """Filter, map and gather decoded records into batches; the per-record loop of record mode."""
         opts = self.options
         stats = self.replay.stats
         num_partitions = self.replay.num_partitions
@@ -937,11 +932,16 @@ class _SourceWalk:
         low, high = opts.from_offset, opts.to_offset
         t_low, t_high = opts.from_time, opts.to_time
         pattern = self.replay.key_pattern
+        filtering = low is not None or high is not None or opts.record_filters
         mapping = opts.mapping
         limit = opts.batch_bytes
+        same = self.source.partition if mapping is Mapping.SAME else None
+        out = None
+        if not isinstance(batch, RecordBatch):
+            records = [r[:5] for r in records]  # a legacy record carries its own magic, CRC ... after these
         for record in records:
-            offset, timestamp, key = record.offset, record.timestamp, record.key
-            if (
+            offset, timestamp, key, value, headers = record
+            if filtering and (
                 (low is not None and offset < low)
                 or (high is not None and offset >= high)
                 or (t_low is not None and timestamp < t_low)
@@ -950,30 +950,36 @@ class _SourceWalk:
             ):
                 stats.filtered_records += 1
                 continue
-            if mapping is Mapping.SAME:
-                partition = self.source.partition
+            if same is not None:
+                partition = same
             elif mapping is Mapping.KEY and key is not None:
                 partition = partition_for_key(key, num_partitions)
             else:
                 partition = self.round_robin % num_partitions
                 self.round_robin += 1
-            out = self.open.get(partition)
-            if out is None:
-                out = self.open[partition] = _OutBatch(partition, self.index, self.source.name)
-                out.codec = codec
-            value = record.value
-            headers = record.headers
+            if out is None or out.partition != partition:
+                out = self.open.get(partition)
+                if out is None:
+                    out = self.open[partition] = _OutBatch(partition, self.index, self.source.name)
+                    out.codec = codec
             out.specs.append(RecordSpec(timestamp, key, value, headers))
-            out.add_run(offset)
+            runs = out.runs
+            if runs and runs[-1][0] + runs[-1][2] == offset:
+                runs[-1][2] += 1
+            else:
+                runs.append([offset, out.count, 1])
             out.count += 1
-            out.size += (
-                20
-                + (len(key) if key is not None else 0)
-                + (len(value) if value is not None else 0)
-                + sum(len(h) + len(v or b"") + 2 for h, v in headers)
-            )
+            size = 20
+            if key is not None:
+                size += len(key)
+            if value is not None:
+                size += len(value)
+            if headers:
+                size += sum(len(h) + len(v or b"") + 2 for h, v in headers)
+            out.size += size
             if out.size >= limit:
                 yield self.open.pop(partition)
+                out = None
 
     def _corrupt(self, path: Path, position: int, problem: str, size: int, *, rest: bool = False) -> None:
         what = "the rest of the segment" if rest else "the batch"
