@@ -131,16 +131,19 @@ class KafkaSegmentsReader(DataSourceReader):
         return [RangesPartition(t) for t in tasks]
 
     def read(self, partition: RangesPartition) -> Iterator[pa.RecordBatch]:
+        ranges = getattr(
+            partition, "ranges", []
+        )  # Spark's own empty partition when there was nothing to plan
         rows = self.options.get("rows", "batches")
         crc = self.options.get("crc", "true").lower() != "false"
         if rows == "audit":
             options = AuditOptions.from_json(self.options["audit"])
-            out = list(audit_ranges(partition.ranges, options))
+            out = list(audit_ranges(ranges, options))
             if out:
                 yield _record_batch(AUDIT_FIELDS, list(zip(*out, strict=True)))
             return
         payload = self.options.get("payload", "false").lower() == "true"
-        for r in partition.ranges:
+        for r in ranges:
             reader = RangeReader(r, check_crc=crc)
             for chunk in reader.chunks():
                 columns = (
