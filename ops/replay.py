@@ -1057,6 +1057,7 @@ class _Sender:
         warn: Callable[[str], object],
     ) -> None:
         self.cluster = cluster
+        self.replaced: list[Cluster] = []  # bootstrap connections given up after an error, closed at the end
         self.options = options
         self.topic = options.topic
         self.on_ack = on_ack
@@ -1155,9 +1156,12 @@ class _Sender:
         for task in list(self.tasks):
             task.cancel()
         for client in self.clients.values():
-            if client is not self.cluster.bootstrap:
-                await client.close()
+            await client.close()
         self.clients.clear()
+        for cluster in self.replaced[1:]:  # the first is the caller's
+            await cluster.close()
+        if self.replaced:
+            await self.cluster.close()
 
     async def _pace(self, size: int) -> None:
         rate = self.options.rate
@@ -1187,7 +1191,17 @@ class _Sender:
         return client
 
     async def _refresh(self) -> None:
-        metadata = await self.cluster.metadata([self.topic])
+        """Leaders again from the metadata; a broken bootstrap connection is replaced (a broker restarted)."""
+        try:
+            metadata = await self.cluster.metadata([self.topic])
+        except ClientError:
+            self.replaced.append(self.cluster)
+            self.cluster = await Cluster.connect(
+                self.options.bootstrap_servers,
+                client_id="kcli-replay",
+                request_timeout=self.options.request_timeout,
+            )
+            metadata = await self.cluster.metadata([self.topic])
         self.brokers = dict(metadata.brokers)
         for p in self.parts:
             self.leaders[p] = metadata.leaders.get((self.topic, p), -1)
@@ -1262,27 +1276,31 @@ class _Sender:
             task.add_done_callback(self.tasks.discard)
 
     async def _resend(self, partition: int) -> None:
-        """Send a partition's failed batches again, in order, one at a time."""
+        """Send a partition's failed batches again, in order, one at a time, after a growing pause."""
         state = self.parts[partition]
         try:
-            await asyncio.sleep(RETRY_BACKOFF_S)
-            await self._refresh()
-            while state.retry:
-                state.retry.sort(key=lambda b: b.index)
-                out = state.retry.pop(0)
+            while state.retry and self.failure is None:
+                out = min(state.retry, key=lambda b: b.index)
+                await asyncio.sleep(RETRY_BACKOFF_S * min(out.attempts, 10))
+                try:
+                    await self._refresh()
+                    client = await self._leader(partition)
+                except ClientError as e:  # the leader is not back yet: that counts as an attempt
+                    out.attempts += 1
+                    if out.attempts > RETRIES:
+                        self._fail(
+                            ReplayError(f"gave up on {self.topic}-{partition} after {RETRIES} retries: {e}")
+                        )
+                        return
+                    continue
+                state.retry.remove(out)
                 state.in_flight += 1
                 self.bytes_in_flight += len(out.payload)
-                client = await self._leader(partition)
                 self._send(client, out)
-                while state.in_flight:
+                while state.in_flight and self.failure is None:
                     self.changed.clear()
                     await self.changed.wait()
-                    if self.failure is not None:
-                        return
-                if state.retry:
-                    await asyncio.sleep(RETRY_BACKOFF_S * min(out.attempts, 10))
-                    await self._refresh()
-        except (ClientError, ReplayError) as e:
+        except ReplayError as e:
             self._fail(e)
         finally:
             state.resending = False

@@ -404,6 +404,43 @@ def test_a_replay_killed_midway_resumes_without_duplicates_or_gaps(
     assert all(by_place[dest] == key[2] for key, dest in mapping.items())
 
 
+def test_a_broker_restart_midway_is_retried_without_duplicates_or_gaps(tmp_path: Path) -> None:
+    first = start_broker(tmp_path / "b1")
+    create_topics(first, {"restarted": 1})
+    source = tmp_path / "events-0"
+    source.mkdir()
+    total = write_numbered_segment(source / "00000000000000000000.log", batches=400, per_batch=25)
+    checkpoint = tmp_path / "replay.checkpoint"
+    command = [
+        *KCLI, "replay", str(source), "-b", first.bootstrap, "-t", "restarted", "--checkpoint", str(checkpoint),
+        "--rate", "40000",
+    ]  # fmt: skip
+    running = subprocess.Popen(
+        command, env=kcli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    second = None
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and sum(acked_batches(checkpoint).values()) < 40:
+            time.sleep(0.05)
+        assert not orjson.loads(checkpoint.read_bytes())["complete"]
+        stop_cleanly(first)
+        second = start_broker(tmp_path / "b2", data_dir=first.data_dir, listen=first.bootstrap)
+        stdout, stderr = running.communicate(timeout=60)
+        assert running.returncode == 0, stderr
+        assert f"replayed {total} records" in stdout
+        values = [int(r[2]) for r in consume(second, "restarted", {0: total})]
+        assert values == list(range(total))
+    finally:
+        if running.poll() is None:
+            running.kill()
+            running.wait()
+        if second is not None:
+            stop_cleanly(second)
+        elif first.is_running():
+            stop_cleanly(first)
+
+
 def test_parquet_offset_map(server: BrokerProcess, tmp_path: Path) -> None:
     pq = pytest.importorskip("pyarrow.parquet")
     create_topics(server, {"parquet": 1})
