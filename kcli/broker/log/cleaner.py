@@ -353,6 +353,7 @@ class Cleaner:
         """Kafka's doClean: map the dirty section, rewrite the log below the map's end in groups, hand
         each group to `swap`; returns the next first dirty offset once every swap is done."""
         log = cleanable.log
+        logger.info("Beginning cleaning of log %s", log.name)
         segments = cleanable.segments
         retention_ms = delete_retention_ms(log.config)
         clean_segments = segments_in_range(segments, 0, cleanable.first_dirty_offset)

@@ -43,7 +43,6 @@ class LogCleaningState(enum.Enum):
     ABORTED = "LogCleaningAborted"
 
 
-@dataclass
 class LastRecord(NamedTuple):
     """What the cleaner must keep of an active producer: its last data batch (or, with none, its last
     marker in this epoch), so its sequence numbers survive cleaning (Kafka's LastRecord)."""
