@@ -108,6 +108,9 @@ class GroupCoordinator:
             for p in partitions
             if p not in self.manager.owned_partitions and p not in self.manager.loading_partitions
         ]
+        # A partition with nothing in it (one just created) is coordinated at once: there is nothing to
+        # replay, and its first JoinGroup must not meet COORDINATOR_LOAD_IN_PROGRESS.
+        todo = [p for p in todo if not self.manager.own_if_empty(p)]
         if not todo:
             return
         self.manager.loading_partitions.update(todo)

@@ -258,6 +258,14 @@ class GroupMetadataManager:
 
     # --- loading ----------------------------------------------------------------------------------
 
+    def own_if_empty(self, partition: int) -> bool:
+        """Take over an empty partition without a load; False if it has records to replay."""
+        partition_log = self.logs.get_log(OFFSETS_TOPIC, partition)
+        if partition_log is None or partition_log.log_end_offset != partition_log.log_start_offset:
+            return False
+        self.owned_partitions.add(partition)
+        return True
+
     async def load_partition(self, partition: int, on_group_loaded: Callable[[ClassicGroup], None]) -> None:
         """Replay __consumer_offsets-`partition` into the cache, yielding to the event loop between chunks.
 
