@@ -9,7 +9,8 @@
 
 Modules, one concept each: `segment` (a .log with its indexes), `index` (the mapped index files),
 `validator` (produce-time checks), `epochs` (leader-epoch-checkpoint), `loader` (start-up recovery),
-`log` (one partition), `manager` (all partitions, periodic work, shutdown), `config` (LogConfig).
+`producer_state` (idempotent producers' sequences and epochs, `.snapshot` files), `log` (one
+partition), `manager` (all partitions, periodic work, shutdown), `config` (LogConfig).
 """
 
 from kcli.broker.log.config import LogConfig
