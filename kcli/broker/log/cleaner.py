@@ -360,7 +360,7 @@ class Cleaner:
         legacy_delete_horizon_ms = (
             _last_modified_ms(clean_segments[-1]) - retention_ms if clean_segments else 0
         )
-        stats = CleanerStats(self.clock)
+        stats = CleanerStats()
         upper_bound_offset = cleanable.first_uncleanable_offset
         self.build_offset_map(log, segments, cleanable.first_dirty_offset, upper_bound_offset, stats)
         end_offset = self.offset_map.latest_offset + 1
@@ -954,12 +954,11 @@ class Throttler:
 
 @dataclass
 class CleanerStats:
-    """What one clean read and wrote, and when its phases ended (Kafka's CleanerStats)."""
+    """What one clean read and wrote, and how long its phases took (Kafka's CleanerStats)."""
 
-    clock: Callable[[], int] = field(repr=False, default=wall_clock_ms)
-    start_ms: int = 0
-    map_complete_ms: int = -1
-    end_ms: int = -1
+    start_s: float = field(default_factory=time.monotonic)
+    map_complete_s: float = -1.0
+    end_s: float = -1.0
     bytes_read: int = 0
     bytes_written: int = 0
     map_bytes_read: int = 0
@@ -969,22 +968,19 @@ class CleanerStats:
     messages_written: int = 0
     buffer_utilization: float = 0.0
 
-    def __post_init__(self) -> None:
-        self.start_ms = self.clock()
-
     def index_done(self) -> None:
-        self.map_complete_ms = self.clock()
+        self.map_complete_s = time.monotonic()
 
     def all_done(self) -> None:
-        self.end_ms = self.clock()
+        self.end_s = time.monotonic()
 
     @property
     def elapsed_secs(self) -> float:
-        return (self.end_ms - self.start_ms) / 1000
+        return self.end_s - self.start_s
 
     @property
     def elapsed_index_secs(self) -> float:
-        return (self.map_complete_ms - self.start_ms) / 1000
+        return self.map_complete_s - self.start_s
 
     def summary(self, name: str, first_dirty_offset: int, end_offset: int) -> str:
         """One line in the spirit of Kafka's cleaner log (sizes in MB, rates in MB/s)."""
