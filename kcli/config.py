@@ -951,6 +951,13 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table(
             at_least(1),
             "Idle producer ids expire after this long.",
         ),
+        (
+            "producer.id.expiration.check.interval.ms",
+            "int",
+            600_000,
+            at_least(1),
+            "How often expired producer ids are removed.",
+        ),
         # --- accepted for compatibility with Kafka's shipped files
         ("share.coordinator.state.topic.replication.factor", "short", 3, at_least(1), "Share groups.", False),
         ("share.coordinator.state.topic.min.isr", "short", 2, at_least(1), "Share groups.", False),

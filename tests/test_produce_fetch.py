@@ -189,8 +189,9 @@ def test_bad_produce_input_gets_kafkas_error_and_writes_nothing(server: BrokerPr
             async with await KafkaClient.connect(server.bootstrap) as other:
                 response = await other.send(produce_request(9, "p-bad", 0, good))
                 assert response.responses[0].partition_responses[0].base_offset == 0
+            # A transactional batch outside an ongoing transaction: Kafka's INVALID_TXN_STATE.
             response = await client.send(produce_request(9, "p-ok", 0, transactional, transactional_id="tx"))
-            assert response.responses[0].partition_responses[0].error_code == ErrorCode.none
+            assert response.responses[0].partition_responses[0].error_code == ErrorCode.invalid_txn_state
             assert await latest_offset(client, "missing-topic") is None  # Produce never creates topics
 
     asyncio.run(run())

@@ -17,6 +17,7 @@ from kcli.broker.log.log import Log, wall_clock_ms
 from kcli.broker.log.manager import LogManager
 from kcli.broker.metadata.controller import QuorumController
 from kcli.broker.metadata.image import ClusterMetadataImage, topic_changes
+from kcli.broker.producer_ids import ProducerIdManager
 from kcli.config import BrokerConfig, Listener
 
 log = logging.getLogger("kcli.broker")
@@ -31,6 +32,9 @@ class Node:
         self.controller = controller
         self.logs = logs
         self.broker_epoch = -1
+        self.producer_ids = ProducerIdManager(
+            lambda: controller.allocate_producer_ids(config.node_id, self.broker_epoch)
+        )
         controller.add_listener(self._on_new_image)
         self.groups = GroupCoordinator(config, logs, controller)  # after the listener that creates logs
 

@@ -16,17 +16,13 @@ from __future__ import annotations
 
 import datetime
 import logging
-import threading
-import weakref
-from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from kcli.broker.apis import ApiSpec, build, response_type
 from kcli.broker.apis.context import RequestContext
-from kcli.broker.metadata.controller import ApiException
-from kcli.broker.metadata.image import ProducerIdsBlock
+from kcli.broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
 
 log = logging.getLogger("kcli.broker")
 
@@ -71,53 +67,11 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> object:
     return _response(version, ErrorCode.coordinator_not_available)
 
 
-class ProducerIdsUnavailable(Exception):
-    """The controller could not hand out a new block of producer ids."""
-
-
-class ProducerIdManager:
-    """Hands out producer ids from the current block, asking for the next block when it runs out.
-
-    Kafka's RPCProducerIdManager asks the controller with AllocateProducerIds; here the controller is in
-    the same process, so the next block is allocated (and recorded in the metadata log) on the spot.
-    """
-
-    def __init__(self, allocate_block: Callable[[], ProducerIdsBlock]) -> None:
-        self._allocate_block = allocate_block
-        self._next_id = 0
-        self._block_end = 0  # no block yet
-        self._lock = threading.Lock()
-
-    def generate_producer_id(self) -> int:
-        with self._lock:
-            if self._next_id >= self._block_end:
-                try:
-                    block = self._allocate_block()
-                except ApiException as e:
-                    raise ProducerIdsUnavailable(f"the controller refused a producer id block: {e}") from e
-                self._next_id = block.first_producer_id
-                self._block_end = block.next_block_first_id
-                log.info("acquired producer ids [%d, %d)", block.first_producer_id, block.next_block_first_id)
-            producer_id = self._next_id
-            self._next_id += 1
-            return producer_id
-
-
 def producer_id_manager(ctx: RequestContext) -> ProducerIdManager:
-    """This node's producer id manager (the transaction coordinator draws from the same one)."""
     node = ctx.state.node
     if node is None:
         raise ProducerIdsUnavailable("this broker was started without storage, so it has no controller")
-    manager = _managers.get(node)
-    if manager is None:
-        controller = node.controller
-        node_id = ctx.state.node_id
-        manager = ProducerIdManager(lambda: controller.allocate_producer_ids(node_id, node.broker_epoch))
-        _managers[node] = manager
-    return manager
-
-
-_managers: weakref.WeakKeyDictionary[Any, ProducerIdManager] = weakref.WeakKeyDictionary()
+    return node.producer_ids
 
 
 def _response(

@@ -23,7 +23,7 @@ from kcli.broker.log.cleaner import CleanerConfig, LogCleaner
 from kcli.broker.log.config import LogConfig
 from kcli.broker.log.files import create_if_missing, fsync_dir, write_atomically
 from kcli.broker.log.log import Log, wall_clock_ms
-from kcli.config import CLUSTER_METADATA_TOPIC, BrokerConfig, ConfigError
+from kcli.config import CLUSTER_METADATA_TOPIC, BrokerConfig
 
 log = logging.getLogger("kcli.broker.log")
 
@@ -32,8 +32,6 @@ REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 _ROOT_CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT)
-PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS = 10 * 60 * 1000
-"""Kafka's producer.id.expiration.check.interval.ms default (an internal setting there)."""
 
 
 class LogManager:
@@ -58,8 +56,8 @@ class LogManager:
         self._last_hw_checkpoint_ms = now
         self._last_producer_expiration_ms = now
         self.producer_id_expiration_ms = int(config["producer.id.expiration.ms"])  # type: ignore[call-overload]
-        self.producer_id_expiration_check_interval_ms = _optional_int(
-            config, "producer.id.expiration.check.interval.ms", PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS
+        self.producer_id_expiration_check_interval_ms = int(
+            config["producer.id.expiration.check.interval.ms"]  # type: ignore[call-overload]
         )
         self._started = False
 
@@ -285,14 +283,6 @@ class LogManager:
             self._write_checkpoints(log_dir)
             if self._started:
                 write_atomically(log_dir / CLEAN_SHUTDOWN_FILE, write_clean_shutdown(broker_epoch))
-
-
-def _optional_int(config: BrokerConfig, key: str, default: int) -> int:
-    """A setting kcli's config table may not know (yet): its value if set and known, else `default`."""
-    try:
-        return int(config[key])  # type: ignore[call-overload]
-    except ConfigError:
-        return default
 
 
 class _DirOnly:
