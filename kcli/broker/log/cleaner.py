@@ -193,7 +193,13 @@ class LogCleaner:
                 if not self._swaps:
                     return
                 log, cleaned, old, future = self._swaps.popleft()
-            future.set_result(self._swap_now(log, cleaned, old))
+            try:
+                swapped = self._swap_now(log, cleaned, old)
+            except Exception:  # noqa: BLE001 - the broker thread must go on; the loader repairs at restart
+                logger.exception("%s: swapping in %s failed", log.name, cleaned.log_path.name)
+                self.manager.mark_partition_uncleanable((log.topic, log.partition))
+                swapped = False
+            future.set_result(swapped)
 
     def clean_now(self, now_ms: int | None = None) -> tuple[LogToClean, CleanerStats] | None:
         """Pick the filthiest log and clean it in this thread (swaps included); None if none qualifies."""
@@ -264,6 +270,8 @@ class LogCleaner:
                 return
             try:
                 self._clean_log(cleanable, self._swap_later, self.clock())
+            except Exception:  # noqa: BLE001 - e.g. the checkpoint could not be written; try again later
+                logger.exception("the log cleaner failed on %s", cleanable.log.name)
             finally:
                 self._busy = False
                 self._next_run_ms = 0  # Kafka's cleaner looks for the next log at once after a clean

@@ -146,11 +146,16 @@ class LogCleanerManager:
             with self._lock:
                 if tp in self._in_progress or tp in self._uncleanable:
                     continue
-            first_dirty, uncleanable, force_update = cleanable_offsets(each, last_clean.get(tp), now_ms)
-            if force_update:
-                self.update_checkpoint(each.dir.parent, live(), update=(tp, first_dirty))
-            delay_ms = max_compaction_delay(each, first_dirty, now_ms)
-            candidate = log_to_clean(each, first_dirty, uncleanable, need_compaction_now=delay_ms > 0)
+            try:
+                first_dirty, uncleanable, force_update = cleanable_offsets(each, last_clean.get(tp), now_ms)
+                if force_update:
+                    self.update_checkpoint(each.dir.parent, live(), update=(tp, first_dirty))
+                delay_ms = max_compaction_delay(each, first_dirty, now_ms)
+                candidate = log_to_clean(each, first_dirty, uncleanable, need_compaction_now=delay_ms > 0)
+            except Exception:  # noqa: BLE001 - Kafka's LogCleaningException: this partition stops being cleaned
+                logger.exception("Failed to calculate log cleaning stats for partition %s", each.name)
+                self.mark_partition_uncleanable(tp)
+                continue
             if candidate.total_bytes > 0:
                 dirty_logs.append(candidate)
         self.dirtiest_log_cleanable_ratio = max((c.cleanable_ratio for c in dirty_logs), default=0.0)
