@@ -27,6 +27,8 @@ from typing import NamedTuple
 from kio.schema.errors import ErrorCode
 
 from formats.checkpoints import PartitionMetadata, read_partition_metadata, write_partition_metadata
+from formats.index import ABORTED_TXN_VERSION, AbortedTxn
+from formats.records import ControlType, build_control_batch
 from formats.segment import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, StopReason, parse_partition_dir, walk
 from kcli.broker.log.config import LogConfig
 from kcli.broker.log.epochs import LeaderEpochCache
@@ -35,6 +37,7 @@ from kcli.broker.log.files import fsync_dir, write_atomically
 from kcli.broker.log.loader import LogLoader
 from kcli.broker.log.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    CompletedTxn,
     ProducerStateManager,
     check_leader_append,
     producer_info,
@@ -60,6 +63,15 @@ class AppendInfo(NamedTuple):
     max_timestamp: int
     records_count: int
     size: int
+
+
+class TxnMarker(NamedTuple):
+    """One transaction marker for `Log.write_txn_markers` (an entry of Kafka's WriteTxnMarkers)."""
+
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    commit: bool  # True: COMMIT, False: ABORT
 
 
 class FetchSlice(NamedTuple):
@@ -230,8 +242,12 @@ class Log:
 
     @property
     def last_stable_offset(self) -> int:
-        """No transactions are tracked yet, so everything up to the high watermark is stable."""
-        return self.high_watermark
+        """The offset a read_committed fetch stops at: the first offset of the oldest open transaction,
+        capped by the high watermark (Kafka's UnifiedLog.lastStableOffset)."""
+        first_unstable = self.producer_state.first_unstable_offset()
+        if first_unstable is None:
+            return self.high_watermark
+        return min(first_unstable, self.high_watermark)
 
     @property
     def active_segment(self) -> Segment:
@@ -277,8 +293,13 @@ class Log:
         leader_epoch: int,
         now_ms: int,
         origin: AppendOrigin = AppendOrigin.CLIENT,
+        transaction_verified: bool = False,
     ) -> AppendInfo:
         """Validate one produce batch, assign it offsets from the log end and append it.
+
+        `transaction_verified`: the transaction coordinator confirmed this partition is in the producer's
+        ongoing transaction, so a transactional batch may open a transaction here (otherwise it is refused
+        with INVALID_TXN_STATE unless one is already open).
 
         Raises RecordError (nothing written) for bad input or a producer-state violation. A retried
         idempotent batch is not written again: the answer carries the offsets of the original, as Kafka's.
@@ -306,6 +327,7 @@ class Log:
                     max_timestamp=batch.max_timestamp,
                     origin=origin,
                     batch=lambda: bytes(batch.header) + bytes(batch.body),
+                    transaction_verified=transaction_verified,
                 )
                 if duplicate is not None:
                     return AppendInfo(
@@ -327,7 +349,7 @@ class Log:
             if producer_append is not None:
                 self.producer_state.update(producer_append)
                 if completed_txn is not None:
-                    self.producer_state.complete_txn(completed_txn)
+                    self._complete_txn(segment, completed_txn)
             self.producer_state.update_map_end_offset(last_offset + 1)
             if self.hw_follows_leo:
                 self.high_watermark = last_offset + 1
@@ -345,6 +367,82 @@ class Log:
             batch.records_count,
             size,
         )
+
+    def write_txn_markers(
+        self, markers: Iterable[TxnMarker], *, leader_epoch: int | None = None, now_ms: int | None = None
+    ) -> list[AppendInfo]:
+        """Append one COMMIT or ABORT control batch per marker, as leader with the coordinator origin.
+
+        This is the log side of Kafka's WriteTxnMarkers: each marker closes its producer's open
+        transaction in this partition (an ABORT adds the transaction to the segment's `.txnindex`) and
+        moves the last stable offset. `leader_epoch` defaults to the latest epoch of the log (-1 if none);
+        `now_ms` (the marker timestamp) to the log's clock. Markers are appended in order; the first one
+        refused raises RecordError (INVALID_PRODUCER_EPOCH for an older producer epoch,
+        TRANSACTION_COORDINATOR_FENCED for an older coordinator epoch) and those before it stay written.
+        A marker for a producer with no open transaction is still written, as Kafka does.
+        """
+        now_ms = self.clock() if now_ms is None else now_ms
+        results = []
+        for marker in markers:
+            epoch = self.latest_epoch() if leader_epoch is None else leader_epoch
+            batch = build_control_batch(
+                ControlType.COMMIT if marker.commit else ControlType.ABORT,
+                partition_leader_epoch=-1 if epoch is None else epoch,
+                producer_id=marker.producer_id,
+                producer_epoch=marker.producer_epoch,
+                coordinator_epoch=marker.coordinator_epoch,
+                timestamp=now_ms,
+            )
+            results.append(
+                self.append_as_leader(
+                    batch,
+                    leader_epoch=-1 if epoch is None else epoch,
+                    now_ms=now_ms,
+                    origin=AppendOrigin.COORDINATOR,
+                )
+            )
+        return results
+
+    def _complete_txn(self, segment: Segment, completed: CompletedTxn) -> None:
+        """Close a transaction an end marker in `segment` completed; an abort goes to its `.txnindex`."""
+        if completed.is_aborted:
+            last_stable_offset = self.producer_state.last_stable_offset(completed)
+            segment.append_aborted_txn(
+                AbortedTxn(
+                    ABORTED_TXN_VERSION,
+                    completed.producer_id,
+                    completed.first_offset,
+                    completed.last_offset,
+                    last_stable_offset,
+                )
+            )
+        self.producer_state.complete_txn(completed)
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed fetch of [start_offset, upper_bound_offset) must
+        report, from the `.txnindex` of the segment holding `start_offset` and the later ones until one
+        proves the list complete (Kafka's LocalLog.collectAbortedTransactions)."""
+        segments, bases = self._segments, self._bases
+        found: list[AbortedTxn] = []
+        for segment in segments[max(bisect_right(bases, start_offset) - 1, 0) :]:
+            txns, complete = segment.collect_aborted_txns(start_offset, upper_bound_offset)
+            found.extend(txns)
+            if complete:
+                break
+        return found
+
+    def fetch_upper_bound_offset(self, fetched: FetchSlice) -> int:
+        """The offset after the batches of a read: the next batch's base offset in the same segment, else
+        the next segment's base, else the log end (Kafka's LogSegment.fetchUpperBoundOffset and fallback)."""
+        segments, bases = self._segments, self._bases
+        k = bisect_right(bases, fetched.segment_base) - 1
+        if k >= 0 and segments[k].base_offset == fetched.segment_base:
+            segment = segments[k]
+            for header in segment.batch_headers(fetched.position + fetched.size, segment.size):
+                return header.base_offset
+            if k + 1 < len(segments):
+                return segments[k + 1].base_offset
+        return self._leo
 
     def append_as_follower(
         self, records: bytes | bytearray | memoryview, *, now_ms: int, leader_epoch: int | None = None
@@ -850,4 +948,4 @@ def _segment_too_small(size: int, name: str, segment_bytes: int) -> RecordError:
     )
 
 
-__all__ = ["AppendInfo", "AppendOrigin", "FetchSlice", "Log", "PolicyViolation"]
+__all__ = ["AppendInfo", "AppendOrigin", "FetchSlice", "Log", "PolicyViolation", "TxnMarker"]

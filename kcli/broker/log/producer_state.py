@@ -380,6 +380,19 @@ class ProducerStateManager:
                 "started"
             )
 
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction, None when none is open (single replica: a
+        completed transaction is replicated at once, so Kafka's unreplicated transactions are always empty)."""
+        return min(self.ongoing_txns) if self.ongoing_txns else None
+
+    def last_stable_offset(self, completed: CompletedTxn) -> int:
+        """The last stable offset once `completed` is done: the first offset of the oldest transaction of
+        another producer still open, else the offset after the marker (Kafka's lastStableOffset)."""
+        for first_offset in sorted(self.ongoing_txns):
+            if self.ongoing_txns[first_offset] != completed.producer_id:
+                return first_offset
+        return completed.last_offset + 1
+
     def update_map_end_offset(self, offset: int) -> None:
         """The offset the state is complete up to (exclusive); a snapshot is named after it."""
         self.last_map_offset = offset
@@ -558,12 +571,15 @@ def check_leader_append(
     max_timestamp: int,
     origin: AppendOrigin,
     batch: Callable[[], bytes] | None = None,
+    transaction_verified: bool = False,
 ) -> ProducerCheck:
     """UnifiedLog.analyzeAndValidateProducerState for one batch with a producer id.
 
     Raises RecordError (nothing may be written) for a sequence gap, an old epoch, or a transactional
     batch outside a transaction; returns the cached batch for a retried one. `batch` gives the whole
-    batch's bytes, read only for a control batch (its marker).
+    batch's bytes, read only for a control batch (its marker). `transaction_verified` says the transaction
+    coordinator has this partition in the producer's ongoing transaction (Kafka's verification guard):
+    only then may a transactional batch open a transaction here.
     """
     producer_id = info.producer_id
     last_seq = NO_SEQUENCE
@@ -578,9 +594,10 @@ def check_leader_append(
         (origin is AppendOrigin.CLIENT or origin is AppendOrigin.COORDINATOR)
         and info.is_transactional
         and not info.is_control
+        and not transaction_verified
         and (entry is None or entry.current_txn_first_offset is None)
     ):
-        # No transaction coordinator verified this partition for the transaction (there is none yet).
+        # No transaction coordinator verified this partition for the transaction.
         raise RecordError(ErrorCode.invalid_txn_state, "Record was not part of an ongoing transaction")
     append_info = state.prepare_update(producer_id, origin)
     if info.is_control:

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 from formats import _native
 from formats.errors import CorruptIndexError
-from formats.index import OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE, read_txn_index
+from formats.index import OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE, AbortedTxn, encode_aborted_txn, read_txn_index
 from formats.records import (
     CRC_START,
     HEADER_SIZE_UP_TO_MAGIC,
@@ -108,6 +108,7 @@ class Segment:
         self._fd: int | None = None
         self._offset_index: OffsetIndexFile | None = None
         self._time_index: TimeIndexFile | None = None
+        self._aborted_txns: list[AbortedTxn] | None = [] if create else None  # read on first use
         self.log_path = self._path(LOG_SUFFIX)
         if create:
             for path in (self.log_path, self.index_path, self.time_index_path, self.txn_index_path):
@@ -380,6 +381,48 @@ class Segment:
                 return
             position += size
 
+    def aborted_txns(self) -> list[AbortedTxn]:
+        """The entries of this segment's `.txnindex` (none when the file does not exist), in file order."""
+        if self._aborted_txns is None:
+            path = self.txn_index_path
+            self._aborted_txns = read_txn_index(path.read_bytes()) if path.exists() else []
+        return self._aborted_txns
+
+    def append_aborted_txn(self, txn: AbortedTxn) -> None:
+        """Add an aborted transaction to `.txnindex` (Kafka's LogSegment.updateTxnIndex for an abort).
+
+        Written straight away and made durable with the segment's flush; a crash that loses it is
+        repaired by recovery, which rebuilds the index of every segment past the recovery point.
+        """
+        entries = self.aborted_txns()
+        if entries and txn.last_offset <= entries[-1].last_offset:
+            raise ValueError(
+                f"The last offset of appended transactions must increase sequentially, but {txn.last_offset} is "
+                f"not greater than current last offset {entries[-1].last_offset} of index {self.txn_index_path}"
+            )
+        with open(self.txn_index_path, "ab") as f:
+            f.write(encode_aborted_txn(txn))
+        entries.append(txn)
+
+    def reset_txn_index(self) -> None:
+        """Empty `.txnindex` before recovery rebuilds it."""
+        self.txn_index_path.unlink(missing_ok=True)
+        self._aborted_txns = []
+
+    def collect_aborted_txns(
+        self, fetch_offset: int, upper_bound_offset: int
+    ) -> tuple[list[AbortedTxn], bool]:
+        """Kafka's TransactionIndex.collectAbortedTxns: the aborted transactions overlapping
+        [fetch_offset, upper_bound_offset), and whether later segments can hold no more of them (an entry
+        whose last stable offset reaches the upper bound was written after every overlapping abort)."""
+        found = []
+        for txn in self.aborted_txns():
+            if txn.last_offset >= fetch_offset and txn.first_offset < upper_bound_offset:
+                found.append(txn)
+            if txn.last_stable_offset >= upper_bound_offset:
+                return found, True
+        return found, False
+
     def translate_offset(self, offset: int, starting_position: int = 0) -> BatchHeader | None:
         """The first batch whose last offset is >= `offset` (Kafka's translateOffset), or None."""
         _, position = self.offset_index.lookup(offset)
@@ -533,6 +576,12 @@ class Segment:
             self._offset_index.flush()
         if self._time_index is not None:
             self._time_index.flush()
+        if self._aborted_txns:
+            fd = os.open(self.txn_index_path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def close(self) -> None:
         """Final time-index entry, trimmed indexes, trimmed `.log`; release every handle."""
