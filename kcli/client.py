@@ -174,7 +174,8 @@ class KafkaClient:
 
     # ---------------------------------------------------------------------------------------------
 
-    def _encode(self, request: Any, correlation_id: int) -> bytes:
+    def _encode(self, request: Any, correlation_id: int) -> bytearray:
+        """The whole frame; handed to the transport as is (not copied into bytes: it is never reused)."""
         header_type = RequestHeaderV2 if request.__flexible__ else RequestHeaderV1
         header = header_type(
             request_api_key=request.__api_key__,
@@ -186,7 +187,7 @@ class KafkaClient:
         entity_write(header_type)(out, header)
         entity_write(type(request))(out, request)
         _INT32.pack_into(out, 0, len(out) - 4)
-        return bytes(out)
+        return out
 
     async def _read_responses(self) -> None:
         try:
