@@ -34,7 +34,6 @@ from formats.records import (
     MAGIC_OFFSET,
     NO_TIMESTAMP,
     TIMESTAMP_TYPE_BIT,
-    TRANSACTIONAL_BIT,
     ControlType,
     LegacyBatch,
     RecordBatch,
@@ -53,6 +52,7 @@ from formats.segment import (
     parse_partition_dir,
     unit_size_at,
 )
+from ops import gaps
 from ops.logdir import WINDOW_BYTES, Chunk, SegmentReader
 
 ERROR = "error"
@@ -414,11 +414,8 @@ class Verifier:
 
     def _finish_log(self, log: _PartitionLog) -> None:
         """Gaps held back until the whole partition was seen, and the last leader-epoch run."""
-        for file, position, first, last in log.pending_gaps:
-            if log.compaction_seen:
-                self._gap_found(file, position, first, last, "offset_gap_compaction", _COMPACTION_SEEN)
-            else:
-                self._gap_found(file, position, first, last, "offset_gap_unexplained", _UNEXPLAINED)
+        for file, position, first, last, prev_attributes in log.pending_gaps:
+            self._report_gap(file, position, gaps.inner_gap(first, last, prev_attributes, log.facts()))
         log.pending_gaps.clear()
         if log.epoch_runs:
             log.epoch_runs[-1][2] = log.prev_last
@@ -788,46 +785,21 @@ class Verifier:
 
     def _head(self, seg: _Segment, log: _PartitionLog, position: int, first: int | None) -> None:
         """The first batch of the partition against the log start (the checkpoint, else the segment name)."""
-        if first is None:
-            return
-        start = log.log_start_checkpoint if log.log_start_checkpoint is not None else log.first_segment_base
-        if start is None or first <= start:
-            return
-        if log.compacted:
-            self._gap_found(seg.path, position, start, first - 1, "offset_gap_compaction", _COMPACTED)
-            return
-        source = "log-start-offset-checkpoint" if log.log_start_checkpoint is not None else "segment name"
-        self._gap_found(
-            seg.path, position, start, first - 1, "offset_gap_retention",
-            f"the log starts at offset {start} (its {source}) but its first batch at offset {first}: "
-            "the head was removed (retention, DeleteRecords or compaction).",
-        )  # fmt: skip
+        gap = None if first is None else gaps.head_gap(first, log.facts())
+        if gap is not None:
+            self._report_gap(seg.path, position, gap)
 
     def _gap(
         self, seg: _Segment, log: _PartitionLog, position: int, first: int, last: int, prev_attributes: int
     ) -> None:
-        if log.log_start_checkpoint is not None and last < log.log_start_checkpoint:
-            self._gap_found(
-                seg.path, position, first, last, "offset_gap_retention",
-                f"below the log start offset {log.log_start_checkpoint}, so no longer part of the log.",
-            )  # fmt: skip
-        elif prev_attributes & TRANSACTIONAL_BIT and not prev_attributes & CONTROL_BIT:
-            self._gap_found(
-                seg.path, position, first, last, "offset_gap_control_marker",
-                "right after a transactional batch, where its transaction marker sat before the cleaner removed it.",
-            )  # fmt: skip
-        elif log.compacted:
-            self._gap_found(seg.path, position, first, last, "offset_gap_compaction", _COMPACTED)
-        elif log.compaction_seen:
-            self._gap_found(seg.path, position, first, last, "offset_gap_compaction", _COMPACTION_SEEN)
+        gap = gaps.inner_gap(first, last, prev_attributes, log.facts())
+        if gap.kind == gaps.UNEXPLAINED:  # a later batch may still show the cleaner's work
+            log.pending_gaps.append((seg.path, position, first, last, prev_attributes))
         else:
-            log.pending_gaps.append(
-                (seg.path, position, first, last)
-            )  # classified once the partition is read
+            self._report_gap(seg.path, position, gap)
 
-    def _gap_found(self, file: Path, position: int, first: int, last: int, kind: str, why: str) -> None:
-        missing = f"offset {first} is" if first == last else f"offsets {first}..{last} are"
-        self._find(file, position, first, last, kind, f"{missing} missing before this batch: {why}")
+    def _report_gap(self, file: Path, position: int, gap: gaps.Gap) -> None:
+        self._find(file, position, gap.first, gap.last, gap.kind, gap.message)
 
     # --- leader epochs ------------------------------------------------------------------------------------
 
@@ -1165,7 +1137,7 @@ class _PartitionLog:
         self.prev_max_timestamp = NO_TIMESTAMP
         self.epoch = -1
         self.epoch_runs: list[list] = []  # [epoch, first offset, last offset, regressed]
-        self.pending_gaps: list[tuple[Path, int, int, int]] = []
+        self.pending_gaps: list[tuple[Path, int, int, int, int]] = []
         self._log_end = 0
 
     @property
@@ -1177,6 +1149,12 @@ class _PartitionLog:
     @property
     def log_end(self) -> int:
         return max(self._log_end, self.log_start)
+
+    def facts(self) -> gaps.PartitionFacts:
+        """What classifies a gap, as known so far (compaction_seen may still turn true)."""
+        return gaps.PartitionFacts(
+            self.log_start_checkpoint, self.first_segment_base, self.compacted, self.compaction_seen
+        )
 
     @log_end.setter
     def log_end(self, value: int) -> None:
@@ -1298,11 +1276,6 @@ class _IndexFiles:
 
 _OFFSET = itemgetter(0)
 _TIMESTAMP = itemgetter(1)
-_COMPACTED = "the topic is compacted."
-_COMPACTION_SEEN = "removed by compaction (batches of this partition have records removed by the cleaner)."
-_UNEXPLAINED = (
-    "nothing explains it (no compaction, not below the log start, not after a transactional batch)."
-)
 
 
 def _read(path: Path) -> bytes | OSError:
