@@ -945,6 +945,20 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table(
             "Idle transactional ids expire after this long.",
         ),
         (
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+            "int",
+            10_000,
+            at_least(1),
+            "How often Ongoing transactions past their timeout are looked for and aborted.",
+        ),
+        (
+            "transaction.remove.expired.transaction.cleanup.interval.ms",
+            "int",
+            3_600_000,
+            at_least(1),
+            "How often idle transactional ids are looked for and expired.",
+        ),
+        (
             "producer.id.expiration.ms",
             "int",
             _DAY_MS,
