@@ -5,7 +5,8 @@ Follows Kafka's `KafkaApis.handleFetchRequest` and `ReplicaManager.fetchMessages
   each partition's is min(partition_max_bytes, what is left); until one partition returned data, the
   first batch is returned whole even when it is larger (Kafka's minOneMessage);
 - consumers read up to the high watermark (read_uncommitted) or the last stable offset
-  (read_committed, with an empty aborted-transaction list; no transactions are tracked yet); a
+  (read_committed, with the aborted transactions overlapping the batches returned, from the segments'
+  `.txnindex`, as Kafka's LocalLog.addAbortedTransactions); a
   follower (replica id >= 0) reads up to the log end offset and must be one of the replicas;
 - errors per partition: UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID (v13+), NOT_LEADER_OR_FOLLOWER,
   FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH against current_leader_epoch, OFFSET_OUT_OF_RANGE, and
@@ -370,6 +371,14 @@ class _Fetch:
         except LogStorageError:
             error = ErrorCode.kafka_storage_error if self.version > 5 else ErrorCode.not_leader_or_follower
             return PartitionResult(topic, topic_id, index, error, empty_records=True), partition_log
+        if records is not None and aborted is not None:
+            # Kafka's LocalLog.addAbortedTransactions: the aborts overlapping the returned batches.
+            upper = partition_log.fetch_upper_bound_offset(records)
+            aborted = tuple(
+                (txn.producer_id, txn.first_offset)
+                for txn in partition_log.collect_aborted_transactions(fetch_offset, upper)
+            )
+            return ok._replace(records=records, aborted_transactions=aborted), partition_log
         return ok._replace(records=records), partition_log
 
 

@@ -1,0 +1,130 @@
+"""DescribeProducers (key 61) and WriteTxnMarkers (key 27): the partition side of transactions.
+
+DescribeProducers follows `KafkaApis.handleDescribeProducersRequest` and `UnifiedLog.activeProducers`:
+every producer the partition's producer state holds, with its epoch, last sequence, last timestamp,
+coordinator epoch and the first offset of its open transaction (-1 when none). `kafka-transactions.sh
+describe-producers` and `find-hanging` read it.
+
+WriteTxnMarkers follows `KafkaApis.handleWriteTxnMarkersRequest`: the transaction coordinator (and an
+operator's `abortTransaction`) asks the leader of each partition to append a COMMIT or ABORT control
+batch for a producer. Per partition: UNKNOWN_TOPIC_OR_PARTITION for a partition the metadata does not
+have, NOT_LEADER_OR_FOLLOWER where this node does not lead it, the append's own error otherwise
+(INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED, ...). A marker written to a __consumer_offsets
+partition settles the producer's pending transactional offset commits in the group coordinator, as
+Kafka's `GroupCoordinator.onTransactionCompleted`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcli.broker.apis import ApiSpec, kio_versions, nested_type, response_type
+from kcli.broker.apis.context import RequestContext
+from kcli.broker.log import Log, LogStorageError, RecordError
+from kcli.broker.log.log import TxnMarker
+
+log = logging.getLogger("kcli.broker")
+
+DESCRIBE_PRODUCERS = 61
+WRITE_TXN_MARKERS = 27
+GROUP_METADATA_TOPIC = "__consumer_offsets"
+_NO_THROTTLE = datetime.timedelta(0)
+
+
+async def handle_describe_producers(ctx: RequestContext, request: Any) -> object:
+    response_cls = response_type(DESCRIBE_PRODUCERS, ctx.api_version)
+    topic_cls = nested_type(response_cls, "TopicResponse")
+    partition_cls = nested_type(response_cls, "PartitionResponse")
+    state_cls = nested_type(response_cls, "ProducerState")
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for index in topic.partition_indexes:
+            error, partition_log = _leader_log(ctx, topic.name, index)
+            producers: tuple = ()
+            if partition_log is not None:
+                producers = tuple(
+                    state_cls(
+                        producer_id=entry.producer_id,
+                        producer_epoch=entry.producer_epoch,
+                        last_sequence=entry.last_seq,
+                        last_timestamp=entry.last_timestamp,
+                        coordinator_epoch=entry.coordinator_epoch,
+                        current_txn_start_offset=(
+                            -1 if entry.current_txn_first_offset is None else entry.current_txn_first_offset
+                        ),
+                    )
+                    for entry in list(partition_log.producer_state.producers.values())
+                )
+            partitions.append(
+                partition_cls(
+                    partition_index=index, error_code=error, error_message=None, active_producers=producers
+                )
+            )
+        topics.append(topic_cls(name=topic.name, partitions=tuple(partitions)))
+    return response_cls(throttle_time=_NO_THROTTLE, topics=tuple(topics))
+
+
+async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> object:
+    response_cls = response_type(WRITE_TXN_MARKERS, ctx.api_version)
+    marker_cls = nested_type(response_cls, "WritableTxnMarkerResult")
+    topic_cls = nested_type(response_cls, "WritableTxnMarkerTopicResult")
+    partition_cls = nested_type(response_cls, "WritableTxnMarkerPartitionResult")
+    results = []
+    for marker in request.markers:
+        wanted = TxnMarker(
+            marker.producer_id, marker.producer_epoch, marker.coordinator_epoch, marker.transaction_result
+        )
+        topics = []
+        offsets_written = False
+        for topic in marker.topics:
+            partitions = []
+            for index in topic.partition_indexes:
+                error = _write_marker(ctx, topic.name, index, wanted)
+                offsets_written |= error is ErrorCode.none and topic.name == GROUP_METADATA_TOPIC
+                partitions.append(partition_cls(partition_index=index, error_code=error))
+            topics.append(topic_cls(name=topic.name, partitions=tuple(partitions)))
+        if offsets_written:
+            groups = getattr(ctx.state.node, "groups", None)
+            if groups is not None:
+                groups.on_transaction_completed(wanted.producer_id, wanted.commit)
+        results.append(marker_cls(producer_id=marker.producer_id, topics=tuple(topics)))
+    return response_cls(markers=tuple(results))
+
+
+def _write_marker(ctx: RequestContext, topic: str, index: int, marker: TxnMarker) -> ErrorCode:
+    error, partition_log = _leader_log(ctx, topic, index)
+    if partition_log is None:
+        return error
+    registration = ctx.state.image.partition(topic, index)  # type: ignore[attr-defined]
+    try:
+        partition_log.write_txn_markers([marker], leader_epoch=registration.leader_epoch)
+    except RecordError as e:
+        log.info("WriteTxnMarkers to %s-%d for producer %d: %s", topic, index, marker.producer_id, e.message)
+        return e.error_code
+    except LogStorageError:
+        return ErrorCode.kafka_storage_error
+    return ErrorCode.none
+
+
+def _leader_log(ctx: RequestContext, topic: str, index: int) -> tuple[ErrorCode, Log | None]:
+    """The partition's log when this node leads it, else the error Kafka's getPartitionOrError gives."""
+    state = ctx.state
+    registration = state.image.partition(topic, index)  # type: ignore[attr-defined]
+    if registration is None:
+        return ErrorCode.unknown_topic_or_partition, None
+    node = state.node
+    partition_log = None if node is None else node.logs.get_log(topic, index)
+    if partition_log is None or registration.leader != state.node_id:
+        return ErrorCode.not_leader_or_follower, None
+    return ErrorCode.none, partition_log
+
+
+APIS = [
+    ApiSpec(DESCRIBE_PRODUCERS, *kio_versions(DESCRIBE_PRODUCERS), handle_describe_producers),  # type: ignore[misc]
+    ApiSpec(WRITE_TXN_MARKERS, *kio_versions(WRITE_TXN_MARKERS), handle_write_txn_markers),  # type: ignore[misc]
+]
