@@ -86,6 +86,7 @@ def build_registry() -> ApiRegistry:
         offsets,
         produce,
         producer_id,
+        producers,
         records,
         topics,
     )
@@ -106,6 +107,7 @@ def build_registry() -> ApiRegistry:
             *offset_for_leader_epoch.APIS,
             *groups.APIS,
             *offsets.APIS,
+            *producers.APIS,
         ]
     )
 
