@@ -39,7 +39,7 @@ def _root(
 
 def _register() -> None:
     """Import each command module; each adds its commands to `app`."""
-    from kcli.cli import broker, dump, groups, replay, spark_audit, verify  # noqa: F401
+    from kcli.cli import broker, dump, groups, replay, spark_audit, transactions, verify  # noqa: F401
 
 
 def main() -> None:
