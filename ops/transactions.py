@@ -1,0 +1,297 @@
+"""Transactions as an operator sees them: list, describe, find hanging ones, abort (kafka-transactions.sh).
+
+Over the standard APIs only (ListTransactions, FindCoordinator with key type 1, DescribeTransactions,
+DescribeProducers, WriteTxnMarkers), so it works against Apache Kafka as well. The rules are Kafka's
+TransactionsCommand: a transaction is *hanging* when a partition holds an open transaction whose producer
+wrote last more than --max-transaction-timeout ago and its coordinator does not know it (no transactional
+id lists that producer id, the id is not found, or its description does not name the partition); an
+abort by start offset finds the producer whose open transaction starts there and writes an ABORT marker
+with its epoch and coordinator epoch (0 when unknown).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcli.broker.apis import build, nested_type
+from kcli.cluster import Cluster
+from kcli.errors import KcliError
+
+FIND_COORDINATOR = 10
+WRITE_TXN_MARKERS = 27
+DESCRIBE_PRODUCERS = 61
+DESCRIBE_TRANSACTIONS = 65
+LIST_TRANSACTIONS = 66
+TRANSACTION_KEY = 1
+DEFAULT_MAX_TRANSACTION_TIMEOUT_MIN = 15
+
+TopicPartition = tuple[str, int]
+
+
+class TransactionError(KcliError):
+    """A transaction operation the cluster refused (the sentence says what and Kafka's error)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionListing:
+    transactional_id: str
+    coordinator: int
+    producer_id: int
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    coordinator: int
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    state: str
+    timeout_ms: int
+    start_time_ms: int  # -1 when no transaction is open
+    partitions: tuple[TopicPartition, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        values = asdict(self)
+        values["partitions"] = [f"{t}-{p}" for t, p in self.partitions]
+        return values
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerState:
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int  # -1 when unknown
+    last_sequence: int
+    last_timestamp: int
+    current_txn_start_offset: int  # -1 when no transaction is open
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --- list and describe -----------------------------------------------------------------------------
+
+
+async def list_transactions(
+    cluster: Cluster, *, producer_ids: tuple[int, ...] = (), states: tuple[str, ...] = ()
+) -> list[TransactionListing]:
+    """Every transactional id every broker coordinates (ListTransactions to each broker)."""
+    listings = []
+    for node, client in await cluster.all_nodes():
+        cls = client.request_type(LIST_TRANSACTIONS)
+        response = await client.send(
+            build(cls, state_filters=states, producer_id_filters=producer_ids, duration_filter=-1)
+        )
+        _check(response.error_code, f"list the transactions of broker {node}")
+        for t in response.transaction_states:
+            listings.append(TransactionListing(t.transactional_id, node, t.producer_id, t.transaction_state))
+    return sorted(listings, key=lambda t: t.transactional_id)
+
+
+async def describe_transaction(cluster: Cluster, transactional_id: str) -> TransactionDescription | None:
+    """DescribeTransactions at the id's coordinator; None when the coordinator does not know the id."""
+    node, client = await transaction_coordinator(cluster, transactional_id)
+    cls = client.request_type(DESCRIBE_TRANSACTIONS)
+    response = await client.send(build(cls, transactional_ids=(transactional_id,)))
+    [state] = response.transaction_states
+    if state.error_code == ErrorCode.transactional_id_not_found:
+        return None
+    _check(state.error_code, f"describe transactional id {transactional_id!r}")
+    start = state.transaction_start_time
+    return TransactionDescription(
+        node,
+        transactional_id,
+        state.producer_id,
+        state.producer_epoch,
+        state.transaction_state,
+        int(state.transaction_timeout.total_seconds() * 1000)
+        if hasattr(state.transaction_timeout, "total_seconds")
+        else int(state.transaction_timeout),
+        _epoch_ms(start),
+        tuple((t.topic, p) for t in state.topics for p in t.partitions),
+    )
+
+
+async def transaction_coordinator(cluster: Cluster, transactional_id: str) -> tuple[int, Any]:
+    """(node id, connection) of the transaction coordinator of `transactional_id` (FindCoordinator, key type 1)."""
+    bootstrap = cluster.bootstrap
+    cls = bootstrap.request_type(FIND_COORDINATOR)
+    if cls.__version__ >= 4:
+        request = cls(key_type=TRANSACTION_KEY, coordinator_keys=(transactional_id,))
+    else:
+        request = build(cls, key=transactional_id, key_type=TRANSACTION_KEY)
+    response = await bootstrap.send(request)
+    answer: Any = response.coordinators[0] if cls.__version__ >= 4 else response
+    _check(answer.error_code, f"find the coordinator of transactional id {transactional_id!r}")
+    return answer.node_id, await cluster.node(answer.node_id)
+
+
+# --- producers, hanging transactions, abort --------------------------------------------------------
+
+
+async def describe_producers(cluster: Cluster, partitions: list[TopicPartition]) -> list[ProducerState]:
+    """The active producers of each partition (DescribeProducers at its leader)."""
+    metadata = await cluster.metadata(sorted({t for t, _ in partitions}))
+    by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
+    for tp in partitions:
+        leader = metadata.leaders.get(tp, -1)
+        if leader < 0:
+            raise TransactionError(f"partition {tp[0]}-{tp[1]} has no leader or does not exist.")
+        by_leader[leader].append(tp)
+    states = []
+    for leader, wanted in sorted(by_leader.items()):
+        client = await cluster.node(leader)
+        cls = client.request_type(DESCRIBE_PRODUCERS)
+        topic_cls = nested_type(cls, "TopicRequest")
+        topics = defaultdict(list)
+        for topic, partition in wanted:
+            topics[topic].append(partition)
+        response = await client.send(
+            cls(topics=tuple(topic_cls(name=t, partition_indexes=tuple(p)) for t, p in topics.items()))
+        )
+        for topic in response.topics:
+            for p in topic.partitions:
+                _check(p.error_code, f"describe the producers of {topic.name}-{p.partition_index}")
+                states.extend(
+                    ProducerState(
+                        topic.name,
+                        p.partition_index,
+                        s.producer_id,
+                        s.producer_epoch,
+                        s.coordinator_epoch,
+                        s.last_sequence,
+                        s.last_timestamp,
+                        s.current_txn_start_offset,
+                    )
+                    for s in p.active_producers
+                )
+    return states
+
+
+async def find_hanging(
+    cluster: Cluster,
+    *,
+    topic: str | None = None,
+    partition: int | None = None,
+    broker_id: int | None = None,
+    max_transaction_timeout_ms: int = DEFAULT_MAX_TRANSACTION_TIMEOUT_MIN * 60_000,
+    now_ms: int | None = None,
+) -> list[ProducerState]:
+    """Open transactions older than the timeout that their coordinator does not know (Kafka's rule)."""
+    if topic is None and broker_id is None:
+        raise TransactionError("find-hanging needs --topic or --broker-id to limit the search.")
+    if partition is not None and topic is None:
+        raise TransactionError("--partition needs --topic.")
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    if topic is not None and partition is not None:
+        partitions = [(topic, partition)]
+    else:
+        metadata = await cluster.metadata([topic] if topic is not None else None)
+        if topic is not None and topic in metadata.errors:
+            _check(metadata.errors[topic], f"describe topic {topic!r}")
+        partitions = [
+            tp
+            for tp, leader in sorted(metadata.leaders.items())
+            if (topic is None or tp[0] == topic) and (broker_id is None or leader == broker_id)
+        ]
+    candidates = [
+        s
+        for s in await describe_producers(cluster, partitions)
+        if s.current_txn_start_offset >= 0 and now_ms - s.last_timestamp > max_transaction_timeout_ms
+    ]
+    if not candidates:
+        return []
+    producer_ids = tuple(sorted({s.producer_id for s in candidates}))
+    ids = {
+        t.producer_id: t.transactional_id for t in await list_transactions(cluster, producer_ids=producer_ids)
+    }
+    hanging = []
+    descriptions: dict[str, TransactionDescription | None] = {}
+    for state in candidates:
+        transactional_id = ids.get(state.producer_id)
+        if transactional_id is None:
+            hanging.append(state)
+            continue
+        if transactional_id not in descriptions:
+            descriptions[transactional_id] = await describe_transaction(cluster, transactional_id)
+        description = descriptions[transactional_id]
+        if description is None or (state.topic, state.partition) not in description.partitions:
+            hanging.append(state)
+    return hanging
+
+
+async def abort_transaction(
+    cluster: Cluster,
+    topic: str,
+    partition: int,
+    *,
+    start_offset: int | None = None,
+    producer_id: int | None = None,
+    producer_epoch: int | None = None,
+    coordinator_epoch: int | None = None,
+) -> ProducerState:
+    """Write an ABORT marker to one partition for the producer whose open transaction starts at
+    `start_offset`, or for the producer given by id, epoch and coordinator epoch."""
+    if start_offset is not None:
+        found = [
+            s
+            for s in await describe_producers(cluster, [(topic, partition)])
+            if s.current_txn_start_offset == start_offset
+        ]
+        if not found:
+            raise TransactionError(
+                f"Could not find any open transactions starting at offset {start_offset} on partition "
+                f"{topic}-{partition}."
+            )
+        state = found[0]
+        coordinator_epoch = max(state.coordinator_epoch, 0)
+    elif producer_id is None or producer_epoch is None or coordinator_epoch is None:
+        raise TransactionError(
+            "abort needs --start-offset, or --producer-id, --producer-epoch and --coordinator-epoch."
+        )
+    else:
+        state = ProducerState(topic, partition, producer_id, producer_epoch, coordinator_epoch, -1, -1, -1)
+    metadata = await cluster.metadata([topic])
+    leader = metadata.leaders.get((topic, partition), -1)
+    if leader < 0:
+        raise TransactionError(f"partition {topic}-{partition} has no leader or does not exist.")
+    client = await cluster.node(leader)
+    cls = client.request_type(WRITE_TXN_MARKERS)
+    marker = nested_type(cls, "WritableTxnMarker")
+    marker_topic = nested_type(cls, "WritableTxnMarkerTopic")
+    response = await client.send(
+        cls(
+            markers=(
+                build(
+                    marker,
+                    producer_id=state.producer_id,
+                    producer_epoch=state.producer_epoch,
+                    transaction_result=False,
+                    topics=(marker_topic(name=topic, partition_indexes=(partition,)),),
+                    coordinator_epoch=coordinator_epoch,
+                ),
+            )
+        )
+    )
+    [result] = response.markers[0].topics[0].partitions
+    _check(result.error_code, f"abort the transaction of producer {state.producer_id} on {topic}-{partition}")
+    return state
+
+
+def _check(error: ErrorCode, what: str) -> None:
+    if error != ErrorCode.none:
+        raise TransactionError(f"cannot {what}: {error.name.upper()}.")
+
+
+def _epoch_ms(value: Any) -> int:
+    if hasattr(value, "timestamp"):
+        return int(value.timestamp() * 1000)
+    return int(value) if value is not None else -1
