@@ -1,0 +1,59 @@
+"""`kcli transactions` against a real broker: DescribeProducers and WriteTxnMarkers paths of find-hanging
+and abort (list and describe need the transaction coordinator's ListTransactions/DescribeTransactions)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import orjson
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from conftest import KCLI, BrokerProcess, kcli_env
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def kcli(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*KCLI, "transactions", *args, "-b", broker.bootstrap],
+        capture_output=True,
+        text=True,
+        env=kcli_env(),
+        timeout=30,
+    )
+
+
+def test_find_hanging_and_abort(broker: BrokerProcess) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("t", 2, 1)])["t"].result(15)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True})
+    producer.produce("t", b"v", partition=0)
+    assert producer.flush(15) == 0
+
+    # An idempotent producer has no open transaction: nothing hangs.
+    found = kcli(broker, "find-hanging", "--topic", "t", "--max-transaction-timeout", "0", "-o", "json")
+    assert found.returncode == 0 and found.stdout == "", found.stderr
+    assert "needs --topic or --broker-id" in kcli(broker, "find-hanging").stderr
+    assert (
+        "--partition needs --topic"
+        in kcli(broker, "find-hanging", "--broker-id", "0", "--partition", "1").stderr
+    )
+
+    missing = kcli(broker, "abort", "--topic", "t", "--partition", "0", "--start-offset", "0")
+    assert missing.returncode != 0
+    assert "Could not find any open transactions starting at offset 0 on partition t-0." in missing.stderr
+
+    # An explicit abort writes an ABORT marker at the log end for the producer given.
+    done = kcli(
+        broker, "abort", "--topic", "t", "--partition", "0", "--producer-id", "5000", "--producer-epoch", "0",
+        "--coordinator-epoch", "0", "-o", "json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert orjson.loads(done.stdout)["producer_id"] == 5000
+    producer.produce("t", b"after", partition=0)
+    delivered: list = []
+    producer.poll(0)
+    producer.produce("t", b"after2", partition=0, on_delivery=lambda err, msg: delivered.append(msg.offset()))
+    assert producer.flush(15) == 0
+    assert delivered == [3]  # 0: v, 1: the marker, 2: after
