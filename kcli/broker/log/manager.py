@@ -2,8 +2,10 @@
 
 At start-up it reads the clean-shutdown marker and the root checkpoints of each log dir and loads every
 partition directory through the LogLoader. While running, `run_periodic` (called by the broker on a
-timer) applies retention, flush.ms, deferred file deletion and the checkpoint intervals. At shutdown
-it flushes and closes every log, writes the checkpoints and the `.kafka_cleanshutdown` marker.
+timer) applies retention, flush.ms, deferred file deletion and the checkpoint intervals, and gives the
+log cleaner (compaction, see `cleaner`) its turn: swaps of cleaned segments happen on this thread. At
+shutdown it stops the cleaner, flushes and closes every log, writes the checkpoints and the
+`.kafka_cleanshutdown` marker.
 The metadata log (`__cluster_metadata-0`) is left to its owner, as Kafka's LogManager leaves it to Raft.
 """
 
