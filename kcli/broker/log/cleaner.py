@@ -72,6 +72,7 @@ from kcli.config import BROKER_CONFIGS, BrokerConfig
 logger = logging.getLogger("kcli.broker.log.cleaner")
 
 _INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
 
 Swap = Callable[[Log, Segment, list[Segment]], "Future[bool]"]
 """Hands a finished `.cleaned` segment and the segments it replaces to whoever swaps it in."""
@@ -590,9 +591,6 @@ class Cleaner:
                     f"for log segment {source.path} at position {position}"
                 )
             buffer_size = needed
-
-
-_INT64_MAX = 2**63 - 1
 
 
 class _BatchFilter:
