@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -815,6 +816,28 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table(
             "Dirty ratio that triggers cleaning.",
         ),
         ("log.cleaner.backoff.ms", "long", 15000, at_least(0), "Cleaner sleep when idle."),
+        (
+            "log.cleaner.dedupe.buffer.size",
+            "long",
+            128 * 1024 * 1024,
+            None,
+            "Memory for the cleaners' key maps (shared by all cleaner threads).",
+        ),
+        ("log.cleaner.io.buffer.size", "int", 512 * 1024, at_least(0), "Cleaner read and write buffers."),
+        (
+            "log.cleaner.io.buffer.load.factor",
+            "double",
+            0.9,
+            None,
+            "How full a cleaner's key map may get.",
+        ),
+        (
+            "log.cleaner.io.max.bytes.per.second",
+            "double",
+            sys.float_info.max,
+            None,
+            "Cleaner I/O throttle (read plus write bytes per second).",
+        ),
         (
             "num.recovery.threads.per.data.dir",
             "int",

@@ -67,7 +67,7 @@ from kcli.broker.log.cleaner_manager import (
 from kcli.broker.log.log import Log, wall_clock_ms
 from kcli.broker.log.offset_map import SkimpyOffsetMap
 from kcli.broker.log.segment import BatchHeader, Segment
-from kcli.config import BROKER_CONFIGS, BrokerConfig
+from kcli.config import BrokerConfig
 
 logger = logging.getLogger("kcli.broker.log.cleaner")
 
@@ -93,25 +93,15 @@ class CleanerConfig:
 
     @classmethod
     def from_broker(cls, config: BrokerConfig) -> CleanerConfig:
-        """From the broker's properties; keys the config table does not know yet take Kafka's defaults."""
-        defaults = cls()
-
-        def value(key: str, default: object) -> object:
-            return config[key] if key in BROKER_CONFIGS else default
-
         return cls(
-            num_threads=int(value("log.cleaner.threads", defaults.num_threads)),  # type: ignore[call-overload]
-            dedupe_buffer_size=int(value("log.cleaner.dedupe.buffer.size", defaults.dedupe_buffer_size)),  # type: ignore[call-overload]
-            dedupe_buffer_load_factor=float(
-                value("log.cleaner.io.buffer.load.factor", defaults.dedupe_buffer_load_factor)  # type: ignore[arg-type]
-            ),
-            io_buffer_size=int(value("log.cleaner.io.buffer.size", defaults.io_buffer_size)),  # type: ignore[call-overload]
-            max_message_size=int(value("message.max.bytes", defaults.max_message_size)),  # type: ignore[call-overload]
-            max_io_bytes_per_second=float(
-                value("log.cleaner.io.max.bytes.per.second", defaults.max_io_bytes_per_second)  # type: ignore[arg-type]
-            ),
-            backoff_ms=int(value("log.cleaner.backoff.ms", defaults.backoff_ms)),  # type: ignore[call-overload]
-            enable_cleaner=bool(value("log.cleaner.enable", defaults.enable_cleaner)),
+            num_threads=int(config["log.cleaner.threads"]),  # type: ignore[call-overload]
+            dedupe_buffer_size=int(config["log.cleaner.dedupe.buffer.size"]),  # type: ignore[call-overload]
+            dedupe_buffer_load_factor=float(config["log.cleaner.io.buffer.load.factor"]),  # type: ignore[arg-type]
+            io_buffer_size=int(config["log.cleaner.io.buffer.size"]),  # type: ignore[call-overload]
+            max_message_size=int(config["message.max.bytes"]),  # type: ignore[call-overload]
+            max_io_bytes_per_second=float(config["log.cleaner.io.max.bytes.per.second"]),  # type: ignore[arg-type]
+            backoff_ms=int(config["log.cleaner.backoff.ms"]),  # type: ignore[call-overload]
+            enable_cleaner=bool(config["log.cleaner.enable"]),
         )
 
     @property
