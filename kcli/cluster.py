@@ -19,6 +19,7 @@ from kcli.client import ClientError, KafkaClient
 METADATA = 3
 FIND_COORDINATOR = 10
 GROUP_KEY = 0
+TRANSACTION_KEY = 1
 
 
 class ClusterError(ClientError):
@@ -119,23 +120,32 @@ class Cluster:
         await self.metadata([])
         return [(node_id, await self.node(node_id)) for node_id in sorted(self._brokers)]
 
-    async def coordinator(self, group_id: str) -> tuple[int, KafkaClient]:
-        """(node id, connection) of `group_id`'s group coordinator (FindCoordinator, any version)."""
+    async def coordinator(self, key: str, key_type: int = GROUP_KEY) -> tuple[int, KafkaClient]:
+        """(node id, connection) of the coordinator of a group (key type 0) or transactional id (1)."""
         cls = self.bootstrap.request_type(FIND_COORDINATOR)
         if cls.__version__ >= 4:
-            request = cls(key_type=GROUP_KEY, coordinator_keys=(group_id,))
+            request = cls(key_type=key_type, coordinator_keys=(key,))
         else:
-            request = build(cls, key=group_id, key_type=GROUP_KEY)
+            request = build(cls, key=key, key_type=key_type)
         response = await self.bootstrap.send(request)
         answer: Any = response.coordinators[0] if cls.__version__ >= 4 else response
         if answer.error_code != ErrorCode.none:
             message = getattr(answer, "error_message", None)
             detail = f" ({message})" if message else ""
+            what = "group" if key_type == GROUP_KEY else "transactional id"
             raise ClusterError(
-                f"cannot find the coordinator of group {group_id!r}: {answer.error_code.name}{detail}."
+                f"cannot find the coordinator of {what} {key!r}: {answer.error_code.name.upper()}{detail}."
             )
         self._brokers[answer.node_id] = f"{answer.host}:{answer.port}"
         return answer.node_id, await self.node(answer.node_id)
+
+    async def by_leader(self, partitions: list[tuple[str, int]]) -> dict[int, list[tuple[str, int]]]:
+        """Partitions grouped by their leader's node id; leaderless or unknown ones under -1."""
+        metadata = await self.metadata(sorted({t for t, _ in partitions}))
+        grouped: dict[int, list[tuple[str, int]]] = {}
+        for tp in partitions:
+            grouped.setdefault(metadata.leaders.get(tp, -1), []).append(tp)
+        return grouped
 
     async def close(self) -> None:
         clients = {id(c): c for c in (self.bootstrap, *self._clients.values())}

@@ -672,12 +672,9 @@ def _check(error: ErrorCode, what: str) -> None:
 
 
 async def _by_leader(cluster: Cluster, partitions: list[TopicPartition]) -> dict[int, list[TopicPartition]]:
-    metadata = await cluster.metadata(sorted({t for t, _ in partitions}))
-    by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
-    for tp in partitions:
-        leader = metadata.leaders.get(tp, -1)
-        if leader >= 0:
-            by_leader[leader].append(tp)
+    """Leaders' partitions; leaderless ones are left out (their offsets show as unknown, as Kafka's tool)."""
+    by_leader = await cluster.by_leader(partitions)
+    by_leader.pop(-1, None)
     return by_leader
 
 

@@ -19,15 +19,13 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcli.broker.apis import build, nested_type
-from kcli.cluster import Cluster
+from kcli.cluster import TRANSACTION_KEY, Cluster
 from kcli.errors import KcliError
 
-FIND_COORDINATOR = 10
 WRITE_TXN_MARKERS = 27
 DESCRIBE_PRODUCERS = 61
 DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
-TRANSACTION_KEY = 1
 DEFAULT_MAX_TRANSACTION_TIMEOUT_MIN = 15
 
 TopicPartition = tuple[str, int]
@@ -121,17 +119,8 @@ async def describe_transaction(cluster: Cluster, transactional_id: str) -> Trans
 
 
 async def transaction_coordinator(cluster: Cluster, transactional_id: str) -> tuple[int, Any]:
-    """(node id, connection) of the transaction coordinator of `transactional_id` (FindCoordinator, key type 1)."""
-    bootstrap = cluster.bootstrap
-    cls = bootstrap.request_type(FIND_COORDINATOR)
-    if cls.__version__ >= 4:
-        request = cls(key_type=TRANSACTION_KEY, coordinator_keys=(transactional_id,))
-    else:
-        request = build(cls, key=transactional_id, key_type=TRANSACTION_KEY)
-    response = await bootstrap.send(request)
-    answer: Any = response.coordinators[0] if cls.__version__ >= 4 else response
-    _check(answer.error_code, f"find the coordinator of transactional id {transactional_id!r}")
-    return answer.node_id, await cluster.node(answer.node_id)
+    """(node id, connection) of the transaction coordinator of `transactional_id`."""
+    return await cluster.coordinator(transactional_id, TRANSACTION_KEY)
 
 
 # --- producers, hanging transactions, abort --------------------------------------------------------
@@ -139,13 +128,11 @@ async def transaction_coordinator(cluster: Cluster, transactional_id: str) -> tu
 
 async def describe_producers(cluster: Cluster, partitions: list[TopicPartition]) -> list[ProducerState]:
     """The active producers of each partition (DescribeProducers at its leader)."""
-    metadata = await cluster.metadata(sorted({t for t, _ in partitions}))
-    by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
-    for tp in partitions:
-        leader = metadata.leaders.get(tp, -1)
-        if leader < 0:
-            raise TransactionError(f"partition {tp[0]}-{tp[1]} has no leader or does not exist.")
-        by_leader[leader].append(tp)
+    by_leader = await cluster.by_leader(partitions)
+    leaderless = by_leader.pop(-1, [])
+    if leaderless:
+        topic, partition = leaderless[0]
+        raise TransactionError(f"partition {topic}-{partition} has no leader or does not exist.")
     states = []
     for leader, wanted in sorted(by_leader.items()):
         client = await cluster.node(leader)
