@@ -14,6 +14,9 @@
  *                value_mode) -> bytes
  *       The same records as the JSON lines of `kcli dump-segment --output json`, with decode_records'
  *       errors; keys and values as text: 0 UTF-8 with replacement, 1 hex, 2 base64.
+ *   encode_records(records, base_timestamp) -> (data, last_offset_delta, max_timestamp)
+ *       The records region of a v2 batch from Records or RecordSpec-shaped tuples (what build_batch
+ *       compresses or appends after the batch header).
  *   Record(offset, timestamp, key, value, headers)
  *       Tuple subclass with attribute access, like a named tuple.
  *
@@ -1473,6 +1476,283 @@ fail:
 }
 
 /* ---------------------------------------------------------------------------------------------------
+ * encode_records(records, base_timestamp)
+ *
+ * The records region of a v2 batch, each record as Kafka's DefaultRecord.writeTo writes it: its length,
+ * then attributes (0), timestampDelta, offsetDelta, key, value and headers. An item is a Record (its
+ * offset is not used: it takes the next offset delta) or a tuple laid out as formats.records.RecordSpec,
+ * (timestamp, key, value[, headers[, offset_delta]]), where an offset_delta of None is the next one.
+ * Two passes: the first checks every item and sizes every record, the second writes into one bytes
+ * object of exactly that size. Only C code runs between the passes (ints must be ints, headers tuples
+ * or lists), so nothing can change an item's size under the second pass.
+ */
+
+static inline uint64_t zigzag64(int64_t v) { return ((uint64_t)v << 1) ^ (0u - ((uint64_t)v >> 63)); }
+
+static inline Py_ssize_t uvarlong_size(uint64_t u)
+{
+    Py_ssize_t n = 1;
+    while (u >= 0x80) {
+        u >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline uint8_t *put_uvarlong(uint8_t *o, uint64_t u)
+{
+    while (u >= 0x80) {
+        *o++ = (uint8_t)(u | 0x80);
+        u >>= 7;
+    }
+    *o++ = (uint8_t)u;
+    return o;
+}
+
+/* A key, value or header value: bytes, another contiguous buffer, or None (size -1). */
+typedef struct {
+    const char *data;
+    Py_ssize_t size;
+    Py_buffer view; /* held when view.obj is set: release with blob_release */
+} blob;
+
+static int blob_get(PyObject *obj, const char *what, blob *out)
+{
+    out->view.obj = NULL;
+    if (PyBytes_CheckExact(obj)) {
+        out->data = PyBytes_AS_STRING(obj);
+        out->size = PyBytes_GET_SIZE(obj);
+        return 0;
+    }
+    if (obj == Py_None) {
+        out->data = NULL;
+        out->size = -1;
+        return 0;
+    }
+    if (!PyObject_CheckBuffer(obj) || PyObject_GetBuffer(obj, &out->view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "a record %s must be bytes or None, not %.100s", what, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    out->data = out->view.buf;
+    out->size = out->view.len;
+    return 0;
+}
+
+static inline void blob_release(blob *b)
+{
+    if (b->view.obj != NULL)
+        PyBuffer_Release(&b->view);
+}
+
+static inline Py_ssize_t blob_encoded_size(const blob *b)
+{
+    return b->size < 0 ? 1 : uvarlong_size(zigzag64(b->size)) + b->size;
+}
+
+static inline uint8_t *put_blob(uint8_t *o, const blob *b)
+{
+    if (b->size < 0) {
+        *o++ = 1; /* zig-zag(-1): null */
+        return o;
+    }
+    o = put_uvarlong(o, zigzag64(b->size));
+    if (b->size > 0)
+        memcpy(o, b->data, (size_t)b->size);
+    return o + b->size;
+}
+
+/* One item's fields; headers is a tuple or list of (str, bytes | None) pairs. */
+typedef struct {
+    PyObject *timestamp, *key, *value, *headers, *offset_delta; /* borrowed; offset_delta may be NULL */
+} record_fields;
+
+static int item_fields(PyObject *item, record_fields *f)
+{
+    if (Py_IS_TYPE(item, &RecordType)) {
+        PyObject *const *items = ((PyTupleObject *)item)->ob_item;
+        *f = (record_fields){items[1], items[2], items[3], items[4], NULL};
+    } else if (PyTuple_Check(item) && PyTuple_GET_SIZE(item) >= 3 && PyTuple_GET_SIZE(item) <= 5) {
+        Py_ssize_t n = PyTuple_GET_SIZE(item);
+        *f = (record_fields){PyTuple_GET_ITEM(item, 0), PyTuple_GET_ITEM(item, 1), PyTuple_GET_ITEM(item, 2),
+                             n > 3 ? PyTuple_GET_ITEM(item, 3) : NULL, n > 4 ? PyTuple_GET_ITEM(item, 4) : NULL};
+        if (f->offset_delta == Py_None)
+            f->offset_delta = NULL;
+    } else {
+        PyErr_Format(PyExc_TypeError,
+                     "a record must be a Record or a (timestamp, key, value[, headers[, offset_delta]]) tuple, "
+                     "not %.100s",
+                     Py_TYPE(item)->tp_name);
+        return -1;
+    }
+    if (f->headers != NULL && !PyTuple_Check(f->headers) && !PyList_Check(f->headers)) {
+        PyErr_Format(PyExc_TypeError, "record headers must be a tuple or list, not %.100s",
+                     Py_TYPE(f->headers)->tp_name);
+        return -1;
+    }
+    return 0;
+}
+
+static int exact_int64(PyObject *obj, const char *name, int64_t *out)
+{
+    if (!PyLong_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "a record %s must be an int, not %.100s", name, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    return arg_int64(obj, name, out);
+}
+
+/* One header pair as (UTF-8 name, value); the name's UTF-8 is cached by the str itself. */
+static int header_fields(PyObject *pair, const char **name, Py_ssize_t *name_size, blob *value)
+{
+    if ((!PyTuple_Check(pair) && !PyList_Check(pair)) || PySequence_Fast_GET_SIZE(pair) != 2) {
+        PyErr_Format(PyExc_TypeError, "a record header must be a (str, bytes | None) pair, not %.100s",
+                     Py_TYPE(pair)->tp_name);
+        return -1;
+    }
+    PyObject *key = PySequence_Fast_GET_ITEM(pair, 0);
+    if (!PyUnicode_Check(key)) {
+        PyErr_Format(PyExc_TypeError, "a record header key must be a str, not %.100s", Py_TYPE(key)->tp_name);
+        return -1;
+    }
+    *name = PyUnicode_AsUTF8AndSize(key, name_size);
+    if (*name == NULL)
+        return -1;
+    return blob_get(PySequence_Fast_GET_ITEM(pair, 1), "header value", value);
+}
+
+/* The size of one record's body (after its length) and the record's offset delta; checks every field. */
+static int record_body_size(const record_fields *f, int64_t base_timestamp, int64_t offset_delta,
+                            int64_t *timestamp, Py_ssize_t *out)
+{
+    if (exact_int64(f->timestamp, "timestamp", timestamp) < 0)
+        return -1;
+    Py_ssize_t size = 1 + uvarlong_size(zigzag64((int64_t)((uint64_t)*timestamp - (uint64_t)base_timestamp))) +
+                      uvarlong_size(zigzag64(offset_delta));
+    blob key, value;
+    if (blob_get(f->key, "key", &key) < 0)
+        return -1;
+    size += blob_encoded_size(&key);
+    blob_release(&key);
+    if (blob_get(f->value, "value", &value) < 0)
+        return -1;
+    size += blob_encoded_size(&value);
+    blob_release(&value);
+    Py_ssize_t count = f->headers == NULL ? 0 : PySequence_Fast_GET_SIZE(f->headers);
+    size += uvarlong_size(zigzag64(count));
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const char *name;
+        Py_ssize_t name_size;
+        blob hvalue;
+        if (header_fields(PySequence_Fast_GET_ITEM(f->headers, i), &name, &name_size, &hvalue) < 0)
+            return -1;
+        size += uvarlong_size(zigzag64(name_size)) + name_size + blob_encoded_size(&hvalue);
+        blob_release(&hvalue);
+    }
+    *out = size;
+    return 0;
+}
+
+static uint8_t *put_encoded_record(uint8_t *o, const record_fields *f, int64_t timestamp_delta, int64_t offset_delta,
+                           Py_ssize_t body_size)
+{
+    o = put_uvarlong(o, zigzag64(body_size));
+    *o++ = 0; /* attributes: unused in v2 records */
+    o = put_uvarlong(o, zigzag64(timestamp_delta));
+    o = put_uvarlong(o, zigzag64(offset_delta));
+    blob key, value;
+    blob_get(f->key, "key", &key); /* checked by the first pass: cannot fail */
+    o = put_blob(o, &key);
+    blob_release(&key);
+    blob_get(f->value, "value", &value);
+    o = put_blob(o, &value);
+    blob_release(&value);
+    Py_ssize_t count = f->headers == NULL ? 0 : PySequence_Fast_GET_SIZE(f->headers);
+    o = put_uvarlong(o, zigzag64(count));
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const char *name;
+        Py_ssize_t name_size;
+        blob hvalue;
+        header_fields(PySequence_Fast_GET_ITEM(f->headers, i), &name, &name_size, &hvalue);
+        o = put_uvarlong(o, zigzag64(name_size));
+        memcpy(o, name, (size_t)name_size);
+        o += name_size;
+        o = put_blob(o, &hvalue);
+        blob_release(&hvalue);
+    }
+    return o;
+}
+
+PyDoc_STRVAR(encode_records_doc,
+             "encode_records($module, records, base_timestamp, /)\n--\n\n"
+             "The records region of a v2 batch: (data, last_offset_delta, max_timestamp).\n\n"
+             "records is a list or tuple of Records (offsets not used: each takes the next offset delta)\n"
+             "or (timestamp, key, value[, headers[, offset_delta]]) tuples (RecordSpec), offset_delta None\n"
+             "meaning the next. An empty list gives (b'', -1, -1).");
+
+static PyObject *native_encode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (arg_count(nargs, 2, 2, "encode_records") < 0)
+        return NULL;
+    PyObject *records = args[0];
+    if (!PyList_Check(records) && !PyTuple_Check(records)) {
+        PyErr_Format(PyExc_TypeError, "records must be a list or tuple, not %.100s", Py_TYPE(records)->tp_name);
+        return NULL;
+    }
+    int64_t base_timestamp;
+    if (arg_int64(args[1], "base_timestamp", &base_timestamp) < 0)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(records);
+    typedef struct {
+        int64_t timestamp, offset_delta;
+        Py_ssize_t body_size;
+    } sized;
+    sized *sizes = PyMem_Malloc(n > 0 ? (size_t)n * sizeof(sized) : 1);
+    if (sizes == NULL)
+        return PyErr_NoMemory();
+    PyObject *data = NULL;
+    int64_t offset_delta = -1, max_timestamp = -1;
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        record_fields f;
+        if (item_fields(PySequence_Fast_GET_ITEM(records, i), &f) < 0)
+            goto done;
+        if (f.offset_delta == NULL)
+            offset_delta++;
+        else if (exact_int64(f.offset_delta, "offset_delta", &offset_delta) < 0)
+            goto done;
+        sized *s = &sizes[i];
+        s->offset_delta = offset_delta;
+        if (record_body_size(&f, base_timestamp, offset_delta, &s->timestamp, &s->body_size) < 0)
+            goto done;
+        if (i == 0 || s->timestamp > max_timestamp)
+            max_timestamp = s->timestamp;
+        if (s->body_size > PY_SSIZE_T_MAX / 2 - total - 10) {
+            PyErr_SetString(PyExc_OverflowError, "records too large to encode");
+            goto done;
+        }
+        total += uvarlong_size(zigzag64(s->body_size)) + s->body_size;
+    }
+    data = PyBytes_FromStringAndSize(NULL, total);
+    if (data == NULL)
+        goto done;
+    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(data);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        record_fields f;
+        item_fields(PySequence_Fast_GET_ITEM(records, i), &f); /* checked by the first pass */
+        const sized *s = &sizes[i];
+        o = put_encoded_record(o, &f, (int64_t)((uint64_t)s->timestamp - (uint64_t)base_timestamp), s->offset_delta,
+                       s->body_size);
+    }
+done:
+    PyMem_Free(sizes);
+    if (data == NULL)
+        return NULL;
+    return Py_BuildValue("(NLL)", data, (long long)offset_delta, (long long)max_timestamp);
+}
+
+/* ---------------------------------------------------------------------------------------------------
  * Module
  */
 
@@ -1481,6 +1761,7 @@ static PyMethodDef native_methods[] = {
     {"scan", (PyCFunction)(void (*)(void))native_scan, METH_FASTCALL, scan_doc},
     {"decode_records", (PyCFunction)(void (*)(void))native_decode_records, METH_FASTCALL, decode_records_doc},
     {"json_records", (PyCFunction)(void (*)(void))native_json_records, METH_FASTCALL, json_records_doc},
+    {"encode_records", (PyCFunction)(void (*)(void))native_encode_records, METH_FASTCALL, encode_records_doc},
     {"_crc32c_portable", (PyCFunction)(void (*)(void))native_crc32c_portable, METH_FASTCALL,
      crc32c_portable_doc},
     {NULL, NULL, 0, NULL},
@@ -1489,7 +1770,7 @@ static PyMethodDef native_methods[] = {
 static struct PyModuleDef native_module = {
     PyModuleDef_HEAD_INIT,
     "formats._native",
-    "Compiled hot loops over Kafka record batches: CRC-32C, the batch walk, v2 record decoding and JSON lines.",
+    "Compiled hot loops over Kafka record batches: CRC-32C, the batch walk, v2 record decoding and encoding, JSON lines.",
     -1,
     native_methods,
     NULL,

@@ -7,7 +7,6 @@ reader can unmap a window of a segment while batch values from it are still in u
 
 from __future__ import annotations
 
-import functools
 import struct
 import zlib
 from collections.abc import Iterable, Sequence
@@ -446,7 +445,7 @@ class RecordSpec(NamedTuple):
 
 
 def build_batch(
-    records: Iterable[RecordSpec | tuple],
+    records: Iterable[RecordSpec | Record | tuple],
     *,
     base_offset: int = 0,
     partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
@@ -462,22 +461,24 @@ def build_batch(
     delete_horizon_ms: int | None = None,
     compression_level: int | None = None,
 ) -> bytes:
-    """Encode one magic v2 batch (CRC last, as Kafka does). An empty `records` makes an empty batch."""
-    specs = [r if isinstance(r, RecordSpec) else RecordSpec(*r) for r in records]
+    """Encode one magic v2 batch (CRC last, as Kafka does). An empty `records` makes an empty batch.
+
+    Records are RecordSpec-shaped tuples, or decoded Records, which keep their timestamp, key, value and
+    headers and take the next offset delta (their offset is the source's, not this batch's).
+    """
+    items = records if isinstance(records, list | tuple) else list(records)
     if delete_horizon_ms is not None:
         base_timestamp = delete_horizon_ms
+    elif items:
+        first = items[0]
+        base_timestamp = first[1] if type(first) is Record else first[0]
     else:
-        base_timestamp = specs[0].timestamp if specs else NO_TIMESTAMP
-    parts: list[bytes] = []
-    delta = -1
-    for spec in specs:
-        delta = delta + 1 if spec.offset_delta is None else spec.offset_delta
-        _encode_record(parts, spec, delta, base_timestamp)
-    body = b"".join(parts)
+        base_timestamp = NO_TIMESTAMP
+    body, delta, latest = _native.encode_records(items, base_timestamp)
     if last_offset_delta is None:
         last_offset_delta = max(delta, 0)
     if max_timestamp is None:
-        max_timestamp = max((s.timestamp for s in specs), default=NO_TIMESTAMP)
+        max_timestamp = latest
     payload = compress(codec, body, level=compression_level) if codec is not Codec.NONE else body
     attributes = int(codec)
     if timestamp_type is TimestampType.LOG_APPEND_TIME:
@@ -488,9 +489,9 @@ def build_batch(
         attributes |= CONTROL_BIT
     if delete_horizon_ms is not None:
         attributes |= DELETE_HORIZON_BIT
-    out = bytearray(RECORD_BATCH_OVERHEAD)
+    header = bytearray(RECORD_BATCH_OVERHEAD)
     _V2_HEADER.pack_into(
-        out,
+        header,
         0,
         base_offset,
         RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(payload),
@@ -504,11 +505,11 @@ def build_batch(
         producer_id,
         producer_epoch,
         base_sequence,
-        len(specs),
+        len(items),
     )
-    out += payload
-    struct.pack_into(">I", out, 17, _native.crc32c(memoryview(out)[CRC_START:]))
-    return bytes(out)
+    crc = _native.crc32c(payload, _native.crc32c(memoryview(header)[CRC_START:]))
+    struct.pack_into(">I", header, 17, crc)
+    return b"".join((header, payload))
 
 
 def rewrite_producer_state(
@@ -571,43 +572,3 @@ def build_control_batch(
         is_transactional=True,
         is_control=True,
     )
-
-
-def _encode_record(parts: list[bytes], spec: RecordSpec, offset_delta: int, base_timestamp: int) -> None:
-    """Append one record to `parts`, its length first. Pieces are joined once per batch, and the varints
-    come from a cache: most are small lengths and deltas, so this is where record mode's time goes."""
-    key, value, headers = spec.key, spec.value, spec.headers
-    pieces = [b"\x00", _varlong(spec.timestamp - base_timestamp), _varlong(offset_delta)]  # attributes 0
-    if key is None:
-        pieces.append(_NULL)
-    else:
-        pieces += (_varlong(len(key)), key)
-    if value is None:
-        pieces.append(_NULL)
-    else:
-        pieces += (_varlong(len(value)), value)
-    pieces.append(_varlong(len(headers)))
-    for name, hvalue in headers:
-        encoded = name.encode("utf-8")
-        pieces += (_varlong(len(encoded)), encoded)
-        if hvalue is None:
-            pieces.append(_NULL)
-        else:
-            pieces += (_varlong(len(hvalue)), hvalue)
-    parts.append(_varlong(sum(map(len, pieces))))
-    parts += pieces
-
-
-_NULL = b"\x01"  # zig-zag(-1): a null key, value or header value
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _varlong(n: int) -> bytes:
-    """Kafka's zig-zag varlong."""
-    u = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
-    out = bytearray()
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)

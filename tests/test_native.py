@@ -1,4 +1,4 @@
-"""formats._native: CRC-32C, the batch walk (scan) and v2 record decoding.
+"""formats._native: CRC-32C, the batch walk (scan), v2 record decoding and encoding.
 
 Cross-checked against independent implementations: the `crc32c` package for CRCs, kafka-python's
 writer and reader for batches and records, and, for every error path, a small Python restatement of
@@ -735,3 +735,109 @@ def test_scan_builds_instances_of_a_given_tuple_subclass():
     assert typed[0].base_offset == 7 and (stop, reason) == (len(data), 0)
     with pytest.raises(TypeError, match="tuple subclass"):
         _native.scan(data, 0, len(data), True, dict)
+
+
+# --- encode_records: against the tiny writer above and kafka-python ------------------------------------
+
+spec_strategy = st.tuples(
+    st.integers(-(2**40), 2**40),
+    st.one_of(st.none(), st.binary(max_size=40)),
+    st.one_of(st.none(), st.binary(max_size=200)),
+    st.lists(header_strategy, max_size=3).map(tuple),
+    st.one_of(st.none(), INT32),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(specs=st.lists(spec_strategy, max_size=12), base_timestamp=st.integers(-(2**40), 2**40))
+def test_encode_records_matches_the_reference_writer(specs, base_timestamp):
+    expected, delta = b"", -1
+    for timestamp, key, value, headers, offset_delta in specs:
+        delta = delta + 1 if offset_delta is None else offset_delta
+        expected += encode_record(delta, timestamp - base_timestamp, key, value, headers)
+    data, last_offset_delta, max_timestamp = _native.encode_records(specs, base_timestamp)
+    assert data == expected and type(data) is bytes
+    assert last_offset_delta == delta
+    assert max_timestamp == max((s[0] for s in specs), default=-1)
+
+
+@settings(max_examples=100, deadline=None)
+@given(records=st.lists(record_strategy, min_size=1, max_size=12))
+def test_encode_records_equals_kafka_pythons_records_region(records):
+    builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 30)
+    for i, (timestamp, key, value, headers) in enumerate(records):
+        builder.append(i, timestamp=timestamp, key=key, value=value, headers=headers)
+    theirs = bytes(builder.build())
+    specs = [
+        (timestamp, key, value, tuple(map(tuple, headers))) for timestamp, key, value, headers in records
+    ]
+    data, last_offset_delta, max_timestamp = _native.encode_records(specs, records[0][0])
+    assert data == theirs[61:]
+    assert (last_offset_delta, max_timestamp) == struct.unpack_from(">i8xq", theirs, 23)
+
+
+@settings(max_examples=100, deadline=None)
+@given(records=st.lists(record_strategy, min_size=1, max_size=12), base_offset=st.integers(0, 2**40))
+def test_decoded_records_encode_back_to_the_same_bytes(records, base_offset):
+    specs = [
+        (timestamp, key, value, tuple(map(tuple, headers))) for timestamp, key, value, headers in records
+    ]
+    data, _, _ = _native.encode_records(specs, 1000)
+    decoded = _native.decode_records(data, len(specs), base_offset, 1000, -1)
+    assert _native.encode_records(decoded, 1000) == _native.encode_records(specs, 1000)
+    assert _native.encode_records(tuple(decoded), 1000)[0] == data
+
+
+def test_encode_records_a_record_takes_the_next_offset_delta_whatever_its_offset():
+    Record = _native.Record
+    items = [Record(900, 5, b"a", b"1", ()), (6, None, b"2", (), 7), Record(3, 4, None, None, ())]
+    data, last_offset_delta, max_timestamp = _native.encode_records(items, 5)
+    assert data == encode_record(0, 0, b"a", b"1") + encode_record(7, 1, None, b"2") + encode_record(8, -1)
+    assert (last_offset_delta, max_timestamp) == (8, 6)
+    assert [r.offset for r in _native.decode_records(data, 3, 100, 5, -1)] == [100, 107, 108]
+
+
+def test_encode_records_timestamp_deltas_wrap_like_java_longs():
+    data, _, max_timestamp = _native.encode_records([(-(2**63), b"k", None), (2**63 - 1, None, None)], 1)
+    assert data == encode_record(0, 2**63 - 1, b"k") + encode_record(1, 2**63 - 2)
+    decoded = _native.decode_records(data, 2, 0, 1, -1)
+    assert [r.timestamp for r in decoded] == [-(2**63), 2**63 - 1] and max_timestamp == 2**63 - 1
+
+
+def test_encode_records_takes_any_bytes_like_key_value_and_header_lists():
+    expected = encode_record(0, 0, b"key", b"value", [("h", b"v"), ("n", None)])
+    items = [(7, bytearray(b"key"), memoryview(b"value"), [["h", bytearray(b"v")], ("n", None)])]
+    assert _native.encode_records(items, 7)[0] == expected
+    assert _native.encode_records([], 0) == (b"", -1, -1)
+    assert _native.encode_records([(1, None, None)], 1)[0] == encode_record(0, 0)
+
+
+@pytest.mark.parametrize(
+    ("items", "message"),
+    [
+        ([[1, None, None]], "a record must be a Record or a"),
+        ([(1, None)], "a record must be a Record or a"),
+        ([(1.5, None, None)], "timestamp must be an int"),
+        ([(1, "text", None)], "key must be bytes or None"),
+        ([(1, None, 5)], "value must be bytes or None"),
+        ([(1, None, None, "h")], "headers must be a tuple or list"),
+        ([(1, None, None, (("h", b"v", b"x"),))], "header must be a .str, bytes | None. pair"),
+        ([(1, None, None, ((b"h", b"v"),))], "header key must be a str"),
+        ([(1, None, None, (("h", "v"),))], "header value must be bytes or None"),
+        ([(1, None, None, (), 2.0)], "offset_delta must be an int"),
+    ],
+)
+def test_encode_records_rejects_what_it_cannot_encode(items, message):
+    with pytest.raises(TypeError, match=message):
+        _native.encode_records(items, 0)
+
+
+def test_encode_records_argument_errors():
+    with pytest.raises(TypeError, match="list or tuple"):
+        _native.encode_records(iter([]), 0)
+    with pytest.raises(OverflowError):
+        _native.encode_records([(2**63, None, None)], 0)
+    with pytest.raises(UnicodeEncodeError):
+        _native.encode_records([(0, None, None, (("\ud800", None),))], 0)
+    with pytest.raises(TypeError):
+        _native.encode_records([], 0, 1)

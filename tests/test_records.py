@@ -4,13 +4,13 @@ import struct
 import zlib
 
 import pytest
-from formats.compression import Codec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
+from formats.compression import Codec
 from formats.errors import CorruptRecordError
 from formats.records import (
     ControlType,
@@ -123,7 +123,9 @@ def test_kafka_python_batches_decode_identically(records, codec, base_offset):
     assert ours.crc_valid and ours.crc == theirs.crc
     assert (ours.producer_id, ours.producer_epoch, ours.base_sequence) == (7, 3, 11)
     assert ours.last_sequence == theirs.last_sequence
-    assert ours.compression == theirs.compression_type  # kafka-python stores uncompressed when nothing is saved
+    assert (
+        ours.compression == theirs.compression_type
+    )  # kafka-python stores uncompressed when nothing is saved
     decoded = ours.records(bytes(data))
     expected = [(r.offset, r.timestamp, r.key, r.value, tuple((k, v) for k, v in r.headers)) for r in theirs]
     assert [tuple(r) for r in decoded] == expected
@@ -143,6 +145,36 @@ def test_our_batches_decode_with_kafka_python(records, codec, log_append):
         assert record == (100 + i, expected_ts, spec.key, spec.value, [(k, v) for k, v in spec.headers])
     ours = read_batch(data).records(data)
     assert [tuple(r)[:4] for r in ours] == [g[:4] for g in got]
+
+
+@settings(max_examples=60, deadline=None)
+@given(records=records_strategy, base_offset=st.integers(0, 1 << 40))
+def test_uncompressed_batches_are_byte_identical_to_kafka_pythons(records, base_offset):
+    builder = DefaultRecordBatchBuilder(2, 0, False, 7, 3, 11, batch_size=1 << 30)
+    for i, (ts, key, value, headers) in enumerate(records):
+        builder.append(i, timestamp=ts, key=key, value=value, headers=headers)
+    theirs = bytearray(builder.build())
+    struct.pack_into(">q", theirs, 0, base_offset)
+    specs = [RecordSpec(ts, key, value, tuple(headers)) for ts, key, value, headers in records]
+    ours = build_batch(
+        specs,
+        base_offset=base_offset,
+        partition_leader_epoch=0,
+        producer_id=7,
+        producer_epoch=3,
+        base_sequence=11,
+    )
+    assert ours == theirs and type(ours) is bytes
+
+
+@settings(max_examples=30, deadline=None)
+@given(records=records_strategy, codec=st.sampled_from(CODECS))
+def test_decoded_records_rebuild_into_the_same_batch(records, codec):
+    specs = [RecordSpec(ts, key, value, tuple(headers)) for ts, key, value, headers in records]
+    data = build_batch(specs, base_offset=40, codec=codec)
+    decoded = read_batch(data).records(data)
+    assert build_batch(decoded, base_offset=40, codec=codec) == data
+    assert build_batch(iter(decoded), base_offset=40, codec=codec) == data
 
 
 @pytest.mark.parametrize("magic", [0, 1])
