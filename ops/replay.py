@@ -23,6 +23,7 @@ sent twice provided nothing else writes to those partitions in between.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import datetime
 import functools
 import os
@@ -45,8 +46,8 @@ from formats.records import (
     TIMESTAMP_TYPE_BIT,
     Batch,
     ControlType,
+    Record,
     RecordBatch,
-    RecordSpec,
     build_batch,
     control_type,
     rewrite_producer_state,
@@ -224,6 +225,7 @@ def replay(
     on_planned: Callable[[PlannedBatch], object] | None = None,
 ) -> ReplayStats:
     """Run a replay to its end; raises ReplayError (or ClientError) with one sentence when it cannot."""
+    keep_freed_heap()
     return asyncio.run(_Replay(options, warn, on_progress, on_planned).run())
 
 
@@ -312,6 +314,33 @@ def raw_obstacle(batch: Batch) -> str | None:
     return None
 
 
+def keep_freed_heap() -> None:
+    """Let glibc keep freed heap memory instead of handing it back to the kernel at once.
+
+    Every batch makes a few buffers of up to a megabyte (the batch, the request frame); by default glibc
+    maps blocks that large afresh, or trims the heap top as soon as they are freed, so each new buffer
+    page-faults all of its pages in again: measured, that is most of the cost of building a 512 KiB batch
+    (1.2 against 0.17 us per 1 KiB record). Blocks below MMAP_THRESHOLD come from the heap, and up to
+    TRIM_THRESHOLD of free heap top is kept. Once per process; nothing happens without glibc.
+    """
+    global _heap_kept
+    if _heap_kept:
+        return
+    _heap_kept = True
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(_M_MMAP_THRESHOLD, 16 << 20)
+    mallopt(_M_TRIM_THRESHOLD, 64 << 20)
+
+
+_heap_kept = False
+_M_TRIM_THRESHOLD = -1  # glibc's malloc.h
+_M_MMAP_THRESHOLD = -3
+
+
 # --- the replay ----------------------------------------------------------------------------------------
 
 
@@ -339,7 +368,7 @@ class _OutBatch:
         self.source_index = source_index
         self.source = source
         self.raw: bytes | None = None
-        self.specs: list[RecordSpec] = []
+        self.specs: list[Record] = []
         self.codec = Codec.NONE
         self.count = 0
         self.size = 0
@@ -937,8 +966,8 @@ class _SourceWalk:
         limit = opts.batch_bytes
         same = self.source.partition if mapping is Mapping.SAME else None
         out = None
-        if not isinstance(batch, RecordBatch):
-            records = [r[:5] for r in records]  # a legacy record carries its own magic, CRC ... after these
+        if not isinstance(batch, RecordBatch):  # a legacy record carries its own magic, CRC ... after these
+            records = [Record(r.offset, r.timestamp, r.key, r.value, r.headers) for r in records]
         for record in records:
             offset, timestamp, key, value, headers = record
             if filtering and (
@@ -962,7 +991,7 @@ class _SourceWalk:
                 if out is None:
                     out = self.open[partition] = _OutBatch(partition, self.index, self.source.name)
                     out.codec = codec
-            out.specs.append(RecordSpec(timestamp, key, value, headers))
+            out.specs.append(record)  # build_batch takes decoded records as they are
             runs = out.runs
             if runs and runs[-1][0] + runs[-1][2] == offset:
                 runs[-1][2] += 1
