@@ -527,22 +527,40 @@ def rewrite_producer_state(
     CRC is computed again; the records, compressed or not, are copied as they are. Base offset and
     partition leader epoch are reset to 0 and -1, the values a producer sends (the broker stamps both).
     """
+    out = bytearray(batch)
+    set_producer_state(
+        out,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        is_transactional=is_transactional,
+    )
+    return out
+
+
+def set_producer_state(
+    batch: bytearray | memoryview,
+    *,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    is_transactional: bool = False,
+) -> None:
+    """rewrite_producer_state in place, for a writable buffer holding one whole v2 batch (no copy)."""
     view = memoryview(batch)
     if len(view) < RECORD_BATCH_OVERHEAD or view[MAGIC_OFFSET] != 2:
         raise CorruptRecordError("Only a whole magic v2 record batch can take a new producer state")
     size = int.from_bytes(view[8:12], "big", signed=True) + LOG_OVERHEAD
     if size != len(view):
         raise CorruptRecordError(f"Record batch declares {size} bytes but {len(view)} were given")
-    out = bytearray(view)
-    attributes = int.from_bytes(out[21:23], "big") & ~TRANSACTIONAL_BIT
+    attributes = int.from_bytes(view[21:23], "big") & ~TRANSACTIONAL_BIT
     if is_transactional:
         attributes |= TRANSACTIONAL_BIT
-    struct.pack_into(">q", out, 0, 0)
-    struct.pack_into(">i", out, 12, NO_PARTITION_LEADER_EPOCH)
-    struct.pack_into(">h", out, 21, attributes)
-    _PRODUCER_FIELDS.pack_into(out, 43, producer_id, producer_epoch, base_sequence)
-    struct.pack_into(">I", out, 17, _native.crc32c(memoryview(out)[CRC_START:]))
-    return out
+    struct.pack_into(">q", view, 0, 0)
+    struct.pack_into(">i", view, 12, NO_PARTITION_LEADER_EPOCH)
+    struct.pack_into(">H", view, 21, attributes)
+    _PRODUCER_FIELDS.pack_into(view, 43, producer_id, producer_epoch, base_sequence)
+    struct.pack_into(">I", view, 17, _native.crc32c(view[CRC_START:]))
 
 
 _PRODUCER_FIELDS = struct.Struct(">qhi")  # producer id, producer epoch, base sequence

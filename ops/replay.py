@@ -50,7 +50,7 @@ from formats.records import (
     RecordBatch,
     build_batch,
     control_type,
-    rewrite_producer_state,
+    set_producer_state,
 )
 from formats.segment import LOG_SUFFIX, StopReason, base_offset_of, parse_partition_dir
 from kcli.broker.apis import build
@@ -73,6 +73,7 @@ MAX_BYTES_IN_FLIGHT = 64 << 20
 RETRIES = 10
 RETRY_BACKOFF_S = 0.1
 CHECKPOINT_INTERVAL_S = 0.5
+PROGRESS_INTERVAL_S = 0.1
 CHECKPOINT_VERSION = 1
 TRANSACTION_TIMEOUT = datetime.timedelta(minutes=1)
 
@@ -367,7 +368,7 @@ class _OutBatch:
         self.index = -1  # this batch's number among its partition's batches, in generation order
         self.source_index = source_index
         self.source = source
-        self.raw: bytes | None = None
+        self.raw: bytearray | bytes | None = None  # a copy of the source batch, stamped in place by encode()
         self.specs: list[Record] = []
         self.codec = Codec.NONE
         self.count = 0
@@ -378,9 +379,10 @@ class _OutBatch:
 
     def encode(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
         if self.raw is not None:
-            self.payload = rewrite_producer_state(
+            set_producer_state(
                 self.raw, producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence
             )
+            self.payload = self.raw
         else:
             self.payload = build_batch(
                 self.specs,
@@ -440,6 +442,7 @@ class _Replay:
         self.map_file: BinaryIO | None = None
         self.map_path: Path | None = None
         self.last_checkpoint = 0.0
+        self.last_progress = 0.0
         self.sender: _Sender | None = None
 
     async def run(self) -> ReplayStats:
@@ -470,6 +473,7 @@ class _Replay:
             self._reset_bookkeeping()
             if opts.dry_run:
                 await self._generate_all()
+                self._report_progress(force=True)
             else:
                 await self._replay(cluster, metadata)
         finally:
@@ -533,6 +537,7 @@ class _Replay:
             self._write_checkpoint(force=True)
             await self._generate_all()
             await self.sender.drain()
+            self._report_progress(force=True)
             if self.map_file is not None:
                 self.map_file.flush()
         finally:
@@ -662,11 +667,15 @@ class _Replay:
                 self.completed_batches[p] = self.completed_batches.get(p, 0) + n
             self.completed += 1
 
-    def _report_progress(self) -> None:
-        if self.on_progress:
-            self.on_progress(
-                min(self.stats.source_bytes, self.total_bytes), self.total_bytes, self.stats.records
-            )
+    def _report_progress(self, *, force: bool = False) -> None:
+        """At most every PROGRESS_INTERVAL_S (a terminal redraw per batch would cost more than the batch)."""
+        if not self.on_progress:
+            return
+        now = time.monotonic()
+        if not force and now - self.last_progress < PROGRESS_INTERVAL_S:
+            return
+        self.last_progress = now
+        self.on_progress(min(self.stats.source_bytes, self.total_bytes), self.total_bytes, self.stats.records)
 
     # --- checkpoint and offset map -------------------------------------------------------------------
 
@@ -945,7 +954,7 @@ class _SourceWalk:
         if pending is not None:
             yield pending
         out = _OutBatch(partition, self.index, self.source.name)
-        out.raw = bytes(view[batch.position : batch.position + batch.size])
+        out.raw = bytearray(view[batch.position : batch.position + batch.size])
         out.codec = batch.compression
         out.count = batch.records_count
         out.size = batch.size
@@ -1105,6 +1114,8 @@ class _Sender:
         self.started = time.monotonic()
         self.tasks: set[asyncio.Task[None]] = set()
         self.max_in_flight = options.max_in_flight
+        self.produce_types: dict[KafkaClient, type] = {}  # the Produce version each connection speaks
+        self.timeout = datetime.timedelta(seconds=options.request_timeout)
 
     async def start(self) -> None:
         wanted = self.options.idempotence
@@ -1236,16 +1247,13 @@ class _Sender:
             self.leaders[p] = metadata.leaders.get((self.topic, p), -1)
 
     def _request(self, out: _OutBatch, client: KafkaClient) -> Any:
-        cls = client.request_type(PRODUCE, PRODUCE_VERSION_MAX)
+        cls = self.produce_types.get(client)
+        if cls is None:
+            cls = self.produce_types[client] = client.request_type(PRODUCE, PRODUCE_VERSION_MAX)
         module = sys.modules[cls.__module__]
         data = module.PartitionProduceData(index=out.partition, records=out.payload)
         topic = module.TopicProduceData(name=self.topic, partition_data=(data,))
-        return cls(
-            transactional_id=None,
-            acks=self.options.acks,
-            timeout=datetime.timedelta(seconds=self.options.request_timeout),
-            topic_data=(topic,),
-        )
+        return cls(transactional_id=None, acks=self.options.acks, timeout=self.timeout, topic_data=(topic,))
 
     def _send(self, client: KafkaClient, out: _OutBatch) -> None:
         try:
@@ -1345,6 +1353,7 @@ class _Sender:
         self.changed.set()
 
     def _drop_client(self, client: KafkaClient) -> None:
+        self.produce_types.pop(client, None)
         for node, known in list(self.clients.items()):
             if known is client:
                 del self.clients[node]

@@ -23,7 +23,7 @@ from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from formats.compression import Codec
 from formats.errors import CorruptRecordError
-from formats.records import RecordSpec, build_batch, read_batch, rewrite_producer_state
+from formats.records import RecordSpec, build_batch, read_batch, rewrite_producer_state, set_producer_state
 from formats.segment import walk
 from kcli.cli.replay import parse_rate
 from ops.replay import (
@@ -131,6 +131,19 @@ def test_rewrite_producer_state_refuses_what_is_not_one_whole_v2_batch() -> None
         rewrite_producer_state(batch[:40], producer_id=1, producer_epoch=0, base_sequence=0)
     with pytest.raises(CorruptRecordError, match="declares"):
         rewrite_producer_state(batch + b"\0", producer_id=1, producer_epoch=0, base_sequence=0)
+
+
+def test_set_producer_state_stamps_the_buffer_itself_as_rewrite_copies_it() -> None:
+    batch = build_batch([RecordSpec(1, b"k", b"v"), RecordSpec(2, None, b"w")], is_transactional=True)
+    buffer = bytearray(batch)
+    set_producer_state(buffer, producer_id=9, producer_epoch=2, base_sequence=40, is_transactional=True)
+    assert buffer == rewrite_producer_state(
+        batch, producer_id=9, producer_epoch=2, base_sequence=40, is_transactional=True
+    )
+    stamped = read_batch(bytes(buffer))
+    assert stamped.crc_valid and stamped.is_transactional and stamped.base_sequence == 40
+    with pytest.raises(CorruptRecordError, match="declares"):
+        set_producer_state(bytearray(batch) + b"\0", producer_id=1, producer_epoch=0, base_sequence=0)
 
 
 def test_rate_is_bytes_per_second_with_decimal_and_binary_units() -> None:
