@@ -24,7 +24,7 @@ from pathlib import Path
 
 import orjson
 
-from ops.spark.archive import CONSUMER_OFFSETS, PartitionDir, discover
+from ops.spark.archive import CONSUMER_OFFSETS, PartitionDir, archive_root, discover
 from ops.spark.checks import COMMITS, DUPLICATES, GAPS, LAG, AuditOptions
 from ops.spark.findings import Report, build_report, committed_targets, fold_commits
 
@@ -86,7 +86,7 @@ def run(
     progress: Progress | None = None,
 ) -> Report:
     """Run one job (gaps, duplicates, lag, all) over the archive and fold its findings."""
-    root = str(Path(archive).resolve())  # executors run elsewhere: absolute paths only
+    root = archive_root(archive)  # executors run elsewhere: absolute paths or URLs only
     options = options or AuditOptions()
     options = AuditOptions(
         checks=frozenset(JOBS[job]),

@@ -90,7 +90,7 @@ _SPARK_TYPES = {
 
 
 class KafkaSegments(DataSource):
-    """Segment files of an archive root (local path or file:// URL, absolute on every executor)."""
+    """Segment files of an archive root: a local path absolute on every executor, or an fsspec URL."""
 
     @classmethod
     def name(cls) -> str:
