@@ -72,13 +72,13 @@ def test_find_coordinator_every_version_creates_the_offsets_topic(tmp_path: Path
                 int(port),
             )
             if version >= 1:
-                # Transaction coordinators are not there yet: the error node and a retriable error.
+                # A transactional id's coordinator: this node too (__transaction_state is created on demand).
                 response = await client.send(req(FIND_COORDINATOR, version, key="t1", key_type=1))
                 assert (response.error_code, response.node_id, response.host, response.port) == (
-                    ErrorCode.coordinator_not_available,
-                    -1,
-                    "",
-                    -1,
+                    ErrorCode.none,
+                    1,
+                    host,
+                    int(port),
                 )
         topic = broker.node.image.topic("__consumer_offsets")
         assert topic is not None and topic.is_internal and len(topic.partitions) == 5

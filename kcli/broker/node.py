@@ -18,6 +18,7 @@ from kcli.broker.log.manager import LogManager
 from kcli.broker.metadata.controller import QuorumController
 from kcli.broker.metadata.image import ClusterMetadataImage, topic_changes
 from kcli.broker.producer_ids import ProducerIdManager
+from kcli.broker.txn.coordinator import TransactionCoordinator
 from kcli.config import BrokerConfig, Listener
 
 log = logging.getLogger("kcli.broker")
@@ -37,6 +38,13 @@ class Node:
         )
         controller.add_listener(self._on_new_image)
         self.groups = GroupCoordinator(config, logs, controller)  # after the listener that creates logs
+        self.transaction_coordinator = TransactionCoordinator(
+            config,
+            logs,
+            controller,
+            self.producer_ids,
+            on_offsets_marker=self.groups.on_transaction_completed,
+        )
 
     @classmethod
     def open(cls, config: BrokerConfig, cluster_id: str) -> Node:
@@ -57,6 +65,7 @@ class Node:
         """Write this incarnation's broker registration (the listener clients are told about)."""
         self.broker_epoch = self.controller.register_broker(advertised, rack=rack)
         self.groups.startup()  # loads __consumer_offsets on the running loop before requests are served
+        self.transaction_coordinator.startup()  # loads __transaction_state the same way
 
     async def run_periodic(self) -> None:
         """Retention, flushes, deferred deletes and checkpoints, until cancelled."""
@@ -69,6 +78,7 @@ class Node:
 
     def shutdown(self) -> None:
         """Close the metadata log, then flush and close every log and write the clean-shutdown marker."""
+        self.transaction_coordinator.shutdown()
         self.groups.shutdown()
         self.controller.close()
         self.logs.shutdown(self.broker_epoch)

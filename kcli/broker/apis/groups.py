@@ -25,6 +25,7 @@ from kcli.broker.apis.metadata import OPERATIONS_NOT_REQUESTED
 from kcli.broker.group.coordinator import GroupCoordinator
 from kcli.broker.group.group import JoinResult
 from kcli.broker.group.storage import OFFSETS_TOPIC
+from kcli.broker.txn.state_manager import TRANSACTION_STATE_TOPIC
 
 log = logging.getLogger("kcli.broker")
 
@@ -116,14 +117,12 @@ async def _find_coordinator(ctx: RequestContext, key_type: int, key: str) -> tup
         if coordinator is None:
             return (ErrorCode.coordinator_not_available, *no_node)
         topic, partition = OFFSETS_TOPIC, coordinator.partition_for(key)
-    elif key_type in (TRANSACTION_KEY_TYPE, SHARE_KEY_TYPE):
-        # The transaction coordinator plugs in here (its topic and partitionFor); share groups do not exist.
-        error = (
-            ErrorCode.coordinator_not_available
-            if key_type == TRANSACTION_KEY_TYPE
-            else ErrorCode.invalid_request
-        )
-        return (error, *no_node)
+    elif key_type == TRANSACTION_KEY_TYPE:
+        node = ctx.state.node
+        coordinator = None if node is None else getattr(node, "transaction_coordinator", None)
+        if coordinator is None:
+            return (ErrorCode.coordinator_not_available, *no_node)
+        topic, partition = TRANSACTION_STATE_TOPIC, coordinator.partition_for(key)
     else:
         return (ErrorCode.invalid_request, *no_node)
     state = ctx.state

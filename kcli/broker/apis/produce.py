@@ -18,8 +18,10 @@ Idempotent batches go through the partition's producer state (`kcli.broker.log.p
 retried batch is answered with NONE and the offsets of the original (and, as Kafka does, its timestamp
 as log_append_time), a sequence gap is OUT_OF_ORDER_SEQUENCE_NUMBER, an older epoch
 INVALID_PRODUCER_EPOCH; nothing of a refused batch is written. Transactional batches need a
-transactional id (request level) and an ongoing transaction: with no transaction coordinator yet they
-get INVALID_TXN_STATE ("Record was not part of an ongoing transaction"), Kafka's answer when none is open.
+transactional id (request level) and the transaction coordinator's word that the partition is in the
+producer's ongoing transaction (KIP-890 part 1, asked in-process); otherwise INVALID_TXN_STATE (v11+:
+TRANSACTION_ABORTABLE), and a coordinator that is busy (CONCURRENT_TRANSACTIONS, loading) makes it the
+retriable NOT_ENOUGH_REPLICAS, as Kafka maps it.
 With one replica the high watermark moves with every append, so acks=all answers at once.
 """
 
@@ -95,7 +97,17 @@ async def handle_produce(ctx: RequestContext, request: Any) -> object | None:
             now_ms = wall_clock_ms()
             internal_allowed = ctx.client_id == ADMIN_CLIENT_ID
             for name, index, records, outcomes, slot in pending:
-                outcome = _append(ctx, name, index, records, acks, now_ms, internal_allowed, version)
+                outcome = _append(
+                    ctx,
+                    name,
+                    index,
+                    records,
+                    acks,
+                    now_ms,
+                    internal_allowed,
+                    version,
+                    request.transactional_id,
+                )
                 outcomes[slot] = (index, outcome)
 
     if acks == 0:
@@ -163,6 +175,8 @@ _ATTRIBUTES_AT = 21
 _PRODUCER_ID_AT = 43
 _BATCH_HEADER = 61
 _TRANSACTIONAL_BIT = 0x10
+_CONTROL_BIT = 0x20
+_INT16 = struct.Struct(">h")
 _ZSTD = 4
 _UNSET = Outcome(ErrorCode.unknown_server_error)
 
@@ -226,6 +240,7 @@ def _append(
     now_ms: int,
     internal_allowed: bool,
     version: int,
+    transactional_id: str | None = None,
 ) -> Outcome:
     """ReplicaManager.appendToLocalLog + Partition.appendRecordsToLeader for one partition."""
     state = ctx.state
@@ -243,8 +258,19 @@ def _append(
         min_isr = int(partition_log.config.values.get("min.insync.replicas", 1))  # type: ignore[call-overload]
         if len(registration.isr) < min(min_isr, len(registration.replicas)):
             return Outcome(ErrorCode.not_enough_replicas, log_start_offset=partition_log.log_start_offset)
+    verified = False
+    if (
+        _is_v2_batch(records)
+        and records[_ATTRIBUTES_AT + 1] & (_TRANSACTIONAL_BIT | _CONTROL_BIT) == _TRANSACTIONAL_BIT
+    ):
+        error = _verify_transaction(ctx, transactional_id, records, topic, index, version)
+        if error is not None:
+            return Outcome(error, log_start_offset=partition_log.log_start_offset)
+        verified = True
     try:
-        info = partition_log.append_as_leader(records, leader_epoch=registration.leader_epoch, now_ms=now_ms)
+        info = partition_log.append_as_leader(
+            records, leader_epoch=registration.leader_epoch, now_ms=now_ms, transaction_verified=verified
+        )
     except RecordError as e:
         if e.error_code in (
             ErrorCode.corrupt_message,
@@ -267,6 +293,45 @@ def _append(
         log.exception("error processing append operation on partition %s-%d", topic, index)
         return Outcome(ErrorCode.unknown_server_error, log_start_offset=partition_log.log_start_offset)
     return Outcome(ErrorCode.none, info.first_offset, info.log_append_time, info.log_start_offset)
+
+
+def _verify_transaction(
+    ctx: RequestContext, transactional_id: str | None, records: bytes, topic: str, index: int, version: int
+) -> ErrorCode | None:
+    """KIP-890 part 1, in-process: a transactional batch is written only to a partition its producer
+    added to its ongoing transaction (AddPartitionsToTxn). None when verified, else the produce error,
+    mapped as Kafka's ReplicaManager maps the coordinator's answer for the producer."""
+    node = ctx.state.node
+    coordinator = None if node is None else getattr(node, "transaction_coordinator", None)
+    if coordinator is None or not coordinator.has_transaction_log:
+        return ErrorCode.invalid_txn_state  # no __transaction_state yet: no transaction can be open
+    (producer_id,) = _INT64.unpack_from(records, _PRODUCER_ID_AT)
+    (producer_epoch,) = _INT16.unpack_from(records, _PRODUCER_ID_AT + 8)
+    error = coordinator.verify_partitions(transactional_id, producer_id, producer_epoch, [(topic, index)])[
+        (topic, index)
+    ]
+    if error is ErrorCode.none:
+        return None
+    if error in _RETRIABLE_VERIFICATION_ERRORS:
+        return ErrorCode.not_enough_replicas  # retriable, and the producer keeps its metadata
+    if error is ErrorCode.producer_fenced:
+        return ErrorCode.invalid_producer_epoch
+    if error is ErrorCode.transaction_abortable and version < 11:
+        return ErrorCode.invalid_txn_state
+    if error is ErrorCode.invalid_request:  # a null or empty transactional id
+        return ErrorCode.invalid_txn_state
+    return error
+
+
+_RETRIABLE_VERIFICATION_ERRORS = frozenset(
+    {
+        ErrorCode.concurrent_transactions,
+        ErrorCode.network_exception,
+        ErrorCode.coordinator_load_in_progress,
+        ErrorCode.coordinator_not_available,
+        ErrorCode.not_coordinator,
+    }
+)
 
 
 def _whole_request_error(version: int, request: Any, error: ErrorCode) -> object:

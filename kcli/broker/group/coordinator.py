@@ -1179,6 +1179,36 @@ class GroupCoordinator:
 
     # --- transactions (the transaction coordinator's hooks) -------------------------------------------
 
+    def txn_commit_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """TxnOffsetCommit: like OffsetCommit, but a member-less commit (generation -1) is accepted in any
+        group state and the offsets stay pending until the transaction's marker."""
+        error = self.validate_group_status(group_id, GroupApi.OFFSET_COMMIT)
+        if error is not None:
+            return dict.fromkeys(offsets, error)
+        group = self.manager.get_group(group_id)
+        if group is None:
+            if generation_id >= 0:
+                return dict.fromkeys(offsets, ErrorCode.illegal_generation)
+            group = self.manager.add_group(ClassicGroup(group_id, GroupState.EMPTY, wall_clock_ms()))
+        if group.is_(GroupState.DEAD):
+            return dict.fromkeys(offsets, ErrorCode.coordinator_not_available)
+        if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
+            error = self._validate_current_member(group, member_id, group_instance_id, "txn-offset-commit")
+            if error is not None:
+                return dict.fromkeys(offsets, error)
+            if generation_id != group.generation_id:
+                return dict.fromkeys(offsets, ErrorCode.illegal_generation)
+        return self.manager.store_txn_offsets(group, producer_id, producer_epoch, offsets)
+
     def on_transaction_completed(self, producer_id: int, is_commit: bool) -> None:
         """A COMMIT or ABORT marker for `producer_id` reached __consumer_offsets: settle its offsets."""
         for group in self.manager.current_groups():

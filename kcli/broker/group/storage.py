@@ -193,6 +193,48 @@ class GroupMetadataManager:
         results.update(dict.fromkeys(valid, mapped))
         return results
 
+    def store_txn_offsets(
+        self,
+        group: ClassicGroup,
+        producer_id: int,
+        producer_epoch: int,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """TxnOffsetCommit: one transactional batch stamped with the producer; the offsets stay pending
+        for that producer until its COMMIT marker (on_transaction_completed), and vanish on ABORT."""
+        results: dict[TopicPartition, ErrorCode] = {}
+        valid = {}
+        for key, committed in offsets.items():
+            if _java_length(committed.metadata) > self.max_metadata_size:
+                results[key] = ErrorCode.offset_metadata_too_large
+            else:
+                valid[key] = committed
+        if not valid:
+            return results
+        records = [
+            encode_offset_commit(
+                group.group_id,
+                topic,
+                partition,
+                committed.offset,
+                committed.leader_epoch,
+                committed.metadata,
+                committed.commit_timestamp,
+                None,
+            )
+            for (topic, partition), committed in valid.items()
+        ]
+        error, base_offset = self._append(
+            self.partition_for(group.group_id), records, producer=(producer_id, producer_epoch)
+        )
+        if error is ErrorCode.none:
+            group.prepare_txn_offset_commit(
+                producer_id, {key: CommitRecord(base_offset, committed) for key, committed in valid.items()}
+            )
+        mapped = _OFFSET_APPEND_ERRORS.get(error, error)
+        results.update(dict.fromkeys(valid, mapped))
+        return results
+
     def get_offsets(
         self, group_id: str, require_stable: bool, partitions: Iterable[TopicPartition] | None
     ) -> dict[TopicPartition, tuple[OffsetAndMetadata | None, ErrorCode]]:
@@ -324,8 +366,16 @@ class GroupMetadataManager:
 
     # --- appends ----------------------------------------------------------------------------------
 
-    def _append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> tuple[ErrorCode, int]:
-        """Append one batch of (key, value) records to __consumer_offsets-`partition`; (error, base offset)."""
+    def _append(
+        self,
+        partition: int,
+        records: list[tuple[bytes, bytes | None]],
+        *,
+        producer: tuple[int, int] | None = None,
+    ) -> tuple[ErrorCode, int]:
+        """Append one batch of (key, value) records to __consumer_offsets-`partition`; (error, base offset).
+
+        `producer` (id, epoch) makes it a transactional batch, verified by the transaction coordinator."""
         partition_log = self.logs.get_log(OFFSETS_TOPIC, partition)
         registration = self.controller.image.partition(OFFSETS_TOPIC, partition)
         if partition_log is None or registration is None:
@@ -333,10 +383,20 @@ class GroupMetadataManager:
         if registration.leader != self.config.node_id:
             return ErrorCode.not_leader_or_follower, -1
         now = self.clock()
-        batch = build_batch([RecordSpec(now, key, value) for key, value in records])
+        specs = [RecordSpec(now, key, value) for key, value in records]
+        if producer is None:
+            batch = build_batch(specs)
+        else:
+            batch = build_batch(
+                specs, producer_id=producer[0], producer_epoch=producer[1], is_transactional=True
+            )
         try:
             info = partition_log.append_as_leader(
-                batch, leader_epoch=registration.leader_epoch, now_ms=now, origin=AppendOrigin.COORDINATOR
+                batch,
+                leader_epoch=registration.leader_epoch,
+                now_ms=now,
+                origin=AppendOrigin.COORDINATOR,
+                transaction_verified=producer is not None,
             )
         except RecordError as exc:
             log.error("append to %s-%d failed: %s", OFFSETS_TOPIC, partition, exc.message)

@@ -1,0 +1,318 @@
+"""Transaction APIs: AddPartitionsToTxn (24), AddOffsetsToTxn (25), EndTxn (26), TxnOffsetCommit (28),
+DescribeTransactions (65) and ListTransactions (66). InitProducerId reaches the same coordinator through
+`node.transaction_coordinator` (kcli.broker.apis.producer_id); FindCoordinator key type 1 is in groups.py.
+
+As Kafka's KafkaApis: AddPartitionsToTxn fails the whole request if any partition is unknown (those
+get UNKNOWN_TOPIC_OR_PARTITION, the others OPERATION_NOT_ATTEMPTED); v4+ is the broker-to-broker
+batched form with VerifyOnly. Versions before PRODUCER_FENCED existed get INVALID_PRODUCER_EPOCH
+instead (AddPartitions < v2, AddOffsets and EndTxn < v2), TxnOffsetCommit v0-1 gets
+COORDINATOR_NOT_AVAILABLE for COORDINATOR_LOAD_IN_PROGRESS, and TRANSACTION_ABORTABLE becomes
+INVALID_TXN_STATE where it is not allowed. EndTxn stops at v4: v5 is transaction version 2 (KIP-890
+part 2), which this broker does not offer, so every client uses version 1 semantics.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcli.broker.apis import ApiSpec, build, nested_type, response_type
+from kcli.broker.apis.context import RequestContext
+from kcli.broker.group.group import OffsetAndMetadata
+from kcli.broker.log.log import wall_clock_ms
+from kcli.broker.txn.coordinator import TransactionCoordinator
+
+ADD_PARTITIONS_TO_TXN = 24
+ADD_OFFSETS_TO_TXN = 25
+END_TXN = 26
+TXN_OFFSET_COMMIT = 28
+DESCRIBE_TRANSACTIONS = 65
+LIST_TRANSACTIONS = 66
+
+OFFSETS_TOPIC = "__consumer_offsets"
+_NO_THROTTLE = datetime.timedelta(0)
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+def transaction_coordinator(ctx: RequestContext) -> TransactionCoordinator | None:
+    node = ctx.state.node
+    return None if node is None else getattr(node, "transaction_coordinator", None)
+
+
+def fenced_for(version: int, fenced_from: int, error: ErrorCode) -> ErrorCode:
+    """PRODUCER_FENCED as older versions know it: INVALID_PRODUCER_EPOCH."""
+    if error is ErrorCode.producer_fenced and version < fenced_from:
+        return ErrorCode.invalid_producer_epoch
+    return error
+
+
+# --- AddPartitionsToTxn ---------------------------------------------------------------------------------
+
+
+async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> object:
+    version = ctx.api_version
+    response_cls = response_type(ADD_PARTITIONS_TO_TXN, version)
+    topic_cls = nested_type(response_cls, "AddPartitionsToTxnTopicResult")
+    partition_cls = nested_type(response_cls, "AddPartitionsToTxnPartitionResult")
+
+    def topic_results(results: dict[tuple[str, int], ErrorCode]) -> tuple[Any, ...]:
+        by_topic: dict[str, list[Any]] = {}
+        for (topic, partition), error in results.items():
+            by_topic.setdefault(topic, []).append(
+                partition_cls(partition_index=partition, partition_error_code=error)
+            )
+        return tuple(topic_cls(name=t, results_by_partition=tuple(ps)) for t, ps in by_topic.items())
+
+    if version <= 3:
+        results = _add_partitions(
+            ctx,
+            request.v3_and_below_transactional_id,
+            request.v3_and_below_producer_id,
+            request.v3_and_below_producer_epoch,
+            [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions],
+            verify_only=False,
+        )
+        results = {tp: fenced_for(version, 2, e) for tp, e in results.items()}
+        return build(
+            response_cls, throttle_time=_NO_THROTTLE, results_by_topic_v3_and_below=topic_results(results)
+        )
+    result_cls = nested_type(response_cls, "AddPartitionsToTxnResult")
+    answers = []
+    for txn in request.transactions:
+        results = _add_partitions(
+            ctx,
+            txn.transactional_id,
+            txn.producer_id,
+            txn.producer_epoch,
+            [(t.name, p) for t in txn.topics for p in t.partitions],
+            verify_only=txn.verify_only,
+        )
+        if version < 5:
+            results = {
+                tp: ErrorCode.invalid_txn_state if e is ErrorCode.transaction_abortable else e
+                for tp, e in results.items()
+            }
+        answers.append(
+            result_cls(transactional_id=txn.transactional_id, topic_results=topic_results(results))
+        )
+    return build(
+        response_cls,
+        throttle_time=_NO_THROTTLE,
+        error_code=ErrorCode.none,
+        results_by_transaction=tuple(answers),
+    )
+
+
+def _add_partitions(
+    ctx: RequestContext,
+    transactional_id: str | None,
+    producer_id: int,
+    producer_epoch: int,
+    partitions: list[tuple[str, int]],
+    *,
+    verify_only: bool,
+) -> dict[tuple[str, int], ErrorCode]:
+    coordinator = transaction_coordinator(ctx)
+    if coordinator is None:
+        return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
+    unknown = {tp for tp in partitions if ctx.state.image.partition(*tp) is None}  # type: ignore[attr-defined]
+    if unknown:
+        return {
+            tp: ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted
+            for tp in partitions
+        }
+    if verify_only:
+        return coordinator.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
+    error = coordinator.add_partitions(transactional_id, producer_id, producer_epoch, partitions)
+    return dict.fromkeys(partitions, error)
+
+
+# --- AddOffsetsToTxn ------------------------------------------------------------------------------------
+
+
+async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> object:
+    version = ctx.api_version
+    coordinator = transaction_coordinator(ctx)
+    groups = getattr(ctx.state.node, "groups", None)
+    if coordinator is None or groups is None:
+        error = ErrorCode.coordinator_not_available
+    else:
+        offsets_partition = (OFFSETS_TOPIC, groups.partition_for(request.group_id))
+        error = coordinator.add_partitions(
+            request.transactional_id, request.producer_id, request.producer_epoch, [offsets_partition]
+        )
+    error = fenced_for(version, 2, error)
+    return build(response_type(ADD_OFFSETS_TO_TXN, version), throttle_time=_NO_THROTTLE, error_code=error)
+
+
+# --- EndTxn ---------------------------------------------------------------------------------------------
+
+
+async def handle_end_txn(ctx: RequestContext, request: Any) -> object:
+    version = ctx.api_version
+    coordinator = transaction_coordinator(ctx)
+    if coordinator is None:
+        error = ErrorCode.coordinator_not_available
+    else:
+        error = coordinator.end_transaction(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.committed
+        )
+    error = fenced_for(version, 2, error)
+    if version < 4 and error is ErrorCode.transaction_abortable:
+        error = ErrorCode.invalid_txn_state
+    return build(response_type(END_TXN, version), throttle_time=_NO_THROTTLE, error_code=error)
+
+
+# --- TxnOffsetCommit ------------------------------------------------------------------------------------
+
+
+async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> object:
+    version = ctx.api_version
+    response_cls = response_type(TXN_OFFSET_COMMIT, version)
+    topic_cls = nested_type(response_cls, "TxnOffsetCommitResponseTopic")
+    partition_cls = nested_type(response_cls, "TxnOffsetCommitResponsePartition")
+    now = wall_clock_ms()
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+    for topic in request.topics:
+        for partition in topic.partitions:
+            key = (topic.name, partition.partition_index)
+            if ctx.state.image.partition(*key) is None:  # type: ignore[attr-defined]
+                errors[key] = ErrorCode.unknown_topic_or_partition
+                continue
+            offsets[key] = OffsetAndMetadata(
+                partition.committed_offset,
+                getattr(partition, "committed_leader_epoch", -1),
+                partition.committed_metadata or "",
+                now,
+                -1,
+            )
+    if offsets:
+        errors.update(_txn_commit(ctx, request, version, offsets))
+    by_topic: dict[str, list[Any]] = {}
+    for (name, index), error in errors.items():
+        if version < 2 and error is ErrorCode.coordinator_load_in_progress:
+            error = ErrorCode.coordinator_not_available
+        if version < 4 and error is ErrorCode.transaction_abortable:
+            error = ErrorCode.invalid_txn_state
+        by_topic.setdefault(name, []).append(partition_cls(partition_index=index, error_code=error))
+    topics = tuple(topic_cls(name=name, partitions=tuple(ps)) for name, ps in by_topic.items())
+    return build(response_cls, throttle_time=_NO_THROTTLE, topics=topics)
+
+
+def _txn_commit(
+    ctx: RequestContext, request: Any, version: int, offsets: dict[tuple[str, int], OffsetAndMetadata]
+) -> dict[tuple[str, int], ErrorCode]:
+    coordinator = transaction_coordinator(ctx)
+    groups = getattr(ctx.state.node, "groups", None)
+    if coordinator is None or groups is None:
+        return dict.fromkeys(offsets, ErrorCode.coordinator_not_available)
+    # KIP-890 part 1: the group's offsets partition must be in the producer's transaction (AddOffsetsToTxn).
+    offsets_partition = (OFFSETS_TOPIC, groups.partition_for(request.group_id))
+    verified = coordinator.verify_partitions(
+        request.transactional_id, request.producer_id, request.producer_epoch, [offsets_partition]
+    )[offsets_partition]
+    if verified is not ErrorCode.none:
+        if verified is ErrorCode.producer_fenced:
+            verified = ErrorCode.invalid_producer_epoch
+        return dict.fromkeys(offsets, verified)
+    return groups.txn_commit_offsets(
+        request.group_id,
+        request.producer_id,
+        request.producer_epoch,
+        getattr(request, "member_id", ""),
+        getattr(request, "group_instance_id", None),
+        getattr(request, "generation_id", -1),
+        offsets,
+    )
+
+
+# --- DescribeTransactions / ListTransactions ------------------------------------------------------------
+
+
+async def handle_describe_transactions(ctx: RequestContext, request: Any) -> object:
+    version = ctx.api_version
+    response_cls = response_type(DESCRIBE_TRANSACTIONS, version)
+    state_cls = nested_type(response_cls, "TransactionState")
+    topic_cls = nested_type(response_cls, "TopicData")
+    coordinator = transaction_coordinator(ctx)
+    states = []
+    for transactional_id in request.transactional_ids:
+        if coordinator is None:
+            error, description = ErrorCode.coordinator_not_available, None
+        else:
+            description = coordinator.describe_transaction(transactional_id)
+            error = description.error
+        by_topic: dict[str, list[int]] = {}
+        if description is not None:
+            for topic, partition in description.topic_partitions:
+                by_topic.setdefault(topic, []).append(partition)
+        ok = description is not None and error is ErrorCode.none
+        states.append(
+            state_cls(
+                error_code=error,
+                transactional_id=transactional_id,
+                transaction_state=description.state if ok else "",  # type: ignore[union-attr]
+                transaction_timeout=datetime.timedelta(milliseconds=description.timeout_ms if ok else 0),  # type: ignore[union-attr]
+                transaction_start_time=_EPOCH + datetime.timedelta(milliseconds=description.start_time_ms)  # type: ignore[union-attr]
+                if ok
+                else _EPOCH - datetime.timedelta(milliseconds=1),
+                producer_id=description.producer_id if ok else -1,  # type: ignore[union-attr]
+                producer_epoch=description.producer_epoch if ok else -1,  # type: ignore[union-attr]
+                topics=tuple(topic_cls(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+            )
+        )
+    return build(response_cls, throttle_time=_NO_THROTTLE, transaction_states=tuple(states))
+
+
+async def handle_list_transactions(ctx: RequestContext, request: Any) -> object:
+    version = ctx.api_version
+    response_cls = response_type(LIST_TRANSACTIONS, version)
+    state_cls = nested_type(response_cls, "TransactionState")
+    coordinator = transaction_coordinator(ctx)
+    if coordinator is None:
+        return build(
+            response_cls,
+            throttle_time=_NO_THROTTLE,
+            error_code=ErrorCode.coordinator_not_available,
+            unknown_state_filters=(),
+            transaction_states=(),
+        )
+    error, unknown, listed = coordinator.list_transactions(
+        request.state_filters, request.producer_id_filters, getattr(request, "duration_filter", -1)
+    )
+    pattern = getattr(request, "transactional_id_pattern", None)
+    if pattern:
+        try:
+            compiled = re.compile(pattern)
+        except re.error:
+            return build(
+                response_cls,
+                throttle_time=_NO_THROTTLE,
+                error_code=ErrorCode.invalid_regular_expression,
+                unknown_state_filters=(),
+                transaction_states=(),
+            )
+        listed = [entry for entry in listed if compiled.fullmatch(entry[0])]
+    return build(
+        response_cls,
+        throttle_time=_NO_THROTTLE,
+        error_code=error,
+        unknown_state_filters=tuple(unknown),
+        transaction_states=tuple(
+            state_cls(transactional_id=t, producer_id=p, transaction_state=s) for t, p, s in listed
+        ),
+    )
+
+
+APIS = [
+    ApiSpec(ADD_PARTITIONS_TO_TXN, 0, 5, handle_add_partitions_to_txn),
+    ApiSpec(ADD_OFFSETS_TO_TXN, 0, 4, handle_add_offsets_to_txn),
+    ApiSpec(END_TXN, 0, 4, handle_end_txn),
+    ApiSpec(TXN_OFFSET_COMMIT, 0, 4, handle_txn_offset_commit),
+    ApiSpec(DESCRIBE_TRANSACTIONS, 0, 0, handle_describe_transactions),
+    ApiSpec(LIST_TRANSACTIONS, 0, 2, handle_list_transactions),
+]

@@ -1,0 +1,513 @@
+"""The transaction coordinator (Kafka's TransactionCoordinator, transaction version 1), on the event loop.
+
+Each transactional-id API calls one method here: InitProducerId, AddPartitionsToTxn (and its
+verify-only form, which the Produce path uses in-process as KIP-890 part 1 does broker to broker),
+AddOffsetsToTxn (through add_partitions with the group's __consumer_offsets partition), EndTxn,
+ListTransactions and DescribeTransactions.
+
+EndTxn answers once the PrepareCommit/PrepareAbort record is durable, as Kafka does; the markers and
+the CompleteCommit/CompleteAbort record follow on the next turn of the loop (Kafka's marker channel).
+Until then the id answers CONCURRENT_TRANSACTIONS, which clients retry. Markers for local partitions
+go straight to `Log.write_txn_markers`; a COMMIT/ABORT in __consumer_offsets also settles the group
+coordinator's pending transactional offsets. Two sweeps run on timers: Ongoing transactions past their
+timeout are aborted with a bumped epoch (fencing the producer), and idle ids expire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from typing import NamedTuple
+
+from kio.schema.errors import ErrorCode
+
+from kcli.broker.log.errors import LogStorageError, RecordError
+from kcli.broker.log.log import TxnMarker, wall_clock_ms
+from kcli.broker.log.manager import LogManager
+from kcli.broker.metadata.controller import QuorumController
+from kcli.broker.metadata.image import ClusterMetadataImage, topic_changes
+from kcli.broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
+from kcli.broker.txn.metadata import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    TopicPartition,
+    TransactionMetadata,
+    TransactionState,
+    TxnTransitMetadata,
+)
+from kcli.broker.txn.state_manager import TRANSACTION_STATE_TOPIC, TransactionStateManager
+from kcli.config import BrokerConfig
+
+log = logging.getLogger("kcli.broker.txn")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+class InitProducerIdResult(NamedTuple):
+    error: ErrorCode
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+class TransactionDescription(NamedTuple):
+    """One DescribeTransactions entry."""
+
+    error: ErrorCode
+    transactional_id: str
+    state: str = ""
+    timeout_ms: int = 0
+    start_time_ms: int = -1
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    topic_partitions: tuple[TopicPartition, ...] = ()
+
+
+class TransactionCoordinator:
+    """Transactions of the ids whose __transaction_state partitions this node leads."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        logs: LogManager,
+        controller: QuorumController,
+        producer_ids: ProducerIdManager,
+        *,
+        on_offsets_marker: Callable[[int, bool], None] | None = None,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.config = config
+        self.logs = logs
+        self.controller = controller
+        self.producer_ids = producer_ids
+        self.on_offsets_marker = on_offsets_marker
+        """Called with (producer id, is commit) after a marker reached a __consumer_offsets partition."""
+        self.clock = clock
+        self.state_manager = TransactionStateManager(config, logs, controller, clock=clock)
+        self.max_timeout_ms = int(config["transaction.max.timeout.ms"])  # type: ignore[call-overload]
+        self.abort_interval_ms = int(config["transaction.abort.timed.out.transaction.cleanup.interval.ms"])  # type: ignore[call-overload]
+        self.expiry_interval_ms = int(config["transaction.remove.expired.transaction.cleanup.interval.ms"])  # type: ignore[call-overload]
+        self.active = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        controller.add_listener(self._on_new_image)
+
+    # --- lifecycle --------------------------------------------------------------------------------
+
+    def startup(self) -> None:
+        """Load the __transaction_state partitions this node leads; start the timeout and expiry sweeps."""
+        self.active = True
+        self._load(self.state_manager.led_partitions())
+        self._spawn(self._every(self.abort_interval_ms, self.abort_timed_out_transactions))
+        self._spawn(self._every(self.expiry_interval_ms, self.remove_expired_transactional_ids))
+
+    def shutdown(self) -> None:
+        self.active = False
+        self.state_manager.shutting_down = True
+        for task in list(self._tasks):
+            task.cancel()
+
+    def _spawn(self, coroutine) -> None:  # type: ignore[no-untyped-def]
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _every(self, interval_ms: int, sweep: Callable[[], object]) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                sweep()
+            except Exception:
+                log.exception("transaction coordinator sweep %s failed", getattr(sweep, "__name__", sweep))
+
+    def _load(self, partitions: Iterable[int]) -> None:
+        manager = self.state_manager
+        todo = [
+            p
+            for p in partitions
+            if p not in manager.transactions
+            and p not in manager.loading_partitions
+            and not manager.own_if_empty(p)
+        ]
+        if todo:
+            manager.loading_partitions.update(todo)
+            self._spawn(self._load_partitions(todo))
+
+    async def _load_partitions(self, partitions: list[int]) -> None:
+        for partition in partitions:
+            pending = await self.state_manager.load_partition(partition)
+            for metadata in pending:  # PrepareCommit/PrepareAbort left by a crash: finish them
+                log.info(
+                    "Completing %s of transactional id %s after loading",
+                    metadata.state.state_name,
+                    metadata.transactional_id,
+                )
+                self._complete_transaction(metadata)
+
+    def _on_new_image(self, old: ClusterMetadataImage, new: ClusterMetadataImage) -> None:
+        if not self.active:
+            return
+        changes = topic_changes(old, new)
+        if any(topic == TRANSACTION_STATE_TOPIC for topic, _, _ in changes.created):
+            self._load(self.state_manager.led_partitions())
+        if any(topic == TRANSACTION_STATE_TOPIC for topic, _, _ in changes.deleted):
+            self.state_manager.transactions.clear()
+            self.state_manager.loading_partitions.clear()
+
+    # --- placement --------------------------------------------------------------------------------
+
+    @property
+    def has_transaction_log(self) -> bool:
+        """Whether this node coordinates (or is loading) any __transaction_state partition."""
+        return bool(self.state_manager.transactions or self.state_manager.loading_partitions)
+
+    def partition_for(self, transactional_id: str) -> int:
+        return self.state_manager.partition_for(transactional_id)
+
+    def _lookup(self, transactional_id: str) -> ErrorCode | TransactionMetadata | None:
+        if not self.active or self.controller.image.topic(TRANSACTION_STATE_TOPIC) is None:
+            return ErrorCode.coordinator_not_available  # not started, or the internal topic is missing
+        return self.state_manager.get_transaction_state(transactional_id)
+
+    # --- InitProducerId ---------------------------------------------------------------------------
+
+    async def handle_init_producer_id(
+        self, transactional_id: str, transaction_timeout_ms: int, expected: tuple[int, int] | None
+    ) -> tuple[ErrorCode, int, int]:
+        """(error, producer id, epoch) for a transactional producer; `expected` is its (pid, epoch) from v3."""
+        result = self.init_producer_id(transactional_id, transaction_timeout_ms, expected)
+        return result.error, result.producer_id, result.producer_epoch
+
+    def init_producer_id(
+        self, transactional_id: str, transaction_timeout_ms: int, expected: tuple[int, int] | None
+    ) -> InitProducerIdResult:
+        if transactional_id == "":
+            return InitProducerIdResult(ErrorCode.invalid_request)
+        if not 0 < transaction_timeout_ms <= self.max_timeout_ms:
+            return InitProducerIdResult(ErrorCode.invalid_transaction_timeout)
+        found = self._lookup(transactional_id)
+        if isinstance(found, ErrorCode):
+            return InitProducerIdResult(found)
+        metadata = found
+        if metadata is None:
+            try:
+                producer_id = self.producer_ids.generate_producer_id()
+            except ProducerIdsUnavailable as exc:
+                log.error("InitProducerId for %s: %s", transactional_id, exc)
+                return InitProducerIdResult(ErrorCode.coordinator_load_in_progress)
+            metadata = self.state_manager.put_if_absent(
+                TransactionMetadata(
+                    transactional_id=transactional_id,
+                    producer_id=producer_id,
+                    last_producer_id=NO_PRODUCER_ID,
+                    producer_epoch=NO_PRODUCER_EPOCH,
+                    last_producer_epoch=NO_PRODUCER_EPOCH,
+                    txn_timeout_ms=transaction_timeout_ms,
+                    state=TransactionState.EMPTY,
+                    txn_last_update_timestamp=self.clock(),
+                )
+            )
+        if metadata.pending_transition_in_progress:
+            return InitProducerIdResult(ErrorCode.concurrent_transactions)
+        if expected is not None and not metadata.is_producer_id_and_epoch_accepted(*expected):
+            return InitProducerIdResult(ErrorCode.producer_fenced)
+        state = metadata.state
+        if state.is_prepare:
+            return InitProducerIdResult(ErrorCode.concurrent_transactions)
+        if state is TransactionState.ONGOING:
+            # Another instance is mid-transaction: fence it by aborting with a bumped epoch; the new
+            # producer retries on CONCURRENT_TRANSACTIONS and bumps once more after CompleteAbort.
+            error = self._fence_and_abort(metadata)
+            return InitProducerIdResult(
+                ErrorCode.concurrent_transactions if error is ErrorCode.none else error
+            )
+        now = self.clock()
+        expected_epoch = None if expected is None else expected[1]
+        transit: ErrorCode | TxnTransitMetadata
+        if metadata.is_producer_epoch_exhausted and expected_epoch in (None, metadata.producer_epoch):
+            try:
+                new_id = self.producer_ids.generate_producer_id()
+            except ProducerIdsUnavailable as exc:
+                log.error("InitProducerId for %s: %s", transactional_id, exc)
+                return InitProducerIdResult(ErrorCode.coordinator_load_in_progress)
+            transit = metadata.prepare_producer_id_rotation(
+                new_id, transaction_timeout_ms, now, record_last_epoch=expected is not None
+            )
+        else:
+            transit = metadata.prepare_increment_producer_epoch(transaction_timeout_ms, expected_epoch, now)
+        if isinstance(transit, ErrorCode):
+            return InitProducerIdResult(transit)
+        error = self.state_manager.append_transaction_to_log(metadata, transit)
+        if error is not ErrorCode.none:
+            return InitProducerIdResult(error)
+        log.info(
+            "Initialized transactional id %s with producer id %d and epoch %d",
+            transactional_id,
+            metadata.producer_id,
+            metadata.producer_epoch,
+        )
+        return InitProducerIdResult(ErrorCode.none, metadata.producer_id, metadata.producer_epoch)
+
+    # --- AddPartitionsToTxn / AddOffsetsToTxn --------------------------------------------------------
+
+    def add_partitions(
+        self,
+        transactional_id: str | None,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Iterable[TopicPartition],
+    ) -> ErrorCode:
+        """AddPartitionsToTxn for partitions that passed the topic checks; one error for all of them."""
+        partitions = set(partitions)
+        found = self._checked(transactional_id, producer_id, producer_epoch)
+        if isinstance(found, ErrorCode):
+            return found
+        metadata = found
+        if metadata.state.is_prepare:
+            return ErrorCode.concurrent_transactions
+        if metadata.state is TransactionState.ONGOING and partitions <= metadata.topic_partitions:
+            return ErrorCode.none  # nothing new: no record
+        transit = metadata.prepare_add_partitions(partitions, self.clock())
+        return self.state_manager.append_transaction_to_log(metadata, transit)
+
+    def verify_partitions(
+        self,
+        transactional_id: str | None,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Iterable[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """AddPartitionsToTxn with VerifyOnly: is each partition part of the ongoing transaction?"""
+        partitions = list(partitions)
+        found = self._checked(transactional_id, producer_id, producer_epoch)
+        if isinstance(found, ErrorCode):
+            return dict.fromkeys(partitions, found)
+        metadata = found
+        if metadata.state.is_prepare:
+            return dict.fromkeys(partitions, ErrorCode.concurrent_transactions)
+        ongoing = metadata.state is TransactionState.ONGOING
+        return {
+            tp: ErrorCode.none
+            if ongoing and tp in metadata.topic_partitions
+            else ErrorCode.transaction_abortable
+            for tp in partitions
+        }
+
+    def _checked(
+        self, transactional_id: str | None, producer_id: int, producer_epoch: int
+    ) -> ErrorCode | TransactionMetadata:
+        """The checks AddPartitions, verification and EndTxn share, in Kafka's order."""
+        if not transactional_id:
+            return ErrorCode.invalid_request
+        found = self._lookup(transactional_id)
+        if isinstance(found, ErrorCode):
+            return found
+        if found is None or found.producer_id != producer_id:
+            return ErrorCode.invalid_producer_id_mapping
+        if found.producer_epoch != producer_epoch:
+            return ErrorCode.producer_fenced
+        if found.pending_transition_in_progress:
+            return ErrorCode.concurrent_transactions
+        return found
+
+    # --- EndTxn -----------------------------------------------------------------------------------
+
+    def end_transaction(
+        self, transactional_id: str | None, producer_id: int, producer_epoch: int, commit: bool
+    ) -> ErrorCode:
+        """EndTxn from a client: PrepareCommit/PrepareAbort now, markers and Complete* right after."""
+        found = self._checked(transactional_id, producer_id, producer_epoch)
+        if isinstance(found, ErrorCode):
+            return found
+        metadata = found
+        state = metadata.state
+        if state is TransactionState.ONGOING:
+            target = TransactionState.PREPARE_COMMIT if commit else TransactionState.PREPARE_ABORT
+            transit = metadata.prepare_abort_or_commit(target, self.clock())
+            error = self.state_manager.append_transaction_to_log(metadata, transit)
+            if error is ErrorCode.none:
+                self._schedule_completion(metadata)
+            return error
+        if state is TransactionState.COMPLETE_COMMIT:
+            return ErrorCode.none if commit else ErrorCode.invalid_txn_state
+        if state is TransactionState.COMPLETE_ABORT:
+            return ErrorCode.invalid_txn_state if commit else ErrorCode.none
+        if state is TransactionState.PREPARE_COMMIT:
+            return ErrorCode.concurrent_transactions if commit else ErrorCode.invalid_txn_state
+        if state is TransactionState.PREPARE_ABORT:
+            return ErrorCode.invalid_txn_state if commit else ErrorCode.concurrent_transactions
+        return ErrorCode.invalid_txn_state  # Empty (Dead and PrepareEpochFence are never seen here)
+
+    def _fence_and_abort(self, metadata: TransactionMetadata) -> ErrorCode:
+        """Bump the epoch of an Ongoing transaction and abort it with that epoch (InitProducerId's fence
+        and the timeout sweep): PrepareEpochFence in memory, PrepareAbort written, markers, CompleteAbort."""
+        fence = metadata.prepare_fence_producer_epoch()
+        # As Kafka's endTransaction does for a fence: the bumped epoch goes into memory at once (so the
+        # old producer is fenced even if the write fails) and PrepareAbort is prepared from Ongoing.
+        metadata.pending_state = None
+        metadata.producer_epoch = fence.producer_epoch
+        metadata.last_producer_epoch = NO_PRODUCER_EPOCH
+        transit = metadata.prepare_abort_or_commit(TransactionState.PREPARE_ABORT, self.clock())
+        error = self.state_manager.append_transaction_to_log(metadata, transit)
+        if error is not ErrorCode.none:
+            metadata.has_failed_epoch_fence = True
+            return error
+        metadata.has_failed_epoch_fence = False
+        self._schedule_completion(metadata)
+        return ErrorCode.none
+
+    # --- markers ----------------------------------------------------------------------------------
+
+    def _schedule_completion(self, metadata: TransactionMetadata) -> None:
+        """Write the markers and the Complete record on the next turn of the loop (after the response)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # called outside a loop (unit tests): complete now
+            self._complete_transaction(metadata)
+            return
+        metadata.pending_state = metadata.state  # nothing else may happen to the id until it completes
+        loop.call_soon(self._complete_scheduled, metadata)
+
+    def _complete_scheduled(self, metadata: TransactionMetadata) -> None:
+        metadata.pending_state = None
+        try:
+            self._complete_transaction(metadata)
+        except Exception:
+            log.exception("completing the transaction of %s failed", metadata.transactional_id)
+
+    def _complete_transaction(self, metadata: TransactionMetadata) -> None:
+        """Write a marker to every partition of a PrepareCommit/PrepareAbort transaction, then Complete*."""
+        if not metadata.state.is_prepare:
+            return
+        commit = metadata.state is TransactionState.PREPARE_COMMIT
+        partition = self.state_manager.partition_for(metadata.transactional_id)
+        if partition not in self.state_manager.transactions:
+            return  # no longer the coordinator
+        marker = TxnMarker(
+            metadata.producer_id,
+            metadata.producer_epoch,
+            self.state_manager.coordinator_epoch(partition),
+            commit,
+        )
+        for topic, index in sorted(metadata.topic_partitions):
+            self._write_marker(metadata.transactional_id, topic, index, marker)
+        transit = metadata.prepare_complete(self.clock())
+        error = self.state_manager.append_transaction_to_log(metadata, transit)
+        if error is not ErrorCode.none:
+            log.error(
+                "Failed to write %s for transactional id %s: %s",
+                transit.state.state_name,
+                metadata.transactional_id,
+                error.name,
+            )
+            return
+        log.debug("Completed %s for %s", metadata.state.state_name, metadata.transactional_id)
+
+    def _write_marker(self, transactional_id: str, topic: str, index: int, marker: TxnMarker) -> None:
+        """One marker to one local partition; a partition that is gone is dropped, as Kafka does."""
+        partition_log = self.logs.get_log(topic, index)
+        registration = self.controller.image.partition(topic, index)
+        if partition_log is None or registration is None:
+            log.info(
+                "Dropping the marker of %s for %s-%d: the partition is gone", transactional_id, topic, index
+            )
+            return
+        try:
+            partition_log.write_txn_markers(
+                [marker], leader_epoch=registration.leader_epoch, now_ms=self.clock()
+            )
+        except RecordError as exc:
+            # INVALID_PRODUCER_EPOCH / TRANSACTION_COORDINATOR_FENCED: a newer marker already closed it.
+            log.warning(
+                "Marker of %s for %s-%d refused: %s (%s)",
+                transactional_id,
+                topic,
+                index,
+                exc.error_code.name,
+                exc,
+            )
+            return
+        except (LogStorageError, OSError) as exc:
+            log.error("Marker of %s for %s-%d failed: %s", transactional_id, topic, index, exc)
+            return
+        if topic == OFFSETS_TOPIC and self.on_offsets_marker is not None:
+            self.on_offsets_marker(marker.producer_id, marker.commit)
+
+    # --- sweeps -----------------------------------------------------------------------------------
+
+    def abort_timed_out_transactions(self) -> int:
+        """Abort (with a bumped epoch, fencing the producer) every Ongoing transaction past its timeout."""
+        if not self.active:
+            return 0
+        aborted = 0
+        for metadata in self.state_manager.timed_out_transactions(self.clock()):
+            log.info(
+                "Aborting transaction of %s (producer id %d, epoch %d): it timed out",
+                metadata.transactional_id,
+                metadata.producer_id,
+                metadata.producer_epoch,
+            )
+            if self._fence_and_abort(metadata) is ErrorCode.none:
+                aborted += 1
+        return aborted
+
+    def remove_expired_transactional_ids(self) -> int:
+        """Tombstone and forget ids idle for transactional.id.expiration.ms."""
+        if not self.active:
+            return 0
+        removed = 0
+        for metadata in self.state_manager.expired_transactional_ids(self.clock()):
+            transit = metadata.prepare_dead()
+            if self.state_manager.append_transaction_to_log(metadata, transit) is ErrorCode.none:
+                removed += 1
+                log.info("Removed expired transactional id %s", metadata.transactional_id)
+        return removed
+
+    # --- introspection ----------------------------------------------------------------------------
+
+    def list_transactions(
+        self, states: Iterable[str], producer_ids: Iterable[int], duration_ms: int = -1
+    ) -> tuple[ErrorCode, list[str], list[tuple[str, int, str]]]:
+        """(error, unknown state filters, [(id, producer id, state name)]); Dead ids are never listed."""
+        if not self.active:
+            return ErrorCode.coordinator_not_available, [], []
+        wanted: set[TransactionState] = set()
+        unknown: list[str] = []
+        for name in states:
+            state = TransactionState.from_name(name)
+            if state is None:
+                unknown.append(name)
+            else:
+                wanted.add(state)
+        pids = set(producer_ids)
+        now = self.clock()
+        listed = [
+            (m.transactional_id, m.producer_id, m.state.state_name)
+            for m in self.state_manager.all_transactions()
+            if m.state is not TransactionState.DEAD
+            and (not wanted or m.state in wanted)
+            and (not pids or m.producer_id in pids)
+            and (
+                duration_ms < 0 or (m.txn_start_timestamp >= 0 and now - m.txn_start_timestamp > duration_ms)
+            )
+        ]
+        error = ErrorCode.coordinator_load_in_progress if self.state_manager.is_loading else ErrorCode.none
+        return error, unknown, sorted(listed)
+
+    def describe_transaction(self, transactional_id: str) -> TransactionDescription:
+        if not transactional_id:
+            return TransactionDescription(ErrorCode.invalid_request, transactional_id)
+        found = self._lookup(transactional_id)
+        if isinstance(found, ErrorCode):
+            return TransactionDescription(found, transactional_id)
+        if found is None or found.state is TransactionState.DEAD:
+            return TransactionDescription(ErrorCode.transactional_id_not_found, transactional_id)
+        return TransactionDescription(
+            ErrorCode.none,
+            transactional_id,
+            found.state.state_name,
+            found.txn_timeout_ms,
+            found.txn_start_timestamp,
+            found.producer_id,
+            found.producer_epoch,
+            tuple(sorted(found.topic_partitions)),
+        )

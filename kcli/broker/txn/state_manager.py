@@ -1,0 +1,275 @@
+"""Transaction metadata in __transaction_state (Kafka's TransactionStateManager).
+
+It owns the cache of transactional ids per __transaction_state partition, knows which partitions this
+node coordinates and which are still loading, writes one record per transition (key = transactional
+id, value = TransactionLogValue v0, a tombstone for an expired id) and replays a partition at start-up:
+the last value per key wins. The coordinator epoch of a partition is its leader epoch, so it never
+goes down. Appends are synchronous (one replica), so an append's outcome is known when it returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable
+
+from kio.schema.errors import ErrorCode
+
+from formats.errors import FormatError
+from formats.internal import (
+    decode_txn_key,
+    decode_txn_value,
+    encode_txn_key,
+    encode_txn_log,
+    txn_partition_for,
+)
+from formats.records import RecordBatch, RecordSpec, build_batch
+from formats.segment import StopReason, walk
+from kcli.broker.log.errors import LogStorageError, OffsetOutOfRange, RecordError
+from kcli.broker.log.log import wall_clock_ms
+from kcli.broker.log.manager import LogManager
+from kcli.broker.log.validator import AppendOrigin
+from kcli.broker.metadata.controller import QuorumController
+from kcli.broker.txn.metadata import TransactionMetadata, TransactionState, TxnTransitMetadata
+from kcli.config import BrokerConfig
+
+log = logging.getLogger("kcli.broker.txn")
+
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+LOAD_CHUNK_BYTES = 5 * 1024 * 1024
+"""transaction.state.log.load.buffer.size: how much is read between two turns of the event loop."""
+
+
+class TransactionStateManager:
+    """The transactional ids whose __transaction_state partitions this node leads."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        logs: LogManager,
+        controller: QuorumController,
+        *,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.config = config
+        self.logs = logs
+        self.controller = controller
+        self.clock = clock
+        self.transactions: dict[int, dict[str, TransactionMetadata]] = {}
+        """Partition -> transactional id -> metadata, for owned partitions only."""
+        self.loading_partitions: set[int] = set()
+        self.shutting_down = False
+        self.expiration_ms = int(config["transactional.id.expiration.ms"])  # type: ignore[call-overload]
+
+    # --- placement --------------------------------------------------------------------------------
+
+    @property
+    def num_partitions(self) -> int:
+        """The real partition count of __transaction_state once it exists, else the configured one."""
+        partitions = self.controller.image.partitions_of(TRANSACTION_STATE_TOPIC)
+        if partitions:
+            return len(partitions)
+        return int(self.config["transaction.state.log.num.partitions"])  # type: ignore[call-overload]
+
+    def partition_for(self, transactional_id: str) -> int:
+        return txn_partition_for(transactional_id, self.num_partitions)
+
+    def led_partitions(self) -> list[int]:
+        image = self.controller.image
+        return sorted(
+            index
+            for index, registration in (image.partitions_of(TRANSACTION_STATE_TOPIC) or {}).items()
+            if registration.leader == self.config.node_id
+            and self.logs.get_log(TRANSACTION_STATE_TOPIC, index) is not None
+        )
+
+    def coordinator_epoch(self, partition: int) -> int:
+        registration = self.controller.image.partition(TRANSACTION_STATE_TOPIC, partition)
+        return 0 if registration is None else max(registration.leader_epoch, 0)
+
+    @property
+    def is_loading(self) -> bool:
+        return bool(self.loading_partitions)
+
+    # --- the cache --------------------------------------------------------------------------------
+
+    def get_transaction_state(self, transactional_id: str) -> ErrorCode | TransactionMetadata | None:
+        """The id's metadata, None if unknown here, or the coordinator error (loading, not coordinator)."""
+        partition = self.partition_for(transactional_id)
+        if partition in self.loading_partitions:
+            return ErrorCode.coordinator_load_in_progress
+        cache = self.transactions.get(partition)
+        if cache is None:
+            return ErrorCode.not_coordinator
+        return cache.get(transactional_id)
+
+    def put_if_absent(self, metadata: TransactionMetadata) -> TransactionMetadata:
+        cache = self.transactions[self.partition_for(metadata.transactional_id)]
+        return cache.setdefault(metadata.transactional_id, metadata)
+
+    def all_transactions(self) -> list[TransactionMetadata]:
+        return [m for cache in self.transactions.values() for m in cache.values()]
+
+    # --- writes -----------------------------------------------------------------------------------
+
+    def append_transaction_to_log(
+        self, metadata: TransactionMetadata, transit: TxnTransitMetadata
+    ) -> ErrorCode:
+        """Write `transit` and, if that worked, apply it; on failure the pending transition is dropped.
+
+        Returns NONE or the error the transaction APIs report (Kafka's mapping of append errors).
+        """
+        transactional_id = metadata.transactional_id
+        if transit.state is TransactionState.DEAD:
+            records = [(encode_txn_key(transactional_id), None)]
+        else:
+            records = [encode_txn_log(transactional_id, transit.to_log_value())]
+        partition = self.partition_for(transactional_id)
+        error = self._append(partition, records)
+        if error is not ErrorCode.none:
+            log.warning(
+                "Appending %s's new metadata %s failed due to %s",
+                transactional_id,
+                transit.state.state_name,
+                error.name,
+            )
+            metadata.abandon_transition()
+            return _APPEND_ERRORS.get(error, ErrorCode.unknown_server_error)
+        if partition not in self.transactions:  # resigned while writing
+            metadata.abandon_transition()
+            return ErrorCode.not_coordinator
+        metadata.complete_transition_to(transit)
+        if transit.state is TransactionState.DEAD:
+            self.transactions[partition].pop(transactional_id, None)
+        return ErrorCode.none
+
+    def _append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> ErrorCode:
+        partition_log = self.logs.get_log(TRANSACTION_STATE_TOPIC, partition)
+        registration = self.controller.image.partition(TRANSACTION_STATE_TOPIC, partition)
+        if partition_log is None or registration is None:
+            return ErrorCode.unknown_topic_or_partition
+        if registration.leader != self.config.node_id:
+            return ErrorCode.not_leader_or_follower
+        now = self.clock()
+        batch = build_batch([RecordSpec(now, key, value) for key, value in records])
+        try:
+            partition_log.append_as_leader(
+                batch, leader_epoch=registration.leader_epoch, now_ms=now, origin=AppendOrigin.COORDINATOR
+            )
+        except RecordError as exc:
+            log.error("append to %s-%d failed: %s", TRANSACTION_STATE_TOPIC, partition, exc.message)
+            return exc.error_code
+        except (LogStorageError, OSError) as exc:
+            log.error("append to %s-%d failed: %s", TRANSACTION_STATE_TOPIC, partition, exc)
+            return ErrorCode.kafka_storage_error
+        return ErrorCode.none
+
+    # --- loading ----------------------------------------------------------------------------------
+
+    def own_if_empty(self, partition: int) -> bool:
+        """Take over an empty partition at once: nothing to replay."""
+        partition_log = self.logs.get_log(TRANSACTION_STATE_TOPIC, partition)
+        if partition_log is None or partition_log.log_end_offset != partition_log.log_start_offset:
+            return False
+        self.transactions.setdefault(partition, {})
+        return True
+
+    async def load_partition(self, partition: int) -> list[TransactionMetadata]:
+        """Replay __transaction_state-`partition`; returns the transactions left in PrepareCommit/PrepareAbort.
+
+        Requests for its ids get COORDINATOR_LOAD_IN_PROGRESS until this returns.
+        """
+        name = f"{TRANSACTION_STATE_TOPIC}-{partition}"
+        partition_log = self.logs.get_log(TRANSACTION_STATE_TOPIC, partition)
+        if partition_log is None:
+            self.loading_partitions.discard(partition)
+            return []
+        started = self.clock()
+        loaded: dict[str, TransactionMetadata] = {}
+        offset = partition_log.log_start_offset
+        try:
+            while offset < partition_log.log_end_offset and not self.shutting_down:
+                chunk = partition_log.read(
+                    offset, LOAD_CHUNK_BYTES, upper_bound=partition_log.log_end_offset, min_one_batch=True
+                )
+                if chunk is None:
+                    break
+                data = memoryview(os.pread(chunk.fd, chunk.size, chunk.position))
+                result = walk(data, 0, len(data), check_crc=False)
+                if not result.batches:
+                    break
+                for batch in result.batches:
+                    if (
+                        isinstance(batch, RecordBatch)
+                        and batch.last_offset >= offset
+                        and not batch.is_control
+                    ):
+                        for record in batch.records(data):
+                            if record.offset < offset or record.key is None:
+                                continue
+                            self._replay(name, loaded, record.key, record.value)
+                    offset = batch.next_offset
+                if result.reason is not StopReason.END:
+                    log.error("stopped loading %s at offset %d: %s", name, offset, result.problem(data))
+                    break
+                await asyncio.sleep(0)
+        except (OSError, OffsetOutOfRange, FormatError, LogStorageError) as exc:
+            log.error("loading %s stopped at offset %d: %s", name, offset, exc)
+        if self.shutting_down:
+            return []
+        self.transactions[partition] = loaded
+        self.loading_partitions.discard(partition)
+        log.info(
+            "Finished loading %d transaction metadata from %s in %d milliseconds",
+            len(loaded),
+            name,
+            self.clock() - started,
+        )
+        return [m for m in loaded.values() if m.state.is_prepare]
+
+    @staticmethod
+    def _replay(name: str, loaded: dict[str, TransactionMetadata], key: bytes, value: bytes | None) -> None:
+        try:
+            transactional_id = decode_txn_key(key)
+            decoded = decode_txn_value(value)
+        except FormatError as exc:
+            log.warning("skipping an unreadable record in %s: %s", name, exc)
+            return
+        if decoded is None:
+            loaded.pop(transactional_id, None)
+        else:
+            loaded[transactional_id] = TransactionMetadata.from_log_value(transactional_id, decoded)
+
+    # --- sweeps -----------------------------------------------------------------------------------
+
+    def timed_out_transactions(self, now_ms: int) -> list[TransactionMetadata]:
+        """Ongoing transactions past their timeout with nothing pending (the abort sweep's work)."""
+        return [
+            m
+            for m in self.all_transactions()
+            if m.state is TransactionState.ONGOING
+            and m.pending_state is None
+            and m.txn_start_timestamp + m.txn_timeout_ms < now_ms
+        ]
+
+    def expired_transactional_ids(self, now_ms: int) -> list[TransactionMetadata]:
+        """Ids idle for transactional.id.expiration.ms in Empty, CompleteCommit or CompleteAbort."""
+        return [
+            m
+            for m in self.all_transactions()
+            if m.state.is_expiration_allowed
+            and m.pending_state is None
+            and m.txn_last_update_timestamp <= now_ms - self.expiration_ms
+        ]
+
+
+_APPEND_ERRORS = {
+    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
+    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+}
+"""TransactionStateManager.appendTransactionToLog's mapping; anything else is UNKNOWN_SERVER_ERROR."""
