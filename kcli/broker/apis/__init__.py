@@ -89,6 +89,7 @@ def build_registry() -> ApiRegistry:
         producers,
         records,
         topics,
+        transactions,
     )
 
     return ApiRegistry(
@@ -107,6 +108,7 @@ def build_registry() -> ApiRegistry:
             *offset_for_leader_epoch.APIS,
             *groups.APIS,
             *offsets.APIS,
+            *transactions.APIS,
             *producers.APIS,
         ]
     )
