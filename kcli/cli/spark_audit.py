@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import sys
 from datetime import datetime
-from enum import StrEnum
 from pathlib import Path
+from typing import NamedTuple
 
+import click
 import orjson
 import typer
 
@@ -21,37 +22,61 @@ spark_audit = typer.Typer(
 app.add_typer(spark_audit)
 
 
-class Output(StrEnum):
-    table = "table"
-    json = "json"
-    parquet = "parquet"
+class Output(NamedTuple):
+    """Where the report goes: a table on the terminal, JSON lines (stdout or a file), or a Parquet file."""
+
+    kind: str  # table, json or parquet
+    path: Path | None = None
 
 
-def _archive() -> Path:
+class OutputType(click.ParamType):
+    """`table`, `json`, `json:PATH` or `parquet:PATH`: one option value, so typer parses it unambiguously."""
+
+    name = "table|json|parquet:PATH"
+
+    def convert(self, value, param, ctx) -> Output:
+        if isinstance(value, Output):
+            return value
+        kind, sep, path = str(value).partition(":")
+        if kind == "table" and not sep:
+            return Output("table")
+        if kind == "json":
+            return Output("json", Path(path) if path else None)
+        if kind == "parquet" and path:
+            return Output("parquet", Path(path))
+        if kind == "parquet":
+            self.fail("parquet needs the file to write: --output parquet:PATH.", param, ctx)
+        self.fail(f"{value!r} is not table, json, json:PATH or parquet:PATH.", param, ctx)
+
+
+def _archive() -> str:
     return typer.Argument(
-        ..., help="Archive root: a tree of Kafka log dirs (copied, backed up or downloaded)."
+        ...,
+        metavar="ARCHIVE",
+        help="Archive root: a tree of Kafka log dirs (copied, backed up or downloaded); a local path or "
+        "an fsspec URL (s3://bucket/backup, zip://::file:///backups/broker-1.zip, ...).",
+        show_default=False,
     )
 
 
 def _run(
     job: str,
-    archive: Path,
+    archive: str,
     master: str,
     conf: list[str] | None,
     output: Output,
-    path: Path | None,
     compacted: list[str] | None,
     no_crc: bool,
     window_offsets: int = 1000,
     window_ms: int | None = None,
     at: str | None = None,
 ) -> int:
+    from ops.spark.archive import archive_root, is_url
     from ops.spark.checks import AuditOptions
 
-    if not archive.is_dir():
+    root = archive_root(archive)
+    if not is_url(root) and not Path(root).is_dir():
         raise KcliError(f"{archive}: no such directory.")
-    if output is Output.parquet and path is None:
-        raise KcliError("--output parquet needs --path PATH to write the findings to.")
     settings = {}
     for item in conf or ():
         key, sep, value = item.partition("=")
@@ -68,11 +93,11 @@ def _run(
     from ops.spark import jobs
 
     if jobs.is_local(master):
-        records, exit_code = _run_local(job, archive, master, settings, options, compacted_topics)
+        records, exit_code = _run_local(job, root, master, settings, options, compacted_topics)
     else:
         args = {
             "job": job,
-            "archive": str(archive.resolve()),
+            "archive": root,
             "options": options.to_json(),
             "compacted": list(compacted_topics),
         }
@@ -81,7 +106,7 @@ def _run(
         except RuntimeError as e:
             raise KcliError(str(e), exit_code=2) from None
         records, exit_code = result["records"], result["exit_code"]
-    _render(records, output, path)
+    _render(records, output)
     return exit_code
 
 
@@ -92,7 +117,7 @@ def _run_local(job, archive, master, settings, options, compacted_topics) -> tup
     spark = jobs.session(master, settings)
     try:
         report = jobs.run(
-            spark, job, str(archive), options=options, compacted_topics=compacted_topics, progress=progress
+            spark, job, archive, options=options, compacted_topics=compacted_topics, progress=progress
         )
     finally:
         stop()
@@ -118,12 +143,15 @@ def _progress():
     return update, bar.stop
 
 
-def _render(records: list[dict], output: Output, path: Path | None) -> None:
-    if output is Output.json:
-        for record in records:
-            sys.stdout.write(orjson.dumps(record).decode() + "\n")
-        return
-    if output is Output.parquet:
+def _render(records: list[dict], output: Output) -> None:
+    """JSON lines to stdout alone; otherwise the table, after writing the file that was asked for."""
+    if output.kind == "json":
+        lines = "".join(orjson.dumps(record).decode() + "\n" for record in records)
+        if output.path is None:
+            sys.stdout.write(lines)
+            return
+        output.path.write_text(lines)
+    if output.kind == "parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -142,7 +170,7 @@ def _render(records: list[dict], output: Output, path: Path | None) -> None:
         table = (
             pa.table({c: [r.get(c) for r in rows] for c in columns + ["details"]}) if rows else pa.table({})
         )
-        pq.write_table(table, path)
+        pq.write_table(table, output.path)
     _table(records)
 
 
@@ -162,9 +190,9 @@ def _table(records: list[dict]) -> None:
             offsets = "" if f["first_offset"] is None else f"{f['first_offset']}..{f['last_offset']}"
             where = f.get("position", "")
             if f.get("after"):
-                where = f"{Path(f['after']['file']).name}:{f['after']['position']}"
+                where = f"{_file_name(f['after']['file'])}:{f['after']['position']}"
             elif f.get("file"):
-                where = f"{Path(f['file']).name}:{f['position']}"
+                where = f"{_file_name(f['file'])}:{f['position']}"
             table.add_row(f"{f['topic']}-{f['partition']}", f["kind"], offsets, str(where), f["message"])
         console.print(table)
     if lag:
@@ -180,6 +208,11 @@ def _table(records: list[dict]) -> None:
         f"{s['job']}: {s['segments']} segments, {s['ranges']} ranges, {s['batches']} batches, {s['bytes']} bytes "
         f"in {s['seconds']} s: {s['findings']} findings ({s['errors']} errors)"
     )
+
+
+def _file_name(location: str) -> str:
+    """The segment's file name, from a path or an fsspec URL (chained ones too: zip://a/b.log::file://...)."""
+    return location.partition("::")[0].rstrip("/").rsplit("/", 1)[-1]
 
 
 def _parse_time(text: str) -> int:
@@ -201,9 +234,13 @@ _CONF = typer.Option(
     None, "--conf", metavar="KEY=VALUE", help="A Spark setting (repeatable).", show_default=False
 )
 _OUTPUT = typer.Option(
-    Output.table, "--output", "-o", help="A table, JSON lines, or a Parquet file (with --path)."
+    "table",
+    "--output",
+    "-o",
+    click_type=OutputType(),
+    help="table (a summary on the terminal), json (JSON lines on stdout), json:PATH or parquet:PATH "
+    "(a file, and the table on the terminal).",
 )
-_PATH = typer.Option(None, "--path", help="Where --output parquet writes.", show_default=False)
 _COMPACTED = typer.Option(
     None,
     "--compacted",
@@ -216,11 +253,10 @@ _NO_CRC = typer.Option(False, "--no-crc", help="Skip CRC checks (faster, finds l
 
 @spark_audit.command("gaps")
 def gaps(
-    archive: Path = _archive(),
+    archive: str = _archive(),
     master: str = _MASTER,
     conf: list[str] = _CONF,
     output: Output = _OUTPUT,
-    path: Path = _PATH,
     compacted: list[str] = _COMPACTED,
     no_crc: bool = _NO_CRC,
 ) -> int:
@@ -229,16 +265,15 @@ def gaps(
 
     Exit 0 when nothing needs attention (explained gaps alone included), 1 when findings exist.
     """
-    return _run("gaps", archive, master, conf, output, path, compacted, no_crc)
+    return _run("gaps", archive, master, conf, output, compacted, no_crc)
 
 
 @spark_audit.command("duplicates")
 def duplicates(
-    archive: Path = _archive(),
+    archive: str = _archive(),
     master: str = _MASTER,
     conf: list[str] = _CONF,
     output: Output = _OUTPUT,
-    path: Path = _PATH,
     compacted: list[str] = _COMPACTED,
     no_crc: bool = _NO_CRC,
     window_offsets: int = typer.Option(
@@ -253,18 +288,15 @@ def duplicates(
 
     Exit 1 when findings exist.
     """
-    return _run(
-        "duplicates", archive, master, conf, output, path, compacted, no_crc, window_offsets, window_ms
-    )
+    return _run("duplicates", archive, master, conf, output, compacted, no_crc, window_offsets, window_ms)
 
 
 @spark_audit.command("lag")
 def lag(
-    archive: Path = _archive(),
+    archive: str = _archive(),
     master: str = _MASTER,
     conf: list[str] = _CONF,
     output: Output = _OUTPUT,
-    path: Path = _PATH,
     compacted: list[str] = _COMPACTED,
     no_crc: bool = _NO_CRC,
     at: str = typer.Option(
@@ -276,16 +308,15 @@ def lag(
 
     Exit 1 when some group lags.
     """
-    return _run("lag", archive, master, conf, output, path, compacted, no_crc, at=at)
+    return _run("lag", archive, master, conf, output, compacted, no_crc, at=at)
 
 
 @spark_audit.command("all")
 def all_jobs(
-    archive: Path = _archive(),
+    archive: str = _archive(),
     master: str = _MASTER,
     conf: list[str] = _CONF,
     output: Output = _OUTPUT,
-    path: Path = _PATH,
     compacted: list[str] = _COMPACTED,
     no_crc: bool = _NO_CRC,
     window_offsets: int = typer.Option(
@@ -299,4 +330,4 @@ def all_jobs(
     ),
 ) -> int:
     """Gaps, duplicates and lag in one pass over the data. Exit 1 when findings exist."""
-    return _run("all", archive, master, conf, output, path, compacted, no_crc, window_offsets, window_ms, at)
+    return _run("all", archive, master, conf, output, compacted, no_crc, window_offsets, window_ms, at)
