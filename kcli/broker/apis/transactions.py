@@ -257,15 +257,18 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> obj
                 transactional_id=transactional_id,
                 transaction_state=description.state if ok else "",  # type: ignore[union-attr]
                 transaction_timeout=datetime.timedelta(milliseconds=description.timeout_ms if ok else 0),  # type: ignore[union-attr]
-                transaction_start_time=_EPOCH + datetime.timedelta(milliseconds=description.start_time_ms)  # type: ignore[union-attr]
-                if ok
-                else _EPOCH - datetime.timedelta(milliseconds=1),
+                transaction_start_time=_timestamp(description.start_time_ms if ok else -1),  # type: ignore[union-attr]
                 producer_id=description.producer_id if ok else -1,  # type: ignore[union-attr]
                 producer_epoch=description.producer_epoch if ok else -1,  # type: ignore[union-attr]
                 topics=tuple(topic_cls(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
             )
         )
     return build(response_cls, throttle_time=_NO_THROTTLE, transaction_states=tuple(states))
+
+
+def _timestamp(ms: int) -> datetime.datetime:
+    """TransactionStartTimeMs; Kafka sends -1 for none, which kio cannot represent, so none is the epoch."""
+    return _EPOCH + datetime.timedelta(milliseconds=max(ms, 0))
 
 
 async def handle_list_transactions(ctx: RequestContext, request: Any) -> object:
