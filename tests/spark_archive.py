@@ -15,6 +15,8 @@ from formats.segment import SegmentIndexer, filename
 
 T0 = 1_700_000_000_000
 INDEX_INTERVAL = 512
+# JVM options for the tests' Spark processes: the JVM does little in these jobs, start-up is the cost
+FAST_JVM = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 
 
 class PartitionWriter:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import spark_archive
+from spark_archive import FAST_JVM
 from test_spark_archive import audit
 
 pytestmark = pytest.mark.timeout(280)
@@ -41,6 +42,7 @@ def cluster(tmp_path):
         "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
         "SPARK_LOG_DIR": str(tmp_path / "logs"),
         "PYSPARK_PYTHON": sys.executable,
+        "SPARK_DAEMON_JAVA_OPTS": FAST_JVM,
     }
     work = tmp_path / "work"
     procs = []
@@ -87,7 +89,8 @@ def test_standalone_cluster_reports_what_local_mode_does(cluster, tmp_path):
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
     done = subprocess.run(
         [sys.executable, "-m", "kcli", "spark-audit", "all", str(root), "--master", master, "-o", "json",
-         "--conf", "spark.executor.memory=1g", "--conf", "spark.driver.host=127.0.0.1"],
+         "--conf", "spark.executor.memory=1g", "--conf", "spark.driver.host=127.0.0.1",
+         "--conf", f"spark.driver.extraJavaOptions={FAST_JVM}", "--conf", f"spark.executor.extraJavaOptions={FAST_JVM}"],
         capture_output=True, env=env, timeout=240,
     )  # fmt: skip
     assert done.returncode == 1, done.stderr.decode()[-3000:]
