@@ -172,9 +172,12 @@ def test_reset_offsets_scenarios(broker_factory, tmp_path):
     )
     consumer.close()
 
-    def plan(*args: str) -> dict[int, int]:
-        rows = json_lines(kcli(broker, "reset-offsets", "etl", *args, "-o", "json"))
+    def plan_of(group: str, *args: str) -> dict[int, int]:
+        rows = json_lines(kcli(broker, "reset-offsets", group, *args, "-o", "json"))
         return {r["partition"]: r["new_offset"] for r in rows}
+
+    def plan(*args: str) -> dict[int, int]:
+        return plan_of("etl", *args)
 
     def committed() -> dict[int, int]:
         (d,) = json_lines(kcli(broker, "describe", "etl", "-o", "json"))
@@ -200,6 +203,10 @@ def test_reset_offsets_scenarios(broker_factory, tmp_path):
 
     assert plan("--shift-by", "-2", "--execute") == {0: 3, 1: 5, 2: 7}
     assert committed() == {0: 3, 1: 5, 2: 7}
+    fresh = kcli(broker, "reset-offsets", "new-group", "--to-earliest")
+    assert fresh.returncode == 0 and fresh.stdout.count("\n") == 1  # the header only
+    assert "group 'new-group' has no committed offsets in scope (name topics with --topic)" in fresh.stderr
+    assert plan_of("new-group", "--to-earliest", "--topic", "orders:2") == {2: 0}
     unknown = kcli(broker, "reset-offsets", "etl", "--to-earliest", "--topic", "nope")
     assert unknown.returncode != 0 and "topic 'nope' does not exist." in unknown.stderr
 

@@ -205,7 +205,12 @@ def reset_offsets(
             ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"],
             [[group, r.topic, str(r.partition), _or_dash(r.current), str(r.new)] for r in plan],
         )
-        if not execute:
+        if not plan:
+            print(
+                f"kcli: nothing to reset: group '{group}' has no committed offsets in scope (name topics with --topic).",
+                file=sys.stderr,
+            )
+        elif not execute:
             print("(dry run: add --execute to commit these offsets)", file=sys.stderr)
 
 
