@@ -17,6 +17,8 @@
  *   encode_records(records, base_timestamp) -> (data, last_offset_delta, max_timestamp)
  *       The records region of a v2 batch from Records or RecordSpec-shaped tuples (what build_batch
  *       compresses or appends after the batch header).
+ *   murmur2(data) -> int
+ *       Kafka's Utils.murmur2 (the Java producer's key hash), as a signed 32-bit int.
  *   Record(offset, timestamp, key, value, headers)
  *       Tuple subclass with attribute access, like a named tuple.
  *
@@ -1753,6 +1755,53 @@ done:
 }
 
 /* ---------------------------------------------------------------------------------------------------
+ * murmur2(data)
+ *
+ * Kafka's Utils.murmur2, the hash behind the Java producer's partition for a keyed record: 32-bit
+ * MurmurHash2 with seed 0x9747b28c, little-endian 4-byte blocks, returned as a signed Java int.
+ */
+
+PyDoc_STRVAR(murmur2_doc, "murmur2($module, data, /)\n--\n\n"
+                          "Kafka's Utils.murmur2 of a bytes-like object, as a signed 32-bit int.");
+
+static PyObject *native_murmur2(PyObject *module, PyObject *data)
+{
+    (void)module;
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const uint8_t *p = view.buf;
+    size_t length = (size_t)view.len;
+    const uint32_t m = 0x5bd1e995u;
+    uint32_t h = 0x9747b28cu ^ (uint32_t)length;
+    size_t whole = length & ~(size_t)3;
+    for (size_t i = 0; i < whole; i += 4) {
+        uint32_t k = (uint32_t)p[i] | (uint32_t)p[i + 1] << 8 | (uint32_t)p[i + 2] << 16 | (uint32_t)p[i + 3] << 24;
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h *= m;
+        h ^= k;
+    }
+    switch (length & 3) {
+    case 3:
+        h ^= (uint32_t)p[whole + 2] << 16;
+        /* fall through */
+    case 2:
+        h ^= (uint32_t)p[whole + 1] << 8;
+        /* fall through */
+    case 1:
+        h ^= p[whole];
+        h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    PyBuffer_Release(&view);
+    return PyLong_FromLong(as_i32(h));
+}
+
+/* ---------------------------------------------------------------------------------------------------
  * Module
  */
 
@@ -1762,6 +1811,7 @@ static PyMethodDef native_methods[] = {
     {"decode_records", (PyCFunction)(void (*)(void))native_decode_records, METH_FASTCALL, decode_records_doc},
     {"json_records", (PyCFunction)(void (*)(void))native_json_records, METH_FASTCALL, json_records_doc},
     {"encode_records", (PyCFunction)(void (*)(void))native_encode_records, METH_FASTCALL, encode_records_doc},
+    {"murmur2", native_murmur2, METH_O, murmur2_doc},
     {"_crc32c_portable", (PyCFunction)(void (*)(void))native_crc32c_portable, METH_FASTCALL,
      crc32c_portable_doc},
     {NULL, NULL, 0, NULL},

@@ -841,3 +841,22 @@ def test_encode_records_argument_errors():
         _native.encode_records([(0, None, None, (("\ud800", None),))], 0)
     with pytest.raises(TypeError):
         _native.encode_records([], 0, 1)
+
+
+# --- murmur2: against kafka-python's ----------------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=70))
+def test_murmur2_matches_kafka_python(data):
+    from kafka.partitioner.default import murmur2 as kafka_python_murmur2
+
+    ours = _native.murmur2(data)
+    assert -(2**31) <= ours < 2**31
+    assert ours & 0xFFFFFFFF == kafka_python_murmur2(data)  # kafka-python answers it unsigned
+
+
+def test_murmur2_takes_any_bytes_like_and_nothing_else():
+    assert _native.murmur2(bytearray(b"21")) == _native.murmur2(memoryview(b"xx21")[2:]) == -973932308
+    with pytest.raises(TypeError):
+        _native.murmur2("21")
