@@ -5,6 +5,15 @@ up, every segment is opened (an index that is missing or fails its cheap sanity 
 recovered at once), and without a clean-shutdown marker every segment from the one holding the recovery
 point onward is re-validated. The first segment that loses bytes has every later segment deleted. What
 was done is reported in lines an operator can act on: files, byte positions and offsets.
+
+Recovering a segment also rebuilds its `.txnindex`, as Kafka's recoverSegment does: a producer state of
+the loader's own is rebuilt up to the segment's base offset (newest snapshot at or below it, then the
+batches in between; later snapshots are dropped, they may describe lost batches) and the segment's
+batches are replayed into it one at a time, so each ABORT marker's entry gets the last stable offset of
+its moment. The unflushed segments are recovered in order with one such state carried from each to the
+next: what Kafka gets by a snapshot after each segment and a fresh state loaded from it, without cutting
+each producer's last 5 batches to the one a snapshot keeps. The Log then rebuilds its real producer
+state from the newest snapshot left and the batches after it.
 """
 
 from __future__ import annotations
@@ -26,6 +35,11 @@ from formats.segment import (
 )
 from kcli.broker.log.config import LogConfig
 from kcli.broker.log.epochs import LeaderEpochCache
+from kcli.broker.log.producer_state import (
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    ProducerStateManager,
+    rebuild_producer_state,
+)
 from kcli.broker.log.segment import Segment
 
 _INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
@@ -55,6 +69,7 @@ class LogLoader:
         had_clean_shutdown: bool,
         now_ms: int,
         report: Callable[[str], None],
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> None:
         self.dir = dir
         self.name = dir.name
@@ -64,6 +79,7 @@ class LogLoader:
         self.had_clean_shutdown = had_clean_shutdown
         self.now_ms = now_ms
         self.report = report
+        self.producer_id_expiration_ms = producer_id_expiration_ms
         self.segments: list[Segment] = []
 
     def load(self) -> LoadedLog:
@@ -160,8 +176,9 @@ class LogLoader:
                 segment = Segment(self.dir, base_offset, self.config, now_ms=self.now_ms, create=False)
                 problem = segment.sanity_check()
                 if problem is not None:
-                    self._delete_snapshots_after(segment.base_offset)
-                    result = segment.recover(self.epoch_cache)
+                    result = segment.recover(
+                        self.epoch_cache, producer_state=self._producer_state_at(segment)
+                    )
                     self.report(f"{self.name}: rebuilt the indexes of {name} ({problem})")
                     if result.truncated_bytes:
                         self._report_truncation(segment, result)
@@ -176,9 +193,10 @@ class LogLoader:
                 if i + 1 == len(self.segments)
                 or self.segments[i + 1].base_offset > self.recovery_point_checkpoint
             ]
+            producer_state = self._producer_state_at(unflushed[0]) if unflushed else None
             for k, segment in enumerate(unflushed):
-                self._delete_snapshots_after(segment.base_offset)
-                result = segment.recover(self.epoch_cache)
+                assert producer_state is not None
+                result = segment.recover(self.epoch_cache, producer_state=producer_state)
                 if result.truncated_bytes:
                     self._report_truncation(segment, result)
                     self._delete_later_segments(segment, unflushed[k + 1 :])
@@ -197,17 +215,23 @@ class LogLoader:
             return log_end_offset, log_end_offset
         return min(self.recovery_point_checkpoint, log_end_offset), log_end_offset
 
-    def _delete_snapshots_after(self, offset: int) -> None:
-        """Producer snapshots past a segment being recovered may hold state of unflushed, lost batches:
-        Kafka's recoverSegment drops them (rebuilding producer state up to the segment's base offset)."""
-        for path in self.dir.iterdir():
-            snapshot_offset = base_offset_of(path.name)
-            if (
-                path.name.endswith(SNAPSHOT_SUFFIX)
-                and snapshot_offset is not None
-                and snapshot_offset > offset
-            ):
-                path.unlink(missing_ok=True)
+    def _producer_state_at(self, segment: Segment) -> ProducerStateManager:
+        """The producer state at `segment`'s base offset in a manager of the loader's own (Kafka's
+        recoverSegment); rebuilding it drops the snapshots past that offset, as they may hold the state
+        of lost, unflushed batches."""
+        producer_state = ProducerStateManager(
+            self.dir, self.name, producer_id_expiration_ms=self.producer_id_expiration_ms
+        )
+        for problem in rebuild_producer_state(
+            producer_state,
+            self.segments,
+            log_start_offset=self.log_start_offset_checkpoint,
+            last_offset=segment.base_offset,
+            now_ms=self.now_ms,
+            reload_from_clean_shutdown=False,
+        ):
+            self.report(f"{self.name}: deleted {problem.path.name}: {problem.message}")
+        return producer_state
 
     def _delete_later_segments(self, corrupt: Segment, later: list[Segment]) -> None:
         if not later:

@@ -716,20 +716,9 @@ def load_producers_from_segment(
                 append_info = appends.get(batch.producer_id)
                 if append_info is None:
                     append_info = appends[batch.producer_id] = state.prepare_update(batch.producer_id, None)
-                if batch.is_control:
-                    done = _replay_control_batch(append_info, data, batch)
-                    if done is not None:
-                        completed.append(done)
-                else:
-                    append_info.append_data_batch(
-                        batch.producer_epoch,
-                        batch.base_sequence,
-                        batch.last_sequence,
-                        batch.max_timestamp,
-                        batch.base_offset,
-                        batch.last_offset,
-                        batch.is_transactional,
-                    )
+                done = replay_batch(append_info, data, batch)
+                if done is not None:
+                    completed.append(done)
     for append_info in appends.values():
         state.update(append_info)
     for done in completed:
@@ -737,6 +726,23 @@ def load_producers_from_segment(
 
 
 _REPLAY_WINDOW = 64 * 1024 * 1024  # bytes of a segment framed per pass while replaying
+
+
+def replay_batch(append_info: ProducerAppendInfo, data: Any, batch: Any) -> CompletedTxn | None:
+    """Kafka's ProducerAppendInfo.append for a v2 batch already in the log (`data` holds its bytes):
+    a data batch is recorded, an end marker closes the producer's transaction, which is returned."""
+    if batch.is_control:
+        return _replay_control_batch(append_info, data, batch)
+    append_info.append_data_batch(
+        batch.producer_epoch,
+        batch.base_sequence,
+        batch.last_sequence,
+        batch.max_timestamp,
+        batch.base_offset,
+        batch.last_offset,
+        batch.is_transactional,
+    )
+    return None
 
 
 def _replay_control_batch(
@@ -782,4 +788,5 @@ __all__ = [
     "increment_sequence",
     "producer_info",
     "rebuild_producer_state",
+    "replay_batch",
 ]

@@ -16,11 +16,18 @@ import threading
 import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from formats import _native
 from formats.errors import CorruptIndexError
-from formats.index import OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE, AbortedTxn, encode_aborted_txn, read_txn_index
+from formats.index import (
+    ABORTED_TXN_VERSION,
+    OFFSET_ENTRY_SIZE,
+    TIME_ENTRY_SIZE,
+    AbortedTxn,
+    encode_aborted_txn,
+    read_txn_index,
+)
 from formats.records import (
     CRC_START,
     HEADER_SIZE_UP_TO_MAGIC,
@@ -47,9 +54,14 @@ from kcli.broker.log.config import LogConfig
 from kcli.broker.log.epochs import LeaderEpochCache
 from kcli.broker.log.errors import LogStorageError
 from kcli.broker.log.index import OffsetIndexFile, TimeIndexFile
+from kcli.broker.log.producer_state import replay_batch
+
+if TYPE_CHECKING:
+    from kcli.broker.log.producer_state import ProducerStateManager
 
 _INT32_MAX = 2**31 - 1
 _RECOVERY_WINDOW = 64 * 1024 * 1024  # bytes walked per pass during recovery (memory-mapped, not read)
+_ABORTED_TXN_SIZE = 34  # a .txnindex entry: version int16, producer id, first, last, last stable offset
 _HEADER_READ = 4096  # bytes read per pread when walking headers; small batches share one read
 _V2_PREFIX = struct.Struct(">qiibIhiqq")  # base offset .. max timestamp (43 bytes)
 _V2_PREFIX_SIZE = _V2_PREFIX.size
@@ -478,16 +490,21 @@ class Segment:
 
     # --- recovery ------------------------------------------------------------------------------------
 
-    def recover(self, epoch_cache: LeaderEpochCache | None) -> RecoveryResult:
-        """Rebuild both indexes from the `.log`, validating every batch; cut the file at the first bad one.
+    def recover(
+        self, epoch_cache: LeaderEpochCache | None, *, producer_state: ProducerStateManager
+    ) -> RecoveryResult:
+        """Rebuild the three indexes from the `.log`, validating every batch; cut the file at the first bad one.
 
         Kafka's LogSegment.recover: CRC and framing checked per batch, index entries by the sparse rule,
         new leader epochs (above the cache's latest) assigned, then the file truncated to its valid bytes,
-        the offset index trimmed and a final time-index entry added.
+        the offset index trimmed and a final time-index entry added. `producer_state` must hold the state
+        at this segment's base offset: every valid batch is replayed into it one at a time, so an ABORT
+        marker's `.txnindex` entry gets the last stable offset of that moment (Kafka's updateProducerState).
         """
         offset_index, time_index = self.offset_index, self.time_index
         offset_index.reset()
         time_index.reset()
+        aborted: list[AbortedTxn] = []
         indexer = self.indexer = SegmentIndexer(self.index_interval_bytes)
         self._max_timestamp_loaded = True
         self.rolling_based_timestamp = None
@@ -498,9 +515,12 @@ class Segment:
         dropped: tuple[int | None, int | None] = (None, None)
         if size:
             with mmap.mmap(self.fd, size, prot=mmap.PROT_READ) as data:
-                valid, next_offset, problem, dropped = self._recover_batches(data, size, indexer, epoch_cache)
+                valid, next_offset, problem, dropped = self._recover_batches(
+                    data, size, indexer, epoch_cache, producer_state, aborted
+                )
         if valid < size:
             os.ftruncate(self.fd, valid)
+        self._write_txn_index(aborted)
         self.size = valid
         offset_index.trim_to_valid_size()
         final = indexer.final_time_entry()
@@ -511,7 +531,13 @@ class Segment:
         return RecoveryResult(valid, size - valid, next_offset, problem, *dropped)
 
     def _recover_batches(
-        self, data: mmap.mmap, size: int, indexer: SegmentIndexer, epoch_cache: LeaderEpochCache | None
+        self,
+        data: mmap.mmap,
+        size: int,
+        indexer: SegmentIndexer,
+        epoch_cache: LeaderEpochCache | None,
+        producer_state: ProducerStateManager,
+        aborted: list[AbortedTxn],
     ) -> tuple[int, int, str | None, tuple[int | None, int | None]]:
         base_offset = self.base_offset
         offset_index, time_index = self._offset_index, self._time_index
@@ -535,10 +561,12 @@ class Segment:
                     offset_index.append(*offset_entry)
                     if time_entry is not None:
                         time_index.maybe_append(*time_entry)
-                if batch.magic == 2 and epoch_cache is not None and batch.partition_leader_epoch >= 0:
-                    latest = epoch_cache.latest_epoch()
-                    if latest is None or batch.partition_leader_epoch > latest:
-                        epoch_cache.assign(batch.partition_leader_epoch, batch.base_offset)
+                if batch.magic == 2:
+                    if epoch_cache is not None and batch.partition_leader_epoch >= 0:
+                        latest = epoch_cache.latest_epoch()
+                        if latest is None or batch.partition_leader_epoch > latest:
+                            epoch_cache.assign(batch.partition_leader_epoch, batch.base_offset)
+                    _update_producer_state(producer_state, data, batch, aborted)
                 position = batch.position + batch.size
                 next_offset = batch.next_offset
             if result.reason is not StopReason.END:
@@ -551,6 +579,61 @@ class Segment:
                     _claimed_offsets(data, position),
                 )
         return position, next_offset, None, (None, None)
+
+    def _write_txn_index(self, aborted: list[AbortedTxn]) -> None:
+        """Replace `.txnindex` with the entries recovery found (Kafka's reset, then one append each): an
+        existing file is rewritten, a missing one is created only when there is an entry."""
+        path = self.txn_index_path
+        if aborted or path.exists():
+            with open(path, "wb") as f:
+                f.write(b"".join(encode_aborted_txn(txn) for txn in aborted))
+        self._aborted_txns = aborted
+
+    def truncate_to(self, offset: int) -> int:
+        """Drop every batch, index entry and aborted transaction at or past `offset`; returns the bytes cut.
+
+        Kafka's LogSegment.truncateTo, for a log truncated to an offset (a follower diverging from its
+        leader, a torn tail): the `.txnindex` loses the entries whose marker is at or past `offset`
+        (TransactionIndex.truncateTo), so a read_committed fetch never reports an abort the log lost.
+        """
+        header = self.translate_offset(offset)
+        offset_index, time_index = self.offset_index, self.time_index
+        offset_index.truncate_to_entries(_entries_below(offset_index, offset))
+        time_index.truncate_to_entries(_entries_below(time_index, offset))
+        self.truncate_txn_index(offset)
+        offset_index.resize(self.max_index_size)
+        time_index.resize(self.max_index_size)
+        truncated = 0
+        if header is not None:
+            truncated = self.size - header.position
+            os.ftruncate(self.fd, header.position)
+            self.size = header.position
+        if self.size == 0:
+            self.rolling_based_timestamp = None
+        indexer = self.indexer = SegmentIndexer(self.index_interval_bytes)
+        timestamp, timestamp_offset = time_index.last_entry()
+        indexer.max_timestamp = indexer.last_time_entry_timestamp = timestamp
+        indexer.offset_of_max_timestamp = timestamp_offset
+        self._max_timestamp_loaded = True
+        self._reload_largest_timestamp(timestamp_offset)
+        return truncated
+
+    def truncate_txn_index(self, offset: int) -> None:
+        """Cut `.txnindex` before the first entry whose last offset is at or past `offset`."""
+        entries = self.aborted_txns()
+        keep = next((k for k, txn in enumerate(entries) if txn.last_offset >= offset), len(entries))
+        if keep < len(entries):
+            os.truncate(self.txn_index_path, keep * _ABORTED_TXN_SIZE)
+            del entries[keep:]
+
+    def _reload_largest_timestamp(self, indexed_offset: int) -> None:
+        """Kafka's readLargestTimestamp: the last time-index entry, then the batches after it."""
+        _, position = self.offset_index.lookup(indexed_offset)
+        indexer = self.indexer
+        for header in self.batch_headers(position, self.size):
+            if header.max_timestamp > indexer.max_timestamp:
+                indexer.max_timestamp = header.max_timestamp
+                indexer.offset_of_max_timestamp = header.last_offset
 
     # --- state changes -------------------------------------------------------------------------------
 
@@ -633,6 +716,49 @@ class Segment:
         fd = self.fd
         if os.fstat(fd).st_size > self.size:
             os.ftruncate(fd, self.size)
+
+
+def _update_producer_state(
+    producer_state: ProducerStateManager, data: mmap.mmap, batch: object, aborted: list[AbortedTxn]
+) -> None:
+    """Kafka's LogSegment.updateProducerState: one batch into the producer state; an abort it completes
+    goes to `aborted` with the last stable offset at that point."""
+    producer_id = batch.producer_id  # type: ignore[attr-defined]
+    if producer_id >= 0:
+        append_info = producer_state.prepare_update(producer_id, None)
+        completed = replay_batch(append_info, data, batch)
+        producer_state.update(append_info)
+        if completed is not None:
+            if completed.is_aborted:
+                last_stable_offset = producer_state.last_stable_offset(completed)
+                txn = AbortedTxn(
+                    ABORTED_TXN_VERSION,
+                    completed.producer_id,
+                    completed.first_offset,
+                    completed.last_offset,
+                    last_stable_offset,
+                )
+                if aborted and aborted[-1].last_offset >= txn.last_offset:
+                    raise ValueError(f"aborted transactions out of order in {batch}")
+                aborted.append(txn)
+            producer_state.complete_txn(completed)
+    producer_state.update_map_end_offset(batch.last_offset + 1)  # type: ignore[attr-defined]
+
+
+def _entries_below(index: OffsetIndexFile | TimeIndexFile, offset: int) -> int:
+    """How many entries an index keeps when truncated to `offset` (Kafka's truncateTo: those whose offset
+    is below it). Entry offsets increase, so a binary search finds the cut."""
+    low, high = 0, index.entries
+    while low < high:
+        middle = (low + high) // 2
+        entry_offset = (
+            index.entry(middle)[0] if isinstance(index, OffsetIndexFile) else index.entry(middle)[1]
+        )
+        if entry_offset < offset:
+            low = middle + 1
+        else:
+            high = middle
+    return low
 
 
 def _invalid_batch(data: mmap.mmap, batch: object, base_offset: int) -> str | None:
