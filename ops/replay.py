@@ -955,7 +955,9 @@ class _SourceWalk:
         mapping = opts.mapping
         limit = opts.batch_bytes
         same = self.source.partition if mapping is Mapping.SAME else None
-        out = None
+        by_key = mapping is Mapping.KEY
+        murmur2 = _native.murmur2
+        out = specs = runs = run = None
         if not isinstance(batch, RecordBatch):  # a legacy record carries its own magic, CRC ... after these
             records = [Record(r.offset, r.timestamp, r.key, r.value, r.headers) for r in records]
         for record in records:
@@ -971,8 +973,8 @@ class _SourceWalk:
                 continue
             if same is not None:
                 partition = same
-            elif mapping is Mapping.KEY and key is not None:
-                partition = partition_for_key(key, num_partitions)
+            elif by_key and key is not None:
+                partition = (murmur2(key) & 0x7FFFFFFF) % num_partitions  # partition_for_key, inline
             else:
                 partition = self.round_robin % num_partitions
                 self.round_robin += 1
@@ -981,20 +983,18 @@ class _SourceWalk:
                 if out is None:
                     out = self.open[partition] = _OutBatch(partition, self.index, self.source.name)
                     out.codec = codec
-            out.specs.append(record)  # build_batch takes decoded records as they are
-            runs = out.runs
-            if runs and runs[-1][0] + runs[-1][2] == offset:
-                runs[-1][2] += 1
+                specs, runs = out.specs, out.runs
+                run = runs[-1] if runs else None
+            specs.append(record)  # build_batch takes decoded records as they are
+            if run is not None and run[0] + run[2] == offset:
+                run[2] += 1
             else:
-                runs.append([offset, out.count, 1])
+                run = [offset, out.count, 1]
+                runs.append(run)
             out.count += 1
-            size = 20
-            if key is not None:
-                size += len(key)
-            if value is not None:
-                size += len(value)
-            if headers:
-                size += sum(len(h) + len(v or b"") + 2 for h, v in headers)
+            size = 20 + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
+            for name, header_value in headers:
+                size += len(name) + 2 + (len(header_value) if header_value is not None else 0)
             out.size += size
             if out.size >= limit:
                 yield self.open.pop(partition)
