@@ -64,13 +64,15 @@ def main() -> None:
             size_wanted = args.record_count * (RECORD_BYTES + 24)
             records = generate(source / "00000000000000000000.log", size_wanted, per_batch)
             mode = ["--mode", "record", "--partitioner", args.partitioner]
+            size = (source / "00000000000000000000.log").stat().st_size
             wall, cpu, broker_cpu = run_replay(args, source, mode, partitions=args.partitions)
             spread = (
                 "" if args.partitions == 1 else f" by {args.partitioner} over {args.partitions} partitions"
             )
             print(
-                f"record: {records:,} records of 1 KiB{spread}: {wall:.2f} s, {records / wall / 1e3:.0f} k "
-                f"records/s; replay CPU {cpu:.2f} s, broker CPU {broker_cpu:.2f} s"
+                f"record: {records:,} records of 1 KiB in batches of {per_batch}{spread}: {wall:.2f} s, "
+                f"{records / wall / 1e3:.0f} k records/s ({size / wall / 1e6:.0f} MB/s); replay CPU {cpu:.2f} s, "
+                f"broker CPU {broker_cpu:.2f} s"
             )
         flags = f" --raw-mib {args.raw_mib} --batch-kib {args.batch_kib} --record-count {args.record_count}"
         if args.partitions != 1:
