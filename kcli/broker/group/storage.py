@@ -12,14 +12,11 @@ of an append, the methods here simply return the outcome.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import os
 from collections.abc import Callable, Iterable, Mapping
 
 from kio.schema.errors import ErrorCode
 
-from formats.errors import FormatError
 from formats.internal import (
     MemberMetadata,
     encode_group_metadata,
@@ -28,22 +25,17 @@ from formats.internal import (
     encode_offset_commit_key,
     offsets_partition_for,
 )
-from formats.records import RecordBatch, RecordSpec, build_batch
-from formats.segment import StopReason, walk
+from kcli.broker.coordinator_log import append_records, replay_log
 from kcli.broker.group.group import ClassicGroup, CommitRecord, GroupState, OffsetAndMetadata
 from kcli.broker.group.loader import PartitionReplay
-from kcli.broker.log.errors import LogStorageError, OffsetOutOfRange, RecordError
 from kcli.broker.log.log import wall_clock_ms
 from kcli.broker.log.manager import LogManager
-from kcli.broker.log.validator import AppendOrigin
 from kcli.broker.metadata.controller import QuorumController
 from kcli.config import BrokerConfig
 
 log = logging.getLogger("kcli.broker.group")
 
 OFFSETS_TOPIC = "__consumer_offsets"
-LOAD_CHUNK_BYTES = 5 * 1024 * 1024
-"""offsets.load.buffer.size: how much of a partition is read between two turns of the event loop."""
 
 TopicPartition = tuple[str, int]
 
@@ -321,28 +313,7 @@ class GroupMetadataManager:
             return
         started = self.clock()
         replay = PartitionReplay(name)
-        offset = partition_log.log_start_offset
-        try:
-            while offset < partition_log.log_end_offset and not self.shutting_down:
-                chunk = partition_log.read(
-                    offset, LOAD_CHUNK_BYTES, upper_bound=partition_log.log_end_offset, min_one_batch=True
-                )
-                if chunk is None:
-                    break
-                data = memoryview(os.pread(chunk.fd, chunk.size, chunk.position))
-                result = walk(data, 0, len(data), check_crc=False)
-                if not result.batches:
-                    break
-                for batch in result.batches:
-                    if isinstance(batch, RecordBatch) and batch.last_offset >= offset:
-                        replay.replay(data, batch)
-                    offset = batch.next_offset
-                if result.reason is not StopReason.END:
-                    log.error("stopped loading %s at offset %d: %s", name, offset, result.problem(data))
-                    break
-                await asyncio.sleep(0)
-        except (OSError, OffsetOutOfRange, FormatError, LogStorageError) as exc:
-            log.error("loading %s stopped at offset %d: %s", name, offset, exc)
+        await replay_log(partition_log, replay.replay, stopping=lambda: self.shutting_down)
         if self.shutting_down:
             return
         now = self.clock()
@@ -373,38 +344,15 @@ class GroupMetadataManager:
         *,
         producer: tuple[int, int] | None = None,
     ) -> tuple[ErrorCode, int]:
-        """Append one batch of (key, value) records to __consumer_offsets-`partition`; (error, base offset).
-
-        `producer` (id, epoch) makes it a transactional batch, verified by the transaction coordinator."""
-        partition_log = self.logs.get_log(OFFSETS_TOPIC, partition)
-        registration = self.controller.image.partition(OFFSETS_TOPIC, partition)
-        if partition_log is None or registration is None:
-            return ErrorCode.unknown_topic_or_partition, -1
-        if registration.leader != self.config.node_id:
-            return ErrorCode.not_leader_or_follower, -1
-        now = self.clock()
-        specs = [RecordSpec(now, key, value) for key, value in records]
-        if producer is None:
-            batch = build_batch(specs)
-        else:
-            batch = build_batch(
-                specs, producer_id=producer[0], producer_epoch=producer[1], is_transactional=True
-            )
-        try:
-            info = partition_log.append_as_leader(
-                batch,
-                leader_epoch=registration.leader_epoch,
-                now_ms=now,
-                origin=AppendOrigin.COORDINATOR,
-                transaction_verified=producer is not None,
-            )
-        except RecordError as exc:
-            log.error("append to %s-%d failed: %s", OFFSETS_TOPIC, partition, exc.message)
-            return exc.error_code, -1
-        except (LogStorageError, OSError) as exc:
-            log.error("append to %s-%d failed: %s", OFFSETS_TOPIC, partition, exc)
-            return ErrorCode.kafka_storage_error, -1
-        return ErrorCode.none, info.first_offset
+        """Append one batch of (key, value) records to __consumer_offsets-`partition`; (error, base offset)."""
+        return append_records(
+            self.logs.get_log(OFFSETS_TOPIC, partition),
+            self.controller.image,
+            self.config.node_id,
+            records,
+            now_ms=self.clock(),
+            producer=producer,
+        )
 
 
 def _java_length(text: str) -> int:

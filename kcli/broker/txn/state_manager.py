@@ -9,9 +9,7 @@ goes down. Appends are synchronous (one replica), so an append's outcome is know
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import os
 from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
@@ -24,12 +22,10 @@ from formats.internal import (
     encode_txn_log,
     txn_partition_for,
 )
-from formats.records import RecordBatch, RecordSpec, build_batch
-from formats.segment import StopReason, walk
-from kcli.broker.log.errors import LogStorageError, OffsetOutOfRange, RecordError
+from formats.records import RecordBatch
+from kcli.broker.coordinator_log import append_records, replay_log
 from kcli.broker.log.log import wall_clock_ms
 from kcli.broker.log.manager import LogManager
-from kcli.broker.log.validator import AppendOrigin
 from kcli.broker.metadata.controller import QuorumController
 from kcli.broker.txn.metadata import TransactionMetadata, TransactionState, TxnTransitMetadata
 from kcli.config import BrokerConfig
@@ -37,8 +33,6 @@ from kcli.config import BrokerConfig
 log = logging.getLogger("kcli.broker.txn")
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
-LOAD_CHUNK_BYTES = 5 * 1024 * 1024
-"""transaction.state.log.load.buffer.size: how much is read between two turns of the event loop."""
 
 
 class TransactionStateManager:
@@ -145,25 +139,14 @@ class TransactionStateManager:
         return ErrorCode.none
 
     def _append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> ErrorCode:
-        partition_log = self.logs.get_log(TRANSACTION_STATE_TOPIC, partition)
-        registration = self.controller.image.partition(TRANSACTION_STATE_TOPIC, partition)
-        if partition_log is None or registration is None:
-            return ErrorCode.unknown_topic_or_partition
-        if registration.leader != self.config.node_id:
-            return ErrorCode.not_leader_or_follower
-        now = self.clock()
-        batch = build_batch([RecordSpec(now, key, value) for key, value in records])
-        try:
-            partition_log.append_as_leader(
-                batch, leader_epoch=registration.leader_epoch, now_ms=now, origin=AppendOrigin.COORDINATOR
-            )
-        except RecordError as exc:
-            log.error("append to %s-%d failed: %s", TRANSACTION_STATE_TOPIC, partition, exc.message)
-            return exc.error_code
-        except (LogStorageError, OSError) as exc:
-            log.error("append to %s-%d failed: %s", TRANSACTION_STATE_TOPIC, partition, exc)
-            return ErrorCode.kafka_storage_error
-        return ErrorCode.none
+        error, _ = append_records(
+            self.logs.get_log(TRANSACTION_STATE_TOPIC, partition),
+            self.controller.image,
+            self.config.node_id,
+            records,
+            now_ms=self.clock(),
+        )
+        return error
 
     # --- loading ----------------------------------------------------------------------------------
 
@@ -187,35 +170,15 @@ class TransactionStateManager:
             return []
         started = self.clock()
         loaded: dict[str, TransactionMetadata] = {}
-        offset = partition_log.log_start_offset
-        try:
-            while offset < partition_log.log_end_offset and not self.shutting_down:
-                chunk = partition_log.read(
-                    offset, LOAD_CHUNK_BYTES, upper_bound=partition_log.log_end_offset, min_one_batch=True
-                )
-                if chunk is None:
-                    break
-                data = memoryview(os.pread(chunk.fd, chunk.size, chunk.position))
-                result = walk(data, 0, len(data), check_crc=False)
-                if not result.batches:
-                    break
-                for batch in result.batches:
-                    if (
-                        isinstance(batch, RecordBatch)
-                        and batch.last_offset >= offset
-                        and not batch.is_control
-                    ):
-                        for record in batch.records(data):
-                            if record.offset < offset or record.key is None:
-                                continue
-                            self._replay(name, loaded, record.key, record.value)
-                    offset = batch.next_offset
-                if result.reason is not StopReason.END:
-                    log.error("stopped loading %s at offset %d: %s", name, offset, result.problem(data))
-                    break
-                await asyncio.sleep(0)
-        except (OSError, OffsetOutOfRange, FormatError, LogStorageError) as exc:
-            log.error("loading %s stopped at offset %d: %s", name, offset, exc)
+
+        def replay(data: memoryview, batch: RecordBatch) -> None:
+            if batch.is_control:
+                return
+            for record in batch.records(data):
+                if record.key is not None:
+                    self._replay(name, loaded, record.key, record.value)
+
+        await replay_log(partition_log, replay, stopping=lambda: self.shutting_down)
         if self.shutting_down:
             return []
         self.transactions[partition] = loaded
