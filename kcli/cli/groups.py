@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import time
-from collections.abc import Awaitable, Callable
-from enum import StrEnum
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 import orjson
 import typer
 
+from kcli.cli.admin import BOOTSTRAP, OUTPUT, Output, T, run_on_cluster, table, write_json_lines
 from kcli.cli.main import app
 from kcli.errors import KcliError
 
 if TYPE_CHECKING:
-    from kcli.cluster import Cluster
     from ops.groups import GroupDescription, OffsetReset
 
 groups_app = typer.Typer(
@@ -26,19 +24,6 @@ groups_app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.add_typer(groups_app, name="groups")
-
-T = TypeVar("T")
-
-
-class Output(StrEnum):
-    text = "text"
-    json = "json"
-
-
-BOOTSTRAP = typer.Option(
-    "127.0.0.1:9092", "--bootstrap-server", "-b", metavar="HOST:PORT[,...]", help="Brokers to bootstrap from."
-)
-OUTPUT = typer.Option(Output.text, "--output", "-o", help="Aligned columns, or one JSON object per line.")
 
 
 @groups_app.command("list")
@@ -55,9 +40,9 @@ def list_(
     """Every group of every broker, with its state and protocol type."""
     from ops.groups import list_groups
 
-    listings = _run(bootstrap, lambda cluster: list_groups(cluster, state or ()))
+    listings = run_on_cluster(bootstrap, lambda cluster: list_groups(cluster, state or ()))
     if output is Output.json:
-        _json_lines(g.to_json() for g in listings)
+        write_json_lines(g.to_json() for g in listings)
     else:
         _print_table(
             ["GROUP", "STATE", "PROTOCOL-TYPE", "COORDINATOR"],
@@ -84,7 +69,7 @@ def describe(
     from ops.groups import describe_groups
 
     def fetch() -> list[GroupDescription]:
-        return _run(bootstrap, lambda cluster: describe_groups(cluster, groups))
+        return run_on_cluster(bootstrap, lambda cluster: describe_groups(cluster, groups))
 
     def render(descriptions: list[GroupDescription]) -> str:
         if output is Output.json:
@@ -193,13 +178,13 @@ def reset_offsets(
     )
     scope = parse_scope(topic) if topic else None
 
-    plan: list[OffsetReset] = _run(
+    plan: list[OffsetReset] = run_on_cluster(
         bootstrap, lambda cluster: reset_offsets(cluster, group, spec, scope, execute=execute)
     )
     if export:
         sys.stdout.write("".join(f"{r.topic},{r.partition},{r.new}\n" for r in plan))
     elif output is Output.json:
-        _json_lines({"group": group, **r.to_json(), "executed": execute} for r in plan)
+        write_json_lines({"group": group, **r.to_json(), "executed": execute} for r in plan)
     else:
         _print_table(
             ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"],
@@ -224,7 +209,7 @@ def delete(
     """Delete groups and their committed offsets; exit 1 if any could not be deleted."""
     from ops.groups import delete_groups
 
-    results = _run(bootstrap, lambda cluster: delete_groups(cluster, groups))
+    results = run_on_cluster(bootstrap, lambda cluster: delete_groups(cluster, groups))
     failed = 0
     for group_id, error in results.items():
         if error == 0:
@@ -290,24 +275,11 @@ def _describe_text(d: GroupDescription, members: bool) -> str:
             "HOST",
             "CLIENT-ID",
         ]
-    return head + _table(header, rows)
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
-    lines = [
-        " ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in (header, *rows)
-    ]
-    return "\n".join(lines) + "\n"
+    return head + table(header, rows)
 
 
 def _print_table(header: list[str], rows: list[list[str]]) -> None:
-    sys.stdout.write(_table(header, rows))
-
-
-def _json_lines(items: Any) -> None:
-    sys.stdout.write("".join(orjson.dumps(item).decode() + "\n" for item in items))
+    sys.stdout.write(table(header, rows))
 
 
 def _or_dash(value: int | None) -> str:
@@ -328,13 +300,3 @@ def _watch(fetch: Callable[[], T], render: Callable[[T], str], interval: float) 
         while True:
             time.sleep(interval)
             live.update(Text(render(fetch())), refresh=True)
-
-
-def _run(bootstrap: str, work: Callable[[Cluster], Awaitable[T]]) -> T:
-    from kcli.cluster import Cluster
-
-    async def main() -> T:
-        async with await Cluster.connect(bootstrap, client_id="kcli-groups") as cluster:
-            return await work(cluster)
-
-    return asyncio.run(main())

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
-from collections.abc import Awaitable, Callable, Iterable
-from enum import StrEnum
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import typer
 
+from kcli.cli.admin import BOOTSTRAP, OUTPUT, Output, run_on_cluster, table
 from kcli.cli.main import app
 
 if TYPE_CHECKING:
-    from kcli.cluster import Cluster
+    pass
 
 transactions_app = typer.Typer(
     help="Transactions: list, describe, find hanging ones, abort.",
@@ -23,18 +22,6 @@ transactions_app = typer.Typer(
 )
 app.add_typer(transactions_app, name="transactions")
 
-T = TypeVar("T")
-
-
-class Output(StrEnum):
-    text = "text"
-    json = "json"
-
-
-BOOTSTRAP = typer.Option(
-    "127.0.0.1:9092", "--bootstrap-server", "-b", metavar="HOST:PORT[,...]", help="Brokers to bootstrap from."
-)
-OUTPUT = typer.Option(Output.text, "--output", "-o", help="Aligned columns, or one JSON object per line.")
 PRODUCER_HEADERS = [
     "Topic",
     "Partition",
@@ -51,7 +38,7 @@ def list_(bootstrap: str = BOOTSTRAP, output: Output = OUTPUT) -> None:
     """Every transactional id, its coordinator, producer id and state (ListTransactions to every broker)."""
     from ops.transactions import list_transactions
 
-    listings = _run(bootstrap, list_transactions)
+    listings = run_on_cluster(bootstrap, list_transactions)
     rows = [[t.transactional_id, str(t.coordinator), str(t.producer_id), t.state] for t in listings]
     _render(output, ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"], rows)
 
@@ -67,7 +54,7 @@ def describe(
 
     from ops.transactions import describe_transaction
 
-    d = _run(bootstrap, lambda cluster: describe_transaction(cluster, transactional_id))
+    d = run_on_cluster(bootstrap, lambda cluster: describe_transaction(cluster, transactional_id))
     if d is None:
         print(f"kcli: transactional id '{transactional_id}' does not exist.", file=sys.stderr)
         return 1
@@ -105,7 +92,7 @@ def find_hanging(
     """
     from ops.transactions import find_hanging as find
 
-    hanging = _run(
+    hanging = run_on_cluster(
         bootstrap,
         lambda cluster: find(
             cluster,
@@ -141,7 +128,7 @@ def abort(
     """Abort a hanging transaction on one partition (WriteTxnMarkers with an ABORT marker)."""
     from ops.transactions import abort_transaction
 
-    state = _run(
+    state = run_on_cluster(
         bootstrap,
         lambda cluster: abort_transaction(
             cluster,
@@ -175,19 +162,4 @@ def _render(output: Output, headers: list[str], rows: list[list[str]]) -> None:
             "".join(orjson.dumps(dict(zip(headers, row, strict=True))).decode() + "\n" for row in rows)
         )
         return
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    lines = [
-        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
-        for line in [headers, *rows]
-    ]
-    sys.stdout.write("\n".join(lines) + "\n")
-
-
-def _run(bootstrap: str, work: Callable[[Cluster], Awaitable[T]]) -> T:
-    from kcli.cluster import Cluster
-
-    async def main() -> T:
-        async with await Cluster.connect(bootstrap, client_id="kcli-transactions") as cluster:
-            return await work(cluster)
-
-    return asyncio.run(main())
+    sys.stdout.write(table(headers, rows, gap="  "))

@@ -1,0 +1,53 @@
+"""What the commands that talk to a cluster share: the bootstrap and output options, the event loop, tables."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable, Iterable
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import orjson
+import typer
+
+if TYPE_CHECKING:
+    from kcli.cluster import Cluster
+
+T = TypeVar("T")
+
+
+class Output(StrEnum):
+    text = "text"
+    json = "json"
+
+
+BOOTSTRAP = typer.Option(
+    "127.0.0.1:9092", "--bootstrap-server", "-b", metavar="HOST:PORT[,...]", help="Brokers to bootstrap from."
+)
+OUTPUT = typer.Option(Output.text, "--output", "-o", help="Aligned columns, or one JSON object per line.")
+
+
+def run_on_cluster(bootstrap: str, work: Callable[[Cluster], Awaitable[T]], *, client_id: str = "kcli") -> T:
+    """Connect, run `work(cluster)` on a fresh event loop, close every connection."""
+    from kcli.cluster import Cluster
+
+    async def main() -> T:
+        async with await Cluster.connect(bootstrap, client_id=client_id) as cluster:
+            return await work(cluster)
+
+    return asyncio.run(main())
+
+
+def table(header: list[str], rows: list[list[str]], *, gap: str = " ") -> str:
+    """Left-aligned columns as wide as their widest cell, as Kafka's tools print them."""
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    lines = [
+        gap.join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in (header, *rows)
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_json_lines(items: Iterable[Any]) -> None:
+    sys.stdout.write("".join(orjson.dumps(item).decode() + "\n" for item in items))
