@@ -176,9 +176,11 @@ class LogLoader:
                 segment = Segment(self.dir, base_offset, self.config, now_ms=self.now_ms, create=False)
                 problem = segment.sanity_check()
                 if problem is not None:
-                    result = segment.recover(
-                        self.epoch_cache, producer_state=self._producer_state_at(segment)
-                    )
+                    producer_state = self._producer_state_at(segment)
+                    result = segment.recover(self.epoch_cache, producer_state=producer_state)
+                    # Rebuilding dropped the later snapshots: the producer state rebuilt after loading
+                    # starts from this one (Kafka's recoverSegment takes it too).
+                    producer_state.take_snapshot()
                     self.report(f"{self.name}: rebuilt the indexes of {name} ({problem})")
                     if result.truncated_bytes:
                         self._report_truncation(segment, result)
