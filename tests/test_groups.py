@@ -1044,3 +1044,25 @@ def delete_topic(name: str) -> Any:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_shutdown_answers_a_parked_join_at_once(tmp_path: Path) -> None:
+    """SIGTERM while a JoinGroup waits out a long initial delay: the join is answered NOT_COORDINATOR
+    and the broker exits at once, instead of holding the connection for the whole shutdown grace."""
+    broker = start_broker(tmp_path, overrides=["group.initial.rebalance.delay.ms=60000"])
+
+    async def park_then_stop() -> tuple[Any, float]:
+        async with connect(broker.bootstrap) as client:
+            await find(client)
+            parked = client.send_nowait(join_request(3, "slow", ""))  # v3: no MEMBER_ID_REQUIRED round trip
+            await asyncio.sleep(0.5)
+            assert not parked.done()
+            started = asyncio.get_running_loop().time()
+            broker.process.terminate()  # SIGTERM by PID
+            answer = await asyncio.wait_for(parked, 5)
+            return answer, asyncio.get_running_loop().time() - started
+
+    answer, waited = asyncio.run(park_then_stop())
+    assert answer.error_code == ErrorCode.not_coordinator
+    assert waited < 5
+    assert broker.process.wait(10) == 0

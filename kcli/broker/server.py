@@ -165,6 +165,8 @@ class Broker:
             self._server.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
+        if self.node is not None:  # parked JoinGroups are answered NOT_COORDINATOR now, not after the grace
+            self.node.groups.shutdown()
         for conn in list(self._connections):
             if not conn.busy:
                 conn.task.cancel()
