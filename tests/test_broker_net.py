@@ -251,6 +251,14 @@ def test_pipelined_requests_are_answered_in_order(broker: BrokerProcess) -> None
         assert [_read_response(sock)[0] for _ in frames] == list(range(1, 61))
 
 
+def test_requests_before_a_bad_frame_are_answered_before_the_connection_closes(broker: BrokerProcess) -> None:
+    good = [_frame(_header(18, 2, cid, False) + _minimal_request(18, 2)) for cid in range(1, 11)]
+    with _connect(broker) as sock:
+        sock.sendall(b"".join(good) + struct.pack(">i", -1) + b"\0" * 16)  # then a negative length
+        assert [_read_response(sock)[0] for _ in good] == list(range(1, 11))
+        assert _closed_by_broker(sock)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Bad input: a Kafka-shaped answer or a closed connection, and nobody else notices
 # ---------------------------------------------------------------------------------------------------
