@@ -748,7 +748,9 @@ def replay_batch(append_info: ProducerAppendInfo, data: Any, batch: Any) -> Comp
 def _replay_control_batch(
     append_info: ProducerAppendInfo, data: mmap.mmap, batch: Any
 ) -> CompletedTxn | None:
-    records = read_batch(data, batch.position, check_crc=False).records(data)
+    # Only this batch's bytes: read_batch frames everything from its position to the end of the buffer.
+    with memoryview(data)[batch.position : batch.position + batch.size] as view:
+        records = read_batch(view, 0, check_crc=False).records(view)
     if not records:
         return None  # an empty control batch: the cleaner removed the whole transaction
     record = records[0]
