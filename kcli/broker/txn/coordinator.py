@@ -467,12 +467,18 @@ class TransactionCoordinator:
     def list_transactions(
         self, states: Iterable[str], producer_ids: Iterable[int], duration_ms: int = -1
     ) -> tuple[ErrorCode, list[str], list[tuple[str, int, str]]]:
-        """(error, unknown state filters, [(id, producer id, state name)]); Dead ids are never listed."""
+        """(error, unknown state filters, [(id, producer id, state name)]), as TransactionStateManager.
+        listTransactionStates: nothing while a partition loads, Dead ids never, and a state filter of
+        unknown names only matches nothing. The duration filter keeps ids whose `now - start` exceeds
+        it, which (as in Kafka) includes ids with no transaction (start -1)."""
         if not self.active:
             return ErrorCode.coordinator_not_available, [], []
+        if self.state_manager.is_loading:
+            return ErrorCode.coordinator_load_in_progress, [], []
+        state_names = list(states)
         wanted: set[TransactionState] = set()
         unknown: list[str] = []
-        for name in states:
+        for name in state_names:
             state = TransactionState.from_name(name)
             if state is None:
                 unknown.append(name)
@@ -484,14 +490,11 @@ class TransactionCoordinator:
             (m.transactional_id, m.producer_id, m.state.state_name)
             for m in self.state_manager.all_transactions()
             if m.state is not TransactionState.DEAD
-            and (not wanted or m.state in wanted)
             and (not pids or m.producer_id in pids)
-            and (
-                duration_ms < 0 or (m.txn_start_timestamp >= 0 and now - m.txn_start_timestamp > duration_ms)
-            )
+            and (not state_names or m.state in wanted)
+            and (duration_ms < 0 or now - m.txn_start_timestamp > duration_ms)
         ]
-        error = ErrorCode.coordinator_load_in_progress if self.state_manager.is_loading else ErrorCode.none
-        return error, unknown, sorted(listed)
+        return ErrorCode.none, unknown, sorted(listed)
 
     def describe_transaction(self, transactional_id: str) -> TransactionDescription:
         if not transactional_id:
