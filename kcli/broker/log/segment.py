@@ -739,7 +739,10 @@ def _update_producer_state(
                     last_stable_offset,
                 )
                 if aborted and aborted[-1].last_offset >= txn.last_offset:
-                    raise ValueError(f"aborted transactions out of order in {batch}")
+                    raise ValueError(  # Kafka's TransactionIndex.append refuses it too
+                        f"The last offset of appended transactions must increase sequentially, but "
+                        f"{txn.last_offset} is not greater than current last offset {aborted[-1].last_offset}"
+                    )
                 aborted.append(txn)
             producer_state.complete_txn(completed)
     producer_state.update_map_end_offset(batch.last_offset + 1)  # type: ignore[attr-defined]
