@@ -139,7 +139,9 @@ def request_type(api_key: int, version: int) -> type:
 
 @cache
 def response_type(api_key: int, version: int) -> type:
-    return _payload_class(api_key, version, EntityType.response)
+    from kcli.broker.apis.nullable_schemas import RESPONSES  # where Kafka sends -1 kio cannot read
+
+    return RESPONSES.get((api_key, version)) or _payload_class(api_key, version, EntityType.response)
 
 
 def build(entity_type: type, **values: object) -> typing.Any:
