@@ -79,14 +79,23 @@ class ProducerState:
 
 
 async def list_transactions(
-    cluster: Cluster, *, producer_ids: tuple[int, ...] = (), states: tuple[str, ...] = ()
+    cluster: Cluster,
+    *,
+    producer_ids: tuple[int, ...] = (),
+    states: tuple[str, ...] = (),
+    duration_ms: int = -1,
 ) -> list[TransactionListing]:
-    """Every transactional id every broker coordinates (ListTransactions to each broker)."""
+    """Every transactional id every broker coordinates (ListTransactions to each broker); with
+    `duration_ms` >= 0 only transactions running longer than that (ListTransactions v1+)."""
     listings = []
     for node, client in await cluster.all_nodes():
         cls = client.request_type(LIST_TRANSACTIONS)
+        if duration_ms >= 0 and cls.__version__ < 1:
+            raise TransactionError(
+                f"broker {node} cannot filter transactions by duration (ListTransactions v0)."
+            )
         response = await client.send(
-            build(cls, state_filters=states, producer_id_filters=producer_ids, duration_filter=-1)
+            build(cls, state_filters=states, producer_id_filters=producer_ids, duration_filter=duration_ms)
         )
         _check(response.error_code, f"list the transactions of broker {node}")
         for t in response.transaction_states:

@@ -334,7 +334,7 @@ def test_list_transactions_filters_and_describe_unknown_ids(broker_factory) -> N
             )
 
             described = await client.send(
-                req(DESCRIBE_TRANSACTIONS, 0, transactional_ids=("never-seen", "app-old", ""))
+                req(DESCRIBE_TRANSACTIONS, 0, transactional_ids=("never-seen", "app-old", "", "app-new"))
             )
             by_id = {s.transactional_id: s for s in described.transaction_states}
             assert by_id["never-seen"].error_code == ErrorCode.transactional_id_not_found
@@ -348,6 +348,11 @@ def test_list_transactions_filters_and_describe_unknown_ids(broker_factory) -> N
             )
             assert old.transaction_timeout == 60000 * MS
             assert [(t.topic, tuple(t.partitions)) for t in old.topics] == [("in", (0,))]
+            # No transaction open: -1 on the wire, as Kafka sends (read as None).
+            assert (by_id["app-new"].transaction_state, by_id["app-new"].transaction_start_time) == (
+                "Empty",
+                None,
+            )
             now = datetime.datetime.now(datetime.UTC)
             assert now - datetime.timedelta(seconds=30) < old.transaction_start_time <= now
 

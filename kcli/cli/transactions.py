@@ -34,11 +34,19 @@ PRODUCER_HEADERS = [
 
 
 @transactions_app.command("list")
-def list_(bootstrap: str = BOOTSTRAP, output: Output = OUTPUT) -> None:
+def list_(
+    bootstrap: str = BOOTSTRAP,
+    duration_filter: int = typer.Option(
+        -1, "--duration-filter", metavar="MS", help="Only transactions running longer than this (-1: all)."
+    ),
+    output: Output = OUTPUT,
+) -> None:
     """Every transactional id, its coordinator, producer id and state (ListTransactions to every broker)."""
     from ops.transactions import list_transactions
 
-    listings = run_on_cluster(bootstrap, list_transactions)
+    listings = run_on_cluster(
+        bootstrap, lambda cluster: list_transactions(cluster, duration_ms=duration_filter)
+    )
     rows = [[t.transactional_id, str(t.coordinator), str(t.producer_id), t.state] for t in listings]
     _render(output, ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"], rows)
 
@@ -58,10 +66,13 @@ def describe(
     if d is None:
         print(f"kcli: transactional id '{transactional_id}' does not exist.", file=sys.stderr)
         return 1
-    duration = int(time.time() * 1000) - d.start_time_ms if d.start_time_ms >= 0 else -1
+    # As kafka-transactions.sh: "None" for the start time and duration when no transaction is open.
+    start, duration = "None", "None"
+    if d.start_time_ms >= 0:
+        start, duration = str(d.start_time_ms), str(int(time.time() * 1000) - d.start_time_ms)
     row = [
         str(d.coordinator), d.transactional_id, str(d.producer_id), str(d.producer_epoch), d.state,
-        str(d.timeout_ms), str(d.start_time_ms), str(duration), ",".join(f"{t}-{p}" for t, p in d.partitions),
+        str(d.timeout_ms), start, duration, ",".join(f"{t}-{p}" for t, p in d.partitions),
     ]  # fmt: skip
     headers = [
         "CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState",

@@ -266,9 +266,9 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> obj
     return build(response_cls, throttle_time=_NO_THROTTLE, transaction_states=tuple(states))
 
 
-def _timestamp(ms: int) -> datetime.datetime:
-    """TransactionStartTimeMs; Kafka sends -1 for none, which kio cannot represent, so none is the epoch."""
-    return _EPOCH + datetime.timedelta(milliseconds=max(ms, 0))
+def _timestamp(ms: int) -> datetime.datetime | None:
+    """TransactionStartTimeMs: None is written as -1, Kafka's value when no transaction is open."""
+    return None if ms < 0 else _EPOCH + datetime.timedelta(milliseconds=ms)
 
 
 async def handle_list_transactions(ctx: RequestContext, request: Any) -> object:
