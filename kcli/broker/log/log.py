@@ -195,6 +195,7 @@ class Log:
             had_clean_shutdown=had_clean_shutdown,
             now_ms=clock(),
             report=report or lines.append,
+            producer_id_expiration_ms=producer_id_expiration_ms,
         ).load()
         producer_state = ProducerStateManager(
             dir, dir.name, producer_id_expiration_ms=producer_id_expiration_ms

@@ -416,11 +416,6 @@ class Segment:
             f.write(encode_aborted_txn(txn))
         entries.append(txn)
 
-    def reset_txn_index(self) -> None:
-        """Empty `.txnindex` before recovery rebuilds it."""
-        self.txn_index_path.unlink(missing_ok=True)
-        self._aborted_txns = []
-
     def collect_aborted_txns(
         self, fetch_offset: int, upper_bound_offset: int
     ) -> tuple[list[AbortedTxn], bool]:
