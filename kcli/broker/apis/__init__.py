@@ -114,6 +114,7 @@ def build_registry() -> ApiRegistry:
     )
 
 
+@cache
 def api_name(api_key: int) -> str:
     """Kafka's name for an API key, e.g. 3 -> "Metadata"."""
     snake = api_key_map.get(api_key)
