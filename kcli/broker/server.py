@@ -517,6 +517,7 @@ def parse_request_header(frame: bytes, flexible: bool) -> tuple[int, str, int]:
     return correlation_id, client_id, position
 
 
+@cache  # only answers are kept: the refusals raise, so client input cannot grow the cache
 def _header_is_flexible(api_key: int, api_version: int) -> bool:
     """Header v2 for flexible request versions, v1 otherwise; ApiVersions accepts any version."""
     if api_key == API_VERSIONS:

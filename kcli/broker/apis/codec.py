@@ -10,11 +10,13 @@ kio's on every message type (tests/test_broker_net.py).
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import struct
 import types
 import typing
 from collections.abc import Callable
 from functools import cache
+from operator import attrgetter
 
 from kio.serial._implicit_defaults import get_tagged_field_default
 
@@ -33,17 +35,29 @@ def entity_write(entity_type: type) -> Write:
     """Compile `entity_type` into `write(out, entity)`."""
     flexible = bool(entity_type.__flexible__)  # type: ignore[attr-defined]
     is_request_header = entity_type.__name__ == "RequestHeader"
-    plain: list[tuple[str, Write]] = []
+    plain: list[tuple[Callable[[object], typing.Any], Write]] = []
+    run: list[tuple[str, str]] = []  # consecutive fixed-size integers, packed with one struct
     tagged: list[tuple[int, str, Write, object]] = []
     for f in dataclasses.fields(entity_type):
         tag = f.metadata.get("tag")
+        code = _STRUCT_CODES.get(f.metadata.get("kafka_type", ""))
+        if tag is None and code is not None and typing.get_origin(f.type) is not tuple:
+            run.append((f.name, code))
+            continue
+        if run:
+            plain.append(_packed_run(run))
+            run = []
         if is_request_header and f.name == "client_id":
-            plain.append((f.name, _legacy_string))  # a legacy string even in header v2, as in Kafka
+            plain.append(
+                (attrgetter(f.name), _legacy_string)
+            )  # a legacy string even in header v2, as in Kafka
         elif tag is None:
-            plain.append((f.name, _field_write(f, flexible, in_tag=False)))
+            plain.append((attrgetter(f.name), _field_write(f, flexible, in_tag=False)))
         else:
             default = f.default if f.default is not dataclasses.MISSING else get_tagged_field_default(f)
             tagged.append((int(tag), f.name, _field_write(f, flexible, in_tag=True), default))
+    if run:
+        plain.append(_packed_run(run))
     tagged.sort(key=lambda item: item[0])
     steps = tuple(plain)
     tags = tuple(tagged)
@@ -51,25 +65,25 @@ def entity_write(entity_type: type) -> Write:
     if not flexible:
 
         def write(out: bytearray, entity: object) -> None:
-            for name, step in steps:
-                step(out, getattr(entity, name))
+            for get, step in steps:
+                step(out, get(entity))
 
         return write
 
     def write_flexible(out: bytearray, entity: object) -> None:
-        for name, step in steps:
-            step(out, getattr(entity, name))
-        if not tags:
-            out.append(0)
-            return
+        for get, step in steps:
+            step(out, get(entity))
         present = []
         for tag, name, step, default in tags:
             value = getattr(entity, name)
-            if value == default:
+            if value is default or value == default:
                 continue
             encoded = bytearray()
             step(encoded, value)
             present.append((tag, encoded))
+        if not present:
+            out.append(0)
+            return
         _uvarint(out, len(present))
         for tag, encoded in present:
             _uvarint(out, tag)
@@ -97,6 +111,19 @@ def _field_write(f: dataclasses.Field, flexible: bool, in_tag: bool) -> Write:
     return _primitive(f.metadata["kafka_type"], flexible, optional=optional and not in_tag)
 
 
+def _packed_run(run: list[tuple[str, str]]) -> tuple[Callable[[object], typing.Any], Write]:
+    """(getter, write) for fixed-size integer fields in a row: one attrgetter, one struct.pack."""
+    names = [name for name, _ in run]
+    if len(run) == 1:
+        return attrgetter(names[0]), _packer(">" + run[0][1])
+    pack = struct.Struct(">" + "".join(code for _, code in run)).pack
+
+    def write(out: bytearray, values: tuple) -> None:
+        out += pack(*values)
+
+    return attrgetter(*names), write
+
+
 def _unwrap_optional(field_type: object) -> tuple[object, bool]:
     if isinstance(field_type, types.UnionType) or typing.get_origin(field_type) is typing.Union:
         args = [a for a in typing.get_args(field_type) if a is not type(None)]
@@ -105,8 +132,13 @@ def _unwrap_optional(field_type: object) -> tuple[object, bool]:
 
 
 def _deferred_entity(entity_type: type) -> Write:
+    """The entity's writer, compiled on first use (so compiling never recurses) and kept."""
+    compiled: list[Write] = []
+
     def write(out: bytearray, value: object) -> None:
-        entity_write(entity_type)(out, value)
+        if not compiled:
+            compiled.append(entity_write(entity_type))
+        compiled[0](out, value)
 
     return write
 
@@ -143,10 +175,23 @@ _FIXED: dict[str, Write] = {
     "float64": _packer(">d"),
     "error_code": _packer(">h"),
 }
+_STRUCT_CODES = {
+    "int8": "b",
+    "int16": "h",
+    "int32": "i",
+    "int64": "q",
+    "uint8": "B",
+    "uint16": "H",
+    "uint32": "I",
+    "uint64": "Q",
+    "float64": "d",
+    "error_code": "h",
+}
 _INT16 = struct.Struct(">h").pack
 _INT32 = struct.Struct(">i").pack
 _INT64 = struct.Struct(">q").pack
 _ZERO_UUID = bytes(16)
+_NO_TIME = datetime.timedelta(0)
 
 
 def _bool(out: bytearray, value: bool) -> None:
@@ -158,6 +203,9 @@ def _uuid(out: bytearray, value: object) -> None:
 
 
 def _timedelta_i32(out: bytearray, value: object) -> None:
+    if value == _NO_TIME:  # every response's throttle_time
+        out += b"\0\0\0\0"
+        return
     out += _INT32(round(value.total_seconds() * 1000))  # type: ignore[attr-defined]
 
 
@@ -174,7 +222,11 @@ def _compact_bytes(out: bytearray, value: str | bytes | None) -> None:
         out.append(0)
         return
     data = value.encode() if isinstance(value, str) else value
-    _uvarint(out, len(data) + 1)
+    size = len(data) + 1
+    if size < 0x80:
+        out.append(size)
+    else:
+        _uvarint(out, size)
     out += data
 
 
@@ -220,7 +272,11 @@ def _compact_array(item: Write) -> Write:
         if items is None:
             out.append(0)
             return
-        _uvarint(out, len(items) + 1)
+        count = len(items) + 1
+        if count < 0x80:
+            out.append(count)
+        else:
+            _uvarint(out, count)
         for value in items:
             item(out, value)
 
@@ -240,6 +296,9 @@ def _legacy_array(item: Write) -> Write:
 
 
 def _uvarint(out: bytearray, value: int) -> None:
+    if value < 0x80:  # the common case: one byte
+        out.append(value)
+        return
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
         value >>= 7

@@ -64,16 +64,27 @@ def entity_checker(entity_type: type) -> Checker:
     flexible = bool(entity_type.__flexible__)  # type: ignore[attr-defined]
     steps: list[Checker] = []
     tagged: dict[int, Checker] = {}
+    run: list[tuple[Checker, int]] = []  # consecutive fixed-size fields, checked as one span
     # Nested entities are looked up when first used, so compiling never recurses.
     is_request_header = entity_type.__name__ == "RequestHeader"
     for f in dataclasses.fields(entity_type):
         tag = f.metadata.get("tag")
+        if tag is None and not (is_request_header and f.name == "client_id"):
+            size = _FIXED_SIZES.get(f.metadata.get("kafka_type", ""))
+            if size is not None and typing.get_origin(f.type) is not tuple:
+                run.append((_field_checker(f, flexible, in_tag=False), size))
+                continue
+        if run:
+            steps.append(_fixed_run(run))
+            run = []
         if is_request_header and f.name == "client_id":
             steps.append(_primitive_checker("string", flexible=False))  # legacy even in header v2
         elif tag is None:
             steps.append(_field_checker(f, flexible, in_tag=False))
         else:
             tagged[int(tag)] = _field_checker(f, flexible, in_tag=True)
+    if run:
+        steps.append(_fixed_run(run))
 
     def check(buffer: bytes, pos: int, end: int, edits: Edits | None) -> int:
         for step in steps:
@@ -126,6 +137,24 @@ def _field_checker(f: dataclasses.Field, flexible: bool, in_tag: bool) -> Checke
     return _primitive_checker(f.metadata["kafka_type"], flexible)
 
 
+def _fixed_run(run: list[tuple[Checker, int]]) -> Checker:
+    """Fixed-size fields in a row: one bounds check for all; when they do not fit, the field by field
+    checks say which one is cut."""
+    if len(run) == 1:
+        return run[0][0]
+    checkers = tuple(checker for checker, _ in run)
+    total = sum(size for _, size in run)
+
+    def check(buffer: bytes, pos: int, end: int, edits: Edits | None) -> int:
+        if pos + total <= end:
+            return pos + total
+        for checker in checkers:
+            pos = checker(buffer, pos, end, edits)
+        return pos
+
+    return check
+
+
 def _unwrap_optional(field_type: object) -> tuple[object, bool]:
     if isinstance(field_type, types.UnionType) or typing.get_origin(field_type) is typing.Union:
         args = [a for a in typing.get_args(field_type) if a is not type(None)]
@@ -134,8 +163,13 @@ def _unwrap_optional(field_type: object) -> tuple[object, bool]:
 
 
 def _deferred_entity(entity_type: type) -> Checker:
+    """The entity's checker, compiled on first use (so compiling never recurses) and kept."""
+    compiled: list[Checker] = []
+
     def check(buffer: bytes, pos: int, end: int, edits: Edits | None) -> int:
-        return entity_checker(entity_type)(buffer, pos, end, edits)
+        if not compiled:
+            compiled.append(entity_checker(entity_type))
+        return compiled[0](buffer, pos, end, edits)
 
     return check
 
@@ -164,7 +198,11 @@ def _primitive_checker(kafka_type: str, flexible: bool) -> Checker:
     if flexible:
 
         def compact(buffer: bytes, pos: int, end: int, edits: Edits | None) -> int:
-            length_plus_one, pos = _read_uvarint(buffer, pos, end)
+            if pos < end and buffer[pos] < 0x80:  # a one-byte length, the common case
+                length_plus_one = buffer[pos]
+                pos += 1
+            else:
+                length_plus_one, pos = _read_uvarint(buffer, pos, end)
             length = length_plus_one - 1
             if length > 0:
                 _need(pos, length, end, f"a {kafka_type} of {length} bytes")
@@ -206,8 +244,12 @@ def _array_checker(element: Checker, flexible: bool, min_size: int, *, fixed: bo
 
     def check(buffer: bytes, pos: int, end: int, edits: Edits | None) -> int:
         if flexible:
-            count_plus_one, pos = _read_uvarint(buffer, pos, end)
-            count = count_plus_one - 1
+            if pos < end and buffer[pos] < 0x80:  # a one-byte count, the common case
+                count = buffer[pos] - 1
+                pos += 1
+            else:
+                count_plus_one, pos = _read_uvarint(buffer, pos, end)
+                count = count_plus_one - 1
         else:
             _need(pos, 4, end, "an array length")
             (count,) = _INT32.unpack_from(buffer, pos)
@@ -233,6 +275,8 @@ def _array_checker(element: Checker, flexible: bool, min_size: int, *, fixed: bo
 def _check_tagged_fields(
     buffer: bytes, pos: int, end: int, known: dict[int, Checker], edits: Edits | None
 ) -> int:
+    if pos < end and buffer[pos] == 0:  # no tagged fields, the common case
+        return pos + 1
     section_start = pos
     count, pos = _read_uvarint(buffer, pos, end)
     count_end = pos

@@ -188,6 +188,11 @@ class ClusterMetadataImage:
     configs: Mapping[tuple[int, str], Mapping[str, str]] = field(default_factory=dict)
     producer_ids: ProducerIdsBlock | None = None
     _infos: dict[uuid.UUID, TopicInfo] = field(default_factory=dict, repr=False, compare=False)
+    _topics_by_name: dict[str, TopicImage] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """Name -> topic, filled as names are looked up: Produce asks twice per partition, and going through
+    topic_ids hashes a uuid.UUID in Python each time. Safe as a cache: an image never changes."""
 
     @classmethod
     def empty(cls, cluster_id: str, controller_id: int, listener_name: str) -> ClusterMetadataImage:
@@ -231,8 +236,13 @@ class ClusterMetadataImage:
         return self.brokers_by_id.get(broker_id)
 
     def topic_image(self, name: str) -> TopicImage | None:
-        topic_id = self.topic_ids.get(name)
-        return None if topic_id is None else self.topics_by_id[topic_id]
+        topic = self._topics_by_name.get(name)
+        if topic is None:
+            topic_id = self.topic_ids.get(name)
+            if topic_id is None:
+                return None
+            topic = self._topics_by_name[name] = self.topics_by_id[topic_id]
+        return topic
 
     def topic_id(self, name: str) -> uuid.UUID | None:
         return self.topic_ids.get(name)
