@@ -181,3 +181,64 @@ def wait_until(predicate: Callable[[], object], *, timeout: float, interval: flo
             return False
         time.sleep(interval)
     return True
+
+
+def test_consumer_offsets_is_compacted_and_commits_survive(tmp_path: Path) -> None:
+    """__consumer_offsets is a compacted topic the same cleaner works on: many commits of one group end
+    as one record per key, and the committed offsets read back the same after a restart."""
+    import asyncio
+
+    from kcli.cluster import Cluster
+    from ops.groups import OffsetReset, commit_offsets, fetch_committed
+
+    overrides = [
+        *FAST_CLEANER,
+        "offsets.topic.num.partitions=1",
+        "offsets.topic.segment.bytes=8192",
+        "log.cleaner.min.cleanable.ratio=0.01",
+        "log.roll.ms=500",
+    ]
+    data_dir = tmp_path / "data"
+    broker = start_broker(tmp_path / "first", data_dir=data_dir, overrides=overrides)
+
+    async def commit_rounds(bootstrap: str, rounds: int) -> dict[tuple[str, int], int]:
+        async with await Cluster.connect(bootstrap) as cluster:
+            for n in range(rounds):
+                await commit_offsets(
+                    cluster, "busy", [OffsetReset("orders", p, None, n * 10 + p) for p in range(3)]
+                )
+            return await fetch_committed(cluster, "busy")
+
+    async def committed(bootstrap: str) -> dict[tuple[str, int], int]:
+        async with await Cluster.connect(bootstrap) as cluster:
+            return await fetch_committed(cluster, "busy")
+
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("orders", 3, 1)])["orders"].result(15)
+        expected = {("orders", p): 3990 + p for p in range(3)}
+        assert asyncio.run(commit_rounds(broker.bootstrap, 400)) == expected
+        time.sleep(0.6)  # log.roll.ms: the next commit rolls, and everything before it becomes cleanable
+        assert asyncio.run(commit_rounds(broker.bootstrap, 400)) == expected
+        assert wait_until(lambda: ("__consumer_offsets", 0) in cleaner_checkpoint(broker), timeout=30)
+        assert "Log cleaner thread 0 cleaned log __consumer_offsets-0" in broker.log()
+        cleaned_up_to = cleaner_checkpoint(broker)[("__consumer_offsets", 0)]
+    finally:
+        stop_cleanly(broker)
+
+    segments = sorted((data_dir / "__consumer_offsets-0").glob("*.log"))
+    dumped = subprocess.run(
+        [*KCLI, "dump-segment", "--offsets-decoder", *map(str, segments[:-1])],
+        capture_output=True, text=True, env=kcli_env(), timeout=60, check=True,
+    ).stdout  # fmt: skip
+    offsets = [
+        int(line.split("offset: ")[1].split()[0]) for line in dumped.splitlines() if '"group":"busy"' in line
+    ]
+    cleaned = [offset for offset in offsets if offset < cleaned_up_to]
+    assert cleaned_up_to > 1200 and len(cleaned) == 3, "one commit per key left in the cleaned section"
+
+    second = start_broker(tmp_path / "second", data_dir=data_dir, overrides=overrides)
+    try:
+        assert asyncio.run(committed(second.bootstrap)) == expected
+    finally:
+        stop_cleanly(second)
