@@ -483,6 +483,69 @@ def test_cli_prints_a_summary_and_json(server: BrokerProcess) -> None:
     )
 
 
+def test_a_destination_without_idempotence_gets_one_warning_or_a_refusal(tmp_path: Path) -> None:
+    """A cluster that does not offer InitProducerId (an old Kafka): by default replay says so once and
+    goes on without idempotence; asked for it with --idempotence, it refuses before sending anything."""
+    import asyncio
+    import threading
+
+    from kcli.broker.apis import ApiRegistry, build_registry
+    from kcli.broker.server import Broker
+    from kcli.config import BrokerConfig
+
+    registry = ApiRegistry(spec for spec in build_registry() if spec.api_key != 22)  # no InitProducerId
+    ready, state = threading.Event(), {}
+
+    async def serve() -> None:
+        config = BrokerConfig({"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path / "data")})
+        broker = Broker(config, registry=registry)
+        host, port = await broker.start()
+        state["bootstrap"], state["loop"], state["stop"] = (
+            f"{host}:{port}",
+            asyncio.get_running_loop(),
+            asyncio.Event(),
+        )
+        ready.set()
+        await state["stop"].wait()
+        await broker.shutdown(grace=5)
+
+    thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
+    thread.start()
+    assert ready.wait(30)
+    bootstrap = state["bootstrap"]
+    try:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("old", 1, 1)])["old"].result(15)
+        source = str(FIXTURES / "m2-zstd-0")
+        refused = subprocess.run(
+            [*KCLI, "replay", source, "-b", bootstrap, "-t", "old", "--idempotence"],
+            capture_output=True, text=True, env=kcli_env(), timeout=60,
+        )  # fmt: skip
+        assert refused.returncode != 0 and refused.stderr.count("\n") == 1, refused.stderr
+        assert "InitProducerId" in refused.stderr or "idempoten" in refused.stderr
+        assert end_offset(bootstrap, "old") == 0, "nothing was sent"
+
+        warned = subprocess.run(
+            [*KCLI, "replay", source, "-b", bootstrap, "-t", "old", "-o", "json"],
+            capture_output=True, text=True, env=kcli_env(), timeout=60,
+        )  # fmt: skip
+        assert warned.returncode == 0, warned.stderr
+        assert len([line for line in warned.stderr.splitlines() if "idempoten" in line]) == 1, warned.stderr
+        assert orjson.loads(warned.stdout)["idempotent"] is False
+        assert end_offset(bootstrap, "old") == 48
+    finally:
+        state["loop"].call_soon_threadsafe(state["stop"].set)
+        thread.join(15)
+
+
+def end_offset(bootstrap: str, topic: str) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "end-offset"})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+    finally:
+        consumer.close()
+
+
 # ---------------------------------------------------------------------------------------------------
 
 
