@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -26,9 +24,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from bench_broker import start_kcli, stop_kcli  # noqa: E402  (tests/bench is sys.path[0])
+
 from formats.records import RecordSpec, build_batch  # noqa: E402
 
-READY = re.compile(r"kcli broker: listening on (\S+):(\d+)")
 RECORD_BYTES = 1024
 T0 = 1_700_000_000_000
 
@@ -106,7 +105,8 @@ def run_replay(
     args: argparse.Namespace, source: Path, extra: list[str], *, partitions: int
 ) -> tuple[float, float, float]:
     workdir = source.parent / "broker"
-    broker = start_broker(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    broker = start_kcli(workdir)
     try:
         from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -127,40 +127,8 @@ def run_replay(
         cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
         return wall, cpu, cpu_seconds(broker["pid"]) - broker_before
     finally:
-        stop_broker(broker)
+        stop_kcli(broker)
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-def start_broker(workdir: Path) -> dict:
-    workdir.mkdir(parents=True, exist_ok=True)
-    log_path = workdir / "broker.log"
-    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
-    with open(log_path, "wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "kcli", "broker", "start", "--listen", "127.0.0.1:0", "--data-dir",
-             str(workdir / "data")],
-            stdout=out, stderr=out, stdin=subprocess.DEVNULL, env=env, cwd=workdir,
-        )  # fmt: skip
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        match = READY.search(log_path.read_text(errors="replace"))
-        if match:
-            return {"bootstrap": f"{match.group(1)}:{match.group(2)}", "pid": process.pid, "process": process}
-        if process.poll() is not None:
-            break
-        time.sleep(0.05)
-    raise SystemExit(f"kcli broker did not start:\n{log_path.read_text(errors='replace')}")
-
-
-def stop_broker(broker: dict) -> None:
-    process = broker["process"]
-    if process.poll() is None:
-        os.kill(process.pid, signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait()
 
 
 def cpu_seconds(pid: int) -> float:
