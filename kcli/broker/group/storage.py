@@ -150,28 +150,10 @@ class GroupMetadataManager:
         self, group: ClassicGroup, offsets: Mapping[TopicPartition, OffsetAndMetadata]
     ) -> dict[TopicPartition, ErrorCode]:
         """Append the valid commits as one batch; the cache takes them once the append succeeded."""
-        results: dict[TopicPartition, ErrorCode] = {}
-        valid: dict[TopicPartition, OffsetAndMetadata] = {}
-        for key, committed in offsets.items():
-            if _java_length(committed.metadata) > self.max_metadata_size:
-                results[key] = ErrorCode.offset_metadata_too_large
-            else:
-                valid[key] = committed
+        results, valid = self._split_by_metadata_size(offsets)
         if not valid:
             return results
-        records = [
-            encode_offset_commit(
-                group.group_id,
-                topic,
-                partition,
-                committed.offset,
-                committed.leader_epoch,
-                committed.metadata,
-                committed.commit_timestamp,
-                committed.expire_timestamp if committed.expire_timestamp >= 0 else None,
-            )
-            for (topic, partition), committed in valid.items()
-        ]
+        records = _commit_records(group.group_id, valid, with_expire=True)
         group.pending_offset_commits.update(valid)
         error, base_offset = self._append(self.partition_for(group.group_id), records)
         if error is ErrorCode.none:
@@ -194,28 +176,10 @@ class GroupMetadataManager:
     ) -> dict[TopicPartition, ErrorCode]:
         """TxnOffsetCommit: one transactional batch stamped with the producer; the offsets stay pending
         for that producer until its COMMIT marker (on_transaction_completed), and vanish on ABORT."""
-        results: dict[TopicPartition, ErrorCode] = {}
-        valid = {}
-        for key, committed in offsets.items():
-            if _java_length(committed.metadata) > self.max_metadata_size:
-                results[key] = ErrorCode.offset_metadata_too_large
-            else:
-                valid[key] = committed
+        results, valid = self._split_by_metadata_size(offsets)
         if not valid:
             return results
-        records = [
-            encode_offset_commit(
-                group.group_id,
-                topic,
-                partition,
-                committed.offset,
-                committed.leader_epoch,
-                committed.metadata,
-                committed.commit_timestamp,
-                None,
-            )
-            for (topic, partition), committed in valid.items()
-        ]
+        records = _commit_records(group.group_id, valid, with_expire=False)
         error, base_offset = self._append(
             self.partition_for(group.group_id), records, producer=(producer_id, producer_epoch)
         )
@@ -226,6 +190,19 @@ class GroupMetadataManager:
         mapped = _OFFSET_APPEND_ERRORS.get(error, error)
         results.update(dict.fromkeys(valid, mapped))
         return results
+
+    def _split_by_metadata_size(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata]
+    ) -> tuple[dict[TopicPartition, ErrorCode], dict[TopicPartition, OffsetAndMetadata]]:
+        """(OFFSET_METADATA_TOO_LARGE for the commits over offset.metadata.max.bytes, the valid ones)."""
+        too_large: dict[TopicPartition, ErrorCode] = {}
+        valid: dict[TopicPartition, OffsetAndMetadata] = {}
+        for key, committed in offsets.items():
+            if _java_length(committed.metadata) > self.max_metadata_size:
+                too_large[key] = ErrorCode.offset_metadata_too_large
+            else:
+                valid[key] = committed
+        return too_large, valid
 
     def get_offsets(
         self, group_id: str, require_stable: bool, partitions: Iterable[TopicPartition] | None
@@ -353,6 +330,25 @@ class GroupMetadataManager:
             now_ms=self.clock(),
             producer=producer,
         )
+
+
+def _commit_records(
+    group_id: str, valid: Mapping[TopicPartition, OffsetAndMetadata], *, with_expire: bool
+) -> list[tuple[bytes, bytes]]:
+    """The OffsetCommit records of `valid`; transactional commits never carry an expire timestamp."""
+    return [
+        encode_offset_commit(
+            group_id,
+            topic,
+            partition,
+            committed.offset,
+            committed.leader_epoch,
+            committed.metadata,
+            committed.commit_timestamp,
+            committed.expire_timestamp if with_expire and committed.expire_timestamp >= 0 else None,
+        )
+        for (topic, partition), committed in valid.items()
+    ]
 
 
 def _java_length(text: str) -> int:
