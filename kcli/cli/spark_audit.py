@@ -250,6 +250,14 @@ _COMPACTED = typer.Option(
 )
 _NO_CRC = typer.Option(False, "--no-crc", help="Skip CRC checks (faster, finds less).")
 
+_WINDOW_OFFSETS = typer.Option(
+    1000, "--window-offsets", help="Content copies at most this many offsets apart."
+)
+_WINDOW_MS = typer.Option(None, "--window-ms", help="... or at most this many ms apart.", show_default=False)
+_AT = typer.Option(
+    None, "--at", metavar="TIMESTAMP", help="Lag as it stood then (ms or ISO-8601).", show_default=False
+)
+
 
 @spark_audit.command("gaps")
 def gaps(
@@ -276,12 +284,8 @@ def duplicates(
     output: Output = _OUTPUT,
     compacted: list[str] = _COMPACTED,
     no_crc: bool = _NO_CRC,
-    window_offsets: int = typer.Option(
-        1000, "--window-offsets", help="Content copies at most this many offsets apart."
-    ),
-    window_ms: int = typer.Option(
-        None, "--window-ms", help="... or at most this many ms apart.", show_default=False
-    ),
+    window_offsets: int = _WINDOW_OFFSETS,
+    window_ms: int = _WINDOW_MS,
 ) -> int:
     """Idempotent-producer duplicates (same producer, epoch and sequences at other offsets) and content
     duplicates (same key and value within a window), with the offsets of every copy.
@@ -299,9 +303,7 @@ def lag(
     output: Output = _OUTPUT,
     compacted: list[str] = _COMPACTED,
     no_crc: bool = _NO_CRC,
-    at: str = typer.Option(
-        None, "--at", metavar="TIMESTAMP", help="Lag as it stood then (ms or ISO-8601).", show_default=False
-    ),
+    at: str = _AT,
 ) -> int:
     """Committed offsets per group from the archived __consumer_offsets against each partition's end,
     in records and seconds; --at gives the lag at any past moment.
@@ -319,15 +321,9 @@ def all_jobs(
     output: Output = _OUTPUT,
     compacted: list[str] = _COMPACTED,
     no_crc: bool = _NO_CRC,
-    window_offsets: int = typer.Option(
-        1000, "--window-offsets", help="Content copies at most this many offsets apart."
-    ),
-    window_ms: int = typer.Option(
-        None, "--window-ms", help="... or at most this many ms apart.", show_default=False
-    ),
-    at: str = typer.Option(
-        None, "--at", metavar="TIMESTAMP", help="Lag as it stood then (ms or ISO-8601).", show_default=False
-    ),
+    window_offsets: int = _WINDOW_OFFSETS,
+    window_ms: int = _WINDOW_MS,
+    at: str = _AT,
 ) -> int:
     """Gaps, duplicates and lag in one pass over the data. Exit 1 when findings exist."""
     return _run("all", archive, master, conf, output, compacted, no_crc, window_offsets, window_ms, at)
