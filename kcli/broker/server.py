@@ -278,7 +278,15 @@ class Broker:
                 f"v{spec.min_version}-v{spec.max_version})"
             )
         else:
-            request = _decode_request(spec.name, api_key, api_version, frame, body_offset)
+            if spec.reader is None:
+                request = _decode_request(spec.name, api_key, api_version, frame, body_offset)
+            else:
+                try:
+                    request = spec.reader(frame, body_offset, api_version)
+                except ValueError as exc:
+                    raise _CloseConnection(
+                        f"cannot parse {spec.name} v{api_version} request: {exc}"
+                    ) from None
             try:
                 response = await spec.handler(ctx, request)
             except ConnectionAbortedError as exc:  # the handler asks for the connection to be closed
@@ -289,6 +297,10 @@ class Broker:
         if response is None:
             return None
         if isinstance(response, FramedResponse):
+            if len(response.parts) == 1 and isinstance(response.parts[0], bytes):  # encoded by the handler
+                header = response_header(correlation_id, api_key, response.response_type)
+                body = response.parts[0]
+                return _INT32.pack(len(header) + len(body)) + header + body
             return _FramedSend(correlation_id, api_key, response)
         return encode_response(correlation_id, api_key, response)
 
