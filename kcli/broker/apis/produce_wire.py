@@ -111,6 +111,7 @@ _INT32_INT32 = struct.Struct(">ii")
 _PARTITION = struct.Struct(">ihqqq")
 _PARTITION_V3 = struct.Struct(">ihqq")  # v3-v4: no log start offset
 _NULL_UUID = bytes(16)
+_ONE_BYTE = [bytes((value,)) for value in range(0x80)]
 
 
 def _read_request(frame: bytes, position: int, flexible: bool, version: int) -> ProduceRequest:
@@ -239,6 +240,8 @@ def _string(text: str, flexible: bool) -> bytes:
 
 
 def _uvarint(value: int) -> bytes:
+    if value < 0x80:
+        return _ONE_BYTE[value]
     out = bytearray()
     while value >= 0x80:
         out.append(value & 0x7F | 0x80)
