@@ -4,7 +4,8 @@
         [--partitioner same|key|round-robin] [--partitions 1]
 
 raw: one segment of v2 batches of 1 KiB records (~`--batch-kib` per batch, uncompressed) replayed in raw
-mode (MB/s of segment bytes). record: a segment of 1 KiB records replayed with --mode record (records/s),
+mode (MB/s of segment bytes); `--batch-kib 16,64,256` runs one raw replay per batch size, since raw mode
+sends each source batch in its own Produce request and the batch size sets how many requests a MB takes. record: a segment of 1 KiB records replayed with --mode record (records/s),
 spread by --partitioner over a topic of --partitions partitions. Each run gets a fresh broker and topic;
 the figures are wall time of the replay process, with the CPU seconds the replay process and the broker
 spent. On a shared machine the CPU seconds are the steadier figure: the 1-minute load average is printed
@@ -36,7 +37,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", type=Path, default=Path("/tmp/kcli-bench-replay"))
     parser.add_argument("--raw-mib", type=int, default=1024)
-    parser.add_argument("--batch-kib", type=int, default=16)
+    parser.add_argument("--batch-kib", default="16", help="one size, or several comma-separated (raw only)")
     parser.add_argument("--record-count", type=int, default=300_000)
     parser.add_argument("--only", choices=("raw", "record"), default=None)
     parser.add_argument("--keep", action="store_true")
@@ -45,17 +46,20 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=1)
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
-    per_batch = max(1, (args.batch_kib << 10) // (RECORD_BYTES + 24))
+    batch_kibs = [int(k) for k in str(args.batch_kib).split(",")]
+    per_batch = max(1, (batch_kibs[0] << 10) // (RECORD_BYTES + 24))
     try:
-        if args.only in (None, "raw"):
+        for batch_kib in batch_kibs if args.only in (None, "raw") else []:
+            in_batch = max(1, (batch_kib << 10) // (RECORD_BYTES + 24))
             source = args.dir / "raw" / "src-0"
-            records = generate(source / "00000000000000000000.log", args.raw_mib << 20, per_batch)
+            records = generate(source / "00000000000000000000.log", args.raw_mib << 20, in_batch)
             size = (source / "00000000000000000000.log").stat().st_size
             wall, cpu, broker_cpu = run_replay(args, source, ["--mode", "raw"], partitions=1)
+            batches = records // in_batch
             print(
-                f"raw   : {size / (1 << 20):.0f} MiB segment, {records:,} records in batches of {per_batch}: "
-                f"{wall:.2f} s, {size / wall / 1e6:.0f} MB/s ({size / wall / (1 << 20):.0f} MiB/s); "
-                f"replay CPU {cpu:.2f} s, broker CPU {broker_cpu:.2f} s"
+                f"raw   : {size / (1 << 20):.0f} MiB segment, {records:,} records in batches of {in_batch} "
+                f"(~{batch_kib} KiB): {wall:.2f} s, {size / wall / 1e6:.0f} MB/s ({size / wall / (1 << 20):.0f} MiB/s); "
+                f"replay CPU {cpu:.2f} s, broker CPU {broker_cpu:.2f} s ({broker_cpu / batches * 1e6:.0f} us per batch)"
             )
             shutil.rmtree(args.dir / "raw", ignore_errors=True)
         if args.only in (None, "record"):
