@@ -6,6 +6,9 @@ CLIENT is confluent, kafka-python or aiokafka. The member subscribes to TOPIC, c
 after every record, and reports on stdout as JSON lines: {"assigned": [partitions]} when its
 assignment changes and {"consumed": [partition, offset]} once a record's commit succeeded. A line
 "stop" on stdin closes the consumer cleanly (a LeaveGroup for dynamic members); SIGKILL does not.
+
+The client's own logging goes to stderr, its group coordinator at DEBUG (JoinGroup, SyncGroup, heartbeat
+and their errors), so a test that times out can show what the member saw.
 """
 
 from __future__ import annotations
@@ -13,8 +16,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import sys
 import threading
+
+COORDINATOR_LOGGERS = ("kafka.coordinator", "aiokafka.consumer.group_coordinator")
 
 
 def main() -> None:
@@ -27,6 +33,7 @@ def main() -> None:
     parser.add_argument("--heartbeat-ms", type=int, default=500)
     parser.add_argument("--instance-id")
     args = parser.parse_args()
+    _configure_logging()
     stop = threading.Event()
     threading.Thread(target=_watch_stdin, args=(stop,), daemon=True).start()
     if args.client == "confluent":
@@ -35,6 +42,21 @@ def main() -> None:
         _kafka_python(args, stop)
     else:
         asyncio.run(_aiokafka(args, stop))
+
+
+def _configure_logging() -> None:
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO,
+        format="%(asctime)s.%(msecs)03d %(levelname)s %(name)s %(threadName)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    for name in COORDINATOR_LOGGERS:
+        logging.getLogger(name).setLevel(logging.DEBUG)
+    # kafka-python asks "need rejoin?" on every poll; only the answers that start a rejoin say anything.
+    logging.getLogger("kafka.coordinator.consumer").addFilter(
+        lambda record: not record.getMessage().startswith("need_rejoin: False")
+    )
 
 
 def _watch_stdin(stop: threading.Event) -> None:

@@ -4,6 +4,9 @@ Each member is its own process (tests/group_member.py) so it can be killed with 
 a crashed consumer looks like to the coordinator: no LeaveGroup, just heartbeats that stop. Members
 commit after every record, so "nothing consumed twice" is checked exactly: after a rebalance each
 new owner starts at the committed offset.
+
+A wait that times out says why: the failure message carries each member's stderr (its client's group
+coordinator logs at DEBUG) and the tail of the broker's log.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Sequence
+from itertools import count
 
 import pytest
 from confluent_kafka import Producer
@@ -24,6 +29,9 @@ from conftest import REPO, BrokerProcess, kcli_env
 SESSION_MS = 6000
 MEMBER = REPO / "tests" / "group_member.py"
 FAST = ["group.initial.rebalance.delay.ms=0", "offsets.topic.num.partitions=4"]
+MEMBER_LOG_LINES = 400
+BROKER_LOG_LINES = 80
+_member_numbers = count()
 
 
 def test_three_confluent_consumers_share_six_partitions_and_survive_a_kill(broker_factory) -> None:
@@ -31,16 +39,17 @@ def test_three_confluent_consumers_share_six_partitions_and_survive_a_kill(broke
     create_topic(broker, "orders", 6)
     produce(broker, "orders", 6, per_partition=10)
     members = [Member("confluent", broker, "shop", "orders") for _ in range(3)]
+    wait = waiter(broker, members)
     try:
-        wait_for(lambda: balanced(members, 6, 3), "three members holding two partitions each")
-        wait_for(lambda: consumed_count(members) == 60, "the first 60 records")
+        wait(lambda: balanced(members, 6, 3), "three members holding two partitions each")
+        wait(lambda: consumed_count(members) == 60, "the first 60 records")
         victim = members[0]
         orphaned = victim.assigned
         killed_at = time.monotonic()
         victim.kill()
         produce(broker, "orders", 6, per_partition=10)
         survivors = members[1:]
-        wait_for(
+        wait(
             lambda: all((p, o) in consumed(survivors) for p in orphaned for o in range(10, 20)),
             "the victim's partitions consumed by the others",
             timeout=SESSION_MS / 1000 + 10,
@@ -48,7 +57,7 @@ def test_three_confluent_consumers_share_six_partitions_and_survive_a_kill(broke
         moved_after = time.monotonic() - killed_at
         # Detection takes the session timeout from the last heartbeat; the rebalance itself is quick.
         assert moved_after < SESSION_MS / 1000 + 3, moved_after
-        wait_for(lambda: consumed_count(members) == 120, "all 120 records")
+        wait(lambda: consumed_count(members) == 120, "all 120 records")
         assert balanced(survivors, 6, 2)
         counts = Counter(pair for m in members for pair in m.consumed)
         assert set(counts) == {(p, o) for p in range(6) for o in range(20)}
@@ -65,16 +74,17 @@ def test_python_clients_join_consume_commit_and_rejoin(broker_factory, client: s
     produce(broker, "events", 4, per_partition=5)
     first = Member(client, broker, "py", "events")
     members = [first]
+    wait = waiter(broker, members)
     try:
-        wait_for(lambda: first.assigned == [0, 1, 2, 3], "the only member owning every partition")
-        wait_for(lambda: consumed_count([first]) == 20, "the first 20 records")
+        wait(lambda: first.assigned == [0, 1, 2, 3], "the only member owning every partition")
+        wait(lambda: consumed_count([first]) == 20, "the first 20 records")
         second = Member(client, broker, "py", "events")
         members.append(second)
-        wait_for(lambda: balanced(members, 4, 2), "two members sharing four partitions")
+        wait(lambda: balanced(members, 4, 2), "two members sharing four partitions")
         first.stop()  # a clean close: LeaveGroup, the other takes everything at once
-        wait_for(lambda: second.assigned == [0, 1, 2, 3], "the survivor owning every partition")
+        wait(lambda: second.assigned == [0, 1, 2, 3], "the survivor owning every partition")
         produce(broker, "events", 4, per_partition=5)
-        wait_for(lambda: consumed_count(members) == 40, "all 40 records")
+        wait(lambda: consumed_count(members) == 40, "all 40 records")
         counts = Counter(pair for m in members for pair in m.consumed)
         assert max(counts.values()) == 1 and len(counts) == 40
     finally:
@@ -88,9 +98,10 @@ def test_kafka_python_and_aiokafka_in_one_group_agree_on_roundrobin(broker_facto
     create_topic(broker, "mixed", 4)
     produce(broker, "mixed", 4, per_partition=3)
     members = [Member("kafka-python", broker, "mix", "mixed"), Member("aiokafka", broker, "mix", "mixed")]
+    wait = waiter(broker, members)
     try:
-        wait_for(lambda: balanced(members, 4, 2), "two members sharing four partitions")
-        wait_for(lambda: consumed_count(members) == 12, "the 12 records")
+        wait(lambda: balanced(members, 4, 2), "two members sharing four partitions")
+        wait(lambda: consumed_count(members) == 12, "the 12 records")
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         group = admin.describe_consumer_groups(["mix"])["mix"].result()
         assert len(group.members) == 2
@@ -108,18 +119,19 @@ def test_static_confluent_member_restarts_without_a_rebalance(broker_factory) ->
     first = Member("confluent", broker, "st", "static", instance_id="node-a")
     other = Member("confluent", broker, "st", "static", instance_id="node-b")
     members = [first, other]
+    wait = waiter(broker, members)
     try:
-        wait_for(lambda: balanced(members, 2, 2), "two static members with one partition each")
-        wait_for(lambda: consumed_count(members) == 6, "the six records")
+        wait(lambda: balanced(members, 2, 2), "two static members with one partition each")
+        wait(lambda: consumed_count(members) == 6, "the six records")
         kept = first.assigned
         seen_by_other = list(other.assignments)
         first.kill()  # static members never send LeaveGroup; a restart within the session keeps its place
         restarted = Member("confluent", broker, "st", "static", instance_id="node-a")
         members.append(restarted)
-        wait_for(lambda: restarted.assigned == kept, "the restarted instance holding its old partition")
+        wait(lambda: restarted.assigned == kept, "the restarted instance holding its old partition")
         assert other.assignments == seen_by_other  # the other member never saw a rebalance
         produce(broker, "static", 2, per_partition=3)
-        wait_for(lambda: consumed_count(members) == 12, "all 12 records")
+        wait(lambda: consumed_count(members) == 12, "all 12 records")
         counts = Counter(pair for m in members for pair in m.consumed)
         assert max(counts.values()) == 1
     finally:
@@ -148,14 +160,17 @@ class Member:
         ]
         if instance_id:
             args += ["--instance-id", instance_id]
-        self.process = subprocess.Popen(
-            args,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            env=kcli_env(),
-        )
+        self.client = client
+        self.log_path = broker.log_path.parent / f"member-{next(_member_numbers)}-{client}.log"
+        with open(self.log_path, "wb") as log_file:
+            self.process = subprocess.Popen(
+                args,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log_file,
+                text=True,
+                env=kcli_env(),
+            )
         self.assignments: list[list[int]] = []
         self.consumed: list[tuple[int, int]] = []
         self._events: queue.Queue[dict] = queue.Queue()
@@ -176,6 +191,10 @@ class Member:
                 self.assignments.append(event["assigned"])
             else:
                 self.consumed.append(tuple(event["consumed"]))
+
+    def log(self) -> str:
+        """Everything the member wrote to stderr so far."""
+        return self.log_path.read_text(errors="replace")
 
     @property
     def assigned(self) -> list[int]:
@@ -224,12 +243,49 @@ def balanced(members: list[Member], partitions: int, count: int) -> bool:
     )
 
 
-def wait_for(condition, what: str, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+def waiter(broker: BrokerProcess, members: Sequence[Member]) -> Callable[..., None]:
+    """`wait_for` whose timeout message explains itself with these members' and the broker's logs."""
+
+    def wait(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+        wait_for(condition, what, timeout, explain=lambda: diagnostics(broker, members))
+
+    return wait
+
+
+def wait_for(
+    condition: Callable[[], bool],
+    what: str,
+    timeout: float = 30.0,
+    *,
+    explain: Callable[[], str] = str,
+) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}\n{explain()}", pytrace=False)
         time.sleep(0.05)
+
+
+def diagnostics(broker: BrokerProcess, members: Sequence[Member]) -> str:
+    """What each member reported and logged, then the end of the broker's log."""
+    parts = []
+    for number, member in enumerate(members):
+        member.drain()
+        status = member.process.poll()
+        parts.append(
+            f"--- member {number} ({member.client}, pid {member.process.pid}, "
+            f"{'running' if status is None else f'exited {status}'}): assignments {member.assignments}, "
+            f"{len(member.consumed)} consumed; last {MEMBER_LOG_LINES} lines of stderr:\n"
+            + tail(member.log(), MEMBER_LOG_LINES)
+        )
+    parts.append(
+        f"--- broker (last {BROKER_LOG_LINES} lines of its log):\n" + tail(broker.log(), BROKER_LOG_LINES)
+    )
+    return "\n".join(parts)
+
+
+def tail(text: str, lines: int) -> str:
+    return "\n".join(text.splitlines()[-lines:])
 
 
 def create_topic(broker: BrokerProcess, name: str, partitions: int) -> None:
