@@ -1,0 +1,268 @@
+"""ProduceRequest frames written and ProduceResponse answers read by hand, for a client's hot path.
+
+`kcli replay` sends one record batch per Produce request, thousands a second. Through kio each request
+builds three dataclasses and copies its records into the encoded frame, and each answer decodes three
+levels of dataclasses to learn an error code and an offset. Here what does not change from one request
+to the next is packed once per connection (`ProduceFramer`): a request is a small prefix, the records
+as they are, and a fixed suffix. An answer about one partition is read in one pass
+(`read_produce_answer`); any other answer is left to kio (`answer_from_response`).
+
+Layouts are Kafka's ProduceRequest.json and ProduceResponse.json from v3 (the first version with a
+transactional id, which record batches of magic v2 need) to v13: flexible from v9 (compact strings,
+arrays and bytes, tagged fields, request header v2 and response header v1), topics named by id from
+v13. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import datetime
+import struct
+import uuid
+from typing import Any, NamedTuple
+
+from kio.schema.errors import ErrorCode
+
+PRODUCE = 0
+FIRST_VERSION = 3
+LAST_VERSION = 13
+FIRST_FLEXIBLE_VERSION = 9
+FIRST_TOPIC_ID_VERSION = 13
+
+
+class ProducePartitionAnswer(NamedTuple):
+    """What a broker answered about one partition of a Produce request, with kio's field names."""
+
+    index: int
+    error_code: ErrorCode
+    base_offset: int
+    log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int  # -1 before v5
+    error_message: str | None  # None before v8
+
+
+class ProduceFramer:
+    """Frames of Produce requests to one topic at one version, one partition's records per request.
+
+    The bytes between the correlation id and the partition index (client id, transactional id, acks,
+    timeout, topic) are packed once; a request costs one struct.pack for its prefix.
+    """
+
+    def __init__(
+        self,
+        version: int,
+        *,
+        client_id: str | None,
+        acks: int,
+        timeout_ms: int,
+        topic: str | None = None,
+        topic_id: uuid.UUID | None = None,
+        transactional_id: str | None = None,
+    ) -> None:
+        if not FIRST_VERSION <= version <= LAST_VERSION:
+            raise ValueError(f"Produce v{version} is not framed here (v{FIRST_VERSION}-v{LAST_VERSION} are)")
+        if version >= FIRST_TOPIC_ID_VERSION and topic_id is None:
+            raise ValueError(f"Produce v{version} names its topic by id: give topic_id")
+        if version < FIRST_TOPIC_ID_VERSION and topic is None:
+            raise ValueError(f"Produce v{version} names its topic: give topic")
+        self.version = version
+        self.flexible = flexible = version >= FIRST_FLEXIBLE_VERSION
+        static = bytearray(_nullable_string(client_id, compact=False))  # header v1/v2: never compact
+        if flexible:
+            static += b"\0"  # request header v2: no tagged fields
+        static += _nullable_string(transactional_id, compact=flexible)
+        static += struct.pack(">hi", acks, timeout_ms)
+        static += _array_length(1, flexible)
+        if version >= FIRST_TOPIC_ID_VERSION:
+            assert topic_id is not None
+            static += topic_id.bytes
+        else:
+            assert topic is not None
+            static += _nullable_string(topic, compact=flexible)
+        static += _array_length(1, flexible)
+        # size, api key, api version, correlation id, the static bytes, partition index
+        self._head = struct.Struct(f">ihhi{len(static)}si")
+        self._static = bytes(static)
+        self.suffix = b"\0\0\0" if flexible else b""  # tagged fields of partition, topic and request
+        self._fixed_size = self._head.size - 4 + len(self.suffix)
+
+    def prefix(self, correlation_id: int, partition: int, records_size: int) -> bytes:
+        """The frame up to the records: size, request header, body through the records' length."""
+        if self.flexible:
+            length = _uvarint(records_size + 1)
+        else:
+            length = _INT32.pack(records_size)
+        size = self._fixed_size + len(length) + records_size
+        head = self._head.pack(size, PRODUCE, self.version, correlation_id, self._static, partition)
+        return head + length
+
+    def frame(self, correlation_id: int, partition: int, records: bytes | bytearray | memoryview) -> bytes:
+        """The whole frame in one piece (a copy of the records: prefix() and suffix avoid it)."""
+        return b"".join((self.prefix(correlation_id, partition, len(records)), records, self.suffix))
+
+
+def read_produce_answer(frame: bytes | bytearray | memoryview, version: int) -> ProducePartitionAnswer | None:
+    """The answer in a ProduceResponse frame (correlation id first) about one topic's one partition.
+
+    None when the response is of another shape (several topics or partitions, record errors, an error
+    code this kio does not know) or does not parse: kio then reads it, and says what is wrong.
+    """
+    try:
+        return _read_answer(frame, version, version >= FIRST_FLEXIBLE_VERSION)
+    except (struct.error, IndexError, ValueError):
+        return None
+
+
+def answer_from_response(response: Any) -> ProducePartitionAnswer:
+    """The same answer from a ProduceResponse kio decoded; ValueError unless it is about one partition."""
+    topics = response.responses
+    if len(topics) != 1 or len(topics[0].partition_responses) != 1:
+        counts = [len(t.partition_responses) for t in topics]
+        raise ValueError(f"expected an answer about one partition of one topic, got partitions {counts}")
+    answer = topics[0].partition_responses[0]
+    append_time = getattr(answer, "log_append_time", None)
+    return ProducePartitionAnswer(
+        answer.index,
+        answer.error_code,
+        answer.base_offset,
+        -1 if append_time is None else (append_time - _EPOCH) // _MILLISECOND,
+        getattr(answer, "log_start_offset", -1),
+        getattr(answer, "error_message", None),
+    )
+
+
+# --- reading --------------------------------------------------------------------------------------
+
+
+def _read_answer(
+    frame: bytes | bytearray | memoryview, version: int, flexible: bool
+) -> ProducePartitionAnswer | None:
+    pos = 4  # correlation id
+    if flexible:
+        pos = _skip_tagged_fields(frame, pos)  # response header v1
+    count, pos = _read_array_length(frame, pos, flexible)
+    if count != 1:
+        return None
+    if version >= FIRST_TOPIC_ID_VERSION:
+        pos += 16
+    elif flexible:
+        length, pos = _read_uvarint(frame, pos)
+        pos += length - 1
+    else:
+        pos += 2 + _INT16.unpack_from(frame, pos)[0]
+    count, pos = _read_array_length(frame, pos, flexible)
+    if count != 1:
+        return None
+    index, code, base_offset = _PARTITION.unpack_from(frame, pos)
+    pos += _PARTITION.size
+    log_append_time_ms = log_start_offset = -1
+    error_message = None
+    if version >= 2:
+        (log_append_time_ms,) = _INT64.unpack_from(frame, pos)
+        pos += 8
+    if version >= 5:
+        (log_start_offset,) = _INT64.unpack_from(frame, pos)
+        pos += 8
+    if version >= 8:
+        count, pos = _read_array_length(frame, pos, flexible)
+        if count != 0:
+            return None  # record errors: kio reads them
+        error_message, pos = _read_nullable_string(frame, pos, flexible)
+    if flexible:
+        pos = _skip_tagged_fields(frame, pos)  # partition (current_leader)
+        pos = _skip_tagged_fields(frame, pos)  # topic
+    _INT32.unpack_from(frame, pos)  # throttle_time_ms (v1+): only checked to be there
+    if flexible:
+        _skip_tagged_fields(frame, pos + 4)  # node_endpoints
+    error_code = _ERROR_CODES.get(code)
+    if error_code is None:
+        return None
+    return ProducePartitionAnswer(
+        index, error_code, base_offset, log_append_time_ms, log_start_offset, error_message
+    )
+
+
+def _read_array_length(frame: bytes | bytearray | memoryview, pos: int, flexible: bool) -> tuple[int, int]:
+    if flexible:
+        length, pos = _read_uvarint(frame, pos)
+        return length - 1, pos
+    return _INT32.unpack_from(frame, pos)[0], pos + 4
+
+
+def _read_nullable_string(
+    frame: bytes | bytearray | memoryview, pos: int, flexible: bool
+) -> tuple[str | None, int]:
+    if flexible:
+        length, pos = _read_uvarint(frame, pos)
+        length -= 1
+    else:
+        (length,) = _INT16.unpack_from(frame, pos)
+        pos += 2
+    if length < 0:
+        return None, pos
+    end = pos + length
+    if end > len(frame):
+        raise ValueError("the string runs past the frame")
+    return bytes(frame[pos:end]).decode(), end
+
+
+def _skip_tagged_fields(frame: bytes | bytearray | memoryview, pos: int) -> int:
+    count, pos = _read_uvarint(frame, pos)
+    for _ in range(count):
+        _, pos = _read_uvarint(frame, pos)  # tag
+        size, pos = _read_uvarint(frame, pos)
+        pos += size
+    if pos > len(frame):
+        raise ValueError("a tagged field runs past the frame")
+    return pos
+
+
+def _read_uvarint(frame: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
+    byte = frame[pos]
+    if byte < 0x80:
+        return byte, pos + 1
+    value = byte & 0x7F
+    shift = 7
+    while True:
+        pos += 1
+        byte = frame[pos]
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos + 1
+        shift += 7
+        if shift > 28:
+            raise ValueError("a varint is longer than five bytes")
+
+
+# --- writing --------------------------------------------------------------------------------------
+
+
+def _nullable_string(value: str | None, *, compact: bool) -> bytes:
+    if value is None:
+        return b"\0" if compact else b"\xff\xff"
+    data = value.encode()
+    return (_uvarint(len(data) + 1) if compact else _INT16.pack(len(data))) + data
+
+
+def _array_length(count: int, flexible: bool) -> bytes:
+    return _uvarint(count + 1) if flexible else _INT32.pack(count)
+
+
+def _uvarint(value: int) -> bytes:
+    if value < 0x80:
+        return _ONE_BYTE[value]
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
+_PARTITION = struct.Struct(">ihq")  # index, error code, base offset
+_ONE_BYTE = [bytes((b,)) for b in range(0x80)]
+_ERROR_CODES = {int(code): code for code in ErrorCode}
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_MILLISECOND = datetime.timedelta(milliseconds=1)
