@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import struct
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -27,9 +28,18 @@ from kcli.broker.apis import api_name, kio_versions, request_type, response_type
 from kcli.broker.apis.codec import entity_write
 from kcli.broker.apis.guard import check_sizes, skip_tagged_fields, without_unknown_tags
 from kcli.errors import KcliError
+from kcli.produce_codec import (
+    FIRST_TOPIC_ID_VERSION,
+    PRODUCE,
+    ProduceFramer,
+    ProducePartitionAnswer,
+    answer_from_response,
+    read_produce_answer,
+)
 
 API_VERSIONS = 18
 DEFAULT_REQUEST_TIMEOUT = 30.0
+HELD_BYTES = 1 << 20  # requests held for one send() at the most, in bytes
 
 
 class ClientError(KcliError):
@@ -37,12 +47,17 @@ class ClientError(KcliError):
 
 
 class KafkaClient:
-    """One connection to one broker, with ApiVersions negotiation and pipelined requests."""
+    """One connection to one broker, with ApiVersions negotiation and pipelined requests.
+
+    The connection is an asyncio Protocol rather than a stream pair: responses are cut from what each
+    recv() brought and handed to their futures directly, with no reader task to wake per response. Requests
+    written in one event-loop turn leave in one send() (see _write), as the broker sends its responses.
+    """
 
     def __init__(
         self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        transport: asyncio.Transport,
+        protocol: _Connection,
         *,
         address: str,
         client_id: str = "kcli",
@@ -52,12 +67,17 @@ class KafkaClient:
         self.client_id = client_id
         self.request_timeout = request_timeout
         self.broker_versions: dict[int, tuple[int, int]] = {}
-        self._reader = reader
-        self._writer = writer
+        self._transport = transport
+        self._protocol = protocol
+        self._loop = asyncio.get_running_loop()
         self._correlation_ids = itertools.count(1)
-        self._pending: dict[int, tuple[type, asyncio.Future[Any]]] = {}
+        # correlation id -> (decode, its first argument, future); decode(argument, frame) gives the result
+        self._pending: dict[int, tuple[Callable[[Any, bytes], Any], Any, asyncio.Future[Any]]] = {}
         self._closed_error: ClientError | None = None
-        self._read_task = asyncio.create_task(self._read_responses())
+        self._held: list[bytes | bytearray | memoryview] = []  # written this loop turn, sent at its end
+        self._held_bytes = 0
+        self._flush_scheduled = False
+        protocol.attach(self)
 
     @classmethod
     async def connect(
@@ -71,9 +91,10 @@ class KafkaClient:
     ) -> KafkaClient:
         """Connect to "host:port" and, unless told not to, learn the broker's API versions."""
         host, port = split_address(bootstrap)
+        loop = asyncio.get_running_loop()
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, limit=1 << 20), connect_timeout
+            transport, protocol = await asyncio.wait_for(
+                loop.create_connection(_Connection, host, port), connect_timeout
             )
         except TimeoutError:
             raise ClientError(
@@ -82,7 +103,9 @@ class KafkaClient:
         except OSError as exc:
             reason = (exc.strerror or str(exc)).lower()
             raise ClientError(f"cannot connect to {bootstrap}: {reason}.") from None
-        client = cls(reader, writer, address=bootstrap, client_id=client_id, request_timeout=request_timeout)
+        client = cls(
+            transport, protocol, address=bootstrap, client_id=client_id, request_timeout=request_timeout
+        )
         if negotiate:
             try:
                 await client.negotiate_versions()
@@ -138,30 +161,67 @@ class KafkaClient:
         """Write a request now and return the future of its response (for pipelining)."""
         self._check_open()
         correlation_id = next(self._correlation_ids)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending[correlation_id] = (response_type(request.__api_key__, request.__version__), future)
-        self._writer.write(self._encode(request, correlation_id))
+        future: asyncio.Future[Any] = self._loop.create_future()
+        response_cls = response_type(request.__api_key__, request.__version__)
+        self._pending[correlation_id] = (_decode_response, response_cls, future)
+        self._write(self._encode(request, correlation_id))
         return future
 
     async def send_without_response(self, request: Any) -> None:
         """For requests the broker does not answer (Produce with acks=0)."""
         self._check_open()
-        self._writer.write(self._encode(request, next(self._correlation_ids)))
-        await self._writer.drain()
+        self._write(self._encode(request, next(self._correlation_ids)))
+        self._flush()
+        await self._protocol.drain()
+
+    def produce_framer(
+        self,
+        topic: str,
+        *,
+        acks: int,
+        timeout_ms: int,
+        topic_id: Any = None,
+        transactional_id: str | None = None,
+        highest: int | None = None,
+    ) -> ProduceFramer:
+        """Produce requests to `topic` at the negotiated version (below v13 unless the topic id is given)."""
+        if topic_id is None:
+            cap = FIRST_TOPIC_ID_VERSION - 1
+            highest = cap if highest is None else min(highest, cap)
+        return ProduceFramer(
+            self.version(PRODUCE, highest),
+            client_id=self.client_id,
+            acks=acks,
+            timeout_ms=timeout_ms,
+            topic=topic,
+            topic_id=topic_id,
+            transactional_id=transactional_id,
+        )
+
+    def produce_nowait(
+        self, framer: ProduceFramer, partition: int, records: bytes | bytearray | memoryview
+    ) -> asyncio.Future[ProducePartitionAnswer]:
+        """Produce `records` (whole batches, not copied) to one partition; the future gets the answer.
+
+        The answer is read by hand when it is the usual one-partition answer without record errors, by
+        kio otherwise. Not for acks=0, which the broker does not answer.
+        """
+        self._check_open()
+        correlation_id = next(self._correlation_ids)
+        future: asyncio.Future[ProducePartitionAnswer] = self._loop.create_future()
+        self._pending[correlation_id] = (_produce_answer, framer, future)
+        self._write(framer.prefix(correlation_id, partition, len(records)))
+        self._write(records)
+        if framer.suffix:
+            self._write(framer.suffix)
+        return future
 
     async def close(self) -> None:
         if self._closed_error is None:
             self._closed_error = ClientError(f"the connection to {self.address} is closed.")
-        self._writer.close()
-        self._read_task.cancel()
-        try:
-            await self._read_task
-        except (asyncio.CancelledError, Exception):
-            pass
-        try:
-            await self._writer.wait_closed()
-        except OSError:
-            pass
+        self._flush()
+        self._transport.close()
+        await self._protocol.wait_closed()
         self._fail_pending(self._closed_error)
 
     async def __aenter__(self) -> KafkaClient:
@@ -189,38 +249,137 @@ class KafkaClient:
         _INT32.pack_into(out, 0, len(out) - 4)
         return out
 
-    async def _read_responses(self) -> None:
-        try:
-            while True:
-                (size,) = _INT32.unpack(await self._reader.readexactly(4))
-                frame = await self._reader.readexactly(size)
-                (correlation_id,) = _INT32.unpack_from(frame)
-                entry = self._pending.pop(correlation_id, None)
-                if entry is None:
-                    continue  # the caller timed out and went away
-                response_cls, future = entry
-                if future.done():
-                    continue
-                try:
-                    future.set_result(_decode_response(response_cls, frame))
-                except Exception as exc:
-                    future.set_exception(ClientError(f"cannot decode a response from {self.address}: {exc}."))
-        except asyncio.CancelledError:
-            raise
-        except (asyncio.IncompleteReadError, OSError) as exc:
-            reason = "closed by the broker" if isinstance(exc, asyncio.IncompleteReadError) else str(exc)
+    def _write(self, data: bytes | bytearray | memoryview) -> None:
+        """Hold `data` until this loop turn ends, so pipelined requests leave in one send()."""
+        self._held.append(data)
+        self._held_bytes += len(data)
+        if self._held_bytes >= HELD_BYTES:
+            self._flush()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        held = self._held
+        if not held:
+            return
+        data = held[0] if len(held) == 1 else b"".join(held)
+        held.clear()
+        self._held_bytes = 0
+        if self._closed_error is None:
+            self._transport.write(data)
+
+    def _received(self, data: bytes) -> None:
+        """Whole response frames from what arrived; a partial one waits in the protocol's buffer."""
+        pending = self._pending
+        for frame in self._protocol.frames(data):
+            (correlation_id,) = _INT32.unpack_from(frame)
+            entry = pending.pop(correlation_id, None)
+            if entry is None:
+                continue  # the caller timed out and went away
+            decode, argument, future = entry
+            if future.done():
+                continue
+            try:
+                future.set_result(decode(argument, frame))
+            except Exception as exc:
+                future.set_exception(ClientError(f"cannot decode a response from {self.address}: {exc}."))
+
+    def _lost(self, exc: Exception | None) -> None:
+        if self._closed_error is None:
+            reason = "closed by the broker" if exc is None else str(exc)
             self._closed_error = ClientError(f"the connection to {self.address} was {reason}.")
-            self._fail_pending(self._closed_error)
+        self._fail_pending(self._closed_error)
 
     def _fail_pending(self, error: ClientError) -> None:
         pending, self._pending = self._pending, {}
-        for _, future in pending.values():
+        for _, _, future in pending.values():
             if not future.done():
                 future.set_exception(error)
 
     def _check_open(self) -> None:
         if self._closed_error is not None:
             raise self._closed_error
+
+
+class _Connection(asyncio.Protocol):
+    """The socket side of a KafkaClient: cuts size-prefixed frames, pauses writers, reports the end."""
+
+    def __init__(self) -> None:
+        self._client: KafkaClient | None = None
+        self._buffer = bytearray()  # the start of a frame not wholly received yet
+        self._wanted = 0  # its size, with the size field, once known
+        self._paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self._closed = asyncio.get_running_loop().create_future()
+
+    def attach(self, client: KafkaClient) -> None:
+        self._client = client
+
+    def frames(self, data: bytes) -> list[bytes]:
+        """The whole frames (without their size) that `data` completes, in order."""
+        buffer = self._buffer
+        if buffer:
+            buffer += data
+            if len(buffer) < self._wanted:
+                return []  # a large frame arriving piece by piece: no copy until it is whole
+            data = bytes(buffer)
+            buffer.clear()
+        frames = []
+        position, end = 0, len(data)
+        while end - position >= 4:
+            (size,) = _INT32.unpack_from(data, position)
+            if size < 0:
+                raise ClientError(f"the broker sent a frame of size {size}.")
+            if end - position - 4 < size:
+                break
+            frames.append(data[position + 4 : position + 4 + size])
+            position += 4 + size
+        if position < end:
+            buffer += memoryview(data)[position:]
+            self._wanted = 4 + size if end - position >= 4 else 4
+        return frames
+
+    def data_received(self, data: bytes) -> None:
+        assert self._client is not None
+        try:
+            self._client._received(data)
+        except ClientError as exc:
+            self._client._closed_error = exc
+            self._client._transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._client is not None:
+            self._client._lost(exc)
+        if not self._closed.done():
+            self._closed.set_result(None)
+        self._wake_drain_waiters()
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._wake_drain_waiters()
+
+    async def drain(self) -> None:
+        """Wait until the transport's write buffer is below its high-water mark."""
+        if self._paused and not self._closed.done():
+            waiter = asyncio.get_running_loop().create_future()
+            self._drain_waiters.append(waiter)
+            await waiter
+        if self._client is not None:
+            self._client._check_open()
+
+    async def wait_closed(self) -> None:
+        await self._closed
+
+    def _wake_drain_waiters(self) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -240,6 +399,14 @@ def _api_versions_request(version: int) -> Any:
     if version >= 3:
         return cls(client_software_name="kcli", client_software_version=__version__)
     return cls()
+
+
+def _produce_answer(framer: ProduceFramer, frame: bytes) -> ProducePartitionAnswer:
+    """By hand for the usual answer; kio reads any other (several partitions, record errors)."""
+    answer = read_produce_answer(frame, framer.version)
+    if answer is None:
+        answer = answer_from_response(_decode_response(response_type(PRODUCE, framer.version), frame))
+    return answer
 
 
 def _decode_response(response_cls: type, frame: bytes) -> Any:

@@ -58,9 +58,9 @@ from kcli.broker.apis import build
 from kcli.client import ClientError, KafkaClient
 from kcli.cluster import Cluster
 from kcli.errors import KcliError
+from kcli.produce_codec import ProduceFramer
 from ops.logdir import SegmentReader
 
-PRODUCE = 0
 INIT_PRODUCER_ID = 22
 PRODUCE_VERSION_MAX = 12  # v13 names topics by id only; v12 is served by every Kafka since 3.7
 LATEST = -1
@@ -1095,8 +1095,8 @@ class _Sender:
         self.started = time.monotonic()
         self.tasks: set[asyncio.Task[None]] = set()
         self.max_in_flight = options.max_in_flight
-        self.produce_types: dict[KafkaClient, type] = {}  # the Produce version each connection speaks
-        self.timeout = datetime.timedelta(seconds=options.request_timeout)
+        self.framers: dict[KafkaClient, ProduceFramer] = {}  # Produce requests at each connection's version
+        self.timeout_ms = round(options.request_timeout * 1000)
 
     async def start(self) -> None:
         wanted = self.options.idempotence
@@ -1138,8 +1138,21 @@ class _Sender:
             await asyncio.sleep(RETRY_BACKOFF_S * (attempt + 1))
 
     async def submit(self, out: _OutBatch) -> None:
-        """Send `out` once its partition has room; raises what stopped the replay."""
+        """Send `out` once its partition has room; raises what stopped the replay.
+
+        The batch takes its sequence number here, since submit() is called in generation order; while it
+        waits for room, a failed batch of its partition may be sent again first, but never one after it.
+        """
         state = self.parts[out.partition]
+        if self.idempotent:
+            out.encode(self.producer_id, self.producer_epoch, state.next_sequence)
+            state.next_sequence = (state.next_sequence + out.count) % (1 << 31)
+        else:
+            out.encode(-1, -1, -1)
+        out.raw = None if out.raw is None else b""  # the payload holds the bytes now
+        size = len(out.payload)
+        if self.options.rate:
+            await self._pace(size)
         while True:
             if self.failure is not None:
                 raise self.failure
@@ -1151,16 +1164,15 @@ class _Sender:
                 break
             self.changed.clear()
             await self.changed.wait()
-        if self.idempotent:
-            out.encode(self.producer_id, self.producer_epoch, state.next_sequence)
-            state.next_sequence = (state.next_sequence + out.count) % (1 << 31)
-        else:
-            out.encode(-1, -1, -1)
-        out.raw = None if out.raw is None else b""  # the payload holds the bytes now
-        await self._pace(len(out.payload))
         state.in_flight += 1
-        self.bytes_in_flight += len(out.payload)
-        client = await self._leader(out.partition)
+        self.bytes_in_flight += size
+        client = self.clients.get(self.leaders.get(out.partition, -1))
+        if client is None:
+            try:
+                client = await self._leader(out.partition)
+            except ClientError as e:  # the leader is away: retried like a request that failed
+                self._failed(out, None, e)
+                return
         self._send(client, out)
 
     async def drain(self) -> None:
@@ -1176,9 +1188,10 @@ class _Sender:
     async def close(self) -> None:
         for task in list(self.tasks):
             task.cancel()
-        for client in self.clients.values():
-            await client.close()
+        clients = list(self.clients.values())  # a failed request's callback may drop its client meanwhile
         self.clients.clear()
+        for client in clients:
+            await client.close()
         for cluster in self.replaced[1:]:  # the first is the caller's
             await cluster.close()
         if self.replaced:
@@ -1186,8 +1199,7 @@ class _Sender:
 
     async def _pace(self, size: int) -> None:
         rate = self.options.rate
-        if not rate:
-            return
+        assert rate
         self.sent_bytes += size
         ahead = self.sent_bytes / rate - (time.monotonic() - self.started)
         if ahead > 0:
@@ -1227,18 +1239,17 @@ class _Sender:
         for p in self.parts:
             self.leaders[p] = metadata.leaders.get((self.topic, p), -1)
 
-    def _request(self, out: _OutBatch, client: KafkaClient) -> Any:
-        cls = self.produce_types.get(client)
-        if cls is None:
-            cls = self.produce_types[client] = client.request_type(PRODUCE, PRODUCE_VERSION_MAX)
-        module = sys.modules[cls.__module__]
-        data = module.PartitionProduceData(index=out.partition, records=out.payload)
-        topic = module.TopicProduceData(name=self.topic, partition_data=(data,))
-        return cls(transactional_id=None, acks=self.options.acks, timeout=self.timeout, topic_data=(topic,))
-
     def _send(self, client: KafkaClient, out: _OutBatch) -> None:
+        framer = self.framers.get(client)
         try:
-            future = client.send_nowait(self._request(out, client))
+            if framer is None:
+                framer = self.framers[client] = client.produce_framer(
+                    self.topic,
+                    acks=self.options.acks,
+                    timeout_ms=self.timeout_ms,
+                    highest=PRODUCE_VERSION_MAX,
+                )
+            future = client.produce_nowait(framer, out.partition, out.payload)
         except ClientError as e:
             self._failed(out, client, e)
             return
@@ -1251,7 +1262,7 @@ class _Sender:
         if error is not None:
             self._failed(out, client, error)
             return
-        answer = future.result().responses[0].partition_responses[0]
+        answer = future.result()
         code = answer.error_code
         state = self.parts[out.partition]
         if code in (ErrorCode.none, ErrorCode.duplicate_sequence_number):
@@ -1266,7 +1277,11 @@ class _Sender:
             self._fail(self._refusal(out, code, answer))
 
     def _failed(
-        self, out: _OutBatch, client: KafkaClient, error: BaseException | None, code: ErrorCode | None = None
+        self,
+        out: _OutBatch,
+        client: KafkaClient | None,
+        error: BaseException | None,
+        code: ErrorCode | None = None,
     ) -> None:
         """A batch to send again once its partition's in-flight batches are back."""
         state = self.parts[out.partition]
@@ -1275,7 +1290,7 @@ class _Sender:
             why = str(error) if error is not None else (code.name.upper() if code is not None else "an error")
             self._fail(ReplayError(f"gave up on {self.topic}-{out.partition} after {RETRIES} retries: {why}"))
             return
-        if error is not None:
+        if error is not None and client is not None:
             self._drop_client(client)
         state.in_flight -= 1
         self.bytes_in_flight -= len(out.payload)
@@ -1334,7 +1349,7 @@ class _Sender:
         self.changed.set()
 
     def _drop_client(self, client: KafkaClient) -> None:
-        self.produce_types.pop(client, None)
+        self.framers.pop(client, None)
         for node, known in list(self.clients.items()):
             if known is client:
                 del self.clients[node]
