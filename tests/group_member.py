@@ -1,9 +1,10 @@
 """One consumer-group member in its own process, for tests that must kill a member outright.
 
-    python tests/group_member.py CLIENT BOOTSTRAP GROUP TOPIC [--session-ms N] [--heartbeat-ms N] [--instance-id ID]
+    python tests/group_member.py CLIENT BOOTSTRAP GROUP TOPIC [--session-ms N] [--heartbeat-ms N]
+        [--poll-ms N] [--instance-id ID]
 
 CLIENT is confluent, kafka-python or aiokafka. The member subscribes to TOPIC, commits synchronously
-after every record, and reports on stdout as JSON lines: {"assigned": [partitions]} when its
+after every record, polls with a timer of --poll-ms (100), and reports on stdout as JSON lines: {"assigned": [partitions]} when its
 assignment changes and {"consumed": [partition, offset]} once a record's commit succeeded. A line
 "stop" on stdin closes the consumer cleanly (a LeaveGroup for dynamic members); SIGKILL does not.
 
@@ -31,6 +32,7 @@ def main() -> None:
     parser.add_argument("topic")
     parser.add_argument("--session-ms", type=int, default=6000)
     parser.add_argument("--heartbeat-ms", type=int, default=500)
+    parser.add_argument("--poll-ms", type=int, default=100)
     parser.add_argument("--instance-id")
     args = parser.parse_args()
     _configure_logging()
@@ -53,9 +55,17 @@ def _configure_logging() -> None:
     )
     for name in COORDINATOR_LOGGERS:
         logging.getLogger(name).setLevel(logging.DEBUG)
-    # kafka-python asks "need rejoin?" on every poll; only the answers that start a rejoin say anything.
-    logging.getLogger("kafka.coordinator.consumer").addFilter(
-        lambda record: not record.getMessage().startswith("need_rejoin: False")
+    # kafka-python logs its "need rejoin?" answer and a coordinator-lookup timeout on every poll: keep
+    # only the answers that start a rejoin (a metadata or subscription change) and the join timeouts.
+    logging.getLogger("kafka.coordinator.consumer").addFilter(_not_every_poll)
+
+
+def _not_every_poll(record: logging.LogRecord) -> bool:
+    message = record.getMessage()
+    return not (
+        "(from base.rejoin_needed;" in message
+        or message.startswith("need_rejoin: False")
+        or message.startswith("coordinator.poll: timeout in ensure_coordinator_ready")
     )
 
 
@@ -99,7 +109,7 @@ def _confluent(args: argparse.Namespace, stop: threading.Event) -> None:
     consumer.subscribe([args.topic])
     assignment = _Assignment()
     while not stop.is_set():
-        message = consumer.poll(0.1)
+        message = consumer.poll(args.poll_ms / 1000)
         assignment.update([tp.partition for tp in consumer.assignment()])
         if message is None or message.error():
             continue
@@ -122,9 +132,17 @@ def _kafka_python(args: argparse.Namespace, stop: threading.Event) -> None:
         heartbeat_interval_ms=args.heartbeat_ms,
         group_instance_id=args.instance_id,
     )
+    # Learn the topic's partitions before the first JoinGroup. kafka-python 3.0 fetches a subscribed
+    # topic's metadata lazily (at least retry_backoff_ms after bootstrap), so with no initial rebalance
+    # delay its leader's first assignment would be empty, and the metadata that arrives next makes it
+    # rejoin through need_rejoin()'s snapshot check alone. That rejoin is lost if the poll timer runs out
+    # before SyncGroup answers: need_rejoin() is False once the leader's new assignment snapshot matches,
+    # so no later poll collects the finished join; the member keeps its heartbeat off and never gets
+    # its partitions (dpkp/kafka-python join_group_async; Java's consumer also waits on a pending join).
+    consumer.partitions_for_topic(args.topic)
     assignment = _Assignment()
     while not stop.is_set():
-        batches = consumer.poll(timeout_ms=100)
+        batches = consumer.poll(timeout_ms=args.poll_ms)
         assignment.update([tp.partition for tp in consumer.assignment()])
         for tp, records in batches.items():
             for record in records:
@@ -151,7 +169,7 @@ async def _aiokafka(args: argparse.Namespace, stop: threading.Event) -> None:
     assignment = _Assignment()
     try:
         while not stop.is_set():
-            batches = await consumer.getmany(timeout_ms=100)
+            batches = await consumer.getmany(timeout_ms=args.poll_ms)
             assignment.update([tp.partition for tp in consumer.assignment()])
             for tp, records in batches.items():
                 for record in records:
