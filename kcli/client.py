@@ -34,12 +34,13 @@ from kcli.produce_codec import (
     ProduceFramer,
     ProducePartitionAnswer,
     answer_from_response,
-    read_produce_answer,
 )
 
 API_VERSIONS = 18
 DEFAULT_REQUEST_TIMEOUT = 30.0
-HELD_BYTES = 1 << 20  # requests held for one send() at the most, in bytes
+
+OnAnswer = Callable[[Any, "ClientError | None"], object]
+_FUTURE = asyncio.Future  # the type loop.create_future() returns (the C one)
 
 
 class ClientError(KcliError):
@@ -50,8 +51,10 @@ class KafkaClient:
     """One connection to one broker, with ApiVersions negotiation and pipelined requests.
 
     The connection is an asyncio Protocol rather than a stream pair: responses are cut from what each
-    recv() brought and handed to their futures directly, with no reader task to wake per response. Requests
-    written in one event-loop turn leave in one send() (see _write), as the broker sends its responses.
+    recv() brought and handed to their futures (or callbacks) directly, with no reader task to wake per
+    response. Each request is written at once, not held to leave with the next ones: with only a few
+    requests in flight (five for an idempotent producer), a broker that gets them in bursts idles while
+    the client prepares the next burst (kcli replay: 25% less throughput, for 15% less client CPU).
     """
 
     def __init__(
@@ -71,12 +74,10 @@ class KafkaClient:
         self._protocol = protocol
         self._loop = asyncio.get_running_loop()
         self._correlation_ids = itertools.count(1)
-        # correlation id -> (decode, its first argument, future); decode(argument, frame) gives the result
-        self._pending: dict[int, tuple[Callable[[Any, bytes], Any], Any, asyncio.Future[Any]]] = {}
+        # correlation id -> (decode, its first argument, where the result goes); decode(argument, frame)
+        # gives the result, which goes to a future, or to a callback as (result, None) / (None, error)
+        self._pending: dict[int, tuple[Callable[[Any, bytes], Any], Any, asyncio.Future[Any] | OnAnswer]] = {}
         self._closed_error: ClientError | None = None
-        self._held: list[bytes | bytearray | memoryview] = []  # written this loop turn, sent at its end
-        self._held_bytes = 0
-        self._flush_scheduled = False
         protocol.attach(self)
 
     @classmethod
@@ -164,14 +165,13 @@ class KafkaClient:
         future: asyncio.Future[Any] = self._loop.create_future()
         response_cls = response_type(request.__api_key__, request.__version__)
         self._pending[correlation_id] = (_decode_response, response_cls, future)
-        self._write(self._encode(request, correlation_id))
+        self._transport.write(self._encode(request, correlation_id))
         return future
 
     async def send_without_response(self, request: Any) -> None:
         """For requests the broker does not answer (Produce with acks=0)."""
         self._check_open()
-        self._write(self._encode(request, next(self._correlation_ids)))
-        self._flush()
+        self._transport.write(self._encode(request, next(self._correlation_ids)))
         await self._protocol.drain()
 
     def produce_framer(
@@ -198,28 +198,30 @@ class KafkaClient:
             transactional_id=transactional_id,
         )
 
-    def produce_nowait(
-        self, framer: ProduceFramer, partition: int, records: bytes | bytearray | memoryview
-    ) -> asyncio.Future[ProducePartitionAnswer]:
-        """Produce `records` (whole batches, not copied) to one partition; the future gets the answer.
+    def produce(
+        self,
+        framer: ProduceFramer,
+        partition: int,
+        records: bytes | bytearray | memoryview,
+        on_answer: Callable[[ProducePartitionAnswer | None, ClientError | None], object],
+    ) -> None:
+        """Produce `records` (whole batches, not copied) to one partition; `on_answer` gets the answer.
 
-        The answer is read by hand when it is the usual one-partition answer without record errors, by
-        kio otherwise. Not for acks=0, which the broker does not answer.
+        For pipelines that keep many requests going: no future per request, `on_answer(answer, None)`
+        or `on_answer(None, error)` is called from the event loop as the response is read (or the
+        connection fails), so it must be quick and not raise. The usual one-partition answer is read
+        by hand, any other by kio. Not for acks=0, which the broker does not answer.
         """
-        self._check_open()
+        if self._closed_error is not None:
+            raise self._closed_error
         correlation_id = next(self._correlation_ids)
-        future: asyncio.Future[ProducePartitionAnswer] = self._loop.create_future()
-        self._pending[correlation_id] = (_produce_answer, framer, future)
-        self._write(framer.prefix(correlation_id, partition, len(records)))
-        self._write(records)
-        if framer.suffix:
-            self._write(framer.suffix)
-        return future
+        self._pending[correlation_id] = (_produce_answer, framer, on_answer)
+        prefix = framer.prefix(correlation_id, partition, len(records))
+        self._transport.write(b"".join((prefix, records, framer.suffix)))
 
     async def close(self) -> None:
         if self._closed_error is None:
             self._closed_error = ClientError(f"the connection to {self.address} is closed.")
-        self._flush()
         self._transport.close()
         await self._protocol.wait_closed()
         self._fail_pending(self._closed_error)
@@ -249,27 +251,6 @@ class KafkaClient:
         _INT32.pack_into(out, 0, len(out) - 4)
         return out
 
-    def _write(self, data: bytes | bytearray | memoryview) -> None:
-        """Hold `data` until this loop turn ends, so pipelined requests leave in one send()."""
-        self._held.append(data)
-        self._held_bytes += len(data)
-        if self._held_bytes >= HELD_BYTES:
-            self._flush()
-        elif not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        held = self._held
-        if not held:
-            return
-        data = held[0] if len(held) == 1 else b"".join(held)
-        held.clear()
-        self._held_bytes = 0
-        if self._closed_error is None:
-            self._transport.write(data)
-
     def _received(self, data: bytes) -> None:
         """Whole response frames from what arrived; a partial one waits in the protocol's buffer."""
         pending = self._pending
@@ -278,13 +259,24 @@ class KafkaClient:
             entry = pending.pop(correlation_id, None)
             if entry is None:
                 continue  # the caller timed out and went away
-            decode, argument, future = entry
-            if future.done():
+            decode, argument, target = entry
+            if type(target) is _FUTURE:
+                if target.done():  # type: ignore[union-attr]
+                    continue
+                try:
+                    target.set_result(decode(argument, frame))  # type: ignore[union-attr]
+                except Exception as exc:
+                    target.set_exception(self._undecodable(exc))  # type: ignore[union-attr]
                 continue
             try:
-                future.set_result(decode(argument, frame))
+                result = decode(argument, frame)
             except Exception as exc:
-                future.set_exception(ClientError(f"cannot decode a response from {self.address}: {exc}."))
+                target(None, self._undecodable(exc))  # type: ignore[operator]
+            else:
+                target(result, None)  # type: ignore[operator]
+
+    def _undecodable(self, exc: Exception) -> ClientError:
+        return ClientError(f"cannot decode a response from {self.address}: {exc}.")
 
     def _lost(self, exc: Exception | None) -> None:
         if self._closed_error is None:
@@ -294,9 +286,11 @@ class KafkaClient:
 
     def _fail_pending(self, error: ClientError) -> None:
         pending, self._pending = self._pending, {}
-        for _, _, future in pending.values():
-            if not future.done():
-                future.set_exception(error)
+        for _, _, target in pending.values():
+            if type(target) is not _FUTURE:
+                target(None, error)  # type: ignore[operator]
+            elif not target.done():  # type: ignore[union-attr]
+                target.set_exception(error)  # type: ignore[union-attr]
 
     def _check_open(self) -> None:
         if self._closed_error is not None:
@@ -403,7 +397,7 @@ def _api_versions_request(version: int) -> Any:
 
 def _produce_answer(framer: ProduceFramer, frame: bytes) -> ProducePartitionAnswer:
     """By hand for the usual answer; kio reads any other (several partitions, record errors)."""
-    answer = read_produce_answer(frame, framer.version)
+    answer = framer.read_answer(frame)
     if answer is None:
         answer = answer_from_response(_decode_response(response_type(PRODUCE, framer.version), frame))
     return answer

@@ -79,25 +79,115 @@ class ProduceFramer:
             assert topic is not None
             static += _nullable_string(topic, compact=flexible)
         static += _array_length(1, flexible)
-        # size, api key, api version, correlation id, the static bytes, partition index
-        self._head = struct.Struct(f">ihhi{len(static)}si")
+        # size, api key, api version, correlation id, the static bytes, partition index, then the
+        # records' length: an int32, or a varint of one to three bytes (records below 2 MiB)
+        head = f">ihhi{len(static)}si"
+        self._head = struct.Struct(head)
+        self._heads = (
+            [struct.Struct(head + "i")]
+            if not flexible
+            else [struct.Struct(head + "B" * n) for n in (1, 2, 3)]
+        )
         self._static = bytes(static)
         self.suffix = b"\0\0\0" if flexible else b""  # tagged fields of partition, topic and request
         self._fixed_size = self._head.size - 4 + len(self.suffix)
+        self._expect_answer(topic, topic_id)
 
     def prefix(self, correlation_id: int, partition: int, records_size: int) -> bytes:
         """The frame up to the records: size, request header, body through the records' length."""
-        if self.flexible:
-            length = _uvarint(records_size + 1)
-        else:
-            length = _INT32.pack(records_size)
-        size = self._fixed_size + len(length) + records_size
-        head = self._head.pack(size, PRODUCE, self.version, correlation_id, self._static, partition)
-        return head + length
+        size = self._fixed_size + records_size
+        if not self.flexible:
+            return self._heads[0].pack(
+                size + 4, PRODUCE, self.version, correlation_id, self._static, partition, records_size
+            )
+        n = records_size + 1
+        if n < 0x80:
+            return self._heads[0].pack(
+                size + 1, PRODUCE, self.version, correlation_id, self._static, partition, n
+            )
+        if n < 0x4000:
+            return self._heads[1].pack(
+                size + 2,
+                PRODUCE,
+                self.version,
+                correlation_id,
+                self._static,
+                partition,
+                n & 0x7F | 0x80,
+                n >> 7,
+            )
+        if n < 0x200000:
+            return self._heads[2].pack(
+                size + 3,
+                PRODUCE,
+                self.version,
+                correlation_id,
+                self._static,
+                partition,
+                n & 0x7F | 0x80,
+                n >> 7 & 0x7F | 0x80,
+                n >> 14,
+            )
+        length = _uvarint(n)
+        return (
+            self._head.pack(
+                size + len(length), PRODUCE, self.version, correlation_id, self._static, partition
+            )
+            + length
+        )
 
     def frame(self, correlation_id: int, partition: int, records: bytes | bytearray | memoryview) -> bytes:
         """The whole frame in one piece (a copy of the records: prefix() and suffix avoid it)."""
         return b"".join((self.prefix(correlation_id, partition, len(records)), records, self.suffix))
+
+    def read_answer(self, frame: bytes) -> ProducePartitionAnswer | None:
+        """The answer in a ProduceResponse frame to one of these requests (None: leave it to kio).
+
+        The usual answer (this topic, one partition, no record errors, no error message, no tagged
+        fields) is recognised by its fixed bytes and read with one struct; any other goes through
+        read_produce_answer.
+        """
+        if (
+            len(frame) == self._answer_size
+            and frame.startswith(self._answer_head, 4)
+            and frame.startswith(self._answer_tail, self._answer_tail_at)
+            and (not self.flexible or frame[-1] == 0)
+        ):
+            if self.version >= 5:
+                index, code, base_offset, append_time, start_offset = _PARTITION_V5.unpack_from(
+                    frame, self._answer_at
+                )
+            else:
+                index, code, base_offset, append_time = _PARTITION_V2.unpack_from(frame, self._answer_at)
+                start_offset = -1
+            error_code = _ERROR_CODES.get(code)
+            if error_code is not None:
+                return ProducePartitionAnswer(index, error_code, base_offset, append_time, start_offset, None)
+        return read_produce_answer(frame, self.version)
+
+    def _expect_answer(self, topic: str | None, topic_id: uuid.UUID | None) -> None:
+        """The fixed bytes of the usual answer, before the partition's fields and after them."""
+        flexible, version = self.flexible, self.version
+        head = bytearray(b"\0" if flexible else b"")  # response header v1: no tagged fields
+        head += _array_length(1, flexible)
+        if version >= FIRST_TOPIC_ID_VERSION:
+            assert topic_id is not None
+            head += topic_id.bytes
+        else:
+            head += _nullable_string(topic, compact=flexible)
+        head += _array_length(1, flexible)
+        tail = bytearray()
+        if version >= 8:
+            tail += _array_length(0, flexible)  # record_errors
+            tail += _nullable_string(None, compact=flexible)  # error_message
+        if flexible:
+            tail += b"\0\0"  # tagged fields of partition and topic
+        self._answer_head = bytes(head)
+        self._answer_at = 4 + len(head)
+        self._answer_tail = bytes(tail)
+        self._answer_tail_at = self._answer_at + (_PARTITION_V5 if version >= 5 else _PARTITION_V2).size
+        # then throttle_time_ms, and the response's tagged fields when flexible
+        self._answer_size = self._answer_tail_at + len(tail) + 4 + flexible
 
 
 def read_produce_answer(frame: bytes | bytearray | memoryview, version: int) -> ProducePartitionAnswer | None:
@@ -262,6 +352,8 @@ _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
 _PARTITION = struct.Struct(">ihq")  # index, error code, base offset
+_PARTITION_V2 = struct.Struct(">ihqq")  # ... log_append_time_ms
+_PARTITION_V5 = struct.Struct(">ihqqq")  # ... log_start_offset
 _ONE_BYTE = [bytes((b,)) for b in range(0x80)]
 _ERROR_CODES = {int(code): code for code in ErrorCode}
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)

@@ -85,7 +85,8 @@ def kio_request_frame(
     topic=names,
     topic_id=st.uuids(),
     partition=st.integers(0, 2**31 - 1),
-    records=st.binary(max_size=300) | st.sampled_from([b"r" * 126, b"r" * 127, b"r" * 16383, b"r" * 16384]),
+    records=st.binary(max_size=300)
+    | st.sampled_from([b"r" * n for n in (126, 127, 16382, 16383, 0x1FFFFE, 0x1FFFFF)]),
 )
 def test_request_frames_are_kios(
     version: int,
@@ -221,6 +222,13 @@ def test_answers_read_as_kio_reads_them(
     ours = read_produce_answer(frame, version)
     assert ours is not None
     assert ours == kio_answer(version, frame)
+    # the framer recognises the usual answer to its own requests; any other it reads as above
+    framer = ProduceFramer(version, client_id="c", acks=-1, timeout_ms=1, topic=topic, topic_id=topic_id)
+    assert framer.read_answer(frame) == ours
+    other = ProduceFramer(
+        version, client_id="c", acks=-1, timeout_ms=1, topic=topic + "x", topic_id=uuid.uuid4()
+    )
+    assert other.read_answer(frame) == ours
     assert ours.index == answer["index"] and ours.error_code == answer["error_code"]
     assert ours.base_offset == answer["base_offset"]
 
@@ -252,3 +260,10 @@ def test_a_truncated_answer_is_left_to_kio(version: int) -> None:
     assert read_produce_answer(frame, version) is not None
     for end in range(len(frame)):
         assert read_produce_answer(frame[:end], version) is None
+    usual = kio_response_frame(version, 1, [("topic", uuid.UUID(int=7), [dict(answer, error_message=None)])])
+    framer = ProduceFramer(
+        version, client_id="c", acks=1, timeout_ms=1, topic="topic", topic_id=uuid.UUID(int=7)
+    )
+    assert framer.read_answer(usual) == kio_answer(version, usual)
+    for end in range(len(usual)):
+        assert framer.read_answer(usual[:end]) is None
