@@ -102,38 +102,20 @@ class ProduceFramer:
             )
         n = records_size + 1
         if n < 0x80:
-            return self._heads[0].pack(
-                size + 1, PRODUCE, self.version, correlation_id, self._static, partition, n
+            length: tuple[int, ...] = (n,)
+        elif n < 0x4000:
+            length = (n & 0x7F | 0x80, n >> 7)
+        elif n < 0x200000:
+            length = (n & 0x7F | 0x80, n >> 7 & 0x7F | 0x80, n >> 14)
+        else:
+            varint = _uvarint(n)
+            head = self._head.pack(
+                size + len(varint), PRODUCE, self.version, correlation_id, self._static, partition
             )
-        if n < 0x4000:
-            return self._heads[1].pack(
-                size + 2,
-                PRODUCE,
-                self.version,
-                correlation_id,
-                self._static,
-                partition,
-                n & 0x7F | 0x80,
-                n >> 7,
-            )
-        if n < 0x200000:
-            return self._heads[2].pack(
-                size + 3,
-                PRODUCE,
-                self.version,
-                correlation_id,
-                self._static,
-                partition,
-                n & 0x7F | 0x80,
-                n >> 7 & 0x7F | 0x80,
-                n >> 14,
-            )
-        length = _uvarint(n)
-        return (
-            self._head.pack(
-                size + len(length), PRODUCE, self.version, correlation_id, self._static, partition
-            )
-            + length
+            return head + varint
+        head_with_length = self._heads[len(length) - 1]
+        return head_with_length.pack(
+            size + len(length), PRODUCE, self.version, correlation_id, self._static, partition, *length
         )
 
     def frame(self, correlation_id: int, partition: int, records: bytes | bytearray | memoryview) -> bytes:
@@ -307,20 +289,14 @@ def _skip_tagged_fields(frame: bytes | bytearray | memoryview, pos: int) -> int:
 
 
 def _read_uvarint(frame: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
-    byte = frame[pos]
-    if byte < 0x80:
-        return byte, pos + 1
-    value = byte & 0x7F
-    shift = 7
-    while True:
-        pos += 1
+    value = 0
+    for shift in range(0, 35, 7):
         byte = frame[pos]
+        pos += 1
         value |= (byte & 0x7F) << shift
         if byte < 0x80:
-            return value, pos + 1
-        shift += 7
-        if shift > 28:
-            raise ValueError("a varint is longer than five bytes")
+            return value, pos
+    raise ValueError("a varint is longer than five bytes")
 
 
 # --- writing --------------------------------------------------------------------------------------
@@ -338,14 +314,13 @@ def _array_length(count: int, flexible: bool) -> bytes:
 
 
 def _uvarint(value: int) -> bytes:
-    if value < 0x80:
-        return _ONE_BYTE[value]
+    """Kafka's unsigned varint: seven bits a byte, low bits first, the high bit set on all but the last."""
     out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    while True:
+        low, value = value & 0x7F, value >> 7
+        out.append(low | 0x80 if value else low)
+        if not value:
+            return bytes(out)
 
 
 _INT16 = struct.Struct(">h")
@@ -354,7 +329,6 @@ _INT64 = struct.Struct(">q")
 _PARTITION = struct.Struct(">ihq")  # index, error code, base offset
 _PARTITION_V2 = struct.Struct(">ihqq")  # ... log_append_time_ms
 _PARTITION_V5 = struct.Struct(">ihqqq")  # ... log_start_offset
-_ONE_BYTE = [bytes((b,)) for b in range(0x80)]
 _ERROR_CODES = {int(code): code for code in ErrorCode}
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _MILLISECOND = datetime.timedelta(milliseconds=1)

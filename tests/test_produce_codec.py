@@ -45,82 +45,53 @@ def kio_bytes(entity: object) -> bytes:
 
 
 def kio_request_frame(
-    version: int,
-    correlation_id: int,
-    client_id: str | None,
-    transactional_id: str | None,
-    acks: int,
-    timeout_ms: int,
-    topic: str,
-    topic_id: uuid.UUID,
-    partition: int,
-    records: bytes,
+    version: int, correlation_id: int, partition: int, records: bytes, fields: dict
 ) -> bytes:
+    """The frame kio encodes; `fields` are ProduceFramer's keyword arguments."""
     cls = request_type(0, version)
     module = sys.modules[cls.__module__]
     data = module.PartitionProduceData(index=partition, records=records)
-    named = {"topic_id": topic_id} if version >= 13 else {"name": topic}
+    named = {"topic_id": fields["topic_id"]} if version >= 13 else {"name": fields["topic"]}
     request = cls(
-        transactional_id=transactional_id,
-        acks=acks,
-        timeout=datetime.timedelta(milliseconds=timeout_ms),
+        transactional_id=fields["transactional_id"],
+        acks=fields["acks"],
+        timeout=datetime.timedelta(milliseconds=fields["timeout_ms"]),
         topic_data=(module.TopicProduceData(**named, partition_data=(data,)),),
     )
     header_cls = RequestHeaderV2 if version >= 9 else RequestHeaderV1
     header = header_cls(
-        request_api_key=0, request_api_version=version, correlation_id=correlation_id, client_id=client_id
+        request_api_key=0,
+        request_api_version=version,
+        correlation_id=correlation_id,
+        client_id=fields["client_id"],
     )
     body = kio_bytes(header) + kio_bytes(request)
     return struct.pack(">i", len(body)) + body
 
 
+framer_fields = st.fixed_dictionaries(
+    {
+        "client_id": st.none() | texts,
+        "transactional_id": st.none() | texts,
+        "acks": st.sampled_from([-1, 0, 1]),
+        "timeout_ms": st.integers(0, 2**31 - 1),
+        "topic": names,
+        "topic_id": st.uuids(),
+    }
+)
+record_sets = st.binary(max_size=300) | st.sampled_from(  # around each varint length's edges
+    [b"r" * n for n in (126, 127, 16382, 16383, 0x1FFFFE, 0x1FFFFF)]
+)
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 @settings(max_examples=40, deadline=None)
-@given(
-    correlation_id=INT32,
-    client_id=st.none() | texts,
-    transactional_id=st.none() | texts,
-    acks=st.sampled_from([-1, 0, 1]),
-    timeout_ms=st.integers(0, 2**31 - 1),
-    topic=names,
-    topic_id=st.uuids(),
-    partition=st.integers(0, 2**31 - 1),
-    records=st.binary(max_size=300)
-    | st.sampled_from([b"r" * n for n in (126, 127, 16382, 16383, 0x1FFFFE, 0x1FFFFF)]),
-)
+@given(correlation_id=INT32, partition=st.integers(0, 2**31 - 1), records=record_sets, fields=framer_fields)
 def test_request_frames_are_kios(
-    version: int,
-    correlation_id: int,
-    client_id: str | None,
-    transactional_id: str | None,
-    acks: int,
-    timeout_ms: int,
-    topic: str,
-    topic_id: uuid.UUID,
-    partition: int,
-    records: bytes,
+    version: int, correlation_id: int, partition: int, records: bytes, fields: dict
 ) -> None:
-    framer = ProduceFramer(
-        version,
-        client_id=client_id,
-        acks=acks,
-        timeout_ms=timeout_ms,
-        topic=topic,
-        topic_id=topic_id,
-        transactional_id=transactional_id,
-    )
-    expected = kio_request_frame(
-        version,
-        correlation_id,
-        client_id,
-        transactional_id,
-        acks,
-        timeout_ms,
-        topic,
-        topic_id,
-        partition,
-        records,
-    )
+    framer = ProduceFramer(version, **fields)
+    expected = kio_request_frame(version, correlation_id, partition, records, fields)
     assert framer.frame(correlation_id, partition, records) == expected
     prefix = framer.prefix(correlation_id, partition, len(records))
     assert prefix + records + framer.suffix == expected
