@@ -1,11 +1,18 @@
-"""ProduceRequest frames written and ProduceResponse answers read by hand, for a client's hot path.
+"""Produce on the wire by hand: requests framed and answers read for a client's hot path, answers
+written for the broker's.
 
-`kcli replay` sends one record batch per Produce request, thousands a second. Through kio each request
-builds three dataclasses and copies its records into the encoded frame, and each answer decodes three
-levels of dataclasses to learn an error code and an offset. Here what does not change from one request
-to the next is packed once per connection (`ProduceFramer`): a request is a small prefix, the records
-as they are, and a fixed suffix. An answer about one partition is read in one pass
-(`read_produce_answer`); any other answer is left to kio (`answer_from_response`).
+Produce is the one request whose body is almost all record bytes, sent and answered thousands of times a
+second (`kcli replay` sends one record batch per request). Through kio each request builds three levels of
+dataclasses and copies its records, and each answer does the same to carry an error code and an offset.
+
+Client side: what does not change from one request to the next is packed once per connection
+(`ProduceFramer`): a request is a small prefix, the records as they are, and a fixed suffix. An answer
+about one partition is read in one pass (`read_produce_answer`); any other answer is left to kio
+(`answer_from_response`).
+
+Broker side: `write_produce_response` packs an answer in which no partition carries record errors or
+a new leader (the rare others still go through kio). Requests are read by kio: measured, a reader by
+hand was no faster (~6 us for a 16 KiB request either way), copy of the records included.
 
 Layouts are Kafka's ProduceRequest.json and ProduceResponse.json from v3 (the first version with a
 transactional id, which record batches of magic v2 need) to v13: flexible from v9 (compact strings,
@@ -202,6 +209,49 @@ def answer_from_response(response: Any) -> ProducePartitionAnswer:
     )
 
 
+def write_produce_response(version: int, results: list[tuple[Any, list[tuple[int, Any]]]]) -> bytes | None:
+    """The ProduceResponse body for `results`: (topic name, or id from v13, [(partition, outcome)]) in
+    order, each outcome with the fields error, base_offset, log_append_time, log_start_offset,
+    record_errors, error_message and current_leader (the broker's Outcome).
+
+    None when an outcome carries record errors, an error message or a current leader: kio writes those.
+    """
+    flexible = version >= FIRST_FLEXIBLE_VERSION
+    by_id = version >= FIRST_TOPIC_ID_VERSION
+    out = bytearray(_array_length(len(results), flexible))
+    for key, outcomes in results:
+        if by_id:
+            out += _NULL_UUID if key is None else key.bytes
+        else:
+            out += _nullable_string(key, compact=flexible)
+        out += _array_length(len(outcomes), flexible)
+        for index, outcome in outcomes:
+            if (
+                outcome.record_errors
+                or outcome.error_message is not None
+                or outcome.current_leader is not None
+            ):
+                return None
+            if version >= 5:
+                out += _PARTITION_V5.pack(
+                    index,
+                    outcome.error,
+                    outcome.base_offset,
+                    outcome.log_append_time,
+                    outcome.log_start_offset,
+                )
+            else:
+                out += _PARTITION_V2.pack(index, outcome.error, outcome.base_offset, outcome.log_append_time)
+            if version >= 8:  # no record errors, a null error message
+                out += b"\x01\x00\x00" if flexible else b"\x00\x00\x00\x00\xff\xff"
+        if flexible:
+            out += b"\x00"  # no tagged fields: the current leader is left out when it is the default
+    out += b"\x00\x00\x00\x00"  # throttle time
+    if flexible:
+        out += b"\x00"  # no node endpoints
+    return bytes(out)
+
+
 # --- reading --------------------------------------------------------------------------------------
 
 
@@ -326,6 +376,7 @@ def _uvarint(value: int) -> bytes:
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
+_NULL_UUID = bytes(16)
 _PARTITION = struct.Struct(">ihq")  # index, error code, base offset
 _PARTITION_V2 = struct.Struct(">ihqq")  # ... log_append_time_ms
 _PARTITION_V5 = struct.Struct(">ihqqq")  # ... log_start_offset

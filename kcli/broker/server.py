@@ -278,15 +278,7 @@ class Broker:
                 f"v{spec.min_version}-v{spec.max_version})"
             )
         else:
-            if spec.reader is None:
-                request = _decode_request(spec.name, api_key, api_version, frame, body_offset)
-            else:
-                try:
-                    request = spec.reader(frame, body_offset, api_version)
-                except ValueError as exc:
-                    raise _CloseConnection(
-                        f"cannot parse {spec.name} v{api_version} request: {exc}"
-                    ) from None
+            request = _decode_request(spec.name, api_key, api_version, frame, body_offset)
             try:
                 response = await spec.handler(ctx, request)
             except ConnectionAbortedError as exc:  # the handler asks for the connection to be closed

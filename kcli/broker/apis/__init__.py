@@ -27,10 +27,6 @@ from kcli.broker.apis.context import RequestContext
 Handler = Callable[[RequestContext, typing.Any], Awaitable[typing.Any]]
 """`async def handle(ctx, request) -> response entity | None` (None: no response, e.g. acks=0)."""
 
-Reader = Callable[[bytes, int, int], typing.Any]
-"""`read(frame, body_offset, version) -> request`: a hand-written body parser used instead of kio's;
-raises ValueError for a malformed body."""
-
 
 @dataclass(frozen=True, slots=True)
 class ApiSpec:
@@ -38,7 +34,6 @@ class ApiSpec:
     min_version: int
     max_version: int
     handler: Handler
-    reader: Reader | None = None
 
     @property
     def name(self) -> str:

@@ -39,10 +39,10 @@ from kio.schema.errors import ErrorCode
 
 from kcli.broker.apis import ApiSpec, kio_versions, response_type
 from kcli.broker.apis.context import FramedResponse, RequestContext
-from kcli.broker.apis.produce_wire import read_produce_request, write_produce_response
 from kcli.broker.log import LogStorageError, RecordError
 from kcli.broker.log.log import wall_clock_ms
 from kcli.config import is_internal_topic
+from kcli.produce_codec import write_produce_response
 
 log = logging.getLogger("kcli.broker")
 
@@ -420,4 +420,4 @@ def _partition_fields(version: int) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(_classes(version)[2]))
 
 
-APIS = [ApiSpec(API_KEY, 3, kio_versions(API_KEY)[1], handle_produce, read_produce_request)]  # type: ignore[index]
+APIS = [ApiSpec(API_KEY, 3, kio_versions(API_KEY)[1], handle_produce)]  # type: ignore[index]
