@@ -365,6 +365,8 @@ def _array_length(count: int, flexible: bool) -> bytes:
 
 def _uvarint(value: int) -> bytes:
     """Kafka's unsigned varint: seven bits a byte, low bits first, the high bit set on all but the last."""
+    if value < 0x80:  # nearly every length and count: the broker writes three per answer
+        return _ONE_BYTE[value]
     out = bytearray()
     while True:
         low, value = value & 0x7F, value >> 7
@@ -374,6 +376,7 @@ def _uvarint(value: int) -> bytes:
 
 
 _INT16 = struct.Struct(">h")
+_ONE_BYTE = [bytes((value,)) for value in range(0x80)]
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
 _NULL_UUID = bytes(16)
