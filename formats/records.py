@@ -550,24 +550,23 @@ def set_producer_state(
     view = memoryview(batch)
     if len(view) < RECORD_BATCH_OVERHEAD or view[MAGIC_OFFSET] != 2:
         raise CorruptRecordError("Only a whole magic v2 record batch can take a new producer state")
-    (length,) = _LENGTH.unpack_from(view, 8)
+    (length,) = _INT32.unpack_from(view, 8)
     if length + LOG_OVERHEAD != len(view):
         raise CorruptRecordError(
             f"Record batch declares {length + LOG_OVERHEAD} bytes but {len(view)} were given"
         )
     (attributes,) = _ATTRIBUTES.unpack_from(view, 21)
     attributes = attributes | TRANSACTIONAL_BIT if is_transactional else attributes & ~TRANSACTIONAL_BIT
-    _BASE_OFFSET_AND_LENGTH.pack_into(view, 0, 0, length)
-    _EPOCH_FIELD.pack_into(view, 12, NO_PARTITION_LEADER_EPOCH)
+    _INT64.pack_into(view, 0, 0)
+    _INT32.pack_into(view, 12, NO_PARTITION_LEADER_EPOCH)
     _ATTRIBUTES.pack_into(view, 21, attributes)
     _PRODUCER_FIELDS.pack_into(view, 43, producer_id, producer_epoch, base_sequence)
     _CRC.pack_into(view, 17, _native.crc32c(view[CRC_START:]))
 
 
 # Per batch on replay's hot path: precompiled, since struct.pack_into with a format string looks it up.
-_LENGTH = struct.Struct(">i")
-_BASE_OFFSET_AND_LENGTH = struct.Struct(">qi")
-_EPOCH_FIELD = struct.Struct(">i")
+_INT32 = struct.Struct(">i")  # the batch length, the partition leader epoch
+_INT64 = struct.Struct(">q")  # the base offset
 _ATTRIBUTES = struct.Struct(">H")
 _CRC = struct.Struct(">I")
 _PRODUCER_FIELDS = struct.Struct(">qhi")  # producer id, producer epoch, base sequence
