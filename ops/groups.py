@@ -15,10 +15,10 @@ import datetime
 import re
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -44,8 +44,21 @@ LAG_SECONDS_FETCH_BYTES = 1 << 20
 TopicPartition = tuple[str, int]
 
 
+_T = TypeVar("_T")
+
+
 class GroupError(KcliError):
     """A group operation the cluster refused (the sentence names the group and Kafka's error)."""
+
+
+class _CoordinatorNotReady(GroupError):
+    """The coordinator is loading, moved or not there yet: Kafka's admin client asks again."""
+
+
+COORDINATOR_RETRY_SECONDS = 60.0
+"""How long a group request is retried while its coordinator is not ready (default.api.timeout.ms)."""
+RETRY_BACKOFF_SECONDS = 0.1
+"""Pause between those retries (retry.backoff.ms)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,13 +227,17 @@ async def describe_groups(
 async def describe_group(
     cluster: Cluster, group_id: str, *, lag_seconds: bool = True, now_ms: int | None = None
 ) -> GroupDescription:
-    node_id, coordinator = await cluster.coordinator(group_id)
-    cls = coordinator.request_type(DESCRIBE_GROUPS)
-    response = await coordinator.send(build(cls, groups=(group_id,), include_authorized_operations=False))
-    described = response.groups[0]
-    if described.error_code == ErrorCode.group_id_not_found:  # v6+; older versions answer state Dead
+    async def describe(coordinator: Any) -> Any:
+        cls = coordinator.request_type(DESCRIBE_GROUPS)
+        response = await coordinator.send(build(cls, groups=(group_id,), include_authorized_operations=False))
+        described = response.groups[0]
+        if described.error_code != ErrorCode.group_id_not_found:  # v6+; older versions answer state Dead
+            _check(described.error_code, f"describe group {group_id!r}")
+        return described
+
+    node_id, described = await _at_coordinator(cluster, group_id, describe)
+    if described.error_code == ErrorCode.group_id_not_found:
         return GroupDescription(group_id, "Dead", "", "", node_id, (), ())
-    _check(described.error_code, f"describe group {group_id!r}")
     members = tuple(
         Member(
             m.member_id,
@@ -269,17 +286,20 @@ async def describe_group(
 
 async def fetch_committed(cluster: Cluster, group_id: str) -> dict[TopicPartition, int]:
     """The group's committed offsets (OffsetFetch of every partition; -1 means none)."""
-    _, coordinator = await cluster.coordinator(group_id)
-    cls = coordinator.request_type(OFFSET_FETCH, highest=9)  # v10 names topics by id
-    if cls.__version__ >= 8:
-        group_cls = nested_type(cls, "OffsetFetchRequestGroup")
-        group = build(group_cls, group_id=group_id, member_id=None, member_epoch=-1, topics=None)
-        response = await coordinator.send(cls(groups=(group,), require_stable=True))
-        answer: Any = response.groups[0]
-    else:
-        response = await coordinator.send(build(cls, group_id=group_id, topics=None, require_stable=True))
-        answer = response
-    _check(getattr(answer, "error_code", ErrorCode.none), f"fetch the offsets of group {group_id!r}")
+
+    async def fetch(coordinator: Any) -> Any:
+        cls = coordinator.request_type(OFFSET_FETCH, highest=9)  # v10 names topics by id
+        if cls.__version__ >= 8:
+            group_cls = nested_type(cls, "OffsetFetchRequestGroup")
+            group = build(group_cls, group_id=group_id, member_id=None, member_epoch=-1, topics=None)
+            response = await coordinator.send(cls(groups=(group,), require_stable=True))
+            answer: Any = response.groups[0]
+        else:
+            answer = await coordinator.send(build(cls, group_id=group_id, topics=None, require_stable=True))
+        _check(getattr(answer, "error_code", ErrorCode.none), f"fetch the offsets of group {group_id!r}")
+        return answer
+
+    _, answer = await _at_coordinator(cluster, group_id, fetch)
     committed: dict[TopicPartition, int] = {}
     for topic in answer.topics:
         for p in topic.partitions:
@@ -491,7 +511,10 @@ async def plan_reset(
 
 async def commit_offsets(cluster: Cluster, group_id: str, plan: list[OffsetReset]) -> None:
     """Commit the plan's offsets as the admin client does (generation -1, no member: only an empty group accepts)."""
-    _, coordinator = await cluster.coordinator(group_id)
+    await _at_coordinator(cluster, group_id, lambda coordinator: _commit_at(coordinator, group_id, plan))
+
+
+async def _commit_at(coordinator: Any, group_id: str, plan: list[OffsetReset]) -> None:
     cls = coordinator.request_type(OFFSET_COMMIT, highest=9)  # v10 names topics by id
     topic_cls = nested_type(cls, "OffsetCommitRequestTopic")
     partition_cls = nested_type(cls, "OffsetCommitRequestPartition")
@@ -589,9 +612,16 @@ async def delete_groups(cluster: Cluster, group_ids: Iterable[str]) -> dict[str,
     """DeleteGroups at each group's coordinator; the error per group (none = deleted)."""
     results: dict[str, ErrorCode] = {}
     for group_id in group_ids:
-        _, coordinator = await cluster.coordinator(group_id)
-        cls = coordinator.request_type(DELETE_GROUPS)
-        response = await coordinator.send(build(cls, groups_names=(group_id,)))
+
+        async def delete(coordinator: Any, group_id: str = group_id) -> Any:
+            cls = coordinator.request_type(DELETE_GROUPS)
+            response = await coordinator.send(build(cls, groups_names=(group_id,)))
+            for result in response.results:
+                if result.error_code in _COORDINATOR_NOT_READY:
+                    _check(result.error_code, f"delete group {group_id!r}")
+            return response
+
+        _, response = await _at_coordinator(cluster, group_id, delete)
         for result in response.results:
             results[result.group_id] = result.error_code
     return results
@@ -668,7 +698,30 @@ def read_reset_file(path: Path, group_id: str) -> dict[TopicPartition, int]:
 
 def _check(error: ErrorCode, what: str) -> None:
     if error != ErrorCode.none:
-        raise GroupError(f"cannot {what}: {error.name.upper()}.")
+        kind = _CoordinatorNotReady if error in _COORDINATOR_NOT_READY else GroupError
+        raise kind(f"cannot {what}: {error.name.upper()}.")
+
+
+_COORDINATOR_NOT_READY = frozenset(
+    {ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available, ErrorCode.not_coordinator}
+)
+
+
+async def _at_coordinator(
+    cluster: Cluster, group_id: str, request: Callable[[Any], Awaitable[_T]]
+) -> tuple[int, _T]:
+    """(coordinator's node id, what `request` returns), sent to the group's coordinator and sent again,
+    after looking the coordinator up anew, while it answers that it is loading, moving or not there,
+    as Kafka's admin client does (so a tool run just after a broker restart waits for the load)."""
+    deadline = time.monotonic() + COORDINATOR_RETRY_SECONDS
+    while True:
+        node_id, coordinator = await cluster.coordinator(group_id)
+        try:
+            return node_id, await request(coordinator)
+        except _CoordinatorNotReady:
+            if time.monotonic() >= deadline:
+                raise
+        await asyncio.sleep(RETRY_BACKOFF_SECONDS)
 
 
 async def _by_leader(cluster: Cluster, partitions: list[TopicPartition]) -> dict[int, list[TopicPartition]]:
