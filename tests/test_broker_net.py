@@ -388,6 +388,18 @@ def test_fast_encoder_and_size_guard_agree_with_kio_on_every_message_type(entity
             check_sizes(type(entity), data[: len(data) // 2])
 
 
+def test_fast_encoder_writes_a_null_integer_array() -> None:
+    """A reassignment cancel (replicas null) once went down the packed-integers path and raised."""
+    cls = request_type(45, 0)
+    topic_cls, partition_cls = _nested(cls, "ReassignableTopic"), _nested(cls, "ReassignablePartition")
+    for replicas in (None, (), (1, 2, 3)):
+        partition = partition_cls(partition_index=7, replicas=replicas)
+        entity = cls(
+            timeout=datetime.timedelta(seconds=60), topics=(topic_cls(name="t", partitions=(partition,)),)
+        )
+        assert encode(entity) == _encode(entity)
+
+
 @pytest.mark.parametrize("header_type", [RequestHeaderV1, RequestHeaderV2])
 @pytest.mark.parametrize("client_id", [None, "", "rdkafka", "é" * 300])
 def test_request_headers_encode_and_check_like_kio(header_type: type, client_id: str | None) -> None:

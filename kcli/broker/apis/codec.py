@@ -41,7 +41,8 @@ def entity_write(entity_type: type) -> Write:
     for f in dataclasses.fields(entity_type):
         tag = f.metadata.get("tag")
         code = _STRUCT_CODES.get(f.metadata.get("kafka_type", ""))
-        if tag is None and code is not None and typing.get_origin(f.type) is not tuple:
+        is_array = typing.get_origin(_unwrap_optional(f.type)[0]) is tuple  # also a nullable array
+        if tag is None and code is not None and not is_array:
             run.append((f.name, code))
             continue
         if run:
