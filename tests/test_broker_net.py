@@ -40,7 +40,7 @@ from kcli.broker.apis import metadata as metadata_module
 from kcli.broker.apis.codec import encode
 from kcli.broker.apis.context import FileRegion, FramedResponse
 from kcli.broker.apis.guard import DeclaredSizeError, check_sizes, without_unknown_tags
-from kcli.broker.server import Broker, parse_request_header
+from kcli.broker.server import Broker, _ReceiveBuffer, parse_request_header
 from kcli.client import ClientError, KafkaClient
 from kcli.config import BrokerConfig
 
@@ -249,6 +249,54 @@ def test_pipelined_requests_are_answered_in_order(broker: BrokerProcess) -> None
     with _connect(broker) as sock:
         sock.sendall(b"".join(frames))
         assert [_read_response(sock)[0] for _ in frames] == list(range(1, 61))
+
+
+def test_requests_split_at_odd_places_are_answered_in_order(broker: BrokerProcess) -> None:
+    """Frames cut anywhere (inside a size prefix, a header, a body) and glued to the next, then one
+    request larger than the receive block, all answered in order on one connection."""
+    frames = [_frame(_header(18, 2, cid, False) + _minimal_request(18, 2)) for cid in range(1, 41)]
+    metadata = request_type(3, 12)
+    topic = _make(_nested(metadata, "MetadataRequestTopic"), name="t" * 300_000)  # larger than a block
+    big = _make(metadata, topics=(topic,), allow_auto_topic_creation=False)
+    frames.append(_frame(_header(3, 12, 41, True) + _encode(big)))
+    data = b"".join(frames) * 3
+    cuts = [1, 2, 3, 5, 7, 11, 64, 1000, 4096, 65_537]
+    with _connect(broker) as sock:
+        position, step = 0, 0
+        while position < len(data):
+            size = cuts[step % len(cuts)]
+            sock.sendall(data[position : position + size])
+            position += size
+            step += 1
+        answered = [_read_response(sock)[0] for _ in range(3 * len(frames))]
+    assert answered == list(range(1, 42)) * 3
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.sampled_from([0, 1, 5, 300, 16_000, 70_000, 600_000]), min_size=1, max_size=8),
+    reads=st.lists(st.integers(1, 200_000), min_size=1, max_size=20),
+)
+def test_receive_buffer_gives_back_each_frame_whole(sizes: list[int], reads: list[int]) -> None:
+    frames = [os.urandom(8) * (size // 8) + os.urandom(size % 8) for size in sizes]
+    stream = b"".join(struct.pack(">i", len(f)) + f for f in frames)
+    buffer = _ReceiveBuffer()
+    out, position, turn = [], 0, 0
+    while position < len(stream) or len(buffer):
+        space = buffer.free_space()
+        assert len(space) >= _ReceiveBuffer.MIN_READ
+        count = min(len(space), reads[turn % len(reads)], len(stream) - position)
+        turn += 1
+        space[:count] = stream[position : position + count]
+        buffer.end += count
+        position += count
+        while (size := buffer.next_size()) is not None and (frame := buffer.take(size)) is not None:
+            out.append(frame)
+        if position == len(stream) and len(buffer) == 0:
+            break
+    assert out == frames
+    buffer.free_space()
+    assert len(buffer.data) == _ReceiveBuffer.BLOCK  # back to one block once emptied
 
 
 def test_requests_before_a_bad_frame_are_answered_before_the_connection_closes(broker: BrokerProcess) -> None:

@@ -13,7 +13,7 @@ import base64
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, BinaryIO, Protocol
+from typing import TYPE_CHECKING, BinaryIO, NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -131,9 +131,8 @@ class ConnectionInfo:
     client_software_version: str = "unknown"
 
 
-@dataclass(frozen=True, slots=True)
-class RequestContext:
-    """The request header fields plus where the request came from."""
+class RequestContext(NamedTuple):
+    """The request header fields plus where the request came from (a tuple: one is made per request)."""
 
     api_key: int
     api_version: int

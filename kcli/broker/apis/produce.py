@@ -41,7 +41,7 @@ from kcli.broker.apis import ApiSpec, kio_versions, response_type
 from kcli.broker.apis.context import FramedResponse, RequestContext
 from kcli.broker.log import LogStorageError, RecordError
 from kcli.broker.log.log import wall_clock_ms
-from kcli.config import is_internal_topic
+from kcli.config import INTERNAL_TOPICS
 from kcli.produce_codec import write_produce_response
 
 log = logging.getLogger("kcli.broker")
@@ -57,30 +57,32 @@ async def handle_produce(ctx: RequestContext, request: Any) -> object | None:
     image = state.image
     by_id = version >= 13
     acks = request.acks
+    topic_data = request.topic_data
 
-    if _has_transactional_records(request) and request.transactional_id is None:
-        return _whole_request_error(version, request, ErrorCode.transactional_id_authorization_failed)
-    if _producer_ids(request) > 1:
-        return _whole_request_error(version, request, ErrorCode.invalid_producer_id_mapping)
+    error = _transactional_request_error(request)
+    if error is not None:
+        return _whole_request_error(version, request, error)
 
     results: list[tuple[Any, list[tuple[int, Outcome]]]] = []
-    pending: list[tuple[str, int, bytes, list[tuple[int, Outcome]], int]] = []
-    for topic in request.topic_data:
+    pending: list[tuple[str, Any, bytes, list[tuple[int, Outcome]], int]] = []
+    for topic in topic_data:
         outcomes: list[tuple[int, Outcome]] = []
         if by_id:
             topic_image = image.topics_by_id.get(topic.topic_id)  # type: ignore[attr-defined]
-            name = None if topic_image is None else topic_image.name
             results.append((topic.topic_id, outcomes))
+            if topic_image is None:
+                outcomes.extend((p.index, _UNKNOWN_TOPIC_ID) for p in topic.partition_data)
+                continue
+            name = topic_image.name
         else:
             name = topic.name
             results.append((name, outcomes))
+            topic_image = image.topic_image(name)  # type: ignore[attr-defined]
         for partition in topic.partition_data:
             index = partition.index
-            if name is None:
-                outcomes.append((index, _failed(ErrorCode.unknown_topic_id)))
-                continue
-            if image.partition(name, index) is None:  # type: ignore[attr-defined]
-                outcomes.append((index, _failed(ErrorCode.unknown_topic_or_partition)))
+            registration = None if topic_image is None else topic_image.partitions.get(index)
+            if registration is None:
+                outcomes.append((index, _UNKNOWN_TOPIC_OR_PARTITION))
                 continue
             records = partition.records or b""
             invalid = check_records(version, records)
@@ -88,7 +90,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> object | None:
                 outcomes.append((index, _failed(invalid)))
                 continue
             outcomes.append((index, _UNSET))
-            pending.append((name, index, records, outcomes, len(outcomes) - 1))
+            pending.append((name, registration, records, outcomes, len(outcomes) - 1))
 
     if pending:
         if acks not in (0, 1, -1):
@@ -97,18 +99,12 @@ async def handle_produce(ctx: RequestContext, request: Any) -> object | None:
         else:
             now_ms = wall_clock_ms()
             internal_allowed = ctx.client_id == ADMIN_CLIENT_ID
-            for name, index, records, outcomes, slot in pending:
+            for name, registration, records, outcomes, slot in pending:
+                index = outcomes[slot][0]
                 outcome = _append(
-                    ctx,
-                    name,
-                    index,
-                    records,
-                    acks,
-                    now_ms,
-                    internal_allowed,
-                    version,
+                    ctx, name, index, registration, records, acks, now_ms, internal_allowed, version,
                     request.transactional_id,
-                )
+                )  # fmt: skip
                 outcomes[slot] = (index, outcome)
 
     if acks == 0:
@@ -183,6 +179,8 @@ _CONTROL_BIT = 0x20
 _INT16 = struct.Struct(">h")
 _ZSTD = 4
 _UNSET = Outcome(ErrorCode.unknown_server_error)
+_UNKNOWN_TOPIC_ID = Outcome(ErrorCode.unknown_topic_id)
+_UNKNOWN_TOPIC_OR_PARTITION = Outcome(ErrorCode.unknown_topic_or_partition)
 
 
 def _failed(error: ErrorCode) -> Outcome:
@@ -212,33 +210,32 @@ def _is_v2_batch(records: bytes | None) -> bool:
     return records is not None and len(records) >= _BATCH_HEADER and records[16] == 2
 
 
-def _has_transactional_records(request: Any) -> bool:
-    """RequestUtils.hasTransactionalRecords: any partition whose first batch is transactional."""
+def _transactional_request_error(request: Any) -> ErrorCode | None:
+    """Kafka's request-level checks on transactional batches, in one pass over the partitions' first
+    batches: any of them with no transactional id is TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    (RequestUtils.hasTransactionalRecords), more than one (producer id, epoch) among them
+    INVALID_PRODUCER_ID_MAPPING."""
+    seen = None
     for topic in request.topic_data:
         for partition in topic.partition_data:
             records = partition.records
             if _is_v2_batch(records) and records[_ATTRIBUTES_AT + 1] & _TRANSACTIONAL_BIT:
-                return True
-    return False
-
-
-def _producer_ids(request: Any) -> int:
-    """How many (producer id, epoch) pairs the transactional batches of the request carry."""
-    seen = set()
-    for topic in request.topic_data:
-        for partition in topic.partition_data:
-            records = partition.records
-            if _is_v2_batch(records) and records[_ATTRIBUTES_AT + 1] & _TRANSACTIONAL_BIT:
+                if request.transactional_id is None:
+                    return ErrorCode.transactional_id_authorization_failed
                 (producer_id,) = _INT64.unpack_from(records, _PRODUCER_ID_AT)
                 if producer_id >= 0:
+                    seen = seen or set()
                     seen.add(bytes(records[_PRODUCER_ID_AT : _PRODUCER_ID_AT + 10]))
-    return len(seen)
+    if seen is not None and len(seen) > 1:
+        return ErrorCode.invalid_producer_id_mapping
+    return None
 
 
 def _append(
     ctx: RequestContext,
     topic: str,
     index: int,
+    registration: Any,
     records: bytes,
     acks: int,
     now_ms: int,
@@ -248,13 +245,10 @@ def _append(
 ) -> Outcome:
     """ReplicaManager.appendToLocalLog + Partition.appendRecordsToLeader for one partition."""
     state = ctx.state
-    if is_internal_topic(topic) and not internal_allowed:
+    if topic in INTERNAL_TOPICS and not internal_allowed:
         return _failed(ErrorCode.invalid_topic_exception)
-    registration = state.image.partition(topic, index)  # type: ignore[attr-defined]
     node = state.node
     partition_log = None if node is None else node.logs.get_log(topic, index)
-    if registration is None:
-        return _failed(ErrorCode.unknown_topic_or_partition)
     if registration.leader != state.node_id or partition_log is None:
         leader = (registration.leader, registration.leader_epoch) if version >= 10 else None
         return Outcome(ErrorCode.not_leader_or_follower, current_leader=leader)
