@@ -280,7 +280,7 @@ def test_requests_split_at_odd_places_are_answered_in_order(broker: BrokerProces
 def test_receive_buffer_gives_back_each_frame_whole(sizes: list[int], reads: list[int]) -> None:
     frames = [os.urandom(8) * (size // 8) + os.urandom(size % 8) for size in sizes]
     stream = b"".join(struct.pack(">i", len(f)) + f for f in frames)
-    buffer = _ReceiveBuffer()
+    buffer = _ReceiveBuffer(max_frame=1 << 20)
     out, position, turn = [], 0, 0
     while position < len(stream) or len(buffer):
         space = buffer.free_space()
@@ -295,8 +295,26 @@ def test_receive_buffer_gives_back_each_frame_whole(sizes: list[int], reads: lis
         if position == len(stream) and len(buffer) == 0:
             break
     assert out == frames
-    buffer.free_space()
-    assert len(buffer.data) == _ReceiveBuffer.BLOCK  # back to one block once emptied
+    largest = 4 + max(sizes)
+    assert len(buffer.data) <= max(
+        _ReceiveBuffer.BLOCK, largest + _ReceiveBuffer.MIN_READ
+    )  # no more than needed
+
+
+def test_receive_buffer_grows_to_a_frame_and_shrinks_only_past_its_keep_size() -> None:
+    buffer = _ReceiveBuffer(max_frame=64 << 20)
+    for size in (3 << 20, 12 << 20):
+        buffer.free_space()[:4] = struct.pack(">i", size)
+        buffer.end += 4
+        space = buffer.free_space()
+        assert len(space) >= size  # the whole frame fits at once
+        buffer.end += size
+        assert buffer.take(buffer.next_size()) == bytes(size)
+        buffer.free_space()
+        assert len(buffer.data) == (4 + size if size < _ReceiveBuffer.KEEP else _ReceiveBuffer.BLOCK)
+    buffer.free_space()[:4] = struct.pack(">i", 2**31 - 1)  # refused by the connection, never allocated
+    buffer.end += 4
+    assert len(buffer.free_space()) < 1 << 20
 
 
 def test_requests_before_a_bad_frame_are_answered_before_the_connection_closes(broker: BrokerProcess) -> None:
