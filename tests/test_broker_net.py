@@ -925,6 +925,65 @@ def test_shutdown_answers_the_request_in_flight_then_closes(tmp_path: Path) -> N
     asyncio.run(run())
 
 
+def test_a_waiting_request_holds_back_the_ones_behind_it_and_all_are_answered_in_order(
+    tmp_path: Path,
+) -> None:
+    """A handler that waits goes on in a task; requests pipelined behind it wait their turn (Kafka mutes
+    the channel), then are answered in order from the buffer."""
+
+    async def slow_metadata(ctx, request):
+        await asyncio.sleep(0.3)
+        return await metadata_module.handle_metadata(ctx, request)
+
+    registry = ApiRegistry([*api_versions_module.APIS, ApiSpec(3, 0, 13, slow_metadata)])
+    frames = [_frame(_header(18, 2, 1, False) + _minimal_request(18, 2))]
+    frames.append(_frame(_header(3, 4, 2, False) + _minimal_request(3, 4)))
+    frames += [_frame(_header(18, 2, cid, False) + _minimal_request(18, 2)) for cid in range(3, 8)]
+
+    async def run() -> None:
+        async with _in_process_broker(tmp_path, registry) as (_, bootstrap):
+            host, port = bootstrap.rsplit(":", 1)
+            reader, writer = await asyncio.open_connection(host, int(port))
+            started = time.monotonic()
+            writer.write(b"".join(frames))
+            answered = []
+            for _ in frames:
+                (size,) = struct.unpack(">i", await reader.readexactly(4))
+                body = await reader.readexactly(size)
+                answered.append((struct.unpack_from(">i", body)[0], time.monotonic()))
+            writer.close()
+            assert [cid for cid, _ in answered] == list(range(1, 8))
+            assert answered[0][1] - started < 0.25  # before the slow one
+            assert all(at - started >= 0.3 for _, at in answered[1:])  # after it
+
+    asyncio.run(run())
+
+
+def test_shutdown_abandons_a_request_still_running_after_the_grace(tmp_path: Path, caplog) -> None:
+    async def stuck_metadata(ctx, request):
+        await asyncio.sleep(60)
+
+    registry = ApiRegistry([*api_versions_module.APIS, ApiSpec(3, 0, 13, stuck_metadata)])
+
+    async def run() -> None:
+        async with _in_process_broker(tmp_path, registry) as (broker, bootstrap):
+            client = await KafkaClient.connect(bootstrap)
+            cls = client.request_type(3)
+            stuck = asyncio.ensure_future(
+                client.send(_make(cls, topics=None, allow_auto_topic_creation=False))
+            )
+            await asyncio.sleep(0.05)
+            started = time.monotonic()
+            await broker.shutdown(grace=0.3)
+            assert time.monotonic() - started < 2
+            with pytest.raises(ClientError, match="closed by the broker"):
+                await stuck
+            await client.close()
+
+    asyncio.run(run())
+    assert "1 request(s) still running after 0 s were abandoned" in caplog.text
+
+
 def test_idle_connections_are_closed_after_connections_max_idle_ms(broker_factory) -> None:
     process = broker_factory(overrides=["connections.max.idle.ms=300"])
     with _connect(process) as idle:
