@@ -125,6 +125,10 @@ class IndexEntries(NamedTuple):
     time_entry: tuple[int, int] | None
 
 
+_new_tuple = tuple.__new__  # builds a NamedTuple without the Python-level __new__ its constructor calls
+_NO_ENTRIES = IndexEntries(None, None)
+
+
 class SegmentIndexer:
     """Kafka's sparse-index rule for one segment (LogSegment.append and LogSegment.recover).
 
@@ -145,13 +149,11 @@ class SegmentIndexer:
         if max_timestamp > self.max_timestamp:
             self.max_timestamp = max_timestamp
             self.offset_of_max_timestamp = last_offset
-        offset_entry = time_entry = None
         if self.bytes_since_last_entry > self.index_interval_bytes:
-            offset_entry = (last_offset, position)
-            time_entry = self._maybe_time_entry()
-            self.bytes_since_last_entry = 0
+            self.bytes_since_last_entry = size
+            return _new_tuple(IndexEntries, ((last_offset, position), self._maybe_time_entry()))
         self.bytes_since_last_entry += size
-        return IndexEntries(offset_entry, time_entry)
+        return _NO_ENTRIES
 
     def final_time_entry(self) -> tuple[int, int] | None:
         """The entry Kafka adds when a segment becomes inactive, is closed or finishes recovery."""

@@ -27,6 +27,8 @@ from formats.index import (
 from formats.records import NO_TIMESTAMP
 
 _INT32_MAX = 2**31 - 1
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
 _OFFSET_ENTRY = struct.Struct(">ii")
 _INT32 = struct.Struct(">i")
 _TIME_ENTRY = struct.Struct(">qi")
@@ -152,8 +154,10 @@ class OffsetIndexFile(_MappedIndex):
         entries = self.entries
         if entries >= self.max_entries:
             raise ValueError(f"Attempt to append to a full index (size = {entries}).")
-        at = entries * OFFSET_ENTRY_SIZE
-        self._mmap[at : at + OFFSET_ENTRY_SIZE] = encode_offset_entry(self.base_offset, offset, position)  # type: ignore[index]
+        relative = offset - self.base_offset
+        if not (0 <= relative <= _INT32_MAX and 0 <= position <= _INT32_MAX):
+            encode_offset_entry(self.base_offset, offset, position)  # raises the encoder's ValueError
+        _OFFSET_ENTRY.pack_into(self._mmap, entries * OFFSET_ENTRY_SIZE, relative, position)  # type: ignore[arg-type]
         self.entries = entries + 1
         self._last_offset = offset
 
@@ -223,8 +227,10 @@ class TimeIndexFile(_MappedIndex):
                 return
         if entries >= self.max_entries:
             self.resize(self.length + TIME_ENTRY_SIZE)
-        at = entries * TIME_ENTRY_SIZE
-        self._mmap[at : at + TIME_ENTRY_SIZE] = encode_time_entry(self.base_offset, timestamp, offset)  # type: ignore[index]
+        relative = offset - self.base_offset
+        if not (_INT64_MIN <= timestamp <= _INT64_MAX and 0 <= relative <= _INT32_MAX):
+            encode_time_entry(self.base_offset, timestamp, offset)  # raises the encoder's ValueError
+        _TIME_ENTRY.pack_into(self._mmap, entries * TIME_ENTRY_SIZE, timestamp, relative)  # type: ignore[arg-type]
         self.entries = entries + 1
         self._last_timestamp, self._last_offset = timestamp, offset
 

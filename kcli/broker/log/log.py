@@ -40,7 +40,6 @@ from kcli.broker.log.producer_state import (
     CompletedTxn,
     ProducerStateManager,
     check_leader_append,
-    producer_info,
     rebuild_producer_state,
 )
 from kcli.broker.log.segment import BatchHeader, Segment
@@ -49,8 +48,11 @@ from kcli.broker.log.validator import AppendOrigin, BatchValidator
 log = logging.getLogger("kcli.broker.log")
 
 PARTITION_METADATA = "partition.metadata"
-_BASE_OFFSET = struct.Struct(">q")
-_PARTITION_LEADER_EPOCH = struct.Struct(">i")
+# What a leader append stamps into a batch header: base offset, batch length (rewritten as it is, so one
+# pack covers the partition leader epoch at byte 12 too), partition leader epoch. All outside the CRC.
+_STAMP = struct.Struct(">qii")
+_RAFT_LEADER = AppendOrigin.RAFT_LEADER  # an enum member read from its class costs more than a check
+_new_tuple = tuple.__new__  # builds a NamedTuple without the Python-level __new__ its constructor calls
 
 
 class AppendInfo(NamedTuple):
@@ -126,6 +128,8 @@ class Log:
         self.producer_state = producer_state
         self._validator = BatchValidator(config, f"{self.topic}-{self.partition}")
         self._max_segment_ms = config.max_segment_ms
+        self._segment_bytes = config.segment_bytes
+        self._flush_messages = config.flush_messages
         self.clock = clock
         self._flush_scheduler = flush_scheduler
         self._segments = segments
@@ -267,6 +271,8 @@ class Log:
         self.config = config
         self._validator = BatchValidator(config, self.name)
         self._max_segment_ms = config.max_segment_ms
+        self._segment_bytes = config.segment_bytes
+        self._flush_messages = config.flush_messages
 
     def update_high_watermark(self, high_watermark: int) -> int:
         """Set the high watermark, clamped into [log start offset, log end offset]."""
@@ -306,67 +312,79 @@ class Log:
         idempotent batch is not written again: the answer carries the offsets of the original, as Kafka's.
         RAFT_LEADER appends keep their offsets.
         """
-        if origin is AppendOrigin.RAFT_LEADER:
+        if origin is _RAFT_LEADER:
             return self.append_as_follower(records, now_ms=now_ms, leader_epoch=leader_epoch)
-        batch = self._validator.validate(records, now_ms=now_ms, origin=origin)
-        size = batch.size
-        header = batch.header
-        producer = producer_info(header)
+        validated = self._validator.validate(records, now_ms=now_ms, origin=origin)
+        header, body, size, last_offset_delta, max_timestamp, records_count, log_append_time, producer = (
+            validated
+        )
         with self._lock:
             self._check_open()
-            if size > self.config.segment_bytes:
-                raise _segment_too_small(size, self.name, self.config.segment_bytes)
+            segment_bytes = self._segment_bytes
+            if size > segment_bytes:
+                raise _segment_too_small(size, self.name, segment_bytes)
             first_offset = self._leo
-            last_offset = first_offset + batch.last_offset_delta
-            producer_append = None
-            if producer.producer_id >= 0:
+            last_offset = first_offset + last_offset_delta
+            producer_state = self.producer_state
+            producer_append = completed_txn = None
+            if producer is not None:
                 duplicate, producer_append, completed_txn = check_leader_append(
-                    self.producer_state,
+                    producer_state,
                     producer,
                     first_offset=first_offset,
                     last_offset=last_offset,
-                    max_timestamp=batch.max_timestamp,
+                    max_timestamp=max_timestamp,
                     origin=origin,
-                    batch=lambda: bytes(batch.header) + bytes(batch.body),
+                    batch=(lambda: bytes(header) + bytes(body)) if producer.is_control else None,
                     transaction_verified=transaction_verified,
                 )
                 if duplicate is not None:
-                    return AppendInfo(
-                        duplicate.first_offset,
-                        duplicate.last_offset,
-                        duplicate.timestamp,  # Kafka answers a duplicate with the batch timestamp here
-                        self.log_start_offset,
-                        duplicate.timestamp,
-                        batch.records_count,
-                        0,
+                    # Kafka answers a duplicate with the batch timestamp as its log append time.
+                    return _new_tuple(
+                        AppendInfo,
+                        (
+                            duplicate.first_offset,
+                            duplicate.last_offset,
+                            duplicate.timestamp,
+                            self.log_start_offset,
+                            duplicate.timestamp,
+                            records_count,
+                            0,
+                        ),
                     )
-            _BASE_OFFSET.pack_into(header, 0, first_offset)
-            _PARTITION_LEADER_EPOCH.pack_into(header, 12, leader_epoch)
-            segment = self._maybe_roll(size, first_offset, last_offset, batch.max_timestamp, now_ms)
-            segment.append((header, batch.body), size, last_offset, batch.max_timestamp)
+            _STAMP.pack_into(header, 0, first_offset, size - 12, leader_epoch)
+            segment = self._segments[-1]
+            if segment.should_roll(
+                segment_bytes, self._max_segment_ms, size, max_timestamp, last_offset, now_ms
+            ):
+                segment = self.roll(first_offset, now_ms=now_ms)
+            segment.append((header, body), size, last_offset, max_timestamp)
             if leader_epoch >= 0 and leader_epoch != self.epoch_cache.latest_epoch():
                 self.epoch_cache.assign(leader_epoch, first_offset)
             self._leo = last_offset + 1
             if producer_append is not None:
-                self.producer_state.update(producer_append)
+                producer_state.update(producer_append)
                 if completed_txn is not None:
                     self._complete_txn(segment, completed_txn)
-            self.producer_state.update_map_end_offset(last_offset + 1)
+            producer_state.update_map_end_offset(last_offset + 1)
             if self.hw_follows_leo:
                 self.high_watermark = last_offset + 1
             log_start_offset = self.log_start_offset
-        if last_offset + 1 - self.recovery_point >= self.config.flush_messages:
+        if last_offset + 1 - self.recovery_point >= self._flush_messages:
             self.flush()
         for callback in self.append_event:
             callback(self)
-        return AppendInfo(
-            first_offset,
-            last_offset,
-            batch.log_append_time,
-            log_start_offset,
-            batch.max_timestamp,
-            batch.records_count,
-            size,
+        return _new_tuple(
+            AppendInfo,
+            (
+                first_offset,
+                last_offset,
+                log_append_time,
+                log_start_offset,
+                max_timestamp,
+                records_count,
+                size,
+            ),
         )
 
     def write_txn_markers(

@@ -23,6 +23,7 @@ import struct
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -34,7 +35,7 @@ from formats.segment import SNAPSHOT_SUFFIX, base_offset_of, filename, unit_size
 from formats.snapshot import ProducerSnapshotEntry, decrement_sequence, read_snapshot, write_snapshot
 from kcli.broker.log.errors import RecordError
 from kcli.broker.log.files import fsync_dir
-from kcli.broker.log.validator import AppendOrigin
+from kcli.broker.log.validator import AppendOrigin, BatchProducerInfo
 
 if TYPE_CHECKING:
     from kcli.broker.log.segment import Segment
@@ -54,16 +55,8 @@ _PRODUCER_FIELDS = struct.Struct(">qhi")  # producer id, producer epoch, base se
 _ATTRIBUTES = struct.Struct(">h")
 _TRANSACTIONAL_BIT = 0x10
 _CONTROL_BIT = 0x20
-
-
-class BatchProducerInfo(NamedTuple):
-    """The producer fields of one v2 batch header."""
-
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
-    is_transactional: bool
-    is_control: bool
+_CLIENT = AppendOrigin.CLIENT  # an enum member read from its class costs more than the rest of a check
+_new_tuple = tuple.__new__  # builds a NamedTuple without the Python-level __new__ its constructor calls
 
 
 def producer_info(header: bytes | bytearray | memoryview) -> BatchProducerInfo:
@@ -86,8 +79,7 @@ def increment_sequence(sequence: int, increment: int) -> int:
     return sequence + increment
 
 
-@dataclass(frozen=True, slots=True)
-class BatchMetadata:
+class BatchMetadata(NamedTuple):
     """One appended batch as the duplicate check needs it (Kafka's BatchMetadata)."""
 
     last_seq: int
@@ -113,7 +105,7 @@ class ProducerStateEntry:
     coordinator_epoch: int = -1
     last_timestamp: int = NO_TIMESTAMP
     current_txn_first_offset: int | None = None
-    batch_metadata: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+    batch_metadata: deque[BatchMetadata] = field(default_factory=partial(deque, maxlen=NUM_BATCHES_TO_RETAIN))
 
     @property
     def is_empty(self) -> bool:
@@ -206,6 +198,15 @@ class ProducerStateEntry:
                 BatchMetadata(entry.last_sequence, entry.last_offset, entry.offset_delta, entry.timestamp)
             )
         return state
+
+
+class NextBatch(NamedTuple):
+    """The producer-state change of the common leader append: one more batch for a known producer under
+    its current epoch, outside any transaction. Applying it (`ProducerStateManager.update`) does what a
+    ProducerAppendInfo would, without copying the entry."""
+
+    entry: ProducerStateEntry
+    metadata: BatchMetadata
 
 
 class CompletedTxn(NamedTuple):
@@ -358,8 +359,13 @@ class ProducerStateManager:
         current = self.producers.get(producer_id) or ProducerStateEntry(producer_id)
         return ProducerAppendInfo(self.topic_partition, producer_id, current, origin)
 
-    def update(self, append_info: ProducerAppendInfo) -> None:
+    def update(self, append_info: ProducerAppendInfo | NextBatch) -> None:
         """Make an append's producer changes part of the state (after the bytes are written)."""
+        if type(append_info) is NextBatch:
+            entry, metadata = append_info
+            entry.batch_metadata.append(metadata)
+            entry.last_timestamp = metadata.timestamp
+            return
         producer_id = append_info.producer_id
         if producer_id == NO_PRODUCER_ID:
             raise ValueError(
@@ -558,7 +564,7 @@ class ProducerCheck(NamedTuple):
     """What checking a leader append found: a duplicate to answer with, or the changes to apply."""
 
     duplicate: BatchMetadata | None
-    append_info: ProducerAppendInfo | None
+    append_info: ProducerAppendInfo | NextBatch | None
     completed_txn: CompletedTxn | None = None
 
 
@@ -581,15 +587,27 @@ def check_leader_append(
     coordinator has this partition in the producer's ongoing transaction (Kafka's verification guard):
     only then may a transactional batch open a transaction here.
     """
-    producer_id = info.producer_id
+    producer_id, producer_epoch, base_sequence, is_transactional, is_control = info
+    offset_delta = last_offset - first_offset
     last_seq = NO_SEQUENCE
-    if info.base_sequence >= 0:
-        last_seq = increment_sequence(info.base_sequence, last_offset - first_offset)
-    entry = state.last_entry(producer_id)
-    if origin is AppendOrigin.CLIENT and entry is not None:
-        duplicate = entry.find_duplicate_batch(info.producer_epoch, info.base_sequence, last_seq)
+    if base_sequence >= 0:
+        last_seq = increment_sequence(base_sequence, offset_delta)
+    entry = state.producers.get(producer_id)
+    if origin is _CLIENT and entry is not None:
+        duplicate = entry.find_duplicate_batch(producer_epoch, base_sequence, last_seq)
         if duplicate is not None:
-            return ProducerCheck(duplicate, None)
+            return _new_tuple(ProducerCheck, (duplicate, None, None))
+        batches = entry.batch_metadata
+        if (
+            producer_epoch == entry.producer_epoch
+            and batches
+            and _in_sequence(batches[-1].last_seq, base_sequence)
+            and not (is_transactional or is_control)
+            and entry.current_txn_first_offset is None
+        ):
+            # The common case, which every check below would pass: take it without copying the entry.
+            metadata = _new_tuple(BatchMetadata, (last_seq, last_offset, offset_delta, max_timestamp))
+            return _new_tuple(ProducerCheck, (None, _new_tuple(NextBatch, (entry, metadata)), None))
     if (
         (origin is AppendOrigin.CLIENT or origin is AppendOrigin.COORDINATOR)
         and info.is_transactional
@@ -782,6 +800,7 @@ __all__ = [
     "BatchMetadata",
     "BatchProducerInfo",
     "CompletedTxn",
+    "NextBatch",
     "ProducerAppendInfo",
     "ProducerCheck",
     "ProducerStateEntry",

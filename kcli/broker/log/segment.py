@@ -244,15 +244,24 @@ class Segment:
         position = self.size
         if position == 0:
             self.rolling_based_timestamp = largest_timestamp
-        written = os.pwritev(self.fd, buffers, position)
+        fd = self._fd
+        if fd is None:
+            fd = self.fd
+        written = os.pwritev(fd, buffers, position)
         if written != size:
             self._finish_write(buffers, position, written, size)
         self.size = position + size
         offset_entry, time_entry = self.indexer.append(position, last_offset, largest_timestamp, size)
         if offset_entry is not None:
-            self.offset_index.append(*offset_entry)
+            offset_index = self._offset_index
+            if offset_index is None:
+                offset_index = self.offset_index
+            offset_index.append(*offset_entry)
             if time_entry is not None:
-                self.time_index.maybe_append(*time_entry)
+                time_index = self._time_index
+                if time_index is None:
+                    time_index = self.time_index
+                time_index.maybe_append(*time_entry)
 
     def append_batches(
         self, data: memoryview, batches: Sequence[BatchHeader], base_position: int = 0
@@ -304,12 +313,17 @@ class Segment:
         size = self.size
         if size > segment_bytes - messages_size:
             return True
-        if (
-            size > 0
-            and self.time_waited_for_roll(now_ms, max_timestamp) > max_segment_ms - self.roll_jitter_ms
-        ):
-            return True
-        offset_index, time_index = self.offset_index, self.time_index
+        if size > 0:
+            rolling_based_timestamp = self.rolling_based_timestamp
+            if rolling_based_timestamp is not None and rolling_based_timestamp >= 0:
+                waited = max_timestamp - rolling_based_timestamp  # time_waited_for_roll's common case
+            else:
+                waited = self.time_waited_for_roll(now_ms, max_timestamp)
+            if waited > max_segment_ms - self.roll_jitter_ms:
+                return True
+        offset_index, time_index = self._offset_index, self._time_index
+        if offset_index is None or time_index is None:
+            offset_index, time_index = self.offset_index, self.time_index
         return (
             offset_index.entries >= offset_index.max_entries
             or time_index.entries >= time_index.max_entries - 1

@@ -29,6 +29,7 @@ from formats.records import (
     MIN_UNIT_SIZE,
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_BIT,
+    TRANSACTIONAL_BIT,
     LegacyBatch,
     RecordBatch,
     RecordSpec,
@@ -59,6 +60,20 @@ class AppendOrigin(Enum):
     RAFT_LEADER = "raft_leader"  # the metadata quorum leader: offsets and epochs already assigned
 
 
+_CLIENT = AppendOrigin.CLIENT  # an enum member read from its class costs more than the rest of a check
+_new_tuple = tuple.__new__  # builds a NamedTuple without the Python-level __new__ its constructor calls
+
+
+class BatchProducerInfo(NamedTuple):
+    """The producer fields of one v2 batch header: what the producer-state checks read."""
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    is_transactional: bool
+    is_control: bool
+
+
 class ValidatedBatch(NamedTuple):
     """One v2 batch ready to append: `header` (61 bytes, writable) still needs base offset and epoch."""
 
@@ -69,6 +84,7 @@ class ValidatedBatch(NamedTuple):
     max_timestamp: int
     records_count: int
     log_append_time: int  # -1 unless the topic uses LogAppendTime
+    producer: BatchProducerInfo | None  # None for a batch without a producer id
 
 
 class BatchValidator:
@@ -91,6 +107,10 @@ class BatchValidator:
         self.target_codec = (
             None if config.compression_type == "producer" else int(config.target_codec(Codec.NONE))
         )
+        # The codec and timestamp-type bits (attributes & 0x0F) a batch may carry and still take the fast
+        # path: a known codec the topic keeps as it is, CreateTime; none when the records must be read.
+        codecs = range(5) if self.target_codec is None else (self.target_codec,)
+        self.fast_attributes = frozenset(() if self.needs_records else codecs)
 
     def validate(
         self, records: bytes | bytearray | memoryview, *, now_ms: int, origin: AppendOrigin
@@ -102,34 +122,41 @@ class BatchValidator:
         found, stop, reason = _native.scan(view, 0, len(view), True)
         if reason or len(found) != 1:
             return self._validate_general(view, found, stop, reason, now_ms=now_ms, origin=origin)
-        (position, base_offset, length, _, _, crc, attributes, delta, _, max_ts, producer_id, _, base_sequence, count, crc_valid) = found[0]  # fmt: skip
+        (position, base_offset, length, _, _, crc, attributes, delta, _, max_ts, producer_id, producer_epoch, base_sequence, count, crc_valid) = found[0]  # fmt: skip
         size = length + 12
-        is_client = origin is AppendOrigin.CLIENT
+        if origin is _CLIENT:
+            if (
+                base_offset
+                or delta + 1 != count
+                or count <= 0
+                or attributes & CONTROL_BIT
+                or (producer_id >= 0 and base_sequence < 0)
+            ):
+                return self._validate_general(view, found, stop, reason, now_ms=now_ms, origin=origin)
         if (
-            (base_offset and is_client)
-            or size > self.max_message_bytes
+            size > self.max_message_bytes
             or not crc_valid
-            or (
-                is_client
-                and (
-                    delta + 1 != count
-                    or count <= 0
-                    or attributes & CONTROL_BIT
-                    or (producer_id >= 0 and base_sequence < 0)
-                )
-            )
-            or attributes & TIMESTAMP_TYPE_BIT  # LogAppendTime set by a producer
-            or attributes & 0x07 > 4  # not a codec
-            or self.needs_records
-            or (self.target_codec is not None and self.target_codec != attributes & 0x07)
+            or attributes & 0x0F not in self.fast_attributes  # LogAppendTime from a producer, codec
         ):
             return self._validate_general(view, found, stop, reason, now_ms=now_ms, origin=origin)
         header = bytearray(view[position : position + RECORD_BATCH_OVERHEAD])
         body = view[position + RECORD_BATCH_OVERHEAD : position + size]
+        producer = None
+        if producer_id >= 0:
+            producer = _new_tuple(
+                BatchProducerInfo,
+                (
+                    producer_id,
+                    producer_epoch,
+                    base_sequence,
+                    (attributes & TRANSACTIONAL_BIT) != 0,
+                    (attributes & CONTROL_BIT) != 0,
+                ),
+            )
         if self.log_append_time:
             _set_max_timestamp(header, body, attributes | TIMESTAMP_TYPE_BIT, now_ms)
-            return ValidatedBatch(header, body, size, delta, now_ms, count, now_ms)
-        return ValidatedBatch(header, body, size, delta, max_ts, count, -1)
+            return _new_tuple(ValidatedBatch, (header, body, size, delta, now_ms, count, now_ms, producer))
+        return _new_tuple(ValidatedBatch, (header, body, size, delta, max_ts, count, -1, producer))
 
     def _validate_general(
         self, view: memoryview, found: list, stop: int, reason: int, *, now_ms: int, origin: AppendOrigin
@@ -275,7 +302,9 @@ def _validate_v2(
     elif batch_log_append:
         # A CreateTime topic stores it as CreateTime; each record read as the batch max timestamp.
         _set_max_timestamp(header, body, attributes & ~TIMESTAMP_TYPE_BIT, max_timestamp)
-    return ValidatedBatch(header, body, size, batch[_DELTA], max_timestamp, count, log_append_time)
+    return ValidatedBatch(
+        header, body, size, batch[_DELTA], max_timestamp, count, log_append_time, _producer_of(batch)
+    )
 
 
 def _validate_records(
@@ -322,11 +351,15 @@ def _validate_records(
     body = view[position + RECORD_BATCH_OVERHEAD : position + size]
     if topic_log_append:
         _set_max_timestamp(header, body, header_values.attributes | TIMESTAMP_TYPE_BIT, now_ms)
-        return ValidatedBatch(header, body, size, batch[_DELTA], now_ms, batch[_COUNT], now_ms)
+        return ValidatedBatch(
+            header, body, size, batch[_DELTA], now_ms, batch[_COUNT], now_ms, _producer_of(batch)
+        )
     max_timestamp = max((r.timestamp for r in records), default=-1)
     if header_values.attributes & TIMESTAMP_TYPE_BIT or max_timestamp != header_values.max_timestamp:
         _set_max_timestamp(header, body, header_values.attributes & ~TIMESTAMP_TYPE_BIT, max_timestamp)
-    return ValidatedBatch(header, body, size, batch[_DELTA], max_timestamp, batch[_COUNT], -1)
+    return ValidatedBatch(
+        header, body, size, batch[_DELTA], max_timestamp, batch[_COUNT], -1, _producer_of(batch)
+    )
 
 
 def _convert_legacy(
@@ -437,6 +470,7 @@ def _rebuild(
         batch[_MAX_TS],
         batch[_COUNT],
         now_ms if log_append else -1,
+        _producer_of(batch),
     )
 
 
@@ -510,6 +544,20 @@ def _timestamp_message(timestamp: int, offset: int, now_ms: int, config: LogConf
 
 def _record_errors(code: ErrorCode, message: str, errors: list[tuple[int, str]]) -> RecordError:
     return RecordError(code, message, tuple(errors))
+
+
+def _producer_of(batch: tuple) -> BatchProducerInfo | None:
+    """The producer fields of a scanned batch, None when it has no producer id."""
+    if batch[_PRODUCER_ID] < 0:
+        return None
+    attributes = batch[_ATTRIBUTES]
+    return BatchProducerInfo(
+        batch[_PRODUCER_ID],
+        batch[_PRODUCER_EPOCH],
+        batch[_BASE_SEQUENCE],
+        bool(attributes & TRANSACTIONAL_BIT),
+        bool(attributes & CONTROL_BIT),
+    )
 
 
 def _set_max_timestamp(
