@@ -303,6 +303,71 @@ def test_retries_in_any_order_never_duplicate_or_reorder(
     assert p.log_end == offset
 
 
+def _general_append(
+    partition: Partition, info: BatchProducerInfo, count: int, timestamp: int
+) -> tuple[int, int]:
+    """Kafka's whole check for a data batch, with no short path: a duplicate, else a copied entry the
+    batch is checked against and then folded back (ProducerAppendInfo, ProducerStateManager.update)."""
+    first, last = partition.log_end, partition.log_end + count - 1
+    last_seq = increment_sequence(info.base_sequence, count - 1)
+    entry = partition.state.last_entry(info.producer_id)
+    duplicate = entry and entry.find_duplicate_batch(info.producer_epoch, info.base_sequence, last_seq)
+    if duplicate:
+        return duplicate.first_offset, duplicate.last_offset
+    append_info = partition.state.prepare_update(info.producer_id, AppendOrigin.CLIENT)
+    append_info.append_data_batch(
+        info.producer_epoch, info.base_sequence, last_seq, timestamp, first, last, False
+    )
+    partition.state.update(append_info)
+    partition.log_end = last + 1
+    return first, last
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from((0, 0, 0, 1, 2)),
+            st.sampled_from((0, 0, 0, 0, 0, -1, -2, -5, 1, 2)),  # 0: the next batch
+            st.integers(1, 4),
+            st.integers(0, 3),
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_the_short_path_for_the_next_batch_leaves_what_the_general_check_leaves(
+    tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[int, int, int, int]]
+) -> None:
+    """check_leader_append takes a short path for a known producer's next in-sequence batch under the
+    same epoch; any mix of next batches, retries, gaps, epoch changes and producers ends in the same
+    answers, errors and state as Kafka's general check."""
+    fast = Partition(tmp_path_factory.mktemp("fast"))
+    general = Partition(tmp_path_factory.mktemp("general"))
+    next_seq: dict[tuple[int, int], int] = {}
+    for step, (epoch, seq_shift, count, producer) in enumerate(steps):
+        producer_id = PID + producer % 2
+        base = max(0, next_seq.get((producer_id, epoch), 0) + seq_shift)
+        info = BatchProducerInfo(producer_id, epoch, base, False, False)
+        outcomes = []
+        for partition in (fast, general):
+            try:
+                if partition is fast:
+                    result: object = partition.append(
+                        base, count, epoch=epoch, producer_id=producer_id, timestamp=T0 + step
+                    )
+                else:
+                    result = _general_append(partition, info, count, T0 + step)
+            except RecordError as error:
+                result = error.error_code
+            outcomes.append(result)
+        assert outcomes[0] == outcomes[1]
+        if isinstance(outcomes[0], tuple) and outcomes[0][0] == fast.log_end - count:
+            next_seq[(producer_id, epoch)] = increment_sequence(base, count)
+        assert fast.log_end == general.log_end
+        assert repr(fast.state.producers) == repr(general.state.producers)
+
+
 # --- through a Log on real files ----------------------------------------------------------------------
 
 

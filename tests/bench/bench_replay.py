@@ -54,12 +54,16 @@ def main() -> None:
             source = args.dir / "raw" / "src-0"
             records = generate(source / "00000000000000000000.log", args.raw_mib << 20, in_batch)
             size = (source / "00000000000000000000.log").stat().st_size
-            wall, cpu, broker_cpu = run_replay(args, source, ["--mode", "raw"], partitions=1)
+            wall, cpu, (broker_user, broker_kernel) = run_replay(
+                args, source, ["--mode", "raw"], partitions=1
+            )
+            broker_cpu = broker_user + broker_kernel
             batches = records // in_batch
             print(
                 f"raw   : {size / (1 << 20):.0f} MiB segment, {records:,} records in batches of {in_batch} "
                 f"(~{batch_kib} KiB): {wall:.2f} s, {size / wall / 1e6:.0f} MB/s ({size / wall / (1 << 20):.0f} MiB/s); "
-                f"replay CPU {cpu:.2f} s, broker CPU {broker_cpu:.2f} s ({broker_cpu / batches * 1e6:.0f} us per batch)"
+                f"replay CPU {cpu:.2f} s, broker CPU {broker_cpu:.2f} s ({broker_cpu / batches * 1e6:.0f} us per batch, "
+                f"{broker_kernel / batches * 1e6:.0f} us of it in the kernel)"
             )
             shutil.rmtree(args.dir / "raw", ignore_errors=True)
         if args.only in (None, "record"):
@@ -68,7 +72,8 @@ def main() -> None:
             records = generate(source / "00000000000000000000.log", size_wanted, per_batch)
             mode = ["--mode", "record", "--partitioner", args.partitioner]
             size = (source / "00000000000000000000.log").stat().st_size
-            wall, cpu, broker_cpu = run_replay(args, source, mode, partitions=args.partitions)
+            wall, cpu, broker_times = run_replay(args, source, mode, partitions=args.partitions)
+            broker_cpu = sum(broker_times)
             spread = (
                 "" if args.partitions == 1 else f" by {args.partitioner} over {args.partitions} partitions"
             )
@@ -107,7 +112,7 @@ def generate(path: Path, size: int, per_batch: int) -> int:
 
 def run_replay(
     args: argparse.Namespace, source: Path, extra: list[str], *, partitions: int
-) -> tuple[float, float, float]:
+) -> tuple[float, float, tuple[float, float]]:
     workdir = source.parent / "broker"
     workdir.mkdir(parents=True, exist_ok=True)
     broker = start_kcli(workdir)
@@ -129,16 +134,19 @@ def run_replay(
         wall = time.monotonic() - started
         after = os.times()
         cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
-        return wall, cpu, cpu_seconds(broker["pid"]) - broker_before
+        broker_after = cpu_seconds(broker["pid"])
+        return wall, cpu, (broker_after[0] - broker_before[0], broker_after[1] - broker_before[1])
     finally:
         stop_kcli(broker)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(user, kernel) CPU seconds of a process so far."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / ticks, int(fields[12]) / ticks
 
 
 if __name__ == "__main__":
