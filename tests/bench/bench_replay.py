@@ -8,7 +8,8 @@ mode (MB/s of segment bytes); `--batch-kib 16,64,256` runs one raw replay per ba
 sends each source batch in its own Produce request and the batch size sets how many requests a MB takes. record: a segment of 1 KiB records replayed with --mode record (records/s),
 spread by --partitioner over a topic of --partitions partitions. Each run gets a fresh broker and topic;
 the figures are wall time of the replay process, with the CPU seconds the replay process and the broker
-spent. On a shared machine the CPU seconds are the steadier figure: the 1-minute load average is printed
+spent (the broker's kernel share apart; after each raw run, the kernel CPU of a plain writer of the same
+batches shows what the page-cache writes alone cost on this machine at that moment). On a shared machine the CPU seconds are the steadier figure: the 1-minute load average is printed
 first, and when other work holds a core, wall time comes near the sum of the two processes' CPU.
 """
 
@@ -20,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,6 +67,10 @@ def main() -> None:
                 f"replay CPU {cpu:.2f} s, broker CPU {broker_cpu:.2f} s ({broker_cpu / batches * 1e6:.0f} us per batch, "
                 f"{broker_kernel / batches * 1e6:.0f} us of it in the kernel)"
             )
+            kernel = write_cost(source / "00000000000000000000.log", args.dir / "raw" / "copy.log")
+            print(
+                f"        the kernel's cost of writing the same batches to a new file here: {kernel:.0f} us per batch"
+            )
             shutil.rmtree(args.dir / "raw", ignore_errors=True)
         if args.only in (None, "record"):
             source = args.dir / "record" / "src-0"
@@ -108,6 +114,35 @@ def generate(path: Path, size: int, per_batch: int) -> int:
             written += len(batch)
             offset += per_batch
     return offset
+
+
+def write_cost(source: Path, target: Path) -> float:
+    """Kernel CPU per batch of writing the source's batches, one pwrite each, to a new file: the floor
+    under the broker's kernel time. On a VM that hands freed memory back to its host (virtio-balloon free
+    page reporting, as here) most of it is the host faulting the new page-cache pages in again, so it
+    varies from run to run with what memory the guest gets."""
+    data = memoryview(source.read_bytes())
+    ends = [end for _, end in batch_spans(data)]
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        before = os.times().system
+        start = 0
+        for end in ends:
+            os.pwrite(fd, data[start:end], start)
+            start = end
+        return (os.times().system - before) / len(ends) * 1e6
+    finally:
+        os.close(fd)
+        target.unlink()
+
+
+def batch_spans(data: memoryview) -> Iterator[tuple[int, int]]:
+    """(start, end) of each batch in a segment's bytes, from the size field of each header."""
+    position = 0
+    while position + 12 <= len(data):
+        end = position + 12 + int.from_bytes(data[position + 8 : position + 12], "big")
+        yield position, end
+        position = end
 
 
 def run_replay(
