@@ -282,7 +282,8 @@ def test_producer_killed_mid_transaction_is_aborted_by_timeout(broker_factory) -
 
 def test_state_survives_restart_and_kill_9(broker_factory, tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
-    broker = start_broker(tmp_path / "killed", overrides=FAST, data_dir=data_dir)  # not the factory's: it dies
+    # Not the factory's broker: this one is killed.
+    broker = start_broker(tmp_path / "killed", overrides=FAST, data_dir=data_dir)
     create_topic(broker.bootstrap, "durable", 1)
     producer = transactional_producer(broker.bootstrap, "durable-tx")
     producer.begin_transaction()
