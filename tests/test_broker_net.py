@@ -37,6 +37,7 @@ from kio.static.primitive import Records
 from kcli.broker.apis import ApiRegistry, ApiSpec, build_registry, kio_versions, request_type, response_type
 from kcli.broker.apis import api_versions as api_versions_module
 from kcli.broker.apis import metadata as metadata_module
+from kcli.broker.apis.api_versions import advertised_versions
 from kcli.broker.apis.codec import encode
 from kcli.broker.apis.context import FileRegion, FramedResponse
 from kcli.broker.apis.guard import DeclaredSizeError, check_sizes, without_unknown_tags
@@ -166,10 +167,11 @@ def test_api_versions_every_version_and_the_unsupported_fallback(broker: BrokerP
     async def run() -> None:
         async with await KafkaClient.connect(broker.bootstrap) as client:
             advertised = dict(client.broker_versions)
-            # exactly what the registry holds: an API is advertised when (and as far as) it is handled
-            assert advertised == {
-                spec.api_key: (spec.min_version, spec.max_version) for spec in build_registry()
-            }
+            # what the registry holds: an API is advertised when (and as far as) it is handled, but
+            # Produce from v0, as Kafka 4.0 does for librdkafka's compression check (KAFKA-18659)
+            handled = {spec.api_key: (spec.min_version, spec.max_version) for spec in build_registry()}
+            assert advertised == {**handled, 0: (0, handled[0][1])} == advertised_versions(build_registry())
+            assert handled[0][0] == 3
             assert {18, 3, 60} <= advertised.keys()
             for version in range(kio_versions(18)[1] + 1):
                 cls = request_type(18, version)
@@ -195,6 +197,10 @@ def test_api_versions_every_version_and_the_unsupported_fallback(broker: BrokerP
         assert [(k.api_key, k.min_version, k.max_version) for k in response.api_keys] == [
             (18, *kio_versions(18))
         ]
+    # Produce v0-v2 are advertised, not handled: such a request closes the connection, as in Kafka 4.0.
+    with _connect(broker) as sock:
+        sock.sendall(_frame(_header(0, 2, 8, flexible=False) + b"\xff\xff\x00\x00\x00\x00"))
+        assert _closed_by_broker(sock)
 
 
 def test_metadata_topics_by_version(broker: BrokerProcess) -> None:

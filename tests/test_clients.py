@@ -26,6 +26,8 @@ from conftest import BrokerProcess, start_broker, stop_cleanly
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 
+from formats.segment import walk
+
 pytestmark = pytest.mark.timeout(120)
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -66,6 +68,9 @@ def test_confluent_kafka_every_codec(server: BrokerProcess) -> None:
         for key, value, headers, timestamp in expected_records():
             producer.produce(topic, value=value, key=key, headers=headers, timestamp=timestamp)
         assert producer.flush(15) == 0
+    assert {codec: stored_codecs(server, topic) for codec, topic in topics.items()} == {
+        c: {c} for c in topics
+    }
     consumer = Consumer(
         {"bootstrap.servers": server.bootstrap, "group.id": "ck", "enable.auto.commit": False}
     )
@@ -113,6 +118,9 @@ def test_kafka_python_every_codec(server: BrokerProcess) -> None:
         producer.flush(15)
         assert [f.get(5).offset for f in futures] == list(range(COUNT))
         producer.close(5)
+    assert {codec: stored_codecs(server, topic) for codec, topic in topics.items()} == {
+        c: {c} for c in topics
+    }
     consumer = KafkaConsumer(
         bootstrap_servers=server.bootstrap, consumer_timeout_ms=5000, enable_auto_commit=False
     )
@@ -182,6 +190,9 @@ def test_aiokafka_every_codec(server: BrokerProcess) -> None:
             await consumer.stop()
 
     asyncio.run(run())
+    assert {codec: stored_codecs(server, topic) for codec, topic in topics.items()} == {
+        c: {c} for c in topics
+    }
 
 
 def test_kcat_every_codec(server: BrokerProcess) -> None:
@@ -201,6 +212,9 @@ def test_kcat_every_codec(server: BrokerProcess) -> None:
             input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=30,
         )  # fmt: skip
         assert produced.returncode == 0, produced.stderr
+    assert {codec: stored_codecs(server, topic) for codec, topic in topics.items()} == {
+        c: {c} for c in topics
+    }
     for topic in topics.values():
         consumed = subprocess.run(
             [kcat, "-C", "-b", server.bootstrap, "-t", topic, "-p", "0", "-o", "beginning", "-e", "-Z",
@@ -283,6 +297,20 @@ def test_log_append_time_topic_with_every_client(server: BrokerProcess) -> None:
             await consumer.stop()
 
     assert asyncio.run(aio()) == [(1, ts) for _, ts in seen]
+
+
+def stored_codecs(server: BrokerProcess, topic: str) -> set[str]:
+    """The codecs of the batches of more than one record the broker wrote for partition 0 of `topic`,
+    read from its segments. A client that quietly sent everything uncompressed (as librdkafka before
+    2.11.1 did when a broker did not advertise Produce v0) shows up here and nowhere else; a batch of one
+    record is left out, since librdkafka sends a batch uncompressed when compressing does not shrink it."""
+    partition_dir = server.data_dir / f"{topic}-0"
+    return {
+        batch.compression.name.lower()
+        for path in sorted(partition_dir.glob("*.log"))
+        for batch in walk(path.read_bytes()).batches
+        if batch.last_offset > batch.base_offset
+    }
 
 
 def create_topics(

@@ -4,6 +4,12 @@ A client sends its newest ApiVersions version before it knows ours. Kafka answer
 does not know with the v0 response shape, UNSUPPORTED_VERSION and its own ApiVersions range
 (KIP-511), and the client retries with that version; `unsupported_version_response` is that answer.
 The server calls it without parsing the body, which may be in a format we cannot read.
+
+Produce is advertised from v0 though only v3+ is handled (a v0-v2 request closes the connection, as
+any version outside a handler's range does): Kafka 4.0 does the same (KAFKA-18659,
+ApiKeys.PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION) because librdkafka before 2.11.1 decides that a
+broker takes gzip, snappy and lz4 by asking whether it has Produce v0, and otherwise sends those
+batches uncompressed without a word (Debian's kcat, librdkafka 2.0.2, did so against this broker).
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from kcli.broker.apis import ApiRegistry, ApiSpec, build, kio_versions, nested_t
 from kcli.broker.apis.context import RequestContext
 
 API_KEY = 18
+PRODUCE = 0
+PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION = 0
 
 # Kafka's ApiVersionsRequest.SOFTWARE_NAME_VERSION_PATTERN (checked from v3 on).
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
@@ -37,10 +45,18 @@ async def handle_api_versions(ctx: RequestContext, request: object) -> object:
         ctx.connection.client_software_name = name
         ctx.connection.client_software_version = software_version
     api_keys = tuple(
-        api_version_cls(api_key=spec.api_key, min_version=spec.min_version, max_version=spec.max_version)
-        for spec in ctx.state.registry
+        api_version_cls(api_key=key, min_version=low, max_version=high)
+        for key, (low, high) in advertised_versions(ctx.state.registry).items()
     )
     return build(response_cls, error_code=ErrorCode.none, api_keys=api_keys, throttle_time=_NO_THROTTLE)
+
+
+def advertised_versions(registry: ApiRegistry) -> dict[int, tuple[int, int]]:
+    """api key -> (min, max) as ApiVersions answers it: what each handler takes, Produce from v0."""
+    advertised = {spec.api_key: (spec.min_version, spec.max_version) for spec in registry}
+    if PRODUCE in advertised:
+        advertised[PRODUCE] = (PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION, advertised[PRODUCE][1])
+    return advertised
 
 
 def unsupported_version_response(registry: ApiRegistry) -> object:
