@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from typing import ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple, Self
 
 from formats.errors import CorruptIndexError
 
@@ -110,6 +110,24 @@ class _IndexView:
     def release(self) -> None:
         """Drop the view on the underlying buffer, so a memory map can be closed."""
         self._view.release()
+
+    def as_trimmed(self) -> Self:
+        """The index as a roll or a clean shutdown leaves it, for a file still preallocated: the active
+        segment's of a running broker, or any after an unclean shutdown, is whole slots of which every one
+        after the entries in use is zero. Then this is a view of those entries alone, and of none when the
+        file is all zeros (a segment's first batch never gets an entry, so a first slot of zeros is
+        preallocation too). Any other file is returned as it is, for Kafka's checks to judge."""
+        size = self.entry_size
+        used = self._entries * size
+        if (
+            len(self._view) % size
+            or len(self._view) == used
+            or self._view[used:] != bytes(len(self._view) - used)
+        ):
+            return self
+        if used == size and self._view[:size] == bytes(size):
+            used = 0
+        return type(self)(self._view[:used], self.base_offset)
 
     def _check_index(self, n: int) -> int:
         if n < 0:

@@ -1196,6 +1196,12 @@ class _IndexFiles:
     each window, and reads only a window ahead); in slices of a few thousand entries, run after each
     window of the segment before, it fits in the time the walker spends checksumming without the GIL.
     _load_indexes finishes what is left and finds what is wrong.
+
+    An index still preallocated (a running broker's active segment, or any after an unclean shutdown) is
+    read as its entries in use (`as_trimmed`). As it stands on disk, Kafka's sanity check fails such a time
+    index on its zero last slot and `kafka-dump-log.sh` takes a zero first slot for an entry that
+    mismatches its batch, though nothing is wrong: the broker trims it on roll or clean shutdown and
+    rebuilds it when it recovers the segment.
     """
 
     SLICE = 4096  # entries per slice: well under a millisecond
@@ -1236,7 +1242,7 @@ class _IndexFiles:
         if self.has_index:
             self.index_data = data = _read(self.index_path)
             if isinstance(data, bytes):
-                self.index = OffsetIndex(data, self.base)
+                self.index = OffsetIndex(data, self.base).as_trimmed()
                 entries = _big_endian_ints(data[: len(self.index) * OFFSET_ENTRY_SIZE], "i")
                 offsets, positions = self.index_offsets, self.index_positions
                 for start in range(0, len(self.index), self.SLICE):
@@ -1254,7 +1260,7 @@ class _IndexFiles:
             self.time_index_data = data = _read(self.time_index_path)
             if isinstance(data, bytes):
                 yield
-                self.time_index = TimeIndex(data, self.base)
+                self.time_index = TimeIndex(data, self.base).as_trimmed()
                 timestamps, offsets = self.time_timestamps, self.time_offsets
                 for start in range(0, len(self.time_index), self.SLICE):
                     yield

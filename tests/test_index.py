@@ -26,6 +26,7 @@ from formats.index import (
 )
 
 INT32_MAX = 2**31 - 1
+T0 = 1_700_000_000_000
 int64s = st.integers(-(2**63), 2**63 - 1)
 base_offsets = st.integers(0, 2**62)
 
@@ -403,3 +404,22 @@ def test_format_aborted_txn():
     assert format_aborted_txn(AbortedTxn(0, 1000, 5, 9, 3)) == (
         "version: 0 producerId: 1000 firstOffset: 5 lastOffset: 9 lastStableOffset: 3"
     )
+
+
+def test_as_trimmed_drops_only_a_preallocated_zero_tail() -> None:
+    """What a roll or clean shutdown would trim: whole zero slots after the entries in use, and a zero
+    first slot too (a segment's first batch never gets an entry). Anything else is left for the checks."""
+    entries = offset_index_bytes(100, [(110, 4200), (125, 8400)])
+    assert list(OffsetIndex(entries + bytes(8 * 50), 100).as_trimmed()) == list(OffsetIndex(entries, 100))
+    assert OffsetIndex(entries + bytes(8 * 50), 100).as_trimmed().length == len(entries)
+    assert OffsetIndex(bytes(8 * 50), 100).as_trimmed().length == 0
+    assert len(OffsetIndex(bytes(8 * 50), 100)) == 1  # as Kafka's tools read it: (100, 0)
+    for left_alone in (entries, entries + bytes(3), entries + bytes(8) + b"\1" + bytes(15), b""):
+        index = OffsetIndex(left_alone, 100)
+        assert index.as_trimmed() is index
+    times = encode_time_entry(100, T0 + 5, 104) + encode_time_entry(100, T0 + 9, 130)
+    untrimmed = TimeIndex(times + bytes(12 * 20), 100)
+    with pytest.raises(CorruptIndexError, match="the last timestamp is 0"):
+        untrimmed.sanity_check()  # Kafka's check on the file as it stands
+    untrimmed.as_trimmed().sanity_check()
+    assert list(untrimmed.as_trimmed()) == [TimeIndexEntry(T0 + 5, 104), TimeIndexEntry(T0 + 9, 130)]

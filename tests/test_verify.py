@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, kcli_env
+from confluent_kafka import Producer
+from conftest import REPO, BrokerProcess, kcli_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -321,6 +322,41 @@ def test_index_that_fails_kafkas_sanity_check(tmp_path: Path) -> None:
     index.write_bytes(index.read_bytes() + b"\x00\x00\x00")
     finding = only(verify(p.dir), "index_corrupt")
     assert "not a multiple of 8" in finding.message or "multiple of 8" in finding.message
+
+
+def test_untrimmed_preallocated_indexes_are_checked_on_their_entries(tmp_path: Path) -> None:
+    """The active segment of a running broker (and any after an unclean shutdown) keeps its .index and
+    .timeindex preallocated: the entries, then zeros. Kafka's sanity check would fail that time index on
+    its zero last slot; verify checks the entries in use, and still finds a bad one among them."""
+    p = clean_partition(tmp_path)
+    time_index = p.dir / filename(60, ".timeindex")
+    in_use = len(time_index.read_bytes()) // 12
+    assert in_use >= 2
+    for suffix, size in ((".index", 8 * 1000), (".timeindex", 12 * 1000)):
+        path = p.dir / filename(60, suffix)
+        path.write_bytes(path.read_bytes().ljust(size, b"\0"))
+    assert verify(p.dir) == []
+    data = bytearray(time_index.read_bytes())
+    first = int.from_bytes(data[0:8], "big")
+    data[12 * (in_use - 1) : 12 * (in_use - 1) + 8] = (first - 1).to_bytes(8, "big")
+    time_index.write_bytes(data)
+    corrupt = only(verify(p.dir), "index_corrupt")
+    assert (
+        f"the last timestamp is {first - 1} which is less than the first timestamp {first}" in corrupt.message
+    )
+
+
+def test_a_running_brokers_log_dir_verifies_clean(broker: BrokerProcess) -> None:
+    """Active segments with preallocated indexes holding entries: no findings while the broker runs."""
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    for i in range(2000):
+        producer.produce("live", key=b"k%d" % i, value=b"v" * 100)
+    assert producer.flush(15) == 0
+    time_index = broker.data_dir / "live-0" / filename(0, ".timeindex")
+    assert time_index.stat().st_size > 12 * 100  # still preallocated, with entries at its head
+    proc = run_cli(broker.data_dir / "live-0")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.rstrip().endswith("no findings"), proc.stdout
 
 
 def test_out_of_order_time_index_entry(tmp_path: Path) -> None:
