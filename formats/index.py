@@ -119,13 +119,9 @@ class _IndexView:
         preallocation too). Any other file is returned as it is, for Kafka's checks to judge."""
         size = self.entry_size
         used = self._entries * size
-        if (
-            len(self._view) % size
-            or len(self._view) == used
-            or self._view[used:] != bytes(len(self._view) - used)
-        ):
+        if len(self._view) % size or len(self._view) == used or not _all_zero(self._view[used:]):
             return self
-        if used == size and self._view[:size] == bytes(size):
+        if used == size and _all_zero(self._view[:size]):
             used = 0
         return type(self)(self._view[:used], self.base_offset)
 
@@ -325,6 +321,20 @@ def _relative_offset(base_offset: int, offset: int) -> int:
     if not 0 <= relative_offset <= _INT32_MAX:
         raise ValueError(f"Integer overflow for offset: {offset}")
     return relative_offset
+
+
+_ZEROS = bytes(1 << 16)
+
+
+def _all_zero(view: memoryview) -> bool:
+    """Whether every byte is zero, a 64 KiB chunk at a time (bytes compare with memcmp; a memoryview
+    compares element by element, ~25x slower on a 10 MiB preallocated index)."""
+    step = len(_ZEROS)
+    for start in range(0, len(view), step):
+        chunk = bytes(view[start : start + step])
+        if chunk != _ZEROS[: len(chunk)]:
+            return False
+    return True
 
 
 def _count_until_zero_slot(view: memoryview, slots: int, entry_size: int, field_at: int) -> int:
