@@ -32,7 +32,7 @@ from kio.schema.index import api_key_map
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import Records
+from kio.static.primitive import Records, i64Timedelta
 
 from kcli.broker.apis import ApiRegistry, ApiSpec, build_registry, kio_versions, request_type, response_type
 from kcli.broker.apis import api_versions as api_versions_module
@@ -48,6 +48,14 @@ from kcli.config import BrokerConfig
 pytestmark = pytest.mark.timeout(60)
 
 st.register_type_strategy(Records, st.binary(max_size=64))
+# kio's own strategy for int64 millisecond durations reaches values its reader cannot turn back into a
+# timedelta ("timedelta milliseconds overflow", one run in ~15 of the property test below); keep them to
+# the milliseconds a float-based timedelta holds exactly.
+st.register_type_strategy(
+    i64Timedelta,
+    st.integers(-(2**53), 2**53).map(lambda ms: i64Timedelta.parse(datetime.timedelta(milliseconds=ms))),
+)
+
 _ALL_MESSAGE_TYPES = [
     make(key, version)
     for key, (low, high) in ((k, kio_versions(k)) for k in sorted(api_key_map))
@@ -470,6 +478,21 @@ def test_fast_encoder_writes_a_null_integer_array() -> None:
             timeout=datetime.timedelta(seconds=60), topics=(topic_cls(name="t", partitions=(partition,)),)
         )
         assert encode(entity) == _encode(entity)
+
+
+def test_size_guard_walks_a_nullable_integer_array() -> None:
+    """A nullable array of integers (a reassignment's replicas, null to cancel; a DescribeTopicPartitions
+    answer's eligible leader replicas) was taken for one int32 field, so such a message was refused as
+    malformed (found by the property test above; the broker does not take reassignments yet)."""
+    for version in (0, 1):
+        cls = request_type(45, version)
+        topic_cls, partition_cls = _nested(cls, "ReassignableTopic"), _nested(cls, "ReassignablePartition")
+        for replicas in (None, (), (1, 2, 3)):
+            partition = partition_cls(partition_index=7, replicas=replicas)
+            topic = topic_cls(name="t", partitions=(partition, partition))
+            entity = _make(cls, timeout=datetime.timedelta(seconds=60), topics=(topic,))
+            data = _encode(entity)
+            assert check_sizes(cls, data) == (len(data), []), (version, replicas)
 
 
 @pytest.mark.parametrize("header_type", [RequestHeaderV1, RequestHeaderV2])

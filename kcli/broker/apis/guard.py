@@ -71,7 +71,7 @@ def entity_checker(entity_type: type) -> Checker:
         tag = f.metadata.get("tag")
         if tag is None and not (is_request_header and f.name == "client_id"):
             size = _FIXED_SIZES.get(f.metadata.get("kafka_type", ""))
-            if size is not None and typing.get_origin(f.type) is not tuple:
+            if size is not None and typing.get_origin(_unwrap_optional(f.type)[0]) is not tuple:
                 run.append((_field_checker(f, flexible, in_tag=False), size))
                 continue
         if run:
