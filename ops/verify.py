@@ -12,6 +12,7 @@ a gap, a new leader epoch, an index entry) leaves the loop for a method of its o
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import zlib
@@ -1240,7 +1241,7 @@ class _IndexFiles:
 
     def _parse(self) -> Iterator[None]:
         if self.has_index:
-            self.index_data = data = _read(self.index_path)
+            self.index_data = data = _read_index(self.index_path, OFFSET_ENTRY_SIZE)
             if isinstance(data, bytes):
                 self.index = OffsetIndex(data, self.base).as_trimmed()
                 entries = _big_endian_ints(data[: len(self.index) * OFFSET_ENTRY_SIZE], "i")
@@ -1257,7 +1258,7 @@ class _IndexFiles:
                         and _increasing(positions[before:end])
                     )
         if self.has_time_index:
-            self.time_index_data = data = _read(self.time_index_path)
+            self.time_index_data = data = _read_index(self.time_index_path, TIME_ENTRY_SIZE)
             if isinstance(data, bytes):
                 yield
                 self.time_index = TimeIndex(data, self.base).as_trimmed()
@@ -1289,6 +1290,43 @@ def _read(path: Path) -> bytes | OSError:
         return path.read_bytes()
     except OSError as e:
         return e
+
+
+def _read_index(path: Path, entry_size: int) -> bytes | OSError:
+    """An index file's bytes, without the 10 MiB of a preallocated file's tail when that tail is a hole.
+
+    A broker creates each index of an active segment at its full preallocated length with one truncate,
+    so past the entries the file is sparse. When everything after the first hole is hole and the length
+    is whole slots, only the bytes before the hole are read, and two zero slots stand for the rest, which
+    is all zeros by definition and which `as_trimmed` drops anyway. A log dir of thousands of partitions
+    then reads kilobytes per index rather than 20 MiB per partition.
+    """
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            data_end = _data_end(f.fileno(), size)
+            f.seek(0)
+            if data_end == size or size % entry_size:
+                return f.read()
+            head = f.read(data_end)
+    except OSError as e:
+        return e
+    return head + bytes(-len(head) % entry_size + 2 * entry_size)
+
+
+def _data_end(fd: int, size: int) -> int:
+    """Where a file's data ends when a single hole runs from there to its end; otherwise its size."""
+    try:
+        hole = os.lseek(fd, 0, os.SEEK_HOLE)
+    except OSError:
+        return size  # no hole support here: read it all
+    if hole >= size:
+        return size
+    try:
+        os.lseek(fd, hole, os.SEEK_DATA)
+    except OSError as e:
+        return hole if e.errno == errno.ENXIO else size  # ENXIO: no data after the hole
+    return size  # more data after the hole
 
 
 def _is_segment_name(name: str) -> bool:

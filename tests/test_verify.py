@@ -7,6 +7,7 @@ must report nothing; bad paths give one sentence and exit 2, never a traceback.
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -344,6 +345,25 @@ def test_untrimmed_preallocated_indexes_are_checked_on_their_entries(tmp_path: P
     assert (
         f"the last timestamp is {first - 1} which is less than the first timestamp {first}" in corrupt.message
     )
+
+
+def test_a_sparse_preallocated_index_is_read_up_to_its_hole(tmp_path: Path) -> None:
+    """A broker preallocates an active segment's indexes with one truncate, so past the entries they are a
+    hole: verify reads only the entries (kilobytes, not 10 MiB per index), and a file with data after the
+    hole is read whole, so what is there is still checked."""
+    p = clean_partition(tmp_path)
+    for suffix, size in ((".index", 8 * 1_310_720), (".timeindex", 12 * 873_813)):
+        os.truncate(p.dir / filename(60, suffix), size)
+    assert verify(p.dir) == []
+    proc = run_cli(p.dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    read = int(proc.stdout.split(" bytes")[0].rsplit(" ", 1)[1])
+    assert read < 1 << 20, proc.stdout  # the two files hold 20 MiB, nearly all of it hole
+    time_index = p.dir / filename(60, ".timeindex")
+    with open(time_index, "r+b") as f:
+        f.seek(12 * 873_812)
+        f.write(encode_time_entry(60, T0, 61))  # data after the hole: a stray last slot
+    assert "index_corrupt" in {f.kind for f in verify(p.dir)}
 
 
 def test_a_running_brokers_log_dir_verifies_clean(broker: BrokerProcess) -> None:
