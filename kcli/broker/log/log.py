@@ -353,11 +353,7 @@ class Log:
                         ),
                     )
             _STAMP.pack_into(header, 0, first_offset, size - 12, leader_epoch)
-            segment = self._segments[-1]
-            if segment.should_roll(
-                segment_bytes, self._max_segment_ms, size, max_timestamp, last_offset, now_ms
-            ):
-                segment = self.roll(first_offset, now_ms=now_ms)
+            segment = self._maybe_roll(size, first_offset, last_offset, max_timestamp, now_ms)
             segment.append((header, body), size, last_offset, max_timestamp)
             if leader_epoch >= 0 and leader_epoch != self.epoch_cache.latest_epoch():
                 self.epoch_cache.assign(leader_epoch, first_offset)
@@ -587,9 +583,8 @@ class Log:
         self, size: int, first_offset: int, last_offset: int, max_timestamp: int, now_ms: int
     ) -> Segment:
         segment = self._segments[-1]
-        config = self.config
         if segment.should_roll(
-            config.segment_bytes, self._max_segment_ms, size, max_timestamp, last_offset, now_ms
+            self._segment_bytes, self._max_segment_ms, size, max_timestamp, last_offset, now_ms
         ):
             segment = self.roll(first_offset, now_ms=now_ms)
         return segment

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import mmap
 import os
-import struct
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -51,25 +50,8 @@ NO_TIMESTAMP = -1
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 24 * 60 * 60 * 1000
 INT32_MAX = 2**31 - 1
 
-_PRODUCER_FIELDS = struct.Struct(">qhi")  # producer id, producer epoch, base sequence at byte 43
-_ATTRIBUTES = struct.Struct(">h")
-_TRANSACTIONAL_BIT = 0x10
-_CONTROL_BIT = 0x20
 _CLIENT = AppendOrigin.CLIENT  # an enum member read from its class costs more than the rest of a check
 _new_tuple = tuple.__new__  # builds a NamedTuple without the Python-level __new__ its constructor calls
-
-
-def producer_info(header: bytes | bytearray | memoryview) -> BatchProducerInfo:
-    """Read the producer fields from the first 61 bytes of a v2 batch."""
-    producer_id, epoch, base_sequence = _PRODUCER_FIELDS.unpack_from(header, 43)
-    (attributes,) = _ATTRIBUTES.unpack_from(header, 21)
-    return BatchProducerInfo(
-        producer_id,
-        epoch,
-        base_sequence,
-        bool(attributes & _TRANSACTIONAL_BIT),
-        bool(attributes & _CONTROL_BIT),
-    )
 
 
 def increment_sequence(sequence: int, increment: int) -> int:
@@ -807,7 +789,6 @@ __all__ = [
     "ProducerStateManager",
     "check_leader_append",
     "increment_sequence",
-    "producer_info",
     "rebuild_producer_state",
     "replay_batch",
 ]

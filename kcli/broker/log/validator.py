@@ -122,7 +122,7 @@ class BatchValidator:
         found, stop, reason = _native.scan(view, 0, len(view), True)
         if reason or len(found) != 1:
             return self._validate_general(view, found, stop, reason, now_ms=now_ms, origin=origin)
-        (position, base_offset, length, _, _, crc, attributes, delta, _, max_ts, producer_id, producer_epoch, base_sequence, count, crc_valid) = found[0]  # fmt: skip
+        (position, base_offset, length, _, _, crc, attributes, delta, _, max_ts, producer_id, _, base_sequence, count, crc_valid) = found[0]  # fmt: skip
         size = length + 12
         if origin is _CLIENT:
             if (
@@ -141,18 +141,7 @@ class BatchValidator:
             return self._validate_general(view, found, stop, reason, now_ms=now_ms, origin=origin)
         header = bytearray(view[position : position + RECORD_BATCH_OVERHEAD])
         body = view[position + RECORD_BATCH_OVERHEAD : position + size]
-        producer = None
-        if producer_id >= 0:
-            producer = _new_tuple(
-                BatchProducerInfo,
-                (
-                    producer_id,
-                    producer_epoch,
-                    base_sequence,
-                    (attributes & TRANSACTIONAL_BIT) != 0,
-                    (attributes & CONTROL_BIT) != 0,
-                ),
-            )
+        producer = _producer_of(found[0])
         if self.log_append_time:
             _set_max_timestamp(header, body, attributes | TIMESTAMP_TYPE_BIT, now_ms)
             return _new_tuple(ValidatedBatch, (header, body, size, delta, now_ms, count, now_ms, producer))
@@ -551,12 +540,15 @@ def _producer_of(batch: tuple) -> BatchProducerInfo | None:
     if batch[_PRODUCER_ID] < 0:
         return None
     attributes = batch[_ATTRIBUTES]
-    return BatchProducerInfo(
-        batch[_PRODUCER_ID],
-        batch[_PRODUCER_EPOCH],
-        batch[_BASE_SEQUENCE],
-        bool(attributes & TRANSACTIONAL_BIT),
-        bool(attributes & CONTROL_BIT),
+    return _new_tuple(
+        BatchProducerInfo,
+        (
+            batch[_PRODUCER_ID],
+            batch[_PRODUCER_EPOCH],
+            batch[_BASE_SEQUENCE],
+            (attributes & TRANSACTIONAL_BIT) != 0,
+            (attributes & CONTROL_BIT) != 0,
+        ),
     )
 
 
