@@ -23,7 +23,7 @@ def progress_for(path: Path, total: int) -> Callable[[int], None] | None:
         TransferSpeedColumn(),
         TimeRemainingColumn(),
         transient=True,
-        console=_stderr_console(),
+        console=stderr_console(),
     )
     task = progress.add_task(path.name, total=total)
     progress.start()
@@ -36,7 +36,8 @@ def progress_for(path: Path, total: int) -> Callable[[int], None] | None:
     return update
 
 
-def _stderr_console():
+def stderr_console():
+    """A rich console on stderr that respects NO_COLOR: progress never mixes with the report on stdout."""
     from rich.console import Console
 
     return Console(stderr=True, no_color="NO_COLOR" in os.environ)

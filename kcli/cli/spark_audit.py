@@ -131,9 +131,9 @@ def _progress():
         return None, lambda: None
     from rich.progress import BarColumn, MofNCompleteColumn, Progress
 
-    from kcli.output import _stderr_console
+    from kcli.output import stderr_console
 
-    bar = Progress("scanning", BarColumn(), MofNCompleteColumn(), transient=True, console=_stderr_console())
+    bar = Progress("scanning", BarColumn(), MofNCompleteColumn(), transient=True, console=stderr_console())
     task = bar.add_task("scan", total=None)
     bar.start()
 

@@ -31,7 +31,7 @@ from kio.schema.errors import ErrorCode
 
 from kcli.broker.apis import ApiSpec, build, kio_versions, nested_type, response_type
 from kcli.broker.apis.context import RequestContext
-from kcli.broker.metadata.controller import ApiError, ConfigOp, OpType, _topic_name_error
+from kcli.broker.metadata.controller import ApiError, ConfigOp, OpType, topic_name_error
 from kcli.broker.metadata.image import ClusterMetadataImage
 from kcli.config import (
     BROKER_CONFIGS,
@@ -160,7 +160,7 @@ def describe_resource(
 ) -> tuple[ApiError, list[DescribedConfig]]:
     """The error (or none) and the entries DescribeConfigs gives for one resource."""
     if resource_type == ResourceType.TOPIC:
-        error = _topic_name_error(name)
+        error = topic_name_error(name)
         if error is not None:
             return error, []
         if image.topic_id(name) is None:

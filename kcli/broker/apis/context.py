@@ -1,19 +1,17 @@
 """What a request handler sees: the request context, the broker state, and the metadata image.
 
-Handlers read cluster facts (brokers, topics, partitions) only through a `MetadataImage`, an
-immutable snapshot that the metadata layer replaces as a whole when the metadata log advances.
-Today the image is `SingleNodeImage` with no topics; the topic registry plugs in by putting its own
-image (same interface) into `BrokerState.image`, and an auto-creation hook into
-`BrokerState.auto_create_topics`.
+Handlers read cluster facts (brokers, topics, partitions) only through the `ClusterMetadataImage`
+in `BrokerState.image`, an immutable snapshot that the metadata layer replaces as a whole when the
+metadata log advances; topics missing from it are created through `BrokerState.auto_create_topics`.
 """
 
 from __future__ import annotations
 
 import base64
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, BinaryIO, NamedTuple, Protocol
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, BinaryIO, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
@@ -22,83 +20,8 @@ from kcli.config import BrokerConfig
 if TYPE_CHECKING:
     from kcli.broker.apis import ApiRegistry
     from kcli.broker.metadata.controller import QuorumController
+    from kcli.broker.metadata.image import ClusterMetadataImage
     from kcli.broker.node import Node
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerInfo:
-    """A broker as clients must reach it (its advertised listener)."""
-
-    node_id: int
-    host: str
-    port: int
-    rack: str | None = None
-    is_fenced: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionInfo:
-    partition_index: int
-    leader_id: int
-    leader_epoch: int
-    replica_nodes: tuple[int, ...]
-    isr_nodes: tuple[int, ...]
-    offline_replicas: tuple[int, ...] = ()
-    error_code: ErrorCode = ErrorCode.none
-
-
-@dataclass(frozen=True, slots=True)
-class TopicInfo:
-    name: str
-    topic_id: uuid.UUID
-    partitions: tuple[PartitionInfo, ...]
-    is_internal: bool = False
-
-
-class MetadataImage(Protocol):
-    """The read-only view of cluster metadata that request handlers use."""
-
-    @property
-    def cluster_id(self) -> str: ...
-
-    @property
-    def controller_id(self) -> int: ...
-
-    def brokers(self) -> Sequence[BrokerInfo]: ...
-
-    def topics(self) -> Iterable[TopicInfo]: ...
-
-    def topic(self, name: str) -> TopicInfo | None: ...
-
-    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None: ...
-
-
-@dataclass(frozen=True)
-class SingleNodeImage:
-    """This node as the only broker and controller, with a fixed set of topics (none by default)."""
-
-    cluster_id: str
-    node: BrokerInfo
-    topics_by_name: Mapping[str, TopicInfo] = field(default_factory=dict)
-
-    @property
-    def controller_id(self) -> int:
-        return self.node.node_id
-
-    def brokers(self) -> Sequence[BrokerInfo]:
-        return (self.node,)
-
-    def topics(self) -> Iterable[TopicInfo]:
-        return self.topics_by_name.values()
-
-    def topic(self, name: str) -> TopicInfo | None:
-        return self.topics_by_name.get(name)
-
-    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
-        for info in self.topics_by_name.values():
-            if info.topic_id == topic_id:
-                return info
-        return None
 
 
 AutoCreateTopics = Callable[[Sequence[str]], Awaitable[Mapping[str, ErrorCode]]]
@@ -111,7 +34,7 @@ class BrokerState:
 
     config: BrokerConfig
     registry: ApiRegistry
-    image: MetadataImage
+    image: ClusterMetadataImage
     auto_create_topics: AutoCreateTopics | None = None
     node: Node | None = None
     """The controller and the logs; None only for a broker started without storage (network tests)."""

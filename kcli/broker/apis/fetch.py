@@ -183,7 +183,7 @@ def _targets(ctx: RequestContext, request: Any) -> tuple[list[_Target], list[Par
     seen: dict[tuple[Any, int], int] = {}
     for topic in request.topics:
         if version >= 13:
-            topic_image = image.topics_by_id.get(topic.topic_id)  # type: ignore[attr-defined]
+            topic_image = image.topics_by_id.get(topic.topic_id)
             if topic_image is None:
                 unknown.extend(
                     PartitionResult(None, topic.topic_id, p.partition, ErrorCode.unknown_topic_id)
@@ -193,7 +193,7 @@ def _targets(ctx: RequestContext, request: Any) -> tuple[list[_Target], list[Par
             name, topic_id = topic_image.name, topic.topic_id
         else:
             name = topic.topic
-            topic_id = image.topic_ids.get(name)  # type: ignore[attr-defined]
+            topic_id = image.topic_ids.get(name)
         for p in topic.partitions:
             target = _Target(
                 name,
@@ -302,7 +302,7 @@ class _Fetch:
         """Partition.fetchRecords + UnifiedLog.read for one partition."""
         topic, topic_id, index = target.topic, target.topic_id, target.partition
         state = self.state
-        registration = state.image.partition(topic, index)  # type: ignore[attr-defined]
+        registration = state.image.partition(topic, index)
         if registration is None:
             return PartitionResult(topic, topic_id, index, ErrorCode.unknown_topic_or_partition), None
         node = state.node

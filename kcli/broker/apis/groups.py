@@ -126,7 +126,7 @@ async def _find_coordinator(ctx: RequestContext, key_type: int, key: str) -> tup
     else:
         return (ErrorCode.invalid_request, *no_node)
     state = ctx.state
-    if state.image.topic(topic) is None:  # type: ignore[attr-defined]
+    if state.image.topic(topic) is None:
         if state.auto_create_topics is None:
             return (ErrorCode.coordinator_not_available, *no_node)
         created = await state.auto_create_topics([topic])

@@ -89,7 +89,7 @@ def _list_offset(
         return ErrorCode.unsupported_version, -1, -1, -1
     state = ctx.state
     index = partition.partition_index
-    registration = state.image.partition(topic, index)  # type: ignore[attr-defined]
+    registration = state.image.partition(topic, index)
     if registration is None:
         return ErrorCode.unknown_topic_or_partition, -1, -1, -1
     node = state.node

@@ -15,7 +15,8 @@ import uuid
 from kio.schema.errors import ErrorCode
 
 from kcli.broker.apis import ApiSpec, build, kio_versions, nested_type, response_type
-from kcli.broker.apis.context import MetadataImage, RequestContext, TopicInfo
+from kcli.broker.apis.context import RequestContext
+from kcli.broker.metadata.image import ClusterMetadataImage, TopicInfo
 from kcli.config import is_internal_topic, is_valid_topic_name
 
 API_KEY = 3
@@ -76,7 +77,7 @@ async def handle_metadata(ctx: RequestContext, request: object) -> object:
 
 
 async def _requested_topics(
-    ctx: RequestContext, request: object, response_cls: type, image: MetadataImage, include_ops: bool
+    ctx: RequestContext, request: object, response_cls: type, image: ClusterMetadataImage, include_ops: bool
 ) -> list[object]:
     requested = request.topics  # type: ignore[attr-defined]
     entries: list[object] = []

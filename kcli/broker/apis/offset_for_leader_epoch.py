@@ -45,7 +45,7 @@ def end_offset_for(ctx: RequestContext, topic: str, partition: Any) -> tuple[Err
     """(error, epoch, end offset) for one partition of the request."""
     state = ctx.state
     index = partition.partition
-    registration = state.image.partition(topic, index)  # type: ignore[attr-defined]
+    registration = state.image.partition(topic, index)
     node = state.node
     partition_log = None if node is None else node.logs.get_log(topic, index)
     if partition_log is None:

@@ -68,7 +68,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> object | None:
     for topic in topic_data:
         outcomes: list[tuple[int, Outcome]] = []
         if by_id:
-            topic_image = image.topics_by_id.get(topic.topic_id)  # type: ignore[attr-defined]
+            topic_image = image.topics_by_id.get(topic.topic_id)
             results.append((topic.topic_id, outcomes))
             if topic_image is None:
                 outcomes.extend((p.index, _UNKNOWN_TOPIC_ID) for p in topic.partition_data)
@@ -77,7 +77,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> object | None:
         else:
             name = topic.name
             results.append((name, outcomes))
-            topic_image = image.topic_image(name)  # type: ignore[attr-defined]
+            topic_image = image.topic_image(name)
         for partition in topic.partition_data:
             index = partition.index
             registration = None if topic_image is None else topic_image.partitions.get(index)

@@ -100,7 +100,7 @@ def _write_marker(ctx: RequestContext, topic: str, index: int, marker: TxnMarker
     error, partition_log = _leader_log(ctx, topic, index)
     if partition_log is None:
         return error
-    registration = ctx.state.image.partition(topic, index)  # type: ignore[attr-defined]
+    registration = ctx.state.image.partition(topic, index)
     try:
         partition_log.write_txn_markers([marker], leader_epoch=registration.leader_epoch)
     except RecordError as e:
@@ -114,7 +114,7 @@ def _write_marker(ctx: RequestContext, topic: str, index: int, marker: TxnMarker
 def _leader_log(ctx: RequestContext, topic: str, index: int) -> tuple[ErrorCode, Log | None]:
     """The partition's log when this node leads it, else the error Kafka's getPartitionOrError gives."""
     state = ctx.state
-    registration = state.image.partition(topic, index)  # type: ignore[attr-defined]
+    registration = state.image.partition(topic, index)
     if registration is None:
         return ErrorCode.unknown_topic_or_partition, None
     node = state.node

@@ -118,7 +118,7 @@ def _add_partitions(
     coordinator = transaction_coordinator(ctx)
     if coordinator is None:
         return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
-    unknown = {tp for tp in partitions if ctx.state.image.partition(*tp) is None}  # type: ignore[attr-defined]
+    unknown = {tp for tp in partitions if ctx.state.image.partition(*tp) is None}
     if unknown:
         return {
             tp: ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted
@@ -180,7 +180,7 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> object:
     for topic in request.topics:
         for partition in topic.partitions:
             key = (topic.name, partition.partition_index)
-            if ctx.state.image.partition(*key) is None:  # type: ignore[attr-defined]
+            if ctx.state.image.partition(*key) is None:
                 errors[key] = ErrorCode.unknown_topic_or_partition
                 continue
             offsets[key] = OffsetAndMetadata(

@@ -18,7 +18,8 @@ state from the newest snapshot left and the batches after it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import mmap
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -32,13 +33,18 @@ from formats.segment import (
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
     base_offset_of,
+    unit_size_at,
+    walk,
 )
 from kcli.broker.log.config import LogConfig
 from kcli.broker.log.epochs import LeaderEpochCache
 from kcli.broker.log.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    CompletedTxn,
+    ProducerAppendInfo,
     ProducerStateManager,
-    rebuild_producer_state,
+    SnapshotProblem,
+    replay_batch,
 )
 from kcli.broker.log.segment import Segment
 
@@ -288,3 +294,98 @@ def _next_offset_of(segment: Segment) -> int:
     for header in segment.batch_headers(0, segment.size):
         next_offset = header.last_offset + 1
     return next_offset
+
+
+# --- rebuilding from the log -------------------------------------------------------------------------
+
+
+def rebuild_producer_state(
+    state: ProducerStateManager,
+    segments: Sequence[Segment],
+    *,
+    log_start_offset: int,
+    last_offset: int,
+    now_ms: int,
+    reload_from_clean_shutdown: bool,
+) -> list[SnapshotProblem]:
+    """Bring the state up to `last_offset` from the newest usable snapshot and the batches after it.
+
+    Kafka's UnifiedLog.rebuildProducerState: after a clean shutdown that left no snapshot (a log written
+    before snapshots existed) the scan is skipped and empty snapshots are written at the bases of the last
+    two segments and at `last_offset`; otherwise snapshots outside (log start, `last_offset`] are dropped,
+    the newest remaining one is loaded and every later batch replayed, with snapshots taken at the last
+    two segment bases on the way and at `last_offset` at the end.
+    """
+    offsets_to_snapshot: list[int] = []
+    if segments:
+        if len(segments) > 1:
+            offsets_to_snapshot.append(segments[-2].base_offset)
+        offsets_to_snapshot.append(segments[-1].base_offset)
+    offsets_to_snapshot.append(last_offset)
+
+    if state.latest_snapshot_offset() is None and reload_from_clean_shutdown:
+        for offset in offsets_to_snapshot:
+            state.update_map_end_offset(offset)
+            state.take_snapshot()
+        return []
+
+    is_empty_before_truncation = state.is_empty() and state.map_end_offset >= last_offset
+    problems = state.truncate_and_reload(log_start_offset, last_offset, now_ms)
+    map_end_offset = state.map_end_offset
+    if last_offset > map_end_offset and not is_empty_before_truncation:
+        for k, segment in enumerate(segments):
+            segment_end = segments[k + 1].base_offset if k + 1 < len(segments) else None
+            if segment_end is not None and segment_end <= map_end_offset:
+                continue
+            if segment.base_offset >= last_offset:
+                break
+            start_offset = max(segment.base_offset, state.map_end_offset, log_start_offset)
+            state.update_map_end_offset(start_offset)
+            if segment.base_offset in offsets_to_snapshot:
+                state.take_snapshot()
+            load_producers_from_segment(state, segment, start_offset, last_offset)
+    state.update_map_end_offset(last_offset)
+    state.take_snapshot()
+    return problems
+
+
+def load_producers_from_segment(
+    state: ProducerStateManager, segment: Segment, start_offset: int, end_offset: int
+) -> None:
+    """Replay the batches of `segment` holding offsets in [start_offset, end_offset), checking nothing."""
+    first = segment.translate_offset(start_offset)
+    size = segment.size
+    if first is None or first.base_offset >= end_offset or size <= first.position:
+        return
+    appends: dict[int, ProducerAppendInfo] = {}
+    completed: list[CompletedTxn] = []
+    with mmap.mmap(segment.fd, size, prot=mmap.PROT_READ) as data:
+        position = first.position
+        while position < size:
+            end = min(size, position + _REPLAY_WINDOW)
+            needed = unit_size_at(data, position)
+            if needed is not None and needed > end - position:
+                end = min(size, position + needed)
+            batches = walk(data, position, end, check_crc=False).batches
+            if not batches:
+                break
+            for batch in batches:
+                if batch.base_offset >= end_offset:
+                    position = size
+                    break
+                position = batch.position + batch.size
+                if batch.magic < 2 or batch.producer_id < 0:
+                    continue
+                append_info = appends.get(batch.producer_id)
+                if append_info is None:
+                    append_info = appends[batch.producer_id] = state.prepare_update(batch.producer_id, None)
+                done = replay_batch(append_info, data, batch)
+                if done is not None:
+                    completed.append(done)
+    for append_info in appends.values():
+        state.update(append_info)
+    for done in completed:
+        state.complete_txn(done)
+
+
+_REPLAY_WINDOW = 64 * 1024 * 1024  # bytes of a segment framed per pass while replaying

@@ -34,13 +34,12 @@ from kcli.broker.log.config import LogConfig
 from kcli.broker.log.epochs import LeaderEpochCache
 from kcli.broker.log.errors import LogStorageError, OffsetOutOfRange, RecordError
 from kcli.broker.log.files import fsync_dir, write_atomically
-from kcli.broker.log.loader import LogLoader
+from kcli.broker.log.loader import LogLoader, rebuild_producer_state
 from kcli.broker.log.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     CompletedTxn,
     ProducerStateManager,
     check_leader_append,
-    rebuild_producer_state,
 )
 from kcli.broker.log.segment import BatchHeader, Segment
 from kcli.broker.log.validator import AppendOrigin, BatchValidator

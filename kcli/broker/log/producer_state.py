@@ -10,7 +10,7 @@ accepted with any sequence, as Kafka does since KIP-360 (brokers no longer answe
 from the log).
 
 The state survives restarts as `<offset>.snapshot` files (formats.snapshot) taken at segment roll and
-at close; `rebuild_producer_state` loads the newest snapshot and replays the batches after it, with
+at close; `loader.rebuild_producer_state` loads the newest snapshot and replays the batches after it, with
 Kafka's shortcut for a clean shutdown that left no snapshot at all.
 """
 
@@ -20,24 +20,21 @@ import logging
 import mmap
 import os
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
 from formats.errors import CorruptSnapshotError, FormatError
 from formats.records import ControlType, control_type, end_txn_marker, read_batch
-from formats.segment import SNAPSHOT_SUFFIX, base_offset_of, filename, unit_size_at, walk
+from formats.segment import SNAPSHOT_SUFFIX, base_offset_of, filename
 from formats.snapshot import ProducerSnapshotEntry, decrement_sequence, read_snapshot, write_snapshot
 from kcli.broker.log.errors import RecordError
 from kcli.broker.log.files import fsync_dir
 from kcli.broker.log.validator import AppendOrigin, BatchProducerInfo
-
-if TYPE_CHECKING:
-    from kcli.broker.log.segment import Segment
 
 log = logging.getLogger("kcli.broker.log")
 
@@ -633,101 +630,6 @@ def _end_marker(data: bytes) -> tuple[bool, int, int] | None:
     return kind == ControlType.COMMIT, end_txn_marker(record.value).coordinator_epoch, record.timestamp
 
 
-# --- rebuilding from the log -------------------------------------------------------------------------
-
-
-def rebuild_producer_state(
-    state: ProducerStateManager,
-    segments: Sequence[Segment],
-    *,
-    log_start_offset: int,
-    last_offset: int,
-    now_ms: int,
-    reload_from_clean_shutdown: bool,
-) -> list[SnapshotProblem]:
-    """Bring the state up to `last_offset` from the newest usable snapshot and the batches after it.
-
-    Kafka's UnifiedLog.rebuildProducerState: after a clean shutdown that left no snapshot (a log written
-    before snapshots existed) the scan is skipped and empty snapshots are written at the bases of the last
-    two segments and at `last_offset`; otherwise snapshots outside (log start, `last_offset`] are dropped,
-    the newest remaining one is loaded and every later batch replayed, with snapshots taken at the last
-    two segment bases on the way and at `last_offset` at the end.
-    """
-    offsets_to_snapshot: list[int] = []
-    if segments:
-        if len(segments) > 1:
-            offsets_to_snapshot.append(segments[-2].base_offset)
-        offsets_to_snapshot.append(segments[-1].base_offset)
-    offsets_to_snapshot.append(last_offset)
-
-    if state.latest_snapshot_offset() is None and reload_from_clean_shutdown:
-        for offset in offsets_to_snapshot:
-            state.update_map_end_offset(offset)
-            state.take_snapshot()
-        return []
-
-    is_empty_before_truncation = state.is_empty() and state.map_end_offset >= last_offset
-    problems = state.truncate_and_reload(log_start_offset, last_offset, now_ms)
-    map_end_offset = state.map_end_offset
-    if last_offset > map_end_offset and not is_empty_before_truncation:
-        for k, segment in enumerate(segments):
-            segment_end = segments[k + 1].base_offset if k + 1 < len(segments) else None
-            if segment_end is not None and segment_end <= map_end_offset:
-                continue
-            if segment.base_offset >= last_offset:
-                break
-            start_offset = max(segment.base_offset, state.map_end_offset, log_start_offset)
-            state.update_map_end_offset(start_offset)
-            if segment.base_offset in offsets_to_snapshot:
-                state.take_snapshot()
-            load_producers_from_segment(state, segment, start_offset, last_offset)
-    state.update_map_end_offset(last_offset)
-    state.take_snapshot()
-    return problems
-
-
-def load_producers_from_segment(
-    state: ProducerStateManager, segment: Segment, start_offset: int, end_offset: int
-) -> None:
-    """Replay the batches of `segment` holding offsets in [start_offset, end_offset), checking nothing."""
-    first = segment.translate_offset(start_offset)
-    size = segment.size
-    if first is None or first.base_offset >= end_offset or size <= first.position:
-        return
-    appends: dict[int, ProducerAppendInfo] = {}
-    completed: list[CompletedTxn] = []
-    with mmap.mmap(segment.fd, size, prot=mmap.PROT_READ) as data:
-        position = first.position
-        while position < size:
-            end = min(size, position + _REPLAY_WINDOW)
-            needed = unit_size_at(data, position)
-            if needed is not None and needed > end - position:
-                end = min(size, position + needed)
-            batches = walk(data, position, end, check_crc=False).batches
-            if not batches:
-                break
-            for batch in batches:
-                if batch.base_offset >= end_offset:
-                    position = size
-                    break
-                position = batch.position + batch.size
-                if batch.magic < 2 or batch.producer_id < 0:
-                    continue
-                append_info = appends.get(batch.producer_id)
-                if append_info is None:
-                    append_info = appends[batch.producer_id] = state.prepare_update(batch.producer_id, None)
-                done = replay_batch(append_info, data, batch)
-                if done is not None:
-                    completed.append(done)
-    for append_info in appends.values():
-        state.update(append_info)
-    for done in completed:
-        state.complete_txn(done)
-
-
-_REPLAY_WINDOW = 64 * 1024 * 1024  # bytes of a segment framed per pass while replaying
-
-
 def replay_batch(append_info: ProducerAppendInfo, data: Any, batch: Any) -> CompletedTxn | None:
     """Kafka's ProducerAppendInfo.append for a v2 batch already in the log (`data` holds its bytes):
     a data batch is recorded, an end marker closes the producer's transaction, which is returned."""
@@ -789,6 +691,5 @@ __all__ = [
     "ProducerStateManager",
     "check_leader_append",
     "increment_sequence",
-    "rebuild_producer_state",
     "replay_batch",
 ]

@@ -264,7 +264,7 @@ class QuorumController:
                 )
             else:
                 # Kafka's order: name rules, then collisions, then existence override each other.
-                error = _topic_name_error(name)
+                error = topic_name_error(name)
                 colliding = image.colliding_topic(name)
                 if colliding is not None:
                     error = ApiError(
@@ -754,7 +754,7 @@ class QuorumController:
         """ControllerConfigurationValidator + LogConfig.validate over the topic's resulting overrides."""
         if topic == "":
             return ApiError(ErrorCode.invalid_request, "Default topic resources are not allowed.")
-        name_error = _topic_name_error(topic)
+        name_error = topic_name_error(topic)
         if name_error is not None:
             return name_error
         parsed: dict[str, object] = {}
@@ -809,7 +809,7 @@ class QuorumController:
         return NONE
 
 
-def _topic_name_error(name: str) -> ApiError | None:
+def topic_name_error(name: str) -> ApiError | None:
     """Topic.validate's sentences, as INVALID_TOPIC_EXCEPTION."""
     reason = None
     if not name:

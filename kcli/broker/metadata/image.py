@@ -1,7 +1,7 @@
 """The metadata image: an immutable fold of KRaft metadata records (Kafka's `MetadataImage`).
 
-`ClusterMetadataImage` is what request handlers read (it implements the `MetadataImage` protocol of
-`kcli.broker.apis.context`); it never changes. A `MetadataDelta` replays records on top of an image
+`ClusterMetadataImage` is what request handlers read, through the views `BrokerInfo`, `TopicInfo` and
+`PartitionInfo` among others; it never changes. A `MetadataDelta` replays records on top of an image
 and yields the next one, copying only what the records touch, so replaying a whole log is one pass
 and a controller operation costs a copy of the maps it changes. The replay rules are Kafka's:
 a PartitionChangeRecord replaces the fields it carries, bumps the leader epoch when it names a
@@ -21,7 +21,6 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from formats.internal import MetadataRecord
-from kcli.broker.apis.context import BrokerInfo, PartitionInfo, TopicInfo
 from kcli.config import TOPIC_CONFIG_SYNONYMS, TOPIC_CONFIGS, BrokerConfig, is_internal_topic
 
 METADATA_VERSION = "metadata.version"
@@ -35,6 +34,37 @@ NO_LEADER = -1
 NO_LEADER_CHANGE = -2  # PartitionChangeRecord.Leader default
 
 PRODUCER_ID_BLOCK_SIZE = 1000  # ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    """A broker as clients must reach it (its advertised listener)."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+    is_fenced: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition_index: int
+    leader_id: int
+    leader_epoch: int
+    replica_nodes: tuple[int, ...]
+    isr_nodes: tuple[int, ...]
+    offline_replicas: tuple[int, ...] = ()
+    error_code: ErrorCode = ErrorCode.none
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    partitions: tuple[PartitionInfo, ...]
+    is_internal: bool = False
+
 
 # DirectoryId's reserved values: a replica whose directory is not known yet, or is offline.
 DIRECTORY_MIGRATING = uuid.UUID(int=0)
@@ -198,7 +228,7 @@ class ClusterMetadataImage:
     def empty(cls, cluster_id: str, controller_id: int, listener_name: str) -> ClusterMetadataImage:
         return cls(cluster_id, controller_id, listener_name)
 
-    # --- the MetadataImage protocol -------------------------------------------------------------
+    # --- views for request handlers -------------------------------------------------------------
 
     def brokers(self) -> Sequence[BrokerInfo]:
         """Registered brokers that have our listener, fenced ones flagged (DescribeCluster filters them)."""
