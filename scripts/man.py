@@ -11,14 +11,15 @@ from pathlib import Path
 import typer
 
 from kcli import __version__
-from kcli.cli.main import _register, app
+from kcli.cli.app import app
+from kcli.cli.main import register
 
 MAN_DATE = "2026-11-22"  # fixed, so regenerating without CLI changes changes nothing
 TARGET = Path(__file__).resolve().parent.parent / "man"
 
 
 def main(target: Path = TARGET) -> list[Path]:
-    _register()
+    register()
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir()
     root = typer.main.get_command(app)

@@ -11,7 +11,8 @@ import typer
 from typer.models import ArgumentInfo
 from typer.testing import CliRunner
 
-from kcli.cli.main import _register, app
+from kcli.cli.app import app
+from kcli.cli.main import register
 
 
 def _commands(typer_app: typer.Typer, path: tuple[str, ...] = ()):
@@ -35,7 +36,7 @@ def _words(text: str) -> str:
 
 
 def test_every_argument_help_is_rendered():
-    _register()
+    register()
     runner = CliRunner()
     checked = 0
     for path, callback in _commands(app):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from kcli.cli.main import app
+from kcli.cli.app import app
 
 broker_app = typer.Typer(
     help="Run the embedded Kafka-compatible broker.",

@@ -12,7 +12,7 @@ import orjson
 import typer
 
 from kcli.cli.admin import BOOTSTRAP, OUTPUT, Output, T, run_on_cluster, table, write_json_lines
-from kcli.cli.main import app
+from kcli.cli.app import app
 from kcli.errors import KcliError
 
 if TYPE_CHECKING:

@@ -1,43 +1,16 @@
-"""The `kcli` entry point: builds the typer app and turns errors into one line and an exit code."""
+"""The `kcli` entry point: registers every command on the app and turns errors into one line and an exit code."""
 
 import os
 import sys
 
 import click
-import typer
 
 from formats.errors import FormatError
-from kcli import __version__
+from kcli.cli.app import app
 from kcli.errors import KcliError
 
-app = typer.Typer(
-    name="kcli",
-    help="An embedded Kafka-compatible broker and the tools a Kafka operator reaches for.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
 
-
-def _version(value: bool) -> None:
-    if value:
-        typer.echo(f"kcli {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _root(
-    version: bool = typer.Option(
-        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
-    ),
-    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
-) -> None:
-    if debug:
-        os.environ["KCLI_DEBUG"] = "1"
-
-
-def _register() -> None:
+def register() -> None:
     """Import each command module; each adds its commands to `app`."""
     from kcli.cli import broker, dump, groups, replay, spark_audit, transactions, verify  # noqa: F401
 
@@ -46,7 +19,7 @@ def main() -> None:
     # kio registers hypothesis strategies when hypothesis is importable: ~1.5 s and a .hypothesis/ dir
     # in the user's cwd for nothing. The program never needs it (tests import our modules directly).
     sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
-    _register()
+    register()
     try:
         rc = app(standalone_mode=False)
     except (KcliError, FormatError, OSError) as exc:

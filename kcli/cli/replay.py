@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 import typer
 
-from kcli.cli.main import app
+from kcli.cli.app import app
 from kcli.errors import KcliError
 
 

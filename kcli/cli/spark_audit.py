@@ -11,7 +11,7 @@ import click
 import orjson
 import typer
 
-from kcli.cli.main import app
+from kcli.cli.app import app
 from kcli.errors import KcliError
 
 spark_audit = typer.Typer(

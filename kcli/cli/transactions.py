@@ -10,7 +10,7 @@ import orjson
 import typer
 
 from kcli.cli.admin import BOOTSTRAP, OUTPUT, Output, run_on_cluster, table
-from kcli.cli.main import app
+from kcli.cli.app import app
 
 if TYPE_CHECKING:
     pass
