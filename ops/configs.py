@@ -133,40 +133,53 @@ _DYNAMIC_SOURCE = {
 async def describe_configs(
     cluster: Cluster, resources: Iterable[tuple[ResourceType, str]], *, include_synonyms: bool = True
 ) -> list[ResourceConfigs]:
-    """The configs of each resource, in the order given; a refused resource raises ConfigError."""
-    described = []
-    for resource_type, name in resources:
+    """The configs of each resource, in the order given; a refused resource raises ConfigError.
+
+    One request per answering broker, so describing every topic of a cluster is one round trip.
+    """
+    wanted = list(dict.fromkeys(resources))
+    by_broker: dict[int, tuple[KafkaClient, list[tuple[ResourceType, str]]]] = {}
+    for resource_type, name in wanted:
         client = await _answering_broker(cluster, resource_type, name)
+        by_broker.setdefault(id(client), (client, []))[1].append((resource_type, name))
+    found: dict[tuple[ResourceType, str], ResourceConfigs] = {}
+    for client, asked in by_broker.values():
         cls = client.request_type(DESCRIBE_CONFIGS)
-        resource = build(
-            nested_type(cls, "DescribeConfigsResource"),
-            resource_type=int(resource_type),
-            resource_name=name,
-            configuration_keys=None,
-        )
+        resource_cls = nested_type(cls, "DescribeConfigsResource")
         request = build(
-            cls, resources=(resource,), include_synonyms=include_synonyms, include_documentation=False
+            cls,
+            resources=tuple(
+                build(resource_cls, resource_type=int(t), resource_name=n, configuration_keys=None)
+                for t, n in asked
+            ),
+            include_synonyms=include_synonyms,
+            include_documentation=False,
         )
         response = await client.send(request)
-        result = response.results[0]
-        if result.error_code != ErrorCode.none:
-            raise ConfigError(_refusal("describe the configs of", resource_type, name, result))
-        entries = tuple(
-            ConfigEntry(
-                c.name,
-                c.value,
-                SOURCE_NAMES.get(c.config_source, "UNKNOWN"),
-                c.is_sensitive,
-                c.read_only,
-                tuple(
-                    ConfigSynonym(s.name, s.value, SOURCE_NAMES.get(s.source, "UNKNOWN"))
-                    for s in getattr(c, "synonyms", ())
-                ),
-            )
-            for c in result.configs
+        for result in response.results:
+            key = (ResourceType(result.resource_type), result.resource_name)
+            if result.error_code != ErrorCode.none:
+                raise ConfigError(_refusal("describe the configs of", *key, result))
+            found[key] = ResourceConfigs(*key, _entries(result.configs))
+    return [found[key] for key in wanted]
+
+
+def _entries(configs: Iterable[Any]) -> tuple[ConfigEntry, ...]:
+    entries = (
+        ConfigEntry(
+            c.name,
+            c.value,
+            SOURCE_NAMES.get(c.config_source, "UNKNOWN"),
+            c.is_sensitive,
+            c.read_only,
+            tuple(
+                ConfigSynonym(s.name, s.value, SOURCE_NAMES.get(s.source, "UNKNOWN"))
+                for s in getattr(c, "synonyms", ())
+            ),
         )
-        described.append(ResourceConfigs(resource_type, name, tuple(sorted(entries, key=lambda e: e.name))))
-    return described
+        for c in configs
+    )
+    return tuple(sorted(entries, key=lambda e: e.name))
 
 
 async def entity_names(cluster: Cluster, resource_type: ResourceType) -> list[str]:
