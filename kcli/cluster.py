@@ -74,6 +74,19 @@ class Cluster:
 
     async def metadata(self, topics: list[str] | None = None) -> ClusterMetadata:
         """Brokers and partition leaders of `topics` (None: every topic)."""
+        response = await self.metadata_response(topics)
+        leaders: dict[tuple[str, int], int] = {}
+        errors: dict[str, ErrorCode] = {}
+        for topic in response.topics:
+            if topic.error_code != ErrorCode.none:
+                errors[topic.name] = topic.error_code
+                continue
+            for partition in topic.partitions:
+                leaders[(topic.name, partition.partition_index)] = partition.leader_id
+        return ClusterMetadata(dict(self._brokers), leaders, errors)
+
+    async def metadata_response(self, topics: list[str] | None = None) -> Any:
+        """The Metadata response itself (replicas, ISR, topic ids...), never auto-creating a topic."""
         cls = self.bootstrap.request_type(METADATA)
         topic_cls = nested_type(cls, "MetadataRequestTopic")
         names = None if topics is None else tuple(build(topic_cls, name=t, topic_id=None) for t in topics)
@@ -86,15 +99,7 @@ class Cluster:
         )
         response = await self.bootstrap.send(request)
         self._brokers = {b.node_id: f"{b.host}:{b.port}" for b in response.brokers}
-        leaders: dict[tuple[str, int], int] = {}
-        errors: dict[str, ErrorCode] = {}
-        for topic in response.topics:
-            if topic.error_code != ErrorCode.none:
-                errors[topic.name] = topic.error_code
-                continue
-            for partition in topic.partitions:
-                leaders[(topic.name, partition.partition_index)] = partition.leader_id
-        return ClusterMetadata(dict(self._brokers), leaders, errors)
+        return response
 
     async def node(self, node_id: int) -> KafkaClient:
         """The connection to broker `node_id` (opened on first use)."""

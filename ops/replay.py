@@ -138,6 +138,12 @@ class ReplayOptions:
     acks: int = -1
     max_in_flight: int = MAX_IN_FLIGHT
     request_timeout: float = 30.0
+    create_topic: bool = True
+    """Create a destination topic that does not exist (as MirrorMaker 2 does), or refuse."""
+    replication_factor: int = -1
+    """Of a created destination; -1 is the broker's default.replication.factor."""
+    topic_configs: tuple[tuple[str, str], ...] = ()
+    """Config overrides of a created destination."""
 
     @property
     def record_filters(self) -> bool:
@@ -444,10 +450,15 @@ class _Replay:
         try:
             metadata = await cluster.metadata([opts.topic])
             partitions = metadata.partitions(opts.topic)
-            if opts.topic in metadata.errors or not partitions:
+            if metadata.errors.get(opts.topic) == ErrorCode.unknown_topic_or_partition:
+                metadata = await self._create_destination(cluster)
+                partitions = (
+                    metadata.partitions(opts.topic) if metadata else list(range(self.wanted_partitions))
+                )
+            elif opts.topic in metadata.errors or not partitions:
+                error = metadata.errors.get(opts.topic, ErrorCode.unknown_topic_or_partition)
                 raise ReplayError(
-                    f"topic {opts.topic!r} does not exist on {opts.bootstrap_servers}: create it first "
-                    f"(the source has {len(self.sources)} partition(s))."
+                    f"cannot replay into topic {opts.topic!r} on {opts.bootstrap_servers}: {error.name.upper()}."
                 )
             self.num_partitions = len(partitions)
             if opts.mapping is Mapping.SAME:
@@ -467,6 +478,58 @@ class _Replay:
             await cluster.close()
         self.stats.elapsed = time.monotonic() - started
         return self.stats
+
+    @property
+    def wanted_partitions(self) -> int:
+        """Partitions of a created destination: the highest source partition + 1, which `same` needs and which,
+        for `key`, hashes keys as the source topic did (a log dir may hold only some of its partitions)."""
+        return max(s.partition for s in self.sources) + 1
+
+    async def _create_destination(self, cluster: Cluster) -> Any:
+        """Create the missing destination with CreateTopics (never Metadata auto-creation) and wait for its
+        leaders; None for a dry run, which only says what it would create."""
+        opts = self.options
+        wanted = self.wanted_partitions
+        if not opts.create_topic:
+            raise ReplayError(
+                f"topic {opts.topic!r} does not exist on {opts.bootstrap_servers} and --no-create-topic "
+                f"was given: create it with at least {wanted} partition(s)."
+            )
+        factor = "the broker's default" if opts.replication_factor < 0 else str(opts.replication_factor)
+        if opts.dry_run:
+            self.warn(
+                f"topic {opts.topic} does not exist: the replay would create it with {wanted} partitions, "
+                f"replication factor {factor}."
+            )
+            return None
+        from ops.topics import create_topic
+
+        created = await create_topic(
+            cluster,
+            opts.topic,
+            partitions=wanted,
+            replication_factor=opts.replication_factor,
+            configs=dict(opts.topic_configs),
+            if_not_exists=True,  # created meanwhile by someone else: use it as it is
+        )
+        if created.created:
+            if created.replication_factor >= 0:
+                factor = str(created.replication_factor)
+            self.warn(f"created topic {opts.topic} with {wanted} partitions, replication factor {factor}.")
+        return await self._wait_for_leaders(cluster)
+
+    async def _wait_for_leaders(self, cluster: Cluster) -> Any:
+        """The destination's metadata once every partition has a leader (a new topic may need a moment)."""
+        topic = self.options.topic
+        deadline = time.monotonic() + self.options.request_timeout
+        while True:
+            metadata = await cluster.metadata([topic])
+            partitions = metadata.partitions(topic)
+            if partitions and all(metadata.leaders[(topic, p)] >= 0 for p in partitions):
+                return metadata
+            if time.monotonic() > deadline:
+                raise ReplayError(f"topic {topic!r} was created but its partitions have no leader yet.")
+            await asyncio.sleep(RETRY_BACKOFF_S)
 
     def _check_options(self) -> None:
         opts = self.options

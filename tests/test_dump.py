@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import kcli_env
 from test_records import V0_HELLO, V1_HELLO, V2_COMMIT, V2_HELLO
 
 from formats.index import encode_offset_entry, encode_time_entry
@@ -229,6 +230,7 @@ def test_man_pages_are_current(tmp_path):
     proc = subprocess.run(
         [sys.executable, "scripts/man.py", str(tmp_path)],
         cwd=root,
+        env=kcli_env(),  # this checkout's CLI, whatever an editable install points at
         capture_output=True,
         text=True,
         timeout=60,

@@ -15,7 +15,7 @@ from pathlib import Path
 import orjson
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from conftest import KCLI, REPO, BrokerProcess, kcli_env, start_broker, stop_cleanly
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -306,11 +306,86 @@ def test_mode_raw_refuses_what_it_cannot_send_and_a_missing_topic_is_named(serve
     with pytest.raises(ReplayError, match="magic v1 message, which --mode raw cannot send"):
         run(server, FIXTURES / "m1-none-0", "raw-only", mode=Mode.RAW)
     with pytest.raises(ReplayError, match="topic 'absent' does not exist"):
-        run(server, FIXTURES / "m2-none-0", "absent")
+        run(server, FIXTURES / "m2-none-0", "absent", create_topic=False)
     create_topics(server, {"too-few": 1})
     sources = REPO / "fixtures" / "logdir"
     with pytest.raises(ReplayError, match="pick one with --source-topic"):
         run(server, sources, "too-few")
+
+
+def two_partition_source(tmp_path: Path) -> Path:
+    """A log dir holding partitions 0 and 2 of topic "src" (48 records each): a destination needs 3."""
+    logdir = tmp_path / "logdir"
+    shutil.copytree(FIXTURES / "m2-none-0", logdir / "src-0")
+    shutil.copytree(FIXTURES / "m2-gzip-0", logdir / "src-2")
+    return logdir
+
+
+def replay_cli(broker: BrokerProcess, source: Path, topic: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*KCLI, "replay", str(source), "-b", broker.bootstrap, "-t", topic, *args],
+        capture_output=True, text=True, env=kcli_env(), timeout=60,
+    )  # fmt: skip
+
+
+def test_a_missing_destination_is_created_with_create_topics(broker_factory, tmp_path: Path) -> None:
+    # auto-creation on and num.partitions=1: a topic made by Metadata auto-creation would have 1 partition
+    broker = broker_factory(overrides=["auto.create.topics.enable=true", "num.partitions=1"])
+    source = two_partition_source(tmp_path)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+    refused = replay_cli(broker, source, "kept-out", "--no-create-topic")
+    assert refused.returncode != 0 and refused.stdout == ""
+    assert refused.stderr.splitlines() == [
+        f"kcli: topic 'kept-out' does not exist on {broker.bootstrap} and --no-create-topic was given: "
+        "create it with at least 3 partition(s)."
+    ]
+    dry = replay_cli(broker, source, "planned", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stderr.splitlines() == [
+        "topic planned does not exist: the replay would create it with 3 partitions, replication factor "
+        "the broker's default."
+    ]
+    assert dry.stdout.splitlines()[-1].startswith("would replay 96 records")
+    assert {"kept-out", "planned"}.isdisjoint(admin.list_topics(timeout=30).topics)
+
+    done = replay_cli(broker, source, "restored", "--no-idempotence")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == ["created topic restored with 3 partitions, replication factor 1."]
+    assert len(admin.list_topics(timeout=30).topics["restored"].partitions) == 3
+    consumed = consume_partitions(broker, "restored", 3, 96)
+    assert [r[1:] for r in consumed[0]] == [r[1:] for r in source_records(source / "src-0")]
+    assert consumed[1] == []
+    assert [r[1:] for r in consumed[2]] == [r[1:] for r in source_records(source / "src-2")]
+
+    keyed = replay_cli(
+        broker, source, "by-key-new", "--partitioner", "key", "--replication-factor", "1",
+        "--config", "retention.ms=-1", "--config", "cleanup.policy=delete",
+    )  # fmt: skip
+    assert keyed.returncode == 0, keyed.stderr
+    assert "created topic by-key-new with 3 partitions, replication factor 1." in keyed.stderr.splitlines()
+    resource = ConfigResource("TOPIC", "by-key-new")
+    configs = admin.describe_configs([resource])[resource].result(30)
+    assert configs["retention.ms"].value == "-1" and not configs["retention.ms"].is_default
+    assert sum(end_offsets(broker, "by-key-new", 3)) == 96
+
+    refused = replay_cli(broker, source, "x", "--no-create-topic", "--config", "retention.ms=1")
+    assert refused.returncode != 0
+    assert refused.stderr.splitlines() == [
+        "kcli: --replication-factor and --config apply to a topic replay creates: drop --no-create-topic."
+    ]
+
+
+def test_an_existing_topic_with_too_few_partitions_for_same_stays_an_error(
+    server: BrokerProcess, tmp_path: Path
+) -> None:
+    create_topics(server, {"narrow": 2})
+    result = replay_cli(server, two_partition_source(tmp_path), "narrow")
+    assert result.returncode != 0 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "kcli: topic 'narrow' has 2 partition(s), too few for source partition src-2 with --partitioner same."
+    ]
+    assert end_offsets(server, "narrow", 2) == [0, 0]
 
 
 def test_corrupt_batches_are_reported_with_their_position_and_can_be_skipped(

@@ -12,7 +12,17 @@ from kcli.errors import KcliError
 
 def register() -> None:
     """Import each command module; each adds its commands to `app`."""
-    from kcli.cli import broker, dump, groups, replay, spark_audit, transactions, verify  # noqa: F401
+    from kcli.cli import (  # noqa: F401
+        broker,
+        configs,
+        dump,
+        groups,
+        replay,
+        spark_audit,
+        topics,
+        transactions,
+        verify,
+    )
 
 
 def main() -> None:

@@ -51,7 +51,33 @@ def replay(
     bootstrap: str = typer.Option(
         ..., "--bootstrap-server", "-b", metavar="HOST:PORT[,...]", help="Brokers of the destination cluster."
     ),
-    topic: str = typer.Option(..., "--topic", "-t", help="Destination topic (it must exist)."),
+    topic: str = typer.Option(
+        ...,
+        "--topic",
+        "-t",
+        help="Destination topic; created when missing (see --create-topic).",
+        show_default=False,
+    ),
+    create_topic: bool = typer.Option(
+        True,
+        "--create-topic/--no-create-topic",
+        help="Create a missing destination with CreateTopics: as many partitions as the highest source "
+        "partition + 1, the broker's default replication factor. --no-create-topic refuses instead.",
+    ),
+    replication_factor: int = typer.Option(
+        None,
+        "--replication-factor",
+        min=1,
+        help="Replication factor of a created destination [default: the broker's default.replication.factor].",
+        show_default=False,
+    ),
+    topic_config: list[str] = typer.Option(
+        None,
+        "--config",
+        metavar="KEY=VALUE",
+        help="A config override of a created destination (retention.ms=-1, ...); repeatable.",
+        show_default=False,
+    ),
     source_topic: str = typer.Option(
         None, "--source-topic", help="The topic to read when SOURCE holds several.", show_default=False
     ),
@@ -144,14 +170,22 @@ def replay(
 ) -> None:
     """Replay records from segment files into a topic, with keys, values, headers and timestamps kept.
 
+    A destination topic that does not exist is created first (and that is said on stderr), unless
+    --no-create-topic; an existing one must have enough partitions for --partitioner same.
+
     Works against Apache Kafka as well as kcli's broker (standard Produce API, one connection per leader).
     """
     from formats.compression import Codec
+    from ops.configs import parse_key_values
     from ops.groups import parse_datetime
     from ops.replay import Mapping, ReplayOptions
     from ops.replay import Mode as ReplayMode
     from ops.replay import replay as run_replay
 
+    if not create_topic and (replication_factor is not None or topic_config):
+        raise KcliError(
+            "--replication-factor and --config apply to a topic replay creates: drop --no-create-topic."
+        )
     as_json = output is Output.json
     options = ReplayOptions(
         source=source,
@@ -175,6 +209,9 @@ def replay(
         offset_map=offset_map,
         skip_corrupt=skip_corrupt,
         batch_bytes=batch_bytes,
+        create_topic=create_topic,
+        replication_factor=-1 if replication_factor is None else replication_factor,
+        topic_configs=tuple(parse_key_values(topic_config or (), "--config").items()),
     )
     out = sys.stdout
 

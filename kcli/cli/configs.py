@@ -1,0 +1,205 @@
+"""`kcli configs`: describe and alter topic and broker configs, as kafka-configs.sh."""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+import typer
+
+from kcli.cli.admin import BOOTSTRAP, OUTPUT, Output, run_on_cluster, write_json_lines
+from kcli.cli.main import app
+from kcli.errors import KcliError
+
+if TYPE_CHECKING:
+    from kcli.cluster import Cluster
+    from ops.configs import ResourceConfigs, ResourceType
+
+configs_app = typer.Typer(
+    help="Topic and broker configs: where each value comes from, and changing them.",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(configs_app, name="configs")
+
+
+class EntityType(StrEnum):
+    topics = "topics"
+    brokers = "brokers"
+
+
+ENTITY_TYPE = typer.Option(
+    None,
+    "--entity-type",
+    help="topics or brokers (with --entity-name or --entity-default).",
+    show_default=False,
+)
+ENTITY_NAME = typer.Option(
+    None, "--entity-name", help="The topic's name or the broker's id.", show_default=False
+)
+ENTITY_DEFAULT = typer.Option(
+    False, "--entity-default", help="With --entity-type brokers: the defaults shared by every broker."
+)
+TOPIC = typer.Option(
+    None, "--topic", help="Short for --entity-type topics --entity-name TOPIC.", show_default=False
+)
+BROKER = typer.Option(
+    None, "--broker", help="Short for --entity-type brokers --entity-name ID.", show_default=False
+)
+BROKER_DEFAULTS = typer.Option(
+    False, "--broker-defaults", help="Short for --entity-type brokers --entity-default."
+)
+
+
+@configs_app.command("describe")
+def describe(
+    bootstrap: str = BOOTSTRAP,
+    entity_type: EntityType = ENTITY_TYPE,
+    entity_name: str = ENTITY_NAME,
+    entity_default: bool = ENTITY_DEFAULT,
+    topic: str = TOPIC,
+    broker: str = BROKER,
+    broker_defaults: bool = BROKER_DEFAULTS,
+    all_: bool = typer.Option(
+        False, "--all", help="Every config with its effective value, not only those set on the entity."
+    ),
+    output: Output = OUTPUT,
+) -> None:
+    """The configs set on a topic or broker, each with its synonyms (where else it is set, most specific
+    first), as kafka-configs.sh --describe prints them; --all shows every config.
+
+    Without a name, every topic (or every broker and the broker defaults) is described.
+    """
+    from ops.configs import BROKER_DEFAULTS as DEFAULTS_NAME
+    from ops.configs import ResourceType, describe_configs, entity_names
+
+    kind, name = _entity(
+        entity_type, entity_name, entity_default, topic, broker, broker_defaults, alter=False
+    )
+
+    async def work(cluster: Cluster) -> list[ResourceConfigs]:
+        names = [name] if name is not None else await entity_names(cluster, kind)
+        return await describe_configs(cluster, [(kind, n) for n in names])
+
+    described = run_on_cluster(bootstrap, work)
+    if output is Output.json:
+        write_json_lines(d.to_json(d.entries if all_ else d.dynamic()) for d in described)
+        return
+    lines = []
+    for d in described:
+        if kind is ResourceType.BROKER and d.name == DEFAULTS_NAME:
+            lines.append("Default configs for brokers in the cluster are:")
+        else:
+            lines.append(f"{'All' if all_ else 'Dynamic'} configs for {kind.label} {d.name} are:")
+        for e in d.entries if all_ else d.dynamic():
+            synonyms = ", ".join(str(s) for s in e.synonyms)
+            value = "null" if e.value is None else e.value
+            lines.append(
+                f"  {e.name}={value} sensitive={str(e.is_sensitive).lower()} synonyms={{{synonyms}}}"
+            )
+    sys.stdout.write("".join(line + "\n" for line in lines))
+
+
+@configs_app.command("alter")
+def alter(
+    bootstrap: str = BOOTSTRAP,
+    entity_type: EntityType = ENTITY_TYPE,
+    entity_name: str = ENTITY_NAME,
+    entity_default: bool = ENTITY_DEFAULT,
+    topic: str = TOPIC,
+    broker: str = BROKER,
+    broker_defaults: bool = BROKER_DEFAULTS,
+    add_config: str = typer.Option(
+        None,
+        "--add-config",
+        metavar="K=V,K2=V2",
+        help="Configs to set; square brackets keep commas inside a value: 'k1=v1,k2=[v1,v2]'.",
+        show_default=False,
+    ),
+    delete_config: list[str] = typer.Option(
+        None,
+        "--delete-config",
+        metavar="K[,K2]",
+        help="Configs to remove (back to their default); repeatable or comma-separated.",
+        show_default=False,
+    ),
+) -> None:
+    """Set or remove configs of one topic or broker with IncrementalAlterConfigs.
+
+    The broker checks each value and refuses the whole change with its reason if one is invalid.
+    """
+    from ops.configs import BROKER_DEFAULTS as DEFAULTS_NAME
+    from ops.configs import alter_configs, parse_add_config
+
+    kind, name = _entity(entity_type, entity_name, entity_default, topic, broker, broker_defaults, alter=True)
+    assert name is not None
+    to_set = parse_add_config(add_config) if add_config is not None else {}
+    to_delete = [k.strip() for item in delete_config or () for k in item.split(",") if k.strip()]
+    if not to_set and not to_delete:
+        raise KcliError("give --add-config, --delete-config or both.")
+    run_on_cluster(
+        bootstrap,
+        lambda cluster: alter_configs(cluster, kind, name, set_configs=to_set, delete_configs=to_delete),
+    )
+    if name == DEFAULTS_NAME:
+        print("Completed updating default config for brokers in the cluster.")
+    else:
+        print(f"Completed updating config for {kind.label} {name}.")
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+def _entity(
+    entity_type: EntityType | None,
+    entity_name: str | None,
+    entity_default: bool,
+    topic: str | None,
+    broker: str | None,
+    broker_defaults: bool,
+    *,
+    alter: bool,
+) -> tuple[ResourceType, str | None]:
+    """(resource type, name) from kafka-configs.sh's two spellings; None as name means every entity."""
+    from ops.configs import BROKER_DEFAULTS as DEFAULTS_NAME
+    from ops.configs import ResourceType, broker_id
+
+    shorthands = [flag for flag, given in (("--topic", topic), ("--broker", broker)) if given is not None]
+    shorthands += ["--broker-defaults"] if broker_defaults else []
+    long_form = entity_type is not None or entity_name is not None or entity_default
+    if shorthands and long_form:
+        raise KcliError(
+            "--entity-type/--entity-name/--entity-default cannot be combined with " + shorthands[0] + "."
+        )
+    if len(shorthands) > 1:
+        raise KcliError(f"give one of {', '.join(shorthands)}.")
+    if topic is not None:
+        return ResourceType.TOPIC, topic
+    if broker is not None:
+        return ResourceType.BROKER, str(broker_id(broker))
+    if broker_defaults:
+        return ResourceType.BROKER, DEFAULTS_NAME
+    if entity_type is None:
+        raise KcliError(
+            "give the entity: --topic, --broker, --broker-defaults or --entity-type with --entity-name."
+        )
+    kind = ResourceType.TOPIC if entity_type is EntityType.topics else ResourceType.BROKER
+    if entity_name is not None and entity_default:
+        raise KcliError("give --entity-name or --entity-default, not both.")
+    if entity_default:
+        if kind is ResourceType.TOPIC:
+            raise KcliError("--entity-default applies to brokers, not topics.")
+        return kind, DEFAULTS_NAME
+    if entity_name is None:
+        if alter:
+            what = (
+                "the topic with --entity-name"
+                if kind is ResourceType.TOPIC
+                else "the broker with --entity-name or --entity-default"
+            )
+            raise KcliError(f"name {what}.")
+        return kind, None
+    if kind is ResourceType.BROKER:
+        return kind, str(broker_id(entity_name))
+    return kind, entity_name
