@@ -496,9 +496,10 @@ class _Replay:
                 f"was given: create it with at least {wanted} partition(s)."
             )
         factor = "the broker's default" if opts.replication_factor < 0 else str(opts.replication_factor)
+        plural = "" if wanted == 1 else "s"
         if opts.dry_run:
             self.warn(
-                f"topic {opts.topic} does not exist: the replay would create it with {wanted} partitions, "
+                f"topic {opts.topic} does not exist: the replay would create it with {wanted} partition{plural}, "
                 f"replication factor {factor}."
             )
             return None
@@ -515,7 +516,9 @@ class _Replay:
         if created.created:
             if created.replication_factor >= 0:
                 factor = str(created.replication_factor)
-            self.warn(f"created topic {opts.topic} with {wanted} partitions, replication factor {factor}.")
+            self.warn(
+                f"created topic {opts.topic} with {wanted} partition{plural}, replication factor {factor}."
+            )
         return await self._wait_for_leaders(cluster)
 
     async def _wait_for_leaders(self, cluster: Cluster) -> Any:
