@@ -5,21 +5,17 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Awaitable, Callable, Iterable
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 import typer
 
+from kcli.cli.app import Output
+
 if TYPE_CHECKING:
     from kcli.cluster import Cluster
 
 T = TypeVar("T")
-
-
-class Output(StrEnum):
-    text = "text"
-    json = "json"
 
 
 BOOTSTRAP = typer.Option(

@@ -1,10 +1,18 @@
-"""The typer app every command module adds its commands to, with the options of the root command."""
+"""The typer app every command module adds its commands to, the root command's options, and what every
+reporting command shares: `--output text|json`."""
 
 import os
+from enum import StrEnum
 
 import typer
 
 from kcli import __version__
+
+
+class Output(StrEnum):
+    text = "text"
+    json = "json"
+
 
 app = typer.Typer(
     name="kcli",

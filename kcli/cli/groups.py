@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 import orjson
 import typer
 
-from kcli.cli.admin import BOOTSTRAP, OUTPUT, Output, T, run_on_cluster, table, write_json_lines
-from kcli.cli.app import app
+from kcli.cli.admin import BOOTSTRAP, OUTPUT, T, run_on_cluster, table, write_json_lines
+from kcli.cli.app import Output, app
 from kcli.errors import KcliError
 
 if TYPE_CHECKING:

@@ -12,13 +12,8 @@ from pathlib import Path
 import orjson
 import typer
 
-from kcli.cli.app import app
+from kcli.cli.app import Output, app
 from kcli.errors import KcliError
-
-
-class Output(StrEnum):
-    text = "text"
-    json = "json"
 
 
 class Partitioner(StrEnum):

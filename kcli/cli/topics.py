@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from kcli.cli.admin import BOOTSTRAP, OUTPUT, Output, run_on_cluster, write_json_lines
-from kcli.cli.app import app
+from kcli.cli.admin import BOOTSTRAP, OUTPUT, run_on_cluster, write_json_lines
+from kcli.cli.app import Output, app
 from kcli.errors import KcliError
 
 if TYPE_CHECKING:

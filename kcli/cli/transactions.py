@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import typer
 
-from kcli.cli.admin import BOOTSTRAP, OUTPUT, Output, run_on_cluster, table
-from kcli.cli.app import app
+from kcli.cli.admin import BOOTSTRAP, OUTPUT, run_on_cluster, table
+from kcli.cli.app import Output, app
 
 if TYPE_CHECKING:
     pass

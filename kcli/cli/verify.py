@@ -1,19 +1,13 @@
 """`kcli verify`: check a segment, a partition dir or a log dir; findings as text lines or JSON lines."""
 
 import sys
-from enum import StrEnum
 from pathlib import Path
 
 import orjson
 import typer
 
-from kcli.cli.app import app
+from kcli.cli.app import Output, app
 from kcli.errors import KcliError
-
-
-class Output(StrEnum):
-    text = "text"
-    json = "json"
 
 
 @app.command("verify")
