@@ -765,9 +765,10 @@ def test_delete_records_and_describe_log_dirs(tmp_path: Path) -> None:
         )
         await client.send(create_topics(7, [("__consumer_offsets", 1, 1, {})]))
         ledger = broker.node.logs.get_log("ledger", 0)
+        leader = broker.node.replicas.partition("ledger", 0)  # appends go through the partition
         now = int(time.time() * 1000)
         for _ in range(4):
-            ledger.append_as_leader(batch(5, now), leader_epoch=0, now_ms=now)
+            leader.append_records_to_leader(batch(5, now), required_acks=1, now_ms=now)
         assert (ledger.log_end_offset, ledger.high_watermark) == (20, 20)
 
         low, high = kio_versions(21)
@@ -836,11 +837,12 @@ def test_retention_set_through_incremental_alter_configs_deletes_old_segments(tm
     async def run(broker: Broker, client: KafkaClient) -> None:
         await client.send(create_topics(7, [("aging", 1, 1, {"segment.bytes": "2000"})]))
         log = broker.node.logs.get_log("aging", 0)
+        leader = broker.node.replicas.partition("aging", 0)  # appends go through the partition
         now = int(time.time() * 1000)
         hour_ago = now - 3_600_000
         for _ in range(6):  # ~1 KiB batches: two per segment
-            log.append_as_leader(batch(8, hour_ago), leader_epoch=0, now_ms=now)
-        log.append_as_leader(batch(8, now), leader_epoch=0, now_ms=now)
+            leader.append_records_to_leader(batch(8, hour_ago), required_acks=1, now_ms=now)
+        leader.append_records_to_leader(batch(8, now), required_acks=1, now_ms=now)
         assert len(log.segments) >= 3 and log.log_start_offset == 0
         names = {p.name for p in log.dir.iterdir() if p.suffix == ".log"}
 

@@ -76,7 +76,10 @@ def log_cleaner(dir: Path, clock: Clock, *logs: Log, **config: object) -> LogCle
 
 
 def append(log: Log, clock: Clock, specs: list[RecordSpec], **batch: object) -> None:
+    """Append as leader, then raise the high watermark to the log end, as the only in-sync replica's
+    Partition does (the Log never moves its own high watermark; the cleaner stops at it)."""
     log.append_as_leader(build_batch(specs, **batch), leader_epoch=0, now_ms=clock.now)  # type: ignore[arg-type]
+    log.update_high_watermark(log.log_end_offset)
 
 
 def batches_of(log: Log) -> list[tuple[RecordBatch, bytes]]:
@@ -316,6 +319,7 @@ def test_magic_v0_v1_logs_are_cleaned(tmp_path: Path, compression_type: int) -> 
             if compression_type:  # a wrapper carries the offset of its last message
                 data[:8] = (first + 3).to_bytes(8, "big")
             log.append_as_follower(bytes(data), now_ms=clock.now)
+            log.update_high_watermark(log.log_end_offset)  # the leader's high watermark, as a fetch brings it
         log.roll(now_ms=clock.now)
     cleaner = log_cleaner(tmp_path, clock, log)
     assert cleaner.clean_now() is not None

@@ -33,6 +33,7 @@ from formats.records import (
 )
 from formats.segment import SegmentIndexer, walk
 from kcli.broker.log import (
+    AppendInfo,
     AppendOrigin,
     Log,
     LogConfig,
@@ -67,6 +68,14 @@ def batch(n: int = 3, ts: int = T0, size: int = 100, **kwargs) -> bytes:
 def new_log(tmp_path: Path, clock: Clock | None = None, name: str = "orders-0", **config) -> Log:
     config.setdefault("file_delete_delay_ms", 0)
     return Log.create(tmp_path / name, LogConfig(**config), TOPIC_ID, clock=clock or Clock())
+
+
+def leader_append(log: Log, data: bytes, **kwargs) -> AppendInfo:
+    """Append as leader, then raise the high watermark to the log end, as the only in-sync replica's
+    Partition does after each append (the Log never moves its own high watermark)."""
+    info = log.append_as_leader(data, **kwargs)
+    log.update_high_watermark(log.log_end_offset)
+    return info
 
 
 def read_all(log: Log, start: int | None = None, max_bytes: int = 1 << 20) -> bytes:
@@ -127,13 +136,13 @@ def test_append_read_round_trip_across_rolls(tmp_path: Path) -> None:
     for i in range(60):
         epoch = 0 if i < 30 else 4
         data = batch(1 + i % 5, T0 + 10 * i, 300 + 7 * i)
-        info = log.append_as_leader(data, leader_epoch=epoch, now_ms=T0 + 10 * i)
+        info = leader_append(log, data, leader_epoch=epoch, now_ms=T0 + 10 * i)
         assert info.first_offset == (sent[-1][0] + 1 if sent else 0)
         assert info.last_offset == info.first_offset + i % 5
         assert info.log_append_time == -1 and info.log_start_offset == 0
         for k, spec in enumerate(records(1 + i % 5, T0 + 10 * i, 300 + 7 * i)):
             sent.append((info.first_offset + k, spec.timestamp, spec.key, spec.value, (("h", b"v"),)))
-    assert log.log_end_offset == log.high_watermark == len(sent)
+    assert log.log_end_offset == log.high_watermark == len(sent)  # the HW where leader_append put it
     assert len(log.segments) > 5
     data = read_all(log)
     assert kafka_python_records(data) == sent
@@ -164,7 +173,7 @@ def first_offset_of(sent: list[tuple], batch_number: int) -> int:
 def test_reopened_log_serves_the_same_bytes(tmp_path: Path) -> None:
     log = new_log(tmp_path, segment_bytes=5_000)
     for i in range(30):
-        log.append_as_leader(batch(2, T0 + i), leader_epoch=1, now_ms=T0)
+        leader_append(log, batch(2, T0 + i), leader_epoch=1, now_ms=T0)
     before = read_all(log)
     log.flush_all()
     log.close()
@@ -283,18 +292,6 @@ def test_read_limits_and_bounds(tmp_path: Path) -> None:
     assert log.read(20, 1 << 20, upper_bound=20, min_one_batch=True) is None
     with pytest.raises(OffsetOutOfRange):
         log.read(21, 100, upper_bound=20, min_one_batch=True)
-    log.close()
-
-
-def test_append_event_callbacks(tmp_path: Path) -> None:
-    log = new_log(tmp_path)
-    seen = []
-    log.append_event.append(lambda changed: seen.append(changed.log_end_offset))
-    log.append_as_leader(batch(2), leader_epoch=0, now_ms=T0)
-    with pytest.raises(RecordError):
-        log.append_as_leader(batch(2, base_offset=5), leader_epoch=0, now_ms=T0)
-    log.append_as_leader(batch(1), leader_epoch=0, now_ms=T0)
-    assert seen == [2, 3]
     log.close()
 
 
@@ -440,7 +437,7 @@ def test_trailing_partial_bytes_are_dropped_as_kafka_does(tmp_path: Path) -> Non
 
 def test_log_append_time_is_stamped_with_a_new_crc(tmp_path: Path) -> None:
     log = new_log(tmp_path, message_timestamp_type=TimestampType.LOG_APPEND_TIME)
-    info = log.append_as_leader(batch(3, T0 - 10_000), leader_epoch=0, now_ms=T0 + 5)
+    info = leader_append(log, batch(3, T0 - 10_000), leader_epoch=0, now_ms=T0 + 5)
     assert info.log_append_time == T0 + 5 == info.max_timestamp
     data = read_all(log)
     stored = read_batch(data)
@@ -453,7 +450,7 @@ def test_create_time_max_timestamp_rederived_when_records_are_decoded(tmp_path: 
     # Bounded timestamps make the records count, and Kafka then stores the true max timestamp.
     log = new_log(tmp_path, message_timestamp_before_max_ms_config=10**9)
     data = build_batch(records(3, T0), max_timestamp=T0 - 1)
-    log.append_as_leader(data, leader_epoch=0, now_ms=T0)
+    leader_append(log, data, leader_epoch=0, now_ms=T0)
     stored = read_batch(read_all(log))
     assert stored.crc_valid and stored.max_timestamp == T0 + 2
     log.close()
@@ -462,7 +459,8 @@ def test_create_time_max_timestamp_rederived_when_records_are_decoded(tmp_path: 
 def test_compression_type_recompresses(tmp_path: Path) -> None:
     log = new_log(tmp_path, compression_type="zstd")
     specs = records(5, T0, 300)
-    log.append_as_leader(
+    leader_append(
+        log,
         build_batch(specs, codec=Codec.GZIP, producer_id=4, producer_epoch=1, base_sequence=9),
         leader_epoch=0,
         now_ms=T0,
@@ -482,8 +480,8 @@ def test_legacy_v1_input_is_converted_to_v2(tmp_path: Path) -> None:
     builder = LegacyRecordBatchBuilder(magic=1, compression_type=0, batch_size=1 << 20)
     for i in range(3):
         builder.append(i, timestamp=T0 + i, key=b"k%d" % i, value=b"v%d" % i)
-    log.append_as_leader(bytes(builder.build()), leader_epoch=0, now_ms=T0)
-    log.append_as_leader(batch(1), leader_epoch=0, now_ms=T0)
+    leader_append(log, bytes(builder.build()), leader_epoch=0, now_ms=T0)
+    leader_append(log, batch(1), leader_epoch=0, now_ms=T0)
     data = read_all(log)
     stored = walk(data).batches
     assert [b.magic for b in stored] == [2, 2]
@@ -572,7 +570,8 @@ def test_end_offset_for_epoch(tmp_path: Path) -> None:
     assert log.end_offset_for_epoch(4) == (2, 7)
     assert log.end_offset_for_epoch(6) == (-1, -1)
     assert log.end_offset_for_epoch(-1) == (-1, -1)
-    log.make_leader(6)
+    log.assign_epoch_start_offset(6, log.log_end_offset)  # what the Partition does on becoming leader
+    log.update_high_watermark(log.log_end_offset)
     assert log.end_offset_for_epoch(5) == (5, 9) and log.end_offset_for_epoch(6) == (6, 9)
     log.close()
 
@@ -584,7 +583,7 @@ def test_retention_by_time_deletes_whole_segments(tmp_path: Path) -> None:
     clock = Clock()
     log = new_log(tmp_path, clock, segment_bytes=2000, retention_ms=1000, file_delete_delay_ms=500)
     for i in range(12):
-        log.append_as_leader(batch(2, T0 + 100 * i, 300), leader_epoch=0, now_ms=T0)
+        leader_append(log, batch(2, T0 + 100 * i, 300), leader_epoch=0, now_ms=T0)
     bases = [s.base_offset for s in log.segments]
     sizes = {s.base_offset: s.size for s in log.segments}
     assert len(bases) >= 4
@@ -615,7 +614,7 @@ def max_ts_of(log: Log, base: int) -> int:
 def test_retention_by_bytes_and_all_segments(tmp_path: Path) -> None:
     log = new_log(tmp_path, segment_bytes=2000, retention_bytes=3000)
     for _ in range(20):
-        log.append_as_leader(batch(2, T0, 300), leader_epoch=0, now_ms=T0)
+        leader_append(log, batch(2, T0, 300), leader_epoch=0, now_ms=T0)
     total = log.size_bytes()
     deleted = log.enforce_retention(T0)
     assert deleted > 0 and log.size_bytes() == total - deleted
@@ -633,7 +632,7 @@ def test_retention_by_bytes_and_all_segments(tmp_path: Path) -> None:
 def test_delete_records_moves_the_log_start(tmp_path: Path) -> None:
     log = new_log(tmp_path, segment_bytes=2000)
     for _ in range(10):
-        log.append_as_leader(batch(3, T0, 300), leader_epoch=1, now_ms=T0)
+        leader_append(log, batch(3, T0, 300), leader_epoch=1, now_ms=T0)
     assert log.delete_records_before(14) == 14 == log.log_start_offset
     assert log.epoch_cache.entries() == [(1, 14)]
     with pytest.raises(OffsetOutOfRange):
@@ -689,9 +688,10 @@ def test_manager_lifecycle(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         manager.create_log("orders", 0, uuid.uuid4(), LogConfig.from_broker(config))
     for each in logs:
-        each.make_leader(0)
+        each.assign_epoch_start_offset(0, each.log_end_offset)  # what the Partition does on becoming leader
+        each.update_high_watermark(each.log_end_offset)
         for _ in range(10):
-            each.append_as_leader(batch(2, size=300), leader_epoch=0, now_ms=T0)
+            leader_append(each, batch(2, size=300), leader_epoch=0, now_ms=T0)
     logs[1].delete_records_before(5)
     manager.checkpoint()
     dir_of_1 = logs[1].dir.parent
@@ -744,7 +744,7 @@ def test_manager_retention_and_flush_ms(tmp_path: Path) -> None:
     manager.startup()
     each = manager.create_log("t", 0, TOPIC_ID, LogConfig.from_broker(config))
     for _ in range(20):
-        each.append_as_leader(batch(2, size=300), leader_epoch=0, now_ms=T0)
+        leader_append(each, batch(2, size=300), leader_epoch=0, now_ms=T0)
     size = each.size_bytes()
     assert each.recovery_point < each.log_end_offset
     manager.wait_for_flushes()  # the flushes of rolled segments
@@ -773,8 +773,8 @@ def test_verify_finds_nothing_after_a_long_run(tmp_path: Path) -> None:
         each = logs[i % 2]
         epoch = i // 200
         codec = list(Codec)[i % 5]
-        each.append_as_leader(
-            batch(1 + i % 7, T0 + i, 200 + i % 300, codec=codec), leader_epoch=epoch, now_ms=T0 + i
+        leader_append(
+            each, batch(1 + i % 7, T0 + i, 200 + i % 300, codec=codec), leader_epoch=epoch, now_ms=T0 + i
         )
     logs[0].delete_records_before(logs[0].segments[2].base_offset + 1)
     manager.run_periodic(clock.now + 300_000)  # one retention pass
@@ -807,7 +807,7 @@ def test_manager_leaves_the_metadata_log_and_moved_replicas_alone(tmp_path: Path
 def test_log_append_time_batch_on_a_create_time_topic_is_stored_as_create_time(tmp_path: Path) -> None:
     log = new_log(tmp_path)
     data = build_batch(records(2, T0), timestamp_type=TimestampType.LOG_APPEND_TIME, max_timestamp=T0 + 50)
-    log.append_as_leader(data, leader_epoch=0, now_ms=T0)
+    leader_append(log, data, leader_epoch=0, now_ms=T0)
     stored = read_batch(read_all(log))
     assert stored.crc_valid and stored.timestamp_type is TimestampType.CREATE_TIME
     assert stored.max_timestamp == T0 + 50

@@ -49,6 +49,7 @@ def fill(root: Path, batches: int = 30, **extra: str) -> tuple[LogManager, Log]:
     log = manager.create_log("orders", 0, TOPIC_ID, LogConfig.from_broker(manager.config))
     for i in range(batches):
         log.append_as_leader(batch(ts=T0 + i), leader_epoch=i // 10, now_ms=T0)
+        log.update_high_watermark(log.log_end_offset)  # as the only in-sync replica's Partition does
     manager.wait_for_flushes()
     manager.checkpoint()
     return manager, log

@@ -383,11 +383,11 @@ def test_fetch_sends_records_only_as_file_regions(tmp_path: Path) -> None:
             broker.node.controller.create_topics([ControllerTopic("zc", 3, 1)])
             now = int(time.time() * 1000)
             for partition in range(3):
-                log = broker.node.logs.get_log("zc", partition)
+                leader = broker.node.replicas.partition("zc", partition)  # appends go through the partition
                 for _ in range(20):
-                    log.append_as_leader(
+                    leader.append_records_to_leader(
                         build_batch([RecordSpec(now, None, os.urandom(1000)) for _ in range(50)]),
-                        leader_epoch=0,
+                        required_acks=1,
                         now_ms=now,
                     )
             ctx = RequestContext(1, 16, 1, "t", ConnectionInfo("c", "p"), broker.state)

@@ -441,6 +441,7 @@ def test_snapshots_at_roll_and_close_deleted_with_their_segments(tmp_path: Path)
     log = new_log(tmp_path, segment_bytes=1200)
     for seq in range(0, 12, 2):
         append(log, idempotent(seq))
+    log.update_high_watermark(log.log_end_offset)  # as the only in-sync replica's Partition does
     bases = [s.base_offset for s in log.segments]
     assert len(bases) > 2
     assert snapshots(log) == bases[1:]  # one per roll, named after the new segment

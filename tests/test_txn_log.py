@@ -2,7 +2,9 @@
 read_committed fetches, and the DescribeProducers and WriteTxnMarkers APIs on a real broker.
 
 Transactional batches are built by hand and appended through the Log API (as a produce the transaction
-coordinator verified); markers go through `Log.write_txn_markers`, as the coordinator writes them.
+coordinator verified); markers go through `Log.write_txn_markers`, as the coordinator writes them. After
+each write the test raises the high watermark to the log end, as the only in-sync replica's Partition does
+(the Log never moves its own high watermark).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from kio.schema.errors import ErrorCode
 from formats.index import AbortedTxn, encode_aborted_txn, read_txn_index
 from formats.records import RecordSpec, build_batch
 from kcli.broker.apis import request_type
-from kcli.broker.log import Log, LogConfig, RecordError
+from kcli.broker.log import AppendInfo, Log, LogConfig, RecordError
 from kcli.broker.log.log import TxnMarker
 from kcli.client import KafkaClient
 
@@ -45,21 +47,29 @@ def new_log(tmp_path: Path, **config: object) -> Log:
 
 def append(log: Log, batch: bytes) -> tuple[int, int]:
     info = log.append_as_leader(batch, leader_epoch=0, now_ms=T0, transaction_verified=True)
+    log.update_high_watermark(log.log_end_offset)
     return info.first_offset, info.last_offset
+
+
+def write_markers(log: Log, markers: list[TxnMarker]) -> list[AppendInfo]:
+    try:
+        return log.write_txn_markers(markers)
+    finally:
+        log.update_high_watermark(log.log_end_offset)  # markers before a refused one stay written
 
 
 def test_markers_close_transactions_and_move_the_last_stable_offset(tmp_path: Path) -> None:
     log = new_log(tmp_path)
     assert append(log, txn_batch(7, 0)) == (0, 1)
     assert append(log, txn_batch(8, 0)) == (2, 3)
-    assert log.high_watermark == 4 and log.last_stable_offset == 0
-    [abort] = log.write_txn_markers([TxnMarker(7, 0, 5, commit=False)])
+    assert log.high_watermark == 4 and log.last_stable_offset == 0  # the HW where append put it
+    [abort] = write_markers(log, [TxnMarker(7, 0, 5, commit=False)])
     assert (abort.first_offset, abort.last_offset) == (4, 4)
     # Producer 8's transaction is still open from offset 2: the LSO stops there.
     assert log.last_stable_offset == 2
     assert log.segments[-1].aborted_txns() == [AbortedTxn(0, 7, 0, 4, 2)]
-    log.write_txn_markers([TxnMarker(8, 0, 5, commit=True)])
-    assert log.last_stable_offset == log.high_watermark == 6
+    write_markers(log, [TxnMarker(8, 0, 5, commit=True)])
+    assert log.last_stable_offset == log.high_watermark == 6  # the HW where write_markers put it
     assert log.producer_state.last_entry(7).coordinator_epoch == 5
     # The file on disk is Kafka's .txnindex: one 34-byte entry.
     assert read_txn_index((tmp_path / "t-0" / f"{0:020d}.txnindex").read_bytes()) == [
@@ -72,11 +82,11 @@ def test_a_marker_from_an_old_epoch_is_refused(tmp_path: Path) -> None:
     log = new_log(tmp_path)
     append(log, txn_batch(7, 0, epoch=3))
     with pytest.raises(RecordError) as refused:
-        log.write_txn_markers([TxnMarker(7, 2, 0, commit=False)])
+        write_markers(log, [TxnMarker(7, 2, 0, commit=False)])
     assert refused.value.error_code == ErrorCode.invalid_producer_epoch
-    log.write_txn_markers([TxnMarker(7, 3, 4, commit=True)])
+    write_markers(log, [TxnMarker(7, 3, 4, commit=True)])
     with pytest.raises(RecordError) as fenced:
-        log.write_txn_markers([TxnMarker(7, 3, 1, commit=True)])
+        write_markers(log, [TxnMarker(7, 3, 1, commit=True)])
     assert fenced.value.error_code == ErrorCode.transaction_coordinator_fenced
     assert log.log_end_offset == 3 and log.last_stable_offset == 3
     log.close()
@@ -96,12 +106,12 @@ def test_unverified_transactional_batches_are_refused(tmp_path: Path) -> None:
 def test_aborted_transactions_for_a_fetch_span_segments(tmp_path: Path) -> None:
     log = new_log(tmp_path)
     append(log, txn_batch(1, 0))  # 0-1, aborted at 2
-    log.write_txn_markers([TxnMarker(1, 0, 0, commit=False)])
+    write_markers(log, [TxnMarker(1, 0, 0, commit=False)])
     log.roll()
     append(log, txn_batch(2, 0))  # 3-4, committed at 5
-    log.write_txn_markers([TxnMarker(2, 0, 0, commit=True)])
+    write_markers(log, [TxnMarker(2, 0, 0, commit=True)])
     append(log, txn_batch(3, 0))  # 6-7, aborted at 8
-    log.write_txn_markers([TxnMarker(3, 0, 0, commit=False)])
+    write_markers(log, [TxnMarker(3, 0, 0, commit=False)])
     collected = log.collect_aborted_transactions
     assert [(t.producer_id, t.first_offset) for t in collected(0, 9)] == [(1, 0), (3, 6)]
     assert [t.producer_id for t in collected(2, 9)] == [1, 3]  # the abort marker itself is at 2
@@ -117,10 +127,10 @@ def test_aborted_transactions_for_a_fetch_span_segments(tmp_path: Path) -> None:
 def test_txnindex_survives_a_restart_and_goes_with_its_segment(tmp_path: Path) -> None:
     log = new_log(tmp_path, retention_ms=-1)
     append(log, txn_batch(1, 0))
-    log.write_txn_markers([TxnMarker(1, 0, 0, commit=False)])
+    write_markers(log, [TxnMarker(1, 0, 0, commit=False)])
     log.roll()
     append(log, txn_batch(1, 2))
-    log.write_txn_markers([TxnMarker(1, 0, 0, commit=True)])
+    write_markers(log, [TxnMarker(1, 0, 0, commit=True)])
     log.close()
     log = Log.load(
         tmp_path / "t-0", LogConfig(), had_clean_shutdown=True, high_watermark_checkpoint=6, clock=lambda: T0
@@ -147,7 +157,7 @@ def test_lso_is_the_oldest_open_transaction(tmp_path_factory: pytest.TempPathFac
     for producer_id, end in steps:
         if end and producer_id in open_at:
             commit = producer_id % 2 == 0
-            [info] = log.write_txn_markers([TxnMarker(producer_id, 0, 0, commit)])
+            [info] = write_markers(log, [TxnMarker(producer_id, 0, 0, commit)])
             del open_at[producer_id]
             if not commit:
                 last = log.segments[-1].aborted_txns()[-1]

@@ -48,7 +48,10 @@ def txn_batch(producer_id: int, sequence: int, count: int = 2) -> bytes:
 
 
 class Writer:
-    """A log written as a client and its transaction coordinator would: data batches and markers."""
+    """A log written as a client and its transaction coordinator would: data batches and markers.
+
+    After each write the high watermark is raised to the log end, as the only in-sync replica's
+    Partition does (the Log never moves its own high watermark)."""
 
     def __init__(self, log: Log) -> None:
         self.log = log
@@ -60,10 +63,12 @@ class Writer:
         info = self.log.append_as_leader(
             txn_batch(producer_id, sequence), leader_epoch=0, now_ms=T0, transaction_verified=True
         )
+        self.log.update_high_watermark(self.log.log_end_offset)
         return info.first_offset
 
     def end(self, producer_id: int, *, commit: bool) -> int:
         [info] = self.log.write_txn_markers([TxnMarker(producer_id, 0, 0, commit)], leader_epoch=0, now_ms=T0)
+        self.log.update_high_watermark(self.log.log_end_offset)
         return info.first_offset
 
 

@@ -20,7 +20,7 @@ from formats.segment import StopReason, walk
 from kcli.broker.log.errors import LogStorageError, OffsetOutOfRange, RecordError
 from kcli.broker.log.log import Log
 from kcli.broker.log.validator import AppendOrigin
-from kcli.broker.metadata.image import ClusterMetadataImage
+from kcli.broker.replication.partition import Partition, PartitionError
 
 log = logging.getLogger("kcli.broker")
 
@@ -29,9 +29,7 @@ LOAD_CHUNK_BYTES = 5 * 1024 * 1024
 
 
 def append_records(
-    partition_log: Log | None,
-    image: ClusterMetadataImage,
-    node_id: int,
+    partition: Partition | None,
     records: Sequence[tuple[bytes, bytes | None]],
     *,
     now_ms: int,
@@ -40,33 +38,31 @@ def append_records(
     """Append (key, value) records as one batch; (error, base offset), with the partition errors Kafka maps.
 
     `producer` (id, epoch) makes it a transactional batch (TxnOffsetCommit), verified by the
-    transaction coordinator before the call.
+    transaction coordinator before the call. The append is committed once it returns: it went through
+    the partition, which moved the high watermark (one replica).
     """
-    if partition_log is None:
+    if partition is None:
         return ErrorCode.unknown_topic_or_partition, -1
-    registration = image.partition(partition_log.topic, partition_log.partition)
-    if registration is None:
-        return ErrorCode.unknown_topic_or_partition, -1
-    if registration.leader != node_id:
-        return ErrorCode.not_leader_or_follower, -1
     specs = [RecordSpec(now_ms, key, value) for key, value in records]
     if producer is None:
         batch = build_batch(specs)
     else:
         batch = build_batch(specs, producer_id=producer[0], producer_epoch=producer[1], is_transactional=True)
     try:
-        info = partition_log.append_as_leader(
+        info = partition.append_records_to_leader(
             batch,
-            leader_epoch=registration.leader_epoch,
+            required_acks=-1,
             now_ms=now_ms,
             origin=AppendOrigin.COORDINATOR,
             transaction_verified=producer is not None,
         )
+    except PartitionError as exc:
+        return exc.error_code, -1
     except RecordError as exc:
-        log.error("append to %s failed: %s", partition_log.name, exc.message)
+        log.error("append to %s failed: %s", partition.log.name, exc.message)
         return exc.error_code, -1
     except (LogStorageError, OSError) as exc:
-        log.error("append to %s failed: %s", partition_log.name, exc)
+        log.error("append to %s failed: %s", partition.log.name, exc)
         return ErrorCode.kafka_storage_error, -1
     return ErrorCode.none, info.first_offset
 

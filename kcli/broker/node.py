@@ -1,4 +1,5 @@
-"""One node's parts besides the network: the controller (a quorum of one) and the log manager.
+"""One node's parts besides the network: the controller (a quorum of one), the log manager, the replica
+manager that hosts the partitions on those logs, and the group and transaction coordinators.
 
 Metadata drives storage, as in Kafka's KRaft broker: every image the controller publishes is diffed
 against the previous one and the differences (partitions created, topics deleted, configs changed)
@@ -13,11 +14,12 @@ import logging
 
 from kcli.broker.group.coordinator import GroupCoordinator
 from kcli.broker.log.config import LogConfig
-from kcli.broker.log.log import Log, wall_clock_ms
+from kcli.broker.log.log import wall_clock_ms
 from kcli.broker.log.manager import LogManager
 from kcli.broker.metadata.controller import QuorumController
 from kcli.broker.metadata.image import ClusterMetadataImage, topic_changes
 from kcli.broker.producer_ids import ProducerIdManager
+from kcli.broker.replication.manager import ReplicaManager
 from kcli.broker.txn.coordinator import TransactionCoordinator
 from kcli.config import BrokerConfig, Listener
 
@@ -32,15 +34,18 @@ class Node:
         self.config = config
         self.controller = controller
         self.logs = logs
+        self.replicas = ReplicaManager(config.node_id, logs)
         self.broker_epoch = -1
         self.producer_ids = ProducerIdManager(
             lambda: controller.allocate_producer_ids(config.node_id, self.broker_epoch)
         )
         controller.add_listener(self._on_new_image)
-        self.groups = GroupCoordinator(config, logs, controller)  # after the listener that creates logs
+        self.groups = GroupCoordinator(
+            config, self.replicas, controller
+        )  # after the listener that creates logs
         self.transaction_coordinator = TransactionCoordinator(
             config,
-            logs,
+            self.replicas,
             controller,
             self.producer_ids,
             on_offsets_marker=self.groups.on_transaction_completed,
@@ -92,10 +97,8 @@ class Node:
                 self.logs.delete_log(topic, partition)
             log.info("deleted topic %s (%d partitions)", topic, len(partitions))
         for topic, partition, topic_id in changes.created:
-            created = self.logs.create_log(
-                topic, partition, topic_id, self._log_config(self.config, new, topic)
-            )
-            self._lead(created, new)
+            self.logs.create_log(topic, partition, topic_id, self._log_config(self.config, new, topic))
+        self.replicas.apply_image(new)
         for topic in changes.reconfigured:
             config = self._log_config(self.config, new, topic)
             for partition in new.partitions_of(topic) or {}:
@@ -114,16 +117,9 @@ class Node:
         for name, topic_id in image.topic_ids.items():
             config = self._log_config(self.config, image, name)
             for partition in image.partitions_of(name) or {}:
-                existing = self.logs.get_log(name, partition)
-                if existing is None:
-                    existing = self.logs.create_log(name, partition, topic_id, config)
-                self._lead(existing, image)
-
-    def _lead(self, partition_log: Log, image: ClusterMetadataImage) -> None:
-        """Partition.makeLeader: with this node the leader and the only ISR member, the HW is the LEO."""
-        registration = image.partition(partition_log.topic, partition_log.partition)
-        if registration is not None and registration.leader == self.config.node_id:
-            partition_log.make_leader(registration.leader_epoch)
+                if self.logs.get_log(name, partition) is None:
+                    self.logs.create_log(name, partition, topic_id, config)
+        self.replicas.apply_image(image)
 
     @staticmethod
     def _log_config(config: BrokerConfig, image: ClusterMetadataImage, topic: str) -> LogConfig:

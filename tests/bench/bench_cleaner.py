@@ -96,6 +96,7 @@ def run(root: Path, args: argparse.Namespace) -> dict[str, object]:
             for _ in range(args.records_per_batch)
         ]
         log.append_as_leader(build_batch(specs, codec=codec), leader_epoch=0, now_ms=now)
+    log.update_high_watermark(log.log_end_offset)  # committed, as the only replica's partition makes it
     log.roll(now_ms=now)
     log.flush()
     written_s = time.perf_counter() - started

@@ -1,4 +1,4 @@
-"""Benchmark the broker's append path: `Log.append_as_leader` of 16 KiB batches of 1 KiB records.
+"""Benchmark the broker's append path: `Partition.append_records_to_leader` of 16 KiB batches of 1 KiB records.
 
     python tests/bench/bench_log_append.py [--dir /tmp/kcli-bench-log] [--gib 2] [--seconds 30] [--keep]
 
@@ -35,6 +35,8 @@ sys.path.insert(0, str(REPO))
 
 from formats.records import RecordSpec, build_batch  # noqa: E402
 from kcli.broker.log import LogConfig, LogManager  # noqa: E402
+from kcli.broker.metadata.image import PartitionRegistration  # noqa: E402
+from kcli.broker.replication.partition import Partition  # noqa: E402
 from kcli.config import BrokerConfig  # noqa: E402
 
 GIB = 1 << 30
@@ -61,8 +63,11 @@ def bench_log(root: Path, batches: list[bytes], total: int, seconds: float) -> d
     manager = LogManager(config)
     manager.startup()
     log = manager.create_log("bench", 0, uuid.uuid4(), LogConfig.from_broker(config))
-    log.make_leader(0)
-    append = log.append_as_leader
+    partition = Partition(log, 1, on_change=lambda _: None)  # the broker appends through its partition
+    partition.apply_registration(
+        PartitionRegistration((1,), (1,), leader=1, leader_epoch=0, partition_epoch=0)
+    )
+    append = partition.append_records_to_leader
     n = len(batches)
     latencies = []
     written = count = 0
@@ -72,7 +77,7 @@ def bench_log(root: Path, batches: list[bytes], total: int, seconds: float) -> d
         data = batches[count % n]
         now_ms = time.time_ns() // 1_000_000
         t = time.perf_counter_ns()
-        append(data, leader_epoch=0, now_ms=now_ms)
+        append(data, required_acks=1, now_ms=now_ms)
         latencies.append(time.perf_counter_ns() - t)
         written += len(data)
         count += 1

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from kcli.broker.metadata.controller import QuorumController
     from kcli.broker.metadata.image import ClusterMetadataImage
     from kcli.broker.node import Node
+    from kcli.broker.replication.manager import ReplicaManager
 
 
 AutoCreateTopics = Callable[[Sequence[str]], Awaitable[Mapping[str, ErrorCode]]]
@@ -71,6 +72,14 @@ class RequestContext(NamedTuple):
         if node is None:
             raise RuntimeError("this broker was started without storage, so it has no controller")
         return node.controller
+
+    @property
+    def replicas(self) -> ReplicaManager:
+        """The partitions this broker hosts: produce, fetch and the other partition requests go through it."""
+        node = self.state.node
+        if node is None:
+            raise RuntimeError("this broker was started without storage, so it hosts no partitions")
+        return node.replicas
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,8 @@ from kio.schema.errors import ErrorCode
 from kcli.broker.apis import ApiSpec, kio_versions, response_type
 from kcli.broker.apis.context import FileRegion, FramedResponse, RequestContext
 from kcli.broker.log import LogStorageError, OffsetOutOfRange
-from kcli.broker.log.log import FetchSlice, Log
+from kcli.broker.log.log import FetchSlice
+from kcli.broker.replication.partition import PartitionError
 
 API_KEY = 1
 READ_UNCOMMITTED = 0
@@ -227,12 +228,15 @@ class _Fetch:
         version: int,
     ) -> None:
         self.state = ctx.state
+        self.replicas = ctx.replicas
+        self.image = ctx.state.image
         self.targets = targets
         self.replica_id = replica_id
         self.read_committed = read_committed
         self.max_bytes = max_bytes
         self.version = version
-        self.logs: list[Log] = []
+        self.keys: list[tuple[str, int]] = []
+        """The partitions a long poll waits on: those read from a local log."""
         self.interesting = 0
         """Partitions that passed the metadata checks; with none, Kafka answers without waiting."""
 
@@ -244,13 +248,14 @@ class _Fetch:
         min_one_batch = True
         readable = 0
         failed = False
-        logs: list[Log] = []
+        keys: list[tuple[str, int]] = []
+        self.image = self.state.image
         for target in self.targets:
-            result, partition_log = self._read_partition(
+            result, watched = self._read_partition(
                 target, min(target.partition_max_bytes, limit), min_one_batch
             )
-            if partition_log is not None:
-                logs.append(partition_log)
+            if watched:
+                keys.append((target.topic, target.partition))
             if result.error_code in _METADATA_ERRORS:
                 erroneous.append(result)
                 continue
@@ -264,122 +269,85 @@ class _Fetch:
                 min_one_batch = False
                 limit = max(0, limit - size)
                 readable += size
-        self.logs = logs
+        self.keys = keys
         self.interesting = len(results)
         return results + erroneous, readable, failed
 
     async def wait(self, max_wait: float, min_bytes: int) -> list[PartitionResult]:
-        """Kafka's DelayedFetch: wait for appends until min_bytes are readable or max_wait has passed."""
+        """Kafka's DelayedFetch: wait in the purgatory for the partitions read to change, until min_bytes
+        are readable or max_wait has passed."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait
+        purgatory = self.replicas.purgatory
         while True:
-            woken = loop.create_future()
-
-            def wake(_log: Log, woken: asyncio.Future[None] = woken) -> None:
-                if not woken.done():
-                    woken.set_result(None)
-
-            logs = list(self.logs)
-            for partition_log in logs:
-                partition_log.append_event.append(wake)
-            timer = loop.call_at(deadline, wake, None)
-            try:
-                await woken
-            finally:
-                timer.cancel()
-                for partition_log in logs:
-                    try:
-                        partition_log.append_event.remove(wake)
-                    except ValueError:
-                        pass
+            await purgatory.wait_for_change(self.keys, deadline)
             results, readable, failed = self.read()
             if readable >= min_bytes or failed or loop.time() >= deadline:
                 return results
 
     def _read_partition(
         self, target: _Target, max_bytes: int, min_one_batch: bool
-    ) -> tuple[PartitionResult, Log | None]:
-        """Partition.fetchRecords + UnifiedLog.read for one partition."""
+    ) -> tuple[PartitionResult, bool]:
+        """ReplicaManager.readFromLocalLog for one partition; (result, whether the partition is one to wait on)."""
         topic, topic_id, index = target.topic, target.topic_id, target.partition
-        state = self.state
-        registration = state.image.partition(topic, index)
-        if registration is None:
-            return PartitionResult(topic, topic_id, index, ErrorCode.unknown_topic_or_partition), None
-        node = state.node
-        partition_log = None if node is None else node.logs.get_log(topic, index)
-        error = _leader_epoch_error(target.current_leader_epoch, registration.leader_epoch)
-        if error is None and (registration.leader != state.node_id or partition_log is None):
-            error = ErrorCode.not_leader_or_follower
-        from_follower = self.replica_id >= 0
-        if (
-            error is None
-            and from_follower
-            and (self.replica_id == state.node_id or self.replica_id not in registration.replicas)
-        ):
-            error = (
-                ErrorCode.unknown_leader_epoch
-                if target.current_leader_epoch >= 0
-                else ErrorCode.not_leader_or_follower
+        try:
+            read = self.replicas.read_from_leader(
+                self.image,
+                topic,
+                index,
+                target.fetch_offset,
+                max_bytes,
+                replica_id=self.replica_id,
+                read_committed=self.read_committed,
+                min_one_batch=min_one_batch,
+                current_leader_epoch=target.current_leader_epoch,
+                last_fetched_epoch=target.last_fetched_epoch,
             )
-        if error is not None or partition_log is None:
+        except PartitionError as e:
+            error = e.error_code
+            if error is ErrorCode.unknown_topic_or_partition:
+                return PartitionResult(topic, topic_id, index, error), False
             leader = None
             if (
                 error in (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)
                 and self.version >= 16
             ):
+                registration = self.image.partition(topic, index)
                 leader = (registration.leader, registration.leader_epoch)
-            failed = PartitionResult(topic, topic_id, index, error or ErrorCode.not_leader_or_follower)
-            return failed._replace(empty_records=True, current_leader=leader), None
-
-        high_watermark = partition_log.high_watermark
-        log_start_offset = partition_log.log_start_offset
-        last_stable_offset = partition_log.last_stable_offset
-        aborted = () if self.read_committed and not from_follower else None
-        fetch_offset = target.fetch_offset
-        ok = PartitionResult(
+            return PartitionResult(
+                topic, topic_id, index, error, empty_records=True, current_leader=leader
+            ), False
+        except OffsetOutOfRange:
+            return PartitionResult(
+                topic, topic_id, index, ErrorCode.offset_out_of_range, empty_records=True
+            ), True
+        except LogStorageError:
+            error = ErrorCode.kafka_storage_error if self.version > 5 else ErrorCode.not_leader_or_follower
+            return PartitionResult(topic, topic_id, index, error, empty_records=True), True
+        aborted = () if self.read_committed and self.replica_id < 0 else None
+        result = PartitionResult(
             topic,
             topic_id,
             index,
             ErrorCode.none,
-            high_watermark,
-            last_stable_offset,
-            log_start_offset,
+            read.high_watermark,
+            read.last_stable_offset,
+            read.log_start_offset,
             aborted,
+            records=read.records,
             empty_records=True,
+            diverging_epoch=read.diverging_epoch,
         )
-        try:
-            if target.last_fetched_epoch >= 0:
-                epoch, end_offset = partition_log.end_offset_for_epoch(target.last_fetched_epoch)
-                if epoch < 0 or end_offset < 0 or fetch_offset < log_start_offset:
-                    raise OffsetOutOfRange(f"offset {fetch_offset} with last fetched epoch is out of range")
-                if epoch < target.last_fetched_epoch or end_offset < fetch_offset:
-                    return ok._replace(diverging_epoch=(epoch, end_offset)), partition_log
-            if from_follower:
-                upper_bound = partition_log.log_end_offset
-            elif self.read_committed:
-                upper_bound = last_stable_offset
-            else:
-                upper_bound = high_watermark
-            records = partition_log.read(
-                fetch_offset, max_bytes, upper_bound=upper_bound, min_one_batch=min_one_batch
-            )
-        except OffsetOutOfRange:
-            return (
-                PartitionResult(topic, topic_id, index, ErrorCode.offset_out_of_range, empty_records=True),
-                partition_log,
-            )
-        except LogStorageError:
-            error = ErrorCode.kafka_storage_error if self.version > 5 else ErrorCode.not_leader_or_follower
-            return PartitionResult(topic, topic_id, index, error, empty_records=True), partition_log
-        if records is not None and aborted is not None:
+        if read.records is not None and aborted is not None:
             # Kafka's LocalLog.addAbortedTransactions: the aborts overlapping the returned batches.
-            upper = partition_log.fetch_upper_bound_offset(records)
+            partition_log = self.replicas.log(topic, index)
+            upper = partition_log.fetch_upper_bound_offset(read.records)
             aborted = tuple(
                 (txn.producer_id, txn.first_offset)
-                for txn in partition_log.collect_aborted_transactions(fetch_offset, upper)
+                for txn in partition_log.collect_aborted_transactions(target.fetch_offset, upper)
             )
-            return ok._replace(records=records, aborted_transactions=aborted), partition_log
-        return ok._replace(records=records), partition_log
+            result = result._replace(aborted_transactions=aborted)
+        return result, True
 
 
 def _leader_endpoints(
@@ -394,13 +362,6 @@ def _leader_endpoints(
     return tuple(
         (b.node_id, b.host, b.port, b.rack) for b in ctx.state.image.brokers() if b.node_id in leaders
     )
-
-
-def _leader_epoch_error(requested: int, current: int) -> ErrorCode | None:
-    """Partition.checkCurrentLeaderEpoch: -1 means the client does not say."""
-    if requested < 0 or requested == current:
-        return None
-    return ErrorCode.fenced_leader_epoch if current > requested else ErrorCode.unknown_leader_epoch
 
 
 def _group(

@@ -92,8 +92,7 @@ def _list_offset(
     registration = state.image.partition(topic, index)
     if registration is None:
         return ErrorCode.unknown_topic_or_partition, -1, -1, -1
-    node = state.node
-    partition_log = None if node is None else node.logs.get_log(topic, index)
+    partition_log = ctx.replicas.log(topic, index)
     if partition_log is None:
         return ErrorCode.not_leader_or_follower, -1, -1, -1
     current_epoch = getattr(partition, "current_leader_epoch", -1)

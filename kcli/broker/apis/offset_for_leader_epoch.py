@@ -46,8 +46,7 @@ def end_offset_for(ctx: RequestContext, topic: str, partition: Any) -> tuple[Err
     state = ctx.state
     index = partition.partition
     registration = state.image.partition(topic, index)
-    node = state.node
-    partition_log = None if node is None else node.logs.get_log(topic, index)
+    partition_log = ctx.replicas.log(topic, index)
     if partition_log is None:
         error = (
             ErrorCode.unknown_topic_or_partition if registration is None else ErrorCode.not_leader_or_follower

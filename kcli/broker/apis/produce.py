@@ -22,7 +22,8 @@ transactional id (request level) and the transaction coordinator's word that the
 producer's ongoing transaction (KIP-890 part 1, asked in-process); otherwise INVALID_TXN_STATE (v11+:
 TRANSACTION_ABORTABLE), and a coordinator that is busy (CONCURRENT_TRANSACTIONS, loading) makes it the
 retriable NOT_ENOUGH_REPLICAS, as Kafka maps it.
-With one replica the high watermark moves with every append, so acks=all answers at once.
+acks=all waits in the replica manager's purgatory until the high watermark has passed the records
+(DelayedProduce); with one replica the high watermark moves with every append, so it answers at once.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ from kcli.broker.apis import ApiSpec, kio_versions, response_type
 from kcli.broker.apis.context import FramedResponse, RequestContext
 from kcli.broker.log import LogStorageError, RecordError
 from kcli.broker.log.log import wall_clock_ms
+from kcli.broker.replication.manager import ReplicaManager
+from kcli.broker.replication.partition import PartitionError
 from kcli.config import INTERNAL_TOPICS
 from kcli.produce_codec import write_produce_response
 
@@ -99,13 +102,19 @@ async def handle_produce(ctx: RequestContext, request: Any) -> object | None:
         else:
             now_ms = wall_clock_ms()
             internal_allowed = ctx.client_id == ADMIN_CLIENT_ID
+            replicas = ctx.replicas
+            appended: list[tuple[tuple[str, int], int]] = []
             for name, registration, records, outcomes, slot in pending:
                 index = outcomes[slot][0]
                 outcome = _append(
-                    ctx, name, index, registration, records, acks, now_ms, internal_allowed, version,
+                    ctx, replicas, name, index, registration, records, acks, now_ms, internal_allowed, version,
                     request.transactional_id,
                 )  # fmt: skip
                 outcomes[slot] = (index, outcome)
+                if acks == -1 and outcome.error is ErrorCode.none:
+                    appended.append(((name, index), outcome.last_offset + 1))
+            if appended and not replicas.acks_reached(appended):
+                await _delayed_produce(replicas, appended, pending, request.timeout.total_seconds())
 
     if acks == 0:
         failed = [
@@ -137,6 +146,7 @@ class Outcome(NamedTuple):
     record_errors: tuple[tuple[int, str], ...] = ()
     error_message: str | None = None
     current_leader: tuple[int, int] | None = None
+    last_offset: int = -1  # not answered: what acks=all waits for the high watermark to pass
 
 
 def check_records(version: int, records: bytes) -> ErrorCode | None:
@@ -233,6 +243,7 @@ def _transactional_request_error(request: Any) -> ErrorCode | None:
 
 def _append(
     ctx: RequestContext,
+    replicas: ReplicaManager,
     topic: str,
     index: int,
     registration: Any,
@@ -244,31 +255,30 @@ def _append(
     transactional_id: str | None = None,
 ) -> Outcome:
     """ReplicaManager.appendToLocalLog + Partition.appendRecordsToLeader for one partition."""
-    state = ctx.state
     if topic in INTERNAL_TOPICS and not internal_allowed:
         return _failed(ErrorCode.invalid_topic_exception)
-    node = state.node
-    partition_log = None if node is None else node.logs.get_log(topic, index)
-    if registration.leader != state.node_id or partition_log is None:
+    try:
+        partition = replicas.leader_partition(ctx.state.image, topic, index)
+    except PartitionError:
         leader = (registration.leader, registration.leader_epoch) if version >= 10 else None
         return Outcome(ErrorCode.not_leader_or_follower, current_leader=leader)
-    if acks == -1:
-        min_isr = int(partition_log.config.values.get("min.insync.replicas", 1))  # type: ignore[call-overload]
-        if len(registration.isr) < min(min_isr, len(registration.replicas)):
-            return Outcome(ErrorCode.not_enough_replicas, log_start_offset=partition_log.log_start_offset)
+    partition_log = partition.log
     verified = False
-    if (
-        _is_v2_batch(records)
-        and records[_ATTRIBUTES_AT + 1] & (_TRANSACTIONAL_BIT | _CONTROL_BIT) == _TRANSACTIONAL_BIT
-    ):
-        error = _verify_transaction(ctx, transactional_id, records, topic, index, version)
-        if error is not None:
-            return Outcome(error, log_start_offset=partition_log.log_start_offset)
-        verified = True
     try:
-        info = partition_log.append_as_leader(
-            records, leader_epoch=registration.leader_epoch, now_ms=now_ms, transaction_verified=verified
+        if (
+            _is_v2_batch(records)
+            and records[_ATTRIBUTES_AT + 1] & (_TRANSACTIONAL_BIT | _CONTROL_BIT) == _TRANSACTIONAL_BIT
+        ):
+            partition.check_enough_replicas(acks)
+            error = _verify_transaction(ctx, transactional_id, records, topic, index, version)
+            if error is not None:
+                return Outcome(error, log_start_offset=partition_log.log_start_offset)
+            verified = True
+        info = partition.append_records_to_leader(
+            records, required_acks=acks, now_ms=now_ms, transaction_verified=verified
         )
+    except PartitionError as e:
+        return Outcome(e.error_code, log_start_offset=partition_log.log_start_offset)
     except RecordError as e:
         if e.error_code in (
             ErrorCode.corrupt_message,
@@ -290,7 +300,31 @@ def _append(
     except Exception:
         log.exception("error processing append operation on partition %s-%d", topic, index)
         return Outcome(ErrorCode.unknown_server_error, log_start_offset=partition_log.log_start_offset)
-    return Outcome(ErrorCode.none, info.first_offset, info.log_append_time, info.log_start_offset)
+    return Outcome(
+        ErrorCode.none,
+        info.first_offset,
+        info.log_append_time,
+        info.log_start_offset,
+        last_offset=info.last_offset,
+    )
+
+
+async def _delayed_produce(
+    replicas: ReplicaManager,
+    appended: list[tuple[tuple[str, int], int]],
+    pending: list[tuple[str, Any, bytes, list[tuple[int, Outcome]], int]],
+    timeout: float,
+) -> None:
+    """Kafka's DelayedProduce for acks=all: wait until the high watermark of every partition written has
+    passed its records, or the request's timeout; a partition still short is REQUEST_TIMED_OUT."""
+    await replicas.wait_for_acks(appended, timeout)
+    required = dict(appended)
+    for name, _, _, outcomes, slot in pending:
+        index, outcome = outcomes[slot]
+        if (name, index) in required:
+            error = replicas.acks_error((name, index), required[(name, index)])
+            if error is not ErrorCode.none:
+                outcomes[slot] = (index, Outcome(error, log_start_offset=outcome.log_start_offset))
 
 
 def _verify_transaction(

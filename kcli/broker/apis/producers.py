@@ -26,6 +26,7 @@ from kcli.broker.apis import ApiSpec, kio_versions, nested_type, response_type
 from kcli.broker.apis.context import RequestContext
 from kcli.broker.log import Log, LogStorageError, RecordError
 from kcli.broker.log.log import TxnMarker
+from kcli.broker.replication.partition import PartitionError
 
 log = logging.getLogger("kcli.broker")
 
@@ -97,12 +98,11 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> object:
 
 
 def _write_marker(ctx: RequestContext, topic: str, index: int, marker: TxnMarker) -> ErrorCode:
-    error, partition_log = _leader_log(ctx, topic, index)
-    if partition_log is None:
-        return error
-    registration = ctx.state.image.partition(topic, index)
     try:
-        partition_log.write_txn_markers([marker], leader_epoch=registration.leader_epoch)
+        partition = ctx.replicas.leader_partition(ctx.state.image, topic, index)
+        partition.write_txn_markers([marker])
+    except PartitionError as e:
+        return e.error_code
     except RecordError as e:
         log.info("WriteTxnMarkers to %s-%d for producer %d: %s", topic, index, marker.producer_id, e.message)
         return e.error_code
@@ -113,15 +113,10 @@ def _write_marker(ctx: RequestContext, topic: str, index: int, marker: TxnMarker
 
 def _leader_log(ctx: RequestContext, topic: str, index: int) -> tuple[ErrorCode, Log | None]:
     """The partition's log when this node leads it, else the error Kafka's getPartitionOrError gives."""
-    state = ctx.state
-    registration = state.image.partition(topic, index)
-    if registration is None:
-        return ErrorCode.unknown_topic_or_partition, None
-    node = state.node
-    partition_log = None if node is None else node.logs.get_log(topic, index)
-    if partition_log is None or registration.leader != state.node_id:
-        return ErrorCode.not_leader_or_follower, None
-    return ErrorCode.none, partition_log
+    try:
+        return ErrorCode.none, ctx.replicas.leader_partition(ctx.state.image, topic, index).log
+    except PartitionError as e:
+        return e.error_code, None
 
 
 APIS = [

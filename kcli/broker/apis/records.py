@@ -61,9 +61,8 @@ def delete_records(ctx: RequestContext, topic: str, partition: int, offset: int)
         return ErrorCode.unknown_topic_or_partition, INVALID_LOW_WATERMARK
     if is_internal_topic(topic):
         return ErrorCode.invalid_topic_exception, INVALID_LOW_WATERMARK
-    node = ctx.state.node
     leader = next(p.leader_id for p in info.partitions if p.partition_index == partition)
-    partition_log = node.logs.get_log(topic, partition) if node is not None else None
+    partition_log = ctx.replicas.log(topic, partition)
     if partition_log is None or leader != ctx.state.node_id:
         return ErrorCode.not_leader_or_follower, INVALID_LOW_WATERMARK
     try:

@@ -35,9 +35,9 @@ from kcli.broker.group.group import (
 )
 from kcli.broker.group.storage import OFFSETS_TOPIC, GroupMetadataManager, TopicPartition
 from kcli.broker.log.log import wall_clock_ms
-from kcli.broker.log.manager import LogManager
 from kcli.broker.metadata.controller import QuorumController
 from kcli.broker.metadata.image import ClusterMetadataImage, topic_changes
+from kcli.broker.replication.manager import ReplicaManager
 from kcli.config import BrokerConfig
 
 log = logging.getLogger("kcli.broker.group")
@@ -66,9 +66,9 @@ class GroupApi(enum.Enum):
 class GroupCoordinator:
     """Membership, rebalances and offsets of the classic groups whose partitions this node leads."""
 
-    def __init__(self, config: BrokerConfig, logs: LogManager, controller: QuorumController) -> None:
+    def __init__(self, config: BrokerConfig, replicas: ReplicaManager, controller: QuorumController) -> None:
         self.config = config
-        self.manager = GroupMetadataManager(config, logs, controller)
+        self.manager = GroupMetadataManager(config, replicas, controller)
         self.min_session_timeout_ms = int(config["group.min.session.timeout.ms"])  # type: ignore[call-overload]
         self.max_session_timeout_ms = int(config["group.max.session.timeout.ms"])  # type: ignore[call-overload]
         self.initial_rebalance_delay_ms = int(config["group.initial.rebalance.delay.ms"])  # type: ignore[call-overload]

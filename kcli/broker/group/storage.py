@@ -29,8 +29,8 @@ from kcli.broker.coordinator_log import append_records, replay_log
 from kcli.broker.group.group import ClassicGroup, CommitRecord, GroupState, OffsetAndMetadata
 from kcli.broker.group.loader import PartitionReplay
 from kcli.broker.log.log import wall_clock_ms
-from kcli.broker.log.manager import LogManager
 from kcli.broker.metadata.controller import QuorumController
+from kcli.broker.replication.manager import ReplicaManager
 from kcli.config import BrokerConfig
 
 log = logging.getLogger("kcli.broker.group")
@@ -46,13 +46,13 @@ class GroupMetadataManager:
     def __init__(
         self,
         config: BrokerConfig,
-        logs: LogManager,
+        replicas: ReplicaManager,
         controller: QuorumController,
         *,
         clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self.config = config
-        self.logs = logs
+        self.replicas = replicas
         self.controller = controller
         self.clock = clock
         self.groups: dict[str, ClassicGroup] = {}
@@ -92,7 +92,7 @@ class GroupMetadataManager:
         return sorted(
             index
             for index, registration in (image.partitions_of(OFFSETS_TOPIC) or {}).items()
-            if registration.leader == node_id and self.logs.get_log(OFFSETS_TOPIC, index) is not None
+            if registration.leader == node_id and self.replicas.log(OFFSETS_TOPIC, index) is not None
         )
 
     # --- the cache --------------------------------------------------------------------------------
@@ -271,7 +271,7 @@ class GroupMetadataManager:
 
     def own_if_empty(self, partition: int) -> bool:
         """Take over an empty partition without a load; False if it has records to replay."""
-        partition_log = self.logs.get_log(OFFSETS_TOPIC, partition)
+        partition_log = self.replicas.log(OFFSETS_TOPIC, partition)
         if partition_log is None or partition_log.log_end_offset != partition_log.log_start_offset:
             return False
         self.owned_partitions.add(partition)
@@ -283,7 +283,7 @@ class GroupMetadataManager:
         Requests for its groups get COORDINATOR_LOAD_IN_PROGRESS until this returns.
         """
         name = f"{OFFSETS_TOPIC}-{partition}"
-        partition_log = self.logs.get_log(OFFSETS_TOPIC, partition)
+        partition_log = self.replicas.log(OFFSETS_TOPIC, partition)
         if partition_log is None:
             log.warning("Attempted to load offsets and group metadata from %s, but found no log", name)
             self.loading_partitions.discard(partition)
@@ -323,9 +323,7 @@ class GroupMetadataManager:
     ) -> tuple[ErrorCode, int]:
         """Append one batch of (key, value) records to __consumer_offsets-`partition`; (error, base offset)."""
         return append_records(
-            self.logs.get_log(OFFSETS_TOPIC, partition),
-            self.controller.image,
-            self.config.node_id,
+            self.replicas.partition(OFFSETS_TOPIC, partition),
             records,
             now_ms=self.clock(),
             producer=producer,

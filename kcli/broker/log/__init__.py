@@ -4,6 +4,7 @@
     lines = manager.startup()                      # load + recover every partition dir
     log = manager.create_log("orders", 0, topic_id, LogConfig.from_broker(broker_config))
     info = log.append_as_leader(batch_bytes, leader_epoch=0, now_ms=now)
+    log.update_high_watermark(log.log_end_offset)  # the replica manager's Partition does this
     fetch = log.read(0, 1 << 20, upper_bound=log.high_watermark, min_one_batch=True)
     os.sendfile(sock, fetch.fd, fetch.position, fetch.size)
 

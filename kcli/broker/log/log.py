@@ -138,9 +138,7 @@ class Log:
         self._leo = log_end_offset
         self.high_watermark = log_start_offset
         self.update_high_watermark(log_end_offset if high_watermark is None else high_watermark)
-        self.hw_follows_leo = True  # single replica: every append is committed at once
         self.last_flush_ms = clock()
-        self.append_event: list[Callable[[Log], None]] = []
         self._pending_deletes: list[tuple[int, Segment]] = []
         self._lock = threading.RLock()
         self._flush_lock = threading.RLock()
@@ -278,14 +276,6 @@ class Log:
         self.high_watermark = min(max(high_watermark, self.log_start_offset), self._leo)
         return self.high_watermark
 
-    def make_leader(self, leader_epoch: int) -> None:
-        """What Kafka's Partition.makeLeader does to the log: the epoch starts at the log end offset,
-        and with this node the only in-sync replica, everything in the log is committed."""
-        with self._lock:
-            self.assign_epoch_start_offset(leader_epoch, self._leo)
-            if self.hw_follows_leo:
-                self.high_watermark = self._leo
-
     def assign_epoch_start_offset(self, leader_epoch: int, start_offset: int) -> None:
         if leader_epoch >= 0:
             self.epoch_cache.assign(leader_epoch, start_offset)
@@ -362,13 +352,9 @@ class Log:
                 if completed_txn is not None:
                     self._complete_txn(segment, completed_txn)
             producer_state.update_map_end_offset(last_offset + 1)
-            if self.hw_follows_leo:
-                self.high_watermark = last_offset + 1
             log_start_offset = self.log_start_offset
         if last_offset + 1 - self.recovery_point >= self._flush_messages:
             self.flush()
-        for callback in self.append_event:
-            callback(self)
         return _new_tuple(
             AppendInfo,
             (
@@ -541,13 +527,9 @@ class Log:
                     )
                     self.epoch_cache.clear()
             self._leo = last_offset + 1
-            if self.hw_follows_leo:
-                self.high_watermark = last_offset + 1
             log_start_offset = self.log_start_offset
         if last_offset + 1 - self.recovery_point >= self.config.flush_messages:
             self.flush()
-        for callback in self.append_event:
-            callback(self)
         return AppendInfo(first_offset, last_offset, -1, log_start_offset, max_timestamp, -1, size)
 
     def _replay_producer_batches(self, view: memoryview, batches: list) -> None:

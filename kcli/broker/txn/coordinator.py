@@ -24,10 +24,11 @@ from kio.schema.errors import ErrorCode
 
 from kcli.broker.log.errors import LogStorageError, RecordError
 from kcli.broker.log.log import TxnMarker, wall_clock_ms
-from kcli.broker.log.manager import LogManager
 from kcli.broker.metadata.controller import QuorumController
 from kcli.broker.metadata.image import ClusterMetadataImage, topic_changes
 from kcli.broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
+from kcli.broker.replication.manager import ReplicaManager
+from kcli.broker.replication.partition import PartitionError
 from kcli.broker.txn.metadata import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -69,7 +70,7 @@ class TransactionCoordinator:
     def __init__(
         self,
         config: BrokerConfig,
-        logs: LogManager,
+        replicas: ReplicaManager,
         controller: QuorumController,
         producer_ids: ProducerIdManager,
         *,
@@ -77,13 +78,13 @@ class TransactionCoordinator:
         clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self.config = config
-        self.logs = logs
+        self.replicas = replicas
         self.controller = controller
         self.producer_ids = producer_ids
         self.on_offsets_marker = on_offsets_marker
         """Called with (producer id, is commit) after a marker reached a __consumer_offsets partition."""
         self.clock = clock
-        self.state_manager = TransactionStateManager(config, logs, controller, clock=clock)
+        self.state_manager = TransactionStateManager(config, replicas, controller, clock=clock)
         self.max_timeout_ms = int(config["transaction.max.timeout.ms"])  # type: ignore[call-overload]
         self.abort_interval_ms = int(config["transaction.abort.timed.out.transaction.cleanup.interval.ms"])  # type: ignore[call-overload]
         self.expiry_interval_ms = int(config["transaction.remove.expired.transaction.cleanup.interval.ms"])  # type: ignore[call-overload]
@@ -404,17 +405,19 @@ class TransactionCoordinator:
 
     def _write_marker(self, transactional_id: str, topic: str, index: int, marker: TxnMarker) -> None:
         """One marker to one local partition; a partition that is gone is dropped, as Kafka does."""
-        partition_log = self.logs.get_log(topic, index)
-        registration = self.controller.image.partition(topic, index)
-        if partition_log is None or registration is None:
+        partition = self.replicas.partition(topic, index)
+        if partition is None or self.controller.image.partition(topic, index) is None:
             log.info(
                 "Dropping the marker of %s for %s-%d: the partition is gone", transactional_id, topic, index
             )
             return
         try:
-            partition_log.write_txn_markers(
-                [marker], leader_epoch=registration.leader_epoch, now_ms=self.clock()
+            partition.write_txn_markers([marker], now_ms=self.clock())
+        except PartitionError as exc:
+            log.warning(
+                "Marker of %s for %s-%d not written: %s", transactional_id, topic, index, exc.error_code.name
             )
+            return
         except RecordError as exc:
             # INVALID_PRODUCER_EPOCH / TRANSACTION_COORDINATOR_FENCED: a newer marker already closed it.
             log.warning(

@@ -25,8 +25,8 @@ from formats.internal import (
 from formats.records import RecordBatch
 from kcli.broker.coordinator_log import append_records, replay_log
 from kcli.broker.log.log import wall_clock_ms
-from kcli.broker.log.manager import LogManager
 from kcli.broker.metadata.controller import QuorumController
+from kcli.broker.replication.manager import ReplicaManager
 from kcli.broker.txn.metadata import TransactionMetadata, TransactionState, TxnTransitMetadata
 from kcli.config import BrokerConfig
 
@@ -41,13 +41,13 @@ class TransactionStateManager:
     def __init__(
         self,
         config: BrokerConfig,
-        logs: LogManager,
+        replicas: ReplicaManager,
         controller: QuorumController,
         *,
         clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self.config = config
-        self.logs = logs
+        self.replicas = replicas
         self.controller = controller
         self.clock = clock
         self.transactions: dict[int, dict[str, TransactionMetadata]] = {}
@@ -75,7 +75,7 @@ class TransactionStateManager:
             index
             for index, registration in (image.partitions_of(TRANSACTION_STATE_TOPIC) or {}).items()
             if registration.leader == self.config.node_id
-            and self.logs.get_log(TRANSACTION_STATE_TOPIC, index) is not None
+            and self.replicas.log(TRANSACTION_STATE_TOPIC, index) is not None
         )
 
     def coordinator_epoch(self, partition: int) -> int:
@@ -140,9 +140,7 @@ class TransactionStateManager:
 
     def _append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> ErrorCode:
         error, _ = append_records(
-            self.logs.get_log(TRANSACTION_STATE_TOPIC, partition),
-            self.controller.image,
-            self.config.node_id,
+            self.replicas.partition(TRANSACTION_STATE_TOPIC, partition),
             records,
             now_ms=self.clock(),
         )
@@ -152,7 +150,7 @@ class TransactionStateManager:
 
     def own_if_empty(self, partition: int) -> bool:
         """Take over an empty partition at once: nothing to replay."""
-        partition_log = self.logs.get_log(TRANSACTION_STATE_TOPIC, partition)
+        partition_log = self.replicas.log(TRANSACTION_STATE_TOPIC, partition)
         if partition_log is None or partition_log.log_end_offset != partition_log.log_start_offset:
             return False
         self.transactions.setdefault(partition, {})
@@ -164,7 +162,7 @@ class TransactionStateManager:
         Requests for its ids get COORDINATOR_LOAD_IN_PROGRESS until this returns.
         """
         name = f"{TRANSACTION_STATE_TOPIC}-{partition}"
-        partition_log = self.logs.get_log(TRANSACTION_STATE_TOPIC, partition)
+        partition_log = self.replicas.log(TRANSACTION_STATE_TOPIC, partition)
         if partition_log is None:
             self.loading_partitions.discard(partition)
             return []

@@ -1,0 +1,69 @@
+"""Requests that wait on partitions (Kafka's DelayedOperationPurgatory, for DelayedFetch and DelayedProduce).
+
+A waiting request watches the partitions it needs; every change of a partition's log end offset or high
+watermark wakes the requests watching it, and each then checks its own condition (enough bytes for a
+fetch, a high watermark past the offsets of a produce). No polling: the wake-up is the partition's change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+
+PartitionKey = tuple[str, int]
+
+
+class Purgatory:
+    def __init__(self) -> None:
+        self._watchers: dict[PartitionKey, list[Callable[[], None]]] = {}
+
+    def check_and_complete(self, key: PartitionKey) -> None:
+        """Wake every request watching `key` (called on each change of that partition)."""
+        watchers = self._watchers.get(key)
+        if watchers:
+            for wake in list(watchers):
+                wake()
+
+    async def wait_until(
+        self, keys: Iterable[PartitionKey], done: Callable[[], bool], timeout: float
+    ) -> bool:
+        """Wait until `done()` holds, checked after each change of a partition in `keys`, or `timeout`
+        seconds have passed. Returns whether it holds."""
+        if done():
+            return True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        keys = list(keys)
+        while True:
+            if not await self.wait_for_change(keys, deadline):
+                return done()
+            if done():
+                return True
+
+    async def wait_for_change(self, keys: list[PartitionKey], deadline: float) -> bool:
+        """Wait for one change of a partition in `keys`, until the loop's clock reaches `deadline`.
+        Returns False when the deadline came first."""
+        loop = asyncio.get_running_loop()
+        woken = loop.create_future()
+
+        def wake() -> None:
+            if not woken.done():
+                woken.set_result(True)
+
+        for key in keys:
+            self._watchers.setdefault(key, []).append(wake)
+        timer = loop.call_at(deadline, lambda: woken.done() or woken.set_result(False))
+        try:
+            return await woken
+        finally:
+            timer.cancel()
+            for key in keys:
+                watchers = self._watchers.get(key)
+                if watchers is not None:
+                    watchers.remove(wake)
+                    if not watchers:
+                        del self._watchers[key]
+
+    def watched(self) -> int:
+        """How many partitions have a request waiting on them (for tests and metrics)."""
+        return len(self._watchers)
