@@ -17,9 +17,8 @@ import os
 import sys
 import zlib
 from array import array
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import islice
 from operator import itemgetter, le, lt
 from pathlib import Path
@@ -43,7 +42,6 @@ from formats.records import (
 )
 from formats.segment import (
     INDEX_SUFFIX,
-    LOG_SUFFIX,
     SNAPSHOT_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
@@ -55,143 +53,49 @@ from formats.segment import (
 )
 from ops import gaps
 from ops.logdir import WINDOW_BYTES, Chunk, SegmentReader
-
-ERROR = "error"
-WARNING = "warning"
-
-KINDS: dict[str, str] = {
-    # batches and framing
-    "crc_mismatch": ERROR,
-    "corrupt_batch": ERROR,
-    "corrupt_records": ERROR,
-    "torn_tail": ERROR,
-    "max_timestamp_mismatch": ERROR,
-    "timestamp_order": WARNING,
-    # offsets
-    "offset_overlap": ERROR,
-    "offset_gap_unexplained": ERROR,
-    "offset_gap_compaction": WARNING,
-    "offset_gap_retention": WARNING,
-    "offset_gap_control_marker": WARNING,
-    "segment_name_mismatch": ERROR,
-    # indexes
-    "index_mismatch": ERROR,
-    "index_entry_spans_batches": WARNING,
-    "index_corrupt": ERROR,
-    "index_missing": WARNING,
-    "time_index_mismatch": ERROR,
-    "time_index_out_of_order": ERROR,
-    # leader epochs
-    "leader_epoch_regression": ERROR,
-    "leader_epoch_checkpoint_mismatch": ERROR,
-    # checkpoints and other partition files
-    "checkpoint_corrupt": ERROR,
-    "checkpoint_beyond_log_end": ERROR,
-    "checkpoint_below_log_start": WARNING,
-    "checkpoint_unknown_partition": WARNING,
-    "snapshot_corrupt": WARNING,
-    "unreadable_file": ERROR,
-}
-"""Every finding kind and its severity; kinds are stable names for scripts."""
-
-LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
-CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
-ROOT_CHECKPOINTS = (
-    "recovery-point-offset-checkpoint",
-    "replication-offset-checkpoint",
-    LOG_START_CHECKPOINT,
-    CLEANER_CHECKPOINT,
+from ops.verify.findings import (
+    ERROR,
+    KINDS,
+    WARNING,
+    Finding,
+    Summary,
+    checkpoint_sentence,
+    os_sentence,
+    plural,
+    sentence,
 )
-LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
-PARTITION_METADATA = "partition.metadata"
-META_PROPERTIES = "meta.properties"
+from ops.verify.targets import (
+    CLEANER_CHECKPOINT,
+    LEADER_EPOCH_CHECKPOINT,
+    LOG_START_CHECKPOINT,
+    META_PROPERTIES,
+    PARTITION_METADATA,
+    ROOT_CHECKPOINTS,
+    NotKafkaPath,
+    Target,
+    is_segment_name,
+    log_bytes,
+    resolve,
+)
+
 COMPACTED_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+__all__ = [
+    "ERROR",
+    "KINDS",
+    "WARNING",
+    "Finding",
+    "NotKafkaPath",
+    "Summary",
+    "Target",
+    "Verifier",
+    "VerifyOptions",
+    "resolve",
+]
 
 _INT32_MAX = 2**31 - 1
 _NEVER = sys.maxsize  # an index position or offset no batch reaches
 _ALWAYS = -(2**62)  # an index position every batch reaches
-
-
-class Finding(NamedTuple):
-    """One problem found: where (file, byte position, offsets), what (kind) and one sentence."""
-
-    file: str
-    position: int | None
-    first_offset: int | None
-    last_offset: int | None
-    kind: str
-    message: str
-
-    @property
-    def severity(self) -> str:
-        return KINDS[self.kind]
-
-    def to_json(self) -> dict:
-        return {
-            "type": "finding",
-            "file": self.file,
-            "position": self.position,
-            "first_offset": self.first_offset,
-            "last_offset": self.last_offset,
-            "kind": self.kind,
-            "severity": self.severity,
-            "message": self.message,
-        }
-
-    def __str__(self) -> str:
-        where = self.file if self.position is None else f"{self.file}:{self.position}"
-        return f"{where}: {self.kind}: {self.message}"
-
-
-@dataclass
-class Summary:
-    """What was read and what was found, for the final line and the exit code."""
-
-    files: int = 0
-    segments: int = 0
-    batches: int = 0
-    records: int = 0
-    bytes: int = 0
-    kinds: Counter = field(default_factory=Counter)
-
-    @property
-    def errors(self) -> int:
-        return sum(n for kind, n in self.kinds.items() if KINDS[kind] == ERROR)
-
-    @property
-    def warnings(self) -> int:
-        return sum(n for kind, n in self.kinds.items() if KINDS[kind] == WARNING)
-
-    @property
-    def exit_code(self) -> int:
-        """0 when nothing is wrong (warnings alone included), 1 when there is an error."""
-        return 1 if self.errors else 0
-
-    def to_json(self, deep: bool) -> dict:
-        return {
-            "type": "summary",
-            "files": self.files,
-            "segments": self.segments,
-            "batches": self.batches,
-            "records": self.records if deep else None,
-            "bytes": self.bytes,
-            "findings": self.errors + self.warnings,
-            "errors": self.errors,
-            "warnings": self.warnings,
-            "kinds": dict(sorted(self.kinds.items())),
-        }
-
-    def line(self, deep: bool) -> str:
-        records = f"{self.records} records, " if deep else ""
-        found = self.errors + self.warnings
-        if not found:
-            verdict = "no findings"
-        else:
-            verdict = f"{_plural(found, 'finding')} ({_plural(self.errors, 'error')}, {_plural(self.warnings, 'warning')})"
-        return (
-            f"verified {_plural(self.files, 'file')}, {_plural(self.segments, 'segment')}, "
-            f"{_plural(self.batches, 'batch', 'batches')}, {records}{self.bytes} bytes: {verdict}"
-        )
 
 
 @dataclass(frozen=True)
@@ -199,37 +103,6 @@ class VerifyOptions:
     deep: bool = False  # decode every record, not only batch headers
     compacted_topics: frozenset[str] = frozenset()  # topics known to have cleanup.policy=compact
     window: int = WINDOW_BYTES
-
-
-class NotKafkaPath(ValueError):
-    """A PATH that is not a segment, a partition dir or a log dir; the message is one sentence."""
-
-
-class Target(NamedTuple):
-    kind: str  # "segment", "partition" or "log_dir"
-    path: Path
-
-
-def resolve(path: Path) -> Target:
-    """Say what kind of Kafka path `path` is, or raise NotKafkaPath with one sentence."""
-    if not path.exists():
-        raise NotKafkaPath(f"{path}: no such file or directory.")
-    if path.is_file():
-        if path.name.endswith(LOG_SUFFIX):
-            return Target("segment", path)
-        raise NotKafkaPath(f"{path} is not a .log segment, a partition directory or a log directory.")
-    if not path.is_dir():
-        raise NotKafkaPath(f"{path} is not a regular file or a directory.")
-    names = os.listdir(path)
-    if parse_partition_dir(path.resolve().name) and any(_is_segment_name(n) for n in names):
-        return Target("partition", path)
-    if any(n in ROOT_CHECKPOINTS or n == META_PROPERTIES for n in names) or any(
-        parse_partition_dir(n) and (path / n).is_dir() for n in names
-    ):
-        return Target("log_dir", path)
-    raise NotKafkaPath(
-        f"{path} is not a Kafka directory: it holds no segments, partition directories or checkpoint files."
-    )
 
 
 class Verifier:
@@ -252,7 +125,7 @@ class Verifier:
     def run(self, targets: Iterable[Target]) -> Summary:
         targets = list(targets)
         if self._progress_factory and targets:
-            total = sum(_log_bytes(t) for t in targets)
+            total = sum(log_bytes(t) for t in targets)
             self._progress = self._progress_factory(targets[0].path, total)
         for target in targets:
             if target.kind == "segment":
@@ -323,7 +196,7 @@ class Verifier:
         try:
             entries = checkpoints.read_offset_checkpoint(data.decode("utf-8"))
         except (FormatError, UnicodeDecodeError) as e:
-            self._find(file, None, None, None, "checkpoint_corrupt", _checkpoint_sentence(e, file))
+            self._find(file, None, None, None, "checkpoint_corrupt", checkpoint_sentence(e, file))
             return {}
         lines = _entry_line_positions(data)
         return {
@@ -368,7 +241,7 @@ class Verifier:
         if log.topic in self.options.compacted_topics or log.topic in COMPACTED_INTERNAL_TOPICS:
             log.compacted = True
         names = os.listdir(path)
-        segments = sorted((base_offset_of(n), n) for n in names if _is_segment_name(n))
+        segments = sorted((base_offset_of(n), n) for n in names if is_segment_name(n))
         if segments:
             log.first_segment_base = segments[0][0]
         # Each segment's walk starts as soon as the walk of the one before has reached its end, and its
@@ -453,7 +326,7 @@ class Verifier:
         try:
             size = path.stat().st_size
         except OSError as e:
-            self._find(path, None, None, None, "unreadable_file", _os_sentence(e))
+            self._find(path, None, None, None, "unreadable_file", os_sentence(e))
             return
         self.summary.bytes += size
         if not reader.started:
@@ -470,7 +343,7 @@ class Verifier:
                 if next_indexes is not None:
                     next_indexes.parse_slice()
         except OSError as e:
-            self._find(path, None, None, None, "unreadable_file", _os_sentence(e))
+            self._find(path, None, None, None, "unreadable_file", os_sentence(e))
             return
         finally:
             self._bytes_before += size
@@ -605,13 +478,13 @@ class Verifier:
             declared = self._declared_size(seg.path, end.position, end.trailing_bytes)
             self._find(
                 seg.path, end.position, None, None, "torn_tail",
-                f"{_plural(end.trailing_bytes, 'byte')} after the last whole batch do not form a complete batch"
+                f"{plural(end.trailing_bytes, 'byte')} after the last whole batch do not form a complete batch"
                 f"{declared}{after}.",
             )  # fmt: skip
         elif end.reason is not StopReason.END:
             self._find(
                 seg.path, end.position, None, None, "corrupt_batch",
-                f"{end.problem}; the {_plural(end.trailing_bytes, 'byte')} from here to the end of the file "
+                f"{end.problem}; the {plural(end.trailing_bytes, 'byte')} from here to the end of the file "
                 f"cannot be framed{after}.",
             )  # fmt: skip
         if log.prev_last is not None:
@@ -676,7 +549,7 @@ class Verifier:
         try:
             records = batch.records(view)
         except FormatError as e:
-            self._find(seg.path, position, batch.offset, batch.offset, "corrupt_records", _sentence(e))
+            self._find(seg.path, position, batch.offset, batch.offset, "corrupt_records", sentence(e))
             return (None if compressed else batch.offset), batch.offset, batch.timestamp
         self.summary.records += len(records)
         offsets = [r.offset for r in records]
@@ -706,7 +579,7 @@ class Verifier:
             records = batch.records(view)
         except FormatError as e:
             self._find(
-                seg.path, position, batch.base_offset, batch.last_offset, "corrupt_records", _sentence(e)
+                seg.path, position, batch.base_offset, batch.last_offset, "corrupt_records", sentence(e)
             )
             return
         self.summary.records += len(records)
@@ -740,7 +613,7 @@ class Verifier:
                         end_txn_marker(record.value)
             except FormatError as e:
                 self._find(
-                    seg.path, position, batch.base_offset, batch.last_offset, "corrupt_records", _sentence(e)
+                    seg.path, position, batch.base_offset, batch.last_offset, "corrupt_records", sentence(e)
                 )
 
     def _log_append_time_backwards(
@@ -837,7 +710,7 @@ class Verifier:
         try:
             entries = checkpoints.read_leader_epoch_checkpoint(data.decode("utf-8"))
         except (FormatError, UnicodeDecodeError) as e:
-            self._find(file, None, None, None, "checkpoint_corrupt", _checkpoint_sentence(e, file))
+            self._find(file, None, None, None, "checkpoint_corrupt", checkpoint_sentence(e, file))
             return
         lines = _entry_line_positions(data)
 
@@ -928,7 +801,7 @@ class Verifier:
                 try:
                     read_txn_index(data)
                 except FormatError as e:
-                    self._find(indexes.txn_index_path, None, None, None, "index_corrupt", _sentence(e))
+                    self._find(indexes.txn_index_path, None, None, None, "index_corrupt", sentence(e))
         seg.index_path, seg.time_index_path = indexes.index_path, indexes.time_index_path
 
     def _load_offset_index(self, seg: _Segment, indexes: _IndexFiles) -> None:
@@ -937,7 +810,7 @@ class Verifier:
         try:
             indexes.index.sanity_check()
         except FormatError as e:
-            self._find(path, None, None, None, "index_corrupt", _sentence(e))
+            self._find(path, None, None, None, "index_corrupt", sentence(e))
         numbers: range | list[int] = range(len(offsets))
         if not indexes.index_in_order:
             numbers, kept, base = list(numbers), 0, seg.offset_base
@@ -962,7 +835,7 @@ class Verifier:
         try:
             indexes.time_index.sanity_check()
         except FormatError as e:
-            self._find(path, None, None, None, "index_corrupt", _sentence(e))
+            self._find(path, None, None, None, "index_corrupt", sentence(e))
         numbers: range | list[int] = range(len(offsets))
         if not indexes.time_index_in_order:
             numbers, kept, base = list(numbers), 0, seg.offset_base
@@ -1090,7 +963,7 @@ class Verifier:
                 None,
                 None,
                 "snapshot_corrupt",
-                f"{_sentence(e)[:-1]}; Kafka deletes it and rebuilds producer state.",
+                f"{sentence(e)[:-1]}; Kafka deletes it and rebuilds producer state.",
             )
 
     def _read_text_file(self, path: Path, parse: Callable[[str], object]) -> None:
@@ -1101,7 +974,7 @@ class Verifier:
         try:
             parse(data.decode("utf-8"))
         except (FormatError, UnicodeDecodeError) as e:
-            self._find(path, None, None, None, "checkpoint_corrupt", _checkpoint_sentence(e, path))
+            self._find(path, None, None, None, "checkpoint_corrupt", checkpoint_sentence(e, path))
 
     def _read_bytes(self, path: Path) -> bytes | None:
         return self._bytes_read(path, _read(path))
@@ -1109,7 +982,7 @@ class Verifier:
     def _bytes_read(self, path: Path, data: bytes | OSError) -> bytes | None:
         """The bytes of a file read earlier, counted; None after reporting why it could not be read."""
         if isinstance(data, OSError):
-            self._find(path, None, None, None, "unreadable_file", _os_sentence(data))
+            self._find(path, None, None, None, "unreadable_file", os_sentence(data))
             return None
         self.summary.bytes += len(data)
         return data
@@ -1329,22 +1202,6 @@ def _data_end(fd: int, size: int) -> int:
     return size  # more data after the hole
 
 
-def _is_segment_name(name: str) -> bool:
-    return name.endswith(LOG_SUFFIX) and base_offset_of(name) is not None and name.count(".") == 1
-
-
-def _log_bytes(target: Target) -> int:
-    """Bytes of .log data under a target, for the progress bar's total."""
-    path = target.path
-    try:
-        if target.kind == "segment":
-            return path.stat().st_size
-        dirs = [path] if target.kind == "partition" else [d for d in path.iterdir() if d.is_dir()]
-        return sum(f.stat().st_size for d in dirs for f in d.iterdir() if _is_segment_name(f.name))
-    except OSError:
-        return 0
-
-
 def _quiet_offset_checkpoint(path: Path) -> dict[tuple[str, int], int]:
     """A checkpoint read only for context: missing or unreadable means no entries."""
     try:
@@ -1402,22 +1259,3 @@ def _last_at_or_below(sorted_values: list[int], value: int) -> int:
         else:
             hi = mid
     return lo - 1
-
-
-def _sentence(e: BaseException) -> str:
-    text = str(e).strip() or type(e).__name__
-    return text if text.endswith(".") else text + "."
-
-
-def _checkpoint_sentence(e: BaseException, path: Path) -> str:
-    if isinstance(e, UnicodeDecodeError):
-        return f"{path.name} is not text (byte {e.start} is not UTF-8)."
-    return _sentence(e)
-
-
-def _os_sentence(e: OSError) -> str:
-    return f"cannot read the file: {(e.strerror or str(e)).lower()}."
-
-
-def _plural(n: int, word: str, plural: str | None = None) -> str:
-    return f"{n} {word if n == 1 else (plural or word + 's')}"
