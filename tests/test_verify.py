@@ -23,7 +23,8 @@ from formats import checkpoints
 from formats.index import encode_offset_entry, encode_time_entry
 from formats.records import ControlType, RecordSpec, build_batch, build_control_batch, read_batch
 from formats.segment import SegmentIndexer, filename
-from ops.verify import KINDS, Finding, NotKafkaPath, Verifier, VerifyOptions, _IndexFiles, resolve
+from ops.verify import KINDS, Finding, NotKafkaPath, Verifier, VerifyOptions, resolve
+from ops.verify.indexes import IndexFiles
 
 T0 = 1_700_000_000_000
 FIXTURES = REPO / "fixtures" / "logdir"
@@ -410,14 +411,14 @@ def test_index_entries_out_of_order_whatever_the_parsing_slices(tmp_path: Path) 
     data = bytearray(time_index.read_bytes())
     data[12 * 4 + 8 : 12 * 5] = data[12 * 2 + 8 : 12 * 3]  # entry 4 gets the offset of entry 2
     time_index.write_bytes(data)
-    default = _IndexFiles.SLICE
+    default = IndexFiles.SLICE
     try:
         by_slice = {}
         for size in (default, 1, 2, 3):
-            _IndexFiles.SLICE = size
+            IndexFiles.SLICE = size
             by_slice[size] = verify(p.dir)
     finally:
-        _IndexFiles.SLICE = default
+        IndexFiles.SLICE = default
     found = by_slice[default]
     assert all(other == found for other in by_slice.values())
     corrupt = only(found, "index_corrupt")
