@@ -933,3 +933,27 @@ def test_any_operation_sequence_replays_to_the_same_image(tmp_path_factory, oper
     for record, offset in reopened.metadata_log.records():
         delta.replay(record, offset)
     assert delta.apply() == image
+
+
+def test_an_excessively_large_operation_fails_whole_and_at_once(tmp_path):
+    """QuorumController.MAX_RECORDS_PER_USER_OP: 2**31-1 partitions is one small request; it must be
+    refused before any placement is computed, and writes nothing."""
+    controller = open_controller(tmp_path)
+    controller.create_topics([NewTopic("t", 1)])
+    end = controller.metadata_log.next_offset
+    started = time.monotonic()
+    results = controller.create_topics([NewTopic("huge", 2**31 - 1), NewTopic("small", 1)])
+    assert {r.name: (r.error.code, r.error.message) for r in results} == {
+        name: (ErrorCode.policy_violation, "Unable to perform excessively large batch operation.")
+        for name in ("huge", "small")
+    }
+    error = controller.create_partitions("t", 2**31 - 1)
+    assert (error.code, error.message) == (
+        ErrorCode.policy_violation,
+        "Unable to perform excessively large batch operation.",
+    )
+    assert time.monotonic() - started < 1.0
+    assert controller.metadata_log.next_offset == end
+    # 10,000 records in one operation is still fine: a topic of 9,999 partitions (with its TopicRecord).
+    [result] = controller.create_topics([NewTopic("wide", 9_999)], validate_only=True)
+    assert result.error.code is ErrorCode.none

@@ -55,6 +55,9 @@ ZERO_UUID = uuid.UUID(int=0)
 MIN_METADATA_VERSION = 1  # IBP_3_0_IV1, the oldest KRaft level
 PLAINTEXT = 0  # SecurityProtocol.PLAINTEXT id
 MAX_TOPIC_NAME_LENGTH = 249
+MAX_RECORDS_PER_USER_OP = 10_000
+"""QuorumController.MAX_RECORDS_PER_USER_OP: an admin operation that would write more records fails whole,
+before any placement is computed (a CreateTopics of 2**31-1 partitions is one small request)."""
 
 # Records written at MV 3.9-IV0 (MetadataVersion.registerBrokerRecordVersion / partitionRecordVersion).
 REGISTER_BROKER_RECORD_VERSION = 3
@@ -101,6 +104,7 @@ class ApiError:
 
 
 NONE = ApiError()
+TOO_LARGE = ApiError(ErrorCode.policy_violation, "Unable to perform excessively large batch operation.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +282,9 @@ class QuorumController:
             if error is not None:
                 errors[name] = error
         ordered = list(first.values())
+        needed = sum(self._records_needed(topic) for topic in ordered if topic.name not in errors)
+        if needed > MAX_RECORDS_PER_USER_OP:
+            return [CreateTopicResult(topic.name, TOO_LARGE) for topic in ordered]
 
         records: list[Record] = []
         results: list[CreateTopicResult] = []
@@ -298,6 +305,15 @@ class QuorumController:
         if created:
             log.info("%s topic(s) %s", "validated" if validate_only else "created", ", ".join(created))
         return results
+
+    def _records_needed(self, topic: NewTopic) -> int:
+        """The records creating `topic` writes: TopicRecord, its ConfigRecords, one PartitionRecord each."""
+        partitions = topic.num_partitions
+        if topic.assignments:
+            partitions = len(topic.assignments)
+        elif partitions == -1:
+            partitions = int(self.config["num.partitions"])  # type: ignore[call-overload]
+        return 1 + len(topic.configs) + max(partitions, 0)
 
     def delete_topics(self, topics: Sequence[str | uuid.UUID]) -> list[DeleteTopicResult]:
         """DeleteTopics by name or id: one result per distinct reference; removals are one batch."""
@@ -607,6 +623,8 @@ class QuorumController:
                 f"The topic {topic} currently has {existing} partition(s); {count} would not be an increase.",
             )
         additional = count - existing
+        if additional > MAX_RECORDS_PER_USER_OP:
+            raise ApiException(TOO_LARGE.code, TOO_LARGE.message)
         if assignments is not None and len(assignments) != additional:
             raise ApiException(
                 ErrorCode.invalid_replica_assignment,
