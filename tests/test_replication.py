@@ -37,20 +37,28 @@ def registration(
     )
 
 
-def hosted(tmp_path: Path, changes: list | None = None, **config: object) -> Partition:
+def hosted(tmp_path: Path, **config: object) -> Partition:
     log = Log.create(tmp_path / "orders-0", LogConfig.from_values(config), uuid.uuid4())
-    return Partition(log, NODE, on_change=(changes.append if changes is not None else lambda _: None))
+    return Partition(log, NODE, Purgatory())
 
 
 def test_the_only_in_sync_replica_commits_every_append(tmp_path: Path) -> None:
-    changes: list[Partition] = []
-    partition = hosted(tmp_path, changes)
+    partition = hosted(tmp_path)
     partition.apply_registration(registration(epoch=3))
     assert partition.is_leader and partition.log.latest_epoch() == 3
     for n in (1, 4, 2):
         info = partition.append_records_to_leader(batch(n), required_acks=-1, now_ms=T0)
         assert partition.high_watermark == partition.log.log_end_offset == info.last_offset + 1
-    assert partition.high_watermark == 7 and len(changes) == 3  # each append woke the purgatory
+    assert partition.high_watermark == 7
+
+    async def woken_by_an_append() -> bool:
+        loop = asyncio.get_running_loop()
+        waiting = asyncio.create_task(partition.purgatory.wait_for_change([partition.key], loop.time() + 5))
+        await asyncio.sleep(0)
+        partition.append_records_to_leader(batch(1), required_acks=1, now_ms=T0)
+        return await waiting
+
+    assert asyncio.run(woken_by_an_append()) is True
 
 
 def test_the_high_watermark_waits_for_every_in_sync_replica(tmp_path: Path) -> None:

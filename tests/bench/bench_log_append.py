@@ -37,6 +37,7 @@ from formats.records import RecordSpec, build_batch  # noqa: E402
 from kcli.broker.log import LogConfig, LogManager  # noqa: E402
 from kcli.broker.metadata.image import PartitionRegistration  # noqa: E402
 from kcli.broker.replication.partition import Partition  # noqa: E402
+from kcli.broker.replication.purgatory import Purgatory  # noqa: E402
 from kcli.config import BrokerConfig  # noqa: E402
 
 GIB = 1 << 30
@@ -63,7 +64,7 @@ def bench_log(root: Path, batches: list[bytes], total: int, seconds: float) -> d
     manager = LogManager(config)
     manager.startup()
     log = manager.create_log("bench", 0, uuid.uuid4(), LogConfig.from_broker(config))
-    partition = Partition(log, 1, on_change=lambda _: None)  # the broker appends through its partition
+    partition = Partition(log, 1, Purgatory())  # the broker appends through its partition
     partition.apply_registration(
         PartitionRegistration((1,), (1,), leader=1, leader_epoch=0, partition_epoch=0)
     )

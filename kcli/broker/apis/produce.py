@@ -103,18 +103,16 @@ async def handle_produce(ctx: RequestContext, request: Any) -> object | None:
             now_ms = wall_clock_ms()
             internal_allowed = ctx.client_id == ADMIN_CLIENT_ID
             replicas = ctx.replicas
-            appended: list[tuple[tuple[str, int], int]] = []
+            uncommitted: list[tuple[tuple[str, int], int]] | None = [] if acks == -1 else None
             for name, registration, records, outcomes, slot in pending:
                 index = outcomes[slot][0]
                 outcome = _append(
                     ctx, replicas, name, index, registration, records, acks, now_ms, internal_allowed, version,
-                    request.transactional_id,
+                    request.transactional_id, uncommitted,
                 )  # fmt: skip
                 outcomes[slot] = (index, outcome)
-                if acks == -1 and outcome.error is ErrorCode.none:
-                    appended.append(((name, index), outcome.last_offset + 1))
-            if appended and not replicas.acks_reached(appended):
-                await _delayed_produce(replicas, appended, pending, request.timeout.total_seconds())
+            if uncommitted and not replicas.acks_reached(uncommitted):
+                await _delayed_produce(replicas, uncommitted, pending, request.timeout.total_seconds())
 
     if acks == 0:
         failed = [
@@ -146,7 +144,6 @@ class Outcome(NamedTuple):
     record_errors: tuple[tuple[int, str], ...] = ()
     error_message: str | None = None
     current_leader: tuple[int, int] | None = None
-    last_offset: int = -1  # not answered: what acks=all waits for the high watermark to pass
 
 
 def check_records(version: int, records: bytes) -> ErrorCode | None:
@@ -253,13 +250,14 @@ def _append(
     internal_allowed: bool,
     version: int,
     transactional_id: str | None = None,
+    uncommitted: list[tuple[tuple[str, int], int]] | None = None,
 ) -> Outcome:
-    """ReplicaManager.appendToLocalLog + Partition.appendRecordsToLeader for one partition."""
+    """ReplicaManager.appendToLocalLog + Partition.appendRecordsToLeader for one partition; with acks=all
+    (`uncommitted` given) an append the high watermark has not passed yet is added there, to wait for."""
     if topic in INTERNAL_TOPICS and not internal_allowed:
         return _failed(ErrorCode.invalid_topic_exception)
-    try:
-        partition = replicas.leader_partition(ctx.state.image, topic, index)
-    except PartitionError:
+    partition = replicas.partition(topic, index)  # the handler found its registration in the image
+    if partition is None or not partition.is_leader:
         leader = (registration.leader, registration.leader_epoch) if version >= 10 else None
         return Outcome(ErrorCode.not_leader_or_follower, current_leader=leader)
     partition_log = partition.log
@@ -300,25 +298,21 @@ def _append(
     except Exception:
         log.exception("error processing append operation on partition %s-%d", topic, index)
         return Outcome(ErrorCode.unknown_server_error, log_start_offset=partition_log.log_start_offset)
-    return Outcome(
-        ErrorCode.none,
-        info.first_offset,
-        info.log_append_time,
-        info.log_start_offset,
-        last_offset=info.last_offset,
-    )
+    if uncommitted is not None and partition_log.high_watermark <= info.last_offset:
+        uncommitted.append((partition.key, info.last_offset + 1))
+    return Outcome(ErrorCode.none, info.first_offset, info.log_append_time, info.log_start_offset)
 
 
 async def _delayed_produce(
     replicas: ReplicaManager,
-    appended: list[tuple[tuple[str, int], int]],
+    uncommitted: list[tuple[tuple[str, int], int]],
     pending: list[tuple[str, Any, bytes, list[tuple[int, Outcome]], int]],
     timeout: float,
 ) -> None:
     """Kafka's DelayedProduce for acks=all: wait until the high watermark of every partition written has
     passed its records, or the request's timeout; a partition still short is REQUEST_TIMED_OUT."""
-    await replicas.wait_for_acks(appended, timeout)
-    required = dict(appended)
+    await replicas.wait_for_acks(uncommitted, timeout)
+    required = dict(uncommitted)
     for name, _, _, outcomes, slot in pending:
         index, outcome = outcomes[slot]
         if (name, index) in required:

@@ -51,6 +51,7 @@ class LogConfig:
     message_timestamp_difference_max_ms: int = LONG_MAX
     message_timestamp_before_max_ms_config: int = LONG_MAX
     message_timestamp_after_max_ms_config: int = LONG_MAX
+    min_insync_replicas: int = 1
     values: Mapping[str, object] = field(
         default_factory=lambda: MappingProxyType({}), compare=False, repr=False
     )
@@ -93,6 +94,7 @@ class LogConfig:
             message_timestamp_difference_max_ms=int(merged["message.timestamp.difference.max.ms"]),  # type: ignore[call-overload]
             message_timestamp_before_max_ms_config=int(merged["message.timestamp.before.max.ms"]),  # type: ignore[call-overload]
             message_timestamp_after_max_ms_config=int(merged["message.timestamp.after.max.ms"]),  # type: ignore[call-overload]
+            min_insync_replicas=int(merged["min.insync.replicas"]),  # type: ignore[call-overload]
             values=MappingProxyType(dict(merged)),
         )
 

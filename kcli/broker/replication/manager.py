@@ -63,11 +63,8 @@ class ReplicaManager:
             key = (partition_log.topic, partition_log.partition)
             partition = self._partitions.get(key)
             if partition is None or partition.log is not partition_log:
-                partition = self._partitions[key] = Partition(partition_log, self.node_id, self._changed)
+                partition = self._partitions[key] = Partition(partition_log, self.node_id, self.purgatory)
             partition.apply_registration(registration)
-
-    def _changed(self, partition: Partition) -> None:
-        self.purgatory.check_and_complete((partition.topic, partition.index))
 
     # --- produce -------------------------------------------------------------------------------------
 

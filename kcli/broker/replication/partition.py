@@ -10,13 +10,12 @@ this class holds the rules that follow from it, so that handlers and coordinator
 - consumers read up to the high watermark or the last stable offset, followers up to the log end, and
   a fetch naming a leader epoch or a last fetched epoch is checked against the log's (KIP-320).
 
-Every change of the log end or high watermark is reported to `on_change`, the replica manager's
-purgatory, which completes the delayed fetches and produces waiting on this partition.
+Every change of the log end or high watermark is reported to the replica manager's purgatory, which
+completes the delayed fetches and produces waiting on this partition (Kafka's DelayedOperations).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from enum import Enum
 from typing import NamedTuple
 
@@ -25,6 +24,7 @@ from kio.schema.errors import ErrorCode
 from kcli.broker.log import AppendInfo, AppendOrigin, FetchSlice, Log, OffsetOutOfRange
 from kcli.broker.log.log import TxnMarker
 from kcli.broker.metadata.image import PartitionRegistration
+from kcli.broker.replication.purgatory import Purgatory
 
 
 class PartitionError(Exception):
@@ -55,17 +55,19 @@ class PartitionRead(NamedTuple):
 
 
 class Partition:
-    def __init__(self, log: Log, node_id: int, on_change: Callable[[Partition], None]) -> None:
+    def __init__(self, log: Log, node_id: int, purgatory: Purgatory) -> None:
         self.log = log
         self.topic = log.topic
         self.index = log.partition
+        self.key = (log.topic, log.partition)
         self.node_id = node_id
-        self.on_change = on_change
+        self.purgatory = purgatory
         self.leader_id = -1
         self.leader_epoch = -1
         self.partition_epoch = -1
         self.replicas: tuple[int, ...] = ()
         self.isr: tuple[int, ...] = ()
+        self._sole_in_sync_replica = False
 
     def __repr__(self) -> str:
         return (
@@ -84,19 +86,26 @@ class Partition:
     # --- the controller's word -----------------------------------------------------------------------
 
     def apply_registration(self, registration: PartitionRegistration) -> None:
-        """Partition.makeLeader when this node leads in a new epoch; otherwise only the registration."""
+        """Partition.makeLeader when this node leads in a new epoch; the high watermark follows any ISR
+        change, and requests waiting on the partition re-check (a lost leadership fails them)."""
         becomes_leader = registration.leader == self.node_id and (
-            not self.is_leader or registration.leader_epoch != self.leader_epoch
+            self.leader_id != self.node_id or registration.leader_epoch != self.leader_epoch
+        )
+        changed = (registration.leader, registration.leader_epoch, registration.isr) != (
+            self.leader_id,
+            self.leader_epoch,
+            self.isr,
         )
         self.leader_id = registration.leader
         self.leader_epoch = registration.leader_epoch
         self.partition_epoch = registration.partition_epoch
         self.replicas = registration.replicas
         self.isr = registration.isr
-        if becomes_leader:
-            # The new epoch starts at the log end; what the ISR holds in common is committed.
+        self._sole_in_sync_replica = self.isr == (self.node_id,)
+        if becomes_leader:  # the new epoch starts at the log end
             self.log.assign_epoch_start_offset(registration.leader_epoch, self.log.log_end_offset)
-            self.maybe_increment_high_watermark()
+        if self.maybe_increment_high_watermark() or changed:
+            self.purgatory.check_and_complete(self.key)
 
     def maybe_increment_high_watermark(self) -> bool:
         """Move the high watermark to the lowest log end offset of the ISR, if that is higher.
@@ -104,7 +113,7 @@ class Partition:
         Only this broker's log end is known until followers fetch, so the ISR is this broker alone.
         """
         log = self.log
-        if not self.is_leader or tuple(self.isr) != (self.node_id,):
+        if not (self._sole_in_sync_replica and self.leader_id == self.node_id):
             return False
         new_high_watermark = log.log_end_offset
         if new_high_watermark <= log.high_watermark:
@@ -124,25 +133,29 @@ class Partition:
         transaction_verified: bool = False,
     ) -> AppendInfo:
         """Append as leader, then move the high watermark. Raises PartitionError or the log's RecordError."""
-        if not self.is_leader:
+        if self.leader_id != self.node_id:
             raise PartitionError(ErrorCode.not_leader_or_follower)
-        self.check_enough_replicas(required_acks)
-        info = self.log.append_as_leader(
+        if required_acks == -1:
+            self.check_enough_replicas(required_acks)
+        log = self.log
+        info = log.append_as_leader(
             records,
             leader_epoch=self.leader_epoch,
             now_ms=now_ms,
             origin=origin,
             transaction_verified=transaction_verified,
         )
-        self._appended()
+        if self._sole_in_sync_replica:  # maybe_increment_high_watermark, inlined on the produce path
+            log.update_high_watermark(log.log_end_offset)
+        self.purgatory.check_and_complete(self.key)
         return info
 
     def check_enough_replicas(self, required_acks: int) -> None:
         """acks=all needs an ISR of at least min(min.insync.replicas, replicas): NOT_ENOUGH_REPLICAS."""
-        if required_acks == -1:
-            min_isr = int(self.log.config.values.get("min.insync.replicas", 1))  # type: ignore[call-overload]
-            if len(self.isr) < min(min_isr, len(self.replicas)):
-                raise PartitionError(ErrorCode.not_enough_replicas)
+        if required_acks == -1 and len(self.isr) < min(
+            self.log.config.min_insync_replicas, len(self.replicas)
+        ):
+            raise PartitionError(ErrorCode.not_enough_replicas)
 
     def write_txn_markers(self, markers: list[TxnMarker], *, now_ms: int | None = None) -> list[AppendInfo]:
         """Transaction markers as leader (WriteTxnMarkers): they move the last stable offset."""
@@ -150,12 +163,9 @@ class Partition:
             raise PartitionError(ErrorCode.not_leader_or_follower)
         try:
             return self.log.write_txn_markers(markers, leader_epoch=self.leader_epoch, now_ms=now_ms)
-        finally:
-            self._appended()  # markers before a refused one stay written
-
-    def _appended(self) -> None:
-        self.maybe_increment_high_watermark()
-        self.on_change(self)
+        finally:  # markers before a refused one stay written
+            self.maybe_increment_high_watermark()
+            self.purgatory.check_and_complete(self.key)
 
     # --- reads -----------------------------------------------------------------------------------------
 
