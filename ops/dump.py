@@ -28,7 +28,7 @@ from formats.records import (
     end_txn_marker,
 )
 from formats.segment import base_offset_of, walk
-from ops.logdir import SegmentReader
+from kcli.logdir import SegmentReader
 
 DECODERS = ("string", "hex", "base64", "json")
 INTERNAL_DECODERS = ("offsets", "transaction-log", "cluster-metadata")

@@ -1,6 +1,6 @@
 """Replay records from Kafka's segment files into a topic, on our broker or any Kafka cluster.
 
-Sources are read with `ops.logdir.SegmentReader`; records go out with the standard Produce API, one
+Sources are read with `kcli.logdir.SegmentReader`; records go out with the standard Produce API, one
 connection per partition leader, through an idempotent producer (InitProducerId, sequence numbers) when
 the destination offers one. Two paths share one pipeline:
 
@@ -61,8 +61,8 @@ from kcli.broker.apis import build
 from kcli.client import ClientError, KafkaClient
 from kcli.cluster import Cluster
 from kcli.errors import KcliError
+from kcli.logdir import SegmentReader
 from kcli.produce_codec import ProduceFramer, ProducePartitionAnswer
-from ops.logdir import SegmentReader
 
 INIT_PRODUCER_ID = 22
 PRODUCE_VERSION_MAX = 12  # v13 names topics by id only; v12 is served by every Kafka since 3.7

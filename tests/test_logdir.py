@@ -1,4 +1,4 @@
-"""ops.logdir.SegmentReader: windows walked ahead on a walker thread, whatever the batch sizes; walks chained
+"""kcli.logdir.SegmentReader: windows walked ahead on a walker thread, whatever the batch sizes; walks chained
 across segments; every walker stopped and every window unmapped however the caller leaves."""
 
 import threading
@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from formats.records import RecordSpec, build_batch
 from formats.segment import StopReason
-from ops.logdir import SegmentReader
+from kcli.logdir import SegmentReader
 
 WINDOW = (
     64 << 10

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from test_spark_archive import audit, expected, summary
 
 from formats.segment import StopReason, walk
-from ops.logdir import SegmentReader
+from kcli.logdir import SegmentReader
 from ops.spark import archive
 
 

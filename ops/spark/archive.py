@@ -9,7 +9,7 @@ sequential block reads; segment paths are then URLs that every executor opens it
 A range [start, end) of a .log file owns every batch whose first byte lies in it, so ranges are planned
 from file sizes alone and each reader finds its own first batch: the last `.index` entry at or below
 `start`, then a header walk to the first batch at or after it (from byte 0 when there is no index).
-Walking is `ops.logdir.SegmentReader`'s: bounded windows, CRCs checked without the GIL.
+Walking is `kcli.logdir.SegmentReader`'s: bounded windows, CRCs checked without the GIL.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from formats.segment import (
     unit_size_at,
     walk,
 )
-from ops.logdir import WINDOW_BYTES, Chunk, SegmentEnd, SegmentReader
+from kcli.logdir import WINDOW_BYTES, Chunk, SegmentEnd, SegmentReader
 
 TARGET_TASK_BYTES = 1 << 30  # a Python task costs 50-120 ms fixed; the header scan ~0.1 s per GiB
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ops.logdir import WINDOW_BYTES
+from kcli.logdir import WINDOW_BYTES
 from ops.verify.findings import Finding, Summary, os_sentence
 
 

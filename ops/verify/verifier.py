@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from formats.checkpoints import read_meta_properties, read_partition_metadata
 from formats.segment import SNAPSHOT_SUFFIX, base_offset_of, parse_partition_dir
-from ops.logdir import SegmentReader
+from kcli.logdir import SegmentReader
 from ops.verify.checkpoints import (
     OffsetEntries,
     check_root_checkpoint,

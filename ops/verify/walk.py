@@ -29,8 +29,8 @@ from formats.records import (
     end_txn_marker,
 )
 from formats.segment import StopReason, parse_partition_dir, unit_size_at
+from kcli.logdir import Chunk, SegmentReader
 from ops import gaps
-from ops.logdir import Chunk, SegmentReader
 from ops.verify.context import Context
 from ops.verify.epochs import leader_epoch_change
 from ops.verify.findings import plural, sentence

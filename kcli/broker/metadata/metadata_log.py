@@ -30,7 +30,7 @@ from formats.records import RecordBatch, RecordSpec, build_batch
 from kcli.broker.log import AppendOrigin, Log, LogConfig, LogStorageError, RecordError
 from kcli.config import CLUSTER_METADATA_TOPIC, BrokerConfig
 from kcli.errors import KcliError
-from ops.logdir import SegmentReader
+from kcli.logdir import SegmentReader
 
 log = logging.getLogger("kcli.broker.metadata")
 
