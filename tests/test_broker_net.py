@@ -22,7 +22,6 @@ import subprocess
 import sys
 import time
 import types
-import typing
 import uuid
 from pathlib import Path
 
@@ -36,6 +35,7 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import Records, i64Timedelta
+from protocol_samples import non_nullable_paths, sample_entity
 
 from kcli.broker.apis import (
     ApiRegistry,
@@ -51,7 +51,7 @@ from kcli.broker.apis import metadata as metadata_module
 from kcli.broker.apis.api_versions import advertised_versions
 from kcli.broker.apis.codec import encode
 from kcli.broker.apis.context import FileRegion, FramedResponse
-from kcli.broker.apis.guard import DeclaredSizeError, _unwrap_optional, check_sizes, without_unknown_tags
+from kcli.broker.apis.guard import DeclaredSizeError, check_sizes, without_unknown_tags
 from kcli.broker.server import Broker, _ReceiveBuffer, parse_request_header
 from kcli.client import ClientError, KafkaClient
 from kcli.config import BrokerConfig
@@ -476,7 +476,7 @@ def test_a_null_in_a_non_nullable_field_is_refused_before_any_handler(broker: Br
         (spec.api_key, version, path)
         for spec in registry
         for version in range(spec.min_version, spec.max_version + 1)
-        for path in _non_nullable_paths(request_type(spec.api_key, version))
+        for path in non_nullable_paths(request_type(spec.api_key, version))
     ]
     assert len(cases) > 500  # 276 array and 293 string/bytes fields in 199 request versions today
     api_versions_request = _frame(_header(18, 2, 1, False) + _minimal_request(18, 2))
@@ -484,7 +484,7 @@ def test_a_null_in_a_non_nullable_field_is_refused_before_any_handler(broker: Br
     try:
         for number, (api_key, version, path) in enumerate(cases):
             request_cls = request_type(api_key, version)
-            good, bad = (encode(_populated(request_cls, path, null)) for null in (False, True))
+            good, bad = encode(sample_entity(request_cls)), encode(sample_entity(request_cls, path))
             assert entity_reader(request_cls)(good, 0)[1] == len(good)  # only the null differs
             header = _header(api_key, version, 2, request_cls.__flexible__)
             with _connect(broker) as sock:
@@ -843,67 +843,6 @@ def _default_request(api_key: int, version: int) -> object:
     from kcli.broker.apis import default_entity
 
     return default_entity(request_type(api_key, version), ErrorCode.none, None)
-
-
-def _non_nullable_paths(entity_type: type, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
-    """Paths (field names from the top) to every non-tagged array, string and bytes field that the
-    schema does not let be null, in this entity and the entities inside it."""
-    paths = []
-    for f in dataclasses.fields(entity_type):
-        if f.metadata.get("tag") is not None:
-            continue
-        field_type, optional = _unwrap_optional(f.type)
-        path = (*prefix, f.name)
-        if typing.get_origin(field_type) is tuple:
-            if not optional:
-                paths.append(path)
-            inner = typing.get_args(field_type)[0]
-            if dataclasses.is_dataclass(inner):
-                paths += _non_nullable_paths(inner, path)
-        elif dataclasses.is_dataclass(field_type):
-            paths += _non_nullable_paths(field_type, path)
-        elif f.metadata.get("kafka_type") in ("string", "bytes", "records") and not optional:
-            paths.append(path)
-    return paths
-
-
-def _populated(entity_type: type, path: tuple[str, ...], null: bool) -> object:
-    """An entity with one element in every array on `path` and the field at its end null (or not)."""
-    values: dict[str, object] = {}
-    for f in dataclasses.fields(entity_type):
-        if f.metadata.get("tag") is not None:
-            continue  # tagged fields keep their defaults
-        field_type, optional = _unwrap_optional(f.type)
-        on_path = bool(path) and f.name == path[0]
-        if on_path and len(path) == 1 and null:
-            values[f.name] = None
-        elif typing.get_origin(field_type) is tuple:
-            inner = typing.get_args(field_type)[0]
-            if on_path and dataclasses.is_dataclass(inner):
-                values[f.name] = (_populated(inner, path[1:], null),)
-            elif on_path:
-                values[f.name] = (_any_value(f.metadata["kafka_type"]),)
-            else:
-                values[f.name] = None if optional else ()
-        elif dataclasses.is_dataclass(field_type):
-            values[f.name] = _populated(field_type, path[1:] if on_path else (), null)
-        else:
-            values[f.name] = None if optional and not on_path else _any_value(f.metadata["kafka_type"])
-    return entity_type(**values)
-
-
-def _any_value(kafka_type: str) -> object:
-    return {
-        "string": "s",
-        "bytes": b"b",
-        "records": b"",
-        "bool": False,
-        "uuid": uuid.UUID(int=0),
-        "timedelta_i32": datetime.timedelta(0),
-        "timedelta_i64": datetime.timedelta(0),
-        "datetime_i64": datetime.datetime.fromtimestamp(0, datetime.UTC),
-        "float64": 0.0,
-    }.get(kafka_type, 0)
 
 
 def _cluster_id_of(process: BrokerProcess) -> str:
