@@ -19,7 +19,9 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import time
+import types
 import uuid
 from pathlib import Path
 
@@ -33,8 +35,17 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import Records, i64Timedelta
+from protocol_samples import non_nullable_paths, sample_entity
 
-from kcli.broker.apis import ApiRegistry, ApiSpec, build_registry, kio_versions, request_type, response_type
+from kcli.broker.apis import (
+    ApiRegistry,
+    ApiSpec,
+    api_name,
+    build_registry,
+    kio_versions,
+    request_type,
+    response_type,
+)
 from kcli.broker.apis import api_versions as api_versions_module
 from kcli.broker.apis import metadata as metadata_module
 from kcli.broker.apis.api_versions import advertised_versions
@@ -455,6 +466,91 @@ def test_random_bodies_never_hurt_the_broker(broker: BrokerProcess) -> None:
     assert sent >= 150 and broker.is_running()
 
 
+def test_a_null_in_a_non_nullable_field_is_refused_before_any_handler(broker: BrokerProcess) -> None:
+    """Every non-nullable array, string and bytes field of every request version the broker handles,
+    sent as null (-1): one WARNING in Kafka's words, the connection closed, no handler reached. kio
+    reads a null array as None whatever the schema says; the fuzzer found Produce, ListOffsets and
+    AddPartitionsToTxn handlers failing on it ("'NoneType' object is not iterable")."""
+    registry = build_registry()
+    cases = [
+        (spec.api_key, version, path)
+        for spec in registry
+        for version in range(spec.min_version, spec.max_version + 1)
+        for path in non_nullable_paths(request_type(spec.api_key, version))
+    ]
+    assert len(cases) > 500  # 276 array and 293 string/bytes fields in 199 request versions today
+    api_versions_request = _frame(_header(18, 2, 1, False) + _minimal_request(18, 2))
+    bystander = _Bystander(broker)
+    try:
+        for number, (api_key, version, path) in enumerate(cases):
+            request_cls = request_type(api_key, version)
+            good, bad = encode(sample_entity(request_cls)), encode(sample_entity(request_cls, path))
+            assert entity_reader(request_cls)(good, 0)[1] == len(good)  # only the null differs
+            header = _header(api_key, version, 2, request_cls.__flexible__)
+            with _connect(broker) as sock:
+                sock.sendall(api_versions_request + _frame(header + bad) + api_versions_request)
+                assert _read_response(sock)[0] == 1, (api_key, version, path)
+                assert _closed_by_broker(sock), f"{api_name(api_key)} v{version} {path}: not refused"
+            if number % 100 == 0:
+                bystander.check()
+        bystander.check()
+    finally:
+        bystander.close()
+    log = _log_without_errors(broker)
+    refusals = [line for line in log.splitlines() if "was serialized as null" in line]
+    assert len(refusals) == len(cases)
+    assert all(" WARNING kcli.broker: closing connection from " in line for line in refusals)
+    for (api_key, version, path), line in zip(cases, refusals, strict=True):
+        assert f"malformed {api_name(api_key)} v{version} request: non-nullable field {path[-1]}" in line
+
+
+def test_a_client_that_goes_away_mid_answer_is_not_an_error(broker: BrokerProcess) -> None:
+    """Pipelined Fetch (answered with sendfile) and Metadata requests, then a reset (SO_LINGER 0) at
+    once: the broker is often still writing the answers when the socket goes. The fuzzer saw 514
+    "RuntimeError: Transport is closing" tracebacks at ERROR for this; a vanished client is no error."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    for i in range(400):
+        producer.produce("gone", value=os.urandom(2000), partition=i % 4)
+    assert producer.flush(15) == 0
+    fetch_type = request_type(1, 12)
+    fetch_module = _module_of(fetch_type)
+    partitions = tuple(
+        _make(fetch_module.FetchPartition, partition=p, fetch_offset=0, partition_max_bytes=1 << 20)
+        for p in range(4)
+    )
+    fetch = _make(
+        fetch_type,
+        replica_id=-1,
+        max_wait=datetime.timedelta(0),
+        min_bytes=1,
+        max_bytes=50 << 20,
+        session_epoch=-1,
+        topics=(_make(fetch_module.FetchTopic, topic="gone", partitions=partitions),),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+    fetch_frame = _frame(_header(1, 12, 1, True) + _encode(fetch))
+    metadata_frame = _frame(_header(3, 12, 2, True) + _encode(_default_request(3, 12)))
+    pipelined = (fetch_frame + metadata_frame) * 4
+    bystander = _Bystander(broker)
+    try:
+        for round_number in range(300):
+            with _connect(broker) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                sock.sendall(pipelined)
+                if round_number % 3 == 1:
+                    sock.recv(100)  # the answers have started to come
+                elif round_number % 3 == 2:
+                    time.sleep(0.001)
+            # closed with a reset: no FIN, queued answers dropped
+        bystander.check()
+    finally:
+        bystander.close()
+    _log_without_errors(broker)
+
+
 @settings(max_examples=200, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(st.sampled_from([*_ALL_MESSAGE_TYPES, RequestHeaderV1, RequestHeaderV2]).flatmap(st.from_type))
 def test_fast_encoder_and_size_guard_agree_with_kio_on_every_message_type(entity: object) -> None:
@@ -653,6 +749,16 @@ class _Bystander:
         self.loop.close()
 
 
+def _log_without_errors(broker: BrokerProcess) -> str:
+    """The log of a broker that is still running and has logged no ERROR, traceback or asyncio
+    complaint (asyncio's lines bypass kcli's format)."""
+    assert broker.is_running()
+    log = broker.log()
+    assert "Traceback" not in log and " ERROR " not in log, log[-3000:]
+    assert "socket.send() raised exception" not in log
+    return log
+
+
 def _connect(broker: BrokerProcess) -> socket.socket:
     sock = socket.create_connection((broker.host, broker.port), timeout=5)
     return sock
@@ -714,9 +820,12 @@ def _read_response(sock: socket.socket, flexible: bool = False) -> tuple[int, by
 
 
 def _nested(payload_type: type, name: str) -> type:
-    import sys
+    return getattr(_module_of(payload_type), name)
 
-    return getattr(sys.modules[payload_type.__module__], name)
+
+def _module_of(payload_type: type) -> types.ModuleType:
+    """The kio schema module of a message class, where its nested entity classes live."""
+    return sys.modules[payload_type.__module__]
 
 
 def _make(entity_type: type, **values: object) -> object:

@@ -341,6 +341,13 @@ def test_fetch_errors_sessions_and_isolation(server: BrokerProcess) -> None:
             request = fetch_request(13, [("f-errors", 0, 0, 1000)], topic_ids={"f-errors": stranger})
             [p] = partitions_of(await client.send(request))
             assert p.error_code == ErrorCode.unknown_topic_id
+            # The zero id (kio reads it as None) too: the fuzzer found it answered UNKNOWN_SERVER_ERROR
+            # after an AttributeError in the encoder, logged with a traceback.
+            request = fetch_request(13, [("f-errors", 0, 0, 1000)], topic_ids={"f-errors": uuid.UUID(int=0)})
+            response = await client.send(request)
+            [p] = partitions_of(response)
+            assert (response.responses[0].topic_id, p.error_code) == (None, ErrorCode.unknown_topic_id)
+            assert "Traceback" not in server.log()
 
             # Leader epochs: a future one is UNKNOWN_LEADER_EPOCH; a last fetched epoch that ends before
             # the fetch offset is a diverging epoch.

@@ -615,14 +615,35 @@ class _Connection(asyncio.BufferedProtocol):
         return self.transport is None or self.transport.is_closing()
 
     async def _send_framed(self, send: _FramedSend) -> None:
-        """Write size and header, then each part; file regions go out with loop.sendfile (os.sendfile)."""
+        """Write size and header, then each part; file regions go out with loop.sendfile (os.sendfile).
+
+        The client may go away while its answer is being written (sendfile first waits for the socket
+        to drain): then the rest is not sent, and it is no fault of the broker's. asyncio reports a
+        vanished client in two ways that look like faults: loop.sendfile on a closing transport raises
+        RuntimeError, and an os.sendfile that fails before its first byte (ECONNRESET, EPIPE) is taken
+        for "sendfile not available" and retried as a read-and-write copy, which a segment's file
+        (a bare descriptor) cannot do. No copy is wanted: a segment is a regular file and the socket
+        plain TCP, so os.sendfile failing means the socket or the file failed.
+        """
         transport = self.transport
         assert transport is not None
+        if self._closing():
+            return
         header = response_header(send.correlation_id, send.api_key, send.response.response_type)
         transport.write(_INT32.pack(len(header) + send.response.size) + header)
         for part in send.response.parts:
+            if self._closing():
+                log.debug("connection from %s closed while its answer was being sent", self.info.peer)
+                return
             if isinstance(part, FileRegion):
-                sent = await self.loop.sendfile(transport, part.file, part.offset, part.count)
+                try:
+                    sent = await self.loop.sendfile(
+                        transport, part.file, part.offset, part.count, fallback=False
+                    )
+                except asyncio.SendfileNotAvailableError:
+                    if _connection_is_gone(transport):
+                        raise ConnectionResetError("the client went away during os.sendfile") from None
+                    raise
                 if sent != part.count:
                     raise _CloseConnection(
                         f"the file ended {part.count - sent} bytes early while sending a response"
@@ -828,6 +849,24 @@ def _apply_socket_options(sock: socket.socket | None, config: BrokerConfig) -> N
         value = int(config[key])  # type: ignore[call-overload]
         if config.is_set(key) and value > 0:
             sock.setsockopt(socket.SOL_SOCKET, option, value)
+
+
+def _connection_is_gone(transport: asyncio.BaseTransport) -> bool:
+    """After a failed os.sendfile: whether the TCP connection is closed (the peer reset it), which the
+    transport learns only at its next read. Without TCP_INFO (not Linux) a failure counts as gone."""
+    sock = transport.get_extra_info("socket")
+    tcp_info = getattr(socket, "TCP_INFO", None)
+    if sock is None or tcp_info is None:
+        return True
+    try:
+        state = sock.getsockopt(socket.IPPROTO_TCP, tcp_info, 1)[0]
+    except OSError:
+        return True
+    return state == _TCP_CLOSE
+
+
+_TCP_CLOSE = 7
+"""tcpi_state of a closed connection (Linux's include/net/tcp_states.h)."""
 
 
 def _format_address(address: object) -> str:

@@ -105,7 +105,7 @@ def encode_response(
     _array_length(out, len(topics), flexible)
     for name, topic_id, partitions in topics:
         if version >= 13:
-            out += topic_id.bytes
+            out += _ZERO_UUID if topic_id is None else topic_id.bytes  # kio reads the zero id as None
         else:
             _string(out, name, flexible)
         _array_length(out, len(partitions), flexible)
@@ -437,6 +437,7 @@ def _uvarint(out: bytearray, value: int) -> None:
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
+_ZERO_UUID = bytes(16)
 _INT64 = struct.Struct(">q")
 _ERROR_SESSION = struct.Struct(">hi")
 _PARTITION_HEAD = struct.Struct(">ihqq")

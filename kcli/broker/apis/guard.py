@@ -6,6 +6,11 @@ the broker. Kafka's generated readers refuse such input ("Tried to allocate a co
 N, but there are only M bytes remaining."); `check_sizes` applies the same rule by walking the
 message layout described by kio's schema classes, without building any objects: every array,
 string and bytes field must fit in the bytes that remain, and so must every tagged field.
+
+A length of -1 (null) is taken only where the schema allows null (Kafka's `nullableVersions`, which
+kio writes as `... | None`). kio's reader returns None for a null array whatever the schema says,
+so a request with a null non-nullable array reached the handlers, which iterate it ("'NoneType'
+object is not iterable"). Kafka's readers refuse it: "non-nullable field X was serialized as null".
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ would change the enclosing tag's size (then an unknown tag is refused instead).
 
 
 class DeclaredSizeError(ValueError):
-    """A length in the message that the message itself cannot hold."""
+    """A length in the message that the message itself cannot hold, or a null its schema forbids."""
 
 
 def check_sizes(
@@ -78,7 +83,7 @@ def entity_checker(entity_type: type) -> Checker:
             steps.append(_fixed_run(run))
             run = []
         if is_request_header and f.name == "client_id":
-            steps.append(_primitive_checker("string", flexible=False))  # legacy even in header v2
+            steps.append(_primitive_checker("string", flexible=False, null_ok=True, name=f.name))  # legacy
         elif tag is None:
             steps.append(_field_checker(f, flexible, in_tag=False))
         else:
@@ -125,16 +130,18 @@ def _field_checker(f: dataclasses.Field, flexible: bool, in_tag: bool) -> Checke
         (inner,) = typing.get_args(field_type)[:1]
         inner, _ = _unwrap_optional(inner)
         if dataclasses.is_dataclass(inner):
-            return _array_checker(_deferred_entity(inner), flexible, 1, fixed=False)  # type: ignore[arg-type]
+            element = _deferred_entity(inner)  # type: ignore[arg-type]
+            return _array_checker(element, flexible, 1, fixed=False, null_ok=optional, name=f.name)
         kafka_type = f.metadata["kafka_type"]
         size = _FIXED_SIZES.get(kafka_type)
+        element = _primitive_checker(kafka_type, flexible, null_ok=False, name=f"an element of {f.name}")
         return _array_checker(
-            _primitive_checker(kafka_type, flexible), flexible, size or 1, fixed=size is not None
+            element, flexible, size or 1, fixed=size is not None, null_ok=optional, name=f.name
         )
     if dataclasses.is_dataclass(field_type):
         entity = _deferred_entity(field_type)  # type: ignore[arg-type]
         return _nullable_entity(entity) if optional and not in_tag else entity
-    return _primitive_checker(f.metadata["kafka_type"], flexible)
+    return _primitive_checker(f.metadata["kafka_type"], flexible, null_ok=optional, name=f.name)
 
 
 def _fixed_run(run: list[tuple[Checker, int]]) -> Checker:
@@ -184,7 +191,8 @@ def _nullable_entity(entity: Checker) -> Checker:
     return check
 
 
-def _primitive_checker(kafka_type: str, flexible: bool) -> Checker:
+def _primitive_checker(kafka_type: str, flexible: bool, *, null_ok: bool, name: str) -> Checker:
+    """A fixed-size field, or a string/bytes/records field whose -1 length is refused unless `null_ok`."""
     size = _FIXED_SIZES.get(kafka_type)
     if size is not None:
 
@@ -207,6 +215,8 @@ def _primitive_checker(kafka_type: str, flexible: bool) -> Checker:
             if length > 0:
                 _need(pos, length, end, f"a {kafka_type} of {length} bytes")
                 pos += length
+            elif length < 0 and not null_ok:
+                raise DeclaredSizeError(_null_message(name))
             return pos
 
         return compact
@@ -215,8 +225,11 @@ def _primitive_checker(kafka_type: str, flexible: bool) -> Checker:
         def legacy_string(buffer: bytes, pos: int, end: int, edits: Edits | None) -> int:
             _need(pos, 2, end, "a string length")
             (length,) = _INT16.unpack_from(buffer, pos)
-            if length < -1:
-                raise DeclaredSizeError(f"string length {length} is negative")
+            if length < 0:
+                if length < -1:
+                    raise DeclaredSizeError(f"string length {length} is negative")
+                if not null_ok:
+                    raise DeclaredSizeError(_null_message(name))
             pos += 2
             if length > 0:
                 _need(pos, length, end, f"a string of {length} bytes")
@@ -228,8 +241,11 @@ def _primitive_checker(kafka_type: str, flexible: bool) -> Checker:
     def legacy_bytes(buffer: bytes, pos: int, end: int, edits: Edits | None) -> int:
         _need(pos, 4, end, "a bytes length")
         (length,) = _INT32.unpack_from(buffer, pos)
-        if length < -1:
-            raise DeclaredSizeError(f"bytes length {length} is negative")
+        if length < 0:
+            if length < -1:
+                raise DeclaredSizeError(f"bytes length {length} is negative")
+            if not null_ok:
+                raise DeclaredSizeError(_null_message(name))
         pos += 4
         if length > 0:
             _need(pos, length, end, f"{kafka_type} of {length} bytes")
@@ -239,8 +255,12 @@ def _primitive_checker(kafka_type: str, flexible: bool) -> Checker:
     return legacy_bytes
 
 
-def _array_checker(element: Checker, flexible: bool, min_size: int, *, fixed: bool) -> Checker:
-    """Kafka's rule: a declared count larger than the bytes left is refused before anything else."""
+def _array_checker(
+    element: Checker, flexible: bool, min_size: int, *, fixed: bool, null_ok: bool, name: str
+) -> Checker:
+    """Kafka's rules: a declared count larger than the bytes left is refused before anything else, and
+    a null (-1) count unless the field is nullable."""
+    null_message = _null_message(name)
 
     def check(buffer: bytes, pos: int, end: int, edits: Edits | None) -> int:
         if flexible:
@@ -257,6 +277,8 @@ def _array_checker(element: Checker, flexible: bool, min_size: int, *, fixed: bo
             if count < -1:
                 raise DeclaredSizeError(f"array length {count} is negative")
         if count <= 0:
+            if count < 0 and not null_ok:
+                raise DeclaredSizeError(null_message)
             return pos
         remaining = end - pos
         if count > remaining or count * min_size > remaining:
@@ -324,6 +346,10 @@ def _read_uvarint(buffer: bytes, pos: int, end: int) -> tuple[int, int]:
         if not byte & 0x80:
             return result, pos
     raise DeclaredSizeError("a varint is longer than 5 bytes")
+
+
+def _null_message(name: str) -> str:
+    return f"non-nullable field {name} was serialized as null"  # Kafka's sentence
 
 
 def _need(pos: int, size: int, end: int, what: str) -> None:
