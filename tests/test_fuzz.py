@@ -18,15 +18,11 @@ from fuzz_broker import FuzzReport, fuzz  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 
-KNOWN_UNBOUNDED = frozenset({"CreateTopics", "CreatePartitions"})
-"""Left out until the controller bounds one operation as Kafka's does: a partition count of 2**31-1
-has the controller build that many partitions, blocking the broker while its memory grows."""
-
 
 def test_twenty_thousand_mutated_frames_kill_nothing_and_reach_no_handler_error(tmp_path: Path) -> None:
-    report = fuzz(20_000, seed=14, connections=8, workdir=tmp_path, clients=False, spare=KNOWN_UNBOUNDED)
+    report = fuzz(20_000, seed=14, connections=8, workdir=tmp_path, clients=False)
     assert report.frames == 20_000
-    assert len(report.corpus) == 33  # every API the broker handles but the two spared
+    assert len(report.corpus) == 35  # every API the broker handles
     assert report.broker_deaths == [], _summary(report)
     assert not report.handler_errors and report.tracebacks == 0, _summary(report)
     assert report.warnings > 0  # the malformed ones were refused, each with a WARNING line

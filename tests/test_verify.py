@@ -730,3 +730,23 @@ def _bytes(directory: Path) -> int:
         for f in directory.iterdir()
         if f.name.split(".")[-1] in {"log", "index", "timeindex"} or f.name == "leader-epoch-checkpoint"
     )
+
+
+def test_a_dir_pending_deletion_has_no_recorded_log_start(tmp_path: Path) -> None:
+    """DeleteRecords then DeleteTopics leaves `<topic>-0.<uuid>-delete` whose leader-epoch-checkpoint was
+    truncated from the start (its first entry moved to the new log start) while the segment still holds
+    the earlier batches; no checkpoint records that log start, so those batches are not a mismatch. The
+    same files under the live name, with no log start checkpointed, still are."""
+    import shutil
+
+    source = REPO / "fixtures" / "logdir" / "m2-zstd-0"
+    text = "0\n2\n0 1\n2 24\n"  # the fixture's "0 0" entry moved to offset 1, as truncateFromStart(1) does
+    pending = tmp_path / "logs" / "m2-zstd-0.0123456789abcdef0123456789abcdef-delete"
+    live = tmp_path / "live" / "m2-zstd-0"
+    for target in (pending, live):
+        shutil.copytree(source, target)
+        (target / "leader-epoch-checkpoint").write_text(text)
+    assert verify(pending.parent) == []
+    found = verify(live.parent)
+    assert [f.kind for f in found] == ["leader_epoch_checkpoint_mismatch"]
+    assert "but the first entry starts at offset 1" in found[0].message

@@ -95,7 +95,10 @@ class Verifier:
                 dirs.append((tuple(parsed[0]), parsed[1] or "", name))
         ranges: dict[tuple[str, int], tuple[int, int]] = {}
         for tp, state, name in sorted(dirs):
-            log = PartitionLog(name, log_start.get(tp), tp in cleaned)
+            # A -delete, -future or -stray dir is not the partition the checkpoints name: its log start
+            # offset is recorded nowhere.
+            log = PartitionLog(name, None if state else log_start.get(tp), tp in cleaned)
+            log.log_start_recorded = not state
             self._verify_partition(path / name, log)
             if not state:  # -delete, -future and -stray dirs are not the partition the checkpoints name
                 ranges[tp] = (log.log_start, log.log_end)
@@ -147,7 +150,11 @@ class Verifier:
         finish_log(self._ctx, log)
         if LEADER_EPOCH_CHECKPOINT in names:
             check_leader_epoch_checkpoint(
-                self._ctx, path / LEADER_EPOCH_CHECKPOINT, log.epoch_runs, log.log_start, log.log_end
+                self._ctx,
+                path / LEADER_EPOCH_CHECKPOINT,
+                log.epoch_runs,
+                log.log_start if log.log_start_recorded else None,
+                log.log_end,
             )
         if PARTITION_METADATA in names:
             read_text_file(self._ctx, path / PARTITION_METADATA, read_partition_metadata)

@@ -55,6 +55,8 @@ class PartitionLog:
         self.topic = parsed[0].topic if parsed else None
         self.partition = parsed[0].partition if parsed else None
         self.log_start_checkpoint = log_start_checkpoint
+        self.log_start_recorded = True
+        """False for a dir pending deletion (or a -future/-stray one): no checkpoint holds its log start."""
         self.compacted = (
             compacted  # known from cleanup.policy (--compacted, cleaner checkpoint, internal topic)
         )

@@ -19,10 +19,10 @@ and port), handler errors (ERROR lines and tracebacks in the broker log, grouped
 lines, peak RSS, and whether `kcli verify` finds the data dir clean after a graceful stop. Mutations
 are drawn from `--seed`; the recorded frames differ a little between runs (ids, timestamps), so
 `--no-clients` (samples only) is the way to replay a run byte for byte. The run stops by itself after
-`--frames` or `--max-seconds`. `--spare` leaves the named APIs out of the corpus, for a defect already
-known (tests/test_fuzz.py spares CreateTopics and CreatePartitions: a partition count of 2**31-1 makes
-the controller build that many partitions, blocking the broker while its memory grows without bound).
-tests/test_fuzz.py runs the same core on a short budget.
+`--frames` or `--max-seconds`. `--spare` leaves the named APIs out of the corpus, to look past a defect
+already known (a partition count of 2**31-1 in CreateTopics made the controller build that many
+partitions until it was bounded as Kafka bounds one operation). tests/test_fuzz.py runs the same core
+on a short budget.
 """
 
 from __future__ import annotations
