@@ -24,11 +24,11 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader
 
 from kcli import __version__
-from kcli.broker.apis import api_name, kio_versions, request_type, response_type
-from kcli.broker.apis.codec import entity_write
-from kcli.broker.apis.guard import check_sizes, skip_tagged_fields, without_unknown_tags
 from kcli.errors import KcliError
-from kcli.produce_codec import (
+from kcli.protocol.codec import entity_write
+from kcli.protocol.guard import check_sizes, skip_tagged_fields, without_unknown_tags
+from kcli.protocol.messages import api_name, kio_versions, request_type, response_type
+from kcli.protocol.produce_codec import (
     FIRST_TOPIC_ID_VERSION,
     PRODUCE,
     ProduceFramer,

@@ -13,8 +13,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis import build, nested_type
 from kcli.client import ClientError, KafkaClient
+from kcli.protocol.messages import build, nested_type
 
 METADATA = 3
 FIND_COORDINATOR = 10

@@ -15,10 +15,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis import build, nested_type
 from kcli.client import KafkaClient
 from kcli.cluster import Cluster
 from kcli.errors import KcliError
+from kcli.protocol.messages import build, nested_type
 
 DESCRIBE_CONFIGS = 32
 INCREMENTAL_ALTER_CONFIGS = 44

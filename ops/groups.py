@@ -25,9 +25,9 @@ from kio.schema.errors import ErrorCode
 from formats.errors import FormatError
 from formats.internal import consumer_protocol_topics
 from formats.segment import walk
-from kcli.broker.apis import build, nested_type
 from kcli.cluster import Cluster
 from kcli.errors import KcliError
+from kcli.protocol.messages import build, nested_type
 
 LIST_GROUPS = 16
 DESCRIBE_GROUPS = 15

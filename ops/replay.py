@@ -57,12 +57,12 @@ from formats.records import (
     set_producer_state,
 )
 from formats.segment import LOG_SUFFIX, StopReason, base_offset_of, parse_partition_dir
-from kcli.broker.apis import build
 from kcli.client import ClientError, KafkaClient
 from kcli.cluster import Cluster
 from kcli.errors import KcliError
 from kcli.logdir import SegmentReader
-from kcli.produce_codec import ProduceFramer, ProducePartitionAnswer
+from kcli.protocol.messages import build
+from kcli.protocol.produce_codec import ProduceFramer, ProducePartitionAnswer
 
 INIT_PRODUCER_ID = 22
 PRODUCE_VERSION_MAX = 12  # v13 names topics by id only; v12 is served by every Kafka since 3.7

@@ -20,9 +20,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis import build, nested_type
 from kcli.cluster import Cluster
 from kcli.errors import KcliError
+from kcli.protocol.messages import build, nested_type
 from ops.configs import ConfigError, ResourceType, describe_configs
 
 CREATE_TOPICS = 19

@@ -18,9 +18,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis import build, nested_type
 from kcli.cluster import TRANSACTION_KEY, Cluster
 from kcli.errors import KcliError
+from kcli.protocol.messages import build, nested_type
 
 WRITE_TXN_MARKERS = 27
 DESCRIBE_PRODUCERS = 61

@@ -13,7 +13,7 @@ import datetime
 import typing
 import uuid
 
-from kcli.broker.apis.guard import _unwrap_optional
+from kcli.protocol.guard import unwrap_optional
 
 
 def sample_entity(entity_type: type, null_at: tuple[str, ...] = ()) -> typing.Any:
@@ -23,13 +23,13 @@ def sample_entity(entity_type: type, null_at: tuple[str, ...] = ()) -> typing.An
     for f in dataclasses.fields(entity_type):
         if f.metadata.get("tag") is not None:
             continue  # tagged fields keep their defaults
-        field_type, _ = _unwrap_optional(f.type)
+        field_type, _ = unwrap_optional(f.type)
         on_path = bool(null_at) and f.name == null_at[0]
         rest = null_at[1:] if on_path else ()
         if on_path and not rest:
             values[f.name] = None
         elif typing.get_origin(field_type) is tuple:
-            inner, _ = _unwrap_optional(typing.get_args(field_type)[0])
+            inner, _ = unwrap_optional(typing.get_args(field_type)[0])
             if dataclasses.is_dataclass(inner):
                 values[f.name] = (sample_entity(inner, rest),)  # type: ignore[arg-type]
             else:
@@ -48,12 +48,12 @@ def non_nullable_paths(entity_type: type, prefix: tuple[str, ...] = ()) -> list[
     for f in dataclasses.fields(entity_type):
         if f.metadata.get("tag") is not None:
             continue
-        field_type, optional = _unwrap_optional(f.type)
+        field_type, optional = unwrap_optional(f.type)
         path = (*prefix, f.name)
         if typing.get_origin(field_type) is tuple:
             if not optional:
                 paths.append(path)
-            inner, _ = _unwrap_optional(typing.get_args(field_type)[0])
+            inner, _ = unwrap_optional(typing.get_args(field_type)[0])
             if dataclasses.is_dataclass(inner):
                 paths += non_nullable_paths(inner, path)  # type: ignore[arg-type]
         elif dataclasses.is_dataclass(field_type):

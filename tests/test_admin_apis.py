@@ -38,10 +38,10 @@ from kafka.structs import TopicPartition as KTopicPartition
 from kio.schema.errors import ErrorCode
 
 from formats.records import build_batch
-from kcli.broker.apis import build, kio_versions, nested_type, request_type
 from kcli.broker.server import Broker
 from kcli.client import KafkaClient
 from kcli.config import BrokerConfig
+from kcli.protocol.messages import build, kio_versions, nested_type, request_type
 
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3

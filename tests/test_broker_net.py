@@ -37,24 +37,18 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import Records, i64Timedelta
 from protocol_samples import non_nullable_paths, sample_entity
 
-from kcli.broker.apis import (
-    ApiRegistry,
-    ApiSpec,
-    api_name,
-    build_registry,
-    kio_versions,
-    request_type,
-    response_type,
-)
 from kcli.broker.apis import api_versions as api_versions_module
+from kcli.broker.apis import build_registry
 from kcli.broker.apis import metadata as metadata_module
 from kcli.broker.apis.api_versions import advertised_versions
-from kcli.broker.apis.codec import encode
 from kcli.broker.apis.context import FileRegion, FramedResponse
-from kcli.broker.apis.guard import DeclaredSizeError, check_sizes, without_unknown_tags
+from kcli.broker.apis.registry import ApiRegistry, ApiSpec
 from kcli.broker.server import Broker, _ReceiveBuffer, parse_request_header
 from kcli.client import ClientError, KafkaClient
 from kcli.config import BrokerConfig
+from kcli.protocol.codec import encode
+from kcli.protocol.guard import DeclaredSizeError, check_sizes, without_unknown_tags
+from kcli.protocol.messages import api_name, kio_versions, request_type, response_type
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -845,7 +839,7 @@ def _minimal_request(api_key: int, version: int) -> bytes:
 
 def _default_request(api_key: int, version: int) -> object:
     """A well-formed request with empty lists and zero values, from the kio schema."""
-    from kcli.broker.apis import default_entity
+    from kcli.protocol.messages import default_entity
 
     return default_entity(request_type(api_key, version), ErrorCode.none, None)
 

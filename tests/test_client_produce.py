@@ -13,9 +13,9 @@ from conftest import BrokerProcess
 from kio.schema.errors import ErrorCode
 
 from formats.records import RecordSpec, build_batch
-from kcli.broker.apis import request_type
 from kcli.client import ClientError, KafkaClient
-from kcli.produce_codec import ProducePartitionAnswer
+from kcli.protocol.messages import request_type
+from kcli.protocol.produce_codec import ProducePartitionAnswer
 
 pytestmark = pytest.mark.timeout(60)
 

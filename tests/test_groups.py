@@ -26,11 +26,11 @@ from conftest import KCLI, BrokerProcess, kcli_env, start_broker, stop_cleanly
 from kio.schema.errors import ErrorCode
 
 from formats.internal import offsets_partition_for
-from kcli.broker.apis import build, kio_versions, nested_type, request_type
 from kcli.broker.group.group import GroupState
 from kcli.broker.server import Broker
 from kcli.client import KafkaClient
 from kcli.config import BrokerConfig
+from kcli.protocol.messages import build, kio_versions, nested_type, request_type
 
 FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 10, 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_COMMIT, OFFSET_FETCH, OFFSET_DELETE = 15, 16, 42, 8, 9, 47

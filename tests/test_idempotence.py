@@ -34,8 +34,8 @@ from kio.schema.errors import ErrorCode
 
 from formats.records import RecordSpec, build_batch
 from formats.segment import walk
-from kcli.broker.apis import request_type
 from kcli.client import KafkaClient
+from kcli.protocol.messages import request_type
 
 NOW_MS = 1_700_000_000_000
 

@@ -23,8 +23,8 @@ from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeade
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
 
-from kcli.broker.apis import request_type, response_type
-from kcli.produce_codec import (
+from kcli.protocol.messages import request_type, response_type
+from kcli.protocol.produce_codec import (
     ProduceFramer,
     ProducePartitionAnswer,
     answer_from_response,

@@ -1,4 +1,4 @@
-"""The broker side of kcli.produce_codec: its ProduceResponse writer agrees with kio byte for byte."""
+"""The broker side of kcli.protocol.produce_codec: its ProduceResponse writer agrees with kio byte for byte."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kcli.broker.apis.codec import entity_write
 from kcli.broker.apis.produce import Outcome, _response
-from kcli.produce_codec import write_produce_response
+from kcli.protocol.codec import entity_write
+from kcli.protocol.produce_codec import write_produce_response
 
 VERSIONS = range(3, 14)
 

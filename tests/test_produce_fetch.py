@@ -35,12 +35,12 @@ from formats.compression import Codec
 from formats.records import RecordSpec, build_batch
 from formats.segment import walk
 from kcli.broker.apis import fetch as fetch_api
-from kcli.broker.apis import request_type, response_type
 from kcli.broker.apis.context import ConnectionInfo, FileRegion, RequestContext
 from kcli.broker.log.log import FetchSlice
 from kcli.broker.server import Broker
 from kcli.client import ClientError, KafkaClient
 from kcli.config import BrokerConfig
+from kcli.protocol.messages import request_type, response_type
 
 pytestmark = pytest.mark.timeout(60)
 

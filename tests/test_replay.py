@@ -564,7 +564,8 @@ def test_a_destination_without_idempotence_gets_one_warning_or_a_refusal(tmp_pat
     import asyncio
     import threading
 
-    from kcli.broker.apis import ApiRegistry, build_registry
+    from kcli.broker.apis import build_registry
+    from kcli.broker.apis.registry import ApiRegistry
     from kcli.broker.server import Broker
     from kcli.config import BrokerConfig
 

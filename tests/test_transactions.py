@@ -23,8 +23,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import BrokerProcess, kcli_env, start_broker
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis import build, request_type
 from kcli.client import KafkaClient
+from kcli.protocol.messages import build, request_type
 
 FAST = [
     "transaction.state.log.num.partitions=3",

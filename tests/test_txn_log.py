@@ -24,10 +24,10 @@ from kio.schema.errors import ErrorCode
 
 from formats.index import AbortedTxn, encode_aborted_txn, read_txn_index
 from formats.records import RecordSpec, build_batch
-from kcli.broker.apis import request_type
 from kcli.broker.log import AppendInfo, Log, LogConfig, RecordError
 from kcli.broker.log.log import TxnMarker
 from kcli.client import KafkaClient
+from kcli.protocol.messages import request_type
 
 pytestmark = pytest.mark.timeout(60)
 

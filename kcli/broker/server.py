@@ -38,17 +38,9 @@ from kio.serial import entity_reader
 
 from formats.checkpoints import MetaProperties, read_meta_properties, write_meta_properties
 from formats.errors import CheckpointError
-from kcli.broker.apis import (
-    ApiRegistry,
-    api_name,
-    build_registry,
-    error_response,
-    kio_versions,
-    request_type,
-)
+from kcli.broker.apis import build_registry
 from kcli.broker.apis.api_versions import API_KEY as API_VERSIONS
 from kcli.broker.apis.api_versions import unsupported_version_response
-from kcli.broker.apis.codec import entity_write
 from kcli.broker.apis.context import (
     BrokerState,
     ConnectionInfo,
@@ -57,10 +49,13 @@ from kcli.broker.apis.context import (
     RequestContext,
     new_cluster_id,
 )
-from kcli.broker.apis.guard import DeclaredSizeError, check_sizes, skip_tagged_fields, without_unknown_tags
+from kcli.broker.apis.registry import ApiRegistry
 from kcli.broker.node import Node
 from kcli.config import BrokerConfig, Listener
 from kcli.errors import KcliError
+from kcli.protocol.codec import entity_write
+from kcli.protocol.guard import DeclaredSizeError, check_sizes, skip_tagged_fields, without_unknown_tags
+from kcli.protocol.messages import api_name, error_response, kio_versions, request_type
 
 log = logging.getLogger("kcli.broker")
 

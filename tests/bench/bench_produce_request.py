@@ -30,11 +30,11 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from formats.records import RecordSpec, build_batch  # noqa: E402
-from kcli.broker.apis import build, request_type  # noqa: E402
 from kcli.broker.apis.context import ConnectionInfo  # noqa: E402
 from kcli.broker.server import Broker  # noqa: E402
 from kcli.client import KafkaClient  # noqa: E402
 from kcli.config import BrokerConfig  # noqa: E402
+from kcli.protocol.messages import build, request_type  # noqa: E402
 
 RECORD_BYTES = 1024
 PRODUCE_VERSION = 9

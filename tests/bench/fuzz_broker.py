@@ -53,8 +53,9 @@ sys.path.insert(0, str(REPO / "tests"))
 from conftest import kcli_env  # noqa: E402
 from protocol_samples import sample_entity  # noqa: E402
 
-from kcli.broker.apis import api_name, build_registry, request_type  # noqa: E402
-from kcli.broker.apis.codec import encode  # noqa: E402
+from kcli.broker.apis import build_registry  # noqa: E402
+from kcli.protocol.codec import encode  # noqa: E402
+from kcli.protocol.messages import api_name, request_type  # noqa: E402
 
 READY = re.compile(r"^kcli broker: listening on (\S+):(\d+)$", re.MULTILINE)
 BROKER_OVERRIDES = ("group.initial.rebalance.delay.ms=0", "num.partitions=3")

@@ -19,8 +19,9 @@ import re
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis import ApiRegistry, ApiSpec, build, kio_versions, nested_type, response_type
 from kcli.broker.apis.context import RequestContext
+from kcli.broker.apis.registry import ApiRegistry, ApiSpec
+from kcli.protocol.messages import build, kio_versions, nested_type, response_type
 
 API_KEY = 18
 PRODUCE = 0

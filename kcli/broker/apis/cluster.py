@@ -11,9 +11,10 @@ import datetime
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis import ApiSpec, build, kio_versions, nested_type, response_type
 from kcli.broker.apis.context import RequestContext
 from kcli.broker.apis.metadata import CLUSTER_OPERATIONS, OPERATIONS_NOT_REQUESTED
+from kcli.broker.apis.registry import ApiSpec
+from kcli.protocol.messages import build, kio_versions, nested_type, response_type
 
 API_KEY = 60
 ENDPOINT_BROKERS = 1

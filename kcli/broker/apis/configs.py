@@ -29,8 +29,8 @@ from enum import IntEnum
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis import ApiSpec, build, kio_versions, nested_type, response_type
 from kcli.broker.apis.context import RequestContext
+from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.metadata.controller import ApiError, ConfigOp, OpType, topic_name_error
 from kcli.broker.metadata.image import ClusterMetadataImage
 from kcli.config import (
@@ -42,6 +42,7 @@ from kcli.config import (
     ConfigKey,
     Listener,
 )
+from kcli.protocol.messages import build, kio_versions, nested_type, response_type
 
 DESCRIBE_CONFIGS = 32
 ALTER_CONFIGS = 33

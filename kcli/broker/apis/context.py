@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 from kcli.config import BrokerConfig
 
 if TYPE_CHECKING:
-    from kcli.broker.apis import ApiRegistry
+    from kcli.broker.apis.registry import ApiRegistry
     from kcli.broker.metadata.controller import QuorumController
     from kcli.broker.metadata.image import ClusterMetadataImage
     from kcli.broker.node import Node

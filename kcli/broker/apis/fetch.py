@@ -31,11 +31,12 @@ from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis import ApiSpec, kio_versions, response_type
 from kcli.broker.apis.context import FileRegion, FramedResponse, RequestContext
+from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.log import LogStorageError, OffsetOutOfRange
 from kcli.broker.log.log import FetchSlice
 from kcli.broker.replication.partition import PartitionError
+from kcli.protocol.messages import kio_versions, response_type
 
 API_KEY = 1
 READ_UNCOMMITTED = 0

@@ -19,13 +19,14 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis import ApiSpec, build, kio_versions, nested_type, response_type
 from kcli.broker.apis.context import RequestContext
 from kcli.broker.apis.metadata import OPERATIONS_NOT_REQUESTED
+from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.group.coordinator import GroupCoordinator
 from kcli.broker.group.group import JoinResult
 from kcli.broker.group.storage import OFFSETS_TOPIC
 from kcli.broker.txn.state_manager import TRANSACTION_STATE_TOPIC
+from kcli.protocol.messages import build, kio_versions, nested_type, response_type
 
 log = logging.getLogger("kcli.broker")
 

@@ -24,9 +24,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis import ApiSpec, kio_versions, response_type
 from kcli.broker.apis.context import RequestContext
+from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.log import LogStorageError
+from kcli.protocol.messages import kio_versions, response_type
 
 API_KEY = 2
 LATEST_TIMESTAMP = -1

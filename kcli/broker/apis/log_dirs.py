@@ -17,9 +17,10 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis import ApiSpec, build, kio_versions, nested_type, response_type
 from kcli.broker.apis.context import RequestContext
+from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.log.log import Log
+from kcli.protocol.messages import build, kio_versions, nested_type, response_type
 
 API_KEY = 35
 _NO_THROTTLE = datetime.timedelta(0)

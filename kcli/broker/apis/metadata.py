@@ -14,10 +14,11 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis import ApiSpec, build, kio_versions, nested_type, response_type
 from kcli.broker.apis.context import RequestContext
+from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.metadata.image import ClusterMetadataImage, TopicInfo
 from kcli.config import is_internal_topic, is_valid_topic_name
+from kcli.protocol.messages import build, kio_versions, nested_type, response_type
 
 API_KEY = 3
 

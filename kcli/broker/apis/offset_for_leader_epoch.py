@@ -16,8 +16,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis import ApiSpec, kio_versions, response_type
 from kcli.broker.apis.context import RequestContext
+from kcli.broker.apis.registry import ApiSpec
+from kcli.protocol.messages import kio_versions, response_type
 
 API_KEY = 23
 

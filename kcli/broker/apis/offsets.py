@@ -16,11 +16,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis import ApiSpec, build, kio_versions, nested_type, response_type
 from kcli.broker.apis.context import RequestContext
 from kcli.broker.apis.groups import coordinator_of, millis
+from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.group.group import NO_GENERATION, UNKNOWN_MEMBER_ID, OffsetAndMetadata
 from kcli.broker.log.log import wall_clock_ms
+from kcli.protocol.messages import build, kio_versions, nested_type, response_type
 
 OFFSET_COMMIT = 8
 OFFSET_FETCH = 9

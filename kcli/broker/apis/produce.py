@@ -38,14 +38,15 @@ from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis import ApiSpec, kio_versions, response_type
 from kcli.broker.apis.context import FramedResponse, RequestContext
+from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.log import LogStorageError, RecordError
 from kcli.broker.log.log import wall_clock_ms
 from kcli.broker.replication.manager import ReplicaManager
 from kcli.broker.replication.partition import PartitionError
 from kcli.config import INTERNAL_TOPICS
-from kcli.produce_codec import write_produce_response
+from kcli.protocol.messages import kio_versions, response_type
+from kcli.protocol.produce_codec import write_produce_response
 
 log = logging.getLogger("kcli.broker")
 

@@ -20,9 +20,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis import ApiSpec, build, response_type
 from kcli.broker.apis.context import RequestContext
+from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
+from kcli.protocol.messages import build, response_type
 
 log = logging.getLogger("kcli.broker")
 

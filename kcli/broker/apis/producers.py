@@ -22,11 +22,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis import ApiSpec, kio_versions, nested_type, response_type
 from kcli.broker.apis.context import RequestContext
+from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.log import Log, LogStorageError, RecordError
 from kcli.broker.log.log import TxnMarker
 from kcli.broker.replication.partition import PartitionError
+from kcli.protocol.messages import kio_versions, nested_type, response_type
 
 log = logging.getLogger("kcli.broker")
 

@@ -18,11 +18,12 @@ import logging
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis import ApiSpec, build, kio_versions, nested_type, response_type
 from kcli.broker.apis.context import RequestContext
+from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.log.errors import LogStorageError, OffsetOutOfRange
 from kcli.broker.log.log import PolicyViolation
 from kcli.config import is_internal_topic
+from kcli.protocol.messages import build, kio_versions, nested_type, response_type
 
 API_KEY = 21
 INVALID_LOW_WATERMARK = -1

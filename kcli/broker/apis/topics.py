@@ -20,8 +20,8 @@ from collections.abc import Sequence
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis import ApiSpec, build, kio_versions, nested_type, response_type
 from kcli.broker.apis.context import RequestContext
+from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.metadata.controller import (
     ApiError,
     CreateTopicResult,
@@ -29,6 +29,7 @@ from kcli.broker.metadata.controller import (
     NewTopic,
 )
 from kcli.config import CLUSTER_METADATA_TOPIC
+from kcli.protocol.messages import build, kio_versions, nested_type, response_type
 
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20

@@ -19,11 +19,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis import ApiSpec, build, nested_type, response_type
 from kcli.broker.apis.context import RequestContext
+from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.group.group import OffsetAndMetadata
 from kcli.broker.log.log import wall_clock_ms
 from kcli.broker.txn.coordinator import TransactionCoordinator
+from kcli.protocol.messages import build, nested_type, response_type
 
 ADD_PARTITIONS_TO_TXN = 24
 ADD_OFFSETS_TO_TXN = 25

@@ -76,7 +76,7 @@ def entity_checker(entity_type: type) -> Checker:
         tag = f.metadata.get("tag")
         if tag is None and not (is_request_header and f.name == "client_id"):
             size = _FIXED_SIZES.get(f.metadata.get("kafka_type", ""))
-            if size is not None and typing.get_origin(_unwrap_optional(f.type)[0]) is not tuple:
+            if size is not None and typing.get_origin(unwrap_optional(f.type)[0]) is not tuple:
                 run.append((_field_checker(f, flexible, in_tag=False), size))
                 continue
         if run:
@@ -125,10 +125,10 @@ _INT8 = struct.Struct(">b")
 
 
 def _field_checker(f: dataclasses.Field, flexible: bool, in_tag: bool) -> Checker:
-    field_type, optional = _unwrap_optional(f.type)
+    field_type, optional = unwrap_optional(f.type)
     if typing.get_origin(field_type) is tuple:
         (inner,) = typing.get_args(field_type)[:1]
-        inner, _ = _unwrap_optional(inner)
+        inner, _ = unwrap_optional(inner)
         if dataclasses.is_dataclass(inner):
             element = _deferred_entity(inner)  # type: ignore[arg-type]
             return _array_checker(element, flexible, 1, fixed=False, null_ok=optional, name=f.name)
@@ -162,7 +162,8 @@ def _fixed_run(run: list[tuple[Checker, int]]) -> Checker:
     return check
 
 
-def _unwrap_optional(field_type: object) -> tuple[object, bool]:
+def unwrap_optional(field_type: object) -> tuple[object, bool]:
+    """(the type inside `X | None`, whether it was optional): kio marks a nullable field that way."""
     if isinstance(field_type, types.UnionType) or typing.get_origin(field_type) is typing.Union:
         args = [a for a in typing.get_args(field_type) if a is not type(None)]
         return args[0], len(args) < len(typing.get_args(field_type))
