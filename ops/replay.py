@@ -60,6 +60,7 @@ from formats.segment import LOG_SUFFIX, StopReason, base_offset_of, parse_partit
 from kcli.client import ClientError, KafkaClient
 from kcli.cluster import Cluster
 from kcli.errors import KcliError
+from kcli.files import write_atomically
 from kcli.logdir import SegmentReader
 from kcli.protocol.messages import build
 from kcli.protocol.produce_codec import ProduceFramer, ProducePartitionAnswer
@@ -834,9 +835,7 @@ class _Replay:
             "completedBatches": {str(p): n for p, n in sorted(self.completed_batches.items())},
             "offsetMapBytes": map_bytes,
         }
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(orjson.dumps(state, option=orjson.OPT_INDENT_2) + b"\n")
-        os.replace(tmp, path)
+        write_atomically(path, orjson.dumps(state, option=orjson.OPT_INDENT_2) + b"\n")
 
     def _open_offset_map(self, checkpoint: dict[str, Any] | None) -> None:
         path = self.options.offset_map

@@ -53,6 +53,7 @@ from kcli.broker.apis.registry import ApiRegistry
 from kcli.broker.node import Node
 from kcli.config import BrokerConfig, Listener
 from kcli.errors import KcliError
+from kcli.files import write_atomically
 from kcli.protocol.codec import entity_write
 from kcli.protocol.guard import DeclaredSizeError, check_sizes, skip_tagged_fields, without_unknown_tags
 from kcli.protocol.messages import api_name, error_response, kio_versions, request_type
@@ -351,19 +352,9 @@ def ensure_meta_properties(log_dirs: list[str], node_id: int, cluster_id: str | 
 
 
 def _write_atomically(path: Path, text: str) -> None:
-    """Kafka's way: write <name>.tmp, fsync, rename over the target, fsync the directory."""
-    tmp = path.with_name(path.name + ".tmp")
+    """`meta.properties` the Kafka way; a failure is one sentence for the operator."""
     try:
-        with open(tmp, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_atomically(path, text)
     except OSError as exc:
         raise KcliError(f"cannot write {path}: {(exc.strerror or str(exc)).lower()}.") from None
 

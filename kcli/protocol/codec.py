@@ -85,10 +85,10 @@ def entity_write(entity_type: type) -> Write:
         if not present:
             out.append(0)
             return
-        _uvarint(out, len(present))
+        write_uvarint(out, len(present))
         for tag, encoded in present:
-            _uvarint(out, tag)
-            _uvarint(out, len(encoded))
+            write_uvarint(out, tag)
+            write_uvarint(out, len(encoded))
             out += encoded
 
     return write_flexible
@@ -227,7 +227,7 @@ def _compact_bytes(out: bytearray, value: str | bytes | None) -> None:
     if size < 0x80:
         out.append(size)
     else:
-        _uvarint(out, size)
+        write_uvarint(out, size)
     out += data
 
 
@@ -277,7 +277,7 @@ def _compact_array(item: Write) -> Write:
         if count < 0x80:
             out.append(count)
         else:
-            _uvarint(out, count)
+            write_uvarint(out, count)
         for value in items:
             item(out, value)
 
@@ -296,7 +296,8 @@ def _legacy_array(item: Write) -> Write:
     return write
 
 
-def _uvarint(out: bytearray, value: int) -> None:
+def write_uvarint(out: bytearray, value: int) -> None:
+    """Kafka's unsigned varint (lengths and counts of flexible versions), appended to `out`."""
     if value < 0x80:  # the common case: one byte
         out.append(value)
         return

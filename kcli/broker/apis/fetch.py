@@ -36,6 +36,7 @@ from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.log import LogStorageError, OffsetOutOfRange
 from kcli.broker.log.log import FetchSlice
 from kcli.broker.replication.partition import PartitionError
+from kcli.protocol.codec import write_uvarint
 from kcli.protocol.messages import kio_versions, response_type
 
 API_KEY = 1
@@ -130,7 +131,7 @@ def encode_response(
             records = p.records
             if records is not None and records.size > 0:
                 if flexible:
-                    _uvarint(out, records.size + 1)
+                    write_uvarint(out, records.size + 1)
                 else:
                     out += _INT32.pack(records.size)
                 parts.append(bytes(out))
@@ -155,7 +156,7 @@ def encode_response(
                 _string(body, rack, True)
                 body.append(0)
             out += b"\x01\x00"  # one tagged field, tag 0
-            _uvarint(out, len(body))
+            write_uvarint(out, len(body))
             out += body
         else:
             out.append(0)
@@ -403,16 +404,16 @@ def _partition_tags(out: bytearray, p: PartitionResult) -> None:
     if p.current_leader is not None and p.current_leader != (-1, -1):
         leader_id, leader_epoch = p.current_leader
         tags.append((1, _INT32.pack(leader_id) + _INT32.pack(leader_epoch) + b"\x00"))
-    _uvarint(out, len(tags))
+    write_uvarint(out, len(tags))
     for tag, body in tags:
-        _uvarint(out, tag)
-        _uvarint(out, len(body))
+        write_uvarint(out, tag)
+        write_uvarint(out, len(body))
         out += body
 
 
 def _array_length(out: bytearray, n: int, flexible: bool) -> None:
     if flexible:
-        _uvarint(out, n + 1)
+        write_uvarint(out, n + 1)
     else:
         out += _INT32.pack(n)
 
@@ -423,17 +424,10 @@ def _string(out: bytearray, value: str | None, flexible: bool) -> None:
         return
     data = value.encode()
     if flexible:
-        _uvarint(out, len(data) + 1)
+        write_uvarint(out, len(data) + 1)
     else:
         out += _INT16.pack(len(data))
     out += data
-
-
-def _uvarint(out: bytearray, value: int) -> None:
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
 
 
 _INT16 = struct.Struct(">h")

@@ -25,9 +25,9 @@ from typing import NamedTuple
 from formats.checkpoints import read_offset_checkpoint, write_offset_checkpoint
 from formats.errors import CheckpointError
 from kcli.broker.log.config import LONG_MAX, LogConfig
-from kcli.broker.log.files import write_atomically
 from kcli.broker.log.log import Log
 from kcli.broker.log.segment import Segment
+from kcli.files import write_atomically
 
 logger = logging.getLogger("kcli.broker.log.cleaner")
 

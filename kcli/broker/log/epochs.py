@@ -11,7 +11,7 @@ from bisect import bisect_left, bisect_right
 from pathlib import Path
 
 from formats.checkpoints import EpochEntry, read_leader_epoch_checkpoint, write_leader_epoch_checkpoint
-from kcli.broker.log.files import create_if_missing, write_atomically
+from kcli.files import create_if_missing, write_atomically
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH = -1

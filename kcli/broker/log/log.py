@@ -33,7 +33,6 @@ from formats.segment import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, StopRea
 from kcli.broker.log.config import LogConfig
 from kcli.broker.log.epochs import LeaderEpochCache
 from kcli.broker.log.errors import LogStorageError, OffsetOutOfRange, RecordError
-from kcli.broker.log.files import fsync_dir, write_atomically
 from kcli.broker.log.loader import LogLoader, rebuild_producer_state
 from kcli.broker.log.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
@@ -43,6 +42,7 @@ from kcli.broker.log.producer_state import (
 )
 from kcli.broker.log.segment import BatchHeader, Segment
 from kcli.broker.log.validator import AppendOrigin, BatchValidator
+from kcli.files import fsync_dir, write_atomically
 
 log = logging.getLogger("kcli.broker.log")
 

@@ -23,9 +23,9 @@ from formats.errors import CheckpointError
 from formats.segment import parse_partition_dir
 from kcli.broker.log.cleaner import CleanerConfig, LogCleaner
 from kcli.broker.log.config import LogConfig
-from kcli.broker.log.files import create_if_missing, fsync_dir, write_atomically
 from kcli.broker.log.log import Log, wall_clock_ms
 from kcli.config import CLUSTER_METADATA_TOPIC, BrokerConfig
+from kcli.files import create_if_missing, fsync_dir, write_atomically
 
 log = logging.getLogger("kcli.broker.log")
 

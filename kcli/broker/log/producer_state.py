@@ -33,8 +33,8 @@ from formats.records import ControlType, control_type, end_txn_marker, read_batc
 from formats.segment import SNAPSHOT_SUFFIX, base_offset_of, filename
 from formats.snapshot import ProducerSnapshotEntry, decrement_sequence, read_snapshot, write_snapshot
 from kcli.broker.log.errors import RecordError
-from kcli.broker.log.files import fsync_dir
 from kcli.broker.log.validator import AppendOrigin, BatchProducerInfo
+from kcli.files import fsync_dir
 
 log = logging.getLogger("kcli.broker.log")
 

@@ -30,6 +30,7 @@ from formats.records import RecordBatch, RecordSpec, build_batch
 from kcli.broker.log import AppendOrigin, Log, LogConfig, LogStorageError, RecordError
 from kcli.config import CLUSTER_METADATA_TOPIC, BrokerConfig
 from kcli.errors import KcliError
+from kcli.files import write_atomically
 from kcli.logdir import SegmentReader
 
 log = logging.getLogger("kcli.broker.metadata")
@@ -105,7 +106,7 @@ class MetadataLog:
                 partition_log = Log.create(path, config, CLUSTER_METADATA_TOPIC_ID)
             if not (path / PARTITION_METADATA).exists():
                 text = write_partition_metadata(PartitionMetadata(0, CLUSTER_METADATA_TOPIC_ID))
-                _write_atomically(path / PARTITION_METADATA, text.encode())
+                write_atomically(path / PARTITION_METADATA, text.encode())
         except (OSError, LogStorageError, FormatError) as exc:
             raise MetadataLogError(f"cannot open the metadata log in {path}: {_reason(exc)}.") from None
         for line in report:
@@ -172,7 +173,7 @@ class MetadataLog:
             "votedDirectoryId": uuid_to_base64(uuid.UUID(int=0)),
             "data_version": 1,
         }
-        _write_atomically(self.directory / QUORUM_STATE, json.dumps(state, separators=(",", ":")).encode())
+        write_atomically(self.directory / QUORUM_STATE, json.dumps(state, separators=(",", ":")).encode())
 
     def close(self) -> None:
         """fsync and close every segment (trimmed indexes, final time-index entries)."""
@@ -200,18 +201,3 @@ def _reason(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror.lower()
     return str(exc).rstrip(".")
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    """Write a sibling temp file, fsync it, rename it over `path` (Kafka's checkpoint discipline)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

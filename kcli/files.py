@@ -1,4 +1,5 @@
-"""Small file operations every part of the log layer needs to do the way Kafka does them."""
+"""Small file operations done the way Kafka does them: the broker's logs, checkpoints and metadata,
+`meta.properties`, and replay's checkpoint all write through here."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import os
 from pathlib import Path
 
 
-def write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, content: str | bytes) -> None:
     """Write `<name>.tmp`, fsync it, rename it over `path`, fsync the directory (Kafka's checkpoint rule).
 
     A crash leaves either the old file or the new one, never a mix.
@@ -14,7 +15,7 @@ def write_atomically(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
-        data = text.encode("utf-8")
+        data = content.encode("utf-8") if isinstance(content, str) else content
         view = memoryview(data)
         while view:
             written = os.write(fd, view)
