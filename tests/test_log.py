@@ -812,3 +812,32 @@ def test_log_append_time_batch_on_a_create_time_topic_is_stored_as_create_time(t
     assert stored.crc_valid and stored.timestamp_type is TimestampType.CREATE_TIME
     assert stored.max_timestamp == T0 + 50
     log.close()
+
+
+def test_epoch_truncations_are_written_off_the_callers_thread(tmp_path: Path) -> None:
+    """Kafka's truncateFromStartAsyncFlush: a truncation's checkpoint write goes to the flush scheduler; a
+    new epoch is written at once, so the file never misses an entry, and a later write writes the
+    entries as they are when it runs."""
+    from formats.checkpoints import read_leader_epoch_checkpoint
+    from kcli.broker.log.epochs import LeaderEpochCache
+
+    (tmp_path / "t-0").mkdir()
+    cache, _ = LeaderEpochCache.load(tmp_path / "t-0")
+    scheduled: list = []
+    cache.flush_scheduler = scheduled.append
+
+    def on_disk() -> list[tuple[int, int]]:
+        return [(e.epoch, e.start_offset) for e in read_leader_epoch_checkpoint(cache.path.read_text())]
+
+    cache.assign(0, 0)
+    cache.assign(3, 10)
+    assert on_disk() == [(0, 0), (3, 10)] and scheduled == []  # written at once
+    cache.truncate_from_start(12)
+    assert on_disk() == [(0, 0), (3, 10)] and len(scheduled) == 1  # not yet
+    cache.assign(5, 20)  # written at once, with the truncation
+    assert on_disk() == [(3, 12), (5, 20)]
+    cache.truncate_from_end(20)
+    scheduled.pop(0)()  # the first truncation's write, late: the entries as they are now
+    assert on_disk() == [(3, 12)]
+    scheduled.pop(0)()
+    assert on_disk() == [(3, 12)] and not scheduled

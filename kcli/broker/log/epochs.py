@@ -2,12 +2,18 @@
 LeaderEpochFileCache, reference §4.2).
 
 OffsetForLeaderEpoch answers from it, and ListOffsets takes the epoch of the earliest and latest offsets
-from it. Every change is written to the file at once (tmp, fsync, rename): epochs change rarely.
+from it. As Kafka's, a new epoch is written to the file at once (tmp, fsync, rename), so the file never
+misses an entry; truncations (a log start moved by retention or DeleteRecords, a log end cut back) are
+written by `flush_scheduler` when one is set (the log manager's flusher thread), off the event loop:
+a stale file then holds extra entries, which the next load truncates away again. Each write, at once
+or later, writes the entries as they are when it runs, under the lock that also guards changes.
 """
 
 from __future__ import annotations
 
+import threading
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 from pathlib import Path
 
 from formats.checkpoints import EpochEntry, read_leader_epoch_checkpoint, write_leader_epoch_checkpoint
@@ -23,8 +29,11 @@ class LeaderEpochCache:
 
     def __init__(self, path: Path, entries: list[EpochEntry] | None = None) -> None:
         self.path = path
+        self.flush_scheduler: Callable[[Callable[[], None]], object] | None = None
+        """Runs a truncation's write later, off the caller's thread (Kafka's truncate...AsyncFlush)."""
         self._epochs: list[int] = []
         self._starts: list[int] = []
+        self._lock = threading.Lock()
         for entry in entries or ():
             self._put(entry.epoch, entry.start_offset)
 
@@ -70,10 +79,12 @@ class LeaderEpochCache:
             raise ValueError(f"Received invalid partition leader epoch entry {epoch} {start_offset}")
         if self._epochs and epoch == self._epochs[-1] and start_offset >= self._starts[-1]:
             return False
-        while self._epochs and (self._epochs[-1] >= epoch or self._starts[-1] >= start_offset):
-            self._epochs.pop()
-            self._starts.pop()
-        self._put(epoch, start_offset)
+        with self._lock:
+            while self._epochs and (self._epochs[-1] >= epoch or self._starts[-1] >= start_offset):
+                self._epochs.pop()
+                self._starts.pop()
+            self._epochs.append(epoch)
+            self._starts.append(start_offset)
         self._write()
         return True
 
@@ -100,8 +111,9 @@ class LeaderEpochCache:
         if end_offset < 0 or not self._starts or self._starts[-1] < end_offset:
             return False
         k = bisect_left(self._starts, end_offset)
-        del self._epochs[k:], self._starts[k:]
-        self._write()
+        with self._lock:
+            del self._epochs[k:], self._starts[k:]
+        self._write_later()
         return True
 
     def truncate_from_start(self, start_offset: int) -> bool:
@@ -110,21 +122,31 @@ class LeaderEpochCache:
         if k == 0:
             return False
         epoch = self._epochs[k - 1]
-        del self._epochs[:k], self._starts[:k]
-        self._epochs.insert(0, epoch)
-        self._starts.insert(0, start_offset)
-        self._write()
+        with self._lock:
+            del self._epochs[:k], self._starts[:k]
+            self._epochs.insert(0, epoch)
+            self._starts.insert(0, start_offset)
+        self._write_later()
         return True
 
     def clear(self) -> None:
-        self._epochs.clear()
-        self._starts.clear()
+        with self._lock:
+            self._epochs.clear()
+            self._starts.clear()
         self._write()
 
     def _put(self, epoch: int, start_offset: int) -> None:
         self._epochs.append(epoch)
         self._starts.append(start_offset)
 
+    def _write_later(self) -> None:
+        if self.flush_scheduler is None:
+            self._write()
+        else:
+            self.flush_scheduler(self._write)
+
     def _write(self) -> None:
-        if self.path.parent.exists():
-            write_atomically(self.path, write_leader_epoch_checkpoint(self.entries()))
+        """The entries as they are now; a partition dir deleted meanwhile is not an error (writeIfDirExists)."""
+        with self._lock:
+            if self.path.parent.exists():
+                write_atomically(self.path, write_leader_epoch_checkpoint(self.entries()))

@@ -121,6 +121,7 @@ class Log:
         self.config = config
         self.topic_id = topic_id
         self.epoch_cache = epoch_cache
+        epoch_cache.flush_scheduler = flush_scheduler  # truncations are written off the event loop
         if producer_state is None:
             producer_state = ProducerStateManager(dir, f"{self.topic}-{self.partition}")
             producer_state.update_map_end_offset(log_end_offset)
