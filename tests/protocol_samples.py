@@ -13,7 +13,7 @@ import datetime
 import typing
 import uuid
 
-from kcli.protocol.guard import unwrap_optional
+from kcli.protocol.messages import unwrap_optional
 
 
 def sample_entity(entity_type: type, null_at: tuple[str, ...] = ()) -> typing.Any:

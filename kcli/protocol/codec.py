@@ -12,13 +12,14 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import struct
-import types
 import typing
 from collections.abc import Callable
 from functools import cache
 from operator import attrgetter
 
 from kio.serial._implicit_defaults import get_tagged_field_default
+
+from kcli.protocol.messages import unwrap_optional
 
 Write = Callable[[bytearray, typing.Any], None]
 
@@ -41,7 +42,7 @@ def entity_write(entity_type: type) -> Write:
     for f in dataclasses.fields(entity_type):
         tag = f.metadata.get("tag")
         code = _STRUCT_CODES.get(f.metadata.get("kafka_type", ""))
-        is_array = typing.get_origin(_unwrap_optional(f.type)[0]) is tuple  # also a nullable array
+        is_array = typing.get_origin(unwrap_optional(f.type)[0]) is tuple  # also a nullable array
         if tag is None and code is not None and not is_array:
             run.append((f.name, code))
             continue
@@ -98,9 +99,9 @@ def entity_write(entity_type: type) -> Write:
 
 
 def _field_write(f: dataclasses.Field, flexible: bool, in_tag: bool) -> Write:
-    field_type, optional = _unwrap_optional(f.type)
+    field_type, optional = unwrap_optional(f.type)
     if typing.get_origin(field_type) is tuple:
-        inner, _ = _unwrap_optional(typing.get_args(field_type)[0])
+        inner, _ = unwrap_optional(typing.get_args(field_type)[0])
         if dataclasses.is_dataclass(inner):
             item = _deferred_entity(inner)  # type: ignore[arg-type]
         else:
@@ -123,13 +124,6 @@ def _packed_run(run: list[tuple[str, str]]) -> tuple[Callable[[object], typing.A
         out += pack(*values)
 
     return attrgetter(*names), write
-
-
-def _unwrap_optional(field_type: object) -> tuple[object, bool]:
-    if isinstance(field_type, types.UnionType) or typing.get_origin(field_type) is typing.Union:
-        args = [a for a in typing.get_args(field_type) if a is not type(None)]
-        return args[0], len(args) < len(typing.get_args(field_type))
-    return field_type, False
 
 
 def _deferred_entity(entity_type: type) -> Write:

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-import types
 import typing
 from collections.abc import Callable
 from functools import cache
+
+from kcli.protocol.messages import unwrap_optional
 
 Edits = list[tuple[int, int, bytes]]
 """(start, end, replacement) byte spans, applied by `without_unknown_tags`."""
@@ -160,14 +161,6 @@ def _fixed_run(run: list[tuple[Checker, int]]) -> Checker:
         return pos
 
     return check
-
-
-def unwrap_optional(field_type: object) -> tuple[object, bool]:
-    """(the type inside `X | None`, whether it was optional): kio marks a nullable field that way."""
-    if isinstance(field_type, types.UnionType) or typing.get_origin(field_type) is typing.Union:
-        args = [a for a in typing.get_args(field_type) if a is not type(None)]
-        return args[0], len(args) < len(typing.get_args(field_type))
-    return field_type, False
 
 
 def _deferred_entity(entity_type: type) -> Checker:

@@ -107,13 +107,16 @@ def default_entity(entity_type: type, error: ErrorCode, message: str | None) -> 
     return entity_type(**values)
 
 
-def _default_value(f: dataclasses.Field, error: ErrorCode, message: str | None) -> object:
-    field_type = f.type
-    optional = False
+def unwrap_optional(field_type: object) -> tuple[object, bool]:
+    """(the type inside `X | None`, whether it was optional): kio marks a nullable field that way."""
     if isinstance(field_type, types.UnionType) or typing.get_origin(field_type) is typing.Union:
         args = [a for a in typing.get_args(field_type) if a is not type(None)]
-        optional = len(args) < len(typing.get_args(field_type))
-        field_type = args[0]
+        return args[0], len(args) < len(typing.get_args(field_type))
+    return field_type, False
+
+
+def _default_value(f: dataclasses.Field, error: ErrorCode, message: str | None) -> object:
+    field_type, optional = unwrap_optional(f.type)
     if typing.get_origin(field_type) is tuple:
         return ()
     if dataclasses.is_dataclass(field_type):
