@@ -45,6 +45,8 @@ class LogManager:
         self.log_dirs = [Path(d) for d in config.log_dirs]
         self.default_config = LogConfig.from_broker(config)
         self._logs: dict[tuple[str, int], Log] = {}
+        self._logs_per_dir: dict[Path, int] = {}
+        """How many live logs each log dir holds: a new partition goes to the dir with fewest (O(1) a log)."""
         self._logs_to_delete: list[tuple[int, Log]] = []
         self._had_clean_shutdown: dict[Path, bool] = {}
         self._flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kcli-log-flush")
@@ -118,6 +120,7 @@ class LogManager:
                     report=lines.append,
                     producer_id_expiration_ms=self.producer_id_expiration_ms,
                 )
+                self._logs_per_dir[log_dir] = self._logs_per_dir.get(log_dir, 0) + 1
         lines.extend(self.cleaner.startup())
         self._started = True
         for line in lines:
@@ -154,10 +157,7 @@ class LogManager:
                 )
             existing.update_config(config)
             return existing
-        counts = {d: 0 for d in self.log_dirs}
-        for each in self._logs.values():
-            counts[each.dir.parent] = counts.get(each.dir.parent, 0) + 1
-        log_dir = min(self.log_dirs, key=lambda d: counts[d])
+        log_dir = min(self.log_dirs, key=lambda d: self._logs_per_dir.get(d, 0))
         created = Log.create(
             log_dir / f"{topic}-{partition}",
             config,
@@ -167,6 +167,7 @@ class LogManager:
             producer_id_expiration_ms=self.producer_id_expiration_ms,
         )
         self._logs[(topic, partition)] = created
+        self._logs_per_dir[log_dir] = self._logs_per_dir.get(log_dir, 0) + 1
         return created
 
     def delete_log(self, topic: str, partition: int) -> None:
@@ -174,6 +175,7 @@ class LogManager:
         removed = self._logs.pop((topic, partition), None)
         if removed is None:
             return
+        self._logs_per_dir[removed.dir.parent] -= 1
         self.cleaner.remove_log(removed)
         suffix = f"-{partition}.{uuid.uuid4().hex}-delete"
         target = removed.dir.with_name(topic[: 255 - len(suffix)] + suffix)
