@@ -31,8 +31,6 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -54,26 +52,23 @@ from formats.records import (
     RecordBatch,
     build_batch,
     control_type,
-    set_producer_state,
 )
-from formats.segment import LOG_SUFFIX, StopReason, base_offset_of, parse_partition_dir
+from formats.segment import StopReason, base_offset_of
 from kcli.client import ClientError, KafkaClient
 from kcli.cluster import Cluster
-from kcli.errors import KcliError
 from kcli.files import write_atomically
 from kcli.logdir import SegmentReader
 from kcli.protocol.messages import build
 from kcli.protocol.produce_codec import ProduceFramer, ProducePartitionAnswer
+from ops.replay.batch import OutBatch, SourceDone
+from ops.replay.options import DEFAULT_BATCH_BYTES, MAX_IN_FLIGHT, Mode, ReplayError, ReplayOptions
+from ops.replay.partitioner import Mapping, java_murmur2, partition_for_key
+from ops.replay.report import PlannedBatch, Progress, ReplayStats
+from ops.replay.sources import SourcePartition, file_size, find_sources
 
 INIT_PRODUCER_ID = 22
 PRODUCE_VERSION_MAX = 12  # v13 names topics by id only; v12 is served by every Kafka since 3.7
 LATEST = -1
-MAX_IN_FLIGHT = 5
-"""Batches in flight per partition: an idempotent producer may not have more (the broker remembers the
-last five batches of each producer for de-duplication)."""
-DEFAULT_BATCH_BYTES = 512 * 1024
-"""Record mode closes a batch at this many record bytes: under the default max.message.bytes (1 MiB)
-even uncompressed."""
 MAX_BYTES_IN_FLIGHT = 64 << 20
 RETRIES = 10
 RETRY_BACKOFF_S = 0.1
@@ -86,152 +81,6 @@ _CODECS = tuple(Codec)  # by id: a batch's codec bits index it
 _LAST_CODEC = len(_CODECS) - 1
 
 
-class ReplayError(KcliError):
-    """A replay that cannot start or go on: bad source, bad options, or a destination that refuses."""
-
-
-class Mapping(StrEnum):
-    """Where a record goes: the same partition number, the Java client's key hash, or evenly."""
-
-    SAME = "same"
-    KEY = "key"
-    ROUND_ROBIN = "round-robin"
-
-
-class Mode(StrEnum):
-    AUTO = "auto"
-    RAW = "raw"
-    RECORD = "record"
-
-
-@dataclass(frozen=True)
-class ReplayOptions:
-    source: Path
-    topic: str
-    bootstrap_servers: str
-    source_topic: str | None = None
-    partitions: tuple[int, ...] = ()
-    """Source partitions to replay; empty means all."""
-    from_offset: int | None = None
-    """First source offset replayed (inclusive)."""
-    to_offset: int | None = None
-    """Source offset to stop before (exclusive, like a log end offset)."""
-    from_time: int | None = None
-    """Records with a timestamp (ms) at or after this; inclusive."""
-    to_time: int | None = None
-    """Records with a timestamp (ms) before this; exclusive."""
-    key_regex: str | None = None
-    """Records whose key contains a match (re.search on the key bytes); null keys never match."""
-    committed_only: bool = False
-    mapping: Mapping = Mapping.SAME
-    mode: Mode = Mode.AUTO
-    compression: Codec | None = None
-    """Codec of rebuilt batches; None keeps the codec of the source batch (raw batches always keep theirs)."""
-    idempotence: bool | None = None
-    """None: idempotent when the destination supports it, with a warning when it does not."""
-    rate: float | None = None
-    """Upper bound in bytes per second of record batches sent."""
-    dry_run: bool = False
-    checkpoint: Path | None = None
-    offset_map: Path | None = None
-    skip_corrupt: bool = False
-    batch_bytes: int = DEFAULT_BATCH_BYTES
-    acks: int = -1
-    max_in_flight: int = MAX_IN_FLIGHT
-    request_timeout: float = 30.0
-    create_topic: bool = True
-    """Create a destination topic that does not exist (as MirrorMaker 2 does), or refuse."""
-    replication_factor: int = -1
-    """Of a created destination; -1 is the broker's default.replication.factor."""
-    topic_configs: tuple[tuple[str, str], ...] = ()
-    """Config overrides of a created destination."""
-
-    @property
-    def record_filters(self) -> bool:
-        """Filters that look at each record, so a batch cannot be sent as it is."""
-        return self.key_regex is not None or self.from_time is not None or self.to_time is not None
-
-
-@dataclass
-class ReplayStats:
-    """What a replay did; records and bytes count what the destination acknowledged."""
-
-    records: int = 0
-    bytes: int = 0
-    batches: int = 0
-    raw_batches: int = 0
-    rebuilt_batches: int = 0
-    filtered_records: int = 0
-    control_batches: int = 0
-    aborted_records: int = 0
-    corrupt_batches: int = 0
-    corrupt_bytes: int = 0
-    resumed_records: int = 0
-    """Records skipped because an earlier run had them acknowledged (checkpoint or destination log end)."""
-    source_bytes: int = 0
-    idempotent: bool = False
-    producer_id: int = -1
-    elapsed: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return {_camel(k): v for k, v in asdict(self).items()}
-
-
-@dataclass(frozen=True)
-class SourcePartition:
-    """One source partition: its segment files in offset order."""
-
-    topic: str
-    partition: int
-    segments: tuple[Path, ...]
-
-    @property
-    def name(self) -> str:
-        return f"{self.topic}-{self.partition}"
-
-    @property
-    def size(self) -> int:
-        return sum(_file_size(s) for s in self.segments)
-
-
-@dataclass(frozen=True)
-class PlannedBatch:
-    """One batch as it is (or, with --dry-run, would be) sent."""
-
-    source: str
-    first_offset: int
-    last_offset: int
-    partition: int
-    records: int
-    bytes: int
-    raw: bool
-    codec: Codec
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "type": "batch",
-            "source": self.source,
-            "firstOffset": self.first_offset,
-            "lastOffset": self.last_offset,
-            "partition": self.partition,
-            "records": self.records,
-            "bytes": self.bytes,
-            "mode": "raw" if self.raw else "record",
-            "codec": self.codec.label,
-        }
-
-    def __str__(self) -> str:
-        mode = "raw   " if self.raw else "record"
-        return (
-            f"{mode} {self.source} offsets {self.first_offset}..{self.last_offset} -> partition "
-            f"{self.partition}: {self.records} records, {self.bytes} bytes, {self.codec.label}"
-        )
-
-
-Progress = Callable[[int, int, int], None]
-"""(source bytes read, source bytes in total, records acknowledged)."""
-
-
 def replay(
     options: ReplayOptions,
     *,
@@ -242,58 +91,6 @@ def replay(
     """Run a replay to its end; raises ReplayError (or ClientError) with one sentence when it cannot."""
     keep_freed_heap()
     return asyncio.run(_Replay(options, warn, on_progress, on_planned).run())
-
-
-def find_sources(
-    path: Path, source_topic: str | None = None, partitions: tuple[int, ...] = ()
-) -> list[SourcePartition]:
-    """The source partitions under a segment file, partition dir, log dir or archive of log dirs.
-
-    A log dir or archive holding several topics needs `source_topic`; internal topics (`__...`) are
-    never picked without it. When an archive holds the same partition more than once (replicas), the
-    copy reaching the highest offset is used.
-    """
-    if not path.exists():
-        raise ReplayError(f"{path}: no such file or directory.")
-    if path.is_file():
-        found = [_lone_segment(path, source_topic)]
-    elif _segment_names(path) and parse_partition_dir(path.resolve().name):
-        found = [_partition_dir(path)]
-    else:
-        found = _partition_dirs_under(path)
-        if not found:
-            raise ReplayError(f"{path} holds no segment files, partition dirs or log dirs.")
-        topics = sorted({s.topic for s in found})
-        if source_topic is None:
-            candidates = [t for t in topics if not t.startswith("__")]
-            if len(candidates) != 1:
-                listed = ", ".join(candidates or topics)
-                raise ReplayError(f"{path} holds topics {listed}: pick one with --source-topic.")
-            source_topic = candidates[0]
-        if source_topic not in topics:
-            raise ReplayError(
-                f"{path} holds no partition of topic {source_topic!r} (it has {', '.join(topics)})."
-            )
-        found = [s for s in found if s.topic == source_topic]
-    if partitions:
-        missing = sorted(set(partitions) - {s.partition for s in found})
-        if missing:
-            raise ReplayError(
-                f"{path} holds no partition {', '.join(map(str, missing))} of the source topic."
-            )
-        found = [s for s in found if s.partition in partitions]
-    return sorted(found, key=lambda s: (s.topic, s.partition))
-
-
-def java_murmur2(data: bytes) -> int:
-    """Kafka's Utils.murmur2: the 32-bit MurmurHash2 with Kafka's seed, as a signed Java int (compiled:
-    in Python it cost more per 16-byte key than the rest of record mode's per-record work)."""
-    return _native.murmur2(data)
-
-
-def partition_for_key(key: bytes, num_partitions: int) -> int:
-    """The Java producer's partition for a keyed record: toPositive(murmur2(key)) % partitions."""
-    return (java_murmur2(key) & 0x7FFFFFFF) % num_partitions
 
 
 def raw_obstacle(batch: Batch) -> str | None:
@@ -339,70 +136,6 @@ _M_MMAP_THRESHOLD = -3
 # --- the replay ----------------------------------------------------------------------------------------
 
 
-class _OutBatch:
-    """One batch for the destination: raw bytes of a source batch, or records to build."""
-
-    __slots__ = (
-        "partition",
-        "index",
-        "source_index",
-        "source",
-        "raw",
-        "specs",
-        "codec",
-        "count",
-        "size",
-        "runs",
-        "payload",
-        "attempts",
-    )
-
-    def __init__(self, partition: int, source_index: int, source: str) -> None:
-        self.partition = partition
-        self.index = -1  # this batch's number among its partition's batches, in generation order
-        self.source_index = source_index
-        self.source = source
-        self.raw: bytearray | bytes | None = None  # a copy of the source batch, stamped in place by encode()
-        self.specs: list[Record] = []
-        self.codec = Codec.NONE
-        self.count = 0
-        self.size = 0
-        self.runs: list[list[int]] = []  # [source offset, index in batch, count] of consecutive offsets
-        self.payload: bytes | bytearray = b""
-        self.attempts = 0
-
-    def encode(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
-        if self.raw is not None:
-            set_producer_state(
-                self.raw, producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence
-            )
-            self.payload = self.raw
-        else:
-            self.payload = build_batch(
-                self.specs,
-                codec=self.codec,
-                producer_id=producer_id,
-                producer_epoch=producer_epoch,
-                base_sequence=base_sequence,
-            )
-        self.specs = []
-
-    def planned(self) -> PlannedBatch:
-        first = self.runs[0][0]
-        last = self.runs[-1][0] + self.runs[-1][2] - 1
-        size = len(self.raw) if self.raw is not None else len(self.payload) or self.size
-        return PlannedBatch(
-            self.source, first, last, self.partition, self.count, size, self.raw is not None, self.codec
-        )
-
-
-class _SourceDone:
-    __slots__ = ("source_index",)
-
-    def __init__(self, source_index: int) -> None:
-        self.source_index = source_index
-
-
 class _Replay:
     def __init__(
         self,
@@ -426,7 +159,7 @@ class _Replay:
         self.acked: list[int] = []  # acknowledged prefix, per destination partition
         self.next_offset: list[int] = []  # destination offset after the acknowledged prefix
         self.landed: list[int] = []  # records found past the checkpoint, not yet matched to batches
-        self.done_ahead: list[dict[int, tuple[_OutBatch, int]]] = []
+        self.done_ahead: list[dict[int, tuple[OutBatch, int]]] = []
         self.source_outstanding: list[int] = []
         self.source_generated: list[bool] = []
         self.source_batches: list[dict[int, int]] = []
@@ -444,7 +177,7 @@ class _Replay:
         started = time.monotonic()
         self.sources = find_sources(opts.source, opts.source_topic, opts.partitions)
         self.total_bytes = sum(s.size for s in self.sources)
-        self._check_options()
+        opts.check()
         cluster = await Cluster.connect(
             opts.bootstrap_servers, client_id="kcli-replay", request_timeout=opts.request_timeout
         )
@@ -535,26 +268,6 @@ class _Replay:
                 raise ReplayError(f"topic {topic!r} was created but its partitions have no leader yet.")
             await asyncio.sleep(RETRY_BACKOFF_S)
 
-    def _check_options(self) -> None:
-        opts = self.options
-        if opts.mode is Mode.RAW and opts.record_filters:
-            raise ReplayError(
-                "--mode raw sends whole batches: it cannot apply --key-regex, --from-time or --to-time."
-            )
-        if opts.mode is Mode.RAW and opts.mapping is Mapping.KEY:
-            raise ReplayError("--mode raw sends whole batches: it cannot spread records by key.")
-        if opts.mode is Mode.RAW and opts.compression is not None:
-            raise ReplayError("--mode raw keeps each batch's compression: --compression needs record mode.")
-        if opts.offset_map is not None and opts.offset_map.suffix == ".parquet":
-            try:
-                import pyarrow  # noqa: F401
-            except ImportError:
-                raise ReplayError(
-                    "a Parquet offset map needs pyarrow, which is not installed: give a .jsonl path."
-                ) from None
-        if opts.batch_bytes < 1:
-            raise ReplayError("--batch-bytes must be at least 1.")
-
     def _reset_bookkeeping(self) -> None:
         n, s = self.num_partitions, len(self.sources)
         self.generated = [0] * n
@@ -609,7 +322,7 @@ class _Replay:
         generated, acked, landed = self.generated, self.acked, self.landed
         submit = self.sender.submit if self.sender is not None else None
         for item in self._batches():
-            if type(item) is _SourceDone:
+            if type(item) is SourceDone:
                 self.source_generated[item.source_index] = True
                 self._advance_completed()
                 continue
@@ -631,7 +344,7 @@ class _Replay:
         if not dry_run:
             self._advance_completed()
 
-    def _plan(self, out: _OutBatch) -> None:
+    def _plan(self, out: OutBatch) -> None:
         if out.raw is None:
             out.payload = build_batch(out.specs, codec=out.codec)
         planned = out.planned()
@@ -646,17 +359,17 @@ class _Replay:
             self.on_planned(planned)
         self._report_progress()
 
-    def _batches(self) -> Iterator[_OutBatch | _SourceDone]:
+    def _batches(self) -> Iterator[OutBatch | SourceDone]:
         for index, source in enumerate(self.sources):
             if index < self.completed:
                 self.read_before += source.size
                 continue
             yield from _SourceWalk(self, index, source).batches()
-            yield _SourceDone(index)
+            yield SourceDone(index)
 
     # --- acknowledgements --------------------------------------------------------------------------------
 
-    def _acked(self, out: _OutBatch, base_offset: int) -> None:
+    def _acked(self, out: OutBatch, base_offset: int) -> None:
         """The destination acknowledged `out` at `base_offset`: account for it in partition order."""
         p = out.partition
         ahead = self.done_ahead[p]
@@ -675,7 +388,7 @@ class _Replay:
         if self.options.checkpoint is not None:
             self._write_checkpoint()
 
-    def _landed(self, out: _OutBatch) -> None:
+    def _landed(self, out: OutBatch) -> None:
         """A batch the interrupted run sent and the destination holds: count it, send nothing."""
         p = out.partition
         if self.landed[p] < out.count:
@@ -691,7 +404,7 @@ class _Replay:
         self.stats.bytes -= out.size
         self.stats.batches -= 1
 
-    def _account(self, out: _OutBatch, base_offset: int) -> None:
+    def _account(self, out: OutBatch, base_offset: int) -> None:
         p = out.partition
         self.acked[p] += 1
         self.next_offset[p] = base_offset + out.count
@@ -871,21 +584,21 @@ class _SourceWalk:
         self.options = replay.options
         self.index = index
         self.source = source
-        self.open: dict[int, _OutBatch] = {}  # record-mode batches being filled, per destination partition
+        self.open: dict[int, OutBatch] = {}  # record-mode batches being filled, per destination partition
         self.round_robin = source.partition
         self.same = self.options.mapping is Mapping.SAME
         self.name = source.name
         self.aborted: dict[int, list[tuple[int, int]]] = {}
         self.previous: tuple[Path, int] | None = None  # the last segment read and the offset after it
 
-    def batches(self) -> Iterator[_OutBatch]:
+    def batches(self) -> Iterator[OutBatch]:
         opts = self.options
         if opts.committed_only:
             self.aborted = self._aborted_transactions()
         segments = self._segments()
         replay = self.replay
         for path in self.source.segments:
-            size = _file_size(path)
+            size = file_size(path)
             if path not in segments:
                 replay.read_before += size
                 replay.stats.source_bytes = replay.read_before
@@ -928,7 +641,7 @@ class _SourceWalk:
                 f"segment between {self.previous[0].name} and {path.name} (a missing segment file, or compaction)."
             )
 
-    def _segment(self, path: Path) -> Iterator[_OutBatch]:
+    def _segment(self, path: Path) -> Iterator[OutBatch]:
         replay = self.replay
         before = replay.read_before
 
@@ -989,7 +702,7 @@ class _SourceWalk:
                 "whole batch (a torn tail); ignored."
             )
 
-    def _batch(self, path: Path, position: int, view: memoryview, batch: Batch) -> Iterator[_OutBatch]:
+    def _batch(self, path: Path, position: int, view: memoryview, batch: Batch) -> Iterator[OutBatch]:
         opts = self.options
         stats = self.replay.stats
         if batch.crc_valid is False:
@@ -1041,7 +754,7 @@ class _SourceWalk:
             return
         yield from self._records(batch, records)
 
-    def _raw(self, batch: RecordBatch, view: memoryview) -> Iterator[_OutBatch]:
+    def _raw(self, batch: RecordBatch, view: memoryview) -> Iterator[OutBatch]:
         if self.open:
             partition = self.source.partition if self.options.mapping is Mapping.SAME else self.round_robin
             pending = self.open.pop(partition % self.replay.num_partitions, None)
@@ -1050,14 +763,14 @@ class _SourceWalk:
         batch.compression  # noqa: B018 - raises CompressionError for a codec id no Kafka knows
         yield self._raw_batch(batch, view)
 
-    def _raw_batch(self, batch: RecordBatch, view: memoryview) -> _OutBatch:
+    def _raw_batch(self, batch: RecordBatch, view: memoryview) -> OutBatch:
         """A copy of a source batch, to be stamped with the producer state and sent as it is."""
         if self.same:
             partition = self.source.partition
         else:
             partition = self.round_robin % self.replay.num_partitions
             self.round_robin += 1
-        out = _OutBatch(partition, self.index, self.name)
+        out = OutBatch(partition, self.index, self.name)
         size = batch.batch_length + LOG_OVERHEAD
         out.raw = bytearray(view[batch.position : batch.position + size])
         out.codec = _CODECS[batch.attributes & CODEC_BITS]
@@ -1066,7 +779,7 @@ class _SourceWalk:
         out.runs = [[batch.base_offset, 0, count]]
         return out
 
-    def _records(self, batch: Batch, records: list) -> Iterator[_OutBatch]:
+    def _records(self, batch: Batch, records: list) -> Iterator[OutBatch]:
         """Filter, map and gather decoded records into batches; the per-record loop of record mode."""
         opts = self.options
         stats = self.replay.stats
@@ -1105,7 +818,7 @@ class _SourceWalk:
             if out is None or out.partition != partition:
                 out = self.open.get(partition)
                 if out is None:
-                    out = self.open[partition] = _OutBatch(partition, self.index, self.source.name)
+                    out = self.open[partition] = OutBatch(partition, self.index, self.source.name)
                     out.codec = codec
                 specs, runs = out.specs, out.runs
                 run = runs[-1] if runs else None
@@ -1183,7 +896,7 @@ class _PartitionState:
     def __init__(self) -> None:
         self.in_flight = 0
         self.next_sequence = 0
-        self.retry: list[_OutBatch] = []
+        self.retry: list[OutBatch] = []
         self.retrying = False  # new batches wait until the failed ones are through
         self.resending = False
 
@@ -1196,7 +909,7 @@ class _Sender:
         cluster: Cluster,
         metadata: Any,
         options: ReplayOptions,
-        on_ack: Callable[[_OutBatch, int], None],
+        on_ack: Callable[[OutBatch, int], None],
         warn: Callable[[str], object],
     ) -> None:
         self.cluster = cluster
@@ -1263,7 +976,7 @@ class _Sender:
                 )
             await asyncio.sleep(RETRY_BACKOFF_S * (attempt + 1))
 
-    async def submit(self, out: _OutBatch) -> None:
+    async def submit(self, out: OutBatch) -> None:
         """Send `out` once its partition has room; raises what stopped the replay.
 
         The batch takes its sequence number here, since submit() is called in generation order; while it
@@ -1365,7 +1078,7 @@ class _Sender:
         for p in self.parts:
             self.leaders[p] = metadata.leaders.get((self.topic, p), -1)
 
-    def _send(self, client: KafkaClient, out: _OutBatch) -> None:
+    def _send(self, client: KafkaClient, out: OutBatch) -> None:
         framer = self.framers.get(client)
         try:
             if framer is None:
@@ -1383,7 +1096,7 @@ class _Sender:
 
     def _completed(
         self,
-        out: _OutBatch,
+        out: OutBatch,
         client: KafkaClient,
         answer: ProducePartitionAnswer | None,
         error: ClientError | None,
@@ -1409,7 +1122,7 @@ class _Sender:
 
     def _failed(
         self,
-        out: _OutBatch,
+        out: OutBatch,
         client: KafkaClient | None,
         error: BaseException | None,
         code: ErrorCode | None = None,
@@ -1471,7 +1184,7 @@ class _Sender:
             state.retrying = bool(state.retry) and self.failure is None
             self.changed.set()
 
-    def _finished(self, out: _OutBatch) -> None:
+    def _finished(self, out: OutBatch) -> None:
         state = self.parts[out.partition]
         state.in_flight -= 1
         self.bytes_in_flight -= len(out.payload)
@@ -1489,7 +1202,7 @@ class _Sender:
                 self.tasks.add(task)
                 task.add_done_callback(self.tasks.discard)
 
-    def _refusal(self, out: _OutBatch, code: ErrorCode, answer: ProducePartitionAnswer) -> ReplayError:
+    def _refusal(self, out: OutBatch, code: ErrorCode, answer: ProducePartitionAnswer) -> ReplayError:
         first = out.runs[0][0]
         message = answer.error_message
         detail = f" ({message})" if message else ""
@@ -1507,67 +1220,6 @@ class _Sender:
         self.changed.set()
 
 
-# --- sources -------------------------------------------------------------------------------------------
-
-
-def _lone_segment(path: Path, source_topic: str | None) -> SourcePartition:
-    if base_offset_of(path.name) is None or not path.name.endswith(LOG_SUFFIX):
-        raise ReplayError(f"{path} is not a segment file (NNNNNNNNNNNNNNNNNNNN.log).")
-    parsed = parse_partition_dir(path.resolve().parent.name)
-    if parsed is not None:
-        topic, partition = parsed[0]
-    else:
-        topic, partition = source_topic or path.resolve().parent.name, 0
-    return SourcePartition(topic, partition, (path,))
-
-
-def _segment_names(path: Path) -> list[str]:
-    try:
-        names = os.listdir(path)
-    except OSError as e:
-        raise ReplayError(f"cannot read {path}: {(e.strerror or str(e)).lower()}.") from None
-    return sorted(n for n in names if n.endswith(LOG_SUFFIX) and base_offset_of(n) is not None)
-
-
-def _partition_dir(path: Path) -> SourcePartition:
-    parsed = parse_partition_dir(path.resolve().name)
-    assert parsed is not None
-    names = _segment_names(path)
-    segments = tuple(path / n for n in sorted(names, key=lambda n: base_offset_of(n) or 0))
-    return SourcePartition(parsed[0].topic, parsed[0].partition, segments)
-
-
-def _partition_dirs_under(root: Path) -> list[SourcePartition]:
-    """Partition dirs in `root` (a log dir) and one level further down (an archive of log dirs)."""
-    best: dict[tuple[str, int], SourcePartition] = {}
-    for log_dir in (root, *sorted(d for d in root.iterdir() if d.is_dir())):
-        try:
-            children = sorted(log_dir.iterdir())
-        except OSError:
-            continue
-        for child in children:
-            parsed = parse_partition_dir(child.name)
-            if parsed is None or parsed[1] is not None or not child.is_dir() or not _segment_names(child):
-                continue
-            found = _partition_dir(child)
-            key = (found.topic, found.partition)
-            if key not in best or _reach(found) > _reach(best[key]):
-                best[key] = found
-    return list(best.values())
-
-
-def _reach(source: SourcePartition) -> tuple[int, int]:
-    last = source.segments[-1]
-    return (base_offset_of(last.name) or 0, _file_size(last))
-
-
-def _file_size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
 def _read_checkpoint(path: Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
@@ -1580,6 +1232,20 @@ def _read_checkpoint(path: Path) -> dict[str, Any] | None:
     return state
 
 
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.capitalize() for part in rest)
+__all__ = [
+    "DEFAULT_BATCH_BYTES",
+    "Mapping",
+    "Mode",
+    "PlannedBatch",
+    "Progress",
+    "ReplayError",
+    "ReplayOptions",
+    "ReplayStats",
+    "SourcePartition",
+    "find_sources",
+    "java_murmur2",
+    "keep_freed_heap",
+    "partition_for_key",
+    "raw_obstacle",
+    "replay",
+]
