@@ -73,6 +73,7 @@ def find_sources(
 
 
 def file_size(path: Path) -> int:
+    """Its size in bytes; 0 for a file that cannot be read (gone meanwhile)."""
     try:
         return path.stat().st_size
     except OSError:
