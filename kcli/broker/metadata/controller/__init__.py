@@ -23,7 +23,7 @@ from kcli.broker.metadata.controller.controller_result import (
 )
 from kcli.broker.metadata.controller.feature_control_manager import FeatureControlManager
 from kcli.broker.metadata.controller.producer_id_control_manager import ProducerIdControlManager
-from kcli.broker.metadata.controller.quorum_controller import CONTROLLER_EPOCH, QuorumController
+from kcli.broker.metadata.controller.quorum_controller import QuorumController
 from kcli.broker.metadata.controller.replication_control_manager import (
     MAX_RECORDS_PER_USER_OP,
     CreateTopicResult,
@@ -34,7 +34,6 @@ from kcli.broker.metadata.controller.replication_control_manager import (
 from kcli.broker.metadata.controller.topic import topic_name_error
 
 __all__ = [
-    "CONTROLLER_EPOCH",
     "MAX_RECORDS_PER_USER_OP",
     "ApiError",
     "ApiException",

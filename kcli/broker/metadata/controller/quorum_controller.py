@@ -3,10 +3,14 @@
 Each operation follows Kafka's QuorumController: the control manager that owns the concept checks
 the request against the current image (with Kafka's rules, error codes and messages) and returns a
 `ControllerResult`, its records and its answer; the controller appends the records to the metadata
-log as ONE batch (so an operation is all or nothing, even across `kill -9`), folds them into the
-next image and publishes it. Validate-only requests stop before the append. This node is the only
-voter, so it is always the active controller, at controller epoch 1; every metadata batch carries
-that epoch.
+log as ONE batch (so an operation is all or nothing, even across `kill -9`) and folds them into its
+own image at once, as Kafka's controller replays its writes, so the next operation sees them. The
+Raft client then commits the batch (moves the high watermark past it) and hands it to its
+listeners, which publish the committed image. Validate-only requests stop before the append.
+
+This node is the only voter, so it is always the active controller and a batch is committed as soon
+as it is on disk: the request path stays synchronous, and every operation returns after its records
+are committed and published, as Kafka answers only then.
 """
 
 from __future__ import annotations
@@ -14,12 +18,12 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from formats.internal import decode_metadata_record, encode_metadata_record
+from formats.internal import encode_metadata_record
 from kcli.broker.metadata.controller.cluster_control_manager import ClusterControlManager
 from kcli.broker.metadata.controller.configuration_control_manager import (
     ConfigOp,
@@ -41,13 +45,11 @@ from kcli.broker.metadata.image import (
     MetadataReplayError,
     ProducerIdsBlock,
 )
-from kcli.broker.metadata.metadata_log import MetadataLog, MetadataLogError, metadata_log_dir
+from kcli.broker.metadata.metadata_log import LoggedBatch, MetadataLog, MetadataLogError, metadata_log_dir
+from kcli.broker.metadata.raft_client import RaftClient
 from kcli.config import BrokerConfig, Listener
 
 log = logging.getLogger("kcli.broker.metadata")
-
-CONTROLLER_EPOCH = 1
-"""The Raft epoch of a quorum of one that never holds an election: the leader epoch of every batch."""
 
 ImageListener = Callable[[ClusterMetadataImage, ClusterMetadataImage], None]
 """Called with (old, new) after every committed operation."""
@@ -56,22 +58,16 @@ T = TypeVar("T")
 
 
 class QuorumController:
-    """The active controller and sole voter; `image` is always the latest committed metadata."""
+    """The active controller; `image` holds every batch it appended (all committed, with one voter)."""
 
-    def __init__(
-        self,
-        config: BrokerConfig,
-        metadata_log: MetadataLog,
-        image: ClusterMetadataImage,
-        *,
-        epoch: int = CONTROLLER_EPOCH,
-    ) -> None:
+    def __init__(self, config: BrokerConfig, raft_client: RaftClient, image: ClusterMetadataImage) -> None:
         self.config = config
         self.node_id = config.node_id
-        self.metadata_log = metadata_log
-        self.epoch = epoch
+        self.raft_client = raft_client
         self._image = image
+        self._committed_image = image
         self._listeners: list[ImageListener] = []
+        raft_client.register(self)
         self.cluster_control = ClusterControlManager()
         self.configuration_control = ConfigurationControlManager(config)
         self.replication_control = ReplicationControlManager(
@@ -98,14 +94,19 @@ class QuorumController:
             raise MetadataLogError(
                 f"cannot replay the metadata log in {metadata_log.directory}: {str(exc).rstrip('.')}."
             ) from None
-        controller = cls(config, metadata_log, image)
-        metadata_log.write_quorum_state(config.node_id, controller.epoch)
+        raft_client = RaftClient(metadata_log, config.node_id)
+        raft_client.become_leader()
+        controller = cls(config, raft_client, image)
         controller.bootstrap()
         return controller
 
     @property
     def image(self) -> ClusterMetadataImage:
         return self._image
+
+    @property
+    def metadata_log(self) -> MetadataLog:
+        return self.raft_client.metadata_log
 
     def add_listener(self, listener: ImageListener) -> None:
         self._listeners.append(listener)
@@ -136,7 +137,7 @@ class QuorumController:
         result = self.cluster_control.register_broker(
             self.node_id if broker_id is None else broker_id,
             listener,
-            broker_epoch=self.metadata_log.next_offset,
+            broker_epoch=self.raft_client.log_end_offset,
             incarnation_id=incarnation_id,
             rack=rack,
             log_dirs=log_dirs,
@@ -255,14 +256,22 @@ class QuorumController:
         return result.response
 
     def _commit(self, records: Sequence[Record]) -> None:
-        """Append `records` as one batch, fold them into the next image, tell the listeners."""
+        """Append `records` as one batch, fold it into the controller's image, then let the quorum commit it."""
         values = [encode_metadata_record(name, version, data) for name, version, data in records]
-        base_offset, _ = self.metadata_log.append(
-            values, leader_epoch=self.epoch, now_ms=int(time.time() * 1000)
-        )
-        delta = MetadataDelta(self._image)
-        for i, value in enumerate(values):
-            delta.replay(decode_metadata_record(value), base_offset + i)
-        old, self._image = self._image, delta.apply()
+        batch = self.raft_client.append(values, now_ms=int(time.time() * 1000))
+        self._image = _fold(self._image, [batch])
+        self.raft_client.poll()  # one voter: committed now, and published before the operation answers
+
+    def handle_commit(self, batches: Sequence[LoggedBatch]) -> None:
+        """Publish the committed image to the listeners, with the one before it."""
+        old = self._committed_image
+        self._committed_image = _fold(old, batches)
         for listener in self._listeners:
-            listener(old, self._image)
+            listener(old, self._committed_image)
+
+
+def _fold(image: ClusterMetadataImage, batches: Iterable[LoggedBatch]) -> ClusterMetadataImage:
+    delta = MetadataDelta(image)
+    for batch in batches:
+        delta.replay_all(batch.records)
+    return delta.apply()
