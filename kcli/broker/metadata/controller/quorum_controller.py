@@ -6,7 +6,8 @@ the request against the current image (with Kafka's rules, error codes and messa
 log as ONE batch (so an operation is all or nothing, even across `kill -9`) and folds them into its
 own image at once, as Kafka's controller replays its writes, so the next operation sees them. The
 Raft client then commits the batch (moves the high watermark past it) and hands it to its
-listeners, which publish the committed image. Validate-only requests stop before the append.
+listeners: the broker's MetadataLoader folds it into the committed image and publishes that.
+Validate-only requests stop before the append.
 
 This node is the only voter, so it is always the active controller and a batch is committed as soon
 as it is on disk: the request path stays synchronous, and every operation returns after its records
@@ -18,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
 from kio.schema.errors import ErrorCode
@@ -44,15 +45,13 @@ from kcli.broker.metadata.image import (
     MetadataDelta,
     MetadataReplayError,
     ProducerIdsBlock,
+    fold,
 )
-from kcli.broker.metadata.metadata_log import LoggedBatch, MetadataLog, MetadataLogError, metadata_log_dir
+from kcli.broker.metadata.metadata_log import MetadataLog, MetadataLogError, metadata_log_dir
 from kcli.broker.metadata.raft_client import RaftClient
 from kcli.config import BrokerConfig, Listener
 
 log = logging.getLogger("kcli.broker.metadata")
-
-ImageListener = Callable[[ClusterMetadataImage, ClusterMetadataImage], None]
-"""Called with (old, new) after every committed operation."""
 
 T = TypeVar("T")
 
@@ -65,9 +64,6 @@ class QuorumController:
         self.node_id = config.node_id
         self.raft_client = raft_client
         self._image = image
-        self._committed_image = image
-        self._listeners: list[ImageListener] = []
-        raft_client.register(self)
         self.cluster_control = ClusterControlManager()
         self.configuration_control = ConfigurationControlManager(config)
         self.replication_control = ReplicationControlManager(
@@ -107,9 +103,6 @@ class QuorumController:
     @property
     def metadata_log(self) -> MetadataLog:
         return self.raft_client.metadata_log
-
-    def add_listener(self, listener: ImageListener) -> None:
-        self._listeners.append(listener)
 
     def close(self) -> None:
         self.metadata_log.close()
@@ -259,19 +252,5 @@ class QuorumController:
         """Append `records` as one batch, fold it into the controller's image, then let the quorum commit it."""
         values = [encode_metadata_record(name, version, data) for name, version, data in records]
         batch = self.raft_client.append(values, now_ms=int(time.time() * 1000))
-        self._image = _fold(self._image, [batch])
+        self._image = fold(self._image, batch.records)
         self.raft_client.poll()  # one voter: committed now, and published before the operation answers
-
-    def handle_commit(self, batches: Sequence[LoggedBatch]) -> None:
-        """Publish the committed image to the listeners, with the one before it."""
-        old = self._committed_image
-        self._committed_image = _fold(old, batches)
-        for listener in self._listeners:
-            listener(old, self._committed_image)
-
-
-def _fold(image: ClusterMetadataImage, batches: Iterable[LoggedBatch]) -> ClusterMetadataImage:
-    delta = MetadataDelta(image)
-    for batch in batches:
-        delta.replay_all(batch.records)
-    return delta.apply()
