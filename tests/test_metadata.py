@@ -22,6 +22,7 @@ from formats.internal import decode_metadata_record, encode_metadata_record
 from formats.segment import walk
 from kcli.broker.metadata import (
     ConfigOp,
+    MetadataLoader,
     MetadataLog,
     NewTopic,
     OpType,
@@ -113,6 +114,24 @@ def open_controller(tmp_path: Path, register_node: bool = True, **settings: str)
 
 def batch_count(controller: QuorumController) -> int:
     return sum(1 for _ in controller.metadata_log.batches())
+
+
+def open_loader(controller: QuorumController) -> MetadataLoader:
+    """The broker's loader, as Node.open starts it: from the replayed image, told of every commit."""
+    loader = MetadataLoader(controller.image)
+    controller.raft_client.register(loader)
+    return loader
+
+
+class Recorder:
+    """A MetadataPublisher that passes (old, new) on to `see`."""
+
+    def __init__(self, see, name: str = "recorder") -> None:
+        self.see = see
+        self.name = name
+
+    def on_metadata_update(self, changes, old, new) -> None:
+        self.see(old, new)
 
 
 # --- the fold -----------------------------------------------------------------------------------------
@@ -663,7 +682,9 @@ def test_producer_id_blocks(tmp_path):
 def test_listeners_see_every_committed_image(tmp_path):
     controller = open_controller(tmp_path)
     seen = []
-    controller.add_listener(lambda old, new: seen.append((old.topic("t"), new.topic("t"))))
+    open_loader(controller).install_publisher(
+        Recorder(lambda old, new: seen.append((old.topic("t"), new.topic("t"))))
+    )
     controller.create_topics([NewTopic("t")])
     controller.create_topics([NewTopic("t", 0)], validate_only=True)
     assert len(seen) == 1 and seen[0][0] is None and seen[0][1].name == "t"
@@ -672,7 +693,9 @@ def test_listeners_see_every_committed_image(tmp_path):
 def test_topic_changes_tell_storage_what_to_do(tmp_path):
     controller = open_controller(tmp_path)
     changes = []
-    controller.add_listener(lambda old, new: changes.append(topic_changes(old, new)))
+    open_loader(controller).install_publisher(
+        Recorder(lambda old, new: changes.append(topic_changes(old, new)))
+    )
     [a] = controller.create_topics([NewTopic("a", 2)])
     controller.create_partitions("a", 3)
     controller.alter_topic_configs("a", [ConfigOp("retention.ms", OpType.SET, "9")])
@@ -683,6 +706,30 @@ def test_topic_changes_tell_storage_what_to_do(tmp_path):
         TopicChanges((), (), ("a",)),
         TopicChanges((), (("a", a.topic_id, (0, 1, 2)),), ()),
     ]
+
+
+def test_images_are_published_once_committed_in_installation_order(tmp_path):
+    """append -> committed offset -> publish: a publisher sees an image only once the high watermark
+    has passed its records, and publishers see it in the order they were installed."""
+    controller = open_controller(tmp_path)
+    loader = open_loader(controller)
+    seen = []
+
+    def recorder(name: str) -> Recorder:
+        committed = controller.raft_client
+        return Recorder(
+            lambda old, new: seen.append((name, new.offset, committed.high_watermark, loader.image is new)),
+            name,
+        )
+
+    for name in ("storage", "coordinators", "handlers"):
+        loader.install_publisher(recorder(name))
+    assert [p.name for p in loader.publishers] == ["storage", "coordinators", "handlers"]
+    assert controller.raft_client.high_watermark == controller.metadata_log.next_offset
+    controller.create_topics([NewTopic("t", 2)])
+    end = controller.metadata_log.next_offset
+    assert seen == [(name, end - 1, end, True) for name in ("storage", "coordinators", "handlers")]
+    assert loader.image == controller.image and loader.image.offset == end - 1
 
 
 def test_registration_epochs_increase_with_each_start(tmp_path):

@@ -1,10 +1,17 @@
-"""One node's parts besides the network: the controller (a quorum of one), the log manager, the replica
-manager that hosts the partitions on those logs, and the group and transaction coordinators.
+"""One node's parts besides the network: the controller (a quorum of one), the metadata loader, the log
+manager, the replica manager that hosts the partitions on those logs, and the group and transaction
+coordinators.
 
-Metadata drives storage, as in Kafka's KRaft broker: every image the controller publishes is diffed
-against the previous one and the differences (partitions created, topics deleted, configs changed)
-are applied to the logs. At start-up the same reconciliation brings the log dirs in line with the
-replayed metadata log, so one code path serves first start, restart and every admin operation.
+Metadata drives storage, as in Kafka's KRaft broker: the node is the first publisher of every
+committed image the MetadataLoader publishes, and applies its topic changes (partitions created,
+topics deleted, configs changed) to the logs and the replica manager. At start-up the same
+reconciliation brings the log dirs in line with the replayed metadata log, so one code path serves
+first start, restart and every admin operation.
+
+Publishing order (fixed here, and `BrokerState` last, installed by the server once registered):
+1. this node: create/delete logs, apply the image to the replica manager;
+2. the group coordinator, 3. the transaction coordinator: load or drop their partitions, whose
+   logs step 1 has just created.
 """
 
 from __future__ import annotations
@@ -17,7 +24,8 @@ from kcli.broker.log.config import LogConfig
 from kcli.broker.log.log import wall_clock_ms
 from kcli.broker.log.manager import LogManager
 from kcli.broker.metadata.controller import QuorumController
-from kcli.broker.metadata.image import ClusterMetadataImage, topic_changes
+from kcli.broker.metadata.image import ClusterMetadataImage, TopicChanges
+from kcli.broker.metadata.loader import MetadataLoader
 from kcli.broker.producer_ids import ProducerIdManager
 from kcli.broker.replication.manager import ReplicaManager
 from kcli.broker.txn.coordinator import TransactionCoordinator
@@ -30,41 +38,49 @@ PERIODIC_TICK_SECONDS = 0.5
 
 
 class Node:
-    def __init__(self, config: BrokerConfig, controller: QuorumController, logs: LogManager) -> None:
+    name = "Node (logs and replica manager)"  # as the MetadataLoader's first publisher
+
+    def __init__(
+        self, config: BrokerConfig, controller: QuorumController, loader: MetadataLoader, logs: LogManager
+    ) -> None:
         self.config = config
         self.controller = controller
+        self.loader = loader
         self.logs = logs
         self.replicas = ReplicaManager(config.node_id, logs)
         self.broker_epoch = -1
         self.producer_ids = ProducerIdManager(
             lambda: controller.allocate_producer_ids(config.node_id, self.broker_epoch)
         )
-        controller.add_listener(self._on_new_image)
-        self.groups = GroupCoordinator(
-            config, self.replicas, controller
-        )  # after the listener that creates logs
+        self.groups = GroupCoordinator(config, self.replicas, loader)
         self.transaction_coordinator = TransactionCoordinator(
             config,
             self.replicas,
-            controller,
+            loader,
             self.producer_ids,
             on_offsets_marker=self.groups.on_transaction_completed,
         )
+        loader.install_publisher(self)  # first: the coordinators load from the logs it creates
+        loader.install_publisher(self.groups)
+        loader.install_publisher(self.transaction_coordinator)
 
     @classmethod
     def open(cls, config: BrokerConfig, cluster_id: str) -> Node:
         """Recover the metadata log and every partition log, then reconcile the two."""
         controller = QuorumController.open(config, cluster_id=cluster_id)
-        image = controller.image
+        image = controller.image  # all committed: the only voter's log is the quorum's
+        loader = MetadataLoader(image)
+        controller.raft_client.register(loader)
         logs = LogManager(config)
         logs.startup({name: cls._log_config(config, image, name) for name in image.topic_ids})
-        node = cls(config, controller, logs)
+        node = cls(config, controller, loader, logs)
         node._reconcile(image)
         return node
 
     @property
     def image(self) -> ClusterMetadataImage:
-        return self.controller.image
+        """The last committed image the loader published."""
+        return self.loader.image
 
     def register(self, advertised: Listener, rack: str | None) -> None:
         """Write this incarnation's broker registration (the listener clients are told about)."""
@@ -90,8 +106,10 @@ class Node:
 
     # --- metadata -> storage ------------------------------------------------------------------------
 
-    def _on_new_image(self, old: ClusterMetadataImage, new: ClusterMetadataImage) -> None:
-        changes = topic_changes(old, new)
+    def on_metadata_update(
+        self, changes: TopicChanges, old: ClusterMetadataImage, new: ClusterMetadataImage
+    ) -> None:
+        """The MetadataPublisher step: create and delete logs, reconfigure them, update the replica manager."""
         for topic, _topic_id, partitions in changes.deleted:
             for partition in partitions:
                 self.logs.delete_log(topic, partition)

@@ -155,7 +155,9 @@ class Broker:
             auto_create_topics=node.controller.auto_create_topics,
             node=node,
         )
-        node.controller.add_listener(lambda _old, new: setattr(state, "image", new))
+        node.loader.install_publisher(
+            state
+        )  # last: handlers see an image once storage and coordinators have it
         self._periodic = asyncio.create_task(node.run_periodic())
         await self._server.start_serving()
         idle_ms = int(self.config["connections.max.idle.ms"])  # type: ignore[call-overload]

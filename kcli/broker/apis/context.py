@@ -2,7 +2,8 @@
 
 Handlers read cluster facts (brokers, topics, partitions) only through the `ClusterMetadataImage`
 in `BrokerState.image`, an immutable snapshot that the metadata layer replaces as a whole when the
-metadata log advances; topics missing from it are created through `BrokerState.auto_create_topics`.
+metadata log's committed offset advances (BrokerState is the MetadataLoader's last publisher); topics
+missing from it are created through `BrokerState.auto_create_topics`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from kcli.config import BrokerConfig
 if TYPE_CHECKING:
     from kcli.broker.apis.registry import ApiRegistry
     from kcli.broker.metadata.controller import QuorumController
-    from kcli.broker.metadata.image import ClusterMetadataImage
+    from kcli.broker.metadata.image import ClusterMetadataImage, TopicChanges
     from kcli.broker.node import Node
     from kcli.broker.replication.manager import ReplicaManager
 
@@ -40,9 +41,17 @@ class BrokerState:
     node: Node | None = None
     """The controller and the logs; None only for a broker started without storage (network tests)."""
 
+    name = "BrokerState"  # as a MetadataPublisher (not a dataclass field: no annotation)
+
     @property
     def node_id(self) -> int:
         return self.config.node_id
+
+    def on_metadata_update(
+        self, changes: TopicChanges, old: ClusterMetadataImage, new: ClusterMetadataImage
+    ) -> None:
+        """The MetadataPublisher step (Kafka's metadata cache publisher): handlers read `new` from now on."""
+        self.image = new
 
 
 @dataclass

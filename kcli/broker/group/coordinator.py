@@ -35,8 +35,8 @@ from kcli.broker.group.group import (
 )
 from kcli.broker.group.storage import OFFSETS_TOPIC, GroupMetadataManager, TopicPartition
 from kcli.broker.log.log import wall_clock_ms
-from kcli.broker.metadata.controller import QuorumController
-from kcli.broker.metadata.image import ClusterMetadataImage, topic_changes
+from kcli.broker.metadata.image import ClusterMetadataImage, TopicChanges
+from kcli.broker.metadata.loader import MetadataLoader
 from kcli.broker.replication.manager import ReplicaManager
 from kcli.config import BrokerConfig
 
@@ -66,9 +66,11 @@ class GroupApi(enum.Enum):
 class GroupCoordinator:
     """Membership, rebalances and offsets of the classic groups whose partitions this node leads."""
 
-    def __init__(self, config: BrokerConfig, replicas: ReplicaManager, controller: QuorumController) -> None:
+    name = "GroupCoordinator"
+
+    def __init__(self, config: BrokerConfig, replicas: ReplicaManager, loader: MetadataLoader) -> None:
         self.config = config
-        self.manager = GroupMetadataManager(config, replicas, controller)
+        self.manager = GroupMetadataManager(config, replicas, loader)
         self.min_session_timeout_ms = int(config["group.min.session.timeout.ms"])  # type: ignore[call-overload]
         self.max_session_timeout_ms = int(config["group.max.session.timeout.ms"])  # type: ignore[call-overload]
         self.initial_rebalance_delay_ms = int(config["group.initial.rebalance.delay.ms"])  # type: ignore[call-overload]
@@ -77,7 +79,6 @@ class GroupCoordinator:
         self.active = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        controller.add_listener(self._on_new_image)
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -128,9 +129,12 @@ class GroupCoordinator:
             except Exception:
                 log.exception("offset expiration failed")
 
-    def _on_new_image(self, old: ClusterMetadataImage, new: ClusterMetadataImage) -> None:
-        """Become coordinator of new __consumer_offsets partitions; drop offsets of deleted topics."""
-        changes = topic_changes(old, new)
+    # --- metadata -------------------------------------------------------------------------------------
+
+    def on_metadata_update(
+        self, changes: TopicChanges, old: ClusterMetadataImage, new: ClusterMetadataImage
+    ) -> None:
+        """The MetadataPublisher step: coordinate new __consumer_offsets partitions, drop deleted topics' offsets."""
         if self.active and any(topic == OFFSETS_TOPIC for topic, _, _ in changes.created):
             self._load(self.manager.led_partitions())
         deleted = [(topic, p) for topic, _, partitions in changes.deleted for p in partitions]

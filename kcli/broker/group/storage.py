@@ -29,7 +29,7 @@ from kcli.broker.coordinator_log import append_records, replay_log
 from kcli.broker.group.group import ClassicGroup, CommitRecord, GroupState, OffsetAndMetadata
 from kcli.broker.group.loader import PartitionReplay
 from kcli.broker.log.log import wall_clock_ms
-from kcli.broker.metadata.controller import QuorumController
+from kcli.broker.metadata.loader import MetadataLoader
 from kcli.broker.replication.manager import ReplicaManager
 from kcli.config import BrokerConfig
 
@@ -47,13 +47,13 @@ class GroupMetadataManager:
         self,
         config: BrokerConfig,
         replicas: ReplicaManager,
-        controller: QuorumController,
+        loader: MetadataLoader,
         *,
         clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self.config = config
         self.replicas = replicas
-        self.controller = controller
+        self.loader = loader
         self.clock = clock
         self.groups: dict[str, ClassicGroup] = {}
         self.owned_partitions: set[int] = set()
@@ -67,7 +67,7 @@ class GroupMetadataManager:
     @property
     def num_partitions(self) -> int:
         """The real partition count of __consumer_offsets once it exists, else the configured one."""
-        partitions = self.controller.image.partitions_of(OFFSETS_TOPIC)
+        partitions = self.loader.image.partitions_of(OFFSETS_TOPIC)
         if partitions:
             return len(partitions)
         return int(self.config["offsets.topic.num.partitions"])  # type: ignore[call-overload]
@@ -87,7 +87,7 @@ class GroupMetadataManager:
 
     def led_partitions(self) -> list[int]:
         """The __consumer_offsets partitions this node leads and has a log for."""
-        image = self.controller.image
+        image = self.loader.image
         node_id = self.config.node_id
         return sorted(
             index

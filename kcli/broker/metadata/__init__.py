@@ -1,8 +1,10 @@
-"""Cluster metadata: the `__cluster_metadata-0` log, the image folded from it, and its controller.
+"""Cluster metadata: the `__cluster_metadata-0` log, the image folded from it, its controller and loader.
 
 One code path for one node and many: topics and partitions are KRaft metadata records in a metadata
-log; the broker's view (`ClusterMetadataImage`) is a fold over that log; admin operations reach it
-only through the `QuorumController`, which turns them into records. Today the quorum has one voter.
+log; admin operations reach it only through the `QuorumController`, whose control managers turn them
+into records; the `RaftClient` appends them and moves the committed offset (the log's high
+watermark); the `MetadataLoader` folds committed batches into the broker's view
+(`ClusterMetadataImage`) and publishes it to its `MetadataPublisher`s. Today the quorum has one voter.
 """
 
 from kcli.broker.metadata.controller import (
@@ -21,7 +23,10 @@ from kcli.broker.metadata.image import (
     TopicChanges,
     topic_changes,
 )
+from kcli.broker.metadata.loader import MetadataLoader
 from kcli.broker.metadata.metadata_log import MetadataLog, MetadataLogError, metadata_log_dir
+from kcli.broker.metadata.publisher import MetadataPublisher
+from kcli.broker.metadata.raft_client import RaftClient
 
 __all__ = [
     "ApiError",
@@ -30,12 +35,15 @@ __all__ = [
     "CreateTopicResult",
     "DeleteTopicResult",
     "MetadataDelta",
+    "MetadataLoader",
     "MetadataLog",
     "MetadataLogError",
+    "MetadataPublisher",
     "NewTopic",
     "OpType",
     "PartitionRegistration",
     "QuorumController",
+    "RaftClient",
     "TopicChanges",
     "metadata_log_dir",
     "topic_changes",

@@ -10,7 +10,8 @@ Kafka's: 20-digit segments with `.index` / `.timeindex`, `leader-epoch-checkpoin
 Batches are v2, uncompressed, keys null, values framed metadata records, `partition_leader_epoch`
 = the controller (Raft) epoch. Each append is one batch written with its offsets already assigned
 (the Raft-leader path of `Log`) and fsynced before it returns, so an operation is either wholly on
-disk or absent after `kill -9`.
+disk or absent after `kill -9`. The log's high watermark is the committed offset: batches below it
+are on a majority of the voters, and only those are handed on (see `raft_client`).
 """
 
 from __future__ import annotations
@@ -121,6 +122,15 @@ class MetadataLog:
     def next_offset(self) -> int:
         """The log end offset: where the next batch goes."""
         return self.log.log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        """The committed offset: every batch below it is on a majority of the voters."""
+        return self.log.high_watermark
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Move the committed offset (kept within the log); returns where it now is."""
+        return self.log.update_high_watermark(offset)
 
     @property
     def segments(self) -> list[Path]:

@@ -24,8 +24,8 @@ from kio.schema.errors import ErrorCode
 
 from kcli.broker.log.errors import LogStorageError, RecordError
 from kcli.broker.log.log import TxnMarker, wall_clock_ms
-from kcli.broker.metadata.controller import QuorumController
-from kcli.broker.metadata.image import ClusterMetadataImage, topic_changes
+from kcli.broker.metadata.image import ClusterMetadataImage, TopicChanges
+from kcli.broker.metadata.loader import MetadataLoader
 from kcli.broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
 from kcli.broker.replication.manager import ReplicaManager
 from kcli.broker.replication.partition import PartitionError
@@ -67,11 +67,13 @@ class TransactionDescription(NamedTuple):
 class TransactionCoordinator:
     """Transactions of the ids whose __transaction_state partitions this node leads."""
 
+    name = "TransactionCoordinator"
+
     def __init__(
         self,
         config: BrokerConfig,
         replicas: ReplicaManager,
-        controller: QuorumController,
+        loader: MetadataLoader,
         producer_ids: ProducerIdManager,
         *,
         on_offsets_marker: Callable[[int, bool], None] | None = None,
@@ -79,18 +81,17 @@ class TransactionCoordinator:
     ) -> None:
         self.config = config
         self.replicas = replicas
-        self.controller = controller
+        self.loader = loader
         self.producer_ids = producer_ids
         self.on_offsets_marker = on_offsets_marker
         """Called with (producer id, is commit) after a marker reached a __consumer_offsets partition."""
         self.clock = clock
-        self.state_manager = TransactionStateManager(config, replicas, controller, clock=clock)
+        self.state_manager = TransactionStateManager(config, replicas, loader, clock=clock)
         self.max_timeout_ms = int(config["transaction.max.timeout.ms"])  # type: ignore[call-overload]
         self.abort_interval_ms = int(config["transaction.abort.timed.out.transaction.cleanup.interval.ms"])  # type: ignore[call-overload]
         self.expiry_interval_ms = int(config["transaction.remove.expired.transaction.cleanup.interval.ms"])  # type: ignore[call-overload]
         self.active = False
         self._tasks: set[asyncio.Task[None]] = set()
-        controller.add_listener(self._on_new_image)
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -144,10 +145,14 @@ class TransactionCoordinator:
                 )
                 self._complete_transaction(metadata)
 
-    def _on_new_image(self, old: ClusterMetadataImage, new: ClusterMetadataImage) -> None:
+    # --- metadata -------------------------------------------------------------------------------------
+
+    def on_metadata_update(
+        self, changes: TopicChanges, old: ClusterMetadataImage, new: ClusterMetadataImage
+    ) -> None:
+        """The MetadataPublisher step: load new __transaction_state partitions; forget a deleted one."""
         if not self.active:
             return
-        changes = topic_changes(old, new)
         if any(topic == TRANSACTION_STATE_TOPIC for topic, _, _ in changes.created):
             self._load(self.state_manager.led_partitions())
         if any(topic == TRANSACTION_STATE_TOPIC for topic, _, _ in changes.deleted):
@@ -165,7 +170,7 @@ class TransactionCoordinator:
         return self.state_manager.partition_for(transactional_id)
 
     def _lookup(self, transactional_id: str) -> ErrorCode | TransactionMetadata | None:
-        if not self.active or self.controller.image.topic(TRANSACTION_STATE_TOPIC) is None:
+        if not self.active or self.loader.image.topic(TRANSACTION_STATE_TOPIC) is None:
             return ErrorCode.coordinator_not_available  # not started, or the internal topic is missing
         return self.state_manager.get_transaction_state(transactional_id)
 
@@ -406,7 +411,7 @@ class TransactionCoordinator:
     def _write_marker(self, transactional_id: str, topic: str, index: int, marker: TxnMarker) -> None:
         """One marker to one local partition; a partition that is gone is dropped, as Kafka does."""
         partition = self.replicas.partition(topic, index)
-        if partition is None or self.controller.image.partition(topic, index) is None:
+        if partition is None or self.loader.image.partition(topic, index) is None:
             log.info(
                 "Dropping the marker of %s for %s-%d: the partition is gone", transactional_id, topic, index
             )

@@ -25,7 +25,7 @@ from formats.internal import (
 from formats.records import RecordBatch
 from kcli.broker.coordinator_log import append_records, replay_log
 from kcli.broker.log.log import wall_clock_ms
-from kcli.broker.metadata.controller import QuorumController
+from kcli.broker.metadata.loader import MetadataLoader
 from kcli.broker.replication.manager import ReplicaManager
 from kcli.broker.txn.metadata import TransactionMetadata, TransactionState, TxnTransitMetadata
 from kcli.config import BrokerConfig
@@ -42,13 +42,13 @@ class TransactionStateManager:
         self,
         config: BrokerConfig,
         replicas: ReplicaManager,
-        controller: QuorumController,
+        loader: MetadataLoader,
         *,
         clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self.config = config
         self.replicas = replicas
-        self.controller = controller
+        self.loader = loader
         self.clock = clock
         self.transactions: dict[int, dict[str, TransactionMetadata]] = {}
         """Partition -> transactional id -> metadata, for owned partitions only."""
@@ -61,7 +61,7 @@ class TransactionStateManager:
     @property
     def num_partitions(self) -> int:
         """The real partition count of __transaction_state once it exists, else the configured one."""
-        partitions = self.controller.image.partitions_of(TRANSACTION_STATE_TOPIC)
+        partitions = self.loader.image.partitions_of(TRANSACTION_STATE_TOPIC)
         if partitions:
             return len(partitions)
         return int(self.config["transaction.state.log.num.partitions"])  # type: ignore[call-overload]
@@ -70,7 +70,7 @@ class TransactionStateManager:
         return txn_partition_for(transactional_id, self.num_partitions)
 
     def led_partitions(self) -> list[int]:
-        image = self.controller.image
+        image = self.loader.image
         return sorted(
             index
             for index, registration in (image.partitions_of(TRANSACTION_STATE_TOPIC) or {}).items()
@@ -79,7 +79,7 @@ class TransactionStateManager:
         )
 
     def coordinator_epoch(self, partition: int) -> int:
-        registration = self.controller.image.partition(TRANSACTION_STATE_TOPIC, partition)
+        registration = self.loader.image.partition(TRANSACTION_STATE_TOPIC, partition)
         return 0 if registration is None else max(registration.leader_epoch, 0)
 
     @property

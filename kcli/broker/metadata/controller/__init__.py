@@ -1,0 +1,53 @@
+"""The controller, split as Kafka splits it: a thin QuorumController over one control manager per concept.
+
+- `quorum_controller`: runs an operation (ask the manager, then commit its records) — QuorumController
+- `cluster_control_manager`: broker registration, fencing, listeners, broker epochs
+- `replication_control_manager`: topics, partitions, placement; CreateTopics, DeleteTopics, CreatePartitions
+- `configuration_control_manager`: topic config overrides; IncrementalAlterConfigs, AlterConfigs
+- `producer_id_control_manager`: AllocateProducerIds blocks
+- `feature_control_manager`: metadata.version
+- `controller_result`: what a manager returns (records + response) and Kafka's ApiError
+- `topic`: the topic name rules
+"""
+
+from kcli.broker.metadata.controller.cluster_control_manager import ClusterControlManager
+from kcli.broker.metadata.controller.configuration_control_manager import (
+    ConfigOp,
+    ConfigurationControlManager,
+    OpType,
+)
+from kcli.broker.metadata.controller.controller_result import (
+    ApiError,
+    ApiException,
+    ControllerResult,
+)
+from kcli.broker.metadata.controller.feature_control_manager import FeatureControlManager
+from kcli.broker.metadata.controller.producer_id_control_manager import ProducerIdControlManager
+from kcli.broker.metadata.controller.quorum_controller import QuorumController
+from kcli.broker.metadata.controller.replication_control_manager import (
+    MAX_RECORDS_PER_USER_OP,
+    CreateTopicResult,
+    DeleteTopicResult,
+    NewTopic,
+    ReplicationControlManager,
+)
+from kcli.broker.metadata.controller.topic import topic_name_error
+
+__all__ = [
+    "MAX_RECORDS_PER_USER_OP",
+    "ApiError",
+    "ApiException",
+    "ClusterControlManager",
+    "ConfigOp",
+    "ConfigurationControlManager",
+    "ControllerResult",
+    "CreateTopicResult",
+    "DeleteTopicResult",
+    "FeatureControlManager",
+    "NewTopic",
+    "OpType",
+    "ProducerIdControlManager",
+    "QuorumController",
+    "ReplicationControlManager",
+    "topic_name_error",
+]

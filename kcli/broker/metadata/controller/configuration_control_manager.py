@@ -1,0 +1,180 @@
+"""ConfigurationControlManager: topic config overrides, validated as Kafka validates them, as ConfigRecords.
+
+IncrementalAlterConfigs (SET, DELETE, APPEND, SUBTRACT) and the legacy AlterConfigs (the whole set
+of overrides) both end in the same check (ControllerConfigurationValidator + LogConfig.validate over
+the topic's resulting overrides) and the same records, one ConfigRecord per changed name. Topic
+creation asks here too, for its initial overrides.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from kcli.broker.metadata.controller.controller_result import NONE, ApiError, ControllerResult, Record
+from kcli.broker.metadata.controller.topic import topic_name_error
+from kcli.broker.metadata.image import TOPIC_RESOURCE, ClusterMetadataImage
+from kcli.config import TOPIC_CONFIGS, BrokerConfig, ConfigError, parse_topic_value
+
+
+class OpType(enum.IntEnum):
+    """IncrementalAlterConfigs operations (AlterConfigOp.OpType ids)."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigOp:
+    name: str
+    op: OpType
+    value: str | None = None
+
+
+class ConfigurationControlManager:
+    """Validates topic config changes against the broker's defaults and turns them into ConfigRecords."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+
+    def incremental_alter_topic_configs(
+        self, image: ClusterMetadataImage, topic: str, ops: Sequence[ConfigOp]
+    ) -> ControllerResult[ApiError]:
+        """IncrementalAlterConfigs on a topic: SET, DELETE, APPEND, SUBTRACT, all or nothing."""
+        names = [op.name for op in ops]
+        if len(set(names)) != len(names):
+            return _failed(ApiError(ErrorCode.invalid_request, "Error due to duplicate config keys"))
+        nulls = [op.name for op in ops if op.op is not OpType.DELETE and op.value is None]
+        if nulls:
+            return _failed(
+                ApiError(ErrorCode.invalid_request, "Null value not supported for : " + ", ".join(nulls))
+            )
+        current = image.topic_config(topic)
+        changes: dict[str, str | None] = {}
+        for op in ops:
+            old = current.get(op.name)
+            if op.op is OpType.SET:
+                new = op.value
+            elif op.op is OpType.DELETE:
+                new = None
+            else:
+                spec = TOPIC_CONFIGS.get(op.name)
+                if spec is None or spec.type != "list":
+                    return _failed(
+                        ApiError(
+                            ErrorCode.invalid_config,
+                            f"Can't {op.op.name} to key {op.name} because its type is not LIST.",
+                        )
+                    )
+                parts = _list_parts(old if old is not None else _default_text(op.name))
+                for item in (op.value or "").split(","):
+                    if op.op is OpType.APPEND and item not in parts:
+                        parts.append(item)
+                    elif op.op is OpType.SUBTRACT and item in parts:
+                        parts.remove(item)
+                new = ",".join(parts)
+            if new != old:
+                changes[op.name] = new
+        return self._alter(image, topic, changes)
+
+    def legacy_alter_topic_configs(
+        self, image: ClusterMetadataImage, topic: str, configs: Mapping[str, str | None]
+    ) -> ControllerResult[ApiError]:
+        """Legacy AlterConfigs on a topic: `configs` becomes the whole set of overrides."""
+        nulls = [name for name, value in configs.items() if value is None]
+        if nulls:
+            return _failed(
+                ApiError(ErrorCode.invalid_request, "Null value not supported for : " + ", ".join(nulls))
+            )
+        current = image.topic_config(topic)
+        changes: dict[str, str | None] = {
+            name: value for name, value in configs.items() if current.get(name) != value
+        }
+        changes.update({name: None for name in current if name not in configs})
+        return self._alter(image, topic, changes)
+
+    def validate_topic_configs(self, topic: str, configs: Mapping[str, str]) -> ApiError | None:
+        """ControllerConfigurationValidator + LogConfig.validate over the topic's resulting overrides."""
+        if topic == "":
+            return ApiError(ErrorCode.invalid_request, "Default topic resources are not allowed.")
+        name_error = topic_name_error(topic)
+        if name_error is not None:
+            return name_error
+        parsed: dict[str, object] = {}
+        for name, value in configs.items():
+            if name not in TOPIC_CONFIGS:
+                return ApiError(ErrorCode.invalid_config, f"Unknown topic config name: {name}")
+            try:
+                parsed[name] = parse_topic_value(name, value)
+            except ConfigError as exc:
+                return ApiError(ErrorCode.invalid_config, _kafka_sentence(str(exc)))
+        effective = self.config.topic_config({})
+        effective.update(parsed)
+        min_lag, max_lag = effective["min.compaction.lag.ms"], effective["max.compaction.lag.ms"]
+        if min_lag > max_lag:  # type: ignore[operator]
+            return ApiError(
+                ErrorCode.invalid_config,
+                f"conflict topic config setting min.compaction.lag.ms ({min_lag}) > max.compaction.lag.ms ({max_lag})",
+            )
+        if effective["remote.storage.enable"]:
+            return ApiError(
+                ErrorCode.invalid_config,
+                "Tiered Storage functionality is disabled in the broker. "
+                "Topic cannot be configured with remote log storage.",
+            )
+        return None
+
+    def topic_config_records(self, topic: str, changes: Mapping[str, str | None]) -> list[Record]:
+        """One ConfigRecord per name (a None value deletes the override)."""
+        return [
+            (
+                "ConfigRecord",
+                0,
+                {"resourceType": TOPIC_RESOURCE, "resourceName": topic, "name": name, "value": value},
+            )
+            for name, value in changes.items()
+        ]
+
+    def _alter(
+        self, image: ClusterMetadataImage, topic: str, changes: Mapping[str, str | None]
+    ) -> ControllerResult[ApiError]:
+        """ConfigurationControlManager.validateAlterConfig, then the ConfigRecords as one batch."""
+        resulting = image.topic_config(topic)
+        for name, value in changes.items():
+            if value is None:
+                resulting.pop(name, None)
+            else:
+                resulting[name] = value
+        error = self.validate_topic_configs(topic, resulting)
+        if error is not None:
+            return _failed(error)
+        if image.topic_id(topic) is None:
+            return _failed(
+                ApiError(ErrorCode.unknown_topic_or_partition, f"The topic '{topic}' does not exist.")
+            )
+        return ControllerResult(self.topic_config_records(topic, changes), NONE)
+
+
+def _failed(error: ApiError) -> ControllerResult[ApiError]:
+    return ControllerResult([], error)
+
+
+def _default_text(name: str) -> str | None:
+    """A LIST config's schema default as text (what APPEND/SUBTRACT start from when unset)."""
+    default = TOPIC_CONFIGS[name].default
+    return None if default is None else ",".join(str(item) for item in default)  # type: ignore[attr-defined]
+
+
+def _list_parts(value: str | None) -> list[str]:
+    return [part for part in (value or "").split(",") if part]
+
+
+def _kafka_sentence(message: str) -> str:
+    """kcli's config sentence in ConfigException's shape: capitalised, no full stop."""
+    message = message.rstrip(".")
+    return message[:1].upper() + message[1:]
