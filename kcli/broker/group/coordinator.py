@@ -134,9 +134,23 @@ class GroupCoordinator:
     def on_metadata_update(
         self, changes: TopicChanges, old: ClusterMetadataImage, new: ClusterMetadataImage
     ) -> None:
-        """The MetadataPublisher step: coordinate new __consumer_offsets partitions, drop deleted topics' offsets."""
-        if self.active and any(topic == OFFSETS_TOPIC for topic, _, _ in changes.created):
-            self._load(self.manager.led_partitions())
+        """The MetadataPublisher step: coordinate the __consumer_offsets partitions this node now leads
+        (onElection) and stop coordinating those it no longer leads (onResignation); drop deleted topics'
+        offsets."""
+        if self.active and new.partitions_of(OFFSETS_TOPIC) is not None:
+            led = self.manager.led_partitions()
+            manager = self.manager
+            for partition in sorted((manager.owned_partitions | manager.loading_partitions) - set(led)):
+                removed = manager.remove_groups_for_partition(partition)
+                for group in removed:
+                    self._unload_group(group)
+                log.info(
+                    "Unloaded %d group(s) of %s-%d: this node no longer leads it",
+                    len(removed),
+                    OFFSETS_TOPIC,
+                    partition,
+                )
+            self._load(led)
         deleted = [(topic, p) for topic, _, partitions in changes.deleted for p in partitions]
         if deleted and self.active:
             if any(topic == OFFSETS_TOPIC for topic, _ in deleted):

@@ -269,6 +269,16 @@ class GroupMetadataManager:
 
     # --- loading ----------------------------------------------------------------------------------
 
+    def remove_groups_for_partition(self, partition: int) -> list[ClassicGroup]:
+        """This node no longer leads __consumer_offsets-`partition` (removeGroupsForPartition): stop
+        coordinating it and drop its groups from the cache; the removed groups are returned to unload."""
+        self.owned_partitions.discard(partition)
+        self.loading_partitions.discard(partition)
+        removed = [g for g in self.groups.values() if self.partition_for(g.group_id) == partition]
+        for group in removed:
+            del self.groups[group.group_id]
+        return removed
+
     def own_if_empty(self, partition: int) -> bool:
         """Take over an empty partition without a load; False if it has records to replay."""
         partition_log = self.replicas.log(OFFSETS_TOPIC, partition)
@@ -291,8 +301,8 @@ class GroupMetadataManager:
         started = self.clock()
         replay = PartitionReplay(name)
         await replay_log(partition_log, replay.replay, stopping=lambda: self.shutting_down)
-        if self.shutting_down:
-            return
+        if self.shutting_down or partition not in self.loading_partitions:
+            return  # stopped, or this node resigned the partition while it was loading
         now = self.clock()
         loaded = replay.groups(now)
         for group in loaded:

@@ -150,11 +150,20 @@ class TransactionCoordinator:
     def on_metadata_update(
         self, changes: TopicChanges, old: ClusterMetadataImage, new: ClusterMetadataImage
     ) -> None:
-        """The MetadataPublisher step: load new __transaction_state partitions; forget a deleted one."""
+        """The MetadataPublisher step: load the __transaction_state partitions this node now leads, forget
+        those it no longer leads (and a deleted topic's)."""
         if not self.active:
             return
-        if any(topic == TRANSACTION_STATE_TOPIC for topic, _, _ in changes.created):
-            self._load(self.state_manager.led_partitions())
+        manager = self.state_manager
+        if new.partitions_of(TRANSACTION_STATE_TOPIC) is not None:
+            led = manager.led_partitions()
+            for partition in sorted((set(manager.transactions) | manager.loading_partitions) - set(led)):
+                dropped = manager.remove_transactions_for_partition(partition)
+                log.info(
+                    "Unloaded %d transaction(s) of %s-%d: this node no longer leads it",
+                    dropped, TRANSACTION_STATE_TOPIC, partition,
+                )  # fmt: skip
+            self._load(led)
         if any(topic == TRANSACTION_STATE_TOPIC for topic, _, _ in changes.deleted):
             self.state_manager.transactions.clear()
             self.state_manager.loading_partitions.clear()

@@ -78,6 +78,12 @@ class TransactionStateManager:
             and self.replicas.log(TRANSACTION_STATE_TOPIC, index) is not None
         )
 
+    def remove_transactions_for_partition(self, partition: int) -> int:
+        """This node no longer leads __transaction_state-`partition` (removeTransactionsForTxnTopicPartition):
+        forget its transactions; requests for them get NOT_COORDINATOR. Returns how many were dropped."""
+        self.loading_partitions.discard(partition)
+        return len(self.transactions.pop(partition, {}))
+
     def coordinator_epoch(self, partition: int) -> int:
         registration = self.loader.image.partition(TRANSACTION_STATE_TOPIC, partition)
         return 0 if registration is None else max(registration.leader_epoch, 0)
@@ -177,8 +183,8 @@ class TransactionStateManager:
                     self._replay(name, loaded, record.key, record.value)
 
         await replay_log(partition_log, replay, stopping=lambda: self.shutting_down)
-        if self.shutting_down:
-            return []
+        if self.shutting_down or partition not in self.loading_partitions:
+            return []  # stopped, or this node resigned the partition while it was loading
         self.transactions[partition] = loaded
         self.loading_partitions.discard(partition)
         log.info(
