@@ -20,10 +20,13 @@ from formats.errors import CorruptRecordError
 Buffer = bytes | bytearray | memoryview
 
 LOG_OVERHEAD = 12  # offset int64 + size int32
+SIZE_OFFSET = 8  # the int32 size after the base offset
 MAGIC_OFFSET = 16  # byte 16 of every unit is its magic, whatever the format
 HEADER_SIZE_UP_TO_MAGIC = 17
 RECORD_BATCH_OVERHEAD = 61
 CRC_START = 21  # v2 CRC-32C covers [attributes, end of batch)
+ATTRIBUTES_OFFSET = 21  # v2 int16 attributes (codec in the low 3 bits of its second byte)
+PRODUCER_ID_OFFSET = 43  # v2 int64 producer id, then int16 producer epoch, int32 base sequence
 MIN_UNIT_SIZE = 14  # smallest legal `size` field: the v0 message overhead
 
 NO_TIMESTAMP = -1

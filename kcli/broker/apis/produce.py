@@ -38,6 +38,18 @@ from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
+from formats.records import (
+    ATTRIBUTES_OFFSET,
+    CONTROL_BIT,
+    HEADER_SIZE_UP_TO_MAGIC,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MIN_UNIT_SIZE,
+    PRODUCER_ID_OFFSET,
+    RECORD_BATCH_OVERHEAD,
+    SIZE_OFFSET,
+    TRANSACTIONAL_BIT,
+)
 from kcli.broker.apis.context import FramedResponse, RequestContext
 from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.log import LogStorageError, RecordError
@@ -158,9 +170,13 @@ def check_records(version: int, records: bytes) -> ErrorCode | None:
         return first
     if first is None:
         return ErrorCode.invalid_record  # "must have at least one record batch per partition"
-    if records[16] != 2:
+    if records[MAGIC_OFFSET] != 2:
         return ErrorCode.invalid_record  # "only allowed to contain record batches with magic version 2"
-    if version < 7 and len(records) > _ATTRIBUTES_AT + 1 and records[_ATTRIBUTES_AT + 1] & 0x07 == _ZSTD:
+    if (
+        version < 7
+        and len(records) > ATTRIBUTES_OFFSET + 1
+        and records[ATTRIBUTES_OFFSET + 1] & 0x07 == _ZSTD
+    ):
         return ErrorCode.unsupported_compression_type
     second = _next_batch(records, first)
     if isinstance(second, ErrorCode):
@@ -176,14 +192,6 @@ _NO_THROTTLE = datetime.timedelta(0)
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
-_LOG_OVERHEAD = 12
-_HEADER_UP_TO_MAGIC = 17
-_MIN_RECORD_OVERHEAD = 14  # LegacyRecord.RECORD_OVERHEAD_V0: the smallest size any batch may declare
-_ATTRIBUTES_AT = 21
-_PRODUCER_ID_AT = 43
-_BATCH_HEADER = 61
-_TRANSACTIONAL_BIT = 0x10
-_CONTROL_BIT = 0x20
 _INT16 = struct.Struct(">h")
 _ZSTD = 4
 _UNSET = Outcome(ErrorCode.unknown_server_error)
@@ -198,24 +206,24 @@ def _failed(error: ErrorCode) -> Outcome:
 def _next_batch(records: bytes, position: int) -> int | ErrorCode | None:
     """The end of the batch starting at `position`, None when no whole batch is there, or CORRUPT_MESSAGE."""
     remaining = len(records) - position
-    if remaining < _LOG_OVERHEAD:
+    if remaining < LOG_OVERHEAD:
         return None
-    (size,) = _INT32.unpack_from(records, position + 8)
-    if size < _MIN_RECORD_OVERHEAD:
+    (size,) = _INT32.unpack_from(records, position + SIZE_OFFSET)
+    if size < MIN_UNIT_SIZE:
         return ErrorCode.corrupt_message
-    if remaining < _HEADER_UP_TO_MAGIC:
+    if remaining < HEADER_SIZE_UP_TO_MAGIC:
         return None
-    magic = records[position + 16]
+    magic = records[position + MAGIC_OFFSET]
     if magic > 2:  # a negative magic reads as 128..255 here
         return ErrorCode.corrupt_message
-    if remaining < size + _LOG_OVERHEAD:
+    if remaining < size + LOG_OVERHEAD:
         return None
-    return position + size + _LOG_OVERHEAD
+    return position + size + LOG_OVERHEAD
 
 
 def _is_v2_batch(records: bytes | None) -> bool:
     """Whether the records start with a whole magic v2 batch header."""
-    return records is not None and len(records) >= _BATCH_HEADER and records[16] == 2
+    return records is not None and len(records) >= RECORD_BATCH_OVERHEAD and records[MAGIC_OFFSET] == 2
 
 
 def _transactional_request_error(request: Any) -> ErrorCode | None:
@@ -227,13 +235,13 @@ def _transactional_request_error(request: Any) -> ErrorCode | None:
     for topic in request.topic_data:
         for partition in topic.partition_data:
             records = partition.records
-            if _is_v2_batch(records) and records[_ATTRIBUTES_AT + 1] & _TRANSACTIONAL_BIT:
+            if _is_v2_batch(records) and records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_BIT:
                 if request.transactional_id is None:
                     return ErrorCode.transactional_id_authorization_failed
-                (producer_id,) = _INT64.unpack_from(records, _PRODUCER_ID_AT)
+                (producer_id,) = _INT64.unpack_from(records, PRODUCER_ID_OFFSET)
                 if producer_id >= 0:
                     seen = seen or set()
-                    seen.add(bytes(records[_PRODUCER_ID_AT : _PRODUCER_ID_AT + 10]))
+                    seen.add(bytes(records[PRODUCER_ID_OFFSET : PRODUCER_ID_OFFSET + 10]))
     if seen is not None and len(seen) > 1:
         return ErrorCode.invalid_producer_id_mapping
     return None
@@ -266,7 +274,7 @@ def _append(
     try:
         if (
             _is_v2_batch(records)
-            and records[_ATTRIBUTES_AT + 1] & (_TRANSACTIONAL_BIT | _CONTROL_BIT) == _TRANSACTIONAL_BIT
+            and records[ATTRIBUTES_OFFSET + 1] & (TRANSACTIONAL_BIT | CONTROL_BIT) == TRANSACTIONAL_BIT
         ):
             partition.check_enough_replicas(acks)
             error = _verify_transaction(ctx, transactional_id, records, topic, index, version)
@@ -332,8 +340,8 @@ def _verify_transaction(
     coordinator = None if node is None else getattr(node, "transaction_coordinator", None)
     if coordinator is None or not coordinator.has_transaction_log:
         return ErrorCode.invalid_txn_state  # no __transaction_state yet: no transaction can be open
-    (producer_id,) = _INT64.unpack_from(records, _PRODUCER_ID_AT)
-    (producer_epoch,) = _INT16.unpack_from(records, _PRODUCER_ID_AT + 8)
+    (producer_id,) = _INT64.unpack_from(records, PRODUCER_ID_OFFSET)
+    (producer_epoch,) = _INT16.unpack_from(records, PRODUCER_ID_OFFSET + 8)
     error = coordinator.verify_partitions(transactional_id, producer_id, producer_epoch, [(topic, index)])[
         (topic, index)
     ]
