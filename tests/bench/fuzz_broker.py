@@ -148,6 +148,8 @@ class BrokerUnderFuzz:
         self.advertised: str | None = None
         self.process: subprocess.Popen[bytes] | None = None
         self.log_paths: list[Path] = []
+        self.gone = False
+        """A restart failed: the run stops sending and reports what it has."""
         self.deaths: list[str] = []
         self.peak_rss = 0
         self.killed_at_rss = 0
@@ -186,6 +188,8 @@ class BrokerUnderFuzz:
         """Count a death and start again when the process has exited, or kill it first when it is over
         its RSS limit or does not answer; True when it died."""
         assert self.process is not None
+        if self.gone:
+            return False
         reason = None
         if self.killed_at_rss:
             reason = f"killed: RSS {self.killed_at_rss >> 20} MiB is over the limit"
@@ -203,7 +207,11 @@ class BrokerUnderFuzz:
             self.process.wait()
         tail = self.log_paths[-1].read_text(errors="replace").splitlines()[-10:]
         self.deaths.append(f"{reason}; last log lines:\n" + "\n".join(tail))
-        self.start()
+        try:
+            self.start()
+        except RuntimeError as e:  # e.g. recovering thousands of logs outlasts the start timeout
+            self.gone = True
+            self.deaths.append(f"not restarted, the run ends here: {str(e).splitlines()[0]}")
         return True
 
     def restart_advertising(self, advertised: str | None) -> None:
@@ -604,7 +612,7 @@ async def _send_all(
     async def worker() -> None:
         nonlocal last_progress, last_checked
         for batch in batches:
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or broker.gone:
                 return
             try:
                 await _send_batch(broker.port, batch)
@@ -623,7 +631,8 @@ async def _send_all(
                 )
 
     await asyncio.gather(*(worker() for _ in range(connections)))
-    await asyncio.to_thread(broker.restart_if_dead)
+    if not broker.gone:
+        await asyncio.to_thread(broker.restart_if_dead)
 
 
 def _batches(corpus: list[bytes], frames: int, seed: int, report: FuzzReport) -> Iterator[bytes]:
