@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -18,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from kcli.client import KafkaClient
 from kcli.cluster import Cluster
 from kcli.errors import KcliError
+from kcli.protocol.configs import OpType, ResourceType
 from kcli.protocol.messages import build, nested_type
 
 DESCRIBE_CONFIGS = 32
@@ -28,24 +28,6 @@ BROKER_DEFAULTS = ""
 
 class ConfigError(KcliError):
     """A config the cluster refused to describe or change; the sentence carries the broker's reason."""
-
-
-class ResourceType(IntEnum):
-    """ConfigResource.Type ids of the two resources kcli speaks of."""
-
-    TOPIC = 2
-    BROKER = 4
-
-    @property
-    def label(self) -> str:
-        return self.name.lower()
-
-
-class OpType(IntEnum):
-    """AlterConfigOp.OpType ids."""
-
-    SET = 0
-    DELETE = 1
 
 
 # DescribeConfigsResponse.ConfigSource id -> the name the Java admin client (and so kafka-configs.sh) prints.

@@ -25,13 +25,12 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import IntEnum
 
 from kio.schema.errors import ErrorCode
 
 from kcli.broker.apis.context import RequestContext
 from kcli.broker.apis.registry import ApiSpec
-from kcli.broker.metadata.controller import ApiError, ConfigOp, OpType, topic_name_error
+from kcli.broker.metadata.controller import ApiError, ConfigOp, topic_name_error
 from kcli.broker.metadata.image import ClusterMetadataImage
 from kcli.config import (
     BROKER_CONFIGS,
@@ -42,6 +41,7 @@ from kcli.config import (
     ConfigKey,
     Listener,
 )
+from kcli.protocol.configs import ConfigSource, OpType, ResourceType
 from kcli.protocol.messages import build, kio_versions, nested_type, response_type
 
 DESCRIBE_CONFIGS = 32
@@ -50,27 +50,6 @@ INCREMENTAL_ALTER_CONFIGS = 44
 
 _NO_THROTTLE = datetime.timedelta(0)
 _NONE = ApiError()
-
-
-class ResourceType(IntEnum):
-    """ConfigResource.Type ids."""
-
-    UNKNOWN = 0
-    TOPIC = 2
-    BROKER = 4
-    BROKER_LOGGER = 8
-    CLIENT_METRICS = 16
-    GROUP = 32
-
-
-class ConfigSource(IntEnum):
-    """DescribeConfigsResponse.ConfigSource ids."""
-
-    TOPIC_CONFIG = 1
-    DYNAMIC_BROKER_CONFIG = 2
-    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
-    STATIC_BROKER_CONFIG = 4
-    DEFAULT_CONFIG = 5
 
 
 # DescribeConfigsResponse.ConfigType ids by kcli.config type; 0 is UNKNOWN.

@@ -22,13 +22,14 @@ from kio.schema.errors import ErrorCode
 
 from formats.internal import MetadataRecord
 from kcli.config import TOPIC_CONFIG_SYNONYMS, TOPIC_CONFIGS, BrokerConfig, is_internal_topic
+from kcli.protocol.configs import ResourceType
 
 METADATA_VERSION = "metadata.version"
 MV_3_9_IV0 = 21
 """The `metadata.version` level of Kafka 3.9 (IBP_3_9_IV0): PartitionRecord v1, RegisterBrokerRecord v3."""
 
-TOPIC_RESOURCE = 2  # ConfigResource.Type.TOPIC
-BROKER_RESOURCE = 4  # ConfigResource.Type.BROKER
+TOPIC_RESOURCE = ResourceType.TOPIC
+BROKER_RESOURCE = ResourceType.BROKER
 
 NO_LEADER = -1
 NO_LEADER_CHANGE = -2  # PartitionChangeRecord.Leader default

@@ -8,7 +8,6 @@ creation asks here too, for its initial overrides.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -18,15 +17,7 @@ from kcli.broker.metadata.controller.controller_result import NONE, ApiError, Co
 from kcli.broker.metadata.controller.topic import topic_name_error
 from kcli.broker.metadata.image import TOPIC_RESOURCE, ClusterMetadataImage
 from kcli.config import TOPIC_CONFIGS, BrokerConfig, ConfigError, parse_topic_value
-
-
-class OpType(enum.IntEnum):
-    """IncrementalAlterConfigs operations (AlterConfigOp.OpType ids)."""
-
-    SET = 0
-    DELETE = 1
-    APPEND = 2
-    SUBTRACT = 3
+from kcli.protocol.configs import OpType
 
 
 @dataclass(frozen=True, slots=True)
