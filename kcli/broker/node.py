@@ -114,8 +114,11 @@ class Node:
             for partition in partitions:
                 self.logs.delete_log(topic, partition)
             log.info("deleted topic %s (%d partitions)", topic, len(partitions))
+        configs: dict[str, LogConfig] = {}  # one per topic, not one per partition
         for topic, partition, topic_id in changes.created:
-            self.logs.create_log(topic, partition, topic_id, self._log_config(self.config, new, topic))
+            if topic not in configs:
+                configs[topic] = self._log_config(self.config, new, topic)
+            self.logs.create_log(topic, partition, topic_id, configs[topic])
         self.replicas.apply_image(new)
         for topic in changes.reconfigured:
             config = self._log_config(self.config, new, topic)
