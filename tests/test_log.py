@@ -841,3 +841,34 @@ def test_epoch_truncations_are_written_off_the_callers_thread(tmp_path: Path) ->
     assert on_disk() == [(3, 12)]
     scheduled.pop(0)()
     assert on_disk() == [(3, 12)] and not scheduled
+
+
+def test_truncate_to_drops_records_segments_epochs_and_producer_state_past_the_target(tmp_path: Path) -> None:
+    """A follower that diverged from its leader cuts its log back; a reload sees the same log."""
+    log = new_log(tmp_path, segment_bytes=600)
+    for base in range(0, 12, 2):
+        epoch = 1 if base < 6 else 2
+        log.append_as_follower(
+            batch(
+                2,
+                base_offset=base,
+                partition_leader_epoch=epoch,
+                producer_id=7,
+                producer_epoch=0,
+                base_sequence=base,
+            ),
+            now_ms=T0,
+        )
+    assert len(log.segments) > 2 and log.epoch_cache.entries() == [(1, 0), (2, 6)]
+    log.update_high_watermark(12)
+    assert log.truncate_to(6)
+    assert log.log_end_offset == 6 and log.high_watermark == 6 and log.recovery_point <= 6
+    assert log.epoch_cache.entries() == [(1, 0)]
+    assert log.producer_state.last_entry(7).last_seq == 5  # the batches from 6 are gone with its sequence
+    assert not log.truncate_to(9)  # past the end: nothing to do
+    info = log.append_as_follower(batch(1, base_offset=6, partition_leader_epoch=3), now_ms=T0)
+    assert info.first_offset == 6 and log.epoch_cache.entries() == [(1, 0), (3, 6)]
+    log.close()
+    reloaded = Log.load(log.dir, log.config, recovery_point_checkpoint=0, had_clean_shutdown=False)
+    assert reloaded.log_end_offset == 7 and reloaded.epoch_cache.entries() == [(1, 0), (3, 6)]
+    reloaded.close()

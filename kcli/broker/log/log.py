@@ -698,6 +698,49 @@ class Log:
             return earliest.epoch
         return None
 
+    # --- truncation ----------------------------------------------------------------------------------
+
+    def truncate_to(self, target_offset: int) -> bool:
+        """Drop every record at or past `target_offset` (a follower that diverged from its leader).
+
+        Kafka's UnifiedLog.truncateTo: segments starting past the target go (as `.deleted`, removed
+        after file.delete.delay.ms), the one holding it is cut, the epoch cache loses the epochs
+        starting at or past it, producer state is rebuilt up to it, and the recovery point and high
+        watermark come down with the log end. Returns False when the log already ends there.
+        """
+        with self._lock:
+            self._check_open()
+            if target_offset >= self._leo:
+                return False
+            if target_offset < self.log_start_offset:
+                raise OffsetOutOfRange(
+                    f"Cannot truncate {self.name} to {target_offset}, below its log start offset "
+                    f"{self.log_start_offset}"
+                )
+            now_ms = self.clock()
+            kept = [s for s in self._segments if s.base_offset <= target_offset]
+            doomed = [s for s in self._segments if s.base_offset > target_offset]
+            self._set_segments(kept)
+            for segment in doomed:
+                segment.change_suffix("", DELETED_SUFFIX)
+                self._pending_deletes.append((now_ms + self.config.file_delete_delay_ms, segment))
+            truncated = kept[-1].truncate_to(target_offset) + sum(s.size for s in doomed)
+            self._leo = target_offset
+            self.recovery_point = min(self.recovery_point, target_offset)
+            self.epoch_cache.truncate_from_end(target_offset)
+            rebuild_producer_state(
+                self.producer_state,
+                self._segments,
+                log_start_offset=self.log_start_offset,
+                last_offset=target_offset,
+                now_ms=now_ms,
+                reload_from_clean_shutdown=False,
+            )
+            if self.high_watermark > target_offset:
+                self.high_watermark = target_offset
+        log.info("%s: truncated to offset %d (%d bytes)", self.name, target_offset, truncated)
+        return True
+
     # --- log start and retention ---------------------------------------------------------------------
 
     def delete_records_before(self, offset: int) -> int:
