@@ -16,6 +16,7 @@ from typing import NamedTuple
 from formats import _native
 from formats.compression import DEFAULT_MAX_UNCOMPRESSED, Codec, codec_of, compress, decompress
 from formats.errors import CorruptRecordError
+from formats.internal.codec import write_uvarint
 
 Buffer = bytes | bytearray | memoryview
 
@@ -599,3 +600,39 @@ def build_control_batch(
         is_transactional=True,
         is_control=True,
     )
+
+
+def leader_change_value(leader_id: int, voters: Sequence[int], granting_voters: Sequence[int]) -> bytes:
+    """A LeaderChangeMessage v0 (flexible): what a new Raft leader writes first in its epoch.
+
+    Version int16, LeaderId int32, Voters and GrantingVoters as compact arrays of {VoterId int32},
+    each struct and the message ending in an empty tagged-field section.
+    """
+
+    out = bytearray(struct.pack(">hi", 0, leader_id))
+    for ids in (voters, granting_voters):
+        write_uvarint(out, len(ids) + 1)
+        for voter_id in ids:
+            out += struct.pack(">i", voter_id) + b"\0"
+    out += b"\0"
+    return bytes(out)
+
+
+def build_leader_change_batch(
+    leader_id: int,
+    voters: Sequence[int],
+    granting_voters: Sequence[int],
+    *,
+    base_offset: int,
+    leader_epoch: int,
+    timestamp: int,
+) -> bytes:
+    """The LeaderChange control batch (control type 2): not transactional, no producer."""
+    key = struct.pack(">hh", 0, int(ControlType.LEADER_CHANGE))
+    return build_batch(
+        [RecordSpec(timestamp, key, leader_change_value(leader_id, voters, granting_voters))],
+        base_offset=base_offset,
+        partition_leader_epoch=leader_epoch,
+        is_control=True,
+    )
+

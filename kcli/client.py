@@ -174,6 +174,11 @@ class KafkaClient:
         self._transport.write(self._encode(request, next(self._correlation_ids)))
         await self._protocol.drain()
 
+    @property
+    def closed(self) -> bool:
+        """True once the connection was closed or lost; a new one must be made."""
+        return self._closed_error is not None
+
     def produce_framer(
         self,
         topic: str,

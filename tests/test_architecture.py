@@ -3,7 +3,7 @@
 `formats` imports nothing of ours; `kcli.protocol` only `formats`; nothing outside the broker (the CLI
 aside, which starts it) imports `kcli.broker`, and the broker never imports `ops`; nothing imports
 `kcli.cli`; inside the broker each layer imports only the ones below it (server -> apis ->
-coordinators -> replication -> metadata -> log); there is no import circle; and no module takes
+coordinators -> replication -> metadata -> raft -> log); there is no import circle; and no module takes
 another's private name. Imports under `if TYPE_CHECKING:` are annotations only and are not counted.
 """
 
@@ -24,6 +24,7 @@ BROKER_LAYERS = [
     ("kcli.broker.group", "kcli.broker.txn", "kcli.broker.coordinator_log", "kcli.broker.producer_ids"),
     ("kcli.broker.replication",),
     ("kcli.broker.metadata",),
+    ("kcli.broker.raft",),
     ("kcli.broker.log",),
 ]
 """Top to bottom. `node` wires the layers together, so it stands with the server."""

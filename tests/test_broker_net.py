@@ -883,7 +883,7 @@ def test_metadata_reads_the_image_and_auto_creates_through_the_controller(tmp_pa
 
     async def run() -> None:
         async with _in_process_broker(tmp_path) as (broker, bootstrap):
-            [result] = broker.node.controller.create_topics([NewTopic("orders", 2, 1)])
+            [result] = await broker.node.controller.create_topics([NewTopic("orders", 2, 1)])
             assert not result.error.is_failure
             orders_id = broker.state.image.topic("orders").topic_id
             async with await KafkaClient.connect(bootstrap) as client:

@@ -13,20 +13,19 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from kcli.broker.metadata.controller import NewTopic
+from kcli.broker.metadata.controller import ControllerResult, NewTopic
 from kcli.broker.server import Broker
 from kcli.config import BrokerConfig
 
 pytestmark = pytest.mark.timeout(120)
 
 
-def change_leader(broker: Broker, topic: str, partition: int, leader: int) -> None:
+async def change_leader(broker: Broker, topic: str, partition: int, leader: int) -> None:
     """What an election (or a leader going offline) commits to the metadata log."""
     controller = broker.node.controller
     topic_id = controller.image.topic_ids[topic]
-    controller._commit(
-        [("PartitionChangeRecord", 0, {"partitionId": partition, "topicId": topic_id, "leader": leader})]
-    )
+    change = {"partitionId": partition, "topicId": topic_id, "leader": leader}
+    await controller._run(ControllerResult([("PartitionChangeRecord", 0, change)], None))
 
 
 async def started(tmp_path: Path) -> tuple[Broker, str]:
@@ -48,7 +47,7 @@ def test_groups_are_unloaded_on_resignation_and_loaded_back_on_election(tmp_path
     async def run() -> None:
         broker, bootstrap = await started(tmp_path)
         try:
-            broker.node.controller.create_topics([NewTopic("orders", 1, 1)])
+            await broker.node.controller.create_topics([NewTopic("orders", 1, 1)])
             consumer = Consumer(
                 {"bootstrap.servers": bootstrap, "group.id": "billing", "enable.auto.commit": False}
             )
@@ -61,14 +60,14 @@ def test_groups_are_unloaded_on_resignation_and_loaded_back_on_election(tmp_path
                 partition = groups.partition_for("billing")
                 assert partition in manager.owned_partitions and manager.get_group("billing") is not None
 
-                change_leader(broker, "__consumer_offsets", partition, -1)  # the leader went offline
+                await change_leader(broker, "__consumer_offsets", partition, -1)  # the leader went offline
                 assert partition not in manager.owned_partitions
                 assert manager.get_group("billing") is None
                 with pytest.raises(KafkaException):  # NOT_COORDINATOR until the request times out
                     await asyncio.to_thread(consumer.committed, [TopicPartition("orders", 0)], timeout=2)
                 assert manager.owned_partitions == {p for p in range(3) if p != partition}
 
-                change_leader(broker, "__consumer_offsets", partition, broker.config.node_id)  # elected
+                await change_leader(broker, "__consumer_offsets", partition, broker.config.node_id)  # elected
                 for _ in range(100):  # the load runs as a task on the loop
                     if partition in manager.owned_partitions:
                         break
@@ -96,10 +95,10 @@ def test_transactions_are_forgotten_on_resignation_and_loaded_back_on_election(t
             partition = coordinator.partition_for("ledger-writer")
             assert "ledger-writer" in manager.transactions[partition]
 
-            change_leader(broker, "__transaction_state", partition, -1)
+            await change_leader(broker, "__transaction_state", partition, -1)
             assert partition not in manager.transactions and partition not in manager.loading_partitions
 
-            change_leader(broker, "__transaction_state", partition, broker.config.node_id)
+            await change_leader(broker, "__transaction_state", partition, broker.config.node_id)
             for _ in range(100):
                 if partition in manager.transactions:
                     break

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
@@ -16,9 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
+from metadata_harness import SyncController
 
 from formats.checkpoints import read_leader_epoch_checkpoint, read_partition_metadata
 from formats.internal import decode_metadata_record, encode_metadata_record
+from formats.records import ControlType, control_type
 from formats.segment import walk
 from kcli.broker.metadata import (
     ConfigOp,
@@ -105,8 +106,8 @@ def config(tmp_path: Path, **settings: str) -> BrokerConfig:
     return BrokerConfig({"log.dirs": str(tmp_path / "data"), **settings})
 
 
-def open_controller(tmp_path: Path, register_node: bool = True, **settings: str) -> QuorumController:
-    controller = QuorumController.open(config(tmp_path, **settings), cluster_id="cluster-x")
+def open_controller(tmp_path: Path, register_node: bool = True, **settings: str) -> SyncController:
+    controller = SyncController(config(tmp_path, **settings))
     if register_node:
         controller.register_broker(LISTENER, log_dirs=[DIR_ID])
     return controller
@@ -654,9 +655,7 @@ def test_legacy_alter_configs_replaces_every_override(tmp_path):
 def test_auto_create_topics_hook(tmp_path):
     controller = open_controller(tmp_path, **{"num.partitions": "2", "offsets.topic.num.partitions": "3"})
     controller.create_topics([NewTopic("exists")])
-    created = asyncio.run(
-        controller.auto_create_topics(["fresh", "exists", "__consumer_offsets", "__transaction_state"])
-    )
+    created = controller.auto_create_topics(["fresh", "exists", "__consumer_offsets", "__transaction_state"])
     assert set(created.values()) == {ErrorCode.none}
     image = controller.image
     assert len(image.partitions_of("fresh")) == 2 and len(image.partitions_of("__consumer_offsets")) == 3
@@ -735,7 +734,7 @@ def test_images_are_published_once_committed_in_installation_order(tmp_path):
 def test_registration_epochs_increase_with_each_start(tmp_path):
     controller = open_controller(tmp_path)
     first = controller.image.broker(NODE)
-    assert first.broker_epoch == 1  # offset 0 is the bootstrap FeatureLevelRecord
+    assert first.broker_epoch == 2  # offset 0: the epoch's LeaderChange, 1: the bootstrap FeatureLevelRecord
     controller.create_topics([NewTopic("t")])
     controller.close()
     again = open_controller(tmp_path)
@@ -757,7 +756,7 @@ def test_restart_replays_an_identical_image(tmp_path):
     controller.delete_topics(["b"])
     image = controller.image
     controller.close()
-    reopened = QuorumController.open(config(tmp_path), cluster_id="cluster-x")
+    reopened = SyncController(config(tmp_path))
     assert reopened.image == image and reopened.metadata_log.recovery_report == []
     assert list(reopened.image.topics()) == list(image.topics())
 
@@ -779,7 +778,11 @@ def test_files_have_kafkas_names_and_contents(tmp_path):
     result = walk(data)
     assert result.stop == len(data)
     assert all(b.crc_valid and b.partition_leader_epoch == 1 and b.magic == 2 for b in result.batches)
-    for batch in result.batches:
+    first, *rest = result.batches
+    assert first.is_control and [control_type(r.key) for r in first.records(data)] == [
+        ControlType.LEADER_CHANGE
+    ]
+    for batch in rest:
         assert all(r.key is None for r in batch.records(data))
 
 
@@ -793,14 +796,14 @@ def test_torn_last_batch_is_truncated_to_the_previous_image(tmp_path):
     size = segment.stat().st_size
     with open(segment, "r+b") as f:  # what kill -9 in the middle of a write leaves
         f.truncate(size - 10)
-    reopened = QuorumController.open(config(tmp_path), cluster_id="cluster-x")
+    reopened = SyncController(config(tmp_path))
     assert reopened.image == before
     [line] = reopened.metadata_log.recovery_report
     assert f"truncated {segment.name} at byte" in line and f"log end offset now {before.offset + 1}" in line
     assert segment.stat().st_size < size - 10
     reopened.create_topics([NewTopic("after")])
     reopened.close()
-    again = QuorumController.open(config(tmp_path), cluster_id="cluster-x")
+    again = SyncController(config(tmp_path))
     assert {t.name for t in again.image.topics()} == {"kept", "after"}
     assert again.metadata_log.recovery_report == []
     again.close()
@@ -808,9 +811,7 @@ def test_torn_last_batch_is_truncated_to_the_previous_image(tmp_path):
 
 
 def test_corrupt_batch_truncates_it_and_later_segments(tmp_path):
-    controller = QuorumController.open(
-        config(tmp_path, **{"metadata.log.segment.bytes": "400"}), cluster_id="x"
-    )
+    controller = SyncController(config(tmp_path, **{"metadata.log.segment.bytes": "400"}))
     controller.register_broker(LISTENER)
     images = [controller.image]
     for i in range(6):
@@ -831,7 +832,7 @@ def test_corrupt_batch_truncates_it_and_later_segments(tmp_path):
     assert not any(p.exists() for p in segments[2:])
     assert reopened.segments == segments[:2]
     replayed = (
-        MetadataDelta(ClusterMetadataImage.empty("x", NODE, "PLAINTEXT"))
+        MetadataDelta(ClusterMetadataImage.empty("cluster-x", NODE, "PLAINTEXT"))
         .replay_all(reopened.records())
         .apply()
     )
@@ -846,7 +847,7 @@ def test_garbage_size_field_is_truncated(tmp_path):
     controller.close()
     with open(segment, "ab") as f:
         f.write(b"\x00" * 8 + b"\x00\x00\x00\x05" + b"\x00" * 20)  # a unit claiming 5 bytes
-    reopened = QuorumController.open(config(tmp_path), cluster_id="cluster-x")
+    reopened = SyncController(config(tmp_path))
     assert reopened.image == before and len(reopened.metadata_log.recovery_report) == 1
 
 
@@ -873,16 +874,12 @@ def assert_verifies_clean(path: Path) -> None:
 
 
 def test_segments_roll_with_indexes_that_verify_clean(tmp_path):
-    controller = QuorumController.open(
-        config(tmp_path, **{"metadata.log.segment.bytes": "5000"}), cluster_id="x"
-    )
+    controller = SyncController(config(tmp_path, **{"metadata.log.segment.bytes": "5000"}))
     controller.register_broker(LISTENER)
     for i in range(40):
         controller.create_topics([NewTopic(f"t{i}", 3)])
     controller.close()
-    reopened = QuorumController.open(
-        config(tmp_path, **{"metadata.log.segment.bytes": "5000"}), cluster_id="x"
-    )
+    reopened = SyncController(config(tmp_path, **{"metadata.log.segment.bytes": "5000"}))
     for i in range(40, 50):
         reopened.create_topics([NewTopic(f"t{i}", 3)])
     segments = reopened.metadata_log.segments
@@ -912,10 +909,12 @@ def test_dump_segment_decodes_the_metadata_log(tmp_path):
 KILLER = textwrap.dedent(
     """
     import sys
-    from kcli.broker.metadata import NewTopic, QuorumController
+    sys.path.insert(0, sys.argv[2])
+    from metadata_harness import SyncController
+    from kcli.broker.metadata import NewTopic
     from kcli.config import BrokerConfig, Listener
     config = BrokerConfig({"log.dirs": sys.argv[1]})
-    controller = QuorumController.open(config, cluster_id="cluster-x")
+    controller = SyncController(config)
     controller.register_broker(Listener("PLAINTEXT", "127.0.0.1", 9092))
     print("ready", flush=True)
     i = 0
@@ -929,7 +928,10 @@ KILLER = textwrap.dedent(
 def test_real_kill_9_leaves_whole_operations_only(tmp_path):
     data = tmp_path / "data"
     proc = subprocess.Popen(
-        [sys.executable, "-c", KILLER, str(data)], stdout=subprocess.PIPE, cwd=REPO, env={**os.environ}
+        [sys.executable, "-c", KILLER, str(data), str(Path(__file__).parent)],
+        stdout=subprocess.PIPE,
+        cwd=REPO,
+        env={**os.environ},
     )
     try:
         assert proc.stdout.readline() == b"ready\n"
@@ -939,7 +941,7 @@ def test_real_kill_9_leaves_whole_operations_only(tmp_path):
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-    controller = QuorumController.open(BrokerConfig({"log.dirs": str(data)}), cluster_id="cluster-x")
+    controller = SyncController(BrokerConfig({"log.dirs": str(data)}))
     topics = list(controller.image.topics())
     assert len(topics) > 10
     for topic in topics:  # every topic arrived whole: its partitions and its config
@@ -974,7 +976,7 @@ def test_any_operation_sequence_replays_to_the_same_image(tmp_path_factory, oper
             controller.alter_topic_configs(name, [ConfigOp("retention.ms", OpType.SET, str(n))])
     image = controller.image
     controller.close()
-    reopened = QuorumController.open(config(root), cluster_id="cluster-x")
+    reopened = SyncController(config(root))
     assert reopened.image == image
     delta = MetadataDelta(empty_image())
     for record, offset in reopened.metadata_log.records():

@@ -387,7 +387,7 @@ def test_fetch_sends_records_only_as_file_regions(tmp_path: Path) -> None:
         try:
             from kcli.broker.metadata.controller import NewTopic as ControllerTopic
 
-            broker.node.controller.create_topics([ControllerTopic("zc", 3, 1)])
+            await broker.node.controller.create_topics([ControllerTopic("zc", 3, 1)])
             now = int(time.time() * 1000)
             for partition in range(3):
                 leader = broker.node.replicas.partition("zc", partition)  # appends go through the partition

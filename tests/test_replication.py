@@ -134,10 +134,10 @@ def test_node_hosts_partitions_from_its_metadata_and_acks_all_completes_on_the_h
 ) -> None:
     async def run() -> None:
         config = BrokerConfig({"log.dirs": str(tmp_path / "data"), "node.id": str(NODE)})
-        node = Node.open(config, "cluster-x")
+        node = await Node.open(config, "cluster-x")
         try:
-            node.register(Listener("PLAINTEXT", "127.0.0.1", 9092), None)
-            node.controller.create_topics([NewTopic("orders", 2, 1)])
+            await node.register(Listener("PLAINTEXT", "127.0.0.1", 9092), None)
+            await node.controller.create_topics([NewTopic("orders", 2, 1)])
             replicas = node.replicas
             assert [p.index for p in replicas.partitions() if p.topic == "orders"] == [0, 1]
             leader = replicas.leader_partition(node.image, "orders", 1)
@@ -156,10 +156,10 @@ def test_node_hosts_partitions_from_its_metadata_and_acks_all_completes_on_the_h
                 replicas.leader_partition(node.image, "orders", 2)
             assert unknown.value.error_code is ErrorCode.unknown_topic_or_partition
 
-            node.controller.delete_topics(["orders"])
+            await node.controller.delete_topics(["orders"])
             assert replicas.partition("orders", 1) is None
             assert replicas.acks_error(("orders", 1), 1) is ErrorCode.not_leader_or_follower
         finally:
-            node.shutdown()
+            await node.shutdown()
 
     asyncio.run(run())

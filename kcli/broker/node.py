@@ -24,9 +24,10 @@ from kcli.broker.log.config import LogConfig
 from kcli.broker.log.log import wall_clock_ms
 from kcli.broker.log.manager import LogManager
 from kcli.broker.metadata.controller import QuorumController
-from kcli.broker.metadata.image import ClusterMetadataImage, TopicChanges
+from kcli.broker.metadata.image import ClusterMetadataImage, MetadataReplayError, TopicChanges
 from kcli.broker.metadata.loader import MetadataLoader
 from kcli.broker.producer_ids import ProducerIdManager
+from kcli.broker.raft import KafkaRaftClient, MetadataLogError, open_raft_client
 from kcli.broker.replication.manager import ReplicaManager
 from kcli.broker.txn.coordinator import TransactionCoordinator
 from kcli.config import BrokerConfig, Listener
@@ -41,9 +42,15 @@ class Node:
     name = "Node (logs and replica manager)"  # as the MetadataLoader's first publisher
 
     def __init__(
-        self, config: BrokerConfig, controller: QuorumController, loader: MetadataLoader, logs: LogManager
+        self,
+        config: BrokerConfig,
+        raft: KafkaRaftClient,
+        controller: QuorumController,
+        loader: MetadataLoader,
+        logs: LogManager,
     ) -> None:
         self.config = config
+        self.raft = raft
         self.controller = controller
         self.loader = loader
         self.logs = logs
@@ -65,15 +72,34 @@ class Node:
         loader.install_publisher(self.transaction_coordinator)
 
     @classmethod
-    def open(cls, config: BrokerConfig, cluster_id: str) -> Node:
-        """Recover the metadata log and every partition log, then reconcile the two."""
-        controller = QuorumController.open(config, cluster_id=cluster_id)
-        image = controller.image  # all committed: the only voter's log is the quorum's
-        loader = MetadataLoader(image)
-        controller.raft_client.register(loader)
+    async def open(cls, config: BrokerConfig, cluster_id: str) -> Node:
+        """Join the metadata quorum, catch up with it, then recover every partition log and reconcile.
+
+        As Kafka's BrokerServer, the logs are loaded only once this node has the committed metadata:
+        which topics exist, and their configs, come from the quorum, not from what the disk holds.
+        """
+        raft = open_raft_client(config, cluster_id)
+        empty = ClusterMetadataImage.empty(cluster_id, config.node_id, config.listener.name)
+        controller = QuorumController(config, raft, empty)  # first listener: it activates before the loader
+        loader = MetadataLoader(empty)
+        raft.register(loader)
+        try:
+            await raft.start()
+            await raft.wait_caught_up()
+        except MetadataReplayError as exc:
+            await raft.shutdown()
+            raft.log.close()
+            raise MetadataLogError(
+                f"cannot replay the metadata log in {raft.log.directory}: {str(exc).rstrip('.')}."
+            ) from None
+        except BaseException:
+            await raft.shutdown()
+            raft.log.close()
+            raise
+        image = loader.image
         logs = LogManager(config)
         logs.startup({name: cls._log_config(config, image, name) for name in image.topic_ids})
-        node = cls(config, controller, loader, logs)
+        node = cls(config, raft, controller, loader, logs)
         node._reconcile(image)
         return node
 
@@ -82,9 +108,10 @@ class Node:
         """The last committed image the loader published."""
         return self.loader.image
 
-    def register(self, advertised: Listener, rack: str | None) -> None:
+    async def register(self, advertised: Listener, rack: str | None) -> None:
         """Write this incarnation's broker registration (the listener clients are told about)."""
-        self.broker_epoch = self.controller.register_broker(advertised, rack=rack)
+        await self.controller.wait_active()
+        self.broker_epoch = await self.controller.register_broker(advertised, rack=rack)
         self.groups.startup()  # loads __consumer_offsets on the running loop before requests are served
         self.transaction_coordinator.startup()  # loads __transaction_state the same way
 
@@ -97,11 +124,12 @@ class Node:
             except OSError as e:  # a full disk must not kill the loop; Kafka marks the dir offline
                 log.error("periodic log maintenance failed: %s", e)
 
-    def shutdown(self) -> None:
-        """Close the metadata log, then flush and close every log and write the clean-shutdown marker."""
+    async def shutdown(self) -> None:
+        """Leave the quorum and close the metadata log, then flush and close every log (clean-shutdown marker)."""
         self.transaction_coordinator.shutdown()
         self.groups.shutdown()
-        self.controller.close()
+        await self.raft.shutdown()
+        self.raft.log.close()
         self.logs.shutdown(self.broker_epoch)
 
     # --- metadata -> storage ------------------------------------------------------------------------

@@ -141,13 +141,13 @@ class Broker:
         listener = self.config.listener
         self._server = await _bind(listener, self.config, self._new_connection)
         try:
-            self.node = node = Node.open(self.config, cluster_id)
+            self.node = node = await Node.open(self.config, cluster_id)
         except BaseException:
             self._server.close()
             raise
         bound_host, bound_port = self._server.sockets[0].getsockname()[:2]
         advertised = self.config.advertised_listener(bound_port)
-        node.register(advertised, self.config["broker.rack"])  # type: ignore[arg-type]
+        await node.register(advertised, self.config["broker.rack"])  # type: ignore[arg-type]
         self.state = state = BrokerState(
             self.config,
             self.registry,
@@ -208,7 +208,7 @@ class Broker:
         if self._periodic is not None:
             self._periodic.cancel()
         if self.node is not None:
-            self.node.shutdown()
+            await self.node.shutdown()
         log.info("shutdown complete")
 
     # --- connections -----------------------------------------------------------------------

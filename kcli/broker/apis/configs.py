@@ -23,14 +23,14 @@ from __future__ import annotations
 import datetime
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
 from kcli.broker.apis.context import RequestContext
 from kcli.broker.apis.registry import ApiSpec
-from kcli.broker.metadata.controller import ApiError, ConfigOp, topic_name_error
+from kcli.broker.metadata.controller import ApiError, ConfigOp, NotControllerError, topic_name_error
 from kcli.broker.metadata.image import ClusterMetadataImage
 from kcli.config import (
     BROKER_CONFIGS,
@@ -342,7 +342,7 @@ async def handle_alter_configs(ctx: RequestContext, request: object) -> object:
         if i in errors:
             continue
         configs = [(c.name, c.value) for c in resource.configs]
-        errors[i] = _check_keys_and_values(configs, null_allowed=False) or _alter_one(
+        errors[i] = _check_keys_and_values(configs, null_allowed=False) or await _alter_one(
             ctx, resource, configs, validate_only, incremental=False
         )
     return _altered(response_cls, resources, errors)
@@ -358,7 +358,7 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: object)
         if i in errors:
             continue
         ops = [(c.name, c.value, c.config_operation) for c in resource.configs]
-        errors[i] = _check_keys_and_values(ops, null_allowed=True) or _alter_one(
+        errors[i] = _check_keys_and_values(ops, null_allowed=True) or await _alter_one(
             ctx, resource, ops, validate_only, incremental=True
         )
     return _altered(response_cls, resources, errors)
@@ -386,7 +386,7 @@ def _check_keys_and_values(items: Sequence[tuple], *, null_allowed: bool) -> Api
     return None
 
 
-def _alter_one(
+async def _alter_one(
     ctx: RequestContext, resource: object, items: Sequence[tuple], validate_only: bool, *, incremental: bool
 ) -> ApiError:
     resource_type = resource.resource_type  # type: ignore[attr-defined]
@@ -398,8 +398,12 @@ def _alter_one(
             if error is not None:
                 return error
             ops = [ConfigOp(key, OpType(op), value) for key, value, op in items]
-            return controller.alter_topic_configs(name, ops, validate_only=validate_only)
-        return controller.replace_topic_configs(name, dict(items), validate_only=validate_only)
+            return await _controller_call(
+                controller.alter_topic_configs(name, ops, validate_only=validate_only)
+            )
+        return await _controller_call(
+            controller.replace_topic_configs(name, dict(items), validate_only=validate_only)
+        )
     if resource_type == ResourceType.BROKER:
         return _alter_broker(ctx, name, items, incremental)
     if resource_type in (ResourceType.BROKER_LOGGER, ResourceType.CLIENT_METRICS, ResourceType.GROUP):
@@ -407,6 +411,14 @@ def _alter_one(
             return ApiError(ErrorCode.invalid_request, f"Unknown resource type {resource_type}")
         return _unsupported(resource_type)
     return ApiError(ErrorCode.invalid_request, f"Unknown resource type {resource_type}")
+
+
+async def _controller_call(operation: Awaitable[ApiError]) -> ApiError:
+    """A controller answer, or NOT_CONTROLLER when this node's controller is not (or stopped being) active."""
+    try:
+        return await operation
+    except NotControllerError as exc:
+        return ApiError(ErrorCode.not_controller, str(exc))
 
 
 def _alter_broker(ctx: RequestContext, name: str, items: Sequence[tuple], incremental: bool) -> ApiError:

@@ -43,7 +43,7 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> object:
     transactional_id = request.transactional_id
     if transactional_id is None:
         try:
-            new_id = producer_id_manager(ctx).generate_producer_id()
+            new_id = await producer_id_manager(ctx).generate_producer_id()
         except ProducerIdsUnavailable as e:
             log.error("InitProducerId from client %r: %s", ctx.client_id, e)
             return _response(version, ErrorCode.coordinator_load_in_progress)

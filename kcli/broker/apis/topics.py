@@ -27,6 +27,7 @@ from kcli.broker.metadata.controller import (
     CreateTopicResult,
     DeleteTopicResult,
     NewTopic,
+    NotControllerError,
 )
 from kcli.config import CLUSTER_METADATA_TOPIC
 from kcli.protocol.messages import build, kio_versions, nested_type, response_type
@@ -68,7 +69,12 @@ async def handle_create_topics(ctx: RequestContext, request: object) -> object:
         )
         for t in topics
     ]
-    outcome = ctx.controller.create_topics(new_topics, validate_only=request.validate_only)  # type: ignore[attr-defined]
+    try:
+        outcome = await ctx.controller.create_topics(new_topics, validate_only=request.validate_only)  # type: ignore[attr-defined]
+    except NotControllerError as exc:
+        outcome = [
+            CreateTopicResult(t.name, ApiError(ErrorCode.not_controller, str(exc))) for t in new_topics
+        ]
     results = [_created(response_cls, result) for result in outcome]
     return build(response_cls, throttle_time=_NO_THROTTLE, topics=tuple(results))
 
@@ -105,7 +111,16 @@ async def handle_delete_topics(ctx: RequestContext, request: object) -> object:
         results = [_deleted(response_cls, DeleteTopicResult(n, i, _TIMED_OUT)) for n, i in given]
         return build(response_cls, throttle_time=_NO_THROTTLE, responses=tuple(results))
 
-    outcome = early + ctx.controller.delete_topics(references)
+    try:
+        outcome = early + await ctx.controller.delete_topics(references)
+    except NotControllerError as exc:
+        failed = ApiError(ErrorCode.not_controller, str(exc))
+        outcome = early + [
+            DeleteTopicResult(
+                r if isinstance(r, str) else None, r if isinstance(r, uuid.UUID) else ZERO_UUID, failed
+            )
+            for r in references
+        ]
     results = [_deleted(response_cls, result) for result in outcome]
     return build(response_cls, throttle_time=_NO_THROTTLE, responses=tuple(results))
 
@@ -127,12 +142,15 @@ async def handle_create_partitions(ctx: RequestContext, request: object) -> obje
         assignments = None
         if topic.assignments is not None:
             assignments = [tuple(a.broker_ids) for a in topic.assignments]
-        error = controller.create_partitions(
-            topic.name,
-            topic.count,
-            assignments,
-            validate_only=request.validate_only,  # type: ignore[attr-defined]
-        )
+        try:
+            error = await controller.create_partitions(
+                topic.name,
+                topic.count,
+                assignments,
+                validate_only=request.validate_only,  # type: ignore[attr-defined]
+            )
+        except NotControllerError as exc:
+            error = ApiError(ErrorCode.not_controller, str(exc))
         results.append(_partitions_result(result_cls, topic.name, error))
     return build(response_cls, throttle_time=_NO_THROTTLE, results=tuple(results))
 

@@ -2,9 +2,9 @@
 
 One code path for one node and many: topics and partitions are KRaft metadata records in a metadata
 log; admin operations reach it only through the `QuorumController`, whose control managers turn them
-into records; the `RaftClient` appends them and moves the committed offset (the log's high
-watermark); the `MetadataLoader` folds committed batches into the broker's view
-(`ClusterMetadataImage`) and publishes it to its `MetadataPublisher`s. Today the quorum has one voter.
+into records; the Raft client (`kcli.broker.raft`) replicates them and moves the committed offset (the
+quorum's high watermark); the `MetadataLoader` folds committed batches into the broker's view
+(`ClusterMetadataImage`) and publishes it to its `MetadataPublisher`s.
 """
 
 from kcli.broker.metadata.controller import (
@@ -24,9 +24,8 @@ from kcli.broker.metadata.image import (
     topic_changes,
 )
 from kcli.broker.metadata.loader import MetadataLoader
-from kcli.broker.metadata.metadata_log import MetadataLog, MetadataLogError, metadata_log_dir
 from kcli.broker.metadata.publisher import MetadataPublisher
-from kcli.broker.metadata.raft_client import RaftClient
+from kcli.broker.raft.metadata_log import MetadataLog, MetadataLogError, metadata_log_dir
 
 __all__ = [
     "ApiError",
@@ -43,7 +42,6 @@ __all__ = [
     "OpType",
     "PartitionRegistration",
     "QuorumController",
-    "RaftClient",
     "TopicChanges",
     "metadata_log_dir",
     "topic_changes",

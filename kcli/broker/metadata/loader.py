@@ -1,6 +1,6 @@
 """MetadataLoader: folds committed metadata batches into the next image and publishes it.
 
-As Kafka's MetadataLoader, it listens to the Raft client: each `handle_commit` (batches below the
+As Kafka's MetadataLoader, it listens to the Raft client (kcli.broker.raft): each `handle_commit` (batches below the
 high watermark, in log order) becomes one new `ClusterMetadataImage`, which every installed
 `MetadataPublisher` receives in the order it was installed, a fixed order that the node states:
 storage first (logs created or deleted, the replica manager), then the group and transaction
@@ -14,8 +14,8 @@ import logging
 from collections.abc import Sequence
 
 from kcli.broker.metadata.image import ClusterMetadataImage, fold, topic_changes
-from kcli.broker.metadata.metadata_log import LoggedBatch
 from kcli.broker.metadata.publisher import MetadataPublisher
+from kcli.broker.raft import LeaderAndEpoch, LoggedBatch
 
 log = logging.getLogger("kcli.broker.metadata")
 
@@ -27,6 +27,7 @@ class MetadataLoader:
         """Start from `image`, the committed image start-up replayed from the metadata log."""
         self._image = image
         self._publishers: list[MetadataPublisher] = []
+        self.leader = LeaderAndEpoch(-1, -1)
 
     @property
     def image(self) -> ClusterMetadataImage:
@@ -42,6 +43,10 @@ class MetadataLoader:
         """Publish every later image to `publisher`, after the publishers installed before it."""
         self._publishers.append(publisher)
         log.debug("metadata publisher %d: %s", len(self._publishers), publisher.name)
+
+    def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
+        """The quorum's leader (the active controller), for DescribeCluster and forwarding."""
+        self.leader = leader
 
     def handle_commit(self, batches: Sequence[LoggedBatch]) -> None:
         """Fold newly committed batches into the next image, then publish it (the RaftClient listener)."""

@@ -189,10 +189,10 @@ class TransactionCoordinator:
         self, transactional_id: str, transaction_timeout_ms: int, expected: tuple[int, int] | None
     ) -> tuple[ErrorCode, int, int]:
         """(error, producer id, epoch) for a transactional producer; `expected` is its (pid, epoch) from v3."""
-        result = self.init_producer_id(transactional_id, transaction_timeout_ms, expected)
+        result = await self.init_producer_id(transactional_id, transaction_timeout_ms, expected)
         return result.error, result.producer_id, result.producer_epoch
 
-    def init_producer_id(
+    async def init_producer_id(
         self, transactional_id: str, transaction_timeout_ms: int, expected: tuple[int, int] | None
     ) -> InitProducerIdResult:
         if transactional_id == "":
@@ -205,7 +205,7 @@ class TransactionCoordinator:
         metadata = found
         if metadata is None:
             try:
-                producer_id = self.producer_ids.generate_producer_id()
+                producer_id = await self.producer_ids.generate_producer_id()
             except ProducerIdsUnavailable as exc:
                 log.error("InitProducerId for %s: %s", transactional_id, exc)
                 return InitProducerIdResult(ErrorCode.coordinator_load_in_progress)
@@ -240,7 +240,7 @@ class TransactionCoordinator:
         transit: ErrorCode | TxnTransitMetadata
         if metadata.is_producer_epoch_exhausted and expected_epoch in (None, metadata.producer_epoch):
             try:
-                new_id = self.producer_ids.generate_producer_id()
+                new_id = await self.producer_ids.generate_producer_id()
             except ProducerIdsUnavailable as exc:
                 log.error("InitProducerId for %s: %s", transactional_id, exc)
                 return InitProducerIdResult(ErrorCode.coordinator_load_in_progress)

@@ -23,7 +23,7 @@ from kcli.broker.metadata.controller.controller_result import (
 )
 from kcli.broker.metadata.controller.feature_control_manager import FeatureControlManager
 from kcli.broker.metadata.controller.producer_id_control_manager import ProducerIdControlManager
-from kcli.broker.metadata.controller.quorum_controller import QuorumController
+from kcli.broker.metadata.controller.quorum_controller import NotControllerError, QuorumController
 from kcli.broker.metadata.controller.replication_control_manager import (
     MAX_RECORDS_PER_USER_OP,
     CreateTopicResult,
@@ -45,6 +45,7 @@ __all__ = [
     "DeleteTopicResult",
     "FeatureControlManager",
     "NewTopic",
+    "NotControllerError",
     "OpType",
     "ProducerIdControlManager",
     "QuorumController",

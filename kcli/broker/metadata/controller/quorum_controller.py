@@ -1,24 +1,26 @@
-"""The QuorumController of a quorum of one: run an admin operation, then commit its records.
+"""The QuorumController: run an admin operation on the active controller, answer once it is committed.
 
 Each operation follows Kafka's QuorumController: the control manager that owns the concept checks
-the request against the current image (with Kafka's rules, error codes and messages) and returns a
-`ControllerResult`, its records and its answer; the controller appends the records to the metadata
-log as ONE batch (so an operation is all or nothing, even across `kill -9`) and folds them into its
-own image at once, as Kafka's controller replays its writes, so the next operation sees them. The
-Raft client then commits the batch (moves the high watermark past it) and hands it to its
-listeners: the broker's MetadataLoader folds it into the committed image and publishes that.
-Validate-only requests stop before the append.
+the request against the controller's image (with Kafka's rules, error codes and messages) and returns
+a `ControllerResult`, its records and its answer; the controller appends the records to the metadata
+log as ONE batch through the Raft client (so an operation is all or nothing, even across `kill -9`)
+and folds them into its image at once, so the next operation sees them; the answer waits until the
+quorum has committed the batch. Validate-only requests stop before the append. Operations run one at
+a time: the check, the append and the fold happen in one turn of the event loop.
 
-This node is the only voter, so it is always the active controller and a batch is committed as soon
-as it is on disk: the request path stays synchronous, and every operation returns after its records
-are committed and published, as Kafka answers only then.
+Only the Raft leader's controller is active. The others replay committed batches into their image
+(standby controllers, ready to take over) and answer NOT_CONTROLLER. A controller that loses the
+leadership drops its uncommitted writes: its image goes back to the last committed one, and the
+operations still waiting get NOT_CONTROLLER.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
@@ -30,7 +32,7 @@ from kcli.broker.metadata.controller.configuration_control_manager import (
     ConfigOp,
     ConfigurationControlManager,
 )
-from kcli.broker.metadata.controller.controller_result import ApiError, ControllerResult, Record
+from kcli.broker.metadata.controller.controller_result import ApiError, ControllerResult
 from kcli.broker.metadata.controller.feature_control_manager import FeatureControlManager
 from kcli.broker.metadata.controller.producer_id_control_manager import ProducerIdControlManager
 from kcli.broker.metadata.controller.replication_control_manager import (
@@ -39,31 +41,37 @@ from kcli.broker.metadata.controller.replication_control_manager import (
     NewTopic,
     ReplicationControlManager,
 )
-from kcli.broker.metadata.image import (
-    MV_3_9_IV0,
-    ClusterMetadataImage,
-    MetadataDelta,
-    MetadataReplayError,
-    ProducerIdsBlock,
-    fold,
-)
-from kcli.broker.metadata.metadata_log import MetadataLog, MetadataLogError, metadata_log_dir
-from kcli.broker.metadata.raft_client import RaftClient
+from kcli.broker.metadata.image import MV_3_9_IV0, ClusterMetadataImage, ProducerIdsBlock, fold
+from kcli.broker.raft.metadata_log import LoggedBatch, MetadataLog
+from kcli.broker.raft.raft_client import KafkaRaftClient, LeaderAndEpoch, NotLeaderError
 from kcli.config import BrokerConfig, Listener
+from kcli.errors import KcliError
 
 log = logging.getLogger("kcli.broker.metadata")
 
 T = TypeVar("T")
 
 
-class QuorumController:
-    """The active controller; `image` holds every batch it appended (all committed, with one voter)."""
+class NotControllerError(KcliError):
+    """This node's controller is not the active one (or stopped being it before the write committed)."""
 
-    def __init__(self, config: BrokerConfig, raft_client: RaftClient, image: ClusterMetadataImage) -> None:
+    error_code = ErrorCode.not_controller
+
+
+class QuorumController:
+    """One node's controller: active while its Raft client leads, a standby replaying commits otherwise."""
+
+    def __init__(
+        self, config: BrokerConfig, raft_client: KafkaRaftClient, image: ClusterMetadataImage
+    ) -> None:
         self.config = config
         self.node_id = config.node_id
         self.raft_client = raft_client
         self._image = image
+        self._committed = image
+        self._uncommitted: deque[tuple[int, ClusterMetadataImage]] = deque()  # (last offset, image after it)
+        self._active_epoch: int | None = None
+        self._activated = asyncio.Event()
         self.cluster_control = ClusterControlManager()
         self.configuration_control = ConfigurationControlManager(config)
         self.replication_control = ReplicationControlManager(
@@ -71,50 +79,57 @@ class QuorumController:
         )
         self.producer_id_control = ProducerIdControlManager(self.cluster_control)
         self.feature_control = FeatureControlManager()
-
-    @classmethod
-    def open(
-        cls, config: BrokerConfig, *, cluster_id: str, listener_name: str | None = None
-    ) -> QuorumController:
-        """Open (recover) the metadata log, replay it into an image, and bootstrap an empty log."""
-        metadata_log = MetadataLog.open(
-            metadata_log_dir(config),
-            segment_bytes=int(config["metadata.log.segment.bytes"]),  # type: ignore[call-overload]
-            segment_ms=int(config["metadata.log.segment.ms"]),  # type: ignore[call-overload]
-        )
-        image = ClusterMetadataImage.empty(cluster_id, config.node_id, listener_name or config.listener.name)
-        try:
-            image = MetadataDelta(image).replay_all(metadata_log.records()).apply()
-        except MetadataReplayError as exc:
-            metadata_log.close()
-            raise MetadataLogError(
-                f"cannot replay the metadata log in {metadata_log.directory}: {str(exc).rstrip('.')}."
-            ) from None
-        raft_client = RaftClient(metadata_log, config.node_id)
-        raft_client.become_leader()
-        controller = cls(config, raft_client, image)
-        controller.bootstrap()
-        return controller
+        raft_client.register(self)
 
     @property
     def image(self) -> ClusterMetadataImage:
+        """What the next operation is checked against: committed, plus this leader's pending writes."""
         return self._image
 
     @property
-    def metadata_log(self) -> MetadataLog:
-        return self.raft_client.metadata_log
+    def is_active(self) -> bool:
+        return self._active_epoch is not None
 
-    def close(self) -> None:
-        self.metadata_log.close()
+    async def wait_active(self) -> None:
+        """Until this controller is the active one (start-up of a quorum of one, tests)."""
+        await self._activated.wait()
+
+    @property
+    def metadata_log(self) -> MetadataLog:
+        return self.raft_client.log
+
+    # --- the Raft listener ------------------------------------------------------------------------
+
+    def handle_commit(self, batches: Sequence[LoggedBatch]) -> None:
+        """Committed batches: this leader's own writes are folded already; others are replayed."""
+        for batch in batches:
+            if batch.leader_epoch == self._active_epoch:
+                while self._uncommitted and self._uncommitted[0][0] <= batch.last_offset:
+                    self._committed = self._uncommitted.popleft()[1]
+            elif batch.records:
+                self._committed = fold(self._committed, batch.records)
+                if self._active_epoch is None:
+                    self._image = self._committed
+
+    def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
+        """Claim when this node leads (it has replayed every batch before its epoch), renounce otherwise."""
+        if leader.leader_id == self.node_id:
+            self._active_epoch = leader.epoch
+            self._image = self._committed
+            log.info("controller %d is active in epoch %d", self.node_id, leader.epoch)
+            self._activated.set()
+            if self._write(self.feature_control.bootstrap(self._image)) is not None:
+                log.info("bootstrapped the metadata log with metadata.version %d (3.9-IV0)", MV_3_9_IV0)
+        elif self._active_epoch is not None:
+            log.info("controller %d is no longer active (leader now %d)", self.node_id, leader.leader_id)
+            self._active_epoch = None
+            self._activated.clear()
+            self._uncommitted.clear()
+            self._image = self._committed
 
     # --- start-up and brokers -----------------------------------------------------------------------
 
-    def bootstrap(self) -> None:
-        """A log with no metadata.version gets the bootstrap FeatureLevelRecord (3.9-IV0, level 21)."""
-        if self._run(self.feature_control.bootstrap(self._image)):
-            log.info("bootstrapped the metadata log with metadata.version %d (3.9-IV0)", MV_3_9_IV0)
-
-    def register_broker(
+    async def register_broker(
         self,
         listener: Listener,
         *,
@@ -135,30 +150,30 @@ class QuorumController:
             rack=rack,
             log_dirs=log_dirs,
         )
-        return self._run(result)
+        return await self._run(result)
 
     # --- topics -----------------------------------------------------------------------------------
 
-    def create_topics(
+    async def create_topics(
         self, topics: Sequence[NewTopic], *, validate_only: bool = False
     ) -> list[CreateTopicResult]:
         """CreateTopics: one result per distinct name, in request order; successes are one batch."""
-        results = self._run(self.replication_control.create_topics(self._image, topics), validate_only)
+        results = await self._run(self.replication_control.create_topics(self._image, topics), validate_only)
         created = [r.name for r in results if not r.error.is_failure]
         if created:
             log.info("%s topic(s) %s", "validated" if validate_only else "created", ", ".join(created))
         return results
 
-    def delete_topics(self, topics: Sequence[str | uuid.UUID]) -> list[DeleteTopicResult]:
+    async def delete_topics(self, topics: Sequence[str | uuid.UUID]) -> list[DeleteTopicResult]:
         """DeleteTopics by name or id: one result per distinct reference; removals are one batch."""
         result = self.replication_control.delete_topics(self._image, topics)
-        self._run(result)
+        await self._run(result)
         if result.records:
             deleted = (str(r.name) for r in result.response if not r.error.is_failure)
             log.info("deleted topic(s) %s", ", ".join(deleted))
         return result.response
 
-    def create_partitions(
+    async def create_partitions(
         self,
         topic: str,
         count: int,
@@ -168,29 +183,29 @@ class QuorumController:
     ) -> ApiError:
         """CreatePartitions for one topic: raise its partition count to `count`."""
         result = self.replication_control.create_partitions(self._image, topic, count, assignments)
-        return self._run(result, validate_only)
+        return await self._run(result, validate_only)
 
     # --- configs ----------------------------------------------------------------------------------
 
-    def alter_topic_configs(
+    async def alter_topic_configs(
         self, topic: str, ops: Sequence[ConfigOp], *, validate_only: bool = False
     ) -> ApiError:
         """IncrementalAlterConfigs on a topic: SET, DELETE, APPEND, SUBTRACT, all or nothing."""
         result = self.configuration_control.incremental_alter_topic_configs(self._image, topic, ops)
-        return self._run(result, validate_only)
+        return await self._run(result, validate_only)
 
-    def replace_topic_configs(
+    async def replace_topic_configs(
         self, topic: str, configs: Mapping[str, str | None], *, validate_only: bool = False
     ) -> ApiError:
         """Legacy AlterConfigs on a topic: `configs` becomes the whole set of overrides."""
         result = self.configuration_control.legacy_alter_topic_configs(self._image, topic, configs)
-        return self._run(result, validate_only)
+        return await self._run(result, validate_only)
 
     # --- producer ids -----------------------------------------------------------------------------
 
-    def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> ProducerIdsBlock:
+    async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> ProducerIdsBlock:
         """AllocateProducerIds: hand out the next block of 1000 and record where the next one starts."""
-        return self._run(
+        return await self._run(
             self.producer_id_control.generate_next_producer_id(self._image, broker_id, broker_epoch)
         )
 
@@ -202,7 +217,7 @@ class QuorumController:
         Internal topics get the settings their coordinators ask for (AutoTopicCreationManager).
         A topic that turns out to exist already counts as created.
         """
-        results = self.create_topics([self._auto_topic(name) for name in names])
+        results = await self.create_topics([self._auto_topic(name) for name in names])
         return {
             r.name: ErrorCode.none if r.error.code is ErrorCode.topic_already_exists else r.error.code
             for r in results
@@ -242,15 +257,29 @@ class QuorumController:
 
     # --- internals --------------------------------------------------------------------------------
 
-    def _run(self, result: ControllerResult[T], validate_only: bool = False) -> T:
-        """Commit the result's records (none for a validate-only request), then give its answer."""
+    async def _run(self, result: ControllerResult[T], validate_only: bool = False) -> T:
+        """Write the result's records (none for a validate-only request), then answer once committed."""
+        if not self.is_active:
+            raise NotControllerError(f"node {self.node_id} is not the active controller")
         if result.records and not validate_only:
-            self._commit(result.records)
+            last_offset = self._write(result)
+            try:
+                await self.raft_client.wait_committed(last_offset)  # type: ignore[arg-type]
+            except NotLeaderError:
+                raise NotControllerError(
+                    f"node {self.node_id} lost the controller leadership before the write was committed"
+                ) from None
         return result.response
 
-    def _commit(self, records: Sequence[Record]) -> None:
-        """Append `records` as one batch, fold it into the controller's image, then let the quorum commit it."""
-        values = [encode_metadata_record(name, version, data) for name, version, data in records]
-        batch = self.raft_client.append(values, now_ms=int(time.time() * 1000))
+    def _write(self, result: ControllerResult[object]) -> int | None:
+        """Append the records as one batch and fold them into the image; the batch's last offset."""
+        if not result.records:
+            return None
+        values = [encode_metadata_record(name, version, data) for name, version, data in result.records]
+        try:
+            batch = self.raft_client.append(values, now_ms=int(time.time() * 1000))
+        except NotLeaderError:
+            raise NotControllerError(f"node {self.node_id} is not the active controller") from None
         self._image = fold(self._image, batch.records)
-        self.raft_client.poll()  # one voter: committed now, and published before the operation answers
+        self._uncommitted.append((batch.last_offset, self._image))
+        return batch.last_offset

@@ -16,7 +16,6 @@ are on a majority of the voters, and only those are handed on (see `raft_client`
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import uuid
@@ -24,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from formats.checkpoints import EpochEntry, PartitionMetadata, uuid_to_base64, write_partition_metadata
+from formats.checkpoints import EpochEntry, PartitionMetadata, write_partition_metadata
 from formats.errors import FormatError
 from formats.internal import MetadataRecord, decode_metadata_record
 from formats.records import RecordBatch, RecordSpec, build_batch
@@ -39,7 +38,6 @@ log = logging.getLogger("kcli.broker.metadata")
 CLUSTER_METADATA_PARTITION_DIR = f"{CLUSTER_METADATA_TOPIC}-0"
 CLUSTER_METADATA_TOPIC_ID = uuid.UUID(int=1)  # Topic.CLUSTER_METADATA_TOPIC_ID, "AAAAAAAAAAAAAAAAAAAAAQ"
 PARTITION_METADATA = "partition.metadata"
-QUORUM_STATE = "quorum-state"
 DEFAULT_SEGMENT_BYTES = 1024 * 1024 * 1024  # metadata.log.segment.bytes
 DEFAULT_SEGMENT_MS = 7 * 24 * 3600 * 1000  # metadata.log.segment.ms
 MAX_BATCH_BYTES = 8 * 1024 * 1024  # KafkaRaftClient.MAX_BATCH_SIZE_BYTES, the log's max.message.bytes
@@ -147,15 +145,20 @@ class MetadataLog:
             reader = SegmentReader(segment.log_path, check_crc=False, max_bytes=segment.size)
             for chunk in reader.chunks():
                 for batch in chunk.batches:
-                    yield _logged_batch(segment.log_path, chunk.view, batch)  # type: ignore[arg-type]
+                    yield logged_batch(segment.log_path, chunk.view, batch)  # type: ignore[arg-type]
 
     def records(self) -> Iterator[tuple[MetadataRecord, int]]:
         """(record, offset) of every metadata record in log order."""
         for batch in self.batches():
             yield from batch.records
 
-    def append(self, values: Sequence[bytes], *, leader_epoch: int, now_ms: int) -> tuple[int, int]:
-        """Write `values` (encoded metadata records) as one batch and fsync it; returns (base, last) offset."""
+    def append(
+        self, values: Sequence[bytes], *, leader_epoch: int, now_ms: int, flush: bool = True
+    ) -> tuple[int, int]:
+        """Write `values` (encoded metadata records) as one batch; returns (base, last) offset.
+
+        With `flush` the batch is fsynced before this returns; the Raft leader flushes on a worker thread.
+        """
         if not values:
             raise ValueError("a metadata batch needs at least one record")
         batch = build_batch(
@@ -167,23 +170,13 @@ class MetadataLog:
             info = self.log.append_as_leader(
                 batch, leader_epoch=leader_epoch, now_ms=now_ms, origin=AppendOrigin.RAFT_LEADER
             )
-            self.log.flush()
+            if flush:
+                self.log.flush()
         except (OSError, LogStorageError, RecordError) as exc:
             raise MetadataLogError(
                 f"cannot append to the metadata log in {self.directory}: {_reason(exc)}."
             ) from None
         return info.first_offset, info.last_offset
-
-    def write_quorum_state(self, leader_id: int, leader_epoch: int) -> None:
-        """Record this node as the elected leader of `leader_epoch` (quorum-state data_version 1)."""
-        state = {
-            "leaderId": leader_id,
-            "leaderEpoch": leader_epoch,
-            "votedId": -1,
-            "votedDirectoryId": uuid_to_base64(uuid.UUID(int=0)),
-            "data_version": 1,
-        }
-        write_atomically(self.directory / QUORUM_STATE, json.dumps(state, separators=(",", ":")).encode())
 
     def close(self) -> None:
         """fsync and close every segment (trimmed indexes, final time-index entries)."""
@@ -191,7 +184,7 @@ class MetadataLog:
         self.log.close()
 
 
-def _logged_batch(path: Path, view: memoryview, batch: RecordBatch) -> LoggedBatch:
+def logged_batch(path: Path, view: memoryview, batch: RecordBatch) -> LoggedBatch:
     records: tuple[tuple[MetadataRecord, int], ...] = ()
     if not batch.is_control:
         try:

@@ -1,0 +1,68 @@
+"""KRaft: the metadata quorum's Raft client and the `__cluster_metadata-0` log it replicates.
+
+- `metadata_log`: the partition on disk (Kafka's KafkaMetadataLog)
+- `quorum_state`: this node's Raft state, durable in `quorum-state` (Kafka's QuorumState)
+- `raft_client`: elections, replication by Fetch, the high watermark, listeners (KafkaRaftClient)
+"""
+
+from __future__ import annotations
+
+from kcli.broker.raft.metadata_log import LoggedBatch, MetadataLog, MetadataLogError, metadata_log_dir
+from kcli.broker.raft.raft_client import (
+    KafkaRaftClient,
+    LeaderAndEpoch,
+    NotLeaderError,
+    RaftConfig,
+    RaftListener,
+)
+from kcli.config import BrokerConfig, ConfigError
+
+
+def open_raft_client(config: BrokerConfig, cluster_id: str) -> KafkaRaftClient:
+    """Open (recover) the metadata log and make this node's Raft client over it (not yet started)."""
+    metadata_log = MetadataLog.open(
+        metadata_log_dir(config),
+        segment_bytes=int(config["metadata.log.segment.bytes"]),  # type: ignore[call-overload]
+        segment_ms=int(config["metadata.log.segment.ms"]),  # type: ignore[call-overload]
+    )
+    voters = quorum_voters(config) or {config.node_id: ("127.0.0.1", 0)}
+    settings = {}
+    for key in RAFT_SETTINGS:
+        try:
+            settings[key] = config[key]
+        except ConfigError:  # a setting this configuration does not know yet keeps Kafka's default
+            continue
+    return KafkaRaftClient(
+        metadata_log, config.node_id, voters, cluster_id=cluster_id, config=RaftConfig.from_values(settings)
+    )
+
+
+def quorum_voters(config: BrokerConfig) -> dict[int, tuple[str, int]]:
+    """`controller.quorum.voters`: node id -> (host, port) of its controller listener."""
+    voters = {}
+    for entry in config["controller.quorum.voters"] or []:  # type: ignore[attr-defined]
+        node, _, address = str(entry).partition("@")
+        host, _, port = address.rpartition(":")
+        voters[int(node)] = (host.strip("[]"), int(port))
+    return voters
+
+
+RAFT_SETTINGS = (
+    "controller.quorum.election.timeout.ms",
+    "controller.quorum.fetch.timeout.ms",
+    "controller.quorum.election.backoff.max.ms",
+    "controller.quorum.request.timeout.ms",
+    "controller.quorum.retry.backoff.ms",
+)
+
+__all__ = [
+    "KafkaRaftClient",
+    "LeaderAndEpoch",
+    "LoggedBatch",
+    "MetadataLog",
+    "MetadataLogError",
+    "NotLeaderError",
+    "RaftConfig",
+    "RaftListener",
+    "open_raft_client",
+]

@@ -1,0 +1,172 @@
+"""Where one node stands in the metadata quorum: its Raft state, epoch, leader and vote.
+
+Kafka's QuorumState. The election part (epoch, leader id, voted id) is durable in
+`__cluster_metadata-0/quorum-state` (data_version 1, written atomically) and is written before any
+answer that depends on it leaves the node, so a node never votes twice in one epoch, even across
+`kill -9`. Prospective and Resigned are not written: they change nothing a restart must keep.
+
+Start-up follows Kafka's rules: a file whose epoch is behind the log's last epoch is ignored; a node
+that was leader comes back Resigned (it must not append again in that epoch, its unflushed tail may be
+gone); one that voted for itself comes back Candidate; one that voted for another stays Unattached
+with that vote; one that knew a leader follows it.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import uuid
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from formats.checkpoints import uuid_to_base64
+from kcli.errors import KcliError
+from kcli.files import write_atomically
+
+log = logging.getLogger("kcli.broker.raft")
+
+QUORUM_STATE = "quorum-state"
+NO_ID = -1
+
+
+class RaftState(enum.Enum):
+    UNATTACHED = "Unattached"
+    PROSPECTIVE = "Prospective"
+    CANDIDATE = "Candidate"
+    LEADER = "Leader"
+    FOLLOWER = "Follower"
+    RESIGNED = "Resigned"
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionState:
+    """The durable part: the epoch, its leader (-1: unknown) and this node's vote in it (-1: none)."""
+
+    epoch: int
+    leader_id: int = NO_ID
+    voted_id: int = NO_ID
+
+
+class QuorumStateError(KcliError):
+    """quorum-state cannot be read or written."""
+
+
+def read_quorum_state(path: Path) -> ElectionState | None:
+    """The stored election state, None when there is no file (a node that never took part)."""
+    try:
+        data = json.loads(path.read_bytes())
+        return ElectionState(int(data["leaderEpoch"]), int(data["leaderId"]), int(data["votedId"]))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise QuorumStateError(f"cannot read {path}: {str(exc).rstrip('.') or type(exc).__name__}.") from None
+
+
+def write_quorum_state(path: Path, election: ElectionState) -> None:
+    """quorum-state as Kafka 3.8+ writes it (data_version 1, no voter directory ids recorded)."""
+    state = {
+        "leaderId": election.leader_id,
+        "leaderEpoch": election.epoch,
+        "votedId": election.voted_id,
+        "votedDirectoryId": uuid_to_base64(uuid.UUID(int=0)),
+        "data_version": 1,
+    }
+    try:
+        write_atomically(path, json.dumps(state, separators=(",", ":")).encode())
+    except OSError as exc:
+        raise QuorumStateError(f"cannot write {path}: {(exc.strerror or str(exc)).lower()}.") from None
+
+
+class QuorumState:
+    """This node's state; every transition that Kafka persists is written before it returns."""
+
+    def __init__(self, directory: Path, node_id: int, voters: frozenset[int]) -> None:
+        self.path = directory / QUORUM_STATE
+        self.node_id = node_id
+        self.voters = voters
+        self.state = RaftState.UNATTACHED
+        self.election = ElectionState(0)
+
+    @property
+    def is_voter(self) -> bool:
+        return self.node_id in self.voters
+
+    @property
+    def epoch(self) -> int:
+        return self.election.epoch
+
+    @property
+    def leader_id(self) -> int:
+        return self.election.leader_id
+
+    @property
+    def voted_id(self) -> int:
+        return self.election.voted_id
+
+    @property
+    def is_leader(self) -> bool:
+        return self.state is RaftState.LEADER
+
+    def initialize(self, log_end_epoch: int) -> None:
+        """Kafka's QuorumState.initialize: the state to start in, from the file and the log's last epoch."""
+        stored = read_quorum_state(self.path)
+        if stored is None or stored.epoch < log_end_epoch:
+            self.state, self.election = RaftState.UNATTACHED, ElectionState(max(log_end_epoch, 0))
+            self._persist()
+        elif stored.leader_id == self.node_id and self.is_voter:
+            self.state, self.election = RaftState.RESIGNED, stored
+        elif stored.voted_id == self.node_id and self.is_voter:
+            self.state, self.election = RaftState.CANDIDATE, stored
+        elif stored.leader_id != NO_ID:
+            self.state, self.election = RaftState.FOLLOWER, stored
+        else:
+            self.state, self.election = RaftState.UNATTACHED, stored
+        log.info("raft: starting as %s in epoch %d", self.describe(), self.epoch)
+
+    def describe(self) -> str:
+        parts = [self.state.value]
+        if self.leader_id != NO_ID:
+            parts.append(f"leader {self.leader_id}")
+        if self.voted_id != NO_ID:
+            parts.append(f"voted for {self.voted_id}")
+        return ", ".join(parts)
+
+    # --- transitions ---------------------------------------------------------------------------------
+
+    def become_unattached(self, epoch: int, *, voted_id: int = NO_ID, leader_id: int = NO_ID) -> None:
+        self._go(RaftState.UNATTACHED, ElectionState(epoch, leader_id, voted_id))
+
+    def become_follower(self, epoch: int, leader_id: int) -> None:
+        voted = self.voted_id if epoch == self.epoch else NO_ID
+        self._go(RaftState.FOLLOWER, ElectionState(epoch, leader_id, voted))
+
+    def become_prospective(self) -> None:
+        """Pre-vote (KIP-996): ask without bumping the epoch; nothing durable changes."""
+        self.state = RaftState.PROSPECTIVE
+        log.info("raft: %s in epoch %d, asking for pre-votes", self.describe(), self.epoch)
+
+    def become_candidate(self) -> None:
+        self._go(RaftState.CANDIDATE, ElectionState(self.epoch + 1, NO_ID, self.node_id))
+
+    def become_leader(self) -> None:
+        self._go(
+            RaftState.LEADER, ElectionState(self.epoch, self.node_id)
+        )  # Kafka keeps no vote for a leader
+
+    def become_resigned(self) -> None:
+        self.state = RaftState.RESIGNED
+        log.info("raft: resigned as leader of epoch %d", self.epoch)
+
+    def grant_vote(self, candidate_id: int) -> None:
+        self._go(RaftState.UNATTACHED, replace(self.election, voted_id=candidate_id))
+
+    def _go(self, state: RaftState, election: ElectionState) -> None:
+        changed = (state, election) != (self.state, self.election)
+        self.state, self.election = state, election
+        self._persist()
+        if changed:
+            log.info("raft: %s in epoch %d", self.describe(), self.epoch)
+
+    def _persist(self) -> None:
+        write_quorum_state(self.path, self.election)

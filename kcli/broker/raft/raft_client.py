@@ -1,0 +1,1131 @@
+"""KRaft: the metadata quorum's Raft, as Kafka's KafkaRaftClient runs it on `__cluster_metadata-0`.
+
+Pull-based Raft. Voters elect a leader (pre-vote, then vote, KIP-595 and KIP-996); the leader writes a
+LeaderChange control batch at the start of its epoch and then the active controller's batches;
+followers and observers (broker-only nodes) send it Fetch requests, which carry their log end and
+last fetched epoch, so the leader learns how far each voter's log reaches and answers a diverging
+epoch when a follower's tail is not in its log (the follower truncates it). The high watermark is the
+end offset a majority of voters holds, and only batches below it are handed to listeners, in log
+order, exactly once: the controller and the MetadataLoader of every node.
+
+Everything runs on the event loop but the fsyncs, which run on a worker thread: a voter's Fetch
+offset must mean "durable on this voter", so a follower flushes before its next Fetch and the leader
+counts its own log end only once flushed.
+
+A quorum of one (kcli's default node) takes the same path: it elects itself at start-up (a new epoch
+each start, as Kafka does), and its high watermark follows its own flushes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, NamedTuple, Protocol
+
+from kio.schema.errors import ErrorCode
+
+from formats.internal import decode_metadata_record
+from formats.records import build_leader_change_batch, read_batch
+from formats.segment import StopReason, walk
+from kcli.broker.log import AppendOrigin, LogStorageError, OffsetOutOfRange, RecordError
+from kcli.broker.raft.metadata_log import (
+    CLUSTER_METADATA_TOPIC_ID,
+    MAX_BATCH_BYTES,
+    LoggedBatch,
+    MetadataLog,
+    MetadataLogError,
+    logged_batch,
+)
+from kcli.broker.raft.quorum_state import NO_ID, QuorumState, RaftState
+from kcli.client import ClientError, KafkaClient
+from kcli.config import CLUSTER_METADATA_TOPIC
+from kcli.protocol.messages import nested_type, request_type, response_type
+
+log = logging.getLogger("kcli.broker.raft")
+
+FETCH = 1
+VOTE = 52
+BEGIN_QUORUM_EPOCH = 53
+END_QUORUM_EPOCH = 54
+DESCRIBE_QUORUM = 55
+FETCH_MAX_WAIT_MS = 500  # KafkaRaftClient's fetch max wait
+FETCH_VERSION = 17
+VOTE_VERSION = 2
+QUORUM_EPOCH_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RaftConfig:
+    """Kafka's `controller.quorum.*` timeouts, in milliseconds."""
+
+    election_timeout_ms: int = 1000
+    fetch_timeout_ms: int = 2000
+    election_backoff_max_ms: int = 1000
+    request_timeout_ms: int = 2000
+    retry_backoff_ms: int = 20
+
+    @classmethod
+    def from_values(cls, values: dict[str, Any]) -> RaftConfig:
+        """From `controller.quorum.<name>` settings; missing ones keep Kafka's defaults."""
+        names = {
+            "election_timeout_ms": "controller.quorum.election.timeout.ms",
+            "fetch_timeout_ms": "controller.quorum.fetch.timeout.ms",
+            "election_backoff_max_ms": "controller.quorum.election.backoff.max.ms",
+            "request_timeout_ms": "controller.quorum.request.timeout.ms",
+            "retry_backoff_ms": "controller.quorum.retry.backoff.ms",
+        }
+        return cls(**{attr: int(values[key]) for attr, key in names.items() if values.get(key) is not None})
+
+
+class LeaderAndEpoch(NamedTuple):
+    leader_id: int
+    epoch: int
+
+
+class RaftListener(Protocol):
+    """Kafka's RaftClient.Listener."""
+
+    def handle_commit(self, batches: Sequence[LoggedBatch]) -> None:
+        """Batches below the high watermark, in log order, each exactly once."""
+
+    def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
+        """A new epoch or leader; for this node as leader, only once it has every batch before its epoch."""
+
+
+class NotLeaderError(Exception):
+    """An append or a wait for commit on a node that is not (or no longer) the leader of that epoch."""
+
+
+@dataclass(slots=True)
+class ReplicaProgress:
+    """What the leader knows of one replica, for the high watermark and DescribeQuorum."""
+
+    end_offset: int = -1
+    last_fetch_ms: int = -1
+    last_caught_up_ms: int = -1
+    leader_end_at_last_fetch: int = -1
+
+    def update(self, end_offset: int, now_ms: int, leader_end_offset: int) -> None:
+        """Kafka's caught-up rule: reached the leader's end now, or the end it had at the previous fetch."""
+        if end_offset >= leader_end_offset:
+            self.last_caught_up_ms = now_ms
+        elif end_offset >= self.leader_end_at_last_fetch >= 0:
+            self.last_caught_up_ms = self.last_fetch_ms
+        self.end_offset, self.last_fetch_ms, self.leader_end_at_last_fetch = (
+            end_offset,
+            now_ms,
+            leader_end_offset,
+        )
+
+
+@dataclass
+class LeaderState:
+    """Kafka's LeaderState: the epoch start, each replica's progress, the high watermark."""
+
+    node_id: int
+    epoch: int
+    epoch_start_offset: int
+    voters: dict[int, ReplicaProgress]
+    granting_voters: frozenset[int]
+    observers: dict[int, ReplicaProgress] = field(default_factory=dict)
+    high_watermark: int = -1
+    acknowledged: set[int] = field(default_factory=set)
+    check_quorum_fetched: set[int] = field(default_factory=set)
+
+    def update_local(self, flushed_end_offset: int, now_ms: int) -> bool:
+        self.voters[self.node_id].update(flushed_end_offset, now_ms, flushed_end_offset)
+        return self._maybe_update_high_watermark()
+
+    def update_replica(self, replica_id: int, end_offset: int, now_ms: int, leader_end_offset: int) -> bool:
+        """A Fetch from `replica_id` at `end_offset`; True when the high watermark moved."""
+        if replica_id in self.voters:
+            self.voters[replica_id].update(end_offset, now_ms, leader_end_offset)
+            self.acknowledged.add(replica_id)
+            self.check_quorum_fetched.add(replica_id)
+            return self._maybe_update_high_watermark()
+        if replica_id >= 0:
+            self.observers.setdefault(replica_id, ReplicaProgress()).update(
+                end_offset, now_ms, leader_end_offset
+            )
+        return False
+
+    def _maybe_update_high_watermark(self) -> bool:
+        """The end offset of the voter at index voters/2 when sorted high to low, once past the epoch start."""
+        ends = sorted((p.end_offset for p in self.voters.values()), reverse=True)
+        candidate = ends[len(ends) // 2]
+        if candidate > self.epoch_start_offset and candidate > self.high_watermark:
+            self.high_watermark = candidate
+            return True
+        return False
+
+
+class KafkaRaftClient:
+    """One node's Raft client: a voter when its id is among `voters`, else an observer."""
+
+    def __init__(
+        self,
+        metadata_log: MetadataLog,
+        node_id: int,
+        voters: dict[int, tuple[str, int]],
+        *,
+        cluster_id: str,
+        config: RaftConfig | None = None,
+    ) -> None:
+        self.log = metadata_log
+        self.node_id = node_id
+        self.voter_addresses = dict(voters)
+        self.cluster_id = cluster_id
+        self.config = config or RaftConfig()
+        self.quorum = QuorumState(metadata_log.directory, node_id, frozenset(voters))
+        self.leader_state: LeaderState | None = None
+        self.high_watermark = -1
+        self._listeners: list[RaftListener] = []
+        self._uncommitted: deque[LoggedBatch] = deque()
+        self._commit_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._caught_up = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._appended = asyncio.Event()  # wakes parked leader Fetches
+        self._peers: dict[int, KafkaClient] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._flushing: asyncio.Task[None] | None = None
+        self._fired_leader: LeaderAndEpoch | None = None
+        self._election_deadline = 0.0
+        self._fetched_from_leader = False
+        self._election_retries = 0
+        self._shutting_down = False
+        self.fatal_error: Exception | None = None
+        self._rng = random.Random()
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+
+    @property
+    def is_only_voter(self) -> bool:
+        return set(self.voter_addresses) == {self.node_id}
+
+    def register(self, listener: RaftListener) -> None:
+        """Hand every batch committed from now on to `listener`, after the listeners registered before."""
+        self._listeners.append(listener)
+
+    async def start(self) -> None:
+        """Read quorum-state and the log, then run the protocol in the background."""
+        last_epoch = self.log.log.latest_epoch() or 0
+        self.log.update_high_watermark(0)  # learned again from the quorum, never trusted from disk
+        self._uncommitted.extend(self.log.batches())
+        self.quorum.initialize(last_epoch)
+        if self.quorum.is_voter and self.is_only_voter and self.quorum.state is not RaftState.CANDIDATE:
+            self.quorum.become_candidate()
+        self._reset_election_timer()
+        if self.quorum.state is RaftState.CANDIDATE and self.is_only_voter:
+            self._become_leader()
+        self._task = asyncio.create_task(self._run(), name="kcli-raft")
+
+    async def wait_caught_up(self) -> None:
+        """Until this node has the batches committed when it first heard from the leader (or led).
+
+        Raises what stopped the client if a committed batch could not be applied.
+        """
+        await self._caught_up.wait()
+        if self.fatal_error is not None:
+            raise self.fatal_error
+
+    def _fail(self, exc: Exception) -> None:
+        log.critical("raft: a committed batch cannot be applied, stopping: %s", exc)
+        self.fatal_error = exc
+        self._shutting_down = True
+        self._caught_up.set()
+
+    async def shutdown(self) -> None:
+        """Resign leadership (EndQuorumEpoch to the voters), stop, flush and close the log."""
+        self._shutting_down = True
+        if self.quorum.is_leader and not self.is_only_voter:
+            self.quorum.become_resigned()
+            await self._send_end_quorum_epoch(timeout=min(self.config.request_timeout_ms / 1000, 1.0))
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._flushing is not None:
+            await asyncio.gather(self._flushing, return_exceptions=True)
+        self._fail_commit_waiters()
+        for peer in self._peers.values():
+            await peer.close()
+        self._peers.clear()
+
+    # --- the leader's API --------------------------------------------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        return self.quorum.epoch
+
+    @property
+    def leader(self) -> LeaderAndEpoch:
+        return LeaderAndEpoch(self.quorum.leader_id, self.quorum.epoch)
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.next_offset
+
+    def append(self, values: Sequence[bytes], *, now_ms: int) -> LoggedBatch:
+        """Append one batch of encoded metadata records in this leader's epoch; committed later."""
+        if not self.quorum.is_leader or self._shutting_down:
+            raise NotLeaderError(f"node {self.node_id} is not the leader of epoch {self.epoch}")
+        base_offset, last_offset = self.log.append(
+            values, leader_epoch=self.epoch, now_ms=now_ms, flush=False
+        )
+        records = tuple((decode_metadata_record(value), base_offset + i) for i, value in enumerate(values))
+        batch = LoggedBatch(base_offset, last_offset, self.epoch, now_ms, records)
+        self._uncommitted.append(batch)
+        self._on_leader_append()
+        return batch
+
+    async def wait_committed(self, offset: int) -> None:
+        """Until the high watermark passes `offset`; NotLeaderError if this epoch ends before."""
+        if self.high_watermark > offset:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._commit_waiters.append((offset, self.epoch, future))
+        await future
+
+    # --- the driver --------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while not self._shutting_down:
+            self._changed.clear()
+            try:
+                state = self.quorum.state
+                if state is RaftState.LEADER:
+                    await self._lead()
+                elif state is RaftState.FOLLOWER:
+                    await self._follow()
+                elif state is RaftState.PROSPECTIVE:
+                    await self._pre_vote()
+                elif state is RaftState.CANDIDATE:
+                    await self._campaign()
+                else:  # UNATTACHED, RESIGNED
+                    await self._wait_for_leader()
+            except asyncio.CancelledError:
+                raise
+            except MetadataLogError as exc:
+                log.error("raft: %s", exc)
+                await asyncio.sleep(1.0)
+            except Exception:
+                if self.fatal_error is not None:
+                    return
+                log.exception("raft: unexpected error in state %s", self.quorum.state.value)
+                await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+
+    async def _wait_changed(self, seconds: float) -> bool:
+        """Sleep up to `seconds` or until the state changes; True when it changed."""
+        try:
+            await asyncio.wait_for(self._changed.wait(), max(seconds, 0.0))
+            return True
+        except TimeoutError:
+            return False
+
+    def _transitioned(self) -> None:
+        self._changed.set()
+        self._appended.set()  # parked fetches answer with the new epoch
+        self._appended = asyncio.Event()
+        leader = self.leader
+        if self.quorum.state is not RaftState.LEADER:
+            self.leader_state = None
+            self._fail_commit_waiters()
+            self._fire_leader_change(leader)
+
+    def _reset_election_timer(self, backoff_ms: float | None = None) -> None:
+        timeout = self.config.election_timeout_ms
+        delay = backoff_ms if backoff_ms is not None else timeout + self._rng.random() * timeout
+        self._election_deadline = time.monotonic() + delay / 1000
+
+    async def _wait_for_leader(self) -> None:
+        """Unattached or Resigned: wait for a leader to show up; a voter campaigns after its timeout."""
+        if not self.quorum.is_voter:
+            await self._discover_leader()
+            return
+        if await self._wait_changed(self._election_deadline - time.monotonic()):
+            return
+        if self.quorum.state is RaftState.RESIGNED:
+            self.quorum.become_unattached(self.epoch + 1)
+            self._transitioned()
+        self.quorum.become_prospective()
+        self._changed.set()
+
+    async def _discover_leader(self) -> None:
+        """An observer without a leader asks the voters in turn; any answer names the leader."""
+        for voter_id in self._rng.sample(sorted(self.voter_addresses), len(self.voter_addresses)):
+            await self._fetch_from(voter_id)
+            if self.quorum.state is RaftState.FOLLOWER:
+                return
+        await self._wait_changed(self.config.retry_backoff_ms / 1000 * 10)
+
+    # --- elections ---------------------------------------------------------------------------------
+
+    def _last_offset_and_epoch(self) -> tuple[int, int]:
+        return self.log.next_offset, self.log.log.latest_epoch() or 0
+
+    async def _ask_votes(self, pre_vote: bool) -> tuple[set[int], set[int]]:
+        """Send Vote (or PreVote) to every other voter; (granted, rejected) including this node."""
+        granted, rejected = {self.node_id}, set()
+        majority = len(self.voter_addresses) // 2 + 1
+        end_offset, last_epoch = self._last_offset_and_epoch()
+        epoch = self.epoch
+        requests = {
+            voter_id: self._send(
+                voter_id, self._vote_request(voter_id, epoch, end_offset, last_epoch, pre_vote)
+            )
+            for voter_id in self.voter_addresses
+            if voter_id != self.node_id
+        }
+        tasks = {asyncio.ensure_future(coro): voter_id for voter_id, coro in requests.items()}
+        try:
+            pending = set(tasks)
+            while (
+                pending and len(granted) < majority and len(self.voter_addresses) - len(rejected) >= majority
+            ):
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    response = task.result()
+                    if response is None:
+                        rejected.add(tasks[task])
+                        continue
+                    partition = _only_partition(response)
+                    error = partition.error_code if partition is not None else response.error_code
+                    if partition is not None and self._handle_epoch_info(
+                        error, partition.leader_id, partition.leader_epoch
+                    ):
+                        return granted, rejected
+                    if error is ErrorCode.none and partition is not None and partition.vote_granted:
+                        granted.add(tasks[task])
+                    else:
+                        rejected.add(tasks[task])
+        finally:
+            for task in tasks:
+                task.cancel()
+        return granted, rejected
+
+    async def _pre_vote(self) -> None:
+        """Prospective (KIP-996): a majority of pre-votes lets this voter start a real election."""
+        epoch = self.epoch
+        granted, _ = await self._ask_votes(pre_vote=True)
+        if self.quorum.state is not RaftState.PROSPECTIVE or self.epoch != epoch:
+            return
+        if len(granted) > len(self.voter_addresses) // 2:
+            self.quorum.become_candidate()
+            self._transitioned()
+            return
+        backoff = self._election_backoff_ms()
+        if self.quorum.leader_id != NO_ID:
+            self.quorum.become_follower(self.epoch, self.quorum.leader_id)
+        else:
+            self.quorum.become_unattached(self.epoch, voted_id=self.quorum.voted_id)
+        self._reset_election_timer(backoff)
+        self._transitioned()
+
+    async def _campaign(self) -> None:
+        """Candidate: a majority of votes in this epoch makes this node the leader."""
+        epoch = self.epoch
+        if len(self.voter_addresses) == 1:
+            self._become_leader()
+            return
+        self._reset_election_timer()
+        granted, _ = await self._ask_votes(pre_vote=False)
+        if self.quorum.state is not RaftState.CANDIDATE or self.epoch != epoch:
+            return
+        if len(granted) > len(self.voter_addresses) // 2:
+            self._election_retries = 0
+            self._become_leader()
+            return
+        backoff = self._election_backoff_ms()
+        if not await self._wait_changed(backoff / 1000):
+            self.quorum.become_prospective()
+            self._changed.set()
+
+    def _election_backoff_ms(self) -> float:
+        self._election_retries += 1
+        ceiling = 100 * (1 << min(self._election_retries, 10))
+        return min(self._rng.random() * ceiling, self.config.election_backoff_max_ms)
+
+    def _become_leader(self) -> None:
+        """Win: write the state, then the LeaderChange batch that starts the epoch."""
+        self.quorum.become_leader()
+        now_ms = _now_ms()
+        start = self.log.next_offset
+        voters = {voter_id: ReplicaProgress() for voter_id in self.voter_addresses}
+        self.leader_state = LeaderState(self.node_id, self.epoch, start, voters, frozenset({self.node_id}))
+        self.leader_state.acknowledged.add(self.node_id)
+        batch = build_leader_change_batch(
+            self.node_id,
+            sorted(self.voter_addresses),
+            sorted(self.voter_addresses) if self.is_only_voter else [self.node_id],
+            base_offset=start,
+            leader_epoch=self.epoch,
+            timestamp=now_ms,
+        )
+        try:
+            self.log.log.append_as_leader(
+                batch, leader_epoch=self.epoch, now_ms=now_ms, origin=AppendOrigin.RAFT_LEADER
+            )
+        except (OSError, LogStorageError, RecordError) as exc:
+            raise MetadataLogError(f"cannot append to the metadata log: {exc}") from None
+        self._uncommitted.append(LoggedBatch(start, start, self.epoch, now_ms, ()))
+        log.info("raft: node %d is the leader of epoch %d from offset %d", self.node_id, self.epoch, start)
+        self._transitioned()
+        self._on_leader_append()
+
+    # --- leading ----------------------------------------------------------------------------------
+
+    async def _lead(self) -> None:
+        """Re-send BeginQuorumEpoch to voters that have not acknowledged; resign without a majority."""
+        state = self.leader_state
+        assert state is not None
+        fetch_timeout = self.config.fetch_timeout_ms / 1000
+        check_deadline = time.monotonic() + 1.5 * fetch_timeout
+        while self.quorum.is_leader and not self._shutting_down:
+            waiting = [v for v in self.voter_addresses if v not in state.acknowledged]
+            for voter_id in waiting:
+                asyncio.ensure_future(self._begin_quorum_epoch(voter_id))
+            if await self._wait_changed(fetch_timeout / 2):
+                return
+            if time.monotonic() >= check_deadline and not self.is_only_voter:
+                fetched = len(state.check_quorum_fetched | {self.node_id})
+                if fetched <= len(self.voter_addresses) // 2:
+                    log.warning(
+                        "raft: resigning: no Fetch from a majority of voters for %.1f s", 1.5 * fetch_timeout
+                    )
+                    self.quorum.become_resigned()
+                    self._reset_election_timer()
+                    self._transitioned()
+                    await self._send_end_quorum_epoch(timeout=fetch_timeout / 2)
+                    return
+                state.check_quorum_fetched.clear()
+                check_deadline = time.monotonic() + 1.5 * fetch_timeout
+
+    async def _begin_quorum_epoch(self, voter_id: int) -> None:
+        cls = request_type(BEGIN_QUORUM_EPOCH, QUORUM_EPOCH_VERSION)
+        topic_cls, partition_cls = nested_type(cls, "TopicData"), nested_type(cls, "PartitionData")
+        request = cls(
+            cluster_id=self.cluster_id,
+            voter_id=voter_id,
+            topics=(
+                topic_cls(
+                    topic_name=CLUSTER_METADATA_TOPIC,
+                    partitions=(
+                        partition_cls(partition_index=0, leader_id=self.node_id, leader_epoch=self.epoch),
+                    ),
+                ),
+            ),
+            leader_endpoints=(),
+        )
+        response = await self._send(voter_id, request)
+        if response is None:
+            return
+        partition = _only_partition(response)
+        if partition is None:
+            return
+        if self._handle_epoch_info(partition.error_code, partition.leader_id, partition.leader_epoch):
+            return
+        if partition.error_code is ErrorCode.none and self.leader_state is not None:
+            self.leader_state.acknowledged.add(voter_id)
+
+    async def _send_end_quorum_epoch(self, *, timeout: float) -> None:
+        """Tell the other voters this leader is gone, most caught-up first as preferred successors."""
+        state = self.leader_state
+        progress = state.voters if state is not None else {}
+        others = [v for v in self.voter_addresses if v != self.node_id]
+        preferred = sorted(others, key=lambda v: -(progress[v].end_offset if v in progress else -1))
+        cls = request_type(END_QUORUM_EPOCH, QUORUM_EPOCH_VERSION)
+        topic_cls, partition_cls = nested_type(cls, "TopicData"), nested_type(cls, "PartitionData")
+        candidate_cls = nested_type(cls, "ReplicaInfo")
+        request = cls(
+            cluster_id=self.cluster_id,
+            topics=(
+                topic_cls(
+                    topic_name=CLUSTER_METADATA_TOPIC,
+                    partitions=(
+                        partition_cls(
+                            partition_index=0,
+                            leader_id=self.node_id,
+                            leader_epoch=self.epoch,
+                            preferred_candidates=tuple(
+                                candidate_cls(candidate_id=v, candidate_directory_id=_ZERO_UUID)
+                                for v in preferred
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+            leader_endpoints=(),
+        )
+        await asyncio.gather(
+            *(self._send(v, request, timeout=timeout) for v in others), return_exceptions=True
+        )
+
+    def _on_leader_append(self) -> None:
+        """Flush what was appended on the worker thread; the leader counts it once durable."""
+        waiters, self._appended = self._appended, asyncio.Event()
+        waiters.set()
+        if self._flushing is None or self._flushing.done():
+            self._flushing = asyncio.create_task(self._flush_leader())
+
+    async def _flush_leader(self) -> None:
+        while True:
+            end = self.log.next_offset
+            try:
+                await asyncio.to_thread(self.log.log.flush, end)
+            except (OSError, LogStorageError) as exc:
+                log.error("raft: cannot flush the metadata log: %s", exc)
+                return
+            state = self.leader_state
+            if state is None or not self.quorum.is_leader:
+                return
+            if state.update_local(end, _now_ms()):
+                self._update_high_watermark(state.high_watermark)
+            if self.log.next_offset == end:
+                return
+
+    # --- following ----------------------------------------------------------------------------------
+
+    async def _follow(self) -> None:
+        """Fetch from the leader; a voter that hears nothing for fetch.timeout.ms asks for pre-votes."""
+        epoch, leader_id = self.epoch, self.quorum.leader_id
+        deadline = time.monotonic() + self.config.fetch_timeout_ms / 1000
+        self._fetched_from_leader = False
+        while self.quorum.state is RaftState.FOLLOWER and self.epoch == epoch and not self._shutting_down:
+            if self.quorum.is_voter and time.monotonic() >= max(deadline, self._election_deadline):
+                log.info("raft: no answer from leader %d for %d ms", leader_id, self.config.fetch_timeout_ms)
+                self.quorum.become_prospective()
+                self._changed.set()
+                return
+            if await self._fetch_from(leader_id):
+                deadline = time.monotonic() + self.config.fetch_timeout_ms / 1000
+                self._election_deadline = 0.0
+                self._fetched_from_leader = True
+            elif self.quorum.state is RaftState.FOLLOWER and self.epoch == epoch:
+                await self._wait_changed(self.config.retry_backoff_ms / 1000 * 5)
+
+    async def _fetch_from(self, node_id: int) -> bool:
+        """One Fetch round trip; True when the leader answered with data or an empty, valid fetch."""
+        end_offset, last_epoch = self._last_offset_and_epoch()
+        cls = request_type(FETCH, FETCH_VERSION)
+        topic_cls, partition_cls = nested_type(cls, "FetchTopic"), nested_type(cls, "FetchPartition")
+        replica_cls = nested_type(cls, "ReplicaState")
+        request = cls(
+            cluster_id=self.cluster_id,
+            replica_state=replica_cls(replica_id=self.node_id, replica_epoch=-1),
+            max_wait=timedelta(milliseconds=FETCH_MAX_WAIT_MS),
+            min_bytes=0,
+            max_bytes=MAX_BATCH_BYTES,
+            topics=(
+                topic_cls(
+                    topic_id=CLUSTER_METADATA_TOPIC_ID,
+                    partitions=(
+                        partition_cls(
+                            partition=0,
+                            current_leader_epoch=self.epoch,
+                            fetch_offset=end_offset,
+                            last_fetched_epoch=last_epoch,
+                            log_start_offset=-1,
+                            partition_max_bytes=MAX_BATCH_BYTES,
+                        ),
+                    ),
+                ),
+            ),
+            forgotten_topics_data=(),
+        )
+        timeout = (FETCH_MAX_WAIT_MS + self.config.request_timeout_ms) / 1000
+        response = await self._send(node_id, request, timeout=timeout)
+        if response is None:
+            return False
+        partition = _only_partition(response, "responses")
+        if partition is None:
+            return False
+        error = partition.error_code if partition.error_code is not ErrorCode.none else response.error_code
+        leader = partition.current_leader
+        if self._handle_epoch_info(error, leader.leader_id, leader.leader_epoch):
+            return False
+        if error is not ErrorCode.none or self.quorum.state is not RaftState.FOLLOWER:
+            return False
+        if self.quorum.leader_id != node_id:
+            return False
+        if partition.diverging_epoch.epoch >= 0 or partition.diverging_epoch.end_offset >= 0:
+            self._truncate_to_diverging(partition.diverging_epoch.epoch, partition.diverging_epoch.end_offset)
+            return True
+        if partition.snapshot_id.end_offset >= 0:
+            log.error(
+                "raft: leader %d asks for snapshot %s, which kcli cannot fetch yet",
+                node_id,
+                partition.snapshot_id,
+            )
+            return False
+        records = bytes(partition.records or b"")
+        if records:
+            await self._append_as_follower(records)
+        self._update_high_watermark(min(partition.high_watermark, self.log.next_offset))
+        if not self._caught_up.is_set() and self.log.next_offset >= partition.high_watermark:
+            self._caught_up.set()
+        return True
+
+    def _truncate_to_diverging(self, epoch: int, end_offset: int) -> None:
+        local_epoch, local_end = self.log.log.end_offset_for_epoch(epoch)
+        target = end_offset if local_end < 0 else min(end_offset, local_end)
+        if epoch == 0:
+            target = min(end_offset, self.log.next_offset)
+        if target < self.high_watermark:
+            log.error(
+                "raft: refusing to truncate below the high watermark %d (to %d)", self.high_watermark, target
+            )
+            return
+        if self.log.log.truncate_to(target):
+            log.warning("raft: truncated the metadata log to %d, diverging at epoch %d", target, epoch)
+        while self._uncommitted and self._uncommitted[-1].base_offset >= target:
+            self._uncommitted.pop()
+
+    async def _append_as_follower(self, records: bytes) -> None:
+        try:
+            self.log.log.append_as_follower(records, now_ms=_now_ms())
+        except (OSError, LogStorageError, RecordError) as exc:
+            raise MetadataLogError(f"cannot append fetched batches to the metadata log: {exc}") from None
+        view = memoryview(records)
+        result = walk(view, 0, len(view), check_crc=False)
+        if result.reason is not StopReason.END:
+            log.warning("raft: fetched records end in a partial batch")
+        for batch in result.batches:
+            self._uncommitted.append(logged_batch(self.log.directory, view, read_batch(view, batch.position)))
+        if self.quorum.is_voter:
+            await asyncio.to_thread(self.log.log.flush)
+
+    # --- the high watermark and listeners ------------------------------------------------------------
+
+    def _update_high_watermark(self, high_watermark: int) -> None:
+        if high_watermark <= self.high_watermark:
+            return
+        self.high_watermark = self.log.update_high_watermark(high_watermark)
+        committed = []
+        while self._uncommitted and self._uncommitted[0].last_offset < self.high_watermark:
+            committed.append(self._uncommitted.popleft())
+        if committed:
+            for listener in self._listeners:
+                try:
+                    listener.handle_commit(committed)
+                except (
+                    Exception
+                ) as exc:  # Kafka's fault handler: a batch that cannot be applied stops the node
+                    self._fail(exc)
+                    raise
+        waiters, self._commit_waiters = self._commit_waiters, []
+        for offset, epoch, future in waiters:
+            if self.high_watermark > offset:
+                if not future.done():
+                    future.set_result(None)
+            else:
+                self._commit_waiters.append((offset, epoch, future))
+        state = self.leader_state
+        if state is not None and self.high_watermark > state.epoch_start_offset:
+            self._caught_up.set()
+            self._fire_leader_change(self.leader)
+        waiters_event, self._appended = self._appended, asyncio.Event()
+        waiters_event.set()
+
+    def _fire_leader_change(self, leader: LeaderAndEpoch) -> None:
+        if leader == self._fired_leader:
+            return
+        self._fired_leader = leader
+        for listener in self._listeners:
+            listener.handle_leader_change(leader)
+
+    def _fail_commit_waiters(self) -> None:
+        waiters, self._commit_waiters = self._commit_waiters, []
+        for _, epoch, future in waiters:
+            if not future.done():
+                future.set_exception(NotLeaderError(f"epoch {epoch} ended before the write was committed"))
+
+    # --- responses: what every answer says about epochs -------------------------------------------------
+
+    def _handle_epoch_info(self, error: ErrorCode, leader_id: int, leader_epoch: int) -> bool:
+        """Kafka's maybeHandleCommonResponse: True when the answer moved this node to another epoch."""
+        if leader_epoch > self.epoch:
+            if leader_id >= 0 and leader_id != self.node_id:
+                self.quorum.become_follower(leader_epoch, leader_id)
+            else:
+                self.quorum.become_unattached(leader_epoch)
+            self._reset_election_timer()
+            self._transitioned()
+            return True
+        if leader_epoch < self.epoch or error is ErrorCode.unknown_leader_epoch:
+            return False
+        if (
+            leader_id >= 0
+            and leader_id != self.node_id
+            and self.quorum.leader_id == NO_ID
+            and self.quorum.state in (RaftState.UNATTACHED, RaftState.PROSPECTIVE)
+        ):
+            self.quorum.become_follower(leader_epoch, leader_id)
+            self._transitioned()
+        return False
+
+    # --- requests this node answers -------------------------------------------------------------------
+
+    def handle_vote(self, request: Any, version: int) -> Any:
+        """Vote and PreVote (v2's `pre_vote`), with Kafka's rules per state."""
+        cls = response_type(VOTE, version)
+        error = self._check_cluster_id(request.cluster_id)
+        partition = _only_partition(request)
+        if error is not ErrorCode.none or partition is None:
+            return cls(error_code=error or ErrorCode.invalid_request, topics=(), node_endpoints=())
+        pre_vote = bool(getattr(partition, "pre_vote", False))
+        epoch = partition.replica_epoch if version >= 2 else partition.candidate_epoch
+        candidate = partition.replica_id if version >= 2 else partition.candidate_id
+        granted = False
+        error = ErrorCode.none
+        if partition.last_offset < 0 or partition.last_offset_epoch < 0:
+            error = ErrorCode.invalid_request
+        elif (not pre_vote and partition.last_offset_epoch >= epoch) or (
+            pre_vote and partition.last_offset_epoch > epoch
+        ):
+            error = ErrorCode.invalid_request
+        elif candidate not in self.voter_addresses or not self.quorum.is_voter:
+            error = ErrorCode.invalid_voter_key
+        elif epoch < self.epoch:
+            error = ErrorCode.fenced_leader_epoch
+        else:
+            if not pre_vote and epoch > self.epoch:
+                self.quorum.become_unattached(epoch)
+                self._transitioned()
+            up_to_date = (partition.last_offset_epoch, partition.last_offset) >= tuple(
+                reversed(self._last_offset_and_epoch())
+            )
+            granted = self._can_grant(candidate, up_to_date, pre_vote)
+            if granted and not pre_vote:
+                self.quorum.grant_vote(candidate)
+                self._reset_election_timer()
+                self._transitioned()
+        log.info(
+            "raft: %s from %d in epoch %d: %s",
+            "pre-vote" if pre_vote else "vote",
+            candidate,
+            epoch,
+            "granted"
+            if granted
+            else f"rejected ({error.name if error is not ErrorCode.none else self.quorum.describe()})",
+        )
+        topic_cls, partition_cls = nested_type(cls, "TopicData"), nested_type(cls, "PartitionData")
+        return cls(
+            error_code=ErrorCode.none,
+            topics=(
+                topic_cls(
+                    topic_name=CLUSTER_METADATA_TOPIC,
+                    partitions=(
+                        partition_cls(
+                            partition_index=0,
+                            error_code=error,
+                            leader_id=self.quorum.leader_id,
+                            leader_epoch=self.epoch,
+                            vote_granted=granted,
+                        ),
+                    ),
+                ),
+            ),
+            node_endpoints=(),
+        )
+
+    def _can_grant(self, candidate: int, up_to_date: bool, pre_vote: bool) -> bool:
+        state = self.quorum.state
+        if state in (RaftState.LEADER, RaftState.CANDIDATE, RaftState.RESIGNED):
+            return False
+        if state is RaftState.FOLLOWER:
+            return pre_vote and not self._fetched_from_leader and up_to_date
+        if pre_vote:
+            return up_to_date
+        if self.quorum.voted_id != NO_ID:
+            return self.quorum.voted_id == candidate
+        if self.quorum.leader_id != NO_ID:
+            return False
+        return up_to_date
+
+    def handle_begin_quorum_epoch(self, request: Any, version: int) -> Any:
+        """A new leader announces itself: follow it."""
+        cls = response_type(BEGIN_QUORUM_EPOCH, version)
+        partition = _only_partition(request)
+        error = self._check_cluster_id(request.cluster_id)
+        if error is ErrorCode.none and partition is None:
+            error = ErrorCode.invalid_request
+        if error is ErrorCode.none:
+            if partition.leader_epoch < self.epoch:
+                return self._quorum_epoch_response(cls, ErrorCode.fenced_leader_epoch)
+            if (self.quorum.state, self.quorum.leader_id, self.epoch) != (
+                RaftState.FOLLOWER,
+                partition.leader_id,
+                partition.leader_epoch,
+            ):
+                self.quorum.become_follower(partition.leader_epoch, partition.leader_id)
+                self._transitioned()
+            return self._quorum_epoch_response(cls, ErrorCode.none)
+        return cls(error_code=error, topics=(), node_endpoints=())
+
+    def handle_end_quorum_epoch(self, request: Any, version: int) -> Any:
+        """The leader resigned: the most caught-up preferred successor campaigns first."""
+        cls = response_type(END_QUORUM_EPOCH, version)
+        partition = _only_partition(request)
+        error = self._check_cluster_id(request.cluster_id)
+        if error is not ErrorCode.none or partition is None:
+            return cls(error_code=error or ErrorCode.invalid_request, topics=(), node_endpoints=())
+        if partition.leader_epoch < self.epoch:
+            return self._quorum_epoch_response(cls, ErrorCode.fenced_leader_epoch)
+        if partition.leader_epoch > self.epoch:
+            self.quorum.become_follower(partition.leader_epoch, partition.leader_id)
+            self._transitioned()
+        if self.quorum.state is RaftState.FOLLOWER and self.quorum.leader_id == partition.leader_id:
+            preferred = [c.candidate_id for c in getattr(partition, "preferred_candidates", ())] or list(
+                getattr(partition, "preferred_successors", ())
+            )
+            self._reset_election_timer(self._successor_backoff_ms(preferred))
+            self._changed.set()
+        return self._quorum_epoch_response(cls, ErrorCode.none)
+
+    def _successor_backoff_ms(self, preferred: list[int]) -> int:
+        ceiling = self.config.election_backoff_max_ms
+        if self.node_id not in preferred:
+            return ceiling
+        position = preferred.index(self.node_id)
+        if position == 0:
+            return 0
+        return min(ceiling, (ceiling >> (len(preferred) - 1)) << (position - 1))
+
+    def _quorum_epoch_response(self, cls: type, error: ErrorCode) -> Any:
+        topic_cls, partition_cls = nested_type(cls, "TopicData"), nested_type(cls, "PartitionData")
+        return cls(
+            error_code=ErrorCode.none,
+            topics=(
+                topic_cls(
+                    topic_name=CLUSTER_METADATA_TOPIC,
+                    partitions=(
+                        partition_cls(
+                            partition_index=0,
+                            error_code=error,
+                            leader_id=self.quorum.leader_id,
+                            leader_epoch=self.epoch,
+                        ),
+                    ),
+                ),
+            ),
+            node_endpoints=(),
+        )
+
+    async def handle_fetch(self, request: Any, version: int) -> Any:
+        """A follower's or observer's Fetch of `__cluster_metadata-0`, parked up to MaxWaitMs when empty."""
+        cls = response_type(FETCH, version)
+        topic = request.topics[0] if len(request.topics) == 1 else None
+        partition = topic.partitions[0] if topic is not None and len(topic.partitions) == 1 else None
+        error = self._check_cluster_id(request.cluster_id)
+        if error is not ErrorCode.none:
+            return cls(error_code=error, responses=(), node_endpoints=())
+        if partition is None or topic.topic_id != CLUSTER_METADATA_TOPIC_ID:
+            return cls(error_code=ErrorCode.invalid_request, responses=(), node_endpoints=())
+        replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
+        if (
+            request.max_wait.total_seconds() < 0
+            or partition.fetch_offset < 0
+            or partition.last_fetched_epoch < 0
+            or partition.last_fetched_epoch > partition.current_leader_epoch
+        ):
+            return self._fetch_response(cls, ErrorCode.invalid_request)
+        epoch_error = self._check_fetch_epoch(partition.current_leader_epoch)
+        if epoch_error is not ErrorCode.none:
+            return self._fetch_response(cls, epoch_error)
+        local_epoch, local_end = self.log.log.end_offset_for_epoch(partition.last_fetched_epoch)
+        if local_epoch < 0 and partition.last_fetched_epoch == 0 and partition.fetch_offset == 0:
+            local_epoch, local_end = 0, 0
+        if local_epoch != partition.last_fetched_epoch or local_end < partition.fetch_offset:
+            if local_epoch < 0:
+                local_epoch, local_end = partition.last_fetched_epoch, self.log.next_offset
+            return self._fetch_response(cls, ErrorCode.none, diverging=(local_epoch, local_end))
+        state = self.leader_state
+        assert state is not None
+        if state.update_replica(replica_id, partition.fetch_offset, _now_ms(), self.log.next_offset):
+            self._update_high_watermark(state.high_watermark)
+        records = self._read(partition.fetch_offset, min(partition.partition_max_bytes, request.max_bytes))
+        wait = request.max_wait.total_seconds()
+        if not records and wait > 0:
+            appended = self._appended
+            try:
+                await asyncio.wait_for(appended.wait(), wait)
+            except TimeoutError:
+                pass
+            epoch_error = self._check_fetch_epoch(partition.current_leader_epoch)
+            if epoch_error is not ErrorCode.none:
+                return self._fetch_response(cls, epoch_error)
+            records = self._read(
+                partition.fetch_offset, min(partition.partition_max_bytes, request.max_bytes)
+            )
+        return self._fetch_response(cls, ErrorCode.none, records=records)
+
+    def _check_fetch_epoch(self, requested: int) -> ErrorCode:
+        if requested < self.epoch:
+            return ErrorCode.fenced_leader_epoch
+        if requested > self.epoch:
+            return ErrorCode.unknown_leader_epoch
+        if not self.quorum.is_leader:
+            return ErrorCode.not_leader_or_follower
+        if self._shutting_down:
+            return ErrorCode.broker_not_available
+        return ErrorCode.none
+
+    def _read(self, offset: int, max_bytes: int) -> bytes:
+        try:
+            fetched = self.log.log.read(
+                offset, max_bytes, upper_bound=self.log.next_offset, min_one_batch=True
+            )
+        except OffsetOutOfRange:
+            return b""
+        if fetched is None:
+            return b""
+        return os.pread(fetched.fd, fetched.size, fetched.position)
+
+    def _fetch_response(
+        self, cls: type, error: ErrorCode, *, records: bytes = b"", diverging: tuple[int, int] | None = None
+    ) -> Any:
+        topic_cls, partition_cls = (
+            nested_type(cls, "FetchableTopicResponse"),
+            nested_type(cls, "PartitionData"),
+        )
+        extra: dict[str, Any] = {}
+        if diverging is not None:
+            extra["diverging_epoch"] = nested_type(cls, "EpochEndOffset")(
+                epoch=diverging[0], end_offset=diverging[1]
+            )
+        return cls(
+            error_code=ErrorCode.none,
+            responses=(
+                topic_cls(
+                    topic_id=CLUSTER_METADATA_TOPIC_ID,
+                    partitions=(
+                        partition_cls(
+                            partition_index=0,
+                            error_code=error,
+                            high_watermark=max(self.high_watermark, 0),
+                            log_start_offset=self.log.log.log_start_offset,
+                            current_leader=nested_type(cls, "LeaderIdAndEpoch")(
+                                leader_id=self.quorum.leader_id, leader_epoch=self.epoch
+                            ),
+                            aborted_transactions=None,
+                            records=records,
+                            **extra,
+                        ),
+                    ),
+                ),
+            ),
+            node_endpoints=(),
+        )
+
+    def describe_quorum(self, version: int) -> Any:
+        """DescribeQuorum as the leader answers it; NOT_LEADER_OR_FOLLOWER elsewhere."""
+        cls = response_type(DESCRIBE_QUORUM, version)
+        topic_cls, partition_cls = nested_type(cls, "TopicData"), nested_type(cls, "PartitionData")
+        replica_cls = nested_type(cls, "ReplicaState")
+        state = self.leader_state
+        if state is None or not self.quorum.is_leader:
+            return cls(
+                error_code=ErrorCode.none,
+                topics=(
+                    topic_cls(
+                        topic_name=CLUSTER_METADATA_TOPIC,
+                        partitions=(
+                            partition_cls(
+                                partition_index=0,
+                                error_code=ErrorCode.not_leader_or_follower,
+                                leader_id=self.quorum.leader_id,
+                                leader_epoch=self.epoch,
+                                high_watermark=-1,
+                                current_voters=(),
+                                observers=(),
+                            ),
+                        ),
+                    ),
+                ),
+            )
+        now_ms = _now_ms()
+
+        def replica(replica_id: int, progress: ReplicaProgress) -> Any:
+            is_self = replica_id == self.node_id
+            return replica_cls(
+                replica_id=replica_id,
+                log_end_offset=self.log.next_offset if is_self else progress.end_offset,
+                last_fetch_timestamp=now_ms if is_self else progress.last_fetch_ms,
+                last_caught_up_timestamp=now_ms if is_self else progress.last_caught_up_ms,
+            )
+
+        values: dict[str, Any] = {
+            "error_code": ErrorCode.none,
+            "topics": (
+                topic_cls(
+                    topic_name=CLUSTER_METADATA_TOPIC,
+                    partitions=(
+                        partition_cls(
+                            partition_index=0,
+                            error_code=ErrorCode.none,
+                            leader_id=self.node_id,
+                            leader_epoch=self.epoch,
+                            high_watermark=self.high_watermark,
+                            current_voters=tuple(replica(v, p) for v, p in sorted(state.voters.items())),
+                            observers=tuple(replica(o, p) for o, p in sorted(state.observers.items())),
+                        ),
+                    ),
+                ),
+            ),
+        }
+        if version >= 2:
+            node_cls, listener_cls = nested_type(cls, "Node"), nested_type(cls, "Listener")
+            values["nodes"] = tuple(
+                node_cls(node_id=v, listeners=(listener_cls(name="CONTROLLER", host=host, port=port),))
+                for v, (host, port) in sorted(self.voter_addresses.items())
+            )
+        return cls(**values)
+
+    def _check_cluster_id(self, cluster_id: str | None) -> ErrorCode:
+        if cluster_id is None or cluster_id == self.cluster_id:
+            return ErrorCode.none
+        return ErrorCode.inconsistent_cluster_id
+
+    # --- the network ----------------------------------------------------------------------------------
+
+    async def _send(self, node_id: int, request: Any, *, timeout: float | None = None) -> Any | None:
+        """One request to a voter's controller listener; None when it cannot be reached in time."""
+        limit = timeout if timeout is not None else self.config.request_timeout_ms / 1000
+        try:
+            client = self._peers.get(node_id)
+            if client is None or client.closed:
+                host, port = self.voter_addresses[node_id]
+                client = await KafkaClient.connect(
+                    f"{host}:{port}",
+                    client_id=f"raft-client-{self.node_id}",
+                    connect_timeout=limit,
+                    request_timeout=limit,
+                )
+                self._peers[node_id] = client
+            return await client.send(request, timeout=limit)
+        except ClientError as exc:
+            log.debug("raft: %s", exc)
+            stale = self._peers.pop(node_id, None)
+            if stale is not None:
+                await stale.close()
+            return None
+
+
+_ZERO_UUID = CLUSTER_METADATA_TOPIC_ID.__class__(int=0)
+
+
+def _only_partition(message: Any, topics_field: str = "topics") -> Any | None:
+    topics = getattr(message, topics_field, ())
+    if len(topics) != 1 or len(topics[0].partitions) != 1:
+        return None
+    return topics[0].partitions[0]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
