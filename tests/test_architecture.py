@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("formats", "kcli", "ops")
 
 BROKER_LAYERS = [
-    ("kcli.broker.server", "kcli.broker.node"),
+    ("kcli.broker.server", "kcli.broker.node", "kcli.broker.lifecycle"),
     ("kcli.broker.apis",),
     ("kcli.broker.group", "kcli.broker.txn", "kcli.broker.coordinator_log", "kcli.broker.producer_ids"),
     ("kcli.broker.replication",),

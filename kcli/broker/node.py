@@ -18,19 +18,33 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+
+from kio.schema.errors import ErrorCode
 
 from kcli.broker.group.coordinator import GroupCoordinator
+from kcli.broker.lifecycle import (
+    BrokerLifecycleManager,
+    ControllerChannel,
+    ControllerUnavailable,
+    allocate_producer_ids,
+)
 from kcli.broker.log.config import LogConfig
 from kcli.broker.log.log import wall_clock_ms
 from kcli.broker.log.manager import LogManager
 from kcli.broker.metadata.controller import QuorumController
+from kcli.broker.metadata.controller.quorum_controller import auto_topic
 from kcli.broker.metadata.image import ClusterMetadataImage, MetadataReplayError, TopicChanges
 from kcli.broker.metadata.loader import MetadataLoader
 from kcli.broker.producer_ids import ProducerIdManager
-from kcli.broker.raft import KafkaRaftClient, MetadataLogError, open_raft_client
+from kcli.broker.raft import MetadataLogError, open_raft_client
 from kcli.broker.replication.manager import ReplicaManager
 from kcli.broker.txn.coordinator import TransactionCoordinator
-from kcli.config import BrokerConfig, Listener
+from kcli.config import BrokerConfig, ConfigError, Listener
+from kcli.protocol.messages import nested_type, request_type
+
+CREATE_TOPICS = 19
 
 log = logging.getLogger("kcli.broker")
 
@@ -41,23 +55,22 @@ PERIODIC_TICK_SECONDS = 0.5
 class Node:
     name = "Node (logs and replica manager)"  # as the MetadataLoader's first publisher
 
-    def __init__(
-        self,
-        config: BrokerConfig,
-        raft: KafkaRaftClient,
-        controller: QuorumController,
-        loader: MetadataLoader,
-        logs: LogManager,
-    ) -> None:
+    def __init__(self, config: BrokerConfig, cluster_id: str) -> None:
+        """Open the metadata log and make every part; nothing runs until `start`."""
         self.config = config
-        self.raft = raft
-        self.controller = controller
-        self.loader = loader
-        self.logs = logs
-        self.replicas = ReplicaManager(config.node_id, logs)
-        self.broker_epoch = -1
+        self.raft = raft = open_raft_client(config, cluster_id)
+        empty = ClusterMetadataImage.empty(cluster_id, config.node_id, config.listener.name)
+        # first listener: the controller activates before the loader publishes what it wrote
+        self.controller = QuorumController(config, raft, empty) if raft.quorum.is_voter else None
+        self.loader = loader = MetadataLoader(empty)
+        raft.register(loader)
+        timeout = int(config["request.timeout.ms"]) / 1000 if _has(config, "request.timeout.ms") else 30.0  # type: ignore[call-overload]
+        self.channel = ControllerChannel(raft, self.controller, timeout=timeout)
+        self.lifecycle = BrokerLifecycleManager(config, self.channel, loader)
+        self.logs = LogManager(config)
+        self.replicas = ReplicaManager(config.node_id, self.logs)
         self.producer_ids = ProducerIdManager(
-            lambda: controller.allocate_producer_ids(config.node_id, self.broker_epoch)
+            lambda: allocate_producer_ids(self.channel, config.node_id, self.lifecycle.broker_epoch)
         )
         self.groups = GroupCoordinator(config, self.replicas, loader)
         self.transaction_coordinator = TransactionCoordinator(
@@ -67,22 +80,22 @@ class Node:
             self.producer_ids,
             on_offsets_marker=self.groups.on_transaction_completed,
         )
-        loader.install_publisher(self)  # first: the coordinators load from the logs it creates
-        loader.install_publisher(self.groups)
-        loader.install_publisher(self.transaction_coordinator)
+        self._tasks: list[asyncio.Task[None]] = []
 
     @classmethod
     async def open(cls, config: BrokerConfig, cluster_id: str) -> Node:
+        """A started node (tests and tools that need no network)."""
+        node = cls(config, cluster_id)
+        await node.start()
+        return node
+
+    async def start(self) -> None:
         """Join the metadata quorum, catch up with it, then recover every partition log and reconcile.
 
         As Kafka's BrokerServer, the logs are loaded only once this node has the committed metadata:
         which topics exist, and their configs, come from the quorum, not from what the disk holds.
         """
-        raft = open_raft_client(config, cluster_id)
-        empty = ClusterMetadataImage.empty(cluster_id, config.node_id, config.listener.name)
-        controller = QuorumController(config, raft, empty)  # first listener: it activates before the loader
-        loader = MetadataLoader(empty)
-        raft.register(loader)
+        raft = self.raft
         try:
             await raft.start()
             await raft.wait_caught_up()
@@ -96,12 +109,55 @@ class Node:
             await raft.shutdown()
             raft.log.close()
             raise
-        image = loader.image
-        logs = LogManager(config)
-        logs.startup({name: cls._log_config(config, image, name) for name in image.topic_ids})
-        node = cls(config, raft, controller, loader, logs)
-        node._reconcile(image)
-        return node
+        image = self.loader.image
+        self.logs.startup({name: self._log_config(self.config, image, name) for name in image.topic_ids})
+        self.loader.install_publisher(self)  # first: the coordinators load from the logs it creates
+        self.loader.install_publisher(self.groups)
+        self.loader.install_publisher(self.transaction_coordinator)
+        self._reconcile(image)
+        if self.controller is not None:
+            session_ms = (
+                int(self.config["broker.session.timeout.ms"])
+                if _has(self.config, "broker.session.timeout.ms")
+                else 9000
+            )  # type: ignore[call-overload]
+            self._tasks.append(asyncio.create_task(self.controller.run_session_expiry(session_ms)))
+
+    @property
+    def broker_epoch(self) -> int:
+        return self.lifecycle.broker_epoch
+
+    async def auto_create_topics(self, names: Sequence[str]) -> Mapping[str, ErrorCode]:
+        """Kafka's AutoTopicCreationManager: CreateTopics on the active controller, wherever it is."""
+        controller = self.channel.local
+        if controller is not None:
+            return await controller.auto_create_topics(names)
+        cls = request_type(CREATE_TOPICS, 7)
+        topic_cls, config_cls = nested_type(cls, "CreatableTopic"), nested_type(cls, "CreatableTopicConfig")
+        topics = []
+        for name in names:
+            topic = auto_topic(self.config, name)
+            configs = tuple(config_cls(name=k, value=v) for k, v in (topic.configs or {}).items())
+            topics.append(
+                topic_cls(
+                    name=name,
+                    num_partitions=topic.num_partitions,
+                    replication_factor=topic.replication_factor,
+                    assignments=(),
+                    configs=configs,
+                )
+            )
+        request = cls(
+            topics=tuple(topics), timeout=timedelta(seconds=self.channel.timeout), validate_only=False
+        )
+        try:
+            response = await self.channel.forward(request)
+        except ControllerUnavailable:
+            return dict.fromkeys(names, ErrorCode.request_timed_out)
+        return {
+            t.name: ErrorCode.none if t.error_code is ErrorCode.topic_already_exists else t.error_code
+            for t in response.topics
+        }
 
     @property
     def image(self) -> ClusterMetadataImage:
@@ -109,9 +165,8 @@ class Node:
         return self.loader.image
 
     async def register(self, advertised: Listener, rack: str | None) -> None:
-        """Write this incarnation's broker registration (the listener clients are told about)."""
-        await self.controller.wait_active()
-        self.broker_epoch = await self.controller.register_broker(advertised, rack=rack)
+        """Register this incarnation with the active controller and wait until it unfences this broker."""
+        await self.lifecycle.start(advertised, rack)
         self.groups.startup()  # loads __consumer_offsets on the running loop before requests are served
         self.transaction_coordinator.startup()  # loads __transaction_state the same way
 
@@ -125,9 +180,14 @@ class Node:
                 log.error("periodic log maintenance failed: %s", e)
 
     async def shutdown(self) -> None:
-        """Leave the quorum and close the metadata log, then flush and close every log (clean-shutdown marker)."""
+        """Controlled shutdown, leave the quorum, close the metadata log, then flush and close every log."""
+        await self.lifecycle.controlled_shutdown(timeout=5.0)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         self.transaction_coordinator.shutdown()
         self.groups.shutdown()
+        await self.channel.close()
         await self.raft.shutdown()
         self.raft.log.close()
         self.logs.shutdown(self.broker_epoch)
@@ -173,3 +233,12 @@ class Node:
     @staticmethod
     def _log_config(config: BrokerConfig, image: ClusterMetadataImage, topic: str) -> LogConfig:
         return LogConfig.from_broker(config, image.topic_config(topic))
+
+
+def _has(config: BrokerConfig, key: str) -> bool:
+    """Whether this configuration defines `key` (keys of later Kafka versions may be missing)."""
+    try:
+        config[key]
+    except ConfigError:
+        return False
+    return True

@@ -38,7 +38,7 @@ from kio.serial import entity_reader
 
 from formats.checkpoints import MetaProperties, read_meta_properties, write_meta_properties
 from formats.errors import CheckpointError
-from kcli.broker.apis import build_registry
+from kcli.broker.apis import build_controller_registry, build_registry
 from kcli.broker.apis.api_versions import API_KEY as API_VERSIONS
 from kcli.broker.apis.api_versions import unsupported_version_response
 from kcli.broker.apis.context import (
@@ -125,6 +125,7 @@ class Broker:
         self.cluster_id = cluster_id
         self.state: BrokerState | None = None
         self._server: asyncio.Server | None = None
+        self._controller_server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
         self._next_connection = 0
         self._stopping = False
@@ -135,29 +136,51 @@ class Broker:
         self._max_request = int(config["socket.request.max.bytes"])  # type: ignore[call-overload]
 
     async def start(self) -> tuple[str, int]:
-        """Prepare the log dirs, bind the listener and return the bound (host, port)."""
+        """Prepare the log dirs, join the metadata quorum, register, and serve; the bound (host, port).
+
+        The controller listener (when there is one) serves from the start: the quorum needs this
+        node's votes and Fetches answered before the node can catch up and serve clients.
+        """
         prepare_log_dirs(self.config.log_dirs)
         cluster_id = ensure_meta_properties(self.config.log_dirs, self.config.node_id, self.cluster_id)
         listener = self.config.listener
+        controller_listener = _controller_listener(self.config)
         self._server = await _bind(listener, self.config, self._new_connection)
         try:
-            self.node = node = await Node.open(self.config, cluster_id)
+            if controller_listener is not None:
+                self._controller_server = await _bind(
+                    controller_listener, self.config, lambda: self._new_connection(controller_listener.name)
+                )
+            self.node = node = Node(self.config, cluster_id)
+            self.state = state = BrokerState(
+                self.config,
+                self.registry,
+                node.loader.image,
+                auto_create_topics=node.auto_create_topics,
+                node=node,
+                controller_registry=build_controller_registry() if controller_listener is not None else None,
+                controller_listener_name=controller_listener.name
+                if controller_listener is not None
+                else None,
+                forward_to_controller=node.channel.forward,
+            )
+            if self._controller_server is not None:
+                await self._controller_server.start_serving()
+            await node.start()
         except BaseException:
             self._server.close()
+            if self._controller_server is not None:
+                self._controller_server.close()
             raise
-        bound_host, bound_port = self._server.sockets[0].getsockname()[:2]
-        advertised = self.config.advertised_listener(bound_port)
-        await node.register(advertised, self.config["broker.rack"])  # type: ignore[arg-type]
-        self.state = state = BrokerState(
-            self.config,
-            self.registry,
-            node.image,
-            auto_create_topics=node.controller.auto_create_topics,
-            node=node,
-        )
+        state.image = node.image
         node.loader.install_publisher(
             state
         )  # last: handlers see an image once storage and coordinators have it
+        bound_host, bound_port = self._server.sockets[0].getsockname()[:2]
+        advertised = self.config.advertised_listener(bound_port)
+        await node.register(advertised, self.config["broker.rack"])  # type: ignore[arg-type]
+        node.groups.startup()  # loads __consumer_offsets on the running loop before requests are served
+        node.transaction_coordinator.startup()  # loads __transaction_state the same way
         self._periodic = asyncio.create_task(node.run_periodic())
         await self._server.start_serving()
         idle_ms = int(self.config["connections.max.idle.ms"])  # type: ignore[call-overload]
@@ -209,13 +232,15 @@ class Broker:
             self._periodic.cancel()
         if self.node is not None:
             await self.node.shutdown()
+        if self._controller_server is not None:
+            self._controller_server.close()
         log.info("shutdown complete")
 
     # --- connections -----------------------------------------------------------------------
 
-    def _new_connection(self) -> _Connection:
+    def _new_connection(self, listener_name: str = "") -> _Connection:
         self._next_connection += 1
-        return _Connection(self, self._next_connection)
+        return _Connection(self, self._next_connection, listener_name or self.config.listener.name)
 
     async def _handle_frame(self, connection: ConnectionInfo, frame: bytes) -> bytes | _FramedSend | None:
         """Answer one request frame: the framed response, a response to send in parts, or None (acks=0)."""
@@ -227,9 +252,10 @@ class Broker:
         )
         assert self.state is not None
         ctx = RequestContext(api_key, api_version, correlation_id, client_id, connection, self.state)
-        spec = self.registry.get(api_key)
+        registry = ctx.registry
+        spec = registry.get(api_key)
         if api_key == API_VERSIONS and (spec is None or not spec.handles(api_version)):
-            response = unsupported_version_response(self.registry)
+            response = unsupported_version_response(registry)
         elif spec is None:
             log.info(
                 "%s v%d from %s is not implemented; answering UNSUPPORTED_VERSION",
@@ -395,11 +421,12 @@ class _Connection(asyncio.BufferedProtocol):
     READ_AHEAD = 1 << 20
     """Bytes of further requests buffered while a request is in flight, before reading pauses."""
 
-    def __init__(self, broker: Broker, number: int) -> None:
+    def __init__(self, broker: Broker, number: int, listener_name: str) -> None:
         self.broker = broker
         self.number = number
+        self.listener_name = listener_name
         self.loop = asyncio.get_running_loop()
-        self.info = ConnectionInfo(f"unknown-{number}", "unknown")
+        self.info = ConnectionInfo(f"unknown-{number}", "unknown", listener=listener_name)
         self.transport: asyncio.Transport | None = None
         self.buffer = _ReceiveBuffer(broker._max_request)
         self.held: list[bytes] = []
@@ -419,7 +446,7 @@ class _Connection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         peer = _format_address(transport.get_extra_info("peername"))
-        self.info = ConnectionInfo(f"{peer}-{self.number}", peer)
+        self.info = ConnectionInfo(f"{peer}-{self.number}", peer, listener=self.listener_name)
         if self.broker._stopping:
             transport.close()
             return
@@ -824,6 +851,15 @@ async def _bind(
         # asyncio wraps the bind error's text; the errno alone gives the plain reason.
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         raise KcliError(f"cannot listen on {where}: {reason.lower()}.") from None
+
+
+def _controller_listener(config: BrokerConfig) -> Listener | None:
+    """The listener named first in `controller.listener.names`, when `listeners` has it."""
+    names = list(config["controller.listener.names"] or [])  # type: ignore[call-overload]
+    for listener in config["listeners"] or []:  # type: ignore[attr-defined]
+        if names and listener.name == names[0]:
+            return listener
+    return None
 
 
 def _apply_socket_options(sock: socket.socket | None, config: BrokerConfig) -> None:

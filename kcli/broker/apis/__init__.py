@@ -9,6 +9,21 @@ from __future__ import annotations
 from kcli.broker.apis.registry import ApiRegistry
 
 
+def build_controller_registry() -> ApiRegistry:
+    """What the controller listener serves: Raft, broker lifecycle, and the admin requests brokers forward."""
+    from kcli.broker.apis import api_versions, cluster, configs, quorum, topics
+
+    return ApiRegistry(
+        [
+            *api_versions.APIS,
+            *quorum.CONTROLLER_APIS,
+            *topics.APIS,
+            *configs.APIS,
+            *cluster.APIS,
+        ]
+    )
+
+
 def build_registry() -> ApiRegistry:
     """The broker's registry: every API family module's `APIS`."""
     from kcli.broker.apis import (

@@ -47,7 +47,7 @@ async def handle_api_versions(ctx: RequestContext, request: object) -> object:
         ctx.connection.client_software_version = software_version
     api_keys = tuple(
         api_version_cls(api_key=key, min_version=low, max_version=high)
-        for key, (low, high) in advertised_versions(ctx.state.registry).items()
+        for key, (low, high) in advertised_versions(ctx.registry).items()
     )
     return build(response_cls, error_code=ErrorCode.none, api_keys=api_keys, throttle_time=_NO_THROTTLE)
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis.context import RequestContext
+from kcli.broker.apis.context import RequestContext, forward_unless_active
 from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.metadata.controller import ApiError, ConfigOp, NotControllerError, topic_name_error
 from kcli.broker.metadata.image import ClusterMetadataImage
@@ -334,6 +334,9 @@ def _described(
 
 async def handle_alter_configs(ctx: RequestContext, request: object) -> object:
     """Legacy AlterConfigs: the given configs replace all of a resource's overrides."""
+    forwarded = await forward_unless_active(ctx, request)
+    if forwarded is not None:
+        return forwarded
     response_cls = response_type(ALTER_CONFIGS, ctx.api_version)
     resources = request.resources  # type: ignore[attr-defined]
     validate_only = bool(request.validate_only)  # type: ignore[attr-defined]
@@ -350,6 +353,9 @@ async def handle_alter_configs(ctx: RequestContext, request: object) -> object:
 
 async def handle_incremental_alter_configs(ctx: RequestContext, request: object) -> object:
     """IncrementalAlterConfigs: SET, DELETE, APPEND and SUBTRACT, all or nothing per resource."""
+    forwarded = await forward_unless_active(ctx, request)
+    if forwarded is not None:
+        return forwarded
     response_cls = response_type(INCREMENTAL_ALTER_CONFIGS, ctx.api_version)
     resources = request.resources  # type: ignore[attr-defined]
     validate_only = bool(request.validate_only)  # type: ignore[attr-defined]

@@ -12,7 +12,7 @@ import base64
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, BinaryIO, NamedTuple
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
@@ -23,11 +23,15 @@ if TYPE_CHECKING:
     from kcli.broker.metadata.controller import QuorumController
     from kcli.broker.metadata.image import ClusterMetadataImage, TopicChanges
     from kcli.broker.node import Node
+    from kcli.broker.raft import KafkaRaftClient
     from kcli.broker.replication.manager import ReplicaManager
 
 
 AutoCreateTopics = Callable[[Sequence[str]], Awaitable[Mapping[str, ErrorCode]]]
 """Create missing topics (names already validated); return the error per name (none = created)."""
+
+
+ForwardToController = Callable[[Any], Awaitable[Any]]
 
 
 @dataclass
@@ -40,6 +44,11 @@ class BrokerState:
     auto_create_topics: AutoCreateTopics | None = None
     node: Node | None = None
     """The controller and the logs; None only for a broker started without storage (network tests)."""
+    controller_registry: ApiRegistry | None = None
+    """What the controller listener serves (Raft, broker lifecycle); None without one."""
+    controller_listener_name: str | None = None
+    forward_to_controller: ForwardToController | None = None
+    """Send a request to the active controller and give back its answer (Kafka's forwarding, KIP-590)."""
 
     name = "BrokerState"  # as a MetadataPublisher (not a dataclass field: no annotation)
 
@@ -62,6 +71,8 @@ class ConnectionInfo:
     peer: str
     client_software_name: str = "unknown"
     client_software_version: str = "unknown"
+    listener: str = ""
+    """The name of the listener the connection came in on."""
 
 
 class RequestContext(NamedTuple):
@@ -75,8 +86,27 @@ class RequestContext(NamedTuple):
     state: BrokerState
 
     @property
+    def registry(self) -> ApiRegistry:
+        """The APIs of the listener this request came in on."""
+        state = self.state
+        if (
+            state.controller_registry is not None
+            and self.connection.listener == state.controller_listener_name
+        ):
+            return state.controller_registry
+        return state.registry
+
+    @property
+    def raft(self) -> KafkaRaftClient:
+        """This node's Raft client of the metadata quorum."""
+        node = self.state.node
+        if node is None:
+            raise RuntimeError("this broker was started without storage, so it has no Raft client")
+        return node.raft
+
+    @property
     def controller(self) -> QuorumController:
-        """The quorum-of-one controller admin requests go through."""
+        """This node's controller (active, or a standby that answers NOT_CONTROLLER)."""
         node = self.state.node
         if node is None:
             raise RuntimeError("this broker was started without storage, so it has no controller")
@@ -127,3 +157,21 @@ def new_cluster_id() -> str:
         text = base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
         if not text.startswith("-") and any(raw):
             return text
+
+
+async def forward_unless_active(ctx: RequestContext, request: Any) -> Any | None:
+    """An admin request on a broker whose controller is not the active one goes there (KIP-590).
+
+    None when this node's controller should answer: it is active, or the request came in on the
+    controller listener (a standby answers NOT_CONTROLLER there, and the sender looks again).
+    """
+    state = ctx.state
+    node = state.node
+    if node is None or state.forward_to_controller is None:
+        return None
+    controller = node.controller
+    if (
+        controller is not None and controller.is_active
+    ) or ctx.connection.listener == state.controller_listener_name:
+        return None
+    return await state.forward_to_controller(request)

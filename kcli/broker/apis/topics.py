@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis.context import RequestContext
+from kcli.broker.apis.context import RequestContext, forward_unless_active
 from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.metadata.controller import (
     ApiError,
@@ -48,6 +48,9 @@ _DEFAULT_MESSAGES = {
 
 
 async def handle_create_topics(ctx: RequestContext, request: object) -> object:
+    forwarded = await forward_unless_active(ctx, request)
+    if forwarded is not None:
+        return forwarded
     response_cls = response_type(CREATE_TOPICS, ctx.api_version)
     topics = request.topics  # type: ignore[attr-defined]
     if not topics:
@@ -80,6 +83,9 @@ async def handle_create_topics(ctx: RequestContext, request: object) -> object:
 
 
 async def handle_delete_topics(ctx: RequestContext, request: object) -> object:
+    forwarded = await forward_unless_active(ctx, request)
+    if forwarded is not None:
+        return forwarded
     version = ctx.api_version
     response_cls = response_type(DELETE_TOPICS, version)
     if version >= 6:
@@ -126,6 +132,9 @@ async def handle_delete_topics(ctx: RequestContext, request: object) -> object:
 
 
 async def handle_create_partitions(ctx: RequestContext, request: object) -> object:
+    forwarded = await forward_unless_active(ctx, request)
+    if forwarded is not None:
+        return forwarded
     response_cls = response_type(CREATE_PARTITIONS, ctx.api_version)
     result_cls = nested_type(response_cls, "CreatePartitionsTopicResult")
     topics = request.topics  # type: ignore[attr-defined]

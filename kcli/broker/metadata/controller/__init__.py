@@ -10,7 +10,11 @@
 - `topic`: the topic name rules
 """
 
-from kcli.broker.metadata.controller.cluster_control_manager import ClusterControlManager
+from kcli.broker.metadata.controller.cluster_control_manager import (
+    BrokerHeartbeat,
+    ClusterControlManager,
+    HeartbeatReply,
+)
 from kcli.broker.metadata.controller.configuration_control_manager import (
     ConfigOp,
     ConfigurationControlManager,
@@ -37,6 +41,7 @@ __all__ = [
     "MAX_RECORDS_PER_USER_OP",
     "ApiError",
     "ApiException",
+    "BrokerHeartbeat",
     "ClusterControlManager",
     "ConfigOp",
     "ConfigurationControlManager",
@@ -44,6 +49,7 @@ __all__ = [
     "CreateTopicResult",
     "DeleteTopicResult",
     "FeatureControlManager",
+    "HeartbeatReply",
     "NewTopic",
     "NotControllerError",
     "OpType",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
@@ -32,8 +33,31 @@ REGISTER_BROKER_RECORD_VERSION = 3
 """The RegisterBrokerRecord version written at MV 3.9-IV0 (MetadataVersion.registerBrokerRecordVersion)."""
 
 
+@dataclass(frozen=True, slots=True)
+class BrokerHeartbeat:
+    broker_id: int
+    broker_epoch: int
+    metadata_offset: int
+    want_fence: bool = False
+    want_shut_down: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatReply:
+    is_caught_up: bool
+    is_fenced: bool
+    should_shut_down: bool
+
+
 class ClusterControlManager:
-    """Broker registration and the questions about brokers the other control managers ask."""
+    """Broker registration and the questions about brokers the other control managers ask.
+
+    `last_contact` is the soft state Kafka keeps outside the log: when each broker was last heard
+    from (monotonic seconds), for session expiry; a new active controller starts every session afresh.
+    """
+
+    def __init__(self) -> None:
+        self.last_contact: dict[int, float] = {}
 
     def register_broker(
         self,
@@ -44,8 +68,10 @@ class ClusterControlManager:
         incarnation_id: uuid.UUID | None = None,
         rack: str | None = None,
         log_dirs: Sequence[uuid.UUID] = (),
+        fenced: bool = True,
     ) -> ControllerResult[int]:
-        """The RegisterBrokerRecord (unfenced) of a new incarnation; the response is its broker epoch."""
+        """The RegisterBrokerRecord of a new incarnation, fenced until its heartbeats say it caught up;
+        the response is its broker epoch."""
         record = {
             "brokerId": broker_id,
             "incarnationId": incarnation_id or uuid.uuid4(),
@@ -66,12 +92,54 @@ class ClusterControlManager:
                 }
             ],
             "rack": rack,
-            "fenced": False,
+            "fenced": fenced,
             "inControlledShutdown": False,
             "logDirs": list(log_dirs),
         }
         records: list[Record] = [("RegisterBrokerRecord", REGISTER_BROKER_RECORD_VERSION, record)]
         return ControllerResult(records, broker_epoch)
+
+    def process_heartbeat(
+        self,
+        image: ClusterMetadataImage,
+        heartbeat: BrokerHeartbeat,
+        now: float,
+    ) -> ControllerResult[HeartbeatReply]:
+        """Kafka's BrokerHeartbeatManager state machine, without controlled shutdown's leader moves.
+
+        A fenced broker is unfenced once its metadata offset reaches its registration record; a broker
+        that wants to shut down or be fenced is fenced. The heartbeat renews the broker's session.
+        """
+        self.check_broker_epoch(image, heartbeat.broker_id, heartbeat.broker_epoch)
+        registration = image.broker(heartbeat.broker_id)
+        assert registration is not None
+        self.last_contact[heartbeat.broker_id] = now
+        caught_up = heartbeat.metadata_offset >= registration.broker_epoch
+        records: list[Record] = []
+        fenced = registration.fenced
+        if heartbeat.want_shut_down or heartbeat.want_fence:
+            if not fenced:
+                records.append(self.fence_record(registration.broker_id, registration.broker_epoch))
+                fenced = True
+        elif fenced and caught_up:
+            records.append(self.fence_record(registration.broker_id, registration.broker_epoch, fenced=False))
+            fenced = False
+        return ControllerResult(records, HeartbeatReply(caught_up, fenced, heartbeat.want_shut_down))
+
+    @staticmethod
+    def fence_record(broker_id: int, broker_epoch: int, *, fenced: bool = True) -> Record:
+        """BrokerRegistrationChangeRecord with Fenced 1 (fence) or -1 (unfence), as MV 3.3+ writes it."""
+        change = {"brokerId": broker_id, "brokerEpoch": broker_epoch, "fenced": 1 if fenced else -1}
+        return ("BrokerRegistrationChangeRecord", 0, change)
+
+    def expired_sessions(self, image: ClusterMetadataImage, now: float, session_timeout: float) -> list[int]:
+        """Unfenced brokers whose last heartbeat is older than broker.session.timeout.ms."""
+        expired = []
+        for registration in image.brokers_by_id.values():
+            last = self.last_contact.setdefault(registration.broker_id, now)
+            if not registration.fenced and now - last > session_timeout:
+                expired.append(registration.broker_id)
+        return expired
 
     def check_broker_epoch(self, image: ClusterMetadataImage, broker_id: int, broker_epoch: int) -> None:
         """Raise STALE_BROKER_EPOCH unless `broker_epoch` is the broker's current registration."""

@@ -27,7 +27,11 @@ from typing import TypeVar
 from kio.schema.errors import ErrorCode
 
 from formats.internal import encode_metadata_record
-from kcli.broker.metadata.controller.cluster_control_manager import ClusterControlManager
+from kcli.broker.metadata.controller.cluster_control_manager import (
+    BrokerHeartbeat,
+    ClusterControlManager,
+    HeartbeatReply,
+)
 from kcli.broker.metadata.controller.configuration_control_manager import (
     ConfigOp,
     ConfigurationControlManager,
@@ -137,10 +141,12 @@ class QuorumController:
         rack: str | None = None,
         log_dirs: Sequence[uuid.UUID] = (),
         broker_id: int | None = None,
+        fenced: bool = False,
     ) -> int:
-        """Write this process's RegisterBrokerRecord (unfenced); returns its broker epoch.
+        """BrokerRegistration: write a RegisterBrokerRecord; returns the broker epoch.
 
-        As in ClusterControlManager, the broker epoch is the offset the record is written at.
+        As in ClusterControlManager, the broker epoch is the offset the record is written at. A broker
+        that registers over the wire starts fenced and is unfenced by its heartbeats.
         """
         result = self.cluster_control.register_broker(
             self.node_id if broker_id is None else broker_id,
@@ -149,8 +155,47 @@ class QuorumController:
             incarnation_id=incarnation_id,
             rack=rack,
             log_dirs=log_dirs,
+            fenced=fenced,
         )
-        return await self._run(result)
+        broker_epoch = await self._run(result)
+        self.cluster_control.last_contact[self.node_id if broker_id is None else broker_id] = time.monotonic()
+        return broker_epoch
+
+    async def broker_heartbeat(self, heartbeat: BrokerHeartbeat) -> HeartbeatReply:
+        """BrokerHeartbeat: renew the session, unfence a caught-up broker, fence one that asks."""
+        if not self.is_active:
+            raise NotControllerError(f"node {self.node_id} is not the active controller")
+        return await self._run(
+            self.cluster_control.process_heartbeat(self._image, heartbeat, time.monotonic())
+        )
+
+    async def run_session_expiry(self, session_timeout_ms: int) -> None:
+        """While active: fence brokers whose last heartbeat is older than broker.session.timeout.ms.
+
+        As Kafka, one broker per write, and every session starts afresh when this controller activates.
+        """
+        active_epoch = None
+        while True:
+            await asyncio.sleep(min(session_timeout_ms / 4000, 1.0))
+            if not self.is_active:
+                continue
+            now = time.monotonic()
+            if active_epoch != self._active_epoch:
+                active_epoch = self._active_epoch
+                self.cluster_control.last_contact = dict.fromkeys(self._image.brokers_by_id, now)
+                continue
+            for broker_id in self.cluster_control.expired_sessions(
+                self._image, now, session_timeout_ms / 1000
+            ):
+                registration = self._image.broker(broker_id)
+                assert registration is not None
+                log.info("fencing broker %d: no heartbeat for %d ms", broker_id, session_timeout_ms)
+                fence = self.cluster_control.fence_record(broker_id, registration.broker_epoch)
+                try:
+                    await self._run(ControllerResult([fence], None))
+                except NotControllerError:
+                    pass
+                break
 
     # --- topics -----------------------------------------------------------------------------------
 
@@ -217,43 +262,11 @@ class QuorumController:
         Internal topics get the settings their coordinators ask for (AutoTopicCreationManager).
         A topic that turns out to exist already counts as created.
         """
-        results = await self.create_topics([self._auto_topic(name) for name in names])
+        results = await self.create_topics([auto_topic(self.config, name) for name in names])
         return {
             r.name: ErrorCode.none if r.error.code is ErrorCode.topic_already_exists else r.error.code
             for r in results
         }
-
-    def _auto_topic(self, name: str) -> NewTopic:
-        config = self.config
-        if name == "__consumer_offsets":
-            return NewTopic(
-                name,
-                int(config["offsets.topic.num.partitions"]),  # type: ignore[call-overload]
-                int(config["offsets.topic.replication.factor"]),  # type: ignore[call-overload]
-                configs={
-                    "cleanup.policy": "compact",
-                    "compression.type": "producer",
-                    "segment.bytes": str(config["offsets.topic.segment.bytes"]),
-                },
-            )
-        if name == "__transaction_state":
-            return NewTopic(
-                name,
-                int(config["transaction.state.log.num.partitions"]),  # type: ignore[call-overload]
-                int(config["transaction.state.log.replication.factor"]),  # type: ignore[call-overload]
-                configs={
-                    "unclean.leader.election.enable": "false",
-                    "compression.type": "uncompressed",
-                    "cleanup.policy": "compact",
-                    "min.insync.replicas": str(config["transaction.state.log.min.isr"]),
-                    "segment.bytes": str(config["transaction.state.log.segment.bytes"]),
-                },
-            )
-        return NewTopic(
-            name,
-            int(config["num.partitions"]),  # type: ignore[call-overload]
-            int(config["default.replication.factor"]),  # type: ignore[call-overload]
-        )
 
     # --- internals --------------------------------------------------------------------------------
 
@@ -283,3 +296,36 @@ class QuorumController:
         self._image = fold(self._image, batch.records)
         self._uncommitted.append((batch.last_offset, self._image))
         return batch.last_offset
+
+
+def auto_topic(config: BrokerConfig, name: str) -> NewTopic:
+    """The topic auto-creation makes: broker defaults, or the settings an internal topic's coordinator asks for."""
+    if name == "__consumer_offsets":
+        return NewTopic(
+            name,
+            int(config["offsets.topic.num.partitions"]),  # type: ignore[call-overload]
+            int(config["offsets.topic.replication.factor"]),  # type: ignore[call-overload]
+            configs={
+                "cleanup.policy": "compact",
+                "compression.type": "producer",
+                "segment.bytes": str(config["offsets.topic.segment.bytes"]),
+            },
+        )
+    if name == "__transaction_state":
+        return NewTopic(
+            name,
+            int(config["transaction.state.log.num.partitions"]),  # type: ignore[call-overload]
+            int(config["transaction.state.log.replication.factor"]),  # type: ignore[call-overload]
+            configs={
+                "unclean.leader.election.enable": "false",
+                "compression.type": "uncompressed",
+                "cleanup.policy": "compact",
+                "min.insync.replicas": str(config["transaction.state.log.min.isr"]),
+                "segment.bytes": str(config["transaction.state.log.segment.bytes"]),
+            },
+        )
+    return NewTopic(
+        name,
+        int(config["num.partitions"]),  # type: ignore[call-overload]
+        int(config["default.replication.factor"]),  # type: ignore[call-overload]
+    )

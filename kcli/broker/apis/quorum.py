@@ -1,0 +1,150 @@
+"""The controller listener's own requests: the metadata quorum's Raft and the brokers' lifecycle.
+
+As Kafka's ControllerApis: Vote, BeginQuorumEpoch, EndQuorumEpoch and Fetch (of `__cluster_metadata`)
+go to the Raft client; DescribeQuorum is answered by the leader; BrokerRegistration and BrokerHeartbeat
+by the active controller, others answering NOT_CONTROLLER so the broker looks for the new one.
+These APIs are served on `controller.listener.names` only, never to clients.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcli.broker.apis.context import RequestContext
+from kcli.broker.apis.registry import ApiSpec
+from kcli.broker.metadata.controller import BrokerHeartbeat, NotControllerError
+from kcli.broker.metadata.controller.controller_result import ApiException
+from kcli.config import Listener
+from kcli.protocol.messages import build, response_type
+
+log = logging.getLogger("kcli.broker")
+
+FETCH = 1
+VOTE = 52
+BEGIN_QUORUM_EPOCH = 53
+END_QUORUM_EPOCH = 54
+DESCRIBE_QUORUM = 55
+BROKER_REGISTRATION = 62
+BROKER_HEARTBEAT = 63
+ALLOCATE_PRODUCER_IDS = 67
+_NO_THROTTLE = datetime.timedelta(0)
+
+
+async def handle_vote(ctx: RequestContext, request: Any) -> object:
+    return ctx.raft.handle_vote(request, ctx.api_version)
+
+
+async def handle_begin_quorum_epoch(ctx: RequestContext, request: Any) -> object:
+    return ctx.raft.handle_begin_quorum_epoch(request, ctx.api_version)
+
+
+async def handle_end_quorum_epoch(ctx: RequestContext, request: Any) -> object:
+    return ctx.raft.handle_end_quorum_epoch(request, ctx.api_version)
+
+
+async def handle_raft_fetch(ctx: RequestContext, request: Any) -> object:
+    return await ctx.raft.handle_fetch(request, ctx.api_version)
+
+
+async def handle_describe_quorum(ctx: RequestContext, request: Any) -> object:
+    return ctx.raft.describe_quorum(ctx.api_version)
+
+
+async def handle_broker_registration(ctx: RequestContext, request: Any) -> object:
+    """A broker's new incarnation: registered fenced, with its broker epoch (the record's offset)."""
+    cls = response_type(BROKER_REGISTRATION, ctx.api_version)
+    if request.cluster_id != ctx.raft.cluster_id:
+        return build(
+            cls, throttle_time=_NO_THROTTLE, error_code=ErrorCode.inconsistent_cluster_id, broker_epoch=-1
+        )
+    listeners = [Listener(item.name, item.host, item.port) for item in request.listeners]
+    own = ctx.state.config.listener.name
+    listener = next((item for item in listeners if item.name == own), listeners[0] if listeners else None)
+    if listener is None:
+        return build(
+            cls, throttle_time=_NO_THROTTLE, error_code=ErrorCode.invalid_registration, broker_epoch=-1
+        )
+    try:
+        epoch = await ctx.controller.register_broker(
+            listener,
+            broker_id=request.broker_id,
+            incarnation_id=request.incarnation_id,
+            rack=request.rack,
+            log_dirs=tuple(getattr(request, "log_dirs", ())),
+            fenced=True,
+        )
+    except NotControllerError:
+        return build(cls, throttle_time=_NO_THROTTLE, error_code=ErrorCode.not_controller, broker_epoch=-1)
+    log.info("registered broker %d (epoch %d) at %s", request.broker_id, epoch, listener)
+    return build(cls, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none, broker_epoch=epoch)
+
+
+async def handle_broker_heartbeat(ctx: RequestContext, request: Any) -> object:
+    cls = response_type(BROKER_HEARTBEAT, ctx.api_version)
+    heartbeat = BrokerHeartbeat(
+        request.broker_id,
+        request.broker_epoch,
+        request.current_metadata_offset,
+        request.want_fence,
+        request.want_shut_down,
+    )
+    try:
+        reply = await ctx.controller.broker_heartbeat(heartbeat)
+    except NotControllerError:
+        error = ErrorCode.not_controller
+    except ApiException as exc:
+        error = exc.error.code
+    else:
+        return build(
+            cls,
+            throttle_time=_NO_THROTTLE,
+            error_code=ErrorCode.none,
+            is_caught_up=reply.is_caught_up,
+            is_fenced=reply.is_fenced,
+            should_shut_down=reply.should_shut_down,
+        )
+    return build(
+        cls,
+        throttle_time=_NO_THROTTLE,
+        error_code=error,
+        is_caught_up=False,
+        is_fenced=True,
+        should_shut_down=False,
+    )
+
+
+async def handle_allocate_producer_ids(ctx: RequestContext, request: Any) -> object:
+    """A broker's next block of producer ids, recorded in the metadata log (ProducerIdsRecord)."""
+    cls = response_type(ALLOCATE_PRODUCER_IDS, ctx.api_version)
+    try:
+        block = await ctx.controller.allocate_producer_ids(request.broker_id, request.broker_epoch)
+    except NotControllerError:
+        error = ErrorCode.not_controller
+    except ApiException as exc:
+        error = exc.error.code
+    else:
+        return build(
+            cls,
+            throttle_time=_NO_THROTTLE,
+            error_code=ErrorCode.none,
+            producer_id_start=block.first_producer_id,
+            producer_id_len=block.size,
+        )
+    return build(cls, throttle_time=_NO_THROTTLE, error_code=error, producer_id_start=-1, producer_id_len=0)
+
+
+CONTROLLER_APIS = [
+    ApiSpec(FETCH, 17, 17, handle_raft_fetch),
+    ApiSpec(VOTE, 2, 2, handle_vote),
+    ApiSpec(BEGIN_QUORUM_EPOCH, 1, 1, handle_begin_quorum_epoch),
+    ApiSpec(END_QUORUM_EPOCH, 1, 1, handle_end_quorum_epoch),
+    ApiSpec(DESCRIBE_QUORUM, 0, 2, handle_describe_quorum),
+    ApiSpec(BROKER_REGISTRATION, 0, 4, handle_broker_registration),
+    ApiSpec(BROKER_HEARTBEAT, 0, 1, handle_broker_heartbeat),
+    ApiSpec(ALLOCATE_PRODUCER_IDS, 0, 0, handle_allocate_producer_ids),
+]
+"""Served on the controller listener only (with ApiVersions and the admin requests brokers forward)."""

@@ -1,0 +1,284 @@
+"""The broker's side of the controller: reaching the active controller, registering, heartbeating.
+
+Kafka's NodeToControllerChannelManager and BrokerLifecycleManager. Whatever must reach the active
+controller (BrokerRegistration, BrokerHeartbeat, AllocateProducerIds, and the admin requests a broker
+forwards, KIP-590) goes to the Raft leader's controller listener; when this node's own controller is
+the active one, the call stays in the process. A NOT_CONTROLLER answer, or no answer, means the
+leadership moved: the request waits for the quorum to name a leader and goes again, until its deadline.
+
+A broker registers fenced, heartbeats every `broker.heartbeat.interval.ms` with the metadata offset it
+has applied, and is unfenced once that reaches its registration; only then does it serve clients. On
+SIGTERM it asks to shut down (WantShutDown) and the controller fences it before it stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcli.broker.metadata.controller import BrokerHeartbeat, NotControllerError, QuorumController
+from kcli.broker.metadata.controller.controller_result import ApiException
+from kcli.broker.metadata.image import ProducerIdsBlock
+from kcli.broker.metadata.loader import MetadataLoader
+from kcli.broker.raft import KafkaRaftClient
+from kcli.client import ClientError, KafkaClient
+from kcli.config import BrokerConfig, ConfigError, Listener
+from kcli.errors import KcliError
+from kcli.protocol.messages import nested_type, request_type
+
+log = logging.getLogger("kcli.broker")
+
+BROKER_REGISTRATION = 62
+BROKER_HEARTBEAT = 63
+RETRY_BACKOFF_SECONDS = 0.05
+
+
+class ControllerUnavailable(KcliError):
+    """No active controller answered before the deadline."""
+
+
+class ControllerChannel:
+    """Requests to the active controller: in process when it is this node's, else over its listener."""
+
+    def __init__(self, raft: KafkaRaftClient, controller: QuorumController | None, *, timeout: float) -> None:
+        self.raft = raft
+        self.controller = controller
+        self.timeout = timeout
+        self._clients: dict[int, KafkaClient] = {}
+
+    @property
+    def local(self) -> QuorumController | None:
+        """This node's controller when it is the active one."""
+        if self.controller is not None and self.controller.is_active:
+            return self.controller
+        return None
+
+    async def call(self, local: Callable[[QuorumController], Awaitable[Any]], request: Any) -> Any:
+        """`local(controller)` when this node's controller is active, else `request` to the active one.
+
+        Returns what the local call returns, or the remote response (kio entity).
+        """
+        deadline = time.monotonic() + self.timeout
+        while True:
+            controller = self.local
+            if controller is not None:
+                try:
+                    return await local(controller)
+                except NotControllerError:
+                    pass
+            else:
+                response = await self._send_to_leader(request, deadline)
+                if response is not None and not _not_controller(response):
+                    return response
+            if time.monotonic() >= deadline:
+                raise ControllerUnavailable(
+                    f"no active controller answered within {self.timeout:g} s (quorum leader: {self.raft.leader.leader_id})."
+                )
+            await asyncio.sleep(RETRY_BACKOFF_SECONDS)
+
+    async def forward(self, request: Any) -> Any:
+        """Send a client's admin request to the active controller as it is (KIP-590 forwarding)."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            response = await self._send_to_leader(request, deadline)
+            if response is not None and not _not_controller(response):
+                return response
+            if time.monotonic() >= deadline:
+                raise ControllerUnavailable(f"no active controller answered within {self.timeout:g} s.")
+            await asyncio.sleep(RETRY_BACKOFF_SECONDS)
+
+    async def _send_to_leader(self, request: Any, deadline: float) -> Any | None:
+        leader_id = self.raft.leader.leader_id
+        address = self.raft.voter_addresses.get(leader_id)
+        if address is None:
+            return None
+        remaining = max(deadline - time.monotonic(), 0.05)
+        try:
+            client = self._clients.get(leader_id)
+            if client is None or client.closed:
+                client = await KafkaClient.connect(
+                    f"{address[0]}:{address[1]}",
+                    client_id=f"broker-{self.raft.node_id}-to-controller",
+                    connect_timeout=remaining,
+                    request_timeout=remaining,
+                )
+                self._clients[leader_id] = client
+            return await client.send(request, timeout=remaining)
+        except ClientError as exc:
+            log.debug("controller channel: %s", exc)
+            stale = self._clients.pop(leader_id, None)
+            if stale is not None:
+                await stale.close()
+            return None
+
+    async def close(self) -> None:
+        for client in self._clients.values():
+            await client.close()
+        self._clients.clear()
+
+
+def _not_controller(response: Any) -> bool:
+    """True when the answer (top level, or any topic or resource in it) says NOT_CONTROLLER."""
+    if getattr(response, "error_code", None) is ErrorCode.not_controller:
+        return True
+    for name in ("topics", "responses", "results"):
+        for item in getattr(response, name, ()) or ():
+            if getattr(item, "error_code", None) is ErrorCode.not_controller:
+                return True
+    return False
+
+
+class BrokerLifecycleManager:
+    """Registration, heartbeats and controlled shutdown of this node's broker."""
+
+    def __init__(self, config: BrokerConfig, channel: ControllerChannel, loader: MetadataLoader) -> None:
+        self.config = config
+        self.channel = channel
+        self.loader = loader
+        self.node_id = config.node_id
+        self.incarnation_id = uuid.uuid4()
+        self.broker_epoch = -1
+        self.fenced = True
+        self._unfenced = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._shutting_down = False
+        self.heartbeat_interval = _setting(config, "broker.heartbeat.interval.ms", 2000) / 1000
+
+    async def start(self, advertised: Listener, rack: str | None) -> None:
+        """Register, then heartbeat in the background until unfenced (this returns then)."""
+        await self._register(advertised, rack)
+        self._task = asyncio.create_task(self._heartbeats(advertised, rack), name="kcli-broker-heartbeats")
+        await self._unfenced.wait()
+        log.info("broker %d is unfenced (broker epoch %d)", self.node_id, self.broker_epoch)
+
+    async def _register(self, advertised: Listener, rack: str | None) -> None:
+        cls = request_type(BROKER_REGISTRATION, 4)
+        listener_cls, feature_cls = nested_type(cls, "Listener"), nested_type(cls, "Feature")
+        request = cls(
+            broker_id=self.node_id,
+            cluster_id=self.channel.raft.cluster_id,
+            incarnation_id=self.incarnation_id,
+            listeners=(
+                listener_cls(
+                    name=advertised.name, host=advertised.host, port=advertised.port, security_protocol=0
+                ),
+            ),
+            features=(
+                feature_cls(name="metadata.version", min_supported_version=1, max_supported_version=21),
+            ),
+            rack=rack,
+            is_migrating_zk_broker=False,
+            log_dirs=(),
+            previous_broker_epoch=-1,
+        )
+
+        async def local(controller: QuorumController) -> int:
+            return await controller.register_broker(
+                advertised, broker_id=self.node_id, incarnation_id=self.incarnation_id, rack=rack, fenced=True
+            )
+
+        answer = await self.channel.call(local, request)
+        if isinstance(answer, int):
+            self.broker_epoch = answer
+        elif answer.error_code is not ErrorCode.none:
+            raise KcliError(f"the controller refused this broker's registration: {answer.error_code.name}.")
+        else:
+            self.broker_epoch = answer.broker_epoch
+
+    async def heartbeat(self, *, want_shut_down: bool = False) -> tuple[ErrorCode, bool, bool]:
+        """One heartbeat; (error, fenced, should shut down)."""
+        offset = self.loader.image.offset
+        cls = request_type(BROKER_HEARTBEAT, 1)
+        request = cls(
+            broker_id=self.node_id,
+            broker_epoch=self.broker_epoch,
+            current_metadata_offset=offset,
+            want_fence=False,
+            want_shut_down=want_shut_down,
+            offline_log_dirs=(),
+        )
+        beat = BrokerHeartbeat(self.node_id, self.broker_epoch, offset, False, want_shut_down)
+
+        async def local(controller: QuorumController) -> Any:
+            try:
+                return await controller.broker_heartbeat(beat)
+            except ApiException as exc:
+                return exc.error.code
+
+        answer = await self.channel.call(local, request)
+        if isinstance(answer, ErrorCode):
+            return answer, True, False
+        if hasattr(answer, "error_code"):
+            return answer.error_code, answer.is_fenced, answer.should_shut_down
+        return ErrorCode.none, answer.is_fenced, answer.should_shut_down
+
+    async def _heartbeats(self, advertised: Listener, rack: str | None) -> None:
+        while not self._shutting_down:
+            try:
+                error, fenced, _ = await self.heartbeat()
+            except ControllerUnavailable as exc:
+                log.warning("broker %d: heartbeat not answered: %s", self.node_id, exc)
+                continue
+            if error is ErrorCode.stale_broker_epoch:
+                log.warning(
+                    "broker %d: stale broker epoch %d, registering again", self.node_id, self.broker_epoch
+                )
+                await self._register(advertised, rack)
+                continue
+            if error is ErrorCode.none:
+                if self.fenced and not fenced:
+                    self._unfenced.set()
+                self.fenced = fenced
+            await asyncio.sleep(
+                self.heartbeat_interval if not self.fenced else min(self.heartbeat_interval, 0.05)
+            )
+
+    async def controlled_shutdown(self, timeout: float) -> None:
+        """WantShutDown until the controller says ShouldShutDown (it fences this broker first)."""
+        self._shutting_down = True
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self.broker_epoch < 0:
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                error, _, should_shut_down = await self.heartbeat(want_shut_down=True)
+            except ControllerUnavailable:
+                return
+            if error is not ErrorCode.none or should_shut_down:
+                return
+            await asyncio.sleep(RETRY_BACKOFF_SECONDS)
+
+
+def _setting(config: BrokerConfig, key: str, default: int) -> int:
+    try:
+        value = config[key]
+    except ConfigError:  # a key this configuration does not define yet keeps Kafka's default
+        return default
+    return int(value) if value is not None else default  # type: ignore[call-overload]
+
+
+async def allocate_producer_ids(
+    channel: ControllerChannel, broker_id: int, broker_epoch: int
+) -> ProducerIdsBlock:
+    """AllocateProducerIds to the active controller (in process when it is this node's)."""
+    cls = request_type(67, 0)
+    request = cls(broker_id=broker_id, broker_epoch=broker_epoch)
+
+    async def local(controller: QuorumController) -> ProducerIdsBlock:
+        return await controller.allocate_producer_ids(broker_id, broker_epoch)
+
+    answer = await channel.call(local, request)
+    if isinstance(answer, ProducerIdsBlock):
+        return answer
+    if answer.error_code is not ErrorCode.none:
+        raise ApiException(answer.error_code, f"AllocateProducerIds failed: {answer.error_code.name}")
+    return ProducerIdsBlock(broker_id, answer.producer_id_start, answer.producer_id_len)
