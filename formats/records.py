@@ -424,6 +424,84 @@ def control_type(key: bytes | None) -> ControlType:
         return ControlType.UNKNOWN
 
 
+class SnapshotHeader(NamedTuple):
+    """SnapshotHeaderRecord (control type 3): the first record of a KRaft snapshot."""
+
+    version: int
+    last_contained_log_timestamp: int
+
+
+SNAPSHOT_HEADER_VERSION = 0  # ControlRecordUtils.SNAPSHOT_HEADER_CURRENT_VERSION
+SNAPSHOT_FOOTER_VERSION = 0  # ControlRecordUtils.SNAPSHOT_FOOTER_CURRENT_VERSION
+
+
+def control_record_key(control: ControlType) -> bytes:
+    """A control record's key: int16 key version (0), int16 control type."""
+    if control is ControlType.UNKNOWN:
+        raise ValueError("an UNKNOWN control type has no key")
+    return _CONTROL_KEY.pack(0, int(control))
+
+
+def encode_snapshot_header(
+    last_contained_log_timestamp: int, version: int = SNAPSHOT_HEADER_VERSION
+) -> bytes:
+    """SnapshotHeaderRecord v0 (flexible): int16 Version, int64 LastContainedLogTimestamp, no tagged fields."""
+    return _SNAPSHOT_HEADER.pack(version, last_contained_log_timestamp) + b"\0"
+
+
+def encode_snapshot_footer(version: int = SNAPSHOT_FOOTER_VERSION) -> bytes:
+    """SnapshotFooterRecord v0 (flexible): int16 Version, no tagged fields."""
+    return _INT16.pack(version) + b"\0"
+
+
+def snapshot_header(value: Buffer | None) -> SnapshotHeader:
+    """Decode a SnapshotHeaderRecord value (read at version 0, as Kafka's ControlRecordUtils does)."""
+    data = _control_value(value, _SNAPSHOT_HEADER.size, "snapshot header")
+    version, timestamp = _SNAPSHOT_HEADER.unpack_from(data)
+    _check_tagged_fields(data, _SNAPSHOT_HEADER.size, "snapshot header")
+    return SnapshotHeader(version, timestamp)
+
+
+def snapshot_footer(value: Buffer | None) -> int:
+    """Decode a SnapshotFooterRecord value; returns its version."""
+    data = _control_value(value, _INT16.size, "snapshot footer")
+    (version,) = _INT16.unpack_from(data)
+    _check_tagged_fields(data, _INT16.size, "snapshot footer")
+    return version
+
+
+def _control_value(value: Buffer | None, size: int, what: str) -> memoryview:
+    if value is None or len(value) < size + 1:
+        raise CorruptRecordError(f"Invalid {what} record value: fewer than {size + 1} bytes")
+    return memoryview(value)
+
+
+def _check_tagged_fields(data: memoryview, position: int, what: str) -> None:
+    """Walk the tagged-field section of a flexible message (unknown tags are skipped, as Kafka does)."""
+    count, position = _read_uvarint(data, position, what)
+    for _ in range(count):
+        _tag, position = _read_uvarint(data, position, what)
+        size, position = _read_uvarint(data, position, what)
+        position += size
+        if position > len(data):
+            raise CorruptRecordError(f"Invalid {what} record value: a tagged field runs past its end")
+    if position != len(data):
+        raise CorruptRecordError(f"Invalid {what} record value: {len(data) - position} byte(s) after its end")
+
+
+def _read_uvarint(data: memoryview, position: int, what: str) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if position >= len(data) or shift > 28:
+            raise CorruptRecordError(f"Invalid {what} record value: a bad unsigned varint")
+        byte = data[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, position
+        shift += 7
+
+
 def end_txn_marker(value: bytes | None) -> EndTxnMarker:
     if value is None or len(value) < 6:
         raise CorruptRecordError("Invalid end transaction marker value: fewer than 6 bytes")
@@ -574,6 +652,31 @@ _INT64 = struct.Struct(">q")  # the base offset
 _ATTRIBUTES = struct.Struct(">H")
 _CRC = struct.Struct(">I")
 _PRODUCER_FIELDS = struct.Struct(">qhi")  # producer id, producer epoch, base sequence
+_CONTROL_KEY = struct.Struct(">hh")  # key version, control type
+_INT16 = struct.Struct(">h")
+_SNAPSHOT_HEADER = struct.Struct(">hq")  # version, last contained log timestamp
+
+
+def build_kraft_control_batch(
+    records: Sequence[tuple[ControlType, bytes]],
+    *,
+    base_offset: int = 0,
+    partition_leader_epoch: int,
+    timestamp: int,
+) -> bytes:
+    """A control batch as KRaft writes one (LeaderChange, SnapshotHeader/Footer, KRaftVersion, Voters):
+    uncompressed, CreateTime, no producer, not transactional; each record at `timestamp`."""
+    if not records:
+        raise ValueError("a control batch needs at least one record")
+    for control, _ in records:
+        if control in (ControlType.COMMIT, ControlType.ABORT, ControlType.UNKNOWN):
+            raise ValueError(f"{control.name} is not a KRaft control record")
+    return build_batch(
+        [RecordSpec(timestamp, control_record_key(control), value) for control, value in records],
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        is_control=True,
+    )
 
 
 def build_control_batch(
@@ -589,7 +692,7 @@ def build_control_batch(
     """A transaction marker batch (COMMIT or ABORT): one record, uncompressed, transactional + control."""
     if control not in (ControlType.COMMIT, ControlType.ABORT):
         raise ValueError("only COMMIT and ABORT markers are built here")
-    key = struct.pack(">hh", 0, int(control))
+    key = control_record_key(control)
     value = struct.pack(">hi", 0, coordinator_epoch)
     return build_batch(
         [RecordSpec(timestamp, key, value)],

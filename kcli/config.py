@@ -140,6 +140,86 @@ class BrokerConfig:
         return [str(self["log.dir"])]
 
     @property
+    def metadata_log_dir(self) -> str:
+        """`metadata.log.dir`, else the first log dir (Kafka's KafkaConfig.metadataLogDir)."""
+        return str(self["metadata.log.dir"] or self.log_dirs[0])
+
+    @property
+    def process_roles(self) -> frozenset[str]:
+        """The roles of this node, "broker" and/or "controller"; unset, kcli's default, is both."""
+        return frozenset(self["process.roles"])  # type: ignore[call-overload]
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.process_roles
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.process_roles
+
+    @property
+    def controller_listener(self) -> Listener | None:
+        """The listener in `listeners` named by the first `controller.listener.names` entry.
+
+        None on a broker-only node (its controller listener names the quorum's, which it does not
+        bind) and when kcli's default single node has no controller listener.
+        """
+        names = self["controller.listener.names"]
+        if not self.is_controller or not names:
+            return None
+        for listener in self["listeners"]:  # type: ignore[attr-defined]
+            if listener.name == names[0]:  # type: ignore[index]
+                return listener
+        return None
+
+    @property
+    def quorum_voters(self) -> dict[int, tuple[str, int]]:
+        """The static voters, {node id: (host, port)}, from `controller.quorum.voters`.
+
+        Unset, with no bootstrap servers, is kcli's single-node default: this node is the only voter,
+        at its own controller listener (an unset or wildcard host as 127.0.0.1), or, when it has no
+        controller listener, the quorum of one is in-process and this is empty. With
+        `controller.quorum.bootstrap.servers` (a dynamic quorum) the voters are not in the
+        configuration and this is empty.
+        """
+        if self["controller.quorum.voters"]:
+            return parse_quorum_voters(self["controller.quorum.voters"])  # type: ignore[arg-type]
+        if self["controller.quorum.bootstrap.servers"]:
+            return {}
+        own = self.advertised_controller_listener
+        return {} if own is None else {self.node_id: (own.host, own.port)}
+
+    @property
+    def quorum_bootstrap_servers(self) -> list[tuple[str, int]]:
+        """`controller.quorum.bootstrap.servers` as [(host, port)]; empty when unset."""
+        return parse_quorum_bootstrap_servers(self["controller.quorum.bootstrap.servers"])  # type: ignore[arg-type]
+
+    @property
+    def is_single_node_quorum(self) -> bool:
+        """True when this node is the whole controller quorum and no other node shares its cluster:
+        kcli's default shape, or `controller.quorum.voters` naming only this (controller) node.
+        Such a node formats its own log dirs on first start; any other needs `kcli storage format`.
+        """
+        if self["controller.quorum.bootstrap.servers"] or not self.is_controller:
+            return False
+        return set(self.quorum_voters) <= {self.node_id}
+
+    @property
+    def advertised_controller_listener(self) -> Listener | None:
+        """The controller listener as voters reach it: its `advertised.listeners` entry if there is
+        one (Kafka 3.9+), else the listener; an unset or wildcard host is 127.0.0.1."""
+        own = self.controller_listener
+        if own is None:
+            return None
+        chosen = own
+        for listener in self["advertised.listeners"] or []:  # type: ignore[attr-defined]
+            if listener.name == own.name:
+                chosen = listener
+                break
+        host = chosen.host if chosen.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+        return Listener(chosen.name, host, chosen.port)
+
+    @property
     def listener(self) -> Listener:
         """The one client listener: the first in `listeners` not named in `controller.listener.names`."""
         controller_names = set(self["controller.listener.names"])  # type: ignore[call-overload]
@@ -224,31 +304,127 @@ class BrokerConfig:
         listeners = self["listeners"]
         if not listeners:
             raise ConfigError("listeners must name at least one listener.")
-        own = self.listener
-        protocols = self["listener.security.protocol.map"]
-        advertised = [a for a in self["advertised.listeners"] or [] if a.name == own.name]  # type: ignore[attr-defined]
-        for listener in [own, *advertised]:
-            protocol = protocols.get(listener.name)  # type: ignore[attr-defined]
-            if protocol is None:
-                raise ConfigError(
-                    f"listener name {listener.name} has no entry in listener.security.protocol.map."
-                )
-            if protocol != "PLAINTEXT":
-                raise ConfigError(
-                    f"listener {listener} uses security protocol {protocol}; kcli serves PLAINTEXT only."
-                )
+        self._check_quorum()
+        if self.is_broker:
+            own = self.listener
+            advertised = [a for a in self["advertised.listeners"] or [] if a.name == own.name]  # type: ignore[attr-defined]
+            for listener in [own, *advertised]:
+                self._check_protocol(listener)
+        controller = self.controller_listener
+        if controller is not None:
+            self._check_protocol(controller)
         broker_id = self["broker.id"]
         if self.is_set("broker.id") and broker_id != -1 and broker_id != self.node_id:
             raise ConfigError(f"broker.id {broker_id} must match node.id {self.node_id} when both are set.")
         if self.log_retention_ms == 0:
             raise ConfigError("log.retention.ms must be unlimited (-1) or, equal or greater than 1.")
-        if self.advertised_listener().host in ("0.0.0.0", "::"):
+        if self.is_broker and self.advertised_listener().host in ("0.0.0.0", "::"):
             raise ConfigError(
                 "advertised.listeners cannot use the nonroutable meta-address "
                 f"{self.advertised_listener().host}; set advertised.listeners to a routable address."
             )
         if not self.log_dirs or any(not d for d in self.log_dirs):
             raise ConfigError("log.dirs must name at least one directory.")
+
+    def _check_protocol(self, listener: Listener) -> None:
+        protocol = self._protocol_of(listener.name)
+        if protocol is None:
+            raise ConfigError(
+                f"listener name {listener.name} has no entry in listener.security.protocol.map."
+            )
+        if protocol != "PLAINTEXT":
+            raise ConfigError(
+                f"listener {listener} uses security protocol {protocol}; kcli serves PLAINTEXT only."
+            )
+
+    def _protocol_of(self, name: str) -> str | None:
+        """Kafka's effectiveListenerSecurityProtocolMap: a controller listener missing from a default
+        (not explicitly set) map is PLAINTEXT."""
+        protocol = self["listener.security.protocol.map"].get(name)  # type: ignore[attr-defined]
+        if protocol is None and not self.is_set("listener.security.protocol.map"):
+            if name in self["controller.listener.names"]:  # type: ignore[operator]
+                return "PLAINTEXT"
+        return protocol
+
+    def _check_quorum(self) -> None:
+        """KafkaConfig.validateValues' KRaft rules, in its order and with its sentences.
+
+        With neither controller.quorum.voters nor controller.quorum.bootstrap.servers, a combined node
+        is kcli's single-node default (it is the whole quorum) and nothing more is asked of it.
+        """
+        roles = self.process_roles
+        voters = parse_quorum_voters(self["controller.quorum.voters"])  # type: ignore[arg-type]
+        bootstrap = self["controller.quorum.bootstrap.servers"]
+        names: list[str] = self["controller.listener.names"]  # type: ignore[assignment]
+        listener_names = [listener.name for listener in self["listeners"]]  # type: ignore[attr-defined]
+        voter_set = "Set(" + ", ".join(str(v) for v in sorted(voters)) + ")"
+        if voters and bootstrap:
+            raise ConfigError(
+                "controller.quorum.voters and controller.quorum.bootstrap.servers cannot both be set: "
+                "use controller.quorum.voters for a static quorum, or controller.quorum.bootstrap.servers "
+                "for a dynamic one."
+            )
+        if not voters and not bootstrap:
+            if roles == _COMBINED:
+                return
+            raise ConfigError(
+                "If using process.roles, either controller.quorum.bootstrap.servers must contain the set "
+                "of bootstrap controllers or controller.quorum.voters must contain a parseable set of "
+                "controllers."
+            )
+        if not self.is_set("node.id"):
+            raise ConfigError(
+                "Missing configuration `node.id` which is required when the controller quorum is "
+                "configured (controller.quorum.voters or controller.quorum.bootstrap.servers)."
+            )
+        for host, _port in voters.values():
+            if host == "0.0.0.0":
+                raise ConfigError(f"Host string ({host}) is not routeable.")
+        if roles == {"broker"}:
+            if self.node_id in voters:
+                raise ConfigError(
+                    "If process.roles contains just the 'broker' role, the node id "
+                    f"{self.node_id} must not be included in the set of voters controller.quorum.voters={voter_set}."
+                )
+            if not names:
+                raise ConfigError(
+                    "controller.listener.names must contain at least one value when running KRaft with "
+                    "just the broker role."
+                )
+            if any(name in names for name in listener_names):
+                raise ConfigError(
+                    "controller.listener.names must not contain a value appearing in the 'listeners' "
+                    "configuration when running KRaft with just the broker role."
+                )
+            for name in names:
+                if self._protocol_of(name) is None:
+                    raise ConfigError(
+                        f"Controller listener with name {name} defined in controller.listener.names not "
+                        "found in listener.security.protocol.map (an explicit security mapping for each "
+                        "controller listener is required if listener.security.protocol.map is non-empty, "
+                        "or if there are security protocols other than PLAINTEXT in use)."
+                    )
+            return
+        if roles == {"controller"} and any(name not in names for name in listener_names):
+            raise ConfigError(
+                "The listeners config must only contain KRaft controller listeners from "
+                "controller.listener.names when process.roles=controller."
+            )
+        if voters and self.node_id not in voters:
+            raise ConfigError(
+                "If process.roles contains the 'controller' role, the node id "
+                f"{self.node_id} must be included in the set of voters controller.quorum.voters={voter_set}."
+            )
+        if not any(name in listener_names for name in names):
+            raise ConfigError(
+                "controller.listener.names must contain at least one value appearing in the 'listeners' "
+                "configuration when running the KRaft controller role."
+            )
+        if not all(name in listener_names for name in names):
+            raise ConfigError(
+                "controller.listener.names must only contain values appearing in the 'listeners' "
+                "configuration when running the KRaft controller role."
+            )
 
 
 def load_properties(path: str | Path) -> dict[str, str]:
@@ -312,6 +488,7 @@ def is_internal_topic(name: str) -> bool:
 
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+_COMBINED = frozenset({"broker", "controller"})
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 
 
@@ -473,6 +650,68 @@ _PARSERS["listeners"] = _parse_listener_value
 _PARSERS["protocol_map"] = _parse_protocol_map
 
 
+# Kafka's Utils.getHost/getPort: an optional `scheme://`, then host (IPv6 in brackets or not), `:`, digits.
+_HOST_PORT = re.compile(r"(?:[0-9a-zA-Z\-%._]*://)?\[?([0-9a-zA-Z\-%._:]*)]?:([0-9]+)")
+_VOTERS_FORM = "Each entry should be in the form `{id}@{host}:{port}`."
+_JAVA_INT = re.compile(r"[+-]?[0-9]+")
+
+
+def parse_quorum_voters(entries: Iterable[str]) -> dict[int, tuple[str, int]]:
+    """`controller.quorum.voters` entries `{id}@{host}:{port}` -> {id: (host, port)}, as Kafka's
+    QuorumConfig.parseVoterConnections reads them (a repeated id keeps its last address), with its
+    sentences for a malformed entry."""
+    voters: dict[int, tuple[str, int]] = {}
+    for entry in entries:
+        parts = entry.split("@")
+        while len(parts) > 1 and parts[-1] == "":  # Java's String.split drops trailing empty strings
+            parts.pop()
+        if len(parts) != 2:
+            raise ConfigError(f"Invalid configuration value for controller.quorum.voters. {_VOTERS_FORM}")
+        id_text, address = parts
+        if not _JAVA_INT.fullmatch(id_text) or not -(2**31) <= int(id_text) < 2**31:
+            raise ConfigError(f"Failed to parse voter ID as an integer from {id_text}.")
+        match = _HOST_PORT.fullmatch(address)
+        if match is None or not match.group(1):
+            raise ConfigError(
+                f"Failed to parse host name from entry {entry} for the configuration "
+                f"controller.quorum.voters. {_VOTERS_FORM}"
+            )
+        port = int(match.group(2))
+        if port > 65535:
+            raise ConfigError(
+                f"Failed to parse host port from entry {entry} for the configuration "
+                f"controller.quorum.voters. {_VOTERS_FORM}"
+            )
+        voters[int(id_text)] = (match.group(1), port)
+    return voters
+
+
+def parse_quorum_bootstrap_servers(entries: Iterable[str]) -> list[tuple[str, int]]:
+    """`controller.quorum.bootstrap.servers` entries `{host}:{port}` -> [(host, port)], with the
+    sentences of Kafka's QuorumConfig.parseBootstrapServer."""
+    servers: list[tuple[str, int]] = []
+    for entry in entries:
+        match = _HOST_PORT.fullmatch(entry)
+        what = "name" if match is None or not match.group(1) else "port"
+        if what == "name" or int(match.group(2)) > 65535:  # type: ignore[union-attr]
+            raise ConfigError(
+                f"Failed to parse host {what} from {entry} for the configuration "
+                'controller.quorum.bootstrap.servers. Each entry should be in the form "{host}:{port}".'
+            )
+        servers.append((match.group(1), int(match.group(2))))  # type: ignore[union-attr]
+    return servers
+
+
+def _check_quorum_voters(value: object) -> str | None:
+    parse_quorum_voters(value)  # type: ignore[arg-type]
+    return None
+
+
+def _check_quorum_bootstrap_servers(value: object) -> str | None:
+    parse_quorum_bootstrap_servers(value)  # type: ignore[arg-type]
+    return None
+
+
 # ---------------------------------------------------------------------------------------------------
 # The tables
 # ---------------------------------------------------------------------------------------------------
@@ -502,18 +741,85 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table(
             "list",
             [],
             list_of("broker", "controller"),
-            "Roles of this node; kcli is always broker,controller.",
-            False,
+            "Roles of this node: broker, controller, or both; kcli: broker,controller.",
         ),
         (
             "controller.quorum.voters",
             "list",
             [],
-            None,
-            "Static controller quorum; kcli is a quorum of one.",
-            False,
+            _check_quorum_voters,
+            "Static controller quorum as {id}@{host}:{port} entries; kcli: this node alone.",
         ),
-        ("controller.quorum.bootstrap.servers", "list", [], None, "Controller bootstrap servers.", False),
+        (
+            "controller.quorum.bootstrap.servers",
+            "list",
+            [],
+            _check_quorum_bootstrap_servers,
+            "Controller endpoints ({host}:{port}) used to find the quorum (dynamic quorum).",
+        ),
+        (
+            "controller.quorum.election.timeout.ms",
+            "int",
+            1000,
+            at_least(0),
+            "Time without a fetch from the leader before a new election.",
+        ),
+        (
+            "controller.quorum.fetch.timeout.ms",
+            "int",
+            2000,
+            at_least(0),
+            "Time without a successful fetch before a voter becomes a candidate, or a leader resigns.",
+        ),
+        (
+            "controller.quorum.election.backoff.max.ms",
+            "int",
+            1000,
+            at_least(0),
+            "Largest backoff before a new election.",
+        ),
+        (
+            "controller.quorum.request.timeout.ms",
+            "int",
+            2000,
+            at_least(0),
+            "Timeout of quorum requests.",
+        ),
+        (
+            "controller.quorum.retry.backoff.ms",
+            "int",
+            20,
+            at_least(0),
+            "Backoff before a quorum request is retried.",
+        ),
+        (
+            "controller.quorum.append.linger.ms",
+            "int",
+            25,
+            at_least(0),
+            "How long the leader gathers writes before flushing them.",
+        ),
+        (
+            "broker.heartbeat.interval.ms",
+            "int",
+            2000,
+            None,
+            "Time between a broker's heartbeats to the controller.",
+        ),
+        (
+            "broker.session.timeout.ms",
+            "int",
+            9000,
+            None,
+            "A broker that has not heartbeated for this long is fenced.",
+        ),
+        (
+            "initial.broker.registration.timeout.ms",
+            "int",
+            60000,
+            None,
+            "How long a broker waits to register with the controller quorum at start-up.",
+        ),
         (
             "controller.listener.names",
             "list",
@@ -861,6 +1167,13 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table(
             "Segment size of the metadata log.",
         ),
         ("metadata.log.segment.ms", "long", 7 * _DAY_MS, None, "Roll time of the metadata log."),
+        (
+            "metadata.max.idle.interval.ms",
+            "int",
+            500,
+            at_least(0),
+            "How often the active controller appends a NoOpRecord; 0 never.",
+        ),
         ("metadata.max.retention.bytes", "long", 100 * 1024 * 1024, None, "Metadata log retention by size."),
         ("metadata.max.retention.ms", "long", 7 * _DAY_MS, None, "Metadata log retention by time."),
         (
@@ -1012,9 +1325,10 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table(
 )
 
 KCLI_DEFAULTS: dict[str, object] = {
-    # What `kcli broker start` needs with no configuration at all: one node on loopback, data in
-    # ./kcli-data, and internal topics that fit on one broker (as Kafka's config/kraft/server.properties).
+    # What `kcli broker start` needs with no configuration at all: one node on loopback that is its own
+    # controller (a quorum of one), data in ./kcli-data, and internal topics that fit on one broker (as Kafka's config/kraft/server.properties).
     "node.id": 1,
+    "process.roles": ["broker", "controller"],
     "listeners": parse_listeners("PLAINTEXT://127.0.0.1:9092"),
     "log.dir": "./kcli-data",
     "offsets.topic.replication.factor": 1,

@@ -26,6 +26,8 @@ from formats.records import (
     RecordBatch,
     control_type,
     end_txn_marker,
+    snapshot_footer,
+    snapshot_header,
 )
 from formats.segment import base_offset_of, walk
 from kcli.logdir import SegmentReader
@@ -589,6 +591,10 @@ def _control_text(record) -> str:
     if kind in (ControlType.COMMIT, ControlType.ABORT):
         marker = end_txn_marker(record.value)
         return f" endTxnMarker: {kind.name} coordinatorEpoch: {marker.coordinator_epoch}"
+    if kind in (ControlType.SNAPSHOT_HEADER, ControlType.SNAPSHOT_FOOTER):
+        return (
+            f" {_SNAPSHOT_RECORD_NAMES[kind]} {orjson.dumps(_snapshot_record_fields(kind, record)).decode()}"
+        )
     type_id = int.from_bytes(record.key[2:4], "big", signed=True)
     return f" controlType: {kind.name}({type_id})"
 
@@ -598,7 +604,23 @@ def _control_object(record) -> dict:
     obj: dict = {"type": kind.name}
     if kind in (ControlType.COMMIT, ControlType.ABORT):
         obj["coordinatorEpoch"] = end_txn_marker(record.value).coordinator_epoch
+    elif kind in (ControlType.SNAPSHOT_HEADER, ControlType.SNAPSHOT_FOOTER):
+        obj.update(_snapshot_record_fields(kind, record))
     return obj
+
+
+_SNAPSHOT_RECORD_NAMES = {
+    ControlType.SNAPSHOT_HEADER: "SnapshotHeader",
+    ControlType.SNAPSHOT_FOOTER: "SnapshotFooter",
+}
+
+
+def _snapshot_record_fields(kind: ControlType, record) -> dict:
+    """A SnapshotHeader/Footer record's fields as Kafka's JSON converters name them (kafka-dump-log prints those)."""
+    if kind is ControlType.SNAPSHOT_HEADER:
+        header = snapshot_header(record.value)
+        return {"version": header.version, "lastContainedLogTimestamp": header.last_contained_log_timestamp}
+    return {"version": snapshot_footer(record.value)}
 
 
 def _utf8(data: bytes) -> str:

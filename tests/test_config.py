@@ -93,8 +93,12 @@ def test_kafkas_own_server_properties_loads(tmp_path: Path) -> None:
         {"listeners": "PLAINTEXT://0.0.0.0:0", "advertised.listeners": "PLAINTEXT://10.1.2.3:9092"}
     )
     assert everywhere.advertised_listener(bound_port=5555) == Listener("PLAINTEXT", "10.1.2.3", 9092)
-    assert "controller.quorum.voters" in config.ignored_keys()
+    assert "num.network.threads" in config.ignored_keys()
     assert "num.partitions" not in config.ignored_keys()
+    assert "controller.quorum.voters" not in config.ignored_keys()  # the quorum's shape is acted on
+    assert config.quorum_voters == {1: ("localhost", 9093)}
+    assert config.controller_listener == Listener("CONTROLLER", "", 9093)
+    assert config.is_single_node_quorum
 
 
 def test_layers_file_then_flags_then_overrides(tmp_path: Path) -> None:
@@ -283,3 +287,259 @@ def test_topic_name_rules_match_kafka() -> None:
 @given(st.integers(min_value=1, max_value=2**31 - 1), st.sampled_from(["num.partitions", "log.roll.hours"]))
 def test_integers_round_trip_through_text(value: int, key: str) -> None:
     assert BrokerConfig({key: f"  {value} "})[key] == value
+
+
+# --- the controller quorum (KRaft) ----------------------------------------------------------------------
+
+COMBINED = {
+    "process.roles": "broker,controller",
+    "node.id": "1",
+    "listeners": "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+    "controller.listener.names": "CONTROLLER",
+}
+BROKER_ONLY = {
+    "process.roles": "broker",
+    "node.id": "4",
+    "listeners": "PLAINTEXT://127.0.0.1:9092",
+    "controller.listener.names": "CONTROLLER",
+    "controller.quorum.voters": "1@c1:9093,2@c2:9093,3@c3:9093",
+}
+CONTROLLER_ONLY = {
+    "process.roles": "controller",
+    "node.id": "1",
+    "listeners": "CONTROLLER://:9093",
+    "controller.listener.names": "CONTROLLER",
+    "controller.quorum.voters": "1@c1:9093,2@c2:9093,3@c3:9093",
+}
+
+
+def test_kafkas_quorum_defaults() -> None:
+    config = BrokerConfig()
+    expected = {
+        "controller.quorum.election.timeout.ms": 1000,
+        "controller.quorum.fetch.timeout.ms": 2000,
+        "controller.quorum.election.backoff.max.ms": 1000,
+        "controller.quorum.request.timeout.ms": 2000,
+        "controller.quorum.retry.backoff.ms": 20,
+        "controller.quorum.append.linger.ms": 25,
+        "broker.heartbeat.interval.ms": 2000,
+        "broker.session.timeout.ms": 9000,
+        "initial.broker.registration.timeout.ms": 60000,
+        "metadata.max.idle.interval.ms": 500,
+        "metadata.log.max.record.bytes.between.snapshots": 20 * 1024 * 1024,
+        "metadata.log.max.snapshot.interval.ms": 3_600_000,
+        "metadata.max.retention.bytes": 100 * 1024 * 1024,
+        "metadata.max.retention.ms": 7 * 24 * 3_600_000,
+    }
+    assert {key: config[key] for key in expected} == expected
+    assert all(BROKER_CONFIGS[key].used for key in expected)
+    assert BROKER_CONFIGS["process.roles"].default == [] and KCLI_DEFAULTS["process.roles"] == [
+        "broker",
+        "controller",
+    ]
+    for key in ("process.roles", "controller.quorum.voters", "controller.quorum.bootstrap.servers"):
+        assert BROKER_CONFIGS[key].used, key
+
+
+def test_the_default_node_is_its_own_quorum() -> None:
+    config = BrokerConfig()
+    assert config.process_roles == frozenset({"broker", "controller"})
+    assert config.is_broker and config.is_controller
+    assert config.controller_listener is None  # no controller listener: the quorum of one is in-process
+    assert config.quorum_voters == {} and config.quorum_bootstrap_servers == []
+    assert config.is_single_node_quorum
+    assert config.listener == Listener("PLAINTEXT", "127.0.0.1", 9092)
+    assert config.metadata_log_dir == "./kcli-data"
+    # With a controller listener, this node is the sole voter at it (an unset host as loopback).
+    with_listener = BrokerConfig(
+        {
+            "listeners": "PLAINTEXT://127.0.0.1:9092,CONTROLLER://:9093",
+            "controller.listener.names": "CONTROLLER",
+        }
+    )
+    assert with_listener.controller_listener == Listener("CONTROLLER", "", 9093)
+    assert with_listener.quorum_voters == {1: ("127.0.0.1", 9093)}
+    assert with_listener.listener == Listener("PLAINTEXT", "127.0.0.1", 9092)
+    assert with_listener.is_single_node_quorum
+    # A controller name not among the listeners is still accepted there, as before: no controller listener.
+    assert BrokerConfig({"controller.listener.names": "CONTROLLER"}).controller_listener is None
+    # process.roles=broker,controller alone is the same shape.
+    assert BrokerConfig({"process.roles": "broker,controller"}).is_single_node_quorum
+
+
+def test_static_and_dynamic_quorums_parse() -> None:
+    voters = BrokerConfig(
+        {**COMBINED, "controller.quorum.voters": "1@localhost:9093, 2@[::1]:9094,3@c3:9095"}
+    )
+    assert voters.quorum_voters == {1: ("localhost", 9093), 2: ("::1", 9094), 3: ("c3", 9095)}
+    assert voters.controller_listener == Listener("CONTROLLER", "127.0.0.1", 9093)
+    assert voters.advertised_controller_listener == Listener("CONTROLLER", "127.0.0.1", 9093)
+    assert not voters.is_single_node_quorum
+    assert BrokerConfig({**COMBINED, "controller.quorum.voters": "1@localhost:9093"}).is_single_node_quorum
+    dynamic = BrokerConfig({**COMBINED, "controller.quorum.bootstrap.servers": "c1:9093,[::1]:9094"})
+    assert dynamic.quorum_bootstrap_servers == [("c1", 9093), ("::1", 9094)]
+    assert dynamic.quorum_voters == {} and not dynamic.is_single_node_quorum
+    broker = BrokerConfig(BROKER_ONLY)
+    assert broker.process_roles == frozenset({"broker"}) and not broker.is_controller
+    assert broker.controller_listener is None and broker.listener == Listener("PLAINTEXT", "127.0.0.1", 9092)
+    assert not broker.is_single_node_quorum
+    assert not BrokerConfig({**BROKER_ONLY, "controller.quorum.voters": "1@c1:9093"}).is_single_node_quorum
+    controller = BrokerConfig(CONTROLLER_ONLY)
+    assert controller.is_controller and not controller.is_broker
+    assert controller.controller_listener == Listener("CONTROLLER", "", 9093)
+    advertised = BrokerConfig(
+        {**COMBINED, "controller.quorum.voters": "1@c1:9093", "advertised.listeners": "CONTROLLER://c1:9093"}
+    )
+    assert advertised.advertised_controller_listener == Listener("CONTROLLER", "c1", 9093)
+    assert advertised.advertised_listener() == Listener("PLAINTEXT", "127.0.0.1", 9092)
+
+
+_VOTER_FORM = "Each entry should be in the form `{id}@{host}:{port}`."
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            {"controller.quorum.voters": "1@c1"},
+            f"Failed to parse host name from entry 1@c1 for the configuration controller.quorum.voters. {_VOTER_FORM}",
+        ),
+        (
+            {"controller.quorum.voters": "1:c1:9093"},
+            f"Invalid configuration value for controller.quorum.voters. {_VOTER_FORM}",
+        ),
+        (
+            {"controller.quorum.voters": "1@c1@c2:9093"},
+            f"Invalid configuration value for controller.quorum.voters. {_VOTER_FORM}",
+        ),
+        ({"controller.quorum.voters": "one@c1:9093"}, "Failed to parse voter ID as an integer from one."),
+        (
+            {"controller.quorum.voters": "1@c1:70000"},
+            f"Failed to parse host port from entry 1@c1:70000 for the configuration controller.quorum.voters. "
+            f"{_VOTER_FORM}",
+        ),
+        (
+            {"controller.quorum.bootstrap.servers": "c1"},
+            "Failed to parse host name from c1 for the configuration controller.quorum.bootstrap.servers. "
+            'Each entry should be in the form "{host}:{port}".',
+        ),
+        (
+            {"controller.quorum.voters": "1@0.0.0.0:9093"},
+            "Host string (0.0.0.0) is not routeable.",
+        ),
+        (
+            {"process.roles": "broker,zookeeper"},
+            "invalid value 'broker,zookeeper' for configuration process.roles: 'zookeeper' is not one of "
+            "broker, controller.",
+        ),
+        (
+            {"controller.quorum.fetch.timeout.ms": "-1"},
+            "invalid value '-1' for configuration controller.quorum.fetch.timeout.ms: value must be at least 0.",
+        ),
+        (
+            {"controller.quorum.voters": "1@c1:9093", "controller.quorum.bootstrap.servers": "c1:9093"},
+            "controller.quorum.voters and controller.quorum.bootstrap.servers cannot both be set: use "
+            "controller.quorum.voters for a static quorum, or controller.quorum.bootstrap.servers for a "
+            "dynamic one.",
+        ),
+        (
+            {"controller.quorum.voters": "2@c2:9093,3@c3:9093"},
+            "If process.roles contains the 'controller' role, the node id 1 must be included in the set of "
+            "voters controller.quorum.voters=Set(2, 3).",
+        ),
+        (
+            {"controller.quorum.voters": "1@c1:9093", "controller.listener.names": ""},
+            "controller.listener.names must contain at least one value appearing in the 'listeners' "
+            "configuration when running the KRaft controller role.",
+        ),
+        (
+            {"controller.quorum.voters": "1@c1:9093", "listeners": "PLAINTEXT://127.0.0.1:9092"},
+            "controller.listener.names must contain at least one value appearing in the 'listeners' "
+            "configuration when running the KRaft controller role.",
+        ),
+        (
+            {"controller.quorum.voters": "1@c1:9093", "controller.listener.names": "CONTROLLER,OTHER"},
+            "controller.listener.names must only contain values appearing in the 'listeners' configuration "
+            "when running the KRaft controller role.",
+        ),
+        (
+            {
+                "controller.quorum.voters": "1@c1:9093",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT",
+            },
+            "listener name CONTROLLER has no entry in listener.security.protocol.map.",
+        ),
+        (
+            {
+                "controller.quorum.voters": "1@c1:9093",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SSL",
+            },
+            "listener CONTROLLER://127.0.0.1:9093 uses security protocol SSL; kcli serves PLAINTEXT only.",
+        ),
+        (
+            {"process.roles": "controller"},
+            "If using process.roles, either controller.quorum.bootstrap.servers must contain the set of "
+            "bootstrap controllers or controller.quorum.voters must contain a parseable set of controllers.",
+        ),
+        (
+            {"node.id": None, "controller.quorum.voters": "1@c1:9093"},
+            "Missing configuration `node.id` which is required when the controller quorum is configured "
+            "(controller.quorum.voters or controller.quorum.bootstrap.servers).",
+        ),
+    ],
+)
+def test_bad_quorum_settings_are_kafkas_sentences(settings: dict[str, str | None], message: str) -> None:
+    merged = {key: value for key, value in {**COMBINED, **settings}.items() if value is not None}
+    with pytest.raises(ConfigError) as info:
+        BrokerConfig(merged)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            {"node.id": "2"},
+            "If process.roles contains just the 'broker' role, the node id 2 must not be included in the set "
+            "of voters controller.quorum.voters=Set(1, 2, 3).",
+        ),
+        (
+            {"controller.listener.names": ""},
+            "controller.listener.names must contain at least one value when running KRaft with just the broker role.",
+        ),
+        (
+            {"listeners": "PLAINTEXT://127.0.0.1:9092,CONTROLLER://:9093"},
+            "controller.listener.names must not contain a value appearing in the 'listeners' configuration when "
+            "running KRaft with just the broker role.",
+        ),
+        (
+            {"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT"},
+            "Controller listener with name CONTROLLER defined in controller.listener.names not found in "
+            "listener.security.protocol.map (an explicit security mapping for each controller listener is "
+            "required if listener.security.protocol.map is non-empty, or if there are security protocols other "
+            "than PLAINTEXT in use).",
+        ),
+        (
+            {"controller.quorum.voters": ""},
+            "If using process.roles, either controller.quorum.bootstrap.servers must contain the set of "
+            "bootstrap controllers or controller.quorum.voters must contain a parseable set of controllers.",
+        ),
+    ],
+)
+def test_bad_broker_only_settings(settings: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        BrokerConfig({**BROKER_ONLY, **settings})
+    assert str(info.value) == message
+
+
+def test_a_controller_only_node_has_only_controller_listeners() -> None:
+    with pytest.raises(ConfigError) as info:
+        BrokerConfig({**CONTROLLER_ONLY, "listeners": "CONTROLLER://:9093,PLAINTEXT://:9092"})
+    assert str(info.value) == (
+        "The listeners config must only contain KRaft controller listeners from controller.listener.names "
+        "when process.roles=controller."
+    )
+    with pytest.raises(ConfigError, match="must be included in the set of voters"):
+        BrokerConfig({**CONTROLLER_ONLY, "node.id": "9"})
+    dynamic = {k: v for k, v in CONTROLLER_ONLY.items() if k != "controller.quorum.voters"}
+    assert BrokerConfig({**dynamic, "controller.quorum.bootstrap.servers": "c1:9093"}).quorum_voters == {}

@@ -43,6 +43,7 @@ from kcli.broker.replication.manager import ReplicaManager
 from kcli.broker.txn.coordinator import TransactionCoordinator
 from kcli.config import BrokerConfig, ConfigError, Listener
 from kcli.protocol.messages import nested_type, request_type
+from kcli.storage import read_bootstrap_metadata
 
 CREATE_TOPICS = 19
 
@@ -61,7 +62,14 @@ class Node:
         self.raft = raft = open_raft_client(config, cluster_id)
         empty = ClusterMetadataImage.empty(cluster_id, config.node_id, config.listener.name)
         # first listener: the controller activates before the loader publishes what it wrote
-        self.controller = QuorumController(config, raft, empty) if raft.quorum.is_voter else None
+        bootstrap = read_bootstrap_metadata(config.metadata_log_dir)
+        self.controller = (
+            QuorumController(
+                config, raft, empty, bootstrap_records=bootstrap.record_tuples() if bootstrap else None
+            )
+            if raft.quorum.is_voter
+            else None
+        )
         self.loader = loader = MetadataLoader(empty)
         raft.register(loader)
         timeout = int(config["request.timeout.ms"]) / 1000 if _has(config, "request.timeout.ms") else 30.0  # type: ignore[call-overload]

@@ -28,7 +28,6 @@ import struct
 import tempfile
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from datetime import datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -36,8 +35,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
-from formats.checkpoints import MetaProperties, read_meta_properties, write_meta_properties
-from formats.errors import CheckpointError
+from formats.checkpoints import MetaProperties
 from kcli.broker.apis import build_controller_registry, build_registry
 from kcli.broker.apis.api_versions import API_KEY as API_VERSIONS
 from kcli.broker.apis.api_versions import unsupported_version_response
@@ -47,16 +45,23 @@ from kcli.broker.apis.context import (
     FileRegion,
     FramedResponse,
     RequestContext,
-    new_cluster_id,
 )
 from kcli.broker.apis.registry import ApiRegistry
 from kcli.broker.node import Node
 from kcli.config import BrokerConfig, Listener
 from kcli.errors import KcliError
-from kcli.files import write_atomically
 from kcli.protocol.codec import entity_write
 from kcli.protocol.guard import DeclaredSizeError, check_sizes, skip_tagged_fields, without_unknown_tags
 from kcli.protocol.messages import api_name, error_response, kio_versions, request_type
+from kcli.storage import (
+    check_meta_properties,
+    load_meta_properties,
+    new_directory_id,
+    random_uuid,
+    storage_dirs,
+    unformatted_error,
+    write_meta_properties_file,
+)
 
 log = logging.getLogger("kcli.broker")
 
@@ -141,10 +146,9 @@ class Broker:
         The controller listener (when there is one) serves from the start: the quorum needs this
         node's votes and Fetches answered before the node can catch up and serve clients.
         """
-        prepare_log_dirs(self.config.log_dirs)
-        cluster_id = ensure_meta_properties(self.config.log_dirs, self.config.node_id, self.cluster_id)
+        cluster_id = ensure_meta_properties(self.config, self.cluster_id)
         listener = self.config.listener
-        controller_listener = _controller_listener(self.config)
+        controller_listener = self.config.controller_listener
         self._server = await _bind(listener, self.config, self._new_connection)
         try:
             if controller_listener is not None:
@@ -334,62 +338,34 @@ def prepare_log_dirs(log_dirs: list[str]) -> None:
             raise KcliError(f"data dir {log_dir} is not usable: {reason}.") from None
 
 
-def ensure_meta_properties(log_dirs: list[str], node_id: int, cluster_id: str | None = None) -> str:
-    """Return the cluster id the log dirs belong to, writing meta.properties where it is missing.
+def ensure_meta_properties(config: BrokerConfig, cluster_id: str | None = None) -> str:
+    """Return the cluster id this node's dirs belong to, after checking them as Kafka does at start.
 
-    Checks what Kafka's `MetaPropertiesEnsemble.verify` checks, with its sentences: every dir
-    names the same cluster.id and the configured node.id. A dir with no meta.properties is
-    formatted on the spot (version 1, a fresh directory.id), since `kcli broker start` has no
-    separate format step; with no meta.properties anywhere a new cluster id is made.
+    Every log dir and the metadata log dir must name one cluster.id and the configured node.id
+    (`MetaPropertiesEnsemble.verify`, with its sentences). A node that is the whole quorum on its own
+    (kcli's default shape, see `BrokerConfig.is_single_node_quorum`) formats a dir with no
+    meta.properties on the spot (version 1, a fresh directory.id; a new cluster id when no dir has
+    one), so `kcli broker start` needs no format step. Any other node refuses such a dir, before
+    creating anything, as KafkaRaftServer does: it is formatted with `kcli storage format`.
     """
-    found: dict[str, MetaProperties] = {}
-    for log_dir in log_dirs:
-        path = Path(log_dir) / META_PROPERTIES
-        try:
-            text = path.read_bytes().decode("utf-8", errors="replace")
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            raise KcliError(f"cannot read {path}: {(exc.strerror or str(exc)).lower()}.") from None
-        try:
-            found[log_dir] = read_meta_properties(text)
-        except CheckpointError as exc:
-            raise KcliError(f"cannot read {path}: {str(exc).rstrip('.')}.") from None
-    expected = cluster_id
-    for log_dir, meta in found.items():
-        path = Path(log_dir) / META_PROPERTIES
-        if meta.cluster_id is not None:
-            if expected is None:
-                expected = meta.cluster_id
-            elif meta.cluster_id != expected:
-                raise KcliError(
-                    f"Invalid cluster.id in: {path}. Expected {expected}, but read {meta.cluster_id}."
-                )
-        if meta.node_id is not None and meta.node_id != node_id:
-            raise KcliError(
-                f"Stored node id {meta.node_id} doesn't match the configured node.id {node_id} in {path}."
-            )
-    expected = expected or new_cluster_id()
-    for log_dir in log_dirs:
-        if log_dir not in found:
-            meta = MetaProperties(1, node_id=node_id, cluster_id=expected, directory_id=new_cluster_id())
-            _write_atomically(
-                Path(log_dir) / META_PROPERTIES, write_meta_properties(meta, datetime.now().astimezone())
-            )
+    dirs = storage_dirs(config)
+    found = load_meta_properties(dirs)
+    expected = check_meta_properties(found, cluster_id=cluster_id, node_id=config.node_id)
+    missing = [log_dir for log_dir in dirs if log_dir not in found]
+    if missing and not config.is_single_node_quorum:
+        raise unformatted_error(missing[0])
+    prepare_log_dirs(dirs)
+    expected = expected or random_uuid()
+    taken = {meta.directory_id for meta in found.values() if meta.directory_id}
+    for log_dir in missing:
+        directory_id = new_directory_id(taken)
+        meta = MetaProperties(1, node_id=config.node_id, cluster_id=expected, directory_id=directory_id)
+        write_meta_properties_file(log_dir, meta)
     return expected
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """`meta.properties` the Kafka way; a failure is one sentence for the operator."""
-    try:
-        write_atomically(path, text)
-    except OSError as exc:
-        raise KcliError(f"cannot write {path}: {(exc.strerror or str(exc)).lower()}.") from None
 
 
 # ---------------------------------------------------------------------------------------------------
 
-META_PROPERTIES = "meta.properties"
 _INT32 = struct.Struct(">i")
 _KEY_VERSION = struct.Struct(">hh")
 _CORRELATION_CLIENT_ID = struct.Struct(">ih")
@@ -851,15 +827,6 @@ async def _bind(
         # asyncio wraps the bind error's text; the errno alone gives the plain reason.
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         raise KcliError(f"cannot listen on {where}: {reason.lower()}.") from None
-
-
-def _controller_listener(config: BrokerConfig) -> Listener | None:
-    """The listener named first in `controller.listener.names`, when `listeners` has it."""
-    names = list(config["controller.listener.names"] or [])  # type: ignore[call-overload]
-    for listener in config["listeners"] or []:  # type: ignore[attr-defined]
-        if names and listener.name == names[0]:
-            return listener
-    return None
 
 
 def _apply_socket_options(sock: socket.socket | None, config: BrokerConfig) -> None:

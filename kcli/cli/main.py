@@ -19,6 +19,7 @@ def register() -> None:
         groups,
         replay,
         spark_audit,
+        storage,
         topics,
         transactions,
         verify,

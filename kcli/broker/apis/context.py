@@ -8,8 +8,6 @@ missing from it are created through `BrokerState.auto_create_topics`.
 
 from __future__ import annotations
 
-import base64
-import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
@@ -145,18 +143,6 @@ class FramedResponse:
     @property
     def size(self) -> int:
         return sum(p.count if isinstance(p, FileRegion) else len(p) for p in self.parts)
-
-
-def new_cluster_id() -> str:
-    """A fresh cluster id in Kafka's form: a random UUID as 22 chars of URL-safe base64, no padding.
-
-    Like Kafka's `Uuid.randomUuid`, never the all-zero id and never one starting with "-".
-    """
-    while True:
-        raw = uuid.uuid4().bytes
-        text = base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
-        if not text.startswith("-") and any(raw):
-            return text
 
 
 async def forward_unless_active(ctx: RequestContext, request: Any) -> Any | None:

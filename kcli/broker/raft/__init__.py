@@ -25,7 +25,7 @@ def open_raft_client(config: BrokerConfig, cluster_id: str) -> KafkaRaftClient:
         segment_bytes=int(config["metadata.log.segment.bytes"]),  # type: ignore[call-overload]
         segment_ms=int(config["metadata.log.segment.ms"]),  # type: ignore[call-overload]
     )
-    voters = quorum_voters(config) or {config.node_id: ("127.0.0.1", 0)}
+    voters = config.quorum_voters or {config.node_id: ("127.0.0.1", 0)}  # no listener: a quorum of one
     settings = {}
     for key in RAFT_SETTINGS:
         try:
@@ -35,16 +35,6 @@ def open_raft_client(config: BrokerConfig, cluster_id: str) -> KafkaRaftClient:
     return KafkaRaftClient(
         metadata_log, config.node_id, voters, cluster_id=cluster_id, config=RaftConfig.from_values(settings)
     )
-
-
-def quorum_voters(config: BrokerConfig) -> dict[int, tuple[str, int]]:
-    """`controller.quorum.voters`: node id -> (host, port) of its controller listener."""
-    voters = {}
-    for entry in config["controller.quorum.voters"] or []:  # type: ignore[attr-defined]
-        node, _, address = str(entry).partition("@")
-        host, _, port = address.rpartition(":")
-        voters[int(node)] = (host.strip("[]"), int(port))
-    return voters
 
 
 RAFT_SETTINGS = (

@@ -122,8 +122,9 @@ class QuorumController:
             self._image = self._committed
             log.info("controller %d is active in epoch %d", self.node_id, leader.epoch)
             self._activated.set()
-            if self._write(self.feature_control.bootstrap(self._image)) is not None:
-                log.info("bootstrapped the metadata log with metadata.version %d (3.9-IV0)", MV_3_9_IV0)
+            if self._write(self.feature_control.bootstrap(self._image, self.bootstrap_records)) is not None:
+                source = "bootstrap.checkpoint" if self.bootstrap_records else f"metadata.version {MV_3_9_IV0}"
+                log.info("bootstrapped the metadata log from %s", source)
         elif self._active_epoch is not None:
             log.info("controller %d is no longer active (leader now %d)", self.node_id, leader.leader_id)
             self._active_epoch = None

@@ -1,0 +1,70 @@
+"""`kcli storage`: kafka-storage.sh's random-uuid and format, for the nodes of a KRaft cluster."""
+
+import time
+from pathlib import Path
+
+import typer
+
+from kcli.cli.app import app
+
+storage_app = typer.Typer(
+    help="Format the log directories of a KRaft node (kafka-storage.sh).",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(storage_app, name="storage")
+
+
+@storage_app.command("random-uuid")
+def random_uuid() -> None:
+    """Print a new cluster id: a random UUID in Kafka's base64 form."""
+    from kcli.storage import random_uuid as new_uuid
+
+    typer.echo(new_uuid())
+
+
+@storage_app.command("format")
+def format_storage(
+    config_file: Path = typer.Option(
+        ..., "--config", "-c", help="The node's server.properties file.", show_default=False
+    ),
+    cluster_id: str = typer.Option(
+        ...,
+        "--cluster-id",
+        "-t",
+        help="The cluster id to use (kcli storage random-uuid).",
+        show_default=False,
+    ),
+    ignore_formatted: bool = typer.Option(
+        False, "--ignore-formatted", "-g", help="Skip directories already formatted instead of failing."
+    ),
+    no_initial_controllers: bool = typer.Option(
+        False,
+        "--no-initial-controllers",
+        "-N",
+        help="Format a controller of a dynamic quorum (controller.quorum.bootstrap.servers) without voters.",
+    ),
+    overrides: list[str] = typer.Option(
+        [], "--override", metavar="KEY=VALUE", help="Set one broker property; repeatable; wins over --config."
+    ),
+) -> None:
+    """Write meta.properties and bootstrap.checkpoint into every log dir and the metadata log dir.
+
+    Nothing is written when the configuration is not a KRaft one (process.roles), the cluster id is not
+    a base64 UUID, or a directory is already formatted (unless --ignore-formatted).
+    """
+    from kcli.broker.metadata.image import MV_3_9_IV0
+    from kcli.config import BrokerConfig
+    from kcli.storage import format_storage as run_format
+
+    config = BrokerConfig.load(config_file=config_file, overrides=overrides)
+    lines = run_format(
+        config,
+        cluster_id,
+        metadata_version=MV_3_9_IV0,
+        ignore_formatted=ignore_formatted,
+        no_initial_controllers=no_initial_controllers,
+        now_ms=int(time.time() * 1000),
+    )
+    for line in lines:
+        typer.echo(line)

@@ -1,0 +1,288 @@
+"""A node's storage identity: formatting log dirs (`kcli storage format`), checking them at start, and
+the bootstrap metadata a new cluster starts from.
+
+What Kafka's StorageTool and Formatter do, with their sentences: every log dir and the metadata log dir
+gets a version 1 `meta.properties` (cluster.id, node.id, a fresh directory.id each) and a
+`bootstrap.checkpoint`, a KRaft snapshot of the FeatureLevelRecords the first active controller copies
+into an empty metadata log. Dirs already formatted are refused unless ignored, and their cluster.id and
+node.id must agree with what is being written (MetaPropertiesEnsemble.verify). A node reads its dirs back
+at start with `load_meta_properties` / `check_meta_properties`, and the controller reads the bootstrap
+records with `read_bootstrap_metadata`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from formats.checkpoints import (
+    MetaProperties,
+    read_meta_properties,
+    uuid_from_base64,
+    uuid_to_base64,
+    write_meta_properties,
+)
+from formats.errors import CheckpointError, FormatError
+from formats.kraft_snapshot import BOOTSTRAP_CHECKPOINT, build_snapshot, read_snapshot
+from kcli.config import BrokerConfig
+from kcli.errors import KcliError
+from kcli.files import write_atomically
+
+if TYPE_CHECKING:
+    from formats.internal import MetadataRecord
+
+META_PROPERTIES = "meta.properties"
+METADATA_VERSION = "metadata.version"
+FORMAT_COMMAND = "kcli storage format"
+
+# MetadataVersion: feature level -> release name, for the levels kcli writes.
+_RELEASE_VERSIONS = {21: "3.9-IV0"}
+_RESERVED_UUIDS = frozenset({0, 1})  # Uuid.RESERVED: ZERO_UUID, ONE_UUID (= METADATA_TOPIC_ID)
+_RESERVED_DIRECTORY_IDS = frozenset({0, 1, 2})  # DirectoryId: UNASSIGNED, LOST, MIGRATING
+
+
+class StorageError(KcliError):
+    """A log dir that cannot be formatted or used as it is; one sentence, exit code 2."""
+
+
+def release_version(metadata_version: int) -> str:
+    """The release name Kafka prints for a metadata.version level (MetadataVersion.toString)."""
+    return _RELEASE_VERSIONS.get(metadata_version, f"level {metadata_version}")
+
+
+# --- ids ----------------------------------------------------------------------------------------------
+
+
+def random_uuid() -> str:
+    """Kafka's Uuid.randomUuid as text: a random (v4) UUID in 22 chars of URL-safe base64, never a
+    reserved id (all zeros, the metadata topic's 1) and never one whose text starts with "-"."""
+    while True:
+        value = uuid.uuid4()
+        text = uuid_to_base64(value)
+        if value.int not in _RESERVED_UUIDS and not text.startswith("-"):
+            return text
+
+
+def check_cluster_id(cluster_id: str) -> str:
+    """The cluster id as given, if it is a base64 UUID (Kafka's Uuid.fromString); else StorageError."""
+    try:
+        uuid_from_base64(cluster_id)
+    except CheckpointError as exc:
+        raise StorageError(
+            f"Cluster ID string {cluster_id} does not appear to be a valid UUID: {str(exc).rstrip('.')}."
+        ) from None
+    return cluster_id
+
+
+def new_directory_id(taken: set[str]) -> str:
+    """MetaPropertiesEnsemble.Copier.generateValidDirectoryId: random, not reserved, not already used."""
+    while True:
+        text = random_uuid()
+        if uuid_from_base64(text).int not in _RESERVED_DIRECTORY_IDS and text not in taken:
+            taken.add(text)
+            return text
+
+
+# --- meta.properties ------------------------------------------------------------------------------------
+
+
+def storage_dirs(config: BrokerConfig) -> list[str]:
+    """Every dir a node keeps meta.properties in: its log dirs, then the metadata log dir if it is
+    not one of them."""
+    dirs = list(dict.fromkeys(config.log_dirs))
+    if config.metadata_log_dir not in dirs:
+        dirs.append(config.metadata_log_dir)
+    return dirs
+
+
+def load_meta_properties(dirs: Iterable[str]) -> dict[str, MetaProperties]:
+    """The meta.properties of each dir that has one; a dir without one (or missing) is left out."""
+    found: dict[str, MetaProperties] = {}
+    for log_dir in dirs:
+        path = Path(log_dir) / META_PROPERTIES
+        try:
+            text = path.read_bytes().decode("utf-8", errors="replace")
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as exc:
+            raise StorageError(f"cannot read {path}: {(exc.strerror or str(exc)).lower()}.") from None
+        try:
+            found[log_dir] = read_meta_properties(text)
+        except CheckpointError as exc:
+            raise StorageError(f"cannot read {path}: {str(exc).rstrip('.')}.") from None
+    return found
+
+
+def check_meta_properties(
+    found: Mapping[str, MetaProperties], *, cluster_id: str | None, node_id: int
+) -> str | None:
+    """Kafka's MetaPropertiesEnsemble.verify: every dir names one cluster.id (`cluster_id` when given)
+    and the configured node.id. Returns the cluster id the dirs agree on, or the one given."""
+    expected = cluster_id
+    for log_dir, meta in found.items():
+        path = Path(log_dir) / META_PROPERTIES
+        if meta.cluster_id is not None:
+            if expected is None:
+                expected = meta.cluster_id
+            elif meta.cluster_id != expected:
+                raise StorageError(
+                    f"Invalid cluster.id in: {path}. Expected {expected}, but read {meta.cluster_id}."
+                )
+        if meta.node_id is not None and meta.node_id != node_id:
+            raise StorageError(
+                f"Stored node id {meta.node_id} doesn't match the configured node.id {node_id} in {path}."
+            )
+    return expected
+
+
+def write_meta_properties_file(log_dir: str | Path, meta: MetaProperties) -> None:
+    """meta.properties written the Kafka way (tmp, fsync, rename); a failure is one sentence."""
+    path = Path(log_dir) / META_PROPERTIES
+    try:
+        write_atomically(path, write_meta_properties(meta, datetime.now().astimezone()))
+    except OSError as exc:
+        raise StorageError(f"cannot write {path}: {(exc.strerror or str(exc)).lower()}.") from None
+
+
+def unformatted_error(log_dir: str) -> StorageError:
+    """What a node that must be formatted says about a dir without meta.properties (KafkaRaftServer)."""
+    return StorageError(
+        f"No `meta.properties` found in {log_dir} (have you run `{FORMAT_COMMAND}` to format the directory?)"
+    )
+
+
+# --- bootstrap metadata ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BootstrapMetadata:
+    """The records a new metadata log starts with (Kafka's BootstrapMetadata), and where they came from."""
+
+    records: list[MetadataRecord]
+    metadata_version: int
+    source: str
+
+    def record_tuples(self) -> list[tuple[str, int, dict[str, Any]]]:
+        """The records as (name, version, data), the shape the controller's results use."""
+        return [(record.name, record.version, record.data) for record in self.records]
+
+
+def bootstrap_records(metadata_version: int) -> list[bytes]:
+    """Kafka's BootstrapMetadata.fromVersions for a release with no other feature above level 0:
+    one FeatureLevelRecord (v0) for metadata.version."""
+    from formats.internal import encode_metadata_record
+
+    return [
+        encode_metadata_record(
+            "FeatureLevelRecord", 0, {"name": METADATA_VERSION, "featureLevel": metadata_version}
+        )
+    ]
+
+
+def bootstrap_checkpoint(metadata_version: int, *, now_ms: int) -> bytes:
+    """The bytes of `bootstrap.checkpoint` (BatchFileWriter): header, FeatureLevelRecord, footer, at
+    offset 0 and epoch 0, last contained log timestamp 0, every batch stamped `now_ms`."""
+    return build_snapshot(bootstrap_records(metadata_version), timestamp=now_ms)
+
+
+def read_bootstrap_metadata(metadata_log_dir: str | Path) -> BootstrapMetadata | None:
+    """The records of `<metadata_log_dir>/bootstrap.checkpoint`, or None when there is no such file.
+
+    As Kafka's BootstrapDirectory.readFromBinaryFile: the metadata records of the snapshot's data
+    batches (control records left out), which must include metadata.version's FeatureLevelRecord.
+    A controller bootstrapping an empty metadata log appends these; with None, it falls back to its
+    default metadata.version (Kafka's BootstrapDirectory.readFromConfiguration), as kcli's does today.
+    """
+    from formats.internal import decode_metadata_record
+
+    path = Path(metadata_log_dir) / BOOTSTRAP_CHECKPOINT
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StorageError(f"cannot read {path}: {(exc.strerror or str(exc)).lower()}.") from None
+    source = f"the binary bootstrap metadata file: {path}"
+    try:
+        snapshot = read_snapshot(data)
+        records = [decode_metadata_record(value) for _, value in snapshot.records]
+    except FormatError as exc:
+        raise StorageError(f"cannot read {path}: {str(exc).rstrip('.')}.") from None
+    levels = [
+        r.data["featureLevel"]
+        for r in records
+        if r.name == "FeatureLevelRecord" and r.data.get("name") == METADATA_VERSION
+    ]
+    if not levels:
+        raise StorageError(
+            f"No FeatureLevelRecord for {METADATA_VERSION} was found in the bootstrap metadata from {source}."
+        )
+    return BootstrapMetadata(records, levels[-1], source)
+
+
+# --- format ---------------------------------------------------------------------------------------------
+
+
+def format_storage(
+    config: BrokerConfig,
+    cluster_id: str,
+    *,
+    metadata_version: int,
+    ignore_formatted: bool = False,
+    no_initial_controllers: bool = False,
+    now_ms: int,
+) -> list[str]:
+    """Format this node's dirs as `kafka-storage.sh format` does; returns the lines it prints.
+
+    Everything is checked before anything is written: the configuration is a KRaft one, the cluster
+    id is a base64 UUID, dirs already formatted agree on cluster.id and node.id and are refused unless
+    `ignore_formatted`. Each dir without meta.properties then gets `bootstrap.checkpoint` (as Kafka
+    writes it into every dir it formats) and, last, meta.properties, so a dir only counts as formatted
+    once both are on disk.
+    """
+    if not config.is_set("process.roles"):
+        raise StorageError(
+            "The configuration does not set process.roles, so it is not a KRaft controller or broker "
+            f"configuration; {FORMAT_COMMAND} formats KRaft nodes only (without process.roles, "
+            "kcli broker start formats its own log dirs)."
+        )
+    if config.is_controller and config["controller.quorum.bootstrap.servers"] and not no_initial_controllers:
+        raise StorageError(
+            "Because controller.quorum.voters is not set on this controller, you must specify "
+            "--no-initial-controllers (kcli does not support --standalone or --initial-controllers yet)."
+        )
+    check_cluster_id(cluster_id)
+    dirs = sorted(storage_dirs(config))  # a TreeSet of the paths in Kafka's StorageTool
+    found = load_meta_properties(dirs)
+    check_meta_properties(found, cluster_id=cluster_id, node_id=config.node_id)
+    if found and not ignore_formatted:
+        raise StorageError(
+            f"Log directory {min(found)} is already formatted. "
+            "Use --ignore-formatted to ignore this directory and format the others."
+        )
+    empty = [d for d in dirs if d not in found]
+    if not empty:
+        return ["All of the log directories are already formatted."]
+    checkpoint = bootstrap_checkpoint(metadata_version, now_ms=now_ms)
+    taken = {meta.directory_id for meta in found.values() if meta.directory_id}
+    lines = []
+    for log_dir in empty:
+        kind = "metadata directory" if log_dir == config.metadata_log_dir else "data directory"
+        lines.append(
+            f"Formatting {kind} {log_dir} with {METADATA_VERSION} {release_version(metadata_version)}."
+        )
+        path = Path(log_dir)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            write_atomically(path / BOOTSTRAP_CHECKPOINT, checkpoint)
+        except OSError as exc:
+            raise StorageError(f"cannot format {log_dir}: {(exc.strerror or str(exc)).lower()}.") from None
+        meta = MetaProperties(
+            1, node_id=config.node_id, cluster_id=cluster_id, directory_id=new_directory_id(taken)
+        )
+        write_meta_properties_file(log_dir, meta)
+    return lines

@@ -1,0 +1,493 @@
+"""`kcli storage` (kafka-storage.sh random-uuid / format), the bootstrap snapshot it writes, and the
+start-up checks of a node's log dirs, through the real CLI and a real broker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import struct
+import subprocess
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from conftest import KCLI, READY, START_TIMEOUT, BrokerProcess, kcli_env, stop_cleanly
+
+from formats.checkpoints import MetaProperties, read_meta_properties, uuid_from_base64, write_meta_properties
+from formats.errors import CorruptRecordError
+from formats.internal import decode_metadata_record, encode_metadata_record
+from formats.kraft_snapshot import build_snapshot, read_snapshot
+from formats.records import (
+    CONTROL_BIT,
+    ControlType,
+    SnapshotHeader,
+    control_record_key,
+    control_type,
+    encode_snapshot_footer,
+    encode_snapshot_header,
+    snapshot_footer,
+    snapshot_header,
+)
+from formats.segment import walk
+from kcli.broker.server import ensure_meta_properties
+from kcli.config import BrokerConfig
+from kcli.storage import (
+    META_PROPERTIES,
+    StorageError,
+    bootstrap_checkpoint,
+    check_cluster_id,
+    random_uuid,
+    read_bootstrap_metadata,
+)
+
+CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"  # Kafka's docs' example id
+
+
+def kcli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [*KCLI, *args], cwd=cwd, env=kcli_env(), capture_output=True, text=True, timeout=60
+    )
+    assert "Traceback" not in result.stderr
+    return result
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def write_config(path: Path, **settings: str) -> Path:
+    path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
+    return path
+
+
+def combined(tmp_path: Path, voters: str | None = None, **extra: str) -> Path:
+    """A combined node 1 with a controller listener; `voters` defaults to this node alone."""
+    port = free_port()
+    settings = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": voters or f"1@127.0.0.1:{port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "log.dirs": f"{tmp_path / 'logs-a'},{tmp_path / 'logs-b'}",
+        "metadata.log.dir": str(tmp_path / "metadata"),
+        **extra,
+    }
+    return write_config(tmp_path / "server.properties", **settings)
+
+
+def files_under(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+# --- formats: the control records and the snapshot layout ------------------------------------------------
+
+
+def test_snapshot_control_records_round_trip_in_kafkas_bytes() -> None:
+    assert control_record_key(ControlType.SNAPSHOT_HEADER) == b"\x00\x00\x00\x03"
+    assert control_record_key(ControlType.SNAPSHOT_FOOTER) == b"\x00\x00\x00\x04"
+    # int16 Version, int64 LastContainedLogTimestamp, then an empty tagged-field section (flexible v0).
+    assert encode_snapshot_header(1700000000000) == struct.pack(">hq", 0, 1700000000000) + b"\x00"
+    assert encode_snapshot_footer() == b"\x00\x00\x00"
+    assert snapshot_header(encode_snapshot_header(5)) == SnapshotHeader(0, 5)
+    assert snapshot_footer(encode_snapshot_footer()) == 0
+    # An unknown tagged field is skipped, as Kafka's generated readers do.
+    tagged = struct.pack(">hq", 0, 7) + bytes([1, 9, 2, 0xAB, 0xCD])
+    assert snapshot_header(tagged) == SnapshotHeader(0, 7)
+    for bad in (b"", b"\x00\x00", struct.pack(">hq", 0, 7) + b"\x01", struct.pack(">hq", 0, 7) + b"\x00\x00"):
+        with pytest.raises(CorruptRecordError):
+            snapshot_header(bad)
+
+
+def test_a_snapshot_is_header_then_records_then_footer() -> None:
+    values = [
+        encode_metadata_record("FeatureLevelRecord", 0, {"name": "metadata.version", "featureLevel": 21})
+    ]
+    data = build_snapshot(values, timestamp=1_700_000_000_000, base_offset=10, epoch=3)
+    batches = walk(data).batches
+    assert [(b.base_offset, b.records_count, b.is_control, b.partition_leader_epoch) for b in batches] == [
+        (10, 1, True, 3),
+        (11, 1, False, 3),
+        (12, 1, True, 3),
+    ]
+    assert all(b.crc_valid and b.producer_id == -1 and not b.is_transactional for b in batches)
+    assert all(b.base_timestamp == b.max_timestamp == 1_700_000_000_000 for b in batches)
+    header, record, footer = (b.records(data)[0] for b in batches)
+    assert control_type(header[2]) is ControlType.SNAPSHOT_HEADER and header[3] == encode_snapshot_header(0)
+    assert record[2] is None and record[3] == values[0]
+    assert control_type(footer[2]) is ControlType.SNAPSHOT_FOOTER
+    snapshot = read_snapshot(data)
+    assert snapshot.header == SnapshotHeader(0, 0) and snapshot.footer_version == 0
+    assert snapshot.records == [(11, values[0])] and snapshot.control_records == []
+    with pytest.raises(CorruptRecordError, match="does not end with a SnapshotFooter"):
+        read_snapshot(data[: batches[2].position])
+    with pytest.raises(CorruptRecordError, match="does not start with a SnapshotHeader"):
+        read_snapshot(data[batches[1].position :])
+    with pytest.raises(CorruptRecordError, match="not a whole record batch"):
+        read_snapshot(data[:-1])
+
+
+# --- random-uuid ---------------------------------------------------------------------------------------
+
+
+def test_random_uuid_prints_a_kafka_uuid(tmp_path: Path) -> None:
+    result = kcli(tmp_path, "storage", "random-uuid")
+    assert result.returncode == 0, result.stderr
+    text = result.stdout.strip()
+    assert len(text) == 22 and not text.startswith("-")
+    assert uuid_from_base64(text).version == 4  # java.util.UUID.randomUUID, as Kafka's Uuid.randomUuid
+    ids = {random_uuid() for _ in range(2000)}
+    assert len(ids) == 2000 and not any(i.startswith("-") for i in ids)
+    assert check_cluster_id(text) == text
+
+
+# --- format ---------------------------------------------------------------------------------------------
+
+
+def test_format_writes_meta_properties_and_the_bootstrap_snapshot(tmp_path: Path) -> None:
+    config = combined(tmp_path)
+    before = time.time() * 1000
+    result = kcli(tmp_path, "storage", "format", "--config", str(config), "--cluster-id", CLUSTER_ID)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        f"Formatting data directory {tmp_path / 'logs-a'} with metadata.version 3.9-IV0.",
+        f"Formatting data directory {tmp_path / 'logs-b'} with metadata.version 3.9-IV0.",
+        f"Formatting metadata directory {tmp_path / 'metadata'} with metadata.version 3.9-IV0.",
+    ]
+    directory_ids = set()
+    for name in ("logs-a", "logs-b", "metadata"):
+        meta = read_meta_properties((tmp_path / name / META_PROPERTIES).read_text())
+        assert (meta.version, meta.cluster_id, meta.node_id) == (1, CLUSTER_ID, 1)
+        assert meta.directory_id is not None and uuid_from_base64(meta.directory_id).int > 2
+        directory_ids.add(meta.directory_id)
+        assert (
+            tmp_path / name / "bootstrap.checkpoint"
+        ).is_file()  # Kafka writes it into every dir it formats
+    assert len(directory_ids) == 3
+    assert files_under(tmp_path / "metadata") == ["bootstrap.checkpoint", "meta.properties"]
+
+    data = (tmp_path / "metadata" / "bootstrap.checkpoint").read_bytes()
+    batches = walk(data).batches
+    assert [(b.base_offset, b.partition_leader_epoch, b.is_control, b.records_count) for b in batches] == [
+        (0, 0, True, 1),
+        (1, 0, False, 1),
+        (2, 0, True, 1),
+    ]
+    assert all(
+        b.attributes in (0, CONTROL_BIT) and before - 1 <= b.max_timestamp <= time.time() * 1000
+        for b in batches
+    )
+    snapshot = read_snapshot(data)
+    assert snapshot.header == SnapshotHeader(version=0, last_contained_log_timestamp=0)
+    assert [decode_metadata_record(value) for _, value in snapshot.records][0].data == {
+        "name": "metadata.version",
+        "featureLevel": 21,
+    }
+    assert len(snapshot.records) == 1 and snapshot.footer_version == 0
+
+    bootstrap = read_bootstrap_metadata(tmp_path / "metadata")
+    assert bootstrap is not None and bootstrap.metadata_version == 21
+    assert bootstrap.record_tuples() == [
+        ("FeatureLevelRecord", 0, {"name": "metadata.version", "featureLevel": 21})
+    ]
+    assert (
+        bootstrap.source
+        == f"the binary bootstrap metadata file: {tmp_path / 'metadata' / 'bootstrap.checkpoint'}"
+    )
+
+
+def test_dump_segment_reads_the_bootstrap_checkpoint(tmp_path: Path) -> None:
+    assert (
+        kcli(tmp_path, "storage", "format", "-c", str(combined(tmp_path)), "-t", CLUSTER_ID).returncode == 0
+    )
+    path = tmp_path / "metadata" / "bootstrap.checkpoint"
+    result = kcli(tmp_path, "dump-segment", "--cluster-metadata-decoder", str(path))
+    assert result.returncode == 0 and result.stderr == ""
+    lines = result.stdout.splitlines()
+    assert lines[:2] == [f"Dumping {path}", "KRaft bootstrap snapshot"]
+    records = [line for line in lines if line.startswith("| ")]
+    assert len(records) == 3
+    assert records[0].startswith("| offset: 0 ") and records[0].endswith(
+        ' SnapshotHeader {"version":0,"lastContainedLogTimestamp":0}'
+    )
+    assert records[1].startswith("| offset: 1 ") and records[1].endswith(
+        ' payload: {"type":"FEATURE_LEVEL_RECORD","version":0,"data":{"name":"metadata.version","featureLevel":21}}'
+    )
+    assert records[2].startswith("| offset: 2 ") and records[2].endswith(' SnapshotFooter {"version":0}')
+    assert not any("invalid" in line or "corrupt" in line.lower() for line in lines)
+    result = kcli(tmp_path, "dump-segment", "--deep-iteration", "--output", "json", str(path))
+    objects = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [o["control"] for o in objects if o["type"] == "record" and "control" in o] == [
+        {"type": "SNAPSHOT_HEADER", "version": 0, "lastContainedLogTimestamp": 0},
+        {"type": "SNAPSHOT_FOOTER", "version": 0},
+    ]
+    assert not any(o["type"] == "problem" for o in objects)
+
+
+def test_format_refuses_formatted_dirs_unless_told_to_ignore_them(tmp_path: Path) -> None:
+    config = combined(tmp_path)
+    (tmp_path / "logs-b").mkdir()
+    meta = MetaProperties(1, node_id=1, cluster_id=CLUSTER_ID, directory_id=random_uuid())
+    first = write_meta_properties(meta, datetime.now(UTC))
+    (tmp_path / "logs-b" / META_PROPERTIES).write_text(first)
+    result = kcli(tmp_path, "storage", "format", "--config", str(config), "--cluster-id", CLUSTER_ID)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"kcli: Log directory {tmp_path / 'logs-b'} is already formatted. "
+        "Use --ignore-formatted to ignore this directory and format the others."
+    ]
+    assert files_under(tmp_path) == ["logs-b", f"logs-b/{META_PROPERTIES}", "server.properties"]
+
+    result = kcli(tmp_path, "storage", "format", "-c", str(config), "-t", CLUSTER_ID, "--ignore-formatted")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        f"Formatting data directory {tmp_path / 'logs-a'} with metadata.version 3.9-IV0.",
+        f"Formatting metadata directory {tmp_path / 'metadata'} with metadata.version 3.9-IV0.",
+    ]
+    assert (tmp_path / "logs-b" / META_PROPERTIES).read_text() == first  # left alone
+    assert not (tmp_path / "logs-b" / "bootstrap.checkpoint").exists()
+    result = kcli(tmp_path, "storage", "format", "-c", str(config), "-t", CLUSTER_ID, "-g")
+    assert result.returncode == 0 and result.stdout == "All of the log directories are already formatted.\n"
+    # A formatted dir of another cluster (or node) is refused even with --ignore-formatted.
+    other = random_uuid()
+    result = kcli(tmp_path, "storage", "format", "-c", str(config), "-t", other, "-g")
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"kcli: Invalid cluster.id in: {tmp_path / 'logs-a' / META_PROPERTIES}. Expected {other}, but read {CLUSTER_ID}.\n"
+    )
+    result = kcli(
+        tmp_path,
+        "storage",
+        "format",
+        *("-c", str(config), "-t", CLUSTER_ID, "-g"),
+        *("--override", "node.id=2", "--override", "controller.quorum.voters=2@127.0.0.1:9093"),
+    )
+    assert (
+        result.returncode == 2 and "Stored node id 1 doesn't match the configured node.id 2" in result.stderr
+    )
+
+
+@pytest.mark.parametrize(
+    ("settings", "cluster_id", "message"),
+    [
+        (
+            {},
+            "not-a-uuid",
+            "Cluster ID string not-a-uuid does not appear to be a valid UUID: Input string `not-a-uuid` decoded "
+            "as 7 bytes, which is not equal to the expected 16 bytes of a base64-encoded UUID.",
+        ),
+        (
+            {},
+            "a+b/" * 5 + "AA",
+            f"Cluster ID string {'a+b/' * 5}AA does not appear to be a valid UUID: Input string `{'a+b/' * 5}AA` "
+            "is not valid URL-safe base64.",
+        ),
+        (
+            {"process.roles": None, "controller.quorum.voters": None, "node.id": None},
+            CLUSTER_ID,
+            "The configuration does not set process.roles, so it is not a KRaft controller or broker "
+            "configuration; kcli storage format formats KRaft nodes only (without process.roles, kcli broker "
+            "start formats its own log dirs).",
+        ),
+        (
+            {"controller.quorum.voters": None, "controller.quorum.bootstrap.servers": "127.0.0.1:9093"},
+            CLUSTER_ID,
+            "Because controller.quorum.voters is not set on this controller, you must specify "
+            "--no-initial-controllers (kcli does not support --standalone or --initial-controllers yet).",
+        ),
+        (
+            {"controller.quorum.voters": "2@127.0.0.1:9093"},
+            CLUSTER_ID,
+            "If process.roles contains the 'controller' role, the node id 1 must be included in the set of "
+            "voters controller.quorum.voters=Set(2).",
+        ),
+    ],
+)
+def test_format_refuses_in_one_sentence_and_writes_nothing(
+    tmp_path: Path, settings: dict[str, str | None], cluster_id: str, message: str
+) -> None:
+    config = combined(tmp_path)
+    text = config.read_text().splitlines()
+    lines = [line for line in text if line.split("=", 1)[0] not in settings]
+    lines += [f"{key}={value}" for key, value in settings.items() if value is not None]
+    config.write_text("\n".join(lines) + "\n")
+    result = kcli(tmp_path, "storage", "format", "--config", str(config), "--cluster-id", cluster_id)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"kcli: {message}"]
+    assert result.stdout == ""
+    assert files_under(tmp_path) == ["server.properties"]
+
+
+def test_format_a_dynamic_quorum_controller_and_a_broker(tmp_path: Path) -> None:
+    controller = write_config(
+        tmp_path / "controller.properties",
+        **{
+            "process.roles": "controller",
+            "node.id": "1",
+            "controller.quorum.bootstrap.servers": "127.0.0.1:9093",
+            "listeners": "CONTROLLER://127.0.0.1:9093",
+            "controller.listener.names": "CONTROLLER",
+            "log.dirs": str(tmp_path / "controller"),
+        },
+    )
+    result = kcli(
+        tmp_path, "storage", "format", "-c", str(controller), "-t", CLUSTER_ID, "--no-initial-controllers"
+    )
+    assert result.returncode == 0, result.stderr
+    assert (
+        result.stdout
+        == f"Formatting metadata directory {tmp_path / 'controller'} with metadata.version 3.9-IV0.\n"
+    )
+    broker = write_config(
+        tmp_path / "broker.properties",
+        **{
+            "process.roles": "broker",
+            "node.id": "4",
+            "controller.quorum.bootstrap.servers": "127.0.0.1:9093",
+            "listeners": "PLAINTEXT://127.0.0.1:0",
+            "controller.listener.names": "CONTROLLER",
+            "log.dirs": str(tmp_path / "broker"),
+        },
+    )
+    result = kcli(
+        tmp_path, "storage", "format", "-c", str(broker), "-t", CLUSTER_ID
+    )  # a broker needs no flag
+    assert result.returncode == 0, result.stderr
+    meta = read_meta_properties((tmp_path / "broker" / META_PROPERTIES).read_text())
+    assert (meta.cluster_id, meta.node_id) == (CLUSTER_ID, 4)
+
+
+# --- start: formatted and unformatted dirs ------------------------------------------------------------
+
+
+def start_with_config(workdir: Path, config: Path) -> BrokerProcess:
+    """`kcli broker start --config FILE` (no --listen: the file's listeners stay), waited for."""
+    log_path = workdir / f"broker-{time.monotonic_ns()}.log"
+    with open(log_path, "wb") as log_file:
+        process = subprocess.Popen(
+            [*KCLI, "broker", "start", "--config", str(config)],
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=log_file,
+            cwd=workdir,
+            env=kcli_env(),
+        )
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        text = log_path.read_text(errors="replace")
+        match = READY.search(text)
+        if match:
+            host, port = match.group(1), int(match.group(2))
+            return BrokerProcess(f"{host}:{port}", host, port, process.pid, workdir, log_path, process)
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            process.wait()
+            pytest.fail(f"kcli broker did not become ready:\n{text}")
+        time.sleep(0.02)
+
+
+def describe_cluster_id(bootstrap: str) -> str:
+    from kcli.client import KafkaClient
+    from kcli.protocol.messages import request_type
+
+    async def run() -> str:
+        async with await KafkaClient.connect(bootstrap) as client:
+            cls = request_type(60, 0)
+            return (await client.send(cls(include_cluster_authorized_operations=False))).cluster_id
+
+    return asyncio.run(run())
+
+
+def test_a_formatted_node_starts_with_the_formatted_cluster_id(tmp_path: Path) -> None:
+    config = combined(tmp_path)
+    assert kcli(tmp_path, "storage", "format", "-c", str(config), "-t", CLUSTER_ID).returncode == 0
+    metas = {
+        name: (tmp_path / name / META_PROPERTIES).read_text() for name in ("logs-a", "logs-b", "metadata")
+    }
+    broker = start_with_config(tmp_path, config)
+    try:
+        assert describe_cluster_id(broker.bootstrap) == CLUSTER_ID
+        assert f"of cluster {CLUSTER_ID} serving" in broker.log()
+    finally:
+        stop_cleanly(broker)
+    assert {name: (tmp_path / name / META_PROPERTIES).read_text() for name in metas} == metas
+    assert (tmp_path / "metadata" / "__cluster_metadata-0").is_dir()
+    assert not (tmp_path / "logs-a" / "__cluster_metadata-0").exists()
+
+
+def test_a_multi_voter_node_refuses_unformatted_dirs_and_writes_nothing(tmp_path: Path) -> None:
+    config = combined(tmp_path, voters="1@127.0.0.1:19093,2@127.0.0.1:19094,3@127.0.0.1:19095")
+    result = kcli(tmp_path, "broker", "start", "--config", str(config))
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"kcli: No `meta.properties` found in {tmp_path / 'logs-a'} "
+        "(have you run `kcli storage format` to format the directory?)"
+    ]
+    assert files_under(tmp_path) == ["server.properties"]
+
+
+def test_which_nodes_format_themselves_at_start(tmp_path: Path) -> None:
+    def node(*dirs: str, **settings: str) -> BrokerConfig:
+        log_dirs = ",".join(str(tmp_path / d) for d in dirs)
+        return BrokerConfig({"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": log_dirs, **settings})
+
+    # kcli's default shape, and a static quorum of this node alone: formatted on the spot.
+    cluster_id = ensure_meta_properties(node("default"))
+    assert read_meta_properties((tmp_path / "default" / META_PROPERTIES).read_text()).cluster_id == cluster_id
+    assert ensure_meta_properties(node("default", "default-2")) == cluster_id  # a new dir joins the cluster
+    alone = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": "1@127.0.0.1:9093",
+        "listeners": "PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:9093",
+        "controller.listener.names": "CONTROLLER",
+        "log.dirs": str(tmp_path / "alone"),
+    }
+    assert ensure_meta_properties(BrokerConfig(alone))
+    assert (tmp_path / "alone" / META_PROPERTIES).is_file()
+    # A broker-only node and a node of a dynamic quorum are formatted with kcli storage format only.
+    broker = {
+        "process.roles": "broker",
+        "node.id": "1",
+        "controller.quorum.voters": "7@127.0.0.1:9093",
+        "controller.listener.names": "CONTROLLER",
+    }
+    dynamic = {
+        **{key: value for key, value in alone.items() if key not in ("controller.quorum.voters", "log.dirs")},
+        "controller.quorum.bootstrap.servers": "127.0.0.1:9093",
+    }
+    for name, settings in (("broker", broker), ("dynamic", dynamic)):
+        with pytest.raises(StorageError) as info:
+            ensure_meta_properties(node(name, **settings))
+        assert str(info.value) == (
+            f"No `meta.properties` found in {tmp_path / name} (have you run `kcli storage format` to format "
+            "the directory?)"
+        )
+        assert not (tmp_path / name).exists()
+    # A formatted dir next to a new one: the new one is named, and nothing is written.
+    with pytest.raises(StorageError, match=f"^No `meta.properties` found in {tmp_path / 'new'} "):
+        ensure_meta_properties(node("default", "new", **broker))
+    assert not (tmp_path / "new").exists()
+    # Every node refuses a dir of another cluster.
+    with pytest.raises(StorageError, match=r"^Invalid cluster.id in: .*alone/meta.properties\. Expected "):
+        ensure_meta_properties(node("default", "alone"))
+
+
+def test_read_bootstrap_metadata(tmp_path: Path) -> None:
+    assert read_bootstrap_metadata(tmp_path) is None
+    (tmp_path / "bootstrap.checkpoint").write_bytes(bootstrap_checkpoint(21, now_ms=1_700_000_000_000))
+    bootstrap = read_bootstrap_metadata(tmp_path)
+    assert bootstrap is not None and bootstrap.metadata_version == 21
+    assert [r.name for r in bootstrap.records] == ["FeatureLevelRecord"]
+    (tmp_path / "bootstrap.checkpoint").write_bytes(
+        build_snapshot([encode_metadata_record("NoOpRecord", 0, {})], timestamp=0)
+    )
+    with pytest.raises(StorageError, match=r"^No FeatureLevelRecord for metadata.version was found"):
+        read_bootstrap_metadata(tmp_path)
+    (tmp_path / "bootstrap.checkpoint").write_bytes(bootstrap_checkpoint(21, now_ms=0)[:-3])
+    with pytest.raises(StorageError, match=r"^cannot read .*bootstrap.checkpoint: .*whole record batch\.$"):
+        read_bootstrap_metadata(tmp_path)
