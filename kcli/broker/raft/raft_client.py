@@ -46,7 +46,7 @@ from kcli.broker.raft.metadata_log import (
 from kcli.broker.raft.quorum_state import NO_ID, QuorumState, RaftState
 from kcli.client import ClientError, KafkaClient
 from kcli.config import CLUSTER_METADATA_TOPIC
-from kcli.protocol.messages import nested_type, request_type, response_type
+from kcli.protocol.messages import build, nested_type, request_type, response_type
 
 log = logging.getLogger("kcli.broker.raft")
 
@@ -409,6 +409,34 @@ class KafkaRaftClient:
                 task.cancel()
         return granted, rejected
 
+    def _vote_request(
+        self, voter_id: int, epoch: int, end_offset: int, last_epoch: int, pre_vote: bool
+    ) -> Any:
+        """Vote v2: a pre-vote carries the current epoch, a vote the one it campaigns in."""
+        cls = request_type(VOTE, VOTE_VERSION)
+        topic_cls, partition_cls = nested_type(cls, "TopicData"), nested_type(cls, "PartitionData")
+        return cls(
+            cluster_id=self.cluster_id,
+            voter_id=voter_id,
+            topics=(
+                topic_cls(
+                    topic_name=CLUSTER_METADATA_TOPIC,
+                    partitions=(
+                        partition_cls(
+                            partition_index=0,
+                            replica_epoch=epoch,
+                            replica_id=self.node_id,
+                            replica_directory_id=_ZERO_UUID,
+                            voter_directory_id=_ZERO_UUID,
+                            last_offset_epoch=last_epoch,
+                            last_offset=end_offset,
+                            pre_vote=pre_vote,
+                        ),
+                    ),
+                ),
+            ),
+        )
+
     async def _pre_vote(self) -> None:
         """Prospective (KIP-996): a majority of pre-votes lets this voter start a real election."""
         epoch = self.epoch
@@ -516,7 +544,12 @@ class KafkaRaftClient:
                 topic_cls(
                     topic_name=CLUSTER_METADATA_TOPIC,
                     partitions=(
-                        partition_cls(partition_index=0, leader_id=self.node_id, leader_epoch=self.epoch),
+                        partition_cls(
+                            partition_index=0,
+                            voter_directory_id=_ZERO_UUID,
+                            leader_id=self.node_id,
+                            leader_epoch=self.epoch,
+                        ),
                     ),
                 ),
             ),
@@ -924,9 +957,14 @@ class KafkaRaftClient:
         partition = topic.partitions[0] if topic is not None and len(topic.partitions) == 1 else None
         error = self._check_cluster_id(request.cluster_id)
         if error is not ErrorCode.none:
-            return cls(error_code=error, responses=(), node_endpoints=())
+            return cls(throttle_time=_NO_THROTTLE, error_code=error, responses=(), node_endpoints=())
         if partition is None or topic.topic_id != CLUSTER_METADATA_TOPIC_ID:
-            return cls(error_code=ErrorCode.invalid_request, responses=(), node_endpoints=())
+            return cls(
+                throttle_time=_NO_THROTTLE,
+                error_code=ErrorCode.invalid_request,
+                responses=(),
+                node_endpoints=(),
+            )
         replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
         if (
             request.max_wait.total_seconds() < 0
@@ -1000,6 +1038,7 @@ class KafkaRaftClient:
                 epoch=diverging[0], end_offset=diverging[1]
             )
         return cls(
+            throttle_time=_NO_THROTTLE,
             error_code=ErrorCode.none,
             responses=(
                 topic_cls(
@@ -1029,63 +1068,40 @@ class KafkaRaftClient:
         topic_cls, partition_cls = nested_type(cls, "TopicData"), nested_type(cls, "PartitionData")
         replica_cls = nested_type(cls, "ReplicaState")
         state = self.leader_state
-        if state is None or not self.quorum.is_leader:
-            return cls(
-                error_code=ErrorCode.none,
-                topics=(
-                    topic_cls(
-                        topic_name=CLUSTER_METADATA_TOPIC,
-                        partitions=(
-                            partition_cls(
-                                partition_index=0,
-                                error_code=ErrorCode.not_leader_or_follower,
-                                leader_id=self.quorum.leader_id,
-                                leader_epoch=self.epoch,
-                                high_watermark=-1,
-                                current_voters=(),
-                                observers=(),
-                            ),
-                        ),
-                    ),
-                ),
-            )
         now_ms = _now_ms()
 
         def replica(replica_id: int, progress: ReplicaProgress) -> Any:
             is_self = replica_id == self.node_id
-            return replica_cls(
+            return build(
+                replica_cls,
                 replica_id=replica_id,
+                replica_directory_id=_ZERO_UUID,
                 log_end_offset=self.log.next_offset if is_self else progress.end_offset,
                 last_fetch_timestamp=now_ms if is_self else progress.last_fetch_ms,
                 last_caught_up_timestamp=now_ms if is_self else progress.last_caught_up_ms,
             )
 
-        values: dict[str, Any] = {
-            "error_code": ErrorCode.none,
-            "topics": (
-                topic_cls(
-                    topic_name=CLUSTER_METADATA_TOPIC,
-                    partitions=(
-                        partition_cls(
-                            partition_index=0,
-                            error_code=ErrorCode.none,
-                            leader_id=self.node_id,
-                            leader_epoch=self.epoch,
-                            high_watermark=self.high_watermark,
-                            current_voters=tuple(replica(v, p) for v, p in sorted(state.voters.items())),
-                            observers=tuple(replica(o, p) for o, p in sorted(state.observers.items())),
-                        ),
-                    ),
-                ),
-            ),
-        }
+        leading = state is not None and self.quorum.is_leader
+        partition = build(
+            partition_cls,
+            partition_index=0,
+            error_code=ErrorCode.none if leading else ErrorCode.not_leader_or_follower,
+            error_message=None,
+            leader_id=self.quorum.leader_id,
+            leader_epoch=self.epoch,
+            high_watermark=self.high_watermark if leading else -1,
+            current_voters=tuple(replica(v, p) for v, p in sorted(state.voters.items())) if leading else (),
+            observers=tuple(replica(o, p) for o, p in sorted(state.observers.items())) if leading else (),
+        )
+        nodes = ()
         if version >= 2:
             node_cls, listener_cls = nested_type(cls, "Node"), nested_type(cls, "Listener")
-            values["nodes"] = tuple(
+            nodes = tuple(
                 node_cls(node_id=v, listeners=(listener_cls(name="CONTROLLER", host=host, port=port),))
                 for v, (host, port) in sorted(self.voter_addresses.items())
             )
-        return cls(**values)
+        topic = topic_cls(topic_name=CLUSTER_METADATA_TOPIC, partitions=(partition,))
+        return build(cls, error_code=ErrorCode.none, error_message=None, topics=(topic,), nodes=nodes)
 
     def _check_cluster_id(self, cluster_id: str | None) -> ErrorCode:
         if cluster_id is None or cluster_id == self.cluster_id:
@@ -1118,6 +1134,7 @@ class KafkaRaftClient:
 
 
 _ZERO_UUID = CLUSTER_METADATA_TOPIC_ID.__class__(int=0)
+_NO_THROTTLE = timedelta(0)
 
 
 def _only_partition(message: Any, topics_field: str = "topics") -> Any | None:

@@ -36,7 +36,7 @@ from kcli.broker.metadata.controller.configuration_control_manager import (
     ConfigOp,
     ConfigurationControlManager,
 )
-from kcli.broker.metadata.controller.controller_result import ApiError, ControllerResult
+from kcli.broker.metadata.controller.controller_result import ApiError, ControllerResult, Record
 from kcli.broker.metadata.controller.feature_control_manager import FeatureControlManager
 from kcli.broker.metadata.controller.producer_id_control_manager import ProducerIdControlManager
 from kcli.broker.metadata.controller.replication_control_manager import (
@@ -66,9 +66,15 @@ class QuorumController:
     """One node's controller: active while its Raft client leads, a standby replaying commits otherwise."""
 
     def __init__(
-        self, config: BrokerConfig, raft_client: KafkaRaftClient, image: ClusterMetadataImage
+        self,
+        config: BrokerConfig,
+        raft_client: KafkaRaftClient,
+        image: ClusterMetadataImage,
+        *,
+        bootstrap_records: Sequence[Record] | None = None,
     ) -> None:
         self.config = config
+        self.bootstrap_records = bootstrap_records
         self.node_id = config.node_id
         self.raft_client = raft_client
         self._image = image
