@@ -59,18 +59,21 @@ class ControllerChannel:
             return self.controller
         return None
 
-    async def call(self, local: Callable[[QuorumController], Awaitable[Any]], request: Any) -> Any:
+    async def call(
+        self, local: Callable[[QuorumController], Awaitable[Any]], request: Any, *, timeout: float | None = None
+    ) -> Any:
         """`local(controller)` when this node's controller is active, else `request` to the active one.
 
         Returns what the local call returns, or the remote response (kio entity).
         """
-        deadline = time.monotonic() + self.timeout
+        timeout = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
         while True:
             controller = self.local
             if controller is not None:
                 try:
-                    return await local(controller)
-                except NotControllerError:
+                    return await asyncio.wait_for(local(controller), max(deadline - time.monotonic(), 0.05))
+                except (NotControllerError, TimeoutError):
                     pass
             else:
                 response = await self._send_to_leader(request, deadline)
@@ -78,7 +81,7 @@ class ControllerChannel:
                     return response
             if time.monotonic() >= deadline:
                 raise ControllerUnavailable(
-                    f"no active controller answered within {self.timeout:g} s (quorum leader: {self.raft.leader.leader_id})."
+                    f"no active controller answered within {timeout:g} s (quorum leader: {self.raft.leader.leader_id})."
                 )
             await asyncio.sleep(RETRY_BACKOFF_SECONDS)
 
@@ -191,7 +194,9 @@ class BrokerLifecycleManager:
         else:
             self.broker_epoch = answer.broker_epoch
 
-    async def heartbeat(self, *, want_shut_down: bool = False) -> tuple[ErrorCode, bool, bool]:
+    async def heartbeat(
+        self, *, want_shut_down: bool = False, timeout: float | None = None
+    ) -> tuple[ErrorCode, bool, bool]:
         """One heartbeat; (error, fenced, should shut down)."""
         offset = self.loader.image.offset
         cls = request_type(BROKER_HEARTBEAT, 1)
@@ -211,7 +216,7 @@ class BrokerLifecycleManager:
             except ApiException as exc:
                 return exc.error.code
 
-        answer = await self.channel.call(local, request)
+        answer = await self.channel.call(local, request, timeout=timeout)
         if isinstance(answer, ErrorCode):
             return answer, True, False
         if hasattr(answer, "error_code"):
@@ -250,7 +255,8 @@ class BrokerLifecycleManager:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                error, _, should_shut_down = await self.heartbeat(want_shut_down=True)
+                remaining = max(deadline - time.monotonic(), 0.05)
+                error, _, should_shut_down = await self.heartbeat(want_shut_down=True, timeout=remaining)
             except ControllerUnavailable:
                 return
             if error is not ErrorCode.none or should_shut_down:

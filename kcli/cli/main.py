@@ -14,6 +14,7 @@ def register() -> None:
     """Import each command module; each adds its commands to `app`."""
     from kcli.cli import (  # noqa: F401
         broker,
+        cluster,
         configs,
         dump,
         groups,

@@ -40,6 +40,7 @@ def build_registry() -> ApiRegistry:
         produce,
         producer_id,
         producers,
+        quorum,
         records,
         topics,
         transactions,
@@ -63,5 +64,6 @@ def build_registry() -> ApiRegistry:
             *offsets.APIS,
             *transactions.APIS,
             *producers.APIS,
+            *quorum.BROKER_APIS,
         ]
     )

@@ -30,7 +30,16 @@ async def handle_describe_cluster(ctx: RequestContext, request: object) -> objec
     if endpoint_type not in (ENDPOINT_BROKERS, ENDPOINT_CONTROLLERS):
         error = ErrorCode.invalid_request if version == 0 else ErrorCode.unsupported_endpoint_type
         return _error(response_cls, error, f"Unsupported endpoint type {endpoint_type}")
-    if endpoint_type != ENDPOINT_BROKERS:
+    on_controller_listener = ctx.connection.listener == ctx.state.controller_listener_name
+    if on_controller_listener and endpoint_type == ENDPOINT_CONTROLLERS:
+        return _controllers(ctx, response_cls, request)
+    if endpoint_type != ENDPOINT_BROKERS or on_controller_listener:
+        if on_controller_listener:
+            return _error(
+                response_cls,
+                ErrorCode.invalid_request if version == 0 else ErrorCode.mismatched_endpoint_type,
+                "The request was sent to an endpoint of type CONTROLLER, but we wanted an endpoint of type BROKER",
+            )
         error = ErrorCode.invalid_request if version == 0 else ErrorCode.mismatched_endpoint_type
         return _error(
             response_cls,
@@ -59,6 +68,30 @@ async def handle_describe_cluster(ctx: RequestContext, request: object) -> objec
         cluster_id=image.cluster_id,
         controller_id=controller_id,
         brokers=brokers,
+        cluster_authorized_operations=operations,
+    )
+
+
+def _controllers(ctx: RequestContext, response_cls: type, request: object) -> object:
+    """A controller's answer (KIP-919): the voters at their controller listeners, and the active one."""
+    raft = ctx.raft
+    broker_cls = nested_type(response_cls, "DescribeClusterBroker")
+    controllers = tuple(
+        build(broker_cls, broker_id=node_id, host=host, port=port, rack=None, is_fenced=False)
+        for node_id, (host, port) in sorted(raft.voter_addresses.items())
+    )
+    operations = OPERATIONS_NOT_REQUESTED
+    if request.include_cluster_authorized_operations:  # type: ignore[attr-defined]
+        operations = CLUSTER_OPERATIONS
+    return build(
+        response_cls,
+        throttle_time=_NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        endpoint_type=ENDPOINT_CONTROLLERS,
+        cluster_id=raft.cluster_id,
+        controller_id=raft.leader.leader_id,
+        brokers=controllers,
         cluster_authorized_operations=operations,
     )
 

@@ -54,6 +54,13 @@ async def handle_describe_quorum(ctx: RequestContext, request: Any) -> object:
     return ctx.raft.describe_quorum(ctx.api_version)
 
 
+async def handle_describe_quorum_on_broker(ctx: RequestContext, request: Any) -> object:
+    """A broker answers DescribeQuorum by asking the active controller (Kafka forwards it)."""
+    if ctx.raft.quorum.is_leader or ctx.state.forward_to_controller is None:
+        return ctx.raft.describe_quorum(ctx.api_version)
+    return await ctx.state.forward_to_controller(request)
+
+
 async def handle_broker_registration(ctx: RequestContext, request: Any) -> object:
     """A broker's new incarnation: registered fenced, with its broker epoch (the record's offset)."""
     cls = response_type(BROKER_REGISTRATION, ctx.api_version)
@@ -148,3 +155,6 @@ CONTROLLER_APIS = [
     ApiSpec(ALLOCATE_PRODUCER_IDS, 0, 0, handle_allocate_producer_ids),
 ]
 """Served on the controller listener only (with ApiVersions and the admin requests brokers forward)."""
+
+BROKER_APIS = [ApiSpec(DESCRIBE_QUORUM, 0, 2, handle_describe_quorum_on_broker)]
+"""What a broker listener serves of these: DescribeQuorum, forwarded to the quorum's leader."""

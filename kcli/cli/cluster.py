@@ -1,0 +1,139 @@
+"""`kcli cluster`: start a local multi-node cluster, and show a cluster's brokers and controller quorum."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from pathlib import Path
+
+import typer
+
+from kcli.cli.admin import BOOTSTRAP, OUTPUT, run_on_cluster, table, write_json_lines
+from kcli.cli.app import Output, app
+
+cluster_app = typer.Typer(
+    help="Local KRaft clusters: start N nodes on loopback; show brokers and the controller quorum.",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(cluster_app, name="cluster")
+
+
+@cluster_app.command("start")
+def start(
+    brokers: int = typer.Option(3, "--brokers", "-n", help="Nodes, each a broker and a controller voter."),
+    data_dir: Path = typer.Option(
+        Path("kcli-cluster"), "--data-dir", help="Where the nodes keep their data."
+    ),
+    port: int = typer.Option(
+        9092, "--port", help="First client port; node k listens on PORT+2k, its controller on PORT+2k+1."
+    ),
+    overrides: list[str] = typer.Option(
+        [], "--override", metavar="KEY=VALUE", help="A broker property for every node; repeatable."
+    ),
+) -> None:
+    """Format (first time) and start the nodes; print the bootstrap string; Ctrl-C stops them all."""
+    from ops.local_cluster import LocalCluster, plan
+
+    layout = plan(data_dir, brokers, port, overrides)
+    cluster = LocalCluster(layout)
+    stop = False
+
+    def request_stop(signum: int, frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    print(f"cluster {layout.cluster_id}: starting {len(layout.nodes)} node(s) in {data_dir}", file=sys.stderr)
+    cluster.start(lambda node: print(f"node {node.node_id} listening on {node.bootstrap}", file=sys.stderr))
+    print(f"bootstrap: {layout.bootstrap_servers}", flush=True)
+    print(f"controllers: {layout.bootstrap_controllers}", file=sys.stderr, flush=True)
+    reported: set[int] = set()
+    while not stop:
+        for node_id, code in cluster.exited().items():
+            if node_id not in reported:
+                reported.add(node_id)
+                print(f"node {node_id} exited with code {code}; see its broker.log", file=sys.stderr)
+        time.sleep(0.2)
+    print("stopping the nodes (controlled shutdown)", file=sys.stderr)
+    cluster.stop()
+
+
+@cluster_app.command("status")
+def status(bootstrap: str = BOOTSTRAP, output: Output = OUTPUT) -> None:
+    """Brokers (fenced or not, rack) and the controller quorum: leader, epoch, each voter's lag."""
+    from ops.quorum import describe_cluster_status
+
+    result = run_on_cluster(bootstrap, describe_cluster_status)
+    if output is Output.json:
+        write_json_lines(
+            [
+                {
+                    "type": "cluster",
+                    "clusterId": result.cluster_id,
+                    "leaderId": result.leader_id,
+                    "leaderEpoch": result.leader_epoch,
+                    "highWatermark": result.high_watermark,
+                },
+                *(
+                    {
+                        "type": "broker",
+                        "nodeId": b.node_id,
+                        "host": b.host,
+                        "port": b.port,
+                        "rack": b.rack,
+                        "fenced": b.fenced,
+                    }
+                    for b in result.brokers
+                ),
+                *(
+                    {
+                        "type": "voter" if r.is_voter else "observer",
+                        "nodeId": r.node_id,
+                        "logEndOffset": r.log_end_offset,
+                        "lag": r.lag,
+                        "lastFetchTimestamp": r.last_fetch_ms,
+                        "lastCaughtUpTimestamp": r.last_caught_up_ms,
+                    }
+                    for r in result.replicas
+                ),
+            ]
+        )
+        return
+    now = int(time.time() * 1000)
+    sys.stdout.write(
+        f"ClusterId: {result.cluster_id}\nLeaderId: {result.leader_id}\nLeaderEpoch: {result.leader_epoch}\n"
+        f"HighWatermark: {result.high_watermark}\n\n"
+    )
+    sys.stdout.write(
+        table(
+            ["BrokerId", "Host:Port", "Rack", "State"],
+            [
+                [str(b.node_id), f"{b.host}:{b.port}", b.rack or "-", "fenced" if b.fenced else "unfenced"]
+                for b in result.brokers
+            ],
+        )
+    )
+    sys.stdout.write("\n")
+    sys.stdout.write(
+        table(
+            ["NodeId", "LogEndOffset", "Lag", "LastFetchTimestamp", "LastCaughtUpTimestamp", "Status"],
+            [
+                [
+                    str(r.node_id),
+                    str(r.log_end_offset),
+                    str(r.lag),
+                    _ago(now, r.last_fetch_ms),
+                    _ago(now, r.last_caught_up_ms),
+                    "Leader" if r.node_id == result.leader_id else ("Follower" if r.is_voter else "Observer"),
+                ]
+                for r in result.replicas
+            ],
+        )
+    )
+
+
+def _ago(now_ms: int, timestamp_ms: int) -> str:
+    return "-" if timestamp_ms < 0 else f"{max(now_ms - timestamp_ms, 0)} ms ago"

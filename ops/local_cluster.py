@@ -1,0 +1,228 @@
+"""`kcli cluster start`: several `kcli broker start` processes on loopback, one KRaft cluster.
+
+Each node is a combined broker and controller (Kafka's combined mode) with two loopback listeners:
+PLAINTEXT for clients at `base + 2k` and CONTROLLER at `base + 2k + 1`. The layout lives in the data
+dir, so a second start finds the same ids, ports, cluster id and data:
+
+    <data-dir>/cluster.json              cluster id, node ids and ports
+    <data-dir>/node-<id>/server.properties
+    <data-dir>/node-<id>/data/           log.dirs (meta.properties, __cluster_metadata-0, topics)
+    <data-dir>/node-<id>/broker.log      the node's output
+
+Every node is formatted once with one cluster id (`kcli storage format`), then started; the runner
+waits for each to say it is listening, prints the bootstrap string, and on SIGINT/SIGTERM stops
+every node with SIGTERM (controlled shutdown), waiting for each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kcli.config import BrokerConfig
+from kcli.errors import KcliError
+from kcli.storage import format_storage, random_uuid
+
+CLUSTER_FILE = "cluster.json"
+READY_MARK = "kcli broker: listening on"
+START_TIMEOUT_SECONDS = 120.0
+STOP_TIMEOUT_SECONDS = 60.0
+
+
+class LocalClusterError(KcliError):
+    """The cluster cannot be laid out, formatted or started."""
+
+
+@dataclass(frozen=True, slots=True)
+class LocalNode:
+    node_id: int
+    port: int
+    controller_port: int
+    directory: Path
+
+    @property
+    def properties(self) -> Path:
+        return self.directory / "server.properties"
+
+    @property
+    def log_file(self) -> Path:
+        return self.directory / "broker.log"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterLayout:
+    cluster_id: str
+    nodes: tuple[LocalNode, ...]
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(node.bootstrap for node in self.nodes)
+
+    @property
+    def bootstrap_controllers(self) -> str:
+        return ",".join(f"127.0.0.1:{node.controller_port}" for node in self.nodes)
+
+
+def plan(data_dir: Path, brokers: int, base_port: int, overrides: list[str]) -> ClusterLayout:
+    """The layout in `data_dir`: the stored one (the same ids and ports), or a new one, formatted."""
+    stored = data_dir / CLUSTER_FILE
+    if stored.exists():
+        layout = _read_layout(data_dir)
+        if brokers and brokers != len(layout.nodes):
+            raise LocalClusterError(
+                f"{data_dir} holds a cluster of {len(layout.nodes)} nodes, not {brokers}; "
+                "use another --data-dir for a cluster of another size."
+            )
+        return layout
+    if brokers < 1:
+        raise LocalClusterError("--brokers must be at least 1.")
+    if not 0 < base_port <= 65535 - 2 * brokers:
+        raise LocalClusterError(f"port {base_port} leaves no room for {brokers} nodes of two ports each.")
+    nodes = tuple(
+        LocalNode(k + 1, base_port + 2 * k, base_port + 2 * k + 1, data_dir / f"node-{k + 1}")
+        for k in range(brokers)
+    )
+    layout = ClusterLayout(random_uuid(), nodes)
+    voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes)
+    for node in nodes:
+        node.directory.mkdir(parents=True, exist_ok=True)
+        node.properties.write_text(_properties(node, voters, overrides))
+        config = BrokerConfig.load(config_file=node.properties)
+        format_storage(config, layout.cluster_id, metadata_version=21, now_ms=int(time.time() * 1000))
+    (data_dir / CLUSTER_FILE).write_text(
+        json.dumps(
+            {
+                "cluster_id": layout.cluster_id,
+                "nodes": [
+                    {"node_id": n.node_id, "port": n.port, "controller_port": n.controller_port}
+                    for n in nodes
+                ],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    return layout
+
+
+def _read_layout(data_dir: Path) -> ClusterLayout:
+    path = data_dir / CLUSTER_FILE
+    try:
+        data = json.loads(path.read_text())
+        nodes = tuple(
+            LocalNode(n["node_id"], n["port"], n["controller_port"], data_dir / f"node-{n['node_id']}")
+            for n in data["nodes"]
+        )
+        return ClusterLayout(data["cluster_id"], nodes)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise LocalClusterError(f"cannot read {path}: {str(exc).rstrip('.')}.") from None
+
+
+def _properties(node: LocalNode, voters: str, overrides: list[str]) -> str:
+    lines = {
+        "process.roles": "broker,controller",
+        "node.id": str(node.node_id),
+        "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+        "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "controller.quorum.voters": voters,
+        "log.dirs": str(node.directory / "data"),
+        "offsets.topic.replication.factor": "1",  # replication of the internal topics comes with issue 17
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+    }
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise LocalClusterError(f"--override {item!r} is not of the form KEY=VALUE.")
+        lines[key.strip()] = value.strip()
+    return "".join(f"{key}={value}\n" for key, value in lines.items())
+
+
+class LocalCluster:
+    """The node processes of one layout."""
+
+    def __init__(self, layout: ClusterLayout) -> None:
+        self.layout = layout
+        self.processes: dict[int, subprocess.Popen[bytes]] = {}
+
+    def start(self, on_ready: Callable[[LocalNode], None] = lambda node: None) -> None:
+        """Start every node, then wait until each listens; a node that dies stops them all."""
+        for node in self.layout.nodes:
+            self.processes[node.node_id] = self._spawn(node)
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        waiting = list(self.layout.nodes)
+        while waiting:
+            for node in list(waiting):
+                process = self.processes[node.node_id]
+                if process.poll() is not None:
+                    self.stop()
+                    raise LocalClusterError(
+                        f"node {node.node_id} did not start: {_last_error(node.log_file)}"
+                    )
+                if READY_MARK in _tail(node.log_file):
+                    waiting.remove(node)
+                    on_ready(node)
+            if waiting and time.monotonic() > deadline:
+                self.stop()
+                ids = ", ".join(str(n.node_id) for n in waiting)
+                raise LocalClusterError(f"node(s) {ids} did not start within {START_TIMEOUT_SECONDS:g} s.")
+            time.sleep(0.1)
+
+    def _spawn(self, node: LocalNode) -> subprocess.Popen[bytes]:
+        log = open(node.log_file, "ab")  # noqa: SIM115 - the child owns it
+        try:
+            return subprocess.Popen(
+                [sys.executable, "-m", "kcli", "broker", "start", "--config", str(node.properties)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # Ctrl-C reaches the runner, which stops the nodes in order
+            )
+        finally:
+            log.close()
+
+    def exited(self) -> dict[int, int]:
+        """Nodes whose process has ended, with their exit codes."""
+        return {i: p.returncode for i, p in self.processes.items() if p.poll() is not None}
+
+    def stop(self) -> None:
+        """SIGTERM every node (controlled shutdown), then wait; SIGKILL what outlives the timeout."""
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
+        for process in self.processes.values():
+            try:
+                process.wait(max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                os.kill(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+def _tail(path: Path, size: int = 65536) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(f.seek(0, os.SEEK_END) - size, 0))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _last_error(path: Path) -> str:
+    lines = [line for line in _tail(path).splitlines() if line.strip()]
+    for line in reversed(lines):
+        if line.startswith("kcli:"):
+            return line.removeprefix("kcli:").strip()
+    return lines[-1].strip() if lines else f"no output (see {path})."
