@@ -741,6 +741,27 @@ class Log:
         log.info("%s: truncated to offset %d (%d bytes)", self.name, target_offset, truncated)
         return True
 
+    def truncate_fully_and_start_at(self, new_offset: int) -> None:
+        """Drop every segment and restart the log empty at `new_offset` (a replica that installed a snapshot).
+
+        Kafka's UnifiedLog.truncateFullyAndStartAt: the segments go as `.deleted`, a new active segment
+        starts at the offset, epochs and producer state are cleared, and the log start offset, recovery
+        point and high watermark all move there.
+        """
+        with self._lock:
+            self._check_open()
+            now_ms = self.clock()
+            doomed = list(self._segments)
+            for segment in doomed:
+                segment.change_suffix("", DELETED_SUFFIX)
+                self._pending_deletes.append((now_ms + self.config.file_delete_delay_ms, segment))
+            self._set_segments([Segment(self.dir, new_offset, self.config, now_ms=now_ms, create=True)])
+            self._leo = new_offset
+            self.log_start_offset = self.recovery_point = self.high_watermark = new_offset
+            self.epoch_cache.clear()
+            self.producer_state.truncate_fully_and_start_at(new_offset)
+        log.info("%s: truncated fully, the log now starts at offset %d", self.name, new_offset)
+
     # --- log start and retention ---------------------------------------------------------------------
 
     def delete_records_before(self, offset: int) -> int:

@@ -62,6 +62,8 @@ class LoggedBatch:
     leader_epoch: int
     append_time_ms: int
     records: tuple[tuple[MetadataRecord, int], ...]
+    size: int = 0
+    """Bytes on disk, which decide when the next snapshot is due."""
 
 
 @dataclass
@@ -139,13 +141,17 @@ class MetadataLog:
         """(epoch, start offset) of every leader epoch in the log, as in leader-epoch-checkpoint."""
         return self.log.epoch_cache.entries()
 
-    def batches(self) -> Iterator[LoggedBatch]:
-        """Every batch from the start, records decoded; raises MetadataLogError on an undecodable record."""
-        for segment in list(self.log.segments):
+    def batches(self, from_offset: int = 0) -> Iterator[LoggedBatch]:
+        """Every batch from `from_offset`, records decoded; raises MetadataLogError on an undecodable record."""
+        segments = list(self.log.segments)
+        for k, segment in enumerate(segments):
+            if k + 1 < len(segments) and segments[k + 1].base_offset <= from_offset:
+                continue  # wholly below: not even read
             reader = SegmentReader(segment.log_path, check_crc=False, max_bytes=segment.size)
             for chunk in reader.chunks():
                 for batch in chunk.batches:
-                    yield logged_batch(segment.log_path, chunk.view, batch)  # type: ignore[arg-type]
+                    if batch.last_offset >= from_offset:
+                        yield logged_batch(segment.log_path, chunk.view, batch)  # type: ignore[arg-type]
 
     def records(self) -> Iterator[tuple[MetadataRecord, int]]:
         """(record, offset) of every metadata record in log order."""
@@ -196,7 +202,12 @@ def logged_batch(path: Path, view: memoryview, batch: RecordBatch) -> LoggedBatc
                 f"cannot replay the batch at offset {batch.base_offset} of {path}: {str(exc).rstrip('.')}."
             ) from None
     return LoggedBatch(
-        batch.base_offset, batch.last_offset, batch.partition_leader_epoch, batch.max_timestamp, records
+        batch.base_offset,
+        batch.last_offset,
+        batch.partition_leader_epoch,
+        batch.max_timestamp,
+        records,
+        batch.size,
     )
 
 

@@ -31,7 +31,9 @@ from typing import Any, NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from formats.internal import decode_metadata_record
+from formats.errors import FormatError
+from formats.internal import MetadataRecord, decode_metadata_record
+from formats.kraft_snapshot import build_snapshot
 from formats.records import build_leader_change_batch, read_batch
 from formats.segment import StopReason, walk
 from kcli.broker.log import AppendOrigin, LogStorageError, OffsetOutOfRange, RecordError
@@ -44,6 +46,14 @@ from kcli.broker.raft.metadata_log import (
     logged_batch,
 )
 from kcli.broker.raft.quorum_state import NO_ID, QuorumState, RaftState
+from kcli.broker.raft.snapshots import (
+    SnapshotId,
+    delete_snapshot,
+    list_snapshots,
+    read_snapshot_records,
+    remove_partial_snapshots,
+    write_snapshot,
+)
 from kcli.client import ClientError, KafkaClient
 from kcli.config import CLUSTER_METADATA_TOPIC
 from kcli.protocol.messages import build, nested_type, request_type, response_type
@@ -55,6 +65,8 @@ VOTE = 52
 BEGIN_QUORUM_EPOCH = 53
 END_QUORUM_EPOCH = 54
 DESCRIBE_QUORUM = 55
+FETCH_SNAPSHOT = 59
+FETCH_SNAPSHOT_VERSION = 1
 FETCH_MAX_WAIT_MS = 500  # KafkaRaftClient's fetch max wait
 FETCH_VERSION = 17
 VOTE_VERSION = 2
@@ -70,6 +82,8 @@ class RaftConfig:
     election_backoff_max_ms: int = 1000
     request_timeout_ms: int = 2000
     retry_backoff_ms: int = 20
+    retention_bytes: int = 100 * 1024 * 1024  # metadata.max.retention.bytes
+    retention_ms: int = 7 * 24 * 3600 * 1000  # metadata.max.retention.ms
 
     @classmethod
     def from_values(cls, values: dict[str, Any]) -> RaftConfig:
@@ -80,6 +94,8 @@ class RaftConfig:
             "election_backoff_max_ms": "controller.quorum.election.backoff.max.ms",
             "request_timeout_ms": "controller.quorum.request.timeout.ms",
             "retry_backoff_ms": "controller.quorum.retry.backoff.ms",
+            "retention_bytes": "metadata.max.retention.bytes",
+            "retention_ms": "metadata.max.retention.ms",
         }
         return cls(**{attr: int(values[key]) for attr, key in names.items() if values.get(key) is not None})
 
@@ -97,6 +113,9 @@ class RaftListener(Protocol):
 
     def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
         """A new epoch or leader; for this node as leader, only once it has every batch before its epoch."""
+
+    def handle_load_snapshot(self, snapshot_id: SnapshotId, records: Sequence[MetadataRecord]) -> None:
+        """The whole state as of the snapshot's end offset: replace what was loaded before."""
 
 
 class NotLeaderError(Exception):
@@ -186,6 +205,7 @@ class KafkaRaftClient:
         self.quorum = QuorumState(metadata_log.directory, node_id, frozenset(voters))
         self.leader_state: LeaderState | None = None
         self.high_watermark = -1
+        self.latest_snapshot: SnapshotId | None = None
         self._listeners: list[RaftListener] = []
         self._uncommitted: deque[LoggedBatch] = deque()
         self._commit_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
@@ -215,9 +235,19 @@ class KafkaRaftClient:
 
     async def start(self) -> None:
         """Read quorum-state and the log, then run the protocol in the background."""
-        last_epoch = self.log.log.latest_epoch() or 0
+        directory = self.log.directory
+        remove_partial_snapshots(directory)
+        snapshots = list_snapshots(directory)
+        self.latest_snapshot = snapshot = snapshots[-1] if snapshots else None
+        start = 0
+        if snapshot is not None:
+            if self.log.next_offset < snapshot.end_offset:  # the log lost what the snapshot holds
+                self.log.log.truncate_fully_and_start_at(snapshot.end_offset)
+            start = snapshot.end_offset
+            self._load_snapshot(snapshot)
         self.log.update_high_watermark(0)  # learned again from the quorum, never trusted from disk
-        self._uncommitted.extend(self.log.batches())
+        self._uncommitted.extend(self.log.batches(start))
+        last_epoch = self._last_offset_and_epoch()[1]
         self.quorum.initialize(last_epoch)
         if self.quorum.is_voter and self.is_only_voter and self.quorum.state is not RaftState.CANDIDATE:
             self.quorum.become_candidate()
@@ -279,7 +309,8 @@ class KafkaRaftClient:
             values, leader_epoch=self.epoch, now_ms=now_ms, flush=False
         )
         records = tuple((decode_metadata_record(value), base_offset + i) for i, value in enumerate(values))
-        batch = LoggedBatch(base_offset, last_offset, self.epoch, now_ms, records)
+        size = 61 + sum(len(value) + 10 for value in values)  # the v2 batch header and per-record framing
+        batch = LoggedBatch(base_offset, last_offset, self.epoch, now_ms, records, size)
         self._uncommitted.append(batch)
         self._on_leader_append()
         return batch
@@ -367,7 +398,14 @@ class KafkaRaftClient:
     # --- elections ---------------------------------------------------------------------------------
 
     def _last_offset_and_epoch(self) -> tuple[int, int]:
-        return self.log.next_offset, self.log.log.latest_epoch() or 0
+        """(log end offset, epoch of the last record): the snapshot's epoch when the log starts empty at it."""
+        epoch = self.log.log.latest_epoch()
+        if epoch is None:
+            snapshot = self.latest_snapshot
+            epoch = (
+                snapshot.epoch if snapshot is not None and snapshot.end_offset == self.log.next_offset else 0
+            )
+        return self.log.next_offset, epoch
 
     async def _ask_votes(self, pre_vote: bool) -> tuple[set[int], set[int]]:
         """Send Vote (or PreVote) to every other voter; (granted, rejected) including this node."""
@@ -690,12 +728,8 @@ class KafkaRaftClient:
             self._truncate_to_diverging(partition.diverging_epoch.epoch, partition.diverging_epoch.end_offset)
             return True
         if partition.snapshot_id.end_offset >= 0:
-            log.error(
-                "raft: leader %d asks for snapshot %s, which kcli cannot fetch yet",
-                node_id,
-                partition.snapshot_id,
-            )
-            return False
+            snapshot_id = SnapshotId(partition.snapshot_id.end_offset, partition.snapshot_id.epoch)
+            return await self._fetch_snapshot(node_id, snapshot_id)
         records = bytes(partition.records or b"")
         if records:
             await self._append_as_follower(records)
@@ -703,6 +737,182 @@ class KafkaRaftClient:
         if not self._caught_up.is_set() and self.log.next_offset >= partition.high_watermark:
             self._caught_up.set()
         return True
+
+    # --- snapshots ------------------------------------------------------------------------------------
+
+    def _load_snapshot(self, snapshot_id: SnapshotId) -> None:
+        """Hand a snapshot's records to every listener (start-up, or one fetched from the leader)."""
+        try:
+            records = read_snapshot_records(self.log.directory, snapshot_id)
+        except (OSError, FormatError) as exc:
+            raise MetadataLogError(
+                f"cannot read snapshot {snapshot_id.file_name} in {self.log.directory}: {str(exc).rstrip('.')}."
+            ) from None
+        log.info("raft: loading snapshot %s (%d records)", snapshot_id.file_name, len(records))
+        for listener in self._listeners:
+            listener.handle_load_snapshot(snapshot_id, records)
+
+    async def write_snapshot(
+        self, snapshot_id: SnapshotId, values: Sequence[bytes], *, last_contained_timestamp: int
+    ) -> bool:
+        """Write a snapshot of the committed state as of `snapshot_id` (Kafka's createSnapshot + freeze),
+        then let retention drop the log below it. False when one as new exists already."""
+        if self.latest_snapshot is not None and snapshot_id <= self.latest_snapshot:
+            return False
+        if snapshot_id.end_offset > self.high_watermark:
+            raise ValueError(f"snapshot {snapshot_id} is past the high watermark {self.high_watermark}")
+        data = build_snapshot(
+            values,
+            timestamp=_now_ms(),
+            last_contained_log_timestamp=last_contained_timestamp,
+            epoch=snapshot_id.epoch,
+        )
+        await asyncio.to_thread(write_snapshot, self.log.directory, snapshot_id, data)
+        if self.latest_snapshot is None or snapshot_id > self.latest_snapshot:
+            self.latest_snapshot = snapshot_id
+        log.info(
+            "raft: wrote snapshot %s (%d records, %d bytes)", snapshot_id.file_name, len(values), len(data)
+        )
+        self._clean_log()
+        return True
+
+    def _clean_log(self) -> None:
+        """Kafka's KafkaMetadataLog.maybeClean: past metadata.max.retention.bytes or .ms, the log starts at
+        the latest snapshot; segments wholly below it and the older snapshots go."""
+        snapshot = self.latest_snapshot
+        partition_log = self.log.log
+        if snapshot is None or snapshot.end_offset <= partition_log.log_start_offset:
+            return
+        oldest = partition_log.segments[0]
+        too_big = partition_log.size_bytes() > self.config.retention_bytes
+        too_old = _now_ms() - oldest.largest_timestamp() > self.config.retention_ms
+        if not (too_big or too_old):
+            return
+        new_start = min(snapshot.end_offset, self.high_watermark)
+        if partition_log.maybe_increment_log_start_offset(new_start):
+            deleted = partition_log.enforce_retention(_now_ms())
+            log.info("raft: the metadata log now starts at %d (%d bytes deleted)", new_start, deleted)
+        for older in list_snapshots(self.log.directory):
+            if older < snapshot:
+                delete_snapshot(self.log.directory, older)
+
+    async def _fetch_snapshot(self, leader_id: int, snapshot_id: SnapshotId) -> bool:
+        """Download the leader's snapshot with FetchSnapshot, then install it: the log restarts at its end."""
+        cls = request_type(FETCH_SNAPSHOT, FETCH_SNAPSHOT_VERSION)
+        topic_cls, partition_cls = nested_type(cls, "TopicSnapshot"), nested_type(cls, "PartitionSnapshot")
+        id_cls = nested_type(cls, "SnapshotId")
+        data = bytearray()
+        while True:
+            request = cls(
+                cluster_id=self.cluster_id,
+                replica_id=self.node_id,
+                max_bytes=MAX_BATCH_BYTES,
+                topics=(
+                    topic_cls(
+                        name=CLUSTER_METADATA_TOPIC,
+                        partitions=(
+                            partition_cls(
+                                partition=0,
+                                current_leader_epoch=self.epoch,
+                                snapshot_id=id_cls(
+                                    end_offset=snapshot_id.end_offset, epoch=snapshot_id.epoch
+                                ),
+                                position=len(data),
+                                replica_directory_id=_ZERO_UUID,
+                            ),
+                        ),
+                    ),
+                ),
+            )
+            response = await self._send(leader_id, request, timeout=self.config.request_timeout_ms / 1000)
+            if response is None:
+                return False
+            partition = _only_partition(response)
+            if partition is None:
+                return False
+            error = (
+                partition.error_code if partition.error_code is not ErrorCode.none else response.error_code
+            )
+            leader = partition.current_leader
+            if (
+                self._handle_epoch_info(error, leader.leader_id, leader.leader_epoch)
+                or error is not ErrorCode.none
+            ):
+                log.info("raft: snapshot %s not fetched: %s", snapshot_id.file_name, error.name)
+                return False
+            data += bytes(partition.unaligned_records or b"")
+            if len(data) >= partition.size:
+                break
+        self._install_snapshot(snapshot_id, bytes(data))
+        return True
+
+    def _install_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
+        write_snapshot(self.log.directory, snapshot_id, data)
+        self.log.log.truncate_fully_and_start_at(snapshot_id.end_offset)
+        self._uncommitted.clear()
+        self.latest_snapshot = snapshot_id
+        self._load_snapshot(snapshot_id)
+        self.high_watermark = self.log.update_high_watermark(snapshot_id.end_offset)
+        log.info("raft: installed snapshot %s from the leader", snapshot_id.file_name)
+
+    def handle_fetch_snapshot(self, request: Any, version: int) -> Any:
+        """The leader serves its snapshot file in pieces (FetchSnapshot, KIP-630)."""
+        cls = response_type(FETCH_SNAPSHOT, version)
+        topic_cls, partition_cls = nested_type(cls, "TopicSnapshot"), nested_type(cls, "PartitionSnapshot")
+        id_cls, leader_cls = nested_type(cls, "SnapshotId"), nested_type(cls, "LeaderIdAndEpoch")
+        error = self._check_cluster_id(request.cluster_id)
+        partition = _only_partition(request)
+        if error is not ErrorCode.none or partition is None:
+            return build(
+                cls, throttle_time=_NO_THROTTLE, error_code=error or ErrorCode.invalid_request, topics=()
+            )
+
+        def answer(error: ErrorCode, *, size: int = 0, position: int = 0, chunk: bytes = b"") -> Any:
+            return build(
+                cls,
+                throttle_time=_NO_THROTTLE,
+                error_code=ErrorCode.none,
+                topics=(
+                    topic_cls(
+                        name=CLUSTER_METADATA_TOPIC,
+                        partitions=(
+                            build(
+                                partition_cls,
+                                index=0,
+                                error_code=error,
+                                snapshot_id=id_cls(
+                                    end_offset=partition.snapshot_id.end_offset,
+                                    epoch=partition.snapshot_id.epoch,
+                                ),
+                                current_leader=leader_cls(
+                                    leader_id=self.quorum.leader_id, leader_epoch=self.epoch
+                                ),
+                                size=size,
+                                position=position,
+                                unaligned_records=chunk,
+                            ),
+                        ),
+                    ),
+                ),
+            )
+
+        epoch_error = self._check_fetch_epoch(partition.current_leader_epoch)
+        if epoch_error is not ErrorCode.none:
+            return answer(epoch_error)
+        snapshot_id = SnapshotId(partition.snapshot_id.end_offset, partition.snapshot_id.epoch)
+        path = self.log.directory / snapshot_id.file_name
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if partition.position < 0 or partition.position >= size:
+                    return answer(ErrorCode.position_out_of_range, size=size)
+                f.seek(partition.position)
+                chunk = f.read(min(request.max_bytes, MAX_BATCH_BYTES))
+        except FileNotFoundError:
+            return answer(ErrorCode.snapshot_not_found)
+        if self.leader_state is not None:
+            self.leader_state.check_quorum_fetched.add(request.replica_id)
+        return answer(ErrorCode.none, size=size, position=partition.position, chunk=chunk)
 
     def _truncate_to_diverging(self, epoch: int, end_offset: int) -> None:
         local_epoch, local_end = self.log.log.end_offset_for_epoch(epoch)
@@ -976,6 +1186,17 @@ class KafkaRaftClient:
         epoch_error = self._check_fetch_epoch(partition.current_leader_epoch)
         if epoch_error is not ErrorCode.none:
             return self._fetch_response(cls, epoch_error)
+        snapshot = self.latest_snapshot
+        if snapshot is not None and (
+            partition.fetch_offset == 0
+            or partition.fetch_offset < self.log.log.log_start_offset
+            or (
+                partition.fetch_offset == self.log.log.log_start_offset
+                and self.log.log.log_start_offset == snapshot.end_offset
+                and partition.last_fetched_epoch != snapshot.epoch
+            )
+        ):
+            return self._fetch_response(cls, ErrorCode.none, snapshot=snapshot)
         local_epoch, local_end = self.log.log.end_offset_for_epoch(partition.last_fetched_epoch)
         if local_epoch < 0 and partition.last_fetched_epoch == 0 and partition.fetch_offset == 0:
             local_epoch, local_end = 0, 0
@@ -1026,7 +1247,13 @@ class KafkaRaftClient:
         return os.pread(fetched.fd, fetched.size, fetched.position)
 
     def _fetch_response(
-        self, cls: type, error: ErrorCode, *, records: bytes = b"", diverging: tuple[int, int] | None = None
+        self,
+        cls: type,
+        error: ErrorCode,
+        *,
+        records: bytes = b"",
+        diverging: tuple[int, int] | None = None,
+        snapshot: SnapshotId | None = None,
     ) -> Any:
         topic_cls, partition_cls = (
             nested_type(cls, "FetchableTopicResponse"),
@@ -1037,6 +1264,9 @@ class KafkaRaftClient:
             extra["diverging_epoch"] = nested_type(cls, "EpochEndOffset")(
                 epoch=diverging[0], end_offset=diverging[1]
             )
+        if snapshot is not None:
+            snapshot_cls = nested_type(cls, "SnapshotId")
+            extra["snapshot_id"] = snapshot_cls(end_offset=snapshot.end_offset, epoch=snapshot.epoch)
         return cls(
             throttle_time=_NO_THROTTLE,
             error_code=ErrorCode.none,
