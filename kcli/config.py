@@ -899,7 +899,13 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table(
             False,
         ),
         ("background.threads", "int", 10, at_least(1), "Background threads.", False),
-        ("request.timeout.ms", "int", 30000, at_least(0), "Timeout of inter-node requests.", False),
+        (
+            "request.timeout.ms",
+            "int",
+            30000,
+            at_least(0),
+            "Timeout of inter-node requests and of the transaction coordinator's tombstone writes.",
+        ),
         (
             "message.max.bytes",
             "int",
@@ -1221,6 +1227,13 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table(
             "How often stale offsets are removed.",
         ),
         ("offset.metadata.max.bytes", "int", 4096, None, "Largest metadata string of a commit."),
+        (
+            "offsets.commit.timeout.ms",
+            "int",
+            5000,
+            at_least(1),
+            "How long an offset commit or group write waits to be committed before it fails.",
+        ),
         (
             "group.initial.rebalance.delay.ms",
             "int",

@@ -412,9 +412,9 @@ def test_require_stable_and_loading(tmp_path: Path) -> None:
         group_state = coordinator.manager.get_group("g")
         from kcli.broker.group.group import CommitRecord, OffsetAndMetadata
 
-        group_state.prepare_txn_offset_commit(
-            77, {("orders", 0): CommitRecord(1, OffsetAndMetadata(9, -1, "", 0))}
-        )
+        pending = OffsetAndMetadata(9, -1, "", 0)
+        group_state.prepare_txn_offset_commit(77, {("orders", 0): pending})
+        group_state.on_txn_offset_commit_append(77, ("orders", 0), CommitRecord(1, pending))
         stable = await client.send(fetch_request(7, {"g": {"orders": [0]}}, require_stable=True))
         assert offsets_of(stable)["g"] == {("orders", 0): (-1, "", ErrorCode.unstable_offset_commit)}
         loose = await client.send(fetch_request(7, {"g": {"orders": [0]}}))

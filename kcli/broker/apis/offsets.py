@@ -73,7 +73,7 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> object:
         if coordinator is None:
             errors = dict.fromkeys(offsets, ErrorCode.coordinator_not_available)
         else:
-            errors = coordinator.commit_offsets(
+            errors = await coordinator.commit_offsets(
                 request.group_id,
                 getattr(request, "member_id", UNKNOWN_MEMBER_ID),
                 getattr(request, "group_instance_id", None),

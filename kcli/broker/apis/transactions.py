@@ -68,7 +68,7 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> obj
         return tuple(topic_cls(name=t, results_by_partition=tuple(ps)) for t, ps in by_topic.items())
 
     if version <= 3:
-        results = _add_partitions(
+        results = await _add_partitions(
             ctx,
             request.v3_and_below_transactional_id,
             request.v3_and_below_producer_id,
@@ -83,7 +83,7 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> obj
     result_cls = nested_type(response_cls, "AddPartitionsToTxnResult")
     answers = []
     for txn in request.transactions:
-        results = _add_partitions(
+        results = await _add_partitions(
             ctx,
             txn.transactional_id,
             txn.producer_id,
@@ -107,7 +107,7 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> obj
     )
 
 
-def _add_partitions(
+async def _add_partitions(
     ctx: RequestContext,
     transactional_id: str | None,
     producer_id: int,
@@ -127,7 +127,7 @@ def _add_partitions(
         }
     if verify_only:
         return coordinator.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
-    error = coordinator.add_partitions(transactional_id, producer_id, producer_epoch, partitions)
+    error = await coordinator.add_partitions(transactional_id, producer_id, producer_epoch, partitions)
     return dict.fromkeys(partitions, error)
 
 
@@ -142,7 +142,7 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> object
         error = ErrorCode.coordinator_not_available
     else:
         offsets_partition = (OFFSETS_TOPIC, groups.partition_for(request.group_id))
-        error = coordinator.add_partitions(
+        error = await coordinator.add_partitions(
             request.transactional_id, request.producer_id, request.producer_epoch, [offsets_partition]
         )
     error = fenced_for(version, 2, error)
@@ -158,7 +158,7 @@ async def handle_end_txn(ctx: RequestContext, request: Any) -> object:
     if coordinator is None:
         error = ErrorCode.coordinator_not_available
     else:
-        error = coordinator.end_transaction(
+        error = await coordinator.end_transaction(
             request.transactional_id, request.producer_id, request.producer_epoch, request.committed
         )
     error = fenced_for(version, 2, error)
@@ -192,7 +192,7 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> object:
                 -1,
             )
     if offsets:
-        errors.update(_txn_commit(ctx, request, version, offsets))
+        errors.update(await _txn_commit(ctx, request, version, offsets))
     by_topic: dict[str, list[Any]] = {}
     for (name, index), error in errors.items():
         if version < 2 and error is ErrorCode.coordinator_load_in_progress:
@@ -204,7 +204,7 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> object:
     return build(response_cls, throttle_time=_NO_THROTTLE, topics=topics)
 
 
-def _txn_commit(
+async def _txn_commit(
     ctx: RequestContext, request: Any, version: int, offsets: dict[tuple[str, int], OffsetAndMetadata]
 ) -> dict[tuple[str, int], ErrorCode]:
     coordinator = transaction_coordinator(ctx)
@@ -220,7 +220,7 @@ def _txn_commit(
         if verified is ErrorCode.producer_fenced:
             verified = ErrorCode.invalid_producer_epoch
         return dict.fromkeys(offsets, verified)
-    return groups.txn_commit_offsets(
+    return await groups.txn_commit_offsets(
         request.group_id,
         request.producer_id,
         request.producer_epoch,

@@ -1,11 +1,17 @@
 """The classic group coordinator (Kafka's GroupCoordinator), on the broker's event loop.
 
 Every request handler calls one method here. JoinGroup and SyncGroup may have to wait for other
-members, so they return a future the handler awaits (Kafka parks them in a purgatory); everything
-else answers at once. Kafka's delayed operations become `loop.call_later` handles, checked when they
+members, so they return a future the handler awaits (Kafka parks them in a purgatory); OffsetCommit
+and TxnOffsetCommit are coroutines that end when their records are committed; everything else
+answers at once. Kafka's delayed operations become `loop.call_later` handles, checked when they
 fire: a member's session deadline, a MEMBER_ID_REQUIRED id's deadline, the join phase (the initial
 delayed join of an empty group, then the rebalance timeout) and the pending-sync deadline. With one
 thread there are no group locks: a method runs to its end before any timer or other request.
+
+A group record is written as Kafka's storeGroup writes it: the call returns at once and a callback
+gets the outcome when the high watermark has passed the record (or the write failed or timed out),
+so the coordinator keeps answering other requests meanwhile. The callback re-checks what the wait may
+have changed (the generation, a replaced static member) before applying anything.
 
 Groups and offsets live in __consumer_offsets through `GroupMetadataManager`, which loads the
 partitions this node leads at start-up (COORDINATOR_LOAD_IN_PROGRESS until done) and when the topic
@@ -17,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from kio.schema.errors import ErrorCode
 
@@ -102,6 +108,25 @@ class GroupCoordinator:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _store_group(
+        self, group: ClassicGroup, assignment: Mapping[str, bytes], callback: Callable[[ErrorCode], None]
+    ) -> None:
+        """storeGroup: write the group record; `callback` gets the outcome once it is committed or failed."""
+        self._spawn(self._store_group_then(group, assignment, callback))
+
+    async def _store_group_then(
+        self, group: ClassicGroup, assignment: Mapping[str, bytes], callback: Callable[[ErrorCode], None]
+    ) -> None:
+        try:
+            error = await self.manager.store_group(group, assignment)
+        except asyncio.CancelledError:  # shutdown: whoever waits for the write is sent elsewhere
+            self._guarded(callback, ErrorCode.not_coordinator)
+            raise
+        except Exception:
+            log.exception("Storing the metadata of group %s failed", group.group_id)
+            error = ErrorCode.unknown_server_error
+        self._guarded(callback, error)
 
     def _load(self, partitions: Iterable[int]) -> None:
         todo = [
@@ -527,54 +552,60 @@ class GroupCoordinator:
             if group.protocol_name == group.select_protocol():
                 # Nothing the assignment depends on changed: persist the new member id, no rebalance.
                 assignment = {m.member_id: m.assignment for m in group.members.values()}
-                error = self.manager.store_group(group, assignment)
-                if error is not ErrorCode.none:
-                    log.warning("Failed to persist metadata for group %s: %s", group.group_id, error.name)
-                    group.update_member(
-                        member, old_protocols, old_rebalance_timeout_ms, old_session_timeout_ms, None
-                    )
-                    restored = group.replace_static_member(group_instance_id, new_member_id, old_member_id)
-                    self._schedule_heartbeat_expiration(group, restored, restored.session_timeout_ms)
-                    respond(
-                        JoinResult(
-                            member_id=UNKNOWN_MEMBER_ID,
-                            error=error,
-                            generation_id=group.generation_id,
-                            protocol_type=group.protocol_type,
-                            protocol_name=group.protocol_name,
-                            leader_id=current_leader,
+
+                def on_stored(error: ErrorCode) -> None:
+                    if error is not ErrorCode.none:
+                        log.warning("Failed to persist metadata for group %s: %s", group.group_id, error.name)
+                        if group.members.get(new_member_id) is member:  # not replaced again meanwhile
+                            group.update_member(
+                                member, old_protocols, old_rebalance_timeout_ms, old_session_timeout_ms, None
+                            )
+                            restored = group.replace_static_member(
+                                group_instance_id, new_member_id, old_member_id
+                            )
+                            self._schedule_heartbeat_expiration(group, restored, restored.session_timeout_ms)
+                        respond(
+                            JoinResult(
+                                member_id=UNKNOWN_MEMBER_ID,
+                                error=error,
+                                generation_id=group.generation_id,
+                                protocol_type=group.protocol_type,
+                                protocol_name=group.protocol_name,
+                                leader_id=current_leader,
+                            )
                         )
-                    )
-                elif supports_skip_assignment:
-                    # JoinGroup v9+: the leader learns it leads but must not run the assignor again.
-                    is_leader = group.is_leader(new_member_id)
-                    group.maybe_invoke_join(
-                        member,
-                        JoinResult(
-                            member_id=new_member_id,
-                            error=ErrorCode.none,
-                            generation_id=group.generation_id,
-                            protocol_type=group.protocol_type,
-                            protocol_name=group.protocol_name,
-                            leader_id=group.leader_id or "",
-                            members=group.current_member_metadata() if is_leader else (),
-                            skip_assignment=is_leader,
-                        ),
-                    )
-                else:
-                    # Before v9: show the old leader id, so a restarted static leader does not see itself
-                    # as leader and run a trivial assignment a Stable group would never broadcast.
-                    group.maybe_invoke_join(
-                        member,
-                        JoinResult(
-                            member_id=new_member_id,
-                            error=ErrorCode.none,
-                            generation_id=group.generation_id,
-                            protocol_type=group.protocol_type,
-                            protocol_name=group.protocol_name,
-                            leader_id=current_leader,
-                        ),
-                    )
+                    elif supports_skip_assignment:
+                        # JoinGroup v9+: the leader learns it leads but must not run the assignor again.
+                        is_leader = group.is_leader(new_member_id)
+                        group.maybe_invoke_join(
+                            member,
+                            JoinResult(
+                                member_id=new_member_id,
+                                error=ErrorCode.none,
+                                generation_id=group.generation_id,
+                                protocol_type=group.protocol_type,
+                                protocol_name=group.protocol_name,
+                                leader_id=group.leader_id or "",
+                                members=group.current_member_metadata() if is_leader else (),
+                                skip_assignment=is_leader,
+                            ),
+                        )
+                    else:
+                        # Before v9: show the old leader id, so a restarted static leader does not see
+                        # itself as leader and run a trivial assignment a Stable group would never broadcast.
+                        group.maybe_invoke_join(
+                            member,
+                            JoinResult(
+                                member_id=new_member_id,
+                                error=ErrorCode.none,
+                                generation_id=group.generation_id,
+                                protocol_type=group.protocol_type,
+                                protocol_name=group.protocol_name,
+                                leader_id=current_leader,
+                            ),
+                        )
+
+                self._store_group(group, assignment, on_stored)
             else:
                 self._maybe_prepare_rebalance(
                     group,
@@ -677,9 +708,14 @@ class GroupCoordinator:
                 OFFSETS_TOPIC,
                 self.partition_for(group.group_id),
             )
-            error = self.manager.store_group(group, {})
-            if error is not ErrorCode.none:
-                log.warning("Failed to write empty metadata for group %s: %s", group.group_id, error.name)
+
+            def on_stored(error: ErrorCode) -> None:
+                # The previous generation becomes active again only if this node fails before the next
+                # rebalance; an empty generation has no members to mislead, so a warning is enough.
+                if error is not ErrorCode.none:
+                    log.warning("Failed to write empty metadata for group %s: %s", group.group_id, error.name)
+
+            self._store_group(group, {}, on_stored)
             return
         log.info(
             "Stabilized group %s generation %d (%s-%d) with %d members",
@@ -763,18 +799,26 @@ class GroupCoordinator:
                         group.group_id,
                         group.generation_id,
                     )
-                store_error = self.manager.store_group(group, assignment)
-                if group.is_(GroupState.COMPLETING_REBALANCE) and generation_id == group.generation_id:
-                    if store_error is not ErrorCode.none:
-                        self._reset_and_propagate_assignment_error(group, store_error)
+
+                def on_stored(error: ErrorCode) -> None:
+                    # Members may have joined or left while the write waited: only the same generation,
+                    # still completing its rebalance, takes the outcome.
+                    if not (
+                        group.is_(GroupState.COMPLETING_REBALANCE) and generation_id == group.generation_id
+                    ):
+                        return
+                    if error is not ErrorCode.none:
+                        self._reset_and_propagate_assignment_error(group, error)
                         self._maybe_prepare_rebalance(
-                            group, f"Error {store_error.name} when storing group assignment during SyncGroup"
+                            group, f"Error {error.name} when storing group assignment during SyncGroup"
                         )
                     else:
                         for member in group.members.values():
                             member.assignment = assignment[member.member_id]
                         self._propagate_assignment(group, ErrorCode.none)
                         group.transition_to(GroupState.STABLE, wall_clock_ms())
+
+                self._store_group(group, assignment, on_stored)
         elif state is GroupState.STABLE:
             self._remove_pending_sync_member(group, member_id)
             member = group.get(member_id)
@@ -1049,7 +1093,7 @@ class GroupCoordinator:
 
     # --- offsets ----------------------------------------------------------------------------------
 
-    def commit_offsets(
+    async def commit_offsets(
         self,
         group_id: str,
         member_id: str,
@@ -1057,7 +1101,8 @@ class GroupCoordinator:
         generation_id: int,
         offsets: Mapping[TopicPartition, OffsetAndMetadata],
     ) -> dict[TopicPartition, ErrorCode]:
-        """OffsetCommit for partitions that passed the topic checks; answered after the append."""
+        """OffsetCommit for partitions that passed the topic checks; answered once the commit is
+        committed in __consumer_offsets (or its write failed or timed out)."""
         error = self.validate_group_status(group_id, GroupApi.OFFSET_COMMIT)
         if error is not None:
             return dict.fromkeys(offsets, error)
@@ -1077,7 +1122,7 @@ class GroupCoordinator:
             # Allowed while preparing, so a consumer can commit in its revocation callback.
             member = group.get(member_id)
             self._schedule_heartbeat_expiration(group, member, member.session_timeout_ms)
-        return self.manager.store_offsets(group, offsets)
+        return await self.manager.store_offsets(group, offsets)
 
     def _validate_offset_commit(
         self, group: ClassicGroup, generation_id: int, member_id: str, group_instance_id: str | None
@@ -1197,7 +1242,7 @@ class GroupCoordinator:
 
     # --- transactions (the transaction coordinator's hooks) -------------------------------------------
 
-    def txn_commit_offsets(
+    async def txn_commit_offsets(
         self,
         group_id: str,
         producer_id: int,
@@ -1225,7 +1270,7 @@ class GroupCoordinator:
                 return dict.fromkeys(offsets, error)
             if generation_id != group.generation_id:
                 return dict.fromkeys(offsets, ErrorCode.illegal_generation)
-        return self.manager.store_txn_offsets(group, producer_id, producer_epoch, offsets)
+        return await self.manager.store_txn_offsets(group, producer_id, producer_epoch, offsets)
 
     def on_transaction_completed(self, producer_id: int, is_commit: bool) -> None:
         """A COMMIT or ABORT marker for `producer_id` reached __consumer_offsets: settle its offsets."""

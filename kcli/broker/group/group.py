@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -65,7 +65,8 @@ class CommitRecord:
     offset: OffsetAndMetadata
 
     def older_than(self, other: CommitRecord) -> bool:
-        return (self.appended_batch_offset or -1) < (other.appended_batch_offset or -1)
+        mine, theirs = self.appended_batch_offset, other.appended_batch_offset
+        return (-1 if mine is None else mine) < (-1 if theirs is None else theirs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -464,18 +465,48 @@ class ClassicGroup:
             key in pending for pending in self.pending_txn_offset_commits.values()
         )
 
+    def prepare_offset_commit(self, offsets: Mapping[tuple[str, int], OffsetAndMetadata]) -> None:
+        """Regular commits whose write is under way: pending (UNSTABLE_OFFSET_COMMIT) until it ends."""
+        self.pending_offset_commits.update(offsets)
+
     def on_offset_commit_append(self, key: tuple[str, int], record: CommitRecord) -> None:
-        """A regular commit reached the log: it becomes the committed offset unless a later one did."""
-        current = self.offsets.get(key)
-        if current is None or current.older_than(record):
-            self.offsets[key] = record
+        """A regular commit is committed in the log: it becomes the committed offset unless a later one
+        did, or its partition's offsets were removed (a deleted topic) while it was written."""
+        if key in self.pending_offset_commits:
+            current = self.offsets.get(key)
+            if current is None or current.older_than(record):
+                self.offsets[key] = record
         if self.pending_offset_commits.get(key) == record.offset:
             del self.pending_offset_commits[key]
 
+    def fail_pending_offset_write(self, key: tuple[str, int], offset: OffsetAndMetadata) -> None:
+        """The write failed or timed out: the commit is forgotten (a later pending one stays)."""
+        if self.pending_offset_commits.get(key) == offset:
+            del self.pending_offset_commits[key]
+
     def prepare_txn_offset_commit(
-        self, producer_id: int, offsets: dict[tuple[str, int], CommitRecord]
+        self, producer_id: int, offsets: Mapping[tuple[str, int], OffsetAndMetadata]
     ) -> None:
-        self.pending_txn_offset_commits.setdefault(producer_id, {}).update(offsets)
+        """Transactional commits whose write is under way: pending for the producer, not yet in the log."""
+        pending = self.pending_txn_offset_commits.setdefault(producer_id, {})
+        for key, offset in offsets.items():
+            pending[key] = CommitRecord(None, offset)
+
+    def on_txn_offset_commit_append(
+        self, producer_id: int, key: tuple[str, int], record: CommitRecord
+    ) -> None:
+        """The transactional commit is committed in the log: it waits for the marker with its log offset."""
+        pending = self.pending_txn_offset_commits.get(producer_id)
+        if pending is not None and key in pending and pending[key].offset == record.offset:
+            pending[key] = record
+
+    def fail_pending_txn_offset_commit(self, producer_id: int, key: tuple[str, int]) -> None:
+        """The transactional commit's write failed or timed out: it is not pending any more."""
+        pending = self.pending_txn_offset_commits.get(producer_id)
+        if pending is not None:
+            pending.pop(key, None)
+            if not pending:
+                del self.pending_txn_offset_commits[producer_id]
 
     def complete_pending_txn_offset_commit(self, producer_id: int, is_commit: bool) -> None:
         """A COMMIT marker moves the producer's offsets in (unless newer ones exist); ABORT drops them."""

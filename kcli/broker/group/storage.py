@@ -2,12 +2,15 @@
 
 It owns the group cache, knows which __consumer_offsets partitions this node coordinates and which are
 still loading, writes group and offset records (key and value schemas from `formats.internal`, one
-batch per call, appended as the coordinator and answered after the append), loads partitions back
-at start-up, and turns expired or deleted offsets and dead groups into tombstones.
+batch per call, appended as the coordinator), loads partitions back at start-up, and turns expired
+or deleted offsets and dead groups into tombstones.
 
-Appends are synchronous: the partition log writes before `append_as_leader` returns, and with this
-node the only replica the write is committed then. So where Kafka registers a callback for the end
-of an append, the methods here simply return the outcome.
+Group and offset writes end when the high watermark has passed them (`coordinator_log.write_records`,
+waiting at most offsets.commit.timeout.ms), where Kafka's storeGroup/storeOffsets answer from the
+append's callback; the methods here are coroutines that return that outcome. Until then an offset
+commit is only pending (UNSTABLE_OFFSET_COMMIT for RequireStable fetches, the old offset otherwise),
+and a failed or timed-out write leaves nothing in the cache. Tombstones are written with acks=0 and
+not waited for, as Kafka's cleanupGroupMetadata does: a lost one is written again on the next pass.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from formats.internal import (
     encode_offset_commit_key,
     offsets_partition_for,
 )
-from kcli.broker.coordinator_log import append_records, replay_log
+from kcli.broker.coordinator_log import append_records, replay_log, write_records
 from kcli.broker.group.group import ClassicGroup, CommitRecord, GroupState, OffsetAndMetadata
 from kcli.broker.group.loader import PartitionReplay
 from kcli.broker.log.log import wall_clock_ms
@@ -60,6 +63,7 @@ class GroupMetadataManager:
         self.loading_partitions: set[int] = set()
         self.max_metadata_size = int(config["offset.metadata.max.bytes"])  # type: ignore[call-overload]
         self.retention_ms = int(config["offsets.retention.minutes"]) * 60_000  # type: ignore[call-overload]
+        self.commit_timeout_ms = int(config["offsets.commit.timeout.ms"])  # type: ignore[call-overload]
         self.shutting_down = False
 
     # --- placement --------------------------------------------------------------------------------
@@ -115,10 +119,11 @@ class GroupMetadataManager:
 
     # --- writes -----------------------------------------------------------------------------------
 
-    def store_group(self, group: ClassicGroup, assignment: Mapping[str, bytes]) -> ErrorCode:
+    async def store_group(self, group: ClassicGroup, assignment: Mapping[str, bytes]) -> ErrorCode:
         """Write the group record (what SyncGroup's leader and an emptied group persist).
 
-        Returns NONE or the error the group APIs report for a failed append.
+        Returns NONE once it is committed, or the error the group APIs report for a failed append.
+        The caller applies the outcome: the group may have moved on while the write waited.
         """
         protocol = group.protocol_name
         members = [
@@ -143,31 +148,38 @@ class GroupMetadataManager:
             group.current_state_timestamp if group.current_state_timestamp is not None else -1,
             members,
         )
-        error, _ = self._append(self.partition_for(group.group_id), [(key, value)])
+        error, _ = await self._write(self.partition_for(group.group_id), [(key, value)])
+        if error is not ErrorCode.none:
+            log.debug(
+                "Metadata from group %s with generation %d failed when appending to log due to %s",
+                group.group_id,
+                group.generation_id,
+                error.name,
+            )
         return _GROUP_APPEND_ERRORS.get(error, error)
 
-    def store_offsets(
+    async def store_offsets(
         self, group: ClassicGroup, offsets: Mapping[TopicPartition, OffsetAndMetadata]
     ) -> dict[TopicPartition, ErrorCode]:
-        """Append the valid commits as one batch; the cache takes them once the append succeeded."""
+        """Write the valid commits as one batch; they are pending until it is committed, then the cache
+        takes them (unless the group was unloaded meanwhile); a failed write only drops them."""
         results, valid = self._split_by_metadata_size(offsets)
         if not valid:
             return results
         records = _commit_records(group.group_id, valid, with_expire=True)
-        group.pending_offset_commits.update(valid)
-        error, base_offset = self._append(self.partition_for(group.group_id), records)
-        if error is ErrorCode.none:
+        group.prepare_offset_commit(valid)
+        error, base_offset = await self._write(self.partition_for(group.group_id), records)
+        if not group.is_(GroupState.DEAD):
             for key, committed in valid.items():
-                group.on_offset_commit_append(key, CommitRecord(base_offset, committed))
-        else:
-            for key, committed in valid.items():
-                if group.pending_offset_commits.get(key) == committed:
-                    del group.pending_offset_commits[key]
+                if error is ErrorCode.none:
+                    group.on_offset_commit_append(key, CommitRecord(base_offset, committed))
+                else:
+                    group.fail_pending_offset_write(key, committed)
         mapped = _OFFSET_APPEND_ERRORS.get(error, error)
         results.update(dict.fromkeys(valid, mapped))
         return results
 
-    def store_txn_offsets(
+    async def store_txn_offsets(
         self,
         group: ClassicGroup,
         producer_id: int,
@@ -175,18 +187,22 @@ class GroupMetadataManager:
         offsets: Mapping[TopicPartition, OffsetAndMetadata],
     ) -> dict[TopicPartition, ErrorCode]:
         """TxnOffsetCommit: one transactional batch stamped with the producer; the offsets stay pending
-        for that producer until its COMMIT marker (on_transaction_completed), and vanish on ABORT."""
+        for that producer until its COMMIT marker (on_transaction_completed), and vanish on ABORT or
+        when the write fails."""
         results, valid = self._split_by_metadata_size(offsets)
         if not valid:
             return results
         records = _commit_records(group.group_id, valid, with_expire=False)
-        error, base_offset = self._append(
+        group.prepare_txn_offset_commit(producer_id, valid)
+        error, base_offset = await self._write(
             self.partition_for(group.group_id), records, producer=(producer_id, producer_epoch)
         )
-        if error is ErrorCode.none:
-            group.prepare_txn_offset_commit(
-                producer_id, {key: CommitRecord(base_offset, committed) for key, committed in valid.items()}
-            )
+        if not group.is_(GroupState.DEAD):
+            for key, committed in valid.items():
+                if error is ErrorCode.none:
+                    group.on_txn_offset_commit_append(producer_id, key, CommitRecord(base_offset, committed))
+                else:
+                    group.fail_pending_txn_offset_commit(producer_id, key)
         mapped = _OFFSET_APPEND_ERRORS.get(error, error)
         results.update(dict.fromkeys(valid, mapped))
         return results
@@ -245,8 +261,14 @@ class GroupMetadataManager:
                 if group.generation_id > 0:
                     tombstones.append((encode_group_metadata_key(group.group_id), None))
             if tombstones:
-                error, _ = self._append(self.partition_for(group.group_id), tombstones)
-                if error is not ErrorCode.none:  # the next cleanup pass writes them again
+                # acks=0, as Kafka writes them: a lost tombstone is written again on the next pass.
+                error = append_records(
+                    self.replicas.partition(OFFSETS_TOPIC, self.partition_for(group.group_id)),
+                    tombstones,
+                    now_ms=self.clock(),
+                    required_acks=0,
+                ).error
+                if error is not ErrorCode.none:
                     log.error(
                         "Failed to append %d tombstones for group %s: %s",
                         len(tombstones),
@@ -322,20 +344,24 @@ class GroupMetadataManager:
             len(replay.offsets),
         )
 
-    # --- appends ----------------------------------------------------------------------------------
+    # --- writes -----------------------------------------------------------------------------------
 
-    def _append(
+    async def _write(
         self,
         partition: int,
         records: list[tuple[bytes, bytes | None]],
         *,
         producer: tuple[int, int] | None = None,
     ) -> tuple[ErrorCode, int]:
-        """Append one batch of (key, value) records to __consumer_offsets-`partition`; (error, base offset)."""
-        return append_records(
-            self.replicas.partition(OFFSETS_TOPIC, partition),
+        """Write one batch of (key, value) records to __consumer_offsets-`partition` and wait, at most
+        offsets.commit.timeout.ms, until it is committed (appendForGroup); (error, base offset)."""
+        return await write_records(
+            self.replicas,
+            OFFSETS_TOPIC,
+            partition,
             records,
             now_ms=self.clock(),
+            timeout_ms=self.commit_timeout_ms,
             producer=producer,
         )
 
@@ -375,7 +401,8 @@ _GROUP_APPEND_ERRORS = {
     ErrorCode.record_list_too_large: ErrorCode.unknown_server_error,
     ErrorCode.invalid_fetch_size: ErrorCode.unknown_server_error,
 }
-"""GroupMetadataManager.storeGroup's mapping of append errors to what JoinGroup/SyncGroup return."""
+"""GroupMetadataManager.storeGroup's mapping of append errors to what JoinGroup/SyncGroup return
+(the classic coordinator's: a timed-out write asks the members to rebalance; anything else is kept)."""
 
 _OFFSET_APPEND_ERRORS = {
     ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
@@ -387,4 +414,5 @@ _OFFSET_APPEND_ERRORS = {
     ErrorCode.record_list_too_large: ErrorCode.invalid_commit_offset_size,
     ErrorCode.invalid_fetch_size: ErrorCode.invalid_commit_offset_size,
 }
-"""GroupMetadataManager.storeOffsets' mapping (Kafka's maybeConvertOffsetCommitError)."""
+"""GroupMetadataManager.storeOffsets' mapping (Kafka's maybeConvertOffsetCommitError); anything else,
+REQUEST_TIMED_OUT for a commit that outlived offsets.commit.timeout.ms among them, is returned as it is."""

@@ -53,9 +53,11 @@ class ReplicaManager:
 
     def apply_image(self, image: ClusterMetadataImage) -> None:
         """Bring the hosted partitions in line with `image` and the logs on disk (the node creates and
-        deletes the logs first): host each local log the image names, apply its registration, drop the rest."""
+        deletes the logs first): host each local log the image names, apply its registration, drop the rest.
+        Requests waiting on a dropped partition are woken to answer its error (stopReplicas)."""
         for key in [k for k in self._partitions if self.logs.get_log(*k) is None]:
             del self._partitions[key]
+            self.purgatory.check_and_complete(key)
         for partition_log in self.logs.logs():
             registration = image.partition(partition_log.topic, partition_log.partition)
             if registration is None:

@@ -5,19 +5,23 @@ verify-only form, which the Produce path uses in-process as KIP-890 part 1 does 
 AddOffsetsToTxn (through add_partitions with the group's __consumer_offsets partition), EndTxn,
 ListTransactions and DescribeTransactions.
 
-EndTxn answers once the PrepareCommit/PrepareAbort record is durable, as Kafka does; the markers and
-the CompleteCommit/CompleteAbort record follow on the next turn of the loop (Kafka's marker channel).
-Until then the id answers CONCURRENT_TRANSACTIONS, which clients retry. Markers for local partitions
-go straight to `Log.write_txn_markers`; a COMMIT/ABORT in __consumer_offsets also settles the group
-coordinator's pending transactional offsets. Two sweeps run on timers: Ongoing transactions past their
-timeout are aborted with a bumped epoch (fencing the producer), and idle ids expire.
+Every transition is answered once its __transaction_state record is committed (the high watermark
+passed it; `TransactionStateManager.append_transaction_to_log`), so these methods are coroutines and
+the loop answers other requests while a write waits. EndTxn answers once the PrepareCommit or
+PrepareAbort record is committed, as Kafka does; the markers and the CompleteCommit/CompleteAbort
+record follow in a task of their own (Kafka's marker channel), and a Complete* record the log could
+not take is written again. Until then the id answers CONCURRENT_TRANSACTIONS, which clients retry.
+Markers for local partitions go straight to `Log.write_txn_markers` (not yet waiting for their high
+watermark); a COMMIT/ABORT in __consumer_offsets also settles the group coordinator's pending
+transactional offsets. Two sweeps run on timers: Ongoing transactions past their timeout are aborted
+with a bumped epoch (fencing the producer), and idle ids expire.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
@@ -43,6 +47,8 @@ from kcli.config import BrokerConfig
 log = logging.getLogger("kcli.broker.txn")
 
 OFFSETS_TOPIC = "__consumer_offsets"
+TXN_LOG_APPEND_RETRY_BACKOFF_MS = 100
+"""Pause before writing a Complete* record again after COORDINATOR_NOT_AVAILABLE (retry.backoff.ms)."""
 
 
 class InitProducerIdResult(NamedTuple):
@@ -113,11 +119,11 @@ class TransactionCoordinator:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _every(self, interval_ms: int, sweep: Callable[[], object]) -> None:
+    async def _every(self, interval_ms: int, sweep: Callable[[], Awaitable[object]]) -> None:
         while True:
             await asyncio.sleep(interval_ms / 1000)
             try:
-                sweep()
+                await sweep()
             except Exception:
                 log.exception("transaction coordinator sweep %s failed", getattr(sweep, "__name__", sweep))
 
@@ -143,7 +149,7 @@ class TransactionCoordinator:
                     metadata.state.state_name,
                     metadata.transactional_id,
                 )
-                self._complete_transaction(metadata)
+                self._schedule_completion(metadata)
 
     # --- metadata -------------------------------------------------------------------------------------
 
@@ -231,7 +237,7 @@ class TransactionCoordinator:
         if state is TransactionState.ONGOING:
             # Another instance is mid-transaction: fence it by aborting with a bumped epoch; the new
             # producer retries on CONCURRENT_TRANSACTIONS and bumps once more after CompleteAbort.
-            error = self._fence_and_abort(metadata)
+            error = await self._fence_and_abort(metadata)
             return InitProducerIdResult(
                 ErrorCode.concurrent_transactions if error is ErrorCode.none else error
             )
@@ -251,7 +257,7 @@ class TransactionCoordinator:
             transit = metadata.prepare_increment_producer_epoch(transaction_timeout_ms, expected_epoch, now)
         if isinstance(transit, ErrorCode):
             return InitProducerIdResult(transit)
-        error = self.state_manager.append_transaction_to_log(metadata, transit)
+        error = await self.state_manager.append_transaction_to_log(metadata, transit)
         if error is not ErrorCode.none:
             return InitProducerIdResult(error)
         log.info(
@@ -264,7 +270,7 @@ class TransactionCoordinator:
 
     # --- AddPartitionsToTxn / AddOffsetsToTxn --------------------------------------------------------
 
-    def add_partitions(
+    async def add_partitions(
         self,
         transactional_id: str | None,
         producer_id: int,
@@ -282,7 +288,7 @@ class TransactionCoordinator:
         if metadata.state is TransactionState.ONGOING and partitions <= metadata.topic_partitions:
             return ErrorCode.none  # nothing new: no record
         transit = metadata.prepare_add_partitions(partitions, self.clock())
-        return self.state_manager.append_transaction_to_log(metadata, transit)
+        return await self.state_manager.append_transaction_to_log(metadata, transit)
 
     def verify_partitions(
         self,
@@ -326,10 +332,11 @@ class TransactionCoordinator:
 
     # --- EndTxn -----------------------------------------------------------------------------------
 
-    def end_transaction(
+    async def end_transaction(
         self, transactional_id: str | None, producer_id: int, producer_epoch: int, commit: bool
     ) -> ErrorCode:
-        """EndTxn from a client: PrepareCommit/PrepareAbort now, markers and Complete* right after."""
+        """EndTxn from a client: PrepareCommit/PrepareAbort, answered once committed; markers and
+        Complete* right after."""
         found = self._checked(transactional_id, producer_id, producer_epoch)
         if isinstance(found, ErrorCode):
             return found
@@ -338,7 +345,7 @@ class TransactionCoordinator:
         if state is TransactionState.ONGOING:
             target = TransactionState.PREPARE_COMMIT if commit else TransactionState.PREPARE_ABORT
             transit = metadata.prepare_abort_or_commit(target, self.clock())
-            error = self.state_manager.append_transaction_to_log(metadata, transit)
+            error = await self.state_manager.append_transaction_to_log(metadata, transit)
             if error is ErrorCode.none:
                 self._schedule_completion(metadata)
             return error
@@ -352,7 +359,7 @@ class TransactionCoordinator:
             return ErrorCode.invalid_txn_state if commit else ErrorCode.concurrent_transactions
         return ErrorCode.invalid_txn_state  # Empty (Dead and PrepareEpochFence are never seen here)
 
-    def _fence_and_abort(self, metadata: TransactionMetadata) -> ErrorCode:
+    async def _fence_and_abort(self, metadata: TransactionMetadata) -> ErrorCode:
         """Bump the epoch of an Ongoing transaction and abort it with that epoch (InitProducerId's fence
         and the timeout sweep): PrepareEpochFence in memory, PrepareAbort written, markers, CompleteAbort."""
         fence = metadata.prepare_fence_producer_epoch()
@@ -362,7 +369,7 @@ class TransactionCoordinator:
         metadata.producer_epoch = fence.producer_epoch
         metadata.last_producer_epoch = NO_PRODUCER_EPOCH
         transit = metadata.prepare_abort_or_commit(TransactionState.PREPARE_ABORT, self.clock())
-        error = self.state_manager.append_transaction_to_log(metadata, transit)
+        error = await self.state_manager.append_transaction_to_log(metadata, transit)
         if error is not ErrorCode.none:
             metadata.has_failed_epoch_fence = True
             return error
@@ -373,24 +380,20 @@ class TransactionCoordinator:
     # --- markers ----------------------------------------------------------------------------------
 
     def _schedule_completion(self, metadata: TransactionMetadata) -> None:
-        """Write the markers and the Complete record on the next turn of the loop (after the response)."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # called outside a loop (unit tests): complete now
-            self._complete_transaction(metadata)
-            return
+        """Write the markers and the Complete record in a task of its own, after the response."""
         metadata.pending_state = metadata.state  # nothing else may happen to the id until it completes
-        loop.call_soon(self._complete_scheduled, metadata)
+        self._spawn(self._complete_scheduled(metadata))
 
-    def _complete_scheduled(self, metadata: TransactionMetadata) -> None:
+    async def _complete_scheduled(self, metadata: TransactionMetadata) -> None:
         metadata.pending_state = None
         try:
-            self._complete_transaction(metadata)
+            await self._complete_transaction(metadata)
         except Exception:
             log.exception("completing the transaction of %s failed", metadata.transactional_id)
 
-    def _complete_transaction(self, metadata: TransactionMetadata) -> None:
-        """Write a marker to every partition of a PrepareCommit/PrepareAbort transaction, then Complete*."""
+    async def _complete_transaction(self, metadata: TransactionMetadata) -> None:
+        """Write a marker to every partition of a PrepareCommit/PrepareAbort transaction, then Complete*,
+        written again while the log is not available for it (Kafka's txnLogAppendRetryQueue)."""
         if not metadata.state.is_prepare:
             return
         commit = metadata.state is TransactionState.PREPARE_COMMIT
@@ -406,7 +409,18 @@ class TransactionCoordinator:
         for topic, index in sorted(metadata.topic_partitions):
             self._write_marker(metadata.transactional_id, topic, index, marker)
         transit = metadata.prepare_complete(self.clock())
-        error = self.state_manager.append_transaction_to_log(metadata, transit)
+        while True:
+            error = await self.state_manager.append_transaction_to_log(
+                metadata, transit, retry_on_error=_retry_complete
+            )
+            if not (_retry_complete(error) and self.active):
+                break
+            log.info(
+                "Not available to append %s of %s; retry appending",
+                transit.state.state_name,
+                metadata.transactional_id,
+            )
+            await asyncio.sleep(TXN_LOG_APPEND_RETRY_BACKOFF_MS / 1000)
         if error is not ErrorCode.none:
             log.error(
                 "Failed to write %s for transactional id %s: %s",
@@ -451,33 +465,34 @@ class TransactionCoordinator:
 
     # --- sweeps -----------------------------------------------------------------------------------
 
-    def abort_timed_out_transactions(self) -> int:
-        """Abort (with a bumped epoch, fencing the producer) every Ongoing transaction past its timeout."""
+    async def abort_timed_out_transactions(self) -> int:
+        """Abort (with a bumped epoch, fencing the producer) every Ongoing transaction past its timeout;
+        the writes wait side by side."""
         if not self.active:
             return 0
-        aborted = 0
-        for metadata in self.state_manager.timed_out_transactions(self.clock()):
+        timed_out = self.state_manager.timed_out_transactions(self.clock())
+        for metadata in timed_out:
             log.info(
                 "Aborting transaction of %s (producer id %d, epoch %d): it timed out",
                 metadata.transactional_id,
                 metadata.producer_id,
                 metadata.producer_epoch,
             )
-            if self._fence_and_abort(metadata) is ErrorCode.none:
-                aborted += 1
-        return aborted
+        errors = await asyncio.gather(*(self._fence_and_abort(m) for m in timed_out))
+        return sum(1 for error in errors if error is ErrorCode.none)
 
-    def remove_expired_transactional_ids(self) -> int:
-        """Tombstone and forget ids idle for transactional.id.expiration.ms."""
+    async def remove_expired_transactional_ids(self) -> int:
+        """Tombstone and forget ids idle for transactional.id.expiration.ms; the writes wait side by side."""
         if not self.active:
             return 0
-        removed = 0
-        for metadata in self.state_manager.expired_transactional_ids(self.clock()):
-            transit = metadata.prepare_dead()
-            if self.state_manager.append_transaction_to_log(metadata, transit) is ErrorCode.none:
-                removed += 1
+        expired = self.state_manager.expired_transactional_ids(self.clock())
+        errors = await asyncio.gather(
+            *(self.state_manager.append_transaction_to_log(m, m.prepare_dead()) for m in expired)
+        )
+        for metadata, error in zip(expired, errors, strict=True):
+            if error is ErrorCode.none:
                 log.info("Removed expired transactional id %s", metadata.transactional_id)
-        return removed
+        return sum(1 for error in errors if error is ErrorCode.none)
 
     # --- introspection ----------------------------------------------------------------------------
 
@@ -531,3 +546,9 @@ class TransactionCoordinator:
             found.producer_epoch,
             tuple(sorted(found.topic_partitions)),
         )
+
+
+def _retry_complete(error: ErrorCode) -> bool:
+    """A Complete* record is written again after COORDINATOR_NOT_AVAILABLE (the log could not take it
+    or it was not committed in time); any other error ends the attempt."""
+    return error is ErrorCode.coordinator_not_available

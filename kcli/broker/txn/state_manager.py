@@ -4,7 +4,13 @@ It owns the cache of transactional ids per __transaction_state partition, knows 
 node coordinates and which are still loading, writes one record per transition (key = transactional
 id, value = TransactionLogValue v0, a tombstone for an expired id) and replays a partition at start-up:
 the last value per key wins. The coordinator epoch of a partition is its leader epoch, so it never
-goes down. Appends are synchronous (one replica), so an append's outcome is known when it returns.
+goes down.
+
+A transition is applied only once its record is committed (`coordinator_log.write_records`: the high
+watermark has passed it), waiting at most the transaction's timeout (request.timeout.ms for an
+expired id's tombstone), as Kafka's appendTransactionToLog does. Meanwhile the transition is pending
+and other requests for the id answer CONCURRENT_TRANSACTIONS; a write that fails or times out drops
+it, and one that ends after the partition left this node or changed leader epoch applies nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from formats.internal import (
     txn_partition_for,
 )
 from formats.records import RecordBatch
-from kcli.broker.coordinator_log import append_records, replay_log
+from kcli.broker.coordinator_log import replay_log, write_records
 from kcli.broker.log.log import wall_clock_ms
 from kcli.broker.metadata.loader import MetadataLoader
 from kcli.broker.replication.manager import ReplicaManager
@@ -55,6 +61,7 @@ class TransactionStateManager:
         self.loading_partitions: set[int] = set()
         self.shutting_down = False
         self.expiration_ms = int(config["transactional.id.expiration.ms"])  # type: ignore[call-overload]
+        self.request_timeout_ms = int(config["request.timeout.ms"])  # type: ignore[call-overload]
 
     # --- placement --------------------------------------------------------------------------------
 
@@ -113,44 +120,73 @@ class TransactionStateManager:
 
     # --- writes -----------------------------------------------------------------------------------
 
-    def append_transaction_to_log(
-        self, metadata: TransactionMetadata, transit: TxnTransitMetadata
+    async def append_transaction_to_log(
+        self,
+        metadata: TransactionMetadata,
+        transit: TxnTransitMetadata,
+        *,
+        retry_on_error: Callable[[ErrorCode], bool] = lambda error: False,
     ) -> ErrorCode:
-        """Write `transit` and, if that worked, apply it; on failure the pending transition is dropped.
+        """Write `transit` and, once it is committed, apply it (completeTransitionTo).
 
-        Returns NONE or the error the transaction APIs report (Kafka's mapping of append errors).
+        Returns NONE or the error the transaction APIs report (Kafka's mapping of append errors). On
+        failure the pending transition is dropped, unless `retry_on_error` says the caller writes it
+        again (the Complete* record after the markers). If the id's partition left this node, loads
+        again or changed coordinator epoch during the write, nothing is applied: NOT_COORDINATOR (or
+        COORDINATOR_LOAD_IN_PROGRESS), and the client finds the coordinator again.
         """
         transactional_id = metadata.transactional_id
+        partition = self.partition_for(transactional_id)
+        coordinator_epoch = self.coordinator_epoch(partition)
         if transit.state is TransactionState.DEAD:
             records = [(encode_txn_key(transactional_id), None)]
+            timeout_ms = self.request_timeout_ms
         else:
             records = [encode_txn_log(transactional_id, transit.to_log_value())]
-        partition = self.partition_for(transactional_id)
-        error = self._append(partition, records)
+            timeout_ms = transit.txn_timeout_ms
+        error, _ = await write_records(
+            self.replicas,
+            TRANSACTION_STATE_TOPIC,
+            partition,
+            records,
+            now_ms=self.clock(),
+            timeout_ms=timeout_ms,
+        )
         if error is not ErrorCode.none:
+            error = _APPEND_ERRORS.get(error, error)
             log.warning(
                 "Appending %s's new metadata %s failed due to %s",
                 transactional_id,
                 transit.state.state_name,
                 error.name,
             )
-            metadata.abandon_transition()
-            return _APPEND_ERRORS.get(error, ErrorCode.unknown_server_error)
-        if partition not in self.transactions:  # resigned while writing
-            metadata.abandon_transition()
-            return ErrorCode.not_coordinator
+            if self._current(metadata, coordinator_epoch) is ErrorCode.none and not retry_on_error(error):
+                metadata.abandon_transition()
+            return error
+        current = self._current(metadata, coordinator_epoch)
+        if current is not ErrorCode.none:
+            log.info(
+                "The cached metadata of %s changed while its new metadata %s was written; not applying it (%s)",
+                transactional_id,
+                transit.state.state_name,
+                current.name,
+            )
+            return current
         metadata.complete_transition_to(transit)
         if transit.state is TransactionState.DEAD:
             self.transactions[partition].pop(transactional_id, None)
         return ErrorCode.none
 
-    def _append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> ErrorCode:
-        error, _ = append_records(
-            self.replicas.partition(TRANSACTION_STATE_TOPIC, partition),
-            records,
-            now_ms=self.clock(),
-        )
-        return error
+    def _current(self, metadata: TransactionMetadata, coordinator_epoch: int) -> ErrorCode:
+        """NONE while `metadata` is still the cached entry of its id in `coordinator_epoch`; else the
+        error a write that started then answers (its partition is loading again, or left this node)."""
+        found = self.get_transaction_state(metadata.transactional_id)
+        if isinstance(found, ErrorCode):
+            return found
+        partition = self.partition_for(metadata.transactional_id)
+        if found is not metadata or self.coordinator_epoch(partition) != coordinator_epoch:
+            return ErrorCode.not_coordinator
+        return ErrorCode.none
 
     # --- loading ----------------------------------------------------------------------------------
 
@@ -235,8 +271,10 @@ _APPEND_ERRORS = {
     ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
     ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
     ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
-    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
+    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,  # so that the client retries
     ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
     ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+    ErrorCode.message_too_large: ErrorCode.unknown_server_error,
+    ErrorCode.record_list_too_large: ErrorCode.unknown_server_error,
 }
-"""TransactionStateManager.appendTransactionToLog's mapping; anything else is UNKNOWN_SERVER_ERROR."""
+"""TransactionStateManager.appendTransactionToLog's mapping; anything else is returned as it is."""
