@@ -60,7 +60,11 @@ class ControllerChannel:
         return None
 
     async def call(
-        self, local: Callable[[QuorumController], Awaitable[Any]], request: Any, *, timeout: float | None = None
+        self,
+        local: Callable[[QuorumController], Awaitable[Any]],
+        request: Any,
+        *,
+        timeout: float | None = None,
     ) -> Any:
         """`local(controller)` when this node's controller is active, else `request` to the active one.
 

@@ -70,7 +70,12 @@ class Node:
             if raft.quorum.is_voter
             else None
         )
-        self.loader = loader = MetadataLoader(empty)
+        self.loader = loader = MetadataLoader(
+            empty,
+            raft=raft,
+            max_bytes_between_snapshots=int(config["metadata.log.max.record.bytes.between.snapshots"]),  # type: ignore[call-overload]
+            max_snapshot_interval_ms=int(config["metadata.log.max.snapshot.interval.ms"]),  # type: ignore[call-overload]
+        )
         raft.register(loader)
         timeout = int(config["request.timeout.ms"]) / 1000 if _has(config, "request.timeout.ms") else 30.0  # type: ignore[call-overload]
         self.channel = ControllerChannel(raft, self.controller, timeout=timeout)

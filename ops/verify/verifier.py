@@ -10,6 +10,7 @@ each window of the current one.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NamedTuple
@@ -43,6 +44,10 @@ from ops.verify.targets import (
 from ops.verify.walk import PartitionLog, Segment, finish_log, segment_end, segment_start, walk_chunk
 
 COMPACTED_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+_METADATA_SNAPSHOT = re.compile(r"^\d{20}-\d{10}\.checkpoint$")
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 
 
 class Verifier:
@@ -123,6 +128,14 @@ class Verifier:
             log.compacted = True
         names = os.listdir(path)
         segments = sorted((base_offset_of(n), n) for n in names if is_segment_name(n))
+        if log.topic == CLUSTER_METADATA_TOPIC:
+            # KafkaMetadataLog's log start offset is its latest snapshot's end offset (once retention
+            # moved it there): the leader-epoch-checkpoint's first entry starts at it, not at the
+            # first segment's base.
+            snapshot_ends = [int(n[:20]) for n in names if _METADATA_SNAPSHOT.match(n)]
+            if snapshot_ends and max(snapshot_ends) > 0:
+                log.log_start_checkpoint = max(max(snapshot_ends), log.log_start_checkpoint or 0)
+                log.log_start_recorded = True
         if segments:
             log.first_segment_base = segments[0][0]
         # Each segment's walk starts as soon as the walk of the one before has reached its end, and its

@@ -43,6 +43,8 @@ RAFT_SETTINGS = (
     "controller.quorum.election.backoff.max.ms",
     "controller.quorum.request.timeout.ms",
     "controller.quorum.retry.backoff.ms",
+    "metadata.max.retention.bytes",
+    "metadata.max.retention.ms",
 )
 
 __all__ = [

@@ -785,7 +785,7 @@ class KafkaRaftClient:
             return
         oldest = partition_log.segments[0]
         too_big = partition_log.size_bytes() > self.config.retention_bytes
-        too_old = _now_ms() - oldest.largest_timestamp() > self.config.retention_ms
+        too_old = _now_ms() - oldest.largest_timestamp > self.config.retention_ms
         if not (too_big or too_old):
             return
         new_start = min(snapshot.end_offset, self.high_watermark)

@@ -17,6 +17,7 @@ operations still waiting get NOT_CONTROLLER.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -26,7 +27,7 @@ from typing import TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from formats.internal import encode_metadata_record
+from formats.internal import MetadataRecord, encode_metadata_record
 from kcli.broker.metadata.controller.cluster_control_manager import (
     BrokerHeartbeat,
     ClusterControlManager,
@@ -48,6 +49,7 @@ from kcli.broker.metadata.controller.replication_control_manager import (
 from kcli.broker.metadata.image import MV_3_9_IV0, ClusterMetadataImage, ProducerIdsBlock, fold
 from kcli.broker.raft.metadata_log import LoggedBatch, MetadataLog
 from kcli.broker.raft.raft_client import KafkaRaftClient, LeaderAndEpoch, NotLeaderError
+from kcli.broker.raft.snapshots import SnapshotId
 from kcli.config import BrokerConfig, Listener
 from kcli.errors import KcliError
 
@@ -121,6 +123,16 @@ class QuorumController:
                 if self._active_epoch is None:
                     self._image = self._committed
 
+    def handle_load_snapshot(self, snapshot_id: SnapshotId, records: Sequence[MetadataRecord]) -> None:
+        """The committed state as of a snapshot (start-up, or a standby that fell behind the leader)."""
+        empty = ClusterMetadataImage.empty(
+            self._committed.cluster_id, self.node_id, self._committed.listener_name
+        )
+        self._committed = dataclasses.replace(fold(empty, records), offset=snapshot_id.end_offset - 1)
+        self._uncommitted.clear()
+        if self._active_epoch is None:
+            self._image = self._committed
+
     def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
         """Claim when this node leads (it has replayed every batch before its epoch), renounce otherwise."""
         if leader.leader_id == self.node_id:
@@ -129,7 +141,9 @@ class QuorumController:
             log.info("controller %d is active in epoch %d", self.node_id, leader.epoch)
             self._activated.set()
             if self._write(self.feature_control.bootstrap(self._image, self.bootstrap_records)) is not None:
-                source = "bootstrap.checkpoint" if self.bootstrap_records else f"metadata.version {MV_3_9_IV0}"
+                source = (
+                    "bootstrap.checkpoint" if self.bootstrap_records else f"metadata.version {MV_3_9_IV0}"
+                )
                 log.info("bootstrapped the metadata log from %s", source)
         elif self._active_epoch is not None:
             log.info("controller %d is no longer active (leader now %d)", self.node_id, leader.leader_id)
