@@ -1,7 +1,7 @@
 """The controller listener's own requests: the metadata quorum's Raft and the brokers' lifecycle.
 
 As Kafka's ControllerApis: Vote, BeginQuorumEpoch, EndQuorumEpoch and Fetch (of `__cluster_metadata`)
-go to the Raft client; DescribeQuorum is answered by the leader; BrokerRegistration and BrokerHeartbeat
+go to the Raft client, FetchSnapshot too; DescribeQuorum is answered by the leader; BrokerRegistration and BrokerHeartbeat
 by the active controller, others answering NOT_CONTROLLER so the broker looks for the new one.
 These APIs are served on `controller.listener.names` only, never to clients.
 """
@@ -28,6 +28,7 @@ VOTE = 52
 BEGIN_QUORUM_EPOCH = 53
 END_QUORUM_EPOCH = 54
 DESCRIBE_QUORUM = 55
+FETCH_SNAPSHOT = 59
 BROKER_REGISTRATION = 62
 BROKER_HEARTBEAT = 63
 ALLOCATE_PRODUCER_IDS = 67
@@ -48,6 +49,10 @@ async def handle_end_quorum_epoch(ctx: RequestContext, request: Any) -> object:
 
 async def handle_raft_fetch(ctx: RequestContext, request: Any) -> object:
     return await ctx.raft.handle_fetch(request, ctx.api_version)
+
+
+async def handle_fetch_snapshot(ctx: RequestContext, request: Any) -> object:
+    return ctx.raft.handle_fetch_snapshot(request, ctx.api_version)
 
 
 async def handle_describe_quorum(ctx: RequestContext, request: Any) -> object:
@@ -150,6 +155,7 @@ CONTROLLER_APIS = [
     ApiSpec(BEGIN_QUORUM_EPOCH, 1, 1, handle_begin_quorum_epoch),
     ApiSpec(END_QUORUM_EPOCH, 1, 1, handle_end_quorum_epoch),
     ApiSpec(DESCRIBE_QUORUM, 0, 2, handle_describe_quorum),
+    ApiSpec(FETCH_SNAPSHOT, 1, 1, handle_fetch_snapshot),
     ApiSpec(BROKER_REGISTRATION, 0, 4, handle_broker_registration),
     ApiSpec(BROKER_HEARTBEAT, 0, 1, handle_broker_heartbeat),
     ApiSpec(ALLOCATE_PRODUCER_IDS, 0, 0, handle_allocate_producer_ids),
