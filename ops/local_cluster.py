@@ -159,7 +159,9 @@ class LocalCluster:
 
     def start(self, on_ready: Callable[[LocalNode], None] = lambda node: None) -> None:
         """Start every node, then wait until each listens; a node that dies stops them all."""
+        offsets = {}
         for node in self.layout.nodes:
+            offsets[node.node_id] = node.log_file.stat().st_size if node.log_file.exists() else 0
             self.processes[node.node_id] = self._spawn(node)
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         waiting = list(self.layout.nodes)
@@ -171,7 +173,7 @@ class LocalCluster:
                     raise LocalClusterError(
                         f"node {node.node_id} did not start: {_last_error(node.log_file)}"
                     )
-                if READY_MARK in _tail(node.log_file):
+                if READY_MARK in _tail(node.log_file, since=offsets[node.node_id]):
                     waiting.remove(node)
                     on_ready(node)
             if waiting and time.monotonic() > deadline:
@@ -211,10 +213,11 @@ class LocalCluster:
                 process.wait()
 
 
-def _tail(path: Path, size: int = 65536) -> str:
+def _tail(path: Path, size: int = 65536, *, since: int = 0) -> str:
+    """The last `size` bytes of the file written after offset `since` (output of earlier runs left out)."""
     try:
         with open(path, "rb") as f:
-            f.seek(max(f.seek(0, os.SEEK_END) - size, 0))
+            f.seek(max(f.seek(0, os.SEEK_END) - size, since))
             return f.read().decode("utf-8", "replace")
     except OSError:
         return ""
