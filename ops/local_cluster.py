@@ -42,10 +42,16 @@ class LocalClusterError(KcliError):
 
 @dataclass(frozen=True, slots=True)
 class LocalNode:
+    """One process: a broker (`port`), a controller voter (`controller_port`), or both (combined)."""
+
     node_id: int
-    port: int
-    controller_port: int
+    port: int | None
+    controller_port: int | None
     directory: Path
+
+    @property
+    def roles(self) -> str:
+        return ",".join(r for r, p in (("broker", self.port), ("controller", self.controller_port)) if p)
 
     @property
     def properties(self) -> Path:
@@ -57,7 +63,7 @@ class LocalNode:
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"127.0.0.1:{self.port or self.controller_port}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,34 +73,49 @@ class ClusterLayout:
 
     @property
     def bootstrap_servers(self) -> str:
-        return ",".join(node.bootstrap for node in self.nodes)
+        return ",".join(node.bootstrap for node in self.nodes if node.port)
 
     @property
     def bootstrap_controllers(self) -> str:
-        return ",".join(f"127.0.0.1:{node.controller_port}" for node in self.nodes)
+        return ",".join(f"127.0.0.1:{node.controller_port}" for node in self.nodes if node.controller_port)
 
 
-def plan(data_dir: Path, brokers: int, base_port: int, overrides: list[str]) -> ClusterLayout:
-    """The layout in `data_dir`: the stored one (the same ids and ports), or a new one, formatted."""
+def plan(
+    data_dir: Path, brokers: int, base_port: int, overrides: list[str], *, controllers: int = 0
+) -> ClusterLayout:
+    """The layout in `data_dir`: the stored one (the same ids and ports), or a new one, formatted.
+
+    With `controllers` 0 every node is combined (broker and voter); else nodes 1..controllers are
+    controller-only voters and the next `brokers` nodes broker-only (Kafka's isolated mode).
+    """
     stored = data_dir / CLUSTER_FILE
     if stored.exists():
         layout = _read_layout(data_dir)
-        if brokers and brokers != len(layout.nodes):
+        found = sum(1 for n in layout.nodes if n.port)
+        if brokers and brokers != found:
             raise LocalClusterError(
-                f"{data_dir} holds a cluster of {len(layout.nodes)} nodes, not {brokers}; "
-                "use another --data-dir for a cluster of another size."
+                f"{data_dir} holds a cluster of {found} brokers, not {brokers}; "
+                "use another --data-dir for a cluster of another shape."
             )
         return layout
     if brokers < 1:
         raise LocalClusterError("--brokers must be at least 1.")
-    if not 0 < base_port <= 65535 - 2 * brokers:
-        raise LocalClusterError(f"port {base_port} leaves no room for {brokers} nodes of two ports each.")
-    nodes = tuple(
-        LocalNode(k + 1, base_port + 2 * k, base_port + 2 * k + 1, data_dir / f"node-{k + 1}")
-        for k in range(brokers)
-    )
-    layout = ClusterLayout(random_uuid(), nodes)
-    voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes)
+    if controllers < 0:
+        raise LocalClusterError("--controllers cannot be negative.")
+    total = brokers + controllers
+    if not 0 < base_port <= 65535 - 2 * total:
+        raise LocalClusterError(f"port {base_port} leaves no room for {total} nodes of two ports each.")
+    nodes = []
+    for k in range(total):
+        client = base_port + 2 * k
+        is_broker = controllers == 0 or k >= controllers
+        is_controller = controllers == 0 or k < controllers
+        directory = data_dir / f"node-{k + 1}"
+        nodes.append(
+            LocalNode(k + 1, client if is_broker else None, client + 1 if is_controller else None, directory)
+        )
+    layout = ClusterLayout(random_uuid(), tuple(nodes))
+    voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes if n.controller_port)
     for node in nodes:
         node.directory.mkdir(parents=True, exist_ok=True)
         node.properties.write_text(_properties(node, voters, overrides))
@@ -130,10 +151,15 @@ def _read_layout(data_dir: Path) -> ClusterLayout:
 
 
 def _properties(node: LocalNode, voters: str, overrides: list[str]) -> str:
+    listeners = []
+    if node.port:
+        listeners.append(f"PLAINTEXT://127.0.0.1:{node.port}")
+    if node.controller_port:
+        listeners.append(f"CONTROLLER://127.0.0.1:{node.controller_port}")
     lines = {
-        "process.roles": "broker,controller",
+        "process.roles": node.roles,
         "node.id": str(node.node_id),
-        "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+        "listeners": ",".join(listeners),
         "controller.listener.names": "CONTROLLER",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "controller.quorum.voters": voters,

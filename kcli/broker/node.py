@@ -38,10 +38,11 @@ from kcli.broker.metadata.controller.quorum_controller import auto_topic
 from kcli.broker.metadata.image import ClusterMetadataImage, MetadataReplayError, TopicChanges
 from kcli.broker.metadata.loader import MetadataLoader
 from kcli.broker.producer_ids import ProducerIdManager
-from kcli.broker.raft import MetadataLogError, open_raft_client
+from kcli.broker.raft import KafkaRaftClient, MetadataLogError, open_raft_client
 from kcli.broker.replication.manager import ReplicaManager
 from kcli.broker.txn.coordinator import TransactionCoordinator
 from kcli.config import BrokerConfig, ConfigError, Listener
+from kcli.errors import KcliError
 from kcli.protocol.messages import nested_type, request_type
 from kcli.storage import read_bootstrap_metadata
 
@@ -59,24 +60,8 @@ class Node:
     def __init__(self, config: BrokerConfig, cluster_id: str) -> None:
         """Open the metadata log and make every part; nothing runs until `start`."""
         self.config = config
-        self.raft = raft = open_raft_client(config, cluster_id)
-        empty = ClusterMetadataImage.empty(cluster_id, config.node_id, config.listener.name)
-        # first listener: the controller activates before the loader publishes what it wrote
-        bootstrap = read_bootstrap_metadata(config.metadata_log_dir)
-        self.controller = (
-            QuorumController(
-                config, raft, empty, bootstrap_records=bootstrap.record_tuples() if bootstrap else None
-            )
-            if raft.quorum.is_voter
-            else None
-        )
-        self.loader = loader = MetadataLoader(
-            empty,
-            raft=raft,
-            max_bytes_between_snapshots=int(config["metadata.log.max.record.bytes.between.snapshots"]),  # type: ignore[call-overload]
-            max_snapshot_interval_ms=int(config["metadata.log.max.snapshot.interval.ms"]),  # type: ignore[call-overload]
-        )
-        raft.register(loader)
+        raft, self.controller, loader = metadata_parts(config, cluster_id, config.listener.name)
+        self.raft, self.loader = raft, loader
         timeout = int(config["request.timeout.ms"]) / 1000 if _has(config, "request.timeout.ms") else 30.0  # type: ignore[call-overload]
         self.channel = ControllerChannel(raft, self.controller, timeout=timeout)
         self.lifecycle = BrokerLifecycleManager(config, self.channel, loader)
@@ -246,6 +231,72 @@ class Node:
     @staticmethod
     def _log_config(config: BrokerConfig, image: ClusterMetadataImage, topic: str) -> LogConfig:
         return LogConfig.from_broker(config, image.topic_config(topic))
+
+
+def metadata_parts(
+    config: BrokerConfig, cluster_id: str, listener_name: str
+) -> tuple[KafkaRaftClient, QuorumController | None, MetadataLoader]:
+    """What every node has (Kafka's SharedServer): the Raft client, the controller of a voter, the loader.
+
+    The controller is the Raft client's first listener, so it activates before the loader publishes
+    what it wrote.
+    """
+    raft = open_raft_client(config, cluster_id)
+    empty = ClusterMetadataImage.empty(cluster_id, config.node_id, listener_name)
+    controller = None
+    if raft.quorum.is_voter:
+        bootstrap = read_bootstrap_metadata(config.metadata_log_dir)
+        records = bootstrap.record_tuples() if bootstrap else None
+        controller = QuorumController(config, raft, empty, bootstrap_records=records)
+    loader = MetadataLoader(
+        empty,
+        raft=raft,
+        max_bytes_between_snapshots=int(config["metadata.log.max.record.bytes.between.snapshots"]),  # type: ignore[call-overload]
+        max_snapshot_interval_ms=int(config["metadata.log.max.snapshot.interval.ms"]),  # type: ignore[call-overload]
+    )
+    raft.register(loader)
+    return raft, controller, loader
+
+
+class ControllerNode:
+    """A controller-only process (process.roles=controller): a voter and its controller, no partitions.
+
+    Kafka's ControllerServer: it serves the controller listener only; brokers register with it and
+    forward admin requests to it when it is the active controller.
+    """
+
+    def __init__(self, config: BrokerConfig, cluster_id: str) -> None:
+        self.config = config
+        listener_name = str(config["inter.broker.listener.name"] or "PLAINTEXT")
+        self.raft, controller, self.loader = metadata_parts(config, cluster_id, listener_name)
+        if controller is None:
+            raise KcliError(
+                f"node.id {config.node_id} is a controller but not one of controller.quorum.voters."
+            )
+        self.controller: QuorumController = controller
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def image(self) -> ClusterMetadataImage:
+        return self.loader.image
+
+    async def start(self) -> None:
+        try:
+            await self.raft.start()
+            await self.raft.wait_caught_up()
+        except BaseException:
+            await self.raft.shutdown()
+            self.raft.log.close()
+            raise
+        session_ms = int(self.config["broker.session.timeout.ms"])  # type: ignore[call-overload]
+        self._tasks.append(asyncio.create_task(self.controller.run_session_expiry(session_ms)))
+
+    async def shutdown(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.raft.shutdown()
+        self.raft.log.close()
 
 
 def _has(config: BrokerConfig, key: str) -> bool:

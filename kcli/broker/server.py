@@ -47,7 +47,7 @@ from kcli.broker.apis.context import (
     RequestContext,
 )
 from kcli.broker.apis.registry import ApiRegistry
-from kcli.broker.node import Node
+from kcli.broker.node import ControllerNode, Node
 from kcli.config import BrokerConfig, Listener
 from kcli.errors import KcliError
 from kcli.protocol.codec import entity_write
@@ -137,7 +137,7 @@ class Broker:
         self._stop_requested = asyncio.Event()
         self._sweeper: asyncio.Task[None] | None = None
         self._periodic: asyncio.Task[None] | None = None
-        self.node: Node | None = None
+        self.node: Node | ControllerNode | None = None
         self._max_request = int(config["socket.request.max.bytes"])  # type: ignore[call-overload]
 
     async def start(self) -> tuple[str, int]:
@@ -147,6 +147,8 @@ class Broker:
         node's votes and Fetches answered before the node can catch up and serve clients.
         """
         cluster_id = ensure_meta_properties(self.config, self.cluster_id)
+        if not self.config.is_broker:
+            return await self._start_controller_only(cluster_id)
         listener = self.config.listener
         controller_listener = self.config.controller_listener
         self._server = await _bind(listener, self.config, self._new_connection)
@@ -202,6 +204,33 @@ class Broker:
         )
         return bound_host, bound_port
 
+    async def _start_controller_only(self, cluster_id: str) -> tuple[str, int]:
+        """process.roles=controller: the controller listener alone, serving the quorum and the brokers."""
+        listener = self.config.controller_listener
+        if listener is None:
+            raise KcliError("a controller needs a listener named in controller.listener.names.")
+        self._controller_server = server = await _bind(
+            listener, self.config, lambda: self._new_connection(listener.name)
+        )
+        try:
+            self.node = node = ControllerNode(self.config, cluster_id)
+            self.state = BrokerState(
+                self.config,
+                self.registry,
+                node.image,
+                node=node,  # type: ignore[arg-type]
+                controller_registry=build_controller_registry(),
+                controller_listener_name=listener.name,
+            )
+            await server.start_serving()
+            await node.start()
+        except BaseException:
+            server.close()
+            raise
+        host, port = server.sockets[0].getsockname()[:2]
+        log.info("controller %d of cluster %s serving %s", self.config.node_id, cluster_id, listener)
+        return host, port
+
     def request_stop(self) -> None:
         self._stop_requested.set()
 
@@ -218,7 +247,7 @@ class Broker:
             self._server.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
-        if self.node is not None:  # parked JoinGroups are answered NOT_COORDINATOR now, not after the grace
+        if isinstance(self.node, Node):  # parked JoinGroups are answered NOT_COORDINATOR now, not after the grace
             self.node.groups.shutdown()
         connections = list(self._connections)
         for conn in connections:

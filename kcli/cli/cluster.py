@@ -22,7 +22,14 @@ app.add_typer(cluster_app, name="cluster")
 
 @cluster_app.command("start")
 def start(
-    brokers: int = typer.Option(3, "--brokers", "-n", help="Nodes, each a broker and a controller voter."),
+    brokers: int = typer.Option(
+        3, "--brokers", "-n", help="Brokers (each also a controller voter, unless --controllers)."
+    ),
+    controllers: int = typer.Option(
+        0,
+        "--controllers",
+        help="Controller-only voters, with broker-only brokers (Kafka's isolated mode); 0: combined.",
+    ),
     data_dir: Path = typer.Option(
         Path("kcli-cluster"), "--data-dir", help="Where the nodes keep their data."
     ),
@@ -36,7 +43,7 @@ def start(
     """Format (first time) and start the nodes; print the bootstrap string; Ctrl-C stops them all."""
     from ops.local_cluster import LocalCluster, plan
 
-    layout = plan(data_dir, brokers, port, overrides)
+    layout = plan(data_dir, brokers, port, overrides, controllers=controllers)
     cluster = LocalCluster(layout)
     stop = False
 
@@ -47,7 +54,11 @@ def start(
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     print(f"cluster {layout.cluster_id}: starting {len(layout.nodes)} node(s) in {data_dir}", file=sys.stderr)
-    cluster.start(lambda node: print(f"node {node.node_id} listening on {node.bootstrap}", file=sys.stderr))
+    cluster.start(
+        lambda node: print(
+            f"node {node.node_id} ({node.roles}) listening on {node.bootstrap}", file=sys.stderr
+        )
+    )
     print(f"bootstrap: {layout.bootstrap_servers}", flush=True)
     print(f"controllers: {layout.bootstrap_controllers}", file=sys.stderr, flush=True)
     reported: set[int] = set()

@@ -74,8 +74,7 @@ async def handle_broker_registration(ctx: RequestContext, request: Any) -> objec
             cls, throttle_time=_NO_THROTTLE, error_code=ErrorCode.inconsistent_cluster_id, broker_epoch=-1
         )
     listeners = [Listener(item.name, item.host, item.port) for item in request.listeners]
-    own = ctx.state.config.listener.name
-    listener = next((item for item in listeners if item.name == own), listeners[0] if listeners else None)
+    listener = listeners[0] if listeners else None  # the broker's client listener (kcli brokers have one)
     if listener is None:
         return build(
             cls, throttle_time=_NO_THROTTLE, error_code=ErrorCode.invalid_registration, broker_epoch=-1

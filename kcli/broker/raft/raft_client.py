@@ -668,10 +668,14 @@ class KafkaRaftClient:
         deadline = time.monotonic() + self.config.fetch_timeout_ms / 1000
         self._fetched_from_leader = False
         while self.quorum.state is RaftState.FOLLOWER and self.epoch == epoch and not self._shutting_down:
-            if self.quorum.is_voter and time.monotonic() >= max(deadline, self._election_deadline):
+            if time.monotonic() >= max(deadline, self._election_deadline):
                 log.info("raft: no answer from leader %d for %d ms", leader_id, self.config.fetch_timeout_ms)
-                self.quorum.become_prospective()
-                self._changed.set()
+                if self.quorum.is_voter:
+                    self.quorum.become_prospective()
+                    self._changed.set()
+                else:  # an observer looks for the leader again among the voters
+                    self.quorum.become_unattached(self.epoch)
+                    self._transitioned()
                 return
             if await self._fetch_from(leader_id):
                 deadline = time.monotonic() + self.config.fetch_timeout_ms / 1000
