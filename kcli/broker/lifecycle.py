@@ -190,13 +190,28 @@ class BrokerLifecycleManager:
                 advertised, broker_id=self.node_id, incarnation_id=self.incarnation_id, rack=rack, fenced=True
             )
 
-        answer = await self.channel.call(local, request)
-        if isinstance(answer, int):
-            self.broker_epoch = answer
-        elif answer.error_code is not ErrorCode.none:
-            raise KcliError(f"the controller refused this broker's registration: {answer.error_code.name}.")
-        else:
-            self.broker_epoch = answer.broker_epoch
+        deadline = time.monotonic() + _setting(self.config, "initial.broker.registration.timeout.ms", 60000) / 1000
+        while True:
+            try:
+                answer = await self.channel.call(local, request)
+            except ApiException as exc:
+                error = exc.error.code
+            else:
+                if isinstance(answer, int):
+                    self.broker_epoch = answer
+                    return
+                if answer.error_code is ErrorCode.none:
+                    self.broker_epoch = answer.broker_epoch
+                    return
+                error = answer.error_code
+            if error is not ErrorCode.duplicate_broker_registration or time.monotonic() > deadline:
+                if error is ErrorCode.duplicate_broker_registration:
+                    raise KcliError(
+                        f"node.id {self.node_id} is registered by another broker that is still alive; "
+                        "give this node another node.id (or stop the other one)."
+                    )
+                raise KcliError(f"the controller refused this broker's registration: {error.name}.")
+            await asyncio.sleep(self.heartbeat_interval)  # an old incarnation's session may still be live
 
     async def heartbeat(
         self, *, want_shut_down: bool = False, timeout: float | None = None

@@ -90,6 +90,9 @@ async def handle_broker_registration(ctx: RequestContext, request: Any) -> objec
         )
     except NotControllerError:
         return build(cls, throttle_time=_NO_THROTTLE, error_code=ErrorCode.not_controller, broker_epoch=-1)
+    except ApiException as exc:
+        log.warning("broker %d not registered: %s", request.broker_id, exc.error.message)
+        return build(cls, throttle_time=_NO_THROTTLE, error_code=exc.error.code, broker_epoch=-1)
     log.info("registered broker %d (epoch %d) at %s", request.broker_id, epoch, listener)
     return build(cls, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none, broker_epoch=epoch)
 

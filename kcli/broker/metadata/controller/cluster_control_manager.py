@@ -58,6 +58,8 @@ class ClusterControlManager:
 
     def __init__(self) -> None:
         self.last_contact: dict[int, float] = {}
+        self.sessions_since = 0.0
+        """When this controller became active: a broker not heard from since has had that long."""
 
     def register_broker(
         self,
@@ -69,9 +71,27 @@ class ClusterControlManager:
         rack: str | None = None,
         log_dirs: Sequence[uuid.UUID] = (),
         fenced: bool = True,
+        image: ClusterMetadataImage | None = None,
+        now: float | None = None,
+        session_timeout: float | None = None,
     ) -> ControllerResult[int]:
         """The RegisterBrokerRecord of a new incarnation, fenced until its heartbeats say it caught up;
         the response is its broker epoch."""
+        if image is not None and session_timeout is not None and now is not None:
+            current = image.broker(broker_id)
+            last = self.last_contact.get(broker_id)
+            if (
+                current is not None
+                and incarnation_id is not None
+                and current.incarnation_id != incarnation_id
+                and not current.fenced
+                and last is not None
+                and now - last < session_timeout
+            ):
+                raise ApiException(
+                    ErrorCode.duplicate_broker_registration,
+                    f"Another broker is registered with that broker id ({broker_id}).",
+                )
         record = {
             "brokerId": broker_id,
             "incarnationId": incarnation_id or uuid.uuid4(),
@@ -136,7 +156,7 @@ class ClusterControlManager:
         """Unfenced brokers whose last heartbeat is older than broker.session.timeout.ms."""
         expired = []
         for registration in image.brokers_by_id.values():
-            last = self.last_contact.setdefault(registration.broker_id, now)
+            last = self.last_contact.get(registration.broker_id, self.sessions_since)
             if not registration.fenced and now - last > session_timeout:
                 expired.append(registration.broker_id)
         return expired

@@ -177,6 +177,9 @@ class QuorumController:
             rack=rack,
             log_dirs=log_dirs,
             fenced=fenced,
+            image=self._image,
+            now=time.monotonic(),
+            session_timeout=int(self.config["broker.session.timeout.ms"]) / 1000,  # type: ignore[call-overload]
         )
         broker_epoch = await self._run(result)
         self.cluster_control.last_contact[self.node_id if broker_id is None else broker_id] = time.monotonic()
@@ -203,7 +206,8 @@ class QuorumController:
             now = time.monotonic()
             if active_epoch != self._active_epoch:
                 active_epoch = self._active_epoch
-                self.cluster_control.last_contact = dict.fromkeys(self._image.brokers_by_id, now)
+                self.cluster_control.last_contact = {}  # only brokers heard from since count as live
+                self.cluster_control.sessions_since = now
                 continue
             for broker_id in self.cluster_control.expired_sessions(
                 self._image, now, session_timeout_ms / 1000
