@@ -996,6 +996,8 @@ class KafkaRaftClient:
 
     def _handle_epoch_info(self, error: ErrorCode, leader_id: int, leader_epoch: int) -> bool:
         """Kafka's maybeHandleCommonResponse: True when the answer moved this node to another epoch."""
+        if leader_id not in self.voter_addresses:
+            leader_id = NO_ID  # a leader this node cannot reach is no leader (disagreeing voter lists)
         if leader_epoch > self.epoch:
             if leader_id >= 0 and leader_id != self.node_id:
                 self.quorum.become_follower(leader_epoch, leader_id)
@@ -1037,6 +1039,12 @@ class KafkaRaftClient:
         ):
             error = ErrorCode.invalid_request
         elif candidate not in self.voter_addresses or not self.quorum.is_voter:
+            log.error(
+                "raft: node %d asks for a vote but is not in controller.quorum.voters %s (or this node is "
+                "not): the voter lists of the nodes disagree",
+                candidate,
+                sorted(self.voter_addresses),
+            )
             error = ErrorCode.invalid_voter_key
         elif epoch < self.epoch:
             error = ErrorCode.fenced_leader_epoch
@@ -1102,6 +1110,15 @@ class KafkaRaftClient:
         error = self._check_cluster_id(request.cluster_id)
         if error is ErrorCode.none and partition is None:
             error = ErrorCode.invalid_request
+        if error is ErrorCode.none and partition.leader_id not in self.voter_addresses:
+            log.error(
+                "raft: node %d claims the leadership of epoch %d but is not in controller.quorum.voters %s: "
+                "the voter lists of the nodes disagree",
+                partition.leader_id,
+                partition.leader_epoch,
+                sorted(self.voter_addresses),
+            )
+            return self._quorum_epoch_response(cls, ErrorCode.inconsistent_voter_set)
         if error is ErrorCode.none:
             if partition.leader_epoch < self.epoch:
                 return self._quorum_epoch_response(cls, ErrorCode.fenced_leader_epoch)
@@ -1122,6 +1139,8 @@ class KafkaRaftClient:
         error = self._check_cluster_id(request.cluster_id)
         if error is not ErrorCode.none or partition is None:
             return cls(error_code=error or ErrorCode.invalid_request, topics=(), node_endpoints=())
+        if partition.leader_id not in self.voter_addresses:
+            return self._quorum_epoch_response(cls, ErrorCode.inconsistent_voter_set)
         if partition.leader_epoch < self.epoch:
             return self._quorum_epoch_response(cls, ErrorCode.fenced_leader_epoch)
         if partition.leader_epoch > self.epoch:
