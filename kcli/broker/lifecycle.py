@@ -190,7 +190,9 @@ class BrokerLifecycleManager:
                 advertised, broker_id=self.node_id, incarnation_id=self.incarnation_id, rack=rack, fenced=True
             )
 
-        deadline = time.monotonic() + _setting(self.config, "initial.broker.registration.timeout.ms", 60000) / 1000
+        deadline = (
+            time.monotonic() + _setting(self.config, "initial.broker.registration.timeout.ms", 60000) / 1000
+        )
         while True:
             try:
                 answer = await self.channel.call(local, request)

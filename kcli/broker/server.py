@@ -247,7 +247,9 @@ class Broker:
             self._server.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
-        if isinstance(self.node, Node):  # parked JoinGroups are answered NOT_COORDINATOR now, not after the grace
+        if isinstance(
+            self.node, Node
+        ):  # parked JoinGroups are answered NOT_COORDINATOR now, not after the grace
             self.node.groups.shutdown()
         connections = list(self._connections)
         for conn in connections:

@@ -14,7 +14,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis.context import RequestContext
+from kcli.broker.apis.context import RequestContext, forward_unless_active
 from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.metadata.controller import BrokerHeartbeat, NotControllerError
 from kcli.broker.metadata.controller.controller_result import ApiException
@@ -31,6 +31,7 @@ DESCRIBE_QUORUM = 55
 FETCH_SNAPSHOT = 59
 BROKER_REGISTRATION = 62
 BROKER_HEARTBEAT = 63
+UNREGISTER_BROKER = 64
 ALLOCATE_PRODUCER_IDS = 67
 _NO_THROTTLE = datetime.timedelta(0)
 
@@ -131,6 +132,25 @@ async def handle_broker_heartbeat(ctx: RequestContext, request: Any) -> object:
     )
 
 
+async def handle_unregister_broker(ctx: RequestContext, request: Any) -> object:
+    """UnregisterBroker, on the active controller (a broker forwards it there)."""
+    cls = response_type(UNREGISTER_BROKER, ctx.api_version)
+    forwarded = await forward_unless_active(ctx, request)
+    if forwarded is not None:
+        return forwarded
+    try:
+        await ctx.controller.unregister_broker(request.broker_id)
+    except NotControllerError as exc:
+        return build(
+            cls, throttle_time=_NO_THROTTLE, error_code=ErrorCode.not_controller, error_message=str(exc)
+        )
+    except ApiException as exc:
+        return build(
+            cls, throttle_time=_NO_THROTTLE, error_code=exc.error.code, error_message=exc.error.message
+        )
+    return build(cls, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none, error_message=None)
+
+
 async def handle_allocate_producer_ids(ctx: RequestContext, request: Any) -> object:
     """A broker's next block of producer ids, recorded in the metadata log (ProducerIdsRecord)."""
     cls = response_type(ALLOCATE_PRODUCER_IDS, ctx.api_version)
@@ -161,8 +181,12 @@ CONTROLLER_APIS = [
     ApiSpec(BROKER_REGISTRATION, 0, 4, handle_broker_registration),
     ApiSpec(BROKER_HEARTBEAT, 0, 1, handle_broker_heartbeat),
     ApiSpec(ALLOCATE_PRODUCER_IDS, 0, 0, handle_allocate_producer_ids),
+    ApiSpec(UNREGISTER_BROKER, 0, 0, handle_unregister_broker),
 ]
 """Served on the controller listener only (with ApiVersions and the admin requests brokers forward)."""
 
-BROKER_APIS = [ApiSpec(DESCRIBE_QUORUM, 0, 2, handle_describe_quorum_on_broker)]
-"""What a broker listener serves of these: DescribeQuorum, forwarded to the quorum's leader."""
+BROKER_APIS = [
+    ApiSpec(DESCRIBE_QUORUM, 0, 2, handle_describe_quorum_on_broker),
+    ApiSpec(UNREGISTER_BROKER, 0, 0, handle_unregister_broker),
+]
+"""What a broker listener serves of these: DescribeQuorum and UnregisterBroker, forwarded to the leader."""

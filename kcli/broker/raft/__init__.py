@@ -25,6 +25,11 @@ def open_raft_client(config: BrokerConfig, cluster_id: str) -> KafkaRaftClient:
         segment_bytes=int(config["metadata.log.segment.bytes"]),  # type: ignore[call-overload]
         segment_ms=int(config["metadata.log.segment.ms"]),  # type: ignore[call-overload]
     )
+    if config["controller.quorum.bootstrap.servers"] and not config["controller.quorum.voters"]:
+        raise MetadataLogError(
+            "kcli runs static quorums only: set controller.quorum.voters (KIP-595); dynamic quorums "
+            "(controller.quorum.bootstrap.servers, KIP-853) are not implemented yet."
+        )
     voters = config.quorum_voters or {config.node_id: ("127.0.0.1", 0)}  # no listener: a quorum of one
     settings = {}
     for key in RAFT_SETTINGS:

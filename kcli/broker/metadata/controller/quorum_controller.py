@@ -37,7 +37,7 @@ from kcli.broker.metadata.controller.configuration_control_manager import (
     ConfigOp,
     ConfigurationControlManager,
 )
-from kcli.broker.metadata.controller.controller_result import ApiError, ControllerResult, Record
+from kcli.broker.metadata.controller.controller_result import ApiError, ApiException, ControllerResult, Record
 from kcli.broker.metadata.controller.feature_control_manager import FeatureControlManager
 from kcli.broker.metadata.controller.producer_id_control_manager import ProducerIdControlManager
 from kcli.broker.metadata.controller.replication_control_manager import (
@@ -184,6 +184,22 @@ class QuorumController:
         broker_epoch = await self._run(result)
         self.cluster_control.last_contact[self.node_id if broker_id is None else broker_id] = time.monotonic()
         return broker_epoch
+
+    async def unregister_broker(self, broker_id: int) -> None:
+        """UnregisterBroker (kafka-cluster.sh unregister): the registration goes; its replicas are offline."""
+        registration = self._image.broker(broker_id)
+        if registration is None:
+            raise ApiException(
+                ErrorCode.broker_id_not_registered, f"Broker ID {broker_id} is not currently registered"
+            )
+        record = (
+            "UnregisterBrokerRecord",
+            0,
+            {"brokerId": broker_id, "brokerEpoch": registration.broker_epoch},
+        )
+        await self._run(ControllerResult([record], None))
+        self.cluster_control.last_contact.pop(broker_id, None)
+        log.info("unregistered broker %d", broker_id)
 
     async def broker_heartbeat(self, heartbeat: BrokerHeartbeat) -> HeartbeatReply:
         """BrokerHeartbeat: renew the session, unfence a caught-up broker, fence one that asks."""
