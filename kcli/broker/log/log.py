@@ -15,6 +15,7 @@ log lock, never the other way round.
 from __future__ import annotations
 
 import logging
+import os
 import struct
 import threading
 import time
@@ -42,7 +43,7 @@ from kcli.broker.log.producer_state import (
 )
 from kcli.broker.log.segment import BatchHeader, Segment
 from kcli.broker.log.validator import AppendOrigin, BatchValidator
-from kcli.files import fsync_dir, write_atomically
+from kcli.files import fsync_dir
 
 log = logging.getLogger("kcli.broker.log")
 
@@ -159,17 +160,51 @@ class Log:
         flush_scheduler: Callable[[Callable[[], None]], object] | None = None,
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> Log:
-        """A new, empty partition directory with its partition.metadata and first segment."""
+        """A new, empty partition directory: its first segment, its epoch checkpoint and partition.metadata.
+
+        A directory just made holds nothing to recover, so there is no LogLoader pass. The fsyncs that
+        make it durable (partition.metadata, the directory, its parent) go to the flusher thread when
+        there is one, as Kafka writes partition.metadata asynchronously (PartitionMetadataFile.maybeFlush):
+        a CreateTopics of thousands of partitions must not hold the event loop. A crash before they run
+        leaves a directory that start-up recovery loads like any other (and a missing partition.metadata
+        is written again from the metadata log's topic id).
+        """
         dir.mkdir(parents=True, exist_ok=False)
-        write_atomically(dir / PARTITION_METADATA, write_partition_metadata(PartitionMetadata(0, topic_id)))
-        fsync_dir(dir.parent)
-        return cls.load(
+        metadata = dir / PARTITION_METADATA
+        metadata.write_text(write_partition_metadata(PartitionMetadata(0, topic_id)))
+        now_ms = clock()
+        segment = Segment(dir, 0, config, now_ms=now_ms, create=True)
+        epoch_cache, _ = LeaderEpochCache.load(dir)
+        producer_state = ProducerStateManager(dir, dir.name, producer_id_expiration_ms=producer_id_expiration_ms)
+        log = cls(
             dir,
             config,
+            topic_id=topic_id,
+            segments=[segment],
+            log_start_offset=0,
+            recovery_point=0,
+            log_end_offset=0,
+            epoch_cache=epoch_cache,
+            high_watermark=0,
             clock=clock,
             flush_scheduler=flush_scheduler,
-            producer_id_expiration_ms=producer_id_expiration_ms,
+            producer_state=producer_state,
         )
+
+        def make_durable() -> None:
+            fd = os.open(metadata, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            fsync_dir(dir)
+            fsync_dir(dir.parent)
+
+        if flush_scheduler is not None:
+            flush_scheduler(make_durable)
+        else:
+            make_durable()
+        return log
 
     @classmethod
     def load(
