@@ -22,7 +22,12 @@ class SyncController:
     Tests drive it synchronously: each operation runs until the quorum (this node) has committed it.
     """
 
+    opened: list[SyncController] = []
+    """Every controller made, so a test's teardown can close what the test left open."""
+
     def __init__(self, broker_config: BrokerConfig) -> None:
+        SyncController.opened.append(self)
+        self.closed = False
         self.loop = asyncio.new_event_loop()
         raft = open_raft_client(broker_config, "cluster-x")
         self.controller = QuorumController(broker_config, raft, empty_image())
@@ -45,6 +50,9 @@ class SyncController:
         return value
 
     def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
         raft = self.controller.raft_client
         self.run(raft.shutdown())
         raft.log.close()

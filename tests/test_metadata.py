@@ -106,6 +106,14 @@ def config(tmp_path: Path, **settings: str) -> BrokerConfig:
     return BrokerConfig({"log.dirs": str(tmp_path / "data"), **settings})
 
 
+@pytest.fixture(autouse=True)
+def close_controllers():
+    """Stop the Raft client of every controller a test opened and left open."""
+    yield
+    while SyncController.opened:
+        SyncController.opened.pop().close()
+
+
 def open_controller(tmp_path: Path, register_node: bool = True, **settings: str) -> SyncController:
     controller = SyncController(config(tmp_path, **settings))
     if register_node:
