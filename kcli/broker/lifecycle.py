@@ -22,6 +22,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from formats.checkpoints import uuid_from_base64
 from kcli.broker.metadata.controller import BrokerHeartbeat, NotControllerError, QuorumController
 from kcli.broker.metadata.controller.controller_result import ApiException
 from kcli.broker.metadata.image import ProducerIdsBlock
@@ -31,6 +32,7 @@ from kcli.client import ClientError, KafkaClient
 from kcli.config import BrokerConfig, ConfigError, Listener
 from kcli.errors import KcliError
 from kcli.protocol.messages import nested_type, request_type
+from kcli.storage import load_meta_properties
 
 log = logging.getLogger("kcli.broker")
 
@@ -156,6 +158,7 @@ class BrokerLifecycleManager:
         self._task: asyncio.Task[None] | None = None
         self._shutting_down = False
         self.heartbeat_interval = _setting(config, "broker.heartbeat.interval.ms", 2000) / 1000
+        self.log_dir_ids = _log_dir_ids(config)
 
     async def start(self, advertised: Listener, rack: str | None) -> None:
         """Register, then heartbeat in the background until unfenced (this returns then)."""
@@ -181,13 +184,18 @@ class BrokerLifecycleManager:
             ),
             rack=rack,
             is_migrating_zk_broker=False,
-            log_dirs=(),
+            log_dirs=self.log_dir_ids,
             previous_broker_epoch=-1,
         )
 
         async def local(controller: QuorumController) -> int:
             return await controller.register_broker(
-                advertised, broker_id=self.node_id, incarnation_id=self.incarnation_id, rack=rack, fenced=True
+                advertised,
+                broker_id=self.node_id,
+                incarnation_id=self.incarnation_id,
+                rack=rack,
+                log_dirs=self.log_dir_ids,
+                fenced=True,
             )
 
         deadline = (
@@ -283,6 +291,17 @@ class BrokerLifecycleManager:
             if error is not ErrorCode.none or should_shut_down:
                 return
             await asyncio.sleep(RETRY_BACKOFF_SECONDS)
+
+
+def _log_dir_ids(config: BrokerConfig) -> tuple[uuid.UUID, ...]:
+    """The directory.id of each log dir's meta.properties (KIP-858), sent with the registration."""
+    found = load_meta_properties(config.log_dirs)
+    ids = []
+    for log_dir in config.log_dirs:
+        meta = found.get(log_dir)
+        if meta is not None and meta.directory_id:
+            ids.append(uuid_from_base64(meta.directory_id))
+    return tuple(ids)
 
 
 def _setting(config: BrokerConfig, key: str, default: int) -> int:
