@@ -63,7 +63,9 @@ async def handle_metadata(ctx: RequestContext, request: object) -> object:
     broker_cls = nested_type(response_cls, "MetadataResponseBroker")
     image = ctx.state.image  # auto-creation may have replaced it
     brokers = tuple(
-        build(broker_cls, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack) for b in image.brokers()
+        build(broker_cls, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+        for b in image.brokers()
+        if not b.is_fenced  # KRaftMetadataCache.getAliveBrokerNodes
     )
     return build(
         response_cls,

@@ -372,6 +372,8 @@ class ClusterMetadataImage:
             replica
             for i, replica in enumerate(partition.replicas)
             if replica not in self.brokers_by_id
+            or self.brokers_by_id[replica].fenced  # KRaftMetadataCache.isReplicaOffline
+            or self.brokers_by_id[replica].endpoint(self.listener_name) is None
             or (i < len(partition.directories) and partition.directories[i] == DIRECTORY_LOST)
         )
         return PartitionInfo(
