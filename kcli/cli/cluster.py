@@ -114,9 +114,18 @@ def status(bootstrap: str = BOOTSTRAP, output: Output = OUTPUT) -> None:
         )
         return
     now = int(time.time() * 1000)
-    sys.stdout.write(
-        f"ClusterId: {result.cluster_id}\nLeaderId: {result.leader_id}\nLeaderEpoch: {result.leader_epoch}\n"
-        f"HighWatermark: {result.high_watermark}\n\n"
+    followers = [r for r in result.replicas if r.is_voter and r.node_id != result.leader_id]
+    max_lag = max((r.lag for r in followers), default=0)
+    max_lag_ms = max((now - r.last_caught_up_ms for r in followers if r.last_caught_up_ms >= 0), default=0)
+    sys.stdout.write(  # the lines of kafka-metadata-quorum.sh describe --status, then brokers and replication
+        f"ClusterId:              {result.cluster_id}\n"
+        f"LeaderId:               {result.leader_id}\n"
+        f"LeaderEpoch:            {result.leader_epoch}\n"
+        f"HighWatermark:          {result.high_watermark}\n"
+        f"MaxFollowerLag:         {max_lag}\n"
+        f"MaxFollowerLagTimeMs:   {max_lag_ms}\n"
+        f"CurrentVoters:          {sorted(r.node_id for r in result.replicas if r.is_voter)}\n"
+        f"CurrentObservers:       {sorted(r.node_id for r in result.replicas if not r.is_voter)}\n\n"
     )
     sys.stdout.write(
         table(
