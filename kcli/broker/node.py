@@ -41,7 +41,7 @@ from kcli.broker.producer_ids import ProducerIdManager
 from kcli.broker.raft import KafkaRaftClient, MetadataLogError, open_raft_client
 from kcli.broker.replication.manager import ReplicaManager
 from kcli.broker.txn.coordinator import TransactionCoordinator
-from kcli.config import BrokerConfig, ConfigError, Listener
+from kcli.config import BrokerConfig, Listener
 from kcli.errors import KcliError
 from kcli.protocol.messages import nested_type, request_type
 from kcli.storage import read_bootstrap_metadata
@@ -62,7 +62,7 @@ class Node:
         self.config = config
         raft, self.controller, loader = metadata_parts(config, cluster_id, config.listener.name)
         self.raft, self.loader = raft, loader
-        timeout = int(config["request.timeout.ms"]) / 1000 if _has(config, "request.timeout.ms") else 30.0  # type: ignore[call-overload]
+        timeout = int(config["request.timeout.ms"]) / 1000  # type: ignore[call-overload]
         self.channel = ControllerChannel(raft, self.controller, timeout=timeout)
         self.lifecycle = BrokerLifecycleManager(config, self.channel, loader)
         self.logs = LogManager(config)
@@ -114,12 +114,7 @@ class Node:
         self.loader.install_publisher(self.transaction_coordinator)
         self._reconcile(image)
         if self.controller is not None:
-            session_ms = (
-                int(self.config["broker.session.timeout.ms"])
-                if _has(self.config, "broker.session.timeout.ms")
-                else 9000
-            )  # type: ignore[call-overload]
-            self._tasks.append(asyncio.create_task(self.controller.run_session_expiry(session_ms)))
+            self._tasks.extend(controller_tasks(self.config, self.controller))
 
     @property
     def broker_epoch(self) -> int:
@@ -258,6 +253,16 @@ def metadata_parts(
     return raft, controller, loader
 
 
+def controller_tasks(config: BrokerConfig, controller: QuorumController) -> list[asyncio.Task[None]]:
+    """What an active controller does on its own: fence expired broker sessions, write NoOps when idle."""
+    session_ms = int(config["broker.session.timeout.ms"])  # type: ignore[call-overload]
+    idle_ms = int(config["metadata.max.idle.interval.ms"])  # type: ignore[call-overload]
+    return [
+        asyncio.create_task(controller.run_session_expiry(session_ms)),
+        asyncio.create_task(controller.run_idle_writes(idle_ms)),
+    ]
+
+
 class ControllerNode:
     """A controller-only process (process.roles=controller): a voter and its controller, no partitions.
 
@@ -288,8 +293,7 @@ class ControllerNode:
             await self.raft.shutdown()
             self.raft.log.close()
             raise
-        session_ms = int(self.config["broker.session.timeout.ms"])  # type: ignore[call-overload]
-        self._tasks.append(asyncio.create_task(self.controller.run_session_expiry(session_ms)))
+        self._tasks.extend(controller_tasks(self.config, self.controller))
 
     async def shutdown(self) -> None:
         for task in self._tasks:
@@ -298,11 +302,3 @@ class ControllerNode:
         await self.raft.shutdown()
         self.raft.log.close()
 
-
-def _has(config: BrokerConfig, key: str) -> bool:
-    """Whether this configuration defines `key` (keys of later Kafka versions may be missing)."""
-    try:
-        config[key]
-    except ConfigError:
-        return False
-    return True

@@ -175,7 +175,9 @@ class Log:
         now_ms = clock()
         segment = Segment(dir, 0, config, now_ms=now_ms, create=True)
         epoch_cache, _ = LeaderEpochCache.load(dir)
-        producer_state = ProducerStateManager(dir, dir.name, producer_id_expiration_ms=producer_id_expiration_ms)
+        producer_state = ProducerStateManager(
+            dir, dir.name, producer_id_expiration_ms=producer_id_expiration_ms
+        )
         log = cls(
             dir,
             config,

@@ -84,6 +84,7 @@ class QuorumController:
         self._uncommitted: deque[tuple[int, ClusterMetadataImage]] = deque()  # (last offset, image after it)
         self._active_epoch: int | None = None
         self._activated = asyncio.Event()
+        self._last_write = 0.0
         self.cluster_control = ClusterControlManager()
         self.configuration_control = ConfigurationControlManager(config)
         self.replication_control = ReplicationControlManager(
@@ -209,6 +210,23 @@ class QuorumController:
             self.cluster_control.process_heartbeat(self._image, heartbeat, time.monotonic())
         )
 
+    async def run_idle_writes(self, interval_ms: int) -> None:
+        """While active: a NoOpRecord when nothing was written for metadata.max.idle.interval.ms.
+
+        Kafka's controller does this so the quorum's high watermark keeps moving: observers and
+        standbys can tell they are caught up, and a leader that lost its quorum finds out.
+        """
+        if interval_ms <= 0:
+            return
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            if not self.is_active or time.monotonic() - self._last_write < interval_ms / 1000:
+                continue
+            try:
+                self._write(ControllerResult([("NoOpRecord", 0, {})], None))
+            except NotControllerError:
+                continue
+
     async def run_session_expiry(self, session_timeout_ms: int) -> None:
         """While active: fence brokers whose last heartbeat is older than broker.session.timeout.ms.
 
@@ -332,6 +350,7 @@ class QuorumController:
         values = [encode_metadata_record(name, version, data) for name, version, data in result.records]
         try:
             batch = self.raft_client.append(values, now_ms=int(time.time() * 1000))
+            self._last_write = time.monotonic()
         except NotLeaderError:
             raise NotControllerError(f"node {self.node_id} is not the active controller") from None
         self._image = fold(self._image, batch.records)
