@@ -62,6 +62,7 @@ from formats.segment import (
 from ops.verify.findings import Finding
 from ops.verify.targets import LEADER_EPOCH_CHECKPOINT
 
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT = "recovery-point-offset-checkpoint"
 REPLICATION = "replication-offset-checkpoint"
 LOG_START = "log-start-offset-checkpoint"
@@ -211,6 +212,15 @@ def plan_log_dir(
         if parsed[1] is None and partition.log_end is not None:
             log_ends[tuple(parsed[0])] = partition.log_end
     plan.root_changes = _root_checkpoints(log_dir, log_ends)
+    marker = log_dir / CLEAN_SHUTDOWN_FILE
+    touched = {"truncate_segment", "drop_segment", "delete_snapshot", "complete_swap"}
+    if marker.is_file() and any(c.kind in touched for c in plan.changes()):
+        plan.root_changes.append(
+            Change(None, "delete_leftover", str(marker),
+                   "the clean-shutdown marker no longer tells the truth once segments or snapshots change: "
+                   "removed, so the broker rebuilds producer state from the log when it loads.",
+                   0, marker.stat().st_size, quarantine=f"leftovers/{CLEAN_SHUTDOWN_FILE}")
+        )  # fmt: skip
     return plan
 
 
