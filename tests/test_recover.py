@@ -263,6 +263,7 @@ def test_broker_written_dir_torn_tail_and_corrupt_batch_replayed_back(tmp_path: 
     seg.write_bytes(data)
     removed = bytes(data[victim.position :])
 
+    assert (copy / ".kafka_cleanshutdown").exists()  # the broker stopped cleanly
     before = hashes(copy)
     dry = recover_cli(str(copy), "--output", "json")
     assert dry.returncode == 3, dry.stderr
@@ -281,6 +282,9 @@ def test_broker_written_dir_torn_tail_and_corrupt_batch_replayed_back(tmp_path: 
     assert load_reports(copy) == []
     held = quarantine / "orders-0" / "00000000000000000008.log"
     assert held.read_bytes() == removed
+    # the marker would tell the broker to trust producer snapshots that the cut made stale
+    assert not (copy / ".kafka_cleanshutdown").exists()
+    assert (quarantine / "leftovers" / ".kafka_cleanshutdown").exists()
 
     # the recovered copy starts without recovery work, and takes the quarantined records back
     broker = start_broker(tmp_path / "b2", data_dir=copy)
