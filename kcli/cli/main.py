@@ -18,6 +18,7 @@ def register() -> None:
         configs,
         dump,
         groups,
+        recover,
         replay,
         spark_audit,
         storage,
