@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import struct
 from collections.abc import Callable
 from types import TracebackType
@@ -41,6 +42,9 @@ DEFAULT_REQUEST_TIMEOUT = 30.0
 
 OnAnswer = Callable[[Any, "ClientError | None"], object]
 _FUTURE = asyncio.Future  # the type loop.create_future() returns (the C one)
+
+
+log = logging.getLogger("kcli.client")
 
 
 class ClientError(KcliError):
@@ -427,3 +431,39 @@ def _decode_response(response_cls: type, frame: bytes) -> Any:
         frame = without_unknown_tags(frame, edits)
     response, _ = entity_reader(response_cls)(frame, offset)
     return response
+
+
+class NodeConnections:
+    """One connection per node, opened on first use and dropped when it fails: what a broker keeps to
+    its peers (Raft voters, the active controller)."""
+
+    def __init__(self, client_id: str) -> None:
+        self.client_id = client_id
+        self._clients: dict[int, KafkaClient] = {}
+
+    async def send(
+        self, node_id: int, address: tuple[str, int], request: Any, *, timeout: float
+    ) -> Any | None:
+        """`request` to `node_id` at `address`; None when it cannot be reached or answer within `timeout`."""
+        try:
+            client = self._clients.get(node_id)
+            if client is None or client.closed:
+                client = await KafkaClient.connect(
+                    f"{address[0]}:{address[1]}",
+                    client_id=self.client_id,
+                    connect_timeout=timeout,
+                    request_timeout=timeout,
+                )
+                self._clients[node_id] = client
+            return await client.send(request, timeout=timeout)
+        except ClientError as exc:
+            log.debug("%s: %s", self.client_id, exc)
+            stale = self._clients.pop(node_id, None)
+            if stale is not None:
+                await stale.close()
+            return None
+
+    async def close(self) -> None:
+        for client in self._clients.values():
+            await client.close()
+        self._clients.clear()

@@ -28,7 +28,7 @@ from kcli.broker.metadata.controller.controller_result import ApiException
 from kcli.broker.metadata.image import ProducerIdsBlock
 from kcli.broker.metadata.loader import MetadataLoader
 from kcli.broker.raft import KafkaRaftClient
-from kcli.client import ClientError, KafkaClient
+from kcli.client import NodeConnections
 from kcli.config import BrokerConfig, ConfigError, Listener
 from kcli.errors import KcliError
 from kcli.protocol.messages import nested_type, request_type
@@ -52,7 +52,7 @@ class ControllerChannel:
         self.raft = raft
         self.controller = controller
         self.timeout = timeout
-        self._clients: dict[int, KafkaClient] = {}
+        self._connections = NodeConnections(f"broker-{raft.node_id}-to-controller")
 
     @property
     def local(self) -> QuorumController | None:
@@ -108,28 +108,10 @@ class ControllerChannel:
         if address is None:
             return None
         remaining = max(deadline - time.monotonic(), 0.05)
-        try:
-            client = self._clients.get(leader_id)
-            if client is None or client.closed:
-                client = await KafkaClient.connect(
-                    f"{address[0]}:{address[1]}",
-                    client_id=f"broker-{self.raft.node_id}-to-controller",
-                    connect_timeout=remaining,
-                    request_timeout=remaining,
-                )
-                self._clients[leader_id] = client
-            return await client.send(request, timeout=remaining)
-        except ClientError as exc:
-            log.debug("controller channel: %s", exc)
-            stale = self._clients.pop(leader_id, None)
-            if stale is not None:
-                await stale.close()
-            return None
+        return await self._connections.send(leader_id, address, request, timeout=remaining)
 
     async def close(self) -> None:
-        for client in self._clients.values():
-            await client.close()
-        self._clients.clear()
+        await self._connections.close()
 
 
 def _not_controller(response: Any) -> bool:

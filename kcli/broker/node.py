@@ -301,4 +301,3 @@ class ControllerNode:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.raft.shutdown()
         self.raft.log.close()
-

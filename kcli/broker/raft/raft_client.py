@@ -54,7 +54,7 @@ from kcli.broker.raft.snapshots import (
     remove_partial_snapshots,
     write_snapshot,
 )
-from kcli.client import ClientError, KafkaClient
+from kcli.client import NodeConnections
 from kcli.config import CLUSTER_METADATA_TOPIC
 from kcli.protocol.messages import build, nested_type, request_type, response_type
 
@@ -212,7 +212,7 @@ class KafkaRaftClient:
         self._caught_up = asyncio.Event()
         self._changed = asyncio.Event()
         self._appended = asyncio.Event()  # wakes parked leader Fetches
-        self._peers: dict[int, KafkaClient] = {}
+        self._peers = NodeConnections(f"raft-client-{node_id}")
         self._task: asyncio.Task[None] | None = None
         self._flushing: asyncio.Task[None] | None = None
         self._fired_leader: LeaderAndEpoch | None = None
@@ -283,9 +283,7 @@ class KafkaRaftClient:
         if self._flushing is not None:
             await asyncio.gather(self._flushing, return_exceptions=True)
         self._fail_commit_waiters()
-        for peer in self._peers.values():
-            await peer.close()
-        self._peers.clear()
+        await self._peers.close()
 
     # --- the leader's API --------------------------------------------------------------------------
 
@@ -451,29 +449,18 @@ class KafkaRaftClient:
         self, voter_id: int, epoch: int, end_offset: int, last_epoch: int, pre_vote: bool
     ) -> Any:
         """Vote v2: a pre-vote carries the current epoch, a vote the one it campaigns in."""
+        partition = {
+            "partition_index": 0,
+            "replica_epoch": epoch,
+            "replica_id": self.node_id,
+            "replica_directory_id": _ZERO_UUID,
+            "voter_directory_id": _ZERO_UUID,
+            "last_offset_epoch": last_epoch,
+            "last_offset": end_offset,
+            "pre_vote": pre_vote,
+        }
         cls = request_type(VOTE, VOTE_VERSION)
-        topic_cls, partition_cls = nested_type(cls, "TopicData"), nested_type(cls, "PartitionData")
-        return cls(
-            cluster_id=self.cluster_id,
-            voter_id=voter_id,
-            topics=(
-                topic_cls(
-                    topic_name=CLUSTER_METADATA_TOPIC,
-                    partitions=(
-                        partition_cls(
-                            partition_index=0,
-                            replica_epoch=epoch,
-                            replica_id=self.node_id,
-                            replica_directory_id=_ZERO_UUID,
-                            voter_directory_id=_ZERO_UUID,
-                            last_offset_epoch=last_epoch,
-                            last_offset=end_offset,
-                            pre_vote=pre_vote,
-                        ),
-                    ),
-                ),
-            ),
-        )
+        return _single_partition(cls, partition, cluster_id=self.cluster_id, voter_id=voter_id)
 
     async def _pre_vote(self) -> None:
         """Prospective (KIP-996): a majority of pre-votes lets this voter start a real election."""
@@ -573,25 +560,15 @@ class KafkaRaftClient:
                 check_deadline = time.monotonic() + 1.5 * fetch_timeout
 
     async def _begin_quorum_epoch(self, voter_id: int) -> None:
+        partition = {
+            "partition_index": 0,
+            "voter_directory_id": _ZERO_UUID,
+            "leader_id": self.node_id,
+            "leader_epoch": self.epoch,
+        }
         cls = request_type(BEGIN_QUORUM_EPOCH, QUORUM_EPOCH_VERSION)
-        topic_cls, partition_cls = nested_type(cls, "TopicData"), nested_type(cls, "PartitionData")
-        request = cls(
-            cluster_id=self.cluster_id,
-            voter_id=voter_id,
-            topics=(
-                topic_cls(
-                    topic_name=CLUSTER_METADATA_TOPIC,
-                    partitions=(
-                        partition_cls(
-                            partition_index=0,
-                            voter_directory_id=_ZERO_UUID,
-                            leader_id=self.node_id,
-                            leader_epoch=self.epoch,
-                        ),
-                    ),
-                ),
-            ),
-            leader_endpoints=(),
+        request = _single_partition(
+            cls, partition, cluster_id=self.cluster_id, voter_id=voter_id, leader_endpoints=()
         )
         response = await self._send(voter_id, request)
         if response is None:
@@ -611,28 +588,16 @@ class KafkaRaftClient:
         others = [v for v in self.voter_addresses if v != self.node_id]
         preferred = sorted(others, key=lambda v: -(progress[v].end_offset if v in progress else -1))
         cls = request_type(END_QUORUM_EPOCH, QUORUM_EPOCH_VERSION)
-        topic_cls, partition_cls = nested_type(cls, "TopicData"), nested_type(cls, "PartitionData")
         candidate_cls = nested_type(cls, "ReplicaInfo")
-        request = cls(
-            cluster_id=self.cluster_id,
-            topics=(
-                topic_cls(
-                    topic_name=CLUSTER_METADATA_TOPIC,
-                    partitions=(
-                        partition_cls(
-                            partition_index=0,
-                            leader_id=self.node_id,
-                            leader_epoch=self.epoch,
-                            preferred_candidates=tuple(
-                                candidate_cls(candidate_id=v, candidate_directory_id=_ZERO_UUID)
-                                for v in preferred
-                            ),
-                        ),
-                    ),
-                ),
+        partition = {
+            "partition_index": 0,
+            "leader_id": self.node_id,
+            "leader_epoch": self.epoch,
+            "preferred_candidates": tuple(
+                candidate_cls(candidate_id=v, candidate_directory_id=_ZERO_UUID) for v in preferred
             ),
-            leader_endpoints=(),
-        )
+        }
+        request = _single_partition(cls, partition, cluster_id=self.cluster_id, leader_endpoints=())
         await asyncio.gather(
             *(self._send(v, request, timeout=timeout) for v in others), return_exceptions=True
         )
@@ -688,29 +653,25 @@ class KafkaRaftClient:
         """One Fetch round trip; True when the leader answered with data or an empty, valid fetch."""
         end_offset, last_epoch = self._last_offset_and_epoch()
         cls = request_type(FETCH, FETCH_VERSION)
-        topic_cls, partition_cls = nested_type(cls, "FetchTopic"), nested_type(cls, "FetchPartition")
-        replica_cls = nested_type(cls, "ReplicaState")
-        request = cls(
+        partition = {
+            "partition": 0,
+            "current_leader_epoch": self.epoch,
+            "fetch_offset": end_offset,
+            "last_fetched_epoch": last_epoch,
+            "log_start_offset": -1,
+            "partition_max_bytes": MAX_BATCH_BYTES,
+        }
+        request = _single_partition(
+            cls,
+            partition,
+            topic="FetchTopic",
+            part="FetchPartition",
+            topic_key=("topic_id", CLUSTER_METADATA_TOPIC_ID),
             cluster_id=self.cluster_id,
-            replica_state=replica_cls(replica_id=self.node_id, replica_epoch=-1),
+            replica_state=nested_type(cls, "ReplicaState")(replica_id=self.node_id, replica_epoch=-1),
             max_wait=timedelta(milliseconds=FETCH_MAX_WAIT_MS),
             min_bytes=0,
             max_bytes=MAX_BATCH_BYTES,
-            topics=(
-                topic_cls(
-                    topic_id=CLUSTER_METADATA_TOPIC_ID,
-                    partitions=(
-                        partition_cls(
-                            partition=0,
-                            current_leader_epoch=self.epoch,
-                            fetch_offset=end_offset,
-                            last_fetched_epoch=last_epoch,
-                            log_start_offset=-1,
-                            partition_max_bytes=MAX_BATCH_BYTES,
-                        ),
-                    ),
-                ),
-            ),
             forgotten_topics_data=(),
         )
         timeout = (FETCH_MAX_WAIT_MS + self.config.request_timeout_ms) / 1000
@@ -803,30 +764,25 @@ class KafkaRaftClient:
     async def _fetch_snapshot(self, leader_id: int, snapshot_id: SnapshotId) -> bool:
         """Download the leader's snapshot with FetchSnapshot, then install it: the log restarts at its end."""
         cls = request_type(FETCH_SNAPSHOT, FETCH_SNAPSHOT_VERSION)
-        topic_cls, partition_cls = nested_type(cls, "TopicSnapshot"), nested_type(cls, "PartitionSnapshot")
-        id_cls = nested_type(cls, "SnapshotId")
+        wanted = nested_type(cls, "SnapshotId")(end_offset=snapshot_id.end_offset, epoch=snapshot_id.epoch)
         data = bytearray()
         while True:
-            request = cls(
+            partition = {
+                "partition": 0,
+                "current_leader_epoch": self.epoch,
+                "snapshot_id": wanted,
+                "position": len(data),
+                "replica_directory_id": _ZERO_UUID,
+            }
+            request = _single_partition(
+                cls,
+                partition,
+                topic="TopicSnapshot",
+                part="PartitionSnapshot",
+                topic_key=("name", CLUSTER_METADATA_TOPIC),
                 cluster_id=self.cluster_id,
                 replica_id=self.node_id,
                 max_bytes=MAX_BATCH_BYTES,
-                topics=(
-                    topic_cls(
-                        name=CLUSTER_METADATA_TOPIC,
-                        partitions=(
-                            partition_cls(
-                                partition=0,
-                                current_leader_epoch=self.epoch,
-                                snapshot_id=id_cls(
-                                    end_offset=snapshot_id.end_offset, epoch=snapshot_id.epoch
-                                ),
-                                position=len(data),
-                                replica_directory_id=_ZERO_UUID,
-                            ),
-                        ),
-                    ),
-                ),
             )
             response = await self._send(leader_id, request, timeout=self.config.request_timeout_ms / 1000)
             if response is None:
@@ -862,7 +818,6 @@ class KafkaRaftClient:
     def handle_fetch_snapshot(self, request: Any, version: int) -> Any:
         """The leader serves its snapshot file in pieces (FetchSnapshot, KIP-630)."""
         cls = response_type(FETCH_SNAPSHOT, version)
-        topic_cls, partition_cls = nested_type(cls, "TopicSnapshot"), nested_type(cls, "PartitionSnapshot")
         id_cls, leader_cls = nested_type(cls, "SnapshotId"), nested_type(cls, "LeaderIdAndEpoch")
         error = self._check_cluster_id(request.cluster_id)
         partition = _only_partition(request)
@@ -872,32 +827,24 @@ class KafkaRaftClient:
             )
 
         def answer(error: ErrorCode, *, size: int = 0, position: int = 0, chunk: bytes = b"") -> Any:
-            return build(
+            wanted = partition.snapshot_id
+            fields = {
+                "index": 0,
+                "error_code": error,
+                "snapshot_id": id_cls(end_offset=wanted.end_offset, epoch=wanted.epoch),
+                "current_leader": leader_cls(leader_id=self.quorum.leader_id, leader_epoch=self.epoch),
+                "size": size,
+                "position": position,
+                "unaligned_records": chunk,
+            }
+            return _single_partition(
                 cls,
+                fields,
+                topic="TopicSnapshot",
+                part="PartitionSnapshot",
+                topic_key=("name", CLUSTER_METADATA_TOPIC),
                 throttle_time=_NO_THROTTLE,
                 error_code=ErrorCode.none,
-                topics=(
-                    topic_cls(
-                        name=CLUSTER_METADATA_TOPIC,
-                        partitions=(
-                            build(
-                                partition_cls,
-                                index=0,
-                                error_code=error,
-                                snapshot_id=id_cls(
-                                    end_offset=partition.snapshot_id.end_offset,
-                                    epoch=partition.snapshot_id.epoch,
-                                ),
-                                current_leader=leader_cls(
-                                    leader_id=self.quorum.leader_id, leader_epoch=self.epoch
-                                ),
-                                size=size,
-                                position=position,
-                                unaligned_records=chunk,
-                            ),
-                        ),
-                    ),
-                ),
             )
 
         epoch_error = self._check_fetch_epoch(partition.current_leader_epoch)
@@ -1069,25 +1016,7 @@ class KafkaRaftClient:
             if granted
             else f"rejected ({error.name if error is not ErrorCode.none else self.quorum.describe()})",
         )
-        topic_cls, partition_cls = nested_type(cls, "TopicData"), nested_type(cls, "PartitionData")
-        return cls(
-            error_code=ErrorCode.none,
-            topics=(
-                topic_cls(
-                    topic_name=CLUSTER_METADATA_TOPIC,
-                    partitions=(
-                        partition_cls(
-                            partition_index=0,
-                            error_code=error,
-                            leader_id=self.quorum.leader_id,
-                            leader_epoch=self.epoch,
-                            vote_granted=granted,
-                        ),
-                    ),
-                ),
-            ),
-            node_endpoints=(),
-        )
+        return self._quorum_epoch_response(cls, error, vote_granted=granted)
 
     def _can_grant(self, candidate: int, up_to_date: bool, pre_vote: bool) -> bool:
         state = self.quorum.state
@@ -1163,25 +1092,16 @@ class KafkaRaftClient:
             return 0
         return min(ceiling, (ceiling >> (len(preferred) - 1)) << (position - 1))
 
-    def _quorum_epoch_response(self, cls: type, error: ErrorCode) -> Any:
-        topic_cls, partition_cls = nested_type(cls, "TopicData"), nested_type(cls, "PartitionData")
-        return cls(
-            error_code=ErrorCode.none,
-            topics=(
-                topic_cls(
-                    topic_name=CLUSTER_METADATA_TOPIC,
-                    partitions=(
-                        partition_cls(
-                            partition_index=0,
-                            error_code=error,
-                            leader_id=self.quorum.leader_id,
-                            leader_epoch=self.epoch,
-                        ),
-                    ),
-                ),
-            ),
-            node_endpoints=(),
-        )
+    def _quorum_epoch_response(self, cls: type, error: ErrorCode, **extra: Any) -> Any:
+        """Vote, BeginQuorumEpoch and EndQuorumEpoch answers: the error, this node's leader and epoch."""
+        partition = {
+            "partition_index": 0,
+            "error_code": error,
+            "leader_id": self.quorum.leader_id,
+            "leader_epoch": self.epoch,
+            **extra,
+        }
+        return _single_partition(cls, partition, error_code=ErrorCode.none, node_endpoints=())
 
     async def handle_fetch(self, request: Any, version: int) -> Any:
         """A follower's or observer's Fetch of `__cluster_metadata-0`, parked up to MaxWaitMs when empty."""
@@ -1278,47 +1198,39 @@ class KafkaRaftClient:
         diverging: tuple[int, int] | None = None,
         snapshot: SnapshotId | None = None,
     ) -> Any:
-        topic_cls, partition_cls = (
-            nested_type(cls, "FetchableTopicResponse"),
-            nested_type(cls, "PartitionData"),
-        )
-        extra: dict[str, Any] = {}
+        partition: dict[str, Any] = {
+            "partition_index": 0,
+            "error_code": error,
+            "high_watermark": max(self.high_watermark, 0),
+            "log_start_offset": self.log.log.log_start_offset,
+            "current_leader": nested_type(cls, "LeaderIdAndEpoch")(
+                leader_id=self.quorum.leader_id, leader_epoch=self.epoch
+            ),
+            "aborted_transactions": None,
+            "records": records,
+        }
         if diverging is not None:
-            extra["diverging_epoch"] = nested_type(cls, "EpochEndOffset")(
-                epoch=diverging[0], end_offset=diverging[1]
+            epoch, end_offset = diverging
+            partition["diverging_epoch"] = nested_type(cls, "EpochEndOffset")(
+                epoch=epoch, end_offset=end_offset
             )
         if snapshot is not None:
             snapshot_cls = nested_type(cls, "SnapshotId")
-            extra["snapshot_id"] = snapshot_cls(end_offset=snapshot.end_offset, epoch=snapshot.epoch)
-        return cls(
+            partition["snapshot_id"] = snapshot_cls(end_offset=snapshot.end_offset, epoch=snapshot.epoch)
+        return _single_partition(
+            cls,
+            partition,
+            topic="FetchableTopicResponse",
+            topics_field="responses",
+            topic_key=("topic_id", CLUSTER_METADATA_TOPIC_ID),
             throttle_time=_NO_THROTTLE,
             error_code=ErrorCode.none,
-            responses=(
-                topic_cls(
-                    topic_id=CLUSTER_METADATA_TOPIC_ID,
-                    partitions=(
-                        partition_cls(
-                            partition_index=0,
-                            error_code=error,
-                            high_watermark=max(self.high_watermark, 0),
-                            log_start_offset=self.log.log.log_start_offset,
-                            current_leader=nested_type(cls, "LeaderIdAndEpoch")(
-                                leader_id=self.quorum.leader_id, leader_epoch=self.epoch
-                            ),
-                            aborted_transactions=None,
-                            records=records,
-                            **extra,
-                        ),
-                    ),
-                ),
-            ),
             node_endpoints=(),
         )
 
     def describe_quorum(self, version: int) -> Any:
         """DescribeQuorum as the leader answers it; NOT_LEADER_OR_FOLLOWER elsewhere."""
         cls = response_type(DESCRIBE_QUORUM, version)
-        topic_cls, partition_cls = nested_type(cls, "TopicData"), nested_type(cls, "PartitionData")
         replica_cls = nested_type(cls, "ReplicaState")
         state = self.leader_state
         now_ms = _now_ms()
@@ -1335,17 +1247,18 @@ class KafkaRaftClient:
             )
 
         leading = state is not None and self.quorum.is_leader
-        partition = build(
-            partition_cls,
-            partition_index=0,
-            error_code=ErrorCode.none if leading else ErrorCode.not_leader_or_follower,
-            error_message=None,
-            leader_id=self.quorum.leader_id,
-            leader_epoch=self.epoch,
-            high_watermark=self.high_watermark if leading else -1,
-            current_voters=tuple(replica(v, p) for v, p in sorted(state.voters.items())) if leading else (),
-            observers=tuple(replica(o, p) for o, p in sorted(state.observers.items())) if leading else (),
-        )
+        partition = {
+            "partition_index": 0,
+            "error_code": ErrorCode.none if leading else ErrorCode.not_leader_or_follower,
+            "error_message": None,
+            "leader_id": self.quorum.leader_id,
+            "leader_epoch": self.epoch,
+            "high_watermark": self.high_watermark if leading else -1,
+            "current_voters": tuple(replica(v, p) for v, p in sorted(state.voters.items()))
+            if leading
+            else (),
+            "observers": tuple(replica(o, p) for o, p in sorted(state.observers.items())) if leading else (),
+        }
         nodes = ()
         if version >= 2:
             node_cls, listener_cls = nested_type(cls, "Node"), nested_type(cls, "Listener")
@@ -1353,8 +1266,7 @@ class KafkaRaftClient:
                 node_cls(node_id=v, listeners=(listener_cls(name="CONTROLLER", host=host, port=port),))
                 for v, (host, port) in sorted(self.voter_addresses.items())
             )
-        topic = topic_cls(topic_name=CLUSTER_METADATA_TOPIC, partitions=(partition,))
-        return build(cls, error_code=ErrorCode.none, error_message=None, topics=(topic,), nodes=nodes)
+        return _single_partition(cls, partition, error_code=ErrorCode.none, error_message=None, nodes=nodes)
 
     def _check_cluster_id(self, cluster_id: str | None) -> ErrorCode:
         if cluster_id is None or cluster_id == self.cluster_id:
@@ -1366,28 +1278,29 @@ class KafkaRaftClient:
     async def _send(self, node_id: int, request: Any, *, timeout: float | None = None) -> Any | None:
         """One request to a voter's controller listener; None when it cannot be reached in time."""
         limit = timeout if timeout is not None else self.config.request_timeout_ms / 1000
-        try:
-            client = self._peers.get(node_id)
-            if client is None or client.closed:
-                host, port = self.voter_addresses[node_id]
-                client = await KafkaClient.connect(
-                    f"{host}:{port}",
-                    client_id=f"raft-client-{self.node_id}",
-                    connect_timeout=limit,
-                    request_timeout=limit,
-                )
-                self._peers[node_id] = client
-            return await client.send(request, timeout=limit)
-        except ClientError as exc:
-            log.debug("raft: %s", exc)
-            stale = self._peers.pop(node_id, None)
-            if stale is not None:
-                await stale.close()
-            return None
+        return await self._peers.send(node_id, self.voter_addresses[node_id], request, timeout=limit)
 
 
 _ZERO_UUID = CLUSTER_METADATA_TOPIC_ID.__class__(int=0)
 _NO_THROTTLE = timedelta(0)
+
+
+def _single_partition(
+    cls: type,
+    partition: dict[str, Any],
+    *,
+    topic: str = "TopicData",
+    part: str = "PartitionData",
+    topics_field: str = "topics",
+    topic_key: tuple[str, Any] = ("topic_name", CLUSTER_METADATA_TOPIC),
+    **fields: Any,
+) -> Any:
+    """A Raft message: `fields` around one topic (`__cluster_metadata`) of one partition, the envelope
+    every KRaft RPC has; fields a version lacks are left out."""
+    topic_cls, partition_cls = nested_type(cls, topic), nested_type(cls, part)
+    name_field, name = topic_key
+    entry = topic_cls(**{name_field: name, "partitions": (build(partition_cls, **partition),)})
+    return build(cls, **fields, **{topics_field: (entry,)})
 
 
 def _only_partition(message: Any, topics_field: str = "topics") -> Any | None:
