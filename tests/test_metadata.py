@@ -487,6 +487,23 @@ def test_manual_assignments_and_default_replication_factor(tmp_path):
     assert result.error.code is ErrorCode.none and result.num_partitions == 2
 
 
+@pytest.mark.parametrize(
+    ("log_dirs", "message"),
+    [
+        ([DIR_ID, None], "Reserved directory ID in request"),  # kio reads the all-zero UUID as None
+        ([uuid.UUID(int=2)], "Reserved directory ID in request"),
+        ([DIR_ID, DIR_ID], "Duplicate directory ID in request"),
+    ],
+)
+def test_a_registration_with_a_reserved_or_repeated_log_dir_is_refused(tmp_path, log_dirs, message):
+    controller = open_controller(tmp_path, register_node=False)
+    with pytest.raises(ApiException) as refused:
+        controller.register_broker(LISTENER, broker_id=2, log_dirs=log_dirs)
+    assert refused.value.error.code is ErrorCode.invalid_registration
+    assert refused.value.error.message == message
+    assert controller.image.broker(2) is None
+
+
 def test_errors_need_a_registered_broker(tmp_path):
     controller = open_controller(tmp_path, register_node=False)
     [result] = controller.create_topics([NewTopic("t")])
