@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import os
 import signal
 import subprocess
@@ -40,7 +42,9 @@ from kcli.broker.metadata.image import (
     fold,
     topic_changes,
 )
-from kcli.config import BrokerConfig, Listener
+from kcli.broker.raft.quorum_state import RaftState
+from kcli.config import CLUSTER_METADATA_TOPIC, BrokerConfig, Listener
+from kcli.protocol.messages import nested_type, request_type
 
 REPO = Path(__file__).resolve().parents[1]
 NODE = 1
@@ -487,6 +491,23 @@ def test_manual_assignments_and_default_replication_factor(tmp_path):
     assert result.error.code is ErrorCode.none and result.num_partitions == 2
 
 
+@pytest.mark.parametrize(
+    ("log_dirs", "message"),
+    [
+        ([DIR_ID, None], "Reserved directory ID in request"),  # kio reads the all-zero UUID as None
+        ([uuid.UUID(int=2)], "Reserved directory ID in request"),
+        ([DIR_ID, DIR_ID], "Duplicate directory ID in request"),
+    ],
+)
+def test_a_registration_with_a_reserved_or_repeated_log_dir_is_refused(tmp_path, log_dirs, message):
+    controller = open_controller(tmp_path, register_node=False)
+    with pytest.raises(ApiException) as refused:
+        controller.register_broker(LISTENER, broker_id=2, log_dirs=log_dirs)
+    assert refused.value.error.code is ErrorCode.invalid_registration
+    assert refused.value.error.message == message
+    assert controller.image.broker(2) is None
+
+
 def test_errors_need_a_registered_broker(tmp_path):
     controller = open_controller(tmp_path, register_node=False)
     [result] = controller.create_topics([NewTopic("t")])
@@ -751,6 +772,52 @@ def test_registration_epochs_increase_with_each_start(tmp_path):
     assert again.image.metadata_version == 21
     bootstrap = [r.name for r, _ in again.metadata_log.records()].count("FeatureLevelRecord")
     assert bootstrap == 1
+
+
+def _quorum_request(api_key: int, version: int, **partition: object):
+    cls = request_type(api_key, version)
+    topic_cls, partition_cls = nested_type(cls, "TopicData"), nested_type(cls, "PartitionData")
+    names = {f.name for f in dataclasses.fields(partition_cls)}
+    defaults = {"partition_index": 0, "voter_directory_id": None, "replica_directory_id": None}
+    defaults |= {"preferred_candidates": ()}
+    values = {k: v for k, v in (defaults | partition).items() if k in names}
+    topic = topic_cls(topic_name=CLUSTER_METADATA_TOPIC, partitions=(partition_cls(**values),))
+    extra = {"leader_endpoints": ()} if api_key != 52 else {}
+    if api_key != 54:
+        extra["voter_id"] = NODE
+    return cls(cluster_id="cluster-x", topics=(topic,), **extra)
+
+
+def test_a_request_naming_this_node_leader_or_candidate_does_not_move_it_where_kafka_never_goes(tmp_path):
+    # Kafka's QuorumState never follows itself nor votes for itself; a quorum of one that did (a
+    # BeginQuorumEpoch naming it leader of a later epoch) told its controller it was active while its
+    # Raft client, a follower, could not append.
+    controller = open_controller(tmp_path)
+    raft = controller.raft_client
+    epoch = raft.epoch
+    for api_key, handle in ((53, raft.handle_begin_quorum_epoch), (54, raft.handle_end_quorum_epoch)):
+        for leader_epoch, error in ((epoch, ErrorCode.none), (epoch + 1, ErrorCode.invalid_request)):
+            request = _quorum_request(api_key, 1, leader_id=NODE, leader_epoch=leader_epoch)
+            [answer] = handle(request, 1).topics[0].partitions
+            assert (answer.error_code, answer.leader_id, answer.leader_epoch) == (error, NODE, epoch)
+            assert raft.quorum.state is RaftState.LEADER and controller.is_active
+    # A Vote from itself in a later epoch: Unattached in that epoch (as in Kafka), no vote for itself,
+    # and the quorum of one elects itself again.
+    vote = _quorum_request(
+        52,
+        2,
+        replica_id=NODE,
+        replica_epoch=epoch + 5,
+        last_offset_epoch=epoch,
+        last_offset=0,
+        pre_vote=False,
+    )
+    [answer] = raft.handle_vote(vote, 2).topics[0].partitions
+    assert not answer.vote_granted
+    assert (raft.quorum.state, raft.quorum.voted_id, raft.epoch) == (RaftState.UNATTACHED, -1, epoch + 5)
+    assert not controller.is_active
+    controller.run(asyncio.wait_for(controller.controller.wait_active(), 10))
+    assert raft.quorum.state is RaftState.LEADER and raft.epoch == epoch + 6
 
 
 # --- the metadata log on disk ------------------------------------------------------------------------

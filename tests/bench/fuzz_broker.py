@@ -1,7 +1,8 @@
-"""Fuzz a real `kcli broker start` with mutated client frames; report deaths, handler errors and RSS.
+"""Fuzz a real `kcli broker start` with mutated frames; report deaths, handler errors and RSS.
 
     python tests/bench/fuzz_broker.py [--frames 1000000] [--seed 1] [--connections 8]
         [--max-seconds 3600] [--rss-limit-mib 1024] [--spare API,...] [--no-clients]
+        [--target client|controller] [--max-epoch N]
 
 A broker is started on a temporary data dir. Its corpus is recorded first: confluent-kafka, kafka-python
 and aiokafka talk to it through a recording proxy on loopback (admin, idempotent and transactional
@@ -13,12 +14,28 @@ request's header, and some frames unchanged) are sent over `--connections` concu
 few frames per connection, each connection half-closed after its frames and read until the broker
 closes it (at most a second).
 
+`--target controller` fuzzes the controller listener instead: the node is broker and controller
+(node.id 1, `controller.listener.names=CONTROLLER` on a free loopback port, no controller.quorum.voters,
+so it is the only voter of its quorum and runs the same Raft code as a cluster). Its corpus is the sample
+request of every API key and version of the controller registry (Raft, broker lifecycle, the admin
+requests brokers forward), and Raft and lifecycle requests that pass their first checks (this cluster's
+id, `__cluster_metadata`, the node's ids, its current Raft epoch and the next, made again as the epoch
+moves), so that mutations reach the Raft state machine and the active controller; for the second half of
+every 8 s no Vote, BeginQuorumEpoch or EndQuorumEpoch goes, so that the node elects itself again in
+the middle of the run too. After the frames the node must lead its quorum again (DescribeQuorum on the
+controller listener), have its broker registered (it registers again when a mutated UnregisterBroker
+removed it), and serve a producer and a consumer through its client listener; the brokers mutated
+BrokerRegistrations added are unregistered first, so that the client talks to the node alone.
+`--max-epoch` leaves unsent the Raft requests with a higher epoch, to look past the known defect of an
+epoch near 2**31-1 (the node cannot campaign in the next one and its quorum is gone for good).
+
 It reports frames sent, broker deaths (the process exited, or was killed for growing past
 `--rss-limit-mib` or for not answering ApiVersions within 10 s; it is restarted on the same data dir
-and port), handler errors (ERROR lines and tracebacks in the broker log, grouped by message), WARNING
+and ports), handler errors (ERROR lines and tracebacks in the broker log, grouped by message), WARNING
 lines, peak RSS, and whether `kcli verify` finds the data dir clean after a graceful stop. Mutations
 are drawn from `--seed`; the recorded frames differ a little between runs (ids, timestamps), so
-`--no-clients` (samples only) is the way to replay a run byte for byte. The run stops by itself after
+`--no-clients` (samples only) is the way to replay a run byte for byte (not for the controller
+listener, whose frames follow the node's Raft epoch and the clock). The run stops by itself after
 `--frames` or `--max-seconds`. `--spare` leaves the named APIs out of the corpus, to look past a defect
 already known (a partition count of 2**31-1 in CreateTopics made the controller build that many
 partitions until it was bounded as Kafka bounds one operation). tests/test_fuzz.py runs the same core
@@ -43,22 +60,52 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 from conftest import kcli_env  # noqa: E402
+from kio.schema.errors import ErrorCode  # noqa: E402
 from protocol_samples import sample_entity  # noqa: E402
 
-from kcli.broker.apis import build_registry  # noqa: E402
+from kcli.broker.apis import build_controller_registry, build_registry  # noqa: E402
+from kcli.broker.apis.cluster import API_KEY as DESCRIBE_CLUSTER  # noqa: E402
+from kcli.broker.apis.quorum import (  # noqa: E402
+    ALLOCATE_PRODUCER_IDS,
+    BEGIN_QUORUM_EPOCH,
+    BROKER_HEARTBEAT,
+    BROKER_REGISTRATION,
+    DESCRIBE_QUORUM,
+    END_QUORUM_EPOCH,
+    FETCH,
+    FETCH_SNAPSHOT,
+    UNREGISTER_BROKER,
+    VOTE,
+)
+from kcli.broker.apis.registry import ApiRegistry  # noqa: E402
+from kcli.broker.raft.metadata_log import CLUSTER_METADATA_TOPIC_ID  # noqa: E402
+from kcli.broker.raft.quorum_state import QUORUM_STATE, QuorumStateError, read_quorum_state  # noqa: E402
+from kcli.broker.server import _decode_request, _header_is_flexible, parse_request_header  # noqa: E402
+from kcli.client import ClientError, KafkaClient  # noqa: E402
+from kcli.config import CLUSTER_METADATA_TOPIC  # noqa: E402
 from kcli.protocol.codec import encode  # noqa: E402
-from kcli.protocol.messages import api_name, request_type  # noqa: E402
+from kcli.protocol.messages import api_name, nested_type, request_type  # noqa: E402
 
 READY = re.compile(r"^kcli broker: listening on (\S+):(\d+)$", re.MULTILINE)
 BROKER_OVERRIDES = ("group.initial.rebalance.delay.ms=0", "num.partitions=3")
+NODE_ID = 1
+CONTROLLER_OVERRIDES = (
+    "process.roles=broker,controller",
+    f"node.id={NODE_ID}",
+    "controller.listener.names=CONTROLLER",
+    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+)
+"""A node that is the whole quorum on its own, at its controller listener (no controller.quorum.voters)."""
 READ_TIMEOUT = 1.0
 """How long a connection is read after its frames before it is reset (a long poll may still be parked)."""
 
@@ -67,6 +114,8 @@ READ_TIMEOUT = 1.0
 class FuzzReport:
     frames: int = 0
     connections: int = 0
+    spared_frames: int = 0
+    """Mutated frames not sent (`max_epoch`)."""
     corpus: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     mutations: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     broker_deaths: list[str] = dataclasses.field(default_factory=list)
@@ -79,6 +128,20 @@ class FuzzReport:
     verify_status: int | None = None
     verify_output: str = ""
     seconds: float = 0.0
+    target: str = "client"
+    elections: int = 0
+    """Controller target: how many times the node became the Raft leader (once at each start)."""
+    quorum_leader: int | None = None
+    """Controller target, after the fuzz: the leader DescribeQuorum names on the controller listener."""
+    quorum_epoch: int | None = None
+    recovery_seconds: float | None = None
+    """How long after the last frame DescribeQuorum named the node leader (None: not within the wait)."""
+    registration_seconds: float | None = None
+    """How long after the last frame DescribeCluster listed the node's broker, unfenced at its address."""
+    brokers_unregistered: int = 0
+    """Controller target, after the fuzz: brokers the frames had registered, unregistered before the client."""
+    node_check: str = ""
+    """Controller target, after the fuzz: what failed when a client produced and consumed ("": nothing)."""
 
     @property
     def verify_clean(self) -> bool:
@@ -91,34 +154,61 @@ def fuzz(
     connections: int,
     workdir: Path,
     *,
+    target: str = "client",
     clients: bool = True,
     max_seconds: float = 3600.0,
     rss_limit: int = 1 << 30,
     spare: frozenset[str] = frozenset(),
+    max_epoch: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> FuzzReport:
-    """The whole run: start a broker, build the corpus, send mutated frames, stop, verify, read the log."""
+    """The whole run: start a broker, build the corpus, send mutated frames, stop, verify, read the log.
+
+    `target` "controller" fuzzes the controller listener of a node that is the whole quorum (its corpus
+    is `controller_frames`, `clients` does not apply), then checks that the node still works: it leads
+    the quorum again and a client produces and consumes through its client listener. `max_epoch` leaves
+    unsent the mutated Vote, BeginQuorumEpoch and EndQuorumEpoch requests with a higher epoch (counted
+    in `spared_frames`), to look past a known defect: a node moved to an epoch near 2**31-1 cannot
+    campaign in the next one (an int32) and its quorum of one is gone for good.
+    """
+    if target not in ("client", "controller"):
+        raise ValueError(f"target {target!r} is neither client nor controller")
     say = progress or (lambda _message: None)
-    report = FuzzReport()
+    report = FuzzReport(target=target)
     started = time.monotonic()
-    broker = BrokerUnderFuzz(workdir, rss_limit)
+    broker = BrokerUnderFuzz(workdir, rss_limit, controller=target == "controller")
     broker.start()
     try:
-        corpus = sample_frames()
-        if clients:
-            say("recording stock clients through a proxy ...")
-            corpus += record_clients(broker)
+        refresh = None
+        if target == "controller":
+            refresh = _EpochCorpus(broker, spare)
+            corpus = refresh()
+        else:
+            corpus = sample_frames()
+            if clients:
+                say("recording stock clients through a proxy ...")
+                corpus += record_clients(broker)
         corpus = [frame for frame in corpus if api_name(_INT16.unpack_from(frame)[0]) not in spare]
         for frame in corpus:
             report.corpus[api_name(_INT16.unpack_from(frame)[0])] += 1
         say(f"corpus: {len(corpus)} frames of {len(report.corpus)} APIs; sending {frames:,} mutated frames")
         deadline = started + max_seconds
-        asyncio.run(_send_all(broker, corpus, frames, seed, connections, deadline, report, say))
+        spare_frame = epoch_above(max_epoch) if max_epoch is not None else None
+        asyncio.run(
+            _send_all(broker, corpus, frames, seed, connections, deadline, report, say, refresh, spare_frame)
+        )
+        if target == "controller" and not broker.gone:
+            say("checking that the node leads its quorum again and serves a client ...")
+            check_node(broker, report)
     finally:
         report.clean_stop = broker.stop() == 0
     report.peak_rss = broker.peak_rss
     report.broker_deaths = broker.deaths
     _read_log(broker.log_paths, report)
+    if target == "controller":
+        report.elections = sum(
+            len(_ELECTED.findall(path.read_text(errors="replace"))) for path in broker.log_paths
+        )
     verify = subprocess.run(
         [sys.executable, "-m", "kcli", "verify", str(broker.data_dir)],
         capture_output=True,
@@ -138,13 +228,18 @@ def fuzz(
 
 
 class BrokerUnderFuzz:
-    """A `kcli broker start` process, restarted on the same data dir and port when it dies."""
+    """A `kcli broker start` process, restarted on the same data dir and port(s) when it dies.
 
-    def __init__(self, workdir: Path, rss_limit: int) -> None:
+    With `controller`, the node is broker and controller (node.id 1, no controller.quorum.voters: the
+    only voter, at its controller listener, on a port found free here); frames go to that listener.
+    """
+
+    def __init__(self, workdir: Path, rss_limit: int, *, controller: bool = False) -> None:
         self.workdir = workdir
         self.rss_limit = rss_limit
         self.data_dir = workdir / "data"
         self.port = 0
+        self.controller_port = free_port() if controller else 0
         self.advertised: str | None = None
         self.process: subprocess.Popen[bytes] | None = None
         self.log_paths: list[Path] = []
@@ -159,9 +254,13 @@ class BrokerUnderFuzz:
     def start(self) -> None:
         log_path = self.workdir / f"broker-{len(self.log_paths)}.log"
         self.log_paths.append(log_path)
-        args = [sys.executable, "-m", "kcli", "broker", "start", "--listen", f"127.0.0.1:{self.port}"]
-        args += ["--data-dir", str(self.data_dir)]
+        args = [sys.executable, "-m", "kcli", "broker", "start", "--data-dir", str(self.data_dir)]
         overrides = list(BROKER_OVERRIDES)
+        if self.controller_port:
+            listeners = f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}"
+            overrides += [f"listeners={listeners}", *CONTROLLER_OVERRIDES]
+        else:
+            args += ["--listen", f"127.0.0.1:{self.port}"]
         if self.advertised:
             overrides.append(f"advertised.listeners=PLAINTEXT://{self.advertised}")
         for item in overrides:
@@ -184,6 +283,31 @@ class BrokerUnderFuzz:
             self._sampler = threading.Thread(target=self._sample_rss, daemon=True)
             self._sampler.start()
 
+    @property
+    def target_port(self) -> int:
+        """Where the mutated frames go: the controller listener when there is one, else the client's."""
+        return self.controller_port or self.port
+
+    @property
+    def cluster_id(self) -> str:
+        for line in (self.data_dir / "meta.properties").read_text().splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "cluster.id":
+                return value.strip()
+        raise RuntimeError(f"no cluster.id in {self.data_dir / 'meta.properties'}")
+
+    @property
+    def broker_epoch(self) -> int:
+        """The node's broker epoch when it started, from its log (-1 before it is unfenced; a
+        registration again after a mutated UnregisterBroker goes unlogged)."""
+        found = _BROKER_EPOCH.findall(self.log_paths[-1].read_text(errors="replace"))
+        return int(found[-1]) if found else -1
+
+    @property
+    def raft_epoch(self) -> int:
+        election = read_quorum_state(self.data_dir / "__cluster_metadata-0" / QUORUM_STATE)
+        return election.epoch if election is not None else 0
+
     def restart_if_dead(self) -> bool:
         """Count a death and start again when the process has exited, or kill it first when it is over
         its RSS limit or does not answer; True when it died."""
@@ -198,7 +322,7 @@ class BrokerUnderFuzz:
             reason = f"exit status {self.process.returncode}"
         elif self._rss() > self.rss_limit:
             reason = f"killed: RSS {self._rss() >> 20} MiB is over the limit"
-        elif not _answers_api_versions(self.port):
+        elif not _answers_api_versions(self.target_port):
             reason = "killed: no answer to ApiVersions within 10 s"
         if reason is None:
             return False
@@ -256,6 +380,16 @@ class BrokerUnderFuzz:
         return 0
 
 
+def free_port() -> int:
+    """A loopback port nothing listens on now (the OS's choice, released at once)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+_BROKER_EPOCH = re.compile(rf"broker {NODE_ID} is unfenced \(broker epoch (\d+)\)")
+
+
 def _answers_api_versions(port: int) -> bool:
     """Whether the broker answers an ApiVersions v0 request within 10 s."""
     request = _header(18, 0, flexible=False)
@@ -272,14 +406,184 @@ def _answers_api_versions(port: int) -> bool:
 # ---------------------------------------------------------------------------------------------------
 
 
-def sample_frames() -> list[bytes]:
-    """One request of every API key and version the broker handles, header v1/v2 and body (no size)."""
+def sample_frames(registry: ApiRegistry | None = None) -> list[bytes]:
+    """One request of every API key and version the broker handles (or `registry`), header v1/v2 and
+    body (no size)."""
     frames = []
-    for spec in build_registry():
+    for spec in registry if registry is not None else build_registry():
         for version in range(spec.min_version, spec.max_version + 1):
             cls = request_type(spec.api_key, version)
-            frames.append(_header(spec.api_key, version, cls.__flexible__) + encode(sample_entity(cls)))
+            frames.append(_frame(sample_entity(cls)))
     return frames
+
+
+def _frame(request: object) -> bytes:
+    cls = type(request)
+    return _header(cls.__api_key__, cls.__version__, cls.__flexible__) + encode(request)  # type: ignore[attr-defined]
+
+
+def controller_frames(broker: BrokerUnderFuzz, epoch: int, broker_epoch: int) -> list[bytes]:
+    """The controller listener's corpus: the sample request of every API key and version it handles,
+    and, for the Raft and broker lifecycle APIs, requests that get past their first checks (this
+    cluster's id, `__cluster_metadata` and its topic id, the node as candidate, leader or replica, its
+    broker epoch, the Raft epoch `epoch` and the next), so that mutations reach the Raft state machine
+    and the controller rather than stopping at INCONSISTENT_CLUSTER_ID."""
+    frames = sample_frames(build_controller_registry())
+    cluster_id, epoch = broker.cluster_id, max(epoch, 1)
+    metadata = {"cluster_id": cluster_id, "topic_name": CLUSTER_METADATA_TOPIC}
+    for cls in _versions(VOTE):
+        for replica_epoch, last_epoch, pre_vote in ((epoch + 1, epoch, False), (epoch, epoch, True)):
+            frames.append(
+                _frame(
+                    _with_fields(
+                        sample_entity(cls),
+                        **metadata,
+                        voter_id=NODE_ID,
+                        replica_id=NODE_ID,
+                        replica_epoch=replica_epoch,
+                        last_offset_epoch=last_epoch,
+                        last_offset=10,
+                        pre_vote=pre_vote,
+                    )
+                )
+            )
+    for api_key in (BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH):
+        for cls in _versions(api_key):
+            endpoint = nested_type(cls, "LeaderEndpoint")(
+                name="CONTROLLER", host="127.0.0.1", port=broker.controller_port
+            )
+            for leader_epoch in (epoch, epoch + 1):
+                request = _with_fields(
+                    sample_entity(cls),
+                    **metadata,
+                    voter_id=NODE_ID,
+                    leader_id=NODE_ID,
+                    leader_epoch=leader_epoch,
+                    candidate_id=NODE_ID,
+                    leader_endpoints=(endpoint,),
+                )
+                frames.append(_frame(request))
+    for cls in _versions(FETCH):
+        for replica_id in (NODE_ID, NODE_ID + 1):
+            request = _with_fields(
+                sample_entity(cls),
+                cluster_id=cluster_id,
+                replica_id=replica_id,
+                max_bytes=1 << 16,
+                partition_max_bytes=1 << 16,
+                topic_id=CLUSTER_METADATA_TOPIC_ID,
+                current_leader_epoch=epoch,
+                fetch_offset=1,
+                last_fetched_epoch=epoch,
+                forgotten_topics_data=(),
+            )
+            frames.append(_frame(request))
+    for cls in _versions(FETCH_SNAPSHOT):
+        request = _with_fields(
+            sample_entity(cls),
+            cluster_id=cluster_id,
+            replica_id=NODE_ID + 1,
+            max_bytes=1 << 16,
+            name=CLUSTER_METADATA_TOPIC,
+            current_leader_epoch=epoch,
+            end_offset=1,
+            epoch=epoch,
+        )
+        frames.append(_frame(request))
+    for cls in _versions(DESCRIBE_QUORUM):
+        frames.append(_frame(_with_fields(sample_entity(cls), topic_name=CLUSTER_METADATA_TOPIC)))
+    for cls in _versions(BROKER_REGISTRATION):
+        listener = nested_type(cls, "Listener")(
+            name="PLAINTEXT", host="127.0.0.1", port=9, security_protocol=0
+        )
+        feature = nested_type(cls, "Feature")(
+            name="metadata.version", min_supported_version=1, max_supported_version=21
+        )
+        request = _with_fields(
+            sample_entity(cls),
+            cluster_id=cluster_id,
+            broker_id=NODE_ID + 1,
+            incarnation_id=uuid.UUID(int=NODE_ID + 1),
+            listeners=(listener,),
+            features=(feature,),
+            log_dirs=(uuid.UUID(int=1 << 100),),
+            previous_broker_epoch=-1,
+        )
+        frames.append(_frame(request))
+    for cls in _versions(BROKER_HEARTBEAT):
+        for broker_id in (NODE_ID, NODE_ID + 1):
+            request = _with_fields(
+                sample_entity(cls),
+                broker_id=broker_id,
+                broker_epoch=broker_epoch,
+                current_metadata_offset=1 << 20,
+            )
+            frames.append(_frame(request))
+    for cls in _versions(UNREGISTER_BROKER):
+        frames.append(_frame(_with_fields(sample_entity(cls), broker_id=NODE_ID + 1)))
+    for cls in _versions(ALLOCATE_PRODUCER_IDS):
+        request = _with_fields(sample_entity(cls), broker_id=NODE_ID, broker_epoch=broker_epoch)
+        frames.append(_frame(request))
+    return frames
+
+
+class _EpochCorpus:
+    """`controller_frames` at the node's current Raft epoch, made again when the epoch moves, and
+    without the requests that move it (Vote, BeginQuorumEpoch, EndQuorumEpoch) for the second half of
+    every QUIET_CYCLE seconds.
+
+    A mutated Vote or BeginQuorumEpoch with a high bit flipped in its epoch moves the node millions of
+    epochs ahead; requests in the epochs of the start would be fenced from then on, and the Raft state
+    would move no more. And with those requests coming all the time the node never leads: it gets
+    no election timeout without one. In the quiet half it elects itself again, and the other requests
+    reach an active controller. Read when each batch is drawn, so the frames sent depend on the node's
+    state and the clock as well as on the seed.
+    """
+
+    def __init__(self, broker: BrokerUnderFuzz, spare: frozenset[str]) -> None:
+        self.broker = broker
+        self.spare = spare
+        self.key: tuple[int, bool] | None = None
+        self.frames: list[bytes] = []
+        self.started = time.monotonic()
+
+    def __call__(self) -> list[bytes]:
+        try:
+            epoch = self.broker.raft_epoch
+        except QuorumStateError:
+            return self.frames
+        quiet = (time.monotonic() - self.started) % QUIET_CYCLE >= QUIET_CYCLE / 2
+        if (epoch, quiet) != self.key:
+            self.key = epoch, quiet
+            spare = self.spare | _EPOCH_MOVERS if quiet else self.spare
+            frames = controller_frames(self.broker, epoch, self.broker.broker_epoch)
+            self.frames = [f for f in frames if api_name(_INT16.unpack_from(f)[0]) not in spare]
+        return self.frames
+
+
+QUIET_CYCLE = 8.0
+_EPOCH_MOVERS = frozenset(api_name(key) for key in (VOTE, BEGIN_QUORUM_EPOCH, END_QUORUM_EPOCH))
+
+
+def _versions(api_key: int) -> list[type]:
+    spec = _CONTROLLER_REGISTRY.get(api_key)
+    assert spec is not None
+    return [request_type(api_key, v) for v in range(spec.min_version, spec.max_version + 1)]
+
+
+def _with_fields(entity: Any, **values: object) -> Any:
+    """`entity` with every field named in `values` replaced, at any depth (inside nested entities and
+    arrays of them); a field replaced is not looked into."""
+    changes: dict[str, object] = {}
+    for f in dataclasses.fields(entity):
+        value = getattr(entity, f.name)
+        if f.name in values:
+            changes[f.name] = values[f.name]
+        elif dataclasses.is_dataclass(value):
+            changes[f.name] = _with_fields(value, **values)
+        elif isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
+            changes[f.name] = tuple(_with_fields(item, **values) for item in value)
+    return dataclasses.replace(entity, **changes)
 
 
 def _header(api_key: int, version: int, flexible: bool) -> bytes:
@@ -604,8 +908,10 @@ async def _send_all(
     deadline: float,
     report: FuzzReport,
     say: Callable[[str], None],
+    refresh: Callable[[], list[bytes]] | None = None,
+    spare_frame: Callable[[bytes], bool] | None = None,
 ) -> None:
-    batches = _batches(corpus, frames, seed, report)
+    batches = _batches(corpus, frames, seed, report, refresh, spare_frame)
     restarting = asyncio.Lock()
     last_progress = last_checked = time.monotonic()
 
@@ -615,7 +921,7 @@ async def _send_all(
             if time.monotonic() > deadline or broker.gone:
                 return
             try:
-                await _send_batch(broker.port, batch)
+                await _send_batch(broker.target_port, batch)
             except OSError:
                 async with restarting:
                     await asyncio.to_thread(broker.restart_if_dead)
@@ -635,18 +941,55 @@ async def _send_all(
         await asyncio.to_thread(broker.restart_if_dead)
 
 
-def _batches(corpus: list[bytes], frames: int, seed: int, report: FuzzReport) -> Iterator[bytes]:
-    """Connections' worth of mutated frames (1 to 8 each), from one generator shared by the workers."""
+def _batches(
+    corpus: list[bytes],
+    frames: int,
+    seed: int,
+    report: FuzzReport,
+    refresh: Callable[[], list[bytes]] | None = None,
+    spare_frame: Callable[[bytes], bool] | None = None,
+) -> Iterator[bytes]:
+    """Connections' worth of mutated frames (1 to 8 each), from one generator shared by the workers;
+    `refresh` gives the corpus anew for each batch, and a mutated frame `spare_frame` picks is not sent."""
     rng = random.Random(seed)
     while report.frames < frames:
+        if refresh is not None:
+            corpus = refresh()
         count = min(rng.randint(1, 8), frames - report.frames)
         parts = []
         for _ in range(count):
             kind, data = mutate(rng.choice(corpus), corpus, rng)
+            if spare_frame is not None and spare_frame(data[4:]):
+                report.spared_frames += 1
+                continue
             report.mutations[kind] += 1
             parts.append(data)
-        report.frames += count
-        yield b"".join(parts)
+        report.frames += len(parts)
+        if parts:
+            yield b"".join(parts)
+
+
+def epoch_above(max_epoch: int) -> Callable[[bytes], bool]:
+    """Whether a frame is a Vote, BeginQuorumEpoch or EndQuorumEpoch the broker would decode, with an
+    epoch above `max_epoch` in one of its partitions."""
+    fields = {VOTE: "replica_epoch", BEGIN_QUORUM_EPOCH: "leader_epoch", END_QUORUM_EPOCH: "leader_epoch"}
+
+    def check(frame: bytes) -> bool:
+        if len(frame) < 4:
+            return False
+        api_key, version = _KEY_VERSION.unpack_from(frame)
+        spec = _CONTROLLER_REGISTRY.get(api_key)
+        if api_key not in fields or spec is None or not spec.handles(version):
+            return False
+        try:
+            _, _, offset = parse_request_header(frame, _header_is_flexible(api_key, version))
+            request: Any = _decode_request(api_name(api_key), api_key, version, frame, offset)
+        except Exception:  # the broker refuses it too
+            return False
+        epochs = (getattr(p, fields[api_key]) for t in request.topics for p in t.partitions)
+        return any(epoch > max_epoch for epoch in epochs)
+
+    return check
 
 
 async def _send_batch(port: int, data: bytes) -> None:
@@ -668,6 +1011,150 @@ async def _send_batch(port: int, data: bytes) -> None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         writer.close()
+
+
+# ---------------------------------------------------------------------------------------------------
+# After a controller listener's fuzz: does the node still work?
+# ---------------------------------------------------------------------------------------------------
+
+
+def check_node(broker: BrokerUnderFuzz, report: FuzzReport, timeout: float = 30.0) -> None:
+    """After the frames: DescribeQuorum on the controller listener until it names the node leader (a
+    quorum of one the fuzz moved out of leadership elects itself again), DescribeCluster on the client
+    listener until the node's broker is registered at its own address and unfenced (a mutated
+    UnregisterBroker may have removed it, a BrokerRegistration replaced it: it registers again), then a
+    confluent-kafka producer and consumer through the client listener (the controller creates the topic
+    and allocates the idempotent producer's id)."""
+    started = time.monotonic()
+    leader, epoch = asyncio.run(_wait_for_leadership(broker.controller_port, timeout))
+    report.quorum_leader, report.quorum_epoch = leader, epoch
+    if leader != NODE_ID:
+        report.node_check = f"DescribeQuorum names leader {leader} in epoch {epoch} after {timeout:.0f} s"
+        return
+    report.recovery_seconds = time.monotonic() - started
+    try:
+        registered = asyncio.run(_wait_for_registration(broker.port, timeout))
+        if registered is None:
+            report.node_check = (
+                f"broker {NODE_ID} not registered and unfenced at its address after {timeout:.0f} s"
+            )
+            return
+        report.registration_seconds = time.monotonic() - started
+        report.brokers_unregistered = asyncio.run(_unregister_other_brokers(broker, registered))
+        _produce_and_consume(f"127.0.0.1:{broker.port}", timeout)
+    except Exception as exc:
+        report.node_check = f"{type(exc).__name__}: {exc}"
+
+
+async def _wait_for_registration(port: int, timeout: float) -> list[int] | None:
+    """Every broker id DescribeCluster lists (fenced ones too) once it lists the node unfenced at its
+    client listener; None if it does not within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            async with await KafkaClient.connect(f"127.0.0.1:{port}", request_timeout=5) as client:
+                cls = client.request_type(DESCRIBE_CLUSTER)
+                ask = _with_fields(
+                    sample_entity(cls),
+                    endpoint_type=1,
+                    include_fenced_brokers=True,
+                    include_cluster_authorized_operations=False,
+                )
+                while time.monotonic() < deadline:
+                    brokers = (await client.send(ask)).brokers
+                    if any(
+                        (b.broker_id, b.port, getattr(b, "is_fenced", False)) == (NODE_ID, port, False)
+                        for b in brokers
+                    ):
+                        return [b.broker_id for b in brokers]
+                    await asyncio.sleep(0.1)
+        except ClientError:
+            await asyncio.sleep(0.1)
+    return None
+
+
+async def _unregister_other_brokers(broker: BrokerUnderFuzz, broker_ids: list[int]) -> int:
+    """Unregister the brokers mutated BrokerRegistrations added (and heartbeats may have unfenced), so
+    that the client connects to the node alone, not to whatever address a mutation made up; how many."""
+    others = [broker_id for broker_id in broker_ids if broker_id != NODE_ID]
+    async with await KafkaClient.connect(f"127.0.0.1:{broker.controller_port}", request_timeout=10) as client:
+        cls = client.request_type(UNREGISTER_BROKER)
+        for broker_id in others:
+            answer = await client.send(cls(broker_id=broker_id))
+            if answer.error_code is not ErrorCode.none:
+                raise RuntimeError(f"UnregisterBroker {broker_id}: {answer.error_code.name}")
+    return len(others)
+
+
+async def _wait_for_leadership(port: int, timeout: float) -> tuple[int, int]:
+    """(leader id, epoch) DescribeQuorum answers once it names the node leader with no error and the
+    node as the only voter, or its last answer at `timeout` ((-1, -1): none)."""
+    deadline = time.monotonic() + timeout
+    leader = epoch = -1
+    while time.monotonic() < deadline:
+        try:
+            async with await KafkaClient.connect(
+                f"127.0.0.1:{port}", client_id="fuzz-check", request_timeout=5
+            ) as client:
+                cls = client.request_type(DESCRIBE_QUORUM)
+                request = _with_fields(sample_entity(cls), topic_name=CLUSTER_METADATA_TOPIC)
+                while time.monotonic() < deadline:
+                    partition = (await client.send(request)).topics[0].partitions[0]
+                    leader, epoch = partition.leader_id, partition.leader_epoch
+                    voters = [replica.replica_id for replica in partition.current_voters]
+                    if partition.error_code is ErrorCode.none and leader == NODE_ID and voters == [NODE_ID]:
+                        return leader, epoch
+                    await asyncio.sleep(0.1)
+        except ClientError:
+            await asyncio.sleep(0.1)
+    return leader, epoch
+
+
+def _produce_and_consume(bootstrap: str, timeout: float) -> None:
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = "after-the-fuzz"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    # On the node itself, whatever brokers the frames registered.
+    admin.create_topics([NewTopic(topic, 1, replica_assignment=[[NODE_ID]])])[topic].result(timeout)
+    failed: list[str] = []
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "message.timeout.ms": int(timeout * 1000),
+        }
+    )
+    values = [b"after the fuzz %d" % i for i in range(100)]
+    for value in values:
+        producer.produce(
+            topic, value, partition=0, on_delivery=lambda error, _m: error and failed.append(str(error))
+        )
+    if producer.flush(timeout) != 0 or failed:
+        raise RuntimeError(f"produce failed: {failed[:3] or 'messages still queued'}")
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "after-the-fuzz", "enable.auto.commit": False}
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        seen: list[bytes] = []
+        deadline = time.monotonic() + timeout
+        while len(seen) < len(values) and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                seen.append(message.value())
+        if seen != values:
+            raise RuntimeError(f"consumed {len(seen)} of {len(values)} messages, or not in order")
+        try:
+            consumer.commit(asynchronous=False)
+        except KafkaException as exc:
+            raise RuntimeError(f"offset commit failed: {exc}") from None
+    finally:
+        consumer.close()
+
+
+_ELECTED = re.compile(rf"raft: node {NODE_ID} is the leader of epoch \d+")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -709,6 +1196,8 @@ _LOG_LINE = re.compile(r"^\[[^\]]+\] ([A-Z]+) \S+: (.*)$")
 _ADDRESS = re.compile(r"\d+\.\d+\.\d+\.\d+:\d+(-\d+)?")
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
+_KEY_VERSION = struct.Struct(">hh")
+_CONTROLLER_REGISTRY = build_controller_registry()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -725,6 +1214,18 @@ def main() -> None:
     parser.add_argument("--rss-limit-mib", type=int, default=1024)
     parser.add_argument("--spare", default="", help="APIs left out of the corpus, e.g. CreateTopics")
     parser.add_argument("--no-clients", action="store_true", help="corpus of sample requests only")
+    parser.add_argument(
+        "--max-epoch",
+        type=int,
+        default=None,
+        help="controller target: send no Vote/BeginQuorumEpoch/EndQuorumEpoch with a higher epoch",
+    )
+    parser.add_argument(
+        "--target",
+        choices=("client", "controller"),
+        default="client",
+        help="the listener fuzzed: the client listener, or the controller listener of a quorum of one",
+    )
     args = parser.parse_args()
     spare = frozenset(name for name in args.spare.split(",") if name)
     with tempfile.TemporaryDirectory(prefix="kcli-fuzz-") as workdir:
@@ -733,16 +1234,20 @@ def main() -> None:
             args.seed,
             args.connections,
             Path(workdir),
+            target=args.target,
             clients=not args.no_clients,
             max_seconds=args.max_seconds,
             rss_limit=args.rss_limit_mib << 20,
             spare=spare,
+            max_epoch=args.max_epoch,
             progress=lambda message: print(message, file=sys.stderr, flush=True),
         )
     print_report(report)
     command = f"python tests/bench/fuzz_broker.py --frames {args.frames} --seed {args.seed}"
     command += f" --connections {args.connections} --rss-limit-mib {args.rss_limit_mib}"
     command += (f" --spare {args.spare}" if args.spare else "") + (" --no-clients" if args.no_clients else "")
+    command += f" --target {args.target}" if args.target != "client" else ""
+    command += f" --max-epoch {args.max_epoch}" if args.max_epoch is not None else ""
     print(f"reproduce: {command}")
 
 
@@ -751,6 +1256,8 @@ def print_report(report: FuzzReport) -> None:
         f"frames sent:     {report.frames:,} over {report.connections:,} connections in {report.seconds:.0f} s"
     )
     print(f"corpus:          {sum(report.corpus.values())} frames of {len(report.corpus)} APIs")
+    if report.spared_frames:
+        print(f"spared:          {report.spared_frames:,} mutated frames not sent (--max-epoch)")
     print("mutations:       " + ", ".join(f"{k} {v:,}" for k, v in report.mutations.most_common()))
     print(f"broker deaths:   {len(report.broker_deaths)}")
     for death in report.broker_deaths[:5]:
@@ -762,6 +1269,20 @@ def print_report(report: FuzzReport) -> None:
     print(f"stray lines:     {sum(report.stray_lines.values())} (in no log format)")
     for line, count in report.stray_lines.most_common(5):
         print(f"  {count:>7,}  {line}")
+    if report.target == "controller":
+        print(f"Raft elections:  {report.elections} (the node became leader; once at each start)")
+        recovered = f"leader {report.quorum_leader} in epoch {report.quorum_epoch}" + (
+            f", {report.recovery_seconds:.1f} s after the last frame"
+            if report.recovery_seconds is not None
+            else ""
+        )
+        print(f"after the fuzz:  DescribeQuorum: {recovered}")
+        if report.registration_seconds is not None:
+            print(
+                f"                 broker {NODE_ID} registered: {report.registration_seconds:.1f} s after the last frame"
+            )
+        print(f"                 brokers the frames registered, unregistered: {report.brokers_unregistered}")
+        print(f"                 produce/consume: {report.node_check or 'ok'}")
     print(f"peak RSS:        {report.peak_rss / 2**20:.0f} MiB")
     print(f"graceful stop:   {'yes' if report.clean_stop else 'NO'}")
     verdict = "clean" if report.verify_clean else f"exit {report.verify_status}"

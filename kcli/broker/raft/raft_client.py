@@ -1022,6 +1022,8 @@ class KafkaRaftClient:
         state = self.quorum.state
         if state in (RaftState.LEADER, RaftState.CANDIDATE, RaftState.RESIGNED):
             return False
+        if candidate == self.node_id:  # Kafka's QuorumState never votes for itself on a request
+            return False
         if state is RaftState.FOLLOWER:
             return pre_vote and not self._fetched_from_leader and up_to_date
         if pre_vote:
@@ -1051,6 +1053,10 @@ class KafkaRaftClient:
         if error is ErrorCode.none:
             if partition.leader_epoch < self.epoch:
                 return self._quorum_epoch_response(cls, ErrorCode.fenced_leader_epoch)
+            if partition.leader_id == self.node_id:
+                if self._leads(partition.leader_epoch):
+                    return self._quorum_epoch_response(cls, ErrorCode.none)
+                return self._names_this_node(cls, "BeginQuorumEpoch", partition.leader_epoch)
             if (self.quorum.state, self.quorum.leader_id, self.epoch) != (
                 RaftState.FOLLOWER,
                 partition.leader_id,
@@ -1072,6 +1078,8 @@ class KafkaRaftClient:
             return self._quorum_epoch_response(cls, ErrorCode.inconsistent_voter_set)
         if partition.leader_epoch < self.epoch:
             return self._quorum_epoch_response(cls, ErrorCode.fenced_leader_epoch)
+        if partition.leader_id == self.node_id and not self._leads(partition.leader_epoch):
+            return self._names_this_node(cls, "EndQuorumEpoch", partition.leader_epoch)
         if partition.leader_epoch > self.epoch:
             self.quorum.become_follower(partition.leader_epoch, partition.leader_id)
             self._transitioned()
@@ -1082,6 +1090,25 @@ class KafkaRaftClient:
             self._reset_election_timer(self._successor_backoff_ms(preferred))
             self._changed.set()
         return self._quorum_epoch_response(cls, ErrorCode.none)
+
+    def _leads(self, epoch: int) -> bool:
+        return self.quorum.is_leader and self.epoch == epoch
+
+    def _names_this_node(self, cls: type, name: str, epoch: int) -> Any:
+        """A request naming this node the leader of an epoch it does not lead: refused, nothing moves
+        (Kafka's QuorumState never follows itself; following itself, this node would also have told its
+        controller it was active while its Raft client could not append)."""
+        log.warning(
+            "raft: %s names this node (%d) the leader of epoch %d, which it is not (%s in epoch %d); "
+            "refused: does another node have node.id %d?",
+            name,
+            self.node_id,
+            epoch,
+            self.quorum.describe(),
+            self.epoch,
+            self.node_id,
+        )
+        return self._quorum_epoch_response(cls, ErrorCode.invalid_request)
 
     def _successor_backoff_ms(self, preferred: list[int]) -> int:
         ceiling = self.config.election_backoff_max_ms

@@ -30,6 +30,8 @@ from kcli.config import Listener
 
 PLAINTEXT = 0  # SecurityProtocol.PLAINTEXT id
 REGISTER_BROKER_RECORD_VERSION = 3
+_RESERVED_DIRECTORY_IDS = 100
+"""DirectoryId reserves the first 100 UUIDs (UNASSIGNED, LOST, MIGRATING and room for more)."""
 """The RegisterBrokerRecord version written at MV 3.9-IV0 (MetadataVersion.registerBrokerRecordVersion)."""
 
 
@@ -76,7 +78,15 @@ class ClusterControlManager:
         session_timeout: float | None = None,
     ) -> ControllerResult[int]:
         """The RegisterBrokerRecord of a new incarnation, fenced until its heartbeats say it caught up;
-        the response is its broker epoch."""
+        the response is its broker epoch.
+
+        Its log dirs are checked as Kafka checks them: none reserved (kio reads the all-zero one,
+        UNASSIGNED, as None), none twice.
+        """
+        if any(directory is None or directory.int < _RESERVED_DIRECTORY_IDS for directory in log_dirs):
+            raise ApiException(ErrorCode.invalid_registration, "Reserved directory ID in request")
+        if len(set(log_dirs)) != len(log_dirs):
+            raise ApiException(ErrorCode.invalid_registration, "Duplicate directory ID in request")
         if image is not None and session_timeout is not None and now is not None:
             current = image.broker(broker_id)
             last = self.last_contact.get(broker_id)
