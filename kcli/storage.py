@@ -42,7 +42,7 @@ FORMAT_COMMAND = "kcli storage format"
 # MetadataVersion: feature level -> release name, for the levels kcli writes.
 _RELEASE_VERSIONS = {21: "3.9-IV0"}
 _RESERVED_UUIDS = frozenset({0, 1})  # Uuid.RESERVED: ZERO_UUID, ONE_UUID (= METADATA_TOPIC_ID)
-_RESERVED_DIRECTORY_IDS = frozenset({0, 1, 2})  # DirectoryId: UNASSIGNED, LOST, MIGRATING
+_RESERVED_DIRECTORY_IDS = frozenset({0, 1, 2})  # DirectoryId: MIGRATING (0), UNASSIGNED (1), LOST (2)
 
 
 class StorageError(KcliError):

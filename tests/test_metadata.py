@@ -1081,3 +1081,39 @@ def test_an_excessively_large_operation_fails_whole_and_at_once(tmp_path):
     # 10,000 records in one operation is still fine: a topic of 9,999 partitions (with its TopicRecord).
     [result] = controller.create_topics([NewTopic("wide", 9_999)], validate_only=True)
     assert result.error.code is ErrorCode.none
+
+
+def test_a_vote_in_an_epoch_near_the_int32_limit_is_refused(tmp_path):
+    """One forged Vote in epoch 2**31-1 would leave no epoch to campaign in and none to write."""
+    from kcli.broker.raft import open_raft_client
+    from kcli.broker.raft.raft_client import MAX_EPOCH, VOTE
+    from kcli.protocol.messages import nested_type, request_type
+
+    async def run() -> None:
+        raft = open_raft_client(config(tmp_path), "cluster-x")
+        await raft.start()
+        await raft.wait_caught_up()
+        try:
+            cls = request_type(VOTE, 2)
+            topic_cls, partition_cls = nested_type(cls, "TopicData"), nested_type(cls, "PartitionData")
+            for epoch, expected in (
+                (2**31 - 1, ErrorCode.invalid_request),
+                (MAX_EPOCH + 1, ErrorCode.invalid_request),
+            ):
+                partition = partition_cls(
+                    partition_index=0, replica_epoch=epoch, replica_id=NODE, replica_directory_id=None,
+                    voter_directory_id=None, last_offset_epoch=1, last_offset=0, pre_vote=False,
+                )  # fmt: skip
+                request = cls(
+                    cluster_id="cluster-x",
+                    voter_id=NODE,
+                    topics=(topic_cls(topic_name="__cluster_metadata", partitions=(partition,)),),
+                )
+                answer = raft.handle_vote(request, 2).topics[0].partitions[0]
+                assert answer.error_code is expected and not answer.vote_granted
+            assert raft.epoch < MAX_EPOCH and raft.quorum.is_leader
+        finally:
+            await raft.shutdown()
+            raft.log.close()
+
+    asyncio.run(run())

@@ -245,7 +245,11 @@ class BrokerLifecycleManager:
                 log.warning(
                     "broker %d: stale broker epoch %d, registering again", self.node_id, self.broker_epoch
                 )
-                await self._register(advertised, rack)
+                try:
+                    await self._register(advertised, rack)
+                except (ControllerUnavailable, KcliError) as exc:  # keep trying: a silent stop fences us
+                    log.error("broker %d: registering again failed: %s", self.node_id, exc)
+                    await asyncio.sleep(self.heartbeat_interval)
                 continue
             if error is ErrorCode.none:
                 if self.fenced and not fenced:

@@ -68,6 +68,10 @@ DESCRIBE_QUORUM = 55
 FETCH_SNAPSHOT = 59
 FETCH_SNAPSHOT_VERSION = 1
 FETCH_MAX_WAIT_MS = 500  # KafkaRaftClient's fetch max wait
+MAX_EPOCH = 2**31 - 1 - 2**20
+"""The highest epoch this node moves to: each election adds one to an int32, so a request claiming an
+epoch near 2**31 (a bug, a corrupt or a forged frame) would leave the quorum unable to elect and the
+epoch impossible to write. A million elections of headroom; Kafka has no such guard."""
 FETCH_VERSION = 17
 VOTE_VERSION = 2
 QUORUM_EPOCH_VERSION = 1
@@ -945,6 +949,9 @@ class KafkaRaftClient:
         """Kafka's maybeHandleCommonResponse: True when the answer moved this node to another epoch."""
         if leader_id not in self.voter_addresses:
             leader_id = NO_ID  # a leader this node cannot reach is no leader (disagreeing voter lists)
+        if leader_epoch > MAX_EPOCH:
+            log.warning("raft: ignoring an answer in epoch %d, beyond %d", leader_epoch, MAX_EPOCH)
+            return True
         if leader_epoch > self.epoch:
             if leader_id >= 0 and leader_id != self.node_id:
                 self.quorum.become_follower(leader_epoch, leader_id)
@@ -979,7 +986,7 @@ class KafkaRaftClient:
         candidate = partition.replica_id if version >= 2 else partition.candidate_id
         granted = False
         error = ErrorCode.none
-        if partition.last_offset < 0 or partition.last_offset_epoch < 0:
+        if partition.last_offset < 0 or partition.last_offset_epoch < 0 or _beyond_max_epoch(epoch):
             error = ErrorCode.invalid_request
         elif (not pre_vote and partition.last_offset_epoch >= epoch) or (
             pre_vote and partition.last_offset_epoch > epoch
@@ -998,6 +1005,7 @@ class KafkaRaftClient:
         else:
             if not pre_vote and epoch > self.epoch:
                 self.quorum.become_unattached(epoch)
+                self._reset_election_timer()  # a fresh randomized timeout in the new epoch, as Kafka
                 self._transitioned()
             up_to_date = (partition.last_offset_epoch, partition.last_offset) >= tuple(
                 reversed(self._last_offset_and_epoch())
@@ -1039,7 +1047,7 @@ class KafkaRaftClient:
         cls = response_type(BEGIN_QUORUM_EPOCH, version)
         partition = _only_partition(request)
         error = self._check_cluster_id(request.cluster_id)
-        if error is ErrorCode.none and partition is None:
+        if error is ErrorCode.none and (partition is None or _beyond_max_epoch(partition.leader_epoch)):
             error = ErrorCode.invalid_request
         if error is ErrorCode.none and partition.leader_id not in self.voter_addresses:
             log.error(
@@ -1074,6 +1082,8 @@ class KafkaRaftClient:
         error = self._check_cluster_id(request.cluster_id)
         if error is not ErrorCode.none or partition is None:
             return cls(error_code=error or ErrorCode.invalid_request, topics=(), node_endpoints=())
+        if _beyond_max_epoch(partition.leader_epoch):
+            return self._quorum_epoch_response(cls, ErrorCode.invalid_request)
         if partition.leader_id not in self.voter_addresses:
             return self._quorum_epoch_response(cls, ErrorCode.inconsistent_voter_set)
         if partition.leader_epoch < self.epoch:
@@ -1310,6 +1320,13 @@ class KafkaRaftClient:
 
 _ZERO_UUID = CLUSTER_METADATA_TOPIC_ID.__class__(int=0)
 _NO_THROTTLE = timedelta(0)
+
+
+def _beyond_max_epoch(epoch: int) -> bool:
+    if epoch <= MAX_EPOCH:
+        return False
+    log.warning("raft: refusing a request in epoch %d, beyond %d", epoch, MAX_EPOCH)
+    return True
 
 
 def _single_partition(
