@@ -1065,6 +1065,18 @@ class KafkaRaftClient:
                 if self._leads(partition.leader_epoch):
                     return self._quorum_epoch_response(cls, ErrorCode.none)
                 return self._names_this_node(cls, "BeginQuorumEpoch", partition.leader_epoch)
+            if partition.leader_epoch == self.epoch and self.quorum.leader_id not in (
+                NO_ID,
+                partition.leader_id,
+            ):
+                # one leader per epoch: a second one in the epoch this node knows a leader of is a bug
+                log.warning(
+                    "raft: node %d claims epoch %d, whose leader is %d; refused",
+                    partition.leader_id,
+                    self.epoch,
+                    self.quorum.leader_id,
+                )
+                return self._quorum_epoch_response(cls, ErrorCode.invalid_request)
             if (self.quorum.state, self.quorum.leader_id, self.epoch) != (
                 RaftState.FOLLOWER,
                 partition.leader_id,
