@@ -172,9 +172,10 @@ class QuorumController:
         """BrokerHeartbeat: renew the session, unfence a caught-up broker, fence one that asks."""
         if not self.is_active:
             raise NotControllerError(f"node {self.node_id} is not the active controller")
-        return await self._run(
-            self.cluster_control.process_heartbeat(self._image, heartbeat, time.monotonic())
-        )
+        result = self.cluster_control.process_heartbeat(self._image, heartbeat, time.monotonic())
+        if heartbeat.want_shut_down and result.records:
+            log.info("fencing broker %d: controlled shutdown", heartbeat.broker_id)
+        return await self._run(result)
 
     async def run_session_expiry(self, session_timeout_ms: int) -> None:
         """While active: fence brokers whose last heartbeat is older than broker.session.timeout.ms.
