@@ -197,6 +197,8 @@ class KafkaRaftClient:
         self._flushing: asyncio.Task[None] | None = None
         self._fired_leader: LeaderAndEpoch | None = None
         self._election_deadline = 0.0
+        # EndQuorumEpoch from the leader: (its epoch, its id, when this follower stops waiting for it)
+        self._fetch_deadline_override: tuple[int, int, float] | None = None
         self._fetched_from_leader = False
         self._election_retries = 0
         self._shutting_down = False
@@ -629,13 +631,22 @@ class KafkaRaftClient:
         epoch, leader_id = self.epoch, self.quorum.leader_id
         deadline = time.monotonic() + self.config.fetch_timeout_ms / 1000
         self._fetched_from_leader = False
+        resigned = False
         while self.quorum.state is RaftState.FOLLOWER and self.epoch == epoch and not self._shutting_down:
+            override, self._fetch_deadline_override = self._fetch_deadline_override, None
+            if override is not None and override[:2] == (epoch, leader_id):  # overrideFetchTimeout
+                deadline, self._election_deadline, resigned = override[2], 0.0, True
             if self.quorum.is_voter and time.monotonic() >= max(deadline, self._election_deadline):
-                log.info("raft: no answer from leader %d for %d ms", leader_id, self.config.fetch_timeout_ms)
+                if resigned:
+                    log.info("raft: leader %d resigned from epoch %d", leader_id, epoch)
+                else:
+                    log.info(
+                        "raft: no answer from leader %d for %d ms", leader_id, self.config.fetch_timeout_ms
+                    )
                 self.quorum.become_prospective()
                 self._changed.set()
                 return
-            if await self._fetch_from(leader_id):
+            if await self._fetch_from(leader_id) and not resigned:
                 deadline = time.monotonic() + self.config.fetch_timeout_ms / 1000
                 self._election_deadline = 0.0
                 self._fetched_from_leader = True
@@ -918,6 +929,7 @@ class KafkaRaftClient:
                 getattr(partition, "preferred_successors", ())
             )
             self._reset_election_timer(self._successor_backoff_ms(preferred))
+            self._fetch_deadline_override = (self.epoch, partition.leader_id, self._election_deadline)
             self._changed.set()
         return self._quorum_epoch_response(cls, ErrorCode.none)
 
