@@ -290,6 +290,8 @@ class KafkaRaftClient:
         """Until the high watermark passes `offset`; NotLeaderError if this epoch ends before."""
         if self.high_watermark > offset:
             return
+        if not self.quorum.is_leader or self._shutting_down:  # only this leader's epoch commits it
+            raise NotLeaderError(f"node {self.node_id} is not the leader of epoch {self.epoch}")
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._commit_waiters.append((offset, self.epoch, future))
         await future

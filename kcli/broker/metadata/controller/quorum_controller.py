@@ -284,8 +284,13 @@ class QuorumController:
             raise NotControllerError(f"node {self.node_id} is not the active controller")
         if result.records and not validate_only:
             last_offset = self._write(result)
+        else:
+            # As Kafka's ControllerWriteEvent: an operation that writes nothing read the in-memory
+            # image, which holds this leader's uncommitted writes; it answers once they are committed.
+            last_offset = self._uncommitted[-1][0] if self._uncommitted else None
+        if last_offset is not None:
             try:
-                await self.raft_client.wait_committed(last_offset)  # type: ignore[arg-type]
+                await self.raft_client.wait_committed(last_offset)
             except NotLeaderError:
                 raise NotControllerError(
                     f"node {self.node_id} lost the controller leadership before the write was committed"
