@@ -1103,7 +1103,9 @@ class KafkaRaftClient:
             error_message=None,
             leader_id=self.quorum.leader_id,
             leader_epoch=self.epoch,
-            high_watermark=self.high_watermark if leading else -1,
+            # Kafka's LeaderState.highWatermark: unknown (-1) until this leader has committed in its
+            # epoch; what it knew as a follower may be behind what the previous leader had committed
+            high_watermark=state.high_watermark if leading else -1,
             current_voters=tuple(replica(v, p) for v, p in sorted(state.voters.items())) if leading else (),
             observers=tuple(replica(o, p) for o, p in sorted(state.observers.items())) if leading else (),
         )
