@@ -316,9 +316,12 @@ class _Connection(asyncio.Protocol):
         self._paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._closed = asyncio.get_running_loop().create_future()
+        self._lost_error: Exception | None = None
 
     def attach(self, client: KafkaClient) -> None:
         self._client = client
+        if self._closed.done():  # the broker closed the connection before the client was made
+            client._lost(self._lost_error)
 
     def frames(self, data: bytes) -> list[bytes]:
         """The whole frames (without their size) that `data` completes, in order."""
@@ -353,6 +356,7 @@ class _Connection(asyncio.Protocol):
             self._client._transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._lost_error = exc
         if self._client is not None:
             self._client._lost(exc)
         if not self._closed.done():

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -184,7 +185,15 @@ class LocalCluster:
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
 
     def start(self, on_ready: Callable[[LocalNode], None] = lambda node: None) -> None:
-        """Start every node, then wait until each listens; a node that dies stops them all."""
+        """Start every node, then wait until each listens; a node that dies stops them all.
+
+        Every port is checked first: a node that cannot listen must not leave the others started
+        (and writing to their data dirs) before it fails.
+        """
+        for node in self.layout.nodes:
+            for port in (node.port, node.controller_port):
+                if port:
+                    _check_port_free(node.node_id, port)
         offsets = {}
         for node in self.layout.nodes:
             offsets[node.node_id] = node.log_file.stat().st_size if node.log_file.exists() else 0
@@ -237,6 +246,19 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 os.kill(process.pid, signal.SIGKILL)
                 process.wait()
+
+
+def _check_port_free(node_id: int, port: int) -> None:
+    """Bind the port as the node's listener will (SO_REUSEADDR, as asyncio does), then let it go."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError as exc:
+            reason = (exc.strerror or str(exc)).lower()
+            raise LocalClusterError(
+                f"node {node_id} cannot listen on 127.0.0.1:{port}: {reason}; no node was started."
+            ) from None
 
 
 def _tail(path: Path, size: int = 65536, *, since: int = 0) -> str:

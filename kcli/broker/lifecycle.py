@@ -267,16 +267,23 @@ class BrokerLifecycleManager:
             await asyncio.gather(self._task, return_exceptions=True)
         if self.broker_epoch < 0:
             return
+        log.info("broker %d: controlled shutdown: asking the controller to fence this broker", self.node_id)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
                 remaining = max(deadline - time.monotonic(), 0.05)
                 error, _, should_shut_down = await self.heartbeat(want_shut_down=True, timeout=remaining)
-            except ControllerUnavailable:
+            except ControllerUnavailable as exc:
+                log.warning("broker %d: controlled shutdown not acknowledged: %s", self.node_id, exc)
                 return
-            if error is not ErrorCode.none or should_shut_down:
+            if error is not ErrorCode.none:
+                log.warning("broker %d: controlled shutdown refused: %s", self.node_id, error.name)
+                return
+            if should_shut_down:
+                log.info("broker %d: controlled shutdown complete: the controller fenced it", self.node_id)
                 return
             await asyncio.sleep(RETRY_BACKOFF_SECONDS)
+        log.warning("broker %d: controlled shutdown not acknowledged within %g s", self.node_id, timeout)
 
 
 def _log_dir_ids(config: BrokerConfig) -> tuple[uuid.UUID, ...]:

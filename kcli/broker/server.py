@@ -134,6 +134,8 @@ class Broker:
         self._connections: set[_Connection] = set()
         self._next_connection = 0
         self._stopping = False
+        self._controller_name: str | None = None
+        self._controller_stopping = False  # the controller listener serves until the node has stopped
         self._stop_requested = asyncio.Event()
         self._sweeper: asyncio.Task[None] | None = None
         self._periodic: asyncio.Task[None] | None = None
@@ -154,6 +156,7 @@ class Broker:
         self._server = await _bind(listener, self.config, self._new_connection)
         try:
             if controller_listener is not None:
+                self._controller_name = controller_listener.name
                 self._controller_server = await _bind(
                     controller_listener, self.config, lambda: self._new_connection(controller_listener.name)
                 )
@@ -238,7 +241,13 @@ class Broker:
         await self._stop_requested.wait()
 
     async def shutdown(self, grace: float = SHUTDOWN_GRACE_SECONDS) -> None:
-        """Stop accepting, let in-flight requests finish and answer, then close every connection."""
+        """Stop accepting clients, let in-flight requests finish and answer, close their connections;
+        then stop the node, and only then the controller listener.
+
+        As in Kafka's combined mode, the controller keeps serving the quorum (Fetch, Vote, heartbeats)
+        while this node's broker goes through its controlled shutdown: when this node leads the
+        quorum, the record that fences its broker must still reach a majority of the voters.
+        """
         if self._stopping:
             return
         self._stopping = True
@@ -251,7 +260,28 @@ class Broker:
             self.node, Node
         ):  # parked JoinGroups are answered NOT_COORDINATOR now, not after the grace
             self.node.groups.shutdown()
-        connections = list(self._connections)
+        clients = [c for c in self._connections if c.listener_name != self._controller_name]
+        await self._close_connections(clients, grace)
+        if self._server is not None:
+            await self._server.wait_closed()
+        if self._periodic is not None:
+            self._periodic.cancel()
+        if self.node is not None:
+            await self.node.shutdown()
+        self._controller_stopping = True
+        if self._controller_server is not None:
+            self._controller_server.close()
+            await self._close_connections(list(self._connections), grace)
+        log.info("shutdown complete")
+
+    def refuses(self, listener_name: str) -> bool:
+        """Whether a new connection on this listener is closed at once (shutting down)."""
+        if listener_name == self._controller_name:
+            return self._controller_stopping
+        return self._stopping
+
+    async def _close_connections(self, connections: list[_Connection], grace: float) -> None:
+        """Let each connection's request in flight finish (up to `grace`), then close it."""
         for conn in connections:
             conn.stop()
         if connections:
@@ -261,15 +291,6 @@ class Broker:
                 for conn in connections:
                     conn.abort()
                 await asyncio.wait(pending, timeout=1.0)
-        if self._server is not None:
-            await self._server.wait_closed()
-        if self._periodic is not None:
-            self._periodic.cancel()
-        if self.node is not None:
-            await self.node.shutdown()
-        if self._controller_server is not None:
-            self._controller_server.close()
-        log.info("shutdown complete")
 
     # --- connections -----------------------------------------------------------------------
 
@@ -454,7 +475,7 @@ class _Connection(asyncio.BufferedProtocol):
         self.transport = transport  # type: ignore[assignment]
         peer = _format_address(transport.get_extra_info("peername"))
         self.info = ConnectionInfo(f"{peer}-{self.number}", peer, listener=self.listener_name)
-        if self.broker._stopping:
+        if self.broker.refuses(self.listener_name):
             transport.close()
             return
         self.broker._connections.add(self)

@@ -106,7 +106,10 @@ async def _requested_topics(
         if info is not None:
             entries.append(_describe(response_cls, info, include_ops))
         else:
-            entries.append(_topic_entry(response_cls, errors[name], name, ZERO_UUID))
+            # Created (or found) by the active controller, not in this broker's metadata yet: as
+            # Kafka, LEADER_NOT_AVAILABLE (retriable), never "no error" with no partitions.
+            error = ErrorCode.leader_not_available if errors[name] is ErrorCode.none else errors[name]
+            entries.append(_topic_entry(response_cls, error, name, ZERO_UUID))
     return entries
 
 

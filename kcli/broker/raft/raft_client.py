@@ -221,6 +221,8 @@ class KafkaRaftClient:
         self._flushing: asyncio.Task[None] | None = None
         self._fired_leader: LeaderAndEpoch | None = None
         self._election_deadline = 0.0
+        # EndQuorumEpoch from the leader: (its epoch, its id, when this follower stops waiting for it)
+        self._fetch_deadline_override: tuple[int, int, float] | None = None
         self._fetched_from_leader = False
         self._election_retries = 0
         self._shutting_down = False
@@ -321,6 +323,8 @@ class KafkaRaftClient:
         """Until the high watermark passes `offset`; NotLeaderError if this epoch ends before."""
         if self.high_watermark > offset:
             return
+        if not self.quorum.is_leader or self._shutting_down:  # only this leader's epoch commits it
+            raise NotLeaderError(f"node {self.node_id} is not the leader of epoch {self.epoch}")
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._commit_waiters.append((offset, self.epoch, future))
         await future
@@ -636,9 +640,18 @@ class KafkaRaftClient:
         epoch, leader_id = self.epoch, self.quorum.leader_id
         deadline = time.monotonic() + self.config.fetch_timeout_ms / 1000
         self._fetched_from_leader = False
+        resigned = False
         while self.quorum.state is RaftState.FOLLOWER and self.epoch == epoch and not self._shutting_down:
+            override, self._fetch_deadline_override = self._fetch_deadline_override, None
+            if override is not None and override[:2] == (epoch, leader_id):  # overrideFetchTimeout
+                deadline, self._election_deadline, resigned = override[2], 0.0, True
             if time.monotonic() >= max(deadline, self._election_deadline):
-                log.info("raft: no answer from leader %d for %d ms", leader_id, self.config.fetch_timeout_ms)
+                if resigned:
+                    log.info("raft: leader %d resigned from epoch %d", leader_id, epoch)
+                else:
+                    log.info(
+                        "raft: no answer from leader %d for %d ms", leader_id, self.config.fetch_timeout_ms
+                    )
                 if self.quorum.is_voter:
                     self.quorum.become_prospective()
                     self._changed.set()
@@ -646,7 +659,7 @@ class KafkaRaftClient:
                     self.quorum.become_unattached(self.epoch)
                     self._transitioned()
                 return
-            if await self._fetch_from(leader_id):
+            if await self._fetch_from(leader_id) and not resigned:
                 deadline = time.monotonic() + self.config.fetch_timeout_ms / 1000
                 self._election_deadline = 0.0
                 self._fetched_from_leader = True
@@ -1110,6 +1123,7 @@ class KafkaRaftClient:
                 getattr(partition, "preferred_successors", ())
             )
             self._reset_election_timer(self._successor_backoff_ms(preferred))
+            self._fetch_deadline_override = (self.epoch, partition.leader_id, self._election_deadline)
             self._changed.set()
         return self._quorum_epoch_response(cls, ErrorCode.none)
 
@@ -1302,7 +1316,9 @@ class KafkaRaftClient:
             "error_message": None,
             "leader_id": self.quorum.leader_id,
             "leader_epoch": self.epoch,
-            "high_watermark": self.high_watermark if leading else -1,
+            # Kafka's LeaderState.highWatermark: unknown (-1) until this leader has committed in its
+            # epoch; what it knew as a follower may be behind what the previous leader had committed
+            "high_watermark": state.high_watermark if leading else -1,
             "current_voters": tuple(replica(v, p) for v, p in sorted(state.voters.items()))
             if leading
             else (),

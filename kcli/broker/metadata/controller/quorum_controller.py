@@ -206,9 +206,10 @@ class QuorumController:
         """BrokerHeartbeat: renew the session, unfence a caught-up broker, fence one that asks."""
         if not self.is_active:
             raise NotControllerError(f"node {self.node_id} is not the active controller")
-        return await self._run(
-            self.cluster_control.process_heartbeat(self._image, heartbeat, time.monotonic())
-        )
+        result = self.cluster_control.process_heartbeat(self._image, heartbeat, time.monotonic())
+        if heartbeat.want_shut_down and result.records:
+            log.info("fencing broker %d: controlled shutdown", heartbeat.broker_id)
+        return await self._run(result)
 
     async def run_idle_writes(self, interval_ms: int) -> None:
         """While active: a NoOpRecord when nothing was written for metadata.max.idle.interval.ms.
@@ -335,8 +336,13 @@ class QuorumController:
             raise NotControllerError(f"node {self.node_id} is not the active controller")
         if result.records and not validate_only:
             last_offset = self._write(result)
+        else:
+            # As Kafka's ControllerWriteEvent: an operation that writes nothing read the in-memory
+            # image, which holds this leader's uncommitted writes; it answers once they are committed.
+            last_offset = self._uncommitted[-1][0] if self._uncommitted else None
+        if last_offset is not None:
             try:
-                await self.raft_client.wait_committed(last_offset)  # type: ignore[arg-type]
+                await self.raft_client.wait_committed(last_offset)
             except NotLeaderError:
                 raise NotControllerError(
                     f"node {self.node_id} lost the controller leadership before the write was committed"

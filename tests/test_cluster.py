@@ -1,0 +1,1537 @@
+"""Multi-node KRaft clusters of real `kcli broker start` processes on loopback, with real clients.
+
+A cluster is laid out and formatted once by `ops.local_cluster.plan` (what `kcli cluster start` does),
+then its nodes run as `kcli broker start --config node-<k>/server.properties`, each a process of ours
+with its own PID, so one can be killed (SIGKILL) or stopped (SIGTERM) and started again on the same
+dirs and ports. The first test runs `kcli cluster start` itself. Ports are a free range below the
+kernel's ephemeral range; every wait is bounded and waits for an event (a log line, an answer).
+
+1. `kcli cluster start`: confluent-kafka, kafka-python, aiokafka and kcat create topics, produce and
+   consume through each of three brokers; `kcli cluster status` (text, JSON) shows three unfenced
+   brokers, a leader and two followers at lag 0; SIGTERM stops the runner and every node cleanly.
+2. kill -9 of the active controller: a new leader, CreateTopics again, and after the restart the three
+   voters' metadata logs are identical, byte for byte, below the high watermark.
+3. Fencing: after broker.session.timeout.ms for a killed broker, at once for a SIGTERM'd one (controlled
+   shutdown), the active controller's own broker included.
+4. A seeded schedule of kill -9 and restarts while a client creates topics: at most one leader per
+   epoch, a high watermark that never goes down, committed batches that never change, every
+   acknowledged topic there at the end.
+5. Bad input: one sentence, exit 2, nothing written; what kcli does not detect yet is xfail(strict).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from conftest import KCLI, READY, kcli_env
+
+from formats.records import ControlType, control_type
+from formats.segment import walk
+from ops.local_cluster import ClusterLayout, LocalNode, plan
+
+pytestmark = pytest.mark.timeout(120)
+
+T = TypeVar("T")
+
+# On two shared cores a Python node can stall for a second: Kafka's defaults (election 1000 ms, fetch
+# 2000 ms) make leaders resign under load, so the tests give the quorum more room, never less logic.
+QUORUM_TIMEOUTS = (
+    "controller.quorum.election.timeout.ms=1500",
+    "controller.quorum.fetch.timeout.ms=3000",
+    "controller.quorum.request.timeout.ms=3000",
+)
+ELECTION_TIMEOUT_S = 1.5
+FETCH_TIMEOUT_S = 3.0
+READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+
+
+# --- ports, processes, the cluster ---------------------------------------------------------------------
+
+
+def free_port_range(count: int) -> int:
+    """A base port with `count` consecutive ports free on 127.0.0.1, below the ephemeral range (so
+    no client connection takes one while a node is down)."""
+    low, high = 20000, 32000
+    try:
+        ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+        high = min(high, ephemeral_low) if ephemeral_low > low + 1000 else high
+    except (OSError, ValueError, IndexError):
+        pass
+    rng = random.Random()
+    for _ in range(500):
+        base = rng.randrange(low, high - count)
+        sockets: list[socket.socket] = []
+        try:
+            for port in range(base, base + count):
+                sock = socket.socket()
+                sockets.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+        return base
+    raise RuntimeError(f"no {count} consecutive free ports in {low}-{high}")
+
+
+def wait_for(what: str, check: Callable[[], T | None], timeout: float, interval: float = 0.1) -> T:
+    """Poll `check` until it returns something truthy; fail the test with `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while True:
+        try:
+            result = check()
+            if result:
+                return result
+        except Exception as exc:  # kept for the failure message
+            last_error = exc
+        if time.monotonic() > deadline:
+            detail = f" (last error: {last_error})" if last_error else ""
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}{detail}")
+        time.sleep(interval)
+
+
+@dataclass
+class NodeProcess:
+    """One node of the layout, run as `kcli broker start --config`, its output appended to broker.log."""
+
+    node: LocalNode
+    process: subprocess.Popen[bytes] | None = None
+    log_mark: int = 0
+    exits: list[int] = field(default_factory=list)
+
+    @property
+    def node_id(self) -> int:
+        return self.node.node_id
+
+    @property
+    def bootstrap(self) -> str:
+        return self.node.bootstrap
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def start(self) -> None:
+        assert not self.running, f"node {self.node_id} is already running"
+        self.log_mark = self.node.log_file.stat().st_size if self.node.log_file.exists() else 0
+        with open(self.node.log_file, "ab") as log:
+            self.process = subprocess.Popen(
+                [*KCLI, "broker", "start", "--config", str(self.node.properties)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.node.directory,
+                env=kcli_env(),
+            )
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def log(self) -> str:
+        """What this incarnation wrote so far."""
+        try:
+            with open(self.node.log_file, "rb") as f:
+                f.seek(self.log_mark)
+                return f.read().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return ""
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
+        def ready() -> bool:
+            if self.process is not None and self.process.poll() is not None:
+                pytest.fail(
+                    f"node {self.node_id} exited with {self.process.returncode} before it was ready:\n{self.log()}"
+                )
+            return READY.search(self.log()) is not None
+
+        wait_for(f"node {self.node_id} to listen", ready, timeout)
+
+    def kill(self) -> None:
+        """kill -9, by PID."""
+        assert self.process is not None and self.running
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.exits.append(self.process.wait(STOP_TIMEOUT_S))
+
+    def terminate(self, timeout: float = STOP_TIMEOUT_S) -> int:
+        """SIGTERM by PID and wait; SIGKILL by PID when it outlives `timeout`. The exit status."""
+        assert self.process is not None
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.kill(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self.exits.append(self.process.returncode)
+        return self.process.returncode
+
+
+@dataclass
+class Status:
+    """`kcli cluster status -o json`, parsed."""
+
+    leader_id: int
+    epoch: int
+    high_watermark: int
+    fenced: dict[int, bool]
+    voters: dict[int, tuple[int, int]]  # node id -> (log end offset, lag)
+    text: str = ""
+
+    @property
+    def caught_up(self) -> bool:
+        """Every voter at the leader's log end, and the high watermark there too."""
+        ends = {end for end, _ in self.voters.values()}
+        return (
+            len(ends) == 1
+            and all(lag == 0 for _, lag in self.voters.values())
+            and (self.high_watermark == ends.pop())
+        )
+
+
+def kcli(*args: str, timeout: float = 30.0, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [*KCLI, *args], capture_output=True, text=True, timeout=timeout, env=kcli_env(), cwd=cwd
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+def cluster_status(bootstrap: str) -> Status:
+    """The cluster as `kcli cluster status -o json` shows it; AssertionError when the command fails."""
+    result = kcli("cluster", "status", "-b", bootstrap, "-o", "json", timeout=20)
+    assert result.returncode == 0, result.stderr
+    items = [json.loads(line) for line in result.stdout.splitlines()]
+    [cluster] = [i for i in items if i["type"] == "cluster"]
+    return Status(
+        cluster["leaderId"],
+        cluster["leaderEpoch"],
+        cluster["highWatermark"],
+        {i["nodeId"]: i["fenced"] for i in items if i["type"] == "broker"},
+        {i["nodeId"]: (i["logEndOffset"], i["lag"]) for i in items if i["type"] == "voter"},
+        result.stdout,
+    )
+
+
+def try_status(bootstrap: str) -> Status | None:
+    try:
+        return cluster_status(bootstrap)
+    except (AssertionError, subprocess.TimeoutExpired):
+        return None
+
+
+class LocalKraftCluster:
+    """A formatted layout in `root` and one `NodeProcess` per node."""
+
+    def __init__(self, root: Path, brokers: int = 3, overrides: Sequence[str] = ()) -> None:
+        base = free_port_range(2 * brokers)
+        self.layout: ClusterLayout = plan(root, brokers, base, [*QUORUM_TIMEOUTS, *overrides])
+        self.nodes = {n.node_id: NodeProcess(n) for n in self.layout.nodes}
+
+    def __getitem__(self, node_id: int) -> NodeProcess:
+        return self.nodes[node_id]
+
+    @property
+    def bootstrap(self) -> str:
+        return self.layout.bootstrap_servers
+
+    def live_bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes.values() if n.running)
+
+    def start(self) -> None:
+        for node in self.nodes.values():
+            node.start()
+        for node in self.nodes.values():
+            node.wait_ready()
+
+    def status(self, timeout: float = 30.0, what: str = "an answer from the cluster") -> Status:
+        """The status through a live broker, once one answers (a leader is known)."""
+
+        def ask() -> Status | None:
+            for node in self.nodes.values():
+                if node.running:
+                    status = try_status(node.bootstrap)
+                    if status is not None and status.leader_id >= 0:
+                        return status
+            return None
+
+        return wait_for(what, ask, timeout, interval=0.2)
+
+    def wait_status(self, what: str, check: Callable[[Status], bool], timeout: float = 30.0) -> Status:
+        def ask() -> Status | None:
+            for node in self.nodes.values():
+                if node.running:
+                    status = try_status(node.bootstrap)
+                    if status is not None and status.leader_id >= 0:
+                        return status if check(status) else None
+            return None
+
+        return wait_for(what, ask, timeout, interval=0.25)
+
+    def kill_all(self) -> None:
+        for node in self.nodes.values():
+            if node.running:
+                node.kill()
+
+    def metadata_dir(self, node_id: int) -> Path:
+        return self.nodes[node_id].node.directory / "data" / "__cluster_metadata-0"
+
+
+@pytest.fixture
+def cluster_factory(tmp_path: Path) -> Iterator[Callable[..., LocalKraftCluster]]:
+    """`factory(brokers=3, overrides=[...])` -> a formatted, not yet started cluster; every node left
+    running at teardown is killed by PID (the data is thrown away)."""
+    made: list[LocalKraftCluster] = []
+
+    def factory(brokers: int = 3, overrides: Sequence[str] = ()) -> LocalKraftCluster:
+        cluster = LocalKraftCluster(tmp_path / f"cluster-{len(made)}", brokers, overrides)
+        made.append(cluster)
+        return cluster
+
+    try:
+        yield factory
+    finally:
+        for cluster in made:
+            cluster.kill_all()
+
+
+# --- the metadata log on disk --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DiskBatch:
+    base_offset: int
+    last_offset: int
+    epoch: int
+    crc: int
+    is_control: bool
+    crc_valid: bool
+    data: bytes
+    leader_change: int | None  # the LeaderChange record's leader id
+
+
+def read_metadata_log(directory: Path) -> list[DiskBatch]:
+    """Every whole batch of `__cluster_metadata-0` in `directory`, in offset order (a torn tail is left out)."""
+    batches = []
+    for path in sorted(directory.glob("*.log")):
+        data = path.read_bytes()
+        for batch in walk(data, check_crc=True).batches:
+            leader = None
+            raw = data[batch.position : batch.position + batch.size]
+            if batch.is_control:
+                for record in batch.records(data):
+                    if control_type(record[2]) is ControlType.LEADER_CHANGE:
+                        leader = struct.unpack_from(">hi", record[3])[1]  # version int16, LeaderId int32
+            batches.append(
+                DiskBatch(
+                    batch.base_offset,
+                    batch.last_offset,
+                    batch.partition_leader_epoch,
+                    batch.crc,
+                    batch.is_control,
+                    bool(batch.crc_valid),
+                    raw,
+                    leader,
+                )
+            )
+    return batches
+
+
+def below(batches: list[DiskBatch], offset: int) -> list[DiskBatch]:
+    return [b for b in batches if b.last_offset < offset]
+
+
+def read_quorum_state(directory: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((directory / "quorum-state").read_bytes())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+# --- 1. kcli cluster start, and every client through every broker ------------------------------------
+
+
+@dataclass
+class ClusterRunner:
+    """`kcli cluster start` as a process of ours; `children` are its node processes (by PID)."""
+
+    process: subprocess.Popen[bytes]
+    data_dir: Path
+    stdout_path: Path
+    stderr_path: Path
+    children: list[int] = field(default_factory=list)
+
+    def stdout(self) -> str:
+        return self.stdout_path.read_text(errors="replace")
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+
+def children_of(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def still_ours(pid: int, marker: Path) -> bool:
+    """Whether `pid` is still a live process whose command line names `marker` (not a reused PID)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return str(marker).encode() in cmdline and state != "Z"
+
+
+@pytest.fixture
+def cluster_runner(tmp_path: Path) -> Iterator[Callable[..., ClusterRunner]]:
+    runners: list[ClusterRunner] = []
+
+    def run(brokers: int, port: int, overrides: Sequence[str] = ()) -> ClusterRunner:
+        data_dir = tmp_path / "runner"
+        out, err = tmp_path / "runner.out", tmp_path / "runner.err"
+        args = [*KCLI, "cluster", "start", "--brokers", str(brokers), "--data-dir", str(data_dir)]
+        args += ["--port", str(port)]
+        for item in overrides:
+            args += ["--override", item]
+        with open(out, "wb") as stdout, open(err, "wb") as stderr:
+            process = subprocess.Popen(
+                args, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=kcli_env(), cwd=tmp_path
+            )
+        runner = ClusterRunner(process, data_dir, out, err)
+        runners.append(runner)
+        return runner
+
+    try:
+        yield run
+    finally:
+        for runner in runners:
+            if runner.process.poll() is None:
+                runner.process.send_signal(signal.SIGTERM)
+                try:
+                    runner.process.wait(STOP_TIMEOUT_S + 30)
+                except subprocess.TimeoutExpired:
+                    runner.process.kill()
+                    runner.process.wait()
+            for pid in runner.children:  # only if the runner could not stop them itself
+                if still_ours(pid, runner.data_dir):
+                    os.kill(pid, signal.SIGKILL)
+
+
+RECORDS = 5  # per partition and bootstrap broker
+
+
+def record_value(topic: str, bootstrap: str, partition: int, i: int) -> bytes:
+    return f"{topic} via {bootstrap} p{partition} #{i}".encode()
+
+
+def expected_values(topic: str, bootstraps: Sequence[str], partitions: int) -> dict[int, list[bytes]]:
+    """Per partition, in produce order: each bootstrap's records one after the other."""
+    return {
+        p: [record_value(topic, b, p, i) for b in bootstraps for i in range(RECORDS)]
+        for p in range(partitions)
+    }
+
+
+def wait_known_everywhere(bootstraps: Sequence[str], topic: str, partitions: int) -> None:
+    """CreateTopics answers once the controller has committed the topic; each broker learns it when it
+    applies that batch, a moment later (as in Kafka). Wait until every broker's Metadata has it."""
+    from confluent_kafka.admin import AdminClient
+
+    for bootstrap in bootstraps:
+        lookup = AdminClient({"bootstrap.servers": bootstrap})
+
+        def known(lookup: AdminClient = lookup) -> bool:
+            found = lookup.list_topics(topic, timeout=15).topics.get(topic)
+            return found is not None and found.error is None and len(found.partitions) == partitions
+
+        wait_for(f"{bootstrap} to know {topic}", known, 15)
+
+
+def check_metadata_brokers(brokers: object, expected: Sequence[int]) -> None:
+    assert sorted(brokers) == sorted(expected), brokers  # type: ignore[call-overload]
+
+
+def confluent_round_trip(bootstraps: list[str], topic: str, partitions: int) -> dict[int, int]:
+    """Create `topic` with the admin API, produce through each broker in turn (idempotent: InitProducerId
+    needs a producer-id block from the active controller), read everything back through each broker.
+    Returns each partition's leader as Metadata shows it."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import TopicPartition as CkTopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstraps[0]})  # kept: the futures die with their client
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    wait_known_everywhere(bootstraps, topic, partitions)
+    leaders: dict[int, int] = {}
+    for bootstrap in bootstraps:
+        metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=15)
+        check_metadata_brokers(metadata.brokers, [1, 2, 3])
+        leaders = {p: info.leader for p, info in metadata.topics[topic].partitions.items()}
+        producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+        for p in range(partitions):
+            for i in range(RECORDS):
+                producer.produce(topic, value=record_value(topic, bootstrap, p, i), partition=p)
+        assert producer.flush(30) == 0
+    expected = expected_values(topic, bootstraps, partitions)
+    total = sum(map(len, expected.values()))
+    for bootstrap in bootstraps:
+        consumer = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": f"{topic}-check", "enable.auto.commit": False}
+        )
+        try:
+            consumer.assign([CkTopicPartition(topic, p, 0) for p in range(partitions)])
+            got: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+            deadline = time.monotonic() + 30
+            while sum(map(len, got.values())) < total and time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is None:
+                    continue
+                assert message.error() is None, message.error()
+                got[message.partition()].append(message.value())
+            assert got == expected, f"read through {bootstrap}"
+        finally:
+            consumer.close()
+    return leaders
+
+
+def kafka_python_round_trip(bootstraps: list[str], topic: str, partitions: int) -> dict[int, int]:
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KpTopicPartition
+    from kafka.admin import KafkaAdminClient
+    from kafka.admin import NewTopic as KpNewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstraps[0], request_timeout_ms=30000)
+    try:
+        admin.create_topics([KpNewTopic(topic, partitions, 1)], timeout_ms=30000)
+    finally:
+        admin.close()
+    wait_known_everywhere(bootstraps, topic, partitions)
+    for bootstrap in bootstraps:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+        try:
+            # DescribeCluster (kafka-python's describe_cluster); Metadata's brokers are checked below
+            check_metadata_brokers([b["broker_id"] for b in admin.describe_cluster()["brokers"]], [1, 2, 3])
+        finally:
+            admin.close()
+        producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, enable_idempotence=False)
+        futures = [
+            producer.send(topic, value=record_value(topic, bootstrap, p, i), partition=p)
+            for p in range(partitions)
+            for i in range(RECORDS)
+        ]
+        producer.flush(30)
+        for future in futures:
+            future.get(10)
+        producer.close(5)
+    expected = expected_values(topic, bootstraps, partitions)
+    total = sum(map(len, expected.values()))
+    leaders: dict[int, int] = {}
+    for bootstrap in bootstraps:
+        consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap, enable_auto_commit=False, consumer_timeout_ms=5000
+        )
+        try:
+            tps = [KpTopicPartition(topic, p) for p in range(partitions)]
+            consumer.assign(tps)
+            consumer.seek_to_beginning(*tps)
+            got: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+            deadline = time.monotonic() + 30
+            while sum(map(len, got.values())) < total and time.monotonic() < deadline:
+                for tp, messages in consumer.poll(timeout_ms=500).items():
+                    got[tp.partition].extend(m.value for m in messages)
+            assert got == expected, f"read through {bootstrap}"
+            check_metadata_brokers([b.node_id for b in consumer._client.cluster.brokers()], [1, 2, 3])
+            leaders = {p: consumer._client.cluster.leader_for_partition(tp) for p, tp in enumerate(tps)}
+        finally:
+            consumer.close()
+    return leaders
+
+
+def aiokafka_round_trip(bootstraps: list[str], topic: str, partitions: int) -> dict[int, int]:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka import TopicPartition as AioTopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.admin import NewTopic as AioNewTopic
+
+    async def run() -> dict[int, int]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstraps[0], request_timeout_ms=30000)
+        await admin.start()
+        try:
+            await admin.create_topics([AioNewTopic(topic, partitions, 1)], timeout_ms=30000)
+        finally:
+            await admin.close()
+        await asyncio.to_thread(wait_known_everywhere, bootstraps, topic, partitions)
+        for bootstrap in bootstraps:
+            admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+            await admin.start()
+            try:
+                described = await admin.describe_cluster()
+                check_metadata_brokers([b["node_id"] for b in described["brokers"]], [1, 2, 3])
+            finally:
+                await admin.close()
+            producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+            await producer.start()
+            try:
+                for p in range(partitions):
+                    for i in range(RECORDS):
+                        await producer.send(topic, value=record_value(topic, bootstrap, p, i), partition=p)
+                await producer.flush()
+            finally:
+                await producer.stop()
+        expected = expected_values(topic, bootstraps, partitions)
+        total = sum(map(len, expected.values()))
+        leaders: dict[int, int] = {}
+        for bootstrap in bootstraps:
+            consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+            await consumer.start()
+            try:
+                tps = [AioTopicPartition(topic, p) for p in range(partitions)]
+                consumer.assign(tps)
+                await consumer.seek_to_beginning(*tps)
+                got: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+                deadline = time.monotonic() + 30
+                while sum(map(len, got.values())) < total and time.monotonic() < deadline:
+                    for tp, messages in (await consumer.getmany(*tps, timeout_ms=500)).items():
+                        got[tp.partition].extend(m.value for m in messages)
+                assert got == expected, f"read through {bootstrap}"
+                leaders = {p: consumer._client.cluster.leader_for_partition(tp) for p, tp in enumerate(tps)}
+            finally:
+                await consumer.stop()
+        return leaders
+
+    return asyncio.run(run())
+
+
+def kcat_round_trip(kcat: str, bootstraps: list[str], topic: str, partitions: int) -> dict[int, int]:
+    """kcat has no admin API: the first produce auto-creates the topic (num.partitions of the cluster)."""
+    for bootstrap in bootstraps:
+        listed = subprocess.run(
+            [kcat, "-L", "-J", "-b", bootstrap], capture_output=True, text=True, timeout=30
+        )
+        assert listed.returncode == 0, listed.stderr
+        check_metadata_brokers([b["id"] for b in json.loads(listed.stdout)["brokers"]], [1, 2, 3])
+        for p in range(partitions):
+            lines = "".join(record_value(topic, bootstrap, p, i).decode() + "\n" for i in range(RECORDS))
+            produced = subprocess.run(
+                [kcat, "-P", "-b", bootstrap, "-t", topic, "-p", str(p)],
+                input=lines, capture_output=True, text=True, timeout=30,
+            )  # fmt: skip
+            assert produced.returncode == 0, produced.stderr
+    expected = expected_values(topic, bootstraps, partitions)
+    leaders: dict[int, int] = {}
+    for bootstrap in bootstraps:
+        for p in range(partitions):
+            consumed = subprocess.run(
+                [kcat, "-C", "-b", bootstrap, "-t", topic, "-p", str(p), "-o", "beginning", "-e", "-f", "%s\n"],
+                capture_output=True, text=True, timeout=30,
+            )  # fmt: skip
+            assert consumed.returncode == 0, consumed.stderr
+            assert [line.encode() for line in consumed.stdout.splitlines()] == expected[p], bootstrap
+        listed = subprocess.run(
+            [kcat, "-L", "-J", "-b", bootstrap, "-t", topic], capture_output=True, text=True, timeout=30
+        )
+        [described] = json.loads(listed.stdout)["topics"]
+        leaders = {p["partition"]: p["leader"] for p in described["partitions"]}
+    return leaders
+
+
+def auto_create_answers(bootstrap: str, names: Sequence[str]) -> list[tuple[str, str, int]]:
+    """(topic, error, partition count) of one Metadata request that may auto-create `names`."""
+    from kcli.client import KafkaClient
+    from kcli.protocol.messages import build, nested_type
+
+    async def ask() -> list[tuple[str, str, int]]:
+        async with await KafkaClient.connect(bootstrap) as client:
+            cls = client.request_type(3)
+            topic_cls = nested_type(cls, "MetadataRequestTopic")
+            request = build(
+                cls,
+                topics=tuple(build(topic_cls, name=name, topic_id=None) for name in names),
+                allow_auto_topic_creation=True,
+                include_cluster_authorized_operations=False,
+                include_topic_authorized_operations=False,
+            )
+            response = await client.send(request)
+            return [(t.name, t.error_code.name, len(t.partitions)) for t in response.topics]
+
+    return asyncio.run(ask())
+
+
+def test_cluster_start_serves_every_client_through_every_broker(
+    tmp_path: Path, cluster_runner: Callable[..., ClusterRunner]
+) -> None:
+    kcat = shutil.which("kcat")
+    if kcat is None and os.environ.get("CI") == "true":
+        pytest.fail("kcat is not on PATH (apt-get install -y kcat)")
+    base = free_port_range(6)
+    runner = cluster_runner(3, base, [*QUORUM_TIMEOUTS, "num.partitions=3"])
+    bootstrap_line = wait_for(
+        "kcli cluster start to print the bootstrap line",
+        lambda: (
+            runner.process.poll() is None
+            and next((line for line in runner.stdout().splitlines() if line.startswith("bootstrap: ")), None)
+        ),
+        READY_TIMEOUT_S,
+    )
+    runner.children = children_of(runner.process.pid)
+    bootstraps = [f"127.0.0.1:{base + 2 * k}" for k in range(3)]
+    assert bootstrap_line == "bootstrap: " + ",".join(bootstraps)
+    assert len(runner.children) == 3
+    for k in (1, 2, 3):
+        node_dir = runner.data_dir / f"node-{k}"
+        assert (
+            f"listeners=PLAINTEXT://127.0.0.1:{base + 2 * (k - 1)},CONTROLLER://127.0.0.1:{base + 2 * (k - 1) + 1}"
+            in (node_dir / "server.properties").read_text()
+        )
+        assert "kcli broker: listening on" in (node_dir / "broker.log").read_text()
+        assert (node_dir / "data" / "meta.properties").exists()
+
+    # The quorum: one leader, two followers that catch up, three unfenced brokers.
+    # A broker answers DescribeCluster from the metadata it has applied, a moment behind the controller.
+    status = wait_for(
+        "three unfenced brokers and every voter caught up",
+        lambda: (
+            (s := try_status(bootstraps[0])) is not None
+            and s.caught_up
+            and s.fenced == {1: False, 2: False, 3: False}
+            and s
+        ),
+        30,
+        interval=0.3,
+    )
+    assert sorted(status.voters) == [1, 2, 3] and status.leader_id in status.voters
+    assert status.high_watermark > 0
+    text = kcli("cluster", "status", "-b", bootstraps[1])
+    assert text.returncode == 0, text.stderr
+    assert f"LeaderId: {status.leader_id}\n" in text.stdout
+    rows = [line.split() for line in text.stdout.splitlines()]
+    assert sorted(row[0] for row in rows if row[-1:] == ["unfenced"]) == ["1", "2", "3"]
+    roles = {row[0]: row[-1] for row in rows if row[-1:] in (["Leader"], ["Follower"])}
+    assert sorted(roles.values()) == ["Follower", "Follower", "Leader"]
+    assert roles[str(status.leader_id)] == "Leader"
+    for row in rows:
+        if row[-1:] in (["Leader"], ["Follower"]):
+            assert row[2] == "0", text.stdout  # Lag
+
+    # Auto-creation through a broker whose controller is not the active one: the topic is created by
+    # the active controller and reaches this broker's metadata a moment later; meanwhile the answer is
+    # LEADER_NOT_AVAILABLE (retriable), never "no error" with no partitions (which librdkafka takes for
+    # a topic that lost its partitions, failing what it had queued for them).
+    follower = bootstraps[min(v for v in status.voters if v != status.leader_id) - 1]
+    for name, error, partitions in auto_create_answers(follower, [f"auto-{i}" for i in range(5)]):
+        assert (error, partitions) in (("none", 3), ("leader_not_available", 0)), (name, error, partitions)
+
+    all_leaders = {}
+    all_leaders["confluent"] = confluent_round_trip(bootstraps, "ck", 3)
+    all_leaders["kafka-python"] = kafka_python_round_trip(bootstraps, "kp", 3)
+    all_leaders["aiokafka"] = aiokafka_round_trip(bootstraps, "aio", 3)
+    if kcat is not None:
+        all_leaders["kcat"] = kcat_round_trip(kcat, bootstraps, "kcat", 3)
+    for client, leaders in all_leaders.items():
+        # Three single-replica partitions land on the three brokers: each broker served a leader.
+        assert sorted(leaders.values()) == [1, 2, 3], (client, leaders)
+
+    # Ctrl-C (SIGTERM here) stops every node with a controlled shutdown, and the runner exits 0.
+    runner.process.send_signal(signal.SIGTERM)
+    assert runner.process.wait(STOP_TIMEOUT_S + 30) == 0, runner.stderr()
+    assert not [pid for pid in runner.children if still_ours(pid, runner.data_dir)], (
+        "a node outlived the runner"
+    )
+    assert "stopping the nodes (controlled shutdown)" in runner.stderr()
+    for k in (1, 2, 3):
+        assert "controlled shutdown" in (runner.data_dir / f"node-{k}" / "broker.log").read_text()
+    if kcat is None:
+        pytest.skip("kcat is not on PATH (apt-get install -y kcat): the other three clients passed")
+
+
+# --- 2. kill -9 of the active controller ----------------------------------------------------------------
+
+
+def create_topics(bootstrap: str, names: Sequence[str], timeout: float = 30.0) -> None:
+    """CreateTopics (1 partition, RF 1) through `bootstrap`; fails the test unless every one is created."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
+    futures = admin.create_topics([NewTopic(name, 1, 1) for name in names], request_timeout=timeout)
+    for future in futures.values():
+        future.result(timeout + 5)  # raises on an error answer
+
+
+def topic_names(bootstrap: str) -> set[str]:
+    from confluent_kafka.admin import AdminClient
+
+    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=15).topics)
+
+
+def wait_all_caught_up(cluster: LocalKraftCluster, timeout: float = 45.0) -> Status:
+    """Until every voter is at the leader's log end, the high watermark there, every broker unfenced."""
+    return cluster.wait_status(
+        "every voter caught up and every broker unfenced",
+        lambda s: (
+            s.caught_up
+            and sorted(s.voters) == sorted(cluster.nodes)
+            and not any(s.fenced.values())
+            and sorted(s.fenced) == sorted(cluster.nodes)
+        ),
+        timeout,
+    )
+
+
+def assert_logs_agree(cluster: LocalKraftCluster, high_watermark: int) -> list[DiskBatch]:
+    """Every voter's metadata log holds the same batches, byte for byte, from offset 0 up to
+    `high_watermark`; returns them."""
+    logs = {
+        node_id: below(read_metadata_log(cluster.metadata_dir(node_id)), high_watermark)
+        for node_id in cluster.nodes
+    }
+    reference_id = min(logs)
+    reference = logs[reference_id]
+    assert all(b.crc_valid for batches in logs.values() for b in batches), "a committed batch fails its CRC"
+    assert reference and reference[0].base_offset == 0
+    assert all(a.last_offset + 1 == b.base_offset for a, b in zip(reference, reference[1:], strict=False))
+    assert reference[-1].last_offset + 1 == high_watermark, "the committed prefix ends at the high watermark"
+    for node_id, batches in logs.items():
+        assert [(b.base_offset, b.last_offset, b.epoch, b.crc) for b in batches] == [
+            (b.base_offset, b.last_offset, b.epoch, b.crc) for b in reference
+        ], f"voters {reference_id} and {node_id} disagree below offset {high_watermark}"
+        assert [b.data for b in batches] == [b.data for b in reference]
+    return reference
+
+
+@pytest.mark.timeout(150)
+def test_killing_the_active_controller_elects_another_and_loses_no_committed_record(
+    cluster_factory: Callable[..., LocalKraftCluster],
+) -> None:
+    cluster = cluster_factory()
+    cluster.start()
+    before = wait_all_caught_up(cluster)
+    create_topics(cluster.bootstrap, ["before-1", "before-2", "before-3"])
+    committed = cluster.wait_status(
+        "the topics to commit", lambda s: s.caught_up and s.high_watermark > before.high_watermark
+    )
+    old_leader, old_epoch = committed.leader_id, committed.epoch
+    # What the leader had committed when it died: its log below the high watermark it reported.
+    committed_prefix = below(read_metadata_log(cluster.metadata_dir(old_leader)), committed.high_watermark)
+
+    killed_at = time.monotonic()
+    cluster[old_leader].kill()
+    elected = cluster.wait_status(
+        "a new leader",
+        lambda s: s.leader_id not in (old_leader, -1) and s.epoch > old_epoch,
+        timeout=FETCH_TIMEOUT_S + 6 * ELECTION_TIMEOUT_S + 10,
+    )
+    took = time.monotonic() - killed_at
+    # A follower gives up on the leader after fetch.timeout.ms, then wins an election or a few.
+    assert took < FETCH_TIMEOUT_S + 6 * ELECTION_TIMEOUT_S + 5, f"the new leader took {took:.1f} s"
+    assert elected.high_watermark == -1 or elected.high_watermark >= committed.high_watermark
+
+    survivors = [n for n in cluster.nodes.values() if n.running]
+    create_topics(",".join(n.bootstrap for n in survivors), ["after-1"])
+    for node in survivors:
+        wait_for(
+            f"{node.bootstrap} to list every topic",
+            lambda node=node: {"before-1", "before-2", "before-3", "after-1"} <= topic_names(node.bootstrap),
+            15,
+        )
+
+    cluster[old_leader].start()
+    cluster[old_leader].wait_ready()
+    final = wait_all_caught_up(cluster)
+    assert final.epoch == elected.epoch and final.leader_id == elected.leader_id
+    agreed = assert_logs_agree(cluster, final.high_watermark)
+    assert agreed[: len(committed_prefix)] == committed_prefix, "a committed batch changed"
+    leader_changes = [(b.epoch, b.leader_change) for b in agreed if b.leader_change is not None]
+    assert leader_changes[-1] == (elected.epoch, elected.leader_id)
+    assert [e for e, _ in leader_changes] == sorted({e for e, _ in leader_changes}), leader_changes
+    assert {"before-1", "before-2", "before-3", "after-1"} <= topic_names(cluster[old_leader].bootstrap)
+    # kcli dump-segment reads the same records from every voter's log.
+    dumped = {node_id: dumped_records(cluster, node_id, final.high_watermark) for node_id in cluster.nodes}
+    assert dumped[1] == dumped[2] == dumped[3]
+    names = [
+        r["value"]["data"]["name"] for r in dumped[1] if r.get("value", {}).get("type") == "TOPIC_RECORD"
+    ]
+    assert names == ["before-1", "before-2", "before-3", "after-1"]
+
+
+def dumped_records(cluster: LocalKraftCluster, node_id: int, high_watermark: int) -> list[dict[str, Any]]:
+    """The records below `high_watermark` of a voter's metadata log, as `kcli dump-segment
+    --cluster-metadata-decoder -o json` prints them (offset, key and value or control type)."""
+    [segment] = sorted(cluster.metadata_dir(node_id).glob("*.log"))
+    result = kcli("dump-segment", "--cluster-metadata-decoder", "-o", "json", str(segment))
+    assert result.returncode == 0, result.stderr
+    keep = ("offset", "key", "value", "control")
+    return [
+        {k: item[k] for k in keep if k in item}
+        for item in map(json.loads, result.stdout.splitlines())
+        if item["type"] == "record" and item["offset"] < high_watermark
+    ]
+
+
+@pytest.mark.timeout(90)
+def test_an_operation_answers_only_once_what_it_read_is_committed(
+    cluster_factory: Callable[..., LocalKraftCluster],
+) -> None:
+    """A leader cut off from its followers appends CreateTopics(pending) and cannot commit it; asked again,
+    it must not answer TOPIC_ALREADY_EXISTS from its uncommitted image (Kafka's ControllerWriteEvent waits
+    for the writes before it), since that topic may never exist."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    cluster = cluster_factory()
+    cluster.start()
+    status = wait_all_caught_up(cluster)
+    leader = cluster[status.leader_id]
+    for node in cluster.nodes.values():
+        if node is not leader:
+            node.kill()
+    answers = []
+    for _ in range(2):  # well inside the 1.5 fetch timeouts after which the leader resigns
+        # A new client each time: the first request holds its connection until it is answered. A kcli
+        # broker names itself as the controller in Metadata (Kafka names a random live broker) and
+        # forwards what is not its own to the active controller, so this reaches the leader's.
+        admin = AdminClient({"bootstrap.servers": leader.bootstrap})
+        future = admin.create_topics([NewTopic("pending", 1, 1)], request_timeout=1.5)["pending"]
+        try:
+            future.result(10)
+            answers.append("created")
+        except KafkaException as exc:
+            answers.append(exc.args[0].name())
+    assert "created" not in answers and "TOPIC_ALREADY_EXISTS" not in answers, answers
+    # The first one did reach the controller: the topic's record is in the leader's log, uncommitted.
+    pending = [b for b in read_metadata_log(cluster.metadata_dir(leader.node_id)) if b"pending" in b.data]
+    assert pending and pending[0].base_offset >= status.high_watermark, pending
+
+
+# --- 3. fencing: a dead broker after its session, a stopping one at once ---------------------------------
+
+SESSION_TIMEOUT_S = 4.0
+HEARTBEAT_INTERVAL_S = 0.5
+SESSION = (
+    f"broker.session.timeout.ms={SESSION_TIMEOUT_S * 1000:.0f}",
+    f"broker.heartbeat.interval.ms={HEARTBEAT_INTERVAL_S * 1000:.0f}",
+)
+
+
+def follower_of(status: Status) -> int:
+    return min(v for v in status.voters if v != status.leader_id)
+
+
+def test_a_connection_the_broker_closes_at_once_fails_at_once() -> None:
+    """A controller that is shutting down closes new connections as it accepts them; kcli's client must see
+    that (it used to miss a close that came before the client object existed, and waited out the request
+    timeout: a broker's heartbeats to a stopping controller then hung for 30 s and it lost its session)."""
+    from kcli.client import ClientError, KafkaClient
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    port = listener.getsockname()[1]
+
+    def slam() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            conn.close()
+
+    threading.Thread(target=slam, daemon=True).start()
+
+    async def attempts() -> list[float]:
+        took = []
+        for _ in range(20):
+            started = time.monotonic()
+            with pytest.raises(ClientError):
+                await KafkaClient.connect(f"127.0.0.1:{port}", connect_timeout=5, request_timeout=5)
+            took.append(time.monotonic() - started)
+        return took
+
+    try:
+        took = asyncio.run(attempts())
+    finally:
+        listener.close()
+    assert max(took) < 2.5, took
+
+
+@pytest.mark.timeout(150)
+def test_a_killed_broker_is_fenced_after_its_session_and_a_stopped_one_at_once(
+    cluster_factory: Callable[..., LocalKraftCluster],
+) -> None:
+    cluster = cluster_factory(overrides=SESSION)
+    cluster.start()
+    status = wait_all_caught_up(cluster)
+
+    # kill -9: no more heartbeats; the controller fences the broker once its session has expired.
+    victim = follower_of(status)
+    killed_at = time.monotonic()
+    cluster[victim].kill()
+    fenced = cluster.wait_status(f"broker {victim} fenced", lambda s: s.fenced.get(victim) is True, 30)
+    took = time.monotonic() - killed_at
+    assert took >= SESSION_TIMEOUT_S - HEARTBEAT_INTERVAL_S - 0.3, f"fenced {took:.1f} s after kill -9"
+    assert took < SESSION_TIMEOUT_S + 10, f"fenced only {took:.1f} s after kill -9"
+    assert [i for i, f in fenced.fenced.items() if f] == [victim]
+    leader_log = cluster[fenced.leader_id].log()
+    assert f"fencing broker {victim}: no heartbeat for {SESSION_TIMEOUT_S * 1000:.0f} ms" in leader_log
+
+    # Back: it registers a new incarnation and is unfenced once caught up.
+    cluster[victim].start()
+    cluster[victim].wait_ready()
+    assert f"broker {victim} is unfenced" in cluster[victim].log()
+    status = wait_all_caught_up(cluster)
+
+    # SIGTERM: controlled shutdown, the controller fences it right away, not after the session.
+    stopping = follower_of(status)
+    leader_log_before = len(cluster[status.leader_id].log())
+    stopped_at = time.monotonic()
+    os.kill(cluster[stopping].pid, signal.SIGTERM)
+    fenced = cluster.wait_status(f"broker {stopping} fenced", lambda s: s.fenced.get(stopping) is True, 30)
+    took = time.monotonic() - stopped_at
+    assert cluster[stopping].terminate() == 0, cluster[stopping].log()
+    assert took < SESSION_TIMEOUT_S - HEARTBEAT_INTERVAL_S - 0.5, f"fenced {took:.1f} s after SIGTERM"
+    assert f"broker {stopping}: controlled shutdown complete" in cluster[stopping].log(), cluster[
+        stopping
+    ].log()
+    assert fenced.leader_id == status.leader_id
+    leader_log = cluster[fenced.leader_id].log()[leader_log_before:]
+    assert f"fencing broker {stopping}: controlled shutdown" in leader_log
+    assert f"fencing broker {stopping}: no heartbeat" not in leader_log
+
+    # The same for the node whose controller is the active one: its broker is fenced while it still
+    # leads the quorum, then it resigns and another voter takes over.
+    cluster[stopping].start()
+    cluster[stopping].wait_ready()
+    status = wait_all_caught_up(cluster)
+    stopping = status.leader_id
+    logs_before = {i: len(n.log()) for i, n in cluster.nodes.items()}
+    stopped_at = time.monotonic()
+    os.kill(cluster[stopping].pid, signal.SIGTERM)
+    fenced = cluster.wait_status(
+        f"broker {stopping} fenced", lambda s: s.fenced.get(stopping) is True and s.leader_id != stopping, 30
+    )
+    took = time.monotonic() - stopped_at
+    assert cluster[stopping].terminate() == 0, cluster[stopping].log()
+    assert f"broker {stopping}: controlled shutdown complete" in cluster[stopping].log(), cluster[
+        stopping
+    ].log()
+    assert f"fencing broker {stopping}: controlled shutdown" in cluster[stopping].log()
+    new_leader_log = cluster[fenced.leader_id].log()[logs_before[fenced.leader_id] :]
+    assert f"fencing broker {stopping}: no heartbeat" not in new_leader_log
+    assert took < SESSION_TIMEOUT_S - HEARTBEAT_INTERVAL_S - 0.5, f"fenced {took:.1f} s after SIGTERM"
+    # It resigned with EndQuorumEpoch: the next leader campaigned at once, not after fetch.timeout.ms.
+    assert f"raft: leader {stopping} resigned from epoch {status.epoch}" in new_leader_log, new_leader_log
+    # No live broker loses its session over the change of controller: their heartbeats find the new
+    # one. (An absence has no event to wait for: give the sessions the time to expire, then look.)
+    time.sleep(SESSION_TIMEOUT_S + 2 * HEARTBEAT_INTERVAL_S)
+    after = cluster.status()
+    assert [i for i, f in after.fenced.items() if f] == [stopping], after.text
+    new_leader_log = cluster[after.leader_id].log()[logs_before[after.leader_id] :]
+    assert "no heartbeat" not in new_leader_log, new_leader_log
+
+
+# --- 4. a seeded schedule of controller kills and restarts, Raft's invariants checked --------------------
+
+CHAOS_SEED = 1
+CHAOS_EVENTS = 8
+
+
+def chaos_plan(seed: int, events: int) -> list[tuple[float, str]]:
+    """(delay in seconds, action) pairs: kill the leader (mostly), kill a follower, restart the node
+    down longest. At most two of three nodes are down at once (then the quorum is gone until one is back)."""
+    rng = random.Random(seed)
+    plan_: list[tuple[float, str]] = []
+    down = 0
+    for _ in range(events):
+        if down == 0:
+            action = "kill-leader" if rng.random() < 0.75 else "kill-follower"
+        elif down == 1:
+            action = rng.choice(["restart", "restart", "kill-leader"])
+        else:
+            action = "restart"
+        down += -1 if action == "restart" else 1
+        plan_.append((round(rng.uniform(1.0, 4.5), 2), action))
+    return plan_
+
+
+def describe_quorum(bootstrap: str) -> tuple[int, int, int] | None:
+    """(leader, epoch, high watermark) by DescribeQuorum through any of `bootstrap`; None without an answer."""
+    from kcli.cluster import Cluster
+    from kcli.errors import KcliError
+    from ops.quorum import describe_cluster_status
+
+    async def ask() -> tuple[int, int, int]:
+        async with await Cluster.connect(bootstrap, request_timeout=3.0) as cluster:
+            status = await describe_cluster_status(cluster)
+            return status.leader_id, status.leader_epoch, status.high_watermark
+
+    try:
+        return asyncio.run(ask())
+    except (KcliError, OSError, TimeoutError):
+        return None
+
+
+@dataclass
+class QuorumWatch:
+    """What a background thread sees of the quorum while nodes die and come back."""
+
+    cluster: LocalKraftCluster
+    leaders: dict[int, set[int]] = field(default_factory=dict)  # epoch -> leader ids seen for it
+    high_watermarks: list[tuple[int, int, int]] = field(default_factory=list)  # (epoch, leader, hw)
+    committed: dict[int, tuple[int, int]] = field(default_factory=dict)  # base offset -> (epoch, crc)
+    violations: list[str] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def saw_leader(self, epoch: int, leader: int, source: str) -> None:
+        if leader < 0:
+            return
+        seen = self.leaders.setdefault(epoch, set())
+        seen.add(leader)
+        if len(seen) > 1:
+            self.violations.append(f"epoch {epoch} has leaders {sorted(seen)} ({source})")
+
+    def saw_committed(self, batches: list[DiskBatch], source: str) -> None:
+        for batch in batches:
+            known = self.committed.setdefault(batch.base_offset, (batch.epoch, batch.crc))
+            if known != (batch.epoch, batch.crc):
+                self.violations.append(
+                    f"committed offset {batch.base_offset} was (epoch, crc) {known}, now {(batch.epoch, batch.crc)} ({source})"
+                )
+
+    def poll_once(self) -> None:
+        for node_id in self.cluster.nodes:
+            state = read_quorum_state(self.cluster.metadata_dir(node_id))
+            if state is not None:
+                self.saw_leader(state["leaderEpoch"], state["leaderId"], f"quorum-state of node {node_id}")
+        live = self.cluster.live_bootstrap()
+        answer = describe_quorum(live) if live else None
+        if answer is None:
+            return
+        leader, epoch, high_watermark = answer
+        self.saw_leader(epoch, leader, "DescribeQuorum")
+        if high_watermark < 0:
+            return  # a new leader that has not committed in its epoch yet: unknown, as in Kafka
+        highest = max((hw for _, _, hw in self.high_watermarks), default=-1)
+        if high_watermark < highest:
+            self.violations.append(
+                f"the high watermark went down from {highest} to {high_watermark} (leader {leader}, epoch {epoch})"
+            )
+        self.high_watermarks.append((epoch, leader, high_watermark))
+        # What the leader had committed: its log below the high watermark it reported (Leader Completeness:
+        # those batches are in every later leader's log, unchanged).
+        self.saw_committed(
+            below(read_metadata_log(self.cluster.metadata_dir(leader)), high_watermark),
+            f"node {leader}'s log",
+        )
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.poll_once()
+            except Exception as exc:  # a torn read must not end the watch
+                self.violations.append(f"the watch failed: {exc!r}")
+            self.stop.wait(0.3)
+
+
+@dataclass
+class TopicCreator:
+    """CreateTopics, one new topic at a time, for as long as it runs; remembers what was acknowledged."""
+
+    bootstrap: str
+    acknowledged: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 5000})
+        for i in range(1_000_000):
+            if self.stop.is_set():
+                return
+            name = f"chaos-{i}"
+            future = admin.create_topics([NewTopic(name, 1, 1)], request_timeout=10)[name]
+            try:
+                future.result(15)
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error.name() == "TOPIC_ALREADY_EXISTS":  # a retry of a request that went through
+                    self.acknowledged.append(name)
+                else:
+                    self.failed.append((name, error.name()))
+                    self.stop.wait(0.2)
+            except Exception as exc:  # a client timeout: not acknowledged
+                self.failed.append((name, repr(exc)))
+            else:
+                self.acknowledged.append(name)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_seeded_controller_kills_keep_raft_invariants(
+    cluster_factory: Callable[..., LocalKraftCluster],
+) -> None:
+    schedule = chaos_plan(CHAOS_SEED, CHAOS_EVENTS)
+    print(f"seed {CHAOS_SEED}: {schedule}")
+    cluster = cluster_factory()
+    cluster.start()
+    wait_all_caught_up(cluster)
+    watch = QuorumWatch(cluster)
+    creator = TopicCreator(cluster.bootstrap)
+    threads = [
+        threading.Thread(target=watch.run, daemon=True),
+        threading.Thread(target=creator.run, daemon=True),
+    ]
+    for thread in threads:
+        thread.start()
+    rng = random.Random(CHAOS_SEED + 1)  # picks among nodes when the plan's choice is not unique
+    down: list[int] = []
+    executed: list[str] = []
+    started = time.monotonic()
+    try:
+        for delay, action in schedule:
+            time.sleep(delay)  # the schedule itself: what happens between two events is the test
+            live = [i for i, n in cluster.nodes.items() if n.running]
+            if action == "restart":
+                node_id = down.pop(0)
+                cluster[node_id].start()
+                executed.append(f"restart {node_id}")
+            else:
+                answer = describe_quorum(cluster.live_bootstrap())
+                leader = answer[0] if answer is not None and answer[0] in live else None
+                if action == "kill-leader" and leader is not None:
+                    node_id, what = leader, "the leader"
+                else:
+                    node_id = rng.choice([i for i in live if i != leader])
+                    what = "a follower" if leader is not None else "a voter (no leader known)"
+                cluster[node_id].kill()
+                down.append(node_id)
+                executed.append(f"kill -9 {node_id} ({what})")
+            print(f"  {time.monotonic() - started:5.1f} s: {executed[-1]}")
+        for node_id in down:
+            cluster[node_id].start()
+        for node in cluster.nodes.values():
+            node.wait_ready(90)
+        creator.stop.set()
+        threads[1].join(30)
+        final = wait_all_caught_up(cluster, 60)
+    finally:
+        watch.stop.set()
+        creator.stop.set()
+        for thread in threads:
+            thread.join(30)
+    print(
+        f"acknowledged {len(creator.acknowledged)} topics, {len(creator.failed)} not: {creator.failed[:10]}"
+    )
+    print(f"epochs and leaders seen: {dict(sorted(watch.leaders.items()))}")
+    print(
+        f"{len(watch.high_watermarks)} DescribeQuorum answers, {len(watch.committed)} committed batches seen"
+    )
+
+    assert not watch.violations, "\n".join(watch.violations)
+    agreed = assert_logs_agree(cluster, final.high_watermark)
+    watch.saw_committed(agreed, "the final logs")
+    for node_id in cluster.nodes:
+        for batch in read_metadata_log(cluster.metadata_dir(node_id)):
+            if batch.leader_change is not None:
+                watch.saw_leader(batch.epoch, batch.leader_change, f"LeaderChange in node {node_id}'s log")
+        state = read_quorum_state(cluster.metadata_dir(node_id))
+        assert state is not None
+        watch.saw_leader(state["leaderEpoch"], state["leaderId"], f"node {node_id}'s final quorum-state")
+    assert not watch.violations, "\n".join(watch.violations)
+    epochs = [b.epoch for b in agreed]
+    assert epochs == sorted(epochs), "the epochs of a log never go down"
+    assert len({e for e in epochs}) >= 2, "the schedule changed the leader at least once"
+    assert creator.acknowledged, f"no CreateTopics succeeded: {creator.failed[:5]}"
+    for node in cluster.nodes.values():
+        wait_for(
+            f"{node.bootstrap} to list every acknowledged topic",
+            lambda node=node: set(creator.acknowledged) <= topic_names(node.bootstrap),
+            20,
+        )
+
+
+# --- 5. bad input: one sentence, a non-zero exit, no data touched -----------------------------------------
+
+DETECTION_TIMEOUT_S = 8.0
+"""How long a misconfigured node gets to notice: startup plus a few election and fetch rounds."""
+
+
+def tree(root: Path) -> dict[str, tuple[int, int, bytes]]:
+    """Every file under `root`: (size, mtime, bytes), the nodes' broker.log (output, not data) left out."""
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns, p.read_bytes())
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != "broker.log"
+    }
+
+
+def error_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("kcli:")]
+
+
+@dataclass
+class Outcome:
+    returncode: int | None  # None: still running when given up on (then killed)
+    output: str
+
+
+def run_node(
+    config: Path, log: Path, timeout: float = DETECTION_TIMEOUT_S, overrides: Sequence[str] = ()
+) -> Outcome:
+    """`kcli broker start --config` until it exits or `timeout` passes (then it is killed by PID)."""
+    args = [*KCLI, "broker", "start", "--config", str(config)]
+    for item in overrides:
+        args += ["--override", item]
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=kcli_env()
+        )
+    try:
+        returncode: int | None = process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        returncode = None
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+    return Outcome(returncode, log.read_text(errors="replace"))
+
+
+def assert_refused(outcome: Outcome, sentence: str) -> None:
+    """Exit status 2 and exactly one `kcli:` line, `sentence`."""
+    tail = "\n".join(outcome.output.splitlines()[-8:])
+    assert outcome.returncode is not None, f"still running after {DETECTION_TIMEOUT_S:g} s:\n{tail}"
+    assert outcome.returncode == 2, tail
+    assert error_lines(outcome.output) == [sentence], tail
+    assert "Traceback" not in outcome.output
+
+
+@pytest.fixture(scope="module")
+def quorum_of_two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKraftCluster]:
+    """A formatted 3-node layout with nodes 1 and 2 running (a majority) and node 3's slot free."""
+    cluster = LocalKraftCluster(tmp_path_factory.mktemp("quorum-of-two"), 3)
+    try:
+        for node_id in (1, 2):
+            cluster[node_id].start()
+        for node_id in (1, 2):
+            cluster[node_id].wait_ready()
+        yield cluster
+    finally:
+        cluster.kill_all()
+
+
+def edited(source: Path, target: Path, replacements: dict[str, str]) -> Path:
+    """A copy of a server.properties with keys replaced."""
+    lines = []
+    for line in source.read_text().splitlines():
+        key = line.partition("=")[0]
+        lines.append(f"{key}={replacements.pop(key)}" if key in replacements else line)
+    lines += [f"{key}={value}" for key, value in replacements.items()]
+    target.write_text("\n".join(lines) + "\n")
+    return target
+
+
+def test_a_log_dir_of_another_cluster_is_refused(tmp_path: Path) -> None:
+    ours = LocalKraftCluster(tmp_path / "ours", 3)
+    theirs = plan(tmp_path / "theirs", 3, free_port_range(6), [])
+    our_dir, their_dir = ours[1].node.directory / "data", theirs.nodes[0].directory / "data"
+    before = (tree(tmp_path / "ours"), tree(tmp_path / "theirs"))
+    outcome = run_node(
+        ours[1].node.properties, tmp_path / "out.log", overrides=[f"log.dirs={our_dir},{their_dir}"]
+    )
+    assert_refused(
+        outcome,
+        f"kcli: Invalid cluster.id in: {their_dir / 'meta.properties'}. "
+        f"Expected {ours.layout.cluster_id}, but read {theirs.cluster_id}.",
+    )
+    assert (tree(tmp_path / "ours"), tree(tmp_path / "theirs")) == before
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="not detected: a node whose data dir (meta.properties, metadata log) belongs to another cluster "
+    "sends Vote/Fetch with its own cluster id; the voters answer INCONSISTENT_CLUSTER_ID, which its Raft client "
+    "counts as a rejected vote without a word; it stays Unattached/Prospective for ever, never serves and never exits",
+)
+def test_a_node_with_another_clusters_data_is_refused(
+    tmp_path: Path, quorum_of_two: LocalKraftCluster
+) -> None:
+    theirs = plan(tmp_path / "theirs", 3, free_port_range(6), [])
+    their_dir = theirs.nodes[2].directory / "data"
+    config = edited(
+        quorum_of_two[3].node.properties, tmp_path / "node-3.properties", {"log.dirs": str(their_dir)}
+    )
+    before = tree(tmp_path / "theirs")
+    outcome = run_node(config, tmp_path / "out.log")
+    assert outcome.returncode == 2 and "cluster" in " ".join(error_lines(outcome.output)), (
+        f"exit {outcome.returncode}; last lines:\n" + "\n".join(outcome.output.splitlines()[-5:])
+    )
+    assert tree(tmp_path / "theirs") == before
+
+
+def swapped_voters(cluster: LocalKraftCluster) -> str:
+    """The voters with nodes 1's and 2's controller addresses exchanged."""
+    c1, c2, c3 = (cluster[k].node.controller_port for k in (1, 2, 3))
+    return f"1@127.0.0.1:{c2},2@127.0.0.1:{c1},3@127.0.0.1:{c3}"
+
+
+def extra_voter(cluster: LocalKraftCluster) -> str:
+    return cluster[3].node.properties.read_text().split("controller.quorum.voters=")[1].split()[0] + (
+        f",4@127.0.0.1:{free_port_range(1)}"
+    )
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "voters",
+    [
+        pytest.param(
+            swapped_voters,
+            id="addresses-swapped",
+            marks=pytest.mark.xfail(
+                strict=True,
+                raises=AssertionError,
+                reason="not detected: node 3 follows leader 1 at node 2's address; node 2 answers its Fetch "
+                "NOT_LEADER_OR_FOLLOWER naming leader 1, for ever; node 3 never serves, never exits, logs only "
+                "'no answer from leader' (Vote's VoterId is not checked against the receiver either)",
+            ),
+        ),
+        pytest.param(
+            extra_voter,
+            id="a-fourth-voter",
+            marks=pytest.mark.xfail(
+                strict=True,
+                raises=AssertionError,
+                reason="not detected: node 3 counts four voters (its majority is 3, the others' 2) and joins "
+                "and serves; the LeaderChange records carry the leader's voter set, nobody compares it",
+            ),
+        ),
+    ],
+)
+def test_a_voter_list_that_disagrees_is_refused(
+    tmp_path: Path, quorum_of_two: LocalKraftCluster, voters: Callable[[LocalKraftCluster], str]
+) -> None:
+    config = edited(
+        quorum_of_two[3].node.properties,
+        tmp_path / "node-3.properties",
+        {"controller.quorum.voters": voters(quorum_of_two)},
+    )
+    outcome = run_node(config, tmp_path / "out.log")
+    assert outcome.returncode == 2 and any(
+        "controller.quorum.voters" in line for line in error_lines(outcome.output)
+    ), (
+        f"exit {outcome.returncode} (None: still running after {DETECTION_TIMEOUT_S:g} s); last lines:\n"
+        + "\n".join(outcome.output.splitlines()[-5:])
+    )
+
+
+def test_a_port_in_use_is_refused_before_anything_is_touched(tmp_path: Path) -> None:
+    cluster = LocalKraftCluster(tmp_path / "cluster", 3)
+    node = cluster[2].node
+    before = tree(tmp_path / "cluster")
+    for port in (node.port, node.controller_port):
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", port))
+            taken.listen()
+            outcome = run_node(node.properties, tmp_path / f"node-{port}.log")
+            assert_refused(outcome, f"kcli: cannot listen on 127.0.0.1:{port}: address already in use.")
+            # kcli cluster start on the same (formatted) layout: no node is started, so none writes.
+            started = kcli("cluster", "start", "--data-dir", str(tmp_path / "cluster"), timeout=60)
+            assert started.returncode == 2, started.stderr
+            assert error_lines(started.stderr) == [
+                f"kcli: node 2 cannot listen on 127.0.0.1:{port}: address already in use; no node was started."
+            ]
+            assert "bootstrap:" not in started.stdout
+    assert tree(tmp_path / "cluster") == before
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="not detected: controller.quorum.voters=1@a,2@b,2@c is read as Kafka's parseVoterConnections "
+    "reads it (a repeated id keeps its last address, silently); the node starts and waits for a quorum",
+)
+def test_the_same_id_twice_in_the_voter_list_is_refused(tmp_path: Path) -> None:
+    cluster = LocalKraftCluster(tmp_path / "cluster", 3)
+    c1, c2, c3 = (cluster[k].node.controller_port for k in (1, 2, 3))
+    before = tree(tmp_path / "cluster")
+    outcome = run_node(
+        cluster[1].node.properties,
+        tmp_path / "out.log",
+        overrides=[f"controller.quorum.voters=1@127.0.0.1:{c1},2@127.0.0.1:{c2},2@127.0.0.1:{c3}"],
+    )
+    assert outcome.returncode == 2 and any(
+        "controller.quorum.voters" in line for line in error_lines(outcome.output)
+    ), (
+        f"exit {outcome.returncode} (None: still running after {DETECTION_TIMEOUT_S:g} s); last lines:\n"
+        + "\n".join(outcome.output.splitlines()[-5:])
+    )
+    assert tree(tmp_path / "cluster") == before
+
+
+def test_a_node_id_that_is_not_the_dirs_is_refused(tmp_path: Path) -> None:
+    """Node 3's dirs started as node 2 (a copy-pasted config): the stored node.id says no."""
+    cluster = LocalKraftCluster(tmp_path / "cluster", 3)
+    data = cluster[3].node.directory / "data"
+    before = tree(tmp_path / "cluster")
+    outcome = run_node(cluster[3].node.properties, tmp_path / "out.log", overrides=["node.id=2"])
+    assert_refused(
+        outcome,
+        f"kcli: Stored node id 3 doesn't match the configured node.id 2 in {data / 'meta.properties'}.",
+    )
+    assert tree(tmp_path / "cluster") == before
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="not detected: a second process with node.id 2 (its own formatted dir and ports, the cluster's id "
+    "and voters) asks for votes as voter 2 next to the real node 2; nothing compares its controller address "
+    "with the voter entry for 2, and it loops Unattached/Prospective for ever without a word",
+)
+def test_a_second_node_with_a_taken_id_is_refused(tmp_path: Path, quorum_of_two: LocalKraftCluster) -> None:
+    from kcli.config import BrokerConfig
+    from kcli.storage import format_storage
+
+    base = free_port_range(2)
+    data = tmp_path / "impostor-data"
+    config = edited(
+        quorum_of_two[2].node.properties,
+        tmp_path / "impostor.properties",
+        {
+            "listeners": f"PLAINTEXT://127.0.0.1:{base},CONTROLLER://127.0.0.1:{base + 1}",
+            "log.dirs": str(data),
+        },
+    )
+    format_storage(
+        BrokerConfig.load(config_file=config), quorum_of_two.layout.cluster_id, metadata_version=21, now_ms=0
+    )
+    outcome = run_node(config, tmp_path / "out.log")
+    assert outcome.returncode == 2 and error_lines(outcome.output), (
+        f"exit {outcome.returncode} (None: still running after {DETECTION_TIMEOUT_S:g} s); last lines:\n"
+        + "\n".join(outcome.output.splitlines()[-5:])
+    )
