@@ -16,7 +16,7 @@ from typing import NamedTuple
 from formats import _native
 from formats.compression import DEFAULT_MAX_UNCOMPRESSED, Codec, codec_of, compress, decompress
 from formats.errors import CorruptRecordError
-from formats.internal.codec import write_uvarint
+from formats.internal.codec import Malformed, Reader, write_uvarint
 
 Buffer = bytes | bytearray | memoryview
 
@@ -721,6 +721,30 @@ def leader_change_value(leader_id: int, voters: Sequence[int], granting_voters: 
     return bytes(out)
 
 
+def read_leader_change(value: bytes) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    """(leader id, voters, granting voters) of a LeaderChangeMessage value (see leader_change_value)."""
+    reader = Reader(value)
+    try:
+        reader.fixed(_INT16)  # the message's Version field
+        leader_id = reader.fixed(_INT32)
+        lists = []
+        for _ in range(2):
+            ids = []
+            for _ in range(max(reader.compact_length(), 0)):
+                ids.append(reader.fixed(_INT32))
+                for _ in range(reader.uvarint()):  # tagged fields of the Voter struct
+                    reader.uvarint()
+                    reader.take(reader.uvarint())
+            lists.append(tuple(ids))
+    except Malformed as exc:
+        raise CorruptRecordError(f"Invalid LeaderChange record: {exc.message}") from None
+    return leader_id, lists[0], lists[1]
+
+
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+
+
 def build_leader_change_batch(
     leader_id: int,
     voters: Sequence[int],
@@ -738,4 +762,3 @@ def build_leader_change_batch(
         partition_leader_epoch=leader_epoch,
         is_control=True,
     )
-

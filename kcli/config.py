@@ -658,8 +658,8 @@ _JAVA_INT = re.compile(r"[+-]?[0-9]+")
 
 def parse_quorum_voters(entries: Iterable[str]) -> dict[int, tuple[str, int]]:
     """`controller.quorum.voters` entries `{id}@{host}:{port}` -> {id: (host, port)}, as Kafka's
-    QuorumConfig.parseVoterConnections reads them (a repeated id keeps its last address), with its
-    sentences for a malformed entry."""
+    QuorumConfig.parseVoterConnections reads them, with its sentences for a malformed entry; a repeated
+    id, which Kafka lets the last address win, is refused."""
     voters: dict[int, tuple[str, int]] = {}
     for entry in entries:
         parts = entry.split("@")
@@ -681,6 +681,10 @@ def parse_quorum_voters(entries: Iterable[str]) -> dict[int, tuple[str, int]]:
             raise ConfigError(
                 f"Failed to parse host port from entry {entry} for the configuration "
                 f"controller.quorum.voters. {_VOTERS_FORM}"
+            )
+        if int(id_text) in voters:  # Kafka keeps the last address silently; two voters of one id is a typo
+            raise ConfigError(
+                f"controller.quorum.voters names node {int(id_text)} twice; each voter needs its own node id."
             )
         voters[int(id_text)] = (match.group(1), port)
     return voters

@@ -106,6 +106,7 @@ class Node:
         except BaseException:
             await raft.shutdown()
             raft.log.close()
+            raft.discard_if_untouched()
             raise
         image = self.loader.image
         self.logs.startup({name: self._log_config(self.config, image, name) for name in image.topic_ids})
@@ -292,6 +293,7 @@ class ControllerNode:
         except BaseException:
             await self.raft.shutdown()
             self.raft.log.close()
+            self.raft.discard_if_untouched()
             raise
         self._tasks.extend(controller_tasks(self.config, self.controller))
 

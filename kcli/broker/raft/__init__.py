@@ -20,6 +20,7 @@ from kcli.config import BrokerConfig, ConfigError
 
 def open_raft_client(config: BrokerConfig, cluster_id: str) -> KafkaRaftClient:
     """Open (recover) the metadata log and make this node's Raft client over it (not yet started)."""
+    created = not metadata_log_dir(config).exists()
     metadata_log = MetadataLog.open(
         metadata_log_dir(config),
         segment_bytes=int(config["metadata.log.segment.bytes"]),  # type: ignore[call-overload]
@@ -37,9 +38,11 @@ def open_raft_client(config: BrokerConfig, cluster_id: str) -> KafkaRaftClient:
             settings[key] = config[key]
         except ConfigError:  # a setting this configuration does not know yet keeps Kafka's default
             continue
-    return KafkaRaftClient(
+    raft = KafkaRaftClient(
         metadata_log, config.node_id, voters, cluster_id=cluster_id, config=RaftConfig.from_values(settings)
     )
+    raft.created_log_dir = created
+    return raft
 
 
 RAFT_SETTINGS = (

@@ -22,6 +22,7 @@ import asyncio
 import logging
 import os
 import random
+import shutil
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -34,7 +35,13 @@ from kio.schema.errors import ErrorCode
 from formats.errors import FormatError
 from formats.internal import MetadataRecord, decode_metadata_record
 from formats.kraft_snapshot import build_snapshot
-from formats.records import build_leader_change_batch, read_batch
+from formats.records import (
+    ControlType,
+    build_leader_change_batch,
+    control_type,
+    read_batch,
+    read_leader_change,
+)
 from formats.segment import StopReason, walk
 from kcli.broker.log import AppendOrigin, LogStorageError, OffsetOutOfRange, RecordError
 from kcli.broker.raft.metadata_log import (
@@ -210,6 +217,8 @@ class KafkaRaftClient:
         self.leader_state: LeaderState | None = None
         self.high_watermark = -1
         self.latest_snapshot: SnapshotId | None = None
+        self.created_log_dir = False
+        """This start made `__cluster_metadata-0`: a start that fails before any record leaves no trace."""
         self._listeners: list[RaftListener] = []
         self._uncommitted: deque[LoggedBatch] = deque()
         self._commit_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
@@ -272,10 +281,15 @@ class KafkaRaftClient:
             raise self.fatal_error
 
     def _fail(self, exc: Exception) -> None:
-        log.critical("raft: a committed batch cannot be applied, stopping: %s", exc)
+        log.critical("raft: stopping: %s", exc)
         self.fatal_error = exc
         self._shutting_down = True
         self._caught_up.set()
+
+    def discard_if_untouched(self) -> None:
+        """After a failed first start: remove the metadata log this start created, if it holds nothing."""
+        if self.created_log_dir and self.log.next_offset == 0:
+            shutil.rmtree(self.log.directory, ignore_errors=True)
 
     async def shutdown(self) -> None:
         """Resign leadership (EndQuorumEpoch to the voters), stop, flush and close the log."""
@@ -882,6 +896,18 @@ class KafkaRaftClient:
             self.leader_state.check_quorum_fetched.add(request.replica_id)
         return answer(ErrorCode.none, size=size, position=partition.position, chunk=chunk)
 
+    def _check_leader_change(self, view: memoryview, batch: Any) -> None:
+        """A leader's LeaderChange record names its voters; a voter with another list must not take part."""
+        for record in batch.records(view):
+            if control_type(record.key) is not ControlType.LEADER_CHANGE or record.value is None:
+                continue
+            leader_id, voters, _ = read_leader_change(record.value)
+            if set(voters) != set(self.voter_addresses):
+                self._fail_config(
+                    f"leader {leader_id} counts voters {sorted(voters)}, controller.quorum.voters here "
+                    f"{sorted(self.voter_addresses)}: the voter lists of the nodes disagree"
+                )
+
     def _truncate_to_diverging(self, epoch: int, end_offset: int) -> None:
         local_epoch, local_end = self.log.log.end_offset_for_epoch(epoch)
         target = end_offset if local_end < 0 else min(end_offset, local_end)
@@ -907,7 +933,10 @@ class KafkaRaftClient:
         if result.reason is not StopReason.END:
             log.warning("raft: fetched records end in a partial batch")
         for batch in result.batches:
-            self._uncommitted.append(logged_batch(self.log.directory, view, read_batch(view, batch.position)))
+            header = read_batch(view, batch.position)
+            if header.is_control and self.quorum.is_voter:
+                self._check_leader_change(view, header)
+            self._uncommitted.append(logged_batch(self.log.directory, view, header))
         if self.quorum.is_voter:
             await asyncio.to_thread(self.log.log.flush)
 
@@ -1005,6 +1034,15 @@ class KafkaRaftClient:
             pre_vote and partition.last_offset_epoch > epoch
         ):
             error = ErrorCode.invalid_request
+        elif getattr(request, "voter_id", -1) not in (-1, self.node_id):
+            log.error(
+                "raft: node %d sent a vote request meant for voter %d to this node (%d): the voter lists "
+                "of the nodes disagree",
+                candidate,
+                request.voter_id,
+                self.node_id,
+            )
+            error = ErrorCode.invalid_voter_key
         elif candidate not in self.voter_addresses or not self.quorum.is_voter:
             log.error(
                 "raft: node %d asks for a vote but is not in controller.quorum.voters %s (or this node is "
@@ -1343,11 +1381,42 @@ class KafkaRaftClient:
     async def _send(self, node_id: int, request: Any, *, timeout: float | None = None) -> Any | None:
         """One request to a voter's controller listener; None when it cannot be reached in time."""
         limit = timeout if timeout is not None else self.config.request_timeout_ms / 1000
-        return await self._peers.send(node_id, self.voter_addresses[node_id], request, timeout=limit)
+        address = self.voter_addresses[node_id]
+        response = await self._peers.send(node_id, address, request, timeout=limit)
+        if response is not None and _any_error(response, ErrorCode.inconsistent_cluster_id):
+            self._fail_config(
+                f"voter {node_id} at {address[0]}:{address[1]} belongs to another cluster than this node's "
+                f"log dirs ({self.cluster_id}): format them with the cluster's id, or fix "
+                "controller.quorum.voters"
+            )
+            return None
+        if response is not None and _any_error(response, ErrorCode.invalid_voter_key):
+            self._fail_config(
+                f"the node at {address[0]}:{address[1]} does not take this node for a voter, or is not node "
+                f"{node_id} as controller.quorum.voters here says: the voter lists of the nodes disagree"
+            )
+            return None
+        return response
+
+    def _fail_config(self, sentence: str) -> None:
+        """A quorum this node cannot be part of: stop with one sentence (start-up fails with it)."""
+        if self.fatal_error is None:
+            self._fail(MetadataLogError(sentence + "."))
 
 
 _ZERO_UUID = CLUSTER_METADATA_TOPIC_ID.__class__(int=0)
 _NO_THROTTLE = timedelta(0)
+
+
+def _any_error(message: Any, code: ErrorCode) -> bool:
+    """The top-level error of a KRaft answer, or its one partition's, is `code`."""
+    if getattr(message, "error_code", None) is code:
+        return True
+    for name in ("topics", "responses"):
+        for topic in getattr(message, name, ()) or ():
+            if any(getattr(p, "error_code", None) is code for p in getattr(topic, "partitions", ())):
+                return True
+    return False
 
 
 def _beyond_max_epoch(epoch: int) -> bool:
