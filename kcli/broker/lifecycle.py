@@ -31,7 +31,7 @@ from kcli.broker.raft import KafkaRaftClient
 from kcli.client import NodeConnections
 from kcli.config import BrokerConfig, ConfigError, Listener
 from kcli.errors import KcliError
-from kcli.protocol.messages import nested_type, request_type
+from kcli.protocol.messages import api_name, error_response, nested_type, request_type
 from kcli.storage import load_meta_properties
 
 log = logging.getLogger("kcli.broker")
@@ -92,14 +92,24 @@ class ControllerChannel:
             await asyncio.sleep(RETRY_BACKOFF_SECONDS)
 
     async def forward(self, request: Any) -> Any:
-        """Send a client's admin request to the active controller as it is (KIP-590 forwarding)."""
+        """Send a client's admin request to the active controller as it is (KIP-590 forwarding).
+
+        With no answer before the request timeout, the client gets REQUEST_TIMED_OUT in its request's
+        own response, as Kafka's ForwardingManager answers.
+        """
         deadline = time.monotonic() + self.timeout
         while True:
             response = await self._send_to_leader(request, deadline)
             if response is not None and not _not_controller(response):
                 return response
             if time.monotonic() >= deadline:
-                raise ControllerUnavailable(f"no active controller answered within {self.timeout:g} s.")
+                log.warning(
+                    "%s forwarded to the controller: no answer within %g s (quorum leader %d)",
+                    api_name(request.__api_key__),
+                    self.timeout,
+                    self.raft.leader.leader_id,
+                )
+                return error_response(request.__api_key__, request.__version__, ErrorCode.request_timed_out)
             await asyncio.sleep(RETRY_BACKOFF_SECONDS)
 
     async def _send_to_leader(self, request: Any, deadline: float) -> Any | None:

@@ -27,7 +27,6 @@ from kcli.broker.group.coordinator import GroupCoordinator
 from kcli.broker.lifecycle import (
     BrokerLifecycleManager,
     ControllerChannel,
-    ControllerUnavailable,
     allocate_producer_ids,
 )
 from kcli.broker.log.config import LogConfig
@@ -144,14 +143,12 @@ class Node:
         request = cls(
             topics=tuple(topics), timeout=timedelta(seconds=self.channel.timeout), validate_only=False
         )
-        try:
-            response = await self.channel.forward(request)
-        except ControllerUnavailable:
-            return dict.fromkeys(names, ErrorCode.request_timed_out)
-        return {
+        response = await self.channel.forward(request)
+        answered = {
             t.name: ErrorCode.none if t.error_code is ErrorCode.topic_already_exists else t.error_code
             for t in response.topics
         }
+        return {name: answered.get(name, ErrorCode.request_timed_out) for name in names}
 
     @property
     def image(self) -> ClusterMetadataImage:
