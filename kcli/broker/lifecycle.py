@@ -29,7 +29,7 @@ from kcli.broker.metadata.image import ProducerIdsBlock
 from kcli.broker.metadata.loader import MetadataLoader
 from kcli.broker.raft import KafkaRaftClient
 from kcli.client import NodeConnections
-from kcli.config import BrokerConfig, ConfigError, Listener
+from kcli.config import BrokerConfig, Listener
 from kcli.errors import KcliError
 from kcli.protocol.messages import api_name, error_response, nested_type, request_type
 from kcli.storage import load_meta_properties
@@ -149,7 +149,7 @@ class BrokerLifecycleManager:
         self._unfenced = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._shutting_down = False
-        self.heartbeat_interval = _setting(config, "broker.heartbeat.interval.ms", 2000) / 1000
+        self.heartbeat_interval = int(config["broker.heartbeat.interval.ms"]) / 1000  # type: ignore[call-overload]
         self.log_dir_ids = _log_dir_ids(config)
 
     async def start(self, advertised: Listener, rack: str | None) -> None:
@@ -191,7 +191,7 @@ class BrokerLifecycleManager:
             )
 
         deadline = (
-            time.monotonic() + _setting(self.config, "initial.broker.registration.timeout.ms", 60000) / 1000
+            time.monotonic() + int(self.config["initial.broker.registration.timeout.ms"]) / 1000  # type: ignore[call-overload]
         )
         while True:
             try:
@@ -305,14 +305,6 @@ def _log_dir_ids(config: BrokerConfig) -> tuple[uuid.UUID, ...]:
         if meta is not None and meta.directory_id:
             ids.append(uuid_from_base64(meta.directory_id))
     return tuple(ids)
-
-
-def _setting(config: BrokerConfig, key: str, default: int) -> int:
-    try:
-        value = config[key]
-    except ConfigError:  # a key this configuration does not define yet keeps Kafka's default
-        return default
-    return int(value) if value is not None else default  # type: ignore[call-overload]
 
 
 async def allocate_producer_ids(

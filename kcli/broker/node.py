@@ -92,21 +92,7 @@ class Node:
         As Kafka's BrokerServer, the logs are loaded only once this node has the committed metadata:
         which topics exist, and their configs, come from the quorum, not from what the disk holds.
         """
-        raft = self.raft
-        try:
-            await raft.start()
-            await raft.wait_caught_up()
-        except MetadataReplayError as exc:
-            await raft.shutdown()
-            raft.log.close()
-            raise MetadataLogError(
-                f"cannot replay the metadata log in {raft.log.directory}: {str(exc).rstrip('.')}."
-            ) from None
-        except BaseException:
-            await raft.shutdown()
-            raft.log.close()
-            raft.discard_if_untouched()
-            raise
+        await join_quorum(self.raft)
         image = self.loader.image
         self.logs.startup({name: self._log_config(self.config, image, name) for name in image.topic_ids})
         self.loader.install_publisher(self)  # first: the coordinators load from the logs it creates
@@ -251,6 +237,23 @@ def metadata_parts(
     return raft, controller, loader
 
 
+async def join_quorum(raft: KafkaRaftClient) -> None:
+    """Start the Raft client and wait until this node has what the quorum had committed; on failure
+    stop it, close the log and leave no trace of a first start (a metadata log with no record)."""
+    try:
+        await raft.start()
+        await raft.wait_caught_up()
+    except BaseException as exc:
+        await raft.shutdown()
+        raft.log.close()
+        raft.discard_if_untouched()
+        if isinstance(exc, MetadataReplayError):
+            raise MetadataLogError(
+                f"cannot replay the metadata log in {raft.log.directory}: {str(exc).rstrip('.')}."
+            ) from None
+        raise
+
+
 def controller_tasks(config: BrokerConfig, controller: QuorumController) -> list[asyncio.Task[None]]:
     """What an active controller does on its own: fence expired broker sessions, write NoOps when idle."""
     session_ms = int(config["broker.session.timeout.ms"])  # type: ignore[call-overload]
@@ -284,14 +287,7 @@ class ControllerNode:
         return self.loader.image
 
     async def start(self) -> None:
-        try:
-            await self.raft.start()
-            await self.raft.wait_caught_up()
-        except BaseException:
-            await self.raft.shutdown()
-            self.raft.log.close()
-            self.raft.discard_if_untouched()
-            raise
+        await join_quorum(self.raft)
         self._tasks.extend(controller_tasks(self.config, self.controller))
 
     async def shutdown(self) -> None:

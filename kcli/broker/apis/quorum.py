@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import datetime
 import logging
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -22,6 +23,8 @@ from kcli.config import Listener
 from kcli.protocol.messages import build, response_type
 
 log = logging.getLogger("kcli.broker")
+
+T = TypeVar("T")
 
 FETCH = 1
 VOTE = 52
@@ -80,8 +83,8 @@ async def handle_broker_registration(ctx: RequestContext, request: Any) -> objec
         return build(
             cls, throttle_time=_NO_THROTTLE, error_code=ErrorCode.invalid_registration, broker_epoch=-1
         )
-    try:
-        epoch = await ctx.controller.register_broker(
+    epoch, error, message = await _on_controller(
+        ctx.controller.register_broker(
             listener,
             broker_id=request.broker_id,
             incarnation_id=request.incarnation_id,
@@ -89,11 +92,11 @@ async def handle_broker_registration(ctx: RequestContext, request: Any) -> objec
             log_dirs=tuple(getattr(request, "log_dirs", ())),
             fenced=True,
         )
-    except NotControllerError:
-        return build(cls, throttle_time=_NO_THROTTLE, error_code=ErrorCode.not_controller, broker_epoch=-1)
-    except ApiException as exc:
-        log.warning("broker %d not registered: %s", request.broker_id, exc.error.message)
-        return build(cls, throttle_time=_NO_THROTTLE, error_code=exc.error.code, broker_epoch=-1)
+    )
+    if error is not ErrorCode.none:
+        if error is not ErrorCode.not_controller:
+            log.warning("broker %d not registered: %s", request.broker_id, message)
+        return build(cls, throttle_time=_NO_THROTTLE, error_code=error, broker_epoch=-1)
     log.info("registered broker %d (epoch %d) at %s", request.broker_id, epoch, listener)
     return build(cls, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none, broker_epoch=epoch)
 
@@ -107,13 +110,8 @@ async def handle_broker_heartbeat(ctx: RequestContext, request: Any) -> object:
         request.want_fence,
         request.want_shut_down,
     )
-    try:
-        reply = await ctx.controller.broker_heartbeat(heartbeat)
-    except NotControllerError:
-        error = ErrorCode.not_controller
-    except ApiException as exc:
-        error = exc.error.code
-    else:
+    reply, error, _ = await _on_controller(ctx.controller.broker_heartbeat(heartbeat))
+    if reply is not None:
         return build(
             cls,
             throttle_time=_NO_THROTTLE,
@@ -138,29 +136,17 @@ async def handle_unregister_broker(ctx: RequestContext, request: Any) -> object:
     forwarded = await forward_unless_active(ctx, request)
     if forwarded is not None:
         return forwarded
-    try:
-        await ctx.controller.unregister_broker(request.broker_id)
-    except NotControllerError as exc:
-        return build(
-            cls, throttle_time=_NO_THROTTLE, error_code=ErrorCode.not_controller, error_message=str(exc)
-        )
-    except ApiException as exc:
-        return build(
-            cls, throttle_time=_NO_THROTTLE, error_code=exc.error.code, error_message=exc.error.message
-        )
-    return build(cls, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none, error_message=None)
+    _, error, message = await _on_controller(ctx.controller.unregister_broker(request.broker_id))
+    return build(cls, throttle_time=_NO_THROTTLE, error_code=error, error_message=message)
 
 
 async def handle_allocate_producer_ids(ctx: RequestContext, request: Any) -> object:
     """A broker's next block of producer ids, recorded in the metadata log (ProducerIdsRecord)."""
     cls = response_type(ALLOCATE_PRODUCER_IDS, ctx.api_version)
-    try:
-        block = await ctx.controller.allocate_producer_ids(request.broker_id, request.broker_epoch)
-    except NotControllerError:
-        error = ErrorCode.not_controller
-    except ApiException as exc:
-        error = exc.error.code
-    else:
+    block, error, _ = await _on_controller(
+        ctx.controller.allocate_producer_ids(request.broker_id, request.broker_epoch)
+    )
+    if block is not None:
         return build(
             cls,
             throttle_time=_NO_THROTTLE,
@@ -169,6 +155,17 @@ async def handle_allocate_producer_ids(ctx: RequestContext, request: Any) -> obj
             producer_id_len=block.size,
         )
     return build(cls, throttle_time=_NO_THROTTLE, error_code=error, producer_id_start=-1, producer_id_len=0)
+
+
+async def _on_controller(call: Awaitable[T]) -> tuple[T | None, ErrorCode, str | None]:
+    """(result, NONE, None), or (None, the error code and message) when the controller refused or is
+    not the active one: how every lifecycle request reports a controller failure."""
+    try:
+        return await call, ErrorCode.none, None
+    except NotControllerError as exc:
+        return None, ErrorCode.not_controller, str(exc)
+    except ApiException as exc:
+        return None, exc.error.code, exc.error.message
 
 
 CONTROLLER_APIS = [

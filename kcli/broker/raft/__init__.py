@@ -15,7 +15,7 @@ from kcli.broker.raft.raft_client import (
     RaftConfig,
     RaftListener,
 )
-from kcli.config import BrokerConfig, ConfigError
+from kcli.config import BrokerConfig
 
 
 def open_raft_client(config: BrokerConfig, cluster_id: str) -> KafkaRaftClient:
@@ -32,12 +32,7 @@ def open_raft_client(config: BrokerConfig, cluster_id: str) -> KafkaRaftClient:
             "(controller.quorum.bootstrap.servers, KIP-853) are not implemented yet."
         )
     voters = config.quorum_voters or {config.node_id: ("127.0.0.1", 0)}  # no listener: a quorum of one
-    settings = {}
-    for key in RAFT_SETTINGS:
-        try:
-            settings[key] = config[key]
-        except ConfigError:  # a setting this configuration does not know yet keeps Kafka's default
-            continue
+    settings = {key: config[key] for key in RAFT_SETTINGS}
     raft = KafkaRaftClient(
         metadata_log, config.node_id, voters, cluster_id=cluster_id, config=RaftConfig.from_values(settings)
     )
