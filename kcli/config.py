@@ -978,6 +978,28 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table(
             "Bytes per fetch response a follower asks for.",
         ),
         (
+            "replica.fetch.wait.max.ms",
+            "int",
+            500,
+            at_least(0),
+            "How long a follower's fetch waits at the leader for new records.",
+        ),
+        ("replica.fetch.min.bytes", "int", 1, at_least(0), "Bytes a follower's fetch waits for."),
+        (
+            "replica.fetch.backoff.ms",
+            "int",
+            1000,
+            at_least(0),
+            "How long a follower waits after a failed fetch.",
+        ),
+        (
+            "replica.socket.timeout.ms",
+            "int",
+            30000,
+            None,
+            "How long a follower waits for the leader's answer beyond the fetch wait.",
+        ),
+        (
             "replica.high.watermark.checkpoint.interval.ms",
             "long",
             5000,

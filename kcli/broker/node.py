@@ -20,6 +20,7 @@ import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -38,6 +39,7 @@ from kcli.broker.metadata.image import ClusterMetadataImage, MetadataReplayError
 from kcli.broker.metadata.loader import MetadataLoader
 from kcli.broker.producer_ids import ProducerIdManager
 from kcli.broker.raft import KafkaRaftClient, MetadataLogError, open_raft_client
+from kcli.broker.replication.fetcher import FetcherConfig
 from kcli.broker.replication.manager import ReplicaManager
 from kcli.broker.txn.coordinator import TransactionCoordinator
 from kcli.config import BrokerConfig, Listener
@@ -65,7 +67,19 @@ class Node:
         self.channel = ControllerChannel(raft, self.controller, timeout=timeout)
         self.lifecycle = BrokerLifecycleManager(config, self.channel, loader)
         self.logs = LogManager(config)
-        self.replicas = ReplicaManager(config.node_id, self.logs)
+        self.replicas = ReplicaManager(
+            config.node_id,
+            self.logs,
+            replica_lag_time_max_ms=int(config["replica.lag.time.max.ms"]),  # type: ignore[call-overload]
+            fetcher_config=FetcherConfig(
+                max_wait_ms=int(config["replica.fetch.wait.max.ms"]),  # type: ignore[call-overload]
+                min_bytes=int(config["replica.fetch.min.bytes"]),  # type: ignore[call-overload]
+                max_bytes=int(config["replica.fetch.response.max.bytes"]),  # type: ignore[call-overload]
+                partition_max_bytes=int(config["replica.fetch.max.bytes"]),  # type: ignore[call-overload]
+                backoff_ms=int(config["replica.fetch.backoff.ms"]),  # type: ignore[call-overload]
+                request_timeout_ms=int(config["replica.socket.timeout.ms"]),  # type: ignore[call-overload]
+            ),
+        )
         self.producer_ids = ProducerIdManager(
             lambda: allocate_producer_ids(self.channel, config.node_id, self.lifecycle.broker_epoch)
         )
@@ -136,14 +150,20 @@ class Node:
         }
         return {name: answered.get(name, ErrorCode.request_timed_out) for name in names}
 
+    async def _send_alter_partition(self, request: Any) -> Any:
+        return await self.channel.call(lambda controller: controller.alter_partition(request), request)
+
     @property
     def image(self) -> ClusterMetadataImage:
         """The last committed image the loader published."""
         return self.loader.image
 
     async def register(self, advertised: Listener, rack: str | None) -> None:
-        """Register this incarnation with the active controller and wait until it unfences this broker."""
+        """Register this incarnation with the active controller and wait until it unfences this broker;
+        then replicate: follow the leaders of the partitions this broker follows, send ISR changes."""
         await self.lifecycle.start(advertised, rack)
+        self.replicas.start_replication(self._send_alter_partition, lambda: self.lifecycle.broker_epoch)
+        self._tasks.append(asyncio.create_task(self.replicas.run_isr_expiration()))
         self.groups.startup()  # loads __consumer_offsets on the running loop before requests are served
         self.transaction_coordinator.startup()  # loads __transaction_state the same way
 
@@ -162,6 +182,7 @@ class Node:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.replicas.shutdown()
         self.transaction_coordinator.shutdown()
         self.groups.shutdown()
         await self.channel.close()
@@ -181,6 +202,8 @@ class Node:
             log.info("deleted topic %s (%d partitions)", topic, len(partitions))
         configs: dict[str, LogConfig] = {}  # one per topic, not one per partition
         for topic, partition, topic_id in changes.created:
+            if not self._is_replica(new, topic, partition):
+                continue
             if topic not in configs:
                 configs[topic] = self._log_config(self.config, new, topic)
             self.logs.create_log(topic, partition, topic_id, configs[topic])
@@ -200,12 +223,21 @@ class Node:
             ):
                 log.info("removing %s: its topic is not in the metadata log", existing.name)
                 self.logs.delete_log(existing.topic, existing.partition)
+            elif not self._is_replica(image, existing.topic, existing.partition):
+                log.info(
+                    "removing %s: a stray replica, the metadata places it on other brokers", existing.name
+                )
+                self.logs.delete_log(existing.topic, existing.partition)
         for name, topic_id in image.topic_ids.items():
             config = self._log_config(self.config, image, name)
             for partition in image.partitions_of(name) or {}:
-                if self.logs.get_log(name, partition) is None:
+                if self._is_replica(image, name, partition) and self.logs.get_log(name, partition) is None:
                     self.logs.create_log(name, partition, topic_id, config)
         self.replicas.apply_image(image)
+
+    def _is_replica(self, image: ClusterMetadataImage, topic: str, partition: int) -> bool:
+        registration = image.partition(topic, partition)
+        return registration is not None and self.config.node_id in registration.replicas
 
     @staticmethod
     def _log_config(config: BrokerConfig, image: ClusterMetadataImage, topic: str) -> LogConfig:

@@ -58,6 +58,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> FramedResponse:
         ctx,
         targets,
         replica_id=replica_id,
+        replica_epoch=request.replica_state.replica_epoch if version >= 15 else -1,
         read_committed=request.isolation_level == READ_COMMITTED,
         max_bytes=min(request.max_bytes, int(ctx.state.config["fetch.max.bytes"])),  # type: ignore[call-overload]
         version=version,
@@ -175,6 +176,7 @@ class _Target(NamedTuple):
     partition_max_bytes: int
     current_leader_epoch: int
     last_fetched_epoch: int
+    log_start_offset: int
 
 
 def _targets(ctx: RequestContext, request: Any) -> tuple[list[_Target], list[PartitionResult]]:
@@ -206,6 +208,7 @@ def _targets(ctx: RequestContext, request: Any) -> tuple[list[_Target], list[Par
                 p.partition_max_bytes,
                 getattr(p, "current_leader_epoch", -1),
                 getattr(p, "last_fetched_epoch", -1),
+                getattr(p, "log_start_offset", -1),
             )
             key = (name, p.partition)
             if key in seen:  # Kafka keeps partitions in a map: a repeat replaces the first, in place
@@ -225,11 +228,13 @@ class _Fetch:
         targets: list[_Target],
         *,
         replica_id: int,
+        replica_epoch: int = -1,
         read_committed: bool,
         max_bytes: int,
         version: int,
     ) -> None:
         self.state = ctx.state
+        self.replica_epoch = replica_epoch
         self.replicas = ctx.replicas
         self.image = ctx.state.image
         self.targets = targets
@@ -304,6 +309,8 @@ class _Fetch:
                 min_one_batch=min_one_batch,
                 current_leader_epoch=target.current_leader_epoch,
                 last_fetched_epoch=target.last_fetched_epoch,
+                follower_log_start_offset=target.log_start_offset,
+                replica_epoch=self.replica_epoch,
             )
         except PartitionError as e:
             error = e.error_code

@@ -40,6 +40,7 @@ from kcli.broker.log.producer_state import (
     CompletedTxn,
     ProducerStateManager,
     check_leader_append,
+    replay_batch,
 )
 from kcli.broker.log.segment import BatchHeader, Segment
 from kcli.broker.log.validator import AppendOrigin, BatchValidator
@@ -549,7 +550,7 @@ class Log:
             roll_offset = first_offset if headers[0].magic >= 2 else self._leo
             segment = self._maybe_roll(size, roll_offset, last_offset, max_timestamp, now_ms)
             segment.append_batches(view[start:end], headers, start)
-            self._replay_producer_batches(view, batches)
+            self._replay_producer_batches(segment, view, batches)
             for header in headers:
                 if header.magic >= 2:
                     if (
@@ -570,27 +571,25 @@ class Log:
             self.flush()
         return AppendInfo(first_offset, last_offset, -1, log_start_offset, max_timestamp, -1, size)
 
-    def _replay_producer_batches(self, view: memoryview, batches: list) -> None:
-        """Follower and Raft appends update producer state without checks (Kafka's REPLICATION origin)."""
+    def _replay_producer_batches(self, segment: Segment, view: memoryview, batches: list) -> None:
+        """Follower and Raft appends update producer state without checks (Kafka's REPLICATION origin);
+        an end marker closes its transaction here as on the leader (`.txnindex`, last stable offset)."""
         producer_state = self.producer_state
         appends = {}
+        completed = []
         for batch in batches:
-            if batch.magic < 2 or batch.producer_id < 0 or batch.is_control:
+            if batch.magic < 2 or batch.producer_id < 0:
                 continue
             append = appends.get(batch.producer_id)
             if append is None:
                 append = appends[batch.producer_id] = producer_state.prepare_update(batch.producer_id, None)
-            append.append_data_batch(
-                batch.producer_epoch,
-                batch.base_sequence,
-                batch.last_sequence,
-                batch.max_timestamp,
-                batch.base_offset,
-                batch.last_offset,
-                batch.is_transactional,
-            )
+            done = replay_batch(append, view, batch)
+            if done is not None:
+                completed.append(done)
         for append in appends.values():
             producer_state.update(append)
+        for done in completed:
+            self._complete_txn(segment, done)
         producer_state.update_map_end_offset(batches[-1].next_offset)
 
     def remove_expired_producers(self, now_ms: int) -> int:

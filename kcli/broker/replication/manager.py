@@ -3,29 +3,107 @@
 Handlers and coordinators reach partitions only through here: a produce appends to the leader and, with
 acks=all, waits in the purgatory until the high watermark has passed its records (DelayedProduce); a
 fetch reads from the leader and, short of min_bytes, waits there for the partitions to change
-(DelayedFetch). Each metadata image is applied to the hosted partitions (`apply_image`): new partitions
-are hosted, deleted ones dropped, and a registration naming this node leader in a new epoch makes it
-the leader (Partition.makeLeader).
+(DelayedFetch); a follower's fetch also tells the leader how far that follower got. Each metadata image
+is applied to the hosted partitions (`apply_image`): the partitions with a replica here are hosted,
+deleted ones dropped; a registration naming this node leader in a new epoch makes it the leader
+(Partition.makeLeader), one naming another broker makes it a follower whose fetcher pulls from that
+leader (makeFollower). ISR changes go to the controller through the AlterPartitionManager, and the
+isr-expiration task shrinks ISRs by the followers that stopped keeping up.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from kcli.broker.log import Log, LogManager
-from kcli.broker.metadata.image import ClusterMetadataImage
-from kcli.broker.replication.partition import Partition, PartitionError, PartitionRead
+from kcli.broker.metadata.image import ClusterMetadataImage, PartitionRegistration
+from kcli.broker.replication.alter_partition_manager import AlterPartitionManager
+from kcli.broker.replication.fetcher import FetcherConfig, ReplicaFetcherManager
+from kcli.broker.replication.partition import (
+    DEFAULT_REPLICA_LAG_TIME_MAX_MS,
+    Partition,
+    PartitionError,
+    PartitionRead,
+)
 from kcli.broker.replication.purgatory import PartitionKey, Purgatory
+
+log = logging.getLogger("kcli.broker.replication")
 
 
 class ReplicaManager:
-    def __init__(self, node_id: int, logs: LogManager) -> None:
+    def __init__(
+        self,
+        node_id: int,
+        logs: LogManager,
+        *,
+        replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS,
+        fetcher_config: FetcherConfig | None = None,
+    ) -> None:
         self.node_id = node_id
         self.logs = logs
         self.purgatory = Purgatory()
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.fetcher_config = fetcher_config or FetcherConfig()
+        self.image: ClusterMetadataImage | None = None
         self._partitions: dict[PartitionKey, Partition] = {}
+        self._registrations: dict[PartitionKey, PartitionRegistration] = {}
+        self.alter_partition_manager: AlterPartitionManager | None = None
+        self.fetchers: ReplicaFetcherManager | None = None
+
+    def start_replication(
+        self, send_to_controller: Callable[[Any], Awaitable[Any]], broker_epoch: Callable[[], int]
+    ) -> None:
+        """From registration on: ISR changes go to the controller, followed partitions are fetched."""
+        self.alter_partition_manager = AlterPartitionManager(
+            self.node_id, send_to_controller, broker_epoch, self._topic_id
+        )
+        self.fetchers = ReplicaFetcherManager(self.node_id, self, self.fetcher_config, broker_epoch)
+        for partition in self._partitions.values():
+            partition.alter_isr = self.alter_partition_manager.submit
+        if self.image is not None:
+            self._registrations.clear()
+            self.apply_image(self.image)
+
+    async def shutdown(self) -> None:
+        if self.fetchers is not None:
+            await self.fetchers.shutdown()
+        if self.alter_partition_manager is not None:
+            await self.alter_partition_manager.shutdown()
+
+    async def run_isr_expiration(self) -> None:
+        """Kafka's isr-expiration task: every replica.lag.time.max.ms / 2, shrink lagging ISRs."""
+        while True:
+            await asyncio.sleep(self.replica_lag_time_max_ms / 2000)
+            for partition in list(self._partitions.values()):
+                partition.maybe_shrink_isr()
+
+    def _topic_id(self, topic: str) -> uuid.UUID | None:
+        return None if self.image is None else self.image.topic_id(topic)
+
+    def broker_address(self, broker_id: int) -> tuple[str, int] | None:
+        """Where another broker listens (our listener name), from the current metadata."""
+        if self.image is None:
+            return None
+        registration = self.image.broker(broker_id)
+        endpoint = None if registration is None else registration.endpoint(self.image.listener_name)
+        return None if endpoint is None else (endpoint.host, endpoint.port)
+
+    def replica_eligible(self, broker_id: int, broker_epoch: int) -> bool:
+        """May this broker join an ISR: registered, unfenced, not shutting down, and the incarnation
+        that fetched (its broker epoch, -1 if it did not say) is the registered one."""
+        registration = None if self.image is None else self.image.broker(broker_id)
+        return (
+            registration is not None
+            and not registration.fenced
+            and not registration.in_controlled_shutdown
+            and broker_epoch in (-1, registration.broker_epoch)
+        )
 
     # --- hosted partitions ---------------------------------------------------------------------------
 
@@ -53,20 +131,50 @@ class ReplicaManager:
 
     def apply_image(self, image: ClusterMetadataImage) -> None:
         """Bring the hosted partitions in line with `image` and the logs on disk (the node creates and
-        deletes the logs first): host each local log the image names, apply its registration, drop the rest.
-        Requests waiting on a dropped partition are woken to answer its error (stopReplicas)."""
+        deletes the logs first): host each local log of a partition with a replica here, apply its
+        registration, drop the rest. Requests waiting on a dropped partition are woken to answer its
+        error (stopReplicas); a partition this node now follows in a new leader epoch gets its fetcher."""
+        self.image = image
         for key in [k for k in self._partitions if self.logs.get_log(*k) is None]:
             del self._partitions[key]
+            self._registrations.pop(key, None)
+            if self.fetchers is not None:
+                self.fetchers.stop_following(key)
             self.purgatory.check_and_complete(key)
         for partition_log in self.logs.logs():
-            registration = image.partition(partition_log.topic, partition_log.partition)
-            if registration is None:
-                continue
             key = (partition_log.topic, partition_log.partition)
+            registration = image.partition(*key)
+            if registration is None or self.node_id not in registration.replicas:
+                continue
             partition = self._partitions.get(key)
             if partition is None or partition.log is not partition_log:
-                partition = self._partitions[key] = Partition(partition_log, self.node_id, self.purgatory)
+                partition = self._partitions[key] = Partition(
+                    partition_log,
+                    self.node_id,
+                    self.purgatory,
+                    alter_isr=None
+                    if self.alter_partition_manager is None
+                    else self.alter_partition_manager.submit,
+                    replica_eligible=self.replica_eligible,
+                    replica_lag_time_max_ms=self.replica_lag_time_max_ms,
+                )
+            elif self._registrations.get(key) is registration:
+                continue  # unchanged since the last image: images share what they do not change
+            self._registrations[key] = registration
             partition.apply_registration(registration)
+            if self.fetchers is None:
+                continue
+            if partition.is_leader or partition.leader_id < 0:
+                self.fetchers.stop_following(key)
+                continue
+            state = self.fetchers.fetch_state(key)
+            if state is None or (state.leader_id, state.leader_epoch) != (
+                partition.leader_id,
+                partition.leader_epoch,
+            ):
+                topic_id = image.topic_id(key[0])
+                if topic_id is not None:
+                    self.fetchers.follow(partition, topic_id)
 
     # --- produce -------------------------------------------------------------------------------------
 
@@ -88,11 +196,9 @@ class ReplicaManager:
     def acks_error(self, key: PartitionKey, required_offset: int) -> ErrorCode:
         """The answer for a partition of a completed DelayedProduce (checkEnoughReplicasReachOffset)."""
         partition = self._partitions.get(key)
-        if partition is None or not partition.is_leader:
+        if partition is None:
             return ErrorCode.not_leader_or_follower
-        if partition.high_watermark < required_offset:
-            return ErrorCode.request_timed_out
-        return ErrorCode.none
+        return partition.acks_error(required_offset)
 
     # --- fetch ---------------------------------------------------------------------------------------
 
@@ -109,6 +215,8 @@ class ReplicaManager:
         min_one_batch: bool,
         current_leader_epoch: int,
         last_fetched_epoch: int,
+        follower_log_start_offset: int = -1,
+        replica_epoch: int = -1,
     ) -> PartitionRead:
         """readFromLog for one partition: consumers up to the high watermark or last stable offset, a
         follower (replica_id >= 0, one of the replicas) up to the log end. Raises PartitionError,
@@ -126,4 +234,6 @@ class ReplicaManager:
             min_one_batch=min_one_batch,
             current_leader_epoch=current_leader_epoch,
             last_fetched_epoch=last_fetched_epoch,
+            follower_log_start_offset=follower_log_start_offset,
+            replica_epoch=replica_epoch,
         )

@@ -1,0 +1,369 @@
+"""Followers pull from leaders (Kafka's ReplicaFetcherManager and ReplicaFetcherThread).
+
+One fetcher per source broker (num.replica.fetchers = 1) keeps a long-poll Fetch going for every
+partition this broker follows there: fetch offset = the local log end, last fetched epoch = the local
+log's latest epoch, the current leader epoch, and this broker's id and epoch in ReplicaState, so the
+leader knows who fetched what. The answer is applied as Kafka's follower applies it:
+- records are appended as they are (leader's offsets and epochs), then the leader's high watermark is
+  taken up to the local log end, and its log start offset;
+- a diverging epoch truncates the local log to where it agrees with the leader's (KIP-320/KIP-595), so
+  a replica coming back from a lost leadership never keeps records the new leader does not have;
+- OFFSET_OUT_OF_RANGE asks the leader for its log end (below ours: truncate, after an unclean election)
+  and its log start (above ours: start over there);
+- FENCED_LEADER_EPOCH parks the partition until the metadata names a newer epoch; other errors back
+  off replica.fetch.backoff.ms.
+A partition's fetch state is replaced whenever the metadata names a new leader or leader epoch, so an
+answer to a request sent before that is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from formats.segment import walk
+from kcli.broker.log import LogStorageError, OffsetOutOfRange, RecordError
+from kcli.broker.replication.purgatory import PartitionKey
+from kcli.client import NodeConnections
+from kcli.protocol.messages import nested_type, request_type
+
+if TYPE_CHECKING:
+    from kcli.broker.replication.manager import ReplicaManager
+    from kcli.broker.replication.partition import Partition
+
+log = logging.getLogger("kcli.broker.replication")
+
+FETCH = 1
+FETCH_VERSION = 16
+LIST_OFFSETS = 2
+LIST_OFFSETS_VERSION = 7
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+
+
+@dataclass(eq=False)
+class PartitionFetchState:
+    """What one followed partition's next fetch needs; replaced on every new leader epoch."""
+
+    topic_id: uuid.UUID
+    leader_id: int
+    leader_epoch: int
+    delayed_until: float = 0.0
+    fenced: bool = False
+
+
+@dataclass(frozen=True)
+class FetcherConfig:
+    max_wait_ms: int = 500  # replica.fetch.wait.max.ms
+    min_bytes: int = 1  # replica.fetch.min.bytes
+    max_bytes: int = 10 * 1024 * 1024  # replica.fetch.response.max.bytes
+    partition_max_bytes: int = 1024 * 1024  # replica.fetch.max.bytes
+    backoff_ms: int = 1000  # replica.fetch.backoff.ms
+    request_timeout_ms: int = 30_000  # replica.socket.timeout.ms
+
+
+class ReplicaFetcherManager:
+    """The fetchers of this broker, one per leader it follows partitions on."""
+
+    def __init__(
+        self,
+        node_id: int,
+        replicas: ReplicaManager,
+        config: FetcherConfig,
+        broker_epoch: Callable[[], int],
+    ) -> None:
+        self.node_id = node_id
+        self.replicas = replicas
+        self.config = config
+        self.broker_epoch = broker_epoch
+        self._fetchers: dict[int, ReplicaFetcher] = {}
+        self._follows: dict[PartitionKey, int] = {}  # partition -> source broker
+
+    def follow(self, partition: Partition, topic_id: uuid.UUID) -> None:
+        """(Re)start fetching `partition` from its leader in its current leader epoch."""
+        self.stop_following(partition.key)
+        fetcher = self._fetchers.get(partition.leader_id)
+        if fetcher is None:
+            fetcher = self._fetchers[partition.leader_id] = ReplicaFetcher(self, partition.leader_id)
+        _truncate_without_epochs(partition)
+        fetcher.add(partition.key, PartitionFetchState(topic_id, partition.leader_id, partition.leader_epoch))
+        self._follows[partition.key] = partition.leader_id
+
+    def stop_following(self, key: PartitionKey) -> None:
+        source = self._follows.pop(key, None)
+        if source is not None:
+            fetcher = self._fetchers.get(source)
+            if fetcher is not None:
+                fetcher.remove(key)
+
+    def fetch_state(self, key: PartitionKey) -> PartitionFetchState | None:
+        source = self._follows.get(key)
+        fetcher = self._fetchers.get(source) if source is not None else None
+        return None if fetcher is None else fetcher.partitions.get(key)
+
+    async def shutdown(self) -> None:
+        for fetcher in self._fetchers.values():
+            await fetcher.shutdown()
+        self._fetchers.clear()
+        self._follows.clear()
+
+
+def _truncate_without_epochs(partition: Partition) -> None:
+    """A follower whose log has no leader epochs cannot ask where it diverged: it keeps only what was
+    committed (Kafka's truncation to the high watermark before the first fetch)."""
+    log_ = partition.log
+    if log_.latest_epoch() is None and log_.log_end_offset > log_.high_watermark:
+        log_.truncate_to(log_.high_watermark)
+
+
+class ReplicaFetcher:
+    """The fetch loop towards one source broker."""
+
+    def __init__(self, manager: ReplicaFetcherManager, source_id: int) -> None:
+        self.manager = manager
+        self.source_id = source_id
+        self.partitions: dict[PartitionKey, PartitionFetchState] = {}
+        self._changed = asyncio.Event()
+        self._connections = NodeConnections(f"broker-{manager.node_id}-fetcher-{source_id}")
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, key: PartitionKey, state: PartitionFetchState) -> None:
+        self.partitions[key] = state
+        self._changed.set()
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def remove(self, key: PartitionKey) -> None:
+        self.partitions.pop(key, None)
+
+    async def shutdown(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self._connections.close()
+
+    async def _run(self) -> None:
+        while self.partitions:
+            now = time.monotonic()
+            ready = {k: s for k, s in self.partitions.items() if not s.fenced and s.delayed_until <= now}
+            if not ready:
+                self._changed.clear()
+                delays = [s.delayed_until - now for s in self.partitions.values() if not s.fenced]
+                try:
+                    await asyncio.wait_for(self._changed.wait(), min(delays) if delays else None)
+                except TimeoutError:
+                    pass
+                continue
+            try:
+                await self._fetch_once(ready)
+            except Exception:  # a bug must not stop replication of every other partition for good
+                log.exception("replica fetcher for broker %d failed; backing off", self.source_id)
+                self._delay(ready)
+
+    def _delay(self, states: dict[PartitionKey, PartitionFetchState]) -> None:
+        until = time.monotonic() + self.manager.config.backoff_ms / 1000
+        for state in states.values():
+            state.delayed_until = until
+
+    async def _fetch_once(self, ready: dict[PartitionKey, PartitionFetchState]) -> None:
+        manager = self.manager
+        config = manager.config
+        address = manager.replicas.broker_address(self.source_id)
+        if address is None:
+            self._delay(ready)
+            return
+        cls = request_type(FETCH, FETCH_VERSION)
+        topic_cls, partition_cls = nested_type(cls, "FetchTopic"), nested_type(cls, "FetchPartition")
+        by_topic: dict[uuid.UUID, list[Any]] = {}
+        sent: dict[tuple[uuid.UUID, int], tuple[PartitionKey, PartitionFetchState]] = {}
+        for key, state in ready.items():
+            partition = manager.replicas.partition(*key)
+            if partition is None:
+                continue
+            log_ = partition.log
+            last_epoch = log_.latest_epoch()
+            by_topic.setdefault(state.topic_id, []).append(
+                partition_cls(
+                    partition=key[1],
+                    current_leader_epoch=state.leader_epoch,
+                    fetch_offset=log_.log_end_offset,
+                    last_fetched_epoch=-1 if last_epoch is None else last_epoch,
+                    log_start_offset=log_.log_start_offset,
+                    partition_max_bytes=config.partition_max_bytes,
+                )
+            )
+            sent[(state.topic_id, key[1])] = (key, state)
+        if not sent:
+            return
+        request = cls(
+            cluster_id=None,
+            replica_state=nested_type(cls, "ReplicaState")(
+                replica_id=manager.node_id, replica_epoch=manager.broker_epoch()
+            ),
+            max_wait=timedelta(milliseconds=config.max_wait_ms),
+            min_bytes=config.min_bytes,
+            max_bytes=config.max_bytes,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=tuple(topic_cls(topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+            forgotten_topics_data=(),
+            rack_id="",
+        )
+        timeout = (config.max_wait_ms + config.request_timeout_ms) / 1000
+        response = await self._connections.send(self.source_id, address, request, timeout=timeout)
+        if response is None:
+            self._delay(ready)
+            return
+        if response.error_code is not ErrorCode.none:
+            log.info("fetch from broker %d failed: %s", self.source_id, response.error_code.name)
+            self._delay(ready)
+            return
+        for topic in response.responses:
+            for data in topic.partitions:
+                item = sent.get((topic.topic_id, data.partition_index))
+                if item is None:
+                    continue
+                key, state = item
+                if self.partitions.get(key) is not state:
+                    continue  # a new leader epoch since this request went out
+                await self._process(key, state, data)
+
+    async def _process(self, key: PartitionKey, state: PartitionFetchState, data: Any) -> None:
+        partition = self.manager.replicas.partition(*key)
+        if partition is None:
+            return
+        error = data.error_code
+        if error is ErrorCode.none:
+            diverging = data.diverging_epoch
+            if diverging.epoch >= 0 or diverging.end_offset >= 0:
+                _truncate_to_diverging(partition, diverging.epoch, diverging.end_offset)
+                return
+            records = _whole_batches(data.records)
+            try:
+                partition.append_records_as_follower(
+                    records,
+                    leader_high_watermark=data.high_watermark,
+                    leader_log_start_offset=data.log_start_offset,
+                    now_ms=int(time.time() * 1000),
+                )
+            except (RecordError, LogStorageError) as exc:
+                log.error("%s: cannot append what the leader sent: %s", partition.log.name, exc)
+                self._delay({key: state})
+            return
+        if error is ErrorCode.offset_out_of_range:
+            await self._handle_out_of_range(partition, state)
+            return
+        if error is ErrorCode.fenced_leader_epoch:
+            state.fenced = True  # until the metadata names a newer leader epoch
+            return
+        self._delay({key: state})
+
+    async def _handle_out_of_range(self, partition: Partition, state: PartitionFetchState) -> None:
+        """The leader does not have our fetch offset: follow its log end or its log start."""
+        latest = await self._leader_offset(partition, state, LATEST_TIMESTAMP)
+        log_ = partition.log
+        if latest is None:
+            self._delay({partition.key: state})
+            return
+        if latest < log_.log_end_offset:
+            log.warning(
+                "%s: truncating to the leader's log end %d (an unclean leader election lost records %d..%d)",
+                log_.name,
+                latest,
+                latest,
+                log_.log_end_offset - 1,
+            )
+            try:
+                log_.truncate_to(latest)
+                return
+            except OffsetOutOfRange:
+                pass  # below our log start: start over at the leader's
+        earliest = await self._leader_offset(partition, state, EARLIEST_TIMESTAMP)
+        if earliest is None:
+            self._delay({partition.key: state})
+            return
+        if earliest > log_.log_end_offset or latest < log_.log_start_offset:
+            log.info("%s: starting over at the leader's log start %d", log_.name, earliest)
+            log_.truncate_fully_and_start_at(earliest)
+
+    async def _leader_offset(
+        self, partition: Partition, state: PartitionFetchState, timestamp: int
+    ) -> int | None:
+        address = self.manager.replicas.broker_address(self.source_id)
+        if address is None:
+            return None
+        cls = request_type(LIST_OFFSETS, LIST_OFFSETS_VERSION)
+        request = cls(
+            replica_id=self.manager.node_id,
+            isolation_level=0,
+            topics=(
+                nested_type(cls, "ListOffsetsTopic")(
+                    name=partition.topic,
+                    partitions=(
+                        nested_type(cls, "ListOffsetsPartition")(
+                            partition_index=partition.index,
+                            current_leader_epoch=state.leader_epoch,
+                            timestamp=timestamp,
+                        ),
+                    ),
+                ),
+            ),
+        )
+        timeout = self.manager.config.request_timeout_ms / 1000
+        response = await self._connections.send(self.source_id, address, request, timeout=timeout)
+        if response is None:
+            return None
+        for topic in response.topics:
+            for data in topic.partitions:
+                if data.error_code is ErrorCode.none:
+                    return data.offset
+        return None
+
+
+def _truncate_to_diverging(partition: Partition, epoch: int, end_offset: int) -> None:
+    """The leader's epoch `epoch` ends at `end_offset` while ours went further: cut where the logs agree.
+    When we never had that epoch, the cut is at the end of our last epoch before it, and the next
+    fetch (with an older last fetched epoch) narrows it down further (KIP-279)."""
+    log_ = partition.log
+    leo = log_.log_end_offset
+    if log_.latest_epoch() is None:
+        target = min(end_offset, leo)
+    else:
+        local_epoch, local_end = log_.end_offset_for_epoch(epoch)
+        if local_epoch < 0 or local_end < 0:
+            target = min(end_offset, leo)
+        elif local_epoch == epoch:
+            target = min(local_end, end_offset, leo)
+        else:
+            target = min(local_end, leo)
+    target = max(target, log_.log_start_offset)
+    if log_.truncate_to(target):
+        log.info(
+            "%s: truncated to %d after a diverging epoch %d ending at %d from the leader",
+            log_.name,
+            target,
+            epoch,
+            end_offset,
+        )
+
+
+def _whole_batches(records: bytes | None) -> bytes:
+    """The complete batches of a fetched record set (a leader may cut the last one at the size limit)."""
+    if not records:
+        return b""
+    view = memoryview(records)
+    result = walk(view, 0, len(view), check_crc=False)
+    if not result.batches:
+        return b""
+    last = result.batches[-1]
+    end = last.position + last.size
+    return records if end == len(records) else bytes(view[:end])
