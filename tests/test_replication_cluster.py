@@ -1,0 +1,362 @@
+"""Partition replication across real `kcli broker` processes, with real clients (confluent-kafka).
+
+Three combined-mode nodes (tests/test_cluster.py lays them out and runs them):
+1. Replication factor 3: acks=all is answered once the ISR has the records; every replica's log is
+   byte for byte the leader's; `kcli verify` passes on each node.
+2. The ISR: a follower that stops fetching (SIGSTOP) leaves it after replica.lag.time.max.ms and
+   acks=all goes on with min.insync.replicas 2; it comes back when the follower catches up; with
+   one replica left acks=all is refused with NOT_ENOUGH_REPLICAS and nothing is written.
+3. Leader failover (kill -9 of the leader under load): a new leader from the ISR, no acknowledged
+   record lost, the old leader back as a follower that truncated what it alone had.
+4. Unclean election: a partition whose only in-sync replica is gone stays offline with
+   unclean.leader.election.enable=false; with true it comes back on the out-of-sync replica, and the
+   records lost are exactly those above that replica's log end.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_cluster import SESSION, LocalKraftCluster, kcli, wait_for
+
+from formats.segment import walk
+
+pytestmark = pytest.mark.timeout(180)
+
+LAG_TIME_MS = 3000
+REPLICATION = (*SESSION, f"replica.lag.time.max.ms={LAG_TIME_MS}", "replica.fetch.backoff.ms=200")
+
+
+@pytest.fixture
+def started(tmp_path: Path) -> Iterator[Callable[..., LocalKraftCluster]]:
+    """`started(*overrides)` -> three running nodes with the replication settings; every node left
+    running at teardown is killed by PID."""
+    made: list[LocalKraftCluster] = []
+
+    def start(*overrides: str) -> LocalKraftCluster:
+        cluster = LocalKraftCluster(tmp_path / f"cluster-{len(made)}", 3, (*REPLICATION, *overrides))
+        made.append(cluster)
+        cluster.start()
+        return cluster
+
+    try:
+        yield start
+    finally:
+        for cluster in made:
+            cluster.kill_all()
+
+
+def admin(bootstrap: str) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def create_topic(bootstrap: str, topic: str, assignment: list[list[int]], **configs: str) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    client = admin(bootstrap)  # kept: the futures die with their client
+    future = client.create_topics(
+        [NewTopic(topic, len(assignment), replica_assignment=assignment, config=configs)],
+        operation_timeout=30,
+    )[topic]
+    future.result(30)
+
+
+def partition_state(
+    cluster: LocalKraftCluster, topic: str, partition: int = 0
+) -> tuple[int, list[int], list[int]]:
+    """(leader, replicas, isr) as Metadata from a live broker shows them."""
+    metadata = admin(cluster.live_bootstrap()).list_topics(topic, timeout=10)
+    info = metadata.topics[topic].partitions[partition]
+    return info.leader, list(info.replicas), list(info.isrs)
+
+
+def wait_partition(
+    cluster: LocalKraftCluster, topic: str, what: str, check: Callable[[int, list[int], list[int]], bool],
+    timeout: float = 40.0,
+) -> tuple[int, list[int], list[int]]:  # fmt: skip
+    def ask() -> tuple[int, list[int], list[int]] | None:
+        state = partition_state(cluster, topic)
+        return state if check(*state) else None
+
+    return wait_for(f"{topic}: {what}", ask, timeout, interval=0.25)
+
+
+class Writer:
+    """An idempotent acks=all producer that records what was acknowledged, by offset."""
+
+    def __init__(self, bootstrap: str, **extra: Any) -> None:
+        from confluent_kafka import Producer
+
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 2,
+                "message.timeout.ms": 60000,
+                **extra,
+            }
+        )
+        self.acked: dict[int, bytes] = {}
+        self.failed: list[tuple[bytes, str]] = []
+
+    def send(self, topic: str, values: list[bytes]) -> None:
+        def done(err: Any, msg: Any) -> None:
+            if err is None:
+                self.acked[msg.offset()] = msg.value()
+            else:
+                self.failed.append((msg.value(), err.name()))
+
+        for value in values:
+            self.producer.produce(topic, value=value, partition=0, on_delivery=done)
+            self.producer.poll(0)
+
+    def flush(self, timeout: float = 60.0) -> None:
+        assert self.producer.flush(timeout) == 0
+
+
+def read_all(bootstrap: str, topic: str, end: int, timeout: float = 30.0) -> dict[int, bytes]:
+    """Every record of partition 0 up to `end` (exclusive), by offset, read through a consumer."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"{topic}-reader", "enable.auto.commit": False}
+    )
+    got: dict[int, bytes] = {}
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + timeout
+        while len(got) < end and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            assert message.error() is None, message.error()
+            got[message.offset()] = message.value()
+    finally:
+        consumer.close()
+    return got
+
+
+def end_offsets(cluster: LocalKraftCluster, topic: str) -> tuple[int, int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": cluster.live_bootstrap(), "group.id": f"{topic}-marks"})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    finally:
+        consumer.close()
+
+
+def partition_batches(cluster: LocalKraftCluster, node_id: int, topic: str) -> list[tuple[int, bytes]]:
+    """(base offset, bytes) of every whole batch of `topic`-0 on node `node_id`'s disk."""
+    directory = cluster[node_id].node.directory / "data" / f"{topic}-0"
+    batches = []
+    for path in sorted(directory.glob("*.log")):
+        data = path.read_bytes()
+        for batch in walk(data, check_crc=True).batches:
+            batches.append((batch.base_offset, data[batch.position : batch.position + batch.size]))
+    return batches
+
+
+def assert_replicas_identical(cluster: LocalKraftCluster, topic: str, nodes: list[int], below: int) -> None:
+    """The batches below offset `below` are byte for byte the same on every node."""
+    logs = {n: [b for b in partition_batches(cluster, n, topic) if b[0] < below] for n in nodes}
+    first = logs[nodes[0]]
+    assert first, f"no batch below {below} on node {nodes[0]}"
+    for node, batches in logs.items():
+        assert batches == first, f"node {node}'s {topic}-0 differs from node {nodes[0]}'s"
+
+
+def stop_all(cluster: LocalKraftCluster) -> None:
+    for node in cluster.nodes.values():
+        if node.running:
+            assert node.terminate() == 0, node.log()
+
+
+def values(prefix: str, n: int) -> list[bytes]:
+    return [f"{prefix}-{i}".encode() for i in range(n)]
+
+
+# --- 1. replication factor 3 ----------------------------------------------------------------------------
+
+
+def test_every_replica_holds_the_leaders_bytes_and_acks_all_waits_for_the_isr(
+    started: Callable[..., LocalKraftCluster],
+) -> None:
+    cluster = started()
+    create_topic(cluster.bootstrap, "rf3", [[1, 2, 3]], **{"min.insync.replicas": "2"})
+    wait_partition(
+        cluster, "rf3", "a leader", lambda leader, r, isr: leader == 1 and sorted(isr) == [1, 2, 3]
+    )
+    writer = Writer(cluster.bootstrap)
+    writer.send("rf3", values("a", 3000))
+    writer.flush()
+    assert not writer.failed and len(writer.acked) == 3000
+    low, high = end_offsets(cluster, "rf3")
+    assert (low, high) == (0, 3000)
+    assert read_all(cluster.bootstrap, "rf3", 3000) == writer.acked
+    wait_partition(cluster, "rf3", "the ISR whole", lambda leader, r, isr: sorted(isr) == [1, 2, 3])
+
+    stop_all(cluster)
+    assert_replicas_identical(cluster, "rf3", [1, 2, 3], below=3000)
+    for node in cluster.nodes.values():
+        result = kcli("verify", str(node.node.directory / "data"), timeout=60)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- 2. the ISR shrinks and grows -----------------------------------------------------------------------
+
+
+def test_a_stalled_follower_leaves_the_isr_and_returns_and_min_isr_guards_acks_all(
+    cluster_factory: Callable[..., LocalKraftCluster],
+) -> None:
+    import signal
+
+    cluster = cluster_factory(overrides=REPLICATION)
+    cluster.start()
+    create_topic(cluster.bootstrap, "isr", [[1, 2, 3]], **{"min.insync.replicas": "2"})
+    wait_partition(
+        cluster, "isr", "a full ISR", lambda leader, r, isr: leader == 1 and sorted(isr) == [1, 2, 3]
+    )
+    writer = Writer(cluster.bootstrap)
+    writer.send("isr", values("before", 100))
+    writer.flush()
+
+    # A follower that stops fetching leaves the ISR after replica.lag.time.max.ms; acks=all goes on.
+    stalled = cluster[3]
+    stalled.process.send_signal(signal.SIGSTOP)  # type: ignore[union-attr]
+    try:
+        stopped_at = time.monotonic()
+        writer.send("isr", values("during", 100))
+        writer.flush()
+        wait_partition(cluster, "isr", "node 3 out of the ISR", lambda leader, r, isr: sorted(isr) == [1, 2])
+        assert time.monotonic() - stopped_at >= LAG_TIME_MS / 1000 - 0.5
+        writer.send("isr", values("shrunk", 100))
+        writer.flush()
+        assert not writer.failed
+    finally:
+        stalled.process.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
+
+    # Back: it catches up from the leader and is added again.
+    wait_partition(
+        cluster, "isr", "node 3 back in the ISR", lambda leader, r, isr: sorted(isr) == [1, 2, 3], 60
+    )
+
+    # With one in-sync replica left, acks=all is refused and nothing is written.
+    cluster[2].kill()
+    cluster[3].kill()
+    wait_partition(cluster, "isr", "the ISR down to the leader", lambda leader, r, isr: isr == [1], 60)
+    _, before = end_offsets(cluster, "isr")
+    short = Writer(
+        cluster[1].bootstrap, **{"message.timeout.ms": 3000, "enable.idempotence": False, "retries": 0}
+    )
+    short.send("isr", values("refused", 1))
+    short.producer.flush(10)
+    assert [error for _, error in short.failed] == ["NOT_ENOUGH_REPLICAS"], short.failed
+    _, after = end_offsets(cluster, "isr")
+    assert after == before == 300
+
+
+# --- 3. leader failover ------------------------------------------------------------------------------------
+
+
+def test_a_killed_leader_is_replaced_from_the_isr_and_no_acknowledged_record_is_lost(
+    started: Callable[..., LocalKraftCluster],
+) -> None:
+    cluster = started()
+    create_topic(cluster.bootstrap, "failover", [[1, 2, 3]], **{"min.insync.replicas": "2"})
+    wait_partition(
+        cluster, "failover", "a full ISR", lambda leader, r, isr: leader == 1 and sorted(isr) == [1, 2, 3]
+    )
+    writer = Writer(cluster.bootstrap)
+    writer.send("failover", values("first", 2000))
+    cluster[1].kill()  # mid-way: some of these are acknowledged, some are retried on the new leader
+    writer.send("failover", values("second", 2000))
+    writer.flush(90)
+    leader, _, isr = wait_partition(
+        cluster, "failover", "a new leader", lambda leader, r, isr: leader in (2, 3)
+    )
+    assert 1 not in isr
+    assert not writer.failed, writer.failed[:5]
+    assert len(writer.acked) == 4000
+    _, high = end_offsets(cluster, "failover")
+    got = read_all(cluster.live_bootstrap(), "failover", high)
+    for offset, value in writer.acked.items():
+        assert got.get(offset) == value, f"acknowledged offset {offset} lost"
+    assert sorted(got.values()) == sorted(writer.acked.values()), "a record twice, or one nobody sent"
+
+    # The old leader comes back as a follower, truncates what only it had, and rejoins the ISR.
+    cluster[1].start()
+    cluster[1].wait_ready()
+    wait_partition(
+        cluster, "failover", "node 1 back in the ISR", lambda leader, r, isr: sorted(isr) == [1, 2, 3], 60
+    )
+    stop_all(cluster)
+    assert_replicas_identical(cluster, "failover", [1, 2, 3], below=high)
+
+
+# --- 4. unclean leader election ---------------------------------------------------------------------------
+
+
+def test_unclean_election_brings_back_an_out_of_sync_replica_only_when_allowed(
+    started: Callable[..., LocalKraftCluster],
+) -> None:
+    cluster = started("unclean.leader.election.interval.ms=1000")
+    create_topic(cluster.bootstrap, "unclean", [[1, 2]], **{"min.insync.replicas": "1"})
+    wait_partition(
+        cluster, "unclean", "a full ISR", lambda leader, r, isr: leader == 1 and sorted(isr) == [1, 2]
+    )
+    writer = Writer(cluster.bootstrap)
+    writer.send("unclean", values("both", 50))
+    writer.flush()
+    # Node 2 goes; node 1 alone takes 30 more records.
+    cluster[2].kill()
+    wait_partition(cluster, "unclean", "node 2 out of the ISR", lambda leader, r, isr: isr == [1], 60)
+    writer.send("unclean", values("only-1", 30))
+    writer.flush()
+    assert len(writer.acked) == 80
+    # The only in-sync replica goes; node 2 returns: without unclean election the partition stays offline.
+    cluster[1].kill()
+    cluster[2].start()
+    cluster[2].wait_ready()
+    time.sleep(3)  # three unclean-election passes: an absence has no event to wait for
+    leader, _, isr = partition_state(cluster, "unclean")
+    assert leader == -1 and isr == [1]
+
+    # Allowed on the topic: node 2 leads, and what is lost is exactly what was above its log end.
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    resource = ConfigResource(
+        "TOPIC",
+        "unclean",
+        incremental_configs=[
+            ConfigEntry("unclean.leader.election.enable", "true", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    client = admin(cluster.live_bootstrap())
+    client.incremental_alter_configs([resource])[resource].result(30)
+    wait_partition(
+        cluster, "unclean", "node 2 elected unclean", lambda leader, r, isr: leader == 2 and isr == [2], 30
+    )
+    _, high = end_offsets(cluster, "unclean")
+    assert high == 50
+    got = read_all(cluster.live_bootstrap(), "unclean", high)
+    assert got == {o: v for o, v in writer.acked.items() if o < 50}
+    lost = {o: v for o, v in writer.acked.items() if o >= high}
+    assert sorted(lost.values()) == sorted(values("only-1", 30))
+
+    # Node 1 returns as a follower and truncates the 30 records to the new leader's log.
+    cluster[1].start()
+    cluster[1].wait_ready()
+    wait_partition(
+        cluster, "unclean", "node 1 back in the ISR", lambda leader, r, isr: sorted(isr) == [1, 2], 60
+    )
+    stop_all(cluster)
+    assert_replicas_identical(cluster, "unclean", [1, 2], below=high + 1)
+    assert max(base for base, _ in partition_batches(cluster, 1, "unclean")) < high
