@@ -15,6 +15,7 @@ Three combined-mode nodes (tests/test_cluster.py lays them out and runs them):
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -214,12 +215,9 @@ def test_every_replica_holds_the_leaders_bytes_and_acks_all_waits_for_the_isr(
 
 
 def test_a_stalled_follower_leaves_the_isr_and_returns_and_min_isr_guards_acks_all(
-    cluster_factory: Callable[..., LocalKraftCluster],
+    started: Callable[..., LocalKraftCluster],
 ) -> None:
-    import signal
-
-    cluster = cluster_factory(overrides=REPLICATION)
-    cluster.start()
+    cluster = started()
     create_topic(cluster.bootstrap, "isr", [[1, 2, 3]], **{"min.insync.replicas": "2"})
     wait_partition(
         cluster, "isr", "a full ISR", lambda leader, r, isr: leader == 1 and sorted(isr) == [1, 2, 3]
