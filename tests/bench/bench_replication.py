@@ -1,0 +1,342 @@
+"""Figures of partition replication on a 3-node kcli cluster (combined mode, one machine).
+
+    python tests/bench/bench_replication.py [--mib 128] [--size 1024] [--rate 5000] [--seconds 20]
+                                            [--failovers 5] [--base-port 43000]
+
+1. acks=all throughput and broker CPU per GiB at replication factor 3 against 1, in the same run: one
+   idempotent confluent-kafka producer writes --mib MiB of --size-byte records to a topic of one
+   partition led by node 1, with replicas [1] and then [1, 2, 3] (min.insync.replicas 2); the CPU is
+   the user+system time of the three broker processes (from /proc) over each phase. Two rounds, the
+   better of each is kept.
+2. acks=all produce latency at --rate records/s for --seconds at replication factor 3: p50, p99, max,
+   from send to delivery report.
+3. Leader failover, while a producer sends 1000 records/s with acks=all: after kill -9 of the
+   partition's leader, the time until a record is acknowledged again (by the new leader); after
+   SIGTERM (controlled shutdown moves the leadership first), the longest gap between acknowledgements
+   and the number of produce errors. The node is restarted and back in the ISR before the next one.
+   Median and max over --failovers of each.
+
+Benchmarks print figures; nothing here is a timed assert. Loopback only; every process it starts is
+stopped by PID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from ops.local_cluster import READY_MARK, plan  # noqa: E402
+
+SESSION_TIMEOUT_MS = 9000  # Kafka's broker.session.timeout.ms
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class Nodes:
+    """The nodes of a formatted layout, each a `kcli broker start` process started here."""
+
+    def __init__(self, data_dir: Path, count: int, base_port: int, overrides: list[str]) -> None:
+        self.layout = plan(data_dir, count, base_port, overrides)
+        self.processes: dict[int, subprocess.Popen[bytes]] = {}
+
+    def node(self, node_id: int) -> Any:
+        return next(n for n in self.layout.nodes if n.node_id == node_id)
+
+    def start(self, *node_ids: int) -> None:
+        sizes = {}
+        for node_id in node_ids:
+            node = self.node(node_id)
+            sizes[node_id] = node.log_file.stat().st_size if node.log_file.exists() else 0
+            with open(node.log_file, "ab") as log:
+                self.processes[node_id] = subprocess.Popen(
+                    [sys.executable, "-m", "kcli", "broker", "start", "--config", str(node.properties)],
+                    stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+                )  # fmt: skip
+        deadline = time.monotonic() + 120
+        waiting = set(node_ids)
+        while waiting and time.monotonic() < deadline:
+            for node_id in list(waiting):
+                node = self.node(node_id)
+                with open(node.log_file, "rb") as f:
+                    f.seek(sizes[node_id])
+                    if READY_MARK.encode() in f.read():
+                        waiting.discard(node_id)
+                if self.processes[node_id].poll() is not None:
+                    raise SystemExit(f"node {node_id} exited; see {node.log_file}")
+            time.sleep(0.05)
+        if waiting:
+            raise SystemExit(f"node(s) {sorted(waiting)} did not start within 120 s")
+
+    def signal(self, node_id: int, signum: int) -> None:
+        process = self.processes.pop(node_id)
+        os.kill(process.pid, signum)
+        process.wait(120)
+
+    def cpu_seconds(self) -> float:
+        """User + system time of every running node so far."""
+        total = 0.0
+        for process in self.processes.values():
+            fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        return total
+
+    def stop_all(self) -> None:
+        for process in self.processes.values():
+            process.send_signal(signal.SIGTERM)
+        for process in self.processes.values():
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        self.processes.clear()
+
+    @property
+    def bootstrap(self) -> str:
+        return self.layout.bootstrap_servers
+
+
+def admin(bootstrap: str) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def create_topic(bootstrap: str, name: str, replicas: list[int]) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    client = admin(bootstrap)
+    topic = NewTopic(
+        name, 1, replica_assignment=[replicas], config={"min.insync.replicas": str(min(2, len(replicas)))}
+    )
+    client.create_topics([topic])[name].result(30)
+    wait_isr(bootstrap, name, len(replicas))
+
+
+def partition_state(bootstrap: str, topic: str) -> tuple[int, list[int]]:
+    info = admin(bootstrap).list_topics(topic, timeout=10).topics[topic].partitions[0]
+    return info.leader, sorted(info.isrs)
+
+
+def wait_isr(bootstrap: str, topic: str, size: int, timeout: float = 120.0) -> int:
+    """Until the partition has a leader and an ISR of `size`; the leader."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            leader, isr = partition_state(bootstrap, topic)
+            if leader >= 0 and len(isr) == size:
+                return leader
+        except Exception:  # a broker going away mid-request: ask again
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"{topic}: no full ISR of {size} within {timeout:g} s")
+
+
+def producer(bootstrap: str, **extra: Any) -> Any:
+    from confluent_kafka import Producer
+
+    return Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "batch.size": 1 << 20,
+            **extra,
+        }
+    )
+
+
+def throughput(nodes: Nodes, topic: str, mib: int, size: int) -> tuple[float, float]:
+    """(MiB/s, broker CPU seconds per GiB) for `mib` MiB acks=all into `topic`."""
+    p = producer(nodes.bootstrap)
+    value = os.urandom(size)
+    count = mib * 1024 * 1024 // size
+    errors = []
+
+    def done(err: Any, _msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+
+    cpu_before = nodes.cpu_seconds()
+    began = time.monotonic()
+    for _ in range(count):
+        while True:
+            try:
+                p.produce(topic, value=value, partition=0, on_delivery=done)
+                break
+            except BufferError:
+                p.poll(0.01)
+        p.poll(0)
+    p.flush(300)
+    took = time.monotonic() - began
+    cpu = nodes.cpu_seconds() - cpu_before
+    if errors:
+        raise SystemExit(f"{topic}: {len(errors)} produce errors, first {errors[0]}")
+    return mib / took, cpu / (mib / 1024)
+
+
+def latency(bootstrap: str, topic: str, rate: int, seconds: float) -> list[float]:
+    """Milliseconds from send to delivery report at `rate` records/s."""
+    p = producer(bootstrap, **{"linger.ms": 1})
+    p.produce(topic, value=b"warm-up", partition=0)  # producer id and metadata before the clock starts
+    p.flush(30)
+    latencies: list[float] = []
+    value = os.urandom(512)
+    interval = 1 / rate
+    began = time.monotonic()
+    n = 0
+    while time.monotonic() - began < seconds:
+        due = began + n * interval
+        now = time.monotonic()
+        if due > now:
+            p.poll(due - now)
+            continue
+        sent = time.perf_counter()
+        p.produce(
+            topic,
+            value=value,
+            partition=0,
+            on_delivery=lambda err, _m, sent=sent: (
+                err is None and latencies.append((time.perf_counter() - sent) * 1000)
+            ),
+        )
+        n += 1
+        p.poll(0)
+    p.flush(60)
+    return latencies
+
+
+class SteadyProducer:
+    """1000 records/s with acks=all in a thread, recording when each acknowledgement came."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.p = producer(bootstrap, **{"linger.ms": 1, "message.timeout.ms": 60000})
+        self.topic = topic
+        self.acks: list[float] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        n = 0
+        began = time.monotonic()
+        while not self._stop.is_set():
+            due = began + n / 1000
+            now = time.monotonic()
+            if due > now:
+                self.p.poll(due - now)
+                continue
+            self.p.produce(self.topic, value=b"x" * 100, partition=0, on_delivery=self._done)
+            n += 1
+            self.p.poll(0)
+        self.p.flush(60)
+
+    def _done(self, err: Any, _msg: Any) -> None:
+        if err is None:
+            self.acks.append(time.monotonic())
+        else:
+            self.errors.append(err.name())
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(120)
+
+
+def failovers(nodes: Nodes, topic: str, count: int) -> tuple[list[float], list[float], int]:
+    """(seconds until acks resume after kill -9, longest ack gap around SIGTERM, SIGTERM produce errors)."""
+    after_kill: list[float] = []
+    term_gaps: list[float] = []
+    term_errors = 0
+    steady = SteadyProducer(nodes.bootstrap, topic)
+    try:
+        for _ in range(count):
+            for signum in (signal.SIGKILL, signal.SIGTERM):
+                leader = wait_isr(nodes.bootstrap, topic, 3)
+                time.sleep(2)
+                errors_before = len(steady.errors)
+                at = time.monotonic()
+                nodes.signal(leader, signum)
+                if signum == signal.SIGKILL:
+                    deadline = at + 60
+                    while time.monotonic() < deadline and not (steady.acks and steady.acks[-1] > at):
+                        time.sleep(0.01)
+                    resumed = next((t for t in steady.acks if t > at), deadline)
+                    after_kill.append(resumed - at)
+                else:
+                    time.sleep(3)  # past the controlled shutdown, which `signal` waited for
+                    window = [t for t in steady.acks if t >= at - 1]
+                    gaps = [b - a for a, b in zip(window, window[1:], strict=False)]
+                    term_gaps.append(max(gaps) if gaps else float("inf"))
+                    term_errors += len(steady.errors) - errors_before
+                nodes.start(leader)
+    finally:
+        steady.stop()
+    return after_kill, term_gaps, term_errors
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mib", type=int, default=128, help="MiB per throughput phase")
+    parser.add_argument("--size", type=int, default=1024, help="record size in bytes")
+    parser.add_argument("--rate", type=int, default=5000, help="records/s for the latency phase")
+    parser.add_argument("--seconds", type=float, default=20.0, help="length of the latency phase")
+    parser.add_argument("--failovers", type=int, default=5, help="kill -9 and SIGTERM rounds")
+    parser.add_argument("--base-port", type=int, default=43000)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="kcli-bench-replication-") as tmp:
+        nodes = Nodes(Path(tmp), 3, args.base_port, [])
+        try:
+            nodes.start(1, 2, 3)
+            create_topic(nodes.bootstrap, "rf1", [1])
+            create_topic(nodes.bootstrap, "rf3", [1, 2, 3])
+            results: dict[str, list[tuple[float, float]]] = {"rf1": [], "rf3": []}
+            for _ in range(2):
+                for topic in ("rf1", "rf3"):
+                    results[topic].append(throughput(nodes, topic, args.mib, args.size))
+            rf1 = max(results["rf1"]), min(c for _, c in results["rf1"])
+            rf3 = max(results["rf3"]), min(c for _, c in results["rf3"])
+            print(f"acks=all, {args.mib} MiB of {args.size}-byte records, one partition, 2 rounds (best):")
+            print(f"  RF 1: {rf1[0][0]:.1f} MiB/s, broker CPU {rf1[1]:.1f} s/GiB")
+            print(f"  RF 3: {rf3[0][0]:.1f} MiB/s, broker CPU {rf3[1]:.1f} s/GiB")
+            print(
+                f"  RF 3 / RF 1: throughput {rf3[0][0] / rf1[0][0]:.2f}x, CPU per GiB {rf3[1] / rf1[1]:.2f}x"
+            )
+
+            ms = latency(nodes.bootstrap, "rf3", args.rate, args.seconds)
+            ordered = sorted(ms)
+            print(
+                f"acks=all RF 3 at {args.rate} records/s for {args.seconds:g} s: p50 {statistics.median(ms):.1f} ms, "
+                f"p99 {ordered[int(0.99 * len(ordered))]:.1f} ms, max {ordered[-1]:.1f} ms ({len(ms)} records)"
+            )
+
+            if not args.failovers:
+                return
+            killed, gaps, errors = failovers(nodes, "rf3", args.failovers)
+            print(f"leader failover at 1000 records/s, acks=all, {args.failovers} rounds:")
+            print(
+                f"  kill -9: acks resume after median {statistics.median(killed):.2f} s, max {max(killed):.2f} s "
+                f"(broker.session.timeout.ms {SESSION_TIMEOUT_MS})"
+            )
+            print(
+                f"  SIGTERM: longest gap between acks median {statistics.median(gaps):.2f} s, max {max(gaps):.2f} s; "
+                f"produce errors {errors}"
+            )
+        finally:
+            nodes.stop_all()
+
+
+if __name__ == "__main__":
+    main()
