@@ -8,7 +8,13 @@ The controller tests drive the real QuorumController over a real Raft client and
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
+import pytest
+from kio.schema.errors import ErrorCode
+from metadata_harness import SyncController
+
+from kcli.broker.metadata.controller import BrokerHeartbeat, NewTopic
 from kcli.broker.metadata.controller.partition_change_builder import (
     RECOVERED,
     RECOVERING,
@@ -16,6 +22,8 @@ from kcli.broker.metadata.controller.partition_change_builder import (
     PartitionChangeBuilder,
 )
 from kcli.broker.metadata.image import NO_LEADER, PartitionRegistration
+from kcli.config import BrokerConfig, Listener
+from kcli.protocol.messages import nested_type, request_type
 
 TOPIC_ID = uuid.UUID("5f1c1d4e-0000-4000-8000-000000000001")
 DIR = uuid.UUID("7a0b2c3d-0000-4000-8000-000000000001")
@@ -171,3 +179,229 @@ def test_before_mv_3_6_an_isr_shrink_bumps_the_leader_epoch():
     _, version, data = old.set_target_isr([1, 2]).build()
     assert version == 0 and data["leader"] == 1 and "directories" not in data
     assert partition.merge(data).leader_epoch == 6
+
+
+# --- controller helpers -------------------------------------------------------------------------------
+
+BROKERS = (1, 2, 3)
+
+
+@pytest.fixture(autouse=True)
+def close_controllers():
+    yield
+    while SyncController.opened:
+        SyncController.opened.pop().close()
+
+
+def open_cluster(tmp_path: Path, brokers=BROKERS, **settings: str) -> tuple[SyncController, dict[int, int]]:
+    """A controller (node 1) with `brokers` registered unfenced; returns it and their broker epochs."""
+    controller = SyncController(BrokerConfig({"log.dirs": str(tmp_path / "data"), **settings}))
+    epochs = {}
+    for broker in brokers:
+        directory = uuid.UUID(int=1000 + broker)
+        epochs[broker] = controller.register_broker(
+            Listener("PLAINTEXT", "127.0.0.1", 9000 + broker),
+            broker_id=broker,
+            log_dirs=[directory],
+            fenced=False,
+        )
+    return controller, epochs
+
+
+def create(controller: SyncController, name: str, *assignments, **configs: str) -> uuid.UUID:
+    [result] = controller.create_topics(
+        [NewTopic(name, assignments=list(enumerate(assignments)), configs=configs)]
+    )
+    assert not result.error.is_failure, result.error
+    return result.topic_id
+
+
+def state(controller: SyncController, topic: str, index: int = 0) -> PartitionRegistration:
+    return controller.image.partition(topic, index)
+
+
+def committed(controller: SyncController) -> bool:
+    """The image the controller answers from is the committed one: nothing of it is pending."""
+    return not controller.controller._uncommitted
+
+
+def alter_request(
+    broker: int,
+    broker_epoch: int,
+    topic_id: uuid.UUID,
+    *partitions: dict,
+    version: int = 3,
+):
+    cls = request_type(56, version)
+    topic_cls, partition_cls = nested_type(cls, "TopicData"), nested_type(cls, "PartitionData")
+    items = []
+    for p in partitions:
+        fields = {
+            "partition_index": p.get("index", 0),
+            "leader_epoch": p["leader_epoch"],
+            "leader_recovery_state": p.get("recovery", RECOVERED),
+            "partition_epoch": p["partition_epoch"],
+        }
+        if version >= 3:
+            state_cls = nested_type(cls, "BrokerState")
+            fields["new_isr_with_epochs"] = tuple(state_cls(broker_id=b, broker_epoch=e) for b, e in p["isr"])
+        else:
+            fields["new_isr"] = tuple(b for b, _ in p["isr"])
+        items.append(partition_cls(**fields))
+    return cls(
+        broker_id=broker,
+        broker_epoch=broker_epoch,
+        topics=(topic_cls(topic_id=topic_id, partitions=tuple(items)),),
+    )
+
+
+def partition_answer(response):
+    assert response.error_code is ErrorCode.none
+    [topic] = response.topics
+    [partition] = topic.partitions
+    return partition
+
+
+def heartbeat(controller: SyncController, epochs: dict[int, int], broker: int, **flags: bool):
+    offset = controller.controller.raft_client.log_end_offset
+    return controller.broker_heartbeat(BrokerHeartbeat(broker, epochs[broker], offset, **flags))
+
+
+# --- AlterPartition -----------------------------------------------------------------------------------
+
+
+def test_alter_partition_shrinks_and_expands_the_isr_and_answers_after_commit(tmp_path):
+    controller, epochs = open_cluster(tmp_path)
+    topic_id = create(controller, "t", (1, 2, 3))
+    isr = [(1, epochs[1]), (2, epochs[2])]
+    answer = partition_answer(
+        controller.alter_partition(
+            alter_request(1, epochs[1], topic_id, dict(leader_epoch=0, partition_epoch=0, isr=isr))
+        )
+    )
+    assert committed(controller)
+    assert (answer.error_code, answer.leader_id, answer.leader_epoch, answer.isr, answer.partition_epoch) == (
+        ErrorCode.none,
+        1,
+        0,
+        (1, 2),
+        1,
+    )
+    assert answer.leader_recovery_state == RECOVERED
+    assert state(controller, "t").isr == (1, 2)
+    # expansion back, with -1 skipping the broker-epoch check
+    again = alter_request(
+        1, epochs[1], topic_id, dict(leader_epoch=0, partition_epoch=1, isr=[*isr, (3, -1)])
+    )
+    answer = partition_answer(controller.alter_partition(again))
+    assert (answer.isr, answer.leader_epoch, answer.partition_epoch) == ((1, 2, 3), 0, 2)
+    # the same request again changes nothing: same state, and the leader counts the equal epoch as success
+    same = alter_request(
+        1, epochs[1], topic_id, dict(leader_epoch=0, partition_epoch=2, isr=[(1, -1), (2, -1), (3, -1)])
+    )
+    answer = partition_answer(controller.alter_partition(same))
+    assert (answer.error_code, answer.isr, answer.partition_epoch) == (ErrorCode.none, (1, 2, 3), 2)
+
+
+def test_alter_partition_v2_takes_a_plain_isr(tmp_path):
+    controller, epochs = open_cluster(tmp_path)
+    topic_id = create(controller, "t", (1, 2, 3))
+    request = alter_request(
+        1, epochs[1], topic_id, dict(leader_epoch=0, partition_epoch=0, isr=[(1, 0), (3, 0)]), version=2
+    )
+    response = controller.alter_partition(request)
+    assert type(response).__version__ == 2
+    assert partition_answer(response).isr == (1, 3)
+
+
+def test_alter_partition_with_a_stale_broker_epoch_fails_the_whole_request(tmp_path):
+    controller, epochs = open_cluster(tmp_path)
+    topic_id = create(controller, "t", (1, 2, 3))
+    request = alter_request(
+        1, epochs[1] - 1, topic_id, dict(leader_epoch=0, partition_epoch=0, isr=[(1, -1)])
+    )
+    response = controller.alter_partition(request)
+    assert response.error_code is ErrorCode.stale_broker_epoch and response.topics == ()
+    assert state(controller, "t").isr == (1, 2, 3)
+
+
+def test_alter_partition_unknown_topic_and_partition(tmp_path):
+    controller, epochs = open_cluster(tmp_path)
+    topic_id = create(controller, "t", (1, 2, 3))
+    unknown = alter_request(
+        1, epochs[1], uuid.uuid4(), dict(leader_epoch=0, partition_epoch=0, isr=[(1, -1)])
+    )
+    assert partition_answer(controller.alter_partition(unknown)).error_code is ErrorCode.unknown_topic_id
+    missing = alter_request(
+        1, epochs[1], topic_id, dict(index=5, leader_epoch=0, partition_epoch=0, isr=[(1, -1)])
+    )
+    assert (
+        partition_answer(controller.alter_partition(missing)).error_code
+        is ErrorCode.unknown_topic_or_partition
+    )
+
+
+@pytest.mark.parametrize(
+    ("sender", "leader_epoch", "partition_epoch", "isr", "recovery", "expected"),
+    [
+        # epochs ahead of the controller's: this controller is behind (checked before anything else)
+        (2, 1, 0, [(2, -1)], RECOVERED, ErrorCode.not_controller),
+        (1, 0, 1, [(1, -1)], RECOVERED, ErrorCode.not_controller),
+        # an old leader epoch beats "not the leader"
+        (2, -1, 0, [(2, -1)], RECOVERED, ErrorCode.fenced_leader_epoch),
+        # "not the leader" beats an old partition epoch
+        (2, 0, -1, [(1, -1)], RECOVERED, ErrorCode.invalid_request),
+        (1, 0, -1, [(1, -1), (9, -1)], RECOVERED, ErrorCode.invalid_update_version),
+        # bad ISRs
+        (1, 0, 0, [(2, -1), (3, -1)], RECOVERED, ErrorCode.invalid_request),
+        (1, 0, 0, [(1, -1), (1, -1)], RECOVERED, ErrorCode.invalid_request),
+        (1, 0, 0, [(1, -1), (9, -1)], RECOVERED, ErrorCode.invalid_request),
+        (1, 0, 0, [(1, -1), (-3, -1)], RECOVERED, ErrorCode.invalid_request),
+        # RECOVERED never goes back to RECOVERING (and RECOVERING allows one member only)
+        (1, 0, 0, [(1, -1)], RECOVERING, ErrorCode.invalid_request),
+        (1, 0, 0, [(1, -1), (2, -1)], RECOVERING, ErrorCode.invalid_request),
+        # a member with another broker epoch
+        (1, 0, 0, [(1, -1), (2, 12345)], RECOVERED, ErrorCode.ineligible_replica),
+    ],
+)
+def test_alter_partition_validation_order(
+    tmp_path, sender, leader_epoch, partition_epoch, isr, recovery, expected
+):
+    controller, epochs = open_cluster(tmp_path)
+    topic_id = create(controller, "t", (1, 2, 3))
+    end = controller.controller.raft_client.log_end_offset
+    request = alter_request(
+        sender,
+        epochs[sender],
+        topic_id,
+        dict(leader_epoch=leader_epoch, partition_epoch=partition_epoch, isr=isr, recovery=recovery),
+    )
+    answer = partition_answer(controller.alter_partition(request))
+    assert answer.error_code is expected
+    assert state(controller, "t").isr == (1, 2, 3)
+    assert controller.controller.raft_client.log_end_offset == end  # nothing written
+
+
+def test_alter_partition_refuses_fenced_and_unregistered_members(tmp_path):
+    controller, epochs = open_cluster(tmp_path, brokers=(1, 2, 3, 4))
+    topic_id = create(controller, "t", (1, 2, 3, 4))
+    heartbeat(controller, epochs, 3, want_fence=True)
+    controller.unregister_broker(4)
+    assert controller.image.broker(3).fenced and controller.image.broker(4) is None
+
+    def ask(*members, version=3):
+        p = state(controller, "t")
+        isr = [(m, -1) for m in members]
+        request = alter_request(
+            1,
+            epochs[1],
+            topic_id,
+            dict(leader_epoch=p.leader_epoch, partition_epoch=p.partition_epoch, isr=isr),
+            version=version,
+        )
+        return partition_answer(controller.alter_partition(request))
+
+    assert ask(1, 3).error_code is ErrorCode.ineligible_replica
+    assert ask(1, 4).error_code is ErrorCode.ineligible_replica
+    answer = ask(1, 2)
+    assert (answer.error_code, answer.isr) == (ErrorCode.none, (1, 2))

@@ -185,6 +185,13 @@ class ClusterControlManager:
         """Brokers replicas may be placed on: registered and not in controlled shutdown (fenced or not)."""
         return [b for b in image.brokers_by_id.values() if not b.in_controlled_shutdown]
 
+    def is_active(self, image: ClusterMetadataImage, broker_id: int) -> bool:
+        """ClusterControlManager.isActive: registered, unfenced and not in controlled shutdown."""
+        registration = image.broker(broker_id)
+        return (
+            registration is not None and not registration.fenced and not registration.in_controlled_shutdown
+        )
+
     def active_brokers(self, image: ClusterMetadataImage, brokers: Iterable[int]) -> list[int]:
         """Those of `brokers` that may join an ISR: registered, unfenced and not shutting down."""
         out = []

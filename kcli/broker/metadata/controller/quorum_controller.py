@@ -23,7 +23,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Mapping, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -256,6 +256,18 @@ class QuorumController:
                 except NotControllerError:
                     pass
                 break
+
+    # --- partitions: ISR changes and elections ---------------------------------------------------------
+
+    async def alter_partition(self, request: Any) -> Any:
+        """AlterPartition (a kio AlterPartitionRequest, v2 or v3): the leader's ISR change, answered
+        with the AlterPartitionResponse of the same version once the change is committed.
+
+        Raises NotControllerError when this controller is not the active one.
+        """
+        if not self.is_active:
+            raise NotControllerError(f"node {self.node_id} is not the active controller")
+        return await self._run(self.replication_control.alter_partition(self._image, request))
 
     # --- topics -----------------------------------------------------------------------------------
 

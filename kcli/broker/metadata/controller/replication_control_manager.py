@@ -10,10 +10,13 @@ placement is computed.
 
 from __future__ import annotations
 
+import datetime
+import logging
 import random
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -26,9 +29,29 @@ from kcli.broker.metadata.controller.controller_result import (
     ControllerResult,
     Record,
 )
+from kcli.broker.metadata.controller.partition_change_builder import (
+    RECOVERED,
+    RECOVERING,
+    Election,
+    PartitionChangeBuilder,
+)
 from kcli.broker.metadata.controller.topic import topic_name_error
-from kcli.broker.metadata.image import ClusterMetadataImage, ConfigEntry, topic_config_entries
+from kcli.broker.metadata.image import (
+    MV_3_9_IV0,
+    NO_LEADER_CHANGE,
+    ClusterMetadataImage,
+    ConfigEntry,
+    PartitionRegistration,
+    topic_config_entries,
+)
 from kcli.config import CLUSTER_METADATA_TOPIC, BrokerConfig
+from kcli.protocol.messages import build, nested_type, response_type
+
+log = logging.getLogger("kcli.broker.metadata")
+
+ALTER_PARTITION = 56
+ELECT_LEADERS = 43
+_NO_THROTTLE = datetime.timedelta(0)
 
 ZERO_UUID = uuid.UUID(int=0)
 MAX_RECORDS_PER_USER_OP = 10_000
@@ -348,6 +371,225 @@ class ReplicationControlManager:
             for i, replicas in enumerate(placements)
         ]
 
+    # --- AlterPartition -----------------------------------------------------------------------------
+
+    def alter_partition(self, image: ClusterMetadataImage, request: Any) -> ControllerResult[Any]:
+        """AlterPartition from a partition leader: validate each partition in Kafka's order, build the
+        change through the PartitionChangeBuilder, and answer with the resulting state.
+
+        `request` is a kio AlterPartitionRequest; the answer is the AlterPartitionResponse of the same
+        version. A stale broker epoch fails the whole request (top-level STALE_BROKER_EPOCH).
+        """
+        version = request.__version__
+        response_cls = response_type(ALTER_PARTITION, version)
+        topic_cls = nested_type(response_cls, "TopicData")
+        partition_cls = nested_type(response_cls, "PartitionData")
+        try:
+            self.cluster_control.check_broker_epoch(image, request.broker_id, request.broker_epoch)
+        except ApiException as exc:
+            return ControllerResult(
+                [], build(response_cls, throttle_time=_NO_THROTTLE, error_code=exc.error.code, topics=())
+            )
+        records: list[Record] = []
+        topics = []
+        for topic_data in request.topics:
+            partitions = []
+            name = getattr(topic_data, "topic_name", None)
+            topic_id = topic_data.topic_id if version > 1 else image.topic_id(name or "")
+            topic = None if topic_id is None else image.topics_by_id.get(topic_id)
+            if topic is None:
+                error = ErrorCode.unknown_topic_id if version > 1 else ErrorCode.unknown_topic_or_partition
+                log.info(
+                    "Rejecting AlterPartition request for unknown topic ID %s or name %s.",
+                    topic_data.topic_id if version > 1 else None,
+                    name,
+                )
+                for partition_data in topic_data.partitions:
+                    partitions.append(_altered(partition_cls, partition_data.partition_index, error))
+            else:
+                # The partitions this request changes, as changed so far (a partition named twice
+                # is checked against the first change, as Kafka's merged registration is).
+                current: dict[int, PartitionRegistration] = dict(topic.partitions)
+                for partition_data in topic_data.partitions:
+                    index = partition_data.partition_index
+                    if version >= 3:
+                        new_isr = [(b.broker_id, b.broker_epoch) for b in partition_data.new_isr_with_epochs]
+                    else:
+                        new_isr = [(b, -1) for b in partition_data.new_isr]
+                    recovery = getattr(partition_data, "leader_recovery_state", RECOVERED)
+                    partition = current.get(index)
+                    error = self._validate_alter_partition(
+                        image,
+                        request.broker_id,
+                        topic.name,
+                        index,
+                        partition,
+                        version,
+                        partition_data,
+                        new_isr,
+                    )
+                    if error is not ErrorCode.none:
+                        partitions.append(_altered(partition_cls, index, error))
+                        continue
+                    assert partition is not None
+                    builder = self._builder(image, partition, topic.topic_id, index)
+                    if self.configuration_control.unclean_leader_election_enabled_for_topic(
+                        image, topic.name
+                    ):
+                        builder.set_election(Election.UNCLEAN)
+                    record = (
+                        builder.set_target_isr([broker for broker, _ in new_isr])
+                        .set_target_leader_recovery_state(recovery)
+                        .build()
+                    )
+                    if record is not None:
+                        records.append(record)
+                        change = record[2]
+                        partition = current[index] = partition.merge(change)
+                        leader = change.get("leader", NO_LEADER_CHANGE)
+                        if leader not in (NO_LEADER_CHANGE, request.broker_id):
+                            # The new ISR completed a reassignment that moved the leadership away:
+                            # the change is written, and the old leader must fetch new metadata.
+                            error = (
+                                ErrorCode.new_leader_elected if version > 1 else ErrorCode.fenced_leader_epoch
+                            )
+                            log.info(
+                                "AlterPartition request from node %d for %s-%d completed the ongoing "
+                                "partition reassignment and triggered a leadership change. Returning %s.",
+                                request.broker_id,
+                                topic.name,
+                                index,
+                                error.name,
+                            )
+                            partitions.append(_altered(partition_cls, index, error))
+                            continue
+                    partitions.append(
+                        build(
+                            partition_cls,
+                            partition_index=index,
+                            error_code=ErrorCode.none,
+                            leader_id=partition.leader,
+                            leader_epoch=partition.leader_epoch,
+                            isr=tuple(partition.isr),
+                            leader_recovery_state=partition.leader_recovery_state,
+                            partition_epoch=partition.partition_epoch,
+                        )
+                    )
+            topics.append(
+                build(
+                    topic_cls,
+                    topic_id=topic_data.topic_id if version > 1 else None,
+                    topic_name=name,
+                    partitions=tuple(partitions),
+                )
+            )
+        response = build(
+            response_cls, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none, topics=tuple(topics)
+        )
+        return ControllerResult(records, response)
+
+    def _validate_alter_partition(
+        self,
+        image: ClusterMetadataImage,
+        broker_id: int,
+        topic: str,
+        index: int,
+        partition: PartitionRegistration | None,
+        version: int,
+        data: Any,
+        new_isr: Sequence[tuple[int, int]],
+    ) -> ErrorCode:
+        """ReplicationControlManager.validateAlterPartitionData, in Kafka's order."""
+        if partition is None:
+            log.info("Rejecting AlterPartition request for unknown partition %s-%d.", topic, index)
+            return ErrorCode.unknown_topic_or_partition
+        # A leader ahead of this controller means this controller is behind: let the broker look again.
+        if data.leader_epoch > partition.leader_epoch or data.partition_epoch > partition.partition_epoch:
+            return ErrorCode.not_controller
+        if data.leader_epoch < partition.leader_epoch:
+            return ErrorCode.fenced_leader_epoch
+        if broker_id != partition.leader:
+            log.info(
+                "Rejecting AlterPartition request from node %d for %s-%d because the current leader is %d.",
+                broker_id,
+                topic,
+                index,
+                partition.leader,
+            )
+            return ErrorCode.invalid_request
+        if data.partition_epoch < partition.partition_epoch:
+            return ErrorCode.invalid_update_version
+        members = [broker for broker, _ in new_isr]
+        if (
+            len(set(members)) != len(members)
+            or any(broker < 0 or broker not in partition.replicas for broker in members)
+            or partition.leader not in members
+        ):
+            log.error(
+                "Rejecting AlterPartition request from node %d for %s-%d because it specified an invalid ISR %s.",
+                broker_id,
+                topic,
+                index,
+                members,
+            )
+            return ErrorCode.invalid_request
+        recovery = getattr(data, "leader_recovery_state", RECOVERED)
+        if recovery == RECOVERING and len(members) > 1:
+            return ErrorCode.invalid_request
+        if partition.leader_recovery_state == RECOVERED and recovery == RECOVERING:
+            return ErrorCode.invalid_request
+        ineligible = self._ineligible_replicas_for_isr(image, new_isr)
+        if ineligible:
+            log.info(
+                "Rejecting AlterPartition request from node %d for %s-%d because it specified ineligible "
+                "replicas %s in the new ISR %s.",
+                broker_id,
+                topic,
+                index,
+                ", ".join(ineligible),
+                members,
+            )
+            return ErrorCode.ineligible_replica if version > 1 else ErrorCode.operation_not_attempted
+        return ErrorCode.none
+
+    @staticmethod
+    def _ineligible_replicas_for_isr(
+        image: ClusterMetadataImage, new_isr: Sequence[tuple[int, int]]
+    ) -> list[str]:
+        """Members that may not join an ISR, with why; a broker epoch of -1 skips the epoch check."""
+        ineligible = []
+        for broker, epoch in new_isr:
+            registration = image.broker(broker)
+            if registration is None:
+                ineligible.append(f"{broker} (not registered)")
+            elif registration.in_controlled_shutdown:
+                ineligible.append(f"{broker} (shutting down)")
+            elif registration.fenced:
+                ineligible.append(f"{broker} (fenced)")
+            elif epoch != -1 and epoch != registration.broker_epoch:
+                ineligible.append(
+                    f"{broker} (broker epoch mismatch: requested={epoch} VS expected={registration.broker_epoch})"
+                )
+        return ineligible
+
+    def _builder(
+        self,
+        image: ClusterMetadataImage,
+        partition: PartitionRegistration,
+        topic_id: uuid.UUID,
+        index: int,
+        is_acceptable_leader: Callable[[int], bool] | None = None,
+    ) -> PartitionChangeBuilder:
+        """A builder for one partition; acceptable leaders are the active brokers unless told otherwise."""
+        return PartitionChangeBuilder(
+            partition,
+            topic_id,
+            index,
+            is_acceptable_leader or (lambda broker: self.cluster_control.is_active(image, broker)),
+            image.metadata_version or MV_3_9_IV0,
+            default_dir=lambda broker: self.cluster_control.default_dir(image, broker),
+        )
+
     # --- partitions and placement -------------------------------------------------------------------
 
     def _partition_record(
@@ -439,6 +681,21 @@ class ReplicationControlManager:
                 f"The manual partition assignment includes a partition with {len(brokers)} replica(s), but this "
                 f"is not consistent with previous partitions, which have {replication_factor} replica(s).",
             )
+
+
+def _altered(partition_cls: type, index: int, error: ErrorCode) -> Any:
+    """An AlterPartition partition answer that carries only an error (the other fields at the schema's
+    defaults, as Kafka leaves them)."""
+    return build(
+        partition_cls,
+        partition_index=index,
+        error_code=error,
+        leader_id=0,
+        leader_epoch=0,
+        isr=(),
+        leader_recovery_state=RECOVERED,
+        partition_epoch=0,
+    )
 
 
 def _random_topic_id() -> uuid.UUID:
