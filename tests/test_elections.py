@@ -7,6 +7,7 @@ The controller tests drive the real QuorumController over a real Raft client and
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 from metadata_harness import SyncController
 
-from kcli.broker.metadata.controller import BrokerHeartbeat, NewTopic
+from kcli.broker.metadata.controller import BrokerHeartbeat, ConfigOp, NewTopic, OpType
 from kcli.broker.metadata.controller.partition_change_builder import (
     RECOVERED,
     RECOVERING,
@@ -405,3 +406,251 @@ def test_alter_partition_refuses_fenced_and_unregistered_members(tmp_path):
     assert ask(1, 4).error_code is ErrorCode.ineligible_replica
     answer = ask(1, 2)
     assert (answer.error_code, answer.isr) == (ErrorCode.none, (1, 2))
+
+
+def run_for(controller: SyncController, coroutine, seconds: float) -> None:
+    """Run one of the controller's periodic tasks for `seconds`, then stop it."""
+
+    async def bounded():
+        try:
+            await asyncio.wait_for(coroutine, seconds)
+        except TimeoutError:
+            pass
+
+    controller.run(bounded())
+
+
+def last_batch(controller: SyncController) -> list[str]:
+    *_, batch = controller.metadata_log.batches()
+    return [record.name for record, _ in batch.records]
+
+
+def shrink(controller, epochs, topic, topic_id, leader, *members):
+    p = state(controller, topic)
+    request = alter_request(
+        leader,
+        epochs[leader],
+        topic_id,
+        dict(leader_epoch=p.leader_epoch, partition_epoch=p.partition_epoch, isr=[(m, -1) for m in members]),
+    )
+    assert partition_answer(controller.alter_partition(request)).error_code is ErrorCode.none
+
+
+# --- fencing, unfencing, unregistration ----------------------------------------------------------------
+
+
+def test_a_fenced_leader_leaves_the_isr_and_a_new_leader_is_elected_in_the_same_batch(tmp_path):
+    controller, epochs = open_cluster(tmp_path)
+    create(controller, "t", (1, 2, 3), (2, 3, 1))
+    reply = heartbeat(controller, epochs, 1, want_fence=True)
+    assert reply.is_fenced and not reply.should_shut_down
+    assert committed(controller)
+    led, followed = state(controller, "t", 0), state(controller, "t", 1)
+    assert (led.leader, led.leader_epoch, led.isr, led.partition_epoch) == (2, 1, (2, 3), 1)
+    # where it only followed: out of the ISR, leader and leader epoch unchanged
+    assert (followed.leader, followed.leader_epoch, followed.isr) == (2, 0, (2, 3))
+    assert last_batch(controller) == [
+        "PartitionChangeRecord",
+        "PartitionChangeRecord",
+        "BrokerRegistrationChangeRecord",
+    ]
+    assert controller.image.broker(1).fenced
+
+
+def test_session_expiry_fences_one_broker_per_write_and_the_last_isr_member_stays(tmp_path):
+    controller, epochs = open_cluster(tmp_path)
+    create(controller, "t", (1, 2, 3))
+    run_for(controller, controller.controller.run_session_expiry(200), 3.0)
+    assert all(controller.image.broker(b).fenced for b in BROKERS)
+    p = state(controller, "t")
+    assert (p.leader, p.isr, p.leader_epoch) == (NO_LEADER, (3,), 3)
+    # Each fence went in its own batch with its partition changes
+    names = [[r.name for r, _ in batch.records] for batch in controller.metadata_log.batches()]
+    fences = [batch for batch in names if "BrokerRegistrationChangeRecord" in batch]
+    assert fences == [["PartitionChangeRecord", "BrokerRegistrationChangeRecord"]] * 3
+
+
+def test_an_unfenced_broker_leads_the_leaderless_partitions_whose_isr_holds_it(tmp_path):
+    controller, epochs = open_cluster(tmp_path)
+    create(controller, "t", (1, 2), (2, 1), (1, 2))
+    heartbeat(controller, epochs, 2, want_fence=True)
+    heartbeat(controller, epochs, 1, want_fence=True)
+    assert [state(controller, "t", i).leader for i in range(3)] == [NO_LEADER] * 3
+    assert [state(controller, "t", i).isr for i in range(3)] == [(1,), (1,), (1,)]
+    reply = heartbeat(controller, epochs, 2)  # not in any ISR: unfenced, leads nothing
+    assert not reply.is_fenced
+    assert [state(controller, "t", i).leader for i in range(3)] == [NO_LEADER] * 3
+    reply = heartbeat(controller, epochs, 1)
+    assert not reply.is_fenced and reply.is_caught_up
+    assert last_batch(controller)[0] == "BrokerRegistrationChangeRecord"
+    # partition 1 went 2 -> 1 -> none -> 1: one more epoch than the others
+    assert [(state(controller, "t", i).leader, state(controller, "t", i).leader_epoch) for i in range(3)] == [
+        (1, 2),
+        (1, 3),
+        (1, 2),
+    ]
+
+
+def test_unregistering_a_broker_removes_it_from_isrs_and_moves_its_leaderships(tmp_path):
+    controller, epochs = open_cluster(tmp_path)
+    create(controller, "t", (3, 1, 2))
+    controller.unregister_broker(3)
+    assert last_batch(controller) == ["PartitionChangeRecord", "UnregisterBrokerRecord"]
+    p = state(controller, "t")
+    assert (p.leader, p.isr, p.replicas) == (1, (1, 2), (3, 1, 2))
+    assert controller.image.broker(3) is None
+
+
+# --- controlled shutdown --------------------------------------------------------------------------------
+
+
+def test_controlled_shutdown_moves_leadership_first_and_shuts_down_once_the_others_have_seen_it(tmp_path):
+    controller, epochs = open_cluster(tmp_path)
+    topic_id = create(controller, "t", (1, 2, 3), (2, 1, 3))
+    first = heartbeat(controller, epochs, 1, want_shut_down=True)
+    assert (first.is_fenced, first.should_shut_down) == (False, False)
+    assert last_batch(controller) == [
+        "BrokerRegistrationChangeRecord",
+        "PartitionChangeRecord",
+        "PartitionChangeRecord",
+    ]
+    registration = controller.image.broker(1)
+    assert registration.in_controlled_shutdown and not registration.fenced
+    assert (state(controller, "t", 0).leader, state(controller, "t", 0).isr) == (2, (2, 3))
+    assert (state(controller, "t", 1).leader, state(controller, "t", 1).isr) == (2, (2, 3))
+    # a broker in controlled shutdown may not lead nor rejoin an ISR
+    p = state(controller, "t", 0)
+    rejoin = alter_request(
+        2,
+        epochs[2],
+        topic_id,
+        dict(leader_epoch=p.leader_epoch, partition_epoch=p.partition_epoch, isr=[(2, -1), (1, -1)]),
+    )
+    assert partition_answer(controller.alter_partition(rejoin)).error_code is ErrorCode.ineligible_replica
+    # it leads nothing now, but the active brokers have not reported the moves yet
+    second = heartbeat(controller, epochs, 1, want_shut_down=True)
+    assert (second.is_fenced, second.should_shut_down) == (False, False)
+    heartbeat(controller, epochs, 2)
+    heartbeat(controller, epochs, 3)
+    third = heartbeat(controller, epochs, 1, want_shut_down=True)
+    assert (third.is_fenced, third.should_shut_down) == (True, True)
+    assert controller.image.broker(1).fenced
+
+
+def test_a_broker_that_leads_nothing_shuts_down_at_once(tmp_path):
+    controller, epochs = open_cluster(tmp_path)
+    create(controller, "t", (1, 2, 3))
+    reply = heartbeat(controller, epochs, 3, want_shut_down=True)
+    assert (reply.is_fenced, reply.should_shut_down) == (True, True)
+    assert state(controller, "t").isr == (1, 2)
+    assert not controller.image.broker(3).in_controlled_shutdown
+
+
+def test_the_only_broker_shuts_down_leaving_its_partitions_leaderless_and_leads_again_when_back(tmp_path):
+    controller, epochs = open_cluster(tmp_path, brokers=(1,))
+    create(controller, "t", (1,))
+    assert not heartbeat(controller, epochs, 1, want_shut_down=True).should_shut_down
+    p = state(controller, "t")
+    assert (p.leader, p.isr) == (NO_LEADER, (1,))
+    assert heartbeat(controller, epochs, 1, want_shut_down=True).should_shut_down
+    epochs[1] = controller.register_broker(
+        Listener("PLAINTEXT", "127.0.0.1", 9001), broker_id=1, log_dirs=[uuid.UUID(int=1001)], fenced=True
+    )
+    assert not heartbeat(controller, epochs, 1).is_fenced
+    assert state(controller, "t").leader == 1
+
+
+# --- unclean elections ------------------------------------------------------------------------------------
+
+
+def test_without_unclean_election_the_partition_stays_leaderless(tmp_path):
+    controller, epochs = open_cluster(tmp_path, **{"unclean.leader.election.enable": "true"})
+    topic_id = create(controller, "t", (1, 2), **{"unclean.leader.election.enable": "false"})
+    shrink(controller, epochs, "t", topic_id, 1, 1)
+    heartbeat(controller, epochs, 1, want_fence=True)
+    p = state(controller, "t")
+    assert (p.leader, p.isr, p.leader_recovery_state) == (NO_LEADER, (1,), RECOVERED)
+
+
+def test_with_unclean_election_an_out_of_sync_replica_leads_recovering(tmp_path):
+    controller, epochs = open_cluster(tmp_path)
+    topic_id = create(controller, "t", (1, 2), **{"unclean.leader.election.enable": "true"})
+    shrink(controller, epochs, "t", topic_id, 1, 1)
+    heartbeat(controller, epochs, 1, want_fence=True)
+    p = state(controller, "t")
+    assert (p.leader, p.isr, p.leader_recovery_state) == (2, (2,), RECOVERING)
+    # the new leader reports RECOVERED with its first ISR change; never the other way back
+    request = alter_request(
+        2,
+        epochs[2],
+        topic_id,
+        dict(leader_epoch=p.leader_epoch, partition_epoch=p.partition_epoch, isr=[(2, -1)]),
+    )
+    answer = partition_answer(controller.alter_partition(request))
+    assert (answer.error_code, answer.leader_recovery_state) == (ErrorCode.none, RECOVERED)
+
+
+def test_the_broker_configuration_enables_unclean_election_when_the_topic_does_not_say(tmp_path):
+    controller, epochs = open_cluster(tmp_path, **{"unclean.leader.election.enable": "true"})
+    topic_id = create(controller, "t", (1, 2))
+    shrink(controller, epochs, "t", topic_id, 1, 1)
+    heartbeat(controller, epochs, 1, want_fence=True)
+    assert state(controller, "t").leader == 2
+
+
+def test_the_periodic_unclean_check_elects_once_the_topic_allows_it(tmp_path):
+    controller, epochs = open_cluster(tmp_path)
+    topic_id = create(controller, "t", (1, 2))
+    shrink(controller, epochs, "t", topic_id, 1, 1)
+    heartbeat(controller, epochs, 1, want_fence=True)
+    run_for(controller, controller.controller.run_unclean_elections(50), 0.5)
+    assert state(controller, "t").leader == NO_LEADER
+    error = controller.alter_topic_configs(
+        "t", [ConfigOp("unclean.leader.election.enable", OpType.SET, "true")]
+    )
+    assert not error.is_failure
+    run_for(controller, controller.controller.run_unclean_elections(50), 0.5)
+    p = state(controller, "t")
+    assert (p.leader, p.isr, p.leader_recovery_state) == (2, (2,), RECOVERING)
+
+
+# --- preferred-leader rebalance --------------------------------------------------------------------------
+
+
+def test_the_rebalance_pass_moves_leadership_back_to_the_preferred_replica_once_it_is_in_the_isr(tmp_path):
+    controller, epochs = open_cluster(tmp_path)
+    topic_id = create(controller, "t", (1, 2, 3))
+    heartbeat(controller, epochs, 1, want_fence=True)
+    heartbeat(controller, epochs, 1)  # back, unfenced, but out of the ISR
+    assert (state(controller, "t").leader, state(controller, "t").isr) == (2, (2, 3))
+    run_for(controller, controller.controller.run_leader_rebalance(50), 0.4)
+    assert state(controller, "t").leader == 2  # replicas[0] is not in the ISR: no election
+    shrink(controller, epochs, "t", topic_id, 2, 2, 3, 1)  # the leader takes it back into the ISR
+    run_for(controller, controller.controller.run_leader_rebalance(50), 0.4)
+    p = state(controller, "t")
+    assert (p.leader, p.isr, p.leader_epoch) == (1, (2, 3, 1), 2)
+
+
+def test_a_rebalance_pass_is_capped_and_the_task_runs_again_at_once(tmp_path, monkeypatch):
+    import kcli.broker.metadata.controller.replication_control_manager as rcm
+
+    monkeypatch.setattr(rcm, "MAX_ELECTIONS_PER_IMBALANCE", 2)
+    controller, epochs = open_cluster(tmp_path)
+    topic_id = create(controller, "t", *[(1, 2, 3)] * 3)
+    heartbeat(controller, epochs, 1, want_fence=True)
+    heartbeat(controller, epochs, 1)
+    for index in range(3):
+        p = state(controller, "t", index)
+        isr = [(2, -1), (3, -1), (1, -1)]
+        request = alter_request(
+            2,
+            epochs[2],
+            topic_id,
+            dict(index=index, leader_epoch=p.leader_epoch, partition_epoch=p.partition_epoch, isr=isr),
+        )
+        assert partition_answer(controller.alter_partition(request)).error_code is ErrorCode.none
+    first = controller.controller.replication_control.maybe_balance_partition_leaders(controller.image)
+    assert (len(first.records), first.response) == (2, True)
+    # the task's next pass follows at once, not after the (long) interval
+    run_for(controller, controller.controller.run_leader_rebalance(1000), 1.5)
+    assert [state(controller, "t", i).leader for i in range(3)] == [1, 1, 1]

@@ -1,8 +1,8 @@
 """The controller listener's own requests: the metadata quorum's Raft and the brokers' lifecycle.
 
 As Kafka's ControllerApis: Vote, BeginQuorumEpoch, EndQuorumEpoch and Fetch (of `__cluster_metadata`)
-go to the Raft client, FetchSnapshot too; DescribeQuorum is answered by the leader; BrokerRegistration and BrokerHeartbeat
-by the active controller, others answering NOT_CONTROLLER so the broker looks for the new one.
+go to the Raft client, FetchSnapshot too; DescribeQuorum is answered by the leader; BrokerRegistration, BrokerHeartbeat
+and AlterPartition by the active controller, others answering NOT_CONTROLLER so the broker looks for the new one.
 These APIs are served on `controller.listener.names` only, never to clients.
 """
 

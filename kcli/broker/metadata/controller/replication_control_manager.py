@@ -1,4 +1,7 @@
-"""ReplicationControlManager: topics and partitions: CreateTopics, DeleteTopics, CreatePartitions.
+"""ReplicationControlManager: topics and partitions: CreateTopics, DeleteTopics, CreatePartitions,
+AlterPartition, and the leader elections that follow broker state changes (fencing, unfencing,
+controlled shutdown, unregistration) or run periodically (preferred leaders, unclean elections).
+Every change to an existing partition goes through the PartitionChangeBuilder.
 
 Each operation checks the request against the current image with Kafka's rules, error codes and
 sentences, and returns the records (TopicRecord, ConfigRecords, PartitionRecords, RemoveTopicRecord)
@@ -14,13 +17,18 @@ import datetime
 import logging
 import random
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.metadata.controller.cluster_control_manager import ClusterControlManager
+from kcli.broker.metadata.controller.cluster_control_manager import (
+    BrokerControlState,
+    BrokerHeartbeat,
+    ClusterControlManager,
+    HeartbeatReply,
+)
 from kcli.broker.metadata.controller.configuration_control_manager import ConfigurationControlManager
 from kcli.broker.metadata.controller.controller_result import (
     NONE,
@@ -38,10 +46,12 @@ from kcli.broker.metadata.controller.partition_change_builder import (
 from kcli.broker.metadata.controller.topic import topic_name_error
 from kcli.broker.metadata.image import (
     MV_3_9_IV0,
+    NO_LEADER,
     NO_LEADER_CHANGE,
     ClusterMetadataImage,
     ConfigEntry,
     PartitionRegistration,
+    TopicImage,
     topic_config_entries,
 )
 from kcli.config import CLUSTER_METADATA_TOPIC, BrokerConfig
@@ -57,6 +67,8 @@ ZERO_UUID = uuid.UUID(int=0)
 MAX_RECORDS_PER_USER_OP = 10_000
 """QuorumController.MAX_RECORDS_PER_USER_OP: an admin operation that would write more records fails whole,
 before any placement is computed (a CreateTopics of 2**31-1 partitions is one small request)."""
+MAX_ELECTIONS_PER_IMBALANCE = 1_000
+"""ReplicationControlManager.MAX_ELECTIONS_PER_IMBALANCE: elections per preferred-leader or unclean pass."""
 TOO_LARGE = ApiError(ErrorCode.policy_violation, "Unable to perform excessively large batch operation.")
 PARTITION_RECORD_VERSION = 1
 """The PartitionRecord version written at MV 3.9-IV0 (MetadataVersion.partitionRecordVersion)."""
@@ -571,6 +583,211 @@ class ReplicationControlManager:
                     f"{broker} (broker epoch mismatch: requested={epoch} VS expected={registration.broker_epoch})"
                 )
         return ineligible
+
+    # --- broker state changes --------------------------------------------------------------------------
+
+    def process_broker_heartbeat(
+        self, image: ClusterMetadataImage, heartbeat: BrokerHeartbeat, now: float
+    ) -> ControllerResult[HeartbeatReply]:
+        """BrokerHeartbeat: the BrokerHeartbeatManager's next state, and the records of the move.
+
+        Fencing (asked, or the end of a controlled shutdown) removes the broker from every ISR and
+        elects new leaders where it led; unfencing gives leaderless partitions whose ISR holds it a
+        leader; entering controlled shutdown marks the registration and moves leadership away. The
+        reply says ShouldShutDown only once the broker leads nothing and the active brokers have seen
+        that.
+        """
+        cluster = self.cluster_control
+        cluster.check_broker_epoch(image, heartbeat.broker_id, heartbeat.broker_epoch)
+        registration = image.broker(heartbeat.broker_id)
+        assert registration is not None
+        broker_id, epoch = heartbeat.broker_id, registration.broker_epoch
+        current, following = cluster.calculate_next_broker_state(
+            image, heartbeat, lambda: self.has_leaderships(image, broker_id)
+        )
+        records: list[Record] = []
+        if current is not following:
+            if following in (BrokerControlState.FENCED, BrokerControlState.SHUTDOWN_NOW):
+                self.handle_broker_fenced(image, broker_id, records)
+            elif following is BrokerControlState.UNFENCED:
+                self.handle_broker_unfenced(image, broker_id, epoch, records)
+            elif following is BrokerControlState.CONTROLLED_SHUTDOWN:
+                self.handle_broker_in_controlled_shutdown(image, broker_id, epoch, records)
+        cluster.touch(broker_id, following.fenced, heartbeat.metadata_offset, now)
+        reply = HeartbeatReply(
+            is_caught_up=heartbeat.metadata_offset >= registration.broker_epoch,
+            is_fenced=following.fenced,
+            should_shut_down=following.should_shut_down,
+            in_controlled_shutdown=following.in_controlled_shutdown,
+        )
+        return ControllerResult(records, reply)
+
+    def handle_broker_fenced(
+        self, image: ClusterMetadataImage, broker_id: int, records: list[Record]
+    ) -> None:
+        """Remove the broker from every ISR, elect new leaders where it led, then fence it."""
+        registration = image.broker(broker_id)
+        if registration is None:
+            raise RuntimeError(f"Can't find broker registration for broker {broker_id}")
+        self.generate_leader_and_isr_updates(
+            image,
+            "handleBrokerFenced",
+            broker_id,
+            NO_LEADER,
+            records,
+            self.partitions_with_broker_in_isr(image, broker_id),
+        )
+        records.append(self.cluster_control.fence_record(broker_id, registration.broker_epoch))
+
+    def handle_broker_unregistered(
+        self, image: ClusterMetadataImage, broker_id: int, broker_epoch: int, records: list[Record]
+    ) -> None:
+        """Remove the broker from every ISR and re-elect where it led, then unregister it."""
+        self.generate_leader_and_isr_updates(
+            image,
+            "handleBrokerUnregistered",
+            broker_id,
+            NO_LEADER,
+            records,
+            self.partitions_with_broker_in_isr(image, broker_id),
+        )
+        records.append(("UnregisterBrokerRecord", 0, {"brokerId": broker_id, "brokerEpoch": broker_epoch}))
+
+    def handle_broker_unfenced(
+        self, image: ClusterMetadataImage, broker_id: int, broker_epoch: int, records: list[Record]
+    ) -> None:
+        """Unfence the broker, then give it the leaderless partitions whose ISR holds it."""
+        records.append(self.cluster_control.fence_record(broker_id, broker_epoch, fenced=False))
+        self.generate_leader_and_isr_updates(
+            image,
+            "handleBrokerUnfenced",
+            NO_LEADER,
+            broker_id,
+            records,
+            self.partitions_with_no_leader(image),
+        )
+
+    def handle_broker_in_controlled_shutdown(
+        self, image: ClusterMetadataImage, broker_id: int, broker_epoch: int, records: list[Record]
+    ) -> None:
+        """Mark the registration in controlled shutdown, remove it from every ISR, move its leaderships."""
+        registration = image.broker(broker_id)
+        if registration is not None and not registration.in_controlled_shutdown:
+            change = {"brokerId": broker_id, "brokerEpoch": broker_epoch, "inControlledShutdown": 1}
+            records.append(("BrokerRegistrationChangeRecord", 1, change))
+        self.generate_leader_and_isr_updates(
+            image,
+            f"enterControlledShutdown[{broker_id}]",
+            broker_id,
+            NO_LEADER,
+            records,
+            self.partitions_with_broker_in_isr(image, broker_id),
+        )
+
+    def generate_leader_and_isr_updates(
+        self,
+        image: ClusterMetadataImage,
+        context: str,
+        broker_to_remove: int,
+        broker_to_add: int,
+        records: list[Record],
+        partitions: Iterable[tuple[TopicImage, int, PartitionRegistration]],
+    ) -> None:
+        """One PartitionChangeRecord per partition that changes when `broker_to_remove` leaves (never an
+        acceptable leader, out of the ISR) or `broker_to_add` arrives (acceptable even though the image
+        still reads it fenced). Topics that allow it elect uncleanly."""
+
+        def acceptable(broker: int) -> bool:
+            return broker != broker_to_remove and (
+                broker == broker_to_add or self.cluster_control.is_active(image, broker)
+            )
+
+        before = len(records)
+        for topic, index, partition in partitions:
+            builder = self._builder(image, partition, topic.topic_id, index, acceptable)
+            if self.configuration_control.unclean_leader_election_enabled_for_topic(image, topic.name):
+                builder.set_election(Election.UNCLEAN)
+            builder.set_target_isr([broker for broker in partition.isr if broker != broker_to_remove])
+            record = builder.build()
+            if record is not None:
+                records.append(record)
+        if len(records) != before:
+            log.info("%s: changing %d partition(s)", context, len(records) - before)
+
+    @staticmethod
+    def partitions_with_broker_in_isr(
+        image: ClusterMetadataImage, broker_id: int
+    ) -> list[tuple[TopicImage, int, PartitionRegistration]]:
+        return [
+            (topic, index, partition)
+            for topic in image.topics_by_id.values()
+            for index, partition in sorted(topic.partitions.items())
+            if broker_id in partition.isr
+        ]
+
+    @staticmethod
+    def partitions_with_no_leader(
+        image: ClusterMetadataImage,
+    ) -> list[tuple[TopicImage, int, PartitionRegistration]]:
+        return [
+            (topic, index, partition)
+            for topic in image.topics_by_id.values()
+            for index, partition in sorted(topic.partitions.items())
+            if partition.leader == NO_LEADER
+        ]
+
+    @staticmethod
+    def has_leaderships(image: ClusterMetadataImage, broker_id: int) -> bool:
+        return any(
+            partition.leader == broker_id
+            for topic in image.topics_by_id.values()
+            for partition in topic.partitions.values()
+        )
+
+    # --- periodic elections ------------------------------------------------------------------------------
+
+    def maybe_balance_partition_leaders(self, image: ClusterMetadataImage) -> ControllerResult[bool]:
+        """A PREFERRED election for imbalanced partitions (leader is not replicas[0]), up to
+        MAX_ELECTIONS_PER_IMBALANCE; the answer says whether the cap was hit (run again at once)."""
+        records: list[Record] = []
+        for topic in image.topics_by_id.values():
+            for index, partition in sorted(topic.partitions.items()):
+                if len(records) >= MAX_ELECTIONS_PER_IMBALANCE:
+                    return ControllerResult(records, True)
+                if partition.leader == partition.replicas[0]:
+                    continue
+                record = (
+                    self._builder(image, partition, topic.topic_id, index)
+                    .set_election(Election.PREFERRED)
+                    .build()
+                )
+                if record is not None:
+                    records.append(record)
+        return ControllerResult(records, len(records) >= MAX_ELECTIONS_PER_IMBALANCE)
+
+    def maybe_elect_unclean_leaders(self, image: ClusterMetadataImage) -> ControllerResult[bool]:
+        """An UNCLEAN election for leaderless partitions of topics that allow it, up to
+        MAX_ELECTIONS_PER_IMBALANCE; the answer says whether the cap was hit."""
+        records: list[Record] = []
+        for topic, index, partition in self.partitions_with_no_leader(image):
+            if len(records) >= MAX_ELECTIONS_PER_IMBALANCE:
+                break
+            if not self.configuration_control.unclean_leader_election_enabled_for_topic(image, topic.name):
+                continue
+            record = (
+                self._builder(image, partition, topic.topic_id, index).set_election(Election.UNCLEAN).build()
+            )
+            if record is None:
+                log.warning(
+                    "Cannot trigger unclean leader election for offline partition %s-%d: %s",
+                    topic.name,
+                    index,
+                    ErrorCode.eligible_leaders_not_available.name.upper(),
+                )
+                continue
+            log.error("Triggering unclean leader election for offline partition %s-%d.", topic.name, index)
+            records.append(record)
+        return ControllerResult(records, len(records) >= MAX_ELECTIONS_PER_IMBALANCE)
 
     def _builder(
         self,
