@@ -8,6 +8,7 @@ The controller tests drive the real QuorumController over a real Raft client and
 from __future__ import annotations
 
 import asyncio
+import datetime
 import uuid
 from pathlib import Path
 
@@ -15,7 +16,14 @@ import pytest
 from kio.schema.errors import ErrorCode
 from metadata_harness import SyncController
 
-from kcli.broker.metadata.controller import BrokerHeartbeat, ConfigOp, NewTopic, OpType
+from kcli.broker.metadata.controller import (
+    ApiError,
+    ApiException,
+    BrokerHeartbeat,
+    ConfigOp,
+    NewTopic,
+    OpType,
+)
 from kcli.broker.metadata.controller.partition_change_builder import (
     RECOVERED,
     RECOVERING,
@@ -654,3 +662,104 @@ def test_a_rebalance_pass_is_capped_and_the_task_runs_again_at_once(tmp_path, mo
     # the task's next pass follows at once, not after the (long) interval
     run_for(controller, controller.controller.run_leader_rebalance(1000), 1.5)
     assert [state(controller, "t", i).leader for i in range(3)] == [1, 1, 1]
+
+
+# --- ElectLeaders ---------------------------------------------------------------------------------------
+
+
+def elect_request(election_type: int | None, topics: dict[str, list[int]] | None, version: int = 2):
+    cls = request_type(43, version)
+    topic_cls = nested_type(cls, "TopicPartitions")
+    partitions = None
+    if topics is not None:
+        partitions = tuple(
+            topic_cls(topic=name, partitions=tuple(indexes)) for name, indexes in topics.items()
+        )
+    fields = {"topic_partitions": partitions, "timeout": datetime.timedelta(seconds=60)}
+    if version >= 1:
+        fields["election_type"] = election_type
+    return cls(**fields)
+
+
+def election_results(response) -> dict[tuple[str, int], tuple[ErrorCode, str | None]]:
+    return {
+        (topic.topic, partition.partition_id): (partition.error_code, partition.error_message)
+        for topic in response.replica_election_results
+        for partition in topic.partition_result
+    }
+
+
+def imbalanced_cluster(tmp_path):
+    """t-0 led by 2 with its preferred replica 1 back in the ISR, t-1 balanced, t-2 led by 2 with 1
+    out of its ISR, u-0 leaderless with only the fenced 3 in its ISR."""
+    controller, epochs = open_cluster(tmp_path)
+    t_id = create(controller, "t", (1, 2), (2, 1), (1, 2))
+    create(controller, "u", (3, 2))
+    u_id = controller.image.topic_id("u")
+    shrink(controller, epochs, "u", u_id, 3, 3)
+    heartbeat(controller, epochs, 1, want_fence=True)
+    heartbeat(controller, epochs, 3, want_fence=True)
+    heartbeat(controller, epochs, 1)
+    shrink(controller, epochs, "t", t_id, 2, 2, 1)
+    return controller, epochs
+
+
+def test_elect_leaders_preferred_per_partition_answers(tmp_path):
+    controller, _ = imbalanced_cluster(tmp_path)
+    response = controller.elect_leaders(elect_request(0, {"t": [0, 1, 2, 7], "nope": [0]}))
+    assert committed(controller)
+    assert response.error_code is ErrorCode.none
+    assert election_results(response) == {
+        ("t", 0): (ErrorCode.none, None),
+        ("t", 1): (ErrorCode.election_not_needed, "Leader election not needed for topic partition."),
+        ("t", 2): (ErrorCode.preferred_leader_not_available, "The preferred leader was not available."),
+        ("t", 7): (ErrorCode.unknown_topic_or_partition, "No such partition as t-7"),
+        ("nope", 0): (ErrorCode.unknown_topic_or_partition, "No such topic as nope"),
+    }
+    assert [state(controller, "t", i).leader for i in range(3)] == [1, 2, 2]
+
+
+def test_elect_leaders_for_all_partitions_leaves_out_those_that_need_none(tmp_path):
+    controller, _ = imbalanced_cluster(tmp_path)
+    response = controller.elect_leaders(elect_request(None, None, version=0))
+    assert election_results(response) == {
+        ("t", 0): (ErrorCode.none, None),
+        ("t", 2): (ErrorCode.preferred_leader_not_available, "The preferred leader was not available."),
+        ("u", 0): (ErrorCode.preferred_leader_not_available, "The preferred leader was not available."),
+    }
+    assert [topic.topic for topic in response.replica_election_results] == ["t", "u"]
+    assert state(controller, "t", 0).leader == 1
+
+
+def test_elect_leaders_unclean_overrides_the_topic_config(tmp_path):
+    controller, _ = imbalanced_cluster(tmp_path)
+    response = controller.elect_leaders(elect_request(1, {"u": [0], "t": [0]}))
+    assert election_results(response) == {
+        ("u", 0): (ErrorCode.none, None),
+        ("t", 0): (ErrorCode.election_not_needed, "Leader election not needed for topic partition."),
+    }
+    p = state(controller, "u")
+    assert (p.leader, p.isr, p.leader_recovery_state) == (2, (2,), RECOVERING)
+
+
+def test_elect_leaders_unclean_without_any_acceptable_replica(tmp_path):
+    controller, epochs = open_cluster(tmp_path, brokers=(1, 2))
+    create(controller, "t", (1, 2))
+    heartbeat(controller, epochs, 2, want_fence=True)
+    heartbeat(controller, epochs, 1, want_fence=True)
+    response = controller.elect_leaders(elect_request(1, {"t": [0]}))
+    assert election_results(response) == {
+        ("t", 0): (
+            ErrorCode.eligible_leaders_not_available,
+            "Eligible topic partition leaders are not available.",
+        )
+    }
+
+
+def test_elect_leaders_with_an_unknown_election_type_is_refused_whole(tmp_path):
+    controller, _ = imbalanced_cluster(tmp_path)
+    end = controller.controller.raft_client.log_end_offset
+    with pytest.raises(ApiException) as refused:
+        controller.elect_leaders(elect_request(5, {"t": [0]}))
+    assert refused.value.error == ApiError(ErrorCode.invalid_request, "Unknown election type 5")
+    assert controller.controller.raft_client.log_end_offset == end

@@ -266,6 +266,14 @@ class QuorumController:
                     pass
                 break
 
+    async def elect_leaders(self, request: Any) -> Any:
+        """ElectLeaders (a kio ElectLeadersRequest, v0-2): the ElectLeadersResponse of the same
+        version, sent once the elections are committed. An unknown election type raises
+        ApiException(INVALID_REQUEST); a controller that is not active raises NotControllerError."""
+        if not self.is_active:
+            raise NotControllerError(f"node {self.node_id} is not the active controller")
+        return await self._run(self.replication_control.elect_leaders(self._image, request))
+
     def election_tasks(self) -> list[asyncio.Task[None]]:
         """The periodic election passes this configuration asks for: preferred-leader rebalance
         (auto.leader.rebalance.enable) and unclean elections."""

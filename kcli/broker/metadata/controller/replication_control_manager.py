@@ -67,6 +67,9 @@ ZERO_UUID = uuid.UUID(int=0)
 MAX_RECORDS_PER_USER_OP = 10_000
 """QuorumController.MAX_RECORDS_PER_USER_OP: an admin operation that would write more records fails whole,
 before any placement is computed (a CreateTopics of 2**31-1 partitions is one small request)."""
+PREFERRED_ELECTION = 0
+UNCLEAN_ELECTION = 1
+"""ElectionType ids of ElectLeaders (v0 is always PREFERRED)."""
 MAX_ELECTIONS_PER_IMBALANCE = 1_000
 """ReplicationControlManager.MAX_ELECTIONS_PER_IMBALANCE: elections per preferred-leader or unclean pass."""
 TOO_LARGE = ApiError(ErrorCode.policy_violation, "Unable to perform excessively large batch operation.")
@@ -583,6 +586,80 @@ class ReplicationControlManager:
                     f"{broker} (broker epoch mismatch: requested={epoch} VS expected={registration.broker_epoch})"
                 )
         return ineligible
+
+    # --- ElectLeaders -----------------------------------------------------------------------------------
+
+    def elect_leaders(self, image: ClusterMetadataImage, request: Any) -> ControllerResult[Any]:
+        """ElectLeaders (a kio ElectLeadersRequest, v0-2): a PREFERRED or UNCLEAN election per named
+        partition, or for every partition when none are named (then the ones that need no election
+        are left out). An UNCLEAN request elects even where the topic's config forbids it: it is the
+        operator's explicit choice. An unknown election type fails the whole request.
+        """
+        version = request.__version__
+        response_cls = response_type(ELECT_LEADERS, version)
+        topic_cls = nested_type(response_cls, "ReplicaElectionResult")
+        partition_cls = nested_type(response_cls, "PartitionResult")
+        election_type = getattr(request, "election_type", PREFERRED_ELECTION)
+        if election_type not in (PREFERRED_ELECTION, UNCLEAN_ELECTION):
+            raise ApiException(ErrorCode.invalid_request, f"Unknown election type {election_type}")
+        records: list[Record] = []
+
+        def result(index: int, error: ApiError) -> Any:
+            return build(
+                partition_cls, partition_id=index, error_code=error.code, error_message=error.message
+            )
+
+        topics = []
+        if request.topic_partitions is None:
+            for name, topic_id in image.topic_ids.items():
+                partitions = []
+                for index in sorted(image.topics_by_id[topic_id].partitions):
+                    error = self.elect_leader(image, name, index, election_type, records)
+                    if error.code is not ErrorCode.election_not_needed:
+                        partitions.append(result(index, error))
+                topics.append(build(topic_cls, topic=name, partition_result=tuple(partitions)))
+        else:
+            for topic in request.topic_partitions:
+                partitions = [
+                    result(index, self.elect_leader(image, topic.topic, index, election_type, records))
+                    for index in topic.partitions
+                ]
+                topics.append(build(topic_cls, topic=topic.topic, partition_result=tuple(partitions)))
+        response = build(
+            response_cls,
+            throttle_time=_NO_THROTTLE,
+            error_code=ErrorCode.none,
+            replica_election_results=tuple(topics),
+        )
+        return ControllerResult(records, response)
+
+    def elect_leader(
+        self, image: ClusterMetadataImage, topic: str, index: int, election_type: int, records: list[Record]
+    ) -> ApiError:
+        """One partition of ElectLeaders: its answer, and its change record appended to `records`."""
+        topic_id = image.topic_id(topic)
+        if topic_id is None:
+            return ApiError(ErrorCode.unknown_topic_or_partition, f"No such topic as {topic}")
+        partition = image.topics_by_id[topic_id].partitions.get(index)
+        if partition is None:
+            return ApiError(ErrorCode.unknown_topic_or_partition, f"No such partition as {topic}-{index}")
+        if (election_type == PREFERRED_ELECTION and partition.leader == partition.replicas[0]) or (
+            election_type == UNCLEAN_ELECTION and partition.leader != NO_LEADER
+        ):
+            return ApiError(ErrorCode.election_not_needed, "Leader election not needed for topic partition.")
+        election = Election.PREFERRED if election_type == PREFERRED_ELECTION else Election.UNCLEAN
+        record = self._builder(image, partition, topic_id, index).set_election(election).build()
+        if record is None:
+            if election_type == PREFERRED_ELECTION:
+                return ApiError(
+                    ErrorCode.preferred_leader_not_available, "The preferred leader was not available."
+                )
+            return ApiError(
+                ErrorCode.eligible_leaders_not_available,
+                "Eligible topic partition leaders are not available.",
+            )
+        records.append(record)
+        return NONE
 
     # --- broker state changes --------------------------------------------------------------------------
 
