@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode
 from metadata_harness import SyncController
+from test_cluster import SESSION, SESSION_TIMEOUT_S, wait_all_caught_up, wait_for
+from test_cluster import cluster_factory as cluster_factory  # noqa: F401  (the fixture)
 
 from kcli.broker.metadata.controller import (
     ApiError,
@@ -763,3 +766,76 @@ def test_elect_leaders_with_an_unknown_election_type_is_refused_whole(tmp_path):
         controller.elect_leaders(elect_request(5, {"t": [0]}))
     assert refused.value.error == ApiError(ErrorCode.invalid_request, "Unknown election type 5")
     assert controller.controller.raft_client.log_end_offset == end
+
+
+# --- a real cluster: kill -9 a partition leader --------------------------------------------------------
+
+
+def describe_partition(bootstrap: str, topic: str) -> tuple[int, tuple[int, ...], tuple[int, ...]] | None:
+    """(leader, replicas, isr) of partition 0 as Metadata shows it through `bootstrap`, or None."""
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=5)
+    except Exception:
+        return None
+    found = metadata.topics.get(topic)
+    if found is None or found.error is not None or 0 not in found.partitions:
+        return None
+    partition = found.partitions[0]
+    return partition.leader, tuple(partition.replicas), tuple(partition.isrs)
+
+
+@pytest.mark.timeout(240)
+def test_killing_a_partition_leader_elects_another_from_the_isr_after_its_session(cluster_factory):  # noqa: F811
+    from confluent_kafka import ElectionType, TopicPartition
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin import NewTopic as AdminNewTopic
+
+    cluster = cluster_factory(overrides=SESSION)
+    cluster.start()
+    wait_all_caught_up(cluster, timeout=90)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "socket.timeout.ms": 20000})
+    futures = admin.create_topics([AdminNewTopic("replicated", 1, 3)], request_timeout=30)
+    futures["replicated"].result(40)
+    leader, replicas, isr = wait_for(
+        "the new topic's leader in Metadata",
+        lambda: (d := describe_partition(cluster.bootstrap, "replicated")) and d[0] >= 0 and d,
+        30,
+    )
+    assert sorted(replicas) == [1, 2, 3] and sorted(isr) == [1, 2, 3]
+
+    killed_at = time.monotonic()
+    cluster[leader].kill()
+
+    def moved():
+        found = describe_partition(cluster.live_bootstrap(), "replicated")
+        return found if found is not None and found[0] not in (-1, leader) else None
+
+    new_leader, after_replicas, after_isr = wait_for(f"a leader other than {leader}", moved, 90, interval=0.5)
+    took = time.monotonic() - killed_at
+    # only once the session expired (the controller fences it and elects in the same batch)
+    assert took >= SESSION_TIMEOUT_S - 1.0, f"re-elected {took:.1f} s after kill -9"
+    assert new_leader in isr and new_leader != leader
+    assert leader not in after_isr and after_replicas == replicas
+    # the ONLINE election takes the first replica, in assignment order, that is in the ISR and alive
+    assert new_leader == next(r for r in replicas if r != leader)
+
+    cluster[leader].start()
+    cluster[leader].wait_ready()
+    wait_all_caught_up(cluster, timeout=90)
+    back = wait_for(
+        f"broker {leader} back among the brokers",
+        lambda: (d := describe_partition(cluster.bootstrap, "replicated")) and d,
+        30,
+    )
+    assert back[1] == replicas and leader in back[1]
+    assert back[0] == new_leader  # it is not in the ISR, so it cannot have taken the leadership back
+
+    # ElectLeaders, forwarded to the active controller: the preferred replica is valid only if it was
+    # not the killed one (which is out of the ISR until the leader takes it back).
+    result = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("replicated", 0)]).result(40)
+    [(partition, error)] = result.items()
+    assert (partition.topic, partition.partition) == ("replicated", 0)
+    expected = "PREFERRED_LEADER_NOT_AVAILABLE" if replicas[0] == leader else "ELECTION_NOT_NEEDED"
+    assert error is not None and error.name() == expected, error
