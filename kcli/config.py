@@ -957,6 +957,13 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table(
             "Move leadership back to preferred replicas.",
         ),
         (
+            "leader.imbalance.check.interval.seconds",
+            "long",
+            300,
+            at_least(1),
+            "How often the controller moves leadership back to preferred replicas.",
+        ),
+        (
             "replica.lag.time.max.ms",
             "long",
             30000,

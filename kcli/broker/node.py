@@ -293,6 +293,7 @@ def controller_tasks(config: BrokerConfig, controller: QuorumController) -> list
     return [
         asyncio.create_task(controller.run_session_expiry(session_ms)),
         asyncio.create_task(controller.run_idle_writes(idle_ms)),
+        *controller.election_tasks(),
     ]
 
 

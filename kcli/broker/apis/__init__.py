@@ -11,13 +11,14 @@ from kcli.broker.apis.registry import ApiRegistry
 
 def build_controller_registry() -> ApiRegistry:
     """What the controller listener serves: Raft, broker lifecycle, and the admin requests brokers forward."""
-    from kcli.broker.apis import api_versions, cluster, configs, quorum, topics
+    from kcli.broker.apis import api_versions, cluster, configs, elections, quorum, topics
 
     return ApiRegistry(
         [
             *api_versions.APIS,
             *quorum.CONTROLLER_APIS,
             *topics.APIS,
+            *elections.APIS,
             *configs.APIS,
             *cluster.APIS,
         ]
@@ -30,6 +31,7 @@ def build_registry() -> ApiRegistry:
         api_versions,
         cluster,
         configs,
+        elections,
         fetch,
         groups,
         list_offsets,
@@ -52,6 +54,7 @@ def build_registry() -> ApiRegistry:
             *metadata.APIS,
             *cluster.APIS,
             *topics.APIS,
+            *elections.APIS,
             *configs.APIS,
             *records.APIS,
             *log_dirs.APIS,

@@ -1,8 +1,8 @@
 """The controller listener's own requests: the metadata quorum's Raft and the brokers' lifecycle.
 
 As Kafka's ControllerApis: Vote, BeginQuorumEpoch, EndQuorumEpoch and Fetch (of `__cluster_metadata`)
-go to the Raft client, FetchSnapshot too; DescribeQuorum is answered by the leader; BrokerRegistration and BrokerHeartbeat
-by the active controller, others answering NOT_CONTROLLER so the broker looks for the new one.
+go to the Raft client, FetchSnapshot too; DescribeQuorum is answered by the leader; BrokerRegistration, BrokerHeartbeat
+and AlterPartition by the active controller, others answering NOT_CONTROLLER so the broker looks for the new one.
 These APIs are served on `controller.listener.names` only, never to clients.
 """
 
@@ -20,7 +20,7 @@ from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.metadata.controller import BrokerHeartbeat, NotControllerError
 from kcli.broker.metadata.controller.controller_result import ApiException
 from kcli.config import Listener
-from kcli.protocol.messages import build, response_type
+from kcli.protocol.messages import build, kio_versions, response_type
 
 log = logging.getLogger("kcli.broker")
 
@@ -36,6 +36,7 @@ BROKER_REGISTRATION = 62
 BROKER_HEARTBEAT = 63
 UNREGISTER_BROKER = 64
 ALLOCATE_PRODUCER_IDS = 67
+ALTER_PARTITION = 56
 _NO_THROTTLE = datetime.timedelta(0)
 
 
@@ -157,6 +158,19 @@ async def handle_allocate_producer_ids(ctx: RequestContext, request: Any) -> obj
     return build(cls, throttle_time=_NO_THROTTLE, error_code=error, producer_id_start=-1, producer_id_len=0)
 
 
+async def handle_alter_partition(ctx: RequestContext, request: Any) -> object:
+    """A partition leader's ISR change; NOT_CONTROLLER (top level) from a controller that is not active."""
+    try:
+        return await ctx.controller.alter_partition(request)
+    except NotControllerError:
+        return build(
+            response_type(ALTER_PARTITION, ctx.api_version),
+            throttle_time=_NO_THROTTLE,
+            error_code=ErrorCode.not_controller,
+            topics=(),
+        )
+
+
 async def _on_controller(call: Awaitable[T]) -> tuple[T | None, ErrorCode, str | None]:
     """(result, NONE, None), or (None, the error code and message) when the controller refused or is
     not the active one: how every lifecycle request reports a controller failure."""
@@ -179,6 +193,7 @@ CONTROLLER_APIS = [
     ApiSpec(BROKER_HEARTBEAT, 0, 1, handle_broker_heartbeat),
     ApiSpec(ALLOCATE_PRODUCER_IDS, 0, 0, handle_allocate_producer_ids),
     ApiSpec(UNREGISTER_BROKER, 0, 0, handle_unregister_broker),
+    ApiSpec(ALTER_PARTITION, *kio_versions(ALTER_PARTITION), handle_alter_partition),  # type: ignore[misc]
 ]
 """Served on the controller listener only (with ApiVersions and the admin requests brokers forward)."""
 

@@ -2,7 +2,9 @@
 
 - `quorum_controller`: runs an operation (ask the manager, then commit its records) — QuorumController
 - `cluster_control_manager`: broker registration, fencing, listeners, broker epochs
-- `replication_control_manager`: topics, partitions, placement; CreateTopics, DeleteTopics, CreatePartitions
+- `replication_control_manager`: topics, partitions, placement; CreateTopics, DeleteTopics, CreatePartitions,
+  AlterPartition, elections on broker state changes, preferred-leader and unclean election passes
+- `partition_change_builder`: the PartitionChangeRecord for a partition's new leader, ISR, assignment
 - `configuration_control_manager`: topic config overrides; IncrementalAlterConfigs, AlterConfigs
 - `producer_id_control_manager`: AllocateProducerIds blocks
 - `feature_control_manager`: metadata.version

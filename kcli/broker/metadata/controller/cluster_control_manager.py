@@ -8,8 +8,11 @@ every new incarnation has a higher epoch than the last.
 
 from __future__ import annotations
 
+import enum
+import logging
+import sys
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -27,6 +30,8 @@ from kcli.broker.metadata.image import (
     ClusterMetadataImage,
 )
 from kcli.config import Listener
+
+log = logging.getLogger("kcli.broker.metadata")
 
 PLAINTEXT = 0  # SecurityProtocol.PLAINTEXT id
 REGISTER_BROKER_RECORD_VERSION = 3
@@ -49,17 +54,45 @@ class HeartbeatReply:
     is_caught_up: bool
     is_fenced: bool
     should_shut_down: bool
+    in_controlled_shutdown: bool = False
+
+
+class BrokerControlState(enum.Enum):
+    """Where a broker is in its lifecycle, as the active controller sees it (BrokerControlState)."""
+
+    FENCED = (True, False, False)
+    UNFENCED = (False, False, False)
+    CONTROLLED_SHUTDOWN = (False, True, False)
+    SHUTDOWN_NOW = (True, False, True)
+
+    @property
+    def fenced(self) -> bool:
+        return self.value[0]
+
+    @property
+    def in_controlled_shutdown(self) -> bool:
+        return self.value[1]
+
+    @property
+    def should_shut_down(self) -> bool:
+        return self.value[2]
 
 
 class ClusterControlManager:
     """Broker registration and the questions about brokers the other control managers ask.
 
-    `last_contact` is the soft state Kafka keeps outside the log: when each broker was last heard
-    from (monotonic seconds), for session expiry; a new active controller starts every session afresh.
+    `last_contact`, `metadata_offsets` and `controlled_shutdown_offsets` are the soft state Kafka's
+    BrokerHeartbeatManager keeps outside the log: when each broker was last heard from (monotonic
+    seconds, for session expiry), what it had replayed, and who is in controlled shutdown; a new
+    active controller starts every session afresh.
     """
 
     def __init__(self) -> None:
         self.last_contact: dict[int, float] = {}
+        self.metadata_offsets: dict[int, int] = {}
+        """The metadata offset each broker reported in its last heartbeat."""
+        self.controlled_shutdown_offsets: dict[int, int] = {}
+        """Brokers in controlled shutdown: the offset every active broker must reach before they go."""
         self.sessions_since = 0.0
         """When this controller became active: a broker not heard from since has had that long."""
 
@@ -129,32 +162,112 @@ class ClusterControlManager:
         records: list[Record] = [("RegisterBrokerRecord", REGISTER_BROKER_RECORD_VERSION, record)]
         return ControllerResult(records, broker_epoch)
 
-    def process_heartbeat(
+    # --- the heartbeat state machine (Kafka's BrokerHeartbeatManager) -----------------------------------
+
+    def current_broker_state(self, image: ClusterMetadataImage, broker_id: int) -> BrokerControlState:
+        """FENCED or UNFENCED as the image says; CONTROLLED_SHUTDOWN while this controller holds the
+        broker's controlled-shutdown offset (soft state: a new active controller starts it afresh)."""
+        registration = image.broker(broker_id)
+        if registration is None or registration.fenced:
+            return BrokerControlState.FENCED
+        if broker_id in self.controlled_shutdown_offsets:
+            return BrokerControlState.CONTROLLED_SHUTDOWN
+        return BrokerControlState.UNFENCED
+
+    def calculate_next_broker_state(
         self,
         image: ClusterMetadataImage,
         heartbeat: BrokerHeartbeat,
-        now: float,
-    ) -> ControllerResult[HeartbeatReply]:
-        """Kafka's BrokerHeartbeatManager state machine, without controlled shutdown's leader moves.
-
-        A fenced broker is unfenced once its metadata offset reaches its registration record; a broker
-        that wants to shut down or be fenced is fenced. The heartbeat renews the broker's session.
-        """
-        self.check_broker_epoch(image, heartbeat.broker_id, heartbeat.broker_epoch)
+        has_leaderships: Callable[[], bool],
+    ) -> tuple[BrokerControlState, BrokerControlState]:
+        """(current, next) state for a heartbeat: BrokerHeartbeatManager.calculateNextBrokerState."""
         registration = image.broker(heartbeat.broker_id)
         assert registration is not None
-        self.last_contact[heartbeat.broker_id] = now
-        caught_up = heartbeat.metadata_offset >= registration.broker_epoch
-        records: list[Record] = []
-        fenced = registration.fenced
-        if heartbeat.want_shut_down or heartbeat.want_fence:
-            if not fenced:
-                records.append(self.fence_record(registration.broker_id, registration.broker_epoch))
-                fenced = True
-        elif fenced and caught_up:
-            records.append(self.fence_record(registration.broker_id, registration.broker_epoch, fenced=False))
-            fenced = False
-        return ControllerResult(records, HeartbeatReply(caught_up, fenced, heartbeat.want_shut_down))
+        current = self.current_broker_state(image, heartbeat.broker_id)
+        if current is BrokerControlState.FENCED:
+            if heartbeat.want_shut_down:
+                log.info(
+                    "Fenced broker %d has requested and been granted an immediate shutdown.",
+                    heartbeat.broker_id,
+                )
+                return current, BrokerControlState.SHUTDOWN_NOW
+            if not heartbeat.want_fence and heartbeat.metadata_offset >= registration.broker_epoch:
+                log.info(
+                    "The request from broker %d to unfence has been granted because it has caught up with "
+                    "the offset of its register broker record %d.",
+                    heartbeat.broker_id,
+                    registration.broker_epoch,
+                )
+                return current, BrokerControlState.UNFENCED
+            return current, BrokerControlState.FENCED
+        if current is BrokerControlState.UNFENCED:
+            if heartbeat.want_fence:
+                return current, (
+                    BrokerControlState.SHUTDOWN_NOW if heartbeat.want_shut_down else BrokerControlState.FENCED
+                )
+            if heartbeat.want_shut_down:
+                if has_leaderships():
+                    log.info(
+                        "Unfenced broker %d has requested and been granted a controlled shutdown.",
+                        heartbeat.broker_id,
+                    )
+                    return current, BrokerControlState.CONTROLLED_SHUTDOWN
+                log.info(
+                    "Unfenced broker %d has requested and been granted an immediate shutdown.",
+                    heartbeat.broker_id,
+                )
+                return current, BrokerControlState.SHUTDOWN_NOW
+            return current, BrokerControlState.UNFENCED
+        # CONTROLLED_SHUTDOWN: done once it leads nothing and every active broker has seen the moves.
+        if has_leaderships():
+            return current, BrokerControlState.CONTROLLED_SHUTDOWN
+        lowest = self.lowest_active_offset(image)
+        if self.controlled_shutdown_offsets[heartbeat.broker_id] <= lowest:
+            log.info(
+                "The request from broker %d to shut down has been granted since the lowest active offset %d "
+                "is now greater than the broker's controlled shutdown offset %d.",
+                heartbeat.broker_id,
+                lowest,
+                self.controlled_shutdown_offsets[heartbeat.broker_id],
+            )
+            return current, BrokerControlState.SHUTDOWN_NOW
+        return current, BrokerControlState.CONTROLLED_SHUTDOWN
+
+    def touch(self, broker_id: int, fenced: bool, metadata_offset: int, now: float) -> None:
+        """A heartbeat was processed: renew the session and remember the broker's metadata offset.
+
+        A fenced broker leaves controlled shutdown; its next heartbeat shuts it down at once.
+        """
+        self.last_contact[broker_id] = now
+        self.metadata_offsets[broker_id] = metadata_offset
+        if fenced:
+            self.controlled_shutdown_offsets.pop(broker_id, None)
+
+    def fence(self, broker_id: int) -> None:
+        """The broker was fenced without a heartbeat (session expiry)."""
+        self.controlled_shutdown_offsets.pop(broker_id, None)
+
+    def forget(self, broker_id: int) -> None:
+        """The broker was unregistered: its soft state goes too."""
+        self.last_contact.pop(broker_id, None)
+        self.metadata_offsets.pop(broker_id, None)
+        self.controlled_shutdown_offsets.pop(broker_id, None)
+
+    def maybe_update_controlled_shutdown_offset(self, broker_id: int, offset: int) -> None:
+        """The first controlled-shutdown batch's end offset: every active broker must reach it."""
+        self.controlled_shutdown_offsets.setdefault(broker_id, offset)
+
+    def lowest_active_offset(self, image: ClusterMetadataImage) -> int:
+        """The lowest metadata offset reported by an active broker (unfenced, not shutting down);
+        a broker not heard from by this controller counts as -1; no active broker: no limit."""
+        offsets = [
+            self.metadata_offsets.get(registration.broker_id, -1)
+            for registration in image.brokers_by_id.values()
+            if not registration.fenced
+            and not registration.in_controlled_shutdown
+            and registration.broker_id not in self.controlled_shutdown_offsets
+        ]
+        return min(offsets, default=sys.maxsize)
 
     @staticmethod
     def fence_record(broker_id: int, broker_epoch: int, *, fenced: bool = True) -> Record:
@@ -184,6 +297,13 @@ class ClusterControlManager:
     def usable_brokers(self, image: ClusterMetadataImage) -> list[BrokerRegistration]:
         """Brokers replicas may be placed on: registered and not in controlled shutdown (fenced or not)."""
         return [b for b in image.brokers_by_id.values() if not b.in_controlled_shutdown]
+
+    def is_active(self, image: ClusterMetadataImage, broker_id: int) -> bool:
+        """ClusterControlManager.isActive: registered, unfenced and not in controlled shutdown."""
+        registration = image.broker(broker_id)
+        return (
+            registration is not None and not registration.fenced and not registration.in_controlled_shutdown
+        )
 
     def active_brokers(self, image: ClusterMetadataImage, brokers: Iterable[int]) -> list[int]:
         """Those of `brokers` that may join an ISR: registered, unfenced and not shutting down."""

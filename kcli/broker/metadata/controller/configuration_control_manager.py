@@ -33,6 +33,21 @@ class ConfigurationControlManager:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
 
+    def unclean_leader_election_enabled_for_topic(self, image: ClusterMetadataImage, topic: str) -> bool:
+        """The topic's effective unclean.leader.election.enable (Kafka's resolveEffectiveTopicConfig):
+        the topic's override, else this controller's dynamic broker config, else the cluster-wide
+        dynamic default, else the static configuration."""
+        name = "unclean.leader.election.enable"
+        for overrides in (
+            image.topic_config(topic),
+            image.broker_config(str(self.config.node_id)),
+            image.broker_config(""),
+        ):
+            value = overrides.get(name)
+            if value is not None and value.strip():
+                return value.strip().lower() == "true"
+        return bool(self.config[name])
+
     def incremental_alter_topic_configs(
         self, image: ClusterMetadataImage, topic: str, ops: Sequence[ConfigOp]
     ) -> ControllerResult[ApiError]:

@@ -22,8 +22,8 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Mapping, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -183,33 +183,42 @@ class QuorumController:
             session_timeout=int(self.config["broker.session.timeout.ms"]) / 1000,  # type: ignore[call-overload]
         )
         broker_epoch = await self._run(result)
-        self.cluster_control.last_contact[self.node_id if broker_id is None else broker_id] = time.monotonic()
+        # A new incarnation starts its session afresh, out of any controlled shutdown of the last one.
+        self.cluster_control.touch(
+            self.node_id if broker_id is None else broker_id, True, -1, time.monotonic()
+        )
         return broker_epoch
 
     async def unregister_broker(self, broker_id: int) -> None:
-        """UnregisterBroker (kafka-cluster.sh unregister): the registration goes; its replicas are offline."""
+        """UnregisterBroker (kafka-cluster.sh unregister): the broker leaves every ISR, partitions it led
+        get new leaders, and the registration goes, in one batch."""
         registration = self._image.broker(broker_id)
         if registration is None:
             raise ApiException(
                 ErrorCode.broker_id_not_registered, f"Broker ID {broker_id} is not currently registered"
             )
-        record = (
-            "UnregisterBrokerRecord",
-            0,
-            {"brokerId": broker_id, "brokerEpoch": registration.broker_epoch},
+        records: list[Record] = []
+        self.replication_control.handle_broker_unregistered(
+            self._image, broker_id, registration.broker_epoch, records
         )
-        await self._run(ControllerResult([record], None))
-        self.cluster_control.last_contact.pop(broker_id, None)
+        await self._run(ControllerResult(records, None))
+        self.cluster_control.forget(broker_id)
         log.info("unregistered broker %d", broker_id)
 
     async def broker_heartbeat(self, heartbeat: BrokerHeartbeat) -> HeartbeatReply:
-        """BrokerHeartbeat: renew the session, unfence a caught-up broker, fence one that asks."""
+        """BrokerHeartbeat: renew the session and move the broker through Kafka's heartbeat states
+        (unfence, fence, controlled shutdown), writing the ISR and leader changes that go with them."""
         if not self.is_active:
             raise NotControllerError(f"node {self.node_id} is not the active controller")
-        result = self.cluster_control.process_heartbeat(self._image, heartbeat, time.monotonic())
-        if heartbeat.want_shut_down and result.records:
+        result = self.replication_control.process_broker_heartbeat(self._image, heartbeat, time.monotonic())
+        if heartbeat.want_shut_down and result.response.should_shut_down and result.records:
             log.info("fencing broker %d: controlled shutdown", heartbeat.broker_id)
-        return await self._run(result)
+
+        def shutdown_offset(offset: int) -> None:
+            if result.response.in_controlled_shutdown:
+                self.cluster_control.maybe_update_controlled_shutdown_offset(heartbeat.broker_id, offset)
+
+        return await self._run(result, on_batch_end=shutdown_offset)
 
     async def run_idle_writes(self, interval_ms: int) -> None:
         """While active: a NoOpRecord when nothing was written for metadata.max.idle.interval.ms.
@@ -247,15 +256,75 @@ class QuorumController:
             for broker_id in self.cluster_control.expired_sessions(
                 self._image, now, session_timeout_ms / 1000
             ):
-                registration = self._image.broker(broker_id)
-                assert registration is not None
                 log.info("fencing broker %d: no heartbeat for %d ms", broker_id, session_timeout_ms)
-                fence = self.cluster_control.fence_record(broker_id, registration.broker_epoch)
+                records: list[Record] = []
+                self.replication_control.handle_broker_fenced(self._image, broker_id, records)
+                self.cluster_control.fence(broker_id)
                 try:
-                    await self._run(ControllerResult([fence], None))
+                    await self._run(ControllerResult(records, None))
                 except NotControllerError:
                     pass
                 break
+
+    async def elect_leaders(self, request: Any) -> Any:
+        """ElectLeaders (a kio ElectLeadersRequest, v0-2): the ElectLeadersResponse of the same
+        version, sent once the elections are committed. An unknown election type raises
+        ApiException(INVALID_REQUEST); a controller that is not active raises NotControllerError."""
+        if not self.is_active:
+            raise NotControllerError(f"node {self.node_id} is not the active controller")
+        return await self._run(self.replication_control.elect_leaders(self._image, request))
+
+    def election_tasks(self) -> list[asyncio.Task[None]]:
+        """The periodic election passes this configuration asks for: preferred-leader rebalance
+        (auto.leader.rebalance.enable) and unclean elections."""
+        tasks = []
+        if self.config["auto.leader.rebalance.enable"]:
+            seconds = int(self.config["leader.imbalance.check.interval.seconds"])  # type: ignore[call-overload]
+            tasks.append(asyncio.create_task(self.run_leader_rebalance(seconds * 1000)))
+        unclean_ms = int(self.config["unclean.leader.election.interval.ms"])  # type: ignore[call-overload]
+        tasks.append(asyncio.create_task(self.run_unclean_elections(unclean_ms)))
+        return tasks
+
+    async def run_leader_rebalance(self, interval_ms: int) -> None:
+        """While active: preferred-leader elections for imbalanced partitions every
+        leader.imbalance.check.interval.seconds (auto.leader.rebalance.enable); again at once when a
+        pass hit its cap of elections."""
+        await self._run_periodic_elections(
+            interval_ms, self.replication_control.maybe_balance_partition_leaders
+        )
+
+    async def run_unclean_elections(self, interval_ms: int) -> None:
+        """While active: unclean elections for leaderless partitions of topics that allow them,
+        every unclean.leader.election.interval.ms."""
+        await self._run_periodic_elections(interval_ms, self.replication_control.maybe_elect_unclean_leaders)
+
+    async def _run_periodic_elections(
+        self, interval_ms: int, elect: Callable[[ClusterMetadataImage], ControllerResult[bool]]
+    ) -> None:
+        more = False
+        while True:
+            await asyncio.sleep(0 if more else interval_ms / 1000)
+            more = False
+            if not self.is_active:
+                continue
+            result = elect(self._image)
+            try:
+                await self._run(result)
+            except NotControllerError:
+                continue
+            more = result.response
+
+    # --- partitions: ISR changes and elections ---------------------------------------------------------
+
+    async def alter_partition(self, request: Any) -> Any:
+        """AlterPartition (a kio AlterPartitionRequest, v2 or v3): the leader's ISR change, answered
+        with the AlterPartitionResponse of the same version once the change is committed.
+
+        Raises NotControllerError when this controller is not the active one.
+        """
+        if not self.is_active:
+            raise NotControllerError(f"node {self.node_id} is not the active controller")
+        return await self._run(self.replication_control.alter_partition(self._image, request))
 
     # --- topics -----------------------------------------------------------------------------------
 
@@ -330,8 +399,18 @@ class QuorumController:
 
     # --- internals --------------------------------------------------------------------------------
 
-    async def _run(self, result: ControllerResult[T], validate_only: bool = False) -> T:
-        """Write the result's records (none for a validate-only request), then answer once committed."""
+    async def _run(
+        self,
+        result: ControllerResult[T],
+        validate_only: bool = False,
+        *,
+        on_batch_end: Callable[[int], None] | None = None,
+    ) -> T:
+        """Write the result's records (none for a validate-only request), then answer once committed.
+
+        `on_batch_end` is told the offset the operation's state is complete at (its batch's last
+        offset, or the last one written before it), as Kafka's processBatchEndOffset.
+        """
         if not self.is_active:
             raise NotControllerError(f"node {self.node_id} is not the active controller")
         if result.records and not validate_only:
@@ -340,6 +419,8 @@ class QuorumController:
             # As Kafka's ControllerWriteEvent: an operation that writes nothing read the in-memory
             # image, which holds this leader's uncommitted writes; it answers once they are committed.
             last_offset = self._uncommitted[-1][0] if self._uncommitted else None
+        if on_batch_end is not None:
+            on_batch_end(last_offset if last_offset is not None else self.raft_client.log_end_offset - 1)
         if last_offset is not None:
             try:
                 await self.raft_client.wait_committed(last_offset)
