@@ -26,6 +26,7 @@ LOG = logging.getLogger("faults.librdkafka")
 LOG.setLevel(logging.CRITICAL)
 
 MESSAGE_TIMEOUT_MS = 15000
+TRANSACTIONAL_ID = "faults-txn"
 MAX_IN_FLIGHT = 200
 TIMED_OUT = {KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT}
 
@@ -173,7 +174,7 @@ class TransactionalProducer(Worker):
             {
                 "bootstrap.servers": self.bootstrap,
                 "client.id": f"faults-txn-{self.instances}",
-                "transactional.id": "faults-txn",
+                "transactional.id": TRANSACTIONAL_ID,
                 "transaction.timeout.ms": 30000,
                 "message.timeout.ms": 12000,
                 "request.timeout.ms": 5000,
