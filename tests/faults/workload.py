@@ -25,7 +25,7 @@ from faults.history import History, Outcome, Seen, Transaction, TxnOutcome, Writ
 LOG = logging.getLogger("faults.librdkafka")
 LOG.setLevel(logging.CRITICAL)
 
-MESSAGE_TIMEOUT_MS = 15000
+MESSAGE_TIMEOUT_MS = 8000  # below a kill and restart of the leader: with one replica, some writes time out
 TRANSACTIONAL_ID = "faults-txn"
 MAX_IN_FLIGHT = 200
 TIMED_OUT = {KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT}
