@@ -297,7 +297,7 @@ def main() -> None:
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="kcli-bench-replication-") as tmp:
-        nodes = Nodes(Path(tmp), 3, args.base_port, [])
+        nodes = Nodes(Path(tmp), 3, args.base_port, ["leader.imbalance.check.interval.seconds=5"])
         try:
             nodes.start(1, 2, 3)
             create_topic(nodes.bootstrap, "rf1", [1])
