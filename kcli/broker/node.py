@@ -162,7 +162,7 @@ class Node:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        self.transaction_coordinator.shutdown()
+        await self.transaction_coordinator.shutdown()
         self.groups.shutdown()
         await self.channel.close()
         await self.raft.shutdown()
