@@ -446,9 +446,18 @@ class NodeConnections:
         self._clients: dict[int, KafkaClient] = {}
 
     async def send(
-        self, node_id: int, address: tuple[str, int], request: Any, *, timeout: float
+        self,
+        node_id: int,
+        address: tuple[str, int],
+        request: Any | Callable[[KafkaClient], Any],
+        *,
+        timeout: float,
     ) -> Any | None:
-        """`request` to `node_id` at `address`; None when it cannot be reached or answer within `timeout`."""
+        """`request` to `node_id` at `address`; None when it cannot be reached or answer within `timeout`.
+
+        `request` may be a function of the connection that builds it, for a request sent at the newest
+        version both sides speak (`client.version(api_key)`); a ClientError it raises counts as unreachable.
+        """
         try:
             client = self._clients.get(node_id)
             if client is None or client.closed:
@@ -459,6 +468,8 @@ class NodeConnections:
                     request_timeout=timeout,
                 )
                 self._clients[node_id] = client
+            if callable(request):
+                request = request(client)
             return await client.send(request, timeout=timeout)
         except ClientError as exc:
             log.debug("%s: %s", self.client_id, exc)

@@ -42,6 +42,7 @@ from kcli.broker.raft import KafkaRaftClient, MetadataLogError, open_raft_client
 from kcli.broker.replication.fetcher import FetcherConfig
 from kcli.broker.replication.manager import ReplicaManager
 from kcli.broker.txn.coordinator import TransactionCoordinator
+from kcli.broker.txn.verification import AddPartitionsToTxnManager
 from kcli.config import BrokerConfig, Listener
 from kcli.errors import KcliError
 from kcli.protocol.messages import nested_type, request_type
@@ -91,6 +92,7 @@ class Node:
             self.producer_ids,
             on_offsets_marker=self.groups.on_transaction_completed,
         )
+        self.add_partitions_to_txn = AddPartitionsToTxnManager(config, loader, self.transaction_coordinator)
         self._tasks: list[asyncio.Task[None]] = []
 
     @classmethod
@@ -183,7 +185,8 @@ class Node:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.replicas.shutdown()
-        self.transaction_coordinator.shutdown()
+        await self.transaction_coordinator.shutdown()
+        await self.add_partitions_to_txn.close()
         self.groups.shutdown()
         await self.channel.close()
         await self.raft.shutdown()

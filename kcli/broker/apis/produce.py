@@ -19,7 +19,8 @@ retried batch is answered with NONE and the offsets of the original (and, as Kaf
 as log_append_time), a sequence gap is OUT_OF_ORDER_SEQUENCE_NUMBER, an older epoch
 INVALID_PRODUCER_EPOCH; nothing of a refused batch is written. Transactional batches need a
 transactional id (request level) and the transaction coordinator's word that the partition is in the
-producer's ongoing transaction (KIP-890 part 1, asked in-process); otherwise INVALID_TXN_STATE (v11+:
+producer's ongoing transaction (KIP-890 part 1, asked of its coordinator wherever it runs, before the
+appends); otherwise INVALID_TXN_STATE (v11+:
 TRANSACTION_ABORTABLE), and a coordinator that is busy (CONCURRENT_TRANSACTIONS, loading) makes it the
 retriable NOT_ENOUGH_REPLICAS, as Kafka maps it.
 acks=all waits in the replica manager's purgatory until the high watermark has passed the records
@@ -117,11 +118,16 @@ async def handle_produce(ctx: RequestContext, request: Any) -> object | None:
             internal_allowed = ctx.client_id == ADMIN_CLIENT_ID
             replicas = ctx.replicas
             uncommitted: list[tuple[tuple[str, int], int]] | None = [] if acks == -1 else None
+            verification = (
+                await _verify_transactions(ctx, request.transactional_id, pending, version)
+                if request.transactional_id
+                else _NOTHING_TO_VERIFY
+            )
             for name, registration, records, outcomes, slot in pending:
                 index = outcomes[slot][0]
                 outcome = _append(
                     ctx, replicas, name, index, registration, records, acks, now_ms, internal_allowed, version,
-                    request.transactional_id, uncommitted,
+                    verification, uncommitted,
                 )  # fmt: skip
                 outcomes[slot] = (index, outcome)
             if uncommitted and not replicas.acks_reached(uncommitted):
@@ -258,7 +264,7 @@ def _append(
     now_ms: int,
     internal_allowed: bool,
     version: int,
-    transactional_id: str | None = None,
+    verification: dict[tuple[str, int], ErrorCode | None],
     uncommitted: list[tuple[tuple[str, int], int]] | None = None,
 ) -> Outcome:
     """ReplicaManager.appendToLocalLog + Partition.appendRecordsToLeader for one partition; with acks=all
@@ -277,7 +283,7 @@ def _append(
             and records[ATTRIBUTES_OFFSET + 1] & (TRANSACTIONAL_BIT | CONTROL_BIT) == TRANSACTIONAL_BIT
         ):
             partition.check_enough_replicas(acks)
-            error = _verify_transaction(ctx, transactional_id, records, topic, index, version)
+            error = verification.get((topic, index), ErrorCode.invalid_txn_state)
             if error is not None:
                 return Outcome(error, log_start_offset=partition_log.log_start_offset)
             verified = True
@@ -330,21 +336,39 @@ async def _delayed_produce(
                 outcomes[slot] = (index, Outcome(error, log_start_offset=outcome.log_start_offset))
 
 
-def _verify_transaction(
-    ctx: RequestContext, transactional_id: str | None, records: bytes, topic: str, index: int, version: int
-) -> ErrorCode | None:
-    """KIP-890 part 1, in-process: a transactional batch is written only to a partition its producer
-    added to its ongoing transaction (AddPartitionsToTxn). None when verified, else the produce error,
-    mapped as Kafka's ReplicaManager maps the coordinator's answer for the producer."""
+async def _verify_transactions(
+    ctx: RequestContext,
+    transactional_id: str | None,
+    pending: list[tuple[str, Any, bytes, list[tuple[int, Outcome]], int]],
+    version: int,
+) -> dict[tuple[str, int], ErrorCode | None]:
+    """KIP-890 part 1: a transactional batch is written only to a partition its producer added to its
+    ongoing transaction (AddPartitionsToTxn), as the transaction coordinator says, wherever it runs
+    (`AddPartitionsToTxnManager`). For each partition with a transactional batch: None when verified,
+    else the produce error, mapped as Kafka's ReplicaManager maps the coordinator's answer."""
+    wanted: list[tuple[str, int]] = []
+    producer: tuple[int, int] | None = None
+    for name, _, records, outcomes, slot in pending:
+        if (
+            _is_v2_batch(records)
+            and records[ATTRIBUTES_OFFSET + 1] & (TRANSACTIONAL_BIT | CONTROL_BIT) == TRANSACTIONAL_BIT
+        ):
+            wanted.append((name, outcomes[slot][0]))
+            if producer is None:  # one (producer id, epoch) per request: _transactional_request_error
+                (producer_id,) = _INT64.unpack_from(records, PRODUCER_ID_OFFSET)
+                (producer_epoch,) = _INT16.unpack_from(records, PRODUCER_ID_OFFSET + 8)
+                producer = (producer_id, producer_epoch)
+    if producer is None:
+        return {}
     node = ctx.state.node
-    coordinator = None if node is None else getattr(node, "transaction_coordinator", None)
-    if coordinator is None or not coordinator.has_transaction_log:
-        return ErrorCode.invalid_txn_state  # no __transaction_state yet: no transaction can be open
-    (producer_id,) = _INT64.unpack_from(records, PRODUCER_ID_OFFSET)
-    (producer_epoch,) = _INT16.unpack_from(records, PRODUCER_ID_OFFSET + 8)
-    error = coordinator.verify_partitions(transactional_id, producer_id, producer_epoch, [(topic, index)])[
-        (topic, index)
-    ]
+    manager = None if node is None else getattr(node, "add_partitions_to_txn", None)
+    if manager is None or not manager.has_transaction_log():
+        return dict.fromkeys(wanted, ErrorCode.invalid_txn_state)  # no __transaction_state: no transaction
+    answers = await manager.verify_transaction(transactional_id, *producer, wanted)
+    return {tp: _verification_error(answers[tp], version) for tp in wanted}
+
+
+def _verification_error(error: ErrorCode, version: int) -> ErrorCode | None:
     if error is ErrorCode.none:
         return None
     if error in _RETRIABLE_VERIFICATION_ERRORS:
@@ -358,6 +382,7 @@ def _verify_transaction(
     return error
 
 
+_NOTHING_TO_VERIFY: dict[tuple[str, int], ErrorCode | None] = {}
 _RETRIABLE_VERIFICATION_ERRORS = frozenset(
     {
         ErrorCode.concurrent_transactions,

@@ -5,13 +5,15 @@ every producer the partition's producer state holds, with its epoch, last sequen
 coordinator epoch and the first offset of its open transaction (-1 when none). `kafka-transactions.sh
 describe-producers` and `find-hanging` read it.
 
-WriteTxnMarkers follows `KafkaApis.handleWriteTxnMarkersRequest`: the transaction coordinator (and an
-operator's `abortTransaction`) asks the leader of each partition to append a COMMIT or ABORT control
-batch for a producer. Per partition: UNKNOWN_TOPIC_OR_PARTITION for a partition the metadata does not
+WriteTxnMarkers follows `KafkaApis.handleWriteTxnMarkersRequest`: a transaction coordinator on any
+broker (and an operator's `abortTransaction`) asks the leader of each partition to append a COMMIT or
+ABORT control batch for a producer, and is answered once the markers are committed (acks=-1, at most
+request.timeout.ms). Per partition: UNKNOWN_TOPIC_OR_PARTITION for a partition the metadata does not
 have, NOT_LEADER_OR_FOLLOWER where this node does not lead it, the append's own error otherwise
 (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED, ...). A marker written to a __consumer_offsets
-partition settles the producer's pending transactional offset commits in the group coordinator, as
-Kafka's `GroupCoordinator.onTransactionCompleted`.
+partition settles the producer's pending transactional offset commits in this node's group
+coordinator, as Kafka's `GroupCoordinator.onTransactionCompleted`. The writing itself is
+`kcli.broker.txn.marker_channel.append_txn_markers`, which the coordinator's in-process path shares.
 """
 
 from __future__ import annotations
@@ -24,16 +26,16 @@ from kio.schema.errors import ErrorCode
 
 from kcli.broker.apis.context import RequestContext
 from kcli.broker.apis.registry import ApiSpec
-from kcli.broker.log import Log, LogStorageError, RecordError
+from kcli.broker.log import Log
 from kcli.broker.log.log import TxnMarker
 from kcli.broker.replication.partition import PartitionError
+from kcli.broker.txn.marker_channel import append_txn_markers
 from kcli.protocol.messages import kio_versions, nested_type, response_type
 
 log = logging.getLogger("kcli.broker")
 
 DESCRIBE_PRODUCERS = 61
 WRITE_TXN_MARKERS = 27
-GROUP_METADATA_TOPIC = "__consumer_offsets"
 _NO_THROTTLE = datetime.timedelta(0)
 
 
@@ -76,40 +78,38 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> object:
     marker_cls = nested_type(response_cls, "WritableTxnMarkerResult")
     topic_cls = nested_type(response_cls, "WritableTxnMarkerTopicResult")
     partition_cls = nested_type(response_cls, "WritableTxnMarkerPartitionResult")
-    results = []
-    for marker in request.markers:
-        wanted = TxnMarker(
-            marker.producer_id, marker.producer_epoch, marker.coordinator_epoch, marker.transaction_result
+    groups = getattr(ctx.state.node, "groups", None)
+    timeout = int(ctx.state.config["request.timeout.ms"]) / 1000  # type: ignore[call-overload]
+    wanted = [
+        (
+            TxnMarker(
+                marker.producer_id, marker.producer_epoch, marker.coordinator_epoch, marker.transaction_result
+            ),
+            [(topic.name, index) for topic in marker.topics for index in topic.partition_indexes],
         )
-        topics = []
-        offsets_written = False
-        for topic in marker.topics:
-            partitions = []
-            for index in topic.partition_indexes:
-                error = _write_marker(ctx, topic.name, index, wanted)
-                offsets_written |= error is ErrorCode.none and topic.name == GROUP_METADATA_TOPIC
-                partitions.append(partition_cls(partition_index=index, error_code=error))
-            topics.append(topic_cls(name=topic.name, partitions=tuple(partitions)))
-        if offsets_written:
-            groups = getattr(ctx.state.node, "groups", None)
-            if groups is not None:
-                groups.on_transaction_completed(wanted.producer_id, wanted.commit)
+        for marker in request.markers
+    ]
+    answers = await append_txn_markers(
+        ctx.replicas,
+        ctx.state.image,
+        wanted,
+        timeout=timeout,
+        on_offsets_marker=None if groups is None else groups.on_transaction_completed,
+    )
+    results = []
+    for marker, errors in zip(request.markers, answers, strict=True):
+        topics = [
+            topic_cls(
+                name=topic.name,
+                partitions=tuple(
+                    partition_cls(partition_index=index, error_code=errors[(topic.name, index)])
+                    for index in topic.partition_indexes
+                ),
+            )
+            for topic in marker.topics
+        ]
         results.append(marker_cls(producer_id=marker.producer_id, topics=tuple(topics)))
     return response_cls(markers=tuple(results))
-
-
-def _write_marker(ctx: RequestContext, topic: str, index: int, marker: TxnMarker) -> ErrorCode:
-    try:
-        partition = ctx.replicas.leader_partition(ctx.state.image, topic, index)
-        partition.write_txn_markers([marker])
-    except PartitionError as e:
-        return e.error_code
-    except RecordError as e:
-        log.info("WriteTxnMarkers to %s-%d for producer %d: %s", topic, index, marker.producer_id, e.message)
-        return e.error_code
-    except LogStorageError:
-        return ErrorCode.kafka_storage_error
-    return ErrorCode.none
 
 
 def _leader_log(ctx: RequestContext, topic: str, index: int) -> tuple[ErrorCode, Log | None]:

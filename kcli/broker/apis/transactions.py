@@ -207,18 +207,26 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> object:
 async def _txn_commit(
     ctx: RequestContext, request: Any, version: int, offsets: dict[tuple[str, int], OffsetAndMetadata]
 ) -> dict[tuple[str, int], ErrorCode]:
-    coordinator = transaction_coordinator(ctx)
-    groups = getattr(ctx.state.node, "groups", None)
-    if coordinator is None or groups is None:
+    node = ctx.state.node
+    verifier = getattr(node, "add_partitions_to_txn", None)
+    groups = getattr(node, "groups", None)
+    if verifier is None or groups is None:
         return dict.fromkeys(offsets, ErrorCode.coordinator_not_available)
-    # KIP-890 part 1: the group's offsets partition must be in the producer's transaction (AddOffsetsToTxn).
+    # KIP-890 part 1: the group's offsets partition must be in the producer's transaction (AddOffsetsToTxn),
+    # as its transaction coordinator says, wherever that runs.
     offsets_partition = (OFFSETS_TOPIC, groups.partition_for(request.group_id))
-    verified = coordinator.verify_partitions(
-        request.transactional_id, request.producer_id, request.producer_epoch, [offsets_partition]
+    verified = (
+        await verifier.verify_transaction(
+            request.transactional_id, request.producer_id, request.producer_epoch, [offsets_partition]
+        )
     )[offsets_partition]
     if verified is not ErrorCode.none:
         if verified is ErrorCode.producer_fenced:
             verified = ErrorCode.invalid_producer_epoch
+        elif verified in (ErrorCode.network_exception, ErrorCode.not_coordinator):
+            # About the transaction coordinator, not the group's: the client must not look for another
+            # group coordinator, only retry (Kafka's storeOffsets makes these COORDINATOR_NOT_AVAILABLE).
+            verified = ErrorCode.coordinator_not_available
         return dict.fromkeys(offsets, verified)
     return await groups.txn_commit_offsets(
         request.group_id,

@@ -9,12 +9,13 @@ Every transition is answered once its __transaction_state record is committed (t
 passed it; `TransactionStateManager.append_transaction_to_log`), so these methods are coroutines and
 the loop answers other requests while a write waits. EndTxn answers once the PrepareCommit or
 PrepareAbort record is committed, as Kafka does; the markers and the CompleteCommit/CompleteAbort
-record follow in a task of their own (Kafka's marker channel), and a Complete* record the log could
-not take is written again. Until then the id answers CONCURRENT_TRANSACTIONS, which clients retry.
-Markers for local partitions go straight to `Log.write_txn_markers` (not yet waiting for their high
-watermark); a COMMIT/ABORT in __consumer_offsets also settles the group coordinator's pending
-transactional offsets. Two sweeps run on timers: Ongoing transactions past their timeout are aborted
-with a bumped epoch (fencing the producer), and idle ids expire.
+record follow in a task of their own, and a Complete* record the log could not take is written again.
+Until then the id answers CONCURRENT_TRANSACTIONS, which clients retry. The markers go to each
+partition's current leader through the marker channel (`marker_channel`: in-process for partitions
+this node leads, WriteTxnMarkers to the other brokers); a COMMIT/ABORT in __consumer_offsets also
+settles the group coordinator's pending transactional offsets on the broker that wrote it. Two sweeps
+run on timers: Ongoing transactions past their timeout are aborted with a bumped epoch (fencing the
+producer), and idle ids expire.
 """
 
 from __future__ import annotations
@@ -26,13 +27,12 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.log.errors import LogStorageError, RecordError
 from kcli.broker.log.log import TxnMarker, wall_clock_ms
 from kcli.broker.metadata.image import ClusterMetadataImage, TopicChanges
 from kcli.broker.metadata.loader import MetadataLoader
 from kcli.broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
 from kcli.broker.replication.manager import ReplicaManager
-from kcli.broker.replication.partition import PartitionError
+from kcli.broker.txn.marker_channel import TransactionMarkerChannelManager
 from kcli.broker.txn.metadata import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -46,7 +46,6 @@ from kcli.config import BrokerConfig
 
 log = logging.getLogger("kcli.broker.txn")
 
-OFFSETS_TOPIC = "__consumer_offsets"
 TXN_LOG_APPEND_RETRY_BACKOFF_MS = 100
 """Pause before writing a Complete* record again after COORDINATOR_NOT_AVAILABLE (retry.backoff.ms)."""
 
@@ -93,6 +92,9 @@ class TransactionCoordinator:
         """Called with (producer id, is commit) after a marker reached a __consumer_offsets partition."""
         self.clock = clock
         self.state_manager = TransactionStateManager(config, replicas, loader, clock=clock)
+        self.markers = TransactionMarkerChannelManager(
+            config, replicas, loader, self.state_manager, on_offsets_marker=on_offsets_marker, clock=clock
+        )
         self.max_timeout_ms = int(config["transaction.max.timeout.ms"])  # type: ignore[call-overload]
         self.abort_interval_ms = int(config["transaction.abort.timed.out.transaction.cleanup.interval.ms"])  # type: ignore[call-overload]
         self.expiry_interval_ms = int(config["transaction.remove.expired.transaction.cleanup.interval.ms"])  # type: ignore[call-overload]
@@ -108,11 +110,12 @@ class TransactionCoordinator:
         self._spawn(self._every(self.abort_interval_ms, self.abort_timed_out_transactions))
         self._spawn(self._every(self.expiry_interval_ms, self.remove_expired_transactional_ids))
 
-    def shutdown(self) -> None:
+    async def shutdown(self) -> None:
         self.active = False
         self.state_manager.shutting_down = True
         for task in list(self._tasks):
             task.cancel()
+        await self.markers.shutdown()
 
     def _spawn(self, coroutine) -> None:  # type: ignore[no-untyped-def]
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -173,6 +176,7 @@ class TransactionCoordinator:
         if any(topic == TRANSACTION_STATE_TOPIC for topic, _, _ in changes.deleted):
             self.state_manager.transactions.clear()
             self.state_manager.loading_partitions.clear()
+        self.markers.on_metadata_update()  # markers waiting for a leader go again
 
     # --- placement --------------------------------------------------------------------------------
 
@@ -380,35 +384,39 @@ class TransactionCoordinator:
     # --- markers ----------------------------------------------------------------------------------
 
     def _schedule_completion(self, metadata: TransactionMetadata) -> None:
-        """Write the markers and the Complete record in a task of its own, after the response."""
-        metadata.pending_state = metadata.state  # nothing else may happen to the id until it completes
-        self._spawn(self._complete_scheduled(metadata))
+        """prepareComplete at once (nothing else may happen to the id until it completes), then the
+        markers and the Complete record in a task of their own, after the response."""
+        transit = metadata.prepare_complete(self.clock())
+        self._spawn(self._complete_scheduled(metadata, transit))
 
-    async def _complete_scheduled(self, metadata: TransactionMetadata) -> None:
-        metadata.pending_state = None
+    async def _complete_scheduled(self, metadata: TransactionMetadata, transit: TxnTransitMetadata) -> None:
         try:
-            await self._complete_transaction(metadata)
+            await self._complete_transaction(metadata, transit)
         except Exception:
             log.exception("completing the transaction of %s failed", metadata.transactional_id)
 
-    async def _complete_transaction(self, metadata: TransactionMetadata) -> None:
-        """Write a marker to every partition of a PrepareCommit/PrepareAbort transaction, then Complete*,
-        written again while the log is not available for it (Kafka's txnLogAppendRetryQueue)."""
-        if not metadata.state.is_prepare:
-            return
+    async def _complete_transaction(self, metadata: TransactionMetadata, transit: TxnTransitMetadata) -> None:
+        """A marker to the leader of every partition of a PrepareCommit/PrepareAbort transaction (the
+        marker channel), then Complete*, written again while the log is not available for it (Kafka's
+        txnLogAppendRetryQueue). If sending stops (no longer the coordinator, fenced), nothing is written."""
         commit = metadata.state is TransactionState.PREPARE_COMMIT
         partition = self.state_manager.partition_for(metadata.transactional_id)
         if partition not in self.state_manager.transactions:
             return  # no longer the coordinator
-        marker = TxnMarker(
-            metadata.producer_id,
-            metadata.producer_epoch,
-            self.state_manager.coordinator_epoch(partition),
-            commit,
-        )
-        for topic, index in sorted(metadata.topic_partitions):
-            self._write_marker(metadata.transactional_id, topic, index, marker)
-        transit = metadata.prepare_complete(self.clock())
+        coordinator_epoch = self.state_manager.coordinator_epoch(partition)
+        marker = TxnMarker(metadata.producer_id, metadata.producer_epoch, coordinator_epoch, commit)
+        written = await self.markers.add_txn_markers_to_send(metadata, marker, coordinator_epoch)
+        if not written:
+            if self.state_manager.get_transaction_state(metadata.transactional_id) is metadata and (
+                self.state_manager.coordinator_epoch(partition) == coordinator_epoch
+            ):
+                metadata.abandon_transition()  # still ours: a later load or EndTxn retry may finish it
+            log.info(
+                "Not completing %s of %s: its markers were not all written",
+                metadata.state.state_name,
+                metadata.transactional_id,
+            )
+            return
         while True:
             error = await self.state_manager.append_transaction_to_log(
                 metadata, transit, retry_on_error=_retry_complete
@@ -430,38 +438,6 @@ class TransactionCoordinator:
             )
             return
         log.debug("Completed %s for %s", metadata.state.state_name, metadata.transactional_id)
-
-    def _write_marker(self, transactional_id: str, topic: str, index: int, marker: TxnMarker) -> None:
-        """One marker to one local partition; a partition that is gone is dropped, as Kafka does."""
-        partition = self.replicas.partition(topic, index)
-        if partition is None or self.loader.image.partition(topic, index) is None:
-            log.info(
-                "Dropping the marker of %s for %s-%d: the partition is gone", transactional_id, topic, index
-            )
-            return
-        try:
-            partition.write_txn_markers([marker], now_ms=self.clock())
-        except PartitionError as exc:
-            log.warning(
-                "Marker of %s for %s-%d not written: %s", transactional_id, topic, index, exc.error_code.name
-            )
-            return
-        except RecordError as exc:
-            # INVALID_PRODUCER_EPOCH / TRANSACTION_COORDINATOR_FENCED: a newer marker already closed it.
-            log.warning(
-                "Marker of %s for %s-%d refused: %s (%s)",
-                transactional_id,
-                topic,
-                index,
-                exc.error_code.name,
-                exc,
-            )
-            return
-        except (LogStorageError, OSError) as exc:
-            log.error("Marker of %s for %s-%d failed: %s", transactional_id, topic, index, exc)
-            return
-        if topic == OFFSETS_TOPIC and self.on_offsets_marker is not None:
-            self.on_offsets_marker(marker.producer_id, marker.commit)
 
     # --- sweeps -----------------------------------------------------------------------------------
 

@@ -1,0 +1,128 @@
+"""Transaction verification for partition leaders (KIP-890 part 1, Kafka's AddPartitionsToTxnManager).
+
+Before a leader appends a transactional batch (Produce) or a group coordinator stores transactional
+offsets (TxnOffsetCommit), the producer's transaction coordinator must confirm that the partition is in
+the producer's ongoing transaction. The coordinator is the leader of the transactional id's
+__transaction_state partition, which may be any broker: this node's own coordinator answers in-process,
+another broker gets AddPartitionsToTxn v4+ with VerifyOnly over `kcli.client` (client id
+`broker-<node id>-txn-verification`).
+
+The answers are the coordinator's own errors per partition; callers map them as their API needs (the
+Produce path makes the retriable ones NOT_ENOUGH_REPLICAS). No coordinator known is
+COORDINATOR_NOT_AVAILABLE, no answer NETWORK_EXCEPTION, both retriable; a coordinator too old for
+VerifyOnly (below v4) verifies nothing, and the append goes ahead, as Kafka does on a version mismatch.
+Unlike Kafka, requests are not batched across producers: each verification is one request.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcli.broker.metadata.loader import MetadataLoader
+from kcli.broker.txn.coordinator import TransactionCoordinator
+from kcli.broker.txn.metadata import TopicPartition
+from kcli.broker.txn.state_manager import TRANSACTION_STATE_TOPIC
+from kcli.client import ClientError, KafkaClient, NodeConnections
+from kcli.config import BrokerConfig
+from kcli.protocol.messages import nested_type
+
+log = logging.getLogger("kcli.broker.txn")
+
+ADD_PARTITIONS_TO_TXN = 24
+FIRST_VERIFY_ONLY_VERSION = 4
+
+
+class AddPartitionsToTxnManager:
+    """Asks the transaction coordinator of a transactional id, wherever it is, to verify partitions."""
+
+    def __init__(
+        self, config: BrokerConfig, loader: MetadataLoader, coordinator: TransactionCoordinator
+    ) -> None:
+        self.node_id = config.node_id
+        self.loader = loader
+        self.coordinator = coordinator
+        self.listener_name = str(config["inter.broker.listener.name"] or config.listener.name)
+        self.request_timeout = int(config["request.timeout.ms"]) / 1000  # type: ignore[call-overload]
+        self.connections = NodeConnections(f"broker-{config.node_id}-txn-verification")
+
+    def has_transaction_log(self) -> bool:
+        """Whether __transaction_state exists at all: without it no transaction can be open."""
+        return self.loader.image.topic(TRANSACTION_STATE_TOPIC) is not None
+
+    async def verify_transaction(
+        self,
+        transactional_id: str | None,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Iterable[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """The coordinator's answer for each partition: NONE when it is in the ongoing transaction."""
+        partitions = list(partitions)
+        if not transactional_id:
+            return dict.fromkeys(partitions, ErrorCode.invalid_request)
+        image = self.loader.image
+        registration = image.partition(
+            TRANSACTION_STATE_TOPIC, self.coordinator.partition_for(transactional_id)
+        )
+        leader = -1 if registration is None else registration.leader
+        if leader == self.node_id:
+            return self.coordinator.verify_partitions(
+                transactional_id, producer_id, producer_epoch, partitions
+            )
+        broker = image.broker(leader) if leader >= 0 else None
+        endpoint = None if broker is None else broker.endpoint(self.listener_name)
+        if endpoint is None:
+            return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
+        too_old = False
+
+        def build(client: KafkaClient) -> Any:
+            nonlocal too_old
+            try:
+                cls = client.request_type(ADD_PARTITIONS_TO_TXN)
+            except ClientError:
+                cls = None
+            if cls is None or cls.__version__ < FIRST_VERIFY_ONLY_VERSION:
+                too_old = True
+                raise ClientError(f"broker {leader} cannot verify transactions (AddPartitionsToTxn < v4).")
+            txn_cls = nested_type(cls, "AddPartitionsToTxnTransaction")
+            topic_cls = nested_type(cls, "AddPartitionsToTxnTopic")
+            by_topic: dict[str, list[int]] = {}
+            for topic, index in partitions:
+                by_topic.setdefault(topic, []).append(index)
+            txn = txn_cls(
+                transactional_id=transactional_id,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                verify_only=True,
+                topics=tuple(topic_cls(name=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+            )
+            return cls(transactions=(txn,))
+
+        response = await self.connections.send(
+            leader, (endpoint.host, endpoint.port), build, timeout=self.request_timeout
+        )
+        if too_old:
+            log.warning("Broker %d cannot verify transactions; appending without verification", leader)
+            return dict.fromkeys(partitions, ErrorCode.none)
+        if response is None:
+            return dict.fromkeys(partitions, ErrorCode.network_exception)
+        if response.error_code is not ErrorCode.none:
+            error = response.error_code
+            if error is ErrorCode.cluster_authorization_failed:  # not the client's business
+                error = ErrorCode.invalid_txn_state
+            return dict.fromkeys(partitions, error)
+        answers: dict[TopicPartition, ErrorCode] = {}
+        for result in response.results_by_transaction:
+            if result.transactional_id != transactional_id:
+                continue
+            for topic in result.topic_results:
+                for partition in topic.results_by_partition:
+                    answers[(topic.name, partition.partition_index)] = partition.partition_error_code
+        return {tp: answers.get(tp, ErrorCode.unknown_server_error) for tp in partitions}
+
+    async def close(self) -> None:
+        await self.connections.close()
