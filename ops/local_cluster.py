@@ -119,7 +119,7 @@ def plan(
     voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes if n.controller_port)
     for node in nodes:
         node.directory.mkdir(parents=True, exist_ok=True)
-        node.properties.write_text(_properties(node, voters, brokers, overrides))
+        node.properties.write_text(node_properties(node, voters, brokers, overrides))
         config = BrokerConfig.load(config_file=node.properties)
         format_storage(config, layout.cluster_id, metadata_version=21, now_ms=int(time.time() * 1000))
     (data_dir / CLUSTER_FILE).write_text(
@@ -151,7 +151,7 @@ def _read_layout(data_dir: Path) -> ClusterLayout:
         raise LocalClusterError(f"cannot read {path}: {str(exc).rstrip('.')}.") from None
 
 
-def _properties(node: LocalNode, voters: str, brokers: int, overrides: list[str]) -> str:
+def node_properties(node: LocalNode, voters: str, brokers: int, overrides: list[str]) -> str:
     """A node's server.properties. The internal topics are replicated as Kafka's defaults replicate
     them (factor 3, transactions' min ISR 2) where the cluster has the brokers for it, else on all."""
     internal_factor = min(3, brokers)

@@ -79,15 +79,24 @@ def check_writes(history: History) -> list[str]:
     for write in history.writes:
         places = where.get(write.value, [])
         if write.outcome is Outcome.ACKED:
-            if write.offset is None or write.offset <= write.known_offset:
-                violations.append(
-                    f"{write.value!r} was acknowledged at offset {write.offset}, not above offset "
-                    f"{write.known_offset} known when it started"
-                )
             if not places:
                 violations.append(
                     f"{write.value!r} was acknowledged at {history.topic}-{write.partition} offset "
                     f"{write.offset} and is lost"
+                )
+            elif (
+                write.offset is None
+            ):  # acknowledged without an offset: it must be there, above what was known
+                for partition, offset in places:
+                    if partition != write.partition or offset <= write.known_offset:
+                        violations.append(
+                            f"{write.value!r} was acknowledged (no offset) to partition {write.partition} "
+                            f"above offset {write.known_offset}, but is at {places}"
+                        )
+            elif write.offset <= write.known_offset:
+                violations.append(
+                    f"{write.value!r} was acknowledged at offset {write.offset}, not above offset "
+                    f"{write.known_offset} known when it started"
                 )
             elif (write.partition, write.offset) not in places:
                 violations.append(

@@ -27,7 +27,7 @@ from typing import TypeVar
 from faults.proxy import ProxySet
 from kcli.config import BROKER_CONFIGS, BrokerConfig
 from kcli.storage import format_storage, random_uuid
-from ops.local_cluster import READY_MARK, LocalNode, _properties
+from ops.local_cluster import READY_MARK, LocalNode, node_properties
 
 REPO = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -233,7 +233,9 @@ class FaultCluster:
                 f"CONTROLLER://127.0.0.1:{node.proxy_controller_port}"
             )
             local = LocalNode(node.node_id, node.port, node.controller_port, node.directory)
-            node.properties.write_text(_properties(local, voters, [*settings, advertised, *overrides]))
+            node.properties.write_text(
+                node_properties(local, voters, nodes, [*settings, advertised, *overrides])
+            )
             config = BrokerConfig.load(config_file=node.properties)
             format_storage(config, self.cluster_id, metadata_version=21, now_ms=int(time.time() * 1000))
         routes = []

@@ -10,7 +10,6 @@ the seed, and the run goes on to its final checks with every fault healed.
 
 from __future__ import annotations
 
-import asyncio
 import random
 import statistics
 import time
@@ -51,11 +50,6 @@ class RunConfig:
     recovery_timeout: float = 90.0
     topic: str = "faults"
     txn_topic: str = "faults-txn"
-    # kcli verifies a transactional produce (KIP-890) only against the transaction coordinator in its
-    # own process, so a partition led by another node answers NOT_ENOUGH_REPLICAS to every transactional
-    # batch. Until that is broker to broker, the transactional topic's replicas start on the
-    # coordinator's node (its preferred leader); False tests the general case.
-    txn_colocated: bool = True
 
 
 @dataclass
@@ -126,7 +120,7 @@ def run(config: RunConfig, workdir: Path) -> RunResult:
         admin = AdminClient(
             {"bootstrap.servers": cluster.bootstrap, "client.id": "faults-admin", "logger": LOG}
         )
-        _create_topics(admin, cluster.bootstrap, config, sorted(cluster.nodes))
+        _create_topics(admin, config)
         known = Known()
         rng = random.Random(config.seed)
         producer = IdempotentProducer(cluster.bootstrap, history, known, config.partitions, config.rate, rng)
@@ -207,37 +201,16 @@ def run(config: RunConfig, workdir: Path) -> RunResult:
     return result
 
 
-def _create_topics(admin: AdminClient, bootstrap: str, config: RunConfig, nodes: list[int]) -> None:
-    """The data topic, then the transactional one (placed on the coordinator's node, see txn_colocated)."""
+def _create_topics(admin: AdminClient, config: RunConfig) -> None:
+    """The data topic and the transactional one, placed by the controller."""
     settings = {"min.insync.replicas": str(config.min_insync_replicas)}
     rf = config.replication_factor
-    topics = [NewTopic(config.topic, config.partitions, rf, config=settings)]
-    if config.txn_colocated:
-        first = wait_for("the transaction coordinator", lambda: _txn_coordinator(bootstrap), 60.0)
-        replicas = [first, *(n for n in nodes if n != first)][:rf]
-        assignment = [replicas for _ in range(config.partitions)]
-        topics.append(
-            NewTopic(config.txn_topic, config.partitions, replica_assignment=assignment, config=settings)
-        )
-    else:
-        topics.append(NewTopic(config.txn_topic, config.partitions, rf, config=settings))
+    topics = [
+        NewTopic(config.topic, config.partitions, rf, config=settings),
+        NewTopic(config.txn_topic, config.partitions, rf, config=settings),
+    ]
     for future in admin.create_topics(topics, request_timeout=30).values():
         future.result(60)
-
-
-def _txn_coordinator(bootstrap: str) -> int | None:
-    """The node coordinating the workload's transactional id (FindCoordinator creates __transaction_state)."""
-    from kcli.cluster import Cluster
-
-    async def ask() -> int:
-        async with await Cluster.connect(bootstrap, request_timeout=10.0) as cluster:
-            node_id, _ = await cluster.coordinator(TRANSACTIONAL_ID, key_type=1)
-            return node_id
-
-    try:
-        return asyncio.run(ask())
-    except Exception:  # COORDINATOR_NOT_AVAILABLE while __transaction_state is created: ask again
-        return None
 
 
 def _partitions(admin: AdminClient, topic: str) -> dict[int, object]:

@@ -143,8 +143,11 @@ class IdempotentProducer(Worker):
         def on_delivery(error: KafkaError | None, message: object) -> None:
             in_flight[0] -= 1
             if error is None:
+                # No offset: librdkafka acknowledged it implicitly (an earlier request whose answer was
+                # lost was in fact written, as a later one's success showed); where is for the checker.
                 write.outcome, write.offset = Outcome.ACKED, message.offset()  # type: ignore[attr-defined]
-                self.known.saw(write.partition, write.offset)  # type: ignore[arg-type]
+                if write.offset is not None:
+                    self.known.saw(write.partition, write.offset)
                 self.progress += 1
             else:
                 write.outcome = Outcome.UNKNOWN if error.code() in TIMED_OUT else Outcome.FAILED

@@ -122,6 +122,8 @@ class ClusterControlManager:
             raise ApiException(ErrorCode.invalid_registration, "Duplicate directory ID in request")
         if image is not None and session_timeout is not None and now is not None:
             current = image.broker(broker_id)
+            # Only a broker this controller heard from counts as alive: after a failover, a restarted
+            # broker re-registers at once and its last incarnation is fenced in the same batch.
             last = self.last_contact.get(broker_id)
             if (
                 current is not None
@@ -242,6 +244,12 @@ class ClusterControlManager:
         self.metadata_offsets[broker_id] = metadata_offset
         if fenced:
             self.controlled_shutdown_offsets.pop(broker_id, None)
+
+    def activate(self, now: float) -> None:
+        """This controller became the active one: every registered broker's session starts now
+        (Kafka's ClusterControlManager.activate), whatever the last controller knew."""
+        self.last_contact = {}
+        self.sessions_since = now
 
     def fence(self, broker_id: int) -> None:
         """The broker was fenced without a heartbeat (session expiry)."""

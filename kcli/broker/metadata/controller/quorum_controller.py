@@ -139,6 +139,7 @@ class QuorumController:
         if leader.leader_id == self.node_id:
             self._active_epoch = leader.epoch
             self._image = self._committed
+            self.cluster_control.activate(time.monotonic())
             log.info("controller %d is active in epoch %d", self.node_id, leader.epoch)
             self._activated.set()
             if self._write(self.feature_control.bootstrap(self._image, self.bootstrap_records)) is not None:
@@ -170,8 +171,9 @@ class QuorumController:
         As in ClusterControlManager, the broker epoch is the offset the record is written at. A broker
         that registers over the wire starts fenced and is unfenced by its heartbeats.
         """
+        broker_id = self.node_id if broker_id is None else broker_id
         result = self.cluster_control.register_broker(
-            self.node_id if broker_id is None else broker_id,
+            broker_id,
             listener,
             broker_epoch=self.raft_client.log_end_offset,
             incarnation_id=incarnation_id,
@@ -182,11 +184,16 @@ class QuorumController:
             now=time.monotonic(),
             session_timeout=int(self.config["broker.session.timeout.ms"]) / 1000,  # type: ignore[call-overload]
         )
+        previous = self._image.broker(broker_id)
+        if previous is not None and not previous.fenced:
+            # The last incarnation's session expired before the expiry task fenced it: fence it in
+            # this batch, so the partitions it led get new leaders before the new one registers.
+            records: list[Record] = []
+            self.replication_control.handle_broker_fenced(self._image, broker_id, records)
+            result = ControllerResult(records + list(result.records), result.response)
         broker_epoch = await self._run(result)
         # A new incarnation starts its session afresh, out of any controlled shutdown of the last one.
-        self.cluster_control.touch(
-            self.node_id if broker_id is None else broker_id, True, -1, time.monotonic()
-        )
+        self.cluster_control.touch(broker_id, True, -1, time.monotonic())
         return broker_epoch
 
     async def unregister_broker(self, broker_id: int) -> None:
@@ -242,17 +249,11 @@ class QuorumController:
 
         As Kafka, one broker per write, and every session starts afresh when this controller activates.
         """
-        active_epoch = None
         while True:
             await asyncio.sleep(min(session_timeout_ms / 4000, 1.0))
             if not self.is_active:
                 continue
             now = time.monotonic()
-            if active_epoch != self._active_epoch:
-                active_epoch = self._active_epoch
-                self.cluster_control.last_contact = {}  # only brokers heard from since count as live
-                self.cluster_control.sessions_since = now
-                continue
             for broker_id in self.cluster_control.expired_sessions(
                 self._image, now, session_timeout_ms / 1000
             ):
