@@ -25,7 +25,11 @@ from faults.history import History, Outcome, Seen, Transaction, TxnOutcome, Writ
 LOG = logging.getLogger("faults.librdkafka")
 LOG.setLevel(logging.CRITICAL)
 
-MESSAGE_TIMEOUT_MS = 8000  # below a kill and restart of the leader: with one replica, some writes time out
+MESSAGE_TIMEOUT_MS = 60000
+"""Above what a fault can hold a write up (an ISR shrink takes replica.lag.time.max.ms): a message that
+times out makes librdkafka bump the producer epoch and send again, under new sequence numbers, what
+was in flight, which no broker can tell from new records (idempotence covers retries, not that)."""
+REQUEST_TIMEOUT_MS = 30000  # Kafka's: a produce waits that long for the ISR before REQUEST_TIMED_OUT
 TRANSACTIONAL_ID = "faults-txn"
 MAX_IN_FLIGHT = 200
 TIMED_OUT = {KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT}
@@ -97,7 +101,7 @@ class IdempotentProducer(Worker):
                 "enable.idempotence": True,
                 "linger.ms": 5,
                 "message.timeout.ms": MESSAGE_TIMEOUT_MS,
-                "request.timeout.ms": 5000,
+                "request.timeout.ms": REQUEST_TIMEOUT_MS,
                 "reconnect.backoff.max.ms": 1000,
                 "error_cb": self._on_error,
                 "logger": LOG,
@@ -180,7 +184,7 @@ class TransactionalProducer(Worker):
                 "transactional.id": TRANSACTIONAL_ID,
                 "transaction.timeout.ms": 30000,
                 "message.timeout.ms": 12000,
-                "request.timeout.ms": 5000,
+                "request.timeout.ms": REQUEST_TIMEOUT_MS,
                 "linger.ms": 5,
                 "reconnect.backoff.max.ms": 1000,
                 "logger": LOG,
