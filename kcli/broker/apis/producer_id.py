@@ -45,7 +45,9 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> object:
         try:
             new_id = await producer_id_manager(ctx).generate_producer_id()
         except ProducerIdsUnavailable as e:
-            log.error("InitProducerId from client %r: %s", ctx.client_id, e)
+            log.warning(
+                "InitProducerId from client %r: %s (answered COORDINATOR_LOAD_IN_PROGRESS)", ctx.client_id, e
+            )
             return _response(version, ErrorCode.coordinator_load_in_progress)
         return _response(version, ErrorCode.none, new_id, 0)
 
