@@ -1,6 +1,7 @@
 """Racks across real `kcli broker` processes (three combined-mode nodes, broker.rack r1/r2/r3) with real
 clients: KIP-392 fetch from the closest replica (a confluent_kafka consumer with client.rack=r2 is sent
-by the leader to broker 2 and reads everything there)."""
+by the leader to broker 2 and reads everything there), and the operator's view of replication once a
+broker is killed (Metadata's offline replicas, `kcli topics describe`'s report filters)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_cluster import LocalKraftCluster, wait_for
+from test_cluster import LocalKraftCluster, kcli, wait_for
 from test_replication_cluster import REPLICATION, Writer, create_topic, wait_partition
 
 pytestmark = pytest.mark.timeout(180)
@@ -143,3 +144,60 @@ def test_without_a_replica_selector_consumers_read_from_the_leader(racked) -> No
         assert fetches.get(2, 0) == 0 and fetches.get(3, 0) == 0 and fetches[1] > 0, fetches
     finally:
         reader.close()
+
+
+def reported(cluster: LocalKraftCluster, *flags: str) -> set[tuple[str, int]]:
+    """(topic, partition) of each partition line `kcli topics describe <flags>` prints."""
+    result = kcli("topics", "describe", "-b", cluster.live_bootstrap(), "--topic", "wide|pair|lone", *flags)
+    assert result.returncode == 0, result.stderr
+    lines = [line.split("\t") for line in result.stdout.splitlines()]
+    assert all(fields[0] == "" for fields in lines), result.stdout  # partition lines only
+    return {
+        (fields[1].removeprefix("Topic: "), int(fields[2].removeprefix("Partition: "))) for fields in lines
+    }
+
+
+def test_describe_reports_what_a_killed_broker_leaves_behind(racked) -> None:
+    cluster = racked()
+    create_topic(cluster.bootstrap, "wide", [[1, 2, 3], [3, 1, 2]], **{"min.insync.replicas": "2"})
+    create_topic(cluster.bootstrap, "pair", [[3, 1]], **{"min.insync.replicas": "2"})
+    create_topic(cluster.bootstrap, "lone", [[3]])
+    for topic in ("wide", "pair", "lone"):
+        wait_partition(
+            cluster, topic, "fully in sync", lambda _, replicas, isr: sorted(isr) == sorted(replicas)
+        )
+    assert reported(cluster, "--under-replicated-partitions") == set()
+    assert reported(cluster, "--unavailable-partitions") == set()
+    assert reported(cluster, "--under-min-isr-partitions") == set()
+    assert reported(cluster, "--at-min-isr-partitions") == {("pair", 0), ("lone", 0)}
+
+    cluster[3].kill()
+    # fenced after its session: out of every ISR it can leave, the leader of none
+    wait_partition(
+        cluster, "pair", "broker 3 out of the ISR", lambda leader, _, isr: isr == [1] and leader == 1
+    )
+    wait_partition(cluster, "wide", "broker 3 out of the ISR", lambda _, __, isr: sorted(isr) == [1, 2])
+    from confluent_kafka.admin import AdminClient
+
+    described = kcli(
+        "topics", "describe", "-b", cluster.live_bootstrap(), "--topic", "wide|pair|lone", "-o", "json"
+    )
+    by_topic = {d["topic"]: d for d in map(json.loads, described.stdout.splitlines())}
+    for topic in ("wide", "pair", "lone"):
+        for p in by_topic[topic]["partitions"]:
+            assert p["offline_replicas"] == [3], (topic, p)  # replicas on the fenced broker
+    [lone] = by_topic["lone"]["partitions"]
+    assert lone["leader"] is None and lone["isr"] == [3]  # the last in-sync replica stays in the ISR
+    client = AdminClient({"bootstrap.servers": cluster.live_bootstrap()})  # kept: the future dies with it
+    assert sorted(n.id for n in client.describe_cluster().result(10).nodes) == [1, 2]
+
+    # TopicCommand: ISR below the replicas; no live leader; no leader or ISR below min.insync.replicas;
+    # ISR exactly min.insync.replicas
+    assert reported(cluster, "--under-replicated-partitions") == {("wide", 0), ("wide", 1), ("pair", 0)}
+    assert reported(cluster, "--unavailable-partitions") == {("lone", 0)}
+    assert reported(cluster, "--under-min-isr-partitions") == {("pair", 0), ("lone", 0)}
+    assert reported(cluster, "--at-min-isr-partitions") == {("wide", 0), ("wide", 1), ("lone", 0)}
+    assert reported(cluster, "--unavailable-partitions", "--under-min-isr-partitions") == {
+        ("pair", 0),
+        ("lone", 0),
+    }
