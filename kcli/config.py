@@ -1007,6 +1007,13 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table(
             "How long a follower waits for the leader's answer beyond the fetch wait.",
         ),
         (
+            "replica.selector.class",
+            "string",
+            None,
+            one_of("org.apache.kafka.common.replica.RackAwareReplicaSelector"),
+            "Picks the replica a consumer fetches from (KIP-392); unset, consumers read from the leader.",
+        ),
+        (
             "replica.high.watermark.checkpoint.interval.ms",
             "long",
             5000,

@@ -4,8 +4,9 @@ Through the standard admin APIs (Metadata, CreateTopics, CreatePartitions, Delet
 topic's configs, DescribeConfigs), so it works against Apache Kafka as well as kcli's broker. The rules
 follow Kafka's `kafka-topics.sh` (TopicCommand): `--topic` is a regular expression that must match a
 whole name, except when creating; internal topics are included unless excluded; a partition is
-under-replicated when its ISR is smaller than its replica set, and unavailable when it has no leader
-or its leader is not a live broker.
+under-replicated when its ISR is smaller than its replica set, unavailable when it has no leader
+or its leader is not a live broker, under min ISR when it has no leader or an ISR smaller than the
+topic's min.insync.replicas, and at min ISR when its ISR is exactly that size.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ BROKER_DEFAULT = -1
 FIRST_DEFAULTS_VERSION = 4
 TIMEOUT = datetime.timedelta(seconds=30)
 NO_TOPIC_ID = uuid.UUID(int=0)
+MIN_INSYNC_REPLICAS = "min.insync.replicas"
 
 
 class TopicError(KcliError):
@@ -52,6 +54,8 @@ class PartitionDescription:
     offline_replicas: tuple[int, ...]
     leader_is_live: bool
     """The leader is among the brokers the metadata lists (TopicCommand's "live brokers")."""
+    min_isr: int | None = None
+    """The topic's min.insync.replicas (its effective value, from DescribeConfigs); None if not known."""
 
     @property
     def under_replicated(self) -> bool:
@@ -60,6 +64,15 @@ class PartitionDescription:
     @property
     def unavailable(self) -> bool:
         return self.leader < 0 or not self.leader_is_live
+
+    @property
+    def under_min_isr(self) -> bool:
+        """TopicCommand's isUnderMinIsr: a partition without a leader counts too."""
+        return self.leader < 0 or (self.min_isr is not None and len(self.isr) < self.min_isr)
+
+    @property
+    def at_min_isr(self) -> bool:
+        return self.min_isr is not None and len(self.isr) == self.min_isr
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -153,14 +166,16 @@ async def describe_topics(
     if_exists: bool = False,
     with_configs: bool = True,
 ) -> list[TopicDescription]:
-    """Partitions (leader, replicas, ISR) and non-default configs of each topic matching `pattern`."""
+    """Partitions (leader, replicas, ISR, the topic's min ISR) and non-default configs of each topic
+    matching `pattern`; the configs are always read, as TopicCommand reads them, for the min ISR."""
     response = await cluster.metadata_response(None)
     names = _matching(response.topics, pattern, exclude_internal)
     _require_some(names, pattern, if_exists)
     live = {b.node_id for b in response.brokers}
     by_name = {t.name: t for t in response.topics}
     configs: dict[str, dict[str, str | None]] = {}
-    if with_configs and names:
+    min_isr: dict[str, int] = {}
+    if names:
         try:
             described = await describe_configs(
                 cluster, [(ResourceType.TOPIC, n) for n in names], include_synonyms=False
@@ -168,10 +183,19 @@ async def describe_topics(
         except ConfigError as exc:  # deleted between the two requests, typically
             raise TopicError(str(exc)) from None
         configs = {d.name: {e.name: e.value for e in d.entries if not e.is_default} for d in described}
-    return [_description(by_name[n], live, configs.get(n) if with_configs else None) for n in names]
+        for d in described:
+            for e in d.entries:
+                if e.name == MIN_INSYNC_REPLICAS and e.value is not None:
+                    min_isr[d.name] = int(e.value)
+    return [
+        _description(by_name[n], live, configs.get(n) if with_configs else None, min_isr.get(n))
+        for n in names
+    ]
 
 
-def _description(topic: Any, live: set[int], configs: dict[str, str | None] | None) -> TopicDescription:
+def _description(
+    topic: Any, live: set[int], configs: dict[str, str | None] | None, min_isr: int | None = None
+) -> TopicDescription:
     partitions = tuple(
         sorted(
             (
@@ -183,6 +207,7 @@ def _description(topic: Any, live: set[int], configs: dict[str, str | None] | No
                     tuple(p.isr_nodes),
                     tuple(getattr(p, "offline_replicas", ())),
                     p.leader_id in live,
+                    min_isr,
                 )
                 for p in topic.partitions
             ),

@@ -451,6 +451,7 @@ def fetch_responses(draw: st.DrawFn) -> tuple[int, list, tuple, int, ErrorCode]:
                     "region": (draw(st.integers(0, 4000)), draw(st.integers(1, 3000))),
                     "diverging": draw(st.none() | st.tuples(st.integers(0, 100), st.integers(0, 2**40))),
                     "leader": draw(st.none() | st.tuples(st.integers(0, 5), st.integers(0, 100))),
+                    "preferred": draw(st.integers(-1, 5)),
                 }
             )
         topics.append(
@@ -511,6 +512,7 @@ def test_fetch_response_encoding_is_byte_for_byte_kios(case: tuple) -> None:
                     p["records"] == "empty",
                     p["diverging"],
                     p["leader"],
+                    p["preferred"] if version >= 11 else -1,
                 )
             )
             inline = {"region": content[position : position + size], "empty": b"", "null": None}[p["records"]]
@@ -525,6 +527,8 @@ def test_fetch_response_encoding_is_byte_for_byte_kios(case: tuple) -> None:
                 else tuple(module.AbortedTransaction(producer_id=a, first_offset=b) for a, b in p["aborted"]),
                 records=inline,
             )
+            if version >= 11:
+                values["preferred_read_replica"] = p["preferred"]
             if version >= 12 and p["diverging"] is not None:
                 values["diverging_epoch"] = module.EpochEndOffset(
                     epoch=p["diverging"][0], end_offset=p["diverging"][1]

@@ -19,6 +19,14 @@ from kcli.broker.metadata.image import PartitionRegistration
 from kcli.broker.node import Node
 from kcli.broker.replication.partition import Partition, PartitionError
 from kcli.broker.replication.purgatory import Purgatory
+from kcli.broker.replication.replica_selector import (
+    RACK_AWARE_REPLICA_SELECTOR,
+    ClientMetadata,
+    PartitionView,
+    RackAwareReplicaSelector,
+    ReplicaView,
+    replica_selector,
+)
 from kcli.config import BrokerConfig, Listener
 
 T0 = 1_700_000_000_000
@@ -163,3 +171,71 @@ def test_node_hosts_partitions_from_its_metadata_and_acks_all_completes_on_the_h
             await node.shutdown()
 
     asyncio.run(run())
+
+
+def test_a_follower_serves_consumers_up_to_its_own_high_watermark(tmp_path: Path) -> None:
+    """KIP-392 (Partition.fetchRecords with fetchOnlyFromLeader false): a follower reads for a consumer
+    up to the high watermark the leader told it; beyond its log end is OFFSET_OUT_OF_RANGE; without
+    client metadata (Fetch < v11) and for other followers it is still NOT_LEADER_OR_FOLLOWER."""
+    partition = hosted(tmp_path)
+    partition.apply_registration(registration(leader=2, replicas=(2, NODE), isr=(2, NODE)))
+    for base_offset, count, leader_high_watermark in ((0, 3, 0), (3, 2, 3)):
+        records = build_batch(
+            [RecordSpec(T0, b"k", b"v")] * count, base_offset=base_offset, partition_leader_epoch=0
+        )
+        partition.append_records_as_follower(
+            records, leader_high_watermark=leader_high_watermark, leader_log_start_offset=0, now_ms=T0
+        )
+    assert (partition.log.log_end_offset, partition.high_watermark) == (5, 3)
+
+    read = partition.read_records(0, 1 << 20, min_one_batch=True, fetch_only_from_leader=False)
+    assert read.high_watermark == 3 and read.records is not None
+    assert partition.log.fetch_upper_bound_offset(read.records) == 3  # the first batch only: below the HW
+    assert (
+        partition.read_records(3, 1 << 20, min_one_batch=True, fetch_only_from_leader=False).records is None
+    )
+    with pytest.raises(OffsetOutOfRange):
+        partition.read_records(6, 1 << 20, min_one_batch=True, fetch_only_from_leader=False)
+    with pytest.raises(PartitionError) as fenced:
+        partition.read_records(
+            0, 100, min_one_batch=True, current_leader_epoch=1, fetch_only_from_leader=False
+        )
+    assert fenced.value.error_code is ErrorCode.unknown_leader_epoch
+    for replica_id, only_leader in ((-1, True), (3, False)):
+        with pytest.raises(PartitionError) as refused:
+            partition.read_records(
+                0, 100, replica_id=replica_id, min_one_batch=True, fetch_only_from_leader=only_leader
+            )
+        assert refused.value.error_code is ErrorCode.not_leader_or_follower
+
+
+def view(broker_id: int, rack: str | None, end: int = 10, since: int = 0) -> ReplicaView:
+    return ReplicaView(broker_id, rack, rack is not None, end, since)
+
+
+@pytest.mark.parametrize(
+    ("rack", "followers", "expected"),
+    [
+        ("", (view(2, "r2"),), 1),  # no client rack: the leader
+        ("r9", (view(2, "r2"),), 1),  # no replica in the client's rack: the leader
+        ("r1", (view(2, "r1"),), 1),  # the leader shares the rack
+        ("r2", (view(2, "r2"), view(3, "r3")), 2),
+        ("r2", (view(2, "r2", end=9), view(3, "r2", end=10)), 3),  # the highest log end
+        ("r2", (view(2, "r2", since=50), view(3, "r2", since=10)), 3),  # then the most recently caught up
+        ("r2", (view(2, "r2"), view(3, "r2")), 3),  # then the highest id
+        ("r2", (view(2, None),), 1),  # a broker without an endpoint has no rack
+    ],
+)
+def test_rack_aware_replica_selector(rack: str, followers: tuple[ReplicaView, ...], expected: int) -> None:
+    leader = view(1, "r1")
+    chosen = RackAwareReplicaSelector().select(
+        ClientMetadata(rack), PartitionView((*followers, leader), leader)
+    )
+    assert chosen is not None and chosen.broker_id == expected
+
+
+def test_replica_selector_class() -> None:
+    assert replica_selector(None) is None
+    assert isinstance(replica_selector(RACK_AWARE_REPLICA_SELECTOR), RackAwareReplicaSelector)
+    with pytest.raises(ValueError, match="cannot be found"):
+        replica_selector("com.example.Nearest")

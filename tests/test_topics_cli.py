@@ -117,6 +117,10 @@ def test_create_list_describe_alter_delete(broker):
     assert ok(kcli(broker, "topics", "describe", "--under-replicated-partitions")) == []
     assert ok(kcli(broker, "topics", "describe", "--unavailable-partitions")) == []
     assert ok(kcli(broker, "topics", "describe", "--unavailable-partitions", "-o", "json")) == []
+    assert ok(kcli(broker, "topics", "describe", "--under-min-isr-partitions")) == []
+    # min.insync.replicas 1 (the default) and an ISR of one: every partition is at its minimum
+    at_min = ok(kcli(broker, "topics", "describe", "--at-min-isr-partitions", "--topic", "orders"))
+    assert [line.split("\t")[2] for line in at_min] == [f"Partition: {p}" for p in range(3)]
 
     assert ok(kcli(broker, "topics", "alter", "--topic", "orders", "--partitions", "5")) == [
         "Topic orders now has 5 partitions."
@@ -168,7 +172,8 @@ def test_topics_bad_input_is_one_sentence(broker):
     )
     refused(
         kcli(broker, "topics", "describe", "--topics-with-overrides", "--under-replicated-partitions"),
-        "--topics-with-overrides cannot be combined with --under-replicated-partitions or --unavailable-partitions.",
+        "--topics-with-overrides cannot be combined with --under-replicated-partitions, --unavailable-partitions, "
+        "--under-min-isr-partitions or --at-min-isr-partitions.",
     )
     refused(kcli(broker, "topics", "list", "--topic", "("), "'(' is not a valid regular expression: "
             "missing ), unterminated subpattern at position 0.")  # fmt: skip

@@ -41,6 +41,7 @@ from kcli.broker.producer_ids import ProducerIdManager
 from kcli.broker.raft import KafkaRaftClient, MetadataLogError, open_raft_client
 from kcli.broker.replication.fetcher import FetcherConfig
 from kcli.broker.replication.manager import ReplicaManager
+from kcli.broker.replication.replica_selector import replica_selector
 from kcli.broker.txn.coordinator import TransactionCoordinator
 from kcli.broker.txn.verification import AddPartitionsToTxnManager
 from kcli.config import BrokerConfig, Listener
@@ -80,6 +81,7 @@ class Node:
                 backoff_ms=int(config["replica.fetch.backoff.ms"]),  # type: ignore[call-overload]
                 request_timeout_ms=int(config["replica.socket.timeout.ms"]),  # type: ignore[call-overload]
             ),
+            replica_selector=replica_selector(config["replica.selector.class"]),  # type: ignore[arg-type]
         )
         self.producer_ids = ProducerIdManager(
             lambda: allocate_producer_ids(self.channel, config.node_id, self.lifecycle.broker_epoch)

@@ -67,6 +67,16 @@ def describe(
         "--unavailable-partitions",
         help="Only partitions without a leader or whose leader is not a live broker.",
     ),
+    under_min_isr: bool = typer.Option(
+        False,
+        "--under-min-isr-partitions",
+        help="Only partitions without a leader or whose ISR is smaller than the topic's min.insync.replicas.",
+    ),
+    at_min_isr: bool = typer.Option(
+        False,
+        "--at-min-isr-partitions",
+        help="Only partitions whose ISR is exactly the topic's min.insync.replicas.",
+    ),
     with_overrides: bool = typer.Option(
         False,
         "--topics-with-overrides",
@@ -77,17 +87,18 @@ def describe(
     """A topic line (TopicId, PartitionCount, ReplicationFactor, non-default Configs), then one line per
     partition (Leader, Replicas, Isr), as kafka-topics.sh --describe prints them.
 
-    With --under-replicated-partitions or --unavailable-partitions only the matching partition lines are
-    printed (no topic lines); with --output json each topic is one object whose "partitions" are the
-    matching ones, and topics without any are left out.
+    With --under-replicated-partitions, --unavailable-partitions, --under-min-isr-partitions or
+    --at-min-isr-partitions only the partition lines matching any of them are printed (no topic lines);
+    with --output json each topic is one object whose "partitions" are the matching ones, and topics
+    without any are left out.
     """
     from ops.topics import describe_topics
 
-    report = under_replicated or unavailable
+    report = under_replicated or unavailable or under_min_isr or at_min_isr
     if report and with_overrides:
         raise KcliError(
-            "--topics-with-overrides cannot be combined with --under-replicated-partitions "
-            "or --unavailable-partitions."
+            "--topics-with-overrides cannot be combined with --under-replicated-partitions, "
+            "--unavailable-partitions, --under-min-isr-partitions or --at-min-isr-partitions."
         )
     descriptions = run_on_cluster(
         bootstrap,
@@ -102,7 +113,11 @@ def describe(
         return [
             p
             for p in d.partitions
-            if not report or (under_replicated and p.under_replicated) or (unavailable and p.unavailable)
+            if not report
+            or (under_replicated and p.under_replicated)
+            or (unavailable and p.unavailable)
+            or (under_min_isr and p.under_min_isr)
+            or (at_min_isr and p.at_min_isr)
         ]
 
     if with_overrides:

@@ -8,6 +8,9 @@ Follows Kafka's `KafkaApis.handleFetchRequest` and `ReplicaManager.fetchMessages
   (read_committed, with the aborted transactions overlapping the batches returned, from the segments'
   `.txnindex`, as Kafka's LocalLog.addAbortedTransactions); a
   follower (replica id >= 0) reads up to the log end offset and must be one of the replicas;
+- KIP-392: a consumer's fetch (v11+) may be served by a follower, up to that follower's high watermark
+  or last stable offset; with a `replica.selector.class`, the leader answers a consumer better served
+  by another in-sync replica (its `rack_id`) with that `preferred_read_replica`, no records, at once;
 - errors per partition: UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID (v13+), NOT_LEADER_OR_FOLLOWER,
   FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH against current_leader_epoch, OFFSET_OUT_OF_RANGE, and
   a diverging epoch (v12+) when last_fetched_epoch ends before the fetch offset;
@@ -36,6 +39,7 @@ from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.log import LogStorageError, OffsetOutOfRange
 from kcli.broker.log.log import FetchSlice
 from kcli.broker.replication.partition import PartitionError
+from kcli.broker.replication.replica_selector import ClientMetadata
 from kcli.protocol.codec import write_uvarint
 from kcli.protocol.messages import kio_versions, response_type
 
@@ -62,6 +66,8 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> FramedResponse:
         read_committed=request.isolation_level == READ_COMMITTED,
         max_bytes=min(request.max_bytes, int(ctx.state.config["fetch.max.bytes"])),  # type: ignore[call-overload]
         version=version,
+        # v11 added the consumer's rack: from then on a consumer may be sent to, and read from, a follower
+        client_metadata=ClientMetadata(request.rack_id, ctx.client_id) if version >= 11 else None,
     )
     results, readable, failed = fetch.read()
     max_wait = request.max_wait.total_seconds()
@@ -87,6 +93,7 @@ class PartitionResult(NamedTuple):
     empty_records: bool = False
     diverging_epoch: tuple[int, int] | None = None
     current_leader: tuple[int, int] | None = None
+    preferred_read_replica: int = -1
 
 
 def encode_response(
@@ -128,7 +135,7 @@ def encode_response(
                     if flexible:
                         out.append(0)
             if version >= 11:
-                out += _PREFERRED_NONE
+                out += _INT32.pack(p.preferred_read_replica)
             records = p.records
             if records is not None and records.size > 0:
                 if flexible:
@@ -232,8 +239,10 @@ class _Fetch:
         read_committed: bool,
         max_bytes: int,
         version: int,
+        client_metadata: ClientMetadata | None = None,
     ) -> None:
         self.state = ctx.state
+        self.client_metadata = client_metadata
         self.replica_epoch = replica_epoch
         self.replicas = ctx.replicas
         self.image = ctx.state.image
@@ -269,8 +278,8 @@ class _Fetch:
             results.append(result)
             if result.error_code is not ErrorCode.none:
                 failed = True
-            elif result.diverging_epoch is not None:
-                failed = True  # Kafka answers a diverging epoch at once
+            elif result.diverging_epoch is not None or result.preferred_read_replica >= 0:
+                failed = True  # Kafka answers a diverging epoch or a preferred read replica at once
             size = result.records.size if result.records is not None else 0
             if size:
                 min_one_batch = False
@@ -298,7 +307,7 @@ class _Fetch:
         """ReplicaManager.readFromLocalLog for one partition; (result, whether the partition is one to wait on)."""
         topic, topic_id, index = target.topic, target.topic_id, target.partition
         try:
-            read = self.replicas.read_from_leader(
+            read = self.replicas.read_from_log(
                 self.image,
                 topic,
                 index,
@@ -311,6 +320,7 @@ class _Fetch:
                 last_fetched_epoch=target.last_fetched_epoch,
                 follower_log_start_offset=target.log_start_offset,
                 replica_epoch=self.replica_epoch,
+                client_metadata=self.client_metadata,
             )
         except PartitionError as e:
             error = e.error_code
@@ -346,6 +356,7 @@ class _Fetch:
             records=read.records,
             empty_records=True,
             diverging_epoch=read.diverging_epoch,
+            preferred_read_replica=read.preferred_read_replica,
         )
         if read.records is not None and aborted is not None:
             # Kafka's LocalLog.addAbortedTransactions: the aborts overlapping the returned batches.
@@ -444,7 +455,6 @@ _INT64 = struct.Struct(">q")
 _ERROR_SESSION = struct.Struct(">hi")
 _PARTITION_HEAD = struct.Struct(">ihqq")
 _ABORTED = struct.Struct(">qq")
-_PREFERRED_NONE = _INT32.pack(-1)
 _METADATA_ERRORS = frozenset({ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id})
 
 APIS = [ApiSpec(API_KEY, 4, kio_versions(API_KEY)[1], handle_fetch)]  # type: ignore[index]

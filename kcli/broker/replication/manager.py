@@ -30,10 +30,20 @@ from kcli.broker.replication.partition import (
     Partition,
     PartitionError,
     PartitionRead,
+    monotonic_ms,
 )
 from kcli.broker.replication.purgatory import PartitionKey, Purgatory
+from kcli.broker.replication.replica_selector import (
+    ClientMetadata,
+    PartitionView,
+    ReplicaSelector,
+    ReplicaView,
+)
 
 log = logging.getLogger("kcli.broker.replication")
+
+CONSUMER_REPLICA_ID = -1
+"""FetchRequest.CONSUMER_REPLICA_ID; -2 and below are debugging or future replicas."""
 
 
 class ReplicaManager:
@@ -44,8 +54,11 @@ class ReplicaManager:
         *,
         replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS,
         fetcher_config: FetcherConfig | None = None,
+        replica_selector: ReplicaSelector | None = None,
     ) -> None:
         self.node_id = node_id
+        self.replica_selector = replica_selector
+        """`replica.selector.class`: None sends every consumer to the leader."""
         self.logs = logs
         self.purgatory = Purgatory()
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
@@ -202,7 +215,7 @@ class ReplicaManager:
 
     # --- fetch ---------------------------------------------------------------------------------------
 
-    def read_from_leader(
+    def read_from_log(
         self,
         image: ClusterMetadataImage,
         topic: str,
@@ -217,15 +230,26 @@ class ReplicaManager:
         last_fetched_epoch: int,
         follower_log_start_offset: int = -1,
         replica_epoch: int = -1,
+        client_metadata: ClientMetadata | None = None,
     ) -> PartitionRead:
-        """readFromLog for one partition: consumers up to the high watermark or last stable offset, a
-        follower (replica_id >= 0, one of the replicas) up to the log end. Raises PartitionError,
-        OffsetOutOfRange or the log's LogStorageError."""
+        """ReplicaManager.readFromLog's read of one partition: consumers up to the high watermark or last
+        stable offset, a follower (replica_id >= 0, one of the replicas) up to the log end. A consumer
+        that sent its client metadata (Fetch v11+) may read from a follower, and the leader may send it
+        to a replica of its rack instead (a read with `preferred_read_replica` and no records). Raises
+        PartitionError, OffsetOutOfRange or the log's LogStorageError."""
         if image.partition(topic, index) is None:
             raise PartitionError(ErrorCode.unknown_topic_or_partition)
         partition = self._partitions.get((topic, index))
         if partition is None:
             raise PartitionError(ErrorCode.not_leader_or_follower)
+        if client_metadata is not None:
+            preferred = self.find_preferred_read_replica(
+                partition, client_metadata, replica_id, fetch_offset, monotonic_ms()
+            )
+            if preferred is not None:
+                return partition.fetch_offset_snapshot(current_leader_epoch)._replace(
+                    preferred_read_replica=preferred
+                )
         return partition.read_records(
             fetch_offset,
             max_bytes,
@@ -236,4 +260,45 @@ class ReplicaManager:
             last_fetched_epoch=last_fetched_epoch,
             follower_log_start_offset=follower_log_start_offset,
             replica_epoch=replica_epoch,
+            # FetchParams.fetchOnlyLeader: followers always, consumers without client metadata (< v11)
+            fetch_only_from_leader=replica_id >= 0
+            or (replica_id == CONSUMER_REPLICA_ID and client_metadata is None),
         )
+
+    def find_preferred_read_replica(
+        self,
+        partition: Partition,
+        client_metadata: ClientMetadata,
+        replica_id: int,
+        fetch_offset: int,
+        now_ms: int,
+    ) -> int | None:
+        """ReplicaManager.findPreferredReadReplica: on the leader, for a consumer, what the replica selector
+        picks among the leader and the in-sync followers that hold `fetch_offset`; None for the leader."""
+        if not partition.is_leader or replica_id >= 0 or self.replica_selector is None or self.image is None:
+            return None
+        image = self.image
+
+        def view(broker_id: int, log_end_offset: int, since_caught_up_ms: int) -> ReplicaView:
+            # getPartitionReplicaEndpoints: registered, unfenced brokers with this listener
+            registration = image.broker(broker_id)
+            reachable = (
+                registration is not None
+                and not registration.fenced
+                and registration.endpoint(image.listener_name) is not None
+            )
+            rack = registration.rack if reachable and registration is not None else None
+            return ReplicaView(broker_id, rack, reachable, log_end_offset, since_caught_up_ms)
+
+        followers = [
+            view(replica.broker_id, replica.log_end_offset, now_ms - replica.last_caught_up_time_ms)
+            for replica in partition.remote_replicas.values()
+            if replica.broker_id in partition.isr
+            and replica.log_end_offset >= fetch_offset
+            and replica.log_start_offset <= fetch_offset
+        ]
+        leader = view(self.node_id, partition.log.log_end_offset, 0)
+        selected = self.replica_selector.select(client_metadata, PartitionView((*followers, leader), leader))
+        if selected is None or not selected.has_endpoint or selected == leader:
+            return None
+        return selected.broker_id

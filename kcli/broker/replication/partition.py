@@ -68,6 +68,8 @@ class PartitionRead(NamedTuple):
     records: FetchSlice | None = None
     diverging_epoch: tuple[int, int] | None = None
     """(epoch, end offset) when the fetcher's last fetched epoch ends before its fetch offset."""
+    preferred_read_replica: int = -1
+    """KIP-392: the replica the consumer should fetch from instead (then no records are read)."""
 
 
 class PendingIsrChange(NamedTuple):
@@ -402,6 +404,12 @@ class Partition:
             raise PartitionError(ErrorCode.fenced_leader_epoch)
         raise PartitionError(ErrorCode.unknown_leader_epoch)
 
+    def fetch_offset_snapshot(self, current_leader_epoch: int) -> PartitionRead:
+        """Partition.fetchOffsetSnapshot (from any replica): the offsets a fetch answer carries, no records."""
+        self.check_leader_epoch(current_leader_epoch)
+        log = self.log
+        return PartitionRead(log.high_watermark, log.last_stable_offset, log.log_start_offset)
+
     def read_records(
         self,
         fetch_offset: int,
@@ -414,13 +422,15 @@ class Partition:
         last_fetched_epoch: int = -1,
         follower_log_start_offset: int = -1,
         replica_epoch: int = -1,
+        fetch_only_from_leader: bool = True,
     ) -> PartitionRead:
-        """Partition.fetchRecords/readRecords for the leader: consumers (replica_id -1) read up to the high
-        watermark or, read_committed, the last stable offset; a follower (one of the other replicas) up
-        to the log end, and its fetch offset is its log end from then on. Raises PartitionError,
-        OffsetOutOfRange or the log's LogStorageError."""
+        """Partition.fetchRecords/readRecords: consumers (replica_id -1) read up to the high watermark or,
+        read_committed, the last stable offset; a follower (one of the other replicas) up to the log
+        end, and its fetch offset is its log end from then on. Only the leader serves followers; a
+        consumer may read from a follower (its own high watermark, KIP-392) unless
+        `fetch_only_from_leader`. Raises PartitionError, OffsetOutOfRange or the log's LogStorageError."""
         self.check_leader_epoch(current_leader_epoch)
-        if not self.is_leader:
+        if not self.is_leader and (fetch_only_from_leader or replica_id >= 0):
             raise PartitionError(ErrorCode.not_leader_or_follower)
         if replica_id >= 0:
             if replica_id == self.node_id or replica_id not in self.replicas:

@@ -54,6 +54,12 @@ from kcli.broker.metadata.image import (
     TopicImage,
     topic_config_entries,
 )
+from kcli.broker.metadata.placement import (
+    InvalidReplicationFactorException,
+    PlacementSpec,
+    StripedReplicaPlacer,
+    UsableBroker,
+)
 from kcli.config import CLUSTER_METADATA_TOPIC, BrokerConfig
 from kcli.protocol.messages import build, nested_type, response_type
 
@@ -119,7 +125,8 @@ class ReplicationControlManager:
         self.config = config
         self.cluster_control = cluster_control
         self.configuration_control = configuration_control
-        self._random = random.Random()
+        self.replica_placer = StripedReplicaPlacer(random.Random())
+        """One placer for the controller's life, as ClusterControlManager.replicaPlacer is."""
 
     # --- CreateTopics -------------------------------------------------------------------------------
 
@@ -248,7 +255,13 @@ class ReplicationControlManager:
             replication_factor = topic.replication_factor
             if replication_factor == -1:
                 replication_factor = int(self.config["default.replication.factor"])  # type: ignore[call-overload]
-            replicas_by_partition = self._place(image, 0, num_partitions, replication_factor)
+            try:
+                replicas_by_partition = self._place(image, 0, num_partitions, replication_factor)
+            except ApiException as exc:
+                raise ApiException(
+                    exc.error.code,
+                    f"Unable to replicate the partition {replication_factor} time(s): {exc.error.message}",
+                ) from None
 
         topic_id = _random_topic_id()
         records: list[Record] = [("TopicRecord", 0, {"name": topic.name, "topicId": topic_id})]
@@ -915,38 +928,19 @@ class ReplicationControlManager:
     def _place(
         self, image: ClusterMetadataImage, start_partition: int, num_partitions: int, replication_factor: int
     ) -> list[tuple[int, ...]]:
-        """Spread replicas over the registered brokers, unfenced first (StripedReplicaPlacer's checks).
-
-        Placement itself is a simple rotation from a random start, not Kafka's rack-aware striping;
-        on one broker both give [node] for every partition.
-        """
-        brokers = self.cluster_control.usable_brokers(image)
-        unfenced = sorted(b.broker_id for b in brokers if not b.fenced)
-        fenced = sorted(b.broker_id for b in brokers if b.fenced)
-        prefix = f"Unable to replicate the partition {replication_factor} time(s): "
-        if replication_factor <= 0:
-            raise ApiException(
-                ErrorCode.invalid_replication_factor,
-                prefix
-                + f"Invalid replication factor {replication_factor}: the replication factor must be positive.",
+        """Replicas for new partitions from the StripedReplicaPlacer, over the registered brokers that are
+        not in controlled shutdown (fenced ones only where needed), by their `broker.rack`."""
+        usable = [
+            UsableBroker(b.broker_id, b.rack, b.fenced) for b in self.cluster_control.usable_brokers(image)
+        ]
+        try:
+            placements = self.replica_placer.place(
+                PlacementSpec(start_partition, num_partitions, replication_factor), usable
             )
-        if not unfenced:
-            raise ApiException(
-                ErrorCode.invalid_replication_factor, prefix + "All brokers are currently fenced."
-            )
-        if replication_factor > len(brokers):
-            raise ApiException(
-                ErrorCode.invalid_replication_factor,
-                prefix + f"The target replication factor of {replication_factor} cannot be reached because "
-                f"only {len(brokers)} broker(s) are registered.",
-            )
-        start = self._random.randrange(len(unfenced))
-        placements = []
-        for p in range(start_partition, start_partition + num_partitions):
-            shift = (start + p) % len(unfenced)
-            rotated = unfenced[shift:] + unfenced[:shift]
-            placements.append(tuple((rotated + fenced)[:replication_factor]))
-        return placements
+        except InvalidReplicationFactorException as exc:
+            # CreatePartitions answers with the placer's sentence as is; CreateTopics prefixes it
+            raise ApiException(ErrorCode.invalid_replication_factor, str(exc)) from None
+        return [tuple(replicas) for replicas in placements]
 
     def _validate_manual_assignment(
         self, image: ClusterMetadataImage, brokers: Sequence[int], replication_factor: int | None
