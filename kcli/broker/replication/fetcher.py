@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from formats.segment import walk
 from kcli.broker.log import LogStorageError, OffsetOutOfRange, RecordError
 from kcli.broker.replication.purgatory import PartitionKey
 from kcli.client import NodeConnections
@@ -247,7 +246,7 @@ class ReplicaFetcher:
             if diverging.epoch >= 0 or diverging.end_offset >= 0:
                 _truncate_to_diverging(partition, diverging.epoch, diverging.end_offset)
                 return
-            records = _whole_batches(data.records)
+            records = data.records or b""  # a torn last batch is left out by the append's walk
             try:
                 partition.append_records_as_follower(
                     records,
@@ -354,16 +353,3 @@ def _truncate_to_diverging(partition: Partition, epoch: int, end_offset: int) ->
             epoch,
             end_offset,
         )
-
-
-def _whole_batches(records: bytes | None) -> bytes:
-    """The complete batches of a fetched record set (a leader may cut the last one at the size limit)."""
-    if not records:
-        return b""
-    view = memoryview(records)
-    result = walk(view, 0, len(view), check_crc=False)
-    if not result.batches:
-        return b""
-    last = result.batches[-1]
-    end = last.position + last.size
-    return records if end == len(records) else bytes(view[:end])
