@@ -924,6 +924,13 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table(
             at_least(1024),
             "Largest fetch response the broker builds.",
         ),
+        (
+            "max.request.partition.size.limit",
+            "int",
+            2000,
+            at_least(1),
+            "Most partitions one DescribeTopicPartitions response carries.",
+        ),
         ("delete.topic.enable", "boolean", True, None, "Whether DeleteTopics is allowed."),
         (
             "auto.create.topics.enable",

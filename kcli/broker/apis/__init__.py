@@ -31,6 +31,7 @@ def build_registry() -> ApiRegistry:
         api_versions,
         cluster,
         configs,
+        describe_topic_partitions,
         elections,
         fetch,
         groups,
@@ -52,6 +53,7 @@ def build_registry() -> ApiRegistry:
         [
             *api_versions.APIS,
             *metadata.APIS,
+            *describe_topic_partitions.APIS,
             *cluster.APIS,
             *topics.APIS,
             *elections.APIS,

@@ -1,0 +1,140 @@
+"""DescribeTopicPartitions (key 75): paged topic descriptions with ELR, from KIP-966.
+
+Follows Kafka's `DescribeTopicPartitionsRequestHandler` and
+`KRaftMetadataCache.getTopicMetadataForDescribeTopicResponse`: the topics (all of them when the list
+is empty) are answered sorted by name, starting at the request's cursor, until the partition limit
+(the request's, capped by `max.request.partition.size.limit`) is used up; the answer then carries
+`NextCursor`, the first partition it left out. A cursor whose topic is not in a non-empty topic
+list, or whose partition index is negative, fails the whole request with INVALID_REQUEST.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+
+from kio.schema.errors import ErrorCode
+
+from kcli.broker.apis.context import RequestContext
+from kcli.broker.apis.metadata import OPERATIONS_NOT_REQUESTED, TOPIC_OPERATIONS, ZERO_UUID
+from kcli.broker.apis.registry import ApiSpec
+from kcli.broker.metadata.image import ClusterMetadataImage
+from kcli.config import is_internal_topic, is_valid_topic_name
+from kcli.protocol.messages import build, nested_type, response_type
+
+API_KEY = 75
+NO_LEADER = -1
+_NO_THROTTLE = datetime.timedelta(0)
+
+
+async def handle_describe_topic_partitions(ctx: RequestContext, request: object) -> object:
+    response_cls = response_type(API_KEY, ctx.api_version)
+    requested: tuple = request.topics  # type: ignore[attr-defined]
+    cursor = request.cursor  # type: ignore[attr-defined]
+    fetch_all = not requested
+    cursor_topic = cursor.topic_name if cursor is not None else ""
+    image = ctx.state.image
+
+    names = image.topic_ids if fetch_all else [t.name for t in requested]
+    topics = sorted({name for name in names if name >= cursor_topic})
+    if cursor is not None and (
+        (not fetch_all and cursor.topic_name not in topics) or cursor.partition_index < 0
+    ):
+        # Kafka throws InvalidRequestException; its error response names every requested topic.
+        entries = tuple(_topic_entry(response_cls, ErrorCode.invalid_request, t.name) for t in requested)
+        return build(response_cls, throttle_time=_NO_THROTTLE, topics=entries, next_cursor=None)
+
+    limit = max(
+        min(int(ctx.state.config["max.request.partition.size.limit"]), request.response_partition_limit),  # type: ignore[attr-defined,call-overload]
+        1,
+    )
+    entries_out: list[object] = []
+    next_cursor = None
+    cursor_cls = nested_type(response_cls, "Cursor")
+    for name in topics:
+        if limit == 0:
+            # Every partition of the topics before fits: the next page starts at this topic.
+            next_cursor = build(cursor_cls, topic_name=name, partition_index=0)
+            break
+        start = cursor.partition_index if cursor is not None and name == cursor_topic else 0
+        described = _describe(response_cls, image, name, start, limit)
+        if described is None:
+            if not fetch_all:
+                error = (
+                    ErrorCode.unknown_topic_or_partition
+                    if is_valid_topic_name(name)
+                    else ErrorCode.invalid_topic_exception
+                )
+                entries_out.append(_topic_entry(response_cls, error, name))
+            continue
+        entry, next_index = described
+        entries_out.append(entry)
+        if next_index is not None:
+            next_cursor = build(cursor_cls, topic_name=name, partition_index=next_index)
+            break
+        limit -= len(entry.partitions)  # type: ignore[attr-defined]
+    return build(response_cls, throttle_time=_NO_THROTTLE, topics=tuple(entries_out), next_cursor=next_cursor)
+
+
+def _describe(
+    response_cls: type, image: ClusterMetadataImage, name: str, start: int, limit: int
+) -> tuple[object, int | None] | None:
+    """The topic's partitions [start, start + limit), and the first one left out (None: all fit)."""
+    partitions = image.partitions_of(name)
+    info = image.topic(name)
+    if partitions is None or info is None:
+        return None
+    offline = {p.partition_index: p.offline_replicas for p in info.partitions}
+    end = min(len(partitions), start + limit)
+    partition_cls = nested_type(response_cls, "DescribeTopicPartitionsResponsePartition")
+    described = []
+    for index in range(start, end):
+        registration = partitions.get(index)
+        if registration is None:
+            continue
+        leader = image.broker(registration.leader)
+        # getAliveEndpoint: a leader without our listener (or unregistered) is reported as -1.
+        has_endpoint = leader is not None and leader.endpoint(image.listener_name) is not None
+        described.append(
+            build(
+                partition_cls,
+                error_code=ErrorCode.none,
+                partition_index=index,
+                leader_id=registration.leader if has_endpoint else NO_LEADER,
+                leader_epoch=registration.leader_epoch,
+                replica_nodes=registration.replicas,
+                isr_nodes=registration.isr,
+                eligible_leader_replicas=registration.elr,
+                last_known_elr=registration.last_known_elr,
+                offline_replicas=offline.get(index, ()),
+            )
+        )
+    entry = _topic_entry(response_cls, ErrorCode.none, name, info.topic_id, partitions=tuple(described))
+    return entry, (end if end < len(partitions) else None)
+
+
+def _topic_entry(
+    response_cls: type,
+    error: ErrorCode,
+    name: str,
+    topic_id: uuid.UUID = ZERO_UUID,
+    *,
+    partitions: tuple[object, ...] = (),
+) -> object:
+    # Kafka fills the authorized operations of every topic it answers, asked or not (there is no
+    # flag in the request); with no authorizer that is every operation a topic supports. Its
+    # INVALID_REQUEST answer (getErrorResponse) leaves them, and is_internal, at the defaults.
+    invalid = error is ErrorCode.invalid_request
+    topic_cls = nested_type(response_cls, "DescribeTopicPartitionsResponseTopic")
+    return build(
+        topic_cls,
+        error_code=error,
+        name=name,
+        topic_id=topic_id,
+        is_internal=not invalid and is_internal_topic(name),
+        partitions=partitions,
+        topic_authorized_operations=OPERATIONS_NOT_REQUESTED if invalid else TOPIC_OPERATIONS,
+    )
+
+
+APIS = [ApiSpec(API_KEY, 0, 0, handle_describe_topic_partitions)]
