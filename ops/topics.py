@@ -1,7 +1,8 @@
 """Topics as an operator sees them: list, describe, create, add partitions, delete.
 
 Through the standard admin APIs (Metadata, CreateTopics, CreatePartitions, DeleteTopics and, for a
-topic's configs, DescribeConfigs), so it works against Apache Kafka as well as kcli's broker. The rules
+topic's configs, DescribeConfigs; DescribeTopicPartitions for the ELR when the broker offers it), so
+it works against Apache Kafka as well as kcli's broker. The rules
 follow Kafka's `kafka-topics.sh` (TopicCommand): `--topic` is a regular expression that must match a
 whole name, except when creating; internal topics are included unless excluded; a partition is
 under-replicated when its ISR is smaller than its replica set, unavailable when it has no leader
@@ -21,6 +22,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kcli.client import ClientError
 from kcli.cluster import Cluster
 from kcli.errors import KcliError
 from kcli.protocol.messages import build, nested_type
@@ -29,6 +31,9 @@ from ops.configs import ConfigError, ResourceType, describe_configs
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 CREATE_PARTITIONS = 37
+DESCRIBE_TOPIC_PARTITIONS = 75
+PARTITION_SIZE_LIMIT = 2000
+"""TopicCommand's default --partition-size-limit-per-response."""
 
 BROKER_DEFAULT = -1
 """Partitions or replication factor -1: the broker's num.partitions / default.replication.factor
@@ -56,6 +61,9 @@ class PartitionDescription:
     """The leader is among the brokers the metadata lists (TopicCommand's "live brokers")."""
     min_isr: int | None = None
     """The topic's min.insync.replicas (its effective value, from DescribeConfigs); None if not known."""
+    elr: tuple[int, ...] | None = None
+    """Eligible leader replicas (KIP-966); None when the broker has no DescribeTopicPartitions."""
+    last_known_elr: tuple[int, ...] | None = None
 
     @property
     def under_replicated(self) -> bool:
@@ -82,6 +90,8 @@ class PartitionDescription:
             "replicas": list(self.replicas),
             "isr": list(self.isr),
             "offline_replicas": list(self.offline_replicas),
+            "elr": None if self.elr is None else list(self.elr),
+            "last_known_elr": None if self.last_known_elr is None else list(self.last_known_elr),
         }
 
 
@@ -187,15 +197,55 @@ async def describe_topics(
             for e in d.entries:
                 if e.name == MIN_INSYNC_REPLICAS and e.value is not None:
                     min_isr[d.name] = int(e.value)
+    elr = await _eligible_leader_replicas(cluster, names)
     return [
-        _description(by_name[n], live, configs.get(n) if with_configs else None, min_isr.get(n))
+        _description(by_name[n], live, configs.get(n) if with_configs else None, min_isr.get(n), elr)
         for n in names
     ]
 
 
+async def _eligible_leader_replicas(
+    cluster: Cluster, names: list[str]
+) -> dict[tuple[str, int], tuple[Any, Any]]:
+    """(ELR, last known ELR) per partition, from DescribeTopicPartitions page by page (NextCursor).
+
+    Empty when the broker does not offer the API: Metadata has no ELR, so kafka-topics.sh prints N/A.
+    """
+    found: dict[tuple[str, int], tuple[Any, Any]] = {}
+    client = cluster.bootstrap
+    if not names or DESCRIBE_TOPIC_PARTITIONS not in client.broker_versions:
+        return found
+    try:
+        cls = client.request_type(DESCRIBE_TOPIC_PARTITIONS)
+    except ClientError:  # no version in common
+        return found
+    topic_cls, cursor_cls = nested_type(cls, "TopicRequest"), nested_type(cls, "Cursor")
+    topics = tuple(build(topic_cls, name=n) for n in sorted(names))
+    cursor = None
+    while True:
+        response = await client.send(
+            build(cls, topics=topics, response_partition_limit=PARTITION_SIZE_LIMIT, cursor=cursor)
+        )
+        for topic in response.topics:
+            for p in topic.partitions:  # a topic in error (deleted meanwhile) has none: N/A
+                found[(topic.name, p.partition_index)] = (p.eligible_leader_replicas, p.last_known_elr)
+        if response.next_cursor is None:
+            return found
+        cursor = build(
+            cursor_cls,
+            topic_name=response.next_cursor.topic_name,
+            partition_index=response.next_cursor.partition_index,
+        )
+
+
 def _description(
-    topic: Any, live: set[int], configs: dict[str, str | None] | None, min_isr: int | None = None
+    topic: Any,
+    live: set[int],
+    configs: dict[str, str | None] | None,
+    min_isr: int | None = None,
+    elr: dict[tuple[str, int], tuple[Any, Any]] | None = None,
 ) -> TopicDescription:
+    elr = elr or {}
     partitions = tuple(
         sorted(
             (
@@ -208,6 +258,7 @@ def _description(
                     tuple(getattr(p, "offline_replicas", ())),
                     p.leader_id in live,
                     min_isr,
+                    *_elr_pair(elr.get((topic.name, p.partition_index))),
                 )
                 for p in topic.partitions
             ),
@@ -221,6 +272,15 @@ def _description(
         partitions,
         configs,
     )
+
+
+def _elr_pair(pair: tuple[Any, Any] | None) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+    if pair is None:
+        return None, None
+    return tuple(
+        None if replicas is None else tuple(replicas)  # a null list stays N/A, as in TopicCommand
+        for replicas in pair
+    )  # type: ignore[return-value]
 
 
 # --- create ----------------------------------------------------------------------------------------

@@ -82,15 +82,17 @@ def test_create_list_describe_alter_delete(broker):
 
     orders_id = topic_id(broker, "orders")
     pay_id = topic_id(broker, "pay")
+    # The broker offers DescribeTopicPartitions: ELR and last known ELR are shown, empty as ELR is
+    # not in use (kafka-topics.sh against Kafka prints the same; N/A is for brokers without it).
     assert ok(kcli(broker, "topics", "describe", "--topic", "orders|pay")) == [
         f"Topic: orders\tTopicId: {orders_id}\tPartitionCount: 3\tReplicationFactor: 1\t"
         "Configs: cleanup.policy=compact,segment.bytes=1000000",
         *(
-            f"\tTopic: orders\tPartition: {p}\tLeader: 1\tReplicas: 1\tIsr: 1\tElr: N/A\tLastKnownElr: N/A"
+            f"\tTopic: orders\tPartition: {p}\tLeader: 1\tReplicas: 1\tIsr: 1\tElr: \tLastKnownElr: "
             for p in range(3)
         ),
         f"Topic: pay\tTopicId: {pay_id}\tPartitionCount: 2\tReplicationFactor: 1\tConfigs: ",
-        *(f"\tTopic: pay\tPartition: {p}\tLeader: 1\tReplicas: 1\tIsr: 1\tElr: N/A\tLastKnownElr: N/A" for p in range(2)),
+        *(f"\tTopic: pay\tPartition: {p}\tLeader: 1\tReplicas: 1\tIsr: 1\tElr: \tLastKnownElr: " for p in range(2)),
     ]  # fmt: skip
     described = [
         json.loads(line)
@@ -105,7 +107,8 @@ def test_create_list_describe_alter_delete(broker):
         "replication_factor": 1,
         "configs": {"cleanup.policy": "compact", "segment.bytes": "1000000"},
         "partitions": [
-            {"partition": p, "leader": 1, "leader_epoch": 0, "replicas": [1], "isr": [1], "offline_replicas": []}
+            {"partition": p, "leader": 1, "leader_epoch": 0, "replicas": [1], "isr": [1], "offline_replicas": [],
+             "elr": [], "last_known_elr": []}
             for p in range(3)
         ],
     }  # fmt: skip
@@ -132,6 +135,37 @@ def test_create_list_describe_alter_delete(broker):
     ]
     assert ok(kcli(broker, "topics", "delete", "--topic", "pay", "--if-exists")) == []
     assert sorted(admin.list_topics(timeout=30).topics) == ["__consumer_offsets", "orders"]
+
+
+def test_describe_reads_the_elr_across_describe_topic_partitions_pages(broker_factory):
+    """With max.request.partition.size.limit=2 the ELR of five partitions takes three pages: every
+    partition line still has its (empty) ELR, none falls back to N/A."""
+    broker = broker_factory(overrides=["max.request.partition.size.limit=2"])
+    ok(kcli(broker, "topics", "create", "--topic", "a", "--partitions", "3"))
+    ok(kcli(broker, "topics", "create", "--topic", "b", "--partitions", "2"))
+    lines = [line for line in ok(kcli(broker, "topics", "describe")) if line.startswith("\t")]
+    assert [line.split("\t")[1:3] for line in lines] == [
+        [f"Topic: {t}", f"Partition: {p}"] for t, p in (("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1))
+    ]
+    assert all(line.endswith("\tElr: \tLastKnownElr: ") for line in lines), lines
+
+
+def test_partition_line_says_n_a_without_describe_topic_partitions():
+    """Metadata carries no ELR: the description then has None, printed N/A as kafka-topics.sh does."""
+    from kcli.cli.topics import _partition_line
+    from ops.topics import PartitionDescription
+
+    without = PartitionDescription(0, 2, 5, (1, 2, 3), (2, 3), (1,), True)
+    assert _partition_line("t", without) == (
+        "\tTopic: t\tPartition: 0\tLeader: 2\tReplicas: 1,2,3\tIsr: 2,3\tElr: N/A\tLastKnownElr: N/A"
+    )
+    assert without.to_json()["elr"] is None and without.to_json()["last_known_elr"] is None
+    with_elr = PartitionDescription(
+        0, -1, 5, (1, 2, 3), (), (1, 2, 3), False, elr=(2,), last_known_elr=(3, 1)
+    )
+    assert _partition_line("t", with_elr).endswith(
+        "\tLeader: none\tReplicas: 1,2,3\tIsr: \tElr: 2\tLastKnownElr: 3,1"
+    )
 
 
 def test_topics_bad_input_is_one_sentence(broker):

@@ -268,10 +268,15 @@ def _topic_line(d: TopicDescription) -> str:
 
 
 def _partition_line(topic: str, p: PartitionDescription) -> str:
-    """kafka-topics.sh's partition line; Elr and LastKnownElr are N/A as the Metadata API does not carry them."""
+    """kafka-topics.sh's partition line; Elr and LastKnownElr are N/A when the broker has no
+    DescribeTopicPartitions (Metadata does not carry them)."""
     leader = str(p.leader) if p.leader >= 0 else "none"
     return (
         f"\tTopic: {topic}\tPartition: {p.partition}\tLeader: {leader}\t"
         f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}\t"
-        "Elr: N/A\tLastKnownElr: N/A"
+        f"Elr: {_replica_list(p.elr)}\tLastKnownElr: {_replica_list(p.last_known_elr)}"
     )
+
+
+def _replica_list(replicas: tuple[int, ...] | None) -> str:
+    return "N/A" if replicas is None else ",".join(map(str, replicas))
