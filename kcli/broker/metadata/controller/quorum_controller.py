@@ -250,7 +250,7 @@ class QuorumController:
         As Kafka, one broker per write, and every session starts afresh when this controller activates.
         """
         while True:
-            await asyncio.sleep(min(session_timeout_ms / 4000, 1.0))
+            await asyncio.sleep(min(session_timeout_ms / 20000, 0.25))  # Kafka fences at the expiry itself
             if not self.is_active:
                 continue
             now = time.monotonic()
