@@ -15,8 +15,10 @@ test fails unless it exited with status 0.
 from __future__ import annotations
 
 import os
+import random
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -70,6 +72,34 @@ class BrokerProcess:
                 os.kill(self.pid, signal.SIGKILL)
                 self.process.wait()
         return self.process.returncode
+
+
+def free_port_range(count: int) -> int:
+    """A base port with `count` consecutive ports free on 127.0.0.1, below the ephemeral range (so
+    no client connection takes one while a node is down)."""
+    low, high = 20000, 32000
+    try:
+        ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+        high = min(high, ephemeral_low) if ephemeral_low > low + 1000 else high
+    except (OSError, ValueError, IndexError):
+        pass
+    rng = random.Random()
+    for _ in range(500):
+        base = rng.randrange(low, high - count)
+        sockets: list[socket.socket] = []
+        try:
+            for port in range(base, base + count):
+                sock = socket.socket()
+                sockets.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+        return base
+    raise RuntimeError(f"no {count} consecutive free ports in {low}-{high}")
 
 
 def kcli_env() -> dict[str, str]:

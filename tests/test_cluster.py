@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from conftest import KCLI, READY, kcli_env
+from conftest import KCLI, READY, free_port_range, kcli_env
 
 from formats.records import ControlType, control_type
 from formats.segment import walk
@@ -63,34 +63,6 @@ STOP_TIMEOUT_S = 30.0
 
 
 # --- ports, processes, the cluster ---------------------------------------------------------------------
-
-
-def free_port_range(count: int) -> int:
-    """A base port with `count` consecutive ports free on 127.0.0.1, below the ephemeral range (so
-    no client connection takes one while a node is down)."""
-    low, high = 20000, 32000
-    try:
-        ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-        high = min(high, ephemeral_low) if ephemeral_low > low + 1000 else high
-    except (OSError, ValueError, IndexError):
-        pass
-    rng = random.Random()
-    for _ in range(500):
-        base = rng.randrange(low, high - count)
-        sockets: list[socket.socket] = []
-        try:
-            for port in range(base, base + count):
-                sock = socket.socket()
-                sockets.append(sock)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        finally:
-            for sock in sockets:
-                sock.close()
-        return base
-    raise RuntimeError(f"no {count} consecutive free ports in {low}-{high}")
 
 
 def wait_for(what: str, check: Callable[[], T | None], timeout: float, interval: float = 0.1) -> T:

@@ -26,7 +26,6 @@ import argparse
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -37,46 +36,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from ops.local_cluster import READY_MARK, plan  # noqa: E402
+from bench_cluster import Nodes as ClusterNodes  # noqa: E402
 
 SESSION_TIMEOUT_MS = 9000  # Kafka's broker.session.timeout.ms
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-class Nodes:
-    """The nodes of a formatted layout, each a `kcli broker start` process started here."""
-
-    def __init__(self, data_dir: Path, count: int, base_port: int, overrides: list[str]) -> None:
-        self.layout = plan(data_dir, count, base_port, overrides)
-        self.processes: dict[int, subprocess.Popen[bytes]] = {}
-
-    def node(self, node_id: int) -> Any:
-        return next(n for n in self.layout.nodes if n.node_id == node_id)
-
-    def start(self, *node_ids: int) -> None:
-        sizes = {}
-        for node_id in node_ids:
-            node = self.node(node_id)
-            sizes[node_id] = node.log_file.stat().st_size if node.log_file.exists() else 0
-            with open(node.log_file, "ab") as log:
-                self.processes[node_id] = subprocess.Popen(
-                    [sys.executable, "-m", "kcli", "broker", "start", "--config", str(node.properties)],
-                    stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-                )  # fmt: skip
-        deadline = time.monotonic() + 120
-        waiting = set(node_ids)
-        while waiting and time.monotonic() < deadline:
-            for node_id in list(waiting):
-                node = self.node(node_id)
-                with open(node.log_file, "rb") as f:
-                    f.seek(sizes[node_id])
-                    if READY_MARK.encode() in f.read():
-                        waiting.discard(node_id)
-                if self.processes[node_id].poll() is not None:
-                    raise SystemExit(f"node {node_id} exited; see {node.log_file}")
-            time.sleep(0.05)
-        if waiting:
-            raise SystemExit(f"node(s) {sorted(waiting)} did not start within 120 s")
+class Nodes(ClusterNodes):
+    """bench_cluster's nodes, plus what this benchmark asks of them: CPU time and a signal by id."""
 
     def signal(self, node_id: int, signum: int) -> None:
         process = self.processes.pop(node_id)
@@ -90,16 +57,6 @@ class Nodes:
             fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
             total += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
         return total
-
-    def stop_all(self) -> None:
-        for process in self.processes.values():
-            process.send_signal(signal.SIGTERM)
-        for process in self.processes.values():
-            try:
-                process.wait(60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        self.processes.clear()
 
     @property
     def bootstrap(self) -> str:

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,12 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from conftest import free_port_range, kcli_env
+
 from faults.proxy import ProxySet
 from kcli.config import BROKER_CONFIGS, BrokerConfig
 from kcli.storage import format_storage, random_uuid
 from ops.local_cluster import READY_MARK, LocalNode, node_properties
 
-REPO = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 
 # Two shared cores run three Python nodes, the proxies and the clients: a node can stall for a second
@@ -71,44 +70,6 @@ def wait_for(what: str, check: Callable[[], T | None], timeout: float, interval:
             detail = f" (last error: {last_error})" if last_error else ""
             raise ClusterTimeout(f"timed out after {timeout:g} s waiting for {what}{detail}")
         time.sleep(interval)
-
-
-def free_port_range(count: int) -> int:
-    """A base port with `count` consecutive ports free on 127.0.0.1, below the ephemeral range, so no
-    client connection takes the port of a node while it is down."""
-    low, high = 20000, 32000
-    try:
-        ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-        high = min(high, ephemeral_low) if ephemeral_low > low + 1000 else high
-    except (OSError, ValueError, IndexError):
-        pass
-    rng = random.Random()
-    for _ in range(500):
-        base = rng.randrange(low, high - count)
-        sockets: list[socket.socket] = []
-        try:
-            for port in range(base, base + count):
-                sock = socket.socket()
-                sockets.append(sock)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        finally:
-            for sock in sockets:
-                sock.close()
-        return base
-    raise RuntimeError(f"no {count} consecutive free ports in {low}-{high}")
-
-
-def kcli_env() -> dict[str, str]:
-    """The environment a kcli subprocess needs to import this checkout."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
-    env["PYTHONUNBUFFERED"] = "1"
-    env.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(REPO / ".hypothesis"))
-    env.pop("KCLI_DEBUG", None)
-    return env
 
 
 @dataclass
