@@ -55,8 +55,10 @@ OVERRIDES = (
     f"offsets.topic.num.partitions={OFFSETS_PARTITIONS}",
     f"transaction.state.log.num.partitions={TXN_PARTITIONS}",
     "group.initial.rebalance.delay.ms=500",
+    "leader.imbalance.check.interval.seconds=1",
 )
-"""Fewer internal partitions than Kafka's 50: three Python brokers replicate every one of them."""
+"""Fewer internal partitions than Kafka's 50: three Python brokers replicate every one of them. The
+preferred-leader pass every second gives a returning broker its leaderships back at once."""
 DATA_PARTITIONS = 6
 ASSIGNMENT = [[1 + (p + k) % 3 for k in range(3)] for p in range(DATA_PARTITIONS)]
 """Each broker leads two data partitions and follows the four others."""
@@ -592,13 +594,36 @@ def test_a_group_survives_its_coordinators_broker_being_killed(
             only=lambda v: v.startswith(b"later-"),
         )
         assert dict(resumed_run.values) == later, "the new consumer read something committed before it"
+        if client == "confluent_kafka":
+            kcat_through_survivors(cluster, topic, writer.acked, f"{group}-kcat")
+
+        # The killed broker returns and, preferred again, takes the partition back: the interim
+        # coordinator unloads the group, the returning one loads it, and the member goes on there.
+        cluster[victim].start()
+        cluster[victim].wait_ready()
+        restarted = time.monotonic()
+        wait_for(
+            "the group's coordinator back on its preferred broker",
+            lambda: find_coordinator(cluster, 0, group) == victim,
+            60,
+            interval=0.25,
+        )
+        print(
+            f"{client}: coordinator back on node {victim} {time.monotonic() - restarted:.1f} s after it started"
+        )
+        for i in range(DATA_PARTITIONS * 3):
+            writer.send(topic, i % DATA_PARTITIONS, f"back-{i}".encode())
+        run_until(
+            "the consumer at the records after the move back",
+            resumed_run,
+            writer,
+            90,
+            only=lambda v: v.startswith(b"back-"),
+        )
     finally:
         resumed_run.reader.close()
         writer.close()
         kind.stop()
-
-    if client == "confluent_kafka":
-        kcat_through_survivors(cluster, topic, writer.acked, f"{group}-kcat")
     assert_no_traceback(cluster)
 
 
