@@ -187,9 +187,8 @@ class Broker:
         )  # last: handlers see an image once storage and coordinators have it
         bound_host, bound_port = self._server.sockets[0].getsockname()[:2]
         advertised = self.config.advertised_listener(bound_port)
+        # Registration also starts the coordinators (loading what this node leads) before requests are served.
         await node.register(advertised, self.config["broker.rack"])  # type: ignore[arg-type]
-        node.groups.startup()  # loads __consumer_offsets on the running loop before requests are served
-        node.transaction_coordinator.startup()  # loads __transaction_state the same way
         self._periodic = asyncio.create_task(node.run_periodic())
         await self._server.start_serving()
         idle_ms = int(self.config["connections.max.idle.ms"])  # type: ignore[call-overload]

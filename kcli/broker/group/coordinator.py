@@ -89,7 +89,10 @@ class GroupCoordinator:
     # --- lifecycle --------------------------------------------------------------------------------
 
     def startup(self) -> None:
-        """Start serving: load every __consumer_offsets partition this node leads, start offset expiry."""
+        """Start serving: load every __consumer_offsets partition this node leads, start offset expiry.
+        Once: the expiry task must not run twice."""
+        if self.active:
+            return
         self._loop = asyncio.get_running_loop()
         self.active = True
         self._load(self.manager.led_partitions())

@@ -104,7 +104,10 @@ class TransactionCoordinator:
     # --- lifecycle --------------------------------------------------------------------------------
 
     def startup(self) -> None:
-        """Load the __transaction_state partitions this node leads; start the timeout and expiry sweeps."""
+        """Load the __transaction_state partitions this node leads; start the timeout and expiry sweeps.
+        Once: a second sweep would race the first one to abort the same timed-out transaction."""
+        if self.active:
+            return
         self.active = True
         self._load(self.state_manager.led_partitions())
         self._spawn(self._every(self.abort_interval_ms, self.abort_timed_out_transactions))
