@@ -260,10 +260,10 @@ class KafkaClient:
         _INT32.pack_into(out, 0, len(out) - 4)
         return out
 
-    def _received(self, data: bytes) -> None:
-        """Whole response frames from what arrived; a partial one waits in the protocol's buffer."""
+    def _received(self, frames: list[bytes]) -> None:
+        """Answer the requests whose whole response frames arrived."""
         pending = self._pending
-        for frame in self._protocol.frames(data):
+        for frame in frames:
             (correlation_id,) = _INT32.unpack_from(frame)
             entry = pending.pop(correlation_id, None)
             if entry is None:
@@ -306,13 +306,20 @@ class KafkaClient:
             raise self._closed_error
 
 
-class _Connection(asyncio.Protocol):
-    """The socket side of a KafkaClient: cuts size-prefixed frames, pauses writers, reports the end."""
+class _Connection(asyncio.BufferedProtocol):
+    """The socket side of a KafkaClient: cuts size-prefixed frames, pauses writers, reports the end.
+
+    Bytes arrive in a reused buffer; a frame larger than it (a follower's or a consumer's fetch) is
+    received straight into its own buffer, so each frame is copied once, into the bytes handed on.
+    """
 
     def __init__(self) -> None:
         self._client: KafkaClient | None = None
-        self._buffer = bytearray()  # the start of a frame not wholly received yet
-        self._wanted = 0  # its size, with the size field, once known
+        self._buffer = bytearray(RECEIVE_BUFFER_BYTES)
+        self._start = 0  # the first byte not yet cut into a frame
+        self._end = 0  # the end of what arrived
+        self._frame: bytearray | None = None  # a large frame arriving in place
+        self._filled = 0  # its bytes so far
         self._paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._closed = asyncio.get_running_loop().create_future()
@@ -323,37 +330,60 @@ class _Connection(asyncio.Protocol):
         if self._closed.done():  # the broker closed the connection before the client was made
             client._lost(self._lost_error)
 
-    def frames(self, data: bytes) -> list[bytes]:
-        """The whole frames (without their size) that `data` completes, in order."""
-        buffer = self._buffer
-        if buffer:
-            buffer += data
-            if len(buffer) < self._wanted:
-                return []  # a large frame arriving piece by piece: no copy until it is whole
-            data = bytes(buffer)
-            buffer.clear()
-        frames = []
-        position, end = 0, len(data)
-        while end - position >= 4:
-            (size,) = _INT32.unpack_from(data, position)
-            if size < 0:
-                raise ClientError(f"the broker sent a frame of size {size}.")
-            if end - position - 4 < size:
-                break
-            frames.append(data[position + 4 : position + 4 + size])
-            position += 4 + size
-        if position < end:
-            buffer += memoryview(data)[position:]
-            self._wanted = 4 + size if end - position >= 4 else 4
-        return frames
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._frame is not None:
+            return memoryview(self._frame)[self._filled :]
+        if self._end == len(self._buffer):  # full of a frame's start: move it to the front
+            self._compact()
+        return memoryview(self._buffer)[self._end :]
 
-    def data_received(self, data: bytes) -> None:
+    def buffer_updated(self, nbytes: int) -> None:
         assert self._client is not None
         try:
-            self._client._received(data)
+            frames = self._frames(nbytes)
         except ClientError as exc:
             self._client._closed_error = exc
             self._client._transport.close()
+            return
+        if frames:
+            self._client._received(frames)
+
+    def _frames(self, nbytes: int) -> list[bytes]:
+        """The whole frames (without their size) the last `nbytes` complete, in order."""
+        frames: list[bytes] = []
+        if self._frame is not None:
+            self._filled += nbytes
+            if self._filled < len(self._frame):
+                return frames
+            frames.append(bytes(self._frame))
+            self._frame = None
+            return frames
+        self._end += nbytes
+        buffer, position, end = self._buffer, self._start, self._end
+        while end - position >= 4:
+            (size,) = _INT32.unpack_from(buffer, position)
+            if size < 0:
+                raise ClientError(f"the broker sent a frame of size {size}.")
+            if end - position - 4 >= size:
+                frames.append(bytes(buffer[position + 4 : position + 4 + size]))
+                position += 4 + size
+                continue
+            if 4 + size > len(buffer):  # receive the rest in place: no copy of what is to come
+                frame = self._frame = bytearray(size)
+                arrived = end - position - 4
+                frame[:arrived] = buffer[position + 4 : end]
+                self._filled = arrived
+                position = end
+            break
+        self._start = position
+        if position == end:
+            self._start = self._end = 0
+        return frames
+
+    def _compact(self) -> None:
+        buffer, start, end = self._buffer, self._start, self._end
+        buffer[: end - start] = buffer[start:end]
+        self._start, self._end = 0, end - start
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost_error = exc
@@ -399,6 +429,8 @@ def split_address(address: str) -> tuple[str, int]:
 
 _INT32 = struct.Struct(">i")
 _INT16 = struct.Struct(">h")
+RECEIVE_BUFFER_BYTES = 256 * 1024
+"""What one read may bring (asyncio's own read size); larger frames get a buffer of their own."""
 
 
 def _api_versions_request(version: int) -> Any:
