@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -54,6 +54,7 @@ CREATE_TOPICS = 19
 log = logging.getLogger("kcli.broker")
 
 PERIODIC_TICK_SECONDS = 0.5
+SHUTDOWN_STEP_SECONDS = 5.0
 """How often retention, flush.ms, deferred deletes and checkpoints are considered (each keeps its own interval)."""
 
 
@@ -185,13 +186,13 @@ class Node:
         await self.lifecycle.controlled_shutdown(timeout=5.0)
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.replicas.shutdown()
-        await self.transaction_coordinator.shutdown()
-        await self.add_partitions_to_txn.close()
+        await bounded("the node's tasks", asyncio.gather(*self._tasks, return_exceptions=True))
+        await bounded("the replica fetchers", self.replicas.shutdown())
+        await bounded("the transaction coordinator", self.transaction_coordinator.shutdown())
+        await bounded("transaction verification", self.add_partitions_to_txn.close())
         self.groups.shutdown()
-        await self.channel.close()
-        await self.raft.shutdown()
+        await bounded("the controller channel", self.channel.close())
+        await bounded("the Raft client", self.raft.shutdown())
         self.raft.log.close()
         self.logs.shutdown(self.broker_epoch)
 
@@ -247,6 +248,15 @@ class Node:
     @staticmethod
     def _log_config(config: BrokerConfig, image: ClusterMetadataImage, topic: str) -> LogConfig:
         return LogConfig.from_broker(config, image.topic_config(topic))
+
+
+async def bounded(what: str, step: Awaitable[object]) -> None:
+    """One shutdown step, given SHUTDOWN_STEP_SECONDS: a step that hangs (a peer that never answers) is
+    named in the log and left behind, so the logs are still flushed and closed and the process exits."""
+    try:
+        await asyncio.wait_for(step, SHUTDOWN_STEP_SECONDS)
+    except TimeoutError:
+        log.warning("shutdown: %s did not finish within %g s; going on", what, SHUTDOWN_STEP_SECONDS)
 
 
 def metadata_parts(
