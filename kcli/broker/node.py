@@ -9,9 +9,10 @@ reconciliation brings the log dirs in line with the replayed metadata log, so on
 first start, restart and every admin operation.
 
 Publishing order (fixed here, and `BrokerState` last, installed by the server once registered):
-1. this node: create/delete logs, apply the image to the replica manager;
-2. the group coordinator, 3. the transaction coordinator: load or drop their partitions, whose
-   logs step 1 has just created.
+1. the dynamic configs: broker configs over the static properties, replication throttles;
+2. this node: create/delete logs, apply the image to the replica manager;
+3. the group coordinator, 4. the transaction coordinator: load or drop their partitions, whose
+   logs step 2 has just created.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kcli.broker.dynamic_config_publisher import DynamicConfigPublisher
 from kcli.broker.group.coordinator import GroupCoordinator
 from kcli.broker.lifecycle import (
     BrokerLifecycleManager,
@@ -83,7 +85,10 @@ class Node:
                 request_timeout_ms=int(config["replica.socket.timeout.ms"]),  # type: ignore[call-overload]
             ),
             replica_selector=replica_selector(config["replica.selector.class"]),  # type: ignore[arg-type]
+            quota_samples=int(config["replication.quota.window.num"]),  # type: ignore[call-overload]
+            quota_window_seconds=int(config["replication.quota.window.size.seconds"]),  # type: ignore[call-overload]
         )
+        self.dynamic_configs = DynamicConfigPublisher(config, self.logs, self.replicas)
         self.producer_ids = ProducerIdManager(
             lambda: allocate_producer_ids(self.channel, config.node_id, self.lifecycle.broker_epoch)
         )
@@ -113,8 +118,10 @@ class Node:
         """
         await join_quorum(self.raft)
         image = self.loader.image
+        self.dynamic_configs.initialize(image)  # the logs load with the dynamic broker defaults
         self.logs.startup({name: self._log_config(self.config, image, name) for name in image.topic_ids})
-        self.loader.install_publisher(self)  # first: the coordinators load from the logs it creates
+        self.loader.install_publisher(self.dynamic_configs)
+        self.loader.install_publisher(self)  # the coordinators load from the logs it creates
         self.loader.install_publisher(self.groups)
         self.loader.install_publisher(self.transaction_coordinator)
         self._reconcile(image)

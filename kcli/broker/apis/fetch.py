@@ -17,6 +17,8 @@ Follows Kafka's `KafkaApis.handleFetchRequest` and `ReplicaManager.fetchMessages
 - the answer comes at once when max_wait is 0, nothing is asked for, min_bytes are there or a
   partition failed; otherwise the request waits on the logs' append events (no polling) until
   min_bytes are there or max_wait has passed, then everything is read again;
+- a follower's fetch of a throttled replica out of the ISR gets no records while the leader's
+  replication rate is over leader.replication.throttled.rate (KIP-73, see replication/quota.py);
 - incremental fetch sessions are not kept (as a broker with no session cache slots): a full fetch
   is answered with session id 0, so clients keep sending full fetches, and an incremental fetch is
   FETCH_SESSION_ID_NOT_FOUND with no partitions, which makes them start over with a full one.
@@ -74,6 +76,11 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> FramedResponse:
     if max_wait > 0 and fetch.interesting and readable < request.min_bytes and not failed:
         results = await fetch.wait(max_wait, request.min_bytes)
     results += unknown
+    if replica_id >= 0:
+        # KafkaApis: a follower's answer has passed the quota check; its throttled bytes count now
+        ctx.replicas.record_leader_replication(
+            (r.topic, r.partition_index, r.records.size) for r in results if r.records is not None and r.topic
+        )
     return encode_response(version, ErrorCode.none, _group(results, version), _leader_endpoints(ctx, results))
 
 
