@@ -26,10 +26,12 @@ GROUP) are answered per resource with INVALID_REQUEST.
 from __future__ import annotations
 
 import datetime
+import math
 import re
 from collections import Counter
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from decimal import Decimal
 
 from kio.schema.errors import ErrorCode
 
@@ -263,6 +265,8 @@ def config_value_text(value: object) -> str | None:
         return None
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float):
+        return java_double_text(value)
     if isinstance(value, Mapping):
         return ",".join(f"{k}:{v}" for k, v in value.items())
     if isinstance(value, list | tuple):
@@ -270,6 +274,20 @@ def config_value_text(value: object) -> str | None:
             str(item) if isinstance(item, Listener) else config_value_text(item) or "" for item in value
         )
     return str(value)
+
+
+def java_double_text(value: float) -> str:
+    """Java's Double.toString: plain digits in [1e-3, 1e7), else d.dddE<n> (1.7976931348623157E308)."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    if value == 0 or 1e-3 <= abs(value) < 1e7:
+        return repr(value)
+    sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
+    text = "".join(map(str, digits))
+    power = exponent + len(text) - 1  # type: ignore[operator]
+    return f"{'-' if sign else ''}{text[0]}.{text[1:] or '0'}E{power}"
 
 
 def _broker_synonyms(
