@@ -11,7 +11,8 @@ follower's (bytes its fetchers take) and the one for moves between its log dirs.
 - the measured rate: Kafka's SimpleRate over a SampledStat of `replication.quota.window.num`
   samples of `replication.quota.window.size.seconds` each. The rate is the bytes in the retained
   samples over the time since the oldest one started, but never over less than one sample's length
-  (so the first bytes do not read as an enormous rate).
+  (so the first bytes do not read as an enormous rate). Unlike Kafka's, a rate with nothing recorded
+  opens no sample, so idle time before a copy is no credit (see SimpleRate).
 
 Every byte of a throttled partition is recorded, in-sync replicas' too, so the total stays under the
 bound; but only replicas out of the ISR are held back (ReplicaManager.shouldLeaderThrottle and
@@ -42,7 +43,14 @@ class _Sample:
 
 
 class SimpleRate:
-    """Kafka's SimpleRate (a Rate over a WindowedSum SampledStat), in bytes per second."""
+    """Kafka's SimpleRate (a Rate over a WindowedSum SampledStat), in bytes per second.
+
+    One difference: the first sample opens with the first record, not with the first measurement, and
+    when every sample has expired the rate starts over empty. Kafka's sensor is measured (and, on the
+    leader, recorded with zero bytes) on every fetch, so the seconds before a copy starts count as
+    credit it may then spend at full speed, up to the whole window (11 s at the defaults); here a copy
+    gets at most one sample's worth at once, then the bound.
+    """
 
     def __init__(self, samples: int, window_ms: float) -> None:
         self.samples = samples
@@ -60,22 +68,28 @@ class SimpleRate:
 
     def measure(self, now_ms: float) -> float:
         self._purge_obsolete(now_ms)
+        if not self._ring:
+            return 0.0
         total = sum(s.value for s in self._ring)
-        elapsed = now_ms - self._oldest(now_ms).start_ms
+        elapsed = now_ms - self._oldest().start_ms
         return total / (max(elapsed, self.window_ms) / 1000)
 
     def ms_until_at_most(self, bound: float, now_ms: float) -> float:
         """How long until `measure` falls to `bound` if nothing more is recorded (0 when it is there)."""
         self._purge_obsolete(now_ms)
+        if not self._ring:
+            return 0.0
         total = sum(s.value for s in self._ring)
-        if total <= bound * max(now_ms - self._oldest(now_ms).start_ms, self.window_ms) / 1000:
+        start = self._oldest().start_ms
+        if total <= bound * max(now_ms - start, self.window_ms) / 1000:
             return 0.0
         if bound <= 0:
             return self.samples * self.window_ms  # until the samples expire
-        return self._oldest(now_ms).start_ms + total / bound * 1000 - now_ms
+        return start + total / bound * 1000 - now_ms
 
     def _current_sample(self, now_ms: float) -> _Sample:
         if not self._ring:
+            self._current = 0
             self._ring.append(_Sample(now_ms, now_ms))
         return self._ring[self._current]
 
@@ -90,14 +104,16 @@ class SimpleRate:
             sample.value, sample.events = 0.0, 0
         return self._ring[self._current]
 
-    def _oldest(self, now_ms: float) -> _Sample:
-        if not self._ring:
-            self._ring.append(_Sample(now_ms, now_ms))
+    def _oldest(self) -> _Sample:
         return min(self._ring, key=lambda s: s.start_ms)
 
     def _purge_obsolete(self, now_ms: float) -> None:
-        """Samples with no event within the whole window start over (they no longer count)."""
+        """Samples with no event within the whole window start over (they no longer count); when none
+        is left the rate starts over with the next record."""
         expire_ms = self.samples * self.window_ms
+        if all(now_ms - sample.last_event_ms >= expire_ms for sample in self._ring):
+            self._ring.clear()
+            return
         for sample in self._ring:
             if now_ms - sample.last_event_ms >= expire_ms:
                 sample.start_ms = sample.last_event_ms = now_ms
