@@ -5,7 +5,8 @@ As Kafka's DynamicConfigPublisher with its BrokerConfigHandler and TopicConfigHa
   static properties (dynamic_config.py), the replication quotas get their bounds, every log takes the
   new broker-wide log defaults under its topic overrides, and the log cleaner its settings;
 - each topic's leader/follower.replication.throttled.replicas names the partitions the quotas throttle.
-It is installed before the node's own publisher, so logs created for an image already see the broker
+A controller-only node installs one too, for its own properties. On a broker it is installed before the
+node's own publisher, so logs created for an image already see the broker
 defaults that image sets; `initialize` does the same for the image the node starts from (before the
 logs are loaded, as Kafka's first publish comes before the log manager's start-up).
 """
@@ -43,7 +44,10 @@ FOLLOWER_THROTTLED_REPLICAS = "follower.replication.throttled.replicas"
 class DynamicConfigPublisher:
     name = "DynamicConfigPublisher"
 
-    def __init__(self, config: BrokerConfig, logs: LogManager, replicas: ReplicaManager) -> None:
+    def __init__(
+        self, config: BrokerConfig, logs: LogManager | None = None, replicas: ReplicaManager | None = None
+    ) -> None:
+        """`logs` and `replicas` are None on a controller-only node: only its properties change."""
         self.config = config
         self.logs = logs
         self.replicas = replicas
@@ -53,6 +57,8 @@ class DynamicConfigPublisher:
     def initialize(self, image: ClusterMetadataImage) -> None:
         """Apply what `image` holds: broker configs first (the logs about to load read them), every topic's lists."""
         self._apply_broker_configs(image, reconfigure_logs=False)
+        if self.replicas is None:
+            return
         for topic in image.topic_ids:
             self._apply_throttled_replicas(image, topic)
 
@@ -60,6 +66,8 @@ class DynamicConfigPublisher:
         self, changes: TopicChanges, old: ClusterMetadataImage, new: ClusterMetadataImage
     ) -> None:
         self._apply_broker_configs(new, reconfigure_logs=True)
+        if self.replicas is None:
+            return
         for topic, _topic_id, _partitions in changes.deleted:
             if topic not in new.topic_ids:
                 self.replicas.leader_quota.remove_throttle(topic)
@@ -90,6 +98,8 @@ class DynamicConfigPublisher:
                 _loggable(per_broker),
                 _loggable(defaults),
             )
+        if self.replicas is None or self.logs is None:
+            return
         quotas: tuple[tuple[ReplicationQuotaManager, str], ...] = (
             (self.replicas.leader_quota, LEADER_REPLICATION_THROTTLED_RATE),
             (self.replicas.follower_quota, FOLLOWER_REPLICATION_THROTTLED_RATE),
@@ -113,6 +123,7 @@ class DynamicConfigPublisher:
 
     def _apply_throttled_replicas(self, image: ClusterMetadataImage, topic: str) -> None:
         """TopicConfigHandler.updateThrottledList for both lists of one topic."""
+        assert self.replicas is not None
         overrides = image.topic_config(topic)
         for name, quota in (
             (LEADER_THROTTLED_REPLICAS, self.replicas.leader_quota),

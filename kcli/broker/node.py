@@ -335,6 +335,7 @@ class ControllerNode:
                 f"node.id {config.node_id} is a controller but not one of controller.quorum.voters."
             )
         self.controller: QuorumController = controller
+        self.dynamic_configs = DynamicConfigPublisher(config)
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -343,6 +344,8 @@ class ControllerNode:
 
     async def start(self) -> None:
         await join_quorum(self.raft)
+        self.dynamic_configs.initialize(self.loader.image)
+        self.loader.install_publisher(self.dynamic_configs)
         self._tasks.extend(controller_tasks(self.config, self.controller))
 
     async def shutdown(self) -> None:
