@@ -178,3 +178,39 @@ def test_follower_throttle_caps_the_catch_up_rate(
     assert abs(rate - THROTTLE) <= 0.1 * THROTTLE, f"copied at {rate / MIB:.3f} MiB/s, throttle 1 MiB/s"
     set_configs(own, "broker", str(stopped), follower_replication_throttled_rate=None)
     wait_partition(cluster, topic, "all in the ISR again", lambda leader, r, isr: len(isr) == 3, 60)
+
+
+def test_the_quota_follows_kafkas_sampled_rate() -> None:
+    """ReplicationQuotaManager on a hand-driven clock: a sender that sends a fetch whenever the quota is
+    not exceeded (the leader's rule) moves the bound's worth a second, past the first window and past
+    the samples' expiry; idle time before the first byte is no credit; the partition lists as Kafka's."""
+    from kcli.broker.replication.quota import ALL_REPLICAS, ReplicationQuotaManager, throttled_partitions
+
+    now = [100.0]
+    quota = ReplicationQuotaManager("LeaderReplication", samples=11, window_seconds=1, clock=lambda: now[0])
+    quota.update_quota(THROTTLE)
+    for _ in range(300):  # three idle seconds of checks
+        assert not quota.is_quota_exceeded()
+        now[0] += 0.01
+    sent, at_second = 0, {}
+    for step in range(2500):  # 25 s in 10 ms steps
+        if not quota.is_quota_exceeded():
+            quota.record(FETCH_BYTES)
+            sent += FETCH_BYTES
+        now[0] += 0.01
+        if step % 100 == 99:
+            at_second[(step + 1) // 100] = sent
+    assert at_second[1] <= THROTTLE + FETCH_BYTES  # the first second: one window's worth at most
+    for second in range(2, 26):
+        assert abs(at_second[second] - THROTTLE * second) <= FETCH_BYTES, (second, at_second[second])
+    quota.update_quota(2**63 - 1)  # removed: never exceeded
+    assert not quota.is_quota_exceeded() and quota.upper_bound == 2**63 - 1
+
+    assert throttled_partitions(["0:1", "1:2", "2:1", ""], 1) == frozenset({0, 2})
+    assert throttled_partitions(["*"], 3) is ALL_REPLICAS
+    quota.mark_throttled("t", throttled_partitions(["0:2"], 1))
+    assert not quota.is_throttled("t", 0) and not quota.is_throttled("u", 0)
+    quota.mark_throttled("t", ALL_REPLICAS)
+    assert quota.is_throttled("t", 7)
+    quota.remove_throttle("t")
+    assert not quota.is_throttled("t", 7)

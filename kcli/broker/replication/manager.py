@@ -71,13 +71,19 @@ class ReplicaManager:
         self._registrations: dict[PartitionKey, PartitionRegistration] = {}
         self.alter_partition_manager: AlterPartitionManager | None = None
         self.fetchers: ReplicaFetcherManager | None = None
-        window = {"samples": quota_samples, "window_seconds": quota_window_seconds}
-        self.leader_quota = ReplicationQuotaManager("LeaderReplication", **window)  # type: ignore[arg-type]
+        self.leader_quota = ReplicationQuotaManager(
+            "LeaderReplication", samples=quota_samples, window_seconds=quota_window_seconds
+        )
         """What this broker sends as leader to throttled followers (QuotaFactory's quotas.leader)."""
-        self.follower_quota = ReplicationQuotaManager("FollowerReplication", **window)  # type: ignore[arg-type]
+        self.follower_quota = ReplicationQuotaManager(
+            "FollowerReplication", samples=quota_samples, window_seconds=quota_window_seconds
+        )
         """What this broker's fetchers take for throttled partitions (quotas.follower)."""
-        self.alter_log_dirs_quota = ReplicationQuotaManager("AlterLogDirsReplication", **window)  # type: ignore[arg-type]
-        """Copies between this broker's log dirs (quotas.alterLogDirs)."""
+        self.alter_log_dirs_quota = ReplicationQuotaManager(
+            "AlterLogDirsReplication", samples=quota_samples, window_seconds=quota_window_seconds
+        )
+        """Copies between this broker's log dirs (quotas.alterLogDirs; Kafka sizes its window with
+        alter.log.dirs.replication.quota.window.*, which kcli does not have: the same as the others)."""
 
     def start_replication(
         self, send_to_controller: Callable[[Any], Awaitable[Any]], broker_epoch: Callable[[], int]
