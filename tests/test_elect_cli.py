@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -263,8 +264,20 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKraftClus
 
 
 def elect(bootstrap: str, *args: str) -> Any:
-    """`kcli elect` through the broker whose Metadata the test waited on (a dry run predicts from it)."""
+    """`kcli elect` as a process, through the broker whose Metadata the test waited on (a dry run
+    predicts from it)."""
     return kcli("elect", "-b", bootstrap, *args, timeout=60)
+
+
+@pytest.fixture
+def elect_here(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    """`kcli elect` through the same entry point in this process: a second less than a new process."""
+
+    def run(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
+        code, out, err = run_main(monkeypatch, capsys, "elect", "-b", bootstrap, *args)
+        return subprocess.CompletedProcess(["kcli", "elect", *args], code, out, err)
+
+    return run
 
 
 def admin(bootstrap: str) -> Any:
@@ -318,7 +331,7 @@ def listed(line: str, prefix: str) -> list[str]:
     return line[len(prefix) :].split(", ")
 
 
-def test_preferred_election_restores_the_preferred_leaders_after_a_bounce(cluster, tmp_path):
+def test_preferred_election_restores_the_preferred_leaders_after_a_bounce(cluster, elect_here, tmp_path):
     controller = active_controller(cluster)
     bounced, third = sorted(n for n in cluster.nodes if n != controller)
     create_topic(cluster.bootstrap, "pref", [[bounced, controller, third], [third, bounced, controller]])
@@ -334,7 +347,7 @@ def test_preferred_election_restores_the_preferred_leaders_after_a_bounce(cluste
     wait_partitions(via, "pref", f"node {bounced} back in the ISR, not leading",
                     lambda s: s[0][0] == controller and bounced in s[0][2])  # fmt: skip
 
-    dry = elect(via, "--election-type", "preferred", "--all-topic-partitions", "--dry-run")
+    dry = elect_here(via, "--election-type", "preferred", "--all-topic-partitions", "--dry-run")
     assert dry.returncode == 0, dry.stdout + dry.stderr
     would, valid = dry.stdout.splitlines()
     assert listed(would, "Would complete leader election (PREFERRED) for partitions ") == [
@@ -352,7 +365,7 @@ def test_preferred_election_restores_the_preferred_leaders_after_a_bounce(cluste
         via, "pref", "the preferred leaders back", lambda s: s[0][0] == bounced and s[1][0] == third
     )
 
-    again = elect(via, "--election-type", "preferred", "--all-topic-partitions")
+    again = elect_here(via, "--election-type", "preferred", "--all-topic-partitions")
     assert again.returncode == 0, again.stderr
     [valid] = again.stdout.splitlines()
     assert {"pref-0", "pref-1"} <= set(listed(valid, "Valid replica already elected for partitions "))
@@ -361,7 +374,7 @@ def test_preferred_election_restores_the_preferred_leaders_after_a_bounce(cluste
     named.write_text(
         json.dumps({"partitions": [{"topic": "pref", "partition": 1}, {"topic": "nosuch", "partition": 0}]})
     )
-    result = elect(via, "--election-type", "preferred", "--path-to-json-file", str(named), "-o", "json")
+    result = elect_here(via, "--election-type", "preferred", "--path-to-json-file", str(named), "-o", "json")
     assert result.returncode == 1 and result.stderr == "kcli: 1 replica(s) could not be elected.\n", (
         result.stderr
     )
@@ -373,7 +386,7 @@ def test_preferred_election_restores_the_preferred_leaders_after_a_bounce(cluste
     assert rows[0]["message"] == "No such topic as nosuch"
 
 
-def test_unclean_election_elects_an_out_of_sync_replica_only_when_asked(cluster):
+def test_unclean_election_elects_an_out_of_sync_replica_only_when_asked(cluster, elect_here):
     controller = active_controller(cluster)
     for node in cluster.nodes.values():  # the previous test may have left one down
         if not node.running:
@@ -400,7 +413,7 @@ def test_unclean_election_elects_an_out_of_sync_replica_only_when_asked(cluster)
     assert partitions(via, "dirty")[0][:2] == (-1, [leader, follower])  # unclean is off: still leaderless
 
     # Preferred cannot help: its replica is gone and nobody else is in sync.
-    refused = elect(via, "--election-type", "preferred", "--topic", "dirty", "--partition", "0")
+    refused = elect_here(via, "--election-type", "preferred", "--topic", "dirty", "--partition", "0")
     assert refused.returncode == 1, refused.stderr
     assert refused.stdout.splitlines() == [
         "Error completing leader election (PREFERRED) for partition: dirty-0: "
@@ -408,7 +421,7 @@ def test_unclean_election_elects_an_out_of_sync_replica_only_when_asked(cluster)
     ]
     assert refused.stderr == "kcli: 1 replica(s) could not be elected.\n"
 
-    dry = elect(via, "--election-type", "unclean", "--all-topic-partitions", "--dry-run", "-o", "json")
+    dry = elect_here(via, "--election-type", "unclean", "--all-topic-partitions", "--dry-run", "-o", "json")
     assert dry.returncode == 0, dry.stdout + dry.stderr
     rows = {(r["topic"], r["partition"]): r for r in map(json.loads, dry.stdout.splitlines())}
     assert rows[("dirty", 0)] | {"message": None} == {

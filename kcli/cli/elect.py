@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from kcli.cli.admin import OUTPUT, write_json_lines
+from kcli.cli.admin import write_json_lines
 from kcli.cli.app import Output, app
 from kcli.errors import KcliError
 
@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from ops.elect import AdminConfig, ElectionReport, ElectionType, TopicPartition
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+OUTPUT = typer.Option(
+    Output.text, "--output", "-o", help="Kafka's report lines, or one JSON object per partition."
+)
 
 
 @app.command("elect")
