@@ -405,7 +405,7 @@ def predict(election_type: ElectionType, state: PartitionState, live: set[int]) 
         if leader is not None and valid(leader):
             return outcome(ErrorCode.preferred_leader_not_available)
         fallback = next((r for r in state.replicas[1:] if valid(r)), None)
-        if fallback is None or fallback == state.leader:
+        if fallback is None:
             return outcome(ErrorCode.preferred_leader_not_available)
         return outcome(ErrorCode.none, fallback)
     if leader is not None:
