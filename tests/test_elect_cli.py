@@ -198,6 +198,8 @@ def test_report_lines_are_kafkas():
 def run_main(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
 ) -> tuple[int, str, str]:
+    """`kcli ARGS` through kcli.cli.main.main in this process: (exit status, stdout, stderr). (main
+    blocks a later `import hypothesis`; conftest has imported it already, so nothing changes.)"""
     from kcli.cli.main import main
 
     monkeypatch.setattr(sys, "argv", ["kcli", *args])
