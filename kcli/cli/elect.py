@@ -82,7 +82,8 @@ def elect(
 
     Give one of --topic with --partition, --all-topic-partitions or --path-to-json-file. The report
     has Kafka's lines: the partitions elected, those whose valid replica already leads, and one line
-    per failure with its error. Exit status 1 when an election failed (or, with --dry-run, would fail).
+    per failure with its error. Exit status 1 when an election failed (or, with --dry-run, would fail);
+    2 for bad arguments or a bad file, told in one sentence before anything is sent.
     """
     from ops.elect import load_admin_config
 
