@@ -213,6 +213,21 @@ class Node:
             if topic not in configs:
                 configs[topic] = self._log_config(self.config, new, topic)
             self.logs.create_log(topic, partition, topic_id, configs[topic])
+        for topic, partition, topic_id in changes.reassigned:
+            hosted = self.logs.get_log(topic, partition) is not None
+            if self._is_replica(new, topic, partition):
+                if not hosted:
+                    # A replica added by a reassignment: an empty log, filled by its fetcher from the
+                    # leader (from the leader's log start when that is above 0).
+                    if topic not in configs:
+                        configs[topic] = self._log_config(self.config, new, topic)
+                    self.logs.create_log(topic, partition, topic_id, configs[topic])
+                    log.info("created %s-%d: a replica added by a reassignment", topic, partition)
+            elif hosted:
+                # A replica the reassignment removed (completed or cancelled): Kafka's stray replica,
+                # renamed to <topic>-<partition>.<uuid>-delete and removed after the delete delay.
+                self.logs.delete_log(topic, partition)
+                log.info("deleted %s-%d: a reassignment removed this broker's replica", topic, partition)
         self.replicas.apply_image(new)
         for topic in changes.reconfigured:
             config = self._log_config(self.config, new, topic)

@@ -114,6 +114,11 @@ class Partition:
         self.partition_epoch = -1
         self.leader_epoch_start_offset = -1
         self.replicas: tuple[int, ...] = ()
+        self.adding_replicas: tuple[int, ...] = ()
+        self.removing_replicas: tuple[int, ...] = ()
+        """A reassignment under way (KIP-455): `replicas` holds both lists, so the adding replicas are
+        followers like the others (fetching, counted for the high watermark once caught up, able to
+        join the ISR) and the removing ones stay followers until the reassignment completes."""
         self.isr: tuple[int, ...] = ()
         self.pending_isr: PendingIsrChange | None = None
         self.remote_replicas: dict[int, Replica] = {}
@@ -129,6 +134,13 @@ class Partition:
     @property
     def is_leader(self) -> bool:
         return self.leader_id == self.node_id
+
+    @property
+    def is_reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
+
+    def is_adding_replica(self, broker_id: int) -> bool:
+        return broker_id in self.adding_replicas
 
     @property
     def high_watermark(self) -> int:
@@ -172,6 +184,8 @@ class Partition:
         self.leader_epoch = registration.leader_epoch
         self.partition_epoch = registration.partition_epoch
         self.replicas = registration.replicas
+        self.adding_replicas = registration.adding_replicas
+        self.removing_replicas = registration.removing_replicas
         self.isr = registration.isr
         self.pending_isr = None
         self._sole_replica = self.replicas == (self.node_id,) and self.isr == (self.node_id,)
