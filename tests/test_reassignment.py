@@ -8,14 +8,22 @@ with kcli's own client.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
 from metadata_harness import SyncController
+from test_cluster import SESSION, LocalKraftCluster, wait_for
 from test_elections import alter_request, create, heartbeat, open_cluster, partition_answer, state
+from test_replication_cluster import create_topic, partition_batches
 
 from kcli.broker.metadata.image import NO_LEADER
+from kcli.cluster import Cluster
 from kcli.config import BrokerConfig
 from kcli.protocol.messages import nested_type, request_type
 
@@ -313,3 +321,183 @@ def test_replacing_an_ongoing_reassignment_starts_from_the_transitional_replicas
     # current = [3, 4, 1, 2], so nothing is added and 2 and 4 are removed. As in Kafka, an empty
     # adding list is not written: the old one (3, 4) stays until the reassignment completes.
     assert (p.replicas, p.adding_replicas, p.removing_replicas) == ((1, 3, 2, 4), (3, 4), (2, 4))
+
+
+# --- a real cluster ------------------------------------------------------------------------------------
+
+CLUSTER_SETTINGS = (
+    *SESSION,
+    "replica.lag.time.max.ms=3000",
+    "replica.fetch.backoff.ms=200",
+    "log.segment.delete.delay.ms=0",  # a removed replica's `-delete` dir goes at the next tick
+)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKraftCluster]:
+    """Three combined nodes shared by the module's cluster tests; killed by PID at the end."""
+    made = LocalKraftCluster(tmp_path_factory.mktemp("reassign"), 3, CLUSTER_SETTINGS)
+    try:
+        made.start()
+        yield made
+    finally:
+        made.kill_all()
+
+
+def send(bootstrap: str, api_key: int, make: Callable[[type], Any]) -> Any:
+    """One admin request through kcli's own client, at the version it negotiated with the broker."""
+
+    async def ask() -> Any:
+        async with await Cluster.connect(bootstrap, request_timeout=30.0) as found:
+            return await found.bootstrap.send(make(found.bootstrap.request_type(api_key)))
+
+    return asyncio.run(ask())
+
+
+def reassign(bootstrap: str, targets: dict[tuple[str, int], list[int] | None]) -> dict:
+    def make(cls: type) -> Any:
+        return alter_reassignments(targets, version=cls.__version__)
+
+    return answers(send(bootstrap, ALTER, make))
+
+
+def listed(bootstrap: str, topics: dict[str, list[int]] | None = None) -> dict:
+    return ongoing(send(bootstrap, LIST, lambda cls: list_reassignments(topics)))
+
+
+def assignment(bootstrap: str, topic: str, partition: int = 0) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    """(leader, replicas, isr) as Metadata (kcli's client) shows them through `bootstrap`."""
+
+    async def ask() -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+        async with await Cluster.connect(bootstrap, request_timeout=10.0) as found:
+            response = await found.metadata_response([topic])
+        [answer] = response.topics
+        for p in answer.partitions:
+            if p.partition_index == partition:
+                return p.leader_id, tuple(p.replica_nodes), tuple(p.isr_nodes)
+        return -1, (), ()
+
+    return asyncio.run(ask())
+
+
+def wait_assignment(cluster: LocalKraftCluster, topic: str, what: str, check: Callable[..., bool], timeout=40.0):
+    def ask():
+        found = assignment(cluster.live_bootstrap(), topic)
+        return found if check(*found) else None
+
+    return wait_for(f"{topic}: {what}", ask, timeout, interval=0.2)
+
+
+def partition_dirs(cluster: LocalKraftCluster, node_id: int, topic: str) -> list[str]:
+    """`topic`-0 and its `-delete` renames on node `node_id`'s disk."""
+    data = cluster[node_id].node.directory / "data"
+    return sorted(p.name for p in data.glob(f"{topic}-0*"))
+
+
+class Load:
+    """An idempotent acks=all confluent-kafka producer writing to partition 0 of some topics from a
+    thread until stopped; what was acknowledged, by topic."""
+
+    def __init__(self, bootstrap: str, topics: list[str]) -> None:
+        from confluent_kafka import Producer
+
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "message.timeout.ms": 60000,
+            }
+        )
+        self.topics = topics
+        self.acked: dict[str, dict[int, bytes]] = {t: {} for t in topics}
+        self.failed: list[tuple[str, bytes, str]] = []
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _done(self, err: Any, msg: Any) -> None:
+        if err is None:
+            self.acked[msg.topic()][msg.offset()] = msg.value()
+        else:
+            self.failed.append((msg.topic(), msg.value(), err.name()))
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + 120
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            for topic in self.topics:
+                self.producer.produce(topic, value=f"{topic}-{self.sent}".encode(), partition=0, on_delivery=self._done)
+            self.sent += 1
+            self.producer.poll(0.002)
+
+    def __enter__(self) -> Load:
+        self._thread.start()
+        return self
+
+    def wait_acked(self, count: int, timeout: float = 30.0) -> None:
+        wait_for(
+            f"{count} records acknowledged on each of {self.topics}",
+            lambda: all(len(self.acked[t]) >= count for t in self.topics),
+            timeout,
+        )
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        assert self.producer.flush(60) == 0
+
+
+def read_partition(bootstrap: str, topic: str, count: int, timeout: float = 30.0) -> dict[int, bytes]:
+    """At least `count` records of `topic`-0 from offset 0 (stops at the deadline), by offset."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-check", "enable.auto.commit": False})
+    got: dict[int, bytes] = {}
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + timeout
+        while len(got) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None:
+                assert message.error() is None, message.error()
+                got[message.offset()] = message.value()
+    finally:
+        consumer.close()
+    return got
+
+
+def test_moving_partitions_under_a_producer_loses_and_duplicates_nothing(cluster: LocalKraftCluster) -> None:
+    """RF 1 [1] -> [2] and RF 2 [1, 2] -> [3, 2], both moving the leadership, while an idempotent
+    acks=all producer writes to both; then every acknowledged record is read back exactly once, the
+    new replicas hold the same bytes, and broker 1's copies are gone from its disk."""
+    create_topic(cluster.bootstrap, "move1", [[1]])
+    create_topic(cluster.bootstrap, "move2", [[1, 2]], **{"min.insync.replicas": "2"})
+    wait_assignment(cluster, "move2", "the ISR whole", lambda leader, replicas, isr: sorted(isr) == [1, 2])
+    with Load(cluster.bootstrap, ["move1", "move2"]) as load:
+        load.wait_acked(300)
+        assert reassign(cluster[3].bootstrap, {("move1", 0): [2], ("move2", 0): [3, 2]}) == {
+            ("move1", 0): OK,
+            ("move2", 0): OK,
+        }
+        wait_assignment(cluster, "move1", "moved to [2]", lambda leader, r, isr: (leader, r) == (2, (2,)))
+        wait_assignment(cluster, "move2", "moved to [3, 2]", lambda leader, r, isr: (leader, r) == (3, (3, 2)))
+        assert listed(cluster.bootstrap) == {}
+        done = {t: len(load.acked[t]) for t in load.topics}
+        load.wait_acked(max(done.values()) + 300)  # the new leaders take writes
+    assert not load.failed, load.failed[:5]
+    for topic, acked in load.acked.items():
+        end = max(acked) + 1
+        read = read_partition(cluster.bootstrap, topic, end)
+        values = list(read.values())
+        assert len(values) == len(set(values)), f"{topic}: a record was written twice"
+        assert all(read.get(offset) == value for offset, value in acked.items()), f"{topic}: an acked record is lost"
+        assert sorted(read) == list(range(end)), f"{topic}: offsets are not dense"
+
+    def identical() -> bool:
+        copies = [partition_batches(cluster, node, "move2") for node in (3, 2)]
+        return bool(copies[0]) and copies[0] == copies[1]
+
+    wait_for("move2's replicas on 3 and 2 byte for byte the same", identical, 30, interval=0.25)
+    for topic in ("move1", "move2"):
+        wait_for(f"{topic}-0 gone from broker 1", lambda t=topic: not partition_dirs(cluster, 1, t), 15)
