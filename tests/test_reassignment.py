@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -365,7 +366,9 @@ def listed(bootstrap: str, topics: dict[str, list[int]] | None = None) -> dict:
     return ongoing(send(bootstrap, LIST, lambda cls: list_reassignments(topics)))
 
 
-def assignment(bootstrap: str, topic: str, partition: int = 0) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+def assignment(
+    bootstrap: str, topic: str, partition: int = 0
+) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
     """(leader, replicas, isr) as Metadata (kcli's client) shows them through `bootstrap`."""
 
     async def ask() -> tuple[int, tuple[int, ...], tuple[int, ...]]:
@@ -380,9 +383,19 @@ def assignment(bootstrap: str, topic: str, partition: int = 0) -> tuple[int, tup
     return asyncio.run(ask())
 
 
-def wait_assignment(cluster: LocalKraftCluster, topic: str, what: str, check: Callable[..., bool], timeout=40.0):
+def wait_assignment(
+    cluster: LocalKraftCluster,
+    topic: str,
+    what: str,
+    check: Callable[..., bool],
+    timeout: float = 40.0,
+    via: str | None = None,
+) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    """(leader, replicas, isr) once `check` holds for them (brokers learn metadata a moment after
+    the controller commits it); through `via`, or the live brokers."""
+
     def ask():
-        found = assignment(cluster.live_bootstrap(), topic)
+        found = assignment(via or cluster.live_bootstrap(), topic)
         return found if check(*found) else None
 
     return wait_for(f"{topic}: {what}", ask, timeout, interval=0.2)
@@ -427,7 +440,9 @@ class Load:
         deadline = time.monotonic() + 120
         while not self._stop.is_set() and time.monotonic() < deadline:
             for topic in self.topics:
-                self.producer.produce(topic, value=f"{topic}-{self.sent}".encode(), partition=0, on_delivery=self._done)
+                self.producer.produce(
+                    topic, value=f"{topic}-{self.sent}".encode(), partition=0, on_delivery=self._done
+                )
             self.sent += 1
             self.producer.poll(0.002)
 
@@ -448,14 +463,18 @@ class Load:
         assert self.producer.flush(60) == 0
 
 
-def read_partition(bootstrap: str, topic: str, count: int, timeout: float = 30.0) -> dict[int, bytes]:
-    """At least `count` records of `topic`-0 from offset 0 (stops at the deadline), by offset."""
+def read_partition(
+    bootstrap: str, topic: str, count: int, timeout: float = 30.0, start: int = 0
+) -> dict[int, bytes]:
+    """At least `count` records of `topic`-0 from offset `start` (stops at the deadline), by offset."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-check", "enable.auto.commit": False})
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"{topic}-check", "enable.auto.commit": False}
+    )
     got: dict[int, bytes] = {}
     try:
-        consumer.assign([TopicPartition(topic, 0, 0)])
+        consumer.assign([TopicPartition(topic, 0, start)])
         deadline = time.monotonic() + timeout
         while len(got) < count and time.monotonic() < deadline:
             message = consumer.poll(0.5)
@@ -481,7 +500,9 @@ def test_moving_partitions_under_a_producer_loses_and_duplicates_nothing(cluster
             ("move2", 0): OK,
         }
         wait_assignment(cluster, "move1", "moved to [2]", lambda leader, r, isr: (leader, r) == (2, (2,)))
-        wait_assignment(cluster, "move2", "moved to [3, 2]", lambda leader, r, isr: (leader, r) == (3, (3, 2)))
+        wait_assignment(
+            cluster, "move2", "moved to [3, 2]", lambda leader, r, isr: (leader, r) == (3, (3, 2))
+        )
         assert listed(cluster.bootstrap) == {}
         done = {t: len(load.acked[t]) for t in load.topics}
         load.wait_acked(max(done.values()) + 300)  # the new leaders take writes
@@ -491,7 +512,9 @@ def test_moving_partitions_under_a_producer_loses_and_duplicates_nothing(cluster
         read = read_partition(cluster.bootstrap, topic, end)
         values = list(read.values())
         assert len(values) == len(set(values)), f"{topic}: a record was written twice"
-        assert all(read.get(offset) == value for offset, value in acked.items()), f"{topic}: an acked record is lost"
+        assert all(read.get(offset) == value for offset, value in acked.items()), (
+            f"{topic}: an acked record is lost"
+        )
         assert sorted(read) == list(range(end)), f"{topic}: offsets are not dense"
 
     def identical() -> bool:
@@ -501,3 +524,157 @@ def test_moving_partitions_under_a_producer_loses_and_duplicates_nothing(cluster
     wait_for("move2's replicas on 3 and 2 byte for byte the same", identical, 30, interval=0.25)
     for topic in ("move1", "move2"):
         wait_for(f"{topic}-0 gone from broker 1", lambda t=topic: not partition_dirs(cluster, 1, t), 15)
+
+
+def produce(bootstrap: str, topic: str, count: int) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    for i in range(count):
+        producer.produce(topic, value=f"{topic}-{i}".encode(), partition=0)
+    assert producer.flush(30) == 0
+
+
+def delete_records_before(bootstrap: str, topic: str, offset: int) -> None:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    client = AdminClient({"bootstrap.servers": bootstrap})
+    [future] = client.delete_records([TopicPartition(topic, 0, offset)], request_timeout=30).values()
+    assert future.result(30).low_watermark == offset
+
+
+def test_a_held_move_is_listed_until_it_completes_and_a_cancel_reverts(cluster: LocalKraftCluster) -> None:
+    """The new replica's broker is stopped (SIGSTOP), so its moves cannot complete: both are listed,
+    with Metadata showing the transitional replicas; one is cancelled and goes back at once; after
+    SIGCONT the other completes and the new replica starts at the leader's log start."""
+    controller = cluster.status().leader_id
+    stalled = next(n for n in (1, 2, 3) if n != controller)  # the controller must keep answering
+    source = next(n for n in (1, 2, 3) if n != stalled)
+    via = cluster[source].bootstrap
+    create_topic(via, "held", [[source]])
+    create_topic(via, "cancelled", [[source]])
+    produce(via, "held", 200)
+    delete_records_before(via, "held", 50)  # the new replica fetches from log start 50
+    process = cluster[stalled].process
+    assert process is not None
+    process.send_signal(signal.SIGSTOP)
+    try:
+        targets = {("held", 0): [stalled], ("cancelled", 0): [stalled]}
+        assert reassign(via, targets) == {("held", 0): OK, ("cancelled", 0): OK}
+        moving = ((stalled, source), (stalled,), (source,))
+        assert listed(via) == {("held", 0): moving, ("cancelled", 0): moving}
+        assert listed(via, {"held": [0, 3], "nothing": [0]}) == {("held", 0): moving}
+        # Metadata lists every replica of the transitional set, as Kafka does
+        wait_assignment(
+            cluster, "held", "in transition", lambda *s: s == (source, (stalled, source), (source,)), via=via
+        )
+        assert reassign(via, {("cancelled", 0): None}) == {("cancelled", 0): OK}
+        assert listed(via) == {("held", 0): moving}
+        wait_assignment(
+            cluster, "cancelled", "reverted", lambda *s: s == (source, (source,), (source,)), via=via
+        )
+    finally:
+        process.send_signal(signal.SIGCONT)
+    wait_assignment(
+        cluster, "held", "moved", lambda leader, r, isr: (leader, r, isr) == (stalled, (stalled,), (stalled,))
+    )
+    assert listed(via) == {}
+    read = read_partition(cluster.bootstrap, "held", 150, start=50)
+    assert read == {i: f"held-{i}".encode() for i in range(50, 200)}
+    wait_for("held-0 gone from its old broker", lambda: not partition_dirs(cluster, source, "held"), 15)
+    wait_for(
+        "no cancelled-0 left on the stalled broker",
+        lambda: not partition_dirs(cluster, stalled, "cancelled"),
+        15,
+    )
+
+
+def test_bad_requests_get_per_partition_errors_through_any_broker(cluster: LocalKraftCluster) -> None:
+    """Forwarded from every broker to the active controller (KIP-590), answered per partition."""
+    create_topic(cluster.bootstrap, "bad", [[1, 2]])
+    expected = {
+        ("nope", 0): (ErrorCode.unknown_topic_or_partition, "Unable to find a topic named nope."),
+        ("bad", 4): (ErrorCode.unknown_topic_or_partition, "Unable to find partition bad:4."),
+        ("bad", 0): (
+            ErrorCode.invalid_replica_assignment,
+            "The manual partition assignment includes the broker 2 more than once.",
+        ),
+    }
+    for node in (1, 2, 3):
+        via = cluster[node].bootstrap
+        assert reassign(via, {("nope", 0): [1], ("bad", 4): [1], ("bad", 0): [2, 2]}) == expected
+        assert reassign(via, {("bad", 0): []}) == {
+            ("bad", 0): (
+                ErrorCode.invalid_replica_assignment,
+                "The manual partition assignment includes an empty replica list.",
+            )
+        }
+        assert reassign(via, {("bad", 0): [1, 42]}) == {
+            ("bad", 0): (
+                ErrorCode.invalid_replica_assignment,
+                "The manual partition assignment includes broker 42, but no such broker is registered.",
+            )
+        }
+        assert reassign(via, {("bad", 0): None}) == {
+            ("bad", 0): (ErrorCode.no_reassignment_in_progress, None)
+        }
+        assert listed(via, {"bad": [0], "nope": [0]}) == {}
+    wait_assignment(cluster, "bad", "as created", lambda leader, replicas, isr: replicas == (1, 2))
+
+
+def test_a_broker_killed_during_a_move_leaves_the_partition_led(cluster: LocalKraftCluster) -> None:
+    """[killed, controller] -> [controller, new]: the new replica's broker is paused while the move
+    starts, and the leader (a replica being removed) is killed -9 before it could copy anything. The
+    new replica cannot fetch from a dead leader, so the move waits; once the killed broker's session
+    expires the other original replica leads, the new one catches up from it and the move completes.
+    The killed broker, restarted, drops its stray copy. (The pause is short: with one node dead and
+    one paused, the metadata quorum would have no majority.)"""
+    controller = cluster.status().leader_id
+    killed, new = (n for n in (1, 2, 3) if n != controller)
+    via = cluster[controller].bootstrap
+    create_topic(via, "killed", [[killed, controller]])
+    wait_assignment(
+        cluster, "killed", "the ISR whole", lambda leader, r, isr: leader == killed and len(isr) == 2, via=via
+    )
+    produce(via, "killed", 100)
+    process = cluster[new].process
+    assert process is not None
+    process.send_signal(signal.SIGSTOP)
+    try:
+        assert reassign(via, {("killed", 0): [controller, new]}) == {("killed", 0): OK}
+        cluster[killed].kill()
+        assert listed(via) == {("killed", 0): ((controller, new, killed), (new,), (killed,))}
+    finally:
+        process.send_signal(signal.SIGCONT)
+    # the partition is led again once the killed broker is fenced, whether or not the move is done
+    wait_assignment(cluster, "killed", "a live leader", lambda leader, r, isr: leader == controller, via=via)
+    wait_assignment(
+        cluster,
+        "killed",
+        "moved",
+        lambda leader, r, isr: (
+            (leader, r, sorted(isr)) == (controller, (controller, new), sorted((controller, new)))
+        ),
+        via=via,
+    )
+    assert listed(via) == {}
+    read = read_partition(cluster[new].bootstrap, "killed", 100)
+    assert read == {i: f"killed-{i}".encode() for i in range(100)}
+    cluster[killed].start()
+    cluster[killed].wait_ready()
+    wait_for(
+        "the killed broker's stray killed-0 removed",
+        lambda: not partition_dirs(cluster, killed, "killed"),
+        30,
+    )
+
+    def all_led() -> bool:
+        async def ask() -> bool:
+            async with await Cluster.connect(cluster.bootstrap, request_timeout=10.0) as found:
+                response = await found.metadata_response(None)
+            return all(p.leader_id >= 0 for t in response.topics for p in t.partitions)
+
+        return asyncio.run(ask())
+
+    wait_for("every partition of the cluster led", all_led, 30, interval=0.25)

@@ -29,7 +29,14 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.log import AppendInfo, AppendOrigin, FetchSlice, Log, OffsetOutOfRange
+from kcli.broker.log import (
+    AppendInfo,
+    AppendOrigin,
+    FetchSlice,
+    Log,
+    OffsetOutOfRange,
+    UnexpectedAppendOffset,
+)
 from kcli.broker.log.log import TxnMarker
 from kcli.broker.metadata.image import PartitionRegistration
 from kcli.broker.replication.purgatory import Purgatory
@@ -393,7 +400,19 @@ class Partition:
         """What a fetch from the leader brought: the batches as the leader wrote them, then the leader's
         high watermark up to this log's end and its log start offset (ReplicaFetcherThread.processPartitionData)."""
         log = self.log
-        info = log.append_as_follower(records, now_ms=now_ms) if records else None
+        info = None
+        if records:
+            try:
+                info = log.append_as_follower(records, now_ms=now_ms)
+            except UnexpectedAppendOffset as exc:
+                # The leader's log start is inside a batch (DeleteRecords): an empty follower (a new
+                # replica) starts its log at that batch's base offset, then takes the leader's log start
+                # below (Partition.appendRecordsToFollowerOrFutureReplica).
+                end = log.log_end_offset
+                if not (end == log.log_start_offset and exc.first_offset < end <= exc.last_offset):
+                    raise
+                log.truncate_fully_and_start_at(exc.first_offset)
+                info = log.append_as_follower(records, now_ms=now_ms)
         self.update_follower_high_watermark(leader_high_watermark, leader_log_start_offset)
         return info
 
