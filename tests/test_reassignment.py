@@ -23,7 +23,10 @@ from test_cluster import SESSION, LocalKraftCluster, wait_for
 from test_elections import alter_request, create, heartbeat, open_cluster, partition_answer, state
 from test_replication_cluster import create_topic, partition_batches
 
-from kcli.broker.metadata.image import NO_LEADER
+from formats.internal import decode_metadata_record, encode_metadata_record
+from kcli.broker.metadata.image import NO_LEADER, ClusterMetadataImage, fold
+from kcli.broker.metadata.image_writer import image_records
+from kcli.client import KafkaClient
 from kcli.cluster import Cluster
 from kcli.config import BrokerConfig
 from kcli.protocol.messages import nested_type, request_type
@@ -313,6 +316,35 @@ def test_a_reassignment_survives_a_controller_restart(tmp_path):
     }
 
 
+def test_a_reassignment_round_trips_through_records_and_a_snapshot(tmp_path):
+    """PartitionChangeRecord's and PartitionRecord's adding and removing replicas, encoded as the
+    metadata log holds them, fold back to the same registration (a snapshot writes PartitionRecords)."""
+    controller, epochs = open_cluster(tmp_path)
+    create(controller, "t", (1, 2))
+    controller.alter_partition_reassignments(alter_reassignments({("t", 0): [2, 3]}))
+    image = controller.image
+    written = [
+        decode_metadata_record(encode_metadata_record(name, version, data))
+        for name, version, data in image_records(image)
+    ]
+    again = fold(
+        ClusterMetadataImage.empty(image.cluster_id, image.controller_id, image.listener_name), written
+    )
+    assert again.partition("t", 0) == image.partition("t", 0)
+    moving = again.partition("t", 0)
+    assert (moving.adding_replicas, moving.removing_replicas) == ((3,), (1,))
+    logged = [
+        record
+        for batch in controller.metadata_log.batches()
+        for record, _ in batch.records
+        if record.name == "PartitionChangeRecord"
+    ]
+    assert (tuple(logged[-1].data["addingReplicas"]), tuple(logged[-1].data["removingReplicas"])) == (
+        (3,),
+        (1,),
+    )
+
+
 def test_replacing_an_ongoing_reassignment_starts_from_the_transitional_replicas(tmp_path):
     controller, epochs = open_cluster(tmp_path, brokers=(1, 2, 3, 4))
     create(controller, "t", (1, 2))
@@ -351,6 +383,17 @@ def send(bootstrap: str, api_key: int, make: Callable[[type], Any]) -> Any:
     async def ask() -> Any:
         async with await Cluster.connect(bootstrap, request_timeout=30.0) as found:
             return await found.bootstrap.send(make(found.bootstrap.request_type(api_key)))
+
+    return asyncio.run(ask())
+
+
+def advertised(bootstrap: str) -> dict[int, tuple[int, int]]:
+    """What ApiVersions says of the two reassignment APIs."""
+
+    async def ask() -> dict[int, tuple[int, int]]:
+        async with await Cluster.connect(bootstrap, request_timeout=10.0) as found:
+            versions = found.bootstrap.broker_versions
+        return {key: tuple(versions[key]) for key in (ALTER, LIST) if key in versions}
 
     return asyncio.run(ask())
 
@@ -603,6 +646,7 @@ def test_bad_requests_get_per_partition_errors_through_any_broker(cluster: Local
     }
     for node in (1, 2, 3):
         via = cluster[node].bootstrap
+        assert advertised(via) == {ALTER: (0, 1), LIST: (0, 0)}
         assert reassign(via, {("nope", 0): [1], ("bad", 4): [1], ("bad", 0): [2, 2]}) == expected
         assert reassign(via, {("bad", 0): []}) == {
             ("bad", 0): (
@@ -621,6 +665,37 @@ def test_bad_requests_get_per_partition_errors_through_any_broker(cluster: Local
         }
         assert listed(via, {"bad": [0], "nope": [0]}) == {}
     wait_assignment(cluster, "bad", "as created", lambda leader, replicas, isr: replicas == (1, 2))
+
+
+def test_a_standby_controller_answers_not_controller_in_each_requests_own_shape(
+    cluster: LocalKraftCluster,
+) -> None:
+    """On a controller listener a standby does not forward: its error fills each request's own error
+    shape (Kafka's getErrorResponse): every named partition and the top level of an alter; the top
+    level of a list, with each asked partition named and no replicas."""
+    active = cluster.status().leader_id
+    standby = next(n for n in (1, 2, 3) if n != active)
+    address = f"127.0.0.1:{cluster[standby].node.controller_port}"
+
+    async def ask(request: Any) -> Any:
+        client = await KafkaClient.connect(address, request_timeout=10.0)
+        try:
+            return await client.send(request)
+        finally:
+            await client.close()
+
+    altered = asyncio.run(ask(alter_reassignments({("t", 0): [1], ("t", 1): None, ("u", 0): [2]})))
+    assert altered.error_code is ErrorCode.not_controller and altered.error_message
+    assert {
+        (t.name, p.partition_index): (p.error_code, p.error_message == altered.error_message)
+        for t in altered.responses
+        for p in t.partitions
+    } == {key: (ErrorCode.not_controller, True) for key in (("t", 0), ("t", 1), ("u", 0))}
+    found = asyncio.run(ask(list_reassignments({"t": [0, 1]})))
+    assert found.error_code is ErrorCode.not_controller
+    assert [(t.name, [(p.partition_index, p.replicas) for p in t.partitions]) for t in found.topics] == [
+        ("t", [(0, ()), (1, ())])
+    ]
 
 
 def test_a_broker_killed_during_a_move_leaves_the_partition_led(cluster: LocalKraftCluster) -> None:

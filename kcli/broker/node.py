@@ -8,6 +8,10 @@ topics deleted, configs changed) to the logs and the replica manager. At start-u
 reconciliation brings the log dirs in line with the replayed metadata log, so one code path serves
 first start, restart and every admin operation.
 
+A reassignment reaches storage the same way: a broker a partition's replicas now name creates its
+(empty) log and follows the leader; one they no longer name deletes its log as Kafka deletes a stray
+replica (renamed `-delete`, removed after log.segment.delete.delay.ms).
+
 Publishing order (fixed here, and `BrokerState` last, installed by the server once registered):
 1. this node: create/delete logs, apply the image to the replica manager;
 2. the group coordinator, 3. the transaction coordinator: load or drop their partitions, whose

@@ -13,7 +13,10 @@ records). The rules are Kafka's:
   departing broker) and in the target ISR;
 - naming a leader (even the same one, or -1) bumps the leader epoch when the record is replayed, so
   a leader change, a partition going leaderless, and a replica leaving the assignment all bump it;
-- without ELR the ISR never becomes empty: the last member stays, even when dead, with leader -1.
+- without ELR the ISR never becomes empty: the last member stays, even when dead, with leader -1;
+- a reassignment (adding/removing replicas, KIP-455) completes in whichever build first sees every
+  target replica in the target ISR: the removing replicas leave replicas and ISR, and the election
+  then moves the leadership off a removed leader to the first valid replica of the target.
 
 Eligible leader replicas (KIP-966) are not implemented: they need metadata.version 4.0-IV1, and this
 controller writes 3.9-IV0, where Kafka keeps them off too. The ELR fields of a record are never set.

@@ -1,5 +1,5 @@
 """ReplicationControlManager: topics and partitions: CreateTopics, DeleteTopics, CreatePartitions,
-AlterPartition, and the leader elections that follow broker state changes (fencing, unfencing,
+AlterPartition, partition reassignments (KIP-455), and the leader elections that follow broker state changes (fencing, unfencing,
 controlled shutdown, unregistration) or run periodically (preferred leaders, unclean elections).
 Every change to an existing partition goes through the PartitionChangeBuilder.
 
