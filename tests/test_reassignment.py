@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import re
 import signal
 import threading
 import time
@@ -567,6 +568,8 @@ def test_moving_partitions_under_a_producer_loses_and_duplicates_nothing(cluster
     wait_for("move2's replicas on 3 and 2 byte for byte the same", identical, 30, interval=0.25)
     for topic in ("move1", "move2"):
         wait_for(f"{topic}-0 gone from broker 1", lambda t=topic: not partition_dirs(cluster, 1, t), 15)
+        # as Kafka deletes a stray replica: renamed <topic>-<partition>.<uuid>-delete, then removed
+        assert re.search(rf"deleted log directory \S*/{topic}-0\.[0-9a-f]{{32}}-delete\n", cluster[1].log())
 
 
 def produce(bootstrap: str, topic: str, count: int) -> None:
