@@ -538,7 +538,7 @@ def test_moving_partitions_under_a_producer_loses_and_duplicates_nothing(cluster
     create_topic(cluster.bootstrap, "move2", [[1, 2]], **{"min.insync.replicas": "2"})
     wait_assignment(cluster, "move2", "the ISR whole", lambda leader, replicas, isr: sorted(isr) == [1, 2])
     with Load(cluster.bootstrap, ["move1", "move2"]) as load:
-        load.wait_acked(300)
+        load.wait_acked(1000)  # some data to copy
         assert reassign(cluster[3].bootstrap, {("move1", 0): [2], ("move2", 0): [3, 2]}) == {
             ("move1", 0): OK,
             ("move2", 0): OK,
