@@ -14,6 +14,7 @@ import re
 import signal
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,8 +26,12 @@ from test_elections import alter_request, create, heartbeat, open_cluster, parti
 from test_replication_cluster import create_topic, partition_batches
 
 from formats.internal import decode_metadata_record, encode_metadata_record
-from kcli.broker.metadata.image import NO_LEADER, ClusterMetadataImage, fold
+from formats.records import RecordSpec, build_batch
+from kcli.broker.log import Log, LogConfig
+from kcli.broker.metadata.image import NO_LEADER, ClusterMetadataImage, PartitionRegistration, fold
 from kcli.broker.metadata.image_writer import image_records
+from kcli.broker.replication.partition import Partition, PartitionError
+from kcli.broker.replication.purgatory import Purgatory
 from kcli.client import KafkaClient
 from kcli.cluster import Cluster
 from kcli.config import BrokerConfig
@@ -34,6 +39,11 @@ from kcli.protocol.messages import nested_type, request_type
 
 ALTER = 45
 LIST = 46
+T0 = 1_700_000_000_000
+
+
+def batch(n: int) -> bytes:
+    return build_batch([RecordSpec(T0, b"k", b"v") for _ in range(n)])
 
 
 @pytest.fixture(autouse=True)
@@ -355,6 +365,40 @@ def test_replacing_an_ongoing_reassignment_starts_from_the_transitional_replicas
     # current = [3, 4, 1, 2], so nothing is added and 2 and 4 are removed. As in Kafka, an empty
     # adding list is not written: the old one (3, 4) stays until the reassignment completes.
     assert (p.replicas, p.adding_replicas, p.removing_replicas) == ((1, 3, 2, 4), (3, 4), (2, 4))
+
+
+# --- the leader's partition ------------------------------------------------------------------------------
+
+
+def test_the_leader_treats_an_adding_replica_as_a_follower_that_counts_for_min_isr(tmp_path) -> None:
+    """[1] -> [2] on the leader (node 1): replica 2 fetches like any follower and joins the ISR once it
+    has the high watermark; meanwhile acks=all needs min(min.insync.replicas, 2 assigned replicas)."""
+    log = Log.create(tmp_path / "t-0", LogConfig.from_values({"min.insync.replicas": 2}), uuid.uuid4())
+    asked: list[tuple[int, ...]] = []
+    partition = Partition(log, 1, Purgatory(), alter_isr=lambda p, change: asked.append(change.isr))
+    partition.apply_registration(
+        PartitionRegistration((1,), (1,), leader=1, leader_epoch=0, partition_epoch=0)
+    )
+    partition.append_records_to_leader(batch(5), required_acks=-1, now_ms=T0)
+    moving = PartitionRegistration(
+        (2, 1),
+        (1,),
+        leader=1,
+        leader_epoch=0,
+        partition_epoch=1,
+        adding_replicas=(2,),
+        removing_replicas=(1,),
+    )
+    partition.apply_registration(moving)
+    assert partition.is_reassigning and partition.is_adding_replica(2) and 2 in partition.remote_replicas
+    assert partition.effective_min_isr == 2  # the adding replica counts, as in Kafka's effectiveMinIsr
+    with pytest.raises(PartitionError) as refused:
+        partition.append_records_to_leader(batch(1), required_acks=-1, now_ms=T0)
+    assert refused.value.error_code is ErrorCode.not_enough_replicas
+    read = partition.read_records(0, 1 << 20, replica_id=2, min_one_batch=True, current_leader_epoch=0)
+    assert read.records is not None and asked == []  # behind the high watermark: not in sync yet
+    partition.read_records(5, 1 << 20, replica_id=2, min_one_batch=True, current_leader_epoch=0)
+    assert asked == [(1, 2)]
 
 
 # --- a real cluster ------------------------------------------------------------------------------------
