@@ -713,6 +713,11 @@ class ReplicationControlManager:
                         error.code.name,
                         error.message,
                     )
+                except Exception:  # as Kafka's catch of Throwable: this partition fails, not the request
+                    log.exception(
+                        "Unable to alter partition reassignment for %s:%d", topic.name, target.partition_index
+                    )
+                    error = ApiError(ErrorCode.unknown_server_error)
                 else:
                     succeeded += 1
                     if record is not None:
