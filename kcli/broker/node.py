@@ -8,6 +8,10 @@ topics deleted, configs changed) to the logs and the replica manager. At start-u
 reconciliation brings the log dirs in line with the replayed metadata log, so one code path serves
 first start, restart and every admin operation.
 
+A reassignment reaches storage the same way: a broker a partition's replicas now name creates its
+(empty) log and follows the leader; one they no longer name deletes its log as Kafka deletes a stray
+replica (renamed `-delete`, removed after log.segment.delete.delay.ms).
+
 Publishing order (fixed here, and `BrokerState` last, installed by the server once registered):
 1. the dynamic configs: broker configs over the static properties, replication throttles;
 2. this node: create/delete logs, apply the image to the replica manager;
@@ -56,8 +60,11 @@ CREATE_TOPICS = 19
 log = logging.getLogger("kcli.broker")
 
 PERIODIC_TICK_SECONDS = 0.5
-SHUTDOWN_STEP_SECONDS = 5.0
 """How often retention, flush.ms, deferred deletes and checkpoints are considered (each keeps its own interval)."""
+SHUTDOWN_STEP_SECONDS = 5.0
+CONTROLLED_SHUTDOWN_SECONDS = 5.0
+"""How long the controller may take to approve the controlled shutdown before the node stops anyway
+(BrokerServer.shutdown logs "Timed out waiting for the controller to approve controlled shutdown")."""
 
 
 class Node:
@@ -188,9 +195,16 @@ class Node:
             except OSError as e:  # a full disk must not kill the loop; Kafka marks the dir offline
                 log.error("periodic log maintenance failed: %s", e)
 
+    async def controlled_shutdown(self) -> None:
+        """Move this broker's leaderships away while it still serves clients (BrokerServer.shutdown's
+        first step): producers and consumers are told NOT_LEADER_OR_FOLLOWER and follow the new
+        leaders instead of finding a closed socket and a partition still led here."""
+        await self.lifecycle.controlled_shutdown(timeout=CONTROLLED_SHUTDOWN_SECONDS)
+
     async def shutdown(self) -> None:
-        """Controlled shutdown, leave the quorum, close the metadata log, then flush and close every log."""
-        await self.lifecycle.controlled_shutdown(timeout=5.0)
+        """Controlled shutdown (unless done already), leave the quorum, close the metadata log, then
+        flush and close every log."""
+        await self.controlled_shutdown()
         for task in self._tasks:
             task.cancel()
         await bounded("the node's tasks", asyncio.gather(*self._tasks, return_exceptions=True))
@@ -220,6 +234,21 @@ class Node:
             if topic not in configs:
                 configs[topic] = self._log_config(self.config, new, topic)
             self.logs.create_log(topic, partition, topic_id, configs[topic])
+        for topic, partition, topic_id in changes.reassigned:
+            hosted = self.logs.get_log(topic, partition) is not None
+            if self._is_replica(new, topic, partition):
+                if not hosted:
+                    # A replica added by a reassignment: an empty log, filled by its fetcher from the
+                    # leader (from the leader's log start when that is above 0).
+                    if topic not in configs:
+                        configs[topic] = self._log_config(self.config, new, topic)
+                    self.logs.create_log(topic, partition, topic_id, configs[topic])
+                    log.info("created %s-%d: a replica added by a reassignment", topic, partition)
+            elif hosted:
+                # A replica the reassignment removed (completed or cancelled): Kafka's stray replica,
+                # renamed to <topic>-<partition>.<uuid>-delete and removed after the delete delay.
+                self.logs.delete_log(topic, partition)
+                log.info("deleted %s-%d: a reassignment removed this broker's replica", topic, partition)
         self.replicas.apply_image(new)
         for topic in changes.reconfigured:
             config = self._log_config(self.config, new, topic)
