@@ -6,7 +6,8 @@
    with no override takes the dynamic log default. They survive a restart that loads them from a
    metadata snapshot.
 2. What Kafka refuses, refused with its error code and sentence: a static property, a bad type or
-   range, log.retention.ms 0, a cleaner thread count more than doubled.
+   range, log.retention.ms 0, a cleaner thread count more than doubled, a per-broker-only property
+   at the cluster-wide level.
 3. A dynamic log default applies to the logs at once: retention and roll set cluster-wide delete an
    old segment of a topic that has no overrides.
 4. `kcli configs alter/describe --entity-type brokers` (--entity-name and --entity-default) end to end.
@@ -168,6 +169,15 @@ def test_broker_configs_per_broker_and_default_persisted(broker_factory: Any, tm
     }
     for what, (ops, sentence) in refusals.items():
         assert error_of(alter(client, "1", **ops)) == (KafkaError.INVALID_REQUEST, sentence), what
+    # A property Kafka lets only a broker's own level set, at the cluster-wide level:
+    from kcli.errors import KcliError
+
+    with pytest.raises(KcliError) as refused:
+        alter_defaults(broker.bootstrap, listeners="PLAINTEXT://127.0.0.1:1")
+    assert str(refused.value) == (
+        "cannot alter the configs of the broker defaults: Cannot update these configs at default cluster "
+        "level, broker id must be specified: Set(listeners)."
+    )
     # (Another broker's id: librdkafka sends that resource to that broker; tests/test_admin_apis.py sends
     # it to this one, which answers Kafka's "Unexpected broker id".)
 

@@ -102,9 +102,10 @@ not log.retention.hours), less what kcli does not act on (message format, down-c
 DYNAMIC_CONFIGS = frozenset(QUOTA_CONFIGS) | LOG_CLEANER_CONFIGS | LOG_CONFIGS
 """The broker properties kcli updates live."""
 
-PER_BROKER_CONFIGS: frozenset[str] = frozenset()
-"""Dynamic properties settable only per broker (Kafka's listener and SSL ones): kcli updates none of
-those, so the cluster-wide level takes every dynamic property."""
+PER_BROKER_CONFIGS = frozenset({"listeners", "advertised.listeners", "listener.security.protocol.map"})
+"""Kafka's dynamic properties that only a broker's own level may set (DynamicBrokerConfig.PerBrokerConfigs:
+its listener and SSL/SASL ones; these are the ones kcli knows). kcli cannot change them live, so per
+broker they are refused as static; at the cluster-wide level Kafka's own refusal comes first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +139,13 @@ def validate_change(
 ) -> Invalid | None:
     """DynamicBrokerConfig.validate: `props` would become a level's whole set of dynamic properties
     (per broker or the cluster-wide defaults); `other_level` is the other level's current set."""
-    non_dynamic = [name for name in props if name in BROKER_CONFIGS and name not in DYNAMIC_CONFIGS]
+    non_dynamic = [
+        name
+        for name in props
+        if name in BROKER_CONFIGS
+        and name not in DYNAMIC_CONFIGS
+        and (per_broker or name not in PER_BROKER_CONFIGS)  # dynamic in Kafka: refused below
+    ]
     if non_dynamic:
         return Invalid(f"Cannot update these configs dynamically: {_scala_set(non_dynamic)}")
     for name, value in props.items():
