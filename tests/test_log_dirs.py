@@ -1,0 +1,398 @@
+"""A broker with two log dirs: placement, DescribeLogDirs, and AlterReplicaLogDirs moving replicas.
+
+One `kcli broker start` process with `log.dirs=a,b` serves the module, with the copy between dirs
+throttled (`replica.alter.log.dirs.io.max.bytes.per.second`) so a move lasts long enough to be seen:
+DescribeLogDirs shows the `-future` log in the target dir with its lag while it copies. Moves run while
+a confluent-kafka producer writes to the partition; afterwards every acknowledged record is read back
+once, the moved log's bytes start with the source log's bytes as they were when the move began, the
+old dir is gone, and the controller's metadata names the new dir (KIP-858 directory assignment). A move
+cut by a broker restart carries on from its `-future` dir and completes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from conftest import BrokerProcess, kcli_env, start_broker, stop_cleanly
+from kio.schema.errors import ErrorCode
+
+from formats.checkpoints import read_meta_properties
+from kcli.client import KafkaClient
+from kcli.protocol.messages import build, nested_type, request_type
+
+THROTTLE = 256 * 1024
+"""Bytes per second the copy between dirs may use: a move of ~600 KB takes a couple of seconds."""
+PRELOAD = 3000
+"""Records (200 bytes each) written before a move starts."""
+TIMEOUT = 30.0
+
+
+class Node:
+    """The module's broker; `restart` replaces the process, keeping its dirs."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.dirs = [workdir / "dir-a", workdir / "dir-b"]
+        self.process = self._start()
+
+    def _start(self) -> BrokerProcess:
+        return start_broker(
+            self.workdir,
+            data_dir=self.dirs[0],
+            overrides=[
+                f"log.dirs={self.dirs[0]},{self.dirs[1]}",
+                f"replica.alter.log.dirs.io.max.bytes.per.second={THROTTLE}",
+                "log.segment.delete.delay.ms=300",
+                "num.partitions=1",
+            ],
+        )
+
+    @property
+    def bootstrap(self) -> str:
+        return self.process.bootstrap
+
+    def restart(self) -> None:
+        stop_cleanly(self.process)
+        self.process = self._start()
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    started = Node(tmp_path_factory.mktemp("log-dirs"))
+    try:
+        yield started
+    finally:
+        stop_cleanly(started.process)
+
+
+# --- requests ----------------------------------------------------------------------------------------
+
+
+def send(bootstrap: str, request: Any) -> Any:
+    async def go() -> Any:
+        async with await KafkaClient.connect(bootstrap) as client:
+            return await client.send(request)
+
+    return asyncio.run(go())
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    cls = request_type(19, 7)
+    topic = build(
+        nested_type(cls, "CreatableTopic"),
+        name=name,
+        num_partitions=partitions,
+        replication_factor=1,
+        assignments=(),
+        configs=(),
+    )
+    [result] = send(
+        bootstrap, build(cls, topics=(topic,), timeout=datetime.timedelta(seconds=30), validate_only=False)
+    ).topics
+    assert result.error_code is ErrorCode.none, result
+
+
+def describe_log_dirs(bootstrap: str, topics: dict[str, list[int]] | None = None) -> dict[str, dict]:
+    """{log dir: {(topic, partition, is_future): (size, lag)}} from DescribeLogDirs v4."""
+    cls = request_type(35, 4)
+    entries = None
+    if topics is not None:
+        topic_cls = nested_type(cls, "DescribableLogDirTopic")
+        entries = tuple(build(topic_cls, topic=t, partitions=tuple(p)) for t, p in topics.items())
+    response = send(bootstrap, build(cls, topics=entries))
+    assert response.error_code is ErrorCode.none
+    described = {}
+    for result in response.results:
+        assert result.error_code is ErrorCode.none and 0 < result.usable_bytes <= result.total_bytes
+        described[result.log_dir] = {
+            (t.name, p.partition_index, p.is_future_key): (p.partition_size, p.offset_lag)
+            for t in result.topics
+            for p in t.partitions
+        }
+    return described
+
+
+def alter_replica_log_dirs(bootstrap: str, moves: dict[str, dict[str, list[int]]]) -> dict[tuple, ErrorCode]:
+    cls = request_type(34, 2)
+    dir_cls, topic_cls = nested_type(cls, "AlterReplicaLogDir"), nested_type(cls, "AlterReplicaLogDirTopic")
+    dirs = tuple(
+        build(
+            dir_cls,
+            path=path,
+            topics=tuple(build(topic_cls, name=t, partitions=tuple(p)) for t, p in topics.items()),
+        )
+        for path, topics in moves.items()
+    )
+    response = send(bootstrap, build(cls, dirs=dirs))
+    return {(t.topic_name, p.partition_index): p.error_code for t in response.results for p in t.partitions}
+
+
+def where(node: Node, topic: str, partition: int) -> tuple[str | None, str | None]:
+    """(dir of the current log, dir of the future log) as DescribeLogDirs reports them."""
+    current = future = None
+    for log_dir, partitions in describe_log_dirs(node.bootstrap, {topic: [partition]}).items():
+        if (topic, partition, False) in partitions:
+            current = log_dir
+        if (topic, partition, True) in partitions:
+            future = log_dir
+    return current, future
+
+
+def wait_for(what: str, check: Any, timeout: float = TIMEOUT, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
+
+
+def directory_id(log_dir: str) -> str:
+    return read_meta_properties((Path(log_dir) / "meta.properties").read_text()).directory_id or ""
+
+
+def metadata_directories(node: Node) -> dict[tuple[str, int], list[str]]:
+    """{(topic id, partition): directories} from the last partition or change record setting them."""
+    segment = node.dirs[0] / "__cluster_metadata-0" / "00000000000000000000.log"
+    result = subprocess.run(
+        [sys.executable, "-m", "kcli", "dump-segment", "--cluster-metadata-decoder", str(segment)],
+        capture_output=True,
+        text=True,
+        env=kcli_env(),
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    found: dict[tuple[str, int], list[str]] = {}
+    for line in result.stdout.splitlines():
+        if "payload: " not in line:
+            continue
+        record = json.loads(line.split("payload: ", 1)[1])
+        data = record.get("data", {})
+        if record.get("type") in ("PARTITION_RECORD", "PARTITION_CHANGE_RECORD") and data.get("directories"):
+            found[(data["topicId"], data["partitionId"])] = data["directories"]
+    return found
+
+
+def topic_id(partition_dir: Path) -> str:
+    return (partition_dir / "partition.metadata").read_text().split("topic_id: ")[1].strip()
+
+
+# --- producing and consuming -------------------------------------------------------------------------
+
+
+class Writer:
+    """An idempotent acks=all producer writing to one partition in a thread until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str, partition: int, prefix: str) -> None:
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                "batch.size": 16384,  # many batches: the copy reads whole batches
+            }
+        )
+        self.topic, self.partition, self.prefix = topic, partition, prefix
+        self.acked: list[bytes] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._count = 0
+
+    def _delivered(self, error: Any, message: Any) -> None:
+        if error is not None:
+            self.errors.append(str(error))
+        else:
+            self.acked.append(message.value())
+
+    def write(self, count: int, size: int = 200) -> None:
+        for _ in range(count):
+            value = f"{self.prefix}-{self._count:08d}-".encode().ljust(size, b"x")
+            self._count += 1
+            while True:
+                try:
+                    self.producer.produce(
+                        self.topic, value, partition=self.partition, on_delivery=self._delivered
+                    )
+                    break
+                except BufferError:
+                    self.producer.poll(0.05)
+            self.producer.poll(0)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():  # ~50 KB/s, well below the throttle: the copy catches up
+            self.write(5)
+            self.producer.poll(0)
+            time.sleep(0.02)
+
+    def start(self) -> Writer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=TIMEOUT)
+        assert self.producer.flush(TIMEOUT) == 0
+        assert not self.errors, self.errors[:5]
+
+
+def read_all(bootstrap: str, topic: str, partition: int, expected: int) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, partition, 0)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + TIMEOUT
+    try:
+        while len(values) < expected and time.monotonic() < deadline:
+            for message in consumer.consume(1000, timeout=0.5):
+                if message.error() is None:
+                    values.append(message.value())
+        # one more short poll: a duplicate past the expected count would show here
+        values.extend(m.value() for m in consumer.consume(1000, timeout=0.3) if m.error() is None)
+    finally:
+        consumer.close()
+    return values
+
+
+def segment_bytes(partition_dir: Path) -> bytes:
+    return b"".join(path.read_bytes() for path in sorted(partition_dir.glob("*.log")))
+
+
+def move_under_load(node: Node, topic: str, partition: int) -> tuple[Writer, str, str, bytes]:
+    """Preload the partition, start a producer on it and ask for its move; (writer, source, target,
+    the source's segment bytes when the move was asked for)."""
+    writer = Writer(node.bootstrap, topic, partition, topic)
+    writer.write(PRELOAD)
+    assert writer.producer.flush(TIMEOUT) == 0
+    source, _ = where(node, topic, partition)
+    assert source is not None
+    target = next(str(d) for d in node.dirs if str(d) != source)
+    writer.start()
+    before = segment_bytes(Path(source) / f"{topic}-{partition}")
+    assert alter_replica_log_dirs(node.bootstrap, {target: {topic: [partition]}}) == {
+        (topic, partition): ErrorCode.none
+    }
+    return writer, source, target, before
+
+
+# --- tests ---------------------------------------------------------------------------------------------
+
+
+def test_new_partitions_go_to_the_dir_with_fewest_and_the_controller_learns_which(node: Node) -> None:
+    create_topic(node.bootstrap, "spread", 4)
+    described = describe_log_dirs(node.bootstrap, {"spread": [0, 1, 2, 3]})
+    assert sorted(described) == sorted(str(d) for d in node.dirs)
+    placed = {log_dir: sorted(p for (_, p, _) in partitions) for log_dir, partitions in described.items()}
+    assert sorted(len(p) for p in placed.values()) == [2, 2], placed  # fewest logs first, in turn
+    assert all(lag == 0 for partitions in described.values() for _, lag in partitions.values())
+    # KIP-858: the broker reported each replica's dir, so the metadata names it (not UNASSIGNED)
+    expected = {
+        (topic_id(Path(log_dir) / f"spread-{index}"), index): [directory_id(log_dir)]
+        for log_dir, partitions in placed.items()
+        for index in partitions
+    }
+    wait_for(
+        "the metadata to place each replica in its dir",
+        lambda: expected.items() <= metadata_directories(node).items(),
+        interval=0.2,
+    )
+
+
+def test_alter_replica_log_dirs_errors_per_partition(node: Node) -> None:
+    create_topic(node.bootstrap, "errors", 1)
+    current, _ = where(node, "errors", 0)
+    long_name = "l" * 220
+    create_topic(node.bootstrap, long_name, 1)
+    results = alter_replica_log_dirs(
+        node.bootstrap,
+        {
+            str(node.workdir / "not-a-log-dir"): {"errors": [0]},
+            str(node.dirs[1]): {"missing": [0], long_name: [0]},
+            str(current): {"errors": [7]},
+        },
+    )
+    assert results == {
+        ("errors", 0): ErrorCode.log_dir_not_found,
+        ("missing", 0): ErrorCode.unknown_topic_or_partition,
+        (long_name, 0): ErrorCode.invalid_topic_exception,  # <name>-0.<uuid>-future is too long a file name
+        ("errors", 7): ErrorCode.unknown_topic_or_partition,
+    }
+    # to the dir it is in already: nothing to do, no future log
+    assert alter_replica_log_dirs(node.bootstrap, {str(current): {"errors": [0]}}) == {
+        ("errors", 0): ErrorCode.none
+    }
+    assert where(node, "errors", 0) == (current, None)
+
+
+def test_move_under_produce_load_keeps_every_record_once(node: Node) -> None:
+    create_topic(node.bootstrap, "moving", 1)
+    writer, source, target, before = move_under_load(node, "moving", 0)
+    try:
+        # the throttle makes the copy last: the future log shows in the target dir with its lag
+        seen = wait_for(
+            "the future log with a lag",
+            lambda: describe_log_dirs(node.bootstrap, {"moving": [0]})[target].get(("moving", 0, True)),
+        )
+        size, lag = seen
+        assert lag > 0 and 0 <= size < len(before)
+        wait_for("the move to complete", lambda: where(node, "moving", 0) == (target, None))
+    finally:
+        writer.stop()
+    assert not (Path(source) / "moving-0").exists()
+    wait_for(
+        "the old dir to be deleted",
+        lambda: not any(p.name.startswith("moving-0.") for p in Path(source).iterdir()),
+    )
+    values = read_all(node.bootstrap, "moving", 0, len(writer.acked))
+    assert len(values) == len(set(values)) == len(writer.acked)  # nothing duplicated
+    assert set(values) == set(writer.acked)  # nothing lost
+    assert len(writer.acked) > PRELOAD  # the producer wrote during the move
+    moved = segment_bytes(Path(target) / "moving-0")
+    assert moved[: len(before)] == before  # the batches copied as they were written
+    key = (topic_id(Path(target) / "moving-0"), 0)
+    wait_for(
+        "the metadata to name the new dir",
+        lambda: metadata_directories(node).get(key) == [directory_id(target)],
+        interval=0.2,
+    )
+
+
+def test_a_move_cut_by_a_restart_carries_on_from_its_future_dir(node: Node) -> None:
+    create_topic(node.bootstrap, "restarted", 1)
+    writer, source, target, _ = move_under_load(node, "restarted", 0)
+    try:
+        wait_for(
+            "some of the copy",
+            lambda: (
+                (
+                    describe_log_dirs(node.bootstrap, {"restarted": [0]})[target].get(("restarted", 0, True))
+                    or (0,)
+                )[0]
+                > 0
+            ),
+        )
+    finally:
+        writer.stop()
+    acked = list(writer.acked)
+    node.restart()
+    futures = [
+        p for p in Path(target).iterdir() if p.name.startswith("restarted-0.") and p.name.endswith("-future")
+    ]
+    assert len(futures) == 1 or where(node, "restarted", 0) == (target, None)
+    wait_for("the move to complete after the restart", lambda: where(node, "restarted", 0) == (target, None))
+    assert not (Path(source) / "restarted-0").exists()
+    values = read_all(node.bootstrap, "restarted", 0, len(acked))
+    assert len(values) == len(set(values)) == len(acked) and set(values) == set(acked)
