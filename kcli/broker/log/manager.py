@@ -82,7 +82,7 @@ class LogManager:
         self._had_clean_shutdown: dict[Path, bool] = {}
         self._flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kcli-log-flush")
         self.cleaner = LogCleaner(
-            CleanerConfig.from_broker(config), self.log_dirs, logs=self._cleanable_logs, clock=now_ms
+            CleanerConfig.from_broker(config), self.log_dirs, logs=self.logs, clock=now_ms
         )
         now = now_ms()
         self._last_retention_ms = now
@@ -189,10 +189,6 @@ class LogManager:
         """Current and future logs, as Kafka's allLogs (what DescribeLogDirs lists)."""
         return [*self._logs.values(), *self._future_logs.values()]
 
-    def _cleanable_logs(self) -> Iterable[Log]:
-        """What the cleaner may clean: not a log whose replica is moving (abortAndPauseCleaning)."""
-        return [each for key, each in self._logs.items() if key not in self._future_logs]
-
     # --- log dirs ------------------------------------------------------------------------------------
 
     def configured_log_dir(self, log_dir: str) -> Path:
@@ -281,7 +277,7 @@ class LogManager:
         if existing is not None:
             return existing
         self._preferred_log_dirs.pop(key, None)
-        self.cleaner.abort_cleaning(current)
+        self.cleaner.abort_and_pause_cleaning(current)
         created = Log.create(
             log_dir / log_dir_name_with_suffix(topic, partition, FUTURE_DIR_SUFFIX),
             current.config,
@@ -325,7 +321,9 @@ class LogManager:
         self._logs[key] = loaded
         if source is not None:
             self._logs_per_dir[source.dir.parent] -= 1
-            self.cleaner.remove_log(source)
+            self.cleaner.alter_checkpoint_dir(loaded, source.dir.parent, target.parent)
+        self.cleaner.resume_cleaning(loaded)
+        if source is not None:
             suffix = f"-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
             doomed = source.dir.with_name(topic[: 255 - len(suffix)] + suffix)
             source.dir.rename(doomed)
@@ -344,6 +342,7 @@ class LogManager:
         removed = self._future_logs.pop((topic, partition), None)
         if removed is None:
             return
+        self.cleaner.resume_cleaning(removed)
         self._logs_per_dir[removed.dir.parent] -= 1
         target = removed.dir.with_name(log_dir_name_with_suffix(topic, partition, DELETE_DIR_SUFFIX))
         removed.dir.rename(target)

@@ -218,6 +218,8 @@ class ReplicaAlterLogDirsManager:
         image = self.replicas.image
         topic_id = None if image is None else image.topic_id(key[0])
         original = None if partition is None else self.logs.directory_id(partition.log.dir.parent)
+        if partition is not None:  # the copy reads the current log as it is: no clean may rewrite it
+            self.logs.cleaner.abort_and_pause_cleaning(partition.log)
         move = self._moves[key] = _Move(key, topic_id, original)
         move.task = asyncio.create_task(self._run(move), name=f"kcli-alter-log-dirs-{key[0]}-{key[1]}")
         log.info("Added log dir fetcher for %s-%d", *key)
