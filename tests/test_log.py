@@ -791,7 +791,7 @@ def test_verify_finds_nothing_after_a_long_run(tmp_path: Path) -> None:
     assert len(lines) == 1 and lines[0].endswith("no findings"), result.stdout
 
 
-def test_manager_leaves_the_metadata_log_and_stray_replicas_alone_and_loads_future_logs(tmp_path: Path) -> None:
+def test_manager_loads_future_logs_and_leaves_the_metadata_log_and_stray_ones(tmp_path: Path) -> None:
     root = tmp_path / "a"
     Log.create(root / "__cluster_metadata-0", LogConfig(), uuid.UUID(int=1)).close()
     stray = root / f"orders-1.{uuid.uuid4().hex}-stray"

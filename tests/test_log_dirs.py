@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,9 +27,13 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from conftest import BrokerProcess, kcli_env, start_broker, stop_cleanly
 from kio.schema.errors import ErrorCode
+from metadata_harness import SyncController
 
 from formats.checkpoints import read_meta_properties
+from kcli.broker.metadata import NewTopic
+from kcli.broker.metadata.image import DIRECTORY_UNASSIGNED
 from kcli.client import KafkaClient
+from kcli.config import BrokerConfig, Listener
 from kcli.protocol.messages import build, nested_type, request_type
 
 THROTTLE = 256 * 1024
@@ -396,3 +401,74 @@ def test_a_move_cut_by_a_restart_carries_on_from_its_future_dir(node: Node) -> N
     assert not (Path(source) / "restarted-0").exists()
     values = read_all(node.bootstrap, "restarted", 0, len(acked))
     assert len(values) == len(set(values)) == len(acked) and set(values) == set(acked)
+
+
+def test_the_controller_records_replica_dirs_and_answers_each_partition(tmp_path: Path) -> None:
+    """AssignReplicasToDirs on the controller (ReplicationControlManager.handleAssignReplicasToDirs)."""
+    first, second = uuid.uuid4(), uuid.uuid4()
+    controller = SyncController(BrokerConfig({"log.dirs": str(tmp_path / "data")}))
+    try:
+        listener = Listener("PLAINTEXT", "127.0.0.1", 9092)
+        epoch = controller.register_broker(listener, log_dirs=[first, second])
+        controller.register_broker(
+            Listener("PLAINTEXT", "127.0.0.1", 9094), broker_id=2, log_dirs=[uuid.uuid4()]
+        )
+        [here] = controller.create_topics([NewTopic("here", assignments=[(0, [1]), (1, [1])])])
+        [there] = controller.create_topics([NewTopic("there", assignments=[(0, [2])])])
+        # a broker of several dirs: the controller cannot tell which, it writes UNASSIGNED
+        assert controller.image.partition("here", 0).directories == (DIRECTORY_UNASSIGNED,)
+        unknown = uuid.uuid4()
+        request = assign_request(
+            epoch,
+            {second: {here.topic_id: [0, 9], unknown: [0], there.topic_id: [0]}, first: {here.topic_id: [1]}},
+        )
+        response = controller.assign_replicas_to_dirs(request)
+        assert response.error_code is ErrorCode.none
+        answered = {
+            (d.id_, t.topic_id, p.partition_index): p.error_code
+            for d in response.directories
+            for t in d.topics
+            for p in t.partitions
+        }
+        assert answered == {
+            (second, here.topic_id, 0): ErrorCode.none,
+            (second, here.topic_id, 9): ErrorCode.unknown_topic_or_partition,
+            (second, unknown, 0): ErrorCode.unknown_topic_id,
+            (second, there.topic_id, 0): ErrorCode.not_leader_or_follower,
+            (first, here.topic_id, 1): ErrorCode.none,
+        }
+        image = controller.image
+        assert image.partition("here", 0).directories == (second,)
+        assert image.partition("here", 1).directories == (first,)
+        assert image.partition("here", 0).leader_epoch == 0  # a dir change is no leader change
+        stale = controller.assign_replicas_to_dirs(assign_request(epoch - 1, {first: {here.topic_id: [0]}}))
+        assert (stale.error_code, stale.directories) == (ErrorCode.stale_broker_epoch, ())
+        assert controller.image.partition("here", 0).directories == (second,)
+    finally:
+        controller.close()
+
+
+def assign_request(broker_epoch: int, dirs: dict[uuid.UUID, dict[uuid.UUID, list[int]]]) -> Any:
+    cls = request_type(73, 0)
+    dir_cls, topic_cls = nested_type(cls, "DirectoryData"), nested_type(cls, "TopicData")
+    partition_cls = nested_type(cls, "PartitionData")
+    return build(
+        cls,
+        broker_id=1,
+        broker_epoch=broker_epoch,
+        directories=tuple(
+            build(
+                dir_cls,
+                id_=dir_id,
+                topics=tuple(
+                    build(
+                        topic_cls,
+                        topic_id=t,
+                        partitions=tuple(build(partition_cls, partition_index=p) for p in ps),
+                    )
+                    for t, ps in topics.items()
+                ),
+            )
+            for dir_id, topics in dirs.items()
+        ),
+    )

@@ -249,9 +249,12 @@ class Node:
         for topic in changes.reconfigured:
             config = self._log_config(self.config, new, topic)
             for partition in new.partitions_of(topic) or {}:
-                existing = self.logs.get_log(topic, partition)
-                if existing is not None:
-                    existing.update_config(config)
+                for existing in (
+                    self.logs.get_log(topic, partition),
+                    self.logs.get_log(topic, partition, future=True),
+                ):
+                    if existing is not None:
+                        existing.update_config(config)
 
     def _reconcile(self, image: ClusterMetadataImage) -> None:
         """Create the logs the metadata names and the disk lacks; delete logs of topics no longer named.
