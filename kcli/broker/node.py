@@ -207,8 +207,8 @@ class Node:
         for task in self._tasks:
             task.cancel()
         await bounded("the node's tasks", asyncio.gather(*self._tasks, return_exceptions=True))
-        await bounded("the replica fetchers", self.replicas.shutdown())
         await bounded("the log dir movers", self.alter_log_dirs.shutdown())
+        await bounded("the replica fetchers", self.replicas.shutdown())
         await bounded("the directory assignments", self.assignments.shutdown())
         await bounded("the transaction coordinator", self.transaction_coordinator.shutdown())
         await bounded("transaction verification", self.add_partitions_to_txn.close())
