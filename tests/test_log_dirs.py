@@ -25,9 +25,11 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from conftest import BrokerProcess, kcli_env, start_broker, stop_cleanly
+from conftest import BrokerProcess, free_port_range, kcli_env, start_broker, stop_cleanly
 from kio.schema.errors import ErrorCode
 from metadata_harness import SyncController
+from test_replication_cluster import REPLICATION
+from test_replication_cluster import create_topic as create_replicated_topic
 
 from formats.checkpoints import read_meta_properties
 from kcli.broker.metadata import NewTopic
@@ -35,6 +37,8 @@ from kcli.broker.metadata.image import DIRECTORY_UNASSIGNED
 from kcli.client import KafkaClient
 from kcli.config import BrokerConfig, Listener
 from kcli.protocol.messages import build, nested_type, request_type
+from kcli.storage import format_storage
+from ops.local_cluster import LocalCluster, plan
 
 THROTTLE = 256 * 1024
 """Bytes per second the copy between dirs may use: a move of ~400 KB takes over a second."""
@@ -463,3 +467,50 @@ def assign_request(broker_epoch: int, dirs: dict[uuid.UUID, dict[uuid.UUID, list
             for dir_id, topics in dirs.items()
         ),
     )
+
+
+def test_a_followers_replica_moves_while_its_fetcher_appends(tmp_path: Path) -> None:
+    """Node 2 of three has two log dirs and follows partition 0, which a producer writes to while the
+    replica moves: the replicas of every broker are byte-identical afterwards and every record is read
+    back once; partition 1, with no replica on node 2, answers REPLICA_NOT_AVAILABLE. (More, and
+    figures, in tests/bench/bench_log_dirs.py.)"""
+    layout = plan(tmp_path / "cluster", 3, free_port_range(6), list(REPLICATION))
+    second = layout.nodes[1]
+    dirs = [second.directory / "data", second.directory / "data2"]
+    text = second.properties.read_text()
+    second.properties.write_text(text.replace(f"log.dirs={dirs[0]}\n", f"log.dirs={dirs[0]},{dirs[1]}\n"))
+    config = BrokerConfig.load(config_file=second.properties)
+    format_storage(
+        config, layout.cluster_id, metadata_version=21, ignore_formatted=True, now_ms=int(time.time() * 1000)
+    )
+    cluster = LocalCluster(layout)
+    cluster.start()
+    try:
+        bootstrap = ",".join(f"127.0.0.1:{n.port}" for n in layout.nodes)
+        on_second = f"127.0.0.1:{second.port}"
+        create_replicated_topic(bootstrap, "followed", [[1, 2], [3, 1]])
+        writer = Writer(bootstrap, "followed", 0, "followed")
+        writer.write(PRELOAD // 2)
+        assert writer.producer.flush(TIMEOUT) == 0
+        writer.start()
+        source = wait_for("node 2's replica", lambda: where(on_second, "followed", 0)[0])
+        target = next(str(d) for d in dirs if str(d) != source)
+        assert alter_replica_log_dirs(on_second, {target: {"followed": [0, 1]}}) == {
+            ("followed", 0): ErrorCode.none,
+            ("followed", 1): ErrorCode.replica_not_available,  # no replica on this broker
+        }
+        wait_for("the move", lambda: where(on_second, "followed", 0) == (target, None))
+        writer.stop()
+        values = read_all(bootstrap, "followed", 0, len(writer.acked))
+        assert len(values) == len(set(values)) == len(writer.acked) and set(values) == set(writer.acked)
+        wait_for(
+            "byte-identical replicas",
+            lambda: (
+                len({segment_bytes(d) for n in layout.nodes for d in n.directory.glob("data*/followed-0")})
+                == 1
+            ),
+            interval=0.2,
+        )
+    finally:
+        cluster.stop()
+    assert cluster.exited() == {1: 0, 2: 0, 3: 0}
