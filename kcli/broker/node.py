@@ -8,6 +8,10 @@ topics deleted, configs changed) to the logs and the replica manager. At start-u
 reconciliation brings the log dirs in line with the replayed metadata log, so one code path serves
 first start, restart and every admin operation.
 
+A reassignment reaches storage the same way: a broker a partition's replicas now name creates its
+(empty) log and follows the leader; one they no longer name deletes its log as Kafka deletes a stray
+replica (renamed `-delete`, removed after log.segment.delete.delay.ms).
+
 Publishing order (fixed here, and `BrokerState` last, installed by the server once registered):
 1. this node: create/delete logs, apply the image to the replica manager;
 2. the group coordinator, 3. the transaction coordinator: load or drop their partitions, whose
@@ -58,8 +62,11 @@ CREATE_TOPICS = 19
 log = logging.getLogger("kcli.broker")
 
 PERIODIC_TICK_SECONDS = 0.5
-SHUTDOWN_STEP_SECONDS = 5.0
 """How often retention, flush.ms, deferred deletes and checkpoints are considered (each keeps its own interval)."""
+SHUTDOWN_STEP_SECONDS = 5.0
+CONTROLLED_SHUTDOWN_SECONDS = 5.0
+"""How long the controller may take to approve the controlled shutdown before the node stops anyway
+(BrokerServer.shutdown logs "Timed out waiting for the controller to approve controlled shutdown")."""
 
 
 class Node:
@@ -201,9 +208,16 @@ class Node:
             except OSError as e:  # a full disk must not kill the loop; Kafka marks the dir offline
                 log.error("periodic log maintenance failed: %s", e)
 
+    async def controlled_shutdown(self) -> None:
+        """Move this broker's leaderships away while it still serves clients (BrokerServer.shutdown's
+        first step): producers and consumers are told NOT_LEADER_OR_FOLLOWER and follow the new
+        leaders instead of finding a closed socket and a partition still led here."""
+        await self.lifecycle.controlled_shutdown(timeout=CONTROLLED_SHUTDOWN_SECONDS)
+
     async def shutdown(self) -> None:
-        """Controlled shutdown, leave the quorum, close the metadata log, then flush and close every log."""
-        await self.lifecycle.controlled_shutdown(timeout=5.0)
+        """Controlled shutdown (unless done already), leave the quorum, close the metadata log, then
+        flush and close every log."""
+        await self.controlled_shutdown()
         for task in self._tasks:
             task.cancel()
         await bounded("the node's tasks", asyncio.gather(*self._tasks, return_exceptions=True))
@@ -242,9 +256,33 @@ class Node:
                 configs[topic],
                 target_directory_id=self._directory(new, topic, partition),
             )
+        for topic, partition, topic_id in changes.reassigned:
+            hosted = self.logs.get_log(topic, partition) is not None
+            if self._is_replica(new, topic, partition):
+                if not hosted:
+                    # A replica added by a reassignment: an empty log, filled by its fetcher from the
+                    # leader (from the leader's log start when that is above 0).
+                    if topic not in configs:
+                        configs[topic] = self._log_config(self.config, new, topic)
+                    self.logs.create_log(
+                        topic,
+                        partition,
+                        topic_id,
+                        configs[topic],
+                        target_directory_id=self._directory(new, topic, partition),
+                    )
+                    log.info("created %s-%d: a replica added by a reassignment", topic, partition)
+            elif hosted:
+                # A replica the reassignment removed (completed or cancelled): Kafka's stray replica,
+                # renamed to <topic>-<partition>.<uuid>-delete and removed after the delete delay.
+                self.alter_log_dirs.stop_partition(topic, partition)
+                self.logs.delete_log(topic, partition)
+                log.info("deleted %s-%d: a reassignment removed this broker's replica", topic, partition)
         self.replicas.apply_image(new)
         if self.alter_log_dirs.assignments is not None:
-            self._maybe_update_topic_assignments(new, [(t, p) for t, p, _ in changes.created])
+            self._maybe_update_topic_assignments(
+                new, [(t, p) for t, p, _ in (*changes.created, *changes.reassigned)]
+            )
             self.alter_log_dirs.maybe_add_log_dir_fetchers()
         for topic in changes.reconfigured:
             config = self._log_config(self.config, new, topic)
