@@ -49,8 +49,6 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 _ROOT_CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT)
 FUTURE_DIR_SUFFIX = "-future"
 DELETE_DIR_SUFFIX = "-delete"
-_DIRECTORY_UNASSIGNED = uuid.UUID(int=1)
-_DIRECTORY_LOST = uuid.UUID(int=2)
 
 
 class LogDirNotFound(Exception):
@@ -247,12 +245,8 @@ class LogManager:
             return existing
         key = (topic, partition)
         log_dir = self._preferred_log_dirs.pop(key, None)
-        if (
-            log_dir is None
-            and target_directory_id is not None
-            and target_directory_id not in (_DIRECTORY_UNASSIGNED, _DIRECTORY_LOST)
-        ):
-            log_dir = self.directory_path(target_directory_id)
+        if log_dir is None and target_directory_id is not None:
+            log_dir = self.directory_path(target_directory_id)  # None for UNASSIGNED, LOST, unknown
         if log_dir is None:
             log_dir = self._next_log_dirs()[0]
         created = Log.create(

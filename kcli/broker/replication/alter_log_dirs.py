@@ -45,6 +45,7 @@ from kcli.config import BrokerConfig
 
 if TYPE_CHECKING:
     from kcli.broker.replication.manager import ReplicaManager
+    from kcli.broker.replication.partition import Partition
 
 log = logging.getLogger("kcli.broker.replication")
 
@@ -134,13 +135,6 @@ class ReplicaAlterLogDirsManager:
         self.quota = AlterLogDirsQuota(config)
         self._moves: dict[PartitionKey, _Move] = {}
         self._closed = False
-
-    def moving(self) -> Iterable[PartitionKey]:
-        return list(self._moves)
-
-    def state(self, topic: str, partition: int) -> ReassignmentState | None:
-        move = self._moves.get((topic, partition))
-        return None if move is None else move.state
 
     # --- AlterReplicaLogDirs -------------------------------------------------------------------------
 
@@ -263,34 +257,35 @@ class ReplicaAlterLogDirsManager:
                 self._stop(key, revert=False)
                 return
             try:
-                copied = await self._copy_once(partition.log, future)
+                progressed = await self._copy_once(partition.log, future)
                 if self._maybe_promote(move, partition, future):
                     return
             except (OSError, LogStorageError, RecordError, OffsetOutOfRange) as exc:
                 log.warning("moving %s-%d to %s: %s; retrying", *key, future.dir.parent, exc)
                 await asyncio.sleep(_ERROR_BACKOFF_SECONDS)
                 continue
-            if not copied:
-                current = partition.log
-                await self.replicas.purgatory.wait_until(
-                    [key],
-                    lambda current=current, future=future, state=move.state: (  # type: ignore[misc]
-                        current.log_end_offset != future.log_end_offset or move.state is not state
-                    ),
-                    _IDLE_WAIT_SECONDS,
-                )
+            if not progressed:  # caught up: wait for an append, or for the controller's answer
+                current, state = partition.log, move.state
 
-    async def _copy_once(self, current: Log, future: Log) -> int:
-        """One read from the current log appended to the future log; the bytes copied."""
+                def changed(
+                    current: Log = current, future: Log = future, state: ReassignmentState = state
+                ) -> bool:
+                    return current.log_end_offset != future.log_end_offset or move.state is not state
+
+                await self.replicas.purgatory.wait_until([key], changed, _IDLE_WAIT_SECONDS)
+
+    async def _copy_once(self, current: Log, future: Log) -> bool:
+        """One read from the current log appended to the future log, or the throttle's wait before it;
+        False when there was nothing to copy."""
         self._maybe_truncate(current, future)
         if future.log_end_offset < current.log_start_offset:
             future.truncate_fully_and_start_at(current.log_start_offset)
-        copied = 0
+        progressed = False
         if future.log_end_offset < current.log_end_offset:
             delay = self.quota.delay()
             if delay > 0:
                 await asyncio.sleep(delay)
-                return 1  # look again: the current log may have changed while waiting
+                return True  # look again: the current log may have changed while waiting
             max_bytes = self.quota.max_read_bytes(int(self.config["replica.fetch.max.bytes"]))  # type: ignore[call-overload]
             fetched = current.read(
                 future.log_end_offset, max_bytes, upper_bound=current.log_end_offset, min_one_batch=True
@@ -298,13 +293,13 @@ class ReplicaAlterLogDirsManager:
             if fetched is not None:
                 data = os.pread(fetched.fd, fetched.size, fetched.position)
                 future.append_as_follower(data, now_ms=current.clock())
-                copied = len(data)
-                self.quota.record(copied)
+                self.quota.record(len(data))
+                progressed = True
         future.update_high_watermark(current.high_watermark)
         start = min(current.log_start_offset, future.high_watermark)
         if start > future.log_start_offset:
             future.maybe_increment_log_start_offset(start)
-        return copied
+        return progressed
 
     @staticmethod
     def _maybe_truncate(current: Log, future: Log) -> None:
@@ -330,9 +325,9 @@ class ReplicaAlterLogDirsManager:
             else:
                 future.truncate_to(target)
 
-    def _maybe_promote(self, move: _Move, partition: object, future: Log) -> bool:
+    def _maybe_promote(self, move: _Move, partition: Partition, future: Log) -> bool:
         """ReplicaAlterLogDirsThread.maybePromoteFutureReplica; True once the future log is swapped in."""
-        current: Log = partition.log  # type: ignore[attr-defined]
+        current = partition.log
         if future.log_end_offset != current.log_end_offset:
             return False
         target_dir = self.logs.directory_id(future.dir.parent)
@@ -356,9 +351,9 @@ class ReplicaAlterLogDirsManager:
             return True
         return False
 
-    def _swap(self, move: _Move, partition: object) -> None:
+    def _swap(self, move: _Move, partition: Partition) -> None:
         new_log = self.logs.replace_current_with_future_log(*move.key)
-        partition.log = new_log  # type: ignore[attr-defined]
+        partition.log = new_log
         move.state = ReassignmentState.EFFECTIVE
         self._moves.pop(move.key, None)
         self.replicas.purgatory.check_and_complete(move.key)
