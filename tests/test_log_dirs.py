@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -376,6 +377,20 @@ def test_move_under_produce_load_keeps_every_record_once(node: Node) -> None:
 
 
 def test_a_move_cut_by_a_restart_carries_on_from_its_future_dir(node: Node) -> None:
+    """Two moves cut by a restart: one mid-copy goes on copying from its `-future` dir; one whose new dir
+    the controller had accepted but whose swap did not happen (made here by hand: the moved log renamed
+    back to `-future`, the old one restored) is swapped in at start-up (recoverAbandonedFutureLogs)."""
+    create_topic(node.bootstrap, "abandoned", 1)
+    small = Writer(node.bootstrap, "abandoned", 0, "abandoned")
+    small.write(100)
+    assert small.producer.flush(TIMEOUT) == 0
+    old, _ = where(node.bootstrap, "abandoned", 0)
+    new = next(str(d) for d in node.dirs if str(d) != old)
+    assert alter_replica_log_dirs(node.bootstrap, {new: {"abandoned": [0]}}) == {
+        ("abandoned", 0): ErrorCode.none
+    }
+    wait_for("the small move", lambda: where(node.bootstrap, "abandoned", 0) == (new, None))
+
     create_topic(node.bootstrap, "restarted", 1)
     writer = Writer(node.bootstrap, "restarted", 0, "restarted")
     writer.write(3 * PRELOAD // 2)  # ~600 KB: three reads at the throttle, a second apart
@@ -388,7 +403,13 @@ def test_a_move_cut_by_a_restart_carries_on_from_its_future_dir(node: Node) -> N
     stop_cleanly(node.process)  # mid-copy
     [future] = [p for p in Path(target).iterdir() if p.name.startswith("restarted-0.")]
     assert future.name.endswith("-future") and (Path(source) / "restarted-0").is_dir()
+    abandoned = Path(new) / f"abandoned-0.{uuid.uuid4().hex}-future"
+    (Path(new) / "abandoned-0").rename(abandoned)
+    shutil.copytree(abandoned, Path(old) / "abandoned-0")
+
     node.process = node.start()
+    assert where(node.bootstrap, "abandoned", 0) == (new, None)  # swapped before the broker served
+    assert not abandoned.exists()
     wait_for(
         "the move to complete after the restart",
         lambda: where(node.bootstrap, "restarted", 0) == (target, None),
@@ -396,6 +417,12 @@ def test_a_move_cut_by_a_restart_carries_on_from_its_future_dir(node: Node) -> N
     assert not future.exists() and not (Path(source) / "restarted-0").exists()
     values = read_all(node.bootstrap, "restarted", 0, len(writer.acked))
     assert len(values) == len(set(values)) == len(writer.acked) and set(values) == set(writer.acked)
+    values = read_all(node.bootstrap, "abandoned", 0, len(small.acked))
+    assert sorted(values) == sorted(small.acked)
+    wait_for(
+        "the old copy to be deleted",
+        lambda: not any(p.name.startswith("abandoned-0") for p in Path(old).iterdir()),
+    )
 
 
 def test_the_controller_records_replica_dirs_and_answers_each_partition(tmp_path: Path) -> None:
