@@ -39,6 +39,7 @@ from kio.schema.errors import ErrorCode
 
 from kcli.broker.log import Log, LogManager, LogStorageError, OffsetOutOfRange, RecordError
 from kcli.broker.log.manager import FUTURE_DIR_SUFFIX, LogDirNotFound
+from kcli.broker.metadata.controller.partition_change_builder import MV_3_7_IV2
 from kcli.broker.metadata.image import ClusterMetadataImage
 from kcli.broker.replication.assignments_manager import AssignmentsManager
 from kcli.config import BrokerConfig
@@ -331,7 +332,14 @@ class ReplicaAlterLogDirsManager:
         if future.log_end_offset != current.log_end_offset:
             return False
         target_dir = self.logs.directory_id(future.dir.parent)
-        if self.assignments is None or move.topic_id is None or target_dir is None:
+        image = self.replicas.image
+        if (
+            self.assignments is None
+            or move.topic_id is None
+            or target_dir is None
+            or image is None
+            or (image.metadata_version or 0) < MV_3_7_IV2  # no directories in the metadata to update
+        ):
             self._swap(move, partition)
             return True
         if move.state is ReassignmentState.NONE:
