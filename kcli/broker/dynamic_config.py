@@ -9,7 +9,7 @@ over its static properties (`BrokerConfig.set_dynamic`) whenever the metadata im
 Which properties are dynamic: the subset of Kafka's (DynamicBrokerConfig.AllDynamicConfigs and
 DynamicConfig.Broker's quota properties) that kcli applies live:
 - the replication throttles `leader.replication.throttled.rate`, `follower.replication.throttled.rate`
-  and `replica.alter.log.dirs.io.max.bytes.per.second` (only settable dynamically, as in Kafka);
+  (only settable dynamically, as in Kafka) and `replica.alter.log.dirs.io.max.bytes.per.second`;
 - the broker-wide log defaults that topic configs fall back to (DynamicLogConfig: every broker synonym
   of a topic config kcli acts on); every log takes the new defaults at once;
 - the log cleaner's settings (LogCleaner.ReconfigurableConfigs).
@@ -66,17 +66,10 @@ QUOTA_CONFIGS: dict[str, ConfigKey] = {
             "Upper bound (bytes/s) on replication traffic this broker fetches as follower of the replicas "
             "listed in follower.replication.throttled.replicas (each topic). Only set dynamically.",
         ),
-        ConfigKey(
-            REPLICA_ALTER_LOG_DIRS_IO_MAX_BYTES_PER_SECOND,
-            "long",
-            QUOTA_BYTES_PER_SECOND_DEFAULT,
-            at_least(0),
-            "Upper bound (bytes/s) on disk I/O moving replicas between log dirs of this broker. "
-            "Only set dynamically.",
-        ),
     )
 }
-"""DynamicConfig.Broker's own properties (QuotaConfig.brokerQuotaConfigs): not in the static table."""
+"""DynamicConfig.Broker's own properties (QuotaConfig.brokerQuotaConfigs), not in the static table but for
+replica.alter.log.dirs.io.max.bytes.per.second, which kcli also takes statically."""
 
 LOG_CLEANER_CONFIGS = frozenset(
     {
@@ -99,7 +92,12 @@ LOG_CONFIGS = frozenset(
 """DynamicLogConfig.ReconfigurableConfigs: the first broker synonym of each topic config (log.retention.ms,
 not log.retention.hours), less what kcli does not act on (message format, down-conversion)."""
 
-DYNAMIC_CONFIGS = frozenset(QUOTA_CONFIGS) | LOG_CLEANER_CONFIGS | LOG_CONFIGS
+DYNAMIC_CONFIGS = (
+    frozenset(QUOTA_CONFIGS)
+    | {REPLICA_ALTER_LOG_DIRS_IO_MAX_BYTES_PER_SECOND}
+    | LOG_CLEANER_CONFIGS
+    | LOG_CONFIGS
+)
 """The broker properties kcli updates live."""
 
 PER_BROKER_CONFIGS = frozenset({"listeners", "advertised.listeners", "listener.security.protocol.map"})

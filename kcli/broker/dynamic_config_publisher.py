@@ -2,7 +2,8 @@
 
 As Kafka's DynamicConfigPublisher with its BrokerConfigHandler and TopicConfigHandler, for this node:
 - the BROKER resources named by this node's id and "" (the cluster-wide defaults) are folded over the
-  static properties (dynamic_config.py), the replication quotas get their bounds, every log takes the
+  static properties (dynamic_config.py; the log dir mover reads its throttle from them), the
+  replication quotas get their bounds, every log takes the
   new broker-wide log defaults under its topic overrides, and the log cleaner its settings;
 - each topic's leader/follower.replication.throttled.replicas names the partitions the quotas throttle.
 A controller-only node installs one too, for its own properties. On a broker it is installed before the
@@ -20,7 +21,6 @@ from kcli.broker.dynamic_config import (
     LEADER_REPLICATION_THROTTLED_RATE,
     LOG_CLEANER_CONFIGS,
     LOG_CONFIGS,
-    REPLICA_ALTER_LOG_DIRS_IO_MAX_BYTES_PER_SECOND,
     changed_names,
     config_key,
     effective_values,
@@ -103,7 +103,6 @@ class DynamicConfigPublisher:
         quotas: tuple[tuple[ReplicationQuotaManager, str], ...] = (
             (self.replicas.leader_quota, LEADER_REPLICATION_THROTTLED_RATE),
             (self.replicas.follower_quota, FOLLOWER_REPLICATION_THROTTLED_RATE),
-            (self.replicas.alter_log_dirs_quota, REPLICA_ALTER_LOG_DIRS_IO_MAX_BYTES_PER_SECOND),
         )
         for quota, name in quotas:
             quota.update_quota(quota_bound(per_broker, defaults, name))

@@ -79,11 +79,6 @@ class ReplicaManager:
             "FollowerReplication", samples=quota_samples, window_seconds=quota_window_seconds
         )
         """What this broker's fetchers take for throttled partitions (quotas.follower)."""
-        self.alter_log_dirs_quota = ReplicationQuotaManager(
-            "AlterLogDirsReplication", samples=quota_samples, window_seconds=quota_window_seconds
-        )
-        """Copies between this broker's log dirs (quotas.alterLogDirs; Kafka sizes its window with
-        alter.log.dirs.replication.quota.window.*, which kcli does not have: the same as the others)."""
 
     def start_replication(
         self, send_to_controller: Callable[[Any], Awaitable[Any]], broker_epoch: Callable[[], int]

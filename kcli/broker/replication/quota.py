@@ -1,10 +1,10 @@
 """Replication throttles (KIP-73), as Kafka's ReplicationQuotaManager enforces them.
 
-Each broker keeps three quota managers: the leader's (bytes it sends to followers' fetches), the
-follower's (bytes its fetchers take) and the one for moves between its log dirs. A manager has
+Each broker keeps two quota managers (moves between its log dirs pace themselves, alter_log_dirs.py):
+the leader's (bytes it sends to followers' fetches) and the follower's (bytes its fetchers take). A
+manager has
 - the bound, from the broker config `leader.replication.throttled.rate` /
-  `follower.replication.throttled.rate` / `replica.alter.log.dirs.io.max.bytes.per.second`
-  (unset: no bound);
+  `follower.replication.throttled.rate` (unset: no bound);
 - the throttled partitions, from each topic's `leader.replication.throttled.replicas` /
   `follower.replication.throttled.replicas`: the partitions listed with this broker's id, or all of
   the topic's for `*`;
