@@ -51,7 +51,7 @@ READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
-_MIN_THROTTLE_WAIT = 0.01
+_MIN_THROTTLE_WAIT = 0.001
 """A throttled follower fetch looks at the rate again no sooner than this."""
 
 

@@ -50,7 +50,7 @@ LIST_OFFSETS = 2
 LIST_OFFSETS_VERSION = 7
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
-_MIN_THROTTLE_WAIT = 0.01
+_MIN_THROTTLE_WAIT = 0.001
 """A throttled partition is looked at again no sooner than this (no busy loop at the bound)."""
 
 

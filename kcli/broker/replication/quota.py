@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 from kcli.config import LONG_MAX
 
+_MARGIN_MS = 1.0
+
 ALL_REPLICAS = None
 """What `throttled_partitions` returns for `*`: every partition of the topic."""
 
@@ -177,10 +179,12 @@ class ReplicationQuotaManager:
         return self._rate.measure(self._now_ms())
 
     def seconds_until_within(self) -> float:
-        """How long until the quota is no longer exceeded, with nothing more recorded (0 if it is not)."""
+        """How long until the quota is no longer exceeded, with nothing more recorded (0 if it is not);
+        a millisecond past the exact point, so a check then is sure to pass."""
         if self._bound is None:
             return 0.0
-        return max(self._rate.ms_until_at_most(self._bound, self._now_ms()), 0.0) / 1000
+        pause_ms = self._rate.ms_until_at_most(self._bound, self._now_ms())
+        return (pause_ms + _MARGIN_MS) / 1000 if pause_ms > 0 else 0.0
 
     def _now_ms(self) -> float:
         return self._clock() * 1000
