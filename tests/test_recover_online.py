@@ -37,7 +37,12 @@ from ops.recover.candidates import (
 TOPIC = "orders"
 BROKERS = (2, 3, 4)
 PER_STEP = 10
-OVERRIDES = (*SESSION, "replica.lag.time.max.ms=3000", "replica.fetch.backoff.ms=200")
+OVERRIDES = (
+    *SESSION,
+    "replica.lag.time.max.ms=3000",
+    "replica.fetch.backoff.ms=200",
+    "offsets.topic.num.partitions=4",
+)
 
 
 # --- pure: truncation and ranking -------------------------------------------------------------------
@@ -74,6 +79,46 @@ def test_candidates_rank_as_kip_966_and_each_loss_is_counted() -> None:
     assert [(x.broker, x.start, x.end) for x in by_broker[4].losses] == [(3, 10, 20), (2, 10, 30)]
     assert by_broker[3].unknown == (5,)
     assert by_broker[2].why_not is not None and by_broker[2].losses == ()
+
+
+def test_a_stopped_replica_is_read_from_its_log_dir(tmp_path: Path) -> None:
+    from formats import checkpoints
+    from formats.records import RecordSpec, build_batch
+    from formats.segment import filename
+    from ops.recover.online import PartitionState, read_from_log_dir, replica_from_log_dir
+
+    directory = tmp_path / f"{TOPIC}-0"
+    directory.mkdir()
+    plain = build_batch(
+        [RecordSpec(1, None, b"a%d" % i) for i in range(5)], base_offset=0, partition_leader_epoch=0
+    )
+    txn = build_batch(
+        [RecordSpec(2, b"k", b"t%d" % i, [("h", b"v")]) for i in range(3)],
+        base_offset=5, partition_leader_epoch=2, producer_id=7, producer_epoch=0, base_sequence=0,
+        is_transactional=True,
+    )  # fmt: skip
+    (directory / filename(0, ".log")).write_bytes(plain + txn)
+    (directory / "leader-epoch-checkpoint").write_text(
+        checkpoints.write_leader_epoch_checkpoint(
+            [checkpoints.EpochEntry(0, 0), checkpoints.EpochEntry(2, 5)]
+        )
+    )
+    (tmp_path / "replication-offset-checkpoint").write_text(
+        checkpoints.write_offset_checkpoint({(TOPIC, 0): 5})
+    )
+    state = PartitionState(TOPIC, 0, -1, 3, (1, 2), (1,))
+    info = replica_from_log_dir(1, tmp_path, state, live={2})
+    assert (info.live, info.source, info.in_isr, info.high_watermark) == (False, "logdir", True, 5)
+    assert info.history == EpochHistory(((0, 0), (2, 5)), 8)
+    read = read_from_log_dir(tmp_path, (TOPIC, 0), 6, 8)
+    records, size, producers = read.since(6)
+    assert [(r.offset, r.value, r.headers, r.leader_epoch) for r in records] == [
+        (6, b"t1", (("h", b"v"),), 2),
+        (7, b"t2", (("h", b"v"),), 2),
+    ]
+    assert (size, producers) == (len(txn), (7,))  # the cut takes the whole batch holding offset 6
+    missing = replica_from_log_dir(3, tmp_path / "nowhere", state, live=set())
+    assert missing.history is None and "does not exist" in (missing.error or "")
 
 
 def test_bad_logdir_argument_is_one_sentence(tmp_path: Path) -> None:
@@ -164,6 +209,21 @@ def consume(bootstrap: str, topic: str, partition: int, end: int) -> list[Any]:
         consumer.close()
     assert len(got) == end, f"{len(got)} of {end} messages of {topic}-{partition}"
     return got
+
+
+def commit(bootstrap: str, group: str, partition: int, offset: int) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:  # the first commit creates __consumer_offsets: its coordinator takes a moment to load
+        wait_for(
+            f"a commit of group {group}",
+            lambda: consumer.commit(offsets=[TopicPartition(TOPIC, partition, offset)], asynchronous=False),
+            30,
+            0.25,
+        )
+    finally:
+        consumer.close()
 
 
 def high_watermark(bootstrap: str, partition: int) -> int:
@@ -283,7 +343,10 @@ def test_dry_run_then_execute_loses_exactly_what_was_predicted(
     assert predicted[(0, 3)] == {2: (20, 30, 10)}
     assert predicted[(1, 4)] == {3: (10, 20, 10), 2: (10, 30, 20)}
 
+    commit(live, "ahead", 0, 30)  # a group that consumed records the recovery will lose
+
     journal = tmp_path / "journal.jsonl"
+    results = {}
     for partition, candidate in ((0, 3), (1, 4)):
         done = kcli(
             "recover", "partitions", "--bootstrap-server", live, "--topic", TOPIC,
@@ -291,8 +354,10 @@ def test_dry_run_then_execute_loses_exactly_what_was_predicted(
             "--candidate", str(candidate), "--journal", str(journal), "-o", "json", timeout=120,
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
-        result = json.loads(done.stdout.splitlines()[-1])
+        result = results[partition] = json.loads(done.stdout.splitlines()[-1])
         assert result["leader"] == candidate and result["replicasReordered"] == (candidate == 4)
+    assert results[0]["groupsAboveLogEnd"] == [{"group": "ahead", "committedOffset": 30, "logEndOffset": 20}]
+    assert results[1]["groupsAboveLogEnd"] == [] and results[1]["openTransactions"] == []
 
     after = wait_states(live, "brokers 3 and 4 leading", lambda s: s[0][0] == 3 and s[1][0] == 4)
     assert after[1][1] == [2, 3, 4]  # the reorder was undone
@@ -312,9 +377,43 @@ def test_dry_run_then_execute_loses_exactly_what_was_predicted(
         assert missing == {o: produced[partition][o] for o in lost_offsets}
         assert quarantined[partition] == missing
         assert end == produced_end(produced[partition]) - len(missing)
+    # Broker 3 follows broker 4 on partition 1, truncated to its log: it answers OffsetForLeaderEpoch
+    # for its own log to the debugging replica id only (kcli's extension), as a follower to anyone else.
+    wait_states(live, "broker 3 back in the ISR of partition 1", lambda s: sorted(s[1][2]) == [3, 4])
+    assert epoch_end(cluster.brokers(3), 1, 0, replica_id=-2) == ("none", 0, 10)
+    assert epoch_end(cluster.brokers(3), 1, 0, replica_id=-1)[0] == "not_leader_or_follower"
     actions = [json.loads(line)["action"] for line in journal.read_text().splitlines()]
     assert actions.count("elect_unclean") == 2 and actions.count("reorder_replicas") == 1
     assert actions.index("quarantine") < actions.index("elect_unclean")
+
+
+def epoch_end(bootstrap: str, partition: int, epoch: int, *, replica_id: int) -> tuple[str, int, int]:
+    """(error name, epoch, end offset) of OffsetForLeaderEpoch v4 sent to one broker, by kcli's client."""
+    import asyncio
+
+    from kcli.client import KafkaClient
+    from kcli.protocol.messages import nested_type, request_type
+
+    async def ask() -> tuple[str, int, int]:
+        cls = request_type(23, 4)
+        topic_cls = nested_type(cls, "OffsetForLeaderTopic")
+        partition_cls = nested_type(cls, "OffsetForLeaderPartition")
+        request = cls(
+            replica_id=replica_id,
+            topics=(
+                topic_cls(
+                    topic=TOPIC,
+                    partitions=(
+                        partition_cls(partition=partition, current_leader_epoch=-1, leader_epoch=epoch),
+                    ),
+                ),
+            ),
+        )
+        async with await KafkaClient.connect(bootstrap) as client:
+            answer = (await client.send(request)).topics[0].partitions[0]
+        return answer.error_code.name, answer.leader_epoch, answer.end_offset
+
+    return asyncio.run(ask())
 
 
 def produced_end(records: dict[int, bytes]) -> int:

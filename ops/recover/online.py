@@ -91,6 +91,7 @@ class ReplicaRead:
     batches: tuple[tuple[int, int, int, int], ...]
     records: tuple[LostRecord, ...]
     complete: bool  # False when the source stopped short of the asked end
+    last_epoch: int = -1  # the leader epoch of the last batch read
 
     def since(self, offset: int) -> tuple[list[LostRecord], int, tuple[int, ...]]:
         """(records, bytes of the batches cut, transactional producers cut) from `offset` on: a cut
@@ -155,7 +156,8 @@ async def replica_from_broker(
         client = await cluster.node(broker)
         log_end = await _list_offset(client, tp, LATEST_TIMESTAMP)
         log_start = await _list_offset(client, tp, EARLIEST_TIMESTAMP)
-        entries = await _epoch_history(client, tp, state.leader_epoch, log_start, log_end)
+        latest = await _last_batch_epoch(cluster, broker, tp, log_start, log_end)
+        entries = await _epoch_history(client, tp, latest, log_start, log_end)
         size = await _replica_size(client, tp)
     except (ClientError, RecoverPartitionsError) as exc:
         return ReplicaInfo(broker, broker in live, "none", None, in_isr=in_isr, error=str(exc).rstrip("."))
@@ -193,11 +195,26 @@ async def _list_offset(client: KafkaClient, tp: tuple[str, int], timestamp: int)
     return answer.offset
 
 
+async def _last_batch_epoch(
+    cluster: Cluster, broker: int, tp: tuple[str, int], log_start: int, log_end: int
+) -> int:
+    """The leader epoch of the replica's last batch (Fetch -2 of its last offset); the partition's
+    largest possible epoch is not needed then. MAX_EPOCH_ROUNDS - 1 when it cannot be read."""
+    if log_end <= log_start:
+        return -1
+    try:
+        read = await read_from_broker(cluster, broker, tp, log_end - 1, log_end)
+    except (ClientError, RecoverPartitionsError):
+        return MAX_EPOCH_ROUNDS - 1
+    return read.last_epoch if read.batches else MAX_EPOCH_ROUNDS - 1
+
+
 async def _epoch_history(
-    client: KafkaClient, tp: tuple[str, int], partition_epoch: int, log_start: int, log_end: int
+    client: KafkaClient, tp: tuple[str, int], latest_epoch: int, log_start: int, log_end: int
 ) -> tuple[tuple[int, int], ...] | None:
-    """(epoch, start offset) ascending, walked down from `partition_epoch` one OffsetForLeaderEpoch at a
-    time; None when the broker answers for leaders only (NOT_LEADER_OR_FOLLOWER)."""
+    """(epoch, start offset) ascending, walked down from `latest_epoch` (or the first epoch at or below
+    it the log has) one OffsetForLeaderEpoch at a time; None when the broker answers for leaders only
+    (NOT_LEADER_OR_FOLLOWER, as Apache Kafka does)."""
     cls = client.request_type(OFFSET_FOR_LEADER_EPOCH)
     if cls.__version__ < FIRST_REPLICA_ID_VERSION:
         return None
@@ -226,7 +243,7 @@ async def _epoch_history(
     if log_end <= log_start:
         return ()
     answers: list[tuple[int, int]] = []  # (epoch, end offset), epochs descending
-    epoch = partition_epoch if partition_epoch >= 0 else MAX_EPOCH_ROUNDS
+    epoch = latest_epoch
     try:
         for _ in range(MAX_EPOCH_ROUNDS):
             if epoch < 0:
@@ -410,6 +427,7 @@ class _BatchReader:
         self.end = end
         self.records: dict[int, LostRecord] = {}
         self.batches: dict[int, tuple[int, int, int, int]] = {}
+        self.last_epoch = -1
 
     def feed(self, data: bytes) -> int:
         """Take the batches of `data`; returns the offset after the last whole one."""
@@ -420,6 +438,7 @@ class _BatchReader:
                 continue
             if batch.base_offset in self.batches:
                 continue
+            self.last_epoch = batch.partition_leader_epoch
             producer = batch.producer_id if batch.is_transactional else -1
             self.batches[batch.base_offset] = (batch.base_offset, batch.last_offset, batch.size, producer)
             if batch.is_control:
@@ -444,6 +463,7 @@ class _BatchReader:
             tuple(self.batches[b] for b in sorted(self.batches)),
             tuple(self.records[o] for o in sorted(self.records)),
             complete,
+            self.last_epoch,
         )
 
 

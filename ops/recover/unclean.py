@@ -99,6 +99,10 @@ async def recover_partition(
 ) -> dict[str, Any]:
     """Quarantine, elect, and report for one partition; returns the outcome as a JSON-ready dict."""
     tp = f"{plan.topic}-{plan.partition}"
+    if plan.leader >= 0:
+        raise RecoverPartitionsError(
+            f"{tp} has a leader (broker {plan.leader}): there is nothing to recover."
+        )
     if not candidate.electable:
         raise RecoverPartitionsError(
             f"{tp}: broker {candidate.broker} cannot be elected: {candidate.why_not}."
@@ -140,10 +144,14 @@ async def recover_partition(
             + (f" ({outcome.message})" if outcome.message else "")
             + "."
         )
-    await _wait_metadata(
-        cluster, plan.topic, plan.partition, lambda p: p.leader_id == candidate.broker, timeout_s,
-        f"broker {candidate.broker} to lead {tp}",
-    )  # fmt: skip
+    state = await _wait_metadata(
+        cluster, plan.topic, plan.partition, lambda p: p.leader_id >= 0, timeout_s, f"a leader of {tp}"
+    )
+    if state.leader_id != candidate.broker:
+        journal.write("other_leader", partition=tp, leader=state.leader_id)
+        raise RecoverPartitionsError(
+            f"{tp}: broker {state.leader_id} leads it now, not broker {candidate.broker} (did it come back?)."
+        )
     journal.write("leader_elected", partition=tp, leader=candidate.broker)
     say(f"{tp}: broker {candidate.broker} leads")
     if reordered is not None:
