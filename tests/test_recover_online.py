@@ -343,6 +343,19 @@ def test_dry_run_then_execute_loses_exactly_what_was_predicted(
     assert predicted[(0, 3)] == {2: (20, 30, 10)}
     assert predicted[(1, 4)] == {3: (10, 20, 10), 2: (10, 30, 20)}
 
+    # Without broker 2's log dir its loss is unknown, and --execute refuses before doing anything.
+    blind = kcli(
+        "recover", "partitions", "--bootstrap-server", live, "--topic", TOPIC, "-o", "json", timeout=60
+    )
+    assert [p["candidates"][0]["unknown"] for p in map(json.loads, blind.stdout.splitlines())] == [[2], [2]]
+    refused = kcli(
+        "recover", "partitions", "--bootstrap-server", live, "--topic", TOPIC, "--partition", "0",
+        "--execute", "--journal", str(tmp_path / "refused.jsonl"), timeout=60,
+    )  # fmt: skip
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+    assert "give their --logdir or --allow-unread-loss" in refused.stderr, refused.stderr
+    assert "elect_unclean" not in (tmp_path / "refused.jsonl").read_text()
+
     commit(live, "ahead", 0, 30)  # a group that consumed records the recovery will lose
 
     journal = tmp_path / "journal.jsonl"

@@ -198,7 +198,8 @@ def partitions(
     new log end are listed. Every action is journaled first.
 
     Exit 0 when there is nothing to recover or everything was done, 3 when a dry run found partitions
-    to recover, 2 for a usage error.
+    to recover, 1 when a partition cannot be recovered as asked or a step failed (the journal says how
+    far it went), 2 for a usage error.
     """
     import asyncio
 

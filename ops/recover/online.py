@@ -53,7 +53,9 @@ LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 
 
 class RecoverPartitionsError(KcliError):
-    """A partition that cannot be recovered as asked; the message is one sentence."""
+    """A partition that cannot be recovered as asked, or a step that failed; one sentence, exit 1."""
+
+    exit_code = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -478,7 +480,7 @@ def parse_log_dirs(values: Iterable[str]) -> dict[int, Path]:
             )
         directory = Path(path)
         if not directory.is_dir():
-            raise RecoverPartitionsError(f"--logdir {value}: {directory} is not a directory.")
+            raise KcliError(f"--logdir {value}: {directory} is not a directory.")
         found[int(broker)] = directory
     return found
 
