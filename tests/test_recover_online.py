@@ -83,7 +83,7 @@ def test_candidates_rank_as_kip_966_and_each_loss_is_counted() -> None:
 
 def test_a_stopped_replica_is_read_from_its_log_dir(tmp_path: Path) -> None:
     from formats import checkpoints
-    from formats.records import RecordSpec, build_batch
+    from formats.records import ControlType, RecordSpec, build_batch, build_control_batch
     from formats.segment import filename
     from ops.recover.online import PartitionState, read_from_log_dir, replica_from_log_dir
 
@@ -97,7 +97,15 @@ def test_a_stopped_replica_is_read_from_its_log_dir(tmp_path: Path) -> None:
         base_offset=5, partition_leader_epoch=2, producer_id=7, producer_epoch=0, base_sequence=0,
         is_transactional=True,
     )  # fmt: skip
-    (directory / filename(0, ".log")).write_bytes(plain + txn)
+    marker = build_control_batch(
+        ControlType.ABORT,
+        base_offset=8,
+        partition_leader_epoch=2,
+        producer_id=7,
+        producer_epoch=0,
+        timestamp=3,
+    )
+    (directory / filename(0, ".log")).write_bytes(plain + txn + marker)
     (directory / "leader-epoch-checkpoint").write_text(
         checkpoints.write_leader_epoch_checkpoint(
             [checkpoints.EpochEntry(0, 0), checkpoints.EpochEntry(2, 5)]
@@ -109,14 +117,19 @@ def test_a_stopped_replica_is_read_from_its_log_dir(tmp_path: Path) -> None:
     state = PartitionState(TOPIC, 0, -1, 3, (1, 2), (1,))
     info = replica_from_log_dir(1, tmp_path, state, live={2})
     assert (info.live, info.source, info.in_isr, info.high_watermark) == (False, "logdir", True, 5)
-    assert info.history == EpochHistory(((0, 0), (2, 5)), 8)
-    read = read_from_log_dir(tmp_path, (TOPIC, 0), 6, 8)
+    assert info.history == EpochHistory(((0, 0), (2, 5)), 9)
+    read = read_from_log_dir(tmp_path, (TOPIC, 0), 6, 9)
     records, size, producers = read.since(6)
-    assert [(r.offset, r.value, r.headers, r.leader_epoch) for r in records] == [
-        (6, b"t1", (("h", b"v"),), 2),
-        (7, b"t2", (("h", b"v"),), 2),
-    ]
-    assert (size, producers) == (len(txn), (7,))  # the cut takes the whole batch holding offset 6
+    assert [(r.offset, r.value, r.headers, r.leader_epoch, r.transaction) for r in records] == [
+        (6, b"t1", (("h", b"v"),), 2, "aborted"),
+        (7, b"t2", (("h", b"v"),), 2, "aborted"),
+    ]  # the marker is not a record; the whole batch holding offset 6 is cut
+    assert (size, producers) == (len(txn) + len(marker), (7,))
+    # A marker past the range read still settles the records before it; a transaction without one is open.
+    early = read_from_log_dir(tmp_path, (TOPIC, 0), 0, 8).records
+    assert [r.transaction for r in early] == [None] * 5 + ["aborted"] * 3
+    (directory / filename(0, ".log")).write_bytes(plain + txn)
+    assert [r.transaction for r in read_from_log_dir(tmp_path, (TOPIC, 0), 5, 8).records] == ["open"] * 3
     missing = replica_from_log_dir(3, tmp_path / "nowhere", state, live=set())
     assert missing.history is None and "does not exist" in (missing.error or "")
 

@@ -29,6 +29,7 @@ from kio.schema.errors import ErrorCode
 
 from formats import checkpoints
 from formats.errors import FormatError
+from formats.records import ControlType, control_type
 from formats.segment import LOG_SUFFIX, base_offset_of, walk
 from kcli.client import ClientError, KafkaClient
 from kcli.cluster import Cluster
@@ -83,6 +84,7 @@ class LostRecord:
     headers: tuple[tuple[str, bytes | None], ...]
     producer_id: int
     transactional: bool
+    transaction: str | None = None  # a transactional record: "committed", "aborted" or "open" in this log
 
 
 @dataclass(frozen=True, slots=True)
@@ -430,15 +432,21 @@ class _BatchReader:
         self.records: dict[int, LostRecord] = {}
         self.batches: dict[int, tuple[int, int, int, int]] = {}
         self.last_epoch = -1
+        self.markers: dict[int, tuple[int, int, str]] = {}  # offset -> (offset, producer id, outcome)
 
     def feed(self, data: bytes) -> int:
         """Take the batches of `data`; returns the offset after the last whole one."""
         after = self.start
         for batch in walk(data, check_crc=False).batches:
             after = max(after, batch.next_offset)
-            if batch.last_offset < self.start or batch.base_offset >= self.end or batch.magic != 2:
+            if batch.last_offset < self.start or batch.magic != 2:
                 continue
-            if batch.base_offset in self.batches:
+            if batch.is_control and batch.is_transactional:  # past `end` too: it settles records before
+                for record in batch.records(data):
+                    kind = _marker_kind(record.key)
+                    if kind is not None:
+                        self.markers[record.offset] = (record.offset, batch.producer_id, kind)
+            if batch.base_offset >= self.end or batch.base_offset in self.batches:
                 continue
             self.last_epoch = batch.partition_leader_epoch
             producer = batch.producer_id if batch.is_transactional else -1
@@ -461,12 +469,30 @@ class _BatchReader:
         return after
 
     def result(self, complete: bool) -> ReplicaRead:
+        """What was read; each transactional record with the outcome of its transaction in this log
+        (the first marker of its producer after it; "open" when none follows)."""
+        markers = sorted(self.markers.values())
+        records = []
+        for offset in sorted(self.records):
+            record = self.records[offset]
+            if record.transactional:
+                outcome = next((k for o, p, k in markers if p == record.producer_id and o > offset), "open")
+                record = replace(record, transaction=outcome)
+            records.append(record)
         return ReplicaRead(
             tuple(self.batches[b] for b in sorted(self.batches)),
-            tuple(self.records[o] for o in sorted(self.records)),
+            tuple(records),
             complete,
             self.last_epoch,
         )
+
+
+def _marker_kind(key: bytes | None) -> str | None:
+    try:
+        kind = control_type(key)
+    except FormatError:
+        return None
+    return {ControlType.COMMIT: "committed", ControlType.ABORT: "aborted"}.get(kind)
 
 
 def parse_log_dirs(values: Iterable[str]) -> dict[int, Path]:

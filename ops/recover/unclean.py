@@ -5,7 +5,9 @@ do. Standard admin APIs only; every action is a line of the journal (fsynced) be
 1. Quarantine: the records the other replicas will truncate (read beforehand, see `online`) are
    produced, acks=all, to `<topic>.recovered` (created with one partition and the broker's default
    replication factor if missing), with their original topic, partition, offset, leader epoch and
-   replicas in `kcli.recovered.*` headers; key, value, timestamp and headers are kept.
+   replicas in `kcli.recovered.*` headers (and, for a transactional record, its producer id and whether
+   its transaction committed, aborted or is still open in that log); key, value, timestamp and headers
+   are kept. Control records (transaction markers) are not data and are not copied.
 2. Election: Kafka's controller elects, unclean, the first acceptable replica in the partition's
    replica order (PartitionChangeBuilder.electAnyLeader). When that is not the candidate, a
    reassignment to the same replicas with the candidate first comes before: it changes no replica set,
@@ -235,6 +237,9 @@ def _spec(plan: PartitionRecovery, record: LostRecord, brokers: tuple[int, ...])
         (HEADER_PREFIX + "leader.epoch", str(record.leader_epoch).encode()),
         (HEADER_PREFIX + "replicas", ",".join(map(str, brokers)).encode()),
     ]
+    if record.transaction is not None:  # consumers of the quarantine must know aborted and open ones
+        headers.append((HEADER_PREFIX + "producer.id", str(record.producer_id).encode()))
+        headers.append((HEADER_PREFIX + "transaction", record.transaction.encode()))
     return RecordSpec(record.timestamp, record.key, record.value, headers)
 
 
