@@ -273,6 +273,7 @@ def _plan_text(plan) -> str:
     lines = [
         f"{plan.topic}-{plan.partition}: leader {plan.leader if plan.leader >= 0 else 'none'} "
         f"(epoch {plan.leader_epoch}), replicas {plan.replicas}, ISR {plan.isr}"
+        + (f", ELR {plan.elr}" if plan.elr else "")
     ]
     for r in plan.found:
         state = "live" if r.live else "down"
@@ -308,10 +309,13 @@ def _plan_json(plan) -> dict:
         "leaderEpoch": plan.leader_epoch,
         "replicas": plan.replicas,
         "isr": plan.isr,
+        "elr": plan.elr,
         "replicaStates": [
             {
                 "broker": r.broker,
                 "live": r.live,
+                "inIsr": r.in_isr,
+                "inElr": r.in_elr,
                 "source": r.source,
                 "logStartOffset": r.log_start_offset,
                 "logEndOffset": r.history.log_end_offset if r.history else None,

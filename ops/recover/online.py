@@ -36,6 +36,7 @@ from kcli.cluster import Cluster
 from kcli.errors import KcliError
 from kcli.protocol.messages import build, nested_type
 from ops.recover.candidates import Candidate, EpochHistory, PartitionRecovery, ReplicaInfo, plan_candidates
+from ops.topics import eligible_leader_replicas
 
 LIST_OFFSETS = 2
 FETCH = 1
@@ -69,6 +70,7 @@ class PartitionState:
     leader_epoch: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
+    elr: tuple[int, ...] = ()  # eligible leader replicas (KIP-966); none where ELR is off
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +145,8 @@ async def leaderless_partitions(
             raise RecoverPartitionsError(
                 f"{', '.join(topics)} has no partition {', '.join(map(str, missing))}."
             )
+    elr = await eligible_leader_replicas(cluster, sorted({s.topic for s in found}))
+    found = [replace(s, elr=tuple(elr.get((s.topic, s.partition), (None, None))[0] or ())) for s in found]
     return sorted(found, key=lambda s: (s.topic, s.partition)), live
 
 
@@ -164,7 +168,15 @@ async def replica_from_broker(
         entries = await _epoch_history(client, tp, latest, log_start, log_end)
         size = await _replica_size(client, tp)
     except (ClientError, RecoverPartitionsError) as exc:
-        return ReplicaInfo(broker, broker in live, "none", None, in_isr=in_isr, error=str(exc).rstrip("."))
+        return ReplicaInfo(
+            broker,
+            broker in live,
+            "none",
+            None,
+            in_isr=in_isr,
+            in_elr=broker in state.elr,
+            error=str(exc).rstrip("."),
+        )
     history = EpochHistory(entries, log_end) if entries is not None else None
     error = None
     if history is None:
@@ -378,6 +390,7 @@ def replica_from_log_dir(broker: int, log_dir: Path, state: PartitionState, live
         _checkpoint(log_dir / REPLICATION_CHECKPOINT, state),
         size,
         in_isr=in_isr,
+        in_elr=broker in state.elr,
     )
 
 
@@ -542,10 +555,10 @@ async def plan_partitions(
                     broker, False, "none", None, in_isr=broker in state.isr,
                     error="its broker is down and no --logdir was given for it",
                 )  # fmt: skip
-            found.append(info)
+            found.append(replace(info, in_elr=broker in state.elr))
         plan = PartitionRecovery(
             state.topic, state.partition, state.leader, list(state.replicas), list(state.isr),
-            leader_epoch=state.leader_epoch, found=found,
+            leader_epoch=state.leader_epoch, elr=list(state.elr), found=found,
         )  # fmt: skip
         plan.candidates = plan_candidates(found, state.leader_epoch)
         if read_data:
