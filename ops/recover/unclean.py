@@ -80,10 +80,11 @@ def quarantine_topic(topic: str) -> str:
 
 
 def controller_pick(plan: PartitionRecovery, live: set[int]) -> int | None:
-    """The replica the controller's unclean election takes: a live ISR member, else the first live one
-    in replica order."""
+    """The replica the controller's unclean election takes (PartitionChangeBuilder.electAnyLeader): a
+    live ISR or ELR member, else the first live one in replica order. (With ELR on, Kafka may first take
+    the last known ELR member, KIP-966's balanced recovery; kcli runs with ELR off.)"""
     for replica in plan.replicas:
-        if replica in plan.isr and replica in live:
+        if (replica in plan.isr or replica in plan.elr) and replica in live:
             return replica
     return next((r for r in plan.replicas if r in live), None)
 
