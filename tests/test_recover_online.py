@@ -33,6 +33,7 @@ from ops.recover.candidates import (
     plan_candidates,
     truncation_offset,
 )
+from ops.recover.online import read_from_log_dir
 
 TOPIC = "orders"
 BROKERS = (2, 3, 4)
@@ -408,6 +409,16 @@ def test_dry_run_then_execute_loses_exactly_what_was_predicted(
     wait_states(live, "broker 3 back in the ISR of partition 1", lambda s: sorted(s[1][2]) == [3, 4])
     assert epoch_end(cluster.brokers(3), 1, 0, replica_id=-2) == ("none", 0, 10)
     assert epoch_end(cluster.brokers(3), 1, 0, replica_id=-1)[0] == "not_leader_or_follower"
+    # Broker 2 comes back: it truncates exactly what was predicted for it and holds the leaders' logs.
+    cluster[2].start()
+    cluster[2].wait_ready()
+    wait_states(live, "broker 2 back in every ISR", lambda s: all(2 in v[2] for v in s.values()))
+    for partition, candidate in ((0, 3), (1, 4)):
+        start = predicted[(partition, candidate)][2][0]
+        on_disk = read_from_log_dir(cluster.data(2), (TOPIC, partition), 0, 1 << 62).records
+        assert {r.offset: r.value for r in on_disk} == {
+            o: v for o, v in produced[partition].items() if o < start
+        }
     actions = [json.loads(line)["action"] for line in journal.read_text().splitlines()]
     assert actions.count("elect_unclean") == 2 and actions.count("reorder_replicas") == 1
     assert actions.index("quarantine") < actions.index("elect_unclean")
