@@ -33,9 +33,7 @@ FIRST_REPLICA_ID_VERSION = 3
 
 async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> object:
     response_cls, topic_cls, partition_cls = _classes(ctx.api_version)
-    any_replica = (
-        ctx.api_version >= FIRST_REPLICA_ID_VERSION and request.replica_id == DEBUGGING_REPLICA_ID
-    )
+    any_replica = ctx.api_version >= FIRST_REPLICA_ID_VERSION and request.replica_id == DEBUGGING_REPLICA_ID
     topics = []
     for topic in request.topics:
         partitions = []
