@@ -152,7 +152,8 @@ def partitions(
         "--logdir",
         metavar="BROKER=PATH",
         help="The log dir of broker BROKER, read directly: needed for a stopped broker's replicas, and for a "
-        "live Apache Kafka broker's epoch history and its records past the high watermark (repeatable).",
+        "live Apache Kafka broker's epoch history and its records past the high watermark (repeatable; once per dir "
+        "of a broker with several log dirs).",
         show_default=False,
     ),
     execute: bool = typer.Option(

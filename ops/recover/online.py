@@ -508,20 +508,24 @@ def _marker_kind(key: bytes | None) -> str | None:
     return {ControlType.COMMIT: "committed", ControlType.ABORT: "aborted"}.get(kind)
 
 
-def parse_log_dirs(values: Iterable[str]) -> dict[int, Path]:
-    """`--logdir BROKER=PATH` values: broker id -> log dir."""
-    found: dict[int, Path] = {}
+def parse_log_dirs(values: Iterable[str]) -> dict[int, list[Path]]:
+    """`--logdir BROKER=PATH` values: broker id -> its log dirs (a broker with several log.dirs is
+    named once per dir)."""
+    found: dict[int, list[Path]] = {}
     for value in values:
         broker, sep, path = value.partition("=")
         if not sep or not broker.strip().isdigit() or not path:
-            raise RecoverPartitionsError(
-                f"--logdir takes BROKER=PATH (e.g. 2=/var/lib/kafka), not {value!r}."
-            )
+            raise KcliError(f"--logdir takes BROKER=PATH (e.g. 2=/var/lib/kafka), not {value!r}.")
         directory = Path(path)
         if not directory.is_dir():
             raise KcliError(f"--logdir {value}: {directory} is not a directory.")
-        found[int(broker)] = directory
+        found.setdefault(int(broker), []).append(directory)
     return found
+
+
+def log_dir_of(dirs: list[Path], tp: tuple[str, int]) -> Path:
+    """The one of a broker's log dirs that holds the partition (the first when none does)."""
+    return next((d for d in dirs if (d / f"{tp[0]}-{tp[1]}").is_dir()), dirs[0])
 
 
 # --- the whole picture -----------------------------------------------------------------------------
@@ -532,7 +536,7 @@ async def plan_partitions(
     *,
     topics: list[str] | None = None,
     partitions: list[int] | None = None,
-    log_dirs: dict[int, Path] | None = None,
+    log_dirs: dict[int, list[Path]] | None = None,
     read_data: bool = True,
 ) -> list[PartitionRecovery]:
     """Every partition to recover with its replicas, ranked candidates and, per candidate, the loss of
@@ -541,15 +545,16 @@ async def plan_partitions(
     states, live = await leaderless_partitions(cluster, topics, partitions)
     plans = []
     for state in states:
+        tp = (state.topic, state.partition)
         found = []
         for broker in state.replicas:
             if broker in live:
                 info = await replica_from_broker(cluster, broker, state, live)
                 if info.history is None and broker in log_dirs:
-                    disk = replica_from_log_dir(broker, log_dirs[broker], state, live)
+                    disk = replica_from_log_dir(broker, log_dir_of(log_dirs[broker], tp), state, live)
                     info = replace(disk, live=True, size_bytes=info.size_bytes or disk.size_bytes)
             elif broker in log_dirs:
-                info = replica_from_log_dir(broker, log_dirs[broker], state, live)
+                info = replica_from_log_dir(broker, log_dir_of(log_dirs[broker], tp), state, live)
             else:
                 info = ReplicaInfo(
                     broker, False, "none", None, in_isr=broker in state.isr,
@@ -568,7 +573,7 @@ async def plan_partitions(
 
 
 async def _read_losses(
-    cluster: Cluster, plan: PartitionRecovery, log_dirs: dict[int, Path], live: set[int]
+    cluster: Cluster, plan: PartitionRecovery, log_dirs: dict[int, list[Path]], live: set[int]
 ) -> None:
     """Read, once per replica, everything any candidate would cut from it, and count each loss."""
     tp = (plan.topic, plan.partition)
@@ -585,7 +590,7 @@ async def _read_losses(
             except (ClientError, RecoverPartitionsError) as exc:
                 plan.unread[broker] = str(exc).rstrip(".")
         if (read is None or not read.complete) and broker in log_dirs:
-            read = read_from_log_dir(log_dirs[broker], tp, start, end)
+            read = read_from_log_dir(log_dir_of(log_dirs[broker], tp), tp, start, end)
         if read is None or not read.complete:
             plan.unread.setdefault(
                 broker,
