@@ -419,6 +419,20 @@ def test_dry_run_then_execute_loses_exactly_what_was_predicted(
         assert {r.offset: r.value for r in on_disk} == {
             o: v for o, v in produced[partition].items() if o < start
         }
+    # Every replica's epoch history, walked over OffsetForLeaderEpoch, now has the epoch of the recovery.
+    for p, records in produce(live, "D").items():
+        produced[p].update(records)
+    again = kcli(
+        "recover", "partitions", "--bootstrap-server", live, "--topic", TOPIC, "-o", "json", timeout=60
+    )
+    assert again.returncode == 0, again.stderr  # both partitions have a leader: nothing to recover
+    for plan in map(json.loads, again.stdout.splitlines()):
+        start = {0: 20, 1: 10}[plan["partition"]]
+        histories = {r["broker"]: (r["epochs"], r["logEndOffset"]) for r in plan["replicaStates"]}
+        assert len({json.dumps(h) for h in histories.values()}) == 1, histories  # all three alike
+        epochs, end = histories[2]
+        assert end == start + PER_STEP and epochs[0] == [0, 0] and epochs[-1][1] == start, epochs
+        assert all(c["losses"] == [] for c in plan["candidates"])
     actions = [json.loads(line)["action"] for line in journal.read_text().splitlines()]
     assert actions.count("elect_unclean") == 2 and actions.count("reorder_replicas") == 1
     assert actions.index("quarantine") < actions.index("elect_unclean")

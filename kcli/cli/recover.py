@@ -199,7 +199,7 @@ def partitions(
     new log end are listed. Every action is journaled first.
 
     Exit 0 when there is nothing to recover or everything was done, 3 when a dry run found partitions
-    to recover, 1 when a partition cannot be recovered as asked or a step failed (the journal says how
+    without a leader, 1 when a partition cannot be recovered as asked or a step failed (the journal says how
     far it went), 2 for a usage error.
     """
     import asyncio
@@ -227,7 +227,7 @@ def partitions(
                     out.write(orjson.dumps(_plan_json(plan)).decode() + "\n" if as_json else _plan_text(plan))
                 if not plans and not as_json:
                     out.write("No partition without a leader.\n")
-                return CHANGES_NEEDED if plans else 0
+                return CHANGES_NEEDED if any(p.leader < 0 for p in plans) else 0
             chosen = []
             for plan in plans:
                 pick = plan.best if candidate is None else plan.candidate(candidate)
@@ -289,10 +289,9 @@ def _plan_text(plan) -> str:
         )
     for c in plan.candidates:
         head = (
-            f"  candidate {c.rank}: broker {c.broker} (last epoch {c.last_epoch}, log end {c.log_end_offset})"
+            f"  candidate {c.rank}: broker {c.broker} (last epoch {c.last_epoch}, log end {c.log_end_offset}"
         )
-        if not c.electable:
-            head += f", not electable: {c.why_not}"
+        head += f"; not electable: {c.why_not})" if not c.electable else ")"
         losses = [_loss_text(loss) for loss in c.losses]
         losses += [f"broker {b}: unknown (its log could not be read)" for b in c.unknown]
         lines.append(head + (": " + "; ".join(losses) if losses else ": nothing lost"))

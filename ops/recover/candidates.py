@@ -183,7 +183,7 @@ def plan_candidates(replicas: Sequence[ReplicaInfo], partition_epoch: int = -1) 
                 history.log_end_offset,
                 tuple(losses),
                 tuple(unknown),
-                None if replica.live else "its broker is down: only a live replica can be elected",
+                None if replica.live else "its broker is down",
             )
         )
     return out
