@@ -66,6 +66,37 @@ def test_a_follower_truncates_where_its_epochs_leave_the_leaders() -> None:
     assert truncation_offset(as_new_leader(history(5, (4, 0)), 5), history(8, (2, 0))) == 0
 
 
+@pytest.mark.parametrize(
+    ("entries", "log_start", "log_end", "latest"),
+    [
+        (((0, 0),), 0, 30, 0),
+        (((0, 0), (2, 10), (5, 12), (7, 40)), 0, 50, 7),
+        (((0, 0), (2, 10), (5, 12), (7, 40)), 0, 50, 9),  # asked from above the latest
+        (((3, 5), (4, 9)), 0, 20, 4),  # epoch-less records below offset 5 (message format v0/v1)
+        (((1, 0), (4, 20)), 15, 30, 4),  # log start past the first epoch's start
+    ],
+)
+def test_the_epoch_walk_rebuilds_the_history_a_broker_answers_from(
+    entries: tuple[tuple[int, int], ...], log_start: int, log_end: int, latest: int
+) -> None:
+    import asyncio
+
+    from ops.recover.online import walk_epoch_history
+
+    log = EpochHistory(entries, log_end)  # kcli's and Kafka's LeaderEpochFileCache.endOffsetFor rule
+    asked: list[int] = []
+
+    async def ask(epoch: int) -> tuple[int, int]:
+        asked.append(epoch)
+        return log.end_offset_for(epoch)
+
+    found = asyncio.run(walk_epoch_history(ask, latest, log_start))
+    assert found == tuple(
+        (e, max(start, log_start) if k == 0 else start) for k, (e, start) in enumerate(entries)
+    )
+    assert len(asked) <= len(entries) + 2 + (latest - entries[-1][0])
+
+
 def test_candidates_rank_as_kip_966_and_each_loss_is_counted() -> None:
     replicas = [
         ReplicaInfo(4, True, "broker", history(10, (0, 0))),

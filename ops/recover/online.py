@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import datetime
 import os
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -165,6 +165,8 @@ async def replica_from_broker(
         log_end = await _list_offset(client, tp, LATEST_TIMESTAMP)
         log_start = await _list_offset(client, tp, EARLIEST_TIMESTAMP)
         latest = await _last_batch_epoch(cluster, broker, tp, log_start, log_end)
+        if latest is None:  # no replica has an epoch above the partition's
+            latest = state.leader_epoch if state.leader_epoch >= 0 else MAX_EPOCH_ROUNDS - 1
         entries = await _epoch_history(client, tp, latest, log_start, log_end)
         size = await _replica_size(client, tp)
     except (ClientError, RecoverPartitionsError) as exc:
@@ -213,16 +215,16 @@ async def _list_offset(client: KafkaClient, tp: tuple[str, int], timestamp: int)
 
 async def _last_batch_epoch(
     cluster: Cluster, broker: int, tp: tuple[str, int], log_start: int, log_end: int
-) -> int:
+) -> int | None:
     """The leader epoch of the replica's last batch (Fetch -2 of its last offset); the partition's
-    largest possible epoch is not needed then. MAX_EPOCH_ROUNDS - 1 when it cannot be read."""
+    largest possible epoch is not needed then. None when it cannot be read (Apache Kafka)."""
     if log_end <= log_start:
         return -1
     try:
         read = await read_from_broker(cluster, broker, tp, log_end - 1, log_end)
     except (ClientError, RecoverPartitionsError):
-        return MAX_EPOCH_ROUNDS - 1
-    return read.last_epoch if read.batches else MAX_EPOCH_ROUNDS - 1
+        return None
+    return read.last_epoch if read.batches else None
 
 
 async def _epoch_history(
@@ -258,29 +260,42 @@ async def _epoch_history(
 
     if log_end <= log_start:
         return ()
-    answers: list[tuple[int, int]] = []  # (epoch, end offset), epochs descending
-    epoch = latest_epoch
     try:
-        for _ in range(MAX_EPOCH_ROUNDS):
-            if epoch < 0:
-                break
-            found, end = await ask(epoch)
-            if found < 0:
-                if answers:  # below the first epoch of a log without one there
-                    break
-                epoch -= 1  # above the log's latest epoch: step down to it
-                continue
-            if answers and end >= answers[-1][1]:
-                break  # an epoch below the first: Kafka repeats the first start; nothing more
-            answers.append((found, end))
-            if end <= log_start:
-                break
-            epoch = found - 1
+        return await walk_epoch_history(ask, latest_epoch, log_start)
     except _LeaderOnly:
         return None
+
+
+async def walk_epoch_history(
+    ask: Callable[[int], Awaitable[tuple[int, int]]], latest_epoch: int, log_start: int
+) -> tuple[tuple[int, int], ...]:
+    """A log's (epoch, start offset) entries, ascending, from OffsetForLeaderEpoch answers `ask(epoch)`
+    -> (largest epoch at or below it, its end offset), walked down from `latest_epoch`: one round trip
+    per epoch the log has (and one per epoch above its latest)."""
+    answers: list[tuple[int, int]] = []  # (epoch, end offset), epochs descending
+    floor = log_start  # where the lowest epoch found starts
+    epoch = latest_epoch
+    for _ in range(MAX_EPOCH_ROUNDS):
+        if epoch < 0:
+            break
+        found, end = await ask(epoch)
+        if found < 0:
+            if answers:  # below the first epoch of a log without one there
+                break
+            epoch -= 1  # above the log's latest epoch: step down to it
+            continue
+        if answers and end >= answers[-1][1]:
+            # Below the first epoch Kafka answers the asked epoch with the first epoch's start,
+            # again and again: the previous answer was one of those, and only tells that start.
+            floor = answers.pop()[1]
+            break
+        answers.append((found, end))
+        if end <= log_start:
+            break
+        epoch = found - 1
     entries = []
     for k, (found, end) in enumerate(answers):
-        start = answers[k + 1][1] if k + 1 < len(answers) else log_start
+        start = max(answers[k + 1][1] if k + 1 < len(answers) else floor, log_start)
         if start < end:
             entries.append((found, start))
     return tuple(reversed(entries))
