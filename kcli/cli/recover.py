@@ -228,6 +228,10 @@ def partitions(
                 if not plans and not as_json:
                     out.write("No partition without a leader.\n")
                 return CHANGES_NEEDED if any(p.leader < 0 for p in plans) else 0
+            if not plans:
+                if not as_json:
+                    out.write("No partition without a leader.\n")
+                return 0
             chosen = []
             for plan in plans:
                 pick = plan.best if candidate is None else plan.candidate(candidate)
