@@ -374,6 +374,8 @@ def test_dry_run_then_execute_loses_exactly_what_was_predicted(
             3: ("broker", 20),
             4: ("broker", 10),
         }
+        # A live follower's own high watermark comes with its Fetch -2 answer (its last one from broker 2).
+        assert all(0 <= found[b]["highWatermark"] <= found[b]["logEndOffset"] for b in (3, 4)), found
         assert [(c["broker"], c["electable"]) for c in plan["candidates"]] == [
             (2, False),
             (3, True),

@@ -10,6 +10,8 @@ its own log:
   per round trip. Kafka answers it from the leader only, so against Apache Kafka a follower's history
   needs its log dir (`--logdir`); kcli's broker answers from any replica for -2;
 - DescribeLogDirs: the replica's size on disk;
+- Fetch with replica id -2 of the last offset: the epoch of the last batch (where the epoch walk
+  starts) and the replica's own high watermark, which its Fetch answer carries;
 - Fetch with replica id -2 reads the records a replica is about to lose. kcli's broker reads a replica
   to its log end; Kafka serves -2 as a consumer (the leader's high watermark), so there the records
   past it need the log dir too.
@@ -98,6 +100,7 @@ class ReplicaRead:
     records: tuple[LostRecord, ...]
     complete: bool  # False when the source stopped short of the asked end
     last_epoch: int = -1  # the leader epoch of the last batch read
+    high_watermark: int | None = None  # the replica's own, as its Fetch answer gave it
 
     def since(self, offset: int) -> tuple[list[LostRecord], int, tuple[int, ...]]:
         """(records, bytes of the batches cut, transactional producers cut) from `offset` on: a cut
@@ -164,7 +167,7 @@ async def replica_from_broker(
         client = await cluster.node(broker)
         log_end = await _list_offset(client, tp, LATEST_TIMESTAMP)
         log_start = await _list_offset(client, tp, EARLIEST_TIMESTAMP)
-        latest = await _last_batch_epoch(cluster, broker, tp, log_start, log_end)
+        latest, high_watermark = await _last_batch(cluster, broker, tp, log_start, log_end)
         if latest is None:  # no replica has an epoch above the partition's
             latest = state.leader_epoch if state.leader_epoch >= 0 else MAX_EPOCH_ROUNDS - 1
         entries = await _epoch_history(client, tp, latest, log_start, log_end)
@@ -183,7 +186,9 @@ async def replica_from_broker(
     error = None
     if history is None:
         error = "its broker does not tell a follower's epoch history (Apache Kafka): give its --logdir"
-    return ReplicaInfo(broker, True, "broker", history, log_start, None, size, in_isr=in_isr, error=error)
+    return ReplicaInfo(
+        broker, True, "broker", history, log_start, high_watermark, size, in_isr=in_isr, error=error
+    )
 
 
 async def _list_offset(client: KafkaClient, tp: tuple[str, int], timestamp: int) -> int:
@@ -213,18 +218,18 @@ async def _list_offset(client: KafkaClient, tp: tuple[str, int], timestamp: int)
     return answer.offset
 
 
-async def _last_batch_epoch(
+async def _last_batch(
     cluster: Cluster, broker: int, tp: tuple[str, int], log_start: int, log_end: int
-) -> int | None:
-    """The leader epoch of the replica's last batch (Fetch -2 of its last offset); the partition's
-    largest possible epoch is not needed then. None when it cannot be read (Apache Kafka)."""
+) -> tuple[int | None, int | None]:
+    """(leader epoch of the replica's last batch, its high watermark), from a Fetch -2 of its last
+    offset: the epoch walk starts there. (None, None) when it cannot be read (Apache Kafka)."""
     if log_end <= log_start:
-        return -1
+        return -1, None
     try:
         read = await read_from_broker(cluster, broker, tp, log_end - 1, log_end)
     except (ClientError, RecoverPartitionsError):
-        return None
-    return read.last_epoch if read.batches else None
+        return None, None
+    return (read.last_epoch if read.batches else None), read.high_watermark
 
 
 async def _epoch_history(
@@ -365,6 +370,7 @@ async def read_from_broker(
             raise RecoverPartitionsError(
                 f"Fetch of {tp[0]}-{tp[1]} from broker {broker}: {answer.error_code.name.upper()}"
             )
+        reader.high_watermark = answer.high_watermark
         if not answer.records:
             break
         after = reader.feed(bytes(answer.records))
@@ -460,6 +466,7 @@ class _BatchReader:
         self.records: dict[int, LostRecord] = {}
         self.batches: dict[int, tuple[int, int, int, int]] = {}
         self.last_epoch = -1
+        self.high_watermark: int | None = None
         self.markers: dict[int, tuple[int, int, str]] = {}  # offset -> (offset, producer id, outcome)
 
     def feed(self, data: bytes) -> int:
@@ -512,6 +519,7 @@ class _BatchReader:
             tuple(records),
             complete,
             self.last_epoch,
+            self.high_watermark,
         )
 
 
