@@ -366,29 +366,30 @@ def test_dry_run_then_execute_loses_exactly_what_was_predicted(
         in text.stdout
     ), text.stdout
     plans = {p["partition"]: p for p in map(json.loads, dry.stdout.splitlines())}
-    assert sorted(plans) == [0, 1]
+    assert sorted(plans) == [0, 1], dry.stdout
     for plan in plans.values():
         found = {r["broker"]: r for r in plan["replicaStates"]}
         assert {b: (r["source"], r["logEndOffset"]) for b, r in found.items()} == {
             2: ("logdir", 30),
             3: ("broker", 20),
             4: ("broker", 10),
-        }
+        }, found
         # A live follower's own high watermark comes with its Fetch -2 answer (its last one from broker 2).
-        assert all(0 <= found[b]["highWatermark"] <= found[b]["logEndOffset"] for b in (3, 4)), found
+        high = {b: found[b]["highWatermark"] for b in (3, 4)}
+        assert all(h is not None and 0 <= h <= found[b]["logEndOffset"] for b, h in high.items()), found
         assert [(c["broker"], c["electable"]) for c in plan["candidates"]] == [
             (2, False),
             (3, True),
             (4, True),
-        ]
+        ], plan
     # Predicted, per candidate: {broker: (start, end, records)}.
     predicted = {
         (p, c["broker"]): {x["broker"]: (x["startOffset"], x["endOffset"], x["records"]) for x in c["losses"]}
         for p, plan in plans.items()
         for c in plan["candidates"]
     }
-    assert predicted[(0, 3)] == {2: (20, 30, 10)}
-    assert predicted[(1, 4)] == {3: (10, 20, 10), 2: (10, 30, 20)}
+    assert predicted[(0, 3)] == {2: (20, 30, 10)}, dry.stdout
+    assert predicted[(1, 4)] == {3: (10, 20, 10), 2: (10, 30, 20)}, dry.stdout
 
     # Without broker 2's log dir its loss is unknown, and --execute refuses before doing anything.
     blind = kcli(
