@@ -65,8 +65,8 @@ def truncation_offset(leader: EpochHistory, follower: EpochHistory) -> int:
             return 0
         leader_epoch, leader_end = leader.end_offset_for(current.latest_epoch)
         if leader_end == UNDEFINED_EPOCH:
-            # Kafka falls back to the high watermark; the leader shares nothing provable: all of it goes
-            # unless the leader's own log covers it (an epoch-less log of an old message format).
+            # Only when the follower's epoch is above every epoch of the leader, which the new leader's
+            # own epoch rules out; Kafka would cut at the follower's high watermark: assume the worst.
             return 0 if leader.entries else min(current.log_end_offset, leader.log_end_offset)
         follower_epoch, follower_end = current.end_offset_for(leader_epoch)
         if follower_end == UNDEFINED_EPOCH:
