@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 
 class _Captured(io.TextIOWrapper):
@@ -40,10 +41,10 @@ def _without_debug() -> Iterator[None]:
             os.environ["KCLI_DEBUG"] = saved
 
 
-def run_kcli(*args: str) -> subprocess.CompletedProcess[str]:
-    """`kcli ARGS` in this process: exit status, stdout and stderr as a subprocess would give them.
-    An exception main does not turn into a sentence propagates and fails the test, as a traceback
-    on a real process's stderr would."""
+def run_kcli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`kcli ARGS` in this process (in `cwd` when given): exit status, stdout and stderr as a
+    subprocess would give them. An exception main does not turn into a sentence propagates and fails
+    the test, as a traceback on a real process's stderr would."""
     from kcli.cli.main import main  # main sets sys.modules["hypothesis"]; conftest imported it already
 
     out, err = _Captured(), _Captured()
@@ -51,7 +52,12 @@ def run_kcli(*args: str) -> subprocess.CompletedProcess[str]:
     sys.argv = ["kcli", *args]
     code: int | str | None = None
     try:
-        with _without_debug(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with (
+            _without_debug(),
+            contextlib.chdir(cwd or os.getcwd()),
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+        ):
             try:
                 main()
             except SystemExit as exited:
