@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_cluster import LocalKraftCluster, kcli, wait_for
+from cli_in_process import run_kcli
+from test_cluster import LocalKraftCluster, wait_for
 from test_replication_cluster import REPLICATION, Writer, create_topic, wait_partition
 
 pytestmark = pytest.mark.timeout(180)
@@ -147,8 +148,11 @@ def test_without_a_replica_selector_consumers_read_from_the_leader(racked) -> No
 
 
 def reported(cluster: LocalKraftCluster, *flags: str) -> set[tuple[str, int]]:
-    """(topic, partition) of each partition line `kcli topics describe <flags>` prints."""
-    result = kcli("topics", "describe", "-b", cluster.live_bootstrap(), "--topic", "wide|pair|lone", *flags)
+    """(topic, partition) of each partition line `kcli topics describe <flags>` prints (through the
+    entry point in this process; test_topics_cli runs it as a real process)."""
+    result = run_kcli(
+        "topics", "describe", "-b", cluster.live_bootstrap(), "--topic", "wide|pair|lone", *flags
+    )
     assert result.returncode == 0, result.stderr
     lines = [line.split("\t") for line in result.stdout.splitlines()]
     assert all(fields[0] == "" for fields in lines), result.stdout  # partition lines only
@@ -179,7 +183,7 @@ def test_describe_reports_what_a_killed_broker_leaves_behind(racked) -> None:
     wait_partition(cluster, "wide", "broker 3 out of the ISR", lambda _, __, isr: sorted(isr) == [1, 2])
     from confluent_kafka.admin import AdminClient
 
-    described = kcli(
+    described = run_kcli(
         "topics", "describe", "-b", cluster.live_bootstrap(), "--topic", "wide|pair|lone", "-o", "json"
     )
     by_topic = {d["topic"]: d for d in map(json.loads, described.stdout.splitlines())}
