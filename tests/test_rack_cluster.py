@@ -161,13 +161,25 @@ def reported(cluster: LocalKraftCluster, *flags: str) -> set[tuple[str, int]]:
     }
 
 
+def wait_everywhere(
+    cluster: LocalKraftCluster, topic: str, what: str, check: Callable[[int, list[int], list[int]], bool]
+) -> None:
+    """`check` holds in the Metadata of every running node: the describe that follows may ask any of
+    them, and a node applies a metadata change a moment after another."""
+    for node in cluster.nodes.values():
+        if node.running:
+            wait_partition(
+                cluster, topic, f"{what} (as node {node.node_id} has it)", check, via=node.bootstrap
+            )
+
+
 def test_describe_reports_what_a_killed_broker_leaves_behind(racked) -> None:
     cluster = racked()
     create_topic(cluster.bootstrap, "wide", [[1, 2, 3], [3, 1, 2]], **{"min.insync.replicas": "2"})
     create_topic(cluster.bootstrap, "pair", [[3, 1]], **{"min.insync.replicas": "2"})
     create_topic(cluster.bootstrap, "lone", [[3]])
     for topic in ("wide", "pair", "lone"):
-        wait_partition(
+        wait_everywhere(
             cluster, topic, "fully in sync", lambda _, replicas, isr: sorted(isr) == sorted(replicas)
         )
     assert reported(cluster, "--under-replicated-partitions") == set()
@@ -177,10 +189,11 @@ def test_describe_reports_what_a_killed_broker_leaves_behind(racked) -> None:
 
     cluster[3].kill()
     # fenced after its session: out of every ISR it can leave, the leader of none
-    wait_partition(
+    wait_everywhere(
         cluster, "pair", "broker 3 out of the ISR", lambda leader, _, isr: isr == [1] and leader == 1
     )
-    wait_partition(cluster, "wide", "broker 3 out of the ISR", lambda _, __, isr: sorted(isr) == [1, 2])
+    wait_everywhere(cluster, "wide", "broker 3 out of the ISR", lambda _, __, isr: sorted(isr) == [1, 2])
+    wait_everywhere(cluster, "lone", "no leader", lambda leader, _, __: leader == -1)
     from confluent_kafka.admin import AdminClient
 
     described = run_kcli(
