@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_in_process import run_kcli
 from conftest import free_port_range
 from test_cluster import QUORUM_TIMEOUTS, SESSION, LocalKraftCluster, NodeProcess, kcli, wait_for
 
@@ -167,7 +168,7 @@ def test_a_stopped_replica_is_read_from_its_log_dir(tmp_path: Path) -> None:
 
 
 def test_bad_logdir_argument_is_one_sentence(tmp_path: Path) -> None:
-    done = kcli("recover", "partitions", "--logdir", "two=/nowhere")
+    done = run_kcli("recover", "partitions", "--logdir", "two=/nowhere")
     assert done.returncode != 0
     assert "--logdir takes BROKER=PATH" in done.stderr + done.stdout
     assert "Traceback" not in done.stderr
@@ -352,14 +353,12 @@ def test_dry_run_then_execute_loses_exactly_what_was_predicted(
     cluster, produced = planted
     live = cluster.brokers(3, 4)
     assert {p: len(r) for p, r in produced.items()} == {0: 3 * PER_STEP, 1: 3 * PER_STEP}
-    dry = kcli(
+    dry = run_kcli(
         "recover", "partitions", "--bootstrap-server", live, "--topic", TOPIC,
-        "--logdir", f"2={cluster.data(2)}", "-o", "json", timeout=60,
+        "--logdir", f"2={cluster.data(2)}", "-o", "json",
     )  # fmt: skip
     assert dry.returncode == 3, dry.stderr
-    text = kcli(
-        "recover", "partitions", "--bootstrap-server", live, "--logdir", f"2={cluster.data(2)}", timeout=60
-    )
+    text = run_kcli("recover", "partitions", "--bootstrap-server", live, "--logdir", f"2={cluster.data(2)}")
     assert text.returncode == 3, text.stderr
     assert (
         "  candidate 3: broker 4 (last epoch 0, log end 10): broker 2 loses offsets 10..29 (20 records, "
@@ -392,13 +391,11 @@ def test_dry_run_then_execute_loses_exactly_what_was_predicted(
     assert predicted[(1, 4)] == {3: (10, 20, 10), 2: (10, 30, 20)}, dry.stdout
 
     # Without broker 2's log dir its loss is unknown, and --execute refuses before doing anything.
-    blind = kcli(
-        "recover", "partitions", "--bootstrap-server", live, "--topic", TOPIC, "-o", "json", timeout=60
-    )
+    blind = run_kcli("recover", "partitions", "--bootstrap-server", live, "--topic", TOPIC, "-o", "json")
     assert [p["candidates"][0]["unknown"] for p in map(json.loads, blind.stdout.splitlines())] == [[2], [2]]
-    refused = kcli(
+    refused = run_kcli(
         "recover", "partitions", "--bootstrap-server", live, "--topic", TOPIC, "--partition", "0",
-        "--execute", "--journal", str(tmp_path / "refused.jsonl"), timeout=60,
+        "--execute", "--journal", str(tmp_path / "refused.jsonl"),
     )  # fmt: skip
     assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
     assert "give their --logdir or --allow-unread-loss" in refused.stderr, refused.stderr
@@ -461,9 +458,7 @@ def test_dry_run_then_execute_loses_exactly_what_was_predicted(
     # Every replica's epoch history, walked over OffsetForLeaderEpoch, now has the epoch of the recovery.
     for p, records in produce(live, "D").items():
         produced[p].update(records)
-    again = kcli(
-        "recover", "partitions", "--bootstrap-server", live, "--topic", TOPIC, "-o", "json", timeout=60
-    )
+    again = run_kcli("recover", "partitions", "--bootstrap-server", live, "--topic", TOPIC, "-o", "json")
     assert again.returncode == 0, again.stderr  # both partitions have a leader: nothing to recover
     for plan in map(json.loads, again.stdout.splitlines()):
         start = {0: 20, 1: 10}[plan["partition"]]
