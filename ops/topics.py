@@ -197,14 +197,14 @@ async def describe_topics(
             for e in d.entries:
                 if e.name == MIN_INSYNC_REPLICAS and e.value is not None:
                     min_isr[d.name] = int(e.value)
-    elr = await _eligible_leader_replicas(cluster, names)
+    elr = await eligible_leader_replicas(cluster, names)
     return [
         _description(by_name[n], live, configs.get(n) if with_configs else None, min_isr.get(n), elr)
         for n in names
     ]
 
 
-async def _eligible_leader_replicas(
+async def eligible_leader_replicas(
     cluster: Cluster, names: list[str]
 ) -> dict[tuple[str, int], tuple[Any, Any]]:
     """(ELR, last known ELR) per partition, from DescribeTopicPartitions page by page (NextCursor).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -287,7 +288,12 @@ def _or_dash(value: int | None) -> str:
 
 
 def _watch(fetch: Callable[[], T], render: Callable[[T], str], interval: float) -> None:
-    """Redraw in place on a terminal (rich Live); elsewhere print each round, separated by a blank line."""
+    """Redraw in place on a terminal (rich Live); elsewhere print each round, separated by a blank line.
+
+    Ctrl-C raises KeyboardInterrupt wherever it lands: left to asyncio.run, a SIGINT during a fetch
+    becomes a cancellation of its task, which Python 3.11's wait_for can swallow when the awaited
+    answer arrives at the same moment; the round then ends normally and the watch never stops."""
+    signal.signal(signal.SIGINT, _raise_keyboard_interrupt)
     if not sys.stdout.isatty():
         while True:
             sys.stdout.write(render(fetch()) + "\n")
@@ -300,3 +306,7 @@ def _watch(fetch: Callable[[], T], render: Callable[[T], str], interval: float) 
         while True:
             time.sleep(interval)
             live.update(Text(render(fetch())), refresh=True)
+
+
+def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt

@@ -1,5 +1,6 @@
-"""`kcli recover logdir`: Kafka's unclean-start recovery of a stopped broker's log dir, planned and
-reported first, done with --execute, every removed byte kept in a quarantine."""
+"""`kcli recover`: Kafka's unclean-start recovery of a stopped broker's log dir (`logdir`), and the
+unclean election of partitions that lost their whole ISR (`partitions`); both planned and reported
+first, done with --execute, every removed byte or record kept in a quarantine."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from kcli.cli.app import Output, app
 from kcli.errors import KcliError
 
 recover_app = typer.Typer(
-    help="Recover what an unclean shutdown left: log dirs of a stopped broker (Kafka's or kcli's).",
+    help="Recover what an unclean shutdown left: log dirs of a stopped broker (Kafka's or kcli's), and "
+    "partitions whose whole ISR is gone.",
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -126,3 +128,257 @@ def _summary(out, as_json: bool, summary: dict, quarantine: Path | None, remaini
             line += f"; kcli verify: {remaining} errors" if remaining else "; kcli verify: clean"
         out.write(line + ".\n")
     out.flush()
+
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+@recover_app.command("partitions")
+def partitions(
+    bootstrap: str = typer.Option(
+        DEFAULT_BOOTSTRAP, "--bootstrap-server", metavar="HOST:PORT[,...]", help="Brokers to bootstrap from."
+    ),
+    topics: list[str] = typer.Option(
+        None,
+        "--topic",
+        help="Only this topic (repeatable); named partitions are planned even with a leader.",
+        show_default=False,
+    ),
+    partition_ids: list[int] = typer.Option(
+        None, "--partition", help="Only this partition of the --topic(s) (repeatable).", show_default=False
+    ),
+    log_dirs: list[str] = typer.Option(
+        None,
+        "--logdir",
+        metavar="BROKER=PATH",
+        help="The log dir of broker BROKER, read directly: needed for a stopped broker's replicas, and for a "
+        "live Apache Kafka broker's epoch history and its records past the high watermark (repeatable; once per dir "
+        "of a broker with several log dirs).",
+        show_default=False,
+    ),
+    execute: bool = typer.Option(
+        False, "--execute", help="Quarantine, elect and report; without it nothing changes (a dry run)."
+    ),
+    candidate: int = typer.Option(
+        None,
+        "--candidate",
+        metavar="BROKER",
+        help="The replica to elect with --execute [default: the best-ranked live one].",
+        show_default=False,
+    ),
+    journal_path: Path = typer.Option(
+        None,
+        "--journal",
+        help="Where --execute logs each action before it takes it "
+        "[default: recover-partitions-<UTC time>.jsonl here].",
+        show_default=False,
+    ),
+    allow_unread_loss: bool = typer.Option(
+        False,
+        "--allow-unread-loss",
+        help="Go on with --execute when some records to be lost cannot be read (and so not quarantined).",
+    ),
+    timeout: float = typer.Option(60.0, "--timeout", min=1.0, help="Seconds to wait for each step."),
+    output: Output = typer.Option(
+        Output.text, "--output", "-o", help="A report per partition, or one JSON object per partition."
+    ),
+) -> int:
+    """Plan, and with --execute do, the unclean recovery of partitions with no leader (or the named ones).
+
+    For every replica it gathers the log start and end offsets, the epoch history and the size: from
+    live brokers over ListOffsets, OffsetForLeaderEpoch and DescribeLogDirs with the debugging replica
+    id (-2), from stopped ones out of their --logdir. The candidates are ranked as KIP-966 does (ELR
+    member, highest last epoch, longest log, lowest id) and, per candidate, each other replica's loss
+    is printed: the offsets Kafka's follower truncation will cut, with records and bytes when its data
+    can be read (Fetch with replica id -2, or the log dir).
+
+    With --execute, for each partition: the records to be lost are produced to <topic>.recovered with
+    their original offsets in kcli.recovered.* headers; the candidate is elected (ElectLeaders UNCLEAN,
+    after a replica reorder putting it first if the controller would pick another, undone after);
+    then the open transactions on the partition and the groups whose committed offsets lie above the
+    new log end are listed. Every action is journaled first.
+
+    Exit 0 when there is nothing to recover or everything was done, 3 when a dry run found partitions
+    without a leader, 1 when a partition cannot be recovered as asked or a step failed (the journal says how
+    far it went), 2 for a usage error.
+    """
+    import asyncio
+
+    from kcli.cluster import Cluster
+    from ops.recover.online import parse_log_dirs, plan_partitions
+    from ops.recover.unclean import Journal, recover_partition
+
+    if partition_ids and not topics:
+        raise KcliError("--partition needs --topic.")
+    if candidate is not None and not execute:
+        raise KcliError("--candidate chooses whom --execute elects; the dry run reports every candidate.")
+    dirs = parse_log_dirs(log_dirs or [])
+    as_json = output is Output.json
+    out = sys.stdout
+
+    async def main() -> int:
+        async with await Cluster.connect(bootstrap, request_timeout=timeout) as cluster:
+            plans = await plan_partitions(
+                cluster, topics=topics or None, partitions=partition_ids or None, log_dirs=dirs
+            )
+            live = {f.broker for p in plans for f in p.found if f.live}
+            if not execute:
+                for plan in plans:
+                    out.write(orjson.dumps(_plan_json(plan)).decode() + "\n" if as_json else _plan_text(plan))
+                if not plans and not as_json:
+                    out.write("No partition without a leader.\n")
+                return CHANGES_NEEDED if any(p.leader < 0 for p in plans) else 0
+            if not plans:
+                if not as_json:
+                    out.write("No partition without a leader.\n")
+                return 0
+            chosen = []
+            for plan in plans:
+                pick = plan.best if candidate is None else plan.candidate(candidate)
+                where = f"{plan.topic}-{plan.partition}"
+                if pick is None:
+                    raise KcliError(
+                        f"{where}: no live replica can be elected."
+                        if candidate is None
+                        else f"{where}: broker {candidate} holds no readable replica of it."
+                    )
+                chosen.append((plan, pick))
+            path = journal_path or Path(
+                f"recover-partitions-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.jsonl"
+            )
+            journal = Journal(path)
+            say = (lambda line: None) if as_json else (lambda line: out.write(line + "\n"))
+            try:
+                for plan, pick in chosen:
+                    result = await recover_partition(
+                        cluster, plan, pick, journal, live=live, allow_unread=allow_unread_loss,
+                        timeout_s=timeout, say=say,
+                    )  # fmt: skip
+                    out.write(orjson.dumps(result).decode() + "\n" if as_json else _result_text(result))
+            finally:
+                journal.close()
+            if not as_json:
+                out.write(f"Journal: {path}\n")
+            return 0
+
+    return asyncio.run(main())
+
+
+def _loss_text(loss) -> str:
+    what = f"broker {loss.broker} loses offsets {loss.start}..{loss.end - 1}"
+    if loss.records is not None:
+        what += f" ({loss.records} records, {loss.bytes} bytes"
+        if loss.transactional_producers:
+            what += f", transactional producers {', '.join(map(str, loss.transactional_producers))}"
+        what += ")"
+    return what
+
+
+def _plan_text(plan) -> str:
+    lines = [
+        f"{plan.topic}-{plan.partition}: leader {plan.leader if plan.leader >= 0 else 'none'} "
+        f"(epoch {plan.leader_epoch}), replicas {plan.replicas}, ISR {plan.isr}"
+        + (f", ELR {plan.elr}" if plan.elr else "")
+    ]
+    for r in plan.found:
+        state = "live" if r.live else "down"
+        if r.history is None:
+            lines.append(f"  replica {r.broker} ({state}): unknown: {r.error}")
+            continue
+        hw = f", high watermark {r.high_watermark}" if r.high_watermark is not None else ""
+        size = f", {r.size_bytes} bytes" if r.size_bytes is not None else ""
+        lines.append(
+            f"  replica {r.broker} ({state}, from its {'log dir' if r.source == 'logdir' else 'broker'}): "
+            f"offsets {r.log_start_offset}..{r.history.log_end_offset}, last epoch {r.history.latest_epoch}{hw}{size}"
+        )
+    for c in plan.candidates:
+        head = (
+            f"  candidate {c.rank}: broker {c.broker} (last epoch {c.last_epoch}, log end {c.log_end_offset}"
+        )
+        head += f"; not electable: {c.why_not})" if not c.electable else ")"
+        losses = [_loss_text(loss) for loss in c.losses]
+        losses += [f"broker {b}: unknown (its log could not be read)" for b in c.unknown]
+        lines.append(head + (": " + "; ".join(losses) if losses else ": nothing lost"))
+    for broker, why in sorted(plan.unread.items()):
+        lines.append(f"  records of broker {broker} not counted: {why}")
+    return "\n".join(lines) + "\n"
+
+
+def _plan_json(plan) -> dict:
+    return {
+        "type": "partition",
+        "topic": plan.topic,
+        "partition": plan.partition,
+        "leader": plan.leader,
+        "leaderEpoch": plan.leader_epoch,
+        "replicas": plan.replicas,
+        "isr": plan.isr,
+        "elr": plan.elr,
+        "replicaStates": [
+            {
+                "broker": r.broker,
+                "live": r.live,
+                "inIsr": r.in_isr,
+                "inElr": r.in_elr,
+                "source": r.source,
+                "logStartOffset": r.log_start_offset,
+                "logEndOffset": r.history.log_end_offset if r.history else None,
+                "lastEpoch": r.history.latest_epoch if r.history else None,
+                "epochs": [list(e) for e in r.history.entries] if r.history else None,
+                "highWatermark": r.high_watermark,
+                "sizeBytes": r.size_bytes,
+                "error": r.error,
+            }
+            for r in plan.found
+        ],
+        "candidates": [
+            {
+                "rank": c.rank,
+                "broker": c.broker,
+                "electable": c.electable,
+                "whyNot": c.why_not,
+                "lastEpoch": c.last_epoch,
+                "logEndOffset": c.log_end_offset,
+                "losses": [
+                    {
+                        "broker": loss.broker,
+                        "startOffset": loss.start,
+                        "endOffset": loss.end,
+                        "records": loss.records,
+                        "bytes": loss.bytes,
+                        "transactionalProducers": list(loss.transactional_producers),
+                    }
+                    for loss in c.losses
+                ],
+                "unknown": list(c.unknown),
+            }
+            for c in plan.candidates
+        ],
+        "unread": {str(b): why for b, why in sorted(plan.unread.items())},
+    }
+
+
+def _result_text(result: dict) -> str:
+    where = f"{result['topic']}-{result['partition']}"
+    lines = [
+        f"{where}: broker {result['leader']} leads; log end offset {result['logEndOffset']}; "
+        + (
+            f"{result['quarantined']} records quarantined in {result['quarantineTopic']}"
+            if result["quarantined"]
+            else "nothing to quarantine"
+        )
+    ]
+    for txn in result["openTransactions"]:
+        if "error" in txn:
+            lines.append(f"  open transactions: not known ({txn['error']})")
+        else:
+            lines.append(
+                f"  open transaction: producer {txn['producerId']} (epoch {txn['producerEpoch']}) from offset "
+                f"{txn['startOffset']}{', hanging: kcli transactions abort' if txn['hanging'] else ''}"
+            )
+    for group in result["groupsAboveLogEnd"]:
+        lines.append(
+            f"  group {group['group']}: committed offset {group['committedOffset']} is above the log end "
+            f"{group['logEndOffset']}: reset it (kcli groups reset-offsets)"
+        )
+    return "\n".join(lines) + "\n"

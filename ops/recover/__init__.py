@@ -6,6 +6,13 @@ first and reported change by change, then done on request with every removed byt
            snapshots, leader-epoch-checkpoint and root offset checkpoints beyond the recovered end
   execute  the plan's changes in order: bytes to the quarantine (fsynced) first, a journal line before
            each action, then truncations, moves and atomic rewrites
+
+`kcli recover partitions`: the unclean election of partitions whose whole ISR is gone, with each
+candidate's loss known first.
+
+  candidates  pure: KIP-966's ranking and Kafka's follower truncation, per candidate and replica
+  online      gathering over the admin APIs (replica id -2) and from stopped brokers' log dirs
+  unclean     --execute: quarantine topic, reorder and ElectLeaders UNCLEAN, what is left to do
 """
 
 from ops.recover.execute import Executor, RecoverError

@@ -5,6 +5,12 @@ consumers (KIP-320) and followers ask it to detect log truncation. The answer is
 at or below the one asked for and the start offset of the next epoch (the log end offset for the
 latest epoch); an epoch the log cannot place is answered with -1 / -1 and no error. Only the leader
 answers (NOT_LEADER_OR_FOLLOWER otherwise); current_leader_epoch fences stale or future callers.
+
+One kcli extension: a v3+ request whose ReplicaId is the debugging id (-2, KIP-279's "debug consumer")
+is answered by any replica from its own log, leader or not, so that `kcli recover partitions` can read
+a follower's epoch history when a partition has no leader. Kafka answers it from the leader only (its
+ReplicaManager.lastOffsetForLeaderEpoch always passes fetchOnlyFromLeader = true); versions below 3
+carry no ReplicaId (their implicit -2 is an old follower) and stay leader-only.
 """
 
 from __future__ import annotations
@@ -21,15 +27,18 @@ from kcli.broker.apis.registry import ApiSpec
 from kcli.protocol.messages import kio_versions, response_type
 
 API_KEY = 23
+DEBUGGING_REPLICA_ID = -2
+FIRST_REPLICA_ID_VERSION = 3
 
 
 async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> object:
     response_cls, topic_cls, partition_cls = _classes(ctx.api_version)
+    any_replica = ctx.api_version >= FIRST_REPLICA_ID_VERSION and request.replica_id == DEBUGGING_REPLICA_ID
     topics = []
     for topic in request.topics:
         partitions = []
         for partition in topic.partitions:
-            error, epoch, end_offset = end_offset_for(ctx, topic.topic, partition)
+            error, epoch, end_offset = end_offset_for(ctx, topic.topic, partition, any_replica)
             partitions.append(
                 partition_cls(
                     error_code=error,
@@ -42,8 +51,11 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> o
     return response_cls(throttle_time=_NO_THROTTLE, topics=tuple(topics))
 
 
-def end_offset_for(ctx: RequestContext, topic: str, partition: Any) -> tuple[ErrorCode, int, int]:
-    """(error, epoch, end offset) for one partition of the request."""
+def end_offset_for(
+    ctx: RequestContext, topic: str, partition: Any, any_replica: bool = False
+) -> tuple[ErrorCode, int, int]:
+    """(error, epoch, end offset) for one partition of the request; from any replica's own log when
+    `any_replica` (the debugging id), else from the leader's only."""
     state = ctx.state
     index = partition.partition
     registration = state.image.partition(topic, index)
@@ -58,7 +70,7 @@ def end_offset_for(ctx: RequestContext, topic: str, partition: Any) -> tuple[Err
         if registration.leader_epoch > current:
             return ErrorCode.fenced_leader_epoch, -1, -1
         return ErrorCode.unknown_leader_epoch, -1, -1
-    if registration is None or registration.leader != state.node_id:
+    if registration is None or (registration.leader != state.node_id and not any_replica):
         return ErrorCode.not_leader_or_follower, -1, -1
     epoch, end_offset = partition_log.end_offset_for_epoch(partition.leader_epoch)
     if end_offset < 0:

@@ -42,6 +42,8 @@ from kcli.broker.metadata.image import PartitionRegistration
 from kcli.broker.replication.purgatory import Purgatory
 from kcli.broker.replication.replica import Replica
 
+DEBUGGING_REPLICA_ID = -2
+"""FetchRequest.DEBUGGING_CONSUMER_ID: a debugging read; in kcli it reads any replica to its log end."""
 DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000
 
 
@@ -461,8 +463,17 @@ class Partition:
         read_committed, the last stable offset; a follower (one of the other replicas) up to the log
         end, and its fetch offset is its log end from then on. Only the leader serves followers; a
         consumer may read from a follower (its own high watermark, KIP-392) unless
-        `fetch_only_from_leader`. Raises PartitionError, OffsetOutOfRange or the log's LogStorageError."""
+        `fetch_only_from_leader`. A kcli extension: the debugging id (-2) reads any replica's own log up
+        to its end, as Kafka's old debug consumer read followers, so `kcli recover partitions` can copy
+        what a replica is about to lose (Kafka stops it at the high watermark of the leader alone).
+        Raises PartitionError, OffsetOutOfRange or the log's LogStorageError."""
         self.check_leader_epoch(current_leader_epoch)
+        if replica_id == DEBUGGING_REPLICA_ID:
+            log = self.log
+            records = log.read(
+                fetch_offset, max_bytes, upper_bound=log.log_end_offset, min_one_batch=min_one_batch
+            )
+            return PartitionRead(log.high_watermark, log.last_stable_offset, log.log_start_offset, records)
         if not self.is_leader and (fetch_only_from_leader or replica_id >= 0):
             raise PartitionError(ErrorCode.not_leader_or_follower)
         if replica_id >= 0:
