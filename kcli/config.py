@@ -77,6 +77,7 @@ class BrokerConfig:
 
     def __init__(self, settings: Mapping[str, str] | None = None, *, source: str = "configuration") -> None:
         self._explicit: dict[str, object] = {}
+        self._dynamic: dict[str, object] = {}
         for key, raw in (settings or {}).items():
             self._explicit[key] = parse_value(BROKER_CONFIGS, key, raw, source=source)
         self._check_combinations()
@@ -103,6 +104,8 @@ class BrokerConfig:
         return cls(merged)
 
     def __getitem__(self, key: str) -> object:
+        if key in self._dynamic:
+            return self._dynamic[key]
         if key in self._explicit:
             return self._explicit[key]
         try:
@@ -119,7 +122,16 @@ class BrokerConfig:
         return key in self._explicit
 
     def explicit(self) -> dict[str, object]:
+        """The static properties: the file, flags and overrides the node started with."""
         return dict(self._explicit)
+
+    def set_dynamic(self, values: Mapping[str, object]) -> None:
+        """Install the dynamic broker configs (KIP-226, parsed) over the static properties.
+
+        As Kafka's KafkaConfig.updateCurrentConfig: whoever holds this object reads the new values from
+        now on; `is_set` and `explicit` keep describing the static properties.
+        """
+        self._dynamic = dict(values)
 
     def ignored_keys(self) -> list[str]:
         """Keys that were set but that kcli does not act on (logged at start-up)."""
@@ -601,6 +613,24 @@ def list_of(*choices: str) -> Validator:
     return check
 
 
+def throttled_replica_list(name: str) -> Validator:
+    """Kafka's ThrottledReplicaListValidator: `*`, or `partition:broker` items (empty ones allowed)."""
+
+    def check(value: object) -> str | None:
+        items = [str(item).strip() for item in value]  # type: ignore[attr-defined]
+        if all(_THROTTLED_REPLICA.fullmatch(item) for item in items) or "".join(items) == "*":
+            return None
+        return (
+            f"{name} must be the literal '*' or a list of replicas in the following format: "
+            "[partitionId]:[brokerId],[partitionId]:[brokerId],..."
+        )
+
+    return check
+
+
+_THROTTLED_REPLICA = re.compile(r"([0-9]+:[0-9]+)?")
+
+
 def _compression_level(low: int, high: int, extra: int | None = None) -> Validator:
     def check(value: object) -> str | None:
         if low <= value <= high or value == extra:  # type: ignore[operator]
@@ -976,6 +1006,20 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table(
             30000,
             None,
             "A follower not caught up for this long leaves the ISR.",
+        ),
+        (
+            "replication.quota.window.num",
+            "int",
+            11,
+            at_least(1),
+            "Samples the replication throttles measure their rate over.",
+        ),
+        (
+            "replication.quota.window.size.seconds",
+            "int",
+            1,
+            at_least(1),
+            "Length of each sample of the replication throttles.",
         ),
         (
             "replica.fetch.max.bytes",
@@ -1476,8 +1520,20 @@ TOPIC_CONFIGS: dict[str, ConfigKey] = _table(
         ),
         ("message.downconversion.enable", "boolean", True, None, "Down-convert for old fetchers.", False),
         ("message.format.version", "string", "3.0-IV1", None, "Obsolete message format version.", False),
-        ("leader.replication.throttled.replicas", "list", [], None, "Throttled leader replicas.", False),
-        ("follower.replication.throttled.replicas", "list", [], None, "Throttled follower replicas.", False),
+        (
+            "leader.replication.throttled.replicas",
+            "list",
+            [],
+            throttled_replica_list("leader.replication.throttled.replicas"),
+            "Replicas ([partition]:[broker],... or *) whose leader-side replication is throttled.",
+        ),
+        (
+            "follower.replication.throttled.replicas",
+            "list",
+            [],
+            throttled_replica_list("follower.replication.throttled.replicas"),
+            "Replicas ([partition]:[broker],... or *) whose follower-side replication is throttled.",
+        ),
         ("remote.storage.enable", "boolean", False, None, "Tiered storage.", False),
         ("local.retention.ms", "long", -2, at_least(-2), "Tiered storage local retention.", False),
         ("local.retention.bytes", "long", -2, at_least(-2), "Tiered storage local retention.", False),

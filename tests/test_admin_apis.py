@@ -173,7 +173,7 @@ def test_confluent_admin_configs_and_records(broker: BrokerProcess) -> None:
         "broker",
         "1",
         incremental_configs=[
-            ConfigEntry("log.retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)
+            ConfigEntry("log.retention.hours", "2", incremental_operation=AlterConfigOpType.SET)
         ],
     )
     results = admin.incremental_alter_configs([subtract, invalid, missing, broker_change])
@@ -183,7 +183,7 @@ def test_confluent_admin_configs_and_records(broker: BrokerProcess) -> None:
         ErrorCode.unknown_topic_or_partition,
         ErrorCode.invalid_request,
     ]
-    assert "Cannot update these configs dynamically: Set(log.retention.ms)" in str(
+    assert "Cannot update these configs dynamically: Set(log.retention.hours)" in str(
         results[broker_change].exception()
     )
     assert describe(admin, ConfigResource("topic", "events"))["cleanup.policy"].value == "delete"
@@ -203,7 +203,7 @@ def test_confluent_admin_configs_and_records(broker: BrokerProcess) -> None:
         ConfigSource.DEFAULT_CONFIG.value,
     )
     assert node["log.dirs"].source == ConfigSource.STATIC_BROKER_CONFIG.value
-    assert all(entry.is_read_only for entry in node.values())
+    assert node["log.dirs"].is_read_only and not node["log.retention.ms"].is_read_only
 
     # DeleteRecords on empty logs: the offsets there are, the offsets there are not, the policy.
     # (librdkafka refuses partitions its metadata lacks itself; the raw-protocol test covers those.)
@@ -595,7 +595,7 @@ def test_describe_configs_every_version(tmp_path: Path) -> None:
             ]
             assert [(c.name, c.value, c.config_source, c.read_only) for c in node.configs] == [
                 ("log.retention.hours", "168", 5, True),
-                ("log.retention.ms", "600000", 4, True),
+                ("log.retention.ms", "600000", 4, False),
             ]
             if version >= 3:
                 assert (retention.config_type, configs["cleanup.policy"].config_type) == (5, 7)
@@ -743,7 +743,7 @@ def test_alter_configs_every_version_and_error(tmp_path: Path) -> None:
             (TOPIC, "other", [("retention.ms", None)]),
             (TOPIC, "missing", [("retention.ms", "10")]),
             (BROKER, "1", []),
-            (BROKER, "", [("log.retention.ms", "10")]),
+            (BROKER, "", [("log.retention.hours", "10")]),
             (BROKER_LOGGER, "1", []),
         ]
         response = await client.send(alter_configs(2, legacy_cases))
@@ -751,7 +751,7 @@ def test_alter_configs_every_version_and_error(tmp_path: Path) -> None:
             (ErrorCode.invalid_request, "Null value not supported for : retention.ms"),
             (ErrorCode.unknown_topic_or_partition, "The topic 'missing' does not exist."),
             (ErrorCode.none, None),
-            (ErrorCode.invalid_request, "Cannot update these configs dynamically: Set(log.retention.ms)"),
+            (ErrorCode.invalid_request, "Cannot update these configs dynamically: Set(log.retention.hours)"),
             (ErrorCode.invalid_request, "Unknown resource type 8"),
         ]
 

@@ -301,8 +301,8 @@ def test_configs_describe_and_alter(broker):
     )
     refused(kcli(broker, "configs", "describe", "--topic", "nosuch"), "topic 'nosuch' does not exist.")
     refused(
-        kcli(broker, "configs", "alter", "--broker", "1", "--add-config", "log.retention.ms=1"),
-        "cannot alter the configs of broker 1: Cannot update these configs dynamically: Set(log.retention.ms).",
+        kcli(broker, "configs", "alter", "--broker", "1", "--add-config", "log.retention.hours=1"),
+        "cannot alter the configs of broker 1: Cannot update these configs dynamically: Set(log.retention.hours).",
     )
     refused(kcli(broker, "configs", "alter", "--broker", "one", "--add-config", "a=b"),
             "the entity name of a broker must be its integer id, not 'one'.")  # fmt: skip

@@ -13,9 +13,10 @@ A reassignment reaches storage the same way: a broker a partition's replicas now
 replica (renamed `-delete`, removed after log.segment.delete.delay.ms).
 
 Publishing order (fixed here, and `BrokerState` last, installed by the server once registered):
-1. this node: create/delete logs, apply the image to the replica manager;
-2. the group coordinator, 3. the transaction coordinator: load or drop their partitions, whose
-   logs step 1 has just created.
+1. the dynamic configs: broker configs over the static properties, replication throttles;
+2. this node: create/delete logs, apply the image to the replica manager;
+3. the group coordinator, 4. the transaction coordinator: load or drop their partitions, whose
+   logs step 2 has just created.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kcli.broker.dynamic_config_publisher import DynamicConfigPublisher
 from kcli.broker.group.coordinator import GroupCoordinator
 from kcli.broker.lifecycle import (
     BrokerLifecycleManager,
@@ -94,7 +96,10 @@ class Node:
                 request_timeout_ms=int(config["replica.socket.timeout.ms"]),  # type: ignore[call-overload]
             ),
             replica_selector=replica_selector(config["replica.selector.class"]),  # type: ignore[arg-type]
+            quota_samples=int(config["replication.quota.window.num"]),  # type: ignore[call-overload]
+            quota_window_seconds=int(config["replication.quota.window.size.seconds"]),  # type: ignore[call-overload]
         )
+        self.dynamic_configs = DynamicConfigPublisher(config, self.logs, self.replicas)
         self.assignments = AssignmentsManager(
             config.node_id,
             self._send_assign_replicas_to_dirs,
@@ -131,8 +136,10 @@ class Node:
         """
         await join_quorum(self.raft)
         image = self.loader.image
+        self.dynamic_configs.initialize(image)  # the logs load with the dynamic broker defaults
         self.logs.startup({name: self._log_config(self.config, image, name) for name in image.topic_ids})
-        self.loader.install_publisher(self)  # first: the coordinators load from the logs it creates
+        self.loader.install_publisher(self.dynamic_configs)
+        self.loader.install_publisher(self)  # the coordinators load from the logs it creates
         self.loader.install_publisher(self.groups)
         self.loader.install_publisher(self.transaction_coordinator)
         self._reconcile(image)
@@ -443,6 +450,7 @@ class ControllerNode:
                 f"node.id {config.node_id} is a controller but not one of controller.quorum.voters."
             )
         self.controller: QuorumController = controller
+        self.dynamic_configs = DynamicConfigPublisher(config)
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -451,6 +459,8 @@ class ControllerNode:
 
     async def start(self) -> None:
         await join_quorum(self.raft)
+        self.dynamic_configs.initialize(self.loader.image)
+        self.loader.install_publisher(self.dynamic_configs)
         self._tasks.extend(controller_tasks(self.config, self.controller))
 
     async def shutdown(self) -> None:

@@ -7,29 +7,43 @@ cluster-wide dynamic defaults (""). Entries come sorted by name.
 
 The two alter APIs go first through what a KRaft broker does before forwarding
 (`ConfigAdminManager.preprocess`: each resource at most once, no duplicate keys, no null values,
-broker resources checked), then to the controller, which validates topic configs and writes them
-as ConfigRecords in the metadata log (so they survive restarts) and hands them to the logs.
+broker resources checked), then the rest goes to the active controller (KIP-590), which validates
+topic configs and writes them as ConfigRecords in the metadata log (so they survive restarts) and
+hands them to the logs. A request arriving on the controller listener was forwarded by a broker
+that has done that first step: the controller only checks the resource, as Kafka's does.
 
-This broker has no dynamic broker configs: every broker property is read-only (so DescribeConfigs
-says read_only=true), and a change to one is refused with Kafka's sentence for a property that
-cannot be updated dynamically. Dynamic broker configs found in a metadata log written by Kafka are
-not applied, so they are not reported as the source of any value either. Resource types Kafka has
-and kcli does not serve (BROKER_LOGGER, CLIENT_METRICS, GROUP) are answered per resource with
-INVALID_REQUEST.
+Dynamic broker configs (KIP-226, kcli.broker.dynamic_config): a BROKER resource named by a node id
+or "" (the cluster-wide defaults) is validated here, by the broker that received the request, as
+Kafka's ConfigAdminManager.preprocess does (a node id must be this broker's own: clients send a
+broker's resource to that broker), then goes to the controller, which writes it as ConfigRecords;
+every broker applies the records from its metadata image. DescribeConfigs shows each broker property
+with its source (DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG,
+DEFAULT_CONFIG) and synonyms in that order of precedence, and read_only=false for the properties
+kcli updates live. Resource types Kafka has and kcli does not serve (BROKER_LOGGER, CLIENT_METRICS,
+GROUP) are answered per resource with INVALID_REQUEST.
 """
 
 from __future__ import annotations
 
 import datetime
+import math
 import re
 from collections import Counter
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from decimal import Decimal
 
 from kio.schema.errors import ErrorCode
 
 from kcli.broker.apis.context import RequestContext, forward_unless_active
 from kcli.broker.apis.registry import ApiSpec
+from kcli.broker.dynamic_config import (
+    config_key,
+    is_read_only,
+    persistent_props,
+    synonyms_of,
+    validate_change,
+)
 from kcli.broker.metadata.controller import ApiError, ConfigOp, NotControllerError, topic_name_error
 from kcli.broker.metadata.image import ClusterMetadataImage
 from kcli.config import (
@@ -69,13 +83,6 @@ CONFIG_TYPES = {
 # Properties kcli parses as lists that Kafka declares as STRING.
 _STRING_IN_KAFKA = frozenset({"log.dirs", "controller.listener.names"})
 
-# DynamicBrokerConfig.brokerConfigSynonyms: broker properties that stand for the same setting,
-# most specific first.
-_SYNONYM_GROUPS = (
-    ("log.roll.ms", "log.roll.hours"),
-    ("log.roll.jitter.ms", "log.roll.jitter.hours"),
-    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
-)
 _INVALID_REQUEST_TEXT = (
     "This most likely occurs because of a request being malformed by the client library or the "
     "message was sent to an incompatible broker. See the broker logs for more details."
@@ -145,22 +152,28 @@ def describe_resource(
             return error, []
         if image.topic_id(name) is None:
             return ApiError(ErrorCode.unknown_topic_or_partition), []
-        return _NONE, describe_topic(config, image.topic_config(name))
+        return _NONE, describe_topic(config, image.topic_config(name), *_dynamic_levels(config, image))
     if resource_type == ResourceType.BROKER:
         if not name:
-            return _NONE, describe_cluster_defaults(image.broker_config(""))
+            return _NONE, describe_cluster_defaults(_dynamic_levels(config, image)[1])
         broker_id = _java_int(name)
         if broker_id is None:
             return ApiError(ErrorCode.invalid_request, f"Broker id must be an integer, but it is: {name}"), []
         if broker_id != config.node_id:
             message = f"Unexpected broker id, expected {config.node_id} or empty string, but received {name}"
             return ApiError(ErrorCode.invalid_request, message), []
-        return _NONE, describe_broker(config)
+        return _NONE, describe_broker(config, *_dynamic_levels(config, image))
     return _unsupported(resource_type), []
 
 
-def describe_topic(config: BrokerConfig, overrides: Mapping[str, str]) -> list[DescribedConfig]:
+def describe_topic(
+    config: BrokerConfig,
+    overrides: Mapping[str, str],
+    dynamic_broker: Mapping[str, str] | None = None,
+    dynamic_default: Mapping[str, str] | None = None,
+) -> list[DescribedConfig]:
     """ConfigHelper.createTopicConfigEntry for every topic property."""
+    levels = (dynamic_broker or {}, dynamic_default or {})
     effective = config.topic_config(overrides)
     entries = []
     for name in sorted(TOPIC_CONFIGS):
@@ -172,7 +185,7 @@ def describe_topic(config: BrokerConfig, overrides: Mapping[str, str]) -> list[D
             synonyms.append(Synonym(name, value, ConfigSource.TOPIC_CONFIG))
         broker_synonyms = TOPIC_CONFIG_SYNONYMS.get(name)
         if broker_synonyms:
-            synonyms += _broker_synonyms(config, broker_synonyms[0].name, sensitive)
+            synonyms += _broker_synonyms(config, broker_synonyms[0].name, sensitive, *levels)
         entries.append(
             DescribedConfig(
                 name=name,
@@ -188,38 +201,46 @@ def describe_topic(config: BrokerConfig, overrides: Mapping[str, str]) -> list[D
     return entries
 
 
-def describe_broker(config: BrokerConfig) -> list[DescribedConfig]:
-    """ConfigHelper.createBrokerConfigEntry (per broker) for every broker property."""
+def describe_broker(
+    config: BrokerConfig, dynamic_broker: Mapping[str, str], dynamic_default: Mapping[str, str]
+) -> list[DescribedConfig]:
+    """ConfigHelper.createBrokerConfigEntry (per broker) for every broker property, and for the
+    dynamic-only and custom properties set at either level (Kafka lists its config's originals)."""
     entries = []
-    for name in sorted(BROKER_CONFIGS):
-        spec = BROKER_CONFIGS[name]
-        sensitive = spec.type == "password"
-        synonyms = _broker_synonyms(config, name, sensitive)
+    for name in sorted({*BROKER_CONFIGS, *dynamic_default, *dynamic_broker}):
+        spec = config_key(name)
+        sensitive = spec is None or spec.type == "password"  # KafkaConfig.maybeSensitive
+        synonyms = _broker_synonyms(config, name, sensitive, dynamic_broker, dynamic_default)
+        if name in BROKER_CONFIGS:
+            value = config_value_text(config[name])
+        else:
+            value = dynamic_broker.get(name, dynamic_default.get(name))
         entries.append(
             DescribedConfig(
                 name=name,
-                value=None if sensitive else config_value_text(config[name]),
+                value=None if sensitive else value,
                 source=synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG,
-                read_only=True,
+                read_only=is_read_only(name),
                 is_sensitive=sensitive,
                 synonyms=tuple(synonyms),
-                config_type=_config_type(spec),
-                documentation=spec.doc,
+                config_type=_config_type(spec) if spec is not None else 0,
+                documentation=spec.doc if spec is not None else None,
             )
         )
     return entries
 
 
 def describe_cluster_defaults(dynamic_defaults: Mapping[str, str]) -> list[DescribedConfig]:
-    """The cluster-wide dynamic broker defaults in the metadata log (none unless Kafka wrote them)."""
+    """The cluster-wide dynamic broker defaults (ConfigHelper.createBrokerConfigEntry, not per broker:
+    only the DYNAMIC_DEFAULT_BROKER_CONFIG synonyms)."""
     entries = []
     for name in sorted(dynamic_defaults):
-        spec = BROKER_CONFIGS.get(name)
+        spec = config_key(name)
         sensitive = spec is None or spec.type == "password"  # KafkaConfig.maybeSensitive
         value = None if sensitive else dynamic_defaults[name]
         synonyms = [
             Synonym(n, None if sensitive else dynamic_defaults[n], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
-            for n in _synonym_group(name)
+            for n in synonyms_of(name)
             if n in dynamic_defaults
         ]
         synonyms = _from_own_name(synonyms, name)
@@ -228,7 +249,7 @@ def describe_cluster_defaults(dynamic_defaults: Mapping[str, str]) -> list[Descr
                 name=name,
                 value=value,
                 source=synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG,
-                read_only=True,
+                read_only=is_read_only(name),
                 is_sensitive=sensitive,
                 synonyms=tuple(synonyms),
                 config_type=_config_type(spec) if spec is not None else 0,
@@ -244,6 +265,8 @@ def config_value_text(value: object) -> str | None:
         return None
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float):
+        return java_double_text(value)
     if isinstance(value, Mapping):
         return ",".join(f"{k}:{v}" for k, v in value.items())
     if isinstance(value, list | tuple):
@@ -253,17 +276,46 @@ def config_value_text(value: object) -> str | None:
     return str(value)
 
 
-def _broker_synonyms(config: BrokerConfig, name: str, sensitive: bool) -> list[Synonym]:
-    """ConfigHelper.configSynonyms without dynamic configs: static, then default, from `name` on."""
-    group = _synonym_group(name)
+def java_double_text(value: float) -> str:
+    """Java's Double.toString: plain digits in [1e-3, 1e7), else d.dddE<n> (1.7976931348623157E308)."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    if value == 0 or 1e-3 <= abs(value) < 1e7:
+        return repr(value)
+    sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
+    text = "".join(map(str, digits))
+    power = exponent + len(text) - 1  # type: ignore[operator]
+    return f"{'-' if sign else ''}{text[0]}.{text[1:] or '0'}E{power}"
+
+
+def _broker_synonyms(
+    config: BrokerConfig,
+    name: str,
+    sensitive: bool,
+    dynamic_broker: Mapping[str, str],
+    dynamic_default: Mapping[str, str],
+) -> list[Synonym]:
+    """ConfigHelper.configSynonyms: each synonym of `name` set dynamically for this broker, then as a
+    cluster-wide default, then statically, then by default; from `name` itself on."""
+    group = synonyms_of(name)
     found = []
+    for level, source in (
+        (dynamic_broker, ConfigSource.DYNAMIC_BROKER_CONFIG),
+        (dynamic_default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+    ):
+        found += [
+            Synonym(each, None if sensitive else level[each], source) for each in group if each in level
+        ]
     explicit = config.explicit()
     for each in group:
         if config.is_set(each):
             value = None if sensitive else config_value_text(explicit[each])
             found.append(Synonym(each, value, ConfigSource.STATIC_BROKER_CONFIG))
     for each in group:
-        default = KCLI_DEFAULTS.get(each, BROKER_CONFIGS[each].default)
+        spec = BROKER_CONFIGS.get(each)
+        default = None if spec is None else KCLI_DEFAULTS.get(each, spec.default)
         if default is not None:
             found.append(
                 Synonym(each, None if sensitive else config_value_text(default), ConfigSource.DEFAULT_CONFIG)
@@ -271,13 +323,15 @@ def _broker_synonyms(config: BrokerConfig, name: str, sensitive: bool) -> list[S
     return _from_own_name(found, name)
 
 
-def _synonym_group(name: str) -> tuple[str, ...]:
-    if name == "log.flush.interval.ms":
-        return ("log.flush.interval.ms", "log.flush.scheduler.interval.ms")
-    for group in _SYNONYM_GROUPS:
-        if name in group:
-            return group
-    return (name,)
+def _dynamic_levels(
+    config: BrokerConfig, image: ClusterMetadataImage
+) -> tuple[dict[str, str], dict[str, str]]:
+    """This broker's dynamic configs and the cluster-wide ones, as they apply (DynamicBrokerConfig's
+    currentDynamicBrokerConfigs / currentDynamicDefaultConfigs)."""
+    return (
+        persistent_props(image.broker_config(str(config.node_id)), per_broker=True),
+        persistent_props(image.broker_config(""), per_broker=False),
+    )
 
 
 def _from_own_name(synonyms: list[Synonym], name: str) -> list[Synonym]:
@@ -334,39 +388,52 @@ def _described(
 
 async def handle_alter_configs(ctx: RequestContext, request: object) -> object:
     """Legacy AlterConfigs: the given configs replace all of a resource's overrides."""
-    forwarded = await forward_unless_active(ctx, request)
-    if forwarded is not None:
-        return forwarded
-    response_cls = response_type(ALTER_CONFIGS, ctx.api_version)
-    resources = request.resources  # type: ignore[attr-defined]
-    validate_only = bool(request.validate_only)  # type: ignore[attr-defined]
-    errors = _duplicate_resources(resources)
-    for i, resource in enumerate(resources):
-        if i in errors:
-            continue
-        configs = [(c.name, c.value) for c in resource.configs]
-        errors[i] = _check_keys_and_values(configs, null_allowed=False) or await _alter_one(
-            ctx, resource, configs, validate_only, incremental=False
-        )
-    return _altered(response_cls, resources, errors)
+    return await _handle_alter(ctx, request, ALTER_CONFIGS, incremental=False)
 
 
 async def handle_incremental_alter_configs(ctx: RequestContext, request: object) -> object:
     """IncrementalAlterConfigs: SET, DELETE, APPEND and SUBTRACT, all or nothing per resource."""
-    forwarded = await forward_unless_active(ctx, request)
-    if forwarded is not None:
-        return forwarded
-    response_cls = response_type(INCREMENTAL_ALTER_CONFIGS, ctx.api_version)
+    return await _handle_alter(ctx, request, INCREMENTAL_ALTER_CONFIGS, incremental=True)
+
+
+async def _handle_alter(ctx: RequestContext, request: object, api_key: int, *, incremental: bool) -> object:
+    """Preprocess on this broker, then the resources left go to the active controller (here or forwarded)."""
+    response_cls = response_type(api_key, ctx.api_version)
     resources = request.resources  # type: ignore[attr-defined]
     validate_only = bool(request.validate_only)  # type: ignore[attr-defined]
+    forwarded_here = ctx.connection.listener == ctx.state.controller_listener_name
     errors = _duplicate_resources(resources)
+    items: dict[int, list[tuple]] = {}
     for i, resource in enumerate(resources):
         if i in errors:
             continue
-        ops = [(c.name, c.value, c.config_operation) for c in resource.configs]
-        errors[i] = _check_keys_and_values(ops, null_allowed=True) or await _alter_one(
-            ctx, resource, ops, validate_only, incremental=True
-        )
+        if incremental:
+            items[i] = [(c.name, c.value, c.config_operation) for c in resource.configs]
+        else:
+            items[i] = [(c.name, c.value) for c in resource.configs]
+        error = _check_keys_and_values(items[i], null_allowed=incremental)
+        if error is None and not forwarded_here:
+            error = _preprocess(ctx, resource, items[i], incremental=incremental)
+        if error is not None:
+            errors[i] = error
+    remaining = [i for i in range(len(resources)) if i not in errors]
+    if remaining:
+        rest = replace(request, resources=tuple(resources[i] for i in remaining))  # type: ignore[type-var]
+        forwarded = await forward_unless_active(ctx, rest)
+        if forwarded is not None:
+            answers = {(r.resource_type, r.resource_name): r for r in forwarded.responses}
+            for i in remaining:
+                answer = answers.get((resources[i].resource_type, resources[i].resource_name))
+                errors[i] = (
+                    ApiError(ErrorCode.unknown_server_error)
+                    if answer is None
+                    else ApiError(answer.error_code, answer.error_message)
+                )
+        else:
+            for i in remaining:
+                errors[i] = await _alter_one(
+                    ctx, resources[i], items[i], validate_only, incremental=incremental
+                )
     return _altered(response_cls, resources, errors)
 
 
@@ -392,26 +459,110 @@ def _check_keys_and_values(items: Sequence[tuple], *, null_allowed: bool) -> Api
     return None
 
 
+def _preprocess(
+    ctx: RequestContext, resource: object, items: Sequence[tuple], *, incremental: bool
+) -> ApiError | None:
+    """ConfigAdminManager.preprocess's per-resource step on the broker that received the request:
+    a broker resource must name this broker (or be the defaults) and its resulting dynamic configs
+    must be valid; resource types the controller does not take are answered here."""
+    resource_type = resource.resource_type  # type: ignore[attr-defined]
+    name = resource.resource_name  # type: ignore[attr-defined]
+    if resource_type == ResourceType.BROKER:
+        return _preprocess_broker(ctx, name, items, incremental)
+    if resource_type == ResourceType.TOPIC:
+        return None
+    if resource_type in (ResourceType.BROKER_LOGGER, ResourceType.CLIENT_METRICS, ResourceType.GROUP):
+        if resource_type == ResourceType.BROKER_LOGGER and not incremental:
+            return ApiError(ErrorCode.invalid_request, f"Unknown resource type {resource_type}")
+        return _unsupported(resource_type)
+    return ApiError(ErrorCode.invalid_request, f"Unknown resource type {resource_type}")
+
+
+def _preprocess_broker(
+    ctx: RequestContext, name: str, items: Sequence[tuple], incremental: bool
+) -> ApiError | None:
+    """validateResourceNameIsCurrentNodeId, then validateBrokerConfigChange over the resulting level."""
+    config = ctx.state.config
+    if name:
+        broker_id = _java_int(name)
+        if broker_id is None:
+            return ApiError(ErrorCode.invalid_request, f"Node id must be an integer, but it is: {name}")
+        if broker_id != config.node_id:
+            return ApiError(
+                ErrorCode.invalid_request,
+                f"Unexpected broker id, expected {config.node_id}, but received {name}",
+            )
+    per_broker = bool(name)
+    image = ctx.state.image
+    own, defaults = _dynamic_levels(config, image)
+    if incremental:
+        props = dict(own if per_broker else defaults)
+        for key, value, op in items:
+            if op not in OpType._value2member_map_:
+                return ApiError(ErrorCode.invalid_request, f"Unknown operations type {op}")
+            error = _prepare_incremental(props, key, value, OpType(op))
+            if error is not None:
+                return error
+    else:
+        props = {key: value for key, value in items}
+    invalid = validate_change(
+        config, props, per_broker=per_broker, other_level=defaults if per_broker else own
+    )
+    return None if invalid is None else ApiError(ErrorCode.invalid_request, invalid.message)
+
+
+def _prepare_incremental(props: dict[str, str], key: str, value: str | None, op: OpType) -> ApiError | None:
+    """ConfigAdminManager.prepareIncrementalConfigs for one operation on a broker level's properties."""
+    if op is OpType.SET:
+        props[key] = value  # type: ignore[assignment]
+        return None
+    if op is OpType.DELETE:
+        props.pop(key, None)
+        return None
+    spec = config_key(key)
+    if spec is None:
+        return ApiError(ErrorCode.invalid_config, f"Unknown config name: {key}")
+    verb = "append" if op is OpType.APPEND else "subtract"
+    if spec.type != "list":
+        return ApiError(ErrorCode.invalid_config, f"Config value {verb} is not allowed for config key: {key}")
+    old = props.get(key)
+    if old is None and spec.default is not None:
+        old = config_value_text(spec.default)
+    parts = [part for part in (old or "").split(",") if part or op is OpType.SUBTRACT]
+    given = (value or "").split(",")
+    if op is OpType.APPEND:
+        parts += [item for item in given if item not in parts]
+    else:
+        parts = [part for part in parts if part not in given]
+    props[key] = ",".join(parts)
+    return None
+
+
 async def _alter_one(
     ctx: RequestContext, resource: object, items: Sequence[tuple], validate_only: bool, *, incremental: bool
 ) -> ApiError:
+    """The controller's part for one resource (this node's controller is the active one)."""
     resource_type = resource.resource_type  # type: ignore[attr-defined]
     name = resource.resource_name  # type: ignore[attr-defined]
-    if resource_type == ResourceType.TOPIC:
-        controller = ctx.controller
+    controller = ctx.controller
+    if resource_type in (ResourceType.TOPIC, ResourceType.BROKER):
         if incremental:
             error = _unknown_operation(items)
             if error is not None:
                 return error
             ops = [ConfigOp(key, OpType(op), value) for key, value, op in items]
-            return await _controller_call(
-                controller.alter_topic_configs(name, ops, validate_only=validate_only)
+            alter = (
+                controller.alter_topic_configs
+                if resource_type == ResourceType.TOPIC
+                else controller.alter_broker_configs
             )
-        return await _controller_call(
-            controller.replace_topic_configs(name, dict(items), validate_only=validate_only)
+            return await _controller_call(alter(name, ops, validate_only=validate_only))
+        replace_all = (
+            controller.replace_topic_configs
+            if resource_type == ResourceType.TOPIC
+            else controller.replace_broker_configs
         )
-    if resource_type == ResourceType.BROKER:
-        return _alter_broker(ctx, name, items, incremental)
+        return await _controller_call(replace_all(name, dict(items), validate_only=validate_only))
     if resource_type in (ResourceType.BROKER_LOGGER, ResourceType.CLIENT_METRICS, ResourceType.GROUP):
         if resource_type == ResourceType.BROKER_LOGGER and not incremental:
             return ApiError(ErrorCode.invalid_request, f"Unknown resource type {resource_type}")
@@ -425,37 +576,6 @@ async def _controller_call(operation: Awaitable[ApiError]) -> ApiError:
         return await operation
     except NotControllerError as exc:
         return ApiError(ErrorCode.not_controller, str(exc))
-
-
-def _alter_broker(ctx: RequestContext, name: str, items: Sequence[tuple], incremental: bool) -> ApiError:
-    """No broker property is dynamic here: any resulting dynamic config is refused as Kafka refuses
-    a property that cannot be updated dynamically; a change that leaves none is a no-op."""
-    node_id = ctx.state.config.node_id
-    if name:
-        broker_id = _java_int(name)
-        if broker_id is None:
-            return ApiError(ErrorCode.invalid_request, f"Node id must be an integer, but it is: {name}")
-        if broker_id != node_id:
-            return ApiError(
-                ErrorCode.invalid_request, f"Unexpected broker id, expected {node_id}, but received {name}"
-            )
-    if incremental:
-        error = _unknown_operation(items)
-        if error is not None:
-            return error
-        resulting = dict.fromkeys(ctx.state.image.broker_config(name))
-        for key, _value, op in items:
-            if op == OpType.DELETE:
-                resulting.pop(key, None)
-            else:
-                resulting[key] = None
-    else:
-        resulting = dict.fromkeys(key for key, _ in items)
-    if resulting:
-        return ApiError(
-            ErrorCode.invalid_request, f"Cannot update these configs dynamically: Set({', '.join(resulting)})"
-        )
-    return _NONE
 
 
 def _unknown_operation(ops: Sequence[tuple]) -> ApiError | None:

@@ -17,6 +17,8 @@ Follows Kafka's `KafkaApis.handleFetchRequest` and `ReplicaManager.fetchMessages
 - the answer comes at once when max_wait is 0, nothing is asked for, min_bytes are there or a
   partition failed; otherwise the request waits on the logs' append events (no polling) until
   min_bytes are there or max_wait has passed, then everything is read again;
+- a follower's fetch of a throttled replica out of the ISR gets no records while the leader's
+  replication rate is over leader.replication.throttled.rate (KIP-73, see replication/quota.py);
 - incremental fetch sessions are not kept (as a broker with no session cache slots): a full fetch
   is answered with session id 0, so clients keep sending full fetches, and an incremental fetch is
   FETCH_SESSION_ID_NOT_FOUND with no partitions, which makes them start over with a full one.
@@ -29,6 +31,7 @@ No record byte is read into Python on this path.
 from __future__ import annotations
 
 import asyncio
+import math
 import struct
 from typing import Any, NamedTuple
 
@@ -48,6 +51,8 @@ READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
+_MIN_THROTTLE_WAIT = 0.001
+"""A throttled follower fetch looks at the rate again no sooner than this."""
 
 
 async def handle_fetch(ctx: RequestContext, request: Any) -> FramedResponse:
@@ -74,6 +79,11 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> FramedResponse:
     if max_wait > 0 and fetch.interesting and readable < request.min_bytes and not failed:
         results = await fetch.wait(max_wait, request.min_bytes)
     results += unknown
+    if replica_id >= 0:
+        # KafkaApis: a follower's answer has passed the quota check; its throttled bytes count now
+        ctx.replicas.record_leader_replication(
+            (r.topic, r.partition_index, r.records.size) for r in results if r.records is not None and r.topic
+        )
     return encode_response(version, ErrorCode.none, _group(results, version), _leader_endpoints(ctx, results))
 
 
@@ -296,10 +306,20 @@ class _Fetch:
         deadline = loop.time() + max_wait
         purgatory = self.replicas.purgatory
         while True:
-            await purgatory.wait_for_change(self.keys, deadline)
+            await purgatory.wait_for_change(self.keys, min(deadline, self._throttle_wake_up(loop.time())))
             results, readable, failed = self.read()
             if readable >= min_bytes or failed or loop.time() >= deadline:
                 return results
+
+    def _throttle_wake_up(self, now: float) -> float:
+        """When a follower's throttled partitions may be read again: the leader's replication rate back
+        at its bound. (Kafka's DelayedFetch looks again only on a change or at max_wait; looking when
+        the rate allows makes the copy follow the bound to within a fetch rather than half a second.)"""
+        quota = self.replicas.leader_quota
+        if self.replica_id < 0 or not any(quota.is_throttled(t.topic, t.partition) for t in self.targets):
+            return math.inf
+        pause = quota.seconds_until_within()
+        return now + max(pause, _MIN_THROTTLE_WAIT) if pause > 0 else math.inf
 
     def _read_partition(
         self, target: _Target, max_bytes: int, min_one_batch: bool

@@ -146,8 +146,31 @@ class LogCleaner:
         self._thread: threading.Thread | None = None
         self._busy = False
         self._next_run_ms = 0
+        self._new_cleaner = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self.last_stats: CleanerStats | None = None
+
+    def reconfigure(self, config: CleanerConfig) -> None:
+        """Dynamic log.cleaner.* settings (LogCleaner.reconfigure): the I/O throttle and back-off apply at
+        once; buffer sizes from the next clean on (a new Cleaner, made while the thread is idle)."""
+        buffers_changed = (
+            config.num_threads,
+            config.dedupe_buffer_size,
+            config.dedupe_buffer_load_factor,
+            config.io_buffer_size,
+            config.max_message_size,
+        ) != (
+            self.config.num_threads,
+            self.config.dedupe_buffer_size,
+            self.config.dedupe_buffer_load_factor,
+            self.config.io_buffer_size,
+            self.config.max_message_size,
+        )
+        self.config = config
+        self.throttler.desired_rate_per_second = config.max_io_bytes_per_second
+        self._next_run_ms = 0
+        if buffers_changed:
+            self._new_cleaner = True
 
     def startup(self) -> list[str]:
         """Read the cleaner-offset-checkpoint of every log dir (Kafka creates it when missing)."""
@@ -171,6 +194,11 @@ class LogCleaner:
         if cleanable is None:
             self._next_run_ms = now_ms + self.config.backoff_ms
             return
+        if self._new_cleaner:  # the cleaner thread is idle: no clean holds the old buffers
+            self.cleaner = Cleaner(
+                self.config, check_done=self._check_done, throttler=self.throttler, clock=self.clock
+            )
+            self._new_cleaner = False
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="kcli-log-cleaner-thread-0", daemon=True)
             self._thread.start()

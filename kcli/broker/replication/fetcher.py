@@ -10,6 +10,9 @@ leader knows who fetched what. The answer is applied as Kafka's follower applies
   a replica coming back from a lost leadership never keeps records the new leader does not have;
 - OFFSET_OUT_OF_RANGE asks the leader for its log end (below ours: truncate, after an unclean election)
   and its log start (above ours: start over there);
+- a partition listed in follower.replication.throttled.replicas and out of sync is left out of the
+  fetch while this broker's follower replication rate is over follower.replication.throttled.rate
+  (KIP-73, see quota.py);
 - FENCED_LEADER_EPOCH parks the partition until the metadata names a newer epoch; other errors back
   off replica.fetch.backoff.ms.
 A partition's fetch state is replaced whenever the metadata names a new leader or leader epoch, so an
@@ -31,6 +34,7 @@ from kio.schema.errors import ErrorCode
 
 from kcli.broker.log import LogStorageError, OffsetOutOfRange, RecordError
 from kcli.broker.replication.purgatory import PartitionKey
+from kcli.broker.replication.quota import ReplicationQuotaManager
 from kcli.client import NodeConnections
 from kcli.protocol.messages import nested_type, request_type
 
@@ -46,6 +50,8 @@ LIST_OFFSETS = 2
 LIST_OFFSETS_VERSION = 7
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
+_MIN_THROTTLE_WAIT = 0.001
+"""A throttled partition is looked at again no sooner than this (no busy loop at the bound)."""
 
 
 @dataclass(eq=False)
@@ -57,6 +63,13 @@ class PartitionFetchState:
     leader_epoch: int
     delayed_until: float = 0.0
     fenced: bool = False
+    lag: int | None = None
+    """The leader's high watermark minus our log end after the last answer; None before the first."""
+
+    @property
+    def is_replica_in_sync(self) -> bool:
+        """PartitionFetchState.isReplicaInSync: caught up with the leader's high watermark."""
+        return self.lag is not None and self.lag <= 0
 
 
 @dataclass(frozen=True)
@@ -183,9 +196,14 @@ class ReplicaFetcher:
         topic_cls, partition_cls = nested_type(cls, "FetchTopic"), nested_type(cls, "FetchPartition")
         by_topic: dict[uuid.UUID, list[Any]] = {}
         sent: dict[tuple[uuid.UUID, int], tuple[PartitionKey, PartitionFetchState]] = {}
+        quota = manager.replicas.follower_quota
+        held_back: dict[PartitionKey, PartitionFetchState] = {}
         for key, state in ready.items():
             partition = manager.replicas.partition(*key)
             if partition is None:
+                continue
+            if _should_follower_throttle(quota, key, state):
+                held_back[key] = state
                 continue
             log_ = partition.log
             last_epoch = log_.latest_epoch()
@@ -200,6 +218,12 @@ class ReplicaFetcher:
                 )
             )
             sent[(state.topic_id, key[1])] = (key, state)
+        if held_back:
+            # not asked for until the rate is back under the bound (at most replica.fetch.backoff.ms,
+            # Kafka's wait when a fetcher has nothing to ask for)
+            until = time.monotonic() + min(quota.seconds_until_within(), config.backoff_ms / 1000)
+            for state in held_back.values():
+                state.delayed_until = max(until, time.monotonic() + _MIN_THROTTLE_WAIT)
         if not sent:
             return
         request = cls(
@@ -257,6 +281,11 @@ class ReplicaFetcher:
             except (RecordError, LogStorageError) as exc:
                 log.error("%s: cannot append what the leader sent: %s", partition.log.name, exc)
                 self._delay({key: state})
+                return
+            state.lag = max(0, data.high_watermark - partition.log.log_end_offset)
+            quota = self.manager.replicas.follower_quota
+            if records and quota.is_throttled(*key):
+                quota.record(len(records))  # in-sync replicas' bytes count too, as in Kafka
             return
         if error is ErrorCode.offset_out_of_range:
             await self._handle_out_of_range(partition, state)
@@ -326,6 +355,13 @@ class ReplicaFetcher:
                 if data.error_code is ErrorCode.none:
                     return data.offset
         return None
+
+
+def _should_follower_throttle(
+    quota: ReplicationQuotaManager, key: PartitionKey, state: PartitionFetchState
+) -> bool:
+    """RemoteLeaderEndPoint.shouldFollowerThrottle: out of sync, throttled here, and over the bound."""
+    return not state.is_replica_in_sync and quota.is_throttled(*key) and quota.is_quota_exceeded()
 
 
 def _truncate_to_diverging(partition: Partition, epoch: int, end_offset: int) -> None:

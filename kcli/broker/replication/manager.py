@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -33,6 +33,7 @@ from kcli.broker.replication.partition import (
     monotonic_ms,
 )
 from kcli.broker.replication.purgatory import PartitionKey, Purgatory
+from kcli.broker.replication.quota import ReplicationQuotaManager
 from kcli.broker.replication.replica_selector import (
     ClientMetadata,
     PartitionView,
@@ -55,6 +56,8 @@ class ReplicaManager:
         replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS,
         fetcher_config: FetcherConfig | None = None,
         replica_selector: ReplicaSelector | None = None,
+        quota_samples: int = 11,
+        quota_window_seconds: int = 1,
     ) -> None:
         self.node_id = node_id
         self.replica_selector = replica_selector
@@ -68,6 +71,14 @@ class ReplicaManager:
         self._registrations: dict[PartitionKey, PartitionRegistration] = {}
         self.alter_partition_manager: AlterPartitionManager | None = None
         self.fetchers: ReplicaFetcherManager | None = None
+        self.leader_quota = ReplicationQuotaManager(
+            "LeaderReplication", samples=quota_samples, window_seconds=quota_window_seconds
+        )
+        """What this broker sends as leader to throttled followers (QuotaFactory's quotas.leader)."""
+        self.follower_quota = ReplicationQuotaManager(
+            "FollowerReplication", samples=quota_samples, window_seconds=quota_window_seconds
+        )
+        """What this broker's fetchers take for throttled partitions (quotas.follower)."""
 
     def start_replication(
         self, send_to_controller: Callable[[Any], Awaitable[Any]], broker_epoch: Callable[[], int]
@@ -250,7 +261,7 @@ class ReplicaManager:
                 return partition.fetch_offset_snapshot(current_leader_epoch)._replace(
                     preferred_read_replica=preferred
                 )
-        return partition.read_records(
+        read = partition.read_records(
             fetch_offset,
             max_bytes,
             replica_id=replica_id,
@@ -264,6 +275,30 @@ class ReplicaManager:
             fetch_only_from_leader=replica_id >= 0
             or (replica_id == CONSUMER_REPLICA_ID and client_metadata is None),
         )
+        if (
+            replica_id >= 0
+            and read.records is not None
+            and self.should_leader_throttle(partition, replica_id)
+        ):
+            return read._replace(records=None)  # readFromLog: a throttled replica gets no records
+        return read
+
+    def should_leader_throttle(self, partition: Partition, replica_id: int) -> bool:
+        """ReplicaManager.shouldLeaderThrottle: a replica out of the ISR, listed in the topic's
+        leader.replication.throttled.replicas, while the leader's replication rate is over its bound
+        (an in-sync follower is never held back, so a throttle cannot shrink the ISR)."""
+        quota = self.leader_quota
+        return (
+            replica_id not in partition.isr
+            and quota.is_throttled(partition.topic, partition.index)
+            and quota.is_quota_exceeded()
+        )
+
+    def record_leader_replication(self, sizes: Iterable[tuple[str, int, int]]) -> None:
+        """The bytes a follower's fetch answer carries for throttled partitions, in-sync ones too
+        (KafkaApis.sizeOfThrottledPartitions): (topic, partition, size) per partition."""
+        quota = self.leader_quota
+        quota.record(sum(size for topic, index, size in sizes if quota.is_throttled(topic, index)))
 
     def find_preferred_read_replica(
         self,

@@ -1,21 +1,25 @@
-"""ConfigurationControlManager: topic config overrides, validated as Kafka validates them, as ConfigRecords.
+"""ConfigurationControlManager: topic and broker configs, validated as Kafka validates them, as ConfigRecords.
 
 IncrementalAlterConfigs (SET, DELETE, APPEND, SUBTRACT) and the legacy AlterConfigs (the whole set
 of overrides) both end in the same check (ControllerConfigurationValidator + LogConfig.validate over
 the topic's resulting overrides) and the same records, one ConfigRecord per changed name. Topic
-creation asks here too, for its initial overrides.
+creation asks here too, for its initial overrides. Dynamic broker configs (BROKER resources, per
+node id or "" for the cluster-wide defaults) are validated by the broker that received the request
+(kcli.broker.dynamic_config); here only the resource is checked, and the records are written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from kcli.broker.dynamic_config import config_key
 from kcli.broker.metadata.controller.controller_result import NONE, ApiError, ControllerResult, Record
 from kcli.broker.metadata.controller.topic import topic_name_error
-from kcli.broker.metadata.image import TOPIC_RESOURCE, ClusterMetadataImage
+from kcli.broker.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, ClusterMetadataImage
 from kcli.config import TOPIC_CONFIGS, BrokerConfig, ConfigError, parse_topic_value
 from kcli.protocol.configs import OpType
 
@@ -104,6 +108,88 @@ class ConfigurationControlManager:
         changes.update({name: None for name in current if name not in configs})
         return self._alter(image, topic, changes)
 
+    def incremental_alter_broker_configs(
+        self,
+        image: ClusterMetadataImage,
+        name: str,
+        ops: Sequence[ConfigOp],
+        controller_ids: Iterable[int] = (),
+    ) -> ControllerResult[ApiError]:
+        """IncrementalAlterConfigs on a BROKER resource ("<id>" or "" for the cluster-wide defaults).
+
+        The forwarding broker has validated the properties (ConfigAdminManager.preprocess); here, as
+        in Kafka's controller, only the resource is checked. A record is written for every key even
+        when its value does not change (KAFKA-14136: brokers reload on it)."""
+        current = image.broker_config(name)
+        changes: dict[str, str | None] = {}
+        for op in ops:
+            if op.op is OpType.SET:
+                changes[op.name] = op.value
+            elif op.op is OpType.DELETE:
+                changes[op.name] = None
+            else:
+                spec = config_key(op.name)
+                if spec is None or spec.type != "list":
+                    return _failed(
+                        ApiError(
+                            ErrorCode.invalid_config,
+                            f"Can't {op.op.name} to key {op.name} because its type is not LIST.",
+                        )
+                    )
+                old = current.get(op.name)
+                if old is None and spec.default is not None:
+                    old = ",".join(str(item) for item in spec.default)  # type: ignore[attr-defined]
+                parts = _list_parts(old)
+                for item in (op.value or "").split(","):
+                    if op.op is OpType.APPEND and item not in parts:
+                        parts.append(item)
+                    elif op.op is OpType.SUBTRACT and item in parts:
+                        parts.remove(item)
+                changes[op.name] = ",".join(parts)
+        return self._alter_broker(image, name, changes, controller_ids)
+
+    def legacy_alter_broker_configs(
+        self,
+        image: ClusterMetadataImage,
+        name: str,
+        configs: Mapping[str, str | None],
+        controller_ids: Iterable[int] = (),
+    ) -> ControllerResult[ApiError]:
+        """Legacy AlterConfigs on a BROKER resource: `configs` becomes its whole set."""
+        changes: dict[str, str | None] = dict(configs)
+        changes.update({key: None for key in image.broker_config(name) if key not in configs})
+        return self._alter_broker(image, name, changes, controller_ids)
+
+    def _alter_broker(
+        self,
+        image: ClusterMetadataImage,
+        name: str,
+        changes: Mapping[str, str | None],
+        controller_ids: Iterable[int],
+    ) -> ControllerResult[ApiError]:
+        """ControllerConfigurationValidator's broker name check, then the resource's existence."""
+        if name:
+            if not _JAVA_INT.fullmatch(name) or not -(2**31) <= int(name) < 2**31:
+                return _failed(
+                    ApiError(ErrorCode.invalid_request, "Unable to parse broker name as a base 10 number.")
+                )
+            node_id = int(name)
+            if node_id < 0:
+                return _failed(ApiError(ErrorCode.invalid_request, "Invalid negative broker ID."))
+            if image.broker(node_id) is None and node_id not in set(controller_ids):
+                return _failed(
+                    ApiError(ErrorCode.broker_id_not_registered, f"No node with id {node_id} found.")
+                )
+        records: list[Record] = [
+            (
+                "ConfigRecord",
+                0,
+                {"resourceType": BROKER_RESOURCE, "resourceName": name, "name": key, "value": value},
+            )
+            for key, value in changes.items()
+        ]
+        return ControllerResult(records, NONE)
+
     def validate_topic_configs(self, topic: str, configs: Mapping[str, str]) -> ApiError | None:
         """ControllerConfigurationValidator + LogConfig.validate over the topic's resulting overrides."""
         if topic == "":
@@ -164,6 +250,9 @@ class ConfigurationControlManager:
                 ApiError(ErrorCode.unknown_topic_or_partition, f"The topic '{topic}' does not exist.")
             )
         return ControllerResult(self.topic_config_records(topic, changes), NONE)
+
+
+_JAVA_INT = re.compile(r"[+-]?[0-9]+")
 
 
 def _failed(error: ApiError) -> ControllerResult[ApiError]:

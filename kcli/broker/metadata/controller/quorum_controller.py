@@ -412,6 +412,24 @@ class QuorumController:
         result = self.configuration_control.legacy_alter_topic_configs(self._image, topic, configs)
         return await self._run(result, validate_only)
 
+    async def alter_broker_configs(
+        self, name: str, ops: Sequence[ConfigOp], *, validate_only: bool = False
+    ) -> ApiError:
+        """IncrementalAlterConfigs on a BROKER resource (a node id, or "" for the cluster-wide defaults)."""
+        result = self.configuration_control.incremental_alter_broker_configs(
+            self._image, name, ops, self.config.quorum_voters
+        )
+        return await self._run(result, validate_only)
+
+    async def replace_broker_configs(
+        self, name: str, configs: Mapping[str, str | None], *, validate_only: bool = False
+    ) -> ApiError:
+        """Legacy AlterConfigs on a BROKER resource: `configs` becomes its whole set."""
+        result = self.configuration_control.legacy_alter_broker_configs(
+            self._image, name, configs, self.config.quorum_voters
+        )
+        return await self._run(result, validate_only)
+
     # --- producer ids -----------------------------------------------------------------------------
 
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> ProducerIdsBlock:
