@@ -18,6 +18,7 @@ def register() -> None:
         configs,
         dump,
         groups,
+        reassign,
         recover,
         replay,
         spark_audit,

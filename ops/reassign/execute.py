@@ -1,0 +1,328 @@
+"""`execute`: start a reassignment, and (unless told not to wait) see it through.
+
+Kafka's executeAssignment first: refuse when reassignments are under way unless --additional, check
+every broker is known and every partition exists, print the current assignment for a rollback, set the
+throttles, send AlterPartitionReassignments. Then, where Kafka's tool exits and leaves the throttles to
+a later --verify, kcli by default stays:
+
+- the rollback file (the current assignment as a reassignment JSON) is written before anything is sent;
+- the plan goes out in batches, at most `max_moves_per_broker` moves per broker at once (batches.py);
+- each poll measures every running move (progress.py) and reports it;
+- when the last move is done the throttles are cleared; on Ctrl-C the moves this run started and that
+  are still running are cancelled (reverted by the controller) and the throttles cleared, so nothing is
+  left half-way and unthrottled or throttled forever.
+
+With `wait=False` it is Kafka's tool: the whole plan in one request, throttles left for `verify`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kcli.cluster import Cluster
+from kcli.files import write_atomically
+from ops.reassign import report
+from ops.reassign.assignment import ReassignError, ReassignmentData, TopicPartition, format_reassignment
+from ops.reassign.batches import DEFAULT_MAX_MOVES_PER_BROKER, PlannedMove, next_batch, planned_moves
+from ops.reassign.moves import proposed_move_map, reassigning_brokers
+from ops.reassign.progress import MoveProgress, Snapshot, Tracker, measure
+from ops.reassign.state import (
+    alter_reassignments,
+    cluster_state,
+    list_reassignments,
+    partition_sizes,
+    replica_sizes,
+)
+from ops.reassign.throttle import clear_throttles, set_log_dir_throttle, set_replication_throttle
+
+Emit = Callable[[dict[str, Any]], None]
+DEFAULT_POLL_INTERVAL = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class ExecuteOptions:
+    additional: bool = False
+    throttle: int = -1
+    """Inter-broker rate in bytes/s; negative: no throttle."""
+    log_dir_throttle: int = -1
+    rollback_path: Path | None = None
+    wait: bool = True
+    max_moves_per_broker: int = DEFAULT_MAX_MOVES_PER_BROKER
+    poll_interval: float = DEFAULT_POLL_INTERVAL
+    timeout: float | None = None
+    """Give up waiting (cancelling what runs, clearing throttles) after this many seconds; None: never."""
+
+
+@dataclass
+class ExecuteResult:
+    started: list[TopicPartition] = field(default_factory=list)
+    completed: list[TopicPartition] = field(default_factory=list)
+    refused: dict[TopicPartition, str] = field(default_factory=dict)
+    cancelled: list[TopicPartition] = field(default_factory=list)
+    last: Snapshot | None = None
+
+
+async def execute(
+    cluster: Cluster, data: ReassignmentData, options: ExecuteOptions, emit: Emit
+) -> ExecuteResult:
+    if data.log_dirs:
+        raise ReassignError(
+            'moving replicas to particular log dirs is not supported yet: give "any" as every log dir.'
+        )
+    if options.max_moves_per_broker < 1:
+        raise ReassignError("--max-moves-per-broker must be at least 1.")
+    proposed = data.targets()
+    ongoing = await list_reassignments(cluster)
+    if ongoing and not options.additional:
+        raise ReassignError(report.EXISTING_REASSIGNMENT)
+    state = await cluster_state(cluster, {tp.topic for tp in proposed})
+    for topic in sorted({tp.topic for tp in proposed}):
+        if topic in state.missing_topics:
+            raise ReassignError(f"Topic {topic} not found.")
+    unknown = sorted({b for replicas in proposed.values() for b in replicas} - set(state.brokers))
+    if unknown:
+        raise ReassignError(f"Unknown broker id {unknown[0]}.")
+    missing = sorted(tp for tp in proposed if tp not in state.replicas)
+    if missing:
+        raise ReassignError(f"Unable to find partition: {', '.join(map(str, missing))}.")
+    current = {tp: state.replicas[tp] for tp in proposed}
+    emit({"event": "current", "text": report.current_assignment(current), "current": _json(current)})
+    if options.rollback_path is not None:
+        write_atomically(options.rollback_path, format_reassignment(current) + "\n")
+        emit({"event": "rollback_file", "path": str(options.rollback_path)})
+
+    live = set(state.brokers)
+    throttled_brokers: set[int] = set()
+    if options.throttle >= 0 or options.log_dir_throttle >= 0:
+        if not options.wait:
+            emit({"event": "warning", "text": report.VERIFY_WARNING})
+        if options.throttle >= 0:
+            moves = proposed_move_map(ongoing, proposed, current)
+            result = await set_replication_throttle(cluster, moves, options.throttle, live)
+            throttled_brokers |= set(reassigning_brokers(moves))
+            emit(
+                {
+                    "event": "throttle_set",
+                    "text": report.throttle_set(options.throttle),
+                    "rate": options.throttle,
+                    "brokers": list(result.brokers),
+                    "skipped_brokers": list(result.skipped),
+                    "topics": list(result.topics),
+                }
+            )
+        if options.log_dir_throttle >= 0:
+            moving = {r.broker_id for r in data.log_dirs}
+            result = await set_log_dir_throttle(cluster, moving, options.log_dir_throttle, live)
+            throttled_brokers |= moving
+            emit(
+                {
+                    "event": "log_dir_throttle_set",
+                    "text": report.log_dir_throttle_set(options.log_dir_throttle),
+                    "rate": options.log_dir_throttle,
+                    "brokers": list(result.brokers),
+                    "skipped_brokers": list(result.skipped),
+                }
+            )
+    outcome = ExecuteResult()
+    if not options.wait:
+        refused = await alter_reassignments(cluster, proposed)
+        if refused:
+            raise ReassignError(_refusal("Error reassigning partition(s)", refused))
+        outcome.started = sorted(proposed)
+        emit({"event": "started", "text": report.started(proposed), "partitions": _names(proposed)})
+        return outcome
+
+    per_broker = await replica_sizes(cluster, live, proposed)
+    sizes = partition_sizes(per_broker, state.leaders, proposed)
+    moves = planned_moves(proposed, current, state.leaders, sizes)
+    runner = _Runner(cluster, moves, options, emit, outcome)
+    try:
+        await runner.run()
+    except BaseException as exc:  # Ctrl-C (the task is cancelled), a timeout or a failure: stop cleanly
+        await asyncio.shield(runner.stop(_why(exc)))
+        raise
+    finally:
+        if options.throttle >= 0 or options.log_dir_throttle >= 0:
+            await asyncio.shield(_clear(cluster, throttled_brokers, {tp.topic for tp in proposed}, emit))
+    final = await cluster_state(cluster, {tp.topic for tp in proposed})
+    states = {
+        tp: report.PartitionReassignmentState(final.replicas.get(tp, ()), tuple(target), True)
+        for tp, target in proposed.items()
+        if tp not in outcome.refused
+    }
+    outcome.completed = sorted(tp for tp, s in states.items() if s.completed)
+    emit({"event": "status", "text": report.states(states), "partitions": _state_json(states)})
+    if outcome.refused:
+        raise ReassignError(_refusal("Error reassigning partition(s)", outcome.refused))
+    return outcome
+
+
+class WaitTimeout(ReassignError):
+    """The reassignment outlasted ExecuteOptions.timeout."""
+
+
+class _Runner:
+    """The batches, the polls, and stopping part-way."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        moves: list[PlannedMove],
+        options: ExecuteOptions,
+        emit: Emit,
+        outcome: ExecuteResult,
+    ) -> None:
+        self.cluster = cluster
+        self.options = options
+        self.emit = emit
+        self.outcome = outcome
+        self.pending = list(moves)
+        self.running: dict[TopicPartition, PlannedMove] = {}
+        now = time.monotonic()
+        self.tracker = Tracker.for_moves(((m.partition, m.adding, m.size) for m in moves), now)
+        self.deadline = None if options.timeout is None else now + options.timeout
+
+    async def run(self) -> None:
+        while self.pending or self.running:
+            await self._start_next()
+            if not self.pending and not self.running:
+                break
+            if self.deadline is not None and time.monotonic() > self.deadline:
+                raise WaitTimeout(
+                    f"the reassignment did not finish within {self.options.timeout:g} s; "
+                    "the moves still running were cancelled."
+                )
+            await asyncio.sleep(self.options.poll_interval)
+            await self._poll()
+
+    async def _start_next(self) -> None:
+        batch = next_batch(self.pending, self.running.values(), self.options.max_moves_per_broker)
+        if not batch:
+            return
+        refused = await alter_reassignments(self.cluster, {m.partition: m.target for m in batch})
+        for move in batch:
+            self.pending.remove(move)
+            if move.partition in refused:
+                self.outcome.refused[move.partition] = refused[move.partition]
+                self.tracker.planned.pop(move.partition, None)
+            else:
+                self.running[move.partition] = move
+        started = [m.partition for m in batch if m.partition not in refused]
+        self.outcome.started += started
+        if started:
+            self.emit({"event": "started", "text": report.started(started), "partitions": _names(started)})
+        if refused:
+            self.emit(
+                {
+                    "event": "refused",
+                    "text": _refusal("Error reassigning partition(s)", refused),
+                    "partitions": {str(tp): why for tp, why in sorted(refused.items())},
+                }
+            )
+
+    async def _poll(self) -> None:
+        if not self.running:
+            return
+        ongoing = await list_reassignments(self.cluster, self.running)
+        finished = [tp for tp in self.running if tp not in ongoing]
+        still = {tp: m for tp, m in self.running.items() if tp in ongoing}
+        measured = await _measure(self.cluster, still)
+        snapshot = self.tracker.observe(time.monotonic(), measured, finished)
+        self.outcome.last = snapshot
+        for tp in finished:
+            del self.running[tp]
+        self.emit({**snapshot.to_json(), "snapshot": snapshot})
+
+    async def stop(self, why: str) -> None:
+        """Cancel the moves this run started that still run; the rest of the plan is never sent."""
+        if not self.running:
+            return
+        ongoing = await list_reassignments(self.cluster, self.running)
+        to_cancel = sorted(tp for tp in self.running if tp in ongoing)
+        refused = await alter_reassignments(self.cluster, dict.fromkeys(to_cancel))
+        cancelled = [tp for tp in to_cancel if tp not in refused]
+        self.outcome.cancelled = cancelled
+        self.emit(
+            {
+                "event": "cancelled",
+                "reason": why,
+                "text": f"Stopping ({why}): "
+                + report.cancelled(cancelled)
+                + (f"; {len(self.pending)} not started" if self.pending else ""),
+                "partitions": _names(cancelled),
+                "not_started": _names(m.partition for m in self.pending),
+            }
+        )
+
+
+async def _measure(cluster: Cluster, running: Mapping[TopicPartition, PlannedMove]) -> list[MoveProgress]:
+    """Each running move's copied bytes: adding replicas' sizes against the leader's now."""
+    if not running:
+        return []
+    state = await cluster_state(cluster, {tp.topic for tp in running})
+    involved = {state.leaders.get(tp, -1) for tp in running} | {b for m in running.values() for b in m.adding}
+    per_broker = await replica_sizes(cluster, involved & set(state.brokers), running)
+    measured = []
+    for tp, move in running.items():
+        leader = state.leaders.get(tp, -1)
+        leader_size = per_broker.get(leader, {}).get(tp, move.size)
+        sizes = {b: per_broker.get(b, {}).get(tp, 0) for b in move.adding}
+        measured.append(measure(tp, move.adding, leader_size, sizes))
+    return measured
+
+
+async def _clear(cluster: Cluster, brokers: Iterable[int], topics: Iterable[str], emit: Emit) -> None:
+    state = await cluster_state(cluster, [])
+    live = set(state.brokers)
+    result = await clear_throttles(cluster, live | set(brokers), topics, live)
+    emit(
+        {
+            "event": "throttles_cleared",
+            "text": report.throttles_cleared(result.brokers, result.topics),
+            "brokers": list(result.brokers),
+            "skipped_brokers": list(result.skipped),
+            "topics": list(result.topics),
+        }
+    )
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt):
+        return "interrupted"
+    if isinstance(exc, WaitTimeout):
+        return "timed out"
+    return "failed"
+
+
+def _refusal(what: str, refused: Mapping[TopicPartition, str]) -> str:
+    return f"{what}: " + "; ".join(f"{tp}: {why}" for tp, why in sorted(refused.items())) + "."
+
+
+def _names(partitions: Iterable[TopicPartition]) -> list[str]:
+    return [str(tp) for tp in sorted(partitions)]
+
+
+def _json(assignment: Mapping[TopicPartition, Iterable[int]]) -> list[dict[str, Any]]:
+    return [
+        {"topic": tp.topic, "partition": tp.partition, "replicas": list(r)}
+        for tp, r in sorted(assignment.items())
+    ]
+
+
+def _state_json(states: Mapping[TopicPartition, report.PartitionReassignmentState]) -> list[dict[str, Any]]:
+    return [
+        {
+            "topic": tp.topic,
+            "partition": tp.partition,
+            "replicas": list(s.current),
+            "target": list(s.target),
+            "in_progress": not s.done,
+            "completed": s.completed,
+        }
+        for tp, s in sorted(states.items())
+    ]

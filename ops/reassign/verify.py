@@ -1,0 +1,156 @@
+"""`verify`, `cancel` and `list`: where a reassignment stands, stopping it, and what runs now.
+
+verify (Kafka's verifyAssignment): each partition of the file is "still in progress" while
+ListPartitionReassignments lists it, else completed when its replicas are the target, else "no active
+reassignment ... but replica set is ...". Once no reassignment at all runs in the cluster, the throttles
+are cleared (on every live broker and every topic of the file) unless --preserve-throttles.
+
+cancel (cancelAssignment): AlterPartitionReassignments with no replicas for each partition of the file
+(or, with `--all`, each one listed) that is adding or removing replicas; the controller reverts it to its
+original replicas. Kafka's Java port cancels only partitions with no adding replicas or some removing
+ones, a dropped `!` from the Scala original (`!adding.isEmpty || !removing.isEmpty`); kcli keeps the
+Scala meaning. A partition whose original replicas are all down is not cancelled (the revert would
+leave it without a leader) and is named instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kcli.cluster import Cluster
+from ops.reassign import report
+from ops.reassign.assignment import ReassignError, ReassignmentData, TopicPartition
+from ops.reassign.execute import Emit
+from ops.reassign.moves import OngoingReassignment
+from ops.reassign.state import alter_reassignments, cluster_state, list_reassignments
+from ops.reassign.throttle import clear_throttles
+
+
+@dataclass
+class VerifyResult:
+    states: dict[TopicPartition, report.PartitionReassignmentState]
+    any_ongoing: bool
+    """Some reassignment (of this file or not) still runs in the cluster."""
+
+
+@dataclass
+class CancelResult:
+    cancelled: list[TopicPartition] = field(default_factory=list)
+    kept: dict[TopicPartition, tuple[int, ...]] = field(default_factory=dict)
+    """Partitions not cancelled because their original replicas are all down -> those replicas."""
+
+
+async def verify(
+    cluster: Cluster, data: ReassignmentData, *, preserve_throttles: bool, emit: Emit
+) -> VerifyResult:
+    _refuse_log_dirs(data)
+    ongoing = await list_reassignments(cluster)
+    targets = data.partitions
+    state = await cluster_state(cluster, {tp.topic for tp, _ in targets})
+    states = {}
+    for tp, target in targets:
+        if tp in ongoing:
+            states[tp] = report.PartitionReassignmentState(ongoing[tp].replicas, target, False)
+        else:
+            states[tp] = report.PartitionReassignmentState(state.replicas.get(tp, ()), target, True)
+    emit(
+        {
+            "event": "status",
+            "text": report.states(states),
+            "partitions": [
+                {
+                    "topic": tp.topic,
+                    "partition": tp.partition,
+                    "replicas": list(s.current),
+                    "target": list(s.target),
+                    "in_progress": not s.done,
+                    "completed": s.completed,
+                }
+                for tp, s in sorted(states.items())
+            ],
+        }
+    )
+    if not ongoing and not preserve_throttles:
+        brokers = set(state.brokers) | {b for _, replicas in targets for b in replicas}
+        await _clear(cluster, brokers, {tp.topic for tp, _ in targets}, set(state.brokers), emit)
+    return VerifyResult(states, bool(ongoing))
+
+
+async def cancel(
+    cluster: Cluster, data: ReassignmentData | None, *, preserve_throttles: bool, emit: Emit
+) -> CancelResult:
+    """Cancel the reassignments of `data`'s partitions, or every ongoing one when `data` is None."""
+    if data is not None:
+        _refuse_log_dirs(data)
+        ongoing = await list_reassignments(cluster, {tp for tp, _ in data.partitions})
+    else:
+        ongoing = await list_reassignments(cluster)
+    moving = {tp: r for tp, r in ongoing.items() if r.adding or r.removing}
+    state = await cluster_state(cluster, {tp.topic for tp in moving} if moving else [])
+    live = set(state.brokers)
+    result = CancelResult()
+    for tp, r in sorted(moving.items()):
+        if not any(b in live for b in r.original):
+            result.kept[tp] = r.original
+    to_cancel = sorted(tp for tp in moving if tp not in result.kept)
+    refused = await alter_reassignments(cluster, dict.fromkeys(to_cancel))
+    if refused:
+        plural = "" if len(refused) == 1 else "s"
+        detail = "; ".join(f"{tp}: {why}" for tp, why in sorted(refused.items()))
+        raise ReassignError(f"Error cancelling partition reassignment{plural} for: {detail}.")
+    result.cancelled = to_cancel
+    emit(
+        {
+            "event": "cancelled",
+            "text": report.cancelled(to_cancel),
+            "partitions": [str(tp) for tp in to_cancel],
+        }
+    )
+    if result.kept:
+        emit(
+            {
+                "event": "not_cancelled",
+                "text": "Not cancelled, as their original replicas are all down and a revert would leave them "
+                "without a leader: "
+                + ", ".join(f"{tp} (replicas {','.join(map(str, r))})" for tp, r in result.kept.items()),
+                "partitions": {str(tp): list(r) for tp, r in result.kept.items()},
+            }
+        )
+    if not preserve_throttles:
+        if data is not None:
+            topics = {tp.topic for tp, _ in data.partitions}
+            brokers = live | {b for _, replicas in data.partitions for b in replicas}
+        else:
+            topics = {tp.topic for tp in moving}
+            brokers = live | _brokers_of(moving.values())
+        await _clear(cluster, brokers, topics, live, emit)
+    return result
+
+
+async def list_ongoing(cluster: Cluster) -> dict[TopicPartition, OngoingReassignment]:
+    return await list_reassignments(cluster)
+
+
+def _brokers_of(reassignments: Iterable[OngoingReassignment]) -> set[int]:
+    return {b for r in reassignments for b in r.replicas}
+
+
+async def _clear(cluster: Cluster, brokers: set[int], topics: set[str], live: set[int], emit: Emit) -> None:
+    result = await clear_throttles(cluster, brokers, topics, live)
+    event: dict[str, Any] = {
+        "event": "throttles_cleared",
+        "text": report.throttles_cleared(result.brokers, result.topics),
+        "brokers": list(result.brokers),
+        "skipped_brokers": list(result.skipped),
+        "topics": list(result.topics),
+    }
+    emit(event)
+
+
+def _refuse_log_dirs(data: ReassignmentData) -> None:
+    if data.log_dirs:
+        raise ReassignError(
+            'moving replicas to particular log dirs is not supported yet: give "any" as every log dir.'
+        )
