@@ -1,0 +1,358 @@
+"""`kcli reassign` against a real 3-node kcli cluster, run as the real CLI, checked with confluent-kafka.
+
+One cluster for the module (the tests use their own topics):
+1. A decommission plan (generate --remove-broker) executed under an idempotent acks=all producer, in
+   batches of one move per broker, with a throttle: the throttle configs are set while it runs and
+   gone when it returns; nothing produced is lost or duplicated; verify then prints Kafka's lines; the
+   rollback file written before anything was sent puts the replicas back.
+2. cancel --all mid-way, without the file: a move held by a SIGSTOPped receiving broker is reverted, the
+   throttle is not touched on the broker that is down and is cleared there by verify once it is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
+from conftest import KCLI, kcli_env
+from test_cluster import SESSION, LocalKraftCluster, cluster_status, wait_for
+from test_replication_cluster import create_topic
+
+pytestmark = pytest.mark.timeout(240)
+
+THROTTLES = {
+    "leader.replication.throttled.rate",
+    "follower.replication.throttled.rate",
+    "replica.alter.log.dirs.io.max.bytes.per.second",
+    "leader.replication.throttled.replicas",
+    "follower.replication.throttled.replicas",
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKraftCluster]:
+    made = LocalKraftCluster(
+        tmp_path_factory.mktemp("reassign") / "cluster", 3, (*SESSION, "replica.fetch.backoff.ms=200")
+    )
+    try:
+        made.start()
+        made.status(what="a controller leader")
+        yield made
+    finally:
+        for node in made.nodes.values():
+            if node.process is not None and node.running:
+                os.kill(node.process.pid, signal.SIGCONT)
+        made.kill_all()
+
+
+def reassign(
+    cluster: LocalKraftCluster, *args: str, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [*KCLI, "reassign", *args, "-b", cluster.live_bootstrap()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=kcli_env(),
+        cwd=cwd,
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+def events(stdout: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stdout.splitlines()]
+
+
+def replicas_of(bootstrap: str, topic: str) -> dict[int, list[int]]:
+    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=20)
+    return {p: list(info.replicas) for p, info in metadata.topics[topic].partitions.items()}
+
+
+def live_brokers(bootstrap: str) -> set[int]:
+    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=20).brokers)
+
+
+def throttles_set(bootstrap: str, brokers: list[int], topics: list[str]) -> dict[str, dict[str, str]]:
+    """Resource -> the reassignment throttle configs set on it, for brokers and topics (DescribeConfigs
+    through kcli's client: each broker answers for itself)."""
+    from kcli.cluster import Cluster
+    from kcli.protocol.configs import ResourceType
+    from ops.configs import describe_configs
+
+    async def ask() -> list[Any]:
+        async with await Cluster.connect(bootstrap) as cluster:
+            wanted = [(ResourceType.BROKER, str(b)) for b in brokers] + [
+                (ResourceType.TOPIC, t) for t in topics
+            ]
+            return await describe_configs(cluster, wanted, include_synonyms=False)
+
+    found: dict[str, dict[str, str]] = {}
+    for described in asyncio.run(ask()):
+        dynamic = {e.name: e.value for e in described.dynamic() if e.name in THROTTLES}
+        if dynamic:
+            found[f"{described.resource_type.label}:{described.name}"] = dynamic
+    return found
+
+
+def no_throttles(bootstrap: str, brokers: list[int], topics: list[str]) -> None:
+    """Every broker's metadata image has the throttles gone (a broker may answer from an image a moment
+    behind the controller's)."""
+    wait_for("the throttles to be gone", lambda: throttles_set(bootstrap, brokers, topics) == {}, 10, 0.2)
+
+
+class LoadProducer:
+    """An idempotent acks=all producer writing numbered records to `topic` until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic = topic
+        self.producer = Producer(
+            {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 5}
+        )
+        self.sent = 0
+        self.acked: set[int] = set()
+        self.failed: list[str] = []
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + 180
+        while not self.stopping.is_set() and time.monotonic() < deadline:
+            for _ in range(50):
+                value = self.sent
+                self.sent += 1
+                self.producer.produce(
+                    self.topic, str(value).encode(), partition=value % 2, on_delivery=self._delivered(value)
+                )
+            self.producer.poll(0.02)
+        self.producer.flush(60)
+
+    def _delivered(self, value: int):
+        def done(error, _message) -> None:
+            if error is None:
+                self.acked.add(value)
+            else:
+                self.failed.append(str(error))
+
+        return done
+
+    def __enter__(self) -> LoadProducer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        self.thread.join(90)
+
+
+def consume_all(bootstrap: str, topic: str, expected: int) -> list[int]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"check-{topic}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    values: list[int] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(values) < expected and time.monotonic() < deadline:
+            for message in consumer.consume(500, timeout=1.0):
+                if message.error() is None and len(message.value()) < 20:  # not fill()'s records
+                    values.append(int(message.value()))
+    finally:
+        consumer.close()
+    return values
+
+
+def fill(bootstrap: str, topic: str, partitions: int, mib: float) -> None:
+    """About `mib` MiB of 10 KiB records into each partition, acknowledged by every replica."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 20})
+    payload = os.urandom(5 * 1024).hex().encode()
+    for i in range(int(mib * 1024 / 10) * partitions):
+        producer.produce(topic, payload, partition=i % partitions)
+        if i % 100 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0
+
+
+def test_decommission_under_load_throttled_then_verify_and_rollback(
+    cluster: LocalKraftCluster, tmp_path: Path
+) -> None:
+    bootstrap = cluster.bootstrap
+    create_topic(bootstrap, "orders", [[1, 2], [2, 1]], **{"min.insync.replicas": "1"})
+    fill(bootstrap, "orders", 2, 1.0)
+    topics = tmp_path / "topics.json"
+    topics.write_text('{"topics":[{"topic":"orders"}],"version":1}')
+
+    generated = reassign(cluster, "generate", "--topics-to-move-json-file", str(topics), "--remove-broker", "1",
+                         "-o", "json")  # fmt: skip
+    assert generated.returncode == 0, generated.stderr
+    (plan_record,) = events(generated.stdout)
+    proposed = {p["partition"]: p["replicas"] for p in plan_record["proposed"]["partitions"]}
+    assert proposed == {0: [3, 2], 1: [2, 3]}  # broker 1's replicas go to 3, the only broker without one
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(plan_record["proposed"]))
+    rollback = tmp_path / "rollback.json"
+
+    seen_throttles: dict[str, dict[str, str]] = {}
+    with LoadProducer(bootstrap, "orders") as load:
+        wait_for("the producer to get going", lambda: len(load.acked) > 200, 30)
+        process = subprocess.Popen(
+            [*KCLI, "reassign", "execute", "--reassignment-json-file", str(plan), "--throttle", "400000",
+             "--max-moves-per-broker", "1", "--rollback-file", str(rollback), "--interval", "0.3", "-o", "json",
+             "-b", bootstrap],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=kcli_env(),
+        )  # fmt: skip
+        try:
+            assert process.stdout is not None
+            lines = []
+            for line in process.stdout:  # ends when the command exits
+                lines.append(json.loads(line))
+                if lines[-1]["event"] == "started" and not seen_throttles:
+                    seen_throttles = throttles_set(bootstrap, [1, 2, 3], ["orders"])
+            assert process.wait(120) == 0, process.stderr.read() if process.stderr else ""
+        finally:
+            if process.poll() is None:
+                process.kill()
+        wait_for("more records after the move", lambda: len(load.acked) > load.sent // 2 + 500, 30)
+    assert not load.failed, load.failed[:3]
+
+    kinds = [e["event"] for e in lines]
+    assert kinds[:4] == ["current", "rollback_file", "throttle_set", "started"]
+    started = [e["partitions"] for e in lines if e["event"] == "started"]
+    assert sorted(started) == [["orders-0"], ["orders-1"]]  # one move at a time: broker 3 takes both
+    assert kinds.index("started") < kinds.index("progress") < kinds.index("throttles_cleared")
+    (status,) = [e for e in lines if e["event"] == "status"]
+    assert all(p["completed"] for p in status["partitions"])
+    progress = [e for e in lines if e["event"] == "progress"]
+    assert progress[-1]["bytes_remaining"] == 0 and progress[-1]["partitions_done"] == 2
+    assert max(e["bytes_total"] for e in progress) >= 1024 * 1024
+    # the throttle as Kafka's tool sets it, while it ran; nothing of it once execute returned
+    assert seen_throttles["topic:orders"] == {
+        "leader.replication.throttled.replicas": "0:1,0:2,1:1,1:2",
+        "follower.replication.throttled.replicas": "0:3,1:3",
+    }
+    for broker in (1, 2, 3):
+        assert seen_throttles[f"broker:{broker}"] == {
+            "leader.replication.throttled.rate": "400000",
+            "follower.replication.throttled.rate": "400000",
+        }
+    no_throttles(bootstrap, [1, 2, 3], ["orders"])
+    assert replicas_of(bootstrap, "orders") == {0: [3, 2], 1: [2, 3]}
+
+    produced = consume_all(bootstrap, "orders", len(load.acked))
+    assert len(produced) == len(set(produced)), "a record was duplicated"
+    assert load.acked <= set(produced), f"{len(load.acked - set(produced))} acknowledged records lost"
+
+    verify = reassign(cluster, "verify", "--reassignment-json-file", str(plan))
+    assert verify.returncode == 0, verify.stderr
+    assert verify.stdout.splitlines() == [
+        "Status of partition reassignment:",
+        "Reassignment of partition orders-0 is completed.",
+        "Reassignment of partition orders-1 is completed.",
+        "Clearing broker-level throttles on brokers 1,2,3",
+        "Clearing topic-level throttles on topic orders",
+    ]
+
+    # the rollback file is the assignment before the move, as a reassignment file
+    assert json.loads(rollback.read_text()) == {
+        "version": 1,
+        "partitions": [
+            {"topic": "orders", "partition": 0, "replicas": [1, 2], "log_dirs": ["any", "any"]},
+            {"topic": "orders", "partition": 1, "replicas": [2, 1], "log_dirs": ["any", "any"]},
+        ],
+    }
+    back = reassign(cluster, "execute", "--reassignment-json-file", str(rollback), "--no-wait",
+                    "--rollback-file", str(tmp_path / "second.json"))  # fmt: skip
+    assert back.returncode == 0, back.stderr
+    assert (
+        back.stdout.splitlines()[-1] == "Successfully started partition reassignments for orders-0,orders-1"
+    )
+    wait_for("the rollback", lambda: replicas_of(bootstrap, "orders") == {0: [1, 2], 1: [2, 1]}, 60, 0.3)
+    listed = wait_for(
+        "no reassignment listed",
+        lambda: (r := reassign(cluster, "list")).stdout == "No partition reassignments found.\n" and r,
+        30,
+        0.5,
+    )
+    assert listed.returncode == 0
+
+
+def test_cancel_all_midway_reverts_and_skips_the_down_broker(
+    cluster: LocalKraftCluster, tmp_path: Path
+) -> None:
+    bootstrap = cluster.bootstrap
+    controller = cluster_status(bootstrap).leader_id
+    receiver = max(b for b in (1, 2, 3) if b != controller)  # SIGSTOPped: not the active controller
+    source = min(b for b in (1, 2, 3) if b != receiver)
+    create_topic(bootstrap, "held", [[source]])
+    fill(bootstrap, "held", 1, 0.5)
+    plan = tmp_path / "plan.json"
+    plan.write_text(
+        json.dumps(
+            {"version": 1, "partitions": [{"topic": "held", "partition": 0, "replicas": [source, receiver]}]}
+        )
+    )
+
+    node = cluster[receiver]
+    assert node.process is not None
+    started = reassign(cluster, "execute", "--reassignment-json-file", str(plan), "--no-wait",
+                       "--throttle", "100000", "--rollback-file", str(tmp_path / "rollback.json"))  # fmt: skip
+    os.kill(node.process.pid, signal.SIGSTOP)  # the receiving broker copies no more: the move stays open
+    try:
+        assert started.returncode == 0, started.stderr
+        assert started.stdout.splitlines()[-3:] == [
+            "Warning: You must run --verify periodically, until the reassignment completes, to ensure the "
+            "throttle is removed.",
+            "The inter-broker throttle limit was set to 100000 B/s",
+            "Successfully started partition reassignment for held-0",
+        ]
+        listed = reassign(cluster, "list")
+        assert listed.stdout.splitlines() == [
+            "Current partition reassignments:",
+            f"held-0: replicas: {source},{receiver}. adding: {receiver}.",
+        ]
+        others = [b for b in (1, 2, 3) if b != receiver]
+        live_bootstrap = ",".join(cluster[b].bootstrap for b in others)
+        wait_for(f"broker {receiver} fenced", lambda: receiver not in live_brokers(live_bootstrap), 30, 0.3)
+
+        cancelled = reassign(cluster, "cancel", "--all", "-o", "json")
+        assert cancelled.returncode == 0, cancelled.stderr
+        first, cleared = events(cancelled.stdout)
+        assert first == {"event": "cancelled", "partitions": ["held-0"]}
+        assert cleared["event"] == "throttles_cleared"
+        assert cleared["skipped_brokers"] == [receiver] and receiver not in cleared["brokers"]
+        assert cleared["topics"] == ["held"]
+        assert reassign(cluster, "list").stdout == "No partition reassignments found.\n"
+        assert replicas_of(live_bootstrap, "held") == {0: [source]}
+        no_throttles(live_bootstrap, others, ["held"])
+    finally:
+        os.kill(node.process.pid, signal.SIGCONT)
+    wait_for(f"broker {receiver} back", lambda: receiver in live_brokers(bootstrap), 30, 0.3)
+    # the rate set on it before it stopped is still there; verify clears it now that it is up
+    assert (
+        throttles_set(bootstrap, [receiver], [])[f"broker:{receiver}"]["follower.replication.throttled.rate"]
+        == "100000"
+    )
+    verify = reassign(cluster, "verify", "--reassignment-json-file", str(plan))
+    assert verify.returncode == 0, verify.stderr
+    assert verify.stdout.splitlines()[:2] == [
+        "Status of partition reassignment:",
+        f"There is no active reassignment of partition held-0, but replica set is {source} rather than "
+        f"{source},{receiver}.",
+    ]
+    no_throttles(bootstrap, [1, 2, 3], ["held"])
