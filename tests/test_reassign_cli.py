@@ -356,3 +356,44 @@ def test_cancel_all_midway_reverts_and_skips_the_down_broker(
         f"{source},{receiver}.",
     ]
     no_throttles(bootstrap, [1, 2, 3], ["held"])
+
+
+def test_ctrl_c_cancels_the_running_moves_and_clears_the_throttles(
+    cluster: LocalKraftCluster, tmp_path: Path
+) -> None:
+    bootstrap = cluster.bootstrap
+    create_topic(bootstrap, "slow", [[1], [1]])
+    fill(bootstrap, "slow", 2, 0.5)
+    plan = tmp_path / "plan.json"
+    plan.write_text(
+        json.dumps(
+            {"version": 1, "partitions": [{"topic": "slow", "partition": p, "replicas": [2]} for p in (0, 1)]}
+        )
+    )
+    process = subprocess.Popen(
+        [*KCLI, "reassign", "execute", "--reassignment-json-file", str(plan), "--throttle", "50000",
+         "--max-moves-per-broker", "1", "--rollback-file", str(tmp_path / "rollback.json"), "--interval", "0.3",
+         "-o", "json", "-b", bootstrap],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=kcli_env(),
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        lines = []
+        for line in process.stdout:
+            lines.append(json.loads(line))
+            if lines[-1]["event"] == "progress":
+                os.kill(process.pid, signal.SIGINT)  # Ctrl-C
+                break
+        lines += [json.loads(line) for line in process.stdout]
+        assert process.wait(60) == 130
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.stderr is not None and "Traceback" not in process.stderr.read()
+    (stopped,) = [e for e in lines if e["event"] == "cancelled"]
+    assert stopped["reason"] == "interrupted"
+    assert len(stopped["partitions"]) == 1 and len(stopped["not_started"]) == 1  # one at a time: one waited
+    assert [e["event"] for e in lines][-1] == "throttles_cleared"
+    no_throttles(bootstrap, [1, 2, 3], ["slow"])
+    wait_for("the reverted move", lambda: replicas_of(bootstrap, "slow") == {0: [1], 1: [1]}, 30, 0.3)
+    assert reassign(cluster, "list").stdout == "No partition reassignments found.\n"
