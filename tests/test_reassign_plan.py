@@ -466,7 +466,7 @@ def test_progress_measure_and_eta() -> None:
     tp = T("t", 0)
     m = measure(tp, (3, 4), 1000, {3: 400, 4: 1200})
     assert (m.total, m.copied, m.remaining) == (2000, 1400, 600)  # a replica past the leader counts as done
-    tracker = Tracker.for_moves([(tp, (3,), 1000), (T("t", 1), (3,), 3000)], now=0.0, tau=10.0)
+    tracker = Tracker.for_moves([(tp, (3,), 1000), (T("t", 1), (3,), 3000)], now=0.0, window=10.0)
     first = tracker.observe(0.0, [measure(tp, (3,), 1000, {3: 0})], [])
     assert first.rate is None and first.eta is None and first.remaining == 4000
     second = tracker.observe(2.0, [measure(tp, (3,), 1000, {3: 200})], [])
@@ -479,14 +479,16 @@ def test_progress_measure_and_eta() -> None:
 
 
 def test_rate_is_smoothed() -> None:
-    """A steady 1 MB/s with one stalled poll: the estimate dips and recovers instead of jumping to 0."""
-    estimator = RateEstimator(tau=10.0)
+    """A steady 1 MB/s with one stalled poll: the estimate dips and recovers instead of jumping to 0; idle
+    polls before the copy begins do not count."""
+    estimator = RateEstimator(window=10.0)
+    assert estimator.update(-2.0, 0) is None and estimator.update(-1.0, 0) is None
     copied = 0
     rates = []
     for second in range(1, 31):
         copied += 0 if second == 15 else 1_000_000
         rates.append(estimator.update(float(second), copied))
-    assert rates[0] is None
+    assert rates[0] == pytest.approx(500_000)  # from the last idle poll: the copy began after it
     assert rates[13] == pytest.approx(1_000_000)
     assert 850_000 < rates[14] < 1_000_000
     assert rates[-1] == pytest.approx(1_000_000, rel=0.05)

@@ -6,21 +6,21 @@ once per adding replica. The leader keeps growing while producers write, so "tot
 every poll rather than fixed when the plan was made. Moves not started yet count with the size they
 had when planned; finished ones with what they had copied when they finished.
 
-The rate is an exponentially weighted average of the copied bytes per second between polls (time
-constant `tau`, 10 s), so a burst or a pause moves the ETA smoothly; ETA = remaining / rate. Pure: the
+The rate is the copied bytes per second over the last 10 s of polls (a window: a burst or a pause moves
+the ETA for a while, not for ever), counted from the first byte copied; ETA = remaining / rate. Pure: the
 caller brings the clock and the measurements.
 """
 
 from __future__ import annotations
 
-import math
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ops.reassign.assignment import TopicPartition
 
-DEFAULT_TAU = 10.0
+DEFAULT_WINDOW = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,27 +118,28 @@ class Snapshot:
 
 @dataclass
 class RateEstimator:
-    """Bytes per second, smoothed exponentially over `tau` seconds of polls."""
+    """Bytes per second over the last `window` seconds of polls (shorter at the start).
 
-    tau: float = DEFAULT_TAU
+    Polls before the first byte is copied do not count (the brokers' start-up is no part of the copy
+    rate), so the first estimate is the copy's own rate; a stall later on does count, and shows.
+    """
+
+    window: float = DEFAULT_WINDOW
     rate: float | None = None
-    _last: tuple[float, int] | None = field(default=None, repr=False)
+    _samples: deque[tuple[float, int]] = field(default_factory=deque, repr=False)
 
     def update(self, now: float, copied: int) -> float | None:
-        if self._last is None:
-            self._last = (now, copied)
+        samples = self._samples
+        if samples and now <= samples[-1][0]:
             return self.rate
-        then, before = self._last
-        dt = now - then
-        if dt <= 0:
-            return self.rate
-        instant = max(copied - before, 0) / dt
-        self._last = (now, copied)
-        if self.rate is None:
-            self.rate = instant
-        else:
-            alpha = 1.0 - math.exp(-dt / self.tau)
-            self.rate = alpha * instant + (1.0 - alpha) * self.rate
+        if len(samples) == 1 and copied == samples[0][1]:
+            samples.clear()  # nothing copied yet: start the window here
+        samples.append((now, copied))
+        while len(samples) > 2 and samples[1][0] <= now - self.window:
+            samples.popleft()
+        if len(samples) >= 2:
+            (then, before), (_, after) = samples[0], samples[-1]
+            self.rate = max(after - before, 0) / (now - then)
         return self.rate
 
 
@@ -152,11 +153,14 @@ class Tracker:
 
     @classmethod
     def for_moves(
-        cls, moves: Iterable[tuple[TopicPartition, Iterable[int], int]], now: float, tau: float = DEFAULT_TAU
+        cls,
+        moves: Iterable[tuple[TopicPartition, Iterable[int], int]],
+        now: float,
+        window: float = DEFAULT_WINDOW,
     ) -> Tracker:
         """`moves`: (partition, adding replicas, size when planned)."""
         planned = {tp: MoveProgress(tp, tuple(adding), size, 0, "pending") for tp, adding, size in moves}
-        return cls(planned, now, RateEstimator(tau))
+        return cls(planned, now, RateEstimator(window))
 
     def observe(
         self, now: float, running: Iterable[MoveProgress], done: Iterable[TopicPartition]
