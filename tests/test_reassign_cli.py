@@ -29,6 +29,8 @@ from conftest import KCLI, kcli_env
 from test_cluster import SESSION, LocalKraftCluster, cluster_status, wait_for
 from test_replication_cluster import create_topic
 
+from kcli.client import ClientError
+
 pytestmark = pytest.mark.timeout(240)
 
 THROTTLES = {
@@ -235,7 +237,12 @@ def test_decommission_under_load_throttled_then_verify_and_rollback(
     assert kinds[:4] == ["current", "rollback_file", "throttle_set", "started"]
     started = [e["partitions"] for e in lines if e["event"] == "started"]
     assert sorted(started) == [["orders-0"], ["orders-1"]]  # one move at a time: broker 3 takes both
-    assert kinds.index("started") < kinds.index("progress") < kinds.index("throttles_cleared")
+    assert (
+        kinds.index("started")
+        < kinds.index("progress")
+        < kinds.index("status")
+        < kinds.index("throttles_cleared")
+    )
     (status,) = [e for e in lines if e["event"] == "status"]
     assert all(p["completed"] for p in status["partitions"])
     progress = [e for e in lines if e["event"] == "progress"]
@@ -326,6 +333,12 @@ def test_cancel_all_midway_reverts_and_skips_the_down_broker(
             "Current partition reassignments:",
             f"held-0: replicas: {source},{receiver}. adding: {receiver}.",
         ]
+        again = reassign(cluster, "execute", "--reassignment-json-file", str(plan), "--no-wait")
+        assert again.returncode != 0 and again.stderr.splitlines() == [
+            "kcli: Cannot execute because there is an existing partition assignment.  Use --additional to override "
+            "this and create a new partition assignment in addition to the existing one. The --additional flag can "
+            "also be used to change the throttle by resubmitting the current reassignment."
+        ]
         others = [b for b in (1, 2, 3) if b != receiver]
         live_bootstrap = ",".join(cluster[b].bootstrap for b in others)
         wait_for(f"broker {receiver} fenced", lambda: receiver not in live_brokers(live_bootstrap), 30, 0.3)
@@ -343,11 +356,16 @@ def test_cancel_all_midway_reverts_and_skips_the_down_broker(
     finally:
         os.kill(node.process.pid, signal.SIGCONT)
     wait_for(f"broker {receiver} back", lambda: receiver in live_brokers(bootstrap), 30, 0.3)
+
     # the rate set on it before it stopped is still there; verify clears it now that it is up
-    assert (
-        throttles_set(bootstrap, [receiver], [])[f"broker:{receiver}"]["follower.replication.throttled.rate"]
-        == "100000"
-    )
+    def rate_on_receiver() -> str | None:
+        try:
+            found = throttles_set(bootstrap, [receiver], [])
+        except ClientError:  # the broker answering Metadata may not list it again yet
+            return None
+        return found.get(f"broker:{receiver}", {}).get("follower.replication.throttled.rate")
+
+    assert wait_for(f"broker {receiver} in every broker's metadata", rate_on_receiver, 15, 0.3) == "100000"
     verify = reassign(cluster, "verify", "--reassignment-json-file", str(plan))
     assert verify.returncode == 0, verify.stderr
     assert verify.stdout.splitlines()[:2] == [
@@ -392,8 +410,61 @@ def test_ctrl_c_cancels_the_running_moves_and_clears_the_throttles(
     assert process.stderr is not None and "Traceback" not in process.stderr.read()
     (stopped,) = [e for e in lines if e["event"] == "cancelled"]
     assert stopped["reason"] == "interrupted"
-    assert len(stopped["partitions"]) == 1 and len(stopped["not_started"]) == 1  # one at a time: one waited
     assert [e["event"] for e in lines][-1] == "throttles_cleared"
+    assert "status" not in [e["event"] for e in lines]
+    # one move at a time: at the first poll one runs and the other waits (unless the first was already done)
+    started = {p for e in lines if e["event"] == "started" for p in e["partitions"]}
+    assert stopped["not_started"] or stopped["partitions"]
+    assert set(stopped["not_started"]).isdisjoint(started) and set(stopped["partitions"]) <= started
     no_throttles(bootstrap, [1, 2, 3], ["slow"])
-    wait_for("the reverted move", lambda: replicas_of(bootstrap, "slow") == {0: [1], 1: [1]}, 30, 0.3)
+    finished = started - set(stopped["partitions"])  # done before the Ctrl-C
+    expected = {p: [2] if f"slow-{p}" in finished else [1] for p in (0, 1)}
+    wait_for("the reverted move", lambda: replicas_of(bootstrap, "slow") == expected, 30, 0.3)
     assert reassign(cluster, "list").stdout == "No partition reassignments found.\n"
+
+
+def test_generate_kafkas_way_and_refusals(cluster: LocalKraftCluster, tmp_path: Path) -> None:
+    """generate over --broker-list as Kafka's tool (both blocks, every partition, only listed brokers, the
+    first replicas round-robin); the checks before anything is sent, each one sentence."""
+    bootstrap = cluster.bootstrap
+    create_topic(bootstrap, "gen", [[1, 2], [2, 3], [3, 1], [1, 3]])
+    topics = tmp_path / "topics.json"
+    topics.write_text('{"topics":[{"topic":"gen"}],"version":1}')
+    result = reassign(cluster, "generate", "--topics-to-move-json-file", str(topics), "--broker-list", "1,2")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "Current partition replica assignment"
+    assert json.loads(lines[1])["partitions"] == [
+        {"topic": "gen", "partition": p, "replicas": r, "log_dirs": ["any", "any"]}
+        for p, r in enumerate([[1, 2], [2, 3], [3, 1], [1, 3]])
+    ]
+    assert lines[2:4] == ["", "Proposed partition reassignment configuration"]
+    proposed = [p["replicas"] for p in json.loads(lines[4])["partitions"]]
+    assert len(lines) == 5 and len(proposed) == 4
+    assert all(sorted(r) == [1, 2] for r in proposed)
+    assert [r[0] for r in proposed] in ([1, 2, 1, 2], [2, 1, 2, 1])
+
+    def refused(*args: str) -> str:
+        result = reassign(cluster, *args)
+        assert result.returncode != 0 and result.stdout == "", result.stdout
+        (line,) = result.stderr.splitlines()
+        return line
+
+    topics.write_text('{"topics":[{"topic":"gen"},{"topic":"quux"}],"version":1}')
+    assert refused("generate", "--topics-to-move-json-file", str(topics), "--broker-list", "1,2") == (
+        "kcli: Topic quux not found."
+    )
+    topics.write_text('{"topics":[{"topic":"gen"}]}')
+    assert refused("generate", "--topics-to-move-json-file", str(topics), "--broker-list", "1") == (
+        "kcli: Replication factor: 2 larger than available brokers: 1."
+    )
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"version":1,"partitions":[{"topic":"gen","partition":0,"replicas":[1,4]}]}')
+    assert refused("execute", "--reassignment-json-file", str(plan)) == "kcli: Unknown broker id 4."
+    plan.write_text('{"version":1,"partitions":[{"topic":"gen","partition":9,"replicas":[1,2]}]}')
+    assert (
+        refused("execute", "--reassignment-json-file", str(plan)) == "kcli: Unable to find partition: gen-9."
+    )
+    assert not list(tmp_path.glob("reassign-rollback-*.json")) and not list(
+        Path.cwd().glob("reassign-rollback-*")
+    )

@@ -348,7 +348,9 @@ class _Renderer:
 
 
 def _progress_table(snapshot: Snapshot) -> Any:
+    from rich.console import Group
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(box=None, pad_edge=False)
     for column in ("PARTITION", "ADDING", "COPIED", "REMAINING", "DONE"):
@@ -366,12 +368,12 @@ def _progress_table(snapshot: Snapshot) -> Any:
         )
     rate = "-" if snapshot.rate is None else f"{_bytes(int(snapshot.rate))}/s"
     eta = "-" if snapshot.eta is None else _duration(snapshot.eta)
-    table.caption = (
+    summary = (
         f"{snapshot.count('done')} done, {snapshot.count('running')} running, {snapshot.count('pending')} waiting; "
         f"{_bytes(snapshot.copied)} of {_bytes(snapshot.total)} copied, {_bytes(snapshot.remaining)} to go, "
         f"{rate}, ETA {eta}"
     )
-    return table
+    return Group(table, Text(summary, style="bold"))
 
 
 def _bytes(n: int) -> str:

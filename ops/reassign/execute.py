@@ -42,6 +42,7 @@ from ops.reassign.throttle import clear_throttles, set_log_dir_throttle, set_rep
 
 Emit = Callable[[dict[str, Any]], None]
 DEFAULT_POLL_INTERVAL = 1.0
+FINAL_STATE_WAIT = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,23 +144,43 @@ async def execute(
     runner = _Runner(cluster, moves, options, emit, outcome)
     try:
         await runner.run()
+        states = await _final_states(
+            cluster, {tp: t for tp, t in proposed.items() if tp not in outcome.refused}
+        )
+        outcome.completed = sorted(tp for tp, s in states.items() if s.completed)
+        emit({"event": "status", "text": report.states(states), "partitions": _state_json(states)})
     except BaseException as exc:  # Ctrl-C (the task is cancelled), a timeout or a failure: stop cleanly
         await asyncio.shield(runner.stop(_why(exc)))
         raise
     finally:
         if options.throttle >= 0 or options.log_dir_throttle >= 0:
             await asyncio.shield(_clear(cluster, throttled_brokers, {tp.topic for tp in proposed}, emit))
-    final = await cluster_state(cluster, {tp.topic for tp in proposed})
-    states = {
-        tp: report.PartitionReassignmentState(final.replicas.get(tp, ()), tuple(target), True)
-        for tp, target in proposed.items()
-        if tp not in outcome.refused
-    }
-    outcome.completed = sorted(tp for tp, s in states.items() if s.completed)
-    emit({"event": "status", "text": report.states(states), "partitions": _state_json(states)})
     if outcome.refused:
         raise ReassignError(_refusal("Error reassigning partition(s)", outcome.refused))
+    astray = sorted(set(proposed) - set(outcome.completed))
+    if astray:
+        raise ReassignError(
+            f"partition{'s' if len(astray) > 1 else ''} {', '.join(map(str, astray))} did not end on the target "
+            "replicas (cancelled or changed by someone else?)."
+        )
     return outcome
+
+
+async def _final_states(
+    cluster: Cluster, targets: Mapping[TopicPartition, Iterable[int]], settle: float = FINAL_STATE_WAIT
+) -> dict[TopicPartition, report.PartitionReassignmentState]:
+    """Each finished partition's replicas against its target, from Metadata; a broker's metadata may lag the
+    controller's a moment, so this asks again (for up to `settle` seconds) while some do not match yet."""
+    deadline = time.monotonic() + settle
+    while True:
+        final = await cluster_state(cluster, {tp.topic for tp in targets})
+        states = {
+            tp: report.PartitionReassignmentState(final.replicas.get(tp, ()), tuple(target), True)
+            for tp, target in targets.items()
+        }
+        if all(s.completed for s in states.values()) or time.monotonic() > deadline:
+            return states
+        await asyncio.sleep(0.2)
 
 
 class WaitTimeout(ReassignError):
