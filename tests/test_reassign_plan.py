@@ -26,6 +26,7 @@ from ops.reassign.assignment import (
     replica_order,
 )
 from ops.reassign.batches import PlannedMove, next_batch, order
+from ops.reassign.log_dirs import LogDirMoveState, move_states_text
 from ops.reassign.moves import (
     OngoingReassignment,
     PartitionMove,
@@ -326,6 +327,32 @@ def test_ongoing_lines() -> None:
         "foo-0: replicas: 0,1,2,4. adding: 4.",
         "foo-1: replicas: 1,2,3,4,5. adding: 4,5. removing: 1,2.",
     ]
+
+
+def test_replica_move_lines() -> None:
+    """ReassignPartitionsUnitTest.testReplicaMoveStatesToString."""
+    R = TopicPartitionReplica
+    states = {
+        R("bar", 0, 0): LogDirMoveState("completed", "/tmp/kafka-logs0", "/tmp/kafka-logs0"),
+        R("foo", 0, 0): LogDirMoveState("active", "/tmp/kafka-logs1", "/tmp/kafka-logs0", "/tmp/kafka-logs1"),
+        R("foo", 1, 0): LogDirMoveState("cancelled", "/tmp/kafka-logs1", "/tmp/kafka-logs0"),
+        R("quux", 0, 0): LogDirMoveState("missing_replica", "/tmp/kafka-logs1"),
+        R("quux", 1, 1): LogDirMoveState(
+            "active", "/tmp/kafka-logs1", "/tmp/kafka-logs0", "/tmp/kafka-logs2"
+        ),
+        R("quux", 2, 1): LogDirMoveState("missing_log_dir", "/tmp/kafka-logs1"),
+    }
+    assert move_states_text(states).splitlines() == [
+        "Reassignment of replica bar-0-0 completed successfully.",
+        "Reassignment of replica foo-0-0 is still in progress.",
+        "Partition foo-1 on broker 0 is not being moved from log dir /tmp/kafka-logs0 to /tmp/kafka-logs1.",
+        "Partition quux-0 cannot be found in any live log directory on broker 0.",
+        "Partition quux-1 on broker 1 is being moved to log dir /tmp/kafka-logs2 instead of /tmp/kafka-logs1.",
+        "Partition quux-2 is not found in any live log dir on broker 1. "
+        "There is likely an offline log directory on the broker.",
+    ]
+    assert move_states_text({}) == ""
+    assert [s.done for s in states.values()] == [True, False, True, False, False, False]
 
 
 # --- moves and throttles ---------------------------------------------------------------------------

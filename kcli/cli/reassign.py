@@ -33,6 +33,13 @@ REASSIGNMENT_FILE = typer.Option(
     help='A reassignment: {"version":1,"partitions":[{"topic":..,"partition":..,"replicas":[..]}]}.',
     show_default=False,
 )
+LOG_DIR_TIMEOUT = typer.Option(
+    10000,
+    "--timeout",
+    metavar="MS",
+    min=0,
+    help="How long moves of replicas between log dirs (the file's log_dirs) may take to start.",
+)
 PRESERVE_THROTTLES = typer.Option(
     False, "--preserve-throttles", help="Leave the broker and topic throttle configs as they are."
 )
@@ -186,6 +193,7 @@ def execute(
         help="Moves a broker takes part in at once (as the one copying or the leader serving); the rest wait.",
     ),
     interval: float = typer.Option(1.0, "--interval", min=0.1, help="Seconds between progress polls."),
+    timeout: int = LOG_DIR_TIMEOUT,
     output: Output = OUTPUT,
 ) -> None:
     """Start the reassignment of --reassignment-json-file and, unless --no-wait, see it through: batches
@@ -208,6 +216,7 @@ def execute(
         wait=not no_wait,
         max_moves_per_broker=max_moves_per_broker,
         poll_interval=interval,
+        log_dir_timeout_ms=timeout,
     )
     renderer = _Renderer(output)
     try:
@@ -248,6 +257,7 @@ def cancel(
     ),
     all_: bool = typer.Option(False, "--all", help="Cancel every ongoing reassignment (no file needed)."),
     preserve_throttles: bool = PRESERVE_THROTTLES,
+    timeout: int = LOG_DIR_TIMEOUT,
     output: Output = OUTPUT,
 ) -> None:
     """Cancel reassignments (the controller reverts each partition to its original replicas) and clear the
@@ -260,7 +270,8 @@ def cancel(
     data = parse_reassignment(_read(reassignment_file)) if reassignment_file is not None else None
     renderer = _Renderer(output)
     run_on_cluster(
-        bootstrap, lambda c: run(c, data, preserve_throttles=preserve_throttles, emit=renderer.emit)
+        bootstrap,
+        lambda c: run(c, data, preserve_throttles=preserve_throttles, emit=renderer.emit, timeout_ms=timeout),
     )
 
 

@@ -27,8 +27,20 @@ from typing import Any
 from kcli.cluster import Cluster
 from kcli.files import write_atomically
 from ops.reassign import report
-from ops.reassign.assignment import ReassignError, ReassignmentData, TopicPartition, format_reassignment
+from ops.reassign.assignment import (
+    ReassignError,
+    ReassignmentData,
+    TopicPartition,
+    TopicPartitionReplica,
+    format_reassignment,
+)
 from ops.reassign.batches import DEFAULT_MAX_MOVES_PER_BROKER, PlannedMove, next_batch, planned_moves
+from ops.reassign.log_dirs import (
+    DEFAULT_TIMEOUT_MS,
+    announce_started,
+    execute_moves,
+    log_dir_move_states,
+)
 from ops.reassign.moves import proposed_move_map, reassigning_brokers
 from ops.reassign.progress import MoveProgress, Snapshot, Tracker, measure
 from ops.reassign.state import (
@@ -57,6 +69,8 @@ class ExecuteOptions:
     poll_interval: float = DEFAULT_POLL_INTERVAL
     timeout: float | None = None
     """Give up waiting (cancelling what runs, clearing throttles) after this many seconds; None: never."""
+    log_dir_timeout_ms: int = DEFAULT_TIMEOUT_MS
+    """Kafka's --timeout: how long log dir moves may take to start."""
 
 
 @dataclass
@@ -71,10 +85,6 @@ class ExecuteResult:
 async def execute(
     cluster: Cluster, data: ReassignmentData, options: ExecuteOptions, emit: Emit
 ) -> ExecuteResult:
-    if data.log_dirs:
-        raise ReassignError(
-            'moving replicas to particular log dirs is not supported yet: give "any" as every log dir.'
-        )
     if options.max_moves_per_broker < 1:
         raise ReassignError("--max-moves-per-broker must be at least 1.")
     proposed = data.targets()
@@ -136,6 +146,8 @@ async def execute(
             raise ReassignError(_refusal("Error reassigning partition(s)", refused))
         outcome.started = sorted(proposed)
         emit({"event": "started", "text": report.started(proposed), "partitions": _names(proposed)})
+        if data.log_dirs:
+            await execute_moves(cluster, data.log_dirs, options.log_dir_timeout_ms, announce_started(emit))
         return outcome
 
     per_broker = await replica_sizes(cluster, live, proposed)
@@ -164,6 +176,22 @@ async def execute(
             "replicas (cancelled or changed by someone else?)."
         )
     return outcome
+
+
+async def _wait_log_dir_moves(
+    cluster: Cluster,
+    moves: Mapping[TopicPartitionReplica, str],
+    options: ExecuteOptions,
+    deadline: float | None,
+) -> bool:
+    """Poll until no move between log dirs is active (the others do not change by themselves)."""
+    while True:
+        states = await log_dir_move_states(cluster, moves)
+        if not any(s.kind == "active" for s in states.values()):
+            return True
+        if deadline is not None and time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(options.poll_interval)
 
 
 async def _final_states(

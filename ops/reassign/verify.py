@@ -5,6 +5,9 @@ ListPartitionReassignments lists it, else completed when its replicas are the ta
 reassignment ... but replica set is ...". Once no reassignment at all runs in the cluster, the throttles
 are cleared (on every live broker and every topic of the file) unless --preserve-throttles.
 
+Moves between log dirs (the file's "log_dirs") are verified from DescribeLogDirs and cancelled by moving
+the replica back to its current dir (log_dirs.py).
+
 cancel (cancelAssignment): AlterPartitionReassignments with no replicas for each partition of the file
 (or, with `--all`, each one listed) that is adding or removing replicas; the controller reverts it to its
 original replicas. Kafka's Java port cancels only partitions with no adding replicas or some removing
@@ -21,8 +24,22 @@ from typing import Any
 
 from kcli.cluster import Cluster
 from ops.reassign import report
-from ops.reassign.assignment import ReassignError, ReassignmentData, TopicPartition
+from ops.reassign.assignment import (
+    ReassignError,
+    ReassignmentData,
+    TopicPartition,
+    TopicPartitionReplica,
+    replica_order,
+)
 from ops.reassign.execute import Emit
+from ops.reassign.log_dirs import (
+    DEFAULT_TIMEOUT_MS,
+    LogDirMoveState,
+    announce_started,
+    execute_moves,
+    log_dir_move_states,
+    status_event,
+)
 from ops.reassign.moves import OngoingReassignment
 from ops.reassign.state import alter_reassignments, cluster_state, list_reassignments
 from ops.reassign.throttle import clear_throttles
@@ -33,6 +50,7 @@ class VerifyResult:
     states: dict[TopicPartition, report.PartitionReassignmentState]
     any_ongoing: bool
     """Some reassignment (of this file or not) still runs in the cluster."""
+    log_dir_moves: dict[TopicPartitionReplica, LogDirMoveState] = field(default_factory=dict)
 
 
 @dataclass
@@ -40,12 +58,13 @@ class CancelResult:
     cancelled: list[TopicPartition] = field(default_factory=list)
     kept: dict[TopicPartition, tuple[int, ...]] = field(default_factory=dict)
     """Partitions not cancelled because their original replicas are all down -> those replicas."""
+    log_dir_moves: list[TopicPartitionReplica] = field(default_factory=list)
+    """Moves between log dirs cancelled (moved back to the current dir)."""
 
 
 async def verify(
     cluster: Cluster, data: ReassignmentData, *, preserve_throttles: bool, emit: Emit
 ) -> VerifyResult:
-    _refuse_log_dirs(data)
     ongoing = await list_reassignments(cluster)
     targets = data.partitions
     state = await cluster_state(cluster, {tp.topic for tp, _ in targets})
@@ -72,18 +91,25 @@ async def verify(
             ],
         }
     )
-    if not ongoing and not preserve_throttles:
+    move_states = await log_dir_move_states(cluster, data.log_dirs)
+    emit(status_event(move_states))
+    moves_ongoing = not all(s.done for s in move_states.values())
+    if not ongoing and not moves_ongoing and not preserve_throttles:
         brokers = set(state.brokers) | {b for _, replicas in targets for b in replicas}
         await _clear(cluster, brokers, {tp.topic for tp, _ in targets}, set(state.brokers), emit)
-    return VerifyResult(states, bool(ongoing))
+    return VerifyResult(states, bool(ongoing), move_states)
 
 
 async def cancel(
-    cluster: Cluster, data: ReassignmentData | None, *, preserve_throttles: bool, emit: Emit
+    cluster: Cluster,
+    data: ReassignmentData | None,
+    *,
+    preserve_throttles: bool,
+    emit: Emit,
+    timeout_ms: int = DEFAULT_TIMEOUT_MS,
 ) -> CancelResult:
     """Cancel the reassignments of `data`'s partitions, or every ongoing one when `data` is None."""
     if data is not None:
-        _refuse_log_dirs(data)
         ongoing = await list_reassignments(cluster, {tp for tp, _ in data.partitions})
     else:
         ongoing = await list_reassignments(cluster)
@@ -118,6 +144,19 @@ async def cancel(
                 "partitions": {str(tp): list(r) for tp, r in result.kept.items()},
             }
         )
+    move_states = await log_dir_move_states(cluster, data.log_dirs if data is not None else {})
+    back = {r: s.current for r, s in move_states.items() if s.kind == "active" and s.current is not None}
+    if back:
+        await execute_moves(cluster, back, timeout_ms, announce_started(emit))
+        result.log_dir_moves = sorted(back, key=replica_order)
+    else:
+        emit(
+            {
+                "event": "log_dir_moves_cancelled",
+                "text": "None of the specified partition moves are active.",
+                "replicas": [],
+            }
+        )
     if not preserve_throttles:
         if data is not None:
             topics = {tp.topic for tp, _ in data.partitions}
@@ -147,10 +186,3 @@ async def _clear(cluster: Cluster, brokers: set[int], topics: set[str], live: se
         "topics": list(result.topics),
     }
     emit(event)
-
-
-def _refuse_log_dirs(data: ReassignmentData) -> None:
-    if data.log_dirs:
-        raise ReassignError(
-            'moving replicas to particular log dirs is not supported yet: give "any" as every log dir.'
-        )
