@@ -7,6 +7,9 @@ One cluster for the module (the tests use their own topics):
    rollback file written before anything was sent puts the replicas back.
 2. cancel --all mid-way, without the file: a move held by a SIGSTOPped receiving broker is reverted, the
    throttle is not touched on the broker that is down and is cleared there by verify once it is back.
+3. Ctrl-C during execute: the running move is cancelled, the waiting one never sent, throttles cleared.
+4. generate as Kafka's tool, and the refusals before anything is sent.
+5. (a broker of its own with two log dirs) a replica moved between log dirs, followed by verify.
 """
 
 from __future__ import annotations
@@ -470,3 +473,68 @@ def test_generate_kafkas_way_and_refusals(cluster: LocalKraftCluster, tmp_path: 
     assert not list(tmp_path.glob("reassign-rollback-*.json")) and not list(
         Path.cwd().glob("reassign-rollback-*")
     )
+
+
+def test_replica_moved_between_log_dirs(broker_factory, tmp_path: Path) -> None:
+    """A file whose log_dirs name a dir: the move between the broker's two log dirs is started after the
+    reassignment (Kafka's lines), verify follows it, and once it is done clears the dir throttle."""
+    dirs = [tmp_path / "dir-a", tmp_path / "dir-b"]
+    broker = broker_factory(data_dir=dirs[0], overrides=[f"log.dirs={dirs[0]},{dirs[1]}", "num.partitions=1"])
+    bootstrap = broker.bootstrap
+    create_topic(bootstrap, "ld", [[1]])
+    fill(bootstrap, "ld", 1, 0.5)
+    here = next(d for d in dirs if (d / "ld-0").is_dir())
+    there = next(d for d in dirs if d != here)
+    plan = tmp_path / "plan.json"
+    plan.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "partitions": [{"topic": "ld", "partition": 0, "replicas": [1], "log_dirs": [str(there)]}],
+            }
+        )
+    )
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [*KCLI, "reassign", *args, "-b", bootstrap],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=kcli_env(),
+        )
+        assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+        return result
+
+    started = run("execute", "--reassignment-json-file", str(plan), "--no-wait",
+                  "--replica-alter-log-dirs-throttle", "300000", "--rollback-file", str(tmp_path / "rollback.json"))  # fmt: skip
+    assert started.stdout.splitlines()[-3:] == [
+        "The replica-alter-dir throttle limit was set to 300000 B/s",
+        "Successfully started partition reassignment for ld-0",
+        f"Successfully started moving log directory to {there} for replica ld-0 with broker 1 ",
+    ]
+    assert throttles_set(bootstrap, [1], []) == {
+        "broker:1": {"replica.alter.log.dirs.io.max.bytes.per.second": "300000"}
+    }
+    during = run("verify", "--reassignment-json-file", str(plan)).stdout.splitlines()
+    assert during[:2] == ["Status of partition reassignment:", "Reassignment of partition ld-0 is completed."]
+    if (
+        during[2] == "Reassignment of replica ld-0-1 is still in progress."
+    ):  # the copy takes ~2 s at the throttle
+        assert len(during) == 3  # nothing cleared while a move runs
+    done = wait_for(
+        "the log dir move",
+        lambda: (
+            (lines := run("verify", "--reassignment-json-file", str(plan)).stdout.splitlines())[2:3]
+            == ["Reassignment of replica ld-0-1 completed successfully."]
+            and lines
+        ),
+        30,
+        0.5,
+    )
+    assert done[3:] == [
+        "Clearing broker-level throttles on broker 1",
+        "Clearing topic-level throttles on topic ld",
+    ]
+    assert (there / "ld-0").is_dir() and not (here / "ld-0").exists()
+    no_throttles(bootstrap, [1], ["ld"])
