@@ -49,6 +49,8 @@ def fetch_request() -> object:
 @pytest.mark.parametrize("pieces", [[1], [3, 5, 7], [4096], [RECEIVE_BUFFER_BYTES - 3], [1 << 22]])
 def test_responses_cut_anywhere_arrive_whole_and_in_order(pieces: list[int]) -> None:
     sizes = [0, 10, RECEIVE_BUFFER_BYTES - 40, RECEIVE_BUFFER_BYTES + 1, 3 << 20, 7]
+    if max(pieces) < 64:
+        sizes.remove(3 << 20)  # byte-sized cuts of 3 MiB take seconds and prove no more than of 256 KiB
     payloads = [bytes((i * 7 + k) % 251 for k in range(n)) for i, n in enumerate(sizes)]
 
     async def run() -> list[bytes]:

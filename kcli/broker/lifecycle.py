@@ -270,7 +270,9 @@ class BrokerLifecycleManager:
             )
 
     async def controlled_shutdown(self, timeout: float) -> None:
-        """WantShutDown until the controller says ShouldShutDown (it fences this broker first)."""
+        """WantShutDown until the controller says ShouldShutDown (it fences this broker first). Once."""
+        if self._shutting_down:
+            return
         self._shutting_down = True
         if self._task is not None:
             self._task.cancel()

@@ -54,8 +54,11 @@ CREATE_TOPICS = 19
 log = logging.getLogger("kcli.broker")
 
 PERIODIC_TICK_SECONDS = 0.5
-SHUTDOWN_STEP_SECONDS = 5.0
 """How often retention, flush.ms, deferred deletes and checkpoints are considered (each keeps its own interval)."""
+SHUTDOWN_STEP_SECONDS = 5.0
+CONTROLLED_SHUTDOWN_SECONDS = 5.0
+"""How long the controller may take to approve the controlled shutdown before the node stops anyway
+(BrokerServer.shutdown logs "Timed out waiting for the controller to approve controlled shutdown")."""
 
 
 class Node:
@@ -181,9 +184,16 @@ class Node:
             except OSError as e:  # a full disk must not kill the loop; Kafka marks the dir offline
                 log.error("periodic log maintenance failed: %s", e)
 
+    async def controlled_shutdown(self) -> None:
+        """Move this broker's leaderships away while it still serves clients (BrokerServer.shutdown's
+        first step): producers and consumers are told NOT_LEADER_OR_FOLLOWER and follow the new
+        leaders instead of finding a closed socket and a partition still led here."""
+        await self.lifecycle.controlled_shutdown(timeout=CONTROLLED_SHUTDOWN_SECONDS)
+
     async def shutdown(self) -> None:
-        """Controlled shutdown, leave the quorum, close the metadata log, then flush and close every log."""
-        await self.lifecycle.controlled_shutdown(timeout=5.0)
+        """Controlled shutdown (unless done already), leave the quorum, close the metadata log, then
+        flush and close every log."""
+        await self.controlled_shutdown()
         for task in self._tasks:
             task.cancel()
         await bounded("the node's tasks", asyncio.gather(*self._tasks, return_exceptions=True))

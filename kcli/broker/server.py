@@ -240,8 +240,9 @@ class Broker:
         await self._stop_requested.wait()
 
     async def shutdown(self, grace: float = SHUTDOWN_GRACE_SECONDS) -> None:
-        """Stop accepting clients, let in-flight requests finish and answer, close their connections;
-        then stop the node, and only then the controller listener.
+        """Controlled shutdown first (leaderships move while clients are still served), then stop
+        accepting clients, let in-flight requests finish and answer, close their connections; then
+        stop the node, and only then the controller listener.
 
         As in Kafka's combined mode, the controller keeps serving the quorum (Fetch, Vote, heartbeats)
         while this node's broker goes through its controlled shutdown: when this node leads the
@@ -251,6 +252,8 @@ class Broker:
             return
         self._stopping = True
         log.info("shutting down: %d connection(s) open", len(self._connections))
+        if isinstance(self.node, Node):
+            await self.node.controlled_shutdown()
         if self._server is not None:
             self._server.close()
         if self._sweeper is not None:

@@ -17,6 +17,7 @@ def register() -> None:
         cluster,
         configs,
         dump,
+        elect,
         groups,
         reassign,
         recover,

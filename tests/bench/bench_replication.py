@@ -11,9 +11,11 @@
 2. acks=all produce latency at --rate records/s for --seconds at replication factor 3: p50, p99, max,
    from send to delivery report.
 3. Leader failover, while a producer sends 1000 records/s with acks=all: after kill -9 of the
-   partition's leader, the time until a record is acknowledged again (by the new leader); after
-   SIGTERM (controlled shutdown moves the leadership first), the longest gap between acknowledgements
-   and the number of produce errors. The node is restarted and back in the ISR before the next one.
+   partition's leader and after SIGTERM (controlled shutdown moves the leadership first), the longest
+   gap between acknowledgements from a second before the signal until a record sent after it is
+   acknowledged, and SIGTERM's produce errors. A kill -9 that also takes the active controller is
+   reported apart: the new controller restarts every broker's session, so fencing the dead leader
+   takes an election plus a session timeout. The node is restarted and back in the ISR before the next one.
    Median and max over --failovers of each.
 
 Benchmarks print figures; nothing here is a timed assert. Loopback only; every process it starts is
@@ -23,6 +25,7 @@ stopped by PID.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import signal
 import statistics
@@ -37,6 +40,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from bench_cluster import Nodes as ClusterNodes  # noqa: E402
+from bench_cluster import quorum_leader  # noqa: E402
 
 SESSION_TIMEOUT_MS = 9000  # Kafka's broker.session.timeout.ms
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -182,6 +186,7 @@ class SteadyProducer:
         self.topic = topic
         self.acks: list[float] = []
         self.errors: list[str] = []
+        self.last_sent_acked = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -195,25 +200,51 @@ class SteadyProducer:
             if due > now:
                 self.p.poll(due - now)
                 continue
-            self.p.produce(self.topic, value=b"x" * 100, partition=0, on_delivery=self._done)
+            sent = time.monotonic()
+            self.p.produce(
+                self.topic,
+                value=b"x" * 100,
+                partition=0,
+                on_delivery=lambda err, msg, sent=sent: self._done(err, sent),
+            )
             n += 1
             self.p.poll(0)
         self.p.flush(60)
 
-    def _done(self, err: Any, _msg: Any) -> None:
+    def _done(self, err: Any, sent: float) -> None:
         if err is None:
-            self.acks.append(time.monotonic())
+            now = time.monotonic()
+            self.acks.append(now)
+            self.last_sent_acked = max(self.last_sent_acked, sent)
         else:
             self.errors.append(err.name())
+
+    def wait_resumed(self, after: float, timeout: float = 60.0) -> bool:
+        """Until a record sent after `after` is acknowledged: only the new leader can have done that (an
+        acknowledgement of an older record may be the old leader's answer arriving late)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.last_sent_acked > after:
+                return True
+            time.sleep(0.01)
+        return False
+
+    def longest_gap(self, since: float) -> float:
+        window = [t for t in self.acks if t >= since]
+        return max((b - a for a, b in zip(window, window[1:], strict=False)), default=float("inf"))
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(120)
 
 
-def failovers(nodes: Nodes, topic: str, count: int) -> tuple[list[float], list[float], int]:
-    """(seconds until acks resume after kill -9, longest ack gap around SIGTERM, SIGTERM produce errors)."""
-    after_kill: list[float] = []
+def failovers(nodes: Nodes, topic: str, count: int) -> tuple[list[tuple[float, bool]], list[float], int]:
+    """The outage each fault causes, as the longest gap between acknowledgements from a second before
+    the signal until a record sent after it is acknowledged (kill -9, then SIGTERM), and the SIGTERM
+    rounds' produce errors. A kill -9 outage comes with whether the leader was also the active
+    controller: then a new controller is elected first and restarts every broker's session, so the
+    dead broker is fenced a session timeout after that (Kafka's controller does the same)."""
+    after_kill: list[tuple[float, bool]] = []
     term_gaps: list[float] = []
     term_errors = 0
     steady = SteadyProducer(nodes.bootstrap, topic)
@@ -223,19 +254,15 @@ def failovers(nodes: Nodes, topic: str, count: int) -> tuple[list[float], list[f
                 leader = wait_isr(nodes.bootstrap, topic, 3)
                 time.sleep(2)
                 errors_before = len(steady.errors)
+                controller = asyncio.run(quorum_leader(nodes.bootstrap.split(",")[0]))
                 at = time.monotonic()
                 nodes.signal(leader, signum)
+                resumed = steady.wait_resumed(at)
+                gap = steady.longest_gap(at - 1) if resumed else float("inf")
                 if signum == signal.SIGKILL:
-                    deadline = at + 60
-                    while time.monotonic() < deadline and not (steady.acks and steady.acks[-1] > at):
-                        time.sleep(0.01)
-                    resumed = next((t for t in steady.acks if t > at), deadline)
-                    after_kill.append(resumed - at)
+                    after_kill.append((gap, controller == leader))
                 else:
-                    time.sleep(3)  # past the controlled shutdown, which `signal` waited for
-                    window = [t for t in steady.acks if t >= at - 1]
-                    gaps = [b - a for a, b in zip(window, window[1:], strict=False)]
-                    term_gaps.append(max(gaps) if gaps else float("inf"))
+                    term_gaps.append(gap)
                     term_errors += len(steady.errors) - errors_before
                 nodes.start(leader)
     finally:
@@ -283,10 +310,14 @@ def main() -> None:
                 return
             killed, gaps, errors = failovers(nodes, "rf3", args.failovers)
             print(f"leader failover at 1000 records/s, acks=all, {args.failovers} rounds:")
-            print(
-                f"  kill -9: acks resume after median {statistics.median(killed):.2f} s, max {max(killed):.2f} s "
-                f"(broker.session.timeout.ms {SESSION_TIMEOUT_MS})"
-            )
+            for label, was_controller in (("leader only", False), ("leader and active controller", True)):
+                gaps_of = [gap for gap, c in killed if c == was_controller]
+                if gaps_of:
+                    print(
+                        f"  kill -9 of the {label} ({len(gaps_of)}): longest gap between acks median "
+                        f"{statistics.median(gaps_of):.2f} s, max {max(gaps_of):.2f} s "
+                        f"(broker.session.timeout.ms {SESSION_TIMEOUT_MS})"
+                    )
             print(
                 f"  SIGTERM: longest gap between acks median {statistics.median(gaps):.2f} s, max {max(gaps):.2f} s; "
                 f"produce errors {errors}"
