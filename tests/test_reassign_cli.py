@@ -310,7 +310,9 @@ def test_cancel_all_midway_reverts_and_skips_the_down_broker(
     controller = cluster_status(bootstrap).leader_id
     receiver = max(b for b in (1, 2, 3) if b != controller)  # SIGSTOPped: not the active controller
     source = min(b for b in (1, 2, 3) if b != receiver)
+    third = next(b for b in (1, 2, 3) if b not in (receiver, source))
     create_topic(bootstrap, "held", [[source]])
+    create_topic(bootstrap, "away", [[receiver, source]])
     fill(bootstrap, "held", 1, 0.5)
     plan = tmp_path / "plan.json"
     plan.write_text(
@@ -358,6 +360,20 @@ def test_cancel_all_midway_reverts_and_skips_the_down_broker(
         assert reassign(cluster, "list").stdout == "No partition reassignments found.\n"
         assert replicas_of(live_bootstrap, "held") == {0: [source]}
         no_throttles(live_bootstrap, others, ["held"])
+
+        # moving a replica off the broker that is down: the throttle goes on the live brokers only
+        away = tmp_path / "away.json"
+        away.write_text(json.dumps({"version": 1, "partitions": [{"topic": "away", "partition": 0,
+                                                                  "replicas": [source, third]}]}))  # fmt: skip
+        moved = subprocess.run(
+            [*KCLI, "reassign", "execute", "--reassignment-json-file", str(away), "--no-wait", "--throttle", "100000",
+             "--rollback-file", str(tmp_path / "away-rollback.json"), "-o", "json", "-b", live_bootstrap],
+            capture_output=True, text=True, timeout=60, env=kcli_env(),
+        )  # fmt: skip
+        assert moved.returncode == 0, moved.stderr
+        (throttle,) = [e for e in events(moved.stdout) if e["event"] == "throttle_set"]
+        assert throttle["skipped_brokers"] == [receiver] and throttle["brokers"] == sorted([source, third])
+        assert f"kcli: broker {receiver} down" not in moved.stderr  # JSON output: the skip is in the event
     finally:
         os.kill(node.process.pid, signal.SIGCONT)
     wait_for(f"broker {receiver} back", lambda: receiver in live_brokers(bootstrap), 30, 0.3)
@@ -378,7 +394,18 @@ def test_cancel_all_midway_reverts_and_skips_the_down_broker(
         f"There is no active reassignment of partition held-0, but replica set is {source} rather than "
         f"{source},{receiver}.",
     ]
-    no_throttles(bootstrap, [1, 2, 3], ["held"])
+    completed = wait_for(
+        "away-0 moved",
+        lambda: (
+            "Reassignment of partition away-0 is completed."
+            in (r := reassign(cluster, "verify", "--reassignment-json-file", str(away))).stdout
+            and r
+        ),
+        30,
+        0.5,
+    )
+    assert "Clearing topic-level throttles on topic away" in completed.stdout
+    no_throttles(bootstrap, [1, 2, 3], ["held", "away"])
 
 
 def test_ctrl_c_cancels_the_running_moves_and_clears_the_throttles(

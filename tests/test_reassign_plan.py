@@ -38,6 +38,7 @@ from ops.reassign.moves import (
 from ops.reassign.placement import BrokerMetadata, assign_replicas_to_brokers, rack_alternated_brokers
 from ops.reassign.plan import plan_moves
 from ops.reassign.progress import RateEstimator, Tracker, measure
+from ops.reassign.verify import cancellable
 
 T = TopicPartition
 
@@ -412,6 +413,17 @@ def test_move_map_and_throttle_lists() -> None:
     assert OngoingReassignment((1, 2, 3, 4), (4,), (3,)).target == (1, 2, 4)
 
 
+def test_cancel_spares_partitions_whose_original_replicas_are_all_down() -> None:
+    """A revert onto replicas that are all down would leave the partition without a leader."""
+    ongoing = {
+        T("a", 0): OngoingReassignment((1, 2, 3), (3,), (1,)),  # original 1,2: 2 is live
+        T("a", 1): OngoingReassignment((1, 3), (3,), (1,)),  # original 1 only, down
+        T("a", 2): OngoingReassignment((1, 2), (), ()),  # nothing moving: not cancelled (nothing to revert)
+        T("a", 3): OngoingReassignment((2, 3), (3,), ()),  # only adding: cancelled (the Scala tool's rule)
+    }
+    assert cancellable(ongoing, [2, 3]) == ([T("a", 0), T("a", 3)], {T("a", 1): (1,)})
+
+
 # --- batches ---------------------------------------------------------------------------------------
 
 
@@ -547,6 +559,10 @@ def test_cli_refusals(tmp_path) -> None:
         "reassign", "generate", "--topics-to-move-json-file", str(topics), "--broker-list", "1,1"
     ) == ("kcli: Broker list contains duplicate entries: 1.")
     assert kcli_refused("reassign", "cancel") == "kcli: give either --reassignment-json-file or --all."
+    assert kcli_refused("reassign", "execute", "--reassignment-json-file", str(bad), "--no-wait",
+                        "--max-moves-per-broker", "2") == (
+        "kcli: --max-moves-per-broker needs execute to wait: it cannot be combined with --no-wait."
+    )  # fmt: skip
     assert kcli_refused(
         "reassign", "verify", "--reassignment-json-file", str(tmp_path / "none.json")
     ).startswith("kcli: cannot open")

@@ -187,10 +187,12 @@ def execute(
         help="Send the whole plan at once and exit, as Kafka's tool (then run verify to clear the throttles).",
     ),
     max_moves_per_broker: int = typer.Option(
-        5,
+        None,
         "--max-moves-per-broker",
         min=1,
-        help="Moves a broker takes part in at once (as the one copying or the leader serving); the rest wait.",
+        help="Moves a broker takes part in at once (as the one copying or the leader serving); the rest wait "
+        "[default: 5].",
+        show_default=False,
     ),
     interval: float = typer.Option(1.0, "--interval", min=0.1, help="Seconds between progress polls."),
     timeout: int = LOG_DIR_TIMEOUT,
@@ -201,9 +203,12 @@ def execute(
     poll), throttles cleared at the end. Ctrl-C cancels the moves still running (the controller reverts
     them) and clears the throttles."""
     from ops.reassign.assignment import parse_execute
+    from ops.reassign.batches import DEFAULT_MAX_MOVES_PER_BROKER
     from ops.reassign.execute import ExecuteOptions
     from ops.reassign.execute import execute as run
 
+    if no_wait and max_moves_per_broker is not None:
+        raise KcliError("--max-moves-per-broker needs execute to wait: it cannot be combined with --no-wait.")
     data = parse_execute(_read(reassignment_file))
     if rollback_file is None:
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -214,7 +219,7 @@ def execute(
         log_dir_throttle=log_dir_throttle,
         rollback_path=rollback_file,
         wait=not no_wait,
-        max_moves_per_broker=max_moves_per_broker,
+        max_moves_per_broker=max_moves_per_broker or DEFAULT_MAX_MOVES_PER_BROKER,
         poll_interval=interval,
         log_dir_timeout_ms=timeout,
     )

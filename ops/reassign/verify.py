@@ -18,7 +18,7 @@ leave it without a leader) and is named instead.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,10 +117,7 @@ async def cancel(
     state = await cluster_state(cluster, {tp.topic for tp in moving} if moving else [])
     live = set(state.brokers)
     result = CancelResult()
-    for tp, r in sorted(moving.items()):
-        if not any(b in live for b in r.original):
-            result.kept[tp] = r.original
-    to_cancel = sorted(tp for tp in moving if tp not in result.kept)
+    to_cancel, result.kept = cancellable(ongoing, live)
     refused = await alter_reassignments(cluster, dict.fromkeys(to_cancel))
     if refused:
         plural = "" if len(refused) == 1 else "s"
@@ -166,6 +163,24 @@ async def cancel(
             brokers = live | _brokers_of(moving.values())
         await _clear(cluster, brokers, topics, live, emit)
     return result
+
+
+def cancellable(
+    ongoing: Mapping[TopicPartition, OngoingReassignment], live: Iterable[int]
+) -> tuple[list[TopicPartition], dict[TopicPartition, tuple[int, ...]]]:
+    """(partitions to cancel, partitions kept -> their original replicas): those adding or removing
+    replicas (the Scala tool's rule), except where no original replica is live, as the revert would leave
+    the partition without a leader."""
+    alive = set(live)
+    to_cancel, kept = [], {}
+    for tp, r in sorted(ongoing.items()):
+        if not (r.adding or r.removing):
+            continue
+        if any(b in alive for b in r.original):
+            to_cancel.append(tp)
+        else:
+            kept[tp] = r.original
+    return to_cancel, kept
 
 
 async def list_ongoing(cluster: Cluster) -> dict[TopicPartition, OngoingReassignment]:
