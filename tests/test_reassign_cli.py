@@ -227,8 +227,12 @@ def test_decommission_under_load_throttled_then_verify_and_rollback(
             lines = []
             for line in process.stdout:  # ends when the command exits
                 lines.append(json.loads(line))
-                if lines[-1]["event"] == "started" and not seen_throttles:
-                    seen_throttles = throttles_set(bootstrap, [1, 2, 3], ["orders"])
+                if lines[-1]["event"] == "throttle_set":  # hold the command while the configs are read
+                    os.kill(process.pid, signal.SIGSTOP)
+                    try:
+                        seen_throttles = throttles_set(bootstrap, [1, 2, 3], ["orders"])
+                    finally:
+                        os.kill(process.pid, signal.SIGCONT)
             assert process.wait(120) == 0, process.stderr.read() if process.stderr else ""
         finally:
             if process.poll() is None:
@@ -413,7 +417,7 @@ def test_ctrl_c_cancels_the_running_moves_and_clears_the_throttles(
 ) -> None:
     bootstrap = cluster.bootstrap
     create_topic(bootstrap, "slow", [[1], [1]])
-    fill(bootstrap, "slow", 2, 0.5)
+    fill(bootstrap, "slow", 2, 3)  # a follower's first fetch (up to 1 MiB) is not held back by the throttle
     plan = tmp_path / "plan.json"
     plan.write_text(
         json.dumps(
