@@ -251,8 +251,13 @@ def test_decommission_under_load_throttled_then_verify_and_rollback(
                 lines.append(json.loads(line))
                 if lines[-1]["event"] == "throttle_set":  # hold the command while the configs are read
                     os.kill(process.pid, signal.SIGSTOP)
-                    try:
-                        seen_throttles = throttles_set(bootstrap, [1, 2, 3], ["orders"])
+                    try:  # each broker answers from its own metadata image, which may be a moment behind
+                        seen_throttles = wait_for(
+                            "the throttle configs on every broker",
+                            lambda: len(t := throttles_set(bootstrap, [1, 2, 3], ["orders"])) == 4 and t,
+                            10,
+                            0.1,
+                        )
                     finally:
                         os.kill(process.pid, signal.SIGCONT)
             assert process.wait(120) == 0, process.stderr.read() if process.stderr else ""
@@ -484,7 +489,6 @@ def test_ctrl_c_cancels_the_running_moves_and_clears_the_throttles(
 def test_generate_kafkas_way_and_refusals(cluster: LocalKraftCluster, tmp_path: Path) -> None:
     """generate over --broker-list as Kafka's tool (both blocks, every partition, only listed brokers, the
     first replicas round-robin); the checks before anything is sent, each one sentence."""
-    bootstrap = cluster.bootstrap
     create(cluster, "gen", [[1, 2], [2, 3], [3, 1], [1, 3]])
     topics = tmp_path / "topics.json"
     topics.write_text('{"topics":[{"topic":"gen"}],"version":1}')
