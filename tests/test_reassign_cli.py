@@ -595,3 +595,19 @@ def test_replica_moved_between_log_dirs(broker_factory, tmp_path: Path) -> None:
     ]
     assert (there / "ld-0").is_dir() and not (here / "ld-0").exists()
     no_throttles(bootstrap, [1], ["ld"])
+
+    # and back, waited for: the move starts once the partition's reassignment is done, and is followed
+    plan.write_text(plan.read_text().replace(str(there), str(here)))
+    back = run("execute", "--reassignment-json-file", str(plan), "--replica-alter-log-dirs-throttle", "300000",
+               "--rollback-file", str(tmp_path / "rollback-2.json"), "--interval", "0.2")  # fmt: skip
+    assert back.stdout.splitlines()[-8:] == [
+        "The replica-alter-dir throttle limit was set to 300000 B/s",
+        "Successfully started partition reassignment for ld-0",
+        f"Successfully started moving log directory to {here} for replica ld-0 with broker 1 ",
+        "Status of partition reassignment:",
+        "Reassignment of partition ld-0 is completed.",
+        "Reassignment of replica ld-0-1 completed successfully.",
+        "Clearing broker-level throttles on broker 1",
+        "Clearing topic-level throttles on topic ld",
+    ]
+    assert (here / "ld-0").is_dir() and not (there / "ld-0").exists()

@@ -40,8 +40,9 @@ from ops.reassign.log_dirs import (
     announce_started,
     execute_moves,
     log_dir_move_states,
+    status_event,
 )
-from ops.reassign.moves import proposed_move_map, reassigning_brokers
+from ops.reassign.moves import OngoingReassignment, proposed_move_map, reassigning_brokers
 from ops.reassign.progress import MoveProgress, Snapshot, Tracker, measure
 from ops.reassign.state import (
     alter_reassignments,
@@ -109,6 +110,63 @@ async def execute(
 
     live = set(state.brokers)
     throttled_brokers: set[int] = set()
+    try:
+        outcome = await _start(cluster, data, options, emit, ongoing, current, live, throttled_brokers)
+    except BaseException:  # nothing (or not all) was started: no throttle is left behind for it
+        if options.throttle >= 0 or options.log_dir_throttle >= 0:
+            await asyncio.shield(_clear(cluster, throttled_brokers, {tp.topic for tp in proposed}, emit))
+        raise
+    if not options.wait:
+        return outcome
+
+    per_broker = await replica_sizes(cluster, live, proposed)
+    sizes = partition_sizes(per_broker, state.leaders, proposed)
+    moves = planned_moves(proposed, current, state.leaders, sizes)
+    runner = _Runner(cluster, moves, options, emit, outcome)
+    try:
+        await runner.run()
+        moves_done = True
+        if data.log_dirs:  # the replicas are on their brokers now: their dirs can be chosen
+            await execute_moves(cluster, data.log_dirs, options.log_dir_timeout_ms, announce_started(emit))
+            moves_done = await _wait_log_dir_moves(cluster, data.log_dirs, options, runner.deadline)
+        states = await _final_states(
+            cluster, {tp: t for tp, t in proposed.items() if tp not in outcome.refused}
+        )
+        outcome.completed = sorted(tp for tp, s in states.items() if s.completed)
+        emit({"event": "status", "text": report.states(states), "partitions": _state_json(states)})
+        if data.log_dirs:
+            emit(status_event(await log_dir_move_states(cluster, data.log_dirs)))
+            if not moves_done:
+                raise WaitTimeout(f"the log dir moves did not finish within {options.timeout:g} s.")
+    except BaseException as exc:  # Ctrl-C (the task is cancelled), a timeout or a failure: stop cleanly
+        await asyncio.shield(runner.stop(_why(exc)))
+        raise
+    finally:
+        if options.throttle >= 0 or options.log_dir_throttle >= 0:
+            await asyncio.shield(_clear(cluster, throttled_brokers, {tp.topic for tp in proposed}, emit))
+    if outcome.refused:
+        raise ReassignError(_refusal("Error reassigning partition(s)", outcome.refused))
+    astray = sorted(set(proposed) - set(outcome.completed))
+    if astray:
+        raise ReassignError(
+            f"partition{'s' if len(astray) > 1 else ''} {', '.join(map(str, astray))} did not end on the target "
+            "replicas (cancelled or changed by someone else?)."
+        )
+    return outcome
+
+
+async def _start(
+    cluster: Cluster,
+    data: ReassignmentData,
+    options: ExecuteOptions,
+    emit: Emit,
+    ongoing: Mapping[TopicPartition, OngoingReassignment],
+    current: Mapping[TopicPartition, tuple[int, ...]],
+    live: set[int],
+    throttled_brokers: set[int],
+) -> ExecuteResult:
+    """The throttles (`throttled_brokers` collects where they went), then, without waiting, the whole plan."""
+    proposed = data.targets()
     if options.throttle >= 0 or options.log_dir_throttle >= 0:
         if not options.wait:
             emit({"event": "warning", "text": report.VERIFY_WARNING})
@@ -140,7 +198,7 @@ async def execute(
                 }
             )
     outcome = ExecuteResult()
-    if not options.wait:
+    if not options.wait:  # Kafka's way: everything at once
         refused = await alter_reassignments(cluster, proposed)
         if refused:
             raise ReassignError(_refusal("Error reassigning partition(s)", refused))
@@ -148,33 +206,6 @@ async def execute(
         emit({"event": "started", "text": report.started(proposed), "partitions": _names(proposed)})
         if data.log_dirs:
             await execute_moves(cluster, data.log_dirs, options.log_dir_timeout_ms, announce_started(emit))
-        return outcome
-
-    per_broker = await replica_sizes(cluster, live, proposed)
-    sizes = partition_sizes(per_broker, state.leaders, proposed)
-    moves = planned_moves(proposed, current, state.leaders, sizes)
-    runner = _Runner(cluster, moves, options, emit, outcome)
-    try:
-        await runner.run()
-        states = await _final_states(
-            cluster, {tp: t for tp, t in proposed.items() if tp not in outcome.refused}
-        )
-        outcome.completed = sorted(tp for tp, s in states.items() if s.completed)
-        emit({"event": "status", "text": report.states(states), "partitions": _state_json(states)})
-    except BaseException as exc:  # Ctrl-C (the task is cancelled), a timeout or a failure: stop cleanly
-        await asyncio.shield(runner.stop(_why(exc)))
-        raise
-    finally:
-        if options.throttle >= 0 or options.log_dir_throttle >= 0:
-            await asyncio.shield(_clear(cluster, throttled_brokers, {tp.topic for tp in proposed}, emit))
-    if outcome.refused:
-        raise ReassignError(_refusal("Error reassigning partition(s)", outcome.refused))
-    astray = sorted(set(proposed) - set(outcome.completed))
-    if astray:
-        raise ReassignError(
-            f"partition{'s' if len(astray) > 1 else ''} {', '.join(map(str, astray))} did not end on the target "
-            "replicas (cancelled or changed by someone else?)."
-        )
     return outcome
 
 
