@@ -118,8 +118,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="kcli-bench-reassign-") as tmp:
         workdir = Path(tmp)
         nodes = Nodes(workdir / "cluster", 3, args.base_port, ["broker.session.timeout.ms=9000"])
-        nodes.start(1, 2, 3)
         try:
+            nodes.start(1, 2, 3)
             bootstrap = ",".join(nodes.address(n) for n in (1, 2, 3))
             runs = []
             for index, (topic, to) in enumerate((("bench-free", 2), ("bench-throttled", 3))):
@@ -133,6 +133,13 @@ def main() -> None:
                 copy_seconds = progress[-1]["elapsed_s"] if progress else run["seconds"]
                 run |= {"topic": topic, "throttle": throttle, "copy_seconds": copy_seconds}
                 runs.append(run)
+        except SystemExit:
+            for node in nodes.layout.nodes:  # what a node that died said last, before its dir goes
+                if node.log_file.exists():
+                    print(
+                        f"--- node {node.node_id}:", *node.log_file.read_text().splitlines()[-15:], sep="\n"
+                    )
+            raise
         finally:
             nodes.stop_all()
 
