@@ -573,7 +573,7 @@ def test_fast_encoder_writes_a_null_integer_array() -> None:
 def test_size_guard_walks_a_nullable_integer_array() -> None:
     """A nullable array of integers (a reassignment's replicas, null to cancel; a DescribeTopicPartitions
     answer's eligible leader replicas) was taken for one int32 field, so such a message was refused as
-    malformed (found by the property test above; the broker does not take reassignments yet)."""
+    malformed (found by the property test above, before the broker took reassignments)."""
     for version in (0, 1):
         cls = request_type(45, version)
         topic_cls, partition_cls = _nested(cls, "ReassignableTopic"), _nested(cls, "ReassignablePartition")

@@ -8,6 +8,10 @@ topics deleted, configs changed) to the logs and the replica manager. At start-u
 reconciliation brings the log dirs in line with the replayed metadata log, so one code path serves
 first start, restart and every admin operation.
 
+A reassignment reaches storage the same way: a broker a partition's replicas now name creates its
+(empty) log and follows the leader; one they no longer name deletes its log as Kafka deletes a stray
+replica (renamed `-delete`, removed after log.segment.delete.delay.ms).
+
 Publishing order (fixed here, and `BrokerState` last, installed by the server once registered):
 1. this node: create/delete logs, apply the image to the replica manager;
 2. the group coordinator, 3. the transaction coordinator: load or drop their partitions, whose
@@ -223,6 +227,21 @@ class Node:
             if topic not in configs:
                 configs[topic] = self._log_config(self.config, new, topic)
             self.logs.create_log(topic, partition, topic_id, configs[topic])
+        for topic, partition, topic_id in changes.reassigned:
+            hosted = self.logs.get_log(topic, partition) is not None
+            if self._is_replica(new, topic, partition):
+                if not hosted:
+                    # A replica added by a reassignment: an empty log, filled by its fetcher from the
+                    # leader (from the leader's log start when that is above 0).
+                    if topic not in configs:
+                        configs[topic] = self._log_config(self.config, new, topic)
+                    self.logs.create_log(topic, partition, topic_id, configs[topic])
+                    log.info("created %s-%d: a replica added by a reassignment", topic, partition)
+            elif hosted:
+                # A replica the reassignment removed (completed or cancelled): Kafka's stray replica,
+                # renamed to <topic>-<partition>.<uuid>-delete and removed after the delete delay.
+                self.logs.delete_log(topic, partition)
+                log.info("deleted %s-%d: a reassignment removed this broker's replica", topic, partition)
         self.replicas.apply_image(new)
         for topic in changes.reconfigured:
             config = self._log_config(self.config, new, topic)

@@ -11,7 +11,7 @@ from kcli.broker.apis.registry import ApiRegistry
 
 def build_controller_registry() -> ApiRegistry:
     """What the controller listener serves: Raft, broker lifecycle, and the admin requests brokers forward."""
-    from kcli.broker.apis import api_versions, cluster, configs, elections, quorum, topics
+    from kcli.broker.apis import api_versions, cluster, configs, elections, quorum, reassignments, topics
 
     return ApiRegistry(
         [
@@ -19,6 +19,7 @@ def build_controller_registry() -> ApiRegistry:
             *quorum.CONTROLLER_APIS,
             *topics.APIS,
             *elections.APIS,
+            *reassignments.APIS,
             *configs.APIS,
             *cluster.APIS,
         ]
@@ -44,6 +45,7 @@ def build_registry() -> ApiRegistry:
         producer_id,
         producers,
         quorum,
+        reassignments,
         records,
         topics,
         transactions,
@@ -57,6 +59,7 @@ def build_registry() -> ApiRegistry:
             *cluster.APIS,
             *topics.APIS,
             *elections.APIS,
+            *reassignments.APIS,
             *configs.APIS,
             *records.APIS,
             *log_dirs.APIS,

@@ -17,7 +17,7 @@ cleaner-offset-checkpoint), `offset_map` (the cleaner's key -> last offset map).
 """
 
 from kcli.broker.log.config import LogConfig
-from kcli.broker.log.errors import LogStorageError, OffsetOutOfRange, RecordError
+from kcli.broker.log.errors import LogStorageError, OffsetOutOfRange, RecordError, UnexpectedAppendOffset
 from kcli.broker.log.log import AppendInfo, FetchSlice, Log, PolicyViolation
 from kcli.broker.log.manager import LogManager
 from kcli.broker.log.validator import AppendOrigin
@@ -33,4 +33,5 @@ __all__ = [
     "OffsetOutOfRange",
     "PolicyViolation",
     "RecordError",
+    "UnexpectedAppendOffset",
 ]

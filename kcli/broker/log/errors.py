@@ -21,6 +21,17 @@ class RecordError(Exception):
         self.record_errors = record_errors
 
 
+class UnexpectedAppendOffset(RecordError):
+    """A follower's append whose first batch starts below the log end (Kafka's
+    UnexpectedAppendOffsetException): the offsets of that first batch say whether the follower can
+    recover by restarting its empty log at the batch's base offset."""
+
+    def __init__(self, message: str, first_offset: int, last_offset: int) -> None:
+        super().__init__(ErrorCode.invalid_record, message)
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+
+
 class OffsetOutOfRange(Exception):
     """An offset outside [log start offset, log end offset] (or above the high watermark where it matters)."""
 

@@ -33,7 +33,7 @@ from formats.records import ControlType, build_control_batch
 from formats.segment import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, StopReason, parse_partition_dir, walk
 from kcli.broker.log.config import LogConfig
 from kcli.broker.log.epochs import LeaderEpochCache
-from kcli.broker.log.errors import LogStorageError, OffsetOutOfRange, RecordError
+from kcli.broker.log.errors import LogStorageError, OffsetOutOfRange, RecordError, UnexpectedAppendOffset
 from kcli.broker.log.loader import LogLoader, rebuild_producer_state
 from kcli.broker.log.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
@@ -539,10 +539,11 @@ class Log:
             self._check_open()
             first_offset, last_offset = headers[0].base_offset, headers[-1].last_offset
             if first_offset < self._leo:
-                raise RecordError(
-                    ErrorCode.invalid_record,
+                raise UnexpectedAppendOffset(
                     f"Unexpected offset in append to {self.name}. First offset {first_offset} is less than the "
                     f"next offset {self._leo}.",
+                    first_offset,
+                    headers[0].last_offset,
                 )
             if size > self.config.segment_bytes:
                 raise _segment_too_small(size, self.name, self.config.segment_bytes)

@@ -607,15 +607,30 @@ class TopicChanges:
     created: tuple[tuple[str, int, uuid.UUID], ...]  # new partitions: (topic, partition, topic id)
     deleted: tuple[tuple[str, uuid.UUID, tuple[int, ...]], ...]  # removed topics and their partitions
     reconfigured: tuple[str, ...]  # surviving topics whose explicit configs changed
+    reassigned: tuple[tuple[str, int, uuid.UUID], ...] = ()
+    """Surviving partitions whose replicas changed (a reassignment started, completed or was cancelled):
+    a broker that gained a replica creates its log, one that lost it deletes the log."""
 
 
 def topic_changes(old: ClusterMetadataImage, new: ClusterMetadataImage) -> TopicChanges:
-    """Partitions to create, topics to delete and topics to reconfigure between two images."""
+    """Partitions to create, topics to delete, topics to reconfigure and partitions whose replicas
+    changed between two images (images share what they do not change, so most partitions are skipped
+    by identity)."""
     created = []
+    reassigned = []
     for topic_id, topic in new.topics_by_id.items():
         before = old.topics_by_id.get(topic_id)
+        if before is not None and before.partitions is topic.partitions:
+            continue
         known = before.partitions if before is not None else {}
-        created += [(topic.name, index, topic_id) for index in sorted(topic.partitions) if index not in known]
+        for index in sorted(topic.partitions):
+            previous = known.get(index)
+            if previous is None:
+                created.append((topic.name, index, topic_id))
+                continue
+            current = topic.partitions[index]
+            if current is not previous and current.replicas != previous.replicas:
+                reassigned.append((topic.name, index, topic_id))
     deleted = tuple(
         (topic.name, topic_id, tuple(sorted(topic.partitions)))
         for topic_id, topic in old.topics_by_id.items()
@@ -627,7 +642,7 @@ def topic_changes(old: ClusterMetadataImage, new: ClusterMetadataImage) -> Topic
         if old.topic_ids.get(name) == topic_id
         and old.configs.get((TOPIC_RESOURCE, name)) != new.configs.get((TOPIC_RESOURCE, name))
     )
-    return TopicChanges(tuple(created), deleted, reconfigured)
+    return TopicChanges(tuple(created), deleted, reconfigured, tuple(reassigned))
 
 
 def topic_config_entries(config: BrokerConfig, overrides: Mapping[str, str]) -> list[ConfigEntry]:

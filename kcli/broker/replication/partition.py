@@ -29,7 +29,14 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.log import AppendInfo, AppendOrigin, FetchSlice, Log, OffsetOutOfRange
+from kcli.broker.log import (
+    AppendInfo,
+    AppendOrigin,
+    FetchSlice,
+    Log,
+    OffsetOutOfRange,
+    UnexpectedAppendOffset,
+)
 from kcli.broker.log.log import TxnMarker
 from kcli.broker.metadata.image import PartitionRegistration
 from kcli.broker.replication.purgatory import Purgatory
@@ -114,6 +121,11 @@ class Partition:
         self.partition_epoch = -1
         self.leader_epoch_start_offset = -1
         self.replicas: tuple[int, ...] = ()
+        self.adding_replicas: tuple[int, ...] = ()
+        self.removing_replicas: tuple[int, ...] = ()
+        """A reassignment under way (KIP-455): `replicas` holds both lists, so the adding replicas are
+        followers like the others (fetching, counted for the high watermark once caught up, able to
+        join the ISR) and the removing ones stay followers until the reassignment completes."""
         self.isr: tuple[int, ...] = ()
         self.pending_isr: PendingIsrChange | None = None
         self.remote_replicas: dict[int, Replica] = {}
@@ -129,6 +141,13 @@ class Partition:
     @property
     def is_leader(self) -> bool:
         return self.leader_id == self.node_id
+
+    @property
+    def is_reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
+
+    def is_adding_replica(self, broker_id: int) -> bool:
+        return broker_id in self.adding_replicas
 
     @property
     def high_watermark(self) -> int:
@@ -172,6 +191,8 @@ class Partition:
         self.leader_epoch = registration.leader_epoch
         self.partition_epoch = registration.partition_epoch
         self.replicas = registration.replicas
+        self.adding_replicas = registration.adding_replicas
+        self.removing_replicas = registration.removing_replicas
         self.isr = registration.isr
         self.pending_isr = None
         self._sole_replica = self.replicas == (self.node_id,) and self.isr == (self.node_id,)
@@ -379,7 +400,19 @@ class Partition:
         """What a fetch from the leader brought: the batches as the leader wrote them, then the leader's
         high watermark up to this log's end and its log start offset (ReplicaFetcherThread.processPartitionData)."""
         log = self.log
-        info = log.append_as_follower(records, now_ms=now_ms) if records else None
+        info = None
+        if records:
+            try:
+                info = log.append_as_follower(records, now_ms=now_ms)
+            except UnexpectedAppendOffset as exc:
+                # The leader's log start is inside a batch (DeleteRecords): an empty follower (a new
+                # replica) starts its log at that batch's base offset, then takes the leader's log start
+                # below (Partition.appendRecordsToFollowerOrFutureReplica).
+                end = log.log_end_offset
+                if not (end == log.log_start_offset and exc.first_offset < end <= exc.last_offset):
+                    raise
+                log.truncate_fully_and_start_at(exc.first_offset)
+                info = log.append_as_follower(records, now_ms=now_ms)
         self.update_follower_high_watermark(leader_high_watermark, leader_log_start_offset)
         return info
 

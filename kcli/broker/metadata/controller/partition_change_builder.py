@@ -13,7 +13,10 @@ records). The rules are Kafka's:
   departing broker) and in the target ISR;
 - naming a leader (even the same one, or -1) bumps the leader epoch when the record is replayed, so
   a leader change, a partition going leaderless, and a replica leaving the assignment all bump it;
-- without ELR the ISR never becomes empty: the last member stays, even when dead, with leader -1.
+- without ELR the ISR never becomes empty: the last member stays, even when dead, with leader -1;
+- a reassignment (adding/removing replicas, KIP-455) completes in whichever build first sees every
+  target replica in the target ISR: the removing replicas leave replicas and ISR, and the election
+  then moves the leadership off a removed leader to the first valid replica of the target.
 
 Eligible leader replicas (KIP-966) are not implemented: they need metadata.version 4.0-IV1, and this
 controller writes 3.9-IV0, where Kafka keeps them off too. The ELR fields of a record are never set.
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kcli.broker.metadata.controller.controller_result import Record
+from kcli.broker.metadata.controller.partition_reassignment import PartitionReassignmentReplicas
 from kcli.broker.metadata.image import MV_3_9_IV0, NO_LEADER, NO_LEADER_CHANGE, PartitionRegistration
 
 log = logging.getLogger("kcli.broker.metadata")
@@ -198,20 +202,14 @@ class PartitionChangeBuilder:
     # --- building -----------------------------------------------------------------------------------
 
     def _complete_reassignment_if_needed(self) -> None:
-        """Once every target replica is in the ISR, the removing replicas go (PartitionReassignmentReplicas)."""
-        if not self.target_removing and not self.target_adding:
+        """Once every target replica is in the target ISR, the removing replicas leave both lists and the
+        adding and removing lists are cleared (the leader epoch bump follows from the removal)."""
+        completed = PartitionReassignmentReplicas(
+            self.target_removing, self.target_adding, self.target_replicas
+        ).maybe_complete(self.target_isr)
+        if completed is None:
             return
-        isr, replicas = list(self.target_isr), self.target_replicas
-        if self.target_removing:
-            isr = [r for r in self.target_isr if r not in self.target_removing]
-            if not isr:
-                return
-            replicas = [r for r in self.target_replicas if r not in self.target_removing]
-            if not replicas:
-                return
-        if not set(replicas) <= set(isr):
-            return
-        self.target_isr, self.target_replicas = isr, replicas
+        self.target_isr, self.target_replicas = completed.isr, completed.replicas
         self.target_removing, self.target_adding = [], []
 
     def _trigger_leader_epoch_bump_for_replica_reassignment(self, record: dict[str, Any]) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
 import logging
 import time
 import uuid
@@ -41,6 +42,7 @@ from kcli.broker.metadata.controller.controller_result import ApiError, ApiExcep
 from kcli.broker.metadata.controller.feature_control_manager import FeatureControlManager
 from kcli.broker.metadata.controller.producer_id_control_manager import ProducerIdControlManager
 from kcli.broker.metadata.controller.replication_control_manager import (
+    ALTER_PARTITION_REASSIGNMENTS,
     CreateTopicResult,
     DeleteTopicResult,
     NewTopic,
@@ -52,6 +54,7 @@ from kcli.broker.raft.raft_client import KafkaRaftClient, LeaderAndEpoch, NotLea
 from kcli.broker.raft.snapshots import SnapshotId
 from kcli.config import BrokerConfig, Listener
 from kcli.errors import KcliError
+from kcli.protocol.messages import build, response_type
 
 log = logging.getLogger("kcli.broker.metadata")
 
@@ -274,6 +277,31 @@ class QuorumController:
         if not self.is_active:
             raise NotControllerError(f"node {self.node_id} is not the active controller")
         return await self._run(self.replication_control.elect_leaders(self._image, request))
+
+    async def alter_partition_reassignments(self, request: Any) -> Any:
+        """AlterPartitionReassignments (a kio request, v0-1): the response of the same version, sent once
+        the partitions' changes are committed (one batch). Raises NotControllerError when not active."""
+        if not self.is_active:
+            raise NotControllerError(f"node {self.node_id} is not the active controller")
+        if not request.topics:
+            # As Kafka's QuorumController: nothing to do, answered at once with the defaults.
+            return build(
+                response_type(ALTER_PARTITION_REASSIGNMENTS, request.__version__),
+                throttle_time=datetime.timedelta(0),
+                allow_replication_factor_change=True,
+                error_code=ErrorCode.none,
+                error_message="",
+                responses=(),
+            )
+        return await self._run(self.replication_control.alter_partition_reassignments(self._image, request))
+
+    async def list_partition_reassignments(self, request: Any) -> Any:
+        """ListPartitionReassignments (a kio request, v0): the ongoing reassignments as committed (a read:
+        it waits for this leader's pending writes, as Kafka's read events do)."""
+        if not self.is_active:
+            raise NotControllerError(f"node {self.node_id} is not the active controller")
+        response = self.replication_control.list_partition_reassignments(self._image, request)
+        return await self._run(ControllerResult([], response))
 
     def election_tasks(self) -> list[asyncio.Task[None]]:
         """The periodic election passes this configuration asks for: preferred-leader rebalance

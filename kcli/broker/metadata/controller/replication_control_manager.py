@@ -1,5 +1,5 @@
 """ReplicationControlManager: topics and partitions: CreateTopics, DeleteTopics, CreatePartitions,
-AlterPartition, and the leader elections that follow broker state changes (fencing, unfencing,
+AlterPartition, partition reassignments (KIP-455), and the leader elections that follow broker state changes (fencing, unfencing,
 controlled shutdown, unregistration) or run periodically (preferred leaders, unclean elections).
 Every change to an existing partition goes through the PartitionChangeBuilder.
 
@@ -43,6 +43,11 @@ from kcli.broker.metadata.controller.partition_change_builder import (
     Election,
     PartitionChangeBuilder,
 )
+from kcli.broker.metadata.controller.partition_reassignment import (
+    PartitionReassignmentReplicas,
+    PartitionReassignmentRevert,
+    is_reassignment_in_progress,
+)
 from kcli.broker.metadata.controller.topic import topic_name_error
 from kcli.broker.metadata.image import (
     MV_3_9_IV0,
@@ -67,6 +72,8 @@ log = logging.getLogger("kcli.broker.metadata")
 
 ALTER_PARTITION = 56
 ELECT_LEADERS = 43
+ALTER_PARTITION_REASSIGNMENTS = 45
+LIST_PARTITION_REASSIGNMENTS = 46
 _NO_THROTTLE = datetime.timedelta(0)
 
 ZERO_UUID = uuid.UUID(int=0)
@@ -673,6 +680,205 @@ class ReplicationControlManager:
             )
         records.append(record)
         return NONE
+
+    # --- reassignments (KIP-455) --------------------------------------------------------------------------
+
+    def alter_partition_reassignments(
+        self, image: ClusterMetadataImage, request: Any
+    ) -> ControllerResult[Any]:
+        """AlterPartitionReassignments (a kio request, v0-1): start, change or cancel (replicas null)
+        the reassignment of each named partition, answered per partition; every change is written in
+        one batch. v1's AllowReplicationFactorChange false refuses a target whose size differs from
+        the replicas the partition has or is heading for (KIP-860)."""
+        version = request.__version__
+        response_cls = response_type(ALTER_PARTITION_REASSIGNMENTS, version)
+        topic_cls = nested_type(response_cls, "ReassignableTopicResponse")
+        partition_cls = nested_type(response_cls, "ReassignablePartitionResponse")
+        allow_rf_change = getattr(request, "allow_replication_factor_change", True)
+        records: list[Record] = []
+        topics = []
+        succeeded = total = 0
+        for topic in request.topics:
+            partitions = []
+            for target in topic.partitions:
+                error = NONE
+                try:
+                    record = self._alter_partition_reassignment(image, topic.name, target, allow_rf_change)
+                except ApiException as exc:
+                    error = exc.error
+                    log.info(
+                        "Unable to alter partition reassignment for %s:%d because of an %s error: %s",
+                        topic.name,
+                        target.partition_index,
+                        error.code.name,
+                        error.message,
+                    )
+                except Exception:  # as Kafka's catch of Throwable: this partition fails, not the request
+                    log.exception(
+                        "Unable to alter partition reassignment for %s:%d", topic.name, target.partition_index
+                    )
+                    error = ApiError(ErrorCode.unknown_server_error)
+                else:
+                    succeeded += 1
+                    if record is not None:
+                        records.append(record)
+                total += 1
+                partitions.append(
+                    build(
+                        partition_cls,
+                        partition_index=target.partition_index,
+                        error_code=error.code,
+                        error_message=error.message,
+                    )
+                )
+            topics.append(build(topic_cls, name=topic.name, partitions=tuple(partitions)))
+        if total:
+            log.info("Successfully altered %d out of %d partition reassignment(s).", succeeded, total)
+        response = build(
+            response_cls,
+            throttle_time=_NO_THROTTLE,
+            allow_replication_factor_change=allow_rf_change,
+            error_code=ErrorCode.none,
+            error_message=None,
+            responses=tuple(topics),
+        )
+        return ControllerResult(records, response)
+
+    def _alter_partition_reassignment(
+        self, image: ClusterMetadataImage, topic: str, target: Any, allow_rf_change: bool
+    ) -> Record | None:
+        topic_id = image.topic_id(topic)
+        if topic_id is None:
+            raise ApiException(ErrorCode.unknown_topic_or_partition, f"Unable to find a topic named {topic}.")
+        partition = image.topics_by_id[topic_id].partitions.get(target.partition_index)
+        if partition is None:
+            raise ApiException(
+                ErrorCode.unknown_topic_or_partition,
+                f"Unable to find partition {topic}:{target.partition_index}.",
+            )
+        if target.replicas is None:
+            return self._cancel_partition_reassignment(
+                image, topic, topic_id, target.partition_index, partition
+            )
+        if not allow_rf_change:
+            self._validate_replication_factor_unchanged(partition, len(target.replicas))
+        return self._change_partition_reassignment(
+            image, topic_id, target.partition_index, partition, list(target.replicas)
+        )
+
+    def _cancel_partition_reassignment(
+        self,
+        image: ClusterMetadataImage,
+        topic: str,
+        topic_id: uuid.UUID,
+        index: int,
+        partition: PartitionRegistration,
+    ) -> Record | None:
+        """Back to the original replicas (PartitionReassignmentRevert). When no original replica is in the
+        ISR, the first one becomes the ISR alone: refused unless the topic allows unclean elections. The
+        leader is elected among the original replicas (uncleanly where the topic allows it); none being
+        alive leaves the partition leaderless, as in Kafka."""
+        if not is_reassignment_in_progress(partition):
+            # Kafka's exception carries the code's default sentence, which the answer leaves out.
+            raise ApiException(ErrorCode.no_reassignment_in_progress)
+        revert = PartitionReassignmentRevert.of(partition)
+        unclean_allowed = self.configuration_control.unclean_leader_election_enabled_for_topic(image, topic)
+        if revert.unclean and not unclean_allowed:
+            raise ApiException(
+                ErrorCode.invalid_replica_assignment,
+                f"Unable to revert partition assignment for {topic}:{index} because it would require "
+                "an unclean leader election.",
+            )
+        builder = self._builder(image, partition, topic_id, index)
+        if unclean_allowed:
+            builder.set_election(Election.UNCLEAN)
+        return (
+            builder.set_target_isr(revert.isr)
+            .set_target_replicas(revert.replicas)
+            .set_target_removing([])
+            .set_target_adding([])
+            .build()
+        )
+
+    def _change_partition_reassignment(
+        self,
+        image: ClusterMetadataImage,
+        topic_id: uuid.UUID,
+        index: int,
+        partition: PartitionRegistration,
+        target: list[int],
+    ) -> Record | None:
+        """Start (or replace) a reassignment: the transitional replicas (target, then the removing ones),
+        the adding and removing lists; the builder completes it at once when the ISR already covers the
+        target (a reorder, or a shrink to replicas in sync)."""
+        self._validate_manual_assignment(image, target, None)
+        reassignment = PartitionReassignmentReplicas.of(partition.replicas, target)
+        builder = self._builder(image, partition, topic_id, index)
+        if tuple(reassignment.replicas) != partition.replicas:
+            builder.set_target_replicas(reassignment.replicas)
+        if reassignment.removing:
+            builder.set_target_removing(reassignment.removing)
+        if reassignment.adding:
+            builder.set_target_adding(reassignment.adding)
+        return builder.build()
+
+    @staticmethod
+    def _validate_replication_factor_unchanged(partition: PartitionRegistration, target_size: int) -> None:
+        """KIP-860: the size the partition has, or is heading for when a reassignment is under way."""
+        if is_reassignment_in_progress(partition):
+            heading = (set(partition.replicas) | set(partition.adding_replicas)) - set(
+                partition.removing_replicas
+            )
+            current = len(heading)
+        else:
+            current = len(partition.replicas)
+        if current != target_size:
+            raise ApiException(
+                ErrorCode.invalid_replication_factor,
+                f"The replication factor is changed from {current} to {target_size}",
+            )
+
+    def list_partition_reassignments(self, image: ClusterMetadataImage, request: Any) -> Any:
+        """ListPartitionReassignments: the ongoing reassignments among the named partitions (unknown
+        topics and partitions, and those not reassigning, are left out), or all of them."""
+        response_cls = response_type(LIST_PARTITION_REASSIGNMENTS, request.__version__)
+        topic_cls = nested_type(response_cls, "OngoingTopicReassignment")
+        partition_cls = nested_type(response_cls, "OngoingPartitionReassignment")
+        if request.topics is None:
+            wanted = [
+                (name, sorted(image.topics_by_id[topic_id].partitions))
+                for name, topic_id in sorted(image.topic_ids.items())
+            ]
+        else:
+            wanted = [(topic.name, list(topic.partition_indexes)) for topic in request.topics]
+        topics = []
+        for name, indexes in wanted:
+            registrations = image.partitions_of(name)
+            if registrations is None:
+                continue
+            ongoing = []
+            for index in indexes:
+                partition = registrations.get(index)
+                if partition is None or not is_reassignment_in_progress(partition):
+                    continue
+                ongoing.append(
+                    build(
+                        partition_cls,
+                        partition_index=index,
+                        replicas=partition.replicas,
+                        adding_replicas=partition.adding_replicas,
+                        removing_replicas=partition.removing_replicas,
+                    )
+                )
+            if ongoing:
+                topics.append(build(topic_cls, name=name, partitions=tuple(ongoing)))
+        return build(
+            response_cls,
+            throttle_time=_NO_THROTTLE,
+            error_code=ErrorCode.none,
+            error_message=None,
+            topics=tuple(topics),
+        )
 
     # --- broker state changes --------------------------------------------------------------------------
 
