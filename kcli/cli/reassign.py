@@ -340,7 +340,7 @@ class _Renderer:
                 f"down: throttle configs left alone there.",
                 file=sys.stderr,
             )
-        stream = sys.stderr if kind in ("refused", "not_cancelled") else sys.stdout
+        stream = sys.stderr if kind in ("refused", "not_cancelled", "clear_failed") else sys.stdout
         print(event["text"], file=stream)
         stream.flush()
 

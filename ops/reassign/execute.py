@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kcli.cluster import Cluster
+from kcli.errors import KcliError
 from kcli.files import write_atomically
 from ops.reassign import report
 from ops.reassign.assignment import (
@@ -114,7 +115,9 @@ async def execute(
         outcome = await _start(cluster, data, options, emit, ongoing, current, live, throttled_brokers)
     except BaseException:  # nothing (or not all) was started: no throttle is left behind for it
         if options.throttle >= 0 or options.log_dir_throttle >= 0:
-            await asyncio.shield(_clear(cluster, throttled_brokers, {tp.topic for tp in proposed}, emit))
+            await asyncio.shield(
+                _clear(cluster, throttled_brokers, {tp.topic for tp in proposed}, emit, failing=True)
+            )
         raise
     if not options.wait:
         return outcome
@@ -123,6 +126,7 @@ async def execute(
     sizes = partition_sizes(per_broker, state.leaders, proposed)
     moves = planned_moves(proposed, current, state.leaders, sizes)
     runner = _Runner(cluster, moves, options, emit, outcome)
+    failing = True
     try:
         await runner.run()
         moves_done = True
@@ -138,12 +142,15 @@ async def execute(
             emit(status_event(await log_dir_move_states(cluster, data.log_dirs)))
             if not moves_done:
                 raise WaitTimeout(f"the log dir moves did not finish within {options.timeout:g} s.")
+        failing = False
     except BaseException as exc:  # Ctrl-C (the task is cancelled), a timeout or a failure: stop cleanly
         await asyncio.shield(runner.stop(_why(exc)))
         raise
     finally:
         if options.throttle >= 0 or options.log_dir_throttle >= 0:
-            await asyncio.shield(_clear(cluster, throttled_brokers, {tp.topic for tp in proposed}, emit))
+            await asyncio.shield(
+                _clear(cluster, throttled_brokers, {tp.topic for tp in proposed}, emit, failing=failing)
+            )
     if outcome.refused:
         raise ReassignError(_refusal("Error reassigning partition(s)", outcome.refused))
     astray = sorted(set(proposed) - set(outcome.completed))
@@ -356,10 +363,25 @@ async def _measure(cluster: Cluster, running: Mapping[TopicPartition, PlannedMov
     return measured
 
 
-async def _clear(cluster: Cluster, brokers: Iterable[int], topics: Iterable[str], emit: Emit) -> None:
-    state = await cluster_state(cluster, [])
-    live = set(state.brokers)
-    result = await clear_throttles(cluster, live | set(brokers), topics, live)
+async def _clear(
+    cluster: Cluster, brokers: Iterable[int], topics: Iterable[str], emit: Emit, *, failing: bool = False
+) -> None:
+    """Clear the throttles; while the command is failing anyway, a failure to clear is told, not raised
+    (the first error is the one to see)."""
+    try:
+        state = await cluster_state(cluster, [])
+        live = set(state.brokers)
+        result = await clear_throttles(cluster, live | set(brokers), topics, live)
+    except KcliError as exc:
+        if not failing:
+            raise
+        emit(
+            {
+                "event": "warning",
+                "text": f"the throttles could not be cleared ({exc}); run verify to clear them.",
+            }
+        )
+        return
     emit(
         {
             "event": "throttles_cleared",
