@@ -375,10 +375,12 @@ async def _clear(
     except KcliError as exc:
         if not failing:
             raise
+        reason = str(exc).rstrip(".")
         emit(
             {
-                "event": "warning",
-                "text": f"the throttles could not be cleared ({exc}); run verify to clear them.",
+                "event": "clear_failed",
+                "text": f"kcli: warning: the throttles could not be cleared ({reason}); run verify to clear them.",
+                "reason": reason,
             }
         )
         return
