@@ -506,6 +506,32 @@ def test_generate_kafkas_way_and_refusals(cluster: LocalKraftCluster, tmp_path: 
     assert all(sorted(r) == [1, 2] for r in proposed)
     assert [r[0] for r in proposed] in ([1, 2, 1, 2], [2, 1, 2, 1])
 
+    # docs/ops.html's increase-replication-factor.json (brokers 5,6,7 there are 1,2,3 here), as printed there
+    create(cluster, "foo", [[1]])
+    increase = tmp_path / "increase-replication-factor.json"
+    increase.write_text('{"version":1,\n "partitions":[{"topic":"foo","partition":0,"replicas":[1,2,3]}]}')
+    started = reassign(cluster, "execute", "--reassignment-json-file", str(increase), "--no-wait",
+                       "--rollback-file", str(tmp_path / "foo-rollback.json"))  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.splitlines() == [
+        "Current partition replica assignment",
+        "",
+        '{"version":1,"partitions":[{"topic":"foo","partition":0,"replicas":[1],"log_dirs":["any"]}]}',
+        "",
+        "Save this to use as the --reassignment-json-file option during rollback",
+        "Successfully started partition reassignment for foo-0",
+    ]
+    wait_for(
+        "foo-0 on three replicas",
+        lambda: (
+            reassign(cluster, "verify", "--reassignment-json-file", str(increase)).stdout.splitlines()[:2]
+            == ["Status of partition reassignment:", "Reassignment of partition foo-0 is completed."]
+        ),
+        30,
+        0.3,
+    )
+    assert replicas_of(cluster.bootstrap, "foo") == {0: [1, 2, 3]}
+
     def refused(*args: str) -> str:
         result = reassign(cluster, *args)
         assert result.returncode != 0 and result.stdout == "", result.stdout

@@ -200,6 +200,25 @@ def test_parse_generate_args() -> None:
         parse_broker_list("1,x")
 
 
+def test_documentation_files() -> None:
+    """The JSON files of Kafka's docs/ops.html, as printed there (spaces and newlines included)."""
+    assert parse_topics_to_move(
+        '{\n  "topics": [\n    { "topic": "foo1" },\n    { "topic": "foo2" }\n  ],\n  "version": 1\n}'
+    ) == ["foo1", "foo2"]
+    custom = parse_execute(
+        '{"version":1,"partitions":[{"topic":"foo1","partition":0,"replicas":[5,6]},'
+        '{"topic":"foo2","partition":1,"replicas":[2,3]}]}'
+    )
+    assert custom.targets() == {T("foo1", 0): (5, 6), T("foo2", 1): (2, 3)} and custom.log_dirs == {}
+    increase = parse_execute(
+        '{"version":1,\n "partitions":[{"topic":"foo","partition":0,"replicas":[5,6,7]}]}'
+    )
+    assert increase.targets() == {T("foo", 0): (5, 6, 7)}
+    assert (
+        report.started(custom.targets()) == "Successfully started partition reassignments for foo1-0,foo2-1"
+    )
+
+
 def test_parse_execute_args() -> None:
     """ReassignPartitionsUnitTest.testParseExecuteAssignmentArgs."""
     with pytest.raises(ReassignError, match="^Partition reassignment list cannot be empty"):
