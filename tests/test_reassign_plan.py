@@ -529,6 +529,8 @@ def test_progress_measure_and_eta() -> None:
     assert first.rate is None and first.eta is None and first.remaining == 4000
     second = tracker.observe(2.0, [measure(tp, (3,), 1000, {3: 200})], [])
     assert second.rate == pytest.approx(100.0) and second.eta == pytest.approx(38.0)
+    running = second.to_json()["partitions"]
+    assert [(p["partition"], p["rate_bytes_per_s"], p["eta_s"]) for p in running] == [(0, 100.0, 8.0)]
     third = tracker.observe(4.0, [], [tp])  # finished: counted as fully copied
     assert third.count("done") == 1 and third.copied == 1000 and third.remaining == 3000
     assert third.to_json()["partitions_pending"] == 1

@@ -369,7 +369,7 @@ def _progress_table(snapshot: Snapshot) -> Any:
     from rich.text import Text
 
     table = Table(box=None, pad_edge=False)
-    for column in ("PARTITION", "ADDING", "COPIED", "REMAINING", "DONE"):
+    for column in ("PARTITION", "ADDING", "COPIED", "REMAINING", "DONE", "RATE", "ETA"):
         table.add_column(column, justify="left" if column in ("PARTITION", "ADDING") else "right")
     for move in snapshot.moves:
         if move.state != "running":
@@ -381,15 +381,24 @@ def _progress_table(snapshot: Snapshot) -> Any:
             _bytes(move.copied),
             _bytes(move.remaining),
             f"{share:.0f}%",
+            _rate(snapshot.partition_rates.get(move.partition)),
+            _eta(snapshot.partition_eta(move)),
         )
-    rate = "-" if snapshot.rate is None else f"{_bytes(int(snapshot.rate))}/s"
-    eta = "-" if snapshot.eta is None else _duration(snapshot.eta)
+    rate, eta = _rate(snapshot.rate), _eta(snapshot.eta)
     summary = (
         f"{snapshot.count('done')} done, {snapshot.count('running')} running, {snapshot.count('pending')} waiting; "
         f"{_bytes(snapshot.copied)} of {_bytes(snapshot.total)} copied, {_bytes(snapshot.remaining)} to go, "
         f"{rate}, ETA {eta}"
     )
     return Group(table, Text(summary, style="bold"))
+
+
+def _rate(rate: float | None) -> str:
+    return "-" if rate is None else f"{_bytes(int(rate))}/s"
+
+
+def _eta(seconds: float | None) -> str:
+    return "-" if seconds is None else _duration(seconds)
 
 
 def _bytes(n: int) -> str:

@@ -6,7 +6,8 @@ once per adding replica. The leader keeps growing while producers write, so "tot
 every poll rather than fixed when the plan was made. Moves not started yet count with the size they
 had when planned; finished ones with what they had copied when they finished.
 
-The rate is the copied bytes per second over the last 10 s of polls (a window: a burst or a pause moves
+The rate (of the whole plan, and of each running move) is the copied bytes per second over the last 10 s
+of polls (a window: a burst or a pause moves
 the ETA for a while, not for ever), counted from the first byte copied; ETA = remaining / rate. Pure: the
 caller brings the clock and the measurements.
 """
@@ -71,6 +72,11 @@ class Snapshot:
     moves: tuple[MoveProgress, ...]
     rate: float | None
     """Bytes per second; None before two polls."""
+    partition_rates: dict[TopicPartition, float | None] = field(default_factory=dict)
+    """The running moves' own rates."""
+
+    def partition_eta(self, move: MoveProgress) -> float | None:
+        return _eta(move.remaining, self.partition_rates.get(move.partition))
 
     @property
     def total(self) -> int:
@@ -87,11 +93,7 @@ class Snapshot:
     @property
     def eta(self) -> float | None:
         """Seconds to go at the current rate; 0 when nothing remains, None when not known."""
-        if self.remaining == 0:
-            return 0.0
-        if not self.rate:
-            return None
-        return self.remaining / self.rate
+        return _eta(self.remaining, self.rate)
 
     @property
     def fraction(self) -> float:
@@ -112,8 +114,25 @@ class Snapshot:
             "bytes_remaining": self.remaining,
             "rate_bytes_per_s": None if self.rate is None else round(self.rate, 1),
             "eta_s": None if self.eta is None else round(self.eta, 1),
-            "partitions": [m.to_json() for m in self.moves if m.state == "running"],
+            "partitions": [self._partition_json(m) for m in self.moves if m.state == "running"],
         }
+
+    def _partition_json(self, move: MoveProgress) -> dict[str, Any]:
+        rate, eta = self.partition_rates.get(move.partition), self.partition_eta(move)
+        return {
+            **move.to_json(),
+            "rate_bytes_per_s": None if rate is None else round(rate, 1),
+            "eta_s": None if eta is None else round(eta, 1),
+        }
+
+
+def _eta(remaining: int, rate: float | None) -> float | None:
+    """Seconds to go at `rate`; 0 when nothing remains, None when the rate is not known (or 0)."""
+    if remaining == 0:
+        return 0.0
+    if not rate:
+        return None
+    return remaining / rate
 
 
 @dataclass
@@ -150,6 +169,7 @@ class Tracker:
     planned: dict[TopicPartition, MoveProgress]
     started_at: float
     estimator: RateEstimator = field(default_factory=RateEstimator)
+    per_partition: dict[TopicPartition, RateEstimator] = field(default_factory=dict)
 
     @classmethod
     def for_moves(
@@ -165,8 +185,13 @@ class Tracker:
     def observe(
         self, now: float, running: Iterable[MoveProgress], done: Iterable[TopicPartition]
     ) -> Snapshot:
+        rates = {}
         for progress in running:
             self.planned[progress.partition] = progress
+            estimator = self.per_partition.setdefault(
+                progress.partition, RateEstimator(self.estimator.window)
+            )
+            rates[progress.partition] = estimator.update(now, progress.copied)
         for tp in done:
             last = self.planned.get(tp)
             if last is not None and last.state != "done":
@@ -174,4 +199,4 @@ class Tracker:
         moves = tuple(self.planned[tp] for tp in sorted(self.planned))
         copied = sum(m.copied for m in moves)
         rate = self.estimator.update(now, copied)
-        return Snapshot(now - self.started_at, moves, rate)
+        return Snapshot(now - self.started_at, moves, rate, rates)
