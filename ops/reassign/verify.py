@@ -135,8 +135,8 @@ async def cancel(
         emit(
             {
                 "event": "not_cancelled",
-                "text": "Not cancelled, as their original replicas are all down and a revert would leave them "
-                "without a leader: "
+                "text": "kcli: warning: not cancelled, as their original replicas are all down and a revert would "
+                "leave them without a leader: "
                 + ", ".join(f"{tp} (replicas {','.join(map(str, r))})" for tp, r in result.kept.items()),
                 "partitions": {str(tp): list(r) for tp, r in result.kept.items()},
             }
