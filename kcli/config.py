@@ -1028,6 +1028,13 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table(
             "How often replication-offset-checkpoint is written.",
         ),
         (
+            "replica.alter.log.dirs.io.max.bytes.per.second",
+            "long",
+            2**63 - 1,
+            at_least(0),
+            "Bytes per second the copy of replicas between log dirs of this broker may read and write.",
+        ),
+        (
             "compression.type",
             "string",
             "producer",

@@ -791,17 +791,22 @@ def test_verify_finds_nothing_after_a_long_run(tmp_path: Path) -> None:
     assert len(lines) == 1 and lines[0].endswith("no findings"), result.stdout
 
 
-def test_manager_leaves_the_metadata_log_and_moved_replicas_alone(tmp_path: Path) -> None:
+def test_manager_loads_future_logs_and_leaves_the_metadata_log_and_stray_ones(tmp_path: Path) -> None:
     root = tmp_path / "a"
     Log.create(root / "__cluster_metadata-0", LogConfig(), uuid.UUID(int=1)).close()
+    stray = root / f"orders-1.{uuid.uuid4().hex}-stray"
+    stray.mkdir()
     future = root / f"orders-0.{uuid.uuid4().hex}-future"
-    future.mkdir()
+    Log.create(future, LogConfig(), uuid.uuid4()).close()
     manager = LogManager(BrokerConfig({"log.dirs": str(root)}))
     lines = manager.startup()
-    assert lines == [f"{future}: a -future replica directory, left alone"]
+    assert lines == [f"{stray}: a -stray replica directory, left alone"]
     assert manager.get_log("__cluster_metadata", 0) is None and list(manager.logs()) == []
+    # a move between log dirs cut by a restart: the future log is loaded as the partition's future log
+    assert [each.dir for each in manager.future_logs()] == [future]
+    assert manager.get_log("orders", 0, future=True) is not None and manager.get_log("orders", 0) is None
     manager.shutdown()
-    assert (root / "recovery-point-offset-checkpoint").read_text() == "0\n0\n"
+    assert (root / "recovery-point-offset-checkpoint").read_text() == "0\n1\norders 0 0\n"
 
 
 def test_log_append_time_batch_on_a_create_time_topic_is_stored_as_create_time(tmp_path: Path) -> None:

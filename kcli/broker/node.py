@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Awaitable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
@@ -38,11 +39,14 @@ from kcli.broker.log.config import LogConfig
 from kcli.broker.log.log import wall_clock_ms
 from kcli.broker.log.manager import LogManager
 from kcli.broker.metadata.controller import QuorumController
+from kcli.broker.metadata.controller.partition_change_builder import MV_3_7_IV2
 from kcli.broker.metadata.controller.quorum_controller import auto_topic
 from kcli.broker.metadata.image import ClusterMetadataImage, MetadataReplayError, TopicChanges
 from kcli.broker.metadata.loader import MetadataLoader
 from kcli.broker.producer_ids import ProducerIdManager
 from kcli.broker.raft import KafkaRaftClient, MetadataLogError, open_raft_client
+from kcli.broker.replication.alter_log_dirs import ReplicaAlterLogDirsManager
+from kcli.broker.replication.assignments_manager import AssignmentsManager
 from kcli.broker.replication.fetcher import FetcherConfig
 from kcli.broker.replication.manager import ReplicaManager
 from kcli.broker.replication.replica_selector import replica_selector
@@ -91,6 +95,13 @@ class Node:
             ),
             replica_selector=replica_selector(config["replica.selector.class"]),  # type: ignore[arg-type]
         )
+        self.assignments = AssignmentsManager(
+            config.node_id,
+            self._send_assign_replicas_to_dirs,
+            lambda: self.loader.image,
+            lambda: self.broker_epoch,
+        )
+        self.alter_log_dirs = ReplicaAlterLogDirsManager(self.replicas, self.logs, config)
         self.producer_ids = ProducerIdManager(
             lambda: allocate_producer_ids(self.channel, config.node_id, self.lifecycle.broker_epoch)
         )
@@ -165,6 +176,11 @@ class Node:
     async def _send_alter_partition(self, request: Any) -> Any:
         return await self.channel.call(lambda controller: controller.alter_partition(request), request)
 
+    async def _send_assign_replicas_to_dirs(self, request: Any) -> Any:
+        return await self.channel.call(
+            lambda controller: controller.assign_replicas_to_dirs(request), request
+        )
+
     @property
     def image(self) -> ClusterMetadataImage:
         """The last committed image the loader published."""
@@ -175,6 +191,10 @@ class Node:
         then replicate: follow the leaders of the partitions this broker follows, send ISR changes."""
         await self.lifecycle.start(advertised, rack)
         self.replicas.start_replication(self._send_alter_partition, lambda: self.lifecycle.broker_epoch)
+        self.alter_log_dirs.assignments = self.assignments
+        self.alter_log_dirs.maybe_add_log_dir_fetchers()
+        image = self.loader.image
+        self._maybe_update_topic_assignments(image, [(p.topic, p.index) for p in self.replicas.partitions()])
         self._tasks.append(asyncio.create_task(self.replicas.run_isr_expiration()))
         self.groups.startup()  # loads __consumer_offsets on the running loop before requests are served
         self.transaction_coordinator.startup()  # loads __transaction_state the same way
@@ -201,7 +221,9 @@ class Node:
         for task in self._tasks:
             task.cancel()
         await bounded("the node's tasks", asyncio.gather(*self._tasks, return_exceptions=True))
+        await bounded("the log dir movers", self.alter_log_dirs.shutdown())
         await bounded("the replica fetchers", self.replicas.shutdown())
+        await bounded("the directory assignments", self.assignments.shutdown())
         await bounded("the transaction coordinator", self.transaction_coordinator.shutdown())
         await bounded("transaction verification", self.add_partitions_to_txn.close())
         self.groups.shutdown()
@@ -218,6 +240,7 @@ class Node:
         """The MetadataPublisher step: create and delete logs, reconfigure them, update the replica manager."""
         for topic, _topic_id, partitions in changes.deleted:
             for partition in partitions:
+                self.alter_log_dirs.stop_partition(topic, partition)
                 self.logs.delete_log(topic, partition)
             log.info("deleted topic %s (%d partitions)", topic, len(partitions))
         configs: dict[str, LogConfig] = {}  # one per topic, not one per partition
@@ -226,7 +249,13 @@ class Node:
                 continue
             if topic not in configs:
                 configs[topic] = self._log_config(self.config, new, topic)
-            self.logs.create_log(topic, partition, topic_id, configs[topic])
+            self.logs.create_log(
+                topic,
+                partition,
+                topic_id,
+                configs[topic],
+                target_directory_id=self._directory(new, topic, partition),
+            )
         for topic, partition, topic_id in changes.reassigned:
             hosted = self.logs.get_log(topic, partition) is not None
             if self._is_replica(new, topic, partition):
@@ -235,23 +264,49 @@ class Node:
                     # leader (from the leader's log start when that is above 0).
                     if topic not in configs:
                         configs[topic] = self._log_config(self.config, new, topic)
-                    self.logs.create_log(topic, partition, topic_id, configs[topic])
+                    self.logs.create_log(
+                        topic,
+                        partition,
+                        topic_id,
+                        configs[topic],
+                        target_directory_id=self._directory(new, topic, partition),
+                    )
                     log.info("created %s-%d: a replica added by a reassignment", topic, partition)
             elif hosted:
                 # A replica the reassignment removed (completed or cancelled): Kafka's stray replica,
                 # renamed to <topic>-<partition>.<uuid>-delete and removed after the delete delay.
+                self.alter_log_dirs.stop_partition(topic, partition)
                 self.logs.delete_log(topic, partition)
                 log.info("deleted %s-%d: a reassignment removed this broker's replica", topic, partition)
         self.replicas.apply_image(new)
+        if self.alter_log_dirs.assignments is not None:
+            self._maybe_update_topic_assignments(
+                new, [(t, p) for t, p, _ in (*changes.created, *changes.reassigned)]
+            )
+            self.alter_log_dirs.maybe_add_log_dir_fetchers()
         for topic in changes.reconfigured:
             config = self._log_config(self.config, new, topic)
             for partition in new.partitions_of(topic) or {}:
-                existing = self.logs.get_log(topic, partition)
-                if existing is not None:
-                    existing.update_config(config)
+                for existing in (
+                    self.logs.get_log(topic, partition),
+                    self.logs.get_log(topic, partition, future=True),
+                ):
+                    if existing is not None:
+                        existing.update_config(config)
 
     def _reconcile(self, image: ClusterMetadataImage) -> None:
-        """Create the logs the metadata names and the disk lacks; delete logs of topics no longer named."""
+        """Create the logs the metadata names and the disk lacks; delete logs of topics no longer named.
+
+        A future log (a move between log dirs cut by a restart) whose dir the metadata already names is
+        swapped in first; one of a partition no longer here is deleted; the others are moved on once
+        the broker is registered."""
+        self.alter_log_dirs.recover_abandoned_future_logs(image, self.config.node_id)
+        for future in list(self.logs.future_logs()):
+            if self.logs.get_log(future.topic, future.partition) is None or not self._is_replica(
+                image, future.topic, future.partition
+            ):
+                log.info("removing %s: the future log of a replica not hosted here", future.dir.name)
+                self.logs.delete_future_log(future.topic, future.partition)
         for existing in list(self.logs.logs()):
             if existing.topic not in image.topic_ids or existing.partition not in (
                 image.partitions_of(existing.topic) or {}
@@ -267,8 +322,39 @@ class Node:
             config = self._log_config(self.config, image, name)
             for partition in image.partitions_of(name) or {}:
                 if self._is_replica(image, name, partition) and self.logs.get_log(name, partition) is None:
-                    self.logs.create_log(name, partition, topic_id, config)
+                    self.logs.create_log(
+                        name,
+                        partition,
+                        topic_id,
+                        config,
+                        target_directory_id=self._directory(image, name, partition),
+                    )
         self.replicas.apply_image(image)
+
+    def _directory(self, image: ClusterMetadataImage, topic: str, partition: int) -> uuid.UUID | None:
+        """The log dir the metadata assigns this node's replica of the partition (KIP-858), if any."""
+        registration = image.partition(topic, partition)
+        if registration is None or self.config.node_id not in registration.replicas:
+            return None
+        position = registration.replicas.index(self.config.node_id)
+        return registration.directories[position] if position < len(registration.directories) else None
+
+    def _maybe_update_topic_assignments(
+        self, image: ClusterMetadataImage, partitions: Sequence[tuple[str, int]]
+    ) -> None:
+        """ReplicaManager.maybeUpdateTopicAssignment: where the metadata's dir for a replica here is not
+        the dir its log is in (UNASSIGNED for a new replica on a broker of several dirs), tell the
+        controller the actual one. A replica that is moving is left to its mover."""
+        if (image.metadata_version or 0) < MV_3_7_IV2:
+            return
+        for topic, partition in partitions:
+            current = self.logs.get_log(topic, partition)
+            topic_id = image.topic_id(topic)
+            if current is None or topic_id is None or self.logs.get_log(topic, partition, future=True):
+                continue
+            actual = self.logs.directory_id(current.dir.parent)
+            if actual is not None and actual != self._directory(image, topic, partition):
+                self.assignments.submit(topic_id, partition, actual, "Applying metadata delta")
 
     def _is_replica(self, image: ClusterMetadataImage, topic: str, partition: int) -> bool:
         registration = image.partition(topic, partition)

@@ -1,8 +1,8 @@
 """The controller listener's own requests: the metadata quorum's Raft and the brokers' lifecycle.
 
 As Kafka's ControllerApis: Vote, BeginQuorumEpoch, EndQuorumEpoch and Fetch (of `__cluster_metadata`)
-go to the Raft client, FetchSnapshot too; DescribeQuorum is answered by the leader; BrokerRegistration, BrokerHeartbeat
-and AlterPartition by the active controller, others answering NOT_CONTROLLER so the broker looks for the new one.
+go to the Raft client, FetchSnapshot too; DescribeQuorum is answered by the leader; BrokerRegistration, BrokerHeartbeat,
+AlterPartition and AssignReplicasToDirs by the active controller, others answering NOT_CONTROLLER so the broker looks for the new one.
 These APIs are served on `controller.listener.names` only, never to clients.
 """
 
@@ -37,6 +37,7 @@ BROKER_HEARTBEAT = 63
 UNREGISTER_BROKER = 64
 ALLOCATE_PRODUCER_IDS = 67
 ALTER_PARTITION = 56
+ASSIGN_REPLICAS_TO_DIRS = 73
 _NO_THROTTLE = datetime.timedelta(0)
 
 
@@ -171,6 +172,19 @@ async def handle_alter_partition(ctx: RequestContext, request: Any) -> object:
         )
 
 
+async def handle_assign_replicas_to_dirs(ctx: RequestContext, request: Any) -> object:
+    """A broker's replicas placed in its log dirs (KIP-858); NOT_CONTROLLER from a standby controller."""
+    try:
+        return await ctx.controller.assign_replicas_to_dirs(request)
+    except NotControllerError:
+        return build(
+            response_type(ASSIGN_REPLICAS_TO_DIRS, ctx.api_version),
+            throttle_time=_NO_THROTTLE,
+            error_code=ErrorCode.not_controller,
+            directories=(),
+        )
+
+
 async def _on_controller(call: Awaitable[T]) -> tuple[T | None, ErrorCode, str | None]:
     """(result, NONE, None), or (None, the error code and message) when the controller refused or is
     not the active one: how every lifecycle request reports a controller failure."""
@@ -194,6 +208,7 @@ CONTROLLER_APIS = [
     ApiSpec(ALLOCATE_PRODUCER_IDS, 0, 0, handle_allocate_producer_ids),
     ApiSpec(UNREGISTER_BROKER, 0, 0, handle_unregister_broker),
     ApiSpec(ALTER_PARTITION, *kio_versions(ALTER_PARTITION), handle_alter_partition),  # type: ignore[misc]
+    ApiSpec(ASSIGN_REPLICAS_TO_DIRS, 0, 0, handle_assign_replicas_to_dirs),
 ]
 """Served on the controller listener only (with ApiVersions and the admin requests brokers forward)."""
 

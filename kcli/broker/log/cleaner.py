@@ -205,6 +205,26 @@ class LogCleaner:
         """Stop a clean of `log` in progress at its next check (the log is being deleted or moved)."""
         self.manager.abort_cleaning((log.topic, log.partition))
 
+    def abort_and_pause_cleaning(self, log: Log) -> None:
+        """Stop a clean of `log` and clean it no more until `resume_cleaning` (its replica is moving)."""
+        self.manager.paused.add((log.topic, log.partition))
+        self.abort_cleaning(log)
+
+    def resume_cleaning(self, log: Log) -> None:
+        self.manager.paused.discard((log.topic, log.partition))
+
+    def alter_checkpoint_dir(self, log: Log, source_dir: Path, destination_dir: Path) -> None:
+        """The log moved from `source_dir` to `destination_dir`: its cleaner checkpoint moves with it."""
+        tp = (log.topic, log.partition)
+        if not self.config.enabled:
+            return
+        offset = self.manager.all_cleaner_checkpoints_in(source_dir).get(tp)
+        live = self._live()
+        if source_dir in self.manager.log_dirs:
+            self.manager.update_checkpoint(source_dir, live, remove=tp)
+        if offset is not None and destination_dir in self.manager.log_dirs:
+            self.manager.update_checkpoint(destination_dir, live, update=(tp, offset))
+
     def remove_log(self, log: Log) -> None:
         """The log is going away: abort its clean and drop it from its cleaner-offset-checkpoint."""
         self.abort_cleaning(log)

@@ -86,6 +86,8 @@ class LogCleanerManager:
         self._checkpoints: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
         self._in_progress: dict[TopicPartition, LogCleaningState] = {}
         self._uncleanable: set[TopicPartition] = set()
+        self.paused: set[TopicPartition] = set()
+        """Partitions not to be cleaned for now: their replica is moving between log dirs."""
         self.dirtiest_log_cleanable_ratio = 0.0
 
     # --- checkpoints ---------------------------------------------------------------------------------
@@ -110,6 +112,10 @@ class LogCleanerManager:
     def all_cleaner_checkpoints(self) -> dict[TopicPartition, int]:
         with self._lock:
             return {tp: offset for entries in self._checkpoints.values() for tp, offset in entries.items()}
+
+    def all_cleaner_checkpoints_in(self, log_dir: Path) -> dict[TopicPartition, int]:
+        with self._lock:
+            return dict(self._checkpoints.get(log_dir, {}))
 
     def update_checkpoint(
         self,
@@ -144,7 +150,7 @@ class LogCleanerManager:
             if not each.config.compact:
                 continue
             with self._lock:
-                if tp in self._in_progress or tp in self._uncleanable:
+                if tp in self._in_progress or tp in self._uncleanable or tp in self.paused:
                     continue
             try:
                 first_dirty, uncleanable, force_update = cleanable_offsets(each, last_clean.get(tp), now_ms)

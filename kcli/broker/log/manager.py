@@ -6,19 +6,31 @@ timer) applies retention, flush.ms, deferred file deletion and the checkpoint in
 log cleaner (compaction, see `cleaner`) its turn: swaps of cleaned segments happen on this thread. At
 shutdown it stops the cleaner, flushes and closes every log, writes the checkpoints and the
 `.kafka_cleanshutdown` marker.
+
+Several log dirs: a new partition goes to the dir the controller assigned it (KIP-858 directory id),
+else the one AlterReplicaLogDirs asked for (preferred dir), else the dir with fewest logs. A replica
+moving between dirs has a future log, `<topic>-<partition>.<uuid>-future` in the target dir, which a
+ReplicaAlterLogDirsThread fills and `replace_current_with_future_log` swaps in; a `-future` dir found at
+start-up is loaded as the future log again.
 The metadata log (`__cluster_metadata-0`) is left to its owner, as Kafka's LogManager leaves it to Raft.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from formats.checkpoints import read_offset_checkpoint, write_clean_shutdown, write_offset_checkpoint
+from formats.checkpoints import (
+    read_offset_checkpoint,
+    uuid_from_base64,
+    write_clean_shutdown,
+    write_offset_checkpoint,
+)
 from formats.errors import CheckpointError
 from formats.segment import parse_partition_dir
 from kcli.broker.log.cleaner import CleanerConfig, LogCleaner
@@ -26,6 +38,7 @@ from kcli.broker.log.config import LogConfig
 from kcli.broker.log.log import Log, wall_clock_ms
 from kcli.config import CLUSTER_METADATA_TOPIC, BrokerConfig
 from kcli.files import create_if_missing, fsync_dir, write_atomically
+from kcli.storage import load_meta_properties
 
 log = logging.getLogger("kcli.broker.log")
 
@@ -34,6 +47,17 @@ REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 _ROOT_CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT)
+FUTURE_DIR_SUFFIX = "-future"
+DELETE_DIR_SUFFIX = "-delete"
+
+
+class LogDirNotFound(Exception):
+    """A log dir that is not one of `log.dirs` (Kafka's LogDirNotFoundException)."""
+
+
+def log_dir_name_with_suffix(topic: str, partition: int, suffix: str) -> str:
+    """UnifiedLog.logDirNameWithSuffix: `<topic>-<partition>.<uuid without dashes><suffix>`."""
+    return f"{topic}-{partition}.{uuid.uuid4().hex}{suffix}"
 
 
 class LogManager:
@@ -45,6 +69,11 @@ class LogManager:
         self.log_dirs = [Path(d) for d in config.log_dirs]
         self.default_config = LogConfig.from_broker(config)
         self._logs: dict[tuple[str, int], Log] = {}
+        self._future_logs: dict[tuple[str, int], Log] = {}
+        """Logs being filled to replace the current log in another dir (AlterReplicaLogDirs)."""
+        self._preferred_log_dirs: dict[tuple[str, int], Path] = {}
+        self.directory_ids: dict[Path, uuid.UUID] = {}
+        """Each log dir's directory.id from its meta.properties (KIP-858)."""
         self._logs_per_dir: dict[Path, int] = {}
         """How many live logs each log dir holds: a new partition goes to the dir with fewest (O(1) a log)."""
         self._logs_to_delete: list[tuple[int, Log]] = []
@@ -74,6 +103,9 @@ class LogManager:
         """
         topic_configs = topic_configs or {}
         lines: list[str] = []
+        for name, meta in load_meta_properties([str(d) for d in self.log_dirs]).items():
+            if meta.directory_id:
+                self.directory_ids[Path(name)] = uuid_from_base64(meta.directory_id)
         for log_dir in self.log_dirs:
             log_dir.mkdir(parents=True, exist_ok=True)
             marker = log_dir / CLEAN_SHUTDOWN_FILE
@@ -100,15 +132,16 @@ class LogManager:
                 if state == "delete":
                     self._logs_to_delete.append((self.clock(), _DirOnly(path)))  # type: ignore[arg-type]
                     continue
-                if state is not None:
+                if state is not None and state != "future":
                     lines.append(f"{path}: a -{state} replica directory, left alone")
                     continue
                 key = (tp.topic, tp.partition)
-                if key in self._logs:
+                loaded = self._future_logs if state == "future" else self._logs
+                if key in loaded:
                     raise RuntimeError(
-                        f"Duplicate log directories for {tp} are found in both {self._logs[key].dir} and {path}."
+                        f"Duplicate log directories for {tp} are found in both {loaded[key].dir} and {path}."
                     )
-                self._logs[key] = Log.load(
+                loaded[key] = Log.load(
                     path,
                     topic_configs.get(tp.topic, self.default_config),
                     log_start_offset_checkpoint=log_starts.get(key, 0),
@@ -140,14 +173,67 @@ class LogManager:
 
     # --- logs ----------------------------------------------------------------------------------------
 
-    def get_log(self, topic: str, partition: int) -> Log | None:
-        return self._logs.get((topic, partition))
+    def get_log(self, topic: str, partition: int, *, future: bool = False) -> Log | None:
+        return (self._future_logs if future else self._logs).get((topic, partition))
 
     def logs(self) -> Iterable[Log]:
+        """The current logs (a future log is not a partition's log until it is swapped in)."""
         return list(self._logs.values())
 
-    def create_log(self, topic: str, partition: int, topic_id: uuid.UUID, config: LogConfig) -> Log:
-        """The partition's log, created with its partition.metadata if it does not exist yet."""
+    def future_logs(self) -> Iterable[Log]:
+        return list(self._future_logs.values())
+
+    def all_logs(self) -> Iterable[Log]:
+        """Current and future logs, as Kafka's allLogs (what DescribeLogDirs lists)."""
+        return [*self._logs.values(), *self._future_logs.values()]
+
+    # --- log dirs ------------------------------------------------------------------------------------
+
+    def configured_log_dir(self, log_dir: str) -> Path:
+        """The `log.dirs` entry whose absolute path is `log_dir` (isLogDirOnline's check); else
+        LogDirNotFound."""
+        for each in self.log_dirs:
+            if os.path.abspath(each) == log_dir:
+                return each
+        raise LogDirNotFound(f"Log dir {log_dir} is not found in the config.")
+
+    def directory_id(self, log_dir: Path) -> uuid.UUID | None:
+        return self.directory_ids.get(log_dir)
+
+    def directory_path(self, directory_id: uuid.UUID) -> Path | None:
+        for path, each in self.directory_ids.items():
+            if each == directory_id:
+                return path
+        return None
+
+    def maybe_update_preferred_log_dir(self, topic: str, partition: int, log_dir: Path) -> None:
+        """Remember where the partition's log is to be created, unless its current or future log is
+        there already (LogManager.maybeUpdatePreferredLogDir)."""
+        key = (topic, partition)
+        current, future = self._logs.get(key), self._future_logs.get(key)
+        if (current is None or current.dir.parent != log_dir) and (
+            future is None or future.dir.parent != log_dir
+        ):
+            self._preferred_log_dirs[key] = log_dir
+
+    def _next_log_dirs(self) -> list[Path]:
+        """LogManager.nextLogDirs: the dirs by how many logs (current and future) they hold, fewest first."""
+        return sorted(self.log_dirs, key=lambda d: self._logs_per_dir.get(d, 0))
+
+    def create_log(
+        self,
+        topic: str,
+        partition: int,
+        topic_id: uuid.UUID,
+        config: LogConfig,
+        *,
+        target_directory_id: uuid.UUID | None = None,
+    ) -> Log:
+        """The partition's log, created with its partition.metadata if it does not exist yet.
+
+        Where (getOrCreateLog): the dir the controller assigned (`target_directory_id`, unless it is
+        UNASSIGNED, LOST or unknown here) when AlterReplicaLogDirs named none, else the preferred dir,
+        else the dir with fewest logs."""
         existing = self._logs.get((topic, partition))
         if existing is not None:
             if existing.topic_id is not None and existing.topic_id != topic_id:
@@ -157,7 +243,12 @@ class LogManager:
                 )
             existing.update_config(config)
             return existing
-        log_dir = min(self.log_dirs, key=lambda d: self._logs_per_dir.get(d, 0))
+        key = (topic, partition)
+        log_dir = self._preferred_log_dirs.pop(key, None)
+        if log_dir is None and target_directory_id is not None:
+            log_dir = self.directory_path(target_directory_id)  # None for UNASSIGNED, LOST, unknown
+        if log_dir is None:
+            log_dir = self._next_log_dirs()[0]
         created = Log.create(
             log_dir / f"{topic}-{partition}",
             config,
@@ -170,8 +261,93 @@ class LogManager:
         self._logs_per_dir[log_dir] = self._logs_per_dir.get(log_dir, 0) + 1
         return created
 
+    def create_future_log(self, topic: str, partition: int, log_dir: Path) -> Log:
+        """An empty `-future` log of the partition in `log_dir`, which must not hold its current log."""
+        key = (topic, partition)
+        current = self._logs[key]
+        if current.dir.parent == log_dir:
+            raise ValueError(f"Can not create the future log for {topic}-{partition} in its current log dir")
+        existing = self._future_logs.get(key)
+        if existing is not None:
+            return existing
+        self._preferred_log_dirs.pop(key, None)
+        self.cleaner.abort_and_pause_cleaning(current)
+        created = Log.create(
+            log_dir / log_dir_name_with_suffix(topic, partition, FUTURE_DIR_SUFFIX),
+            current.config,
+            current.topic_id or uuid.uuid4(),
+            clock=self.clock,
+            flush_scheduler=self._flusher.submit,
+            producer_id_expiration_ms=self.producer_id_expiration_ms,
+        )
+        self._future_logs[key] = created
+        self._logs_per_dir[log_dir] = self._logs_per_dir.get(log_dir, 0) + 1
+        log.info("created future log for %s-%d in %s", topic, partition, log_dir)
+        return created
+
+    def replace_current_with_future_log(self, topic: str, partition: int) -> Log:
+        """LogManager.replaceCurrentWithFutureLog: the future log becomes `<topic>-<partition>` in its dir
+        and the partition's log; the old one is renamed `-delete` and removed after the delete delay.
+
+        The future log is flushed, closed, renamed and opened again (a clean load from its own files),
+        which is what Kafka's renameDir with reinitialisation amounts to. Returns the new current log.
+        """
+        key = (topic, partition)
+        source = self._logs.get(key)
+        future = self._future_logs.pop(key)
+        future.flush_all()
+        future.close()
+        target = future.dir.with_name(f"{topic}-{partition}")
+        future.dir.rename(target)
+        fsync_dir(target.parent)
+        high_watermark = future.high_watermark if source is None else source.high_watermark
+        loaded = Log.load(
+            target,
+            future.config,
+            log_start_offset_checkpoint=future.log_start_offset,
+            recovery_point_checkpoint=future.log_end_offset,
+            high_watermark_checkpoint=high_watermark,
+            had_clean_shutdown=True,
+            clock=self.clock,
+            flush_scheduler=self._flusher.submit,
+            producer_id_expiration_ms=self.producer_id_expiration_ms,
+        )
+        self._logs[key] = loaded
+        if source is not None:
+            self._logs_per_dir[source.dir.parent] -= 1
+            self.cleaner.alter_checkpoint_dir(loaded, source.dir.parent, target.parent)
+        self.cleaner.resume_cleaning(loaded)
+        if source is not None:
+            suffix = f"-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+            doomed = source.dir.with_name(topic[: 255 - len(suffix)] + suffix)
+            source.dir.rename(doomed)
+            fsync_dir(doomed.parent)
+            source.dir = doomed
+            self._logs_to_delete.append((self.clock(), source))
+            self._write_checkpoints(doomed.parent, hw=False)
+        self._write_checkpoints(target.parent, hw=False)
+        log.info(
+            "the current log of %s-%d is replaced with its future log in %s", topic, partition, target.parent
+        )
+        return loaded
+
+    def delete_future_log(self, topic: str, partition: int) -> None:
+        """Drop the partition's future log (its move was cancelled or redirected): renamed `-delete`."""
+        removed = self._future_logs.pop((topic, partition), None)
+        if removed is None:
+            return
+        self.cleaner.resume_cleaning(removed)
+        self._logs_per_dir[removed.dir.parent] -= 1
+        target = removed.dir.with_name(log_dir_name_with_suffix(topic, partition, DELETE_DIR_SUFFIX))
+        removed.dir.rename(target)
+        fsync_dir(target.parent)
+        removed.dir = target
+        self._logs_to_delete.append((self.clock(), removed))
+
     def delete_log(self, topic: str, partition: int) -> None:
         """Rename the partition dir to `<topic>-<partition>.<uuid>-delete`; remove it after the delete delay."""
+        self.delete_future_log(topic, partition)
+        self._preferred_log_dirs.pop((topic, partition), None)
         removed = self._logs.pop((topic, partition), None)
         if removed is None:
             return
@@ -191,7 +367,7 @@ class LogManager:
         """Retention, flush.ms, deferred deletes and checkpoints, each when its interval has passed."""
         self.cleaner.poll(now_ms)
         config = self.config
-        logs = list(self._logs.values())
+        logs = [*self._logs.values(), *self._future_logs.values()]
         if now_ms - self._last_retention_ms >= int(config["log.retention.check.interval.ms"]):  # type: ignore[call-overload]
             self._last_retention_ms = now_ms
             for each in logs:
@@ -250,7 +426,7 @@ class LogManager:
         hw: bool = True,
         write: Callable[[Path, str], object] = write_atomically,
     ) -> None:
-        logs = [each for each in self._logs.values() if each.dir.parent == log_dir]
+        logs = [each for each in self.all_logs() if each.dir.parent == log_dir]
         if recovery:
             entries = {(e.topic, e.partition): e.recovery_point for e in logs}
             write(log_dir / RECOVERY_POINT_CHECKPOINT, write_offset_checkpoint(entries))
@@ -276,7 +452,7 @@ class LogManager:
         """Flush and close every log, write the checkpoints and the clean-shutdown marker."""
         self.cleaner.shutdown()
         self._flusher.shutdown(wait=True)
-        for each in self._logs.values():
+        for each in self.all_logs():
             each.flush_all()
             each.close()
         for _, removed in self._logs_to_delete:

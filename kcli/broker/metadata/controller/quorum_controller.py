@@ -39,6 +39,7 @@ from kcli.broker.metadata.controller.configuration_control_manager import (
     ConfigurationControlManager,
 )
 from kcli.broker.metadata.controller.controller_result import ApiError, ApiException, ControllerResult, Record
+from kcli.broker.metadata.controller.directory_assignment import assign_replicas_to_dirs
 from kcli.broker.metadata.controller.feature_control_manager import FeatureControlManager
 from kcli.broker.metadata.controller.producer_id_control_manager import ProducerIdControlManager
 from kcli.broker.metadata.controller.replication_control_manager import (
@@ -354,6 +355,13 @@ class QuorumController:
         if not self.is_active:
             raise NotControllerError(f"node {self.node_id} is not the active controller")
         return await self._run(self.replication_control.alter_partition(self._image, request))
+
+    async def assign_replicas_to_dirs(self, request: Any) -> Any:
+        """AssignReplicasToDirs (KIP-858): a broker's replicas placed in its log dirs, answered once
+        the directory changes are committed. Raises NotControllerError when not the active one."""
+        if not self.is_active:
+            raise NotControllerError(f"node {self.node_id} is not the active controller")
+        return await self._run(assign_replicas_to_dirs(self.replication_control, self._image, request))
 
     # --- topics -----------------------------------------------------------------------------------
 
