@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 from conftest import KCLI, BrokerProcess, kcli_env
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map
@@ -297,6 +297,9 @@ def test_requests_split_at_odd_places_are_answered_in_order(broker: BrokerProces
     reads=st.lists(st.integers(1, 200_000), min_size=1, max_size=20),
 )
 def test_receive_buffer_gives_back_each_frame_whole(sizes: list[int], reads: list[int]) -> None:
+    # Reads of a few bytes across 600 KB frames walk the same mid-frame path a million times (20 s of
+    # the suite for one example); tiny reads still meet every frame boundary on the smaller streams.
+    assume(sum(sizes) <= 50_000 * sum(reads) / len(reads))
     frames = [os.urandom(8) * (size // 8) + os.urandom(size % 8) for size in sizes]
     stream = b"".join(struct.pack(">i", len(f)) + f for f in frames)
     buffer = _ReceiveBuffer(max_frame=1 << 20)

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cli_in_process import run_kcli
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from conftest import KCLI, BrokerProcess, kcli_env, start_broker, stop_cleanly
+from conftest import BrokerProcess, start_broker, stop_cleanly
 
 from formats.checkpoints import read_offset_checkpoint
 
@@ -48,10 +48,7 @@ def test_a_consumer_from_the_beginning_sees_exactly_the_latest_value_per_key(tmp
     finally:
         stop_cleanly(broker)
 
-    result = subprocess.run(
-        [*KCLI, "verify", "--deep", "-o", "json", str(broker.data_dir / "prices-0")],
-        capture_output=True, text=True, env=kcli_env(), timeout=60,
-    )  # fmt: skip
+    result = run_kcli("verify", "--deep", "-o", "json", str(broker.data_dir / "prices-0"))
     assert result.returncode == 0, result.stdout + result.stderr
     findings = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     assert {f["kind"] for f in findings if f.get("type") == "finding"} == {"offset_gap_compaction"}
@@ -227,10 +224,9 @@ def test_consumer_offsets_is_compacted_and_commits_survive(tmp_path: Path) -> No
     cleaned_up_to = cleaner_checkpoint(broker)[("__consumer_offsets", 0)]  # after the last clean
 
     segments = sorted((data_dir / "__consumer_offsets-0").glob("*.log"))
-    dumped = subprocess.run(
-        [*KCLI, "dump-segment", "--offsets-decoder", *map(str, segments[:-1])],
-        capture_output=True, text=True, env=kcli_env(), timeout=60, check=True,
-    ).stdout  # fmt: skip
+    done = run_kcli("dump-segment", "--offsets-decoder", *map(str, segments[:-1]))
+    assert done.returncode == 0, done.stderr
+    dumped = done.stdout
     offsets = [
         int(line.split("offset: ")[1].split()[0]) for line in dumped.splitlines() if '"group":"busy"' in line
     ]

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from cli_in_process import run_kcli
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from conftest import KCLI, REPO, BrokerProcess, kcli_env, start_broker, stop_cleanly
+from conftest import BrokerProcess, start_broker, stop_cleanly
 from kafka.record import MemoryRecords
 
 from formats.records import RecordSpec, build_batch
@@ -97,14 +97,7 @@ def test_verify_finds_nothing_after_rolls_and_kafka_python_reads_the_same(tmp_pa
     finally:
         stop_cleanly(broker)
 
-    result = subprocess.run(
-        [*KCLI, "verify", str(broker.data_dir)],
-        cwd=REPO,
-        env=kcli_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_kcli("verify", str(broker.data_dir))
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip().endswith("no findings"), result.stdout
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_in_process import run_kcli
 from conftest import kcli_env
 from test_records import V0_HELLO, V1_HELLO, V2_COMMIT, V2_HELLO
 
@@ -16,8 +17,15 @@ from formats.records import RecordSpec, build_batch
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "logdir"
 
 
-def kcli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "kcli", *args], capture_output=True, text=True, timeout=120)
+def kcli(*args: str, check: bool = True, process: bool = False) -> subprocess.CompletedProcess:
+    """`kcli ARGS` through kcli.cli.main.main in this process, or with `process` as a real `python -m
+    kcli` process (the entry point as installed)."""
+    if process:
+        proc = subprocess.run(
+            [sys.executable, "-m", "kcli", *args], capture_output=True, text=True, timeout=120
+        )
+    else:
+        proc = run_kcli(*args)
     if check:
         assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
@@ -33,7 +41,7 @@ def segment(tmp_path: Path, data: bytes, base: int = 0) -> Path:
 
 def test_reference_example_print_data_log(tmp_path):
     path = segment(tmp_path, V2_HELLO + V2_COMMIT)
-    out = kcli("dump-segment", "--print-data-log", str(path)).stdout
+    out = kcli("dump-segment", "--print-data-log", str(path), process=True).stdout
     assert out == (
         f"Dumping {path}\n"
         "Log starting offset: 0\n"

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import datetime
 import struct
-import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -20,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_in_process import run_kcli
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from conftest import KCLI, BrokerProcess, kcli_env, start_broker, stop_cleanly
+from conftest import BrokerProcess, start_broker, stop_cleanly
 from kio.schema.errors import ErrorCode
 
 from formats.internal import offsets_partition_for
@@ -623,13 +623,9 @@ def test_offsets_and_groups_survive_restart_and_kill(tmp_path: Path) -> None:
     # kafka-dump-log's --offsets-decoder view of what the broker wrote.
     partition = offsets_partition_for("keep", 4)
     segment = data_dir / f"__consumer_offsets-{partition}" / ("0" * 20 + ".log")
-    dumped = subprocess.run(
-        [*KCLI, "dump-segment", "--offsets-decoder", str(segment)],
-        capture_output=True,
-        text=True,
-        env=kcli_env(),
-        check=True,
-    ).stdout
+    done = run_kcli("dump-segment", "--offsets-decoder", str(segment))
+    assert done.returncode == 0, done.stderr
+    dumped = done.stdout
     assert '"group":"keep","topic":"orders","partition":0' in dumped
     assert '"offset":10,"leaderEpoch":-1,"metadata":"meta-0' in dumped  # librdkafka sends a trailing NUL
     assert '"offset":11,"leaderEpoch":-1,"metadata":""' in dumped

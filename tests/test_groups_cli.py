@@ -53,6 +53,7 @@ import json  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
 
+from cli_in_process import run_kcli  # noqa: E402
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from conftest import KCLI, kcli_env  # noqa: E402
@@ -61,6 +62,12 @@ HOUR_MS = 3_600_000
 
 
 def kcli(broker, *args: str) -> subprocess.CompletedProcess:
+    """`kcli groups ARGS -b BOOTSTRAP` through kcli.cli.main.main in this process."""
+    return run_kcli("groups", *args, "-b", broker.bootstrap)
+
+
+def kcli_process(broker, *args: str) -> subprocess.CompletedProcess:
+    """`kcli groups ARGS -b BOOTSTRAP` as a real `python -m kcli` process: the entry point as installed."""
     return subprocess.run(
         [*KCLI, "groups", *args, "-b", broker.bootstrap],
         env=kcli_env(),
@@ -113,7 +120,7 @@ def test_list_describe_lag_and_delete(broker_factory):
     start = seed(broker)
     consumer = commit(broker, "billing", {("orders", 0): 4, ("orders", 1): 10})
 
-    (listed,) = json_lines(kcli(broker, "list", "-o", "json"))
+    (listed,) = json_lines(kcli_process(broker, "list", "-o", "json"))
     assert listed == {"group": "billing", "protocol_type": "consumer", "state": "Stable", "coordinator": 1}
     assert "billing" in kcli(broker, "list").stdout
 
@@ -164,7 +171,7 @@ def test_reset_offsets_scenarios(broker_factory, tmp_path):
     start = seed(broker)
     consumer = commit(broker, "etl", {("orders", 0): 5, ("orders", 1): 7, ("orders", 2): 9})
 
-    active = kcli(broker, "reset-offsets", "etl", "--to-earliest")
+    active = kcli_process(broker, "reset-offsets", "etl", "--to-earliest")
     assert active.returncode != 0
     assert (
         "Assignments can only be reset if the group 'etl' is inactive, but the current state is Stable."

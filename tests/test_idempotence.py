@@ -19,16 +19,16 @@ import re
 import signal
 import socket
 import struct
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from cli_in_process import run_kcli
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from conftest import KCLI, BrokerProcess, kcli_env, start_broker, stop_cleanly
+from conftest import BrokerProcess, start_broker, stop_cleanly
 from kafka import KafkaProducer
 from kio.schema.errors import ErrorCode
 
@@ -385,9 +385,7 @@ def test_kill_9_restart_keeps_deduplicating_and_snapshots_follow_kafka(tmp_path:
     log_end = 33
     snapshot = partition_dir / f"{log_end:020d}.snapshot"
     assert snapshot.exists(), sorted(p.name for p in partition_dir.iterdir())
-    dumped = subprocess.run(
-        [*KCLI, "dump-segment", str(snapshot)], capture_output=True, text=True, env=kcli_env(), timeout=60
-    )
+    dumped = run_kcli("dump-segment", str(snapshot))
     assert dumped.returncode == 0, dumped.stderr
     timestamp = NOW_MS + 30 + 2
     assert (

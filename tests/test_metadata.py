@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from cli_in_process import run_kcli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
@@ -936,9 +937,9 @@ def test_undecodable_record_is_an_error_not_a_truncation(tmp_path):
 
 
 def kcli(*args: str) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-m", "kcli", *args], capture_output=True, text=True, timeout=60, cwd=REPO
-    )
+    """`kcli ARGS` through kcli.cli.main.main in this process (test_dump and test_verify run the
+    commands as real processes); its stdout, after exit status 0."""
+    proc = run_kcli(*args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_in_process import run_kcli
 from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import kcli_env, start_broker
 
@@ -47,14 +48,9 @@ def snapshots(metadata_dir: Path) -> list[str]:
 
 
 def kcli(*args: str) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-m", "kcli", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-        env=kcli_env(),
-    )
+    """`kcli ARGS` through kcli.cli.main.main in this process (test_dump and test_verify run the
+    commands as real processes); its stdout, after exit status 0."""
+    proc = run_kcli(*args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 

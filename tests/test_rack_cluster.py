@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_cluster import LocalKraftCluster, kcli, wait_for
+from cli_in_process import run_kcli
+from test_cluster import LocalKraftCluster, wait_for
 from test_replication_cluster import REPLICATION, Writer, create_topic, wait_partition
 
 pytestmark = pytest.mark.timeout(180)
@@ -147,8 +148,11 @@ def test_without_a_replica_selector_consumers_read_from_the_leader(racked) -> No
 
 
 def reported(cluster: LocalKraftCluster, *flags: str) -> set[tuple[str, int]]:
-    """(topic, partition) of each partition line `kcli topics describe <flags>` prints."""
-    result = kcli("topics", "describe", "-b", cluster.live_bootstrap(), "--topic", "wide|pair|lone", *flags)
+    """(topic, partition) of each partition line `kcli topics describe <flags>` prints (through the
+    entry point in this process; test_topics_cli runs it as a real process)."""
+    result = run_kcli(
+        "topics", "describe", "-b", cluster.live_bootstrap(), "--topic", "wide|pair|lone", *flags
+    )
     assert result.returncode == 0, result.stderr
     lines = [line.split("\t") for line in result.stdout.splitlines()]
     assert all(fields[0] == "" for fields in lines), result.stdout  # partition lines only
@@ -157,13 +161,25 @@ def reported(cluster: LocalKraftCluster, *flags: str) -> set[tuple[str, int]]:
     }
 
 
+def wait_everywhere(
+    cluster: LocalKraftCluster, topic: str, what: str, check: Callable[[int, list[int], list[int]], bool]
+) -> None:
+    """`check` holds in the Metadata of every running node: the describe that follows may ask any of
+    them, and a node applies a metadata change a moment after another."""
+    for node in cluster.nodes.values():
+        if node.running:
+            wait_partition(
+                cluster, topic, f"{what} (as node {node.node_id} has it)", check, via=node.bootstrap
+            )
+
+
 def test_describe_reports_what_a_killed_broker_leaves_behind(racked) -> None:
     cluster = racked()
     create_topic(cluster.bootstrap, "wide", [[1, 2, 3], [3, 1, 2]], **{"min.insync.replicas": "2"})
     create_topic(cluster.bootstrap, "pair", [[3, 1]], **{"min.insync.replicas": "2"})
     create_topic(cluster.bootstrap, "lone", [[3]])
     for topic in ("wide", "pair", "lone"):
-        wait_partition(
+        wait_everywhere(
             cluster, topic, "fully in sync", lambda _, replicas, isr: sorted(isr) == sorted(replicas)
         )
     assert reported(cluster, "--under-replicated-partitions") == set()
@@ -173,13 +189,14 @@ def test_describe_reports_what_a_killed_broker_leaves_behind(racked) -> None:
 
     cluster[3].kill()
     # fenced after its session: out of every ISR it can leave, the leader of none
-    wait_partition(
+    wait_everywhere(
         cluster, "pair", "broker 3 out of the ISR", lambda leader, _, isr: isr == [1] and leader == 1
     )
-    wait_partition(cluster, "wide", "broker 3 out of the ISR", lambda _, __, isr: sorted(isr) == [1, 2])
+    wait_everywhere(cluster, "wide", "broker 3 out of the ISR", lambda _, __, isr: sorted(isr) == [1, 2])
+    wait_everywhere(cluster, "lone", "no leader", lambda leader, _, __: leader == -1)
     from confluent_kafka.admin import AdminClient
 
-    described = kcli(
+    described = run_kcli(
         "topics", "describe", "-b", cluster.live_bootstrap(), "--topic", "wide|pair|lone", "-o", "json"
     )
     by_topic = {d["topic"]: d for d in map(json.loads, described.stdout.splitlines())}

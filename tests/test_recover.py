@@ -21,6 +21,7 @@ from kcli.broker.log.config import LogConfig
 from kcli.broker.log.log import Log
 from ops.recover import Executor, plan_log_dir
 from ops.verify import Verifier, VerifyOptions, resolve
+from tests.cli_in_process import run_kcli
 from tests.conftest import KCLI, REPO, kcli_env, start_broker, stop_cleanly
 
 FIXTURE = REPO / "fixtures" / "logdir"
@@ -79,6 +80,12 @@ def load_reports(log_dir: Path) -> list[str]:
 
 
 def recover_cli(*args: str) -> subprocess.CompletedProcess:
+    """`kcli recover logdir ARGS` through kcli.cli.main.main in this process."""
+    return run_kcli("recover", "logdir", *args)
+
+
+def recover_cli_process(*args: str) -> subprocess.CompletedProcess:
+    """`kcli recover logdir ARGS` as a real `python -m kcli` process: the entry point as installed."""
     return subprocess.run(
         [*KCLI, "recover", "logdir", *args], capture_output=True, text=True, env=kcli_env(), timeout=60
     )
@@ -137,7 +144,7 @@ def planted(tmp_path: Path) -> tuple[Path, dict]:
 def test_dry_run_names_each_planted_problem_and_changes_nothing(planted, tmp_path: Path) -> None:
     root, facts = planted
     before = hashes(root)
-    result = recover_cli(str(root), "--output", "json")
+    result = recover_cli_process(str(root), "--output", "json")
     assert result.returncode == 3, result.stderr
     assert hashes(root) == before
     assert not list(tmp_path.glob("*quarantine*"))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from cli_in_process import run_kcli
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from conftest import KCLI, REPO, BrokerProcess, kcli_env, start_broker, stop_cleanly
@@ -322,10 +323,9 @@ def two_partition_source(tmp_path: Path) -> Path:
 
 
 def replay_cli(broker: BrokerProcess, source: Path, topic: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*KCLI, "replay", str(source), "-b", broker.bootstrap, "-t", topic, *args],
-        capture_output=True, text=True, env=kcli_env(), timeout=60,
-    )  # fmt: skip
+    """`kcli replay` through kcli.cli.main.main in this process (test_cli_prints_a_summary_and_json and
+    the interrupted runs use real `python -m kcli` processes)."""
+    return run_kcli("replay", str(source), "-b", broker.bootstrap, "-t", topic, *args)
 
 
 def test_a_missing_destination_is_created_with_create_topics(broker_factory, tmp_path: Path) -> None:
@@ -593,18 +593,12 @@ def test_a_destination_without_idempotence_gets_one_warning_or_a_refusal(tmp_pat
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic("old", 1, 1)])["old"].result(15)
         source = str(FIXTURES / "m2-zstd-0")
-        refused = subprocess.run(
-            [*KCLI, "replay", source, "-b", bootstrap, "-t", "old", "--idempotence"],
-            capture_output=True, text=True, env=kcli_env(), timeout=60,
-        )  # fmt: skip
+        refused = run_kcli("replay", source, "-b", bootstrap, "-t", "old", "--idempotence")
         assert refused.returncode != 0 and refused.stderr.count("\n") == 1, refused.stderr
         assert "InitProducerId" in refused.stderr or "idempoten" in refused.stderr
         assert end_offset(bootstrap, "old") == 0, "nothing was sent"
 
-        warned = subprocess.run(
-            [*KCLI, "replay", source, "-b", bootstrap, "-t", "old", "-o", "json"],
-            capture_output=True, text=True, env=kcli_env(), timeout=60,
-        )  # fmt: skip
+        warned = run_kcli("replay", source, "-b", bootstrap, "-t", "old", "-o", "json")
         assert warned.returncode == 0, warned.stderr
         assert len([line for line in warned.stderr.splitlines() if "idempoten" in line]) == 1, warned.stderr
         assert orjson.loads(warned.stdout)["idempotent"] is False

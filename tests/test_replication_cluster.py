@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_cluster import SESSION, LocalKraftCluster, kcli, wait_for
+from cli_in_process import run_kcli
+from test_cluster import SESSION, LocalKraftCluster, wait_for
 
 from formats.segment import walk
 
@@ -238,7 +239,7 @@ def test_every_replica_holds_the_leaders_bytes_and_acks_all_waits_for_the_isr(
     stop_all(cluster)
     assert_replicas_identical(cluster, "rf3", [1, 2, 3], below=3000)
     for node in cluster.nodes.values():
-        result = kcli("verify", str(node.node.directory / "data"), timeout=60)
+        result = run_kcli("verify", str(node.node.directory / "data"))
         assert result.returncode == 0, result.stdout + result.stderr
 
 

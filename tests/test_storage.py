@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from cli_in_process import run_kcli
 from conftest import KCLI, READY, START_TIMEOUT, BrokerProcess, kcli_env, stop_cleanly
 
 from formats.checkpoints import MetaProperties, read_meta_properties, uuid_from_base64, write_meta_properties
@@ -46,6 +47,12 @@ CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"  # Kafka's docs' example id
 
 
 def kcli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`kcli ARGS` through kcli.cli.main.main in this process, run in `cwd`."""
+    return run_kcli(*args, cwd=cwd)
+
+
+def kcli_process(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`kcli ARGS` as a real `python -m kcli` process in `cwd`: the entry point as installed."""
     result = subprocess.run(
         [*KCLI, *args], cwd=cwd, env=kcli_env(), capture_output=True, text=True, timeout=60
     )
@@ -151,7 +158,7 @@ def test_random_uuid_prints_a_kafka_uuid(tmp_path: Path) -> None:
 def test_format_writes_meta_properties_and_the_bootstrap_snapshot(tmp_path: Path) -> None:
     config = combined(tmp_path)
     before = time.time() * 1000
-    result = kcli(tmp_path, "storage", "format", "--config", str(config), "--cluster-id", CLUSTER_ID)
+    result = kcli_process(tmp_path, "storage", "format", "--config", str(config), "--cluster-id", CLUSTER_ID)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         f"Formatting data directory {tmp_path / 'logs-a'} with metadata.version 3.9-IV0.",
@@ -421,7 +428,7 @@ def test_a_formatted_node_starts_with_the_formatted_cluster_id(tmp_path: Path) -
 
 def test_a_multi_voter_node_refuses_unformatted_dirs_and_writes_nothing(tmp_path: Path) -> None:
     config = combined(tmp_path, voters="1@127.0.0.1:19093,2@127.0.0.1:19094,3@127.0.0.1:19095")
-    result = kcli(tmp_path, "broker", "start", "--config", str(config))
+    result = kcli_process(tmp_path, "broker", "start", "--config", str(config))
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         f"kcli: No `meta.properties` found in {tmp_path / 'logs-a'} "

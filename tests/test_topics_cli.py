@@ -1,4 +1,5 @@
-"""`kcli topics` and `kcli configs` against a real broker, run as the real CLI; checked with confluent-kafka."""
+"""`kcli topics` and `kcli configs` against a real broker, run through the real entry point (in this
+process; one real `python -m kcli` process per command family); checked with confluent-kafka."""
 
 from __future__ import annotations
 
@@ -7,18 +8,21 @@ import json
 import socket
 import subprocess
 
+from cli_in_process import run_kcli
 from confluent_kafka import Consumer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 from conftest import KCLI, kcli_env
 
 
 def kcli(broker, *args: str, bootstrap: str | None = None) -> subprocess.CompletedProcess:
+    """`kcli ARGS -b BOOTSTRAP` through kcli.cli.main.main in this process."""
+    return run_kcli(*args, "-b", bootstrap or broker.bootstrap)
+
+
+def kcli_process(broker, *args: str) -> subprocess.CompletedProcess:
+    """`kcli ARGS -b BOOTSTRAP` as a real `python -m kcli` process: the entry point as installed."""
     return subprocess.run(
-        [*KCLI, *args, "-b", bootstrap or broker.bootstrap],
-        env=kcli_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
+        [*KCLI, *args, "-b", broker.bootstrap], env=kcli_env(), capture_output=True, text=True, timeout=60
     )
 
 
@@ -47,7 +51,7 @@ def topic_id(broker, name: str) -> str:
 
 
 def test_create_list_describe_alter_delete(broker):
-    assert ok(kcli(broker, "topics", "create", "--topic", "orders", "--partitions", "3",
+    assert ok(kcli_process(broker, "topics", "create", "--topic", "orders", "--partitions", "3",
                    "--config", "cleanup.policy=compact", "--config", "segment.bytes=1000000")) == [
         "Created topic orders."
     ]  # fmt: skip
@@ -170,7 +174,8 @@ def test_partition_line_says_n_a_without_describe_topic_partitions():
 
 def test_topics_bad_input_is_one_sentence(broker):
     ok(kcli(broker, "topics", "create", "--topic", "orders", "--partitions", "2"))
-    refused(kcli(broker, "topics", "create", "--topic", "orders"), "topic 'orders' already exists.")
+    # one refusal as a real process: the sentence and the status survive the installed entry point
+    refused(kcli_process(broker, "topics", "create", "--topic", "orders"), "topic 'orders' already exists.")
     assert ok(kcli(broker, "topics", "create", "--topic", "orders", "--if-not-exists")) == []
     refused(
         kcli(broker, "topics", "create", "--topic", "t", "--config", "cleanup.policy=nope"),
@@ -235,7 +240,7 @@ def test_topics_bad_input_is_one_sentence(broker):
 
 def test_configs_describe_and_alter(broker):
     ok(kcli(broker, "topics", "create", "--topic", "orders", "--config", "cleanup.policy=compact"))
-    assert ok(kcli(broker, "configs", "describe", "--topic", "orders")) == [
+    assert ok(kcli_process(broker, "configs", "describe", "--topic", "orders")) == [
         "Dynamic configs for topic orders are:",
         "  cleanup.policy=compact sensitive=false "
         "synonyms={DYNAMIC_TOPIC_CONFIG:cleanup.policy=compact, DEFAULT_CONFIG:log.cleanup.policy=delete}",
@@ -282,7 +287,7 @@ def test_configs_describe_and_alter(broker):
     )
 
     refused(
-        kcli(broker, "configs", "alter", "--topic", "orders", "--add-config", "retention.ms=soon"),
+        kcli_process(broker, "configs", "alter", "--topic", "orders", "--add-config", "retention.ms=soon"),
         "cannot alter the configs of topic 'orders': Invalid value 'soon' for configuration retention.ms: "
         "expected an integer.",
     )

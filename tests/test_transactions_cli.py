@@ -7,6 +7,7 @@ import subprocess
 
 import orjson
 import pytest
+from cli_in_process import run_kcli
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import KCLI, BrokerProcess, kcli_env
@@ -15,6 +16,12 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def kcli(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    """`kcli transactions ARGS -b BOOTSTRAP` through kcli.cli.main.main in this process."""
+    return run_kcli("transactions", *args, "-b", broker.bootstrap)
+
+
+def kcli_process(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    """`kcli transactions ARGS -b BOOTSTRAP` as a real `python -m kcli` process: the entry point as installed."""
     return subprocess.run(
         [*KCLI, "transactions", *args, "-b", broker.bootstrap],
         capture_output=True,
@@ -32,7 +39,9 @@ def test_find_hanging_and_abort(broker: BrokerProcess) -> None:
     assert producer.flush(15) == 0
 
     # An idempotent producer has no open transaction: nothing hangs.
-    found = kcli(broker, "find-hanging", "--topic", "t", "--max-transaction-timeout", "0", "-o", "json")
+    found = kcli_process(
+        broker, "find-hanging", "--topic", "t", "--max-transaction-timeout", "0", "-o", "json"
+    )
     assert found.returncode == 0 and found.stdout == "", found.stderr
     assert "needs --topic or --broker-id" in kcli(broker, "find-hanging").stderr
     assert (

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_in_process import run_kcli
 from confluent_kafka import Producer
 from conftest import REPO, BrokerProcess, kcli_env
 from hypothesis import HealthCheck, given, settings
@@ -135,6 +136,12 @@ def flip(path: Path, position: int) -> None:
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
+    """`kcli verify ARGS` through kcli.cli.main.main in this process."""
+    return run_kcli("verify", *map(str, args))
+
+
+def run_cli_process(*args: str) -> subprocess.CompletedProcess:
+    """`kcli verify ARGS` as a real `python -m kcli` process: the entry point as installed."""
     return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, env=kcli_env(), timeout=60)
 
 
@@ -150,7 +157,7 @@ def test_clean_partition_dir_has_no_findings(tmp_path: Path) -> None:
 
 def test_clean_partition_through_the_cli(tmp_path: Path) -> None:
     p = clean_partition(tmp_path)
-    proc = run_cli(p.dir)
+    proc = run_cli_process(p.dir)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
         f"verified 10 files, 3 segments, 30 batches, {_bytes(p.dir)} bytes: no findings"
