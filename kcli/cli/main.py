@@ -19,6 +19,7 @@ def register() -> None:
         dump,
         elect,
         groups,
+        reassign,
         recover,
         replay,
         spark_audit,
