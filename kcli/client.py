@@ -510,6 +510,12 @@ class NodeConnections:
                 await stale.close()
             return None
 
+    async def drop(self, node_id: int) -> None:
+        """Close the connection to `node_id` (its requests in flight fail); the next send reconnects."""
+        client = self._clients.pop(node_id, None)
+        if client is not None:
+            await client.close()
+
     async def close(self) -> None:
         for client in self._clients.values():
             await client.close()

@@ -39,6 +39,8 @@ log = logging.getLogger("kcli.broker")
 BROKER_REGISTRATION = 62
 BROKER_HEARTBEAT = 63
 RETRY_BACKOFF_SECONDS = 0.05
+LEADER_CHECK_SECONDS = 0.1
+"""How often a request waiting on the active controller checks that the quorum still names it."""
 
 
 class ControllerUnavailable(KcliError):
@@ -113,12 +115,36 @@ class ControllerChannel:
             await asyncio.sleep(RETRY_BACKOFF_SECONDS)
 
     async def _send_to_leader(self, request: Any, deadline: float) -> Any | None:
-        leader_id = self.raft.leader.leader_id
-        address = self.raft.voter_addresses.get(leader_id)
+        """The answer of the quorum's leader, or None. A request waiting on a leader that the quorum has
+        replaced in the meantime (a stopped or cut-off controller never answers) is given up at once,
+        to go again to the new one, as Kafka's NodeToControllerRequestThread disconnects from a
+        controller that is no longer active."""
+        leader = self.raft.leader
+        address = self.raft.voter_addresses.get(leader.leader_id)
         if address is None:
             return None
         remaining = max(deadline - time.monotonic(), 0.05)
-        return await self._connections.send(leader_id, address, request, timeout=remaining)
+        send = asyncio.ensure_future(
+            self._connections.send(leader.leader_id, address, request, timeout=remaining)
+        )
+        try:
+            while True:
+                done, _ = await asyncio.wait({send}, timeout=LEADER_CHECK_SECONDS)
+                if done:
+                    return send.result()
+                if self.raft.leader != leader:
+                    log.info(
+                        "%s to controller %d abandoned: the quorum's leader is now %d (epoch %d)",
+                        api_name(request.__api_key__) if not callable(request) else "a request",
+                        leader.leader_id,
+                        self.raft.leader.leader_id,
+                        self.raft.leader.epoch,
+                    )
+                    await self._connections.drop(leader.leader_id)
+                    return None
+        finally:
+            if not send.done():
+                send.cancel()
 
     async def close(self) -> None:
         await self._connections.close()
