@@ -233,9 +233,12 @@ async def abort_transaction(
     producer_id: int | None = None,
     producer_epoch: int | None = None,
     coordinator_epoch: int | None = None,
+    commit: bool = False,
 ) -> ProducerState:
     """Write an ABORT marker to one partition for the producer whose open transaction starts at
-    `start_offset`, or for the producer given by id, epoch and coordinator epoch."""
+    `start_offset`, or for the producer given by id, epoch and coordinator epoch. (`commit` writes a
+    COMMIT marker instead: `kcli recover` ends a transaction whose marker an unclean election lost as
+    that marker had.)"""
     if start_offset is not None:
         found = [
             s
@@ -270,7 +273,7 @@ async def abort_transaction(
                     marker,
                     producer_id=state.producer_id,
                     producer_epoch=state.producer_epoch,
-                    transaction_result=False,
+                    transaction_result=commit,
                     topics=(marker_topic(name=topic, partition_indexes=(partition,)),),
                     coordinator_epoch=coordinator_epoch,
                 ),
@@ -278,7 +281,10 @@ async def abort_transaction(
         )
     )
     [result] = response.markers[0].topics[0].partitions
-    _check(result.error_code, f"abort the transaction of producer {state.producer_id} on {topic}-{partition}")
+    verb = "commit" if commit else "abort"
+    _check(
+        result.error_code, f"{verb} the transaction of producer {state.producer_id} on {topic}-{partition}"
+    )
     return state
 
 

@@ -3,12 +3,17 @@
 Pure: Kafka's follower truncation worked out from epoch histories, and KIP-966's ranking.
 Real: a controller and three brokers (isolated mode, so that stopping brokers never costs the quorum),
 one topic of two partitions on brokers [2, 3, 4] with unclean.leader.election.enable=false. Ten records
-per partition reach all three (A); broker 4 is stopped (SIGSTOP) and leaves the ISR, ten more reach 2
-and 3 (B); broker 3 is stopped too, ten more reach 2 alone (C); broker 2, the whole ISR, is killed and
-3 and 4 resume: no partition has a leader. The dry run (broker 2's replica read from its log dir)
-predicts per candidate what each replica loses; partition 0 is recovered on broker 3 (the controller's
-own pick), partition 1 on broker 4 (a reorder first): exactly the predicted records are missing
-afterwards, and `orders.recovered` holds exactly them, with their offsets in headers.
+per partition reach all three (A), and five of a transaction on partition 1; broker 4 is stopped
+(SIGSTOP) and leaves the ISR, the transaction aborts (its marker on 2 and 3 only), ten more reach 2 and
+3 (B), and five of a transaction on partition 0; broker 3 is stopped too, that transaction commits
+(its marker on 2 alone), ten more reach 2 alone (C); broker 2, the whole ISR, is killed and 3 and 4
+resume: no partition has a leader. The dry run (broker 2's replica read from its log dir) predicts per
+candidate what each replica loses; partition 0 is recovered on broker 3 (the controller's own pick),
+partition 1 on broker 4 (a reorder first): exactly the predicted records are missing afterwards,
+`orders.recovered` holds exactly them, with their offsets in headers, and a run cut short after its
+quarantine copies nothing twice; each transaction whose marker went with broker 2 ends as it had
+(COMMIT on 0, ABORT on 1), so read_committed consumers see exactly the committed records; a group
+whose committed offset lay above the new log end resumes after the reset the report names.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +50,10 @@ OVERRIDES = (
     "replica.lag.time.max.ms=3000",
     "replica.fetch.backoff.ms=200",
     "offsets.topic.num.partitions=4",
+    "transaction.state.log.num.partitions=2",
+    "transaction.state.log.min.isr=1",  # the transactions end with one broker left
 )
+TXN_RECORDS = 5
 
 
 # --- pure: truncation and ranking -------------------------------------------------------------------
@@ -235,16 +244,25 @@ def produce(bootstrap: str, step: str) -> dict[int, dict[int, bytes]]:
     return acked
 
 
-def consume(bootstrap: str, topic: str, partition: int, end: int) -> list[Any]:
-    """Every message of `topic`-`partition` below offset `end`."""
+def consume(
+    bootstrap: str, topic: str, partition: int, count: int, *, committed: bool = True, group: str = ""
+) -> list[Any]:
+    """`count` messages of `topic`-`partition`: from offset 0 (read_committed, or read_uncommitted), or
+    from `group`'s committed offset."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": f"{topic}-check", "enable.auto.commit": False}
-    )
+        {"bootstrap.servers": bootstrap, "group.id": group or f"{topic}-check", "enable.auto.commit": False,
+         "isolation.level": "read_committed" if committed else "read_uncommitted"}
+    )  # fmt: skip
     got: list[Any] = []
+    end = count
     try:
-        consumer.assign([TopicPartition(topic, partition, 0)])
+        if group:
+            [start] = consumer.committed([TopicPartition(topic, partition)], timeout=30)
+            consumer.assign([start])
+        else:
+            consumer.assign([TopicPartition(topic, partition, 0)])
         deadline = time.monotonic() + 30
         while len(got) < end and time.monotonic() < deadline:
             message = consumer.poll(0.5)
@@ -291,10 +309,39 @@ def signal_node(node: NodeProcess, sig: int) -> None:
     os.kill(node.pid, sig)
 
 
+def open_transaction(bootstrap: str, transactional_id: str, partition: int) -> tuple[Any, dict[int, bytes]]:
+    """A transactional producer with TXN_RECORDS records written to `partition`, acked, not yet ended."""
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5,
+         "message.timeout.ms": 60000, "transaction.timeout.ms": 120000}
+    )  # fmt: skip
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    acked: dict[int, bytes] = {}
+    for i in range(TXN_RECORDS):
+        producer.produce(
+            TOPIC,
+            value=f"{transactional_id}-{i}".encode(),
+            partition=partition,
+            on_delivery=lambda err, msg: (
+                acked.__setitem__(msg.offset(), msg.value()) if err is None else None
+            ),
+        )
+    assert producer.flush(60) == 0 and len(acked) == TXN_RECORDS, acked
+    return producer, acked
+
+
+@dataclass
+class Planted:
+    cluster: IsolatedCluster
+    produced: dict[int, dict[int, bytes]]  # every acked record, transactional ones too
+    aborted: set[tuple[int, int]]  # (partition, offset) of the aborted transaction's records
+
+
 @pytest.fixture(scope="module")
-def planted(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[IsolatedCluster, dict[int, dict[int, bytes]]]]:
+def planted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Planted]:
     cluster = IsolatedCluster(tmp_path_factory.mktemp("recover-online"), OVERRIDES)
     stopped: list[NodeProcess] = []
     try:
@@ -313,9 +360,16 @@ def planted(
             everyone, "a full ISR", lambda s: all(v[0] == 2 and sorted(v[2]) == [2, 3, 4] for v in s.values())
         )
         produced: dict[int, dict[int, bytes]] = {0: {}, 1: {}}
-        for step, victim, isr in (("A", 4, [2, 3]), ("B", 3, [2])):
+        aborted: set[tuple[int, int]] = set()
+        # (step, the partition of a transaction, how it ends, the broker stopped before it ends, the ISR left)
+        steps = (("A", 1, "abort", 4, [2, 3]), ("B", 0, "commit", 3, [2]))
+        for step, partition, end, victim, isr in steps:
             for p, records in produce(everyone, step).items():
                 produced[p].update(records)
+            producer, records = open_transaction(everyone, f"txn-{step}", partition)
+            produced[partition].update(records)
+            if end == "abort":
+                aborted.update((partition, o) for o in records)
             signal_node(cluster[victim], signal.SIGSTOP)
             stopped.append(cluster[victim])
             wait_states(
@@ -323,6 +377,7 @@ def planted(
                 f"broker {victim} out of the ISR",
                 lambda s, isr=isr: all(sorted(v[2]) == isr for v in s.values()),
             )
+            getattr(producer, f"{end}_transaction")(60)
         for p, records in produce(cluster.brokers(2), "C").items():
             produced[p].update(records)
         cluster[2].kill()
@@ -339,7 +394,7 @@ def planted(
             60,
             0.25,
         )
-        yield cluster, produced
+        yield Planted(cluster, produced, aborted)
     finally:
         for node in stopped:
             if node.running:
@@ -347,12 +402,12 @@ def planted(
         cluster.kill_all()
 
 
-def test_dry_run_then_execute_loses_exactly_what_was_predicted(
-    planted: tuple[IsolatedCluster, dict[int, dict[int, bytes]]], tmp_path: Path
-) -> None:
-    cluster, produced = planted
+def test_dry_run_then_execute_loses_exactly_what_was_predicted(planted: Planted, tmp_path: Path) -> None:
+    cluster, produced = planted.cluster, planted.produced
     live = cluster.brokers(3, 4)
-    assert {p: len(r) for p, r in produced.items()} == {0: 3 * PER_STEP, 1: 3 * PER_STEP}
+    # Offsets: A 0-9 on both; partition 1: the aborted transaction 10-14, its marker 15, B 16-25, C
+    # 26-35; partition 0: B 10-19, the committed transaction 20-24, its marker 25, C 26-35.
+    assert {p: (len(r), produced_end(r)) for p, r in produced.items()} == {0: (35, 36), 1: (35, 36)}
     dry = run_kcli(
         "recover", "partitions", "--bootstrap-server", live, "--topic", TOPIC,
         "--logdir", f"2={cluster.data(2)}", "-o", "json",
@@ -361,17 +416,16 @@ def test_dry_run_then_execute_loses_exactly_what_was_predicted(
     text = run_kcli("recover", "partitions", "--bootstrap-server", live, "--logdir", f"2={cluster.data(2)}")
     assert text.returncode == 3, text.stderr
     assert (
-        "  candidate 3: broker 4 (last epoch 0, log end 10): broker 2 loses offsets 10..29 (20 records, "
+        "  candidate 3: broker 4 (last epoch 0, log end 10): broker 2 loses offsets 10..35 (25 records, "
         in text.stdout
     ), text.stdout
     plans = {p["partition"]: p for p in map(json.loads, dry.stdout.splitlines())}
     assert sorted(plans) == [0, 1], dry.stdout
-    for plan in plans.values():
+    log_ends = {0: {2: 36, 3: 25, 4: 10}, 1: {2: 36, 3: 26, 4: 15}}
+    for partition, plan in plans.items():
         found = {r["broker"]: r for r in plan["replicaStates"]}
         assert {b: (r["source"], r["logEndOffset"]) for b, r in found.items()} == {
-            2: ("logdir", 30),
-            3: ("broker", 20),
-            4: ("broker", 10),
+            b: ("logdir" if b == 2 else "broker", end) for b, end in log_ends[partition].items()
         }, found
         # A live follower's own high watermark comes with its Fetch -2 answer (its last one from broker 2).
         high = {b: found[b]["highWatermark"] for b in (3, 4)}
@@ -381,14 +435,14 @@ def test_dry_run_then_execute_loses_exactly_what_was_predicted(
             (3, True),
             (4, True),
         ], plan
-    # Predicted, per candidate: {broker: (start, end, records)}.
+    # Predicted, per candidate: {broker: (start, end, records)}; markers are not records.
     predicted = {
         (p, c["broker"]): {x["broker"]: (x["startOffset"], x["endOffset"], x["records"]) for x in c["losses"]}
         for p, plan in plans.items()
         for c in plan["candidates"]
     }
-    assert predicted[(0, 3)] == {2: (20, 30, 10)}, dry.stdout
-    assert predicted[(1, 4)] == {3: (10, 20, 10), 2: (10, 30, 20)}, dry.stdout
+    assert predicted[(0, 3)] == {2: (25, 36, 10)}, dry.stdout
+    assert predicted[(1, 4)] == {3: (15, 26, 10), 2: (15, 36, 20)}, dry.stdout
 
     # Without broker 2's log dir its loss is unknown, and --execute refuses before doing anything.
     blind = run_kcli("recover", "partitions", "--bootstrap-server", live, "--topic", TOPIC, "-o", "json")
@@ -402,6 +456,8 @@ def test_dry_run_then_execute_loses_exactly_what_was_predicted(
     assert "elect_unclean" not in (tmp_path / "refused.jsonl").read_text()
 
     commit(live, "ahead", 0, 30)  # a group that consumed records the recovery will lose
+    # A run cut short after its quarantine: partition 0's records are there before the run below.
+    assert quarantine_only(live, cluster.data(2), 0, 3, tmp_path / "cut.jsonl") == 10
 
     journal = tmp_path / "journal.jsonl"
     results = {}
@@ -414,8 +470,13 @@ def test_dry_run_then_execute_loses_exactly_what_was_predicted(
         assert done.returncode == 0, done.stdout + done.stderr
         result = results[partition] = json.loads(done.stdout.splitlines()[-1])
         assert result["leader"] == candidate and result["replicasReordered"] == (candidate == 4)
-    assert results[0]["groupsAboveLogEnd"] == [{"group": "ahead", "committedOffset": 30, "logEndOffset": 20}]
-    assert results[1]["groupsAboveLogEnd"] == [] and results[1]["openTransactions"] == []
+    assert [results[p]["quarantined"] for p in (0, 1)] == [0, 20]  # partition 0's ten were copied before
+    # Each transaction whose marker only broker 2 had ends as it did, by a marker at the new log end.
+    assert [(t["startOffset"], t["result"]) for t in results[0]["openTransactions"]] == [(20, "committed")]
+    assert [(t["startOffset"], t["result"]) for t in results[1]["openTransactions"]] == [(10, "aborted")]
+    assert [results[p]["logEndOffset"] for p in (0, 1)] == [26, 16]
+    assert results[0]["groupsAboveLogEnd"] == [{"group": "ahead", "committedOffset": 30, "logEndOffset": 26}]
+    assert results[1]["groupsAboveLogEnd"] == []
 
     # Broker 3 leads partition 0, broker 4 partition 1, whose replica order is back (every broker's
     # metadata catches up in its own time).
@@ -432,18 +493,28 @@ def test_dry_run_then_execute_loses_exactly_what_was_predicted(
             message.value()
         )
     for partition, candidate in ((0, 3), (1, 4)):
-        end = high_watermark(live, partition)
-        kept = {m.offset(): m.value() for m in consume(live, TOPIC, partition, end)}
+        end = results[partition]["logEndOffset"]
+        assert high_watermark(live, partition) == end
+        kept = {m.offset(): m.value() for m in consume(live, TOPIC, partition, end - 1, committed=False)}
         missing = {o: v for o, v in produced[partition].items() if kept.get(o) != v}
         losses = predicted[(partition, candidate)]
         lost_offsets = {o for start, stop, _ in losses.values() for o in range(start, stop)}
-        assert missing == {o: produced[partition][o] for o in lost_offsets}
+        assert missing == {o: produced[partition][o] for o in lost_offsets if o in produced[partition]}
         assert quarantined[partition] == missing
-        assert end == produced_end(produced[partition]) - len(missing)
+        # read_committed: no transaction hangs, the aborted one stays hidden.
+        visible = {o: v for o, v in kept.items() if (partition, o) not in planted.aborted}
+        got = consume(live, TOPIC, partition, len(visible))
+        assert {m.offset(): m.value() for m in got} == visible
+    # The group ahead of the log end resumes from the new records after the reset the report names.
+    reset = run_kcli(
+        "groups", "reset-offsets", "ahead", "--bootstrap-server", live, "--topic", f"{TOPIC}:0",
+        "--to-latest", "--execute",
+    )  # fmt: skip
+    assert reset.returncode == 0, reset.stdout + reset.stderr
     # Broker 3 follows broker 4 on partition 1, truncated to its log: it answers OffsetForLeaderEpoch
     # for its own log to the debugging replica id only (kcli's extension), as a follower to anyone else.
     wait_states(live, "broker 3 back in the ISR of partition 1", lambda s: sorted(s[1][2]) == [3, 4])
-    assert epoch_end(cluster.brokers(3), 1, 0, replica_id=-2) == ("none", 0, 10)
+    assert epoch_end(cluster.brokers(3), 1, 0, replica_id=-2) == ("none", 0, 15)
     assert epoch_end(cluster.brokers(3), 1, 0, replica_id=-1)[0] == "not_leader_or_follower"
     # Broker 2 comes back: it truncates exactly what was predicted for it and holds the leaders' logs.
     cluster[2].start()
@@ -456,20 +527,49 @@ def test_dry_run_then_execute_loses_exactly_what_was_predicted(
             o: v for o, v in produced[partition].items() if o < start
         }
     # Every replica's epoch history, walked over OffsetForLeaderEpoch, now has the epoch of the recovery.
-    for p, records in produce(live, "D").items():
-        produced[p].update(records)
+    new = produce(live, "D")
     again = run_kcli("recover", "partitions", "--bootstrap-server", live, "--topic", TOPIC, "-o", "json")
     assert again.returncode == 0, again.stderr  # both partitions have a leader: nothing to recover
     for plan in map(json.loads, again.stdout.splitlines()):
-        start = {0: 20, 1: 10}[plan["partition"]]
+        start = {0: 25, 1: 15}[plan["partition"]]
         histories = {r["broker"]: (r["epochs"], r["logEndOffset"]) for r in plan["replicaStates"]}
         assert len({json.dumps(h) for h in histories.values()}) == 1, histories  # all three alike
         epochs, end = histories[2]
-        assert end == start + PER_STEP and epochs[0] == [0, 0] and epochs[-1][1] == start, epochs
+        assert end == start + 1 + PER_STEP and epochs[0] == [0, 0] and epochs[-1][1] == start, epochs
         assert all(c["losses"] == [] for c in plan["candidates"])
-    actions = [json.loads(line)["action"] for line in journal.read_text().splitlines()]
+    assert {m.offset(): m.value() for m in consume(live, TOPIC, 0, PER_STEP, group="ahead")} == new[0]
+    lines = [json.loads(line) for line in journal.read_text().splitlines()]
+    actions = [line["action"] for line in lines]
     assert actions.count("elect_unclean") == 2 and actions.count("reorder_replicas") == 1
-    assert actions.index("quarantine") < actions.index("elect_unclean")
+    assert actions.count("write_txn_marker") == 2
+    of_1 = [line["action"] for line in lines if line.get("partition") == f"{TOPIC}-1"]
+    assert of_1.index("quarantine") < of_1.index("elect_unclean") < of_1.index("write_txn_marker"), of_1
+
+
+def quarantine_only(bootstrap: str, broker_2: Path, partition: int, candidate: int, journal: Path) -> int:
+    """The first step of `--execute` alone, twice, as a run stopped after it and its rerun leave it:
+    the records copied by the first (the second copies none)."""
+    import asyncio
+
+    from kcli.cluster import Cluster
+    from ops.recover.online import plan_partitions
+    from ops.recover.unclean import Journal, _quarantine
+
+    async def run() -> int:
+        async with await Cluster.connect(bootstrap) as cluster:
+            [plan] = await plan_partitions(
+                cluster, topics=[TOPIC], partitions=[partition], log_dirs={2: [broker_2]}
+            )
+            chosen = next(c for c in plan.candidates if c.broker == candidate)
+            written = Journal(journal)
+            try:
+                first = await _quarantine(cluster, plan, chosen, written, lambda _: None)
+                assert await _quarantine(cluster, plan, chosen, written, lambda _: None) == 0
+            finally:
+                written.close()
+            return first
+
+    return asyncio.run(run())
 
 
 def epoch_end(bootstrap: str, partition: int, epoch: int, *, replica_id: int) -> tuple[str, int, int]:

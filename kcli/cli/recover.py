@@ -372,13 +372,16 @@ def _result_text(result: dict) -> str:
         if "error" in txn:
             lines.append(f"  open transactions: not known ({txn['error']})")
         else:
+            done = f"{txn['result']} by kcli" if txn["result"] else "left open"
             lines.append(
                 f"  open transaction: producer {txn['producerId']} (epoch {txn['producerEpoch']}) from offset "
-                f"{txn['startOffset']}{', hanging: kcli transactions abort' if txn['hanging'] else ''}"
+                f"{txn['startOffset']}: {done}, {txn['why']}"
             )
     for group in result["groupsAboveLogEnd"]:
         lines.append(
             f"  group {group['group']}: committed offset {group['committedOffset']} is above the log end "
-            f"{group['logEndOffset']}: reset it (kcli groups reset-offsets)"
+            f"{group['logEndOffset']}: its consumers would skip the records written up to it; reset it: "
+            f"kcli groups reset-offsets {group['group']} --topic {result['topic']}:{result['partition']} "
+            "--to-latest --execute"
         )
     return "\n".join(lines) + "\n"

@@ -101,6 +101,7 @@ class ReplicaRead:
     complete: bool  # False when the source stopped short of the asked end
     last_epoch: int = -1  # the leader epoch of the last batch read
     high_watermark: int | None = None  # the replica's own, as its Fetch answer gave it
+    markers: tuple[tuple[int, int, str], ...] = ()  # (offset, producer id, "committed" or "aborted")
 
     def since(self, offset: int) -> tuple[list[LostRecord], int, tuple[int, ...]]:
         """(records, bytes of the batches cut, transactional producers cut) from `offset` on: a cut
@@ -520,6 +521,7 @@ class _BatchReader:
             complete,
             self.last_epoch,
             self.high_watermark,
+            tuple(markers),
         )
 
 
@@ -650,3 +652,20 @@ def lost_records(plan: PartitionRecovery, candidate: Candidate) -> list[tuple[Lo
         (record, tuple(brokers))
         for record, brokers in sorted(merged.values(), key=lambda v: (v[0].offset, v[0].leader_epoch))
     ]
+
+
+def lost_outcomes(
+    plan: PartitionRecovery, candidate: Candidate, producer_id: int, start: int
+) -> dict[int, str]:
+    """How the transaction `producer_id` opened at `start` ended in the logs `candidate` makes the others
+    cut: {broker: "committed" or "aborted"} from the first marker of that producer after `start` in the
+    part of each replica that is cut. Empty when no cut part holds one."""
+    found = {}
+    for loss in candidate.losses:
+        read = plan.reads.get(loss.broker)
+        if read is None:
+            continue
+        after = [(o, k) for o, p, k in read.markers if p == producer_id and o > start]
+        if after and min(after)[0] >= loss.start:
+            found[loss.broker] = min(after)[1]
+    return found

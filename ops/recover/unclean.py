@@ -14,9 +14,18 @@ do. Standard admin APIs only; every action is a line of the journal (fsynced) be
    so the controller completes it at once, and it is undone once the candidate leads. (Dropping the
    other replicas instead would make them delete their logs, quarantine or not; the reorder leaves every
    log where it is.) Then ElectLeaders UNCLEAN, and a wait until Metadata shows the candidate leading.
-3. After: the new log end, the open transactions on the partition (DescribeProducers; Kafka's
-   find-hanging rule decides which are hanging) and the groups whose committed offset lies above the
-   new log end: they must reset, e.g. with `kcli groups reset-offsets --to-latest`.
+3. Transactions: an open transaction on the new leader whose marker only the cut replicas had would
+   hang for ever (the coordinator has finished it and sends no marker again), holding back the last
+   stable offset and every read_committed consumer. Where a cut log holds that marker, the same
+   result is written (WriteTxnMarkers, as `kafka-transactions.sh abort` does, with COMMIT where the
+   transaction had committed, so its partitions stay atomic); where none does and the coordinator no
+   longer holds the partition in the transaction, it is aborted; where the coordinator still holds it,
+   its own markers come and nothing is written.
+4. After: the new log end and the groups whose committed offset lies above it: they must reset, e.g.
+   with `kcli groups reset-offsets --to-latest`.
+
+A second run after a partial one copies no record twice: records already in the quarantine (the same
+topic, partition, offset and leader epoch in their headers) are left out.
 """
 
 from __future__ import annotations
@@ -40,10 +49,24 @@ from kcli.protocol.messages import build, nested_type
 from ops.elect import ElectionType, TopicPartition, elect_leaders
 from ops.groups import fetch_committed, list_groups
 from ops.recover.candidates import Candidate, PartitionRecovery
-from ops.recover.online import LostRecord, RecoverPartitionsError, lost_records
+from ops.recover.online import (
+    LostRecord,
+    RecoverPartitionsError,
+    lost_outcomes,
+    lost_records,
+    read_from_broker,
+)
 from ops.topics import create_topic
-from ops.transactions import describe_producers, find_hanging
+from ops.transactions import (
+    ProducerState,
+    abort_transaction,
+    describe_producers,
+    describe_transaction,
+    list_transactions,
+)
 
+TRANSACTION_STATE = "__transaction_state"
+PENDING_STATES = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort"})
 ALTER_PARTITION_REASSIGNMENTS = 45
 LIST_OFFSETS = 2
 QUARANTINE_SUFFIX = ".recovered"
@@ -165,7 +188,9 @@ async def recover_partition(
             f"the replicas of {tp} to read {plan.replicas} again",
         )  # fmt: skip
     log_end = await _log_end(cluster, plan.topic, plan.partition, timeout_s)
-    transactions = await _open_transactions(cluster, plan.topic, plan.partition)
+    transactions = await _settle_transactions(cluster, plan, candidate, journal, say)
+    if any(t.get("result") for t in transactions):
+        log_end = await _log_end(cluster, plan.topic, plan.partition, timeout_s)
     groups = await _groups_above(cluster, plan.topic, plan.partition, log_end)
     result = {
         "type": "recovered",
@@ -200,6 +225,12 @@ async def _quarantine(
     journal.write("create_quarantine_topic", topic=name)
     await create_topic(cluster, name, partitions=1, if_not_exists=True)
     leader = await _wait_metadata(cluster, name, 0, lambda p: p.leader_id >= 0, 60.0, f"a leader for {name}")
+    there = await _quarantined(cluster, plan, leader.leader_id)
+    records = [(r, b) for r, b in records if (r.offset, r.leader_epoch) not in there]
+    if there:
+        say(f"{plan.topic}-{plan.partition}: {len(there)} records already in {name} are not copied again")
+    if not records:
+        return 0
     client = await cluster.node(leader.leader_id)
     framer = client.produce_framer(name, acks=-1, timeout_ms=30000)
     for k in range(0, len(records), BATCH_RECORDS):
@@ -331,26 +362,105 @@ async def _log_end(cluster: Cluster, topic: str, partition: int, timeout_s: floa
         await asyncio.sleep(POLL_S)
 
 
-async def _open_transactions(cluster: Cluster, topic: str, partition: int) -> list[dict[str, Any]]:
-    """Open transactions on the partition, each marked hanging by Kafka's find-hanging rule or not."""
+async def _quarantined(cluster: Cluster, plan: PartitionRecovery, leader: int) -> set[tuple[int, int]]:
+    """(offset, leader epoch) of the records of this partition already in the quarantine topic: within
+    one leader epoch an offset names one record."""
+    name = quarantine_topic(plan.topic)
+    end = await _log_end(cluster, name, 0, 60.0)
+    if end == 0:
+        return set()
+    read = await read_from_broker(cluster, leader, (name, 0), 0, end)
+    found = set()
+    for record in read.records:
+        headers = {k: v for k, v in record.headers if v is not None}
+        topic = headers.get(HEADER_PREFIX + "topic", b"").decode(errors="replace")
+        partition = headers.get(HEADER_PREFIX + "partition", b"")
+        if topic == plan.topic and partition == str(plan.partition).encode():
+            found.add((int(headers[HEADER_PREFIX + "offset"]), int(headers[HEADER_PREFIX + "leader.epoch"])))
+    return found
+
+
+async def _settle_transactions(
+    cluster: Cluster,
+    plan: PartitionRecovery,
+    candidate: Candidate,
+    journal: Journal,
+    say: Callable[[str], None],
+) -> list[dict[str, Any]]:
+    """End each open transaction of the new leader that nobody else will end (see the module's doc)."""
+    tp = f"{plan.topic}-{plan.partition}"
     try:
         states = [
             s
-            for s in await describe_producers(cluster, [(topic, partition)])
+            for s in await describe_producers(cluster, [(plan.topic, plan.partition)])
             if s.current_txn_start_offset >= 0
         ]
-        hanging = {s.producer_id for s in await find_hanging(cluster, topic=topic, partition=partition)}
     except Exception as exc:  # a report line, never a failed recovery: the election is done
         return [{"error": str(exc)}]
-    return [
-        {
-            "producerId": s.producer_id,
-            "producerEpoch": s.producer_epoch,
-            "startOffset": s.current_txn_start_offset,
-            "hanging": s.producer_id in hanging,
+    settled = []
+    for state in states:
+        entry: dict[str, Any] = {
+            "producerId": state.producer_id,
+            "producerEpoch": state.producer_epoch,
+            "startOffset": state.current_txn_start_offset,
         }
-        for s in states
-    ]
+        outcomes = lost_outcomes(plan, candidate, state.producer_id, state.current_txn_start_offset)
+        if len(set(outcomes.values())) == 1:
+            result = next(iter(outcomes.values()))
+            entry["why"] = f"its marker was on broker(s) {','.join(map(str, sorted(outcomes)))} only"
+        else:
+            view = await _coordinator_view(cluster, state)
+            result = "aborted" if view == "ended" else None
+            entry["why"] = {
+                "ended": "its coordinator has ended it, its marker is lost with its outcome",
+                "pending": "its coordinator still holds it: its markers will come",
+            }.get(view, view)
+        if result is not None:
+            journal.write(
+                "write_txn_marker",
+                partition=tp,
+                producerId=state.producer_id,
+                startOffset=state.current_txn_start_offset,
+                result=result,
+            )
+            await abort_transaction(
+                cluster,
+                plan.topic,
+                plan.partition,
+                start_offset=state.current_txn_start_offset,
+                commit=result == "committed",
+            )
+            say(f"{tp}: the transaction of producer {state.producer_id} from offset "
+                f"{state.current_txn_start_offset} {result} ({entry['why']})")  # fmt: skip
+        entry["result"] = result
+        settled.append(entry)
+    return settled
+
+
+async def _coordinator_view(cluster: Cluster, state: ProducerState) -> str:
+    """Answers "pending" while the producer's coordinator holds the partition in its transaction, "ended" when it
+    does not, else why it cannot be told."""
+    tp = (state.topic, state.partition)
+    try:
+        listed = await list_transactions(cluster, producer_ids=(state.producer_id,))
+        if not listed:
+            offline = [p for (t, p), leader in (await cluster.metadata([TRANSACTION_STATE])).leaders.items()
+                       if t == TRANSACTION_STATE and leader < 0]  # fmt: skip
+            if offline:
+                return f"its coordinator may be on a {TRANSACTION_STATE} partition without a leader"
+            return "ended"
+        description = await describe_transaction(cluster, listed[0].transactional_id)
+    except Exception as exc:  # noqa: BLE001 - said in the report, never a failed recovery
+        return f"its coordinator cannot be asked ({exc})"
+    if description is None:
+        return "ended"
+    if (
+        description.producer_id == state.producer_id
+        and description.state in PENDING_STATES
+        and tp in description.partitions
+    ):
+        return "pending"
+    return "ended"
 
 
 async def _groups_above(cluster: Cluster, topic: str, partition: int, log_end: int) -> list[dict[str, Any]]:
