@@ -17,6 +17,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from formats.segment import walk
+from formats.snapshot import read_snapshot
 from kcli.broker.log.config import LogConfig
 from kcli.broker.log.log import Log
 from ops.recover import Executor, plan_log_dir
@@ -319,3 +320,55 @@ def test_broker_written_dir_torn_tail_and_corrupt_batch_replayed_back(tmp_path: 
         assert values == [b"v9", b"v10"]
     finally:
         stop_cleanly(broker)
+
+
+def test_producer_snapshot_and_txnindex_rebuilt_as_the_broker_wrote_them(tmp_path: Path) -> None:
+    """A broker's own snapshot at the log end and .txnindex, made unreadable, come back byte for byte."""
+    broker = start_broker(tmp_path / "b1")
+    try:
+        plain = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "linger.ms": 0})
+        txn = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "t", "linger.ms": 0})
+        txn.init_transactions(30)
+        for end in ("commit", "abort", "commit", "open"):
+            txn.begin_transaction()
+            for i in range(3):
+                txn.produce("ledger", value=f"{end}-{i}".encode(), partition=0)
+                plain.produce("ledger", value=f"plain-{end}-{i}".encode(), partition=0)
+                txn.flush(10)
+                plain.flush(10)
+            if end != "open":
+                getattr(txn, f"{end}_transaction")(30)
+    finally:
+        stop_cleanly(broker)
+    copy = tmp_path / "copy"
+    shutil.copytree(next(p.parent for p in broker.data_dir.rglob("ledger-0")), copy)
+    part = copy / "ledger-0"
+    [snap] = sorted(part.glob("*.snapshot"))[-1:]
+    [txn_index] = part.glob("*.txnindex")
+    originals = {snap: snap.read_bytes(), txn_index: txn_index.read_bytes()}
+    assert len(originals[txn_index]) == 34  # the one aborted transaction
+    damaged = bytearray(originals[snap])
+    damaged[-1] ^= 0x01  # the CRC fails
+    snap.write_bytes(damaged)
+    txn_index.write_bytes(originals[txn_index][:-5])  # not a whole entry
+
+    dry = recover_cli(str(copy), "--output", "json")
+    assert dry.returncode == 3, dry.stderr
+    kinds = {(c["kind"], Path(c["file"]).name) for c in map(orjson.loads, dry.stdout.splitlines()[:-1])}
+    assert kinds == {
+        ("delete_snapshot", snap.name),
+        ("write_snapshot", snap.name),
+        ("rebuild_txn_index", txn_index.name),
+        ("delete_leftover", ".kafka_cleanshutdown"),
+    }, dry.stdout
+    quarantine = tmp_path / "q"
+    done = recover_cli(str(copy), "--execute", "--quarantine", str(quarantine))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert txn_index.read_bytes() == originals[txn_index]
+    # Entry for entry (the broker writes producers in the order it met them, kcli by id, Kafka in its
+    # hash map's order: a snapshot's order means nothing).
+    by_id = lambda data: sorted(read_snapshot(data), key=lambda e: e.producer_id)  # noqa: E731
+    assert by_id(snap.read_bytes()) == by_id(originals[snap])
+    assert [e.current_txn_first_offset >= 0 for e in by_id(originals[snap])].count(True) == 1  # "open"
+    assert (quarantine / "ledger-0" / "leftovers" / snap.name).read_bytes() == damaged
+    assert errors(copy) == [] and load_reports(copy) == []

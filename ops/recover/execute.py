@@ -103,9 +103,11 @@ class Executor:
                 if target.exists():
                     self._copy(target, 0, None, f"{partition}/leftovers/{target.name}")
                 write_atomically(target, content)
-        elif kind == "rewrite_leader_epoch_checkpoint":
+        elif kind in ("rewrite_leader_epoch_checkpoint", "rebuild_txn_index"):
             if file.exists():
                 self._copy(file, 0, None, change.quarantine)
+            write_atomically(file, change.data)
+        elif kind == "write_snapshot":
             write_atomically(file, change.data)
         else:
             raise AssertionError(kind)

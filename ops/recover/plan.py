@@ -15,7 +15,11 @@ is opened for writing:
   `kcli verify`, gets both rebuilt by Kafka's sparse rule (`formats.segment.SegmentIndexer`); a cut
   segment's `.txnindex` loses the aborted transactions ending at or after the cut.
 - producer snapshots past the recovered log end (or unreadable) go, as Kafka's truncateAndReload drops
-  them; the broker rebuilds producer state from the batches when it loads the partition.
+  them; where a partition lost batches or snapshots, producer state is rebuilt as Kafka's
+  rebuildProducerState does at an unclean start (the latest snapshot left, then every batch after it)
+  and written where it writes it: at the start of the last two segments and at the log end.
+- an unreadable `.txnindex` is rebuilt from the ABORT markers of its segment (producer state from the
+  earliest snapshot at or below it, else from the log start).
 - leader-epoch-checkpoint entries starting beyond the recovered log end go (truncateFromEnd); an
   unreadable checkpoint is rebuilt from the batches' epochs (Kafka's assign during recovery).
 - root offset checkpoints (recovery point, high watermark, log start) above a partition's recovered log
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -35,6 +40,7 @@ from typing import Any
 from formats import checkpoints, snapshot
 from formats.errors import FormatError
 from formats.index import (
+    AbortedTxn,
     OffsetIndex,
     TimeIndex,
     encode_aborted_txn,
@@ -59,6 +65,7 @@ from formats.segment import (
     parse_partition_dir,
     walk,
 )
+from ops.recover.producers import ProducerFold
 from ops.verify.findings import Finding
 from ops.verify.targets import LEADER_EPOCH_CHECKPOINT
 
@@ -89,6 +96,8 @@ KINDS = {
     "drop_segment": "a whole segment after a cut one: moved to the quarantine",
     "rebuild_indexes": ".index and .timeindex rewritten from the .log",
     "delete_snapshot": "a producer snapshot Kafka's loader deletes: moved to the quarantine",
+    "write_snapshot": "a producer snapshot rebuilt from the log, where Kafka's loader writes one",
+    "rebuild_txn_index": "an unreadable .txnindex rewritten from its segment's markers",
     "rewrite_leader_epoch_checkpoint": "leader-epoch-checkpoint rewritten",
     "lower_checkpoint": "a root offset checkpoint entry lowered to the recovered log end",
 }
@@ -250,6 +259,7 @@ def _plan_partition(path: Path, interval: int, index_problems: dict[Path, list[s
     ] = []  # (epoch, base offset) of every batch kept, for an unreadable checkpoint
     log_end: int | None = None
     cut = False
+    kept: list[tuple[int, Path, int]] = []  # (base offset, file, bytes kept) of each segment left
     for base, name in segments:
         assert base is not None
         source = view[name]
@@ -259,6 +269,7 @@ def _plan_partition(path: Path, interval: int, index_problems: dict[Path, list[s
             continue
         with _mapped(source) as data:
             result = _validate(data, base)
+            kept.append((base, source, result.valid))
             for batch in result.kept:
                 if batch.magic == 2 and batch.partition_leader_epoch >= 0:
                     epochs_seen.append((batch.partition_leader_epoch, batch.base_offset))
@@ -274,6 +285,7 @@ def _plan_partition(path: Path, interval: int, index_problems: dict[Path, list[s
     plan.log_end = log_end
     if log_end is not None:
         _snapshots(plan, view, log_end)
+        _producer_state(plan, view, kept, log_end)
         _epochs(plan, view, log_end, epochs_seen)
     return plan
 
@@ -656,6 +668,89 @@ def _snapshots(plan: PartitionPlan, view: dict[str, Path], log_end: int) -> None
                     f"{str(e).rstrip('.')}; Kafka's loader deletes it and rebuilds producer state from the log.",
                 )
             )
+
+
+def _producer_state(
+    plan: PartitionPlan, view: dict[str, Path], kept: list[tuple[int, Path, int]], log_end: int
+) -> None:
+    """Snapshots rebuilt where the partition lost batches or snapshots, and unreadable .txnindex files."""
+    if not kept:
+        return
+    deleted = {Path(c.file).name for c in plan.changes if c.kind == "delete_snapshot"}
+    snapshots: dict[int, list] = {}  # offset -> entries of each readable snapshot left
+    for name in view:
+        offset = base_offset_of(name)
+        if offset is None or not name.endswith(SNAPSHOT_SUFFIX) or name.count(".") != 1 or name in deleted:
+            continue
+        try:
+            snapshots[offset] = snapshot.read_snapshot(view[name].read_bytes())
+        except FormatError:
+            continue
+    now_ms = int(time.time() * 1000)
+    if any(c.kind in ("truncate_segment", "drop_segment", "delete_snapshot") for c in plan.changes):
+        start = max((o for o in snapshots if o <= log_end), default=None)
+        fold = ProducerFold.from_snapshot(snapshots.get(start, ()), now_ms)
+        origin = "the log start" if start is None else f"the snapshot at offset {start}"
+        start = kept[0][0] if start is None else start
+        at = {b for b, _, _ in kept[-2:]} | {log_end}
+        for offset, content in _replay(kept, fold, start, log_end, at)[0].items():
+            plan.changes.append(
+                Change(plan.name, "write_snapshot", str(plan.path / filename(offset, SNAPSHOT_SUFFIX)),
+                       f"producer state rebuilt from {origin} to offset {offset} ({content[1]} producers, "
+                       f"{content[2]} open transactions), where Kafka's loader writes a snapshot at an unclean start.",
+                       data=content[0])
+            )  # fmt: skip
+    for k, (base, _, _) in enumerate(kept):
+        name = filename(base, TXN_INDEX_SUFFIX)
+        if name not in view:
+            continue
+        try:
+            read_txn_index(view[name].read_bytes())
+            continue
+        except FormatError as e:
+            problem = str(e).rstrip(".")
+        start = min((o for o in snapshots if o <= base), default=None)
+        fold = ProducerFold.from_snapshot(snapshots.get(start, ()), now_ms)
+        end = kept[k + 1][0] if k + 1 < len(kept) else log_end
+        from_offset = kept[0][0] if start is None else start
+        aborted = [t for t in _replay(kept, fold, from_offset, end, set())[1] if t.last_offset >= base]
+        plan.changes.append(
+            Change(plan.name, "rebuild_txn_index", str(view[name]),
+                   f"{problem}: rebuilt from the segment's ABORT markers ({len(aborted)} aborted transactions).",
+                   quarantine=f"{plan.name}/leftovers/{name}", data=b"".join(encode_aborted_txn(t) for t in aborted))
+        )  # fmt: skip
+
+
+def _replay(
+    kept: list[tuple[int, Path, int]],
+    fold: ProducerFold,
+    start: int,
+    end: int,
+    at: set[int],
+) -> tuple[dict[int, tuple[bytes, int, int]], list[AbortedTxn]]:
+    """Feed `fold` the batches from the one holding `start` to `end`, as Kafka's loader reads them: the
+    snapshot (bytes, producers, open transactions) at each offset of `at` above `start` it reaches, and
+    the aborted transactions its ABORT markers complete."""
+    shots = {}
+    aborted = []
+    for k, (base, source, size) in enumerate(kept):
+        following = kept[k + 1][0] if k + 1 < len(kept) else end
+        if following <= start or base >= end:
+            continue
+        if base in at and base > start:
+            shots[base] = (fold.snapshot(), len(fold.producers), fold.open_transactions)
+        with _mapped(source) as data:
+            for batch in walk(data, 0, size, check_crc=False).batches:
+                if batch.last_offset < start:
+                    continue
+                if batch.base_offset >= end:
+                    break
+                txn = fold.feed(batch, data)
+                if txn is not None:
+                    aborted.append(txn)
+    if end in at and end > start:
+        shots[end] = (fold.snapshot(), len(fold.producers), fold.open_transactions)
+    return shots, aborted
 
 
 def _epochs(plan: PartitionPlan, view: dict[str, Path], log_end: int, seen: list[tuple[int, int]]) -> None:
