@@ -195,8 +195,10 @@ def partitions(
     With --execute, for each partition: the records to be lost are produced to <topic>.recovered with
     their original offsets in kcli.recovered.* headers; the candidate is elected (ElectLeaders UNCLEAN,
     after a replica reorder putting it first if the controller would pick another, undone after);
-    then the open transactions on the partition and the groups whose committed offsets lie above the
-    new log end are listed. Every action is journaled first.
+    then each open transaction whose marker only the cut replicas held is ended as that marker had
+    (COMMIT or ABORT), or aborted when its coordinator no longer holds it, so read_committed consumers
+    are not held back; the groups whose committed offsets lie above the new log end are listed with
+    the reset that resumes them. Every action is journaled first; a rerun copies nothing twice.
 
     Exit 0 when there is nothing to recover or everything was done, 3 when a dry run found partitions
     without a leader, 1 when a partition cannot be recovered as asked or a step failed (the journal says how
