@@ -16,7 +16,10 @@
    acknowledged, and SIGTERM's produce errors. A kill -9 that also takes the active controller is
    reported apart: the new controller restarts every broker's session, so fencing the dead leader
    takes an election plus a session timeout. The node is restarted and back in the ISR before the next one.
-   Median and max over --failovers of each.
+   Median and max over --failovers of each. Next to it, the cluster's own failover after kill -9: from
+   the signal until a surviving broker's Metadata names a new leader and a fresh producer's acks=all
+   record to it is acknowledged (the steady producer's gap adds librdkafka's own schedule of metadata
+   refreshes while its leader's connection keeps failing).
 
 Benchmarks print figures; nothing here is a timed assert. Loopback only; every process it starts is
 stopped by PID.
@@ -238,13 +241,38 @@ class SteadyProducer:
         self._thread.join(120)
 
 
-def failovers(nodes: Nodes, topic: str, count: int) -> tuple[list[tuple[float, bool]], list[float], int]:
+def cluster_failover(nodes: Nodes, topic: str, dead: int, at: float, timeout: float = 60.0) -> float:
+    """Seconds from `at` until a survivor's Metadata names a leader other than `dead` and an acks=all
+    record sent to it by a fresh producer is acknowledged."""
+    survivors = ",".join(nodes.address(n) for n in nodes.processes)
+    client = admin(survivors)
+    deadline = at + timeout
+    while time.monotonic() < deadline:
+        try:
+            leader = client.list_topics(topic, timeout=2).topics[topic].partitions[0].leader
+        except Exception:  # a broker going away mid-request: ask again
+            leader = -1
+        if leader not in (-1, dead):
+            break
+        time.sleep(0.02)
+    p = producer(survivors, **{"linger.ms": 0})
+    acked: list[float] = []
+    while time.monotonic() < deadline and not acked:
+        p.produce(topic, value=b"failover", partition=0,
+                  on_delivery=lambda err, _m: err is None and acked.append(time.monotonic()))  # fmt: skip
+        p.flush(max(0.0, deadline - time.monotonic()))
+    return acked[0] - at if acked else float("inf")
+
+
+def failovers(
+    nodes: Nodes, topic: str, count: int
+) -> tuple[list[tuple[float, bool, float]], list[float], int]:
     """The outage each fault causes, as the longest gap between acknowledgements from a second before
     the signal until a record sent after it is acknowledged (kill -9, then SIGTERM), and the SIGTERM
     rounds' produce errors. A kill -9 outage comes with whether the leader was also the active
     controller: then a new controller is elected first and restarts every broker's session, so the
     dead broker is fenced a session timeout after that (Kafka's controller does the same)."""
-    after_kill: list[tuple[float, bool]] = []
+    after_kill: list[tuple[float, bool, float]] = []
     term_gaps: list[float] = []
     term_errors = 0
     steady = SteadyProducer(nodes.bootstrap, topic)
@@ -257,10 +285,11 @@ def failovers(nodes: Nodes, topic: str, count: int) -> tuple[list[tuple[float, b
                 controller = asyncio.run(quorum_leader(nodes.bootstrap.split(",")[0]))
                 at = time.monotonic()
                 nodes.signal(leader, signum)
+                cluster = cluster_failover(nodes, topic, leader, at) if signum == signal.SIGKILL else 0.0
                 resumed = steady.wait_resumed(at)
                 gap = steady.longest_gap(at - 1) if resumed else float("inf")
                 if signum == signal.SIGKILL:
-                    after_kill.append((gap, controller == leader))
+                    after_kill.append((gap, controller == leader, cluster))
                 else:
                     term_gaps.append(gap)
                     term_errors += len(steady.errors) - errors_before
@@ -311,11 +340,14 @@ def main() -> None:
             killed, gaps, errors = failovers(nodes, "rf3", args.failovers)
             print(f"leader failover at 1000 records/s, acks=all, {args.failovers} rounds:")
             for label, was_controller in (("leader only", False), ("leader and active controller", True)):
-                gaps_of = [gap for gap, c in killed if c == was_controller]
+                gaps_of = [gap for gap, c, _ in killed if c == was_controller]
+                cluster_of = [t for _, c, t in killed if c == was_controller]
                 if gaps_of:
                     print(
                         f"  kill -9 of the {label} ({len(gaps_of)}): longest gap between acks median "
-                        f"{statistics.median(gaps_of):.2f} s, max {max(gaps_of):.2f} s "
+                        f"{statistics.median(gaps_of):.2f} s, max {max(gaps_of):.2f} s; the cluster's "
+                        f"failover (new leader acknowledging a fresh producer) median "
+                        f"{statistics.median(cluster_of):.2f} s, max {max(cluster_of):.2f} s "
                         f"(broker.session.timeout.ms {SESSION_TIMEOUT_MS})"
                     )
             print(

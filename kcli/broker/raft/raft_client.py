@@ -141,6 +141,7 @@ class ReplicaProgress:
     last_fetch_ms: int = -1
     last_caught_up_ms: int = -1
     leader_end_at_last_fetch: int = -1
+    high_watermark_sent: int = -1  # the high watermark of the last Fetch answer it got
 
     def update(self, end_offset: int, now_ms: int, leader_end_offset: int) -> None:
         """Kafka's caught-up rule: reached the leader's end now, or the end it had at the previous fetch."""
@@ -185,6 +186,9 @@ class LeaderState:
                 end_offset, now_ms, leader_end_offset
             )
         return False
+
+    def progress(self, replica_id: int) -> ReplicaProgress | None:
+        return self.voters.get(replica_id) or self.observers.get(replica_id)
 
     def _maybe_update_high_watermark(self) -> bool:
         """The end offset of the voter at index voters/2 when sorted high to low, once past the epoch start."""
@@ -1254,6 +1258,12 @@ class KafkaRaftClient:
             self._update_high_watermark(state.high_watermark)
         records = self._read(partition.fetch_offset, min(partition.partition_max_bytes, request.max_bytes))
         wait = request.max_wait.total_seconds()
+        # A replica that has not been told the high watermark yet is answered at once (KIP-1166's rule,
+        # kept here on the leader's side): parked, a follower would learn a commit only with the next
+        # append or after the whole wait, and a broker its new leadership half a second late.
+        progress = state.progress(replica_id)
+        if progress is not None and progress.high_watermark_sent < self.high_watermark:
+            wait = 0
         if not records and wait > 0:
             appended = self._appended
             try:
@@ -1266,6 +1276,8 @@ class KafkaRaftClient:
             records = self._read(
                 partition.fetch_offset, min(partition.partition_max_bytes, request.max_bytes)
             )
+        if progress is not None:
+            progress.high_watermark_sent = self.high_watermark
         return self._fetch_response(cls, ErrorCode.none, records=records)
 
     def _check_fetch_epoch(self, requested: int) -> ErrorCode:

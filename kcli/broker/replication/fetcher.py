@@ -13,7 +13,10 @@ leader knows who fetched what. The answer is applied as Kafka's follower applies
 - a partition listed in follower.replication.throttled.replicas and out of sync is left out of the
   fetch while this broker's follower replication rate is over follower.replication.throttled.rate
   (KIP-73, see quota.py);
-- FENCED_LEADER_EPOCH parks the partition until the metadata names a newer epoch; other errors back
+- FENCED_LEADER_EPOCH parks the partition until the metadata names a newer epoch; UNKNOWN_LEADER_EPOCH
+  and NOT_LEADER_OR_FOLLOWER (the leader our metadata names has not applied it yet) are retried after
+  50 ms, doubling up to replica.fetch.backoff.ms: the leader catches up within a metadata round trip,
+  and Kafka's whole backoff there was most of a failover's second after the fencing; other errors back
   off replica.fetch.backoff.ms.
 A partition's fetch state is replaced whenever the metadata names a new leader or leader epoch, so an
 answer to a request sent before that is dropped.
@@ -52,6 +55,8 @@ LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 _MIN_THROTTLE_WAIT = 0.001
 """A throttled partition is looked at again no sooner than this (no busy loop at the bound)."""
+LAGGING_LEADER_RETRY_MS = 50
+"""The first retry of a partition whose leader has not applied the metadata naming it yet."""
 
 
 @dataclass(eq=False)
@@ -65,6 +70,8 @@ class PartitionFetchState:
     fenced: bool = False
     lag: int | None = None
     """The leader's high watermark minus our log end after the last answer; None before the first."""
+    lagging_answers: int = 0
+    """Answers in a row from a leader that has not applied the metadata naming it yet."""
 
     @property
     def is_replica_in_sync(self) -> bool:
@@ -283,6 +290,7 @@ class ReplicaFetcher:
                 self._delay({key: state})
                 return
             state.lag = max(0, data.high_watermark - partition.log.log_end_offset)
+            state.lagging_answers = 0
             quota = self.manager.replicas.follower_quota
             if records and quota.is_throttled(*key):
                 quota.record(len(records))  # in-sync replicas' bytes count too, as in Kafka
@@ -292,6 +300,11 @@ class ReplicaFetcher:
             return
         if error is ErrorCode.fenced_leader_epoch:
             state.fenced = True  # until the metadata names a newer leader epoch
+            return
+        if error in (ErrorCode.unknown_leader_epoch, ErrorCode.not_leader_or_follower):
+            delay_ms = min(self.manager.config.backoff_ms, LAGGING_LEADER_RETRY_MS << state.lagging_answers)
+            state.lagging_answers += 1
+            state.delayed_until = time.monotonic() + delay_ms / 1000
             return
         self._delay({key: state})
 
