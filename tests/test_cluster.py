@@ -16,7 +16,9 @@ kernel's ephemeral range; every wait is bounded and waits for an event (a log li
 4. A seeded schedule of kill -9 and restarts while a client creates topics: at most one leader per
    epoch, a high watermark that never goes down, committed batches that never change, every
    acknowledged topic there at the end.
-5. Bad input: one sentence, exit 2, nothing written; what kcli does not detect yet is xfail(strict).
+5. Bad input: one sentence, exit 2, nothing written: another cluster's dirs, voter lists that disagree,
+   a port in use, one node.id twice (in the voter list, or a second process next to the live node);
+   what kcli does not detect yet is xfail(strict).
 """
 
 from __future__ import annotations
@@ -1484,15 +1486,37 @@ def test_a_node_id_that_is_not_the_dirs_is_refused(tmp_path: Path) -> None:
     assert tree(tmp_path / "cluster") == before
 
 
+def directory_id(log_dir: Path) -> str:
+    from kcli.storage import load_meta_properties
+
+    meta = load_meta_properties([str(log_dir)])[str(log_dir)]
+    assert meta.directory_id
+    return meta.directory_id
+
+
+def quorum_status(bootstrap: str) -> Any:
+    """`ops.quorum.ClusterStatus` by DescribeQuorum through any of `bootstrap`; None without an answer."""
+    from kcli.cluster import Cluster
+    from kcli.errors import KcliError
+    from ops.quorum import describe_cluster_status
+
+    async def ask() -> Any:
+        async with await Cluster.connect(bootstrap, request_timeout=3.0) as cluster:
+            return await describe_cluster_status(cluster)
+
+    try:
+        return asyncio.run(ask())
+    except (KcliError, OSError, TimeoutError):
+        return None
+
+
 @pytest.mark.timeout(60)
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="not detected: a second process with node.id 2 (its own formatted dir and ports, the cluster's id "
-    "and voters) asks for votes as voter 2 next to the real node 2; nothing compares its controller address "
-    "with the voter entry for 2, and it loops Unattached/Prospective for ever without a word",
-)
 def test_a_second_node_with_a_taken_id_is_refused(tmp_path: Path, quorum_of_two: LocalKraftCluster) -> None:
+    """A second process with node.id 2 (its own formatted dir, so its own directory.id; its own ports; the
+    cluster's id and voters) next to the live node 2. Whichever node leads tells the two apart by their
+    directory ids (not by addresses: a node may be reached through a proxy): node 1 refuses its pre-vote,
+    or node 2 its Fetch as node 2. It stops with one sentence naming both directory ids, having written
+    nothing, and the quorum keeps its leader, node 2 fetching (or leading) as before."""
     from kcli.config import BrokerConfig
     from kcli.storage import format_storage
 
@@ -1509,8 +1533,27 @@ def test_a_second_node_with_a_taken_id_is_refused(tmp_path: Path, quorum_of_two:
     format_storage(
         BrokerConfig.load(config_file=config), quorum_of_two.layout.cluster_id, metadata_version=21, now_ms=0
     )
+    real, impostor = directory_id(quorum_of_two[2].node.directory / "data"), directory_id(data)
+    before = tree(data)
     outcome = run_node(config, tmp_path / "out.log")
-    assert outcome.returncode == 2 and error_lines(outcome.output), (
-        f"exit {outcome.returncode} (None: still running after {DETECTION_TIMEOUT_S:g} s); last lines:\n"
-        + "\n".join(outcome.output.splitlines()[-5:])
+    stopped_ms = time.time() * 1000
+    tail = "\n".join(outcome.output.splitlines()[-5:])
+    assert outcome.returncode == 2, (
+        f"exit {outcome.returncode} (None: still running after {DETECTION_TIMEOUT_S:g} s):\n{tail}"
     )
+    [sentence] = error_lines(outcome.output)
+    assert sentence.startswith("kcli: node.id 2 is taken: ") and real in sentence and impostor in sentence, (
+        tail
+    )
+    assert "Traceback" not in outcome.output
+    assert tree(data) == before  # no quorum-state, no metadata log
+
+    def fetching() -> Any:
+        status = quorum_status(f"{quorum_of_two[1].bootstrap},{quorum_of_two[2].bootstrap}")
+        if status is None or status.leader_id not in (1, 2):
+            return None
+        fetched = {r.node_id: r.last_fetch_ms for r in status.replicas if r.is_voter}
+        follower = 3 - status.leader_id
+        return status if fetched.get(follower, -1) > stopped_ms else None
+
+    wait_for("a leader, and its follower fetching after the second node 2 stopped", fetching, 20)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
 import os
 import signal
 import subprocess
@@ -819,6 +820,102 @@ def test_a_request_naming_this_node_leader_or_candidate_does_not_move_it_where_k
     assert not controller.is_active
     controller.run(asyncio.wait_for(controller.controller.wait_active(), 10))
     assert raft.quorum.state is RaftState.LEADER and raft.epoch == epoch + 6
+
+
+def test_a_replica_id_that_another_live_directory_holds_is_refused(tmp_path):
+    """The leader tells two processes with one node.id apart by their directory ids (KIP-853's replica
+    key): another one is refused while the known one fetched within the fetch timeout; a restart (the
+    same dir) is served, and so is a dir formatted again once the old one has been silent that long."""
+    from kcli.broker.raft import open_raft_client
+    from kcli.broker.raft.metadata_log import CLUSTER_METADATA_TOPIC_ID
+    from kcli.broker.raft.raft_client import FETCH, NODE_ID_TAKEN, VOTE
+
+    own, first, second = (uuid.UUID(int=n) for n in (0xA1, 0xB2, 0xC3))
+
+    async def run() -> None:
+        raft = open_raft_client(
+            config(tmp_path, **{"controller.quorum.fetch.timeout.ms": "300"}), "cluster-x"
+        )
+        raft.directory_id = own
+        await raft.start()
+        await raft.wait_caught_up()
+
+        async def fetch(replica_id: int, directory_id: uuid.UUID) -> ErrorCode:
+            cls = request_type(FETCH, 17)
+            topic_cls, partition_cls = nested_type(cls, "FetchTopic"), nested_type(cls, "FetchPartition")
+            partition = partition_cls(
+                partition=0, current_leader_epoch=raft.epoch, fetch_offset=0, last_fetched_epoch=0,
+                log_start_offset=-1, partition_max_bytes=1 << 20, replica_directory_id=directory_id,
+            )  # fmt: skip
+            request = cls(
+                cluster_id="cluster-x",
+                replica_state=nested_type(cls, "ReplicaState")(replica_id=replica_id, replica_epoch=-1),
+                max_wait=datetime.timedelta(0), min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+                session_id=0, session_epoch=-1, rack_id="", forgotten_topics_data=(),
+                topics=(topic_cls(topic_id=CLUSTER_METADATA_TOPIC_ID, partitions=(partition,)),),
+            )  # fmt: skip
+            answer = await raft.handle_fetch(request, 17)
+            return answer.error_code
+
+        def pre_vote(directory_id: uuid.UUID) -> ErrorCode:
+            request = _quorum_request(
+                VOTE, 2, replica_id=2, replica_directory_id=directory_id, replica_epoch=raft.epoch,
+                last_offset_epoch=raft.epoch, last_offset=raft.log_end_offset, pre_vote=True,
+            )  # fmt: skip
+            return raft.handle_vote(request, 2).error_code
+
+        try:
+            assert await fetch(2, first) is ErrorCode.none
+            assert await fetch(2, second) is NODE_ID_TAKEN  # node 2 is live with the first dir
+            assert pre_vote(second) is NODE_ID_TAKEN  # and the second cannot campaign as node 2 either
+            assert await fetch(2, first) is ErrorCode.none  # a restart: the same dir
+            assert await fetch(NODE, first) is NODE_ID_TAKEN  # the leader's own id, whatever the dir
+            await asyncio.sleep(0.4)  # the first dir silent past the fetch timeout: its node died
+            assert await fetch(2, second) is ErrorCode.none  # formatted again after the death: served
+            assert await fetch(2, first) is NODE_ID_TAKEN
+            [observer] = raft.describe_quorum(2).topics[0].partitions[0].observers
+            assert (observer.replica_id, observer.replica_directory_id) == (2, second)
+        finally:
+            await raft.shutdown()
+            raft.log.close()
+
+    asyncio.run(run())
+
+
+def test_a_vote_goes_to_one_replica_key_even_across_a_restart(tmp_path):
+    """Two processes with node.id 2 and two directory ids: a voter that voted for one of them in an epoch
+    does not vote for the other (Kafka's votedKey; quorum-state keeps votedDirectoryId), so they cannot
+    both win that epoch."""
+    from kcli.broker.raft import open_raft_client
+
+    voters = {
+        "node.id": "1",
+        "process.roles": "broker,controller",
+        "controller.quorum.voters": "1@127.0.0.1:1,2@127.0.0.1:2,3@127.0.0.1:3",
+        "controller.listener.names": "CONTROLLER",
+        "listeners": "PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:1",
+    }
+    first, second = uuid.UUID(int=0xB2), uuid.UUID(int=0xC3)
+
+    def granted(raft, directory_id: uuid.UUID) -> bool:
+        request = _quorum_request(
+            52, 2, replica_id=2, replica_directory_id=directory_id, replica_epoch=1, last_offset_epoch=0,
+            last_offset=0, pre_vote=False,
+        )  # fmt: skip
+        [answer] = raft.handle_vote(request, 2).topics[0].partitions
+        return answer.vote_granted
+
+    async def run() -> None:
+        for votes in ([(first, True), (second, False), (first, True)], [(second, False), (first, True)]):
+            raft = open_raft_client(config(tmp_path, **voters), "cluster-x")
+            raft.quorum.initialize(0)  # not started: no election of its own
+            try:
+                assert [(d, granted(raft, d)) for d, _ in votes] == votes
+                assert (raft.quorum.voted_id, raft.quorum.voted_directory_id) == (2, first)
+            finally:
+                raft.log.close()
+
+    asyncio.run(run())
 
 
 # --- the metadata log on disk ------------------------------------------------------------------------

@@ -7,6 +7,9 @@
 
 from __future__ import annotations
 
+import uuid
+
+from formats.checkpoints import uuid_from_base64
 from kcli.broker.raft.metadata_log import LoggedBatch, MetadataLog, MetadataLogError, metadata_log_dir
 from kcli.broker.raft.raft_client import (
     KafkaRaftClient,
@@ -16,6 +19,7 @@ from kcli.broker.raft.raft_client import (
     RaftListener,
 )
 from kcli.config import BrokerConfig
+from kcli.storage import load_meta_properties
 
 
 def open_raft_client(config: BrokerConfig, cluster_id: str) -> KafkaRaftClient:
@@ -34,10 +38,24 @@ def open_raft_client(config: BrokerConfig, cluster_id: str) -> KafkaRaftClient:
     voters = config.quorum_voters or {config.node_id: ("127.0.0.1", 0)}  # no listener: a quorum of one
     settings = {key: config[key] for key in RAFT_SETTINGS}
     raft = KafkaRaftClient(
-        metadata_log, config.node_id, voters, cluster_id=cluster_id, config=RaftConfig.from_values(settings)
+        metadata_log,
+        config.node_id,
+        voters,
+        cluster_id=cluster_id,
+        config=RaftConfig.from_values(settings),
+        directory_id=metadata_directory_id(config),
     )
     raft.created_log_dir = created
     return raft
+
+
+def metadata_directory_id(config: BrokerConfig) -> uuid.UUID | None:
+    """The directory.id of the metadata log dir's meta.properties: with node.id, this node's replica key
+    (KIP-853), as Kafka's KafkaRaftManager takes it; None when that dir has none."""
+    meta = load_meta_properties([config.metadata_log_dir]).get(config.metadata_log_dir)
+    if meta is None or not meta.directory_id:
+        return None
+    return uuid_from_base64(meta.directory_id)
 
 
 RAFT_SETTINGS = (

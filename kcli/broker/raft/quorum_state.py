@@ -1,9 +1,10 @@
 """Where one node stands in the metadata quorum: its Raft state, epoch, leader and vote.
 
-Kafka's QuorumState. The election part (epoch, leader id, voted id) is durable in
-`__cluster_metadata-0/quorum-state` (data_version 1, written atomically) and is written before any
-answer that depends on it leaves the node, so a node never votes twice in one epoch, even across
-`kill -9`. Prospective and Resigned are not written: they change nothing a restart must keep.
+Kafka's QuorumState. The election part (epoch, leader id, the voted replica's id and directory id) is
+durable in `__cluster_metadata-0/quorum-state` (data_version 1, written atomically) and is written
+before any answer that depends on it leaves the node, so a node never votes twice in one epoch, even
+across `kill -9`, nor for two processes that claim one node id (KIP-853's replica key: the id and the
+directory id). Prospective and Resigned are not written: they change nothing a restart must keep.
 
 Start-up follows Kafka's rules: a file whose epoch is behind the log's last epoch is ignored; a node
 that was leader comes back Resigned (it must not append again in that epoch, its unflushed tail may be
@@ -20,7 +21,8 @@ import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from formats.checkpoints import uuid_to_base64
+from formats.checkpoints import uuid_from_base64, uuid_to_base64
+from formats.errors import CheckpointError
 from kcli.errors import KcliError
 from kcli.files import write_atomically
 
@@ -41,11 +43,13 @@ class RaftState(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class ElectionState:
-    """The durable part: the epoch, its leader (-1: unknown) and this node's vote in it (-1: none)."""
+    """The durable part: the epoch, its leader (-1: unknown) and this node's vote in it (-1: none), with
+    the directory id the voted candidate sent (None: none sent, or no vote)."""
 
     epoch: int
     leader_id: int = NO_ID
     voted_id: int = NO_ID
+    voted_directory_id: uuid.UUID | None = None
 
 
 class QuorumStateError(KcliError):
@@ -56,20 +60,27 @@ def read_quorum_state(path: Path) -> ElectionState | None:
     """The stored election state, None when there is no file (a node that never took part)."""
     try:
         data = json.loads(path.read_bytes())
-        return ElectionState(int(data["leaderEpoch"]), int(data["leaderId"]), int(data["votedId"]))
+        voted_directory = data.get("votedDirectoryId")  # data_version 0 has none
+        directory_id = uuid_from_base64(voted_directory) if voted_directory else None
+        return ElectionState(
+            int(data["leaderEpoch"]),
+            int(data["leaderId"]),
+            int(data["votedId"]),
+            directory_id if directory_id is not None and directory_id.int != 0 else None,
+        )
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, CheckpointError) as exc:
         raise QuorumStateError(f"cannot read {path}: {str(exc).rstrip('.') or type(exc).__name__}.") from None
 
 
 def write_quorum_state(path: Path, election: ElectionState) -> None:
-    """quorum-state as Kafka 3.8+ writes it (data_version 1, no voter directory ids recorded)."""
+    """quorum-state as Kafka 3.8+ writes it (data_version 1; the zero id when no directory id was voted for)."""
     state = {
         "leaderId": election.leader_id,
         "leaderEpoch": election.epoch,
         "votedId": election.voted_id,
-        "votedDirectoryId": uuid_to_base64(uuid.UUID(int=0)),
+        "votedDirectoryId": uuid_to_base64(election.voted_directory_id or uuid.UUID(int=0)),
         "data_version": 1,
     }
     try:
@@ -105,6 +116,10 @@ class QuorumState:
         return self.election.voted_id
 
     @property
+    def voted_directory_id(self) -> uuid.UUID | None:
+        return self.election.voted_directory_id
+
+    @property
     def is_leader(self) -> bool:
         return self.state is RaftState.LEADER
 
@@ -134,12 +149,22 @@ class QuorumState:
 
     # --- transitions ---------------------------------------------------------------------------------
 
-    def become_unattached(self, epoch: int, *, voted_id: int = NO_ID, leader_id: int = NO_ID) -> None:
-        self._go(RaftState.UNATTACHED, ElectionState(epoch, leader_id, voted_id))
+    def become_unattached(
+        self,
+        epoch: int,
+        *,
+        voted_id: int = NO_ID,
+        voted_directory_id: uuid.UUID | None = None,
+        leader_id: int = NO_ID,
+    ) -> None:
+        self._go(RaftState.UNATTACHED, ElectionState(epoch, leader_id, voted_id, voted_directory_id))
 
     def become_follower(self, epoch: int, leader_id: int) -> None:
-        voted = self.voted_id if epoch == self.epoch else NO_ID
-        self._go(RaftState.FOLLOWER, ElectionState(epoch, leader_id, voted))
+        if epoch == self.epoch:
+            voted, voted_directory = self.voted_id, self.voted_directory_id
+        else:
+            voted, voted_directory = NO_ID, None
+        self._go(RaftState.FOLLOWER, ElectionState(epoch, leader_id, voted, voted_directory))
 
     def become_prospective(self) -> None:
         """Pre-vote (KIP-996): ask without bumping the epoch; nothing durable changes."""
@@ -158,8 +183,12 @@ class QuorumState:
         self.state = RaftState.RESIGNED
         log.info("raft: resigned as leader of epoch %d", self.epoch)
 
-    def grant_vote(self, candidate_id: int) -> None:
-        self._go(RaftState.UNATTACHED, replace(self.election, voted_id=candidate_id))
+    def grant_vote(self, candidate_id: int, directory_id: uuid.UUID | None) -> None:
+        """Vote for the candidate's key, its id and (when it sent one) its directory id."""
+        if directory_id is not None and directory_id.int == 0:
+            directory_id = None  # Kafka's ReplicaKey.NO_DIRECTORY_ID
+        election = replace(self.election, voted_id=candidate_id, voted_directory_id=directory_id)
+        self._go(RaftState.UNATTACHED, election)
 
     def _go(self, state: RaftState, election: ElectionState) -> None:
         changed = (state, election) != (self.state, self.election)

@@ -24,6 +24,7 @@ import os
 import random
 import shutil
 import time
+import uuid
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from typing import Any, NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from formats.checkpoints import uuid_to_base64
 from formats.errors import FormatError
 from formats.internal import MetadataRecord, decode_metadata_record
 from formats.kraft_snapshot import build_snapshot
@@ -82,6 +84,13 @@ epoch impossible to write. A million elections of headroom; Kafka has no such gu
 FETCH_VERSION = 17
 VOTE_VERSION = 2
 QUORUM_EPOCH_VERSION = 1
+DESCRIBE_QUORUM_VERSION = 2
+NODE_ID_TAKEN = ErrorCode.duplicate_broker_registration
+"""The top-level answer to a Fetch, FetchSnapshot or Vote whose replica id a live process with another
+directory id holds. Kafka's own code for a node id already in use ("This broker ID is already in use"),
+which its controller answers a BrokerRegistration with while the id's last incarnation is still alive;
+no Raft answer uses it otherwise, so a node cannot read it as anything else, and a stock Kafka node
+logs it by that name."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,9 +220,13 @@ class KafkaRaftClient:
         *,
         cluster_id: str,
         config: RaftConfig | None = None,
+        directory_id: uuid.UUID | None = None,
     ) -> None:
         self.log = metadata_log
         self.node_id = node_id
+        self.directory_id = directory_id
+        """The metadata log dir's directory.id (meta.properties): this process's half of its replica key
+        (KIP-853), sent with its Fetch, FetchSnapshot and Vote requests; None when the dir has none."""
         self.voter_addresses = dict(voters)
         self.cluster_id = cluster_id
         self.config = config or RaftConfig()
@@ -238,6 +251,14 @@ class KafkaRaftClient:
         self._fetch_deadline_override: tuple[int, int, float] | None = None
         self._fetched_from_leader = False
         self._election_retries = 0
+        self._live_directories: dict[int, tuple[uuid.UUID | None, float]] = {}
+        """Per replica id, the directory id of the last Fetch or FetchSnapshot this node served it as
+        leader, and when (monotonic): the process that holds the id while it fetched within
+        controller.quorum.fetch.timeout.ms."""
+        # the last epoch an answer said this node's id leads (_another_leads_as_this_node)
+        self._probed_epoch = -1
+        self._refusals_logged: set[tuple[int, uuid.UUID | None]] = set()
+        self._voter_refusals_logged: set[tuple[int, ErrorCode]] = set()
         self._shutting_down = False
         self.fatal_error: Exception | None = None
         self._rng = random.Random()
@@ -453,11 +474,17 @@ class KafkaRaftClient:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     response = task.result()
+                    if self.fatal_error is not None:
+                        return granted, rejected
                     if response is None:
                         rejected.add(tasks[task])
                         continue
                     partition = _only_partition(response)
                     error = partition.error_code if partition is not None else response.error_code
+                    if partition is not None and await self._another_leads_as_this_node(
+                        partition.leader_id, partition.leader_epoch
+                    ):
+                        return granted, rejected
                     if partition is not None and self._handle_epoch_info(
                         error, partition.leader_id, partition.leader_epoch
                     ):
@@ -479,7 +506,7 @@ class KafkaRaftClient:
             "partition_index": 0,
             "replica_epoch": epoch,
             "replica_id": self.node_id,
-            "replica_directory_id": _ZERO_UUID,
+            "replica_directory_id": self._own_directory,
             "voter_directory_id": _ZERO_UUID,
             "last_offset_epoch": last_epoch,
             "last_offset": end_offset,
@@ -502,7 +529,9 @@ class KafkaRaftClient:
         if self.quorum.leader_id != NO_ID:
             self.quorum.become_follower(self.epoch, self.quorum.leader_id)
         else:
-            self.quorum.become_unattached(self.epoch, voted_id=self.quorum.voted_id)
+            self.quorum.become_unattached(
+                self.epoch, voted_id=self.quorum.voted_id, voted_directory_id=self.quorum.voted_directory_id
+            )
         self._reset_election_timer(backoff)
         self._transitioned()
 
@@ -684,19 +713,20 @@ class KafkaRaftClient:
             elif self.quorum.state is RaftState.FOLLOWER and self.epoch == epoch:
                 await self._wait_changed(self.config.retry_backoff_ms / 1000 * 5)
 
-    async def _fetch_from(self, node_id: int) -> bool:
-        """One Fetch round trip; True when the leader answered with data or an empty, valid fetch."""
+    def _fetch_request(self, epoch: int, max_wait_ms: int) -> Any:
+        """Fetch v17 of `__cluster_metadata-0` from this node's log end, with its replica key."""
         end_offset, last_epoch = self._last_offset_and_epoch()
         cls = request_type(FETCH, FETCH_VERSION)
         partition = {
             "partition": 0,
-            "current_leader_epoch": self.epoch,
+            "current_leader_epoch": epoch,
             "fetch_offset": end_offset,
             "last_fetched_epoch": last_epoch,
             "log_start_offset": -1,
             "partition_max_bytes": MAX_BATCH_BYTES,
+            "replica_directory_id": self._own_directory,
         }
-        request = _single_partition(
+        return _single_partition(
             cls,
             partition,
             topic="FetchTopic",
@@ -704,11 +734,15 @@ class KafkaRaftClient:
             topic_key=("topic_id", CLUSTER_METADATA_TOPIC_ID),
             cluster_id=self.cluster_id,
             replica_state=nested_type(cls, "ReplicaState")(replica_id=self.node_id, replica_epoch=-1),
-            max_wait=timedelta(milliseconds=FETCH_MAX_WAIT_MS),
+            max_wait=timedelta(milliseconds=max_wait_ms),
             min_bytes=0,
             max_bytes=MAX_BATCH_BYTES,
             forgotten_topics_data=(),
         )
+
+    async def _fetch_from(self, node_id: int) -> bool:
+        """One Fetch round trip; True when the leader answered with data or an empty, valid fetch."""
+        request = self._fetch_request(self.epoch, FETCH_MAX_WAIT_MS)
         timeout = (FETCH_MAX_WAIT_MS + self.config.request_timeout_ms) / 1000
         response = await self._send(node_id, request, timeout=timeout)
         if response is None:
@@ -807,7 +841,7 @@ class KafkaRaftClient:
                 "current_leader_epoch": self.epoch,
                 "snapshot_id": wanted,
                 "position": len(data),
-                "replica_directory_id": _ZERO_UUID,
+                "replica_directory_id": self._own_directory,
             }
             request = _single_partition(
                 cls,
@@ -885,6 +919,8 @@ class KafkaRaftClient:
         epoch_error = self._check_fetch_epoch(partition.current_leader_epoch)
         if epoch_error is not ErrorCode.none:
             return answer(epoch_error)
+        if not self._serves_replica("FetchSnapshot", request.replica_id, partition.replica_directory_id):
+            return build(cls, throttle_time=_NO_THROTTLE, error_code=NODE_ID_TAKEN, topics=())
         snapshot_id = SnapshotId(partition.snapshot_id.end_offset, partition.snapshot_id.epoch)
         path = self.log.directory / snapshot_id.file_name
         try:
@@ -1030,6 +1066,13 @@ class KafkaRaftClient:
         pre_vote = bool(getattr(partition, "pre_vote", False))
         epoch = partition.replica_epoch if version >= 2 else partition.candidate_epoch
         candidate = partition.replica_id if version >= 2 else partition.candidate_id
+        directory_id = getattr(
+            partition, "replica_directory_id" if version >= 2 else "candidate_directory_id", None
+        )
+        holder = self._live_holder(candidate, directory_id)
+        if holder is not None:  # before any epoch moves: another process with that id cannot be elected
+            self._log_taken("pre-vote" if pre_vote else "vote", candidate, directory_id, holder)
+            return cls(error_code=NODE_ID_TAKEN, topics=(), node_endpoints=())
         granted = False
         error = ErrorCode.none
         if partition.last_offset < 0 or partition.last_offset_epoch < 0 or _beyond_max_epoch(epoch):
@@ -1065,9 +1108,9 @@ class KafkaRaftClient:
             up_to_date = (partition.last_offset_epoch, partition.last_offset) >= tuple(
                 reversed(self._last_offset_and_epoch())
             )
-            granted = self._can_grant(candidate, up_to_date, pre_vote)
+            granted = self._can_grant(candidate, directory_id, up_to_date, pre_vote)
             if granted and not pre_vote:
-                self.quorum.grant_vote(candidate)
+                self.quorum.grant_vote(candidate, directory_id)
                 self._reset_election_timer()
                 self._transitioned()
         log.info(
@@ -1081,7 +1124,9 @@ class KafkaRaftClient:
         )
         return self._quorum_epoch_response(cls, error, vote_granted=granted)
 
-    def _can_grant(self, candidate: int, up_to_date: bool, pre_vote: bool) -> bool:
+    def _can_grant(
+        self, candidate: int, directory_id: uuid.UUID | None, up_to_date: bool, pre_vote: bool
+    ) -> bool:
         state = self.quorum.state
         if state in (RaftState.LEADER, RaftState.CANDIDATE, RaftState.RESIGNED):
             return False
@@ -1091,8 +1136,9 @@ class KafkaRaftClient:
             return pre_vote and not self._fetched_from_leader and up_to_date
         if pre_vote:
             return up_to_date
-        if self.quorum.voted_id != NO_ID:
-            return self.quorum.voted_id == candidate
+        if self.quorum.voted_id != NO_ID:  # the same replica key: id, and directory id when one was voted for
+            voted_directory = self.quorum.voted_directory_id
+            return self.quorum.voted_id == candidate and voted_directory in (None, directory_id)
         if self.quorum.leader_id != NO_ID:
             return False
         return up_to_date
@@ -1234,6 +1280,8 @@ class KafkaRaftClient:
         epoch_error = self._check_fetch_epoch(partition.current_leader_epoch)
         if epoch_error is not ErrorCode.none:
             return self._fetch_response(cls, epoch_error)
+        if not self._serves_replica("Fetch", replica_id, getattr(partition, "replica_directory_id", None)):
+            return cls(throttle_time=_NO_THROTTLE, error_code=NODE_ID_TAKEN, responses=(), node_endpoints=())
         snapshot = self.latest_snapshot
         if snapshot is not None and (
             partition.fetch_offset == 0
@@ -1350,10 +1398,13 @@ class KafkaRaftClient:
 
         def replica(replica_id: int, progress: ReplicaProgress) -> Any:
             is_self = replica_id == self.node_id
+            directory_id = (
+                self.directory_id if is_self else self._live_directories.get(replica_id, (None,))[0]
+            )
             return build(
                 replica_cls,
                 replica_id=replica_id,
-                replica_directory_id=_ZERO_UUID,
+                replica_directory_id=_ZERO_UUID if directory_id is None else directory_id,
                 log_end_offset=self.log.next_offset if is_self else progress.end_offset,
                 last_fetch_timestamp=now_ms if is_self else progress.last_fetch_ms,
                 last_caught_up_timestamp=now_ms if is_self else progress.last_caught_up_ms,
@@ -1396,28 +1447,196 @@ class KafkaRaftClient:
         address = self.voter_addresses[node_id]
         response = await self._peers.send(node_id, address, request, timeout=limit)
         if response is not None and _any_error(response, ErrorCode.inconsistent_cluster_id):
-            self._fail_config(
+            self._refused_by_voter(
+                node_id,
+                ErrorCode.inconsistent_cluster_id,
                 f"voter {node_id} at {address[0]}:{address[1]} belongs to another cluster than this node's "
                 f"log dirs ({self.cluster_id}): format them with the cluster's id, or fix "
-                "controller.quorum.voters"
+                "controller.quorum.voters",
             )
             return None
+        if response is not None and _any_error(response, NODE_ID_TAKEN):
+            await self._stop_as_taken(node_id)
+            return None
         if response is not None and _any_error(response, ErrorCode.invalid_voter_key):
-            self._fail_config(
+            self._refused_by_voter(
+                node_id,
+                ErrorCode.invalid_voter_key,
                 f"the node at {address[0]}:{address[1]} does not take this node for a voter, or is not node "
-                f"{node_id} as controller.quorum.voters here says: the voter lists of the nodes disagree"
+                f"{node_id} as controller.quorum.voters here says: the voter lists of the nodes disagree",
             )
             return None
         return response
+
+    def _refused_by_voter(self, node_id: int, error: ErrorCode, sentence: str) -> None:
+        """A voter that refuses this node's requests for another cluster id or another voter list. A node
+        still joining the quorum is the odd one out: it stops with `sentence`. One that has caught up
+        with the quorum is not (that voter is: a node started on another cluster's dirs, or with other
+        voters); it goes on without that voter, as Kafka does, with one ERROR line per voter and code."""
+        if not self._caught_up.is_set():
+            self._fail_config(sentence)
+            return
+        if (node_id, error) in self._voter_refusals_logged:
+            return
+        self._voter_refusals_logged.add((node_id, error))
+        address = self.voter_addresses[node_id]
+        log.error(
+            "raft: voter %d at %s:%d answers %s (another cluster's dirs or another voter list there); this "
+            "node has joined the quorum and goes on without it",
+            node_id,
+            address[0],
+            address[1],
+            error.name,
+        )
 
     def _fail_config(self, sentence: str) -> None:
         """A quorum this node cannot be part of: stop with one sentence (start-up fails with it)."""
         if self.fatal_error is None:
             self._fail(MetadataLogError(sentence + "."))
 
+    # --- one live process per node id ---------------------------------------------------------------
+    #
+    # Two processes started with one node.id (a copied config, a node brought back while its
+    # replacement runs) would each fetch, vote and campaign as that replica. Addresses cannot tell them
+    # apart (a node may be reached through a proxy, and advertise other ports than its voter entry),
+    # but their directory ids can: each formatted metadata log dir has its own (KIP-853's replica key is
+    # the pair). The leader notes the directory id of every replica it serves, and refuses another one
+    # for that id while the noted one fetched within controller.quorum.fetch.timeout.ms; a restart (the
+    # same dir) or a dir formatted again after its node died (not seen for that long) is served as
+    # before. The refused process stops with one sentence, before it follows anyone in that epoch.
+
+    @property
+    def _own_directory(self) -> uuid.UUID:
+        return _ZERO_UUID if self.directory_id is None else self.directory_id
+
+    def _live_holder(self, replica_id: int, directory_id: uuid.UUID | None) -> uuid.UUID | None:
+        """The directory id of another live process holding `replica_id`, when a request sent with
+        `directory_id` claims that id: this node's own, or the one it last served as leader if that was
+        within the fetch timeout. None when there is none, or either directory id is unknown (Kafka's
+        replica key without one matches any)."""
+        directory_id = _known(directory_id)
+        if directory_id is None or replica_id < 0:
+            return None
+        if replica_id == self.node_id:
+            holder, seen = self.directory_id, time.monotonic()
+        else:
+            holder, seen = self._live_directories.get(replica_id, (None, 0.0))
+        if holder is None or holder == directory_id:
+            return None
+        if time.monotonic() - seen > self.config.fetch_timeout_ms / 1000:
+            return None
+        return holder
+
+    def _serves_replica(self, what: str, replica_id: int, directory_id: uuid.UUID | None) -> bool:
+        """The leader takes a Fetch or FetchSnapshot from `replica_id`, noting its directory id and the
+        time, or refuses it: from this node's own id (a leader never fetches from itself; Kafka's
+        LeaderState throws), or from an id another live directory holds."""
+        if replica_id == self.node_id:
+            self._log_taken(what, replica_id, directory_id, self.directory_id)
+            return False
+        holder = self._live_holder(replica_id, directory_id)
+        if holder is not None:
+            self._log_taken(what, replica_id, directory_id, holder)
+            return False
+        if replica_id >= 0:
+            self._live_directories[replica_id] = (_known(directory_id), time.monotonic())
+        return True
+
+    def _log_taken(
+        self, what: str, replica_id: int, directory_id: uuid.UUID | None, holder: uuid.UUID | None
+    ) -> None:
+        """A WARNING the first time a process is refused, DEBUG for its retries (a stock Kafka node
+        retries for ever)."""
+        key = (replica_id, _known(directory_id))
+        level = logging.DEBUG if key in self._refusals_logged else logging.WARNING
+        self._refusals_logged.add(key)
+        log.log(
+            level,
+            "raft: refused a %s from node %d with directory id %s: %s node %d, with directory id %s; is "
+            "node.id %d configured twice?",
+            what,
+            replica_id,
+            _directory_text(directory_id),
+            "this node is" if replica_id == self.node_id else "a live process is",
+            replica_id,
+            _directory_text(holder),
+            replica_id,
+        )
+
+    async def _another_leads_as_this_node(self, leader_id: int, epoch: int) -> bool:
+        """An answer names this node's id the leader of `epoch`, an epoch this process does not lead
+        (Kafka's QuorumState throws rather than follow itself). Ask that leader, at the address the
+        voters reach it by, with a Fetch as this replica: another live process with this id refuses it,
+        and this node stops before it moves to that epoch (True). Once per epoch; an unreachable node,
+        or this very one (its earlier incarnation led, and a voter still remembers it), changes
+        nothing."""
+        if (
+            leader_id != self.node_id
+            or epoch < self.epoch
+            or epoch > MAX_EPOCH
+            or epoch == self._probed_epoch
+            or self._leads(epoch)
+        ):
+            return False
+        self._probed_epoch = epoch
+        log.info(
+            "raft: a voter names node %d the leader of epoch %d, which this node does not lead; asking it",
+            self.node_id,
+            epoch,
+        )
+        await self._send(self.node_id, self._fetch_request(epoch, max_wait_ms=0))
+        return self.fatal_error is not None
+
+    async def _stop_as_taken(self, node_id: int) -> None:
+        """`node_id` refused this node's request: another live process holds this node.id. Its
+        directory id comes from `node_id`'s DescribeQuorum (v2 gives each replica's); then stop with
+        one sentence."""
+        cls = request_type(DESCRIBE_QUORUM, DESCRIBE_QUORUM_VERSION)
+        request = _single_partition(cls, {"partition_index": 0})
+        timeout = self.config.request_timeout_ms / 1000
+        answer = await self._peers.send(node_id, self.voter_addresses[node_id], request, timeout=timeout)
+        partition = _only_partition(answer) if answer is not None else None
+        holder = None
+        if (
+            partition is not None
+            and answer.error_code is ErrorCode.none
+            and partition.error_code is ErrorCode.none
+        ):
+            for replica in (*partition.current_voters, *partition.observers):
+                if replica.replica_id == self.node_id:
+                    holder = _known(replica.replica_directory_id) or holder
+        own = _directory_text(self.directory_id)
+        if holder is None:
+            theirs = "another directory.id"
+        elif holder == self.directory_id:
+            theirs = f"this node's own directory.id {own} (a copy of its log dir?)"
+        else:
+            theirs = f"directory.id {_directory_text(holder)}"
+        if node_id == self.node_id:
+            host, port = self.voter_addresses[node_id]
+            who = f"the voter {node_id} at {host}:{port} is a live node {node_id} with {theirs}"
+        else:
+            who = f"node {node_id} has a live node {self.node_id} with {theirs} fetching from it"
+        meta = self.log.directory.parent / "meta.properties"
+        self._fail_config(
+            f"node.id {self.node_id} is taken: {who}, and this node's directory.id is {own} ({meta}); "
+            "stop that node, or give this one another node.id"
+        )
+
 
 _ZERO_UUID = CLUSTER_METADATA_TOPIC_ID.__class__(int=0)
 _NO_THROTTLE = timedelta(0)
+
+
+def _known(directory_id: uuid.UUID | None) -> uuid.UUID | None:
+    """A directory id, None for none (Kafka's ReplicaKey.NO_DIRECTORY_ID is the zero UUID)."""
+    return None if directory_id is None or directory_id.int == 0 else directory_id
+
+
+def _directory_text(directory_id: uuid.UUID | None) -> str:
+    """A directory id as meta.properties writes it (Kafka's Uuid.toString), "none" when unknown."""
+    directory_id = _known(directory_id)
+    return "none" if directory_id is None else uuid_to_base64(directory_id)
 
 
 def _any_error(message: Any, code: ErrorCode) -> bool:
