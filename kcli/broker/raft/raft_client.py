@@ -706,12 +706,13 @@ class KafkaRaftClient:
                     self.quorum.become_unattached(self.epoch)
                     self._transitioned()
                 return
-            if await self._fetch_from(leader_id) and not resigned:
+            if await self._fetch_from(leader_id, max(deadline, self._election_deadline)) and not resigned:
                 deadline = time.monotonic() + self.config.fetch_timeout_ms / 1000
                 self._election_deadline = 0.0
                 self._fetched_from_leader = True
             elif self.quorum.state is RaftState.FOLLOWER and self.epoch == epoch:
-                await self._wait_changed(self.config.retry_backoff_ms / 1000 * 5)
+                left = max(deadline, self._election_deadline) - time.monotonic()
+                await self._wait_changed(min(self.config.retry_backoff_ms / 1000 * 5, max(left, 0.0)))
 
     def _fetch_request(self, epoch: int, max_wait_ms: int) -> Any:
         """Fetch v17 of `__cluster_metadata-0` from this node's log end, with its replica key."""
@@ -740,10 +741,14 @@ class KafkaRaftClient:
             forgotten_topics_data=(),
         )
 
-    async def _fetch_from(self, node_id: int) -> bool:
-        """One Fetch round trip; True when the leader answered with data or an empty, valid fetch."""
+    async def _fetch_from(self, node_id: int, deadline: float | None = None) -> bool:
+        """One Fetch round trip; True when the leader answered with data or an empty, valid fetch. The
+        wait ends at the fetch deadline too (Kafka's fetch timer runs whatever is in flight): a leader
+        that stopped answering is given up at fetch.timeout.ms, not at the request timeout after it."""
         request = self._fetch_request(self.epoch, FETCH_MAX_WAIT_MS)
         timeout = (FETCH_MAX_WAIT_MS + self.config.request_timeout_ms) / 1000
+        if deadline is not None:
+            timeout = min(timeout, max(deadline - time.monotonic(), 0.05))
         response = await self._send(node_id, request, timeout=timeout)
         if response is None:
             return False
