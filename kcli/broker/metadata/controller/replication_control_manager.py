@@ -1143,7 +1143,10 @@ class ReplicationControlManager:
             is_acceptable_leader or (lambda broker: self.cluster_control.is_active(image, broker)),
             image.metadata_version or MV_3_9_IV0,
             default_dir=lambda broker: self.cluster_control.default_dir(image, broker),
-            min_isr=self.topic_effective_min_isr(image, image.topics_by_id[topic_id]),
+            # Only the ELR reads min ISR: a cluster without it skips the config lookups.
+            min_isr=self.topic_effective_min_isr(image, image.topics_by_id[topic_id])
+            if image.elr_enabled
+            else 1,
             eligible_leader_replicas_enabled=image.elr_enabled,
         )
 
