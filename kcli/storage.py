@@ -30,6 +30,8 @@ from formats.errors import CheckpointError, FormatError
 from formats.kraft_snapshot import BOOTSTRAP_CHECKPOINT, build_snapshot, read_snapshot
 from kcli.config import BrokerConfig
 from kcli.errors import KcliError
+from kcli.features import FeatureError, bootstrap_feature_records, format_feature_levels
+from kcli.features import release_version as release_version
 from kcli.files import write_atomically
 
 if TYPE_CHECKING:
@@ -39,19 +41,12 @@ META_PROPERTIES = "meta.properties"
 METADATA_VERSION = "metadata.version"
 FORMAT_COMMAND = "kcli storage format"
 
-# MetadataVersion: feature level -> release name, for the levels kcli writes.
-_RELEASE_VERSIONS = {21: "3.9-IV0"}
 _RESERVED_UUIDS = frozenset({0, 1})  # Uuid.RESERVED: ZERO_UUID, ONE_UUID (= METADATA_TOPIC_ID)
 _RESERVED_DIRECTORY_IDS = frozenset({0, 1, 2})  # DirectoryId: MIGRATING (0), UNASSIGNED (1), LOST (2)
 
 
 class StorageError(KcliError):
     """A log dir that cannot be formatted or used as it is; one sentence, exit code 2."""
-
-
-def release_version(metadata_version: int) -> str:
-    """The release name Kafka prints for a metadata.version level (MetadataVersion.toString)."""
-    return _RELEASE_VERSIONS.get(metadata_version, f"level {metadata_version}")
 
 
 # --- ids ----------------------------------------------------------------------------------------------
@@ -171,22 +166,23 @@ class BootstrapMetadata:
         return [(record.name, record.version, record.data) for record in self.records]
 
 
-def bootstrap_records(metadata_version: int) -> list[bytes]:
-    """Kafka's BootstrapMetadata.fromVersions for a release with no other feature above level 0:
-    one FeatureLevelRecord (v0) for metadata.version."""
+def bootstrap_records(metadata_version: int, features: Mapping[str, int] | None = None) -> list[bytes]:
+    """Kafka's BootstrapMetadata.fromVersions: a FeatureLevelRecord (v0) for metadata.version, then one
+    for every other feature above level 0, by name."""
     from formats.internal import encode_metadata_record
 
     return [
-        encode_metadata_record(
-            "FeatureLevelRecord", 0, {"name": METADATA_VERSION, "featureLevel": metadata_version}
-        )
+        encode_metadata_record("FeatureLevelRecord", 0, {"name": name, "featureLevel": level})
+        for name, level in bootstrap_feature_records(metadata_version, features or {})
     ]
 
 
-def bootstrap_checkpoint(metadata_version: int, *, now_ms: int) -> bytes:
-    """The bytes of `bootstrap.checkpoint` (BatchFileWriter): header, FeatureLevelRecord, footer, at
+def bootstrap_checkpoint(
+    metadata_version: int, *, now_ms: int, features: Mapping[str, int] | None = None
+) -> bytes:
+    """The bytes of `bootstrap.checkpoint` (BatchFileWriter): header, FeatureLevelRecords, footer, at
     offset 0 and epoch 0, last contained log timestamp 0, every batch stamped `now_ms`."""
-    return build_snapshot(bootstrap_records(metadata_version), timestamp=now_ms)
+    return build_snapshot(bootstrap_records(metadata_version, features), timestamp=now_ms)
 
 
 def read_bootstrap_metadata(metadata_log_dir: str | Path) -> BootstrapMetadata | None:
@@ -231,18 +227,22 @@ def format_storage(
     config: BrokerConfig,
     cluster_id: str,
     *,
-    metadata_version: int,
+    metadata_version: int | None = None,
+    features: Mapping[str, int] | None = None,
     ignore_formatted: bool = False,
     no_initial_controllers: bool = False,
     now_ms: int,
 ) -> list[str]:
     """Format this node's dirs as `kafka-storage.sh format` does; returns the lines it prints.
 
-    Everything is checked before anything is written: the configuration is a KRaft one, the cluster
-    id is a base64 UUID, dirs already formatted agree on cluster.id and node.id and are refused unless
-    `ignore_formatted`. Each dir without meta.properties then gets `bootstrap.checkpoint` (as Kafka
-    writes it into every dir it formats) and, last, meta.properties, so a dir only counts as formatted
-    once both are on disk.
+    `metadata_version` is the --release-version level (None: kcli's default, 3.9-IV0) and `features`
+    the --feature settings; together they give the feature levels the cluster starts with, checked
+    as Kafka's Formatter checks them (eligible.leader.replicas.version=1 needs metadata.version
+    4.0-IV1 or later, and is the default from 4.1-IV0). Everything is checked before anything is
+    written: the feature levels, the configuration is a KRaft one, the cluster id is a base64 UUID,
+    dirs already formatted agree on cluster.id and node.id and are refused unless `ignore_formatted`.
+    Each dir without meta.properties then gets `bootstrap.checkpoint` (as Kafka writes it into every
+    dir it formats) and, last, meta.properties, so a dir only counts as formatted once both are on disk.
     """
     if not config.is_set("process.roles"):
         raise StorageError(
@@ -256,6 +256,10 @@ def format_storage(
             "--no-initial-controllers (kcli does not support --standalone or --initial-controllers yet)."
         )
     check_cluster_id(cluster_id)
+    try:
+        metadata_version, levels = format_feature_levels(features or {}, metadata_version)
+    except FeatureError as exc:
+        raise StorageError(str(exc)) from None
     dirs = sorted(storage_dirs(config))  # a TreeSet of the paths in Kafka's StorageTool
     found = load_meta_properties(dirs)
     check_meta_properties(found, cluster_id=cluster_id, node_id=config.node_id)
@@ -267,7 +271,7 @@ def format_storage(
     empty = [d for d in dirs if d not in found]
     if not empty:
         return ["All of the log directories are already formatted."]
-    checkpoint = bootstrap_checkpoint(metadata_version, now_ms=now_ms)
+    checkpoint = bootstrap_checkpoint(metadata_version, now_ms=now_ms, features=levels)
     taken = {meta.directory_id for meta in found.values() if meta.directory_id}
     lines = []
     for log_dir in empty:

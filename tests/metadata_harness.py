@@ -25,12 +25,14 @@ class SyncController:
     opened: list[SyncController] = []
     """Every controller made, so a test's teardown can close what the test left open."""
 
-    def __init__(self, broker_config: BrokerConfig) -> None:
+    def __init__(self, broker_config: BrokerConfig, *, bootstrap_records=None) -> None:
         SyncController.opened.append(self)
         self.closed = False
         self.loop = asyncio.new_event_loop()
         raft = open_raft_client(broker_config, "cluster-x")
-        self.controller = QuorumController(broker_config, raft, empty_image())
+        self.controller = QuorumController(
+            broker_config, raft, empty_image(), bootstrap_records=bootstrap_records
+        )
         try:
             self.run(raft.start())
             self.run(raft.wait_caught_up())

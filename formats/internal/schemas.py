@@ -498,6 +498,10 @@ _METADATA_SCHEMAS = (
         f("EndPoints", "[]ControllerEndpoint", "0+", fields=_ENDPOINT),
         f("Features", "[]ControllerFeature", "0+", fields=_FEATURE),
     ),
+    _metadata(
+        28, "ClearElrRecord", "0",
+        f("TopicName", "string", "0+"),
+    ),
 )  # fmt: skip
 
 # apiKey -> schema, the MetadataRecordType table.

@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from formats.checkpoints import uuid_from_base64
 from kcli.broker.metadata.controller import BrokerHeartbeat, NotControllerError, QuorumController
+from kcli.broker.metadata.controller.cluster_control_manager import supported_features
 from kcli.broker.metadata.controller.controller_result import ApiException
 from kcli.broker.metadata.image import ProducerIdsBlock
 from kcli.broker.metadata.loader import MetadataLoader
@@ -177,6 +178,9 @@ class BrokerLifecycleManager:
         self._shutting_down = False
         self.heartbeat_interval = int(config["broker.heartbeat.interval.ms"]) / 1000  # type: ignore[call-overload]
         self.log_dir_ids = _log_dir_ids(config)
+        self.previous_broker_epoch = -1
+        """The broker epoch this node's clean-shutdown files record (LogManager.readBrokerEpochFromCleanShutdownFiles),
+        sent with every registration of this incarnation; -1 when they do not show a clean shutdown."""
 
     async def start(self, advertised: Listener, rack: str | None) -> None:
         """Register, then heartbeat in the background until unfenced (this returns then)."""
@@ -197,13 +201,14 @@ class BrokerLifecycleManager:
                     name=advertised.name, host=advertised.host, port=advertised.port, security_protocol=0
                 ),
             ),
-            features=(
-                feature_cls(name="metadata.version", min_supported_version=1, max_supported_version=21),
+            features=tuple(
+                feature_cls(name=name, min_supported_version=low, max_supported_version=high)
+                for name, low, high in supported_features()
             ),
             rack=rack,
             is_migrating_zk_broker=False,
             log_dirs=self.log_dir_ids,
-            previous_broker_epoch=-1,
+            previous_broker_epoch=self.previous_broker_epoch,
         )
 
         async def local(controller: QuorumController) -> int:
@@ -214,6 +219,8 @@ class BrokerLifecycleManager:
                 rack=rack,
                 log_dirs=self.log_dir_ids,
                 fenced=True,
+                previous_broker_epoch=self.previous_broker_epoch,
+                features=supported_features(),
             )
 
         deadline = (

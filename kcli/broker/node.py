@@ -138,6 +138,8 @@ class Node:
         image = self.loader.image
         self.dynamic_configs.initialize(image)  # the logs load with the dynamic broker defaults
         self.logs.startup({name: self._log_config(self.config, image, name) for name in image.topic_ids})
+        # Read before start-up removed the clean-shutdown files: the registration offers it back.
+        self.lifecycle.previous_broker_epoch = self.logs.previous_broker_epoch
         self.loader.install_publisher(self.dynamic_configs)
         self.loader.install_publisher(self)  # the coordinators load from the logs it creates
         self.loader.install_publisher(self.groups)

@@ -47,21 +47,47 @@ def format_storage(
     overrides: list[str] = typer.Option(
         [], "--override", metavar="KEY=VALUE", help="Set one broker property; repeatable; wins over --config."
     ),
+    release_version: str | None = typer.Option(
+        None,
+        "--release-version",
+        "-r",
+        help="The release version to use for the initial feature settings, e.g. 4.1 or 4.0-IV1 "
+        "(kcli writes 3.9-IV0 to 4.1-IV1); the default is 3.9-IV0.",
+        show_default=False,
+    ),
+    feature: list[str] = typer.Option(
+        [],
+        "--feature",
+        "-f",
+        metavar="FEATURE=LEVEL",
+        help="The setting to use for a specific feature, e.g. eligible.leader.replicas.version=1; repeatable.",
+    ),
 ) -> None:
     """Write meta.properties and bootstrap.checkpoint into every log dir and the metadata log dir.
 
-    Nothing is written when the configuration is not a KRaft one (process.roles), the cluster id is not
-    a base64 UUID, or a directory is already formatted (unless --ignore-formatted).
+    The bootstrap.checkpoint holds the cluster's initial feature levels: metadata.version from
+    --release-version, and each feature kcli implements at its default for that release unless
+    --feature sets it (eligible.leader.replicas.version, KIP-966: 1 needs 4.0-IV1 or later and is the
+    default from 4.1). Nothing is written when a feature level is refused, the configuration is not a
+    KRaft one (process.roles), the cluster id is not a base64 UUID, or a directory is already
+    formatted (unless --ignore-formatted).
     """
-    from kcli.broker.metadata.image import MV_3_9_IV0
     from kcli.config import BrokerConfig
+    from kcli.features import FeatureError, metadata_version_from_string, parse_feature_argument
+    from kcli.storage import StorageError
     from kcli.storage import format_storage as run_format
 
     config = BrokerConfig.load(config_file=config_file, overrides=overrides)
+    try:
+        release = None if release_version is None else metadata_version_from_string(release_version)
+        features = dict(parse_feature_argument(text) for text in feature)
+    except FeatureError as exc:
+        raise StorageError(str(exc)) from None
     lines = run_format(
         config,
         cluster_id,
-        metadata_version=MV_3_9_IV0,
+        metadata_version=release,
+        features=features,
         ignore_formatted=ignore_formatted,
         no_initial_controllers=no_initial_controllers,
         now_ms=int(time.time() * 1000),

@@ -93,6 +93,9 @@ async def handle_broker_registration(ctx: RequestContext, request: Any) -> objec
             rack=request.rack,
             log_dirs=tuple(getattr(request, "log_dirs", ())),
             fenced=True,
+            # Clean-shutdown detection needs v3+ (before it, no previous broker epoch is trusted).
+            previous_broker_epoch=request.previous_broker_epoch if ctx.api_version >= 3 else -1,
+            features=[(f.name, f.min_supported_version, f.max_supported_version) for f in request.features],
         )
     )
     if error is not ErrorCode.none:

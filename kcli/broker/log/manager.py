@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from formats.checkpoints import (
+    read_clean_shutdown,
     read_offset_checkpoint,
     uuid_from_base64,
     write_clean_shutdown,
@@ -78,6 +79,8 @@ class LogManager:
         """How many live logs each log dir holds: a new partition goes to the dir with fewest (O(1) a log)."""
         self._logs_to_delete: list[tuple[int, Log]] = []
         self._had_clean_shutdown: dict[Path, bool] = {}
+        self.previous_broker_epoch = -1
+        """The broker epoch every log dir's clean-shutdown file recorded at start-up, or -1 (KIP-966)."""
         self._flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kcli-log-flush")
         self.cleaner = LogCleaner(
             CleanerConfig.from_broker(config), self.log_dirs, logs=self.logs, clock=now_ms
@@ -106,6 +109,7 @@ class LogManager:
         for name, meta in load_meta_properties([str(d) for d in self.log_dirs]).items():
             if meta.directory_id:
                 self.directory_ids[Path(name)] = uuid_from_base64(meta.directory_id)
+        self.previous_broker_epoch = self._broker_epoch_from_clean_shutdown_files()
         for log_dir in self.log_dirs:
             log_dir.mkdir(parents=True, exist_ok=True)
             marker = log_dir / CLEAN_SHUTDOWN_FILE
@@ -159,6 +163,27 @@ class LogManager:
         for line in lines:
             log.info("%s", line)
         return lines
+
+    def _broker_epoch_from_clean_shutdown_files(self) -> int:
+        """LogManager.readBrokerEpochFromCleanShutdownFiles: the epoch only when every log dir's
+        clean-shutdown file holds one and they agree; -1 otherwise (a dir without the file, one whose
+        file has no readable epoch, dirs that disagree)."""
+        epoch = None
+        for log_dir in self.log_dirs:
+            try:
+                current = read_clean_shutdown((log_dir / CLEAN_SHUTDOWN_FILE).read_text())
+            except (OSError, UnicodeDecodeError):
+                current = None
+            if current is None:
+                log.info("Unable to read the broker epoch in %s.", log_dir)
+                return -1
+            if epoch is not None and current != epoch:
+                log.info(
+                    "Found different broker epochs in %s. Other=%d vs current=%d.", log_dir, epoch, current
+                )
+                return -1
+            epoch = current
+        return -1 if epoch is None else epoch
 
     def had_clean_shutdown(self, log_dir: str | Path) -> bool:
         """Whether `log_dir` held the clean-shutdown marker at start-up (for logs loaded elsewhere)."""

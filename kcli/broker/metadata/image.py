@@ -22,11 +22,10 @@ from kio.schema.errors import ErrorCode
 
 from formats.internal import MetadataRecord
 from kcli.config import TOPIC_CONFIG_SYNONYMS, TOPIC_CONFIGS, BrokerConfig, is_internal_topic
+from kcli.features import METADATA_VERSION as METADATA_VERSION
+from kcli.features import MV_3_9_IV0 as MV_3_9_IV0
+from kcli.features import is_elr_enabled
 from kcli.protocol.configs import ResourceType
-
-METADATA_VERSION = "metadata.version"
-MV_3_9_IV0 = 21
-"""The `metadata.version` level of Kafka 3.9 (IBP_3_9_IV0): PartitionRecord v1, RegisterBrokerRecord v3."""
 
 TOPIC_RESOURCE = ResourceType.TOPIC
 BROKER_RESOURCE = ResourceType.BROKER
@@ -262,6 +261,12 @@ class ClusterMetadataImage:
     def metadata_version(self) -> int:
         """The finalized metadata.version level, 0 before the bootstrap record."""
         return self.features.get(METADATA_VERSION, 0)
+
+    @property
+    def elr_enabled(self) -> bool:
+        """Eligible leader replicas are kept (KIP-966): eligible.leader.replicas.version >= 1 on a
+        metadata.version of 4.0-IV1 or later (FeatureControlManager.isElrFeatureEnabled)."""
+        return is_elr_enabled(self.features)
 
     def broker(self, broker_id: int) -> BrokerRegistration | None:
         return self.brokers_by_id.get(broker_id)
@@ -530,6 +535,29 @@ class MetadataDelta:
             )
         partitions[data["partitionId"]] = current.merge(data)
 
+    def _clear_elr(self, data: Mapping[str, Any]) -> None:
+        """ClearElrRecord (min.insync.replicas changed): the named topic's partitions, or every topic's
+        when the name is empty, lose their ELR and last known ELR, as a PartitionChangeRecord setting
+        both empty would (the partition epoch moves; the leader epoch does not)."""
+        name = data.get("topicName") or ""
+        if name:
+            topic_id = self.topic_ids.get(name)
+            if topic_id is None:
+                raise MetadataReplayError(
+                    f"Unable to clear elr for topic with name {name}: no such topic found."
+                )
+            topic_ids = [topic_id]
+        else:
+            topic_ids = list(self.topics)
+        for topic_id in topic_ids:
+            current = self._changed_partitions.get(topic_id, self.topics[topic_id].partitions)
+            if not any(p.elr or p.last_known_elr for p in current.values()):
+                continue
+            partitions = self._partitions_for_update(topic_id, -1, "clear the ELR of")
+            for index, partition in list(partitions.items()):
+                if partition.elr or partition.last_known_elr:
+                    partitions[index] = partition.merge({"eligibleLeaderReplicas": [], "lastKnownElr": []})
+
     def _remove_topic(self, data: Mapping[str, Any]) -> None:
         topic = self.topics.pop(data["topicId"], None)
         if topic is None:
@@ -582,6 +610,7 @@ _HANDLERS = {
     "PartitionRecord": MetadataDelta._partition,
     "PartitionChangeRecord": MetadataDelta._partition_change,
     "RemoveTopicRecord": MetadataDelta._remove_topic,
+    "ClearElrRecord": MetadataDelta._clear_elr,
     "ConfigRecord": MetadataDelta._config,
     "ProducerIdsRecord": MetadataDelta._producer_ids,
 }

@@ -11,6 +11,7 @@ from typing import Any
 
 from kcli.broker.metadata.controller.controller_result import Record
 from kcli.broker.metadata.image import ClusterMetadataImage, PartitionRegistration
+from kcli.features import is_elr_supported, partition_record_version
 
 REGISTER_BROKER_RECORD_VERSION = 3
 
@@ -53,7 +54,7 @@ def image_records(image: ClusterMetadataImage) -> list[Record]:
     for topic in sorted(image.topics_by_id.values(), key=lambda t: t.name):
         records.append(("TopicRecord", 0, {"name": topic.name, "topicId": topic.topic_id}))
         for index, partition in sorted(topic.partitions.items()):
-            records.append(_partition_record(topic.topic_id, index, partition))
+            records.append(_partition_record(topic.topic_id, index, partition, image.metadata_version))
     for (resource_type, resource_name), values in sorted(image.configs.items()):
         for name, value in sorted(values.items()):
             records.append(
@@ -84,7 +85,9 @@ def image_records(image: ClusterMetadataImage) -> list[Record]:
     return records
 
 
-def _partition_record(topic_id: Any, index: int, p: PartitionRegistration) -> Record:
+def _partition_record(topic_id: Any, index: int, p: PartitionRegistration, metadata_version: int) -> Record:
+    """PartitionRegistration.toRecord: the version metadata.version writes; from 4.0-IV1 on the ELR and
+    the last known ELR, each only when it has members (tagged fields, left out when empty)."""
     data: dict[str, Any] = {
         "partitionId": index,
         "topicId": topic_id,
@@ -98,8 +101,16 @@ def _partition_record(topic_id: Any, index: int, p: PartitionRegistration) -> Re
         "partitionEpoch": p.partition_epoch,
         "directories": list(p.directories),
     }
-    if p.elr or p.last_known_elr:  # PartitionRecord v2 (KIP-966) carries the ELR
+    if is_elr_supported(metadata_version):
+        version = partition_record_version(metadata_version)
+        if p.elr:
+            data["eligibleLeaderReplicas"] = list(p.elr)
+        if p.last_known_elr:
+            data["lastKnownElr"] = list(p.last_known_elr)
+    elif p.elr or p.last_known_elr:  # an image folded from a log that carried them: keep them
+        version = 2
         data["eligibleLeaderReplicas"] = list(p.elr)
         data["lastKnownElr"] = list(p.last_known_elr)
-        return ("PartitionRecord", 2, data)
-    return ("PartitionRecord", 1, data)
+    else:
+        version = 1  # with the directories: kcli's images are of 3.7-IV2 or later
+    return ("PartitionRecord", version, data)

@@ -19,7 +19,6 @@ from kio.schema.errors import ErrorCode
 
 from kcli.broker.metadata.controller.controller_result import ApiException, ControllerResult, Record
 from kcli.broker.metadata.controller.feature_control_manager import (
-    MAX_METADATA_VERSION,
     MIN_METADATA_VERSION,
 )
 from kcli.broker.metadata.image import (
@@ -30,6 +29,7 @@ from kcli.broker.metadata.image import (
     ClusterMetadataImage,
 )
 from kcli.config import Listener
+from kcli.features import SUPPORTED_FEATURES, supported_range
 
 log = logging.getLogger("kcli.broker.metadata")
 
@@ -55,6 +55,44 @@ class HeartbeatReply:
     is_fenced: bool
     should_shut_down: bool
     in_controlled_shutdown: bool = False
+
+
+def supported_features() -> list[tuple[str, int, int]]:
+    """What this software supports, as its brokers announce it in BrokerRegistration: metadata.version
+    and every feature kcli implements, each with its (min, max) level."""
+    return [(name, *supported_range(name)) for name in (METADATA_VERSION, *SUPPORTED_FEATURES)]
+
+
+def registration_features(
+    image: ClusterMetadataImage | None, broker_id: int, features: Sequence[tuple[str, int, int]] | None
+) -> list[dict[str, object]]:
+    """The RegisterBrokerRecord's features: the broker's, each finalized level checked against them
+    (a feature the broker does not name supports level 0 only; a broker that names no metadata.version
+    is taken to support the first KRaft level only)."""
+    announced = list(supported_features() if features is None else features)
+    finalized = dict(image.features) if image is not None else {}
+    if all(name != METADATA_VERSION for name, _, _ in announced):
+        announced.append((METADATA_VERSION, MIN_METADATA_VERSION, MIN_METADATA_VERSION))
+    for name, low, high in announced:
+        level = finalized.get(name, 1 if name == METADATA_VERSION else 0)
+        if image is not None and not low <= level <= high:
+            raise ApiException(
+                ErrorCode.unsupported_version,
+                f"Unable to register because the broker does not support finalized version {level} of "
+                f"{name}. The broker wants a version between {low} and {high}, inclusive.",
+            )
+    names = {name for name, _, _ in announced}
+    for name, level in finalized.items():
+        if level != 0 and name not in names:
+            raise ApiException(
+                ErrorCode.unsupported_version,
+                f"Unable to register because the broker does not support finalized version {level} of "
+                f"{name}. The broker wants a version between 0 and 0, inclusive.",
+            )
+    return [
+        {"name": name, "minSupportedVersion": low, "maxSupportedVersion": high}
+        for name, low, high in announced
+    ]
 
 
 class BrokerControlState(enum.Enum):
@@ -109,12 +147,15 @@ class ClusterControlManager:
         image: ClusterMetadataImage | None = None,
         now: float | None = None,
         session_timeout: float | None = None,
+        features: Sequence[tuple[str, int, int]] | None = None,
     ) -> ControllerResult[int]:
         """The RegisterBrokerRecord of a new incarnation, fenced until its heartbeats say it caught up;
         the response is its broker epoch.
 
         Its log dirs are checked as Kafka checks them: none reserved (kio reads the all-zero one,
-        UNASSIGNED, as None), none twice.
+        UNASSIGNED, as None), none twice. `features` are the (name, min, max) levels the broker supports
+        (this software's when not given): each finalized feature must be in its range, else
+        UNSUPPORTED_VERSION (ClusterControlManager.processRegistrationFeature).
         """
         if any(directory is None or directory.int < _RESERVED_DIRECTORY_IDS for directory in log_dirs):
             raise ApiException(ErrorCode.invalid_registration, "Reserved directory ID in request")
@@ -149,13 +190,7 @@ class ClusterControlManager:
                     "securityProtocol": PLAINTEXT,
                 }
             ],
-            "features": [
-                {
-                    "name": METADATA_VERSION,
-                    "minSupportedVersion": MIN_METADATA_VERSION,
-                    "maxSupportedVersion": MAX_METADATA_VERSION,
-                }
-            ],
+            "features": registration_features(image, broker_id, features),
             "rack": rack,
             "fenced": fenced,
             "inControlledShutdown": False,
@@ -163,6 +198,13 @@ class ClusterControlManager:
         }
         records: list[Record] = [("RegisterBrokerRecord", REGISTER_BROKER_RECORD_VERSION, record)]
         return ControllerResult(records, broker_epoch)
+
+    @staticmethod
+    def registered_epoch(image: ClusterMetadataImage, broker_id: int) -> int:
+        """The broker epoch the cluster holds for this broker id, -2 when it has none (what a previous
+        broker epoch read from a clean-shutdown file is compared with)."""
+        registration = image.broker(broker_id)
+        return -2 if registration is None else registration.broker_epoch
 
     # --- the heartbeat state machine (Kafka's BrokerHeartbeatManager) -----------------------------------
 

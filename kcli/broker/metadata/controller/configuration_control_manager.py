@@ -52,6 +52,44 @@ class ConfigurationControlManager:
                 return value.strip().lower() == "true"
         return bool(self.config[name])
 
+    def min_insync_replicas_for_topic(self, image: ClusterMetadataImage, topic: str) -> int:
+        """The topic's effective min.insync.replicas, resolved as unclean.leader.election.enable is: the
+        topic's override, this controller's dynamic broker config, the cluster-wide dynamic default,
+        the static configuration (what decides the topic's eligible leader replicas)."""
+        name = "min.insync.replicas"
+        for overrides in (
+            image.topic_config(topic),
+            image.broker_config(str(self.config.node_id)),
+            image.broker_config(""),
+        ):
+            value = overrides.get(name)
+            if value is not None and value.strip():
+                try:
+                    return int(value.strip())
+                except ValueError:
+                    continue
+        return int(self.config[name])  # type: ignore[call-overload]
+
+    def elr_safety_records(self, image: ClusterMetadataImage) -> list[Record]:
+        """What turning ELR on needs (ActivationRecordsGenerator at bootstrap, maybeGenerateElrSafetyRecords
+        on UpdateFeatures): a cluster-level min.insync.replicas, from this controller's static one,
+        when the cluster has none."""
+        if "min.insync.replicas" in image.broker_config(""):
+            return []
+        value = str(self.config["min.insync.replicas"])
+        return [
+            (
+                "ConfigRecord",
+                0,
+                {
+                    "resourceType": BROKER_RESOURCE,
+                    "resourceName": "",
+                    "name": "min.insync.replicas",
+                    "value": value,
+                },
+            )
+        ]
+
     def incremental_alter_topic_configs(
         self, image: ClusterMetadataImage, topic: str, ops: Sequence[ConfigOp]
     ) -> ControllerResult[ApiError]:
@@ -180,6 +218,22 @@ class ConfigurationControlManager:
                 return _failed(
                     ApiError(ErrorCode.broker_id_not_registered, f"No node with id {node_id} found.")
                 )
+        if image.elr_enabled and "min.insync.replicas" in changes:
+            # ConfigurationControlManager.isDisallowedBrokerMinIsrTransition / ...ClusterMinIsrTransition
+            if name:
+                return _failed(
+                    ApiError(
+                        ErrorCode.invalid_config,
+                        "Broker-level min.insync.replicas cannot be altered while ELR is enabled.",
+                    )
+                )
+            if changes["min.insync.replicas"] is None:
+                return _failed(
+                    ApiError(
+                        ErrorCode.invalid_config,
+                        "Cluster-level min.insync.replicas cannot be removed while ELR is enabled.",
+                    )
+                )
         records: list[Record] = [
             (
                 "ConfigRecord",
@@ -188,7 +242,7 @@ class ConfigurationControlManager:
             )
             for key, value in changes.items()
         ]
-        return ControllerResult(records, NONE)
+        return ControllerResult(records + clear_elr_records(image, records), NONE)
 
     def validate_topic_configs(self, topic: str, configs: Mapping[str, str]) -> ApiError | None:
         """ControllerConfigurationValidator + LogConfig.validate over the topic's resulting overrides."""
@@ -249,7 +303,22 @@ class ConfigurationControlManager:
             return _failed(
                 ApiError(ErrorCode.unknown_topic_or_partition, f"The topic '{topic}' does not exist.")
             )
-        return ControllerResult(self.topic_config_records(topic, changes), NONE)
+        records = self.topic_config_records(topic, changes)
+        return ControllerResult(records + clear_elr_records(image, records), NONE)
+
+
+def clear_elr_records(image: ClusterMetadataImage, records: Sequence[Record]) -> list[Record]:
+    """ConfigurationControlManager.createClearElrRecordsAsNeeded: with ELR on, a change of
+    min.insync.replicas clears the ELR it was computed against, of the topic (a topic config) or of
+    every topic (a broker config)."""
+    if not image.elr_enabled:
+        return []
+    out: list[Record] = []
+    for name, _, data in records:
+        if name == "ConfigRecord" and data["name"] == "min.insync.replicas":
+            topic = data["resourceName"] if data["resourceType"] == TOPIC_RESOURCE else ""
+            out.append(("ClearElrRecord", 0, {"topicName": topic}))
+    return out
 
 
 _JAVA_INT = re.compile(r"[+-]?[0-9]+")

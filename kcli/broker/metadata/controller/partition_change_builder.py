@@ -18,8 +18,21 @@ records). The rules are Kafka's:
   target replica in the target ISR: the removing replicas leave replicas and ISR, and the election
   then moves the leadership off a removed leader to the first valid replica of the target.
 
-Eligible leader replicas (KIP-966) are not implemented: they need metadata.version 4.0-IV1, and this
-controller writes 3.9-IV0, where Kafka keeps them off too. The ELR fields of a record are never set.
+Eligible leader replicas (KIP-966 part 1), when the caller enables them (eligible.leader.replicas.version
+1 on metadata.version 4.0-IV1 or later), as Kafka's builder keeps them:
+
+- populateTargetElr: while the target ISR is below min ISR, the members that leave it join the ELR
+  (the old ISR and ELR, less the target ISR and any replica that shut down uncleanly); once the ISR
+  reaches min ISR the ELR and the last known ELR are cleared;
+- valid = acceptable and in the target ISR, or, when the target ISR is empty, in the ELR; a leader
+  elected from the ELR becomes the ISR alone and leaves the ELR;
+- the ISR may become empty (the partition keeps its ELR instead of a dead last member);
+- the last known ELR holds the last leader once the ISR empties (balanced recovery), is cleared when
+  the partition has a leader again, and that leader is elected (as an unclean, RECOVERING election)
+  when the ISR and the ELR are both empty and it is acceptable again (Kafka 4.1, KAFKA-19522);
+- an unclean election clears the ELR and the last known ELR.
+
+Set orders follow Java's HashSet iteration, as Kafka's records have them.
 """
 
 from __future__ import annotations
@@ -34,16 +47,15 @@ from typing import Any
 from kcli.broker.metadata.controller.controller_result import Record
 from kcli.broker.metadata.controller.partition_reassignment import PartitionReassignmentReplicas
 from kcli.broker.metadata.image import MV_3_9_IV0, NO_LEADER, NO_LEADER_CHANGE, PartitionRegistration
+from kcli.features import MV_3_2_IV0, MV_3_6_IV0, MV_3_7_IV2
+from kcli.features import partition_change_record_version as partition_change_record_version
 
 log = logging.getLogger("kcli.broker.metadata")
 
-# metadata.version levels that change what the builder writes (MetadataVersion).
-MV_3_2_IV0 = 3
-"""Leader recovery (KIP-704): an unclean election marks the leader RECOVERING."""
-MV_3_6_IV0 = 12
-"""From here an ISR shrink no longer needs a leader-epoch bump (KAFKA-15021 was fixed)."""
-MV_3_7_IV2 = 17
-"""Directory assignment (KIP-858): PartitionChangeRecord v1 carries directories."""
+# MV_3_2_IV0: leader recovery (KIP-704), an unclean election marks the leader RECOVERING.
+# MV_3_6_IV0: from here an ISR shrink no longer needs a leader-epoch bump (KAFKA-15021 was fixed).
+# MV_3_7_IV2: directory assignment (KIP-858), PartitionChangeRecord v1 carries directories.
+# MV_4_0_IV1: ELR (KIP-966), PartitionChangeRecord v2 carries the ELR and the last known ELR.
 
 RECOVERED = 0
 RECOVERING = 1
@@ -67,11 +79,6 @@ class ElectionResult:
     unclean: bool
 
 
-def partition_change_record_version(metadata_version: int) -> int:
-    """MetadataVersion.partitionChangeRecordVersion (ELR's v2 is never reached here)."""
-    return 1 if metadata_version >= MV_3_7_IV2 else 0
-
-
 def change_record_is_no_op(record: dict[str, Any]) -> bool:
     """True when the record would change nothing but the partition epoch."""
     return (
@@ -82,7 +89,38 @@ def change_record_is_no_op(record: dict[str, Any]) -> bool:
         and record.get("addingReplicas") is None
         and record.get("leaderRecoveryState", NO_RECOVERY_CHANGE) == NO_RECOVERY_CHANGE
         and record.get("directories") is None
+        and record.get("eligibleLeaderReplicas") is None
+        and record.get("lastKnownElr") is None
     )
+
+
+class JavaHashSet:
+    """The iteration order of a java.util.HashSet of Integers, which Kafka's ELR lists come out in.
+
+    Elements sit in buckets by (h ^ h >>> 16) & (capacity - 1), in insertion order within a bucket;
+    the table starts at the capacity `new HashSet<>(collection)` picks and doubles past 3/4 full
+    (a split keeps each bucket's order). Buckets never get long enough here to become trees."""
+
+    def __init__(self, initial: Sequence[int]) -> None:
+        wanted = max(int(len(initial) / 0.75) + 1, 16)
+        self.capacity = 1 << (wanted - 1).bit_length()
+        self.items: list[int] = []
+        for item in initial:
+            self.add(item)
+
+    def add(self, item: int) -> None:
+        if item in self.items:
+            return
+        self.items.append(item)
+        if len(self.items) > self.capacity * 3 // 4:
+            self.capacity *= 2
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        def bucket(item: int) -> int:
+            h = item & 0xFFFFFFFF
+            return (h ^ (h >> 16)) & (self.capacity - 1)
+
+        return iter(sorted(self.items, key=bucket))  # stable: insertion order within a bucket
 
 
 class PartitionChangeBuilder:
@@ -102,6 +140,8 @@ class PartitionChangeBuilder:
         metadata_version: int = MV_3_9_IV0,
         *,
         default_dir: Callable[[int], uuid.UUID] | None = None,
+        min_isr: int = 1,
+        eligible_leader_replicas_enabled: bool = False,
     ) -> None:
         self.partition = partition
         self.topic_id = topic_id
@@ -109,6 +149,14 @@ class PartitionChangeBuilder:
         self.is_acceptable_leader = is_acceptable_leader
         self.metadata_version = metadata_version
         self.default_dir = default_dir
+        self.min_isr = min_isr
+        """The topic's effective min.insync.replicas (at most its replication factor)."""
+        self.eligible_leader_replicas_enabled = eligible_leader_replicas_enabled
+        self.use_last_known_leader_in_balanced_recovery = True
+        """Kafka's default: the last known ELR holds the last leader, electable when all else is gone."""
+        self.unclean_shutdown_replicas: list[int] | None = None
+        self.target_elr: list[int] = list(partition.elr)
+        self.target_last_known_elr: list[int] = list(partition.last_known_elr)
         self.election = Election.ONLINE
         self.target_isr: list[int] = list(partition.isr)
         self.target_replicas: list[int] = list(partition.replicas)
@@ -145,11 +193,26 @@ class PartitionChangeBuilder:
         self.target_leader_recovery_state = state
         return self
 
+    def set_eligible_leader_replicas_enabled(self, enabled: bool) -> PartitionChangeBuilder:
+        self.eligible_leader_replicas_enabled = enabled
+        return self
+
+    def set_unclean_shutdown_replicas(self, replicas: Sequence[int]) -> PartitionChangeBuilder:
+        """Replicas that came back from an unclean shutdown: never in the ELR."""
+        self.unclean_shutdown_replicas = list(replicas)
+        return self
+
+    def set_use_last_known_leader_in_balanced_recovery(self, use: bool) -> PartitionChangeBuilder:
+        self.use_last_known_leader_in_balanced_recovery = use
+        return self
+
     # --- the election -------------------------------------------------------------------------------
 
     def is_valid_new_leader(self, replica: int) -> bool:
-        """In the target ISR and acceptable (without ELR there is no other way to be valid)."""
-        return replica in self.target_isr and self.is_acceptable_leader(replica)
+        """Acceptable, and in the target ISR, or in the ELR when the target ISR is empty."""
+        return (
+            replica in self.target_isr or (not self.target_isr and replica in self.target_elr)
+        ) and self.is_acceptable_leader(replica)
 
     def elect_leader(self) -> ElectionResult:
         """The leader the election type picks; NO_LEADER when none qualifies."""
@@ -166,6 +229,8 @@ class PartitionChangeBuilder:
         for replica in self.target_replicas[1:]:
             if self.is_valid_new_leader(replica):
                 return ElectionResult(replica, False)
+        if self._can_elect_last_known_leader():
+            return ElectionResult(self.partition.last_known_elr[0], True)
         return ElectionResult(NO_LEADER, False)
 
     def _elect_any_leader(self) -> ElectionResult:
@@ -174,17 +239,34 @@ class PartitionChangeBuilder:
         for replica in self.target_replicas:
             if self.is_valid_new_leader(replica):
                 return ElectionResult(replica, False)
+        if self._can_elect_last_known_leader():
+            return ElectionResult(self.partition.last_known_elr[0], True)
         if self.election is Election.UNCLEAN:
             for replica in self.target_replicas:
                 if self.is_acceptable_leader(replica):
                     return ElectionResult(replica, True)
         return ElectionResult(NO_LEADER, False)
 
+    def _can_elect_last_known_leader(self) -> bool:
+        """Balanced recovery: with the ISR and the ELR both empty, the single last known leader, once it
+        is acceptable again (Kafka 4.1's rule; before KAFKA-19522 a fenced one was elected too)."""
+        if not self.eligible_leader_replicas_enabled or not self.use_last_known_leader_in_balanced_recovery:
+            return False
+        if self.target_elr or self.target_isr:
+            return False
+        if len(self.partition.last_known_elr) != 1:
+            return False
+        return self.is_acceptable_leader(self.partition.last_known_elr[0])
+
     def _try_election(self, record: dict[str, Any]) -> None:
         result = self.elect_leader()
         if result.node == self.partition.leader:
             return
-        if result.unclean:
+        if result.node in self.target_elr:
+            # Elected from the ELR: it is the whole ISR now, and no longer eligible-only.
+            self.target_isr = [result.node]
+            self.target_elr = [replica for replica in self.target_elr if replica != result.node]
+        elif result.unclean:
             # Data loss is possible, so this one is always logged.
             log.info(
                 "Setting new leader for topicId %s, partition %d to %d using an unclean election",
@@ -248,16 +330,87 @@ class PartitionChangeBuilder:
         if tuple(self.target_adding) != self.partition.adding_replicas:
             record["addingReplicas"] = list(self.target_adding)
 
+    # --- eligible leader replicas (KIP-966) -------------------------------------------------------------
+
+    def _maybe_populate_target_elr(self) -> None:
+        """Below min ISR, who leaves the ISR joins the ELR; at or above it, both ELR lists are cleared."""
+        if not self.eligible_leader_replicas_enabled:
+            return
+        if len(self.target_isr) >= self.min_isr:
+            self.target_elr, self.target_last_known_elr = [], []
+            return
+        target_isr = set(self.target_isr)
+        unclean = self.unclean_shutdown_replicas or ()
+        candidates = JavaHashSet(self.target_elr)
+        for replica in self.partition.isr:
+            candidates.add(replica)
+        self.target_elr = [r for r in candidates if r not in target_isr and r not in unclean]
+        # The last known ELR: everyone who was in the ISR or the ELR since it went below min ISR,
+        # less the target ISR and the ELR.
+        for replica in self.target_last_known_elr:
+            candidates.add(replica)
+        self.target_last_known_elr = [
+            r for r in candidates if r not in target_isr and r not in self.target_elr
+        ]
+
+    def _maybe_update_record_elr(self, record: dict[str, Any]) -> None:
+        clean_election = "isr" not in record  # an unclean election has set the ISR already
+        if not clean_election or not self.eligible_leader_replicas_enabled:
+            self.target_elr, self.target_last_known_elr = [], []
+        if tuple(self.target_elr) != self.partition.elr:
+            record["eligibleLeaderReplicas"] = list(self.target_elr)
+        leader = record.get("leader", NO_LEADER_CHANGE)
+        if (
+            self.use_last_known_leader_in_balanced_recovery
+            and len(self.partition.last_known_elr) == 1
+            and (leader == NO_LEADER or (leader == NO_LEADER_CHANGE and self.partition.leader == NO_LEADER))
+        ):
+            # The last known leader stays while the partition has no leader.
+            self.target_last_known_elr = list(self.partition.last_known_elr)
+        if self.use_last_known_leader_in_balanced_recovery:
+            return  # the last known ELR holds the last leader: _maybe_update_last_known_leader sets it
+        if tuple(self.target_last_known_elr) != self.partition.last_known_elr:
+            record["lastKnownElr"] = list(self.target_last_known_elr)
+
+    def _maybe_update_last_known_leader(self, record: dict[str, Any]) -> None:
+        if not self.use_last_known_leader_in_balanced_recovery or not self.eligible_leader_replicas_enabled:
+            return
+        partition = self.partition
+        leader = record.get("leader", NO_LEADER_CHANGE)
+        if (
+            record.get("isr") is not None
+            and not record["isr"]
+            and (len(partition.last_known_elr) != 1 or partition.last_known_elr[0] != partition.leader)
+        ):
+            # The first time the partition becomes leaderless: remember its last leader.
+            record["lastKnownElr"] = [partition.leader]
+        elif (
+            leader >= 0 or (partition.leader != NO_LEADER and leader != NO_LEADER)
+        ) and partition.last_known_elr:
+            # It has, or keeps, a leader: there is nothing to recover.
+            record["lastKnownElr"] = []
+
+    # --- building -------------------------------------------------------------------------------------
+
     def build(self) -> Record | None:
         """The PartitionChangeRecord, or None when the partition would not change."""
         record: dict[str, Any] = {"partitionId": self.partition_id, "topicId": self.topic_id}
         self._complete_reassignment_if_needed()
+        self._maybe_populate_target_elr()
         self._try_election(record)
         self._trigger_leader_epoch_bump_for_replica_reassignment(record)
+        self._maybe_update_record_elr(record)
         # Without ELR an empty target ISR is not written: the last member stays, leader -1.
-        if "isr" not in record and self.target_isr and tuple(self.target_isr) != self.partition.isr:
+        if (
+            "isr" not in record
+            and (self.target_isr or self.eligible_leader_replicas_enabled)
+            and tuple(self.target_isr) != self.partition.isr
+        ):
+            if not self.target_isr:
+                log.debug("%s-%d will have an empty ISR", self.topic_id, self.partition_id)
             record["isr"] = list(self.target_isr)
         self._trigger_leader_epoch_bump_for_isr_shrink(record)
+        self._maybe_update_last_known_leader(record)
         self._set_assignment_changes(record)
         if self.target_leader_recovery_state != self.partition.leader_recovery_state:
             record["leaderRecoveryState"] = self.target_leader_recovery_state

@@ -146,7 +146,12 @@ class QuorumController:
             self.cluster_control.activate(time.monotonic())
             log.info("controller %d is active in epoch %d", self.node_id, leader.epoch)
             self._activated.set()
-            if self._write(self.feature_control.bootstrap(self._image, self.bootstrap_records)) is not None:
+            bootstrap = self.feature_control.bootstrap(
+                self._image,
+                self.bootstrap_records,
+                default_min_insync_replicas=int(self.config["min.insync.replicas"]),  # type: ignore[call-overload]
+            )
+            if self._write(bootstrap) is not None:
                 source = (
                     "bootstrap.checkpoint" if self.bootstrap_records else f"metadata.version {MV_3_9_IV0}"
                 )
@@ -169,13 +174,24 @@ class QuorumController:
         log_dirs: Sequence[uuid.UUID] = (),
         broker_id: int | None = None,
         fenced: bool = False,
+        previous_broker_epoch: int = -1,
+        features: Sequence[tuple[str, int, int]] | None = None,
     ) -> int:
         """BrokerRegistration: write a RegisterBrokerRecord; returns the broker epoch.
 
         As in ClusterControlManager, the broker epoch is the offset the record is written at. A broker
         that registers over the wire starts fenced and is unfenced by its heartbeats.
+
+        A new incarnation whose `previous_broker_epoch` (from its clean-shutdown files) is not the epoch
+        the cluster holds for it shut down uncleanly: with eligible leader replicas on, it leaves every
+        ISR and ELR in the same batch (ClusterControlManager.registerBroker, handleBrokerShutdown).
         """
         broker_id = self.node_id if broker_id is None else broker_id
+        previous = self._image.broker(broker_id)
+        new_incarnation = (
+            previous is None or incarnation_id is None or previous.incarnation_id != incarnation_id
+        )
+        clean = previous_broker_epoch == self.cluster_control.registered_epoch(self._image, broker_id)
         result = self.cluster_control.register_broker(
             broker_id,
             listener,
@@ -187,13 +203,26 @@ class QuorumController:
             image=self._image,
             now=time.monotonic(),
             session_timeout=int(self.config["broker.session.timeout.ms"]) / 1000,  # type: ignore[call-overload]
+            features=features,
         )
-        previous = self._image.broker(broker_id)
-        if previous is not None and not previous.fenced:
+        records: list[Record] = []
+        if new_incarnation and not clean and self._image.elr_enabled:
+            self.replication_control.handle_broker_unclean_shutdown(self._image, broker_id, records)
+            log.info(
+                "broker %d registers a new incarnation after an unclean shutdown (previous broker epoch %d, "
+                "registered %d): %d partition change(s)",
+                broker_id,
+                previous_broker_epoch,
+                self.cluster_control.registered_epoch(self._image, broker_id),
+                len(records),
+            )
+            if previous is not None and not previous.fenced:
+                records.append(self.cluster_control.fence_record(broker_id, previous.broker_epoch))
+        elif previous is not None and not previous.fenced:
             # The last incarnation's session expired before the expiry task fenced it: fence it in
             # this batch, so the partitions it led get new leaders before the new one registers.
-            records: list[Record] = []
             self.replication_control.handle_broker_fenced(self._image, broker_id, records)
+        if records:
             result = ControllerResult(records + list(result.records), result.response)
         broker_epoch = await self._run(result)
         # A new incarnation starts its session afresh, out of any controlled shutdown of the last one.

@@ -29,7 +29,10 @@ from kcli.broker.metadata.controller.cluster_control_manager import (
     ClusterControlManager,
     HeartbeatReply,
 )
-from kcli.broker.metadata.controller.configuration_control_manager import ConfigurationControlManager
+from kcli.broker.metadata.controller.configuration_control_manager import (
+    ConfigurationControlManager,
+    clear_elr_records,
+)
 from kcli.broker.metadata.controller.controller_result import (
     NONE,
     ApiError,
@@ -66,6 +69,7 @@ from kcli.broker.metadata.placement import (
     UsableBroker,
 )
 from kcli.config import CLUSTER_METADATA_TOPIC, BrokerConfig
+from kcli.features import partition_record_version
 from kcli.protocol.messages import build, nested_type, response_type
 
 log = logging.getLogger("kcli.broker.metadata")
@@ -86,8 +90,6 @@ UNCLEAN_ELECTION = 1
 MAX_ELECTIONS_PER_IMBALANCE = 1_000
 """ReplicationControlManager.MAX_ELECTIONS_PER_IMBALANCE: elections per preferred-leader or unclean pass."""
 TOO_LARGE = ApiError(ErrorCode.policy_violation, "Unable to perform excessively large batch operation.")
-PARTITION_RECORD_VERSION = 1
-"""The PartitionRecord version written at MV 3.9-IV0 (MetadataVersion.partitionRecordVersion)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,7 +275,8 @@ class ReplicationControlManager:
         topic_id = _random_topic_id()
         records: list[Record] = [("TopicRecord", 0, {"name": topic.name, "topicId": topic_id})]
         # ConfigRecords go between TopicRecord and PartitionRecords
-        records += self.configuration_control.topic_config_records(topic.name, topic.configs)
+        config_records = self.configuration_control.topic_config_records(topic.name, topic.configs)
+        records += config_records + clear_elr_records(image, config_records)
         for index, replicas in enumerate(replicas_by_partition):
             records.append(self._partition_record(image, topic_id, index, replicas))
         result = CreateTopicResult(
@@ -939,15 +942,36 @@ class ReplicationControlManager:
         self, image: ClusterMetadataImage, broker_id: int, broker_epoch: int, records: list[Record]
     ) -> None:
         """Remove the broker from every ISR and re-elect where it led, then unregister it."""
-        self.generate_leader_and_isr_updates(
-            image,
-            "handleBrokerUnregistered",
-            broker_id,
-            NO_LEADER,
-            records,
+        for partitions in (
             self.partitions_with_broker_in_isr(image, broker_id),
-        )
+            self.partitions_with_broker_in_elr(image, broker_id),
+        ):
+            self.generate_leader_and_isr_updates(
+                image, "handleBrokerUnregistered", broker_id, NO_LEADER, records, partitions
+            )
         records.append(("UnregisterBrokerRecord", 0, {"brokerId": broker_id, "brokerEpoch": broker_epoch}))
+
+    def handle_broker_unclean_shutdown(
+        self, image: ClusterMetadataImage, broker_id: int, records: list[Record]
+    ) -> None:
+        """A new incarnation that cannot show a clean shutdown of the last one (its previous broker
+        epoch is not the registered one), with ELR on: it leaves every ISR and ELR, and leads nothing
+        until it is back in an ISR (ReplicationControlManager.handleBrokerShutdown, unclean branch)."""
+        if not image.elr_enabled:
+            return
+        for partitions in (
+            self.partitions_with_broker_in_isr(image, broker_id),
+            self.partitions_with_broker_in_elr(image, broker_id),
+        ):
+            self.generate_leader_and_isr_updates(
+                image,
+                "handleBrokerUncleanShutdown",
+                NO_LEADER,
+                NO_LEADER,
+                records,
+                partitions,
+                broker_with_unclean_shutdown=broker_id,
+            )
 
     def handle_broker_unfenced(
         self, image: ClusterMetadataImage, broker_id: int, broker_epoch: int, records: list[Record]
@@ -988,22 +1012,27 @@ class ReplicationControlManager:
         broker_to_add: int,
         records: list[Record],
         partitions: Iterable[tuple[TopicImage, int, PartitionRegistration]],
+        broker_with_unclean_shutdown: int = NO_LEADER,
     ) -> None:
         """One PartitionChangeRecord per partition that changes when `broker_to_remove` leaves (never an
-        acceptable leader, out of the ISR) or `broker_to_add` arrives (acceptable even though the image
-        still reads it fenced). Topics that allow it elect uncleanly."""
+        acceptable leader, out of the ISR), `broker_to_add` arrives (acceptable even though the image
+        still reads it fenced) or `broker_with_unclean_shutdown` came back from an unclean shutdown
+        (not acceptable, out of the ISR and the ELR). Topics that allow it elect uncleanly."""
 
         def acceptable(broker: int) -> bool:
-            return broker != broker_to_remove and (
+            return broker not in (broker_to_remove, broker_with_unclean_shutdown) and (
                 broker == broker_to_add or self.cluster_control.is_active(image, broker)
             )
 
+        leaving = (broker_to_remove, broker_with_unclean_shutdown)
         before = len(records)
         for topic, index, partition in partitions:
             builder = self._builder(image, partition, topic.topic_id, index, acceptable)
             if self.configuration_control.unclean_leader_election_enabled_for_topic(image, topic.name):
                 builder.set_election(Election.UNCLEAN)
-            builder.set_target_isr([broker for broker in partition.isr if broker != broker_to_remove])
+            if broker_with_unclean_shutdown != NO_LEADER:
+                builder.set_unclean_shutdown_replicas([broker_with_unclean_shutdown])
+            builder.set_target_isr([broker for broker in partition.isr if broker not in leaving])
             record = builder.build()
             if record is not None:
                 records.append(record)
@@ -1019,6 +1048,17 @@ class ReplicationControlManager:
             for topic in image.topics_by_id.values()
             for index, partition in sorted(topic.partitions.items())
             if broker_id in partition.isr
+        ]
+
+    @staticmethod
+    def partitions_with_broker_in_elr(
+        image: ClusterMetadataImage, broker_id: int
+    ) -> list[tuple[TopicImage, int, PartitionRegistration]]:
+        return [
+            (topic, index, partition)
+            for topic in image.topics_by_id.values()
+            for index, partition in sorted(topic.partitions.items())
+            if broker_id in partition.elr
         ]
 
     @staticmethod
@@ -1093,7 +1133,9 @@ class ReplicationControlManager:
         index: int,
         is_acceptable_leader: Callable[[int], bool] | None = None,
     ) -> PartitionChangeBuilder:
-        """A builder for one partition; acceptable leaders are the active brokers unless told otherwise."""
+        """A builder for one partition; acceptable leaders are the active brokers unless told otherwise.
+        It keeps eligible leader replicas when the cluster has them on, against the topic's effective
+        min.insync.replicas."""
         return PartitionChangeBuilder(
             partition,
             topic_id,
@@ -1101,7 +1143,20 @@ class ReplicationControlManager:
             is_acceptable_leader or (lambda broker: self.cluster_control.is_active(image, broker)),
             image.metadata_version or MV_3_9_IV0,
             default_dir=lambda broker: self.cluster_control.default_dir(image, broker),
+            # Only the ELR reads min ISR: a cluster without it skips the config lookups.
+            min_isr=self.topic_effective_min_isr(image, image.topics_by_id[topic_id])
+            if image.elr_enabled
+            else 1,
+            eligible_leader_replicas_enabled=image.elr_enabled,
         )
+
+    def topic_effective_min_isr(self, image: ClusterMetadataImage, topic: TopicImage) -> int:
+        """ReplicationControlManager.getTopicEffectiveMinIsr: the topic's min.insync.replicas (its
+        override, else the dynamic broker configs, else the static one), at most its replication factor
+        (that of partition 0)."""
+        min_isr = self.configuration_control.min_insync_replicas_for_topic(image, topic.name)
+        first = topic.partitions.get(0)
+        return min_isr if first is None else min(min_isr, len(first.replicas))
 
     # --- partitions and placement -------------------------------------------------------------------
 
@@ -1129,7 +1184,7 @@ class ReplicationControlManager:
             "partitionEpoch": 0,
             "directories": [self.cluster_control.default_dir(image, broker) for broker in replicas],
         }
-        return ("PartitionRecord", PARTITION_RECORD_VERSION, data)
+        return ("PartitionRecord", partition_record_version(image.metadata_version or MV_3_9_IV0), data)
 
     def _place(
         self, image: ClusterMetadataImage, start_partition: int, num_partitions: int, replication_factor: int
