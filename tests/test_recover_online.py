@@ -123,6 +123,18 @@ def test_candidates_rank_as_kip_966_and_each_loss_is_counted() -> None:
     assert by_broker[2].why_not is not None and by_broker[2].losses == ()
 
 
+def test_the_controllers_unclean_pick_is_predicted_with_and_without_elr() -> None:
+    from ops.recover.candidates import PartitionRecovery
+    from ops.recover.unclean import controller_pick
+
+    plan = PartitionRecovery("t", 0, -1, [2, 3, 4], [2])
+    assert controller_pick(plan, {3, 4}) == 3  # no live ISR member: the first live one in replica order
+    assert controller_pick(plan, {2, 4}) == 2  # a live ISR member first
+    with_elr = PartitionRecovery("t", 0, -1, [2, 3, 4], [], elr=[], last_known_elr=[4])
+    assert controller_pick(with_elr, {3, 4}) == 4  # ELR on: the live last known leader, before replica order
+    assert controller_pick(with_elr, {3}) == 3
+
+
 def test_a_stopped_replica_is_read_from_its_log_dir(tmp_path: Path) -> None:
     from formats import checkpoints
     from formats.records import ControlType, RecordSpec, build_batch, build_control_batch

@@ -200,6 +200,7 @@ class PartitionRecovery:
     isr: list[int]
     leader_epoch: int = -1
     elr: list[int] = field(default_factory=list)
+    last_known_elr: list[int] = field(default_factory=list)
     found: list[ReplicaInfo] = field(default_factory=list)
     candidates: list[Candidate] = field(default_factory=list)
     reads: dict[int, Any] = field(

@@ -73,6 +73,7 @@ class PartitionState:
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     elr: tuple[int, ...] = ()  # eligible leader replicas (KIP-966); none where ELR is off
+    last_known_elr: tuple[int, ...] = ()  # the last leader once ISR and ELR are empty (KIP-966)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +151,11 @@ async def leaderless_partitions(
                 f"{', '.join(topics)} has no partition {', '.join(map(str, missing))}."
             )
     elr = await eligible_leader_replicas(cluster, sorted({s.topic for s in found}))
-    found = [replace(s, elr=tuple(elr.get((s.topic, s.partition), (None, None))[0] or ())) for s in found]
+    found = [
+        replace(s, elr=tuple(pair[0] or ()), last_known_elr=tuple(pair[1] or ()))
+        for s in found
+        for pair in [elr.get((s.topic, s.partition), (None, None))]
+    ]
     return sorted(found, key=lambda s: (s.topic, s.partition)), live
 
 
@@ -588,7 +593,8 @@ async def plan_partitions(
             found.append(replace(info, in_elr=broker in state.elr))
         plan = PartitionRecovery(
             state.topic, state.partition, state.leader, list(state.replicas), list(state.isr),
-            leader_epoch=state.leader_epoch, elr=list(state.elr), found=found,
+            leader_epoch=state.leader_epoch, elr=list(state.elr), last_known_elr=list(state.last_known_elr),
+            found=found,
         )  # fmt: skip
         plan.candidates = plan_candidates(found, state.leader_epoch)
         if read_data:

@@ -104,11 +104,13 @@ def quarantine_topic(topic: str) -> str:
 
 def controller_pick(plan: PartitionRecovery, live: set[int]) -> int | None:
     """The replica the controller's unclean election takes (PartitionChangeBuilder.electAnyLeader): a
-    live ISR or ELR member, else the first live one in replica order. (With ELR on, Kafka may first take
-    the last known ELR member, KIP-966's balanced recovery; kcli runs with ELR off.)"""
+    live ISR or ELR member, else, with ELR on, the last known leader when it is the one live last known
+    ELR member (KIP-966's balanced recovery), else the first live one in replica order."""
     for replica in plan.replicas:
         if (replica in plan.isr or replica in plan.elr) and replica in live:
             return replica
+    if len(plan.last_known_elr) == 1 and plan.last_known_elr[0] in live:
+        return plan.last_known_elr[0]
     return next((r for r in plan.replicas if r in live), None)
 
 
@@ -141,11 +143,16 @@ async def recover_partition(
             f"{tp}: what broker {candidate.broker} would make the others lose cannot all be copied "
             f"({detail}); give their --logdir or --allow-unread-loss."
         )
+    pick = controller_pick(plan, live)
+    if pick != candidate.broker and plan.last_known_elr == [pick]:
+        raise RecoverPartitionsError(
+            f"{tp}: with eligible leader replicas on, the controller's unclean election takes the last known "
+            f"leader, broker {pick}, while it is alive, whatever the replica order: choose it, or stop it first."
+        )
     journal.write(
         "begin", partition=tp, candidate=candidate.broker, losses=[_loss_json(x) for x in candidate.losses]
     )
     copied = await _quarantine(cluster, plan, candidate, journal, say)
-    pick = controller_pick(plan, live)
     reordered = None
     if pick != candidate.broker:
         reordered = [candidate.broker, *(r for r in plan.replicas if r != candidate.broker)]
