@@ -321,6 +321,27 @@ def signal_node(node: NodeProcess, sig: int) -> None:
     os.kill(node.pid, sig)
 
 
+def coordinated_by(bootstrap: str, broker: int, prefix: str) -> str:
+    """A transactional id whose coordinator is `broker`. The transactions here end after a broker is
+    stopped (SIGSTOP); an EndTxn sent to a stopped coordinator would wait out librdkafka's 60 s socket
+    timeout, though the coordinator moves a session timeout after the stop."""
+    import asyncio
+
+    from kcli.cluster import Cluster
+    from ops.transactions import transaction_coordinator
+
+    async def find() -> str | None:
+        async with await Cluster.connect(bootstrap) as cluster:
+            for k in range(64):
+                if (await transaction_coordinator(cluster, f"{prefix}-{k}"))[0] == broker:
+                    return f"{prefix}-{k}"
+        return None
+
+    return wait_for(
+        f"a transactional id coordinated by broker {broker}", lambda: asyncio.run(find()), 30, 0.5
+    )
+
+
 def open_transaction(bootstrap: str, transactional_id: str, partition: int) -> tuple[Any, dict[int, bytes]]:
     """A transactional producer with TXN_RECORDS records written to `partition`, acked, not yet ended."""
     from confluent_kafka import Producer
@@ -378,7 +399,9 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Planted]:
         for step, partition, end, victim, isr in steps:
             for p, records in produce(everyone, step).items():
                 produced[p].update(records)
-            producer, records = open_transaction(everyone, f"txn-{step}", partition)
+            producer, records = open_transaction(
+                everyone, coordinated_by(everyone, 2, f"txn-{step}"), partition
+            )
             produced[partition].update(records)
             if end == "abort":
                 aborted.update((partition, o) for o in records)
