@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +42,8 @@ KCLI = [sys.executable, "-m", "kcli"]
 READY = re.compile(r"^kcli broker: listening on (\S+):(\d+)$", re.MULTILINE)
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 15.0
+BYTECODE_CACHE = Path(tempfile.gettempdir()) / f"kcli-tests-pycache-{os.getuid()}"
+"""Where the subprocesses cache their bytecode when PYTHONDONTWRITEBYTECODE is set (see kcli_env)."""
 
 
 @dataclass
@@ -111,6 +114,12 @@ def kcli_env() -> dict[str, str]:
     # a unicode table in `.hypothesis/` under the cwd (~1.5 s the first time in each directory).
     env.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(REPO / ".hypothesis"))
     env.pop("KCLI_DEBUG", None)
+    # With PYTHONDONTWRITEBYTECODE set (as in some sandboxes) every broker and kcli process would compile
+    # this checkout's modules from source before it does anything: ~0.5 s of each broker's start-up,
+    # and the suite starts hundreds. The children cache their bytecode instead, outside the source tree
+    # (as tests/bench/bench_verify.py does); Python checks each .pyc against its source's mtime and size.
+    if env.pop("PYTHONDONTWRITEBYTECODE", None):
+        env.setdefault("PYTHONPYCACHEPREFIX", str(BYTECODE_CACHE))
     return env
 
 

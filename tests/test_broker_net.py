@@ -23,10 +23,11 @@ import sys
 import time
 import types
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import KCLI, BrokerProcess, kcli_env
+from conftest import KCLI, BrokerProcess, kcli_env, start_broker, stop_cleanly
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
@@ -60,6 +61,20 @@ st.register_type_strategy(
     i64Timedelta,
     st.integers(-(2**53), 2**53).map(lambda ms: i64Timedelta.parse(datetime.timedelta(milliseconds=ms))),
 )
+
+
+@pytest.fixture(scope="module")
+def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for the tests that depend on no state another test could leave and read no log but
+    what they made it write (ApiVersions, framing, bad input, each on connections of its own): a
+    broker each cost a start and a stop per test. It is stopped, and its exit status checked, after the
+    module; the tests that need an empty cluster or a log without errors keep a broker each."""
+    process = start_broker(tmp_path_factory.mktemp("shared-broker"))
+    try:
+        yield process
+    finally:
+        stop_cleanly(process)
+
 
 _ALL_MESSAGE_TYPES = [
     make(key, version)
@@ -176,9 +191,9 @@ def test_kcat_lists_metadata(broker: BrokerProcess) -> None:
 # ---------------------------------------------------------------------------------------------------
 
 
-def test_api_versions_every_version_and_the_unsupported_fallback(broker: BrokerProcess) -> None:
+def test_api_versions_every_version_and_the_unsupported_fallback(shared_broker: BrokerProcess) -> None:
     async def run() -> None:
-        async with await KafkaClient.connect(broker.bootstrap) as client:
+        async with await KafkaClient.connect(shared_broker.bootstrap) as client:
             advertised = dict(client.broker_versions)
             # what the registry holds: an API is advertised when (and as far as) it is handled, but
             # Produce from v0, as Kafka 4.0 does for librdkafka's compression check (KAFKA-18659)
@@ -200,7 +215,7 @@ def test_api_versions_every_version_and_the_unsupported_fallback(broker: BrokerP
 
     asyncio.run(run())
     # A version from the future, with a body we cannot parse: v0-shaped UNSUPPORTED_VERSION, header v0.
-    with _connect(broker) as sock:
+    with _connect(shared_broker) as sock:
         sock.sendall(_frame(_header(18, 99, 7, flexible=True) + b"\x99garbage"))
         correlation_id, body = _read_response(sock)
         assert correlation_id == 7
@@ -211,7 +226,7 @@ def test_api_versions_every_version_and_the_unsupported_fallback(broker: BrokerP
             (18, *kio_versions(18))
         ]
     # Produce v0-v2 are advertised, not handled: such a request closes the connection, as in Kafka 4.0.
-    with _connect(broker) as sock:
+    with _connect(shared_broker) as sock:
         sock.sendall(_frame(_header(0, 2, 8, flexible=False) + b"\xff\xff\x00\x00\x00\x00"))
         assert _closed_by_broker(sock)
 
@@ -243,9 +258,9 @@ def test_metadata_topics_by_version(broker: BrokerProcess) -> None:
     asyncio.run(run())
 
 
-def test_describe_cluster_endpoint_types(broker: BrokerProcess) -> None:
+def test_describe_cluster_endpoint_types(shared_broker: BrokerProcess) -> None:
     async def run() -> None:
-        async with await KafkaClient.connect(broker.bootstrap) as client:
+        async with await KafkaClient.connect(shared_broker.bootstrap) as client:
             cls = request_type(60, 1)
             ok = await client.send(cls(include_cluster_authorized_operations=True, endpoint_type=1))
             assert ok.error_code == ErrorCode.none and ok.controller_id == 1
@@ -258,19 +273,19 @@ def test_describe_cluster_endpoint_types(broker: BrokerProcess) -> None:
     asyncio.run(run())
 
 
-def test_pipelined_requests_are_answered_in_order(broker: BrokerProcess) -> None:
+def test_pipelined_requests_are_answered_in_order(shared_broker: BrokerProcess) -> None:
     frames = []
     for correlation_id in range(1, 61):
         api_key, version = ((18, 2), (3, 12), (60, 0))[correlation_id % 3]
         body = _minimal_request(api_key, version)
         flexible = request_type(api_key, version).__flexible__
         frames.append(_frame(_header(api_key, version, correlation_id, flexible) + body))
-    with _connect(broker) as sock:
+    with _connect(shared_broker) as sock:
         sock.sendall(b"".join(frames))
         assert [_read_response(sock)[0] for _ in frames] == list(range(1, 61))
 
 
-def test_requests_split_at_odd_places_are_answered_in_order(broker: BrokerProcess) -> None:
+def test_requests_split_at_odd_places_are_answered_in_order(shared_broker: BrokerProcess) -> None:
     """Frames cut anywhere (inside a size prefix, a header, a body) and glued to the next, then one
     request larger than the receive block, all answered in order on one connection."""
     frames = [_frame(_header(18, 2, cid, False) + _minimal_request(18, 2)) for cid in range(1, 41)]
@@ -280,7 +295,7 @@ def test_requests_split_at_odd_places_are_answered_in_order(broker: BrokerProces
     frames.append(_frame(_header(3, 12, 41, True) + _encode(big)))
     data = b"".join(frames) * 3
     cuts = [1, 2, 3, 5, 7, 11, 64, 1000, 4096, 65_537]
-    with _connect(broker) as sock:
+    with _connect(shared_broker) as sock:
         position, step = 0, 0
         while position < len(data):
             size = cuts[step % len(cuts)]
@@ -339,9 +354,11 @@ def test_receive_buffer_grows_to_a_frame_and_shrinks_only_past_its_keep_size() -
     assert len(buffer.free_space()) < 1 << 20
 
 
-def test_requests_before_a_bad_frame_are_answered_before_the_connection_closes(broker: BrokerProcess) -> None:
+def test_requests_before_a_bad_frame_are_answered_before_the_connection_closes(
+    shared_broker: BrokerProcess,
+) -> None:
     good = [_frame(_header(18, 2, cid, False) + _minimal_request(18, 2)) for cid in range(1, 11)]
-    with _connect(broker) as sock:
+    with _connect(shared_broker) as sock:
         sock.sendall(b"".join(good) + struct.pack(">i", -1) + b"\0" * 16)  # then a negative length
         assert [_read_response(sock)[0] for _ in good] == list(range(1, 11))
         assert _closed_by_broker(sock)
@@ -352,8 +369,9 @@ def test_requests_before_a_bad_frame_are_answered_before_the_connection_closes(b
 # ---------------------------------------------------------------------------------------------------
 
 
-def test_bad_input_closes_only_that_connection(broker: BrokerProcess) -> None:
-    bystander = _Bystander(broker)
+def test_bad_input_closes_only_that_connection(shared_broker: BrokerProcess) -> None:
+    logged_before = len(shared_broker.log())
+    bystander = _Bystander(shared_broker)
     try:
         bystander.check()
         cases = {
@@ -376,20 +394,20 @@ def test_bad_input_closes_only_that_connection(broker: BrokerProcess) -> None:
             ),
         }
         for what, data in cases.items():
-            with _connect(broker) as sock:
+            with _connect(shared_broker) as sock:
                 sock.sendall(data)
                 assert _closed_by_broker(sock), f"{what}: the broker kept the connection open"
             bystander.check()
         # A frame that never completes: the broker waits, then drops it when we give up.
-        with _connect(broker) as sock:
+        with _connect(shared_broker) as sock:
             sock.sendall(struct.pack(">i", 100) + b"\x00" * 10)
             sock.shutdown(socket.SHUT_WR)
             assert _closed_by_broker(sock)
         bystander.check()
-        assert broker.is_running()
+        assert shared_broker.is_running()
     finally:
         bystander.close()
-    log = broker.log()
+    log = shared_broker.log()[logged_before:]  # what this test's requests made the broker write
     assert "invalid request size 1195725856" in log
     assert "unknown API key 9999" in log
     assert "Metadata v99" in log
@@ -397,12 +415,12 @@ def test_bad_input_closes_only_that_connection(broker: BrokerProcess) -> None:
 
 
 def test_an_api_we_do_not_implement_gets_unsupported_version_and_the_connection_stays(
-    broker: BrokerProcess,
+    shared_broker: BrokerProcess,
 ) -> None:
     registry = build_registry()
     unimplemented = [key for key in sorted(api_key_map) if key not in registry][:4]
     assert len(unimplemented) == 4
-    with _connect(broker) as sock:
+    with _connect(shared_broker) as sock:
         for correlation_id, api_key in enumerate(unimplemented, start=1):
             version = kio_versions(api_key)[1]
             request = _default_request(api_key, version)
@@ -418,15 +436,15 @@ def test_an_api_we_do_not_implement_gets_unsupported_version_and_the_connection_
         # Still the same connection, still served.
         sock.sendall(_frame(_header(18, 2, 99, flexible=False)))
         assert _read_response(sock)[0] == 99
-    assert broker.is_running()
+    assert shared_broker.is_running()
 
 
-def test_unknown_tagged_fields_are_skipped_as_kafka_does(broker: BrokerProcess) -> None:
+def test_unknown_tagged_fields_are_skipped_as_kafka_does(shared_broker: BrokerProcess) -> None:
     unknown_tag = b"\x01\x63\x03xyz"  # one tagged field, tag 99, 3 bytes
     header = _header(3, 12, 1, True)[:-1] + unknown_tag  # header v2 with a tag Kafka does not define
     topic = b"\x00" * 16 + b"\x07orders" + unknown_tag  # topic_id zero, name, an unknown tag
     body = b"\x02" + topic + b"\x01\x00" + unknown_tag  # one topic, auto-create, no operations
-    with _connect(broker) as sock:
+    with _connect(shared_broker) as sock:
         sock.sendall(_frame(header + body))
         correlation_id, payload = _read_response(sock, flexible=True)
         response, _ = entity_reader(response_type(3, 12))(payload, 0)

@@ -1,9 +1,10 @@
 """Every client against a 3-node cluster with replication, one broker killed (kill -9) mid-way.
 
-Three combined-mode nodes (tests/test_cluster.py runs them; the replication settings and the `started`
-fixture are test_replication_cluster's): data topics of replication factor 3 with min.insync.replicas 2,
-__consumer_offsets and __transaction_state at factor 3 (transactions' min ISR 2), as `kcli cluster
-start` writes them. The broker killed is the one FindCoordinator names for the group (it leads the
+Three combined-mode nodes (tests/test_cluster.py runs them; the replication settings are
+test_replication_cluster's), one cluster for the module: each test uses its own topics, group and
+transactional id, starts again a node an earlier test left down and waits for full ISRs first. Data
+topics of replication factor 3 with min.insync.replicas 2, __consumer_offsets and __transaction_state at
+factor 3 (transactions' min ISR 2), as `kcli cluster start` writes them. The broker killed is the one FindCoordinator names for the group (it leads the
 group's __consumer_offsets partition) and it leads a third of the data partitions too; it is not the
 active controller, so what is measured is the group's failover, not a metadata election.
 
@@ -34,13 +35,13 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import pytest
 from test_cluster import LocalKraftCluster, wait_for
-from test_replication_cluster import REPLICATION, admin, create_topic, started  # noqa: F401 (a fixture)
+from test_replication_cluster import REPLICATION, admin, create_topic
 
 from formats.internal import offsets_partition_for, txn_partition_for
 from kcli.client import KafkaClient
@@ -144,9 +145,26 @@ class Setup:
         )
 
 
-def prepare(started: Callable[..., LocalKraftCluster]) -> Setup:  # noqa: F811
-    """Three nodes with both internal topics created (FindCoordinator does it) and fully replicated."""
-    cluster = started(*OVERRIDES)
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKraftCluster]:
+    """The module's three nodes (a cluster of their own for each test cost a start and the internal
+    topics' creation and replication each time); every node left running is killed by PID at the end."""
+    cluster = LocalKraftCluster(tmp_path_factory.mktemp("cluster-clients"), 3, (*REPLICATION, *OVERRIDES))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.kill_all()
+
+
+def prepare(cluster: LocalKraftCluster) -> Setup:
+    """Every node running (one an earlier test killed is started again), both internal topics created
+    (FindCoordinator does it) and fully replicated."""
+    down = [node for node in cluster.nodes.values() if not node.running]
+    for node in down:
+        node.start()
+    for node in down:
+        node.wait_ready()
     status = cluster.status(timeout=60, what="a controller leader")
     wait_for(
         "the internal topics",
@@ -529,11 +547,11 @@ def run_until(
 
 @pytest.mark.parametrize("client", ["confluent_kafka", "kafka-python", "aiokafka"])
 def test_a_group_survives_its_coordinators_broker_being_killed(
-    started: Callable[..., LocalKraftCluster],  # noqa: F811
+    shared: LocalKraftCluster,
     client: str,
 ) -> None:
     kind = client_kind(client)
-    setup = prepare(started)
+    setup = prepare(shared)
     cluster = setup.cluster
     topic = f"{client.replace('_', '-')}-data"
     setup.data_topic(topic)
@@ -676,11 +694,11 @@ def kcat_through_survivors(
 
 
 def test_transactions_survive_their_coordinators_broker_being_killed(
-    started: Callable[..., LocalKraftCluster],  # noqa: F811
+    shared: LocalKraftCluster,
 ) -> None:
     from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-    setup = prepare(started)
+    setup = prepare(shared)
     cluster = setup.cluster
     source, sink = "ctp-in", "ctp-out"
     setup.data_topic(source)

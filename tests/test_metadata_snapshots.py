@@ -138,9 +138,10 @@ class Nodes:
                         waiting.discard(node_id)
             time.sleep(0.05)
 
-    def stop(self, node_id: int) -> None:
+    def stop(self, node_id: int, *, send: bool = True) -> None:
         process = self.processes.pop(node_id)
-        process.send_signal(signal.SIGTERM)
+        if send:
+            process.send_signal(signal.SIGTERM)
         try:
             process.wait(60)
         except subprocess.TimeoutExpired:
@@ -148,8 +149,12 @@ class Nodes:
             process.wait()
 
     def stop_all(self) -> None:
+        """SIGTERM to every node at once, then wait for each: one after the other, the last voter
+        left waits out its controlled shutdown (no majority commits its fencing) after the others'."""
+        for process in self.processes.values():
+            process.send_signal(signal.SIGTERM)
         for node_id in list(self.processes):
-            self.stop(node_id)
+            self.stop(node_id, send=False)
 
     def node(self, node_id: int):  # noqa: ANN201
         return next(n for n in self.layout.nodes if n.node_id == node_id)

@@ -21,6 +21,16 @@ pytestmark = pytest.mark.timeout(180)
 RACK_AWARE = "replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector"
 
 
+def racked_cluster(root: Path, *overrides: str) -> LocalKraftCluster:
+    """Three running nodes, node k in rack rk."""
+    cluster = LocalKraftCluster(root, 3, (*REPLICATION, *overrides))
+    for node in cluster.nodes.values():
+        with open(node.node.properties, "a") as properties:
+            properties.write(f"\nbroker.rack=r{node.node_id}\n")
+    cluster.start()
+    return cluster
+
+
 @pytest.fixture
 def racked(tmp_path: Path) -> Iterator[Callable[..., LocalKraftCluster]]:
     """`racked(*overrides)` -> three running nodes, node k in rack rk; every node left running at
@@ -28,16 +38,36 @@ def racked(tmp_path: Path) -> Iterator[Callable[..., LocalKraftCluster]]:
     made: list[LocalKraftCluster] = []
 
     def start(*overrides: str) -> LocalKraftCluster:
-        cluster = LocalKraftCluster(tmp_path / f"cluster-{len(made)}", 3, (*REPLICATION, *overrides))
-        made.append(cluster)
-        for node in cluster.nodes.values():
-            with open(node.node.properties, "a") as properties:
-                properties.write(f"\nbroker.rack=r{node.node_id}\n")
-        cluster.start()
-        return cluster
+        made.append(racked_cluster(tmp_path / f"cluster-{len(made)}", *overrides))
+        return made[-1]
 
     try:
         yield start
+    finally:
+        for cluster in made:
+            cluster.kill_all()
+
+
+@pytest.fixture(scope="module")
+def plain_racked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[], LocalKraftCluster]]:
+    """`plain_racked()` -> the module's racked cluster with kcli's defaults (no replica selector), shared
+    by the tests that use their own topics on it: a node an earlier test killed is started again. Every
+    node left running is killed by PID after the module."""
+    made: list[LocalKraftCluster] = []
+
+    def running() -> LocalKraftCluster:
+        if not made:
+            made.append(racked_cluster(tmp_path_factory.mktemp("racked")))
+        cluster = made[0]
+        down = [node for node in cluster.nodes.values() if not node.running]
+        for node in down:
+            node.start()
+        for node in down:
+            node.wait_ready()
+        return cluster
+
+    try:
+        yield running
     finally:
         for cluster in made:
             cluster.kill_all()
@@ -126,9 +156,9 @@ def test_a_consumer_reads_from_the_follower_in_its_rack(racked) -> None:
         reader.close()
 
 
-def test_without_a_replica_selector_consumers_read_from_the_leader(racked) -> None:
+def test_without_a_replica_selector_consumers_read_from_the_leader(plain_racked) -> None:
     """replica.selector.class is null by default: client.rack changes nothing."""
-    cluster = racked()
+    cluster = plain_racked()
     create_topic(cluster.bootstrap, "far", [[1, 2, 3]])
     wait_partition(
         cluster, "far", "led by 1 with all in sync", lambda leader, _, isr: leader == 1 and len(isr) == 3
@@ -173,8 +203,8 @@ def wait_everywhere(
             )
 
 
-def test_describe_reports_what_a_killed_broker_leaves_behind(racked) -> None:
-    cluster = racked()
+def test_describe_reports_what_a_killed_broker_leaves_behind(plain_racked) -> None:
+    cluster = plain_racked()
     create_topic(cluster.bootstrap, "wide", [[1, 2, 3], [3, 1, 2]], **{"min.insync.replicas": "2"})
     create_topic(cluster.bootstrap, "pair", [[3, 1]], **{"min.insync.replicas": "2"})
     create_topic(cluster.bootstrap, "lone", [[3]])

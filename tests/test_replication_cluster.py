@@ -15,6 +15,7 @@ Three combined-mode nodes (tests/test_cluster.py lays them out and runs them):
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -31,6 +32,7 @@ pytestmark = pytest.mark.timeout(180)
 
 LAG_TIME_MS = 3000
 REPLICATION = (*SESSION, f"replica.lag.time.max.ms={LAG_TIME_MS}", "replica.fetch.backoff.ms=200")
+UNCLEAN_INTERVAL_MS = 500  # the controller's unclean-election pass, as in test_elect_cli
 
 
 @pytest.fixture
@@ -207,9 +209,14 @@ def assert_replicas_identical(cluster: LocalKraftCluster, topic: str, nodes: lis
 
 
 def stop_all(cluster: LocalKraftCluster) -> None:
-    for node in cluster.nodes.values():
-        if node.running:
-            assert node.terminate() == 0, node.log()
+    """SIGTERM to every running node at once (by PID), then each must exit 0. One after the other, the
+    last voter left waits out its controlled shutdown (5 s: no majority can commit its fencing) after
+    the others' stops; together, that wait overlaps theirs."""
+    running = [node for node in cluster.nodes.values() if node.running]
+    for node in running:
+        os.kill(node.pid, signal.SIGTERM)
+    for node in running:
+        assert node.terminate(send=False) == 0, node.log()
 
 
 def values(prefix: str, n: int) -> list[bytes]:
@@ -351,7 +358,7 @@ def test_a_killed_leader_is_replaced_from_the_isr_and_no_acknowledged_record_is_
 def test_unclean_election_brings_back_an_out_of_sync_replica_only_when_allowed(
     started: Callable[..., LocalKraftCluster],
 ) -> None:
-    cluster = started("unclean.leader.election.interval.ms=1000")
+    cluster = started(f"unclean.leader.election.interval.ms={UNCLEAN_INTERVAL_MS}")
     create_topic(cluster.bootstrap, "unclean", [[1, 2]], **{"min.insync.replicas": "1"})
     wait_partition(
         cluster, "unclean", "a full ISR", lambda leader, r, isr: leader == 1 and sorted(isr) == [1, 2]
@@ -372,7 +379,7 @@ def test_unclean_election_brings_back_an_out_of_sync_replica_only_when_allowed(
     wait_partition(
         cluster, "unclean", "offline once node 1 is fenced", lambda leader, r, isr: leader == -1, 30
     )
-    time.sleep(3)  # three unclean-election passes: an absence has no event to wait for
+    time.sleep(3 * UNCLEAN_INTERVAL_MS / 1000)  # three unclean-election passes: an absence has no event
     leader, _, isr = partition_state(cluster, "unclean")
     assert leader == -1 and isr == [1]
 

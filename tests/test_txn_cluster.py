@@ -171,7 +171,8 @@ def read_committed(
     bootstrap: str, topic: str, partitions: list[int], expected: int, timeout: float = 90.0
 ) -> dict[int, list[bytes]]:
     """Every record a read_committed consumer gets from the start of `partitions`, once it has at least
-    `expected` of them and has reached the end (the last stable offset) of each partition."""
+    `expected` of them and has reached the end (the last stable offset) of each partition, and then
+    the high watermark of each: no open transaction holds records back that could still show."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -199,13 +200,36 @@ def read_committed(
                 at_end.discard(message.partition())
             if sum(len(v) for v in got.values()) >= expected and at_end >= set(partitions):
                 break
-        # Records past the expected count would show in a last short poll.
-        while (message := consumer.poll(2.0)) is not None:
-            if not message.error():
-                got[message.partition()].append(message.value())
+        # Records past the expected count could only come from above the last stable offset: read on
+        # until every partition's position (past aborted records and markers too) is its high
+        # watermark, where nothing is left to show. (This was a last poll of 2 s for any record.)
+        tps = [TopicPartition(topic, p) for p in partitions]
+        while time.monotonic() < deadline:
+            if {tp.partition: tp.offset for tp in consumer.position(tps)} == high_watermarks(
+                bootstrap, topic, partitions
+            ):
+                break
+            while (message := consumer.poll(0.2)) is not None:
+                if not message.error():
+                    got[message.partition()].append(message.value())
     finally:
         consumer.close()
     return got
+
+
+def high_watermarks(bootstrap: str, topic: str, partitions: list[int]) -> dict[int, int | None]:
+    """Each partition's high watermark (ListOffsets latest, read_uncommitted) through kcli's client. A
+    read_committed consumer's own query answers the last stable offset instead, and waits behind its
+    fetch."""
+    from kcli.cluster import Cluster
+    from ops.groups import list_offsets
+
+    async def ask() -> dict[int, int | None]:
+        async with await Cluster.connect(bootstrap, request_timeout=10.0) as cluster:
+            found = await list_offsets(cluster, [(topic, p) for p in partitions], -1)
+        return {p: found.get((topic, p)) for p in partitions}
+
+    return asyncio.run(ask())
 
 
 def by_partition(values: list[bytes]) -> dict[int, list[bytes]]:
