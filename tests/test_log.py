@@ -848,6 +848,29 @@ def test_epoch_truncations_are_written_off_the_callers_thread(tmp_path: Path) ->
     assert on_disk() == [(3, 12)] and not scheduled
 
 
+def test_a_leadership_without_appends_leaves_no_epoch_behind_after_a_diverging_answer(tmp_path: Path) -> None:
+    """A replica made leader of epoch 2 writes that epoch's start at its log end, then loses the
+    leadership before it appends. Its next leader never had epoch 2 and answers its fetch (last fetched
+    epoch 2) with a diverging epoch 1 ending at that same log end: nothing to cut, but the epoch must go
+    (Kafka's truncateTo always truncates the epoch cache), or every later fetch says 2 again, is told
+    it diverged again, and the replica never catches up (seen in a 3-node test: out of the ISR for good)."""
+    from types import SimpleNamespace
+
+    from kcli.broker.replication.fetcher import _truncate_to_diverging
+
+    log = new_log(tmp_path)
+    log.append_as_follower(batch(8, base_offset=0, partition_leader_epoch=1), now_ms=T0)
+    log.assign_epoch_start_offset(2, 8)  # made leader, appended nothing
+    assert log.latest_epoch() == 2
+    _truncate_to_diverging(SimpleNamespace(log=log), 1, 8)
+    assert log.log_end_offset == 8 and log.epoch_cache.entries() == [(1, 0)]
+    assert log.latest_epoch() == 1  # the next fetch agrees with the leader's history and moves on
+    log.close()
+    reloaded = Log.load(log.dir, log.config, recovery_point_checkpoint=0, had_clean_shutdown=True)
+    assert reloaded.epoch_cache.entries() == [(1, 0)]
+    reloaded.close()
+
+
 def test_truncate_to_drops_records_segments_epochs_and_producer_state_past_the_target(tmp_path: Path) -> None:
     """A follower that diverged from its leader cuts its log back; a reload sees the same log."""
     log = new_log(tmp_path, segment_bytes=600)

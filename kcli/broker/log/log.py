@@ -743,11 +743,15 @@ class Log:
         Kafka's UnifiedLog.truncateTo: segments starting past the target go (as `.deleted`, removed
         after file.delete.delay.ms), the one holding it is cut, the epoch cache loses the epochs
         starting at or past it, producer state is rebuilt up to it, and the recovery point and high
-        watermark come down with the log end. Returns False when the log already ends there.
+        watermark come down with the log end. Returns False when the log already ends there; even
+        then the epoch cache loses an epoch that starts at the log end, as in Kafka: a replica that
+        became leader (and so wrote its epoch's start) but was replaced before it appended anything
+        would otherwise keep fetching with that epoch, be told it diverged, and never move again.
         """
         with self._lock:
             self._check_open()
             if target_offset >= self._leo:
+                self.epoch_cache.truncate_from_end(self._leo)
                 return False
             if target_offset < self.log_start_offset:
                 raise OffsetOutOfRange(
