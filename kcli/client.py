@@ -74,6 +74,8 @@ class KafkaClient:
         self.client_id = client_id
         self.request_timeout = request_timeout
         self.broker_versions: dict[int, tuple[int, int]] = {}
+        self.api_versions: Any = None
+        """The broker's ApiVersions response (its features, from v3)."""
         self._transport = transport
         self._protocol = protocol
         self._loop = asyncio.get_running_loop()
@@ -134,6 +136,7 @@ class KafkaClient:
             if response.error_code != ErrorCode.none:
                 raise ClientError(f"{self.address} answered ApiVersions with {response.error_code.name}.")
             self.broker_versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+            self.api_versions = response
             return
         raise ClientError(f"{self.address} and kcli share no ApiVersions version.")
 

@@ -16,6 +16,7 @@ Kafka whose `Formatter.setSupportedFeatures` leaves them out.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -71,6 +72,13 @@ _RELEASES = {
 }
 """MetadataVersion: feature level -> its name (MetadataVersion.toString), for every KRaft level to 4.1."""
 
+MV_3_3_IV0 = 4
+"""MetadataVersion.MINIMUM_BOOTSTRAP_VERSION: the first level with FeatureLevelRecord."""
+
+_METADATA_CHANGED = frozenset({1, 3, 5, 6, 7, 8, 11, 13, 14, 15, 17, MV_4_0_IV1})
+"""The levels whose MetadataVersion.didMetadataChange is true (a record format changed there): a
+downgrade across one of them could lose what those records carry. 4.1-IV0 and 4.1-IV1 change none."""
+
 MIN_FORMAT_METADATA_VERSION = MV_3_9_IV0
 MAX_METADATA_VERSION = MV_4_1_IV1
 """The metadata.version levels kcli can write (and so format a cluster with, and register with)."""
@@ -79,6 +87,20 @@ DEFAULT_METADATA_VERSION = MV_3_9_IV0
 default is its latest production level (4.1-IV1 or later in 4.1+, where ELR is then on); kcli keeps
 3.9-IV0 until it implements what the 4.x levels turn on by default in Kafka (group.version 1,
 transaction.version 2)."""
+
+
+class UpgradeType(enum.IntEnum):
+    """FeatureUpdate.UpgradeType: UpdateFeatures v1+'s UpgradeType field (v0's AllowDowngrade maps to
+    SAFE_DOWNGRADE or UPGRADE)."""
+
+    UNKNOWN = 0
+    UPGRADE = 1
+    SAFE_DOWNGRADE = 2
+    UNSAFE_DOWNGRADE = 3
+
+    @classmethod
+    def from_code(cls, code: int) -> UpgradeType:
+        return cls(code) if code in (1, 2, 3) else cls.UNKNOWN
 
 
 class FeatureError(KcliError):
@@ -263,6 +285,19 @@ def bootstrap_feature_records(metadata_version: int, levels: Mapping[str, int]) 
         (name, level) for name, level in sorted(levels.items()) if level > 0 and name != KRAFT_VERSION
     ]
     return records
+
+
+def metadata_changed_between(low: int, high: int) -> bool:
+    """MetadataVersion.checkIfMetadataChanged: a level in (low, high] changed a record format."""
+    low, high = min(low, high), max(low, high)
+    return any(level in _METADATA_CHANGED for level in range(low + 1, high + 1))
+
+
+def version_range_text(low: int, high: int) -> str:
+    """Kafka's VersionRange.toString: "3", "0-1", or "4+" when open-ended."""
+    if low == high:
+        return str(low)
+    return f"{low}+" if high == 2**15 - 1 else f"{low}-{high}"
 
 
 def _writable(level: int) -> bool:

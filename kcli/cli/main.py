@@ -18,6 +18,7 @@ def register() -> None:
         configs,
         dump,
         elect,
+        features,
         groups,
         reassign,
         recover,

@@ -11,7 +11,16 @@ from kcli.broker.apis.registry import ApiRegistry
 
 def build_controller_registry() -> ApiRegistry:
     """What the controller listener serves: Raft, broker lifecycle, and the admin requests brokers forward."""
-    from kcli.broker.apis import api_versions, cluster, configs, elections, quorum, reassignments, topics
+    from kcli.broker.apis import (
+        api_versions,
+        cluster,
+        configs,
+        elections,
+        features,
+        quorum,
+        reassignments,
+        topics,
+    )
 
     return ApiRegistry(
         [
@@ -22,6 +31,7 @@ def build_controller_registry() -> ApiRegistry:
             *reassignments.APIS,
             *configs.APIS,
             *cluster.APIS,
+            *features.APIS,
         ]
     )
 
@@ -34,6 +44,7 @@ def build_registry() -> ApiRegistry:
         configs,
         describe_topic_partitions,
         elections,
+        features,
         fetch,
         groups,
         list_offsets,
@@ -73,5 +84,6 @@ def build_registry() -> ApiRegistry:
             *transactions.APIS,
             *producers.APIS,
             *quorum.BROKER_APIS,
+            *features.APIS,
         ]
     )

@@ -10,17 +10,24 @@ any version outside a handler's range does): Kafka 4.0 does the same (KAFKA-1865
 ApiKeys.PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION) because librdkafka before 2.11.1 decides that a
 broker takes gzip, snappy and lz4 by asking whether it has Produce v0, and otherwise sends those
 batches uncompressed without a word (Debian's kcat, librdkafka 2.0.2, did so against this broker).
+
+From v3 the answer also carries the features (KIP-584): the levels this software supports (a feature
+whose minimum is 0 left out below v4, KAFKA-17492, as old clients cannot read it), the finalized
+levels of the metadata image (level 0 left out) and its offset as their epoch, as Kafka's
+ApiVersionManager builds them from the broker's metadata cache.
 """
 
 from __future__ import annotations
 
 import datetime
 import re
+from collections.abc import Mapping
 
 from kio.schema.errors import ErrorCode
 
 from kcli.broker.apis.context import RequestContext
 from kcli.broker.apis.registry import ApiRegistry, ApiSpec
+from kcli.broker.metadata.controller.cluster_control_manager import supported_features
 from kcli.protocol.messages import build, kio_versions, nested_type, response_type
 
 API_KEY = 18
@@ -49,7 +56,34 @@ async def handle_api_versions(ctx: RequestContext, request: object) -> object:
         api_version_cls(api_key=key, min_version=low, max_version=high)
         for key, (low, high) in advertised_versions(ctx.registry).items()
     )
-    return build(response_cls, error_code=ErrorCode.none, api_keys=api_keys, throttle_time=_NO_THROTTLE)
+    features: dict[str, object] = {}
+    if version >= 3:
+        image = ctx.state.image
+        features = feature_fields(response_cls, image.features, image.offset, alter_v0=version < 4)
+    return build(
+        response_cls, error_code=ErrorCode.none, api_keys=api_keys, throttle_time=_NO_THROTTLE, **features
+    )
+
+
+def feature_fields(
+    response_cls: type, finalized: Mapping[str, int], epoch: int, *, alter_v0: bool
+) -> dict[str, object]:
+    """SupportedFeatures, FinalizedFeatures and FinalizedFeaturesEpoch of an ApiVersions response."""
+    supported_cls = nested_type(response_cls, "SupportedFeatureKey")
+    finalized_cls = nested_type(response_cls, "FinalizedFeatureKey")
+    return {
+        "supported_features": tuple(
+            supported_cls(name=name, min_version=low, max_version=high)
+            for name, low, high in supported_features()
+            if not (alter_v0 and low == 0)
+        ),
+        "finalized_features": tuple(
+            finalized_cls(name=name, min_version_level=level, max_version_level=level)
+            for name, level in sorted(finalized.items())
+            if level != 0
+        ),
+        "finalized_features_epoch": epoch,
+    }
 
 
 def advertised_versions(registry: ApiRegistry) -> dict[int, tuple[int, int]]:

@@ -55,6 +55,7 @@ from kcli.broker.raft.raft_client import KafkaRaftClient, LeaderAndEpoch, NotLea
 from kcli.broker.raft.snapshots import SnapshotId
 from kcli.config import BrokerConfig, Listener
 from kcli.errors import KcliError
+from kcli.features import UpgradeType
 from kcli.protocol.messages import build, response_type
 
 log = logging.getLogger("kcli.broker.metadata")
@@ -324,6 +325,30 @@ class QuorumController:
                 responses=(),
             )
         return await self._run(self.replication_control.alter_partition_reassignments(self._image, request))
+
+    async def update_features(self, request: Any) -> ApiError:
+        """UpdateFeatures (a kio request, v0-2): NONE once the new levels are committed, or the first
+        failed update's error (nothing written); a validate-only request writes nothing either."""
+        if not self.is_active:
+            raise NotControllerError(f"node {self.node_id} is not the active controller")
+        version = request.__version__
+        updates = [
+            (
+                update.feature,
+                update.max_version_level,
+                (UpgradeType.SAFE_DOWNGRADE if update.allow_downgrade else UpgradeType.UPGRADE)
+                if version == 0
+                else UpgradeType.from_code(update.upgrade_type),
+            )
+            for update in request.feature_updates
+        ]
+        result = self.feature_control.update_features(
+            self._image,
+            updates,
+            node_id=self.node_id,
+            static_min_insync_replicas=int(self.config["min.insync.replicas"]),  # type: ignore[call-overload]
+        )
+        return await self._run(result, version >= 1 and request.validate_only)
 
     async def list_partition_reassignments(self, request: Any) -> Any:
         """ListPartitionReassignments (a kio request, v0): the ongoing reassignments as committed (a read:

@@ -1,0 +1,62 @@
+"""UpdateFeatures (57): finalized feature levels changed in a running cluster (KIP-584, KIP-778).
+
+A broker forwards the request to the active controller (KIP-590). The controller checks every update
+and writes all of them or none; the response carries one error for the whole request, and up to v1 a
+result per feature (v2 dropped those, KIP-1022), as Kafka's QuorumController.updateFeatures answers.
+The levels a broker supports and the finalized ones are in its ApiVersions response (api_versions.py).
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kcli.broker.apis.context import RequestContext, forward_unless_active
+from kcli.broker.apis.registry import ApiSpec
+from kcli.broker.metadata.controller import NotControllerError
+from kcli.broker.metadata.controller.controller_result import ApiError
+from kcli.protocol.messages import build, kio_versions, nested_type, response_type
+
+UPDATE_FEATURES = 57
+_NO_THROTTLE = datetime.timedelta(0)
+
+
+async def handle_update_features(ctx: RequestContext, request: Any) -> object:
+    forwarded = await forward_unless_active(ctx, request)
+    if forwarded is not None:
+        return forwarded
+    try:
+        error = await ctx.controller.update_features(request)
+    except NotControllerError as exc:
+        error = ApiError(ErrorCode.not_controller, str(exc))
+    return update_features_response(ctx.api_version, request, error)
+
+
+def update_features_response(version: int, request: Any, error: ApiError) -> object:
+    """A failure is the whole request's, its message prefixed as Kafka's; a success lists each
+    feature with no error up to v1."""
+    response_cls = response_type(UPDATE_FEATURES, version)
+    if error.is_failure:
+        message = (
+            f"The update failed for all features since the following feature had an error: {error.message}"
+        )
+        return build(response_cls, throttle_time=_NO_THROTTLE, error_code=error.code, error_message=message)
+    results: tuple[object, ...] = ()
+    if version <= 1:
+        result_cls = nested_type(response_cls, "UpdatableFeatureResult")
+        results = tuple(
+            build(result_cls, feature=update.feature, error_code=ErrorCode.none, error_message=None)
+            for update in request.feature_updates
+        )
+    return build(
+        response_cls,
+        throttle_time=_NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        results=results,
+    )
+
+
+APIS = [ApiSpec(UPDATE_FEATURES, *kio_versions(UPDATE_FEATURES), handle_update_features)]  # type: ignore[misc]
