@@ -49,7 +49,13 @@ async def handle_api_versions(ctx: RequestContext, request: object) -> object:
         api_version_cls(api_key=key, min_version=low, max_version=high)
         for key, (low, high) in advertised_versions(ctx.registry).items()
     )
-    return build(response_cls, error_code=ErrorCode.none, api_keys=api_keys, throttle_time=_NO_THROTTLE)
+    extra = {}
+    if version >= 3:  # the kraft.version range this node supports (KIP-853's AddRaftVoter asks it)
+        feature_cls = nested_type(response_cls, "SupportedFeatureKey")
+        extra["supported_features"] = (feature_cls(name="kraft.version", min_version=0, max_version=1),)
+    return build(
+        response_cls, error_code=ErrorCode.none, api_keys=api_keys, throttle_time=_NO_THROTTLE, **extra
+    )
 
 
 def advertised_versions(registry: ApiRegistry) -> dict[int, tuple[int, int]]:
