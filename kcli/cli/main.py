@@ -19,6 +19,7 @@ def register() -> None:
         dump,
         elect,
         groups,
+        quorum,
         reassign,
         recover,
         replay,
