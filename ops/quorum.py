@@ -8,6 +8,7 @@ The same requests work against Apache Kafka.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -64,6 +65,10 @@ async def describe_cluster_status(cluster: Cluster) -> ClusterStatus:
     if client.version(DESCRIBE_CLUSTER) >= 2:
         fields["include_fenced_brokers"] = True
     described = await client.send(cls(**fields))
+    if described.error_code is ErrorCode.mismatched_endpoint_type:  # a controller (--bootstrap-controller)
+        fields["endpoint_type"] = ENDPOINT_CONTROLLERS
+        described = await client.send(cls(**fields))
+        described = dataclasses.replace(described, brokers=())  # the controllers are not brokers
     if described.error_code is not ErrorCode.none:
         raise ClusterError(f"DescribeCluster failed: {described.error_code.name}.")
     brokers = sorted(

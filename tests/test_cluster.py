@@ -1659,6 +1659,9 @@ def test_a_dynamic_quorum_grows_by_add_controller_and_keeps_its_voters_across_ki
             f"Added controller 2 with directory id {directory_id} and endpoints: "
             f"CONTROLLER://127.0.0.1:{ports[2]}\n"
         )
+        described = run_kcli("quorum", "--bootstrap-controller", first, "describe", "--status")
+        assert described.returncode == 0, described.stderr
+        assert "CurrentVoters:          [1, 2]\nCurrentObservers:       []\n" in described.stdout
         answer = _describe_quorum(first)
         partition = answer.topics[0].partitions[0]
         assert [v.replica_id for v in partition.current_voters] == [1, 2]

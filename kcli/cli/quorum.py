@@ -4,7 +4,7 @@ As Kafka's MetadataQuorumCommand: --bootstrap-server (a broker, which forwards t
 active controller) or --bootstrap-controller (the request goes to the active controller), exactly one;
 add-controller reads the joining controller's own configuration (--command-config): its node.id, the
 directory.id of its metadata log dir's meta.properties and its advertised controller listeners.
-`kcli cluster status` is the describe --status / --replication of this tool.
+describe --status / --replication prints what `kcli cluster status` prints of the quorum.
 """
 
 from __future__ import annotations
@@ -131,3 +131,27 @@ def remove_controller(
         )
     verb = "DRY RUN of removing " if dry_run else "Removed "
     typer.echo(f"{verb} KRaft controller {controller_id} with directory id {controller_directory_id}")
+
+
+@quorum_app.command("describe")
+def describe(
+    ctx: typer.Context,
+    status: bool = typer.Option(
+        False, "--status", help="A summary of the quorum: leader, epoch, high watermark, voters, observers."
+    ),
+    replication: bool = typer.Option(
+        False, "--replication", help="A description of the metadata quorum's replicas and their lag."
+    ),
+) -> None:
+    """Describe the metadata quorum (its leader, epoch, voters and observers), as `kcli cluster status` does."""
+    from kcli.cli.admin import run_on_cluster
+    from kcli.cli.cluster import replication_table, status_lines
+    from ops.quorum import describe_cluster_status
+
+    bootstrap, _, _ = _target(ctx)
+    if status and replication:
+        raise KcliError("Only one of --status or --replication should be specified with describe sub-command")
+    if not status and not replication:
+        raise KcliError("One of --status or --replication must be specified with describe sub-command")
+    result = run_on_cluster(bootstrap, describe_cluster_status)
+    typer.echo(status_lines(result) if status else replication_table(result), nl=False)
