@@ -62,16 +62,23 @@ def build_snapshot(
     last_contained_log_timestamp: int = 0,
     base_offset: int = 0,
     epoch: int = 0,
+    kraft_records: Sequence[tuple[ControlType, bytes]] = (),
 ) -> bytes:
-    """The bytes of a snapshot holding `values` (encoded metadata records) between header and footer."""
+    """The bytes of a snapshot holding `values` (encoded metadata records) between header and footer.
+
+    `kraft_records` (KRaftVersion, then Voters, KIP-853) go into the header's control batch after the
+    SnapshotHeader, as Kafka's RecordsSnapshotWriter writes them when kraft.version is 1."""
     header = build_kraft_control_batch(
-        [(ControlType.SNAPSHOT_HEADER, encode_snapshot_header(last_contained_log_timestamp))],
+        [
+            (ControlType.SNAPSHOT_HEADER, encode_snapshot_header(last_contained_log_timestamp)),
+            *kraft_records,
+        ],
         base_offset=base_offset,
         partition_leader_epoch=epoch,
         timestamp=timestamp,
     )
     parts = [header]
-    offset = base_offset + 1
+    offset = base_offset + 1 + len(kraft_records)
     for chunk in _chunks(values):
         parts.append(
             build_batch(

@@ -743,6 +743,95 @@ def read_leader_change(value: bytes) -> tuple[int, tuple[int, ...], tuple[int, .
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
+_UINT16 = struct.Struct(">H")
+_UUID_BYTES = 16
+
+KRAFT_VERSION_RECORD_VERSION = 0  # ControlRecordUtils.KRAFT_VERSION_CURRENT_VERSION
+KRAFT_VOTERS_RECORD_VERSION = 0  # ControlRecordUtils.KRAFT_VOTERS_CURRENT_VERSION
+
+
+class KRaftVoter(NamedTuple):
+    """One voter of a VotersRecord (control type 6, KIP-853): its replica key (id, directory id as the
+    16 UUID bytes), its endpoints as (listener name, host, port), and the kraft.version range it supports."""
+
+    voter_id: int
+    directory_id: bytes
+    endpoints: tuple[tuple[str, str, int], ...]
+    min_kraft_version: int = 0
+    max_kraft_version: int = 1
+
+
+def kraft_version_value(level: int, version: int = KRAFT_VERSION_RECORD_VERSION) -> bytes:
+    """A KRaftVersionRecord v0 (flexible): int16 Version, int16 KRaftVersion, no tagged fields."""
+    return struct.pack(">hh", version, level) + b"\0"
+
+
+def read_kraft_version(value: bytes | memoryview) -> tuple[int, int]:
+    """(record version, kraft.version level) of a KRaftVersionRecord value."""
+    reader = Reader(value)
+    try:
+        version = reader.fixed(_INT16)
+        level = reader.fixed(_INT16)
+        _skip_tags(reader)
+    except Malformed as exc:
+        raise CorruptRecordError(f"Invalid KRaftVersion record: {exc.message}") from None
+    return version, level
+
+
+def voters_value(voters: Sequence[KRaftVoter], version: int = KRAFT_VOTERS_RECORD_VERSION) -> bytes:
+    """A VotersRecord v0 (flexible): int16 Version, then compact array Voters of {int32 VoterId, uuid
+    VoterDirectoryId, compact array Endpoints of {compact string Name, compact string Host, uint16 Port},
+    struct KRaftVersionFeature {int16 MinSupportedVersion, int16 MaxSupportedVersion}}, each struct and
+    the message ending in an empty tagged-field section."""
+    out = bytearray(_INT16.pack(version))
+    write_uvarint(out, len(voters) + 1)
+    for voter in voters:
+        if len(voter.directory_id) != _UUID_BYTES:
+            raise ValueError("a voter's directory id is 16 bytes")
+        out += _INT32.pack(voter.voter_id) + voter.directory_id
+        write_uvarint(out, len(voter.endpoints) + 1)
+        for name, host, port in voter.endpoints:
+            for text in (name, host):
+                data = text.encode()
+                write_uvarint(out, len(data) + 1)
+                out += data
+            out += _UINT16.pack(port) + b"\0"
+        out += struct.pack(">hh", voter.min_kraft_version, voter.max_kraft_version) + b"\0"
+        out += b"\0"
+    out += b"\0"
+    return bytes(out)
+
+
+def read_voters(value: bytes | memoryview) -> tuple[int, tuple[KRaftVoter, ...]]:
+    """(record version, voters) of a VotersRecord value (see voters_value); unknown tags are skipped."""
+    reader = Reader(value)
+    try:
+        version = reader.fixed(_INT16)
+        voters = []
+        for _ in range(max(reader.compact_length(), 0)):
+            voter_id = reader.fixed(_INT32)
+            directory_id = reader.take(_UUID_BYTES)
+            endpoints = []
+            for _ in range(max(reader.compact_length(), 0)):
+                name = reader.take(max(reader.compact_length(), 0)).decode("utf-8", "replace")
+                host = reader.take(max(reader.compact_length(), 0)).decode("utf-8", "replace")
+                port = reader.fixed(_UINT16)
+                _skip_tags(reader)
+                endpoints.append((name, host, port))
+            low, high = reader.fixed(_INT16), reader.fixed(_INT16)
+            _skip_tags(reader)
+            _skip_tags(reader)
+            voters.append(KRaftVoter(voter_id, directory_id, tuple(endpoints), low, high))
+        _skip_tags(reader)
+    except Malformed as exc:
+        raise CorruptRecordError(f"Invalid Voters record: {exc.message}") from None
+    return version, tuple(voters)
+
+
+def _skip_tags(reader: Reader) -> None:
+    for _ in range(reader.uvarint()):
+        reader.uvarint()
+        reader.take(reader.uvarint())
 
 
 def build_leader_change_batch(

@@ -162,7 +162,8 @@ SUPPORTED_FEATURES: dict[str, tuple[FeatureLevel, ...]] = {
     ),
 }
 """The features besides metadata.version kcli implements, each with its levels (Kafka's Feature enum,
-as far as kcli goes). kraft.version is kcli's static quorum: level 0, written as no record."""
+as far as kcli goes). kraft.version (0 static, 1 dynamic quorum, KIP-853) is handled apart: it has
+no FeatureLevelRecord (kraft_version_level)."""
 
 
 def supported_range(name: str) -> tuple[int, int]:
@@ -231,13 +232,15 @@ def parse_feature_argument(text: str) -> tuple[str, int]:
 
 
 def format_feature_levels(
-    requested: Mapping[str, int], release: int | None = None
+    requested: Mapping[str, int], release: int | None = None, *, dynamic_quorum: bool = False
 ) -> tuple[int, dict[str, int]]:
     """The Formatter's calculateEffectiveReleaseVersion and calculateEffectiveFeatureLevels: the
     metadata.version and the level of every supported feature a new cluster starts with.
 
     `requested` are the --feature settings, `release` the --release-version level (None: kcli's default).
     Unknown features, unknown levels and unmet dependencies are refused with Kafka's sentences.
+    kraft.version is checked against `dynamic_quorum` (kraft_version_level) but left out of the levels:
+    it has no FeatureLevelRecord, its level goes into the bootstrap snapshot's KRaftVersion record.
     """
     if METADATA_VERSION in requested:
         if release is not None:
@@ -252,11 +255,7 @@ def format_feature_levels(
         if name == METADATA_VERSION:
             continue
         if name == KRAFT_VERSION:
-            if level != 0:
-                raise FeatureError(
-                    f"Cannot set {KRAFT_VERSION} to {level} unless KIP-853 configuration is present. "
-                    f"Try removing the --feature flag for {KRAFT_VERSION}."
-                )
+            kraft_version_level(level, dynamic_quorum)
             continue
         if name not in SUPPORTED_FEATURES:
             supported = ", ".join(sorted([*SUPPORTED_FEATURES, KRAFT_VERSION]))
@@ -275,6 +274,32 @@ def format_feature_levels(
                     f"{name} could not be set to {level} because it depends on {dependency} level {needed}"
                 )
     return metadata_version, levels
+
+
+KRAFT_VERSION_0 = 0
+"""kraft.version 0: a static quorum (controller.quorum.voters, KIP-595)."""
+KRAFT_VERSION_1 = 1
+"""kraft.version 1: a dynamic quorum (KIP-853), its voters in KRaftVersion and Voters control records."""
+
+
+def kraft_version_level(requested: int | None, dynamic_quorum: bool) -> int:
+    """The Formatter's effectiveKRaftFeatureLevel: 1 with KIP-853 configuration (--standalone or
+    --initial-controllers), else 0; a --feature kraft.version that disagrees is refused."""
+    if requested is None:
+        return KRAFT_VERSION_1 if dynamic_quorum else KRAFT_VERSION_0
+    if requested == 0 and dynamic_quorum:
+        raise FeatureError(
+            f"Cannot set {KRAFT_VERSION} to {requested} if KIP-853 configuration is present. "
+            f"Try removing the --feature flag for {KRAFT_VERSION}."
+        )
+    if requested != 0 and not dynamic_quorum:
+        raise FeatureError(
+            f"Cannot set {KRAFT_VERSION} to {requested} unless KIP-853 configuration is present. "
+            f"Try removing the --feature flag for {KRAFT_VERSION}."
+        )
+    if requested not in (KRAFT_VERSION_0, KRAFT_VERSION_1):
+        raise FeatureError(f"No feature:{KRAFT_VERSION} with feature level {requested}")
+    return requested
 
 
 def bootstrap_feature_records(metadata_version: int, levels: Mapping[str, int]) -> list[tuple[str, int]]:

@@ -28,16 +28,28 @@ from formats.checkpoints import (
 )
 from formats.errors import CheckpointError, FormatError
 from formats.kraft_snapshot import BOOTSTRAP_CHECKPOINT, build_snapshot, read_snapshot
+from formats.records import ControlType, kraft_version_value, voters_value
 from kcli.config import BrokerConfig
 from kcli.errors import KcliError
-from kcli.features import FeatureError, bootstrap_feature_records, format_feature_levels
+from kcli.features import (
+    KRAFT_VERSION,
+    FeatureError,
+    bootstrap_feature_records,
+    format_feature_levels,
+    kraft_version_level,
+)
 from kcli.features import release_version as release_version
 from kcli.files import write_atomically
+from kcli.voters import VoterError, VoterNode, VoterSet, parse_dynamic_voters
 
 if TYPE_CHECKING:
     from formats.internal import MetadataRecord
 
 META_PROPERTIES = "meta.properties"
+CLUSTER_METADATA_DIR = "__cluster_metadata-0"
+BOOTSTRAP_SNAPSHOT = "00000000000000000000-0000000000.checkpoint"
+"""Snapshots.BOOTSTRAP_SNAPSHOT_ID's file (end offset 0, epoch 0) in `__cluster_metadata-0`: the
+KRaftVersion and Voters records a dynamic quorum starts from (KIP-853)."""
 METADATA_VERSION = "metadata.version"
 FORMAT_COMMAND = "kcli storage format"
 
@@ -231,6 +243,8 @@ def format_storage(
     features: Mapping[str, int] | None = None,
     ignore_formatted: bool = False,
     no_initial_controllers: bool = False,
+    standalone: bool = False,
+    initial_controllers: str | None = None,
     now_ms: int,
 ) -> list[str]:
     """Format this node's dirs as `kafka-storage.sh format` does; returns the lines it prints.
@@ -250,14 +264,23 @@ def format_storage(
             f"configuration; {FORMAT_COMMAND} formats KRaft nodes only (without process.roles, "
             "kcli broker start formats its own log dirs)."
         )
-    if config.is_controller and config["controller.quorum.bootstrap.servers"] and not no_initial_controllers:
+    voters = initial_voters(config, standalone=standalone, initial_controllers=initial_controllers)
+    if (
+        not no_initial_controllers
+        and config.is_controller
+        and not config["controller.quorum.voters"]
+        and voters is None
+    ):
         raise StorageError(
-            "Because controller.quorum.voters is not set on this controller, you must specify "
-            "--no-initial-controllers (kcli does not support --standalone or --initial-controllers yet)."
+            "Because controller.quorum.voters is not set on this controller, you must specify one of the "
+            "following: --standalone, --initial-controllers, or --no-initial-controllers."
         )
     check_cluster_id(cluster_id)
     try:
-        metadata_version, levels = format_feature_levels(features or {}, metadata_version)
+        metadata_version, levels = format_feature_levels(
+            features or {}, metadata_version, dynamic_quorum=voters is not None
+        )
+        kraft_version = kraft_version_level((features or {}).get(KRAFT_VERSION), voters is not None)
     except FeatureError as exc:
         raise StorageError(str(exc)) from None
     dirs = sorted(storage_dirs(config))  # a TreeSet of the paths in Kafka's StorageTool
@@ -274,8 +297,17 @@ def format_storage(
     checkpoint = bootstrap_checkpoint(metadata_version, now_ms=now_ms, features=levels)
     taken = {meta.directory_id for meta in found.values() if meta.directory_id}
     lines = []
+    own = voters.voters.get(config.node_id) if voters is not None else None
+    if own is not None and own.directory_id is not None:
+        taken.add(uuid_to_base64(own.directory_id))
     for log_dir in empty:
-        kind = "metadata directory" if log_dir == config.metadata_log_dir else "data directory"
+        dynamic = voters is not None and log_dir == config.metadata_log_dir
+        if log_dir != config.metadata_log_dir:
+            kind = "data directory"
+        elif voters is None:
+            kind = "metadata directory"
+        else:
+            kind = "dynamic metadata voter directory" if own is not None else "dynamic metadata directory"
         lines.append(
             f"Formatting {kind} {log_dir} with {METADATA_VERSION} {release_version(metadata_version)}."
         )
@@ -283,10 +315,77 @@ def format_storage(
         try:
             path.mkdir(parents=True, exist_ok=True)
             write_atomically(path / BOOTSTRAP_CHECKPOINT, checkpoint)
+            if dynamic:
+                assert voters is not None
+                write_bootstrap_snapshot(path, voters, kraft_version, now_ms=now_ms)
         except OSError as exc:
             raise StorageError(f"cannot format {log_dir}: {(exc.strerror or str(exc)).lower()}.") from None
-        meta = MetaProperties(
-            1, node_id=config.node_id, cluster_id=cluster_id, directory_id=new_directory_id(taken)
-        )
+        if dynamic and own is not None and own.directory_id is not None:
+            directory_id = uuid_to_base64(own.directory_id)  # this voter's key is the one given
+        else:
+            directory_id = new_directory_id(taken)
+        meta = MetaProperties(1, node_id=config.node_id, cluster_id=cluster_id, directory_id=directory_id)
         write_meta_properties_file(log_dir, meta)
     return lines
+
+
+def initial_voters(
+    config: BrokerConfig, *, standalone: bool = False, initial_controllers: str | None = None
+) -> VoterSet | None:
+    """The voters a dynamic quorum starts with (Kafka's StorageTool): --initial-controllers as given,
+    or with --standalone this controller alone, at its (advertised) controller listener with a new
+    directory id; None without either. Endpoints are on the first controller.listener.names entry."""
+    names = config["controller.listener.names"] or ["CONTROLLER"]  # type: ignore[index]
+    listener_name = names[0]  # type: ignore[index]
+    voters = None
+    if initial_controllers is not None:
+        try:
+            voters = parse_dynamic_voters(initial_controllers, listener_name)
+        except VoterError as exc:
+            raise StorageError(str(exc)) from None
+    if standalone:
+        if not config.is_controller:
+            raise StorageError("You can only use --standalone on a controller.")
+        listener = _advertised_controller_listener(config)
+        if listener is None:
+            raise StorageError("No controller listeners found.")
+        host, port = listener
+        directory_id = uuid_from_base64(random_uuid())
+        voters = VoterSet.of([VoterNode(config.node_id, directory_id, {listener_name: (host, port)})])
+    return voters
+
+
+def _advertised_controller_listener(config: BrokerConfig) -> tuple[str, int] | None:
+    """KafkaConfig.effectiveAdvertisedControllerListeners' first entry; an unset host is "localhost"."""
+    own = config.controller_listener
+    if own is None:
+        return None
+    chosen = own
+    for listener in config["advertised.listeners"] or []:  # type: ignore[attr-defined]
+        if listener.name == own.name:
+            chosen = listener
+            break
+    return (chosen.host or "localhost", chosen.port)
+
+
+def bootstrap_snapshot_bytes(voters: VoterSet, kraft_version: int, *, now_ms: int) -> bytes:
+    """The bootstrap snapshot as Kafka's Formatter.writeDynamicQuorumSnapshot writes it (a
+    RecordsSnapshotWriter at offset 0, epoch 0): one control batch of SnapshotHeader (last contained
+    log timestamp: now), KRaftVersion and Voters (both record version 0), then the SnapshotFooter
+    batch; with kraft.version 0, the header alone."""
+    records: list[tuple[ControlType, bytes]] = []
+    if kraft_version >= 1:
+        records.append((ControlType.KRAFT_VERSION, kraft_version_value(kraft_version)))
+        records.append((ControlType.KRAFT_VOTERS, voters_value(voters.to_records())))
+    return build_snapshot((), timestamp=now_ms, last_contained_log_timestamp=now_ms, kraft_records=records)
+
+
+def write_bootstrap_snapshot(
+    metadata_dir: Path, voters: VoterSet, kraft_version: int, *, now_ms: int
+) -> Path:
+    """`<metadata dir>/__cluster_metadata-0/00000000000000000000-0000000000.checkpoint`."""
+    directory = metadata_dir / CLUSTER_METADATA_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / BOOTSTRAP_SNAPSHOT
+    write_atomically(path, bootstrap_snapshot_bytes(voters, kraft_version, now_ms=now_ms))
+    return path

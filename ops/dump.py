@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import os
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import orjson
 
 from formats import _native, checkpoints, snapshot
+from formats.checkpoints import uuid_to_base64
 from formats.errors import FormatError
 from formats.index import OffsetIndex, TimeIndex, format_aborted_txn, read_txn_index
 from formats.records import (
@@ -26,6 +28,8 @@ from formats.records import (
     RecordBatch,
     control_type,
     end_txn_marker,
+    read_kraft_version,
+    read_voters,
     snapshot_footer,
     snapshot_header,
 )
@@ -591,7 +595,7 @@ def _control_text(record) -> str:
     if kind in (ControlType.COMMIT, ControlType.ABORT):
         marker = end_txn_marker(record.value)
         return f" endTxnMarker: {kind.name} coordinatorEpoch: {marker.coordinator_epoch}"
-    if kind in (ControlType.SNAPSHOT_HEADER, ControlType.SNAPSHOT_FOOTER):
+    if kind in _SNAPSHOT_RECORD_NAMES:
         return (
             f" {_SNAPSHOT_RECORD_NAMES[kind]} {orjson.dumps(_snapshot_record_fields(kind, record)).decode()}"
         )
@@ -604,7 +608,7 @@ def _control_object(record) -> dict:
     obj: dict = {"type": kind.name}
     if kind in (ControlType.COMMIT, ControlType.ABORT):
         obj["coordinatorEpoch"] = end_txn_marker(record.value).coordinator_epoch
-    elif kind in (ControlType.SNAPSHOT_HEADER, ControlType.SNAPSHOT_FOOTER):
+    elif kind in _SNAPSHOT_RECORD_NAMES:
         obj.update(_snapshot_record_fields(kind, record))
     return obj
 
@@ -612,6 +616,8 @@ def _control_object(record) -> dict:
 _SNAPSHOT_RECORD_NAMES = {
     ControlType.SNAPSHOT_HEADER: "SnapshotHeader",
     ControlType.SNAPSHOT_FOOTER: "SnapshotFooter",
+    ControlType.KRAFT_VERSION: "KRaftVersion",
+    ControlType.KRAFT_VOTERS: "KRaftVoters",
 }
 
 
@@ -620,6 +626,26 @@ def _snapshot_record_fields(kind: ControlType, record) -> dict:
     if kind is ControlType.SNAPSHOT_HEADER:
         header = snapshot_header(record.value)
         return {"version": header.version, "lastContainedLogTimestamp": header.last_contained_log_timestamp}
+    if kind is ControlType.KRAFT_VERSION:  # KRaftVersionRecordJsonConverter
+        version, level = read_kraft_version(record.value or b"")
+        return {"version": version, "kRaftVersion": level}
+    if kind is ControlType.KRAFT_VOTERS:  # VotersRecordJsonConverter
+        version, voters = read_voters(record.value or b"")
+        return {
+            "version": version,
+            "voters": [
+                {
+                    "voterId": voter.voter_id,
+                    "voterDirectoryId": uuid_to_base64(uuid.UUID(bytes=voter.directory_id)),
+                    "endpoints": [{"name": n, "host": h, "port": p} for n, h, p in voter.endpoints],
+                    "kRaftVersionFeature": {
+                        "minSupportedVersion": voter.min_kraft_version,
+                        "maxSupportedVersion": voter.max_kraft_version,
+                    },
+                }
+                for voter in voters
+            ],
+        }
     return {"version": snapshot_footer(record.value)}
 
 

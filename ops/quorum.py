@@ -8,12 +8,18 @@ The same requests work against Apache Kafka.
 
 from __future__ import annotations
 
+import dataclasses
+import uuid
 from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kcli.client import KafkaClient
 from kcli.cluster import Cluster, ClusterError
-from kcli.protocol.messages import nested_type
+from kcli.protocol.messages import build, nested_type
 
 DESCRIBE_QUORUM = 55
 DESCRIBE_CLUSTER = 60
@@ -59,6 +65,10 @@ async def describe_cluster_status(cluster: Cluster) -> ClusterStatus:
     if client.version(DESCRIBE_CLUSTER) >= 2:
         fields["include_fenced_brokers"] = True
     described = await client.send(cls(**fields))
+    if described.error_code is ErrorCode.mismatched_endpoint_type:  # a controller (--bootstrap-controller)
+        fields["endpoint_type"] = ENDPOINT_CONTROLLERS
+        described = await client.send(cls(**fields))
+        described = dataclasses.replace(described, brokers=())  # the controllers are not brokers
     if described.error_code is not ErrorCode.none:
         raise ClusterError(f"DescribeCluster failed: {described.error_code.name}.")
     brokers = sorted(
@@ -106,3 +116,126 @@ async def describe_cluster_status(cluster: Cluster) -> ClusterStatus:
         partition.high_watermark,
         replicas,
     )
+
+
+# --- controller membership (KIP-853): kafka-metadata-quorum.sh add-controller / remove-controller ---------
+
+ADD_RAFT_VOTER = 80
+REMOVE_RAFT_VOTER = 81
+ENDPOINT_CONTROLLERS = 2
+
+
+async def voter_change_target(cluster: Cluster, *, controllers: bool) -> Any:
+    """Where Kafka's admin client sends a voter change (LeastLoadedBrokerOrActiveKController): with
+    --bootstrap-controller the active controller, found with DescribeCluster (KIP-919); with
+    --bootstrap-server the broker it is connected to, which forwards it."""
+    client = cluster.bootstrap
+    if not controllers:
+        return client
+    cls = client.request_type(DESCRIBE_CLUSTER)
+    described = await client.send(
+        cls(
+            include_cluster_authorized_operations=False,
+            endpoint_type=ENDPOINT_CONTROLLERS,
+            include_fenced_brokers=False,
+        )
+    )
+    if described.error_code is not ErrorCode.none:
+        raise ClusterError(f"DescribeCluster failed: {described.error_code.name}.")
+    for controller in described.brokers:
+        if controller.broker_id == described.controller_id:
+            address = f"{controller.host}:{controller.port}"
+            if address == client.address:
+                return client
+            return await KafkaClient.connect(
+                address, client_id=cluster.client_id, request_timeout=cluster.request_timeout
+            )
+    raise ClusterError("no active controller is known to the bootstrap controllers.")
+
+
+async def add_raft_voter(
+    cluster: Cluster,
+    voter_id: int,
+    directory_id: uuid.UUID,
+    endpoints: list[tuple[str, str, int]],
+    *,
+    controllers: bool,
+) -> None:
+    """AddRaftVoter (80) with the new controller's replica key and endpoints; ClusterError on refusal."""
+    client = await voter_change_target(cluster, controllers=controllers)
+    cls = client.request_type(ADD_RAFT_VOTER)
+    listener_cls = nested_type(cls, "Listener")
+    fields: dict[str, Any] = {
+        "cluster_id": None,
+        "timeout": timedelta(seconds=cluster.request_timeout),
+        "voter_id": voter_id,
+        "voter_directory_id": directory_id,
+        "listeners": tuple(listener_cls(name=n, host=h, port=p) for n, h, p in endpoints),
+    }
+    if client.version(ADD_RAFT_VOTER) >= 1:
+        fields["ack_when_committed"] = True
+    try:
+        response = await client.send(build(cls, **fields))
+    finally:
+        if client is not cluster.bootstrap:
+            await client.close()
+    _raise_on_error("AddRaftVoter", response)
+
+
+async def remove_raft_voter(
+    cluster: Cluster, voter_id: int, directory_id: uuid.UUID, *, controllers: bool
+) -> None:
+    """RemoveRaftVoter (81); ClusterError on refusal."""
+    client = await voter_change_target(cluster, controllers=controllers)
+    cls = client.request_type(REMOVE_RAFT_VOTER)
+    try:
+        response = await client.send(
+            build(cls, cluster_id=None, voter_id=voter_id, voter_directory_id=directory_id)
+        )
+    finally:
+        if client is not cluster.bootstrap:
+            await client.close()
+    _raise_on_error("RemoveRaftVoter", response)
+
+
+def _raise_on_error(what: str, response: Any) -> None:
+    if response.error_code is not ErrorCode.none:
+        message = getattr(response, "error_message", None)
+        detail = f": {message.rstrip('.')}" if message else ""
+        raise ClusterError(f"{what} failed with {response.error_code.name.upper()}{detail}.")
+
+
+def controller_identity(config_file: Path) -> tuple[int, uuid.UUID, list[tuple[str, str, int]]]:
+    """What add-controller reads from the joining controller's configuration (MetadataQuorumCommand):
+    node.id, the directory.id in its metadata log dir's meta.properties, and for each
+    controller.listener.names entry its advertised (else bound) endpoint; an unset host is localhost."""
+    from formats.checkpoints import uuid_from_base64
+    from kcli.config import BrokerConfig
+    from kcli.storage import load_meta_properties
+
+    config = BrokerConfig.load(config_file=config_file, overrides=[])
+    if not config.is_set("node.id"):
+        raise ClusterError(
+            "node.id not found in configuration file. Is this a valid controller configuration file?"
+        )
+    if not config.is_controller:
+        raise ClusterError(
+            "process.roles did not contain 'controller' in configuration file. Is this a valid controller "
+            "configuration file?"
+        )
+    directory = config.metadata_log_dir
+    meta = load_meta_properties([directory]).get(directory)
+    if meta is None:
+        raise ClusterError(f"Unable to read meta.properties from {directory}")
+    if not meta.directory_id:
+        raise ClusterError(f"No directory id found in {directory}")
+    listeners = {item.name: item for item in config["listeners"]}  # type: ignore[attr-defined]
+    for item in config["advertised.listeners"] or []:  # type: ignore[attr-defined]
+        listeners[item.name] = item
+    endpoints = []
+    for name in config["controller.listener.names"] or []:  # type: ignore[attr-defined]
+        found = listeners.get(name)
+        if found is None:
+            raise ClusterError(f"Cannot find information about controller listener name: {name}")
+        endpoints.append((name, found.host or "localhost", found.port))
+    return config.node_id, uuid_from_base64(meta.directory_id), endpoints

@@ -1567,3 +1567,134 @@ def test_a_second_node_with_a_taken_id_is_refused(tmp_path: Path, quorum_of_two:
         return status if fetched.get(follower, -1) > stopped_ms else None
 
     wait_for("a leader, and its follower fetching after the second node 2 stopped", fetching, 20)
+
+
+# --- a dynamic quorum (KIP-853) ----------------------------------------------------------------------------
+
+
+def _describe_quorum(address: str) -> Any:
+    """DescribeQuorum v2 from the controller at `address` (the leader answers it), or None."""
+    from kcli.client import KafkaClient
+    from kcli.protocol.messages import nested_type
+
+    async def ask() -> Any:
+        client = await KafkaClient.connect(address, client_id="test", request_timeout=5.0)
+        try:
+            cls = client.request_type(55)
+            topic, part = nested_type(cls, "TopicData"), nested_type(cls, "PartitionData")
+            request = cls(
+                topics=(topic(topic_name="__cluster_metadata", partitions=(part(partition_index=0),)),)
+            )
+            return await client.send(request)
+        finally:
+            await client.close()
+
+    try:
+        answer = asyncio.run(ask())
+    except Exception:
+        return None
+    partition = answer.topics[0].partitions[0] if answer.topics else None
+    return answer if partition is not None and partition.error_code.value == 0 else None
+
+
+def test_a_dynamic_quorum_grows_by_add_controller_and_keeps_its_voters_across_kill_9(tmp_path: Path) -> None:
+    """KIP-853 end to end: controller 1 formatted --standalone leads alone; controller 2, formatted
+    --no-initial-controllers, finds it through controller.quorum.bootstrap.servers and fetches as an
+    observer; `kcli quorum add-controller` (to the active controller, --bootstrap-controller) makes it a
+    voter; DescribeQuorum v2 shows both voters with directory ids and endpoints. After kill -9 of
+    node 1 and a restart, the two voters elect a leader again (node 1 reads the voter set from its log,
+    not its bootstrap snapshot of one); remove-controller then takes node 2 out."""
+    base = free_port_range(2)
+    ports = {1: base, 2: base + 1}
+    bootstrap = ",".join(f"127.0.0.1:{p}" for p in ports.values())
+    nodes = {}
+    for node_id, port in ports.items():
+        directory = tmp_path / f"c{node_id}"
+        directory.mkdir()
+        settings = [
+            "process.roles=controller",
+            f"node.id={node_id}",
+            f"listeners=CONTROLLER://127.0.0.1:{port}",
+            "controller.listener.names=CONTROLLER",
+            f"controller.quorum.bootstrap.servers={bootstrap}",
+            f"log.dirs={directory / 'data'}",
+            *QUORUM_TIMEOUTS,
+        ]
+        (directory / "server.properties").write_text("\n".join(settings) + "\n")
+        nodes[node_id] = NodeProcess(LocalNode(node_id, None, port, directory))
+    config = {i: str(n.node.properties) for i, n in nodes.items()}
+    cluster_id = "MkU3OEVBNTcwNTJENDM2Qg"
+    for node_id, flag in ((1, "--standalone"), (2, "--no-initial-controllers")):
+        result = run_kcli("storage", "format", "-c", config[node_id], "-t", cluster_id, flag)
+        assert result.returncode == 0, result.stderr
+    try:
+        for node in nodes.values():
+            node.start()
+        for node in nodes.values():
+            node.wait_ready()
+        first = f"127.0.0.1:{ports[1]}"
+        observed = wait_for(
+            "node 2 to fetch as an observer",
+            lambda: (
+                (a := _describe_quorum(first))
+                and [o.replica_id for o in a.topics[0].partitions[0].observers] == [2]
+                and a
+            ),
+            15,
+        )
+        assert [v.replica_id for v in observed.topics[0].partitions[0].current_voters] == [1]
+
+        result = run_kcli(
+            "quorum",
+            "--bootstrap-controller",
+            f"127.0.0.1:{ports[2]}",
+            "--command-config",
+            config[2],
+            "add-controller",
+        )
+        assert result.returncode == 0, result.stderr
+        meta = (nodes[2].node.directory / "data" / "meta.properties").read_text()
+        directory_id = re.search(r"^directory.id=(\S+)$", meta, re.MULTILINE)[1]
+        assert result.stdout == (
+            f"Added controller 2 with directory id {directory_id} and endpoints: "
+            f"CONTROLLER://127.0.0.1:{ports[2]}\n"
+        )
+        described = run_kcli("quorum", "--bootstrap-controller", first, "describe", "--status")
+        assert described.returncode == 0, described.stderr
+        assert "CurrentVoters:          [1, 2]\nCurrentObservers:       []\n" in described.stdout
+        answer = _describe_quorum(first)
+        partition = answer.topics[0].partitions[0]
+        assert [v.replica_id for v in partition.current_voters] == [1, 2]
+        assert all(v.replica_directory_id.int != 0 for v in partition.current_voters)
+        assert [(n.node_id, [(ln.host, ln.port) for ln in n.listeners]) for n in answer.nodes] == [
+            (1, [("127.0.0.1", ports[1])]),
+            (2, [("127.0.0.1", ports[2])]),
+        ]
+
+        nodes[1].kill()
+        nodes[1].start()
+        nodes[1].wait_ready()
+
+        def two_voters_led() -> Any:
+            for port in ports.values():
+                a = _describe_quorum(f"127.0.0.1:{port}")
+                if a is not None and a.topics[0].partitions[0].high_watermark > 0:
+                    return a
+            return None
+
+        again = wait_for("a leader of the two voters after kill -9", two_voters_led, 20)
+        assert [v.replica_id for v in again.topics[0].partitions[0].current_voters] == [1, 2]
+
+        result = run_kcli(
+            "quorum", "--bootstrap-controller", first, "remove-controller", "-i", "2", "-d", directory_id
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == f"Removed  KRaft controller 2 with directory id {directory_id}\n"
+        result = run_kcli(
+            "quorum", "--bootstrap-controller", first, "remove-controller", "-i", "2", "-d", directory_id
+        )
+        assert result.returncode == 2 and "VOTER_NOT_FOUND" in result.stderr
+    finally:
+        for node in nodes.values():
+            if node.running:
+                node.kill()

@@ -199,7 +199,10 @@ def test_kcli_features_against_a_broker(broker: BrokerProcess) -> None:
     assert lines[0].startswith(
         f"Feature: {ELR}\tSupportedMinVersion: 0\tSupportedMaxVersion: 1\tFinalizedVersionLevel: 0\tEpoch: "
     )
-    assert lines[1].startswith(
+    assert lines[1].startswith(  # a static quorum (controller.quorum.voters): kraft.version 0
+        "Feature: kraft.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 1\tFinalizedVersionLevel: 0\t"
+    )
+    assert lines[2].startswith(
         "Feature: metadata.version\tSupportedMinVersion: 3.0-IV1\tSupportedMaxVersion: 4.1-IV1\t"
         "FinalizedVersionLevel: 3.9-IV0\tEpoch: "
     )

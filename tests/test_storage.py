@@ -303,8 +303,8 @@ def test_format_refuses_formatted_dirs_unless_told_to_ignore_them(tmp_path: Path
         (
             {"controller.quorum.voters": None, "controller.quorum.bootstrap.servers": "127.0.0.1:9093"},
             CLUSTER_ID,
-            "Because controller.quorum.voters is not set on this controller, you must specify "
-            "--no-initial-controllers (kcli does not support --standalone or --initial-controllers yet).",
+            "Because controller.quorum.voters is not set on this controller, you must specify one of the "
+            "following: --standalone, --initial-controllers, or --no-initial-controllers.",
         ),
         (
             {"controller.quorum.voters": "2@127.0.0.1:9093"},
@@ -366,6 +366,128 @@ def test_format_a_dynamic_quorum_controller_and_a_broker(tmp_path: Path) -> None
     assert result.returncode == 0, result.stderr
     meta = read_meta_properties((tmp_path / "broker" / META_PROPERTIES).read_text())
     assert (meta.cluster_id, meta.node_id) == (CLUSTER_ID, 4)
+
+
+def _dynamic_controller(tmp_path: Path, node_id: int, port: int) -> Path:
+    return write_config(
+        tmp_path / f"c{node_id}.properties",
+        **{
+            "process.roles": "controller",
+            "node.id": str(node_id),
+            "controller.quorum.bootstrap.servers": f"127.0.0.1:{port}",
+            "listeners": f"CONTROLLER://127.0.0.1:{port}",
+            "controller.listener.names": "CONTROLLER",
+            "log.dirs": f"{tmp_path / f'c{node_id}-data'}",
+            "metadata.log.dir": str(tmp_path / f"c{node_id}-meta"),
+        },
+    )
+
+
+def _bootstrap_snapshot_records(metadata_dir: Path) -> list[tuple[int, str, tuple]]:
+    """The control records of the bootstrap snapshot, decoded with kcli's own readers."""
+    from formats.records import read_kraft_version, read_voters
+
+    snapshot = read_snapshot(
+        (metadata_dir / "__cluster_metadata-0" / "00000000000000000000-0000000000.checkpoint").read_bytes()
+    )
+    assert snapshot.records == [] and snapshot.footer_version == 0
+    found = []
+    for offset, kind, value in snapshot.control_records:
+        decoded = read_kraft_version(value) if kind.name == "KRAFT_VERSION" else read_voters(value)
+        found.append((offset, kind.name, decoded))
+    return found
+
+
+def test_format_standalone_and_initial_controllers_write_the_bootstrap_snapshot(tmp_path: Path) -> None:
+    """Kafka's Formatter: the metadata dir of a dynamic quorum gets 0-0.checkpoint with KRaftVersion (1)
+    and Voters after the SnapshotHeader; a voter's directory.id is its key's; kraft.version has no
+    FeatureLevelRecord in bootstrap.checkpoint; a non-voter is a "dynamic metadata directory"."""
+    from formats.records import KRaftVoter
+
+    config = _dynamic_controller(tmp_path, 1, 23011)
+    result = kcli(tmp_path, "storage", "format", "-c", str(config), "-t", CLUSTER_ID, "--standalone")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        f"Formatting data directory {tmp_path / 'c1-data'} with metadata.version 3.9-IV0.",
+        f"Formatting dynamic metadata voter directory {tmp_path / 'c1-meta'} with metadata.version 3.9-IV0.",
+    ]
+    meta = read_meta_properties((tmp_path / "c1-meta" / META_PROPERTIES).read_text())
+    records = _bootstrap_snapshot_records(tmp_path / "c1-meta")
+    directory = uuid_from_base64(meta.directory_id).bytes
+    assert records == [
+        (1, "KRAFT_VERSION", (0, 1)),
+        (2, "KRAFT_VOTERS", (0, (KRaftVoter(1, directory, (("CONTROLLER", "127.0.0.1", 23011),), 0, 1),))),
+    ]
+    assert not (tmp_path / "c1-data" / "__cluster_metadata-0").exists()
+    bootstrap = read_bootstrap_metadata(tmp_path / "c1-meta")
+    assert [r.data["name"] for r in bootstrap.records] == ["metadata.version"]
+    dump = kcli(
+        tmp_path,
+        "dump-segment",
+        "--cluster-metadata-decoder",
+        str(tmp_path / "c1-meta" / "__cluster_metadata-0" / "00000000000000000000-0000000000.checkpoint"),
+    )
+    assert dump.returncode == 0, dump.stderr
+    assert ' KRaftVersion {"version":0,"kRaftVersion":1}' in dump.stdout
+    assert (
+        f' KRaftVoters {{"version":0,"voters":[{{"voterId":1,"voterDirectoryId":"{meta.directory_id}",'
+        '"endpoints":[{"name":"CONTROLLER","host":"127.0.0.1","port":23011}],'
+        '"kRaftVersionFeature":{"minSupportedVersion":0,"maxSupportedVersion":1}}]}' in dump.stdout
+    )
+
+    voters = "2@127.0.0.1:23012:JEXY6aqzQY-32P5TStzaFg,3@[::1]:23013:MvDxzVmcRsaTz33bUuRU6A"
+    for node_id, port, kind in [(2, 23012, "voter directory"), (4, 23014, "directory")]:
+        config = _dynamic_controller(tmp_path, node_id, port)
+        result = kcli(tmp_path, "storage", "format", "-c", str(config), "-t", CLUSTER_ID, "-I", voters)
+        assert result.returncode == 0, result.stderr
+        assert f"Formatting dynamic metadata {kind} {tmp_path / f'c{node_id}-meta'}" in result.stdout
+        records = _bootstrap_snapshot_records(tmp_path / f"c{node_id}-meta")
+        assert [(v.voter_id, v.endpoints) for v in records[1][2][1]] == [
+            (2, (("CONTROLLER", "127.0.0.1", 23012),)),
+            (3, (("CONTROLLER", "::1", 23013),)),
+        ]
+    meta = read_meta_properties((tmp_path / "c2-meta" / META_PROPERTIES).read_text())
+    assert meta.directory_id == "JEXY6aqzQY-32P5TStzaFg"  # from --initial-controllers for node 2
+    other = read_meta_properties((tmp_path / "c2-data" / META_PROPERTIES).read_text())
+    assert other.directory_id != meta.directory_id
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--standalone", "--no-initial-controllers"],
+            "argument --no-initial-controllers/-N: not allowed with argument --standalone/-s",
+        ),
+        (
+            ["-I", "1@h:1:JEXY6aqzQY-32P5TStzaFg", "-s"],
+            "argument --initial-controllers/-I: not allowed with argument --standalone/-s",
+        ),
+        (["-I", "1h:1:JEXY6aqzQY-32P5TStzaFg"], "No @ found in dynamic voter string."),
+        (["-I", "1@h:99999:JEXY6aqzQY-32P5TStzaFg"], "Invalid port 99999 in dynamic voter string."),
+        (["-I", "1@h:1:nope"], "Failed to parse directory ID in dynamic voter string."),
+        (
+            ["-I", "1@h:1:JEXY6aqzQY-32P5TStzaFg,1@h:2:MvDxzVmcRsaTz33bUuRU6A"],
+            "Node id 1 was specified more than once.",
+        ),
+        (
+            ["-s", "--feature", "kraft.version=0"],
+            "Cannot set kraft.version to 0 if KIP-853 configuration is present. Try removing the --feature "
+            "flag for kraft.version.",
+        ),
+        (
+            ["-N", "--feature", "kraft.version=1"],
+            "Cannot set kraft.version to 1 unless KIP-853 configuration is present. Try removing the "
+            "--feature flag for kraft.version.",
+        ),
+    ],
+)
+def test_format_dynamic_quorum_options_refused(tmp_path: Path, args: list[str], message: str) -> None:
+    config = _dynamic_controller(tmp_path, 1, 23011)
+    result = kcli(tmp_path, "storage", "format", "-c", str(config), "-t", CLUSTER_ID, *args)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"kcli: {message}"]
+    assert files_under(tmp_path) == ["c1.properties"]
 
 
 # --- start: formatted and unformatted dirs ------------------------------------------------------------

@@ -121,7 +121,7 @@ class ControllerChannel:
         to go again to the new one, as Kafka's NodeToControllerRequestThread disconnects from a
         controller that is no longer active."""
         leader = self.raft.leader
-        address = self.raft.voter_addresses.get(leader.leader_id)
+        address = self.raft.address_of(leader.leader_id)
         if address is None:
             return None
         remaining = max(deadline - time.monotonic(), 0.05)

@@ -394,7 +394,7 @@ def metadata_parts(
     raft = open_raft_client(config, cluster_id)
     empty = ClusterMetadataImage.empty(cluster_id, config.node_id, listener_name)
     controller = None
-    if raft.quorum.is_voter:
+    if raft.quorum.is_voter or (raft.dynamic and config.is_controller):  # KIP-853: a voter to be
         bootstrap = read_bootstrap_metadata(config.metadata_log_dir)
         records = bootstrap.record_tuples() if bootstrap else None
         controller = QuorumController(config, raft, empty, bootstrap_records=records)

@@ -6,11 +6,15 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from kcli.cli.admin import BOOTSTRAP, OUTPUT, run_on_cluster, table, write_json_lines
 from kcli.cli.app import Output, app
+
+if TYPE_CHECKING:
+    from ops.quorum import ClusterStatus
 
 cluster_app = typer.Typer(
     help="Local KRaft clusters: start N nodes on loopback; show brokers and the controller quorum.",
@@ -113,20 +117,8 @@ def status(bootstrap: str = BOOTSTRAP, output: Output = OUTPUT) -> None:
             ]
         )
         return
-    now = int(time.time() * 1000)
-    followers = [r for r in result.replicas if r.is_voter and r.node_id != result.leader_id]
-    max_lag = max((r.lag for r in followers), default=0)
-    max_lag_ms = max((now - r.last_caught_up_ms for r in followers if r.last_caught_up_ms >= 0), default=0)
-    sys.stdout.write(  # the lines of kafka-metadata-quorum.sh describe --status, then brokers and replication
-        f"ClusterId:              {result.cluster_id}\n"
-        f"LeaderId:               {result.leader_id}\n"
-        f"LeaderEpoch:            {result.leader_epoch}\n"
-        f"HighWatermark:          {result.high_watermark}\n"
-        f"MaxFollowerLag:         {max_lag}\n"
-        f"MaxFollowerLagTimeMs:   {max_lag_ms}\n"
-        f"CurrentVoters:          {sorted(r.node_id for r in result.replicas if r.is_voter)}\n"
-        f"CurrentObservers:       {sorted(r.node_id for r in result.replicas if not r.is_voter)}\n\n"
-    )
+    sys.stdout.write(status_lines(result))
+    sys.stdout.write("\n")
     sys.stdout.write(
         table(
             ["BrokerId", "Host:Port", "Rack", "State"],
@@ -137,21 +129,43 @@ def status(bootstrap: str = BOOTSTRAP, output: Output = OUTPUT) -> None:
         )
     )
     sys.stdout.write("\n")
-    sys.stdout.write(
-        table(
-            ["NodeId", "LogEndOffset", "Lag", "LastFetchTimestamp", "LastCaughtUpTimestamp", "Status"],
+    sys.stdout.write(replication_table(result))
+
+
+def status_lines(result: ClusterStatus) -> str:
+    """The lines of kafka-metadata-quorum.sh describe --status."""
+    now = int(time.time() * 1000)
+    followers = [r for r in result.replicas if r.is_voter and r.node_id != result.leader_id]
+    max_lag = max((r.lag for r in followers), default=0)
+    max_lag_ms = max((now - r.last_caught_up_ms for r in followers if r.last_caught_up_ms >= 0), default=0)
+    return (
+        f"ClusterId:              {result.cluster_id}\n"
+        f"LeaderId:               {result.leader_id}\n"
+        f"LeaderEpoch:            {result.leader_epoch}\n"
+        f"HighWatermark:          {result.high_watermark}\n"
+        f"MaxFollowerLag:         {max_lag}\n"
+        f"MaxFollowerLagTimeMs:   {max_lag_ms}\n"
+        f"CurrentVoters:          {sorted(r.node_id for r in result.replicas if r.is_voter)}\n"
+        f"CurrentObservers:       {sorted(r.node_id for r in result.replicas if not r.is_voter)}\n"
+    )
+
+
+def replication_table(result: ClusterStatus) -> str:
+    """The table of kafka-metadata-quorum.sh describe --replication."""
+    now = int(time.time() * 1000)
+    return table(
+        ["NodeId", "LogEndOffset", "Lag", "LastFetchTimestamp", "LastCaughtUpTimestamp", "Status"],
+        [
             [
-                [
-                    str(r.node_id),
-                    str(r.log_end_offset),
-                    str(r.lag),
-                    _ago(now, r.last_fetch_ms),
-                    _ago(now, r.last_caught_up_ms),
-                    "Leader" if r.node_id == result.leader_id else ("Follower" if r.is_voter else "Observer"),
-                ]
-                for r in result.replicas
-            ],
-        )
+                str(r.node_id),
+                str(r.log_end_offset),
+                str(r.lag),
+                _ago(now, r.last_fetch_ms),
+                _ago(now, r.last_caught_up_ms),
+                "Leader" if r.node_id == result.leader_id else ("Follower" if r.is_voter else "Observer"),
+            ]
+            for r in result.replicas
+        ],
     )
 
 

@@ -20,6 +20,7 @@ def register() -> None:
         elect,
         features,
         groups,
+        quorum,
         reassign,
         recover,
         replay,

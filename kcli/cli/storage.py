@@ -42,7 +42,23 @@ def format_storage(
         False,
         "--no-initial-controllers",
         "-N",
-        help="Format a controller of a dynamic quorum (controller.quorum.bootstrap.servers) without voters.",
+        help="Used to initialize a server without a dynamic quorum topology (a controller or broker that "
+        "joins a dynamic quorum later).",
+    ),
+    standalone: bool = typer.Option(
+        False,
+        "--standalone",
+        "-s",
+        help="Used to initialize a controller as a single-node dynamic quorum (KIP-853).",
+    ),
+    initial_controllers: str | None = typer.Option(
+        None,
+        "--initial-controllers",
+        "-I",
+        metavar="ID@HOST:PORT:DIRECTORY_ID,...",
+        help="Used to initialize a server with a specific dynamic quorum topology; the same value must be "
+        "used to format all nodes, e.g. 0@c0:9093:JEXY6aqzQY-32P5TStzaFg,1@c1:9093:MvDxzVmcRsaTz33bUuRU6A.",
+        show_default=False,
     ),
     overrides: list[str] = typer.Option(
         [], "--override", metavar="KEY=VALUE", help="Set one broker property; repeatable; wins over --config."
@@ -71,12 +87,29 @@ def format_storage(
     default from 4.1). Nothing is written when a feature level is refused, the configuration is not a
     KRaft one (process.roles), the cluster id is not a base64 UUID, or a directory is already
     formatted (unless --ignore-formatted).
+
+    A dynamic quorum (controller.quorum.bootstrap.servers, KIP-853) starts from --standalone (this
+    controller is the one voter) or --initial-controllers: kraft.version 1, and the metadata log dir
+    gets the bootstrap snapshot __cluster_metadata-0/00000000000000000000-0000000000.checkpoint with the
+    KRaftVersion and Voters records; a voter's metadata dir takes its directory.id from them. Nodes
+    that join later are formatted with --no-initial-controllers.
     """
     from kcli.config import BrokerConfig
     from kcli.features import FeatureError, metadata_version_from_string, parse_feature_argument
     from kcli.storage import StorageError
     from kcli.storage import format_storage as run_format
 
+    given = [
+        name
+        for name, used in (
+            ("--standalone/-s", standalone),
+            ("--no-initial-controllers/-N", no_initial_controllers),
+            ("--initial-controllers/-I", initial_controllers is not None),
+        )
+        if used
+    ]
+    if len(given) > 1:  # one mutually exclusive group in kafka-storage's parser
+        raise StorageError(f"argument {given[1]}: not allowed with argument {given[0]}")
     config = BrokerConfig.load(config_file=config_file, overrides=overrides)
     try:
         release = None if release_version is None else metadata_version_from_string(release_version)
@@ -90,6 +123,8 @@ def format_storage(
         features=features,
         ignore_formatted=ignore_formatted,
         no_initial_controllers=no_initial_controllers,
+        standalone=standalone,
+        initial_controllers=initial_controllers,
         now_ms=int(time.time() * 1000),
     )
     for line in lines:

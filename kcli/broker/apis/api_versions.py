@@ -13,8 +13,9 @@ batches uncompressed without a word (Debian's kcat, librdkafka 2.0.2, did so aga
 
 From v3 the answer also carries the features (KIP-584): the levels this software supports (a feature
 whose minimum is 0 left out below v4, KAFKA-17492, as old clients cannot read it), the finalized
-levels of the metadata image (level 0 left out) and its offset as their epoch, as Kafka's
-ApiVersionManager builds them from the broker's metadata cache.
+levels of the metadata image and the quorum's kraft.version (level 0 left out) with the image's offset
+as their epoch, as Kafka's ApiVersionManager builds them from the broker's metadata cache. kraft.version
+0-1 is what AddRaftVoter asks a new voter for (KIP-853).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from kio.schema.errors import ErrorCode
 from kcli.broker.apis.context import RequestContext
 from kcli.broker.apis.registry import ApiRegistry, ApiSpec
 from kcli.broker.metadata.controller.cluster_control_manager import supported_features
+from kcli.features import KRAFT_VERSION
 from kcli.protocol.messages import build, kio_versions, nested_type, response_type
 
 API_KEY = 18
@@ -59,7 +61,11 @@ async def handle_api_versions(ctx: RequestContext, request: object) -> object:
     features: dict[str, object] = {}
     if version >= 3:
         image = ctx.state.image
-        features = feature_fields(response_cls, image.features, image.offset, alter_v0=version < 4)
+        finalized = dict(image.features)
+        node = ctx.state.node
+        if node is not None:  # KRaftMetadataCache.features: the quorum's kraft.version too
+            finalized[KRAFT_VERSION] = node.raft.kraft_version
+        features = feature_fields(response_cls, finalized, image.offset, alter_v0=version < 4)
     return build(
         response_cls, error_code=ErrorCode.none, api_keys=api_keys, throttle_time=_NO_THROTTLE, **features
     )
@@ -74,7 +80,7 @@ def feature_fields(
     return {
         "supported_features": tuple(
             supported_cls(name=name, min_version=low, max_version=high)
-            for name, low, high in supported_features()
+            for name, low, high in (*supported_features(), (KRAFT_VERSION, 0, 1))
             if not (alter_v0 and low == 0)
         ),
         "finalized_features": tuple(

@@ -38,6 +38,9 @@ UNREGISTER_BROKER = 64
 ALLOCATE_PRODUCER_IDS = 67
 ALTER_PARTITION = 56
 ASSIGN_REPLICAS_TO_DIRS = 73
+ADD_RAFT_VOTER = 80
+REMOVE_RAFT_VOTER = 81
+UPDATE_RAFT_VOTER = 82
 _NO_THROTTLE = datetime.timedelta(0)
 
 
@@ -70,6 +73,27 @@ async def handle_describe_quorum_on_broker(ctx: RequestContext, request: Any) ->
     if ctx.raft.quorum.is_leader or ctx.state.forward_to_controller is None:
         return ctx.raft.describe_quorum(ctx.api_version)
     return await ctx.state.forward_to_controller(request)
+
+
+async def handle_add_raft_voter(ctx: RequestContext, request: Any) -> object:
+    """AddRaftVoter (KIP-853): the Raft leader answers; a broker forwards it to the active controller
+    (Kafka's KafkaApis.forwardToControllerOrFail), which is the Raft leader."""
+    forwarded = await forward_unless_active(ctx, request)
+    if forwarded is not None:
+        return forwarded
+    return await ctx.raft.handle_add_raft_voter(request, ctx.api_version)
+
+
+async def handle_remove_raft_voter(ctx: RequestContext, request: Any) -> object:
+    forwarded = await forward_unless_active(ctx, request)
+    if forwarded is not None:
+        return forwarded
+    return await ctx.raft.handle_remove_raft_voter(request, ctx.api_version)
+
+
+async def handle_update_raft_voter(ctx: RequestContext, request: Any) -> object:
+    """UpdateRaftVoter: a voter announcing its endpoints to the leader (controller listener only)."""
+    return await ctx.raft.handle_update_raft_voter(request, ctx.api_version)
 
 
 async def handle_broker_registration(ctx: RequestContext, request: Any) -> object:
@@ -212,11 +236,16 @@ CONTROLLER_APIS = [
     ApiSpec(UNREGISTER_BROKER, 0, 0, handle_unregister_broker),
     ApiSpec(ALTER_PARTITION, *kio_versions(ALTER_PARTITION), handle_alter_partition),  # type: ignore[misc]
     ApiSpec(ASSIGN_REPLICAS_TO_DIRS, 0, 0, handle_assign_replicas_to_dirs),
+    ApiSpec(ADD_RAFT_VOTER, 0, 1, handle_add_raft_voter),
+    ApiSpec(REMOVE_RAFT_VOTER, 0, 0, handle_remove_raft_voter),
+    ApiSpec(UPDATE_RAFT_VOTER, 0, 0, handle_update_raft_voter),
 ]
 """Served on the controller listener only (with ApiVersions and the admin requests brokers forward)."""
 
 BROKER_APIS = [
     ApiSpec(DESCRIBE_QUORUM, 0, 2, handle_describe_quorum_on_broker),
     ApiSpec(UNREGISTER_BROKER, 0, 0, handle_unregister_broker),
+    ApiSpec(ADD_RAFT_VOTER, 0, 1, handle_add_raft_voter),
+    ApiSpec(REMOVE_RAFT_VOTER, 0, 0, handle_remove_raft_voter),
 ]
 """What a broker listener serves of these: DescribeQuorum and UnregisterBroker, forwarded to the leader."""

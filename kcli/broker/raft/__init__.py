@@ -2,7 +2,13 @@
 
 - `metadata_log`: the partition on disk (Kafka's KafkaMetadataLog)
 - `quorum_state`: this node's Raft state, durable in `quorum-state` (Kafka's QuorumState)
-- `raft_client`: elections, replication by Fetch, the high watermark, listeners (KafkaRaftClient)
+- `raft_client`: elections, replication by Fetch, the high watermark, listeners, and KIP-853's voter
+  changes (KafkaRaftClient)
+- `voter_history`: a dynamic quorum's voter set and kraft.version by offset (VoterSetHistory)
+
+A static quorum (controller.quorum.voters) has its voters from the configuration; a dynamic one
+(controller.quorum.bootstrap.servers, KIP-853) from the KRaftVersion and Voters records of the bootstrap
+snapshot `kcli storage format` wrote, the log and the snapshots.
 """
 
 from __future__ import annotations
@@ -30,12 +36,13 @@ def open_raft_client(config: BrokerConfig, cluster_id: str) -> KafkaRaftClient:
         segment_bytes=int(config["metadata.log.segment.bytes"]),  # type: ignore[call-overload]
         segment_ms=int(config["metadata.log.segment.ms"]),  # type: ignore[call-overload]
     )
-    if config["controller.quorum.bootstrap.servers"] and not config["controller.quorum.voters"]:
-        raise MetadataLogError(
-            "kcli runs static quorums only: set controller.quorum.voters (KIP-595); dynamic quorums "
-            "(controller.quorum.bootstrap.servers, KIP-853) are not implemented yet."
-        )
-    voters = config.quorum_voters or {config.node_id: ("127.0.0.1", 0)}  # no listener: a quorum of one
+    dynamic = bool(config["controller.quorum.bootstrap.servers"]) and not config["controller.quorum.voters"]
+    if dynamic:  # KIP-853: the voters are in the log (and the bootstrap snapshot `kcli storage format` wrote)
+        voters: dict[int, tuple[str, int]] = {}
+    else:
+        voters = config.quorum_voters or {config.node_id: ("127.0.0.1", 0)}  # no listener: a quorum of one
+    names = config["controller.listener.names"] or ["CONTROLLER"]  # type: ignore[index]
+    own = config.advertised_controller_listener
     settings = {key: config[key] for key in RAFT_SETTINGS}
     raft = KafkaRaftClient(
         metadata_log,
@@ -44,6 +51,10 @@ def open_raft_client(config: BrokerConfig, cluster_id: str) -> KafkaRaftClient:
         cluster_id=cluster_id,
         config=RaftConfig.from_values(settings),
         directory_id=metadata_directory_id(config),
+        dynamic=dynamic,
+        listener_name=names[0],  # type: ignore[index]
+        local_listeners={own.name: (own.host, own.port)} if own is not None else None,
+        bootstrap_servers=config.quorum_bootstrap_servers if dynamic else (),
     )
     raft.created_log_dir = created
     return raft

@@ -26,7 +26,7 @@ from pathlib import Path
 from formats.checkpoints import EpochEntry, PartitionMetadata, write_partition_metadata
 from formats.errors import FormatError
 from formats.internal import MetadataRecord, decode_metadata_record
-from formats.records import RecordBatch, RecordSpec, build_batch
+from formats.records import ControlType, RecordBatch, RecordSpec, build_batch, control_type
 from kcli.broker.log import AppendOrigin, Log, LogConfig, LogStorageError, RecordError
 from kcli.config import CLUSTER_METADATA_TOPIC, BrokerConfig
 from kcli.errors import KcliError
@@ -64,6 +64,8 @@ class LoggedBatch:
     records: tuple[tuple[MetadataRecord, int], ...]
     size: int = 0
     """Bytes on disk, which decide when the next snapshot is due."""
+    kraft_records: tuple[tuple[int, ControlType, bytes], ...] = ()
+    """A control batch's KRaftVersion and Voters records (KIP-853) as (offset, type, value)."""
 
 
 @dataclass
@@ -192,7 +194,18 @@ class MetadataLog:
 
 def logged_batch(path: Path, view: memoryview, batch: RecordBatch) -> LoggedBatch:
     records: tuple[tuple[MetadataRecord, int], ...] = ()
-    if not batch.is_control:
+    kraft: list[tuple[int, ControlType, bytes]] = []
+    if batch.is_control:
+        try:
+            for record in batch.records(view):
+                kind = control_type(record.key)
+                if kind in (ControlType.KRAFT_VERSION, ControlType.KRAFT_VOTERS):
+                    kraft.append((record.offset, kind, bytes(record.value or b"")))
+        except FormatError as exc:
+            raise MetadataLogError(
+                f"cannot replay the batch at offset {batch.base_offset} of {path}: {str(exc).rstrip('.')}."
+            ) from None
+    else:
         try:
             records = tuple(
                 (decode_metadata_record(record.value), record.offset) for record in batch.records(view)
@@ -208,6 +221,7 @@ def logged_batch(path: Path, view: memoryview, batch: RecordBatch) -> LoggedBatc
         batch.max_timestamp,
         records,
         batch.size,
+        tuple(kraft),
     )
 
 

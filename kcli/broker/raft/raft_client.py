@@ -36,13 +36,17 @@ from kio.schema.errors import ErrorCode
 from formats.checkpoints import uuid_to_base64
 from formats.errors import FormatError
 from formats.internal import MetadataRecord, decode_metadata_record
-from formats.kraft_snapshot import build_snapshot
+from formats.kraft_snapshot import build_snapshot, read_snapshot
 from formats.records import (
     ControlType,
+    build_kraft_control_batch,
     build_leader_change_batch,
     control_type,
+    kraft_version_value,
+    leader_change_value,
     read_batch,
     read_leader_change,
+    voters_value,
 )
 from formats.segment import StopReason, walk
 from kcli.broker.log import AppendOrigin, LogStorageError, OffsetOutOfRange, RecordError
@@ -56,6 +60,7 @@ from kcli.broker.raft.metadata_log import (
 )
 from kcli.broker.raft.quorum_state import NO_ID, QuorumState, RaftState
 from kcli.broker.raft.snapshots import (
+    BOOTSTRAP_SNAPSHOT,
     SnapshotId,
     delete_snapshot,
     list_snapshots,
@@ -63,9 +68,11 @@ from kcli.broker.raft.snapshots import (
     remove_partial_snapshots,
     write_snapshot,
 )
+from kcli.broker.raft.voter_history import VoterSetHistory
 from kcli.client import NodeConnections
 from kcli.config import CLUSTER_METADATA_TOPIC
 from kcli.protocol.messages import build, nested_type, request_type, response_type
+from kcli.voters import VoterNode, VoterSet
 
 log = logging.getLogger("kcli.broker.raft")
 
@@ -75,6 +82,12 @@ BEGIN_QUORUM_EPOCH = 53
 END_QUORUM_EPOCH = 54
 DESCRIBE_QUORUM = 55
 FETCH_SNAPSHOT = 59
+API_VERSIONS = 18
+ADD_RAFT_VOTER = 80
+REMOVE_RAFT_VOTER = 81
+UPDATE_RAFT_VOTER = 82
+ADD_VOTER_CAUGHT_UP_MS = 3600 * 1000
+"""LeaderState.isReplicaCaughtUp: a new voter has caught up once and fetched within the last hour."""
 FETCH_SNAPSHOT_VERSION = 1
 FETCH_MAX_WAIT_MS = 500  # KafkaRaftClient's fetch max wait
 MAX_EPOCH = 2**31 - 1 - 2**20
@@ -199,9 +212,23 @@ class LeaderState:
     def progress(self, replica_id: int) -> ReplicaProgress | None:
         return self.voters.get(replica_id) or self.observers.get(replica_id)
 
+    def set_voters(self, voter_ids: frozenset[int]) -> None:
+        """A new voter set (KIP-853), committed or not: replicas move between voters and observers with
+        their progress (Kafka's LeaderState.updateVoterAndObserverStates)."""
+        for replica_id in [v for v in self.voters if v not in voter_ids]:
+            progress = self.voters.pop(replica_id)
+            if replica_id != self.node_id:
+                self.observers[replica_id] = progress
+        for replica_id in voter_ids:
+            if replica_id not in self.voters:
+                self.voters[replica_id] = self.observers.pop(replica_id, None) or ReplicaProgress()
+        self.acknowledged &= set(voter_ids) | {self.node_id}
+
     def _maybe_update_high_watermark(self) -> bool:
         """The end offset of the voter at index voters/2 when sorted high to low, once past the epoch start."""
         ends = sorted((p.end_offset for p in self.voters.values()), reverse=True)
+        if not ends:
+            return False
         candidate = ends[len(ends) // 2]
         if candidate > self.epoch_start_offset and candidate > self.high_watermark:
             self.high_watermark = candidate
@@ -221,13 +248,34 @@ class KafkaRaftClient:
         cluster_id: str,
         config: RaftConfig | None = None,
         directory_id: uuid.UUID | None = None,
+        dynamic: bool = False,
+        listener_name: str = "CONTROLLER",
+        local_listeners: dict[str, tuple[str, int]] | None = None,
+        bootstrap_servers: Sequence[tuple[str, int]] = (),
     ) -> None:
         self.log = metadata_log
         self.node_id = node_id
         self.directory_id = directory_id
         """The metadata log dir's directory.id (meta.properties): this process's half of its replica key
         (KIP-853), sent with its Fetch, FetchSnapshot and Vote requests; None when the dir has none."""
-        self.voter_addresses = dict(voters)
+        self.dynamic = dynamic
+        """A dynamic quorum (KIP-853, controller.quorum.bootstrap.servers): the voters come from the
+        KRaftVersion and Voters records of the log and snapshots, by offset. Else the static
+        `voters` (controller.quorum.voters), exactly as before KIP-853."""
+        self.listener_name = listener_name
+        self.local_listeners = dict(local_listeners or {})
+        """This node's controller endpoints as the voters reach it ({listener name: (host, port)})."""
+        self.history = VoterSetHistory(None if dynamic else VoterSet.static(voters, listener_name))
+        self.voter_addresses: dict[int, tuple[str, int]] = {} if dynamic else dict(voters)
+        self.bootstrap_servers = list(bootstrap_servers)
+        """controller.quorum.bootstrap.servers: asked, as ids -2, -3, ..., for the leader (Kafka's
+        QuorumConfig gives bootstrap servers such negative ids)."""
+        self._endpoints: dict[int, tuple[str, int]] = {}
+        """Leaders' endpoints learned from answers (NodeEndpoints) and BeginQuorumEpoch."""
+        self._voter_change: tuple[int, asyncio.Future[None]] | None = None
+        self._voter_updated_epoch = -1
+        """The leader's one voter change in flight (KIP-853): the offset of its Voters record, and
+        what completes when the high watermark passes it."""
         self.cluster_id = cluster_id
         self.config = config or RaftConfig()
         self.quorum = QuorumState(metadata_log.directory, node_id, frozenset(voters))
@@ -280,13 +328,19 @@ class KafkaRaftClient:
         snapshots = list_snapshots(directory)
         self.latest_snapshot = snapshot = snapshots[-1] if snapshots else None
         start = 0
+        if self.dynamic and snapshot is None:
+            self._load_kraft_records(BOOTSTRAP_SNAPSHOT)
         if snapshot is not None:
             if self.log.next_offset < snapshot.end_offset:  # the log lost what the snapshot holds
                 self.log.log.truncate_fully_and_start_at(snapshot.end_offset)
             start = snapshot.end_offset
             self._load_snapshot(snapshot)
         self.log.update_high_watermark(0)  # learned again from the quorum, never trusted from disk
-        self._uncommitted.extend(self.log.batches(start))
+        for batch in self.log.batches(start):
+            self._uncommitted.append(batch)
+            if self.dynamic and batch.kraft_records:
+                self.history.apply(batch.kraft_records)
+        self._voters_changed()
         last_epoch = self._last_offset_and_epoch()[1]
         self.quorum.initialize(last_epoch)
         if self.quorum.is_voter and self.is_only_voter and self.quorum.state is not RaftState.CANDIDATE:
@@ -329,6 +383,139 @@ class KafkaRaftClient:
             await asyncio.gather(self._flushing, return_exceptions=True)
         self._fail_commit_waiters()
         await self._peers.close()
+
+    # --- the voter set (KIP-853) ---------------------------------------------------------------------
+
+    @property
+    def kraft_version(self) -> int:
+        return self.history.kraft_version
+
+    @property
+    def voter_set(self) -> VoterSet | None:
+        """The latest voter set, committed or not."""
+        return self.history.last_voter_set()
+
+    def local_voter_node(self) -> VoterNode:
+        """This replica as a voter: its key, its controller endpoints, the kraft.version range it supports."""
+        return VoterNode(self.node_id, self.directory_id, dict(self.local_listeners), 0, 1)
+
+    def address_of(self, node_id: int) -> tuple[str, int] | None:
+        """Where to reach `node_id`: a voter's endpoint, a leader's from an answer, a bootstrap server."""
+        address = self.voter_addresses.get(node_id)
+        if address is None and self.dynamic:
+            address = self._endpoints.get(node_id)
+            if address is None and node_id <= -2 and -2 - node_id < len(self.bootstrap_servers):
+                address = self.bootstrap_servers[-2 - node_id]
+        return address
+
+    def _voters_changed(self) -> None:
+        """Take the latest voter set of the history into the quorum: who votes, where they listen, and
+        the leader's quorum math (Kafka counts an uncommitted voter set at once)."""
+        if not self.dynamic:
+            return
+        voters = self.history.last_voter_set()
+        ids = set(voters.ids) if voters is not None else set()
+        if (
+            voters is not None
+            and self.node_id in ids
+            and not voters.is_voter(self.node_id, self.directory_id)
+        ):
+            ids.discard(self.node_id)  # this id votes with another directory: not this replica
+        addresses = voters.addresses(self.listener_name) if voters is not None else {}
+        self.voter_addresses = {i: addresses.get(i, self._endpoints.get(i, ("", 0))) for i in sorted(ids)}
+        self.quorum.voters = frozenset(ids)
+        if self.leader_state is not None:
+            self.leader_state.set_voters(frozenset(ids))
+
+    def _load_kraft_records(self, snapshot_id: SnapshotId) -> None:
+        """The KRaftVersion and Voters records of a snapshot, at its end offset - 1 (the bootstrap
+        snapshot's at -1); nothing when there is no such file."""
+        path = self.log.directory / snapshot_id.file_name
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise MetadataLogError(f"cannot read {path}: {(exc.strerror or str(exc)).lower()}.") from None
+        try:
+            control = read_snapshot(data).control_records
+            self.history.apply(control, at=snapshot_id.end_offset - 1)
+        except (FormatError, ValueError) as exc:
+            raise MetadataLogError(f"cannot read {path}: {str(exc).rstrip('.')}.") from None
+
+    def _start_of_epoch_kraft_records(self) -> list[tuple[ControlType, bytes]]:
+        """LeaderState.appendStartOfEpochControlRecords: with kraft.version 1, KRaftVersion and Voters
+        after the LeaderChange when the voter set is not in the log yet (only in the bootstrap
+        snapshot) or this leader's endpoints differ from its entry."""
+        voters, entry = self.history.last_voter_set(), self.history.last_entry()
+        if self.kraft_version < 1 or voters is None or entry is None:
+            return []
+        local = self.local_voter_node()
+        own = voters.voters.get(self.node_id)
+        needs_update = own is not None and bool(local.listeners) and dict(own.listeners) != local.listeners
+        if entry[0] >= 0 and not needs_update:
+            return []
+        updated = (voters.update_voter(local) if needs_update else None) or voters
+        return [
+            (ControlType.KRAFT_VERSION, kraft_version_value(self.kraft_version)),
+            (ControlType.KRAFT_VOTERS, voters_value(updated.to_records())),
+        ]
+
+    def append_voters(self, voters: VoterSet, *, now_ms: int) -> int:
+        """LeaderState.appendVotersRecord: a control batch with a Voters record in this leader's epoch;
+        the new set counts at once. Returns the record's offset."""
+        if not self.quorum.is_leader or self._shutting_down:
+            raise NotLeaderError(f"node {self.node_id} is not the leader of epoch {self.epoch}")
+        offset = self.log.next_offset
+        value = voters_value(voters.to_records())
+        batch = build_kraft_control_batch(
+            [(ControlType.KRAFT_VOTERS, value)],
+            base_offset=offset,
+            partition_leader_epoch=self.epoch,
+            timestamp=now_ms,
+        )
+        try:
+            self.log.log.append_as_leader(
+                batch, leader_epoch=self.epoch, now_ms=now_ms, origin=AppendOrigin.RAFT_LEADER
+            )
+        except (OSError, LogStorageError, RecordError) as exc:
+            raise MetadataLogError(f"cannot append to the metadata log: {exc}") from None
+        records = ((offset, ControlType.KRAFT_VOTERS, value),)
+        self._uncommitted.append(LoggedBatch(offset, offset, self.epoch, now_ms, (), 0, records))
+        self.history.apply(records)
+        self._voters_changed()
+        self._on_leader_append()
+        return offset
+
+    def _note_endpoints(self, endpoints: Any) -> None:
+        """Leaders' endpoints an answer carries (NodeEndpoints, v16+ Fetch and the other KRaft RPCs)."""
+        for endpoint in endpoints or ():
+            self._endpoints[endpoint.node_id] = (endpoint.host, endpoint.port)
+
+    def _leader_endpoints_field(self, cls: type) -> tuple[Any, ...]:
+        """BeginQuorumEpoch / EndQuorumEpoch v1 LeaderEndpoints: this leader's listeners (dynamic only)."""
+        if not self.dynamic:
+            return ()
+        endpoint_cls = nested_type(cls, "LeaderEndpoint")
+        return tuple(
+            build(endpoint_cls, name=name, host=host, port=port)
+            for name, (host, port) in self.local_listeners.items()
+        )
+
+    def _local_address(self) -> tuple[str, int] | None:
+        return self.local_listeners.get(self.listener_name) or self.voter_addresses.get(self.node_id)
+
+    def _leader_node_endpoints(self, cls: type) -> tuple[Any, ...]:
+        """This leader's endpoint for an answer's NodeEndpoints (dynamic quorums only: static voters
+        know each other from controller.quorum.voters)."""
+        address = self._local_address() if self.dynamic and self.quorum.is_leader else None
+        if address is None:
+            return ()
+        try:
+            endpoint_cls = nested_type(cls, "NodeEndpoint")
+        except (AttributeError, KeyError, LookupError):
+            return ()
+        return (build(endpoint_cls, node_id=self.node_id, host=address[0], port=address[1], rack=None),)
 
     # --- the leader's API --------------------------------------------------------------------------
 
@@ -412,6 +599,9 @@ class KafkaRaftClient:
         if self.quorum.state is not RaftState.LEADER:
             self.leader_state = None
             self._fail_commit_waiters()
+            change, self._voter_change = self._voter_change, None
+            if change is not None and not change[1].done():
+                change[1].set_exception(NotLeaderError(f"epoch {self.epoch} ended before the voter change"))
             self._fire_leader_change(leader)
 
     def _reset_election_timer(self, backoff_ms: float | None = None) -> None:
@@ -433,9 +623,13 @@ class KafkaRaftClient:
         self._changed.set()
 
     async def _discover_leader(self) -> None:
-        """An observer without a leader asks the voters in turn; any answer names the leader."""
-        for voter_id in self._rng.sample(sorted(self.voter_addresses), len(self.voter_addresses)):
-            await self._fetch_from(voter_id)
+        """An observer without a leader asks the voters in turn (a dynamic quorum: the bootstrap servers,
+        in random order, as Kafka's RequestManager picks them); any answer names the leader."""
+        targets = sorted(self.voter_addresses)
+        if self.dynamic and self.bootstrap_servers:
+            targets = [-2 - i for i in range(len(self.bootstrap_servers))]
+        for node_id in self._rng.sample(targets, len(targets)):
+            await self._fetch_from(node_id)
             if self.quorum.state is RaftState.FOLLOWER:
                 return
         await self._wait_changed(self.config.retry_backoff_ms / 1000 * 10)
@@ -567,21 +761,36 @@ class KafkaRaftClient:
         voters = {voter_id: ReplicaProgress() for voter_id in self.voter_addresses}
         self.leader_state = LeaderState(self.node_id, self.epoch, start, voters, frozenset({self.node_id}))
         self.leader_state.acknowledged.add(self.node_id)
-        batch = build_leader_change_batch(
-            self.node_id,
-            sorted(self.voter_addresses),
-            sorted(self.voter_addresses) if self.is_only_voter else [self.node_id],
-            base_offset=start,
-            leader_epoch=self.epoch,
-            timestamp=now_ms,
-        )
+        granting = sorted(self.voter_addresses) if self.is_only_voter else [self.node_id]
+        kraft = self._start_of_epoch_kraft_records() if self.dynamic else []
+        if kraft:
+            value = leader_change_value(self.node_id, sorted(self.voter_addresses), granting)
+            batch = build_kraft_control_batch(
+                [(ControlType.LEADER_CHANGE, value), *kraft],
+                base_offset=start,
+                partition_leader_epoch=self.epoch,
+                timestamp=now_ms,
+            )
+        else:
+            batch = build_leader_change_batch(
+                self.node_id,
+                sorted(self.voter_addresses),
+                granting,
+                base_offset=start,
+                leader_epoch=self.epoch,
+                timestamp=now_ms,
+            )
         try:
             self.log.log.append_as_leader(
                 batch, leader_epoch=self.epoch, now_ms=now_ms, origin=AppendOrigin.RAFT_LEADER
             )
         except (OSError, LogStorageError, RecordError) as exc:
             raise MetadataLogError(f"cannot append to the metadata log: {exc}") from None
-        self._uncommitted.append(LoggedBatch(start, start, self.epoch, now_ms, ()))
+        records = tuple((start + 1 + i, kind, value) for i, (kind, value) in enumerate(kraft))
+        self._uncommitted.append(LoggedBatch(start, start + len(kraft), self.epoch, now_ms, (), 0, records))
+        if records:
+            self.history.apply(records)
+            self._voters_changed()
         log.info("raft: node %d is the leader of epoch %d from offset %d", self.node_id, self.epoch, start)
         self._transitioned()
         self._on_leader_append()
@@ -623,7 +832,11 @@ class KafkaRaftClient:
         }
         cls = request_type(BEGIN_QUORUM_EPOCH, QUORUM_EPOCH_VERSION)
         request = _single_partition(
-            cls, partition, cluster_id=self.cluster_id, voter_id=voter_id, leader_endpoints=()
+            cls,
+            partition,
+            cluster_id=self.cluster_id,
+            voter_id=voter_id,
+            leader_endpoints=self._leader_endpoints_field(cls),
         )
         response = await self._send(voter_id, request)
         if response is None:
@@ -652,7 +865,9 @@ class KafkaRaftClient:
                 candidate_cls(candidate_id=v, candidate_directory_id=_ZERO_UUID) for v in preferred
             ),
         }
-        request = _single_partition(cls, partition, cluster_id=self.cluster_id, leader_endpoints=())
+        request = _single_partition(
+            cls, partition, cluster_id=self.cluster_id, leader_endpoints=self._leader_endpoints_field(cls)
+        )
         await asyncio.gather(
             *(self._send(v, request, timeout=timeout) for v in others), return_exceptions=True
         )
@@ -710,6 +925,8 @@ class KafkaRaftClient:
                 deadline = time.monotonic() + self.config.fetch_timeout_ms / 1000
                 self._election_deadline = 0.0
                 self._fetched_from_leader = True
+                if self.dynamic and self.quorum.is_voter and self._voter_updated_epoch != self.epoch:
+                    asyncio.ensure_future(self._maybe_update_voter(leader_id))
             elif self.quorum.state is RaftState.FOLLOWER and self.epoch == epoch:
                 left = max(deadline, self._election_deadline) - time.monotonic()
                 await self._wait_changed(min(self.config.retry_backoff_ms / 1000 * 5, max(left, 0.0)))
@@ -752,6 +969,8 @@ class KafkaRaftClient:
         response = await self._send(node_id, request, timeout=timeout)
         if response is None:
             return False
+        if self.dynamic:
+            self._note_endpoints(getattr(response, "node_endpoints", ()))
         partition = _only_partition(response, "responses")
         if partition is None:
             return False
@@ -787,6 +1006,10 @@ class KafkaRaftClient:
             raise MetadataLogError(
                 f"cannot read snapshot {snapshot_id.file_name} in {self.log.directory}: {str(exc).rstrip('.')}."
             ) from None
+        if self.dynamic:
+            self.history.clear()
+            self._load_kraft_records(snapshot_id)
+            self._voters_changed()
         log.info("raft: loading snapshot %s (%d records)", snapshot_id.file_name, len(records))
         for listener in self._listeners:
             listener.handle_load_snapshot(snapshot_id, records)
@@ -800,11 +1023,27 @@ class KafkaRaftClient:
             return False
         if snapshot_id.end_offset > self.high_watermark:
             raise ValueError(f"snapshot {snapshot_id} is past the high watermark {self.high_watermark}")
+        kraft: list[tuple[ControlType, bytes]] = []
+        voters = self.history.voter_set_at(snapshot_id.end_offset - 1)
+        if (
+            self.dynamic
+            and voters is not None
+            and self.history.kraft_version_at(snapshot_id.end_offset - 1) >= 1
+        ):
+            # KafkaRaftClient.createSnapshot: the kraft.version and voter set as of the snapshot
+            kraft = [
+                (
+                    ControlType.KRAFT_VERSION,
+                    kraft_version_value(self.history.kraft_version_at(snapshot_id.end_offset - 1)),
+                ),
+                (ControlType.KRAFT_VOTERS, voters_value(voters.to_records())),
+            ]
         data = build_snapshot(
             values,
             timestamp=_now_ms(),
             last_contained_log_timestamp=last_contained_timestamp,
             epoch=snapshot_id.epoch,
+            kraft_records=kraft,
         )
         await asyncio.to_thread(write_snapshot, self.log.directory, snapshot_id, data)
         if self.latest_snapshot is None or snapshot_id > self.latest_snapshot:
@@ -967,6 +1206,8 @@ class KafkaRaftClient:
             log.warning("raft: truncated the metadata log to %d, diverging at epoch %d", target, epoch)
         while self._uncommitted and self._uncommitted[-1].base_offset >= target:
             self._uncommitted.pop()
+        if self.dynamic and self.history.truncate_new_entries(target):
+            self._voters_changed()
 
     async def _append_as_follower(self, records: bytes) -> None:
         try:
@@ -977,11 +1218,17 @@ class KafkaRaftClient:
         result = walk(view, 0, len(view), check_crc=False)
         if result.reason is not StopReason.END:
             log.warning("raft: fetched records end in a partial batch")
+        changed = False
         for batch in result.batches:
             header = read_batch(view, batch.position)
-            if header.is_control and self.quorum.is_voter:
+            if header.is_control and self.quorum.is_voter and not self.dynamic:
                 self._check_leader_change(view, header)
-            self._uncommitted.append(logged_batch(self.log.directory, view, header))
+            logged = logged_batch(self.log.directory, view, header)
+            self._uncommitted.append(logged)
+            if self.dynamic and logged.kraft_records:
+                changed = self.history.apply(logged.kraft_records) or changed
+        if changed:
+            self._voters_changed()
         if self.quorum.is_voter:
             await asyncio.to_thread(self.log.log.flush)
 
@@ -1014,6 +1261,20 @@ class KafkaRaftClient:
         if state is not None and self.high_watermark > state.epoch_start_offset:
             self._caught_up.set()
             self._fire_leader_change(self.leader)
+        change = self._voter_change
+        if change is not None and self.high_watermark > change[0]:
+            self._voter_change = None
+            if not change[1].done():
+                change[1].set_result(None)
+            if self.dynamic and self.quorum.is_leader and self.node_id not in self.quorum.voters:
+                # RemoveVoterHandler.highWatermarkUpdated: not in the committed voter set, resign
+                log.info("raft: leader %d is not in the committed voter set; resigning", self.node_id)
+                self.quorum.become_resigned()
+                self._reset_election_timer()
+                self._transitioned()
+                asyncio.ensure_future(
+                    self._send_end_quorum_epoch(timeout=self.config.request_timeout_ms / 1000)
+                )
         waiters_event, self._appended = self._appended, asyncio.Event()
         waiters_event.set()
 
@@ -1034,7 +1295,7 @@ class KafkaRaftClient:
 
     def _handle_epoch_info(self, error: ErrorCode, leader_id: int, leader_epoch: int) -> bool:
         """Kafka's maybeHandleCommonResponse: True when the answer moved this node to another epoch."""
-        if leader_id not in self.voter_addresses:
+        if leader_id not in self.voter_addresses and (not self.dynamic or self.address_of(leader_id) is None):
             leader_id = NO_ID  # a leader this node cannot reach is no leader (disagreeing voter lists)
         if leader_epoch > MAX_EPOCH:
             log.warning("raft: ignoring an answer in epoch %d, beyond %d", leader_epoch, MAX_EPOCH)
@@ -1155,7 +1416,15 @@ class KafkaRaftClient:
         error = self._check_cluster_id(request.cluster_id)
         if error is ErrorCode.none and (partition is None or _beyond_max_epoch(partition.leader_epoch)):
             error = ErrorCode.invalid_request
-        if error is ErrorCode.none and partition.leader_id not in self.voter_addresses:
+        if error is ErrorCode.none and self.dynamic:
+            for endpoint in getattr(request, "leader_endpoints", ()) or ():
+                if endpoint.name == self.listener_name:
+                    self._endpoints[partition.leader_id] = (endpoint.host, endpoint.port)
+        if (
+            error is ErrorCode.none
+            and partition.leader_id not in self.voter_addresses
+            and (not self.dynamic or self.address_of(partition.leader_id) is None)
+        ):
             log.error(
                 "raft: node %d claims the leadership of epoch %d but is not in controller.quorum.voters %s: "
                 "the voter lists of the nodes disagree",
@@ -1333,6 +1602,267 @@ class KafkaRaftClient:
             progress.high_watermark_sent = self.high_watermark
         return self._fetch_response(cls, ErrorCode.none, records=records)
 
+    # --- voter changes (KIP-853): AddRaftVoter, RemoveRaftVoter, UpdateRaftVoter on the leader -------
+
+    def _voter_change_refusal(self, what: str) -> tuple[ErrorCode, str | None] | None:
+        """The checks every voter change passes first on the leader (Kafka's Add/Remove/UpdateVoterHandler,
+        in their order); None when it may go on."""
+        error = self._check_fetch_epoch(self.epoch)
+        if error is not ErrorCode.none:
+            return error, None
+        state = self.leader_state
+        if self._voter_change is not None:
+            return ErrorCode.request_timed_out, (
+                "Request timed out waiting for leader to handle previous voter change request"
+            )
+        if state is None or state.high_watermark < 0:
+            return ErrorCode.request_timed_out, (
+                "Request timed out waiting for leader to establish HWM and fence previous voter changes"
+            )
+        if self.kraft_version < 1:
+            return ErrorCode.unsupported_version, (
+                f"Cluster doesn't support {what} voter because the kraft.version feature is {self.kraft_version}"
+            )
+        entry = self.history.last_entry()
+        if entry is None or entry[0] >= self.high_watermark:
+            return ErrorCode.request_timed_out, (
+                "Request timed out waiting for voters to commit the latest voter change at "
+                f"{f'Optional[{entry[0]}]' if entry else 'Optional.empty'} with HWM {self.high_watermark}"
+            )
+        return None
+
+    def _cluster_id_refusal(self, cluster_id: str | None) -> str | None:
+        if self._check_cluster_id(cluster_id) is ErrorCode.none:
+            return None
+        return f'The given id "{cluster_id}" doesn\'t match the cluster id "{self.cluster_id}"'
+
+    async def _wait_voter_change(self, offset: int, timeout: float) -> tuple[ErrorCode, str | None]:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._voter_change = (offset, future)
+        if self.high_watermark > offset:  # a quorum of one commits on its own flush
+            self._voter_change = None
+            return ErrorCode.none, None
+        try:
+            await asyncio.wait_for(asyncio.shield(future), timeout)
+        except TimeoutError:
+            return (
+                ErrorCode.request_timed_out,
+                f"Timed out waiting for the voter change at {offset} to commit",
+            )
+        except NotLeaderError:
+            return ErrorCode.not_leader_or_follower, None
+        return ErrorCode.none, None
+
+    async def handle_add_raft_voter(self, request: Any, version: int) -> Any:
+        """AddRaftVoter (80) on the leader: the new voter (an observer that has caught up) joins the
+        latest committed voter set in a new Voters record; answered once that is committed."""
+        cls = response_type(ADD_RAFT_VOTER, version)
+
+        def answer(error: ErrorCode, message: str | None = None) -> Any:
+            return build(cls, throttle_time=_NO_THROTTLE, error_code=error, error_message=message)
+
+        message = self._cluster_id_refusal(request.cluster_id)
+        if message is not None:
+            return answer(ErrorCode.inconsistent_cluster_id, message)
+        error = self._check_fetch_epoch(self.epoch)
+        if error is not ErrorCode.none:
+            return answer(error)
+        directory_id = _known(request.voter_directory_id)
+        if request.voter_id < 0 or directory_id is None:
+            return answer(ErrorCode.invalid_request, "Add voter request didn't include a valid voter")
+        listeners = {item.name: (item.host, item.port) for item in request.listeners}
+        address = listeners.get(self.listener_name)
+        if address is None:
+            return answer(
+                ErrorCode.invalid_request,
+                f"Add voter request didn't include the endpoint ({_endpoints_text(listeners)}) for the default "
+                f"listener {self.listener_name}",
+            )
+        refusal = self._voter_change_refusal("adding")
+        if refusal is not None:
+            return answer(*refusal)
+        entry = self.history.last_entry()
+        assert entry is not None
+        voters = entry[1]
+        key = VoterNode(request.voter_id, directory_id).key_text
+        if request.voter_id in voters.ids:
+            return answer(
+                ErrorCode.duplicate_voter,
+                f"The voter id for {key} is already part of the set of voters {voters.key_texts()}.",
+            )
+        supported = await self._kraft_version_range(request.voter_id, address)
+        refusal = self._voter_change_refusal("adding")  # the world may have moved while asking
+        if refusal is not None:
+            return answer(*refusal)
+        if supported is None:
+            return answer(ErrorCode.request_timed_out, f"New voter {key} is not ready to receive requests")
+        low, high = supported
+        if not low <= self.kraft_version <= high:
+            return answer(
+                ErrorCode.invalid_request,
+                f"Aborted add voter operation for {key} since the kraft.version range (min: {low}, max: "
+                f"{high} doesn't support the finalized version {self.kraft_version}",
+            )
+        if not self._caught_up_observer(request.voter_id, directory_id):
+            log.info("raft: not adding voter %s: it is lagging behind", key)
+            return answer(
+                ErrorCode.request_timed_out,
+                f"Aborted add voter operation for {key} since it is lagging behind",
+            )
+        added = voters.add_voter(VoterNode(request.voter_id, directory_id, listeners, low, high))
+        assert added is not None
+        offset = self.append_voters(added, now_ms=_now_ms())
+        log.info("raft: adding voter %s at offset %d", key, offset)
+        if not getattr(request, "ack_when_committed", True):
+            self._voter_change = (offset, asyncio.get_running_loop().create_future())
+            return answer(ErrorCode.none)
+        timeout = request.timeout.total_seconds() if request.timeout.total_seconds() > 0 else 30.0
+        return answer(*await self._wait_voter_change(offset, timeout))
+
+    async def handle_remove_raft_voter(self, request: Any, version: int) -> Any:
+        """RemoveRaftVoter (81) on the leader: a Voters record without that replica key; a leader that
+        removed itself resigns once it is committed."""
+        cls = response_type(REMOVE_RAFT_VOTER, version)
+
+        def answer(error: ErrorCode, message: str | None = None) -> Any:
+            return build(cls, throttle_time=_NO_THROTTLE, error_code=error, error_message=message)
+
+        message = self._cluster_id_refusal(request.cluster_id)
+        if message is not None:
+            return answer(ErrorCode.inconsistent_cluster_id, message)
+        error = self._check_fetch_epoch(self.epoch)
+        if error is not ErrorCode.none:
+            return answer(error)
+        directory_id = _known(request.voter_directory_id)
+        if request.voter_id < 0 or directory_id is None:
+            return answer(ErrorCode.invalid_request, "Remove voter request didn't include a valid voter")
+        refusal = self._voter_change_refusal("removing")
+        if refusal is not None:
+            return answer(*refusal)
+        entry = self.history.last_entry()
+        assert entry is not None
+        removed = entry[1].remove_voter(request.voter_id, directory_id)
+        key = VoterNode(request.voter_id, directory_id).key_text
+        if removed is None:
+            return answer(
+                ErrorCode.voter_not_found,
+                f"Cannot remove voter {key} from the set of voters {entry[1].key_texts()}",
+            )
+        offset = self.append_voters(removed, now_ms=_now_ms())
+        log.info("raft: removing voter %s at offset %d", key, offset)
+        return answer(*await self._wait_voter_change(offset, self.config.request_timeout_ms / 1000))
+
+    async def handle_update_raft_voter(self, request: Any, version: int) -> Any:
+        """UpdateRaftVoter (82) on the leader: a voter's new endpoints and kraft.version range."""
+        cls = response_type(UPDATE_RAFT_VOTER, version)
+        leader_cls = nested_type(cls, "CurrentLeader")
+
+        def answer(error: ErrorCode) -> Any:
+            address = self._local_address() if self.quorum.is_leader else None
+            leader = leader_cls(
+                leader_id=self.quorum.leader_id,
+                leader_epoch=self.epoch,
+                host=address[0] if address else "",
+                port=address[1] if address else -1,
+            )
+            return build(cls, throttle_time=_NO_THROTTLE, error_code=error, current_leader=leader)
+
+        if self._cluster_id_refusal(request.cluster_id) is not None:
+            return answer(ErrorCode.inconsistent_cluster_id)
+        error = self._check_fetch_epoch(request.current_leader_epoch)
+        if error is not ErrorCode.none:
+            return answer(error)
+        directory_id = _known(request.voter_directory_id)
+        if request.voter_id < 0 or directory_id is None:
+            return answer(ErrorCode.invalid_request)
+        refusal = self._voter_change_refusal("updating")
+        if refusal is not None:
+            return answer(refusal[0])
+        feature = request.k_raft_version_feature
+        if not feature.min_supported_version <= self.kraft_version <= feature.max_supported_version:
+            return answer(ErrorCode.invalid_request)
+        listeners = {item.name: (item.host, item.port) for item in request.listeners}
+        if self.listener_name not in listeners:
+            return answer(ErrorCode.invalid_request)
+        entry = self.history.last_entry()
+        assert entry is not None
+        node = VoterNode(
+            request.voter_id,
+            directory_id,
+            listeners,
+            feature.min_supported_version,
+            feature.max_supported_version,
+        )
+        updated = entry[1].update_voter(node)
+        if updated is None:
+            return answer(ErrorCode.voter_not_found)
+        if updated != entry[1]:
+            self.append_voters(updated, now_ms=_now_ms())
+            log.info("raft: updated voter %s: %s", node.key_text, _endpoints_text(listeners))
+        return answer(ErrorCode.none)
+
+    async def _kraft_version_range(self, node_id: int, address: tuple[str, int]) -> tuple[int, int] | None:
+        """ApiVersions to a would-be voter: the kraft.version range it supports ((0, 0) when it names
+        none), None when it cannot be reached. v4: below it a feature whose minimum is 0 is left out
+        (KAFKA-17492), and kraft.version's minimum is 0."""
+        cls = request_type(API_VERSIONS, 4)
+        request = build(cls, client_software_name="kcli", client_software_version="1")
+        timeout = self.config.request_timeout_ms / 1000
+        response = await self._peers.send(-1000 - node_id, address, request, timeout=timeout)
+        if response is None or response.error_code is not ErrorCode.none:
+            return None
+        for feature in getattr(response, "supported_features", ()) or ():
+            if feature.name == "kraft.version":
+                return feature.min_version, feature.max_version
+        return 0, 0
+
+    def _caught_up_observer(self, node_id: int, directory_id: uuid.UUID) -> bool:
+        """LeaderState.isReplicaCaughtUp: an observer with that replica key that has caught up once and
+        fetched within the last hour."""
+        state = self.leader_state
+        progress = state.observers.get(node_id) if state is not None else None
+        fetched_as = self._live_directories.get(node_id, (None,))[0]
+        if progress is None or fetched_as not in (None, directory_id):
+            return False
+        return (
+            progress.last_caught_up_ms > 0
+            and progress.last_fetch_ms > 0
+            and progress.last_fetch_ms > _now_ms() - ADD_VOTER_CAUGHT_UP_MS
+        )
+
+    async def _maybe_update_voter(self, leader_id: int) -> None:
+        """Kafka 4's voters announce their own endpoints: a voter whose entry in the voter set differs
+        from its listeners sends UpdateRaftVoter to the leader (once per epoch)."""
+        voters = self.history.last_voter_set()
+        own = voters.voters.get(self.node_id) if voters is not None else None
+        if (
+            not self.dynamic
+            or self.kraft_version < 1
+            or own is None
+            or own.directory_id != self.directory_id
+            or not self.local_listeners
+            or dict(own.listeners) == self.local_listeners
+            or self._voter_updated_epoch == self.epoch
+        ):
+            return
+        self._voter_updated_epoch = self.epoch
+        cls = request_type(UPDATE_RAFT_VOTER, 0)
+        listener_cls, feature_cls = nested_type(cls, "Listener"), nested_type(cls, "KRaftVersionFeature")
+        request = build(
+            cls,
+            cluster_id=self.cluster_id,
+            current_leader_epoch=self.epoch,
+            voter_id=self.node_id,
+            voter_directory_id=self._own_directory,
+            listeners=tuple(
+                listener_cls(name=n, host=h, port=p) for n, (h, p) in self.local_listeners.items()
+            ),
+            k_raft_version_feature=feature_cls(min_supported_version=0, max_supported_version=1),
+        )
+        response = await self._send(leader_id, request)
+        if response is not None:
+            log.info("raft: UpdateRaftVoter to leader %d: %s", leader_id, response.error_code.name)
+
     def _check_fetch_epoch(self, requested: int) -> ErrorCode:
         if requested < self.epoch:
             return ErrorCode.fenced_leader_epoch
@@ -1391,7 +1921,7 @@ class KafkaRaftClient:
             topic_key=("topic_id", CLUSTER_METADATA_TOPIC_ID),
             throttle_time=_NO_THROTTLE,
             error_code=ErrorCode.none,
-            node_endpoints=(),
+            node_endpoints=self._leader_node_endpoints(cls),
         )
 
     def describe_quorum(self, version: int) -> Any:
@@ -1406,6 +1936,9 @@ class KafkaRaftClient:
             directory_id = (
                 self.directory_id if is_self else self._live_directories.get(replica_id, (None,))[0]
             )
+            voters = self.history.last_voter_set() if self.dynamic else None
+            if voters is not None and replica_id in voters.voters and not is_self:
+                directory_id = voters.voters[replica_id].directory_id or directory_id
             return build(
                 replica_cls,
                 replica_id=replica_id,
@@ -1433,10 +1966,23 @@ class KafkaRaftClient:
         nodes = ()
         if version >= 2:
             node_cls, listener_cls = nested_type(cls, "Node"), nested_type(cls, "Listener")
-            nodes = tuple(
-                node_cls(node_id=v, listeners=(listener_cls(name="CONTROLLER", host=host, port=port),))
-                for v, (host, port) in sorted(self.voter_addresses.items())
-            )
+            voters = self.history.last_voter_set() if self.dynamic else None
+            if voters is not None:  # KIP-853: each voter's endpoints from the Voters record
+                nodes = tuple(
+                    node_cls(
+                        node_id=v,
+                        listeners=tuple(
+                            listener_cls(name=name, host=host, port=port)
+                            for name, (host, port) in node.listeners.items()
+                        ),
+                    )
+                    for v, node in voters.voters.items()
+                )
+            else:
+                nodes = tuple(
+                    node_cls(node_id=v, listeners=(listener_cls(name="CONTROLLER", host=host, port=port),))
+                    for v, (host, port) in sorted(self.voter_addresses.items())
+                )
         return _single_partition(cls, partition, error_code=ErrorCode.none, error_message=None, nodes=nodes)
 
     def _check_cluster_id(self, cluster_id: str | None) -> ErrorCode:
@@ -1449,7 +1995,9 @@ class KafkaRaftClient:
     async def _send(self, node_id: int, request: Any, *, timeout: float | None = None) -> Any | None:
         """One request to a voter's controller listener; None when it cannot be reached in time."""
         limit = timeout if timeout is not None else self.config.request_timeout_ms / 1000
-        address = self.voter_addresses[node_id]
+        address = self.address_of(node_id)
+        if address is None:
+            return None
         response = await self._peers.send(node_id, address, request, timeout=limit)
         if response is not None and _any_error(response, ErrorCode.inconsistent_cluster_id):
             self._refused_by_voter(
@@ -1484,7 +2032,7 @@ class KafkaRaftClient:
         if (node_id, error) in self._voter_refusals_logged:
             return
         self._voter_refusals_logged.add((node_id, error))
-        address = self.voter_addresses[node_id]
+        address = self.address_of(node_id) or ("?", 0)
         log.error(
             "raft: voter %d at %s:%d answers %s (another cluster's dirs or another voter list there); this "
             "node has joined the quorum and goes on without it",
@@ -1599,7 +2147,10 @@ class KafkaRaftClient:
         cls = request_type(DESCRIBE_QUORUM, DESCRIBE_QUORUM_VERSION)
         request = _single_partition(cls, {"partition_index": 0})
         timeout = self.config.request_timeout_ms / 1000
-        answer = await self._peers.send(node_id, self.voter_addresses[node_id], request, timeout=timeout)
+        address = self.address_of(node_id)
+        answer = None
+        if address is not None:
+            answer = await self._peers.send(node_id, address, request, timeout=timeout)
         partition = _only_partition(answer) if answer is not None else None
         holder = None
         if (
@@ -1618,7 +2169,7 @@ class KafkaRaftClient:
         else:
             theirs = f"directory.id {_directory_text(holder)}"
         if node_id == self.node_id:
-            host, port = self.voter_addresses[node_id]
+            host, port = self.address_of(node_id) or ("?", 0)
             who = f"the voter {node_id} at {host}:{port} is a live node {node_id} with {theirs}"
         else:
             who = f"node {node_id} has a live node {self.node_id} with {theirs} fetching from it"
@@ -1630,6 +2181,14 @@ class KafkaRaftClient:
 
 
 _ZERO_UUID = CLUSTER_METADATA_TOPIC_ID.__class__(int=0)
+
+
+def _endpoints_text(listeners: dict[str, tuple[str, int]]) -> str:
+    """Endpoints as Kafka's Endpoints.toString shows them."""
+    inner = ", ".join(f"{name}=/{host}:{port}" for name, (host, port) in listeners.items())
+    return f"Endpoints(endpoints={{{inner}}})"
+
+
 _NO_THROTTLE = timedelta(0)
 
 

@@ -1,0 +1,157 @@
+"""`kcli quorum`: kafka-metadata-quorum.sh's add-controller and remove-controller (KIP-853).
+
+As Kafka's MetadataQuorumCommand: --bootstrap-server (a broker, which forwards the request to the
+active controller) or --bootstrap-controller (the request goes to the active controller), exactly one;
+add-controller reads the joining controller's own configuration (--command-config): its node.id, the
+directory.id of its metadata log dir's meta.properties and its advertised controller listeners.
+describe --status / --replication prints what `kcli cluster status` prints of the quorum.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from kcli.cli.app import app
+from kcli.errors import KcliError
+
+quorum_app = typer.Typer(
+    help="Add or remove controllers of a dynamic KRaft quorum (kafka-metadata-quorum.sh).",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(quorum_app, name="quorum")
+
+
+@quorum_app.callback()
+def connection(
+    ctx: typer.Context,
+    bootstrap_server: str | None = typer.Option(
+        None,
+        "--bootstrap-server",
+        help="A comma-separated list of host:port pairs to use for establishing the connection to the "
+        "Kafka cluster.",
+        show_default=False,
+    ),
+    bootstrap_controller: str | None = typer.Option(
+        None,
+        "--bootstrap-controller",
+        help="A comma-separated list of host:port pairs to use for establishing the connection to the "
+        "Kafka controllers.",
+        show_default=False,
+    ),
+    command_config: Path | None = typer.Option(
+        None,
+        "--command-config",
+        help="Property file (the controller's own configuration, for add-controller).",
+        show_default=False,
+    ),
+) -> None:
+    """Connection options, given before the command as kafka-metadata-quorum.sh takes them."""
+    ctx.obj = (bootstrap_server, bootstrap_controller, command_config)
+
+
+def _target(ctx: typer.Context) -> tuple[str, bool, Path | None]:
+    server, controller, config = ctx.obj
+    if server and controller:
+        raise KcliError("argument --bootstrap-controller: not allowed with argument --bootstrap-server")
+    if not server and not controller:
+        raise KcliError("one of the arguments --bootstrap-server --bootstrap-controller is required")
+    return (controller or server), bool(controller), config
+
+
+@quorum_app.command("add-controller")
+def add_controller(
+    ctx: typer.Context,
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="True if we should print what would be done, but not do it."
+    ),
+) -> None:
+    """Add a controller to the KRaft controller cluster: the one --command-config configures."""
+    from kcli.cli.admin import run_on_cluster
+    from ops.quorum import add_raft_voter, controller_identity
+
+    bootstrap, controllers, config = _target(ctx)
+    if config is None:
+        raise KcliError(
+            "You must supply the configuration file of the controller you are adding when using add-controller."
+        )
+    node_id, directory_id, endpoints = controller_identity(config)
+    if not dry_run:
+        run_on_cluster(
+            bootstrap,
+            lambda cluster: add_raft_voter(
+                cluster, node_id, directory_id, endpoints, controllers=controllers
+            ),
+        )
+    from formats.checkpoints import uuid_to_base64
+
+    shown = ", ".join(f"{n}://{f'[{h}]' if ':' in h else h}:{p}" for n, h, p in endpoints)
+    typer.echo(
+        f"{'DRY RUN of adding' if dry_run else 'Added'} controller {node_id} with directory id "
+        f"{uuid_to_base64(directory_id)} and endpoints: {shown}"
+    )
+
+
+@quorum_app.command("remove-controller")
+def remove_controller(
+    ctx: typer.Context,
+    controller_id: int = typer.Option(
+        ..., "--controller-id", "-i", help="The id of the controller to remove.", show_default=False
+    ),
+    controller_directory_id: str = typer.Option(
+        ...,
+        "--controller-directory-id",
+        "-d",
+        help="The directory ID of the controller to remove.",
+        show_default=False,
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="True if we should print what would be done, but not do it."
+    ),
+) -> None:
+    """Remove a controller from the KRaft controller cluster."""
+    from formats.checkpoints import uuid_from_base64
+    from formats.errors import CheckpointError
+    from kcli.cli.admin import run_on_cluster
+    from ops.quorum import remove_raft_voter
+
+    bootstrap, controllers, _ = _target(ctx)
+    if controller_id < 0:
+        raise KcliError(f"Invalid negative --controller-id: {controller_id}")
+    try:
+        directory_id = uuid_from_base64(controller_directory_id)
+    except CheckpointError as exc:
+        raise KcliError(f"Failed to parse --controller-directory-id: {exc}") from None
+    if not dry_run:
+        run_on_cluster(
+            bootstrap,
+            lambda cluster: remove_raft_voter(cluster, controller_id, directory_id, controllers=controllers),
+        )
+    verb = "DRY RUN of removing " if dry_run else "Removed "
+    typer.echo(f"{verb} KRaft controller {controller_id} with directory id {controller_directory_id}")
+
+
+@quorum_app.command("describe")
+def describe(
+    ctx: typer.Context,
+    status: bool = typer.Option(
+        False, "--status", help="A summary of the quorum: leader, epoch, high watermark, voters, observers."
+    ),
+    replication: bool = typer.Option(
+        False, "--replication", help="A description of the metadata quorum's replicas and their lag."
+    ),
+) -> None:
+    """Describe the metadata quorum (its leader, epoch, voters and observers), as `kcli cluster status` does."""
+    from kcli.cli.admin import run_on_cluster
+    from kcli.cli.cluster import replication_table, status_lines
+    from ops.quorum import describe_cluster_status
+
+    bootstrap, _, _ = _target(ctx)
+    if status and replication:
+        raise KcliError("Only one of --status or --replication should be specified with describe sub-command")
+    if not status and not replication:
+        raise KcliError("One of --status or --replication must be specified with describe sub-command")
+    result = run_on_cluster(bootstrap, describe_cluster_status)
+    typer.echo(status_lines(result) if status else replication_table(result), nl=False)
