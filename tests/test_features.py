@@ -19,6 +19,7 @@ from conftest import BrokerProcess
 from kio.schema.errors import ErrorCode
 from metadata_harness import SyncController
 
+from kcli.broker.apis.features import update_features_response
 from kcli.broker.metadata.controller import ConfigOp, OpType
 from kcli.config import BrokerConfig, Listener
 from kcli.features import ELIGIBLE_LEADER_REPLICAS_VERSION as ELR
@@ -140,6 +141,10 @@ def test_refused_updates_write_nothing(tmp_path, update, message):
     assert error.message == f"Invalid update version {update[1]} for feature {update[0]}. {message}"
     assert controller.raft_client.log_end_offset == start
     assert controller.image.metadata_version == 21
+    for version in (0, 1, 2):  # the answer: one error for all, no per-feature results (v2 has none at all)
+        response = update_features_response(version, request((ELR, 1, UPGRADE), version=version), error)
+        assert response.error_code is ErrorCode.invalid_update_version
+        assert response.error_message.endswith(error.message) and getattr(response, "results", ()) == ()
 
 
 def test_metadata_version_downgrades_follow_the_levels_that_changed_records(tmp_path):

@@ -28,7 +28,9 @@ pytestmark = pytest.mark.timeout(180)
 
 MIB = 1024 * 1024
 THROTTLE = MIB  # bytes/s
-BACKLOG = 9 * MIB
+BACKLOG = 14 * MIB
+"""Past the measured part, ~9 s at the throttle: slack for the two requests that lift it on a busy machine
+(a CI run shared with other work once saw the follower done before they were through)."""
 PAST_FIRST_WINDOW = int(1.5 * MIB)
 """The first window lets up to one second's worth (plus a fetch) through at once; measure after it."""
 MEASURED = 3 * MIB

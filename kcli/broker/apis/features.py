@@ -42,7 +42,9 @@ def update_features_response(version: int, request: Any, error: ApiError) -> obj
         message = (
             f"The update failed for all features since the following feature had an error: {error.message}"
         )
-        return build(response_cls, throttle_time=_NO_THROTTLE, error_code=error.code, error_message=message)
+        return build(
+            response_cls, throttle_time=_NO_THROTTLE, error_code=error.code, error_message=message, results=()
+        )
     results: tuple[object, ...] = ()
     if version <= 1:
         result_cls = nested_type(response_cls, "UpdatableFeatureResult")
