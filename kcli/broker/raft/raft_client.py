@@ -26,7 +26,7 @@ import shutil
 import time
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, NamedTuple, Protocol
@@ -309,6 +309,11 @@ class KafkaRaftClient:
         self._voter_refusals_logged: set[tuple[int, ErrorCode]] = set()
         self._shutting_down = False
         self.fatal_error: Exception | None = None
+        """What stopped this client for good (Kafka's fatal faults): see `_fail`."""
+        self.fatal_fault_handler: Callable[[Exception], None] | None = None
+        """Told once, soon after, of the error that stopped this client: the process's way out (Kafka's
+        KafkaRaftManager hands KafkaRaftClientDriver SharedServer's raft fault handler, a
+        ProcessTerminatingFaultHandler). Before the node has caught up, `wait_caught_up` raises it too."""
         self._rng = random.Random()
 
     # --- lifecycle ---------------------------------------------------------------------------------
@@ -360,10 +365,21 @@ class KafkaRaftClient:
             raise self.fatal_error
 
     def _fail(self, exc: Exception) -> None:
+        """A fatal fault: a committed batch that cannot be applied, a metadata log that cannot be
+        written, a quorum that refuses this node. The client stops for good (no more Fetch, Vote or
+        elections; writes and waits for commit fail) and the fault handler is told, once: as in Kafka,
+        where KafkaRaftClientDriver hands any error of the Raft I/O thread to a fault handler that ends
+        the process, a node must not go on serving metadata it can no longer follow."""
+        if self.fatal_error is not None:
+            return
         log.critical("raft: stopping: %s", exc)
         self.fatal_error = exc
         self._shutting_down = True
         self._caught_up.set()
+        self._fail_commit_waiters()
+        handler = self.fatal_fault_handler
+        if handler is not None:
+            asyncio.get_running_loop().call_soon(handler, exc)
 
     def discard_if_untouched(self) -> None:
         """After a failed first start: remove the metadata log this start created, if it holds nothing."""
@@ -371,9 +387,11 @@ class KafkaRaftClient:
             shutil.rmtree(self.log.directory, ignore_errors=True)
 
     async def shutdown(self) -> None:
-        """Resign leadership (EndQuorumEpoch to the voters), stop, flush and close the log."""
+        """Resign leadership (EndQuorumEpoch to the voters), stop, flush and close the log. After a fatal
+        fault there is no resignation: the node has left the quorum (Kafka halts), the voters elect
+        another leader once their fetch timeout passes."""
         self._shutting_down = True
-        if self.quorum.is_leader and not self.is_only_voter:
+        if self.quorum.is_leader and not self.is_only_voter and self.fatal_error is None:
             self.quorum.become_resigned()
             await self._send_end_quorum_epoch(timeout=min(self.config.request_timeout_ms / 1000, 1.0))
         if self._task is not None:
@@ -574,9 +592,9 @@ class KafkaRaftClient:
                     await self._wait_for_leader()
             except asyncio.CancelledError:
                 raise
-            except MetadataLogError as exc:
-                log.error("raft: %s", exc)
-                await asyncio.sleep(1.0)
+            except MetadataLogError as exc:  # KafkaRaftClientDriver.doWork: fatal
+                self._fail(exc)
+                return
             except Exception:
                 if self.fatal_error is not None:
                     return
