@@ -47,7 +47,7 @@ from kcli.broker.apis.context import (
     RequestContext,
 )
 from kcli.broker.apis.registry import ApiRegistry
-from kcli.broker.node import ControllerNode, Node
+from kcli.broker.node import ControllerNode, Node, fatal_error_sentence
 from kcli.config import BrokerConfig, Listener
 from kcli.errors import KcliError
 from kcli.protocol.codec import entity_write
@@ -251,8 +251,6 @@ class Broker:
         ProcessTerminatingFaultHandler, which halts the JVM; this node shuts down instead, as far as it
         can without the quorum (`shutdown`), and `serve` raises the sentence. A fault before the node
         has caught up is start-up's (`Node.start` raises it); after, this stops the node."""
-        from kcli.broker.node import fatal_error_sentence
-
         if self.fatal_fault is not None or self.node is None:
             return
         self.fatal_fault = fatal_error_sentence(self.node.raft, exc)
