@@ -11,7 +11,9 @@ dir, so a second start finds the same ids, ports, cluster id and data:
 
 Every node is formatted once with one cluster id (`kcli storage format`), then started; the runner
 waits for each to say it is listening, prints the bootstrap string, and on SIGINT/SIGTERM stops
-every node with SIGTERM (controlled shutdown), waiting for each.
+every node with SIGTERM (controlled shutdown), waiting for each. A node that stops on its own (a fatal
+fault: a non-zero exit status) stops the others the same way, and the runner fails with its sentence;
+a node killed by a signal or by SIGTERM is reported, and the others go on.
 """
 
 from __future__ import annotations
@@ -186,6 +188,7 @@ class LocalCluster:
     def __init__(self, layout: ClusterLayout) -> None:
         self.layout = layout
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
+        self._log_offsets: dict[int, int] = {}  # where each node's broker.log was when it started
 
     def start(self, on_ready: Callable[[LocalNode], None] = lambda node: None) -> None:
         """Start every node, then wait until each listens; a node that dies stops them all.
@@ -197,7 +200,7 @@ class LocalCluster:
             for port in (node.port, node.controller_port):
                 if port:
                     _check_port_free(node.node_id, port)
-        offsets = {}
+        offsets = self._log_offsets
         for node in self.layout.nodes:
             offsets[node.node_id] = node.log_file.stat().st_size if node.log_file.exists() else 0
             self.processes[node.node_id] = self._spawn(node)
@@ -209,7 +212,8 @@ class LocalCluster:
                 if process.poll() is not None:
                     self.stop()
                     raise LocalClusterError(
-                        f"node {node.node_id} did not start: {_last_error(node.log_file)}"
+                        f"node {node.node_id} did not start: "
+                        f"{_last_error(node.log_file, since=offsets[node.node_id])}"
                     )
                 if READY_MARK in _tail(node.log_file, since=offsets[node.node_id]):
                     waiting.remove(node)
@@ -236,6 +240,19 @@ class LocalCluster:
     def exited(self) -> dict[int, int]:
         """Nodes whose process has ended, with their exit codes."""
         return {i: p.returncode for i, p in self.processes.items() if p.poll() is not None}
+
+    def failure(self) -> LocalClusterError | None:
+        """A node that stopped on its own (a non-zero exit status: a fatal fault, such as a quorum that
+        refused it, or a crash), named with its last `kcli:` sentence; None while there is none. A node
+        killed by a signal, or stopped by SIGTERM (status 0), was stopped by someone, not failed."""
+        for node in self.layout.nodes:
+            process = self.processes.get(node.node_id)
+            if process is not None and process.poll() is not None and process.returncode > 0:
+                reason = _last_error(node.log_file, since=self._log_offsets.get(node.node_id, 0))
+                return LocalClusterError(
+                    f"node {node.node_id} stopped with exit status {process.returncode}: {reason}"
+                )
+        return None
 
     def stop(self) -> None:
         """SIGTERM every node (controlled shutdown), then wait; SIGKILL what outlives the timeout."""
@@ -274,8 +291,8 @@ def _tail(path: Path, size: int = 65536, *, since: int = 0) -> str:
         return ""
 
 
-def _last_error(path: Path) -> str:
-    lines = [line for line in _tail(path).splitlines() if line.strip()]
+def _last_error(path: Path, *, since: int = 0) -> str:
+    lines = [line for line in _tail(path, since=since).splitlines() if line.strip()]
     for line in reversed(lines):
         if line.startswith("kcli:"):
             return line.removeprefix("kcli:").strip()

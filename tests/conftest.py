@@ -79,8 +79,12 @@ class BrokerProcess:
 
 def free_port_range(count: int) -> int:
     """A base port with `count` consecutive ports free on 127.0.0.1, below the ephemeral range (so
-    no client connection takes one while a node is down)."""
+    no client connection takes one while a node is down). KCLI_TEST_PORTS=LOW-HIGH narrows the range
+    (runs that share a machine keep out of each other's ports)."""
     low, high = 20000, 32000
+    if os.environ.get("KCLI_TEST_PORTS"):
+        low_text, _, high_text = os.environ["KCLI_TEST_PORTS"].partition("-")
+        low, high = int(low_text), int(high_text)
     try:
         ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
         high = min(high, ephemeral_low) if ephemeral_low > low + 1000 else high

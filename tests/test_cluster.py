@@ -1569,6 +1569,99 @@ def test_a_second_node_with_a_taken_id_is_refused(tmp_path: Path, quorum_of_two:
     wait_for("a leader, and its follower fetching after the second node 2 stopped", fetching, 20)
 
 
+@pytest.mark.timeout(60)
+def test_a_node_refused_after_it_joined_stops_and_its_cluster_runner_with_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fatal fault after start-up ends the process (Kafka's ProcessTerminatingFaultHandler), it does
+    not leave a zombie serving stale metadata. Controller 1 and broker 2 run under `LocalCluster` (what
+    `kcli cluster start --controllers 1 --brokers 1` runs). Broker 2 is paused (SIGSTOP) past the fetch
+    and session timeouts, a second broker 2 (its own dir and ports) joins meanwhile, and then broker 2
+    goes on (SIGCONT): the leader refuses its Fetch, the id being live in another directory. Broker 2
+    shuts down and `kcli broker start` exits 2 with one sentence; controller 1 and the second broker 2
+    go on; the runner names the node and its sentence, and stops controller 1."""
+    from kcli.config import BrokerConfig
+    from kcli.storage import format_storage
+    from ops.local_cluster import LocalCluster
+
+    for key, value in kcli_env().items():  # the runner's nodes inherit this process's environment
+        monkeypatch.setenv(key, value)
+    fetch_timeout_s = 1.0
+    overrides = [
+        f"controller.quorum.fetch.timeout.ms={int(fetch_timeout_s * 1000)}",
+        "broker.session.timeout.ms=1000",
+        "broker.heartbeat.interval.ms=250",
+    ]
+    layout = plan(tmp_path / "cluster", 1, free_port_range(4), overrides, controllers=1)
+    runner = LocalCluster(layout)
+    node_2 = layout.nodes[1]
+    base = free_port_range(1)
+    second_dir = tmp_path / "second"
+    second_dir.mkdir()
+    second = edited(
+        node_2.properties,
+        second_dir / "server.properties",
+        {"listeners": f"PLAINTEXT://127.0.0.1:{base}", "log.dirs": str(second_dir / "data")},
+    )
+    format_storage(BrokerConfig.load(config_file=second), layout.cluster_id, metadata_version=21, now_ms=0)
+    first_id, second_id = directory_id(node_2.directory / "data"), directory_id(second_dir / "data")
+    second_node = NodeProcess(LocalNode(2, base, None, second_dir))
+    try:
+        runner.start()
+        first = runner.processes[2]
+        os.kill(first.pid, signal.SIGSTOP)
+        time.sleep(fetch_timeout_s + 0.3)  # the leader's note of its directory id, and its session, expire
+        second_node.start()
+        second_node.wait_ready(30)
+        os.kill(first.pid, signal.SIGCONT)
+        try:
+            first.wait(20)
+        except subprocess.TimeoutExpired:
+            pytest.fail(
+                "broker 2 still runs 20 s after the quorum refused it:\n" + _tail_text(node_2.log_file)
+            )
+        output = node_2.log_file.read_text(errors="replace")
+        assert first.returncode == 2, _tail_text(node_2.log_file)
+        [sentence] = error_lines(output)
+        assert sentence.startswith("kcli: node.id 2 is taken: node 1 has a live node 2 with directory.id "), (
+            sentence
+        )
+        assert second_id in sentence and first_id in sentence, sentence
+        assert "Traceback" not in output
+        assert "controlled shutdown" not in output.split("raft: stopping")[1]  # none with a quorum it left
+        assert (node_2.directory / "data" / "__cluster_metadata-0").is_dir()  # its logs are left intact
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", node_2.port), timeout=1).close()
+
+        def second_fetching() -> Any:
+            status = quorum_status(second_node.bootstrap)
+            recent_ms = time.time() * 1000 - fetch_timeout_s * 1000
+            observers = [(r.node_id, r.last_fetch_ms > recent_ms) for r in status.replicas if not r.is_voter]
+            return status if observers == [(2, True)] else None
+
+        status = wait_for("controller 1 leading, the second broker 2 fetching", second_fetching, 20)
+        assert status.leader_id == 1
+        assert runner.processes[1].poll() is None and second_node.running
+
+        assert second_node.terminate() == 0  # while its controller runs: a quick controlled shutdown
+        failure = runner.failure()
+        assert failure is not None and str(failure) == f"node 2 stopped with exit status 2: {sentence[6:]}"
+        runner.stop()
+        assert runner.processes[1].returncode == 0
+    finally:
+        for process in runner.processes.values():
+            if process.poll() is None:
+                os.kill(process.pid, signal.SIGCONT)
+                os.kill(process.pid, signal.SIGKILL)
+                process.wait()
+        if second_node.running:
+            second_node.terminate()
+
+
+def _tail_text(path: Path, lines: int = 15) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
 # --- a dynamic quorum (KIP-853) ----------------------------------------------------------------------------
 
 

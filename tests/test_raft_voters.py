@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 from cli_in_process import run_kcli
+from conftest import free_port_range
 
+from formats.checkpoints import uuid_to_base64
 from formats.kraft_snapshot import read_snapshot
 from formats.records import ControlType, KRaftVoter, kraft_version_value, read_voters, voters_value
 from kcli.broker.raft import open_raft_client
@@ -213,5 +215,183 @@ def test_voter_changes_on_a_leader_of_one_answer_kafkas_errors(tmp_path: Path) -
         assert again.error_code in (ErrorCode.request_timed_out, ErrorCode.none)
         await raft.shutdown()
         raft.log.close()
+
+    asyncio.run(run())
+
+
+def _initial_controllers(
+    tmp_path: Path, entries: dict[int, int], listen: dict[int, int]
+) -> dict[int, dict[str, str]]:
+    """The settings of controllers 1..n, formatted with --initial-controllers naming each at its
+    `entries` port, each listening on its `listen` port (another one: its entry is out of date)."""
+    from kcli.storage import format_storage
+
+    directories = {node_id: uuid_to_base64(uuid.UUID(int=100 + node_id)) for node_id in entries}
+    initial = ",".join(f"{i}@127.0.0.1:{p}:{directories[i]}" for i, p in entries.items())
+    settings = {}
+    for node_id in entries:
+        settings[node_id] = {
+            "process.roles": "controller",
+            "node.id": str(node_id),
+            "controller.listener.names": "CONTROLLER",
+            "listeners": f"CONTROLLER://127.0.0.1:{listen[node_id]}",
+            "controller.quorum.bootstrap.servers": ",".join(
+                f"127.0.0.1:{listen[i]}" for i in entries if entries[i] == listen[i]
+            ),
+            "controller.quorum.election.timeout.ms": "500",
+            "controller.quorum.fetch.timeout.ms": "1000",
+            "log.dirs": str(tmp_path / f"c{node_id}"),
+        }
+        format_storage(BrokerConfig(settings[node_id]), CLUSTER_ID, initial_controllers=initial, now_ms=0)
+    return settings
+
+
+async def _until(what: str, check, timeout: float = 15.0):  # type: ignore[no-untyped-def]
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not (result := check()):
+        if asyncio.get_running_loop().time() > deadline:
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+        await asyncio.sleep(0.05)
+    return result
+
+
+def test_a_voter_whose_endpoints_moved_sends_update_raft_voter_to_the_leader(tmp_path: Path) -> None:
+    """The voter side of UpdateRaftVoter (KafkaRaftClient.pollFollowerAsVoter: the voter set's entry
+    for this voter differs from its own endpoints, voterNodeNeedsUpdate): controller 3 is in the voter
+    set at a port it no longer listens on. Controllers 1 and 2 elect a leader; controller 3 starts,
+    learns the leader from the answer to its pre-vote, follows it, and sends UpdateRaftVoter with its
+    endpoints; the leader writes a Voters record with them, which commits and reaches every voter."""
+    from kcli.broker.server import Broker
+
+    base = free_port_range(4)
+    entries = {1: base, 2: base + 1, 3: base + 2}  # base + 2: nobody listens there
+    listen = {1: base, 2: base + 1, 3: base + 3}
+    settings = _initial_controllers(tmp_path, entries, listen)
+
+    async def run() -> None:
+        brokers = [Broker(BrokerConfig(s)) for s in settings.values()]
+        try:
+            await asyncio.wait_for(asyncio.gather(brokers[0].start(), brokers[1].start()), 20)
+            rafts = [b.node.raft for b in brokers[:2]]
+            [leader] = [r for r in rafts if r.quorum.is_leader]
+            assert leader.voter_set.voters[3].listeners == {"CONTROLLER": ("127.0.0.1", base + 2)}
+            await asyncio.wait_for(brokers[2].start(), 20)
+            third = brokers[2].node.raft
+            assert not third.quorum.is_leader and third.quorum.is_voter
+
+            def updated() -> bool:
+                entry = leader.history.last_entry()
+                return (
+                    entry is not None
+                    and entry[1].voters[3].listeners == {"CONTROLLER": ("127.0.0.1", base + 3)}
+                    and leader.high_watermark > entry[0]
+                )
+
+            await _until("the leader's Voters record with voter 3's new endpoint, committed", updated)
+            offset = leader.history.last_entry()[0]
+            await _until(
+                "every voter to have it",
+                lambda: all(
+                    b.node.raft.history.last_entry()[0] == offset and b.node.raft.high_watermark > offset
+                    for b in brokers
+                ),
+            )
+            assert leader.voter_addresses[3] == ("127.0.0.1", base + 3)
+            assert [v.directory_id for v in leader.voter_set.voters.values()] == [
+                uuid.UUID(int=101),
+                uuid.UUID(int=102),
+                uuid.UUID(int=103),
+            ]
+        finally:
+            for broker in brokers:
+                if broker.node is not None:
+                    await broker.shutdown()
+
+    asyncio.run(run())
+
+
+def test_a_voter_change_a_follower_truncates_goes_from_its_voter_set(tmp_path: Path) -> None:
+    """A voter set that changes across a truncation (VoterSetHistory.truncateNewEntries, as
+    KRaftControlRecordStateMachine runs it when the log is truncated): the leader of three voters,
+    its followers stopped, takes an UpdateRaftVoter moving voter F's endpoint and writes the Voters
+    record no other voter gets; it stops. The two others elect a leader of a later epoch, whose log
+    has something else at that offset. The old leader starts again with the record in its log (its
+    voter set says F moved), follows, is told its log diverges, truncates it, and its voter set is the
+    quorum's again: F where it listens.
+
+    F is made the new leader (the other voter waits longer before it campaigns): the old leader can
+    reach it only where F announced itself (BeginQuorumEpoch's LeaderEndpoints), not where its own
+    voter set says, as Kafka's follower fetches from FollowerState.leaderEndpoints."""
+    from kio.schema.errors import ErrorCode
+
+    from kcli.broker.server import Broker
+    from kcli.protocol.messages import build, nested_type, request_type
+
+    base = free_port_range(3)
+    ports = {1: base, 2: base + 1, 3: base + 2}
+    settings = _initial_controllers(tmp_path, ports, ports)
+    patient = {"controller.quorum.election.timeout.ms": "5000", "controller.quorum.fetch.timeout.ms": "5000"}
+
+    async def started(
+        *node_ids: int, overrides: dict[int, dict[str, str]] | None = None
+    ) -> dict[int, Broker]:
+        brokers = {i: Broker(BrokerConfig({**settings[i], **(overrides or {}).get(i, {})})) for i in node_ids}
+        try:
+            await asyncio.wait_for(asyncio.gather(*(b.start() for b in brokers.values())), 20)
+        except TimeoutError:
+            pytest.fail(f"controllers {sorted(brokers)} did not catch up with the quorum within 20 s")
+        return brokers
+
+    async def run() -> None:
+        running = await started(1, 2, 3)
+        try:
+            [old_id] = [i for i, b in running.items() if b.node.raft.quorum.is_leader]
+            old = running[old_id].node.raft
+            moved_id, other_id = (i for i in ports if i != old_id)
+            await _until(
+                "every voter at the leader's high watermark",
+                lambda: all(b.node.raft.high_watermark == old.high_watermark for b in running.values()),
+            )
+            for i in (moved_id, other_id):
+                await running.pop(i).shutdown()
+            update_cls = request_type(82, 0)
+            update = build(
+                update_cls,
+                cluster_id=CLUSTER_ID,
+                current_leader_epoch=old.epoch,
+                voter_id=moved_id,
+                voter_directory_id=uuid.UUID(int=100 + moved_id),
+                listeners=(nested_type(update_cls, "Listener")(name="CONTROLLER", host="127.0.0.1", port=1),),
+                k_raft_version_feature=nested_type(update_cls, "KRaftVersionFeature")(
+                    min_supported_version=0, max_supported_version=1
+                ),
+            )
+            answer = await old.handle_update_raft_voter(update, 0)
+            assert answer.error_code is ErrorCode.none
+            offset, voters = old.history.last_entry()
+            assert voters.voters[moved_id].listeners == {"CONTROLLER": ("127.0.0.1", 1)}
+            assert old.high_watermark <= offset  # written, never committed
+            await running.pop(old_id).shutdown()
+
+            running.update(await started(moved_id, other_id, overrides={other_id: patient}))
+            leader = running[moved_id].node.raft
+            assert leader.quorum.is_leader and leader.epoch > old.epoch
+            assert leader.voter_set.voters[moved_id].listeners == {
+                "CONTROLLER": ("127.0.0.1", ports[moved_id])
+            }
+
+            running.update(await started(old_id))
+            again = running[old_id].node.raft
+            await _until(
+                "the old leader to follow the new one", lambda: again.quorum.leader_id == leader.node_id
+            )
+            await _until("its log at the new leader's high watermark", lambda: again.high_watermark >= offset)
+            assert again.history.last_entry()[0] < offset  # the record at `offset` went with the truncation
+            assert again.voter_set == leader.voter_set
+            assert again.voter_addresses[moved_id] == ("127.0.0.1", ports[moved_id])
+            assert again.log.log.latest_epoch() == leader.epoch
+        finally:
+            for broker in running.values():
+                await broker.shutdown()
 
     asyncio.run(run())

@@ -302,14 +302,19 @@ class BrokerLifecycleManager:
                 self.heartbeat_interval if not self.fenced else min(self.heartbeat_interval, 0.05)
             )
 
-    async def controlled_shutdown(self, timeout: float) -> None:
-        """WantShutDown until the controller says ShouldShutDown (it fences this broker first). Once."""
-        if self._shutting_down:
-            return
+    async def stop(self) -> None:
+        """Stop heartbeating, asking nothing: the way out of a node that has left the quorum (a fatal
+        fault), whose controller would fence it once its session expires."""
         self._shutting_down = True
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+
+    async def controlled_shutdown(self, timeout: float) -> None:
+        """WantShutDown until the controller says ShouldShutDown (it fences this broker first). Once."""
+        if self._shutting_down:
+            return
+        await self.stop()
         if self.broker_epoch < 0:
             return
         log.info("broker %d: controlled shutdown: asking the controller to fence this broker", self.node_id)

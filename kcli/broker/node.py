@@ -223,10 +223,13 @@ class Node:
         leaders instead of finding a closed socket and a partition still led here."""
         await self.lifecycle.controlled_shutdown(timeout=CONTROLLED_SHUTDOWN_SECONDS)
 
-    async def shutdown(self) -> None:
-        """Controlled shutdown (unless done already), leave the quorum, close the metadata log, then
-        flush and close every log."""
-        await self.controlled_shutdown()
+    async def shutdown(self, *, controlled: bool = True) -> None:
+        """Controlled shutdown (unless done already, or not `controlled`: after a fatal fault there is
+        no quorum to ask), leave the quorum, close the metadata log, then flush and close every log."""
+        if controlled:
+            await self.controlled_shutdown()
+        else:
+            await self.lifecycle.stop()
         for task in self._tasks:
             task.cancel()
         await bounded("the node's tasks", asyncio.gather(*self._tasks, return_exceptions=True))
@@ -419,10 +422,19 @@ async def join_quorum(raft: KafkaRaftClient) -> None:
         raft.log.close()
         raft.discard_if_untouched()
         if isinstance(exc, MetadataReplayError):
-            raise MetadataLogError(
-                f"cannot replay the metadata log in {raft.log.directory}: {str(exc).rstrip('.')}."
-            ) from None
+            raise fatal_error_sentence(raft, exc) from None
         raise
+
+
+def fatal_error_sentence(raft: KafkaRaftClient, exc: BaseException) -> KcliError:
+    """The one sentence for what stopped the Raft client: its own (a KcliError says it already), or
+    the batch of the metadata log that could not be applied."""
+    if isinstance(exc, KcliError):
+        return exc
+    reason = str(exc).rstrip(".") or type(exc).__name__
+    if isinstance(exc, MetadataReplayError):
+        return MetadataLogError(f"cannot replay the metadata log in {raft.log.directory}: {reason}.")
+    return MetadataLogError(f"cannot apply the metadata log in {raft.log.directory}: {reason}.")
 
 
 def controller_tasks(config: BrokerConfig, controller: QuorumController) -> list[asyncio.Task[None]]:
@@ -465,9 +477,9 @@ class ControllerNode:
         self.loader.install_publisher(self.dynamic_configs)
         self._tasks.extend(controller_tasks(self.config, self.controller))
 
-    async def shutdown(self) -> None:
+    async def shutdown(self, *, controlled: bool = True) -> None:
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.raft.shutdown()
+        await bounded("the controller's tasks", asyncio.gather(*self._tasks, return_exceptions=True))
+        await bounded("the Raft client", self.raft.shutdown())
         self.raft.log.close()

@@ -47,7 +47,7 @@ from kcli.broker.apis.context import (
     RequestContext,
 )
 from kcli.broker.apis.registry import ApiRegistry
-from kcli.broker.node import ControllerNode, Node
+from kcli.broker.node import ControllerNode, Node, fatal_error_sentence
 from kcli.config import BrokerConfig, Listener
 from kcli.errors import KcliError
 from kcli.protocol.codec import entity_write
@@ -67,13 +67,16 @@ log = logging.getLogger("kcli.broker")
 
 SHUTDOWN_GRACE_SECONDS = 10.0
 """How long in-flight requests may take to finish after SIGTERM before their connections are cut."""
+FATAL_GRACE_SECONDS = 1.0
+"""After a fatal fault, how long a quorum request in flight (a leader's parked Fetch) may take to finish."""
 
 
 async def serve(config: BrokerConfig, on_ready: Callable[[str, int], None]) -> None:
-    """Run a broker until SIGTERM or SIGINT, then shut down gracefully.
+    """Run a broker until SIGTERM or SIGINT, then shut down gracefully; or until a fatal fault.
 
     `on_ready(host, port)` is called once the socket is bound, with the real port when port 0 was
-    asked for. Start-up problems (port in use, unusable data dir) raise KcliError.
+    asked for. Start-up problems (port in use, unusable data dir) raise KcliError; so does a fatal
+    fault after start-up (the Raft client stopped for good), once the node has shut down.
     """
     keep_freed_memory()
     broker = Broker(config)
@@ -88,6 +91,7 @@ async def serve(config: BrokerConfig, on_ready: Callable[[str, int], None]) -> N
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
         await broker.shutdown()
+    broker.raise_fatal_fault()
 
 
 def keep_freed_memory() -> None:
@@ -137,6 +141,9 @@ class Broker:
         self._controller_name: str | None = None
         self._controller_stopping = False  # the controller listener serves until the node has stopped
         self._stop_requested = asyncio.Event()
+        self.fatal_fault: KcliError | None = None
+        """What stopped this node's Raft client after start-up (see `_handle_fatal_fault`)."""
+        self._failed = asyncio.Event()
         self._sweeper: asyncio.Task[None] | None = None
         self._periodic: asyncio.Task[None] | None = None
         self.node: Node | ControllerNode | None = None
@@ -161,6 +168,7 @@ class Broker:
                     controller_listener, self.config, lambda: self._new_connection(controller_listener.name)
                 )
             self.node = node = Node(self.config, cluster_id)
+            node.raft.fatal_fault_handler = self._handle_fatal_fault
             self.state = state = BrokerState(
                 self.config,
                 self.registry,
@@ -188,7 +196,7 @@ class Broker:
         bound_host, bound_port = self._server.sockets[0].getsockname()[:2]
         advertised = self.config.advertised_listener(bound_port)
         # Registration also starts the coordinators (loading what this node leads) before requests are served.
-        await node.register(advertised, self.config["broker.rack"])  # type: ignore[arg-type]
+        await self._unless_fatal(node.register(advertised, self.config["broker.rack"]))  # type: ignore[arg-type]
         self._periodic = asyncio.create_task(node.run_periodic())
         await self._server.start_serving()
         idle_ms = int(self.config["connections.max.idle.ms"])  # type: ignore[call-overload]
@@ -216,6 +224,7 @@ class Broker:
         )
         try:
             self.node = node = ControllerNode(self.config, cluster_id)
+            node.raft.fatal_fault_handler = self._handle_fatal_fault
             self.state = BrokerState(
                 self.config,
                 self.registry,
@@ -236,6 +245,41 @@ class Broker:
     def request_stop(self) -> None:
         self._stop_requested.set()
 
+    def _handle_fatal_fault(self, exc: Exception) -> None:
+        """The Raft client stopped for good: the node has left the metadata quorum, and must not go on
+        serving clients metadata it no longer follows. Kafka's SharedServer gives KafkaRaftManager a
+        ProcessTerminatingFaultHandler, which halts the JVM; this node shuts down instead, as far as it
+        can without the quorum (`shutdown`), and `serve` raises the sentence. A fault before the node
+        has caught up is start-up's (`Node.start` raises it); after, this stops the node."""
+        if self.fatal_fault is not None or self.node is None:
+            return
+        self.fatal_fault = fatal_error_sentence(self.node.raft, exc)
+        log.critical("stopping node %d: %s", self.config.node_id, self.fatal_fault)
+        self._failed.set()
+        self._stop_requested.set()
+
+    def raise_fatal_fault(self) -> None:
+        """After `shutdown`: the fatal fault that stopped the node, as its one sentence, if any."""
+        if self.fatal_fault is not None:
+            raise self.fatal_fault
+
+    async def _unless_fatal(self, step: Coroutine[Any, Any, None]) -> None:
+        """A start-up step that needs the quorum (registration waits for the controller to unfence
+        this broker): cut short by a fatal fault, after which the node shuts down and this raises."""
+        task = asyncio.ensure_future(step)
+        failed = asyncio.ensure_future(self._failed.wait())
+        try:
+            await asyncio.wait((task, failed), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            failed.cancel()
+        if self.fatal_fault is None:
+            await task
+            return
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await self.shutdown()
+        self.raise_fatal_fault()
+
     async def wait_for_stop_request(self) -> None:
         await self._stop_requested.wait()
 
@@ -251,8 +295,18 @@ class Broker:
         if self._stopping:
             return
         self._stopping = True
+        fatal = self.fatal_fault is not None
         log.info("shutting down: %d connection(s) open", len(self._connections))
-        if isinstance(self.node, Node):
+        if fatal:
+            # The node has left the quorum: nothing to ask it (no controlled shutdown), nothing to answer
+            # it (the controller listener closes first: a voter that stopped must not vote or serve
+            # Fetches while its logs are closed), and clients leave as on any shutdown.
+            self._controller_stopping = True
+            if self._controller_server is not None:
+                self._controller_server.close()
+            quorum = [c for c in self._connections if c.listener_name == self._controller_name]
+            await self._close_connections(quorum, FATAL_GRACE_SECONDS)
+        elif isinstance(self.node, Node):
             await self.node.controlled_shutdown()
         if self._server is not None:
             self._server.close()
@@ -269,7 +323,7 @@ class Broker:
         if self._periodic is not None:
             self._periodic.cancel()
         if self.node is not None:
-            await self.node.shutdown()
+            await self.node.shutdown(controlled=not fatal)
         self._controller_stopping = True
         if self._controller_server is not None:
             self._controller_server.close()

@@ -44,7 +44,10 @@ def start(
         [], "--override", metavar="KEY=VALUE", help="A broker property for every node; repeatable."
     ),
 ) -> None:
-    """Format (first time) and start the nodes; print the bootstrap string; Ctrl-C stops them all."""
+    """Format (first time) and start the nodes; print the bootstrap string; Ctrl-C stops them all.
+
+    A node that stops on its own (a fatal fault) stops the others too, and its sentence is the error.
+    """
     from ops.local_cluster import LocalCluster, plan
 
     layout = plan(data_dir, brokers, port, overrides, controllers=controllers)
@@ -67,6 +70,11 @@ def start(
     print(f"controllers: {layout.bootstrap_controllers}", file=sys.stderr, flush=True)
     reported: set[int] = set()
     while not stop:
+        failure = cluster.failure()
+        if failure is not None:  # a node stopped on its own (a fatal fault): the cluster stops with it
+            print("a node stopped on its own; stopping the others (controlled shutdown)", file=sys.stderr)
+            cluster.stop()
+            raise failure
         for node_id, code in cluster.exited().items():
             if node_id not in reported:
                 reported.add(node_id)

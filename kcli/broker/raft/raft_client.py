@@ -26,7 +26,7 @@ import shutil
 import time
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, NamedTuple, Protocol
@@ -272,10 +272,17 @@ class KafkaRaftClient:
         QuorumConfig gives bootstrap servers such negative ids)."""
         self._endpoints: dict[int, tuple[str, int]] = {}
         """Leaders' endpoints learned from answers (NodeEndpoints) and BeginQuorumEpoch."""
+        self._announced: dict[int, tuple[int, tuple[str, int]]] = {}
+        """Per leader id, the epoch it announced itself in and the endpoint it announced (BeginQuorumEpoch's
+        LeaderEndpoints, its Fetch answers' NodeEndpoints). Kafka's follower fetches from the endpoints
+        that told it of the leader (FollowerState.leaderEndpoints), the voter set's only when the message
+        carried none: the two differ when this node's voter set comes from a log that diverged from the
+        leader's (a Voters record it has yet to truncate)."""
         self._voter_change: tuple[int, asyncio.Future[None]] | None = None
-        self._voter_updated_epoch = -1
         """The leader's one voter change in flight (KIP-853): the offset of its Voters record, and
         what completes when the high watermark passes it."""
+        self._voter_update: tuple[int, float] = (-1, 0.0)
+        """(epoch, monotonic time) of this voter's last UpdateRaftVoter; see `_update_voter_due`."""
         self.cluster_id = cluster_id
         self.config = config or RaftConfig()
         self.quorum = QuorumState(metadata_log.directory, node_id, frozenset(voters))
@@ -309,6 +316,11 @@ class KafkaRaftClient:
         self._voter_refusals_logged: set[tuple[int, ErrorCode]] = set()
         self._shutting_down = False
         self.fatal_error: Exception | None = None
+        """What stopped this client for good (Kafka's fatal faults): see `_fail`."""
+        self.fatal_fault_handler: Callable[[Exception], None] | None = None
+        """Told once, soon after, of the error that stopped this client: the process's way out (Kafka's
+        KafkaRaftManager hands KafkaRaftClientDriver SharedServer's raft fault handler, a
+        ProcessTerminatingFaultHandler). Before the node has caught up, `wait_caught_up` raises it too."""
         self._rng = random.Random()
 
     # --- lifecycle ---------------------------------------------------------------------------------
@@ -360,10 +372,21 @@ class KafkaRaftClient:
             raise self.fatal_error
 
     def _fail(self, exc: Exception) -> None:
+        """A fatal fault: a committed batch that cannot be applied, a metadata log that cannot be
+        written, a quorum that refuses this node. The client stops for good (no more Fetch, Vote or
+        elections; writes and waits for commit fail) and the fault handler is told, once: as in Kafka,
+        where KafkaRaftClientDriver hands any error of the Raft I/O thread to a fault handler that ends
+        the process, a node must not go on serving metadata it can no longer follow."""
+        if self.fatal_error is not None:
+            return
         log.critical("raft: stopping: %s", exc)
         self.fatal_error = exc
         self._shutting_down = True
         self._caught_up.set()
+        self._fail_commit_waiters()
+        handler = self.fatal_fault_handler
+        if handler is not None:
+            asyncio.get_running_loop().call_soon(handler, exc)
 
     def discard_if_untouched(self) -> None:
         """After a failed first start: remove the metadata log this start created, if it holds nothing."""
@@ -371,9 +394,11 @@ class KafkaRaftClient:
             shutil.rmtree(self.log.directory, ignore_errors=True)
 
     async def shutdown(self) -> None:
-        """Resign leadership (EndQuorumEpoch to the voters), stop, flush and close the log."""
+        """Resign leadership (EndQuorumEpoch to the voters), stop, flush and close the log. After a fatal
+        fault there is no resignation: the node has left the quorum (Kafka halts), the voters elect
+        another leader once their fetch timeout passes."""
         self._shutting_down = True
-        if self.quorum.is_leader and not self.is_only_voter:
+        if self.quorum.is_leader and not self.is_only_voter and self.fatal_error is None:
             self.quorum.become_resigned()
             await self._send_end_quorum_epoch(timeout=min(self.config.request_timeout_ms / 1000, 1.0))
         if self._task is not None:
@@ -400,7 +425,11 @@ class KafkaRaftClient:
         return VoterNode(self.node_id, self.directory_id, dict(self.local_listeners), 0, 1)
 
     def address_of(self, node_id: int) -> tuple[str, int] | None:
-        """Where to reach `node_id`: a voter's endpoint, a leader's from an answer, a bootstrap server."""
+        """Where to reach `node_id`: the current leader where it announced itself in this epoch, a
+        voter's endpoint, a leader's from an answer, a bootstrap server."""
+        announced = self._announced.get(node_id)
+        if announced is not None and announced[0] == self.epoch and node_id == self.quorum.leader_id:
+            return announced[1]
         address = self.voter_addresses.get(node_id)
         if address is None and self.dynamic:
             address = self._endpoints.get(node_id)
@@ -574,9 +603,9 @@ class KafkaRaftClient:
                     await self._wait_for_leader()
             except asyncio.CancelledError:
                 raise
-            except MetadataLogError as exc:
-                log.error("raft: %s", exc)
-                await asyncio.sleep(1.0)
+            except MetadataLogError as exc:  # KafkaRaftClientDriver.doWork: fatal
+                self._fail(exc)
+                return
             except Exception:
                 if self.fatal_error is not None:
                     return
@@ -925,7 +954,7 @@ class KafkaRaftClient:
                 deadline = time.monotonic() + self.config.fetch_timeout_ms / 1000
                 self._election_deadline = 0.0
                 self._fetched_from_leader = True
-                if self.dynamic and self.quorum.is_voter and self._voter_updated_epoch != self.epoch:
+                if self.dynamic and self.quorum.is_voter and self._update_voter_due():
                     asyncio.ensure_future(self._maybe_update_voter(leader_id))
             elif self.quorum.state is RaftState.FOLLOWER and self.epoch == epoch:
                 left = max(deadline, self._election_deadline) - time.monotonic()
@@ -970,7 +999,11 @@ class KafkaRaftClient:
         if response is None:
             return False
         if self.dynamic:
-            self._note_endpoints(getattr(response, "node_endpoints", ()))
+            endpoints = getattr(response, "node_endpoints", ()) or ()
+            self._note_endpoints(endpoints)
+            for endpoint in endpoints:  # the leader's own, in its answer to this epoch's Fetch
+                if endpoint.node_id == node_id == self.quorum.leader_id:
+                    self._announced[node_id] = (self.epoch, (endpoint.host, endpoint.port))
         partition = _only_partition(response, "responses")
         if partition is None:
             return False
@@ -1419,7 +1452,9 @@ class KafkaRaftClient:
         if error is ErrorCode.none and self.dynamic:
             for endpoint in getattr(request, "leader_endpoints", ()) or ():
                 if endpoint.name == self.listener_name:
-                    self._endpoints[partition.leader_id] = (endpoint.host, endpoint.port)
+                    address = (endpoint.host, endpoint.port)
+                    self._endpoints[partition.leader_id] = address
+                    self._announced[partition.leader_id] = (partition.leader_epoch, address)
         if (
             error is ErrorCode.none
             and partition.leader_id not in self.voter_addresses
@@ -1830,9 +1865,19 @@ class KafkaRaftClient:
             and progress.last_fetch_ms > _now_ms() - ADD_VOTER_CAUGHT_UP_MS
         )
 
+    def _update_voter_due(self) -> bool:
+        """Whether this voter may send UpdateRaftVoter now: first in an epoch once it has fetched from
+        the leader (Kafka waits an update period first), then again every 3 fetch timeouts while its
+        entry still differs (FollowerState.updateVoterPeriodMs; the leader may have refused it, with a
+        voter change in flight, or the answer was lost)."""
+        epoch, sent = self._voter_update
+        period = 3 * self.config.fetch_timeout_ms / 1000
+        return epoch != self.epoch or time.monotonic() - sent >= period
+
     async def _maybe_update_voter(self, leader_id: int) -> None:
         """Kafka 4's voters announce their own endpoints: a voter whose entry in the voter set differs
-        from its listeners sends UpdateRaftVoter to the leader (once per epoch)."""
+        from its listeners sends UpdateRaftVoter to the leader (KafkaRaftClient.pollFollowerAsVoter,
+        VoterSet.voterNodeNeedsUpdate)."""
         voters = self.history.last_voter_set()
         own = voters.voters.get(self.node_id) if voters is not None else None
         if (
@@ -1842,10 +1887,10 @@ class KafkaRaftClient:
             or own.directory_id != self.directory_id
             or not self.local_listeners
             or dict(own.listeners) == self.local_listeners
-            or self._voter_updated_epoch == self.epoch
+            or not self._update_voter_due()
         ):
             return
-        self._voter_updated_epoch = self.epoch
+        self._voter_update = (self.epoch, time.monotonic())
         cls = request_type(UPDATE_RAFT_VOTER, 0)
         listener_cls, feature_cls = nested_type(cls, "Listener"), nested_type(cls, "KRaftVersionFeature")
         request = build(
