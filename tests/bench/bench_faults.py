@@ -1,7 +1,7 @@
 """A long fault-injection run on three kcli nodes (tests/faults), with its figures.
 
     python tests/bench/bench_faults.py [--faults 20] [--seed N] [--replication-factor 3] [--min-insync 2]
-                                       [--rate 40] [--keep DIR]
+                                       [--rate 40] [--keep DIR] [--release-version 4.1]
 
 Runs the seeded schedule of faults (SIGKILL, SIGTERM, SIGSTOP/SIGCONT, an isolated node, a cut link,
 on the partition leader, a follower or the active controller) with an idempotent producer, a
@@ -35,6 +35,11 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--rate", type=float, default=40.0, help="idempotent writes per second")
     parser.add_argument("--keep", type=Path, default=None, help="run in DIR and keep the nodes' logs")
+    parser.add_argument(
+        "--release-version",
+        default=None,
+        help="upgrade the cluster's features to this release first (4.1: eligible leader replicas on)",
+    )
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     config = RunConfig(
@@ -44,9 +49,11 @@ def main() -> int:
         min_insync_replicas=args.min_insync,
         partitions=args.partitions,
         rate=args.rate,
+        release_version=args.release_version,
     )
+    features = f", features of release {args.release_version}" if args.release_version else ""
     print(f"seed {seed}: {args.faults} faults, replication factor {args.replication_factor}, "
-          f"min.insync.replicas {args.min_insync}", flush=True)  # fmt: skip
+          f"min.insync.replicas {args.min_insync}{features}", flush=True)  # fmt: skip
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)
         result = run(config, args.keep)

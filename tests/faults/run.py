@@ -10,6 +10,7 @@ the seed, and the run goes on to its final checks with every fault healed.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import statistics
 import time
@@ -50,6 +51,9 @@ class RunConfig:
     recovery_timeout: float = 90.0
     topic: str = "faults"
     txn_topic: str = "faults-txn"
+    release_version: str | None = None
+    """Upgrade the running cluster's features to this release first (UpdateFeatures), e.g. "4.1" for
+    eligible leader replicas (KIP-966); None keeps kcli's default levels."""
 
 
 @dataclass
@@ -108,6 +112,21 @@ class RunResult:
         return "\n".join(lines)
 
 
+def _upgrade_features(bootstrap: str, release: str) -> None:
+    """`kcli features upgrade --release-version RELEASE`, through kcli's own admin code."""
+    from kcli.cluster import Cluster
+    from kcli.features import UpgradeType
+    from ops.features import release_updates, update_features
+
+    async def upgrade() -> dict[str, str | None]:
+        async with await Cluster.connect(bootstrap) as cluster:
+            updates = release_updates(release, UpgradeType.UPGRADE)
+            return await update_features(cluster, updates, UpgradeType.UPGRADE, dry_run=False)
+
+    failed = {name: error for name, error in asyncio.run(upgrade()).items() if error is not None}
+    assert not failed, f"features upgrade to {release} failed: {failed}"
+
+
 def run(config: RunConfig, workdir: Path) -> RunResult:
     """Run `config` in `workdir`; every process it starts is stopped (by PID) before it returns."""
     began = time.monotonic()
@@ -117,6 +136,8 @@ def run(config: RunConfig, workdir: Path) -> RunResult:
     workers: list[Worker] = []
     try:
         cluster.start()
+        if config.release_version is not None:
+            _upgrade_features(cluster.bootstrap, config.release_version)
         admin = AdminClient(
             {"bootstrap.servers": cluster.bootstrap, "client.id": "faults-admin", "logger": LOG}
         )
@@ -170,6 +191,16 @@ def run(config: RunConfig, workdir: Path) -> RunResult:
                     config.recovery_timeout,
                 )
                 record.recovery_s = round(time.monotonic() - healed, 2)
+            # Transactions too must come back: a coordinator left with a PrepareCommit/PrepareAbort it
+            # no longer completes answers CONCURRENT_TRANSACTIONS for good, and nothing else shows it.
+            _steady(
+                cluster,
+                admin,
+                config,
+                [*progress, txns],
+                "a transaction completed after the last fault",
+                config.recovery_timeout,
+            )
         except ClusterTimeout as exc:
             result.violations.append(f"liveness: {exc}")
         _heal_everything(cluster, result)

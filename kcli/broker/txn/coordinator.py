@@ -163,7 +163,8 @@ class TransactionCoordinator:
         self, changes: TopicChanges, old: ClusterMetadataImage, new: ClusterMetadataImage
     ) -> None:
         """The MetadataPublisher step: load the __transaction_state partitions this node now leads, forget
-        those it no longer leads (and a deleted topic's)."""
+        those it no longer leads (and a deleted topic's), and load again those whose leader epoch (the
+        coordinator epoch) moved while this node kept leading them."""
         if not self.active:
             return
         manager = self.state_manager
@@ -174,6 +175,12 @@ class TransactionCoordinator:
                 log.info(
                     "Unloaded %d transaction(s) of %s-%d: this node no longer leads it",
                     dropped, TRANSACTION_STATE_TOPIC, partition,
+                )  # fmt: skip
+            for partition in manager.stale_partitions():
+                dropped = manager.remove_transactions_for_partition(partition)
+                log.info(
+                    "Unloaded %d transaction(s) of %s-%d to load them again at coordinator epoch %d",
+                    dropped, TRANSACTION_STATE_TOPIC, partition, manager.coordinator_epoch(partition),
                 )  # fmt: skip
             self._load(led)
         if any(topic == TRANSACTION_STATE_TOPIC for topic, _, _ in changes.deleted):

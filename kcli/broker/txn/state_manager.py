@@ -59,6 +59,8 @@ class TransactionStateManager:
         self.transactions: dict[int, dict[str, TransactionMetadata]] = {}
         """Partition -> transactional id -> metadata, for owned partitions only."""
         self.loading_partitions: set[int] = set()
+        self.loaded_epochs: dict[int, int] = {}
+        """Partition -> the coordinator epoch its cache was loaded at (Kafka keys its cache entries by it)."""
         self.shutting_down = False
         self.expiration_ms = int(config["transactional.id.expiration.ms"])  # type: ignore[call-overload]
         self.request_timeout_ms = int(config["request.timeout.ms"])  # type: ignore[call-overload]
@@ -89,7 +91,14 @@ class TransactionStateManager:
         """This node no longer leads __transaction_state-`partition` (removeTransactionsForTxnTopicPartition):
         forget its transactions; requests for them get NOT_COORDINATOR. Returns how many were dropped."""
         self.loading_partitions.discard(partition)
+        self.loaded_epochs.pop(partition, None)
         return len(self.transactions.pop(partition, {}))
+
+    def stale_partitions(self) -> list[int]:
+        """Loaded partitions whose coordinator epoch moved while this node kept leading them: Kafka's
+        onElection loads them again at the new epoch (loadTransactionsForTxnTopicPartition), so that
+        a PrepareCommit/PrepareAbort whose markers stopped at the old epoch is completed at the new one."""
+        return sorted(p for p, epoch in self.loaded_epochs.items() if epoch != self.coordinator_epoch(p))
 
     def coordinator_epoch(self, partition: int) -> int:
         registration = self.loader.image.partition(TRANSACTION_STATE_TOPIC, partition)
@@ -196,6 +205,7 @@ class TransactionStateManager:
         if partition_log is None or partition_log.log_end_offset != partition_log.log_start_offset:
             return False
         self.transactions.setdefault(partition, {})
+        self.loaded_epochs.setdefault(partition, self.coordinator_epoch(partition))
         return True
 
     async def load_partition(self, partition: int) -> list[TransactionMetadata]:
@@ -222,6 +232,7 @@ class TransactionStateManager:
         if self.shutting_down or partition not in self.loading_partitions:
             return []  # stopped, or this node resigned the partition while it was loading
         self.transactions[partition] = loaded
+        self.loaded_epochs[partition] = self.coordinator_epoch(partition)
         self.loading_partitions.discard(partition)
         log.info(
             "Finished loading %d transaction metadata from %s in %d milliseconds",
