@@ -41,6 +41,8 @@ API_VERSIONS = 18
 DEFAULT_REQUEST_TIMEOUT = 30.0
 
 OnAnswer = Callable[[Any, "ClientError | None"], object]
+ResponseReader = Callable[[bytes | bytearray, int, int], Any]
+"""(frame, offset of the body, version) -> the response."""
 _FUTURE = asyncio.Future  # the type loop.create_future() returns (the C one)
 
 
@@ -152,9 +154,11 @@ class KafkaClient:
         """The kio request class at the negotiated version."""
         return request_type(api_key, self.version(api_key, highest))
 
-    async def send(self, request: Any, *, timeout: float | None = None) -> Any:
-        """Send one request and wait for its response."""
-        future = self.send_nowait(request)
+    async def send(
+        self, request: Any, *, timeout: float | None = None, reader: ResponseReader | None = None
+    ) -> Any:
+        """Send one request and wait for its response (read by `reader` when given, else by kio)."""
+        future = self.send_nowait(request, reader)
         limit = self.request_timeout if timeout is None else timeout
         try:
             return await asyncio.wait_for(future, limit)
@@ -162,13 +166,19 @@ class KafkaClient:
             name = api_name(request.__api_key__)
             raise ClientError(f"{name} request to {self.address} timed out after {limit:g} s.") from None
 
-    def send_nowait(self, request: Any) -> asyncio.Future[Any]:
-        """Write a request now and return the future of its response (for pipelining)."""
+    def send_nowait(self, request: Any, reader: ResponseReader | None = None) -> asyncio.Future[Any]:
+        """Write a request now and return the future of its response (for pipelining).
+
+        `reader(frame, offset, version)` reads the response body at `offset` of its frame in place of
+        kio (a follower's FetchResponse, whose records it leaves in the frame)."""
         self._check_open()
         correlation_id = next(self._correlation_ids)
         future: asyncio.Future[Any] = self._loop.create_future()
         response_cls = response_type(request.__api_key__, request.__version__)
-        self._pending[correlation_id] = (_decode_response, response_cls, future)
+        if reader is None:
+            self._pending[correlation_id] = (_decode_response, response_cls, future)
+        else:
+            self._pending[correlation_id] = (_read_by_hand, (response_cls, reader), future)
         self._transport.write(self._encode(request, correlation_id))
         return future
 
@@ -260,7 +270,7 @@ class KafkaClient:
         _INT32.pack_into(out, 0, len(out) - 4)
         return out
 
-    def _received(self, frames: list[bytes]) -> None:
+    def _received(self, frames: list[bytes | bytearray]) -> None:
         """Answer the requests whose whole response frames arrived."""
         pending = self._pending
         for frame in frames:
@@ -310,7 +320,8 @@ class _Connection(asyncio.BufferedProtocol):
     """The socket side of a KafkaClient: cuts size-prefixed frames, pauses writers, reports the end.
 
     Bytes arrive in a reused buffer; a frame larger than it (a follower's or a consumer's fetch) is
-    received straight into its own buffer, so each frame is copied once, into the bytes handed on.
+    received straight into its own buffer, which is handed on as it is (never copied): each frame is
+    copied at most once, from the shared buffer into the bytes handed on.
     """
 
     def __init__(self) -> None:
@@ -348,14 +359,14 @@ class _Connection(asyncio.BufferedProtocol):
         if frames:
             self._client._received(frames)
 
-    def _frames(self, nbytes: int) -> list[bytes]:
+    def _frames(self, nbytes: int) -> list[bytes | bytearray]:
         """The whole frames (without their size) the last `nbytes` complete, in order."""
-        frames: list[bytes] = []
+        frames: list[bytes | bytearray] = []
         if self._frame is not None:
             self._filled += nbytes
             if self._filled < len(self._frame):
                 return frames
-            frames.append(bytes(self._frame))
+            frames.append(self._frame)  # its own buffer, dropped here: no copy
             self._frame = None
             return frames
         self._end += nbytes
@@ -440,20 +451,23 @@ def _api_versions_request(version: int) -> Any:
     return cls()
 
 
-def _produce_answer(framer: ProduceFramer, frame: bytes) -> ProducePartitionAnswer:
+def _produce_answer(framer: ProduceFramer, frame: bytes | bytearray) -> ProducePartitionAnswer:
     """By hand for the usual answer; kio reads any other (several partitions, record errors)."""
+    frame = bytes(frame) if type(frame) is not bytes else frame
     answer = framer.read_answer(frame)
     if answer is None:
         answer = answer_from_response(_decode_response(response_type(PRODUCE, framer.version), frame))
     return answer
 
 
-def _decode_response(response_cls: type, frame: bytes) -> Any:
+def _decode_response(response_cls: type, frame: bytes | bytearray) -> Any:
     """Skip the response header (v0 = correlation id; v1 adds tagged fields) and decode the body.
 
     ApiVersions always has a v0 header, and an UNSUPPORTED_VERSION answer is in the v0 format
     whatever version we asked for, so we look at its error code first.
     """
+    if type(frame) is not bytes:
+        frame = bytes(frame)  # kio reads bytes
     if response_cls.__api_key__ == API_VERSIONS:  # type: ignore[attr-defined]
         if _INT16.unpack_from(frame, 4)[0] == ErrorCode.unsupported_version:
             response_cls = response_type(API_VERSIONS, 0)
@@ -467,6 +481,13 @@ def _decode_response(response_cls: type, frame: bytes) -> Any:
         frame = without_unknown_tags(frame, edits)
     response, _ = entity_reader(response_cls)(frame, offset)
     return response
+
+
+def _read_by_hand(argument: tuple[type, ResponseReader], frame: bytes | bytearray) -> Any:
+    """A response read by the caller's reader after its header (v1: correlation id, tagged fields)."""
+    response_cls, reader = argument
+    offset = skip_tagged_fields(frame, 4, len(frame)) if response_cls.__flexible__ else 4  # type: ignore[attr-defined]
+    return reader(frame, offset, response_cls.__version__)  # type: ignore[attr-defined]
 
 
 class NodeConnections:
@@ -484,6 +505,7 @@ class NodeConnections:
         request: Any | Callable[[KafkaClient], Any],
         *,
         timeout: float,
+        reader: ResponseReader | None = None,
     ) -> Any | None:
         """`request` to `node_id` at `address`; None when it cannot be reached or answer within `timeout`.
 
@@ -502,7 +524,7 @@ class NodeConnections:
                 self._clients[node_id] = client
             if callable(request):
                 request = request(client)
-            return await client.send(request, timeout=timeout)
+            return await client.send(request, timeout=timeout, reader=reader)
         except ClientError as exc:
             log.debug("%s: %s", self.client_id, exc)
             stale = self._clients.pop(node_id, None)
