@@ -19,6 +19,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
+from formats._native import uninitialized_bytearray
 from kio.schema.errors import ErrorCode
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
@@ -380,7 +381,7 @@ class _Connection(asyncio.BufferedProtocol):
                 position += 4 + size
                 continue
             if 4 + size > len(buffer):  # receive the rest in place: no copy of what is to come
-                frame = self._frame = bytearray(size)
+                frame = self._frame = uninitialized_bytearray(size)  # filled whole before it is read
                 arrived = end - position - 4
                 frame[:arrived] = buffer[position + 4 : end]
                 self._filled = arrived
