@@ -306,7 +306,11 @@ class _Fetch:
         deadline = loop.time() + max_wait
         purgatory = self.replicas.purgatory
         while True:
-            await purgatory.wait_for_change(self.keys, min(deadline, self._throttle_wake_up(loop.time())))
+            await purgatory.wait_for_change(
+                self.keys,
+                min(deadline, self._throttle_wake_up(loop.time())),
+                log_end_only=self.replica_id >= 0,  # a follower reads to the log end: the HW is no news
+            )
             results, readable, failed = self.read()
             if readable >= min_bytes or failed or loop.time() >= deadline:
                 return results
