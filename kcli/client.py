@@ -328,6 +328,7 @@ class _Connection(asyncio.BufferedProtocol):
     def __init__(self) -> None:
         self._client: KafkaClient | None = None
         self._buffer = bytearray(RECEIVE_BUFFER_BYTES)
+        self._view = memoryview(self._buffer)
         self._start = 0  # the first byte not yet cut into a frame
         self._end = 0  # the end of what arrived
         self._frame: bytearray | None = None  # a large frame arriving in place
@@ -347,7 +348,7 @@ class _Connection(asyncio.BufferedProtocol):
             return memoryview(self._frame)[self._filled :]
         if self._end == len(self._buffer):  # full of a frame's start: move it to the front
             self._compact()
-        return memoryview(self._buffer)[self._end :]
+        return self._view[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
         assert self._client is not None
@@ -372,18 +373,19 @@ class _Connection(asyncio.BufferedProtocol):
             return frames
         self._end += nbytes
         buffer, position, end = self._buffer, self._start, self._end
+        view = self._view
         while end - position >= 4:
             (size,) = _INT32.unpack_from(buffer, position)
             if size < 0:
                 raise ClientError(f"the broker sent a frame of size {size}.")
             if end - position - 4 >= size:
-                frames.append(bytes(buffer[position + 4 : position + 4 + size]))
+                frames.append(view[position + 4 : position + 4 + size].tobytes())  # one copy, not two
                 position += 4 + size
                 continue
             if 4 + size > len(buffer):  # receive the rest in place: no copy of what is to come
                 frame = self._frame = uninitialized_bytearray(size)  # filled whole before it is read
                 arrived = end - position - 4
-                frame[:arrived] = buffer[position + 4 : end]
+                frame[:arrived] = view[position + 4 : end]
                 self._filled = arrived
                 position = end
             break
