@@ -306,11 +306,7 @@ class _Fetch:
         deadline = loop.time() + max_wait
         purgatory = self.replicas.purgatory
         while True:
-            await purgatory.wait_for_change(
-                self.keys,
-                min(deadline, self._throttle_wake_up(loop.time())),
-                log_end_only=self.replica_id >= 0,  # a follower reads to the log end: the HW is no news
-            )
+            await purgatory.wait_for_change(self.keys, min(deadline, self._throttle_wake_up(loop.time())))
             results, readable, failed = self.read()
             if readable >= min_bytes or failed or loop.time() >= deadline:
                 return results

@@ -230,7 +230,7 @@ class Partition:
         replica.update_fetch_state(fetch_offset, log_start_offset, leader_end_offset, now_ms, broker_epoch)
         self.maybe_expand_isr(replica, now_ms)
         if replica.log_end_offset != previous and self.maybe_increment_high_watermark(now_ms):
-            self.purgatory.check_and_complete(self.key, log_end_changed=False)
+            self.purgatory.check_and_complete(self.key)
 
     def maybe_increment_high_watermark(self, now_ms: int | None = None) -> bool:
         """Partition.maybeIncrementLeaderHW: the lowest log end among the maximal ISR and the followers
