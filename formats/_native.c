@@ -1802,6 +1802,29 @@ static PyObject *native_murmur2(PyObject *module, PyObject *data)
 }
 
 /* ---------------------------------------------------------------------------------------------------
+ * A receive buffer
+ */
+
+PyDoc_STRVAR(uninitialized_bytearray_doc,
+             "uninitialized_bytearray(size, /)\n--\n\n"
+             "A bytearray of `size` bytes as malloc hands them out, not zeroed: for a buffer that is\n"
+             "filled whole before anything reads it, as a frame received from a socket. bytearray(size)\n"
+             "writes every byte twice (the zeroing, then the data); a follower receives ~1 GiB per GiB\n"
+             "it replicates.");
+
+static PyObject *native_uninitialized_bytearray(PyObject *module, PyObject *arg)
+{
+    Py_ssize_t size = PyLong_AsSsize_t(arg);
+    if (size == -1 && PyErr_Occurred())
+        return NULL;
+    if (size < 0) {
+        PyErr_SetString(PyExc_ValueError, "a buffer size cannot be negative");
+        return NULL;
+    }
+    return PyByteArray_FromStringAndSize(NULL, size);
+}
+
+/* ---------------------------------------------------------------------------------------------------
  * Module
  */
 
@@ -1812,6 +1835,7 @@ static PyMethodDef native_methods[] = {
     {"json_records", (PyCFunction)(void (*)(void))native_json_records, METH_FASTCALL, json_records_doc},
     {"encode_records", (PyCFunction)(void (*)(void))native_encode_records, METH_FASTCALL, encode_records_doc},
     {"murmur2", native_murmur2, METH_O, murmur2_doc},
+    {"uninitialized_bytearray", native_uninitialized_bytearray, METH_O, uninitialized_bytearray_doc},
     {"_crc32c_portable", (PyCFunction)(void (*)(void))native_crc32c_portable, METH_FASTCALL,
      crc32c_portable_doc},
     {NULL, NULL, 0, NULL},

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
+from formats._native import uninitialized_bytearray
 from kio.schema.errors import ErrorCode
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
@@ -41,6 +42,8 @@ API_VERSIONS = 18
 DEFAULT_REQUEST_TIMEOUT = 30.0
 
 OnAnswer = Callable[[Any, "ClientError | None"], object]
+ResponseReader = Callable[[bytes | bytearray, int, int], Any]
+"""(frame, offset of the body, version) -> the response."""
 _FUTURE = asyncio.Future  # the type loop.create_future() returns (the C one)
 
 
@@ -155,9 +158,11 @@ class KafkaClient:
         """The kio request class at the negotiated version."""
         return request_type(api_key, self.version(api_key, highest))
 
-    async def send(self, request: Any, *, timeout: float | None = None) -> Any:
-        """Send one request and wait for its response."""
-        future = self.send_nowait(request)
+    async def send(
+        self, request: Any, *, timeout: float | None = None, reader: ResponseReader | None = None
+    ) -> Any:
+        """Send one request and wait for its response (read by `reader` when given, else by kio)."""
+        future = self.send_nowait(request, reader)
         limit = self.request_timeout if timeout is None else timeout
         try:
             return await asyncio.wait_for(future, limit)
@@ -165,13 +170,19 @@ class KafkaClient:
             name = api_name(request.__api_key__)
             raise ClientError(f"{name} request to {self.address} timed out after {limit:g} s.") from None
 
-    def send_nowait(self, request: Any) -> asyncio.Future[Any]:
-        """Write a request now and return the future of its response (for pipelining)."""
+    def send_nowait(self, request: Any, reader: ResponseReader | None = None) -> asyncio.Future[Any]:
+        """Write a request now and return the future of its response (for pipelining).
+
+        `reader(frame, offset, version)` reads the response body at `offset` of its frame in place of
+        kio (a follower's FetchResponse, whose records it leaves in the frame)."""
         self._check_open()
         correlation_id = next(self._correlation_ids)
         future: asyncio.Future[Any] = self._loop.create_future()
         response_cls = response_type(request.__api_key__, request.__version__)
-        self._pending[correlation_id] = (_decode_response, response_cls, future)
+        if reader is None:
+            self._pending[correlation_id] = (_decode_response, response_cls, future)
+        else:
+            self._pending[correlation_id] = (_read_by_hand, (response_cls, reader), future)
         self._transport.write(self._encode(request, correlation_id))
         return future
 
@@ -263,7 +274,7 @@ class KafkaClient:
         _INT32.pack_into(out, 0, len(out) - 4)
         return out
 
-    def _received(self, frames: list[bytes]) -> None:
+    def _received(self, frames: list[bytes | bytearray]) -> None:
         """Answer the requests whose whole response frames arrived."""
         pending = self._pending
         for frame in frames:
@@ -313,12 +324,14 @@ class _Connection(asyncio.BufferedProtocol):
     """The socket side of a KafkaClient: cuts size-prefixed frames, pauses writers, reports the end.
 
     Bytes arrive in a reused buffer; a frame larger than it (a follower's or a consumer's fetch) is
-    received straight into its own buffer, so each frame is copied once, into the bytes handed on.
+    received straight into its own buffer, which is handed on as it is (never copied): each frame is
+    copied at most once, from the shared buffer into the bytes handed on.
     """
 
     def __init__(self) -> None:
         self._client: KafkaClient | None = None
         self._buffer = bytearray(RECEIVE_BUFFER_BYTES)
+        self._view = memoryview(self._buffer)
         self._start = 0  # the first byte not yet cut into a frame
         self._end = 0  # the end of what arrived
         self._frame: bytearray | None = None  # a large frame arriving in place
@@ -338,7 +351,7 @@ class _Connection(asyncio.BufferedProtocol):
             return memoryview(self._frame)[self._filled :]
         if self._end == len(self._buffer):  # full of a frame's start: move it to the front
             self._compact()
-        return memoryview(self._buffer)[self._end :]
+        return self._view[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
         assert self._client is not None
@@ -351,30 +364,31 @@ class _Connection(asyncio.BufferedProtocol):
         if frames:
             self._client._received(frames)
 
-    def _frames(self, nbytes: int) -> list[bytes]:
+    def _frames(self, nbytes: int) -> list[bytes | bytearray]:
         """The whole frames (without their size) the last `nbytes` complete, in order."""
-        frames: list[bytes] = []
+        frames: list[bytes | bytearray] = []
         if self._frame is not None:
             self._filled += nbytes
             if self._filled < len(self._frame):
                 return frames
-            frames.append(bytes(self._frame))
+            frames.append(self._frame)  # its own buffer, dropped here: no copy
             self._frame = None
             return frames
         self._end += nbytes
         buffer, position, end = self._buffer, self._start, self._end
+        view = self._view
         while end - position >= 4:
             (size,) = _INT32.unpack_from(buffer, position)
             if size < 0:
                 raise ClientError(f"the broker sent a frame of size {size}.")
             if end - position - 4 >= size:
-                frames.append(bytes(buffer[position + 4 : position + 4 + size]))
+                frames.append(view[position + 4 : position + 4 + size].tobytes())  # one copy, not two
                 position += 4 + size
                 continue
             if 4 + size > len(buffer):  # receive the rest in place: no copy of what is to come
-                frame = self._frame = bytearray(size)
+                frame = self._frame = uninitialized_bytearray(size)  # filled whole before it is read
                 arrived = end - position - 4
-                frame[:arrived] = buffer[position + 4 : end]
+                frame[:arrived] = view[position + 4 : end]
                 self._filled = arrived
                 position = end
             break
@@ -443,20 +457,23 @@ def _api_versions_request(version: int) -> Any:
     return cls()
 
 
-def _produce_answer(framer: ProduceFramer, frame: bytes) -> ProducePartitionAnswer:
+def _produce_answer(framer: ProduceFramer, frame: bytes | bytearray) -> ProducePartitionAnswer:
     """By hand for the usual answer; kio reads any other (several partitions, record errors)."""
+    frame = bytes(frame) if type(frame) is not bytes else frame
     answer = framer.read_answer(frame)
     if answer is None:
         answer = answer_from_response(_decode_response(response_type(PRODUCE, framer.version), frame))
     return answer
 
 
-def _decode_response(response_cls: type, frame: bytes) -> Any:
+def _decode_response(response_cls: type, frame: bytes | bytearray) -> Any:
     """Skip the response header (v0 = correlation id; v1 adds tagged fields) and decode the body.
 
     ApiVersions always has a v0 header, and an UNSUPPORTED_VERSION answer is in the v0 format
     whatever version we asked for, so we look at its error code first.
     """
+    if type(frame) is not bytes:
+        frame = bytes(frame)  # kio reads bytes
     if response_cls.__api_key__ == API_VERSIONS:  # type: ignore[attr-defined]
         if _INT16.unpack_from(frame, 4)[0] == ErrorCode.unsupported_version:
             response_cls = response_type(API_VERSIONS, 0)
@@ -470,6 +487,13 @@ def _decode_response(response_cls: type, frame: bytes) -> Any:
         frame = without_unknown_tags(frame, edits)
     response, _ = entity_reader(response_cls)(frame, offset)
     return response
+
+
+def _read_by_hand(argument: tuple[type, ResponseReader], frame: bytes | bytearray) -> Any:
+    """A response read by the caller's reader after its header (v1: correlation id, tagged fields)."""
+    response_cls, reader = argument
+    offset = skip_tagged_fields(frame, 4, len(frame)) if response_cls.__flexible__ else 4  # type: ignore[attr-defined]
+    return reader(frame, offset, response_cls.__version__)  # type: ignore[attr-defined]
 
 
 class NodeConnections:
@@ -487,6 +511,7 @@ class NodeConnections:
         request: Any | Callable[[KafkaClient], Any],
         *,
         timeout: float,
+        reader: ResponseReader | None = None,
     ) -> Any | None:
         """`request` to `node_id` at `address`; None when it cannot be reached or answer within `timeout`.
 
@@ -505,7 +530,7 @@ class NodeConnections:
                 self._clients[node_id] = client
             if callable(request):
                 request = request(client)
-            return await client.send(request, timeout=timeout)
+            return await client.send(request, timeout=timeout, reader=reader)
         except ClientError as exc:
             log.debug("%s: %s", self.client_id, exc)
             stale = self._clients.pop(node_id, None)

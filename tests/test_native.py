@@ -860,3 +860,13 @@ def test_murmur2_takes_any_bytes_like_and_nothing_else():
     assert _native.murmur2(bytearray(b"21")) == _native.murmur2(memoryview(b"xx21")[2:]) == -973932308
     with pytest.raises(TypeError):
         _native.murmur2("21")
+
+
+def test_uninitialized_bytearray_is_a_writable_bytearray_of_the_size_asked() -> None:
+    buffer = _native.uninitialized_bytearray(1 << 20)
+    assert type(buffer) is bytearray and len(buffer) == 1 << 20
+    buffer[:] = bytes(range(256)) * 4096
+    assert buffer[-1] == 255
+    assert _native.uninitialized_bytearray(0) == bytearray()
+    with pytest.raises(ValueError):
+        _native.uninitialized_bytearray(-1)

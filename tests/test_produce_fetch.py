@@ -29,7 +29,7 @@ from conftest import BrokerProcess, start_broker, stop_cleanly
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_writer
+from kio.serial import entity_reader, entity_writer
 
 from formats.compression import Codec
 from formats.records import RecordSpec, build_batch
@@ -40,6 +40,7 @@ from kcli.broker.log.log import FetchSlice
 from kcli.broker.server import Broker
 from kcli.client import ClientError, KafkaClient
 from kcli.config import BrokerConfig
+from kcli.protocol import fetch_codec
 from kcli.protocol.messages import request_type, response_type
 
 pytestmark = pytest.mark.timeout(60)
@@ -574,6 +575,44 @@ def test_fetch_response_encoding_is_byte_for_byte_kios(case: tuple) -> None:
     assert wire == buffer.getvalue()
     assert framed.size == len(wire)
     assert all(part.file.fileno() == fd for part in framed.parts if isinstance(part, FileRegion))
+    if version >= fetch_codec.FIRST_VERSION:
+        assert_read_by_hand_as_kio(response_cls, bytearray(wire), version)
+
+
+def assert_read_by_hand_as_kio(response_cls: type, wire: bytearray, version: int) -> None:
+    """The follower's FetchResponse reader (records left in the frame) reads what kio reads."""
+    theirs, _ = entity_reader(response_cls)(bytes(wire), 0)
+    ours = fetch_codec.read_fetch_response(wire, 0, version)
+    assert (ours.error_code, ours.session_id) == (theirs.error_code, theirs.session_id)
+    assert ours.throttle_time_ms == theirs.throttle_time.total_seconds() * 1000
+    assert len(ours.responses) == len(theirs.responses)
+    for topic, kio_topic in zip(ours.responses, theirs.responses, strict=True):
+        assert (topic.topic, topic.topic_id) == (
+            getattr(kio_topic, "topic", None),
+            getattr(kio_topic, "topic_id", None),
+        )
+        assert len(topic.partitions) == len(kio_topic.partitions)
+        for p, k in zip(topic.partitions, kio_topic.partitions, strict=True):
+            fields = (
+                "partition_index",
+                "error_code",
+                "high_watermark",
+                "last_stable_offset",
+                "log_start_offset",
+            )
+            assert [getattr(p, f) for f in fields] == [getattr(k, f) for f in fields]
+            assert p.preferred_read_replica == k.preferred_read_replica
+            assert (None if p.records is None else bytes(p.records)) == k.records
+            assert isinstance(p.records, memoryview | None)  # a view of the frame, not a copy
+            aborted = k.aborted_transactions
+            assert p.aborted_transactions == (
+                None if aborted is None else tuple((a.producer_id, a.first_offset) for a in aborted)
+            )
+            assert tuple(p.diverging_epoch) == (k.diverging_epoch.epoch, k.diverging_epoch.end_offset)
+            assert tuple(p.current_leader) == (k.current_leader.leader_id, k.current_leader.leader_epoch)
+    assert [tuple(e) for e in ours.node_endpoints] == [
+        (e.node_id, e.host, e.port, e.rack) for e in getattr(theirs, "node_endpoints", ())
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------

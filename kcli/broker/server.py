@@ -656,7 +656,9 @@ class _Connection(asyncio.BufferedProtocol):
             self.held.append(response)
         elif response is not None:
             self._flush()
-            self._run(self._send_framed(response))
+            rest = self._send_framed_now(response)
+            if rest is not None:
+                self._run(self._send_rest(*rest))
 
     def _run(self, coroutine: Coroutine[Any, Any, object]) -> None:
         self.current = task = self.loop.create_task(coroutine)
@@ -713,8 +715,42 @@ class _Connection(asyncio.BufferedProtocol):
     def _closing(self) -> bool:
         return self.transport is None or self.transport.is_closing()
 
-    async def _send_framed(self, send: _FramedSend) -> None:
-        """Write size and header, then each part; file regions go out with loop.sendfile (os.sendfile).
+    def _send_framed_now(self, send: _FramedSend) -> tuple[list[bytes | FileRegion], bool] | None:
+        """Write size and header, then each part, as far as the socket takes them now; file regions go
+        out with os.sendfile. None when all is sent; else what is left (the rest of a file region
+        first) and whether the socket is corked, for `_send_rest` to finish once the socket drains.
+
+        A Fetch answer is header, records and a few trailing bytes: with TCP_CORK they leave in full
+        segments, not as three packets that each wake the reader, and the whole answer is usually
+        written here, without a task or a turn of the event loop.
+        """
+        transport = self.transport
+        if transport is None or self._closing():
+            return None
+        header = response_header(send.correlation_id, send.api_key, send.response.response_type)
+        parts = list(send.response.parts)
+        head = [_INT32.pack(len(header) + send.response.size), header]
+        while parts and not isinstance(parts[0], FileRegion):
+            head.append(parts.pop(0))  # type: ignore[arg-type]
+        corked = _cork(transport, True) if parts else False
+        transport.write(b"".join(head))
+        for i, part in enumerate(parts):
+            if self._closing():
+                log.debug("connection from %s closed while its answer was being sent", self.info.peer)
+                return None
+            if isinstance(part, FileRegion):
+                sent = _sendfile_now(transport, part)
+                if sent < part.count:
+                    rest = FileRegion(part.file, part.offset + sent, part.count - sent)
+                    return [rest, *parts[i + 1 :]], corked
+            else:
+                transport.write(part)
+        if corked:
+            _cork(transport, False)
+        return None
+
+    async def _send_rest(self, parts: list[bytes | FileRegion], corked: bool) -> None:
+        """The rest of an answer `_send_framed_now` began, once the socket takes more.
 
         The client may go away while its answer is being written (sendfile first waits for the socket
         to drain): then the rest is not sent, and it is no fault of the broker's. asyncio reports a
@@ -726,32 +762,37 @@ class _Connection(asyncio.BufferedProtocol):
         """
         transport = self.transport
         assert transport is not None
-        if self._closing():
-            return
-        header = response_header(send.correlation_id, send.api_key, send.response.response_type)
-        transport.write(_INT32.pack(len(header) + send.response.size) + header)
-        for part in send.response.parts:
+        try:
+            await self._send_parts(transport, parts)
+        finally:
+            if corked and not self._closing():
+                _cork(transport, False)
+        while self._write_paused and not self._closing():
+            self._drained = self.loop.create_future()
+            await self._drained
+
+    async def _send_parts(self, transport: asyncio.Transport, parts: list[bytes | FileRegion]) -> None:
+        for part in parts:
             if self._closing():
                 log.debug("connection from %s closed while its answer was being sent", self.info.peer)
                 return
             if isinstance(part, FileRegion):
-                try:
-                    sent = await self.loop.sendfile(
-                        transport, part.file, part.offset, part.count, fallback=False
-                    )
-                except asyncio.SendfileNotAvailableError:
-                    if _connection_is_gone(transport):
-                        raise ConnectionResetError("the client went away during os.sendfile") from None
-                    raise
+                sent = _sendfile_now(transport, part)
+                if sent < part.count:  # the socket is full (or failed): asyncio waits and reports
+                    try:
+                        sent += await self.loop.sendfile(
+                            transport, part.file, part.offset + sent, part.count - sent, fallback=False
+                        )
+                    except asyncio.SendfileNotAvailableError:
+                        if _connection_is_gone(transport):
+                            raise ConnectionResetError("the client went away during os.sendfile") from None
+                        raise
                 if sent != part.count:
                     raise _CloseConnection(
                         f"the file ended {part.count - sent} bytes early while sending a response"
                     )
             else:
                 transport.write(part)
-        while self._write_paused and not self._closing():
-            self._drained = self.loop.create_future()
-            await self._drained
 
 
 class _ReceiveBuffer:
@@ -832,7 +873,9 @@ async def _resume(coroutine: Coroutine[Any, Any, object], waiting: Any) -> objec
 
     This is what a task does for the coroutine it steps (Python 3.12 calls it an eager start): wait for
     the future the coroutine yielded (None means a bare yield, as asyncio.sleep(0) makes), then send
-    into the coroutine again. Cancelling the task cancels that future and throws CancelledError in.
+    into the coroutine again, whose own await of the future then gives its result or raises its
+    exception. Cancelling the task cancels that future and throws CancelledError in. The future is
+    awaited directly (asyncio.wait would add a set, a future and two callbacks to every wait).
     """
     while True:
         cancelled = False
@@ -841,7 +884,12 @@ async def _resume(coroutine: Coroutine[Any, Any, object], waiting: Any) -> objec
                 await asyncio.sleep(0)
             else:
                 waiting._asyncio_future_blocking = False
-                await asyncio.wait((waiting,))
+                try:
+                    await waiting
+                except asyncio.CancelledError:
+                    raise
+                except BaseException:  # the coroutine's own await raises it
+                    pass
         except asyncio.CancelledError:
             if waiting is not None:
                 waiting.cancel()
@@ -948,6 +996,33 @@ def _apply_socket_options(sock: socket.socket | None, config: BrokerConfig) -> N
         value = int(config[key])  # type: ignore[call-overload]
         if config.is_set(key) and value > 0:
             sock.setsockopt(socket.SOL_SOCKET, option, value)
+
+
+def _sendfile_now(transport: asyncio.Transport, region: FileRegion) -> int:
+    """One os.sendfile of `region` straight away, when nothing waits in the transport's buffer: what
+    it sent (0 when the socket is full or failed; loop.sendfile then does the rest and the reporting).
+    A follower's answer usually fits the socket's buffer whole, and loop.sendfile would spend a turn
+    of the event loop, four epoll_ctl calls and an lseek on it besides."""
+    sock = transport.get_extra_info("socket")
+    if sock is None or transport.get_write_buffer_size():
+        return 0
+    try:
+        return os.sendfile(sock.fileno(), region.file.fileno(), region.offset, region.count)
+    except OSError:  # EAGAIN, or a failure loop.sendfile will meet again and report
+        return 0
+
+
+def _cork(transport: asyncio.Transport, on: bool) -> bool:
+    """TCP_CORK on or off: a Fetch answer's header, records (sendfile) and trailing bytes leave as full
+    segments rather than three packets, each waking the reader. Whether it was set."""
+    sock = transport.get_extra_info("socket")
+    if sock is None or not hasattr(socket, "TCP_CORK"):
+        return False
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1 if on else 0)
+    except OSError:
+        return False
+    return True
 
 
 def _connection_is_gone(transport: asyncio.BaseTransport) -> bool:

@@ -59,11 +59,15 @@ class Nodes(ClusterNodes):
 
     def cpu_seconds(self) -> float:
         """User + system time of every running node so far."""
-        total = 0.0
-        for process in self.processes.values():
+        return sum(user + system for user, system in self.cpu_times().values())
+
+    def cpu_times(self) -> dict[int, tuple[float, float]]:
+        """Each running node's (user, system) CPU seconds so far."""
+        times = {}
+        for node_id, process in self.processes.items():
             fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-        return total
+            times[node_id] = (int(fields[11]) / CLOCK_TICKS, int(fields[12]) / CLOCK_TICKS)
+        return times
 
     @property
     def bootstrap(self) -> str:
@@ -121,8 +125,11 @@ def producer(bootstrap: str, **extra: Any) -> Any:
     )
 
 
-def throughput(nodes: Nodes, topic: str, mib: int, size: int) -> tuple[float, float]:
-    """(MiB/s, broker CPU seconds per GiB) for `mib` MiB acks=all into `topic`."""
+def throughput(
+    nodes: Nodes, topic: str, mib: int, size: int
+) -> tuple[float, float, dict[int, tuple[float, float]]]:
+    """(MiB/s, broker CPU seconds per GiB, each node's (user, system) CPU seconds per GiB) for `mib`
+    MiB acks=all into `topic`."""
     p = producer(nodes.bootstrap)
     value = os.urandom(size)
     count = mib * 1024 * 1024 // size
@@ -132,7 +139,7 @@ def throughput(nodes: Nodes, topic: str, mib: int, size: int) -> tuple[float, fl
         if err is not None:
             errors.append(err)
 
-    cpu_before = nodes.cpu_seconds()
+    times_before = nodes.cpu_times()
     began = time.monotonic()
     for _ in range(count):
         while True:
@@ -144,10 +151,14 @@ def throughput(nodes: Nodes, topic: str, mib: int, size: int) -> tuple[float, fl
         p.poll(0)
     p.flush(300)
     took = time.monotonic() - began
-    cpu = nodes.cpu_seconds() - cpu_before
+    gib = mib / 1024
+    per_node = {
+        n: ((user - times_before[n][0]) / gib, (system - times_before[n][1]) / gib)
+        for n, (user, system) in nodes.cpu_times().items()
+    }
     if errors:
         raise SystemExit(f"{topic}: {len(errors)} produce errors, first {errors[0]}")
-    return mib / took, cpu / (mib / 1024)
+    return mib / took, sum(u + s for u, s in per_node.values()), per_node
 
 
 def latency(bootstrap: str, topic: str, rate: int, seconds: float) -> list[float]:
@@ -315,18 +326,25 @@ def main() -> None:
             nodes.start(1, 2, 3)
             create_topic(nodes.bootstrap, "rf1", [1])
             create_topic(nodes.bootstrap, "rf3", [1, 2, 3])
-            results: dict[str, list[tuple[float, float]]] = {"rf1": [], "rf3": []}
+            results: dict[str, list[tuple[float, float, dict[int, tuple[float, float]]]]] = {
+                "rf1": [],
+                "rf3": [],
+            }
             for _ in range(2):
                 for topic in ("rf1", "rf3"):
                     results[topic].append(throughput(nodes, topic, args.mib, args.size))
-            rf1 = max(results["rf1"]), min(c for _, c in results["rf1"])
-            rf3 = max(results["rf3"]), min(c for _, c in results["rf3"])
             print(f"acks=all, {args.mib} MiB of {args.size}-byte records, one partition, 2 rounds (best):")
-            print(f"  RF 1: {rf1[0][0]:.1f} MiB/s, broker CPU {rf1[1]:.1f} s/GiB")
-            print(f"  RF 3: {rf3[0][0]:.1f} MiB/s, broker CPU {rf3[1]:.1f} s/GiB")
-            print(
-                f"  RF 3 / RF 1: throughput {rf3[0][0] / rf1[0][0]:.2f}x, CPU per GiB {rf3[1] / rf1[1]:.2f}x"
-            )
+            best = {}
+            for topic in ("rf1", "rf3"):
+                rate = max(r[0] for r in results[topic])
+                _, cpu, per_node = min(results[topic], key=lambda r: r[1])
+                best[topic] = (rate, cpu)
+                nodes_text = ", ".join(
+                    f"node {n} {u + s:.2f} (sys {s:.2f})" for n, (u, s) in sorted(per_node.items())
+                )
+                print(f"  RF {topic[2:]}: {rate:.1f} MiB/s, broker CPU {cpu:.1f} s/GiB: {nodes_text}")
+            (rate1, cpu1), (rate3, cpu3) = best["rf1"], best["rf3"]
+            print(f"  RF 3 / RF 1: throughput {rate3 / rate1:.2f}x, CPU per GiB {cpu3 / cpu1:.2f}x")
 
             ms = latency(nodes.bootstrap, "rf3", args.rate, args.seconds)
             ordered = sorted(ms)

@@ -681,7 +681,10 @@ class Log:
             start = header.position
             if start >= max_position:
                 return None
-            end = segment.whole_batches_end(start, min(max_position, start + max_bytes))
+            limit = start + max_bytes
+            # max_position is a batch boundary (a segment's end, or where the batch holding the bound
+            # starts): when it is within reach no header needs reading (a follower that keeps up)
+            end = max_position if max_position <= limit else segment.whole_batches_end(start, limit)
             if end == start:
                 if not min_one_batch or start + header.size > max_position:
                     return None

@@ -3,7 +3,9 @@
 One fetcher per source broker (num.replica.fetchers = 1) keeps a long-poll Fetch going for every
 partition this broker follows there: fetch offset = the local log end, last fetched epoch = the local
 log's latest epoch, the current leader epoch, and this broker's id and epoch in ReplicaState, so the
-leader knows who fetched what. The answer is applied as Kafka's follower applies it:
+leader knows who fetched what. The answer is read by hand (protocol.fetch_codec), its records left
+as views of the response frame, so they reach the segment file with no copy in Python; it is
+applied as Kafka's follower applies it:
 - records are appended as they are (leader's offsets and epochs), then the leader's high watermark is
   taken up to the local log end, and its log start offset;
 - a diverging epoch truncates the local log to where it agrees with the leader's (KIP-320/KIP-595), so
@@ -39,6 +41,7 @@ from kcli.broker.log import LogStorageError, OffsetOutOfRange, RecordError
 from kcli.broker.replication.purgatory import PartitionKey
 from kcli.broker.replication.quota import ReplicationQuotaManager
 from kcli.client import NodeConnections
+from kcli.protocol.fetch_codec import read_fetch_response
 from kcli.protocol.messages import nested_type, request_type
 
 if TYPE_CHECKING:
@@ -249,7 +252,9 @@ class ReplicaFetcher:
             rack_id="",
         )
         timeout = (config.max_wait_ms + config.request_timeout_ms) / 1000
-        response = await self._connections.send(self.source_id, address, request, timeout=timeout)
+        response = await self._connections.send(
+            self.source_id, address, request, timeout=timeout, reader=read_fetch_response
+        )
         if response is None:
             self._delay(ready)
             return
