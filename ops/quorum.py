@@ -43,6 +43,8 @@ class ReplicaStatus:
     last_fetch_ms: int
     last_caught_up_ms: int
     is_voter: bool
+    directory_id: uuid.UUID = uuid.UUID(int=0)
+    """DescribeQuorum v2's ReplicaDirectoryId (KIP-853); zero before v2 or when the replica sent none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +105,7 @@ async def describe_cluster_status(cluster: Cluster) -> ClusterStatus:
             getattr(state, "last_fetch_timestamp", -1),
             getattr(state, "last_caught_up_timestamp", -1),
             is_voter,
+            getattr(state, "replica_directory_id", None) or uuid.UUID(int=0),
         )
 
     replicas = [replica(v, True) for v in partition.current_voters] + [

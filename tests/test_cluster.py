@@ -1755,6 +1755,15 @@ def test_a_dynamic_quorum_grows_by_add_controller_and_keeps_its_voters_across_ki
         described = run_kcli("quorum", "--bootstrap-controller", first, "describe", "--status")
         assert described.returncode == 0, described.stderr
         assert "CurrentVoters:          [1, 2]\nCurrentObservers:       []\n" in described.stdout
+        replication = run_kcli("quorum", "--bootstrap-controller", first, "describe", "--replication")
+        assert replication.returncode == 0, replication.stderr
+        header, *rows = [line.split("\t") for line in replication.stdout.splitlines()]
+        assert [cell.strip() for cell in header] == [
+            "NodeId", "DirectoryId", "LogEndOffset", "Lag", "LastFetchTimestamp", "LastCaughtUpTimestamp",
+            "Status", "",
+        ]  # fmt: skip
+        assert [(row[0].strip(), row[6].strip()) for row in rows] == [("1", "Leader"), ("2", "Follower")]
+        assert all(row[1].strip() != "AAAAAAAAAAAAAAAAAAAAAA" and int(row[4]) > 0 for row in rows)
         answer = _describe_quorum(first)
         partition = answer.topics[0].partitions[0]
         assert [v.replica_id for v in partition.current_voters] == [1, 2]

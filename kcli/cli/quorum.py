@@ -9,12 +9,18 @@ describe --status / --replication prints what `kcli cluster status` prints of th
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
+from formats.checkpoints import uuid_to_base64
 from kcli.cli.app import app
 from kcli.errors import KcliError
+
+if TYPE_CHECKING:
+    from ops.quorum import ClusterStatus
 
 quorum_app = typer.Typer(
     help="Add or remove controllers of a dynamic KRaft quorum (kafka-metadata-quorum.sh).",
@@ -142,10 +148,13 @@ def describe(
     replication: bool = typer.Option(
         False, "--replication", help="A description of the metadata quorum's replicas and their lag."
     ),
+    human_readable: bool = typer.Option(
+        False, "--human-readable", help="With --replication: fetch and catch-up times as 'N ms ago'."
+    ),
 ) -> None:
     """Describe the metadata quorum (its leader, epoch, voters and observers), as `kcli cluster status` does."""
     from kcli.cli.admin import run_on_cluster
-    from kcli.cli.cluster import replication_table, status_lines
+    from kcli.cli.cluster import status_lines
     from ops.quorum import describe_cluster_status
 
     bootstrap, _, _ = _target(ctx)
@@ -153,5 +162,51 @@ def describe(
         raise KcliError("Only one of --status or --replication should be specified with describe sub-command")
     if not status and not replication:
         raise KcliError("One of --status or --replication must be specified with describe sub-command")
+    if human_readable and not replication:
+        raise KcliError("The option --human-readable is only supported along with --replication")
     result = run_on_cluster(bootstrap, describe_cluster_status)
-    typer.echo(status_lines(result) if status else replication_table(result), nl=False)
+    typer.echo(status_lines(result) if status else replication_rows(result, human_readable), nl=False)
+
+
+def replication_rows(result: ClusterStatus, human_readable: bool) -> str:
+    """MetadataQuorumCommand.handleDescribeReplication: the leader, the other voters, the observers; each
+    cell padded to its column and followed by a tab (ToolsUtils.prettyPrintTable); timestamps in epoch
+    milliseconds, or "N ms ago" with --human-readable; -1 where a replica has none."""
+    now = int(time.time() * 1000)
+
+    def when(timestamp_ms: int) -> str:
+        if timestamp_ms < 0:
+            return "-1"
+        return f"{max(now - timestamp_ms, 0)} ms ago" if human_readable else str(timestamp_ms)
+
+    leader = [r for r in result.replicas if r.node_id == result.leader_id and r.is_voter]
+    followers = [r for r in result.replicas if r.is_voter and r.node_id != result.leader_id]
+    observers = [r for r in result.replicas if not r.is_voter]
+    leader_end = leader[0].log_end_offset if leader else 0
+    header = [
+        "NodeId",
+        "DirectoryId",
+        "LogEndOffset",
+        "Lag",
+        "LastFetchTimestamp",
+        "LastCaughtUpTimestamp",
+        "Status",
+    ]
+    rows = [
+        [
+            str(r.node_id),
+            uuid_to_base64(r.directory_id),
+            str(r.log_end_offset),
+            str(leader_end - r.log_end_offset),
+            when(r.last_fetch_ms),
+            when(r.last_caught_up_ms),
+            status,
+        ]
+        for group, status in ((leader, "Leader"), (followers, "Follower"), (observers, "Observer"))
+        for r in group
+    ]
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    return "".join(
+        "".join(cell.ljust(w) + "\t" for cell, w in zip(row, widths, strict=True)) + "\n"
+        for row in (header, *rows)
+    )
