@@ -116,6 +116,16 @@ def feature_updates(arguments: list[str]) -> dict[str, int]:
     return updates
 
 
+def disable_updates(names: list[str]) -> dict[str, int]:
+    """`disable --feature NAME`: each named feature to level 0, each name once."""
+    updates: dict[str, int] = {}
+    for name in names:
+        if name in updates:
+            raise KcliError(f"Feature {name} was specified more than once.")
+        updates[name] = 0
+    return updates
+
+
 async def update_features(
     cluster: Cluster, updates: dict[str, int], upgrade_type: UpgradeType, *, dry_run: bool
 ) -> dict[str, str | None]:

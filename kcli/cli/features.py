@@ -97,14 +97,10 @@ def disable(
 ) -> None:
     """Set features to level 0 (all or none change). Exit status 1 when the controller refuses."""
     from kcli.features import UpgradeType
+    from ops.features import disable_updates
 
-    updates: dict[str, int] = {}
-    for name in feature or []:
-        if name in updates:
-            raise KcliError(f"Feature {name} was specified more than once.")
-        updates[name] = 0
     kind = UpgradeType.UNSAFE_DOWNGRADE if unsafe else UpgradeType.SAFE_DOWNGRADE
-    _send("disable", bootstrap, updates, kind, dry_run, output)
+    _send("disable", bootstrap, disable_updates(feature or []), kind, dry_run, output)
 
 
 def _update(

@@ -29,7 +29,7 @@ from kio.schema.errors import ErrorCode
 from kcli.broker.apis.context import RequestContext
 from kcli.broker.apis.registry import ApiRegistry, ApiSpec
 from kcli.broker.metadata.controller.cluster_control_manager import supported_features
-from kcli.features import KRAFT_VERSION
+from kcli.features import KRAFT_VERSION, KRAFT_VERSION_0, KRAFT_VERSION_1
 from kcli.protocol.messages import build, kio_versions, nested_type, response_type
 
 API_KEY = 18
@@ -80,7 +80,7 @@ def feature_fields(
     return {
         "supported_features": tuple(
             supported_cls(name=name, min_version=low, max_version=high)
-            for name, low, high in (*supported_features(), (KRAFT_VERSION, 0, 1))
+            for name, low, high in (*supported_features(), (KRAFT_VERSION, KRAFT_VERSION_0, KRAFT_VERSION_1))
             if not (alter_v0 and low == 0)
         ),
         "finalized_features": tuple(

@@ -1688,6 +1688,21 @@ class KafkaRaftClient:
             return ErrorCode.not_leader_or_follower, None
         return ErrorCode.none, None
 
+    def _voter_request(self, request: Any, epoch: int, kind: str) -> uuid.UUID | tuple[ErrorCode, str | None]:
+        """What Add/Remove/UpdateRaftVoter check first, in Kafka's order: the cluster id, this node
+        leading in `epoch`, a voter named by id and directory id. The voter's directory id, or the
+        error and message to answer with."""
+        message = self._cluster_id_refusal(request.cluster_id)
+        if message is not None:
+            return ErrorCode.inconsistent_cluster_id, message
+        error = self._check_fetch_epoch(epoch)
+        if error is not ErrorCode.none:
+            return error, None
+        directory_id = _known(request.voter_directory_id)
+        if request.voter_id < 0 or directory_id is None:
+            return ErrorCode.invalid_request, f"{kind} voter request didn't include a valid voter"
+        return directory_id
+
     async def handle_add_raft_voter(self, request: Any, version: int) -> Any:
         """AddRaftVoter (80) on the leader: the new voter (an observer that has caught up) joins the
         latest committed voter set in a new Voters record; answered once that is committed."""
@@ -1696,15 +1711,10 @@ class KafkaRaftClient:
         def answer(error: ErrorCode, message: str | None = None) -> Any:
             return build(cls, throttle_time=_NO_THROTTLE, error_code=error, error_message=message)
 
-        message = self._cluster_id_refusal(request.cluster_id)
-        if message is not None:
-            return answer(ErrorCode.inconsistent_cluster_id, message)
-        error = self._check_fetch_epoch(self.epoch)
-        if error is not ErrorCode.none:
-            return answer(error)
-        directory_id = _known(request.voter_directory_id)
-        if request.voter_id < 0 or directory_id is None:
-            return answer(ErrorCode.invalid_request, "Add voter request didn't include a valid voter")
+        checked = self._voter_request(request, self.epoch, "Add")
+        if isinstance(checked, tuple):
+            return answer(*checked)
+        directory_id = checked
         listeners = {item.name: (item.host, item.port) for item in request.listeners}
         address = listeners.get(self.listener_name)
         if address is None:
@@ -1762,15 +1772,10 @@ class KafkaRaftClient:
         def answer(error: ErrorCode, message: str | None = None) -> Any:
             return build(cls, throttle_time=_NO_THROTTLE, error_code=error, error_message=message)
 
-        message = self._cluster_id_refusal(request.cluster_id)
-        if message is not None:
-            return answer(ErrorCode.inconsistent_cluster_id, message)
-        error = self._check_fetch_epoch(self.epoch)
-        if error is not ErrorCode.none:
-            return answer(error)
-        directory_id = _known(request.voter_directory_id)
-        if request.voter_id < 0 or directory_id is None:
-            return answer(ErrorCode.invalid_request, "Remove voter request didn't include a valid voter")
+        checked = self._voter_request(request, self.epoch, "Remove")
+        if isinstance(checked, tuple):
+            return answer(*checked)
+        directory_id = checked
         refusal = self._voter_change_refusal("removing")
         if refusal is not None:
             return answer(*refusal)
@@ -1802,14 +1807,10 @@ class KafkaRaftClient:
             )
             return build(cls, throttle_time=_NO_THROTTLE, error_code=error, current_leader=leader)
 
-        if self._cluster_id_refusal(request.cluster_id) is not None:
-            return answer(ErrorCode.inconsistent_cluster_id)
-        error = self._check_fetch_epoch(request.current_leader_epoch)
-        if error is not ErrorCode.none:
-            return answer(error)
-        directory_id = _known(request.voter_directory_id)
-        if request.voter_id < 0 or directory_id is None:
-            return answer(ErrorCode.invalid_request)
+        checked = self._voter_request(request, request.current_leader_epoch, "Update")
+        if isinstance(checked, tuple):
+            return answer(checked[0])  # UpdateRaftVoter's answer carries no message
+        directory_id = checked
         refusal = self._voter_change_refusal("updating")
         if refusal is not None:
             return answer(refusal[0])

@@ -75,13 +75,7 @@ class FeatureControlManager:
             default=0,
         )
         if elr_level > 0:
-            config = {
-                "resourceType": BROKER_RESOURCE,
-                "resourceName": "",
-                "name": "min.insync.replicas",
-                "value": str(default_min_insync_replicas),
-            }
-            out.append(("ConfigRecord", 0, config))
+            out += elr_safety_records(image, default_min_insync_replicas)
         return ControllerResult(out, True)
 
     def update_features(
