@@ -77,6 +77,7 @@ def wait_for(what: str, check: Callable[[], T | None], timeout: float, interval:
             result = check()
             if result:
                 return result
+            last_error = None  # an error of an earlier try is not why this one failed
         except Exception as exc:  # kept for the failure message
             last_error = exc
         if time.monotonic() > deadline:

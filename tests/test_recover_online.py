@@ -50,7 +50,7 @@ OVERRIDES = (
     "replica.lag.time.max.ms=3000",
     "replica.fetch.backoff.ms=200",
     "offsets.topic.num.partitions=4",
-    "transaction.state.log.num.partitions=2",
+    "transaction.state.log.num.partitions=3",  # one partition led by each broker: broker 2 leads one
     "transaction.state.log.min.isr=1",  # the transactions end with one broker left
 )
 TXN_RECORDS = 5
