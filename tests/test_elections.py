@@ -481,6 +481,19 @@ def test_session_expiry_fences_one_broker_per_write_and_the_last_isr_member_stay
     assert fences == [["PartitionChangeRecord", "BrokerRegistrationChangeRecord"]] * 3
 
 
+def test_a_session_is_fenced_at_its_expiry_not_a_polling_interval_later(tmp_path):
+    controller, epochs = open_cluster(tmp_path)
+    create(controller, "t", (1, 2, 3))
+    sessions = controller.controller.cluster_control
+    now = time.monotonic()
+    # broker.session.timeout.ms 20 s: broker 1's session ends 50 ms from now, the others' much later
+    sessions.last_contact.update({1: now - 19.95, 2: now - 10, 3: now})
+    assert sessions.next_session_expiry(controller.image, 20.0) == pytest.approx(now + 0.05)
+    run_for(controller, controller.controller.run_session_expiry(20_000), 0.2)
+    assert [controller.image.broker(b).fenced for b in BROKERS] == [True, False, False]
+    assert sessions.next_session_expiry(controller.image, 20.0) == pytest.approx(now + 10)
+
+
 def test_an_unfenced_broker_leads_the_leaderless_partitions_whose_isr_holds_it(tmp_path):
     controller, epochs = open_cluster(tmp_path)
     create(controller, "t", (1, 2), (2, 1), (1, 2))

@@ -327,12 +327,21 @@ class ClusterControlManager:
 
     def expired_sessions(self, image: ClusterMetadataImage, now: float, session_timeout: float) -> list[int]:
         """Unfenced brokers whose last heartbeat is older than broker.session.timeout.ms."""
-        expired = []
-        for registration in image.brokers_by_id.values():
-            last = self.last_contact.get(registration.broker_id, self.sessions_since)
-            if not registration.fenced and now - last > session_timeout:
-                expired.append(registration.broker_id)
-        return expired
+        return [broker_id for broker_id, last in self._sessions(image) if now - last > session_timeout]
+
+    def next_session_expiry(self, image: ClusterMetadataImage, session_timeout: float) -> float | None:
+        """When the first live session expires (None: no unfenced broker). Every later event (a
+        heartbeat, a registration, an unfencing, activation) starts a session at its own time, so
+        none expires before this (Kafka's BrokerHeartbeatManager keeps them ordered for the same)."""
+        return min((last + session_timeout for _, last in self._sessions(image)), default=None)
+
+    def _sessions(self, image: ClusterMetadataImage) -> list[tuple[int, float]]:
+        """(broker id, last contact) of each unfenced broker."""
+        return [
+            (registration.broker_id, self.last_contact.get(registration.broker_id, self.sessions_since))
+            for registration in image.brokers_by_id.values()
+            if not registration.fenced
+        ]
 
     def check_broker_epoch(self, image: ClusterMetadataImage, broker_id: int, broker_epoch: int) -> None:
         """Raise STALE_BROKER_EPOCH unless `broker_epoch` is the broker's current registration."""

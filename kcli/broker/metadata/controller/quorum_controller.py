@@ -62,6 +62,11 @@ log = logging.getLogger("kcli.broker.metadata")
 
 T = TypeVar("T")
 
+_INACTIVE_POLL_SECONDS = 0.25
+"""How often a controller that is not active looks whether it became so, to fence stale sessions."""
+_EXPIRY_MARGIN_SECONDS = 0.001
+"""Past a session's expiry: Kafka fences a session older than the timeout, not one exactly as old."""
+
 
 class NotControllerError(KcliError):
     """This node's controller is not the active one (or stopped being it before the write committed)."""
@@ -281,16 +286,21 @@ class QuorumController:
     async def run_session_expiry(self, session_timeout_ms: int) -> None:
         """While active: fence brokers whose last heartbeat is older than broker.session.timeout.ms.
 
-        As Kafka, one broker per write, and every session starts afresh when this controller activates.
+        As Kafka, at the expiry itself (a dead broker's partitions move a session timeout after its last
+        heartbeat, not up to a polling interval later), one broker per write, and every session starts
+        afresh when this controller activates.
         """
+        timeout = session_timeout_ms / 1000
         while True:
-            await asyncio.sleep(min(session_timeout_ms / 20000, 0.25))  # Kafka fences at the expiry itself
             if not self.is_active:
+                await asyncio.sleep(min(timeout / 20, _INACTIVE_POLL_SECONDS))
                 continue
+            expiry = self.cluster_control.next_session_expiry(self._image, timeout)
             now = time.monotonic()
-            for broker_id in self.cluster_control.expired_sessions(
-                self._image, now, session_timeout_ms / 1000
-            ):
+            if expiry is None or expiry > now:
+                await asyncio.sleep(timeout if expiry is None else expiry - now + _EXPIRY_MARGIN_SECONDS)
+                continue
+            for broker_id in self.cluster_control.expired_sessions(self._image, now, timeout):
                 log.info("fencing broker %d: no heartbeat for %d ms", broker_id, session_timeout_ms)
                 records: list[Record] = []
                 self.replication_control.handle_broker_fenced(self._image, broker_id, records)
@@ -298,8 +308,10 @@ class QuorumController:
                 try:
                     await self._run(ControllerResult(records, None))
                 except NotControllerError:
-                    pass
+                    await asyncio.sleep(_EXPIRY_MARGIN_SECONDS)
                 break
+            else:
+                await asyncio.sleep(_EXPIRY_MARGIN_SECONDS)  # renewed between the two looks
 
     async def elect_leaders(self, request: Any) -> Any:
         """ElectLeaders (a kio ElectLeadersRequest, v0-2): the ElectLeadersResponse of the same
