@@ -18,8 +18,9 @@
    takes an election plus a session timeout. The node is restarted and back in the ISR before the next one.
    Median and max over --failovers of each. Next to it, the cluster's own failover after kill -9: from
    the signal until a surviving broker's Metadata names a new leader and a fresh producer's acks=all
-   record to it is acknowledged (the steady producer's gap adds librdkafka's own schedule of metadata
-   refreshes while its leader's connection keeps failing).
+   record to it is acknowledged (the steady producer's gap adds librdkafka's own: it asks for the leader
+   of a partition whose broker is down on its 1 s topic scan, and decommissioning the dead broker, which
+   Metadata no longer lists once fenced, parks the partition on its internal broker until the next scan).
 
 Benchmarks print figures; nothing here is a timed assert. Loopback only; every process it starts is
 stopped by PID.
