@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from collections.abc import Iterator
+
+import pytest
 
 from kcli.broker.metadata import ClusterMetadataImage, QuorumController
 from kcli.broker.raft import open_raft_client
@@ -59,3 +62,12 @@ class SyncController:
         self.run(raft.shutdown())
         raft.log.close()
         self.loop.close()
+
+
+@pytest.fixture(autouse=True)
+def close_controllers() -> Iterator[None]:
+    """Stop the Raft client of every controller a test opened and left open (autouse in each module
+    that imports it)."""
+    yield
+    while SyncController.opened:
+        SyncController.opened.pop().close()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode
-from metadata_harness import SyncController
+from metadata_harness import SyncController, close_controllers  # noqa: F401 (an autouse fixture)
 from test_cluster import SESSION, SESSION_TIMEOUT_S, wait_all_caught_up, wait_for
 from test_cluster import cluster_factory as cluster_factory  # noqa: F401  (the fixture)
 
@@ -196,13 +196,6 @@ def test_before_mv_3_6_an_isr_shrink_bumps_the_leader_epoch():
 # --- controller helpers -------------------------------------------------------------------------------
 
 BROKERS = (1, 2, 3)
-
-
-@pytest.fixture(autouse=True)
-def close_controllers():
-    yield
-    while SyncController.opened:
-        SyncController.opened.pop().close()
 
 
 def open_cluster(tmp_path: Path, brokers=BROKERS, **settings: str) -> tuple[SyncController, dict[int, int]]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from cli_in_process import run_kcli
-from metadata_harness import SyncController
+from metadata_harness import SyncController, close_controllers  # noqa: F401 (an autouse fixture)
 
 from formats.internal import decode_metadata_record, encode_metadata_record
 from formats.kraft_snapshot import read_snapshot
@@ -224,13 +224,6 @@ def test_elr_lists_come_out_in_java_hash_set_order():
 # --- the controller: fencing below min ISR, the ELR leader, re-registration ----------------------------
 
 BROKERS = (1, 2, 3)
-
-
-@pytest.fixture(autouse=True)
-def close_controllers():
-    yield
-    while SyncController.opened:
-        SyncController.opened.pop().close()
 
 
 def elr_bootstrap(level: int = 1) -> list:

@@ -17,7 +17,7 @@ import pytest
 from cli_in_process import run_kcli
 from conftest import BrokerProcess
 from kio.schema.errors import ErrorCode
-from metadata_harness import SyncController
+from metadata_harness import SyncController, close_controllers  # noqa: F401 (an autouse fixture)
 
 from kcli.broker.apis.features import update_features_response
 from kcli.broker.metadata.controller import ConfigOp, OpType
@@ -27,13 +27,6 @@ from kcli.features import METADATA_VERSION, metadata_changed_between
 from kcli.protocol.messages import nested_type, request_type
 
 SAFE_DOWNGRADE, UNSAFE_DOWNGRADE, UPGRADE = 2, 3, 1
-
-
-@pytest.fixture(autouse=True)
-def close_controllers():
-    yield
-    while SyncController.opened:
-        SyncController.opened.pop().close()
 
 
 def open_controller(tmp_path: Path, metadata_version: int = 21, **settings: str) -> SyncController:

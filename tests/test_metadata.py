@@ -19,7 +19,7 @@ from cli_in_process import run_kcli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
-from metadata_harness import SyncController
+from metadata_harness import SyncController, close_controllers  # noqa: F401 (an autouse fixture)
 
 from formats.checkpoints import read_leader_epoch_checkpoint, read_partition_metadata
 from formats.internal import decode_metadata_record, encode_metadata_record
@@ -110,14 +110,6 @@ def base_records():
 
 def config(tmp_path: Path, **settings: str) -> BrokerConfig:
     return BrokerConfig({"log.dirs": str(tmp_path / "data"), **settings})
-
-
-@pytest.fixture(autouse=True)
-def close_controllers():
-    """Stop the Raft client of every controller a test opened and left open."""
-    yield
-    while SyncController.opened:
-        SyncController.opened.pop().close()
 
 
 def open_controller(tmp_path: Path, register_node: bool = True, **settings: str) -> SyncController:

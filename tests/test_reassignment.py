@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
-from metadata_harness import SyncController
+from metadata_harness import SyncController, close_controllers  # noqa: F401 (an autouse fixture)
 from test_cluster import SESSION, LocalKraftCluster, wait_for
 from test_elections import alter_request, create, heartbeat, open_cluster, partition_answer, state
 from test_replication_cluster import create_topic, partition_batches
@@ -44,13 +44,6 @@ T0 = 1_700_000_000_000
 
 def batch(n: int) -> bytes:
     return build_batch([RecordSpec(T0, b"k", b"v") for _ in range(n)])
-
-
-@pytest.fixture(autouse=True)
-def close_controllers():
-    yield
-    while SyncController.opened:
-        SyncController.opened.pop().close()
 
 
 # --- requests ------------------------------------------------------------------------------------------

@@ -503,18 +503,26 @@ class KafkaRaftClient:
             partition_leader_epoch=self.epoch,
             timestamp=now_ms,
         )
+        self._append_control_batch(batch, offset, ((offset, ControlType.KRAFT_VOTERS, value),), now_ms)
+        self._on_leader_append()
+        return offset
+
+    def _append_control_batch(
+        self, batch: bytes, start: int, kraft: tuple[tuple[int, ControlType, Any], ...], now_ms: int
+    ) -> None:
+        """Append a control batch of this leader's epoch starting at `start`, uncommitted; its KRaft
+        records (offset, type, value), if any, change the voter set at once (KIP-853)."""
         try:
             self.log.log.append_as_leader(
                 batch, leader_epoch=self.epoch, now_ms=now_ms, origin=AppendOrigin.RAFT_LEADER
             )
         except (OSError, LogStorageError, RecordError) as exc:
             raise MetadataLogError(f"cannot append to the metadata log: {exc}") from None
-        records = ((offset, ControlType.KRAFT_VOTERS, value),)
-        self._uncommitted.append(LoggedBatch(offset, offset, self.epoch, now_ms, (), 0, records))
-        self.history.apply(records)
-        self._voters_changed()
-        self._on_leader_append()
-        return offset
+        last = kraft[-1][0] if kraft else start
+        self._uncommitted.append(LoggedBatch(start, last, self.epoch, now_ms, (), 0, kraft))
+        if kraft:
+            self.history.apply(kraft)
+            self._voters_changed()
 
     def _note_endpoints(self, endpoints: Any) -> None:
         """Leaders' endpoints an answer carries (NodeEndpoints, v16+ Fetch and the other KRaft RPCs)."""
@@ -809,17 +817,8 @@ class KafkaRaftClient:
                 leader_epoch=self.epoch,
                 timestamp=now_ms,
             )
-        try:
-            self.log.log.append_as_leader(
-                batch, leader_epoch=self.epoch, now_ms=now_ms, origin=AppendOrigin.RAFT_LEADER
-            )
-        except (OSError, LogStorageError, RecordError) as exc:
-            raise MetadataLogError(f"cannot append to the metadata log: {exc}") from None
         records = tuple((start + 1 + i, kind, value) for i, (kind, value) in enumerate(kraft))
-        self._uncommitted.append(LoggedBatch(start, start + len(kraft), self.epoch, now_ms, (), 0, records))
-        if records:
-            self.history.apply(records)
-            self._voters_changed()
+        self._append_control_batch(batch, start, records, now_ms)
         log.info("raft: node %d is the leader of epoch %d from offset %d", self.node_id, self.epoch, start)
         self._transitioned()
         self._on_leader_append()

@@ -11,7 +11,7 @@ node id or "" for the cluster-wide defaults) are validated by the broker that re
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -42,14 +42,8 @@ class ConfigurationControlManager:
         the topic's override, else this controller's dynamic broker config, else the cluster-wide
         dynamic default, else the static configuration."""
         name = "unclean.leader.election.enable"
-        for overrides in (
-            image.topic_config(topic),
-            image.broker_config(str(self.config.node_id)),
-            image.broker_config(""),
-        ):
-            value = overrides.get(name)
-            if value is not None and value.strip():
-                return value.strip().lower() == "true"
+        for value in self._dynamic_values(image, topic, name):
+            return value.lower() == "true"
         return bool(self.config[name])
 
     def min_insync_replicas_for_topic(self, image: ClusterMetadataImage, topic: str) -> int:
@@ -57,18 +51,24 @@ class ConfigurationControlManager:
         topic's override, this controller's dynamic broker config, the cluster-wide dynamic default,
         the static configuration (what decides the topic's eligible leader replicas)."""
         name = "min.insync.replicas"
+        for value in self._dynamic_values(image, topic, name):
+            try:
+                return int(value)
+            except ValueError:
+                continue
+        return int(self.config[name])  # type: ignore[call-overload]
+
+    def _dynamic_values(self, image: ClusterMetadataImage, topic: str, name: str) -> Iterator[str]:
+        """The set values of `name` above the static configuration, strongest first: the topic's
+        override, this controller's dynamic broker config, the cluster-wide dynamic default."""
         for overrides in (
             image.topic_config(topic),
             image.broker_config(str(self.config.node_id)),
             image.broker_config(""),
         ):
-            value = overrides.get(name)
-            if value is not None and value.strip():
-                try:
-                    return int(value.strip())
-                except ValueError:
-                    continue
-        return int(self.config[name])  # type: ignore[call-overload]
+            value = (overrides.get(name) or "").strip()
+            if value:
+                yield value
 
     def elr_safety_records(self, image: ClusterMetadataImage) -> list[Record]:
         """What turning ELR on needs (ActivationRecordsGenerator at bootstrap, maybeGenerateElrSafetyRecords

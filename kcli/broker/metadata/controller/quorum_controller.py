@@ -300,18 +300,19 @@ class QuorumController:
             if expiry is None or expiry > now:
                 await asyncio.sleep(timeout if expiry is None else expiry - now + _EXPIRY_MARGIN_SECONDS)
                 continue
-            for broker_id in self.cluster_control.expired_sessions(self._image, now, timeout):
-                log.info("fencing broker %d: no heartbeat for %d ms", broker_id, session_timeout_ms)
-                records: list[Record] = []
-                self.replication_control.handle_broker_fenced(self._image, broker_id, records)
-                self.cluster_control.fence(broker_id)
-                try:
-                    await self._run(ControllerResult(records, None))
-                except NotControllerError:
-                    await asyncio.sleep(_EXPIRY_MARGIN_SECONDS)
-                break
-            else:
-                await asyncio.sleep(_EXPIRY_MARGIN_SECONDS)  # renewed between the two looks
+            expired = self.cluster_control.expired_sessions(self._image, now, timeout)
+            if not expired:  # exactly at the expiry: only a session older than the timeout is fenced
+                await asyncio.sleep(_EXPIRY_MARGIN_SECONDS)
+                continue
+            broker_id = expired[0]
+            log.info("fencing broker %d: no heartbeat for %d ms", broker_id, session_timeout_ms)
+            records: list[Record] = []
+            self.replication_control.handle_broker_fenced(self._image, broker_id, records)
+            self.cluster_control.fence(broker_id)
+            try:
+                await self._run(ControllerResult(records, None))
+            except NotControllerError:
+                await asyncio.sleep(_EXPIRY_MARGIN_SECONDS)
 
     async def elect_leaders(self, request: Any) -> Any:
         """ElectLeaders (a kio ElectLeadersRequest, v0-2): the ElectLeadersResponse of the same

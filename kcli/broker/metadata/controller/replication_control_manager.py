@@ -1043,34 +1043,19 @@ class ReplicationControlManager:
     def partitions_with_broker_in_isr(
         image: ClusterMetadataImage, broker_id: int
     ) -> list[tuple[TopicImage, int, PartitionRegistration]]:
-        return [
-            (topic, index, partition)
-            for topic in image.topics_by_id.values()
-            for index, partition in sorted(topic.partitions.items())
-            if broker_id in partition.isr
-        ]
+        return _partitions_where(image, lambda partition: broker_id in partition.isr)
 
     @staticmethod
     def partitions_with_broker_in_elr(
         image: ClusterMetadataImage, broker_id: int
     ) -> list[tuple[TopicImage, int, PartitionRegistration]]:
-        return [
-            (topic, index, partition)
-            for topic in image.topics_by_id.values()
-            for index, partition in sorted(topic.partitions.items())
-            if broker_id in partition.elr
-        ]
+        return _partitions_where(image, lambda partition: broker_id in partition.elr)
 
     @staticmethod
     def partitions_with_no_leader(
         image: ClusterMetadataImage,
     ) -> list[tuple[TopicImage, int, PartitionRegistration]]:
-        return [
-            (topic, index, partition)
-            for topic in image.topics_by_id.values()
-            for index, partition in sorted(topic.partitions.items())
-            if partition.leader == NO_LEADER
-        ]
+        return _partitions_where(image, lambda partition: partition.leader == NO_LEADER)
 
     @staticmethod
     def has_leaderships(image: ClusterMetadataImage, broker_id: int) -> bool:
@@ -1245,6 +1230,18 @@ def _altered(partition_cls: type, index: int, error: ErrorCode) -> Any:
         leader_recovery_state=RECOVERED,
         partition_epoch=0,
     )
+
+
+def _partitions_where(
+    image: ClusterMetadataImage, keep: Callable[[PartitionRegistration], bool]
+) -> list[tuple[TopicImage, int, PartitionRegistration]]:
+    """(topic, index, partition) of every partition `keep` accepts, topic by topic, in index order."""
+    return [
+        (topic, index, partition)
+        for topic in image.topics_by_id.values()
+        for index, partition in sorted(topic.partitions.items())
+        if keep(partition)
+    ]
 
 
 def _random_topic_id() -> uuid.UUID:
