@@ -21,6 +21,11 @@
    record to it is acknowledged (the steady producer's gap adds librdkafka's own: it asks for the leader
    of a partition whose broker is down on its 1 s topic scan, and decommissioning the dead broker, which
    Metadata no longer lists once fenced, parks the partition on its internal broker until the next scan).
+4. The machine's floor for the CPU ratio of 1: the same bytes moved with no broker, by plain processes
+   over loopback in 1 MiB pieces. RF 1: a client sends, a leader receives and writes (pwrite) them. RF 3:
+   the leader also sendfiles each piece from its file to two followers, which receive and write it and
+   answer with 8 bytes before the leader takes the next piece. Only the kernel's work is left (page cache
+   writes, loopback TCP, sendfile): what any broker on this machine pays at least.
 
 Benchmarks print figures; nothing here is a timed assert. Loopback only; every process it starts is
 stopped by PID.
@@ -30,8 +35,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import os
+import resource
 import signal
+import socket
 import statistics
 import sys
 import tempfile
@@ -311,6 +319,106 @@ def failovers(
     return after_kill, term_gaps, term_errors
 
 
+PIECE = 1 << 20
+
+
+def _cpu_now() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _receive_exactly(sock: socket.socket, buffer: memoryview) -> None:
+    got = 0
+    while got < len(buffer):
+        n = sock.recv_into(buffer[got:], 0, socket.MSG_WAITALL)
+        if not n:
+            raise ConnectionError("peer closed mid-piece")
+        got += n
+
+
+def _floor_connect(port: int, role: bytes) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.sendall(role)
+    return sock
+
+
+def _floor_client(port: int, pieces: int, rate: float) -> None:
+    """Send `pieces` MiB at `rate` MiB/s."""
+    data = os.urandom(PIECE)
+    with _floor_connect(port, b"C") as sock:
+        began = time.monotonic()
+        for i in range(pieces):
+            time.sleep(max(0.0, began + i / rate - time.monotonic()))
+            sock.sendall(data)
+        sock.recv(1)  # the leader's end: everything is written
+
+
+def _floor_follower(port: int, path: str, pieces: int, cpu: Any) -> None:
+    with _floor_connect(port, b"F") as sock:
+        buffer = memoryview(bytearray(PIECE))
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC)
+        began = _cpu_now()
+        for i in range(pieces):
+            _receive_exactly(sock, buffer)
+            os.pwrite(fd, buffer, i * PIECE)
+            sock.sendall(i.to_bytes(8, "big"))  # the next fetch's offset
+        cpu.put(_cpu_now() - began)
+        os.close(fd)
+
+
+def _floor_leader(path: str, pieces: int, followers: int, ports: Any, cpu: Any) -> None:
+    """Write each piece the client sends, sendfile it to every follower, wait for their answers."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        ports.put(server.getsockname()[1])
+        peers, clients = [], []
+        for _ in range(followers + 1):
+            sock = server.accept()[0]
+            (peers if sock.recv(1) == b"F" else clients).append(sock)
+    (client,) = clients
+    buffer = memoryview(bytearray(PIECE))
+    answer = memoryview(bytearray(8))
+    fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_TRUNC)
+    began = _cpu_now()
+    for i in range(pieces):
+        _receive_exactly(client, buffer)
+        os.pwrite(fd, buffer, i * PIECE)
+        for peer in peers:
+            sent = 0
+            while sent < PIECE:
+                sent += os.sendfile(peer.fileno(), fd, i * PIECE + sent, PIECE - sent)
+        for peer in peers:
+            _receive_exactly(peer, answer)
+    cpu.put(_cpu_now() - began)
+    client.sendall(b"!")
+    os.close(fd)
+    for sock in (client, *peers):
+        sock.close()
+
+
+def kernel_floor(directory: Path, mib: int, followers: int, rate: float) -> float:
+    """CPU seconds per GiB of a leader and `followers` followers moving `mib` MiB at `rate` MiB/s (the
+    broker's own rate in the phase it is set beside: faster costs more per GiB here) with no broker. The files
+    stay (as a broker's segments do): deleting them would hand the next phase freshly freed pages, which
+    cost less here than pages long free (see the README)."""
+    spawn = multiprocessing.get_context("spawn")  # no fork of a process holding librdkafka's threads
+    ports, cpu = spawn.Queue(), spawn.Queue()
+    directory = Path(tempfile.mkdtemp(prefix=f"floor-rf{followers + 1}-", dir=directory))
+    leader = spawn.Process(target=_floor_leader, args=(str(directory / "leader"), mib, followers, ports, cpu))
+    leader.start()
+    port = ports.get(timeout=60)
+    others = [
+        spawn.Process(target=_floor_follower, args=(port, str(directory / f"follower-{n}"), mib, cpu))
+        for n in range(followers)
+    ]
+    others.append(spawn.Process(target=_floor_client, args=(port, mib, rate)))
+    for process in others:
+        process.start()
+    total = sum(cpu.get(timeout=300) for _ in range(1 + followers))
+    for process in (leader, *others):
+        process.join(60)
+    return total / (mib / 1024)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mib", type=int, default=128, help="MiB per throughput phase")
@@ -346,6 +454,12 @@ def main() -> None:
                 print(f"  RF {topic[2:]}: {rate:.1f} MiB/s, broker CPU {cpu:.1f} s/GiB: {nodes_text}")
             (rate1, cpu1), (rate3, cpu3) = best["rf1"], best["rf3"]
             print(f"  RF 3 / RF 1: throughput {rate3 / rate1:.2f}x, CPU per GiB {cpu3 / cpu1:.2f}x")
+            floor1 = min(kernel_floor(Path(tmp), args.mib, 0, rate1) for _ in range(2))
+            floor3 = min(kernel_floor(Path(tmp), args.mib, 2, rate3) for _ in range(2))
+            print(
+                f"  the machine's floor, no broker (the same MiB moved at those rates, best of 2): RF 1 {floor1:.1f}, "
+                f"RF 3 {floor3:.1f} CPU-s/GiB: {floor3 / floor1:.2f}x"
+            )
 
             ms = latency(nodes.bootstrap, "rf3", args.rate, args.seconds)
             ordered = sorted(ms)
