@@ -219,6 +219,42 @@ def test_voter_changes_on_a_leader_of_one_answer_kafkas_errors(tmp_path: Path) -
     asyncio.run(run())
 
 
+def test_a_voter_that_follows_names_its_leader_in_its_vote_answers(tmp_path: Path) -> None:
+    """Kafka's RaftUtil.singletonVoteResponse: from v1 a Vote answer carries NodeEndpoints with the
+    leader the answering voter knows (QuorumState.leaderEndpoints), so a voter that lost an election
+    learns where the winner listens from a follower too, not only from the leader."""
+    from kcli.broker.server import Broker
+
+    base = free_port_range(3)
+    ports = {1: base, 2: base + 1, 3: base + 2}
+    settings = _initial_controllers(tmp_path, ports, ports)
+
+    async def run() -> None:
+        brokers = [Broker(BrokerConfig(s)) for s in settings.values()]
+        try:
+            await asyncio.wait_for(asyncio.gather(*(b.start() for b in brokers)), 20)
+            rafts = [b.node.raft for b in brokers]
+            await _until(
+                "a leader every voter follows", lambda: len({r.quorum.leader_id for r in rafts}) == 1
+            )
+            [leader] = [r for r in rafts if r.quorum.is_leader]
+            follower, other = [r for r in rafts if not r.quorum.is_leader]
+            # a pre-vote from the other follower with an empty log: refused, naming the leader and where it is
+            request = other._vote_request(follower.node_id, follower.epoch, 0, 0, pre_vote=True)
+            answer = follower.handle_vote(request, 2)
+            [partition] = answer.topics[0].partitions
+            assert (partition.vote_granted, partition.leader_id) == (False, leader.node_id)
+            assert [(e.node_id, e.host, e.port) for e in answer.node_endpoints] == [
+                (leader.node_id, "127.0.0.1", ports[leader.node_id])
+            ]
+        finally:
+            for broker in brokers:
+                if broker.node is not None:
+                    await broker.shutdown()
+
+    asyncio.run(run())
+
+
 def _initial_controllers(
     tmp_path: Path, entries: dict[int, int], listen: dict[int, int]
 ) -> dict[int, dict[str, str]]:

@@ -543,16 +543,21 @@ class KafkaRaftClient:
         return self.local_listeners.get(self.listener_name) or self.voter_addresses.get(self.node_id)
 
     def _leader_node_endpoints(self, cls: type) -> tuple[Any, ...]:
-        """This leader's endpoint for an answer's NodeEndpoints (dynamic quorums only: static voters
-        know each other from controller.quorum.voters)."""
-        address = self._local_address() if self.dynamic and self.quorum.is_leader else None
+        """The known leader's endpoint for an answer's NodeEndpoints, as Kafka's QuorumState.leaderEndpoints
+        gives it to every answer: this node's own when it leads, where the leader is reached otherwise
+        (a voter that lost an election learns the winner from its Vote answer). Dynamic quorums only:
+        static voters know each other from controller.quorum.voters."""
+        leader = self.quorum.leader_id
+        if not self.dynamic or leader == NO_ID:
+            return ()
+        address = self._local_address() if self.quorum.is_leader else self.address_of(leader)
         if address is None:
             return ()
         try:
             endpoint_cls = nested_type(cls, "NodeEndpoint")
         except (AttributeError, KeyError, LookupError):
             return ()
-        return (build(endpoint_cls, node_id=self.node_id, host=address[0], port=address[1], rack=None),)
+        return (build(endpoint_cls, node_id=leader, host=address[0], port=address[1], rack=None),)
 
     # --- the leader's API --------------------------------------------------------------------------
 
@@ -712,6 +717,7 @@ class KafkaRaftClient:
                         continue
                     partition = _only_partition(response)
                     error = partition.error_code if partition is not None else response.error_code
+                    self._note_endpoints(getattr(response, "node_endpoints", ()))  # the leader it knows of
                     if partition is not None and await self._another_leads_as_this_node(
                         partition.leader_id, partition.leader_epoch
                     ):
@@ -1560,7 +1566,9 @@ class KafkaRaftClient:
             "leader_epoch": self.epoch,
             **extra,
         }
-        return _single_partition(cls, partition, error_code=ErrorCode.none, node_endpoints=())
+        return _single_partition(
+            cls, partition, error_code=ErrorCode.none, node_endpoints=self._leader_node_endpoints(cls)
+        )
 
     async def handle_fetch(self, request: Any, version: int) -> Any:
         """A follower's or observer's Fetch of `__cluster_metadata-0`, parked up to MaxWaitMs when empty."""
