@@ -21,8 +21,8 @@
    record to it is acknowledged (the steady producer's gap adds librdkafka's own: it asks for the leader
    of a partition whose broker is down on its 1 s topic scan, and decommissioning the dead broker, which
    Metadata no longer lists once fenced, parks the partition on its internal broker until the next scan).
-4. The machine's floor for the CPU ratio of 1: the same bytes moved with no broker, by plain processes
-   over loopback in 1 MiB pieces. RF 1: a client sends, a leader receives and writes (pwrite) them. RF 3:
+4. The machine's floor for item 1's CPU ratio: the same bytes moved with no broker, at the rates item 1
+   measured, by plain processes over loopback in 1 MiB pieces. RF 1: a client sends, a leader receives and writes (pwrite) them. RF 3:
    the leader also sendfiles each piece from its file to two followers, which receive and write it and
    answer with 8 bytes before the leader takes the next piece. Only the kernel's work is left (page cache
    writes, loopback TCP, sendfile): what any broker on this machine pays at least.
@@ -402,12 +402,12 @@ def kernel_floor(directory: Path, mib: int, followers: int, rate: float) -> floa
     cost less here than pages long free (see the README)."""
     spawn = multiprocessing.get_context("spawn")  # no fork of a process holding librdkafka's threads
     ports, cpu = spawn.Queue(), spawn.Queue()
-    directory = Path(tempfile.mkdtemp(prefix=f"floor-rf{followers + 1}-", dir=directory))
-    leader = spawn.Process(target=_floor_leader, args=(str(directory / "leader"), mib, followers, ports, cpu))
+    files = Path(tempfile.mkdtemp(prefix=f"floor-rf{followers + 1}-", dir=directory))
+    leader = spawn.Process(target=_floor_leader, args=(str(files / "leader"), mib, followers, ports, cpu))
     leader.start()
     port = ports.get(timeout=60)
     others = [
-        spawn.Process(target=_floor_follower, args=(port, str(directory / f"follower-{n}"), mib, cpu))
+        spawn.Process(target=_floor_follower, args=(port, str(files / f"follower-{n}"), mib, cpu))
         for n in range(followers)
     ]
     others.append(spawn.Process(target=_floor_client, args=(port, mib, rate)))
