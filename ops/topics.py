@@ -16,7 +16,7 @@ import base64
 import datetime
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from kcli.client import ClientError
 from kcli.cluster import Cluster
+from kcli.config import INTERNAL_TOPICS
 from kcli.errors import KcliError
 from kcli.protocol.messages import build, nested_type
 from ops.configs import ConfigError, ResourceType, describe_configs
@@ -36,12 +37,16 @@ PARTITION_SIZE_LIMIT = 2000
 """TopicCommand's default --partition-size-limit-per-response."""
 
 BROKER_DEFAULT = -1
-"""Partitions or replication factor -1: the broker's num.partitions / default.replication.factor
-(CreateTopics v4+)."""
+"""On the wire, partitions or replication factor -1 mean the broker's num.partitions /
+default.replication.factor (CreateTopics v4+); callers say None, so a -1 from the user stays an error."""
 FIRST_DEFAULTS_VERSION = 4
 TIMEOUT = datetime.timedelta(seconds=30)
 NO_TOPIC_ID = uuid.UUID(int=0)
 MIN_INSYNC_REPLICAS = "min.insync.replicas"
+
+
+Confirm = Callable[[list[str]], None]
+"""Shown the topics a regex matched before they are changed; raises to stop."""
 
 
 class TopicError(KcliError):
@@ -153,7 +158,7 @@ class CreatedTopic:
 
 def topic_pattern(text: str) -> re.Pattern[str]:
     """Kafka's IncludeList: commas mean "or", spaces and surrounding quotes go, the match is whole-name."""
-    regex = re.sub(r"[\"']+$", "", re.sub(r"^[\"']+", "", text.strip().replace(",", "|").replace(" ", "")))
+    regex = _normalised(text)
     try:
         return re.compile(regex)
     except re.error as exc:
@@ -290,20 +295,26 @@ async def create_topic(
     cluster: Cluster,
     name: str,
     *,
-    partitions: int = BROKER_DEFAULT,
-    replication_factor: int = BROKER_DEFAULT,
+    partitions: int | None = None,
+    replication_factor: int | None = None,
     assignment: dict[int, list[int]] | None = None,
     configs: dict[str, str] | None = None,
     if_not_exists: bool = False,
     validate_only: bool = False,
 ) -> CreatedTopic:
-    """CreateTopics of one topic; -1 partitions or replication factor means the broker's default."""
-    if assignment and (partitions != BROKER_DEFAULT or replication_factor != BROKER_DEFAULT):
+    """CreateTopics of one topic; None partitions or replication factor means the broker's default.
+
+    As kafka-topics.sh, -1 from the user is refused like 0: only leaving the option out asks for the
+    broker's default.
+    """
+    if assignment and (partitions is not None or replication_factor is not None):
         raise TopicError("give either a replica assignment or partitions and a replication factor, not both.")
-    if partitions != BROKER_DEFAULT and partitions < 1:
+    if partitions is not None and partitions < 1:
         raise TopicError("the number of partitions must be at least 1.")
-    if replication_factor != BROKER_DEFAULT and not 1 <= replication_factor <= 32767:
+    if replication_factor is not None and not 1 <= replication_factor <= 32767:
         raise TopicError("the replication factor must be between 1 and 32767.")
+    partitions = BROKER_DEFAULT if partitions is None else partitions
+    replication_factor = BROKER_DEFAULT if replication_factor is None else replication_factor
     client = cluster.bootstrap
     cls = client.request_type(CREATE_TOPICS)
     if (
@@ -378,11 +389,13 @@ async def create_partitions(
     *,
     assignment: dict[int, list[int]] | None = None,
     if_exists: bool = False,
+    confirm: Confirm | None = None,
 ) -> list[str]:
     """Grow each topic matching `pattern` to `count` partitions (CreatePartitions); the topics altered.
 
     With a replica assignment, as kafka-topics.sh: its entries from the topic's current partition count
-    on are the new partitions' replicas.
+    on are the new partitions' replicas. `confirm` sees the topics first when the regex matched names
+    it does not spell out (see `needs_confirmation`).
     """
     if count < 1:
         raise TopicError("the number of partitions must be at least 1.")
@@ -391,6 +404,8 @@ async def create_partitions(
     _require_some(names, pattern, if_exists)
     if not names:
         return []
+    if confirm is not None and needs_confirmation(pattern, names):
+        confirm(names)
     current = {t.name: len(t.partitions) for t in response.topics}
     client = cluster.bootstrap
     cls = client.request_type(CREATE_PARTITIONS)
@@ -416,13 +431,28 @@ async def create_partitions(
 # --- delete ----------------------------------------------------------------------------------------
 
 
-async def delete_topics(cluster: Cluster, pattern: str, *, if_exists: bool = False) -> list[str]:
-    """DeleteTopics of every topic matching `pattern`; the topics deleted."""
+async def delete_topics(
+    cluster: Cluster, pattern: str, *, if_exists: bool = False, confirm: Confirm | None = None
+) -> list[str]:
+    """DeleteTopics of every topic matching `pattern`; the topics deleted.
+
+    Internal topics are refused before anything is sent: deleting __consumer_offsets or
+    __transaction_state loses every group's offsets or every open transaction. `confirm` sees the
+    topics first when the regex matched names it does not spell out.
+    """
     response = await cluster.metadata_response(None)
     names = _matching(response.topics, pattern, exclude_internal=False)
     _require_some(names, pattern, if_exists)
     if not names:
         return []
+    internal = [n for n in names if n in INTERNAL_TOPICS]
+    if internal:
+        raise TopicError(
+            f"{_these_topics(internal)} {'is an internal topic' if len(internal) == 1 else 'are internal topics'} "
+            f"and cannot be deleted{_matched_by(pattern, names)}."
+        )
+    if confirm is not None and needs_confirmation(pattern, names):
+        confirm(names)
     client = cluster.bootstrap
     cls = client.request_type(DELETE_TOPICS)
     if cls.__version__ >= 6:
@@ -438,6 +468,26 @@ async def delete_topics(cluster: Cluster, pattern: str, *, if_exists: bool = Fal
 
 
 # ---------------------------------------------------------------------------------------------------
+
+
+def needs_confirmation(pattern: str, names: Iterable[str]) -> bool:
+    """True when `pattern` matched a topic it does not name: a name given as one of its ','-separated
+    parts, as written or with its regex metacharacters escaped ('orders\\.eu'), needs no asking."""
+    given = set(_normalised(pattern).split("|"))
+    return any(n not in given and re.escape(n) not in given for n in names)
+
+
+def _normalised(text: str) -> str:
+    """The regex kafka-topics.sh builds from --topic (Kafka's IncludeList)."""
+    return re.sub(r"[\"']+$", "", re.sub(r"^[\"']+", "", text.strip().replace(",", "|").replace(" ", "")))
+
+
+def _these_topics(names: list[str]) -> str:
+    return ("topic " if len(names) == 1 else "topics ") + ", ".join(names)
+
+
+def _matched_by(pattern: str, names: list[str]) -> str:
+    return f" (--topic {pattern!r} matches {', '.join(names)})" if needs_confirmation(pattern, names) else ""
 
 
 def _matching(topics: Iterable[Any], pattern: str | None, exclude_internal: bool) -> list[str]:

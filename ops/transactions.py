@@ -27,6 +27,7 @@ DESCRIBE_PRODUCERS = 61
 DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
 DEFAULT_MAX_TRANSACTION_TIMEOUT_MIN = 15
+INT16_MAX = 32767
 
 TopicPartition = tuple[str, int]
 
@@ -238,12 +239,28 @@ async def abort_transaction(
     """Write an ABORT marker to one partition for the producer whose open transaction starts at
     `start_offset`, or for the producer given by id, epoch and coordinator epoch. (`commit` writes a
     COMMIT marker instead: `kcli recover` ends a transaction whose marker an unclean election lost as
-    that marker had.)"""
+    that marker had.)
+
+    As Kafka's AbortTransactionCommand, a start offset must be that of an open transaction (a producer
+    without one answers -1, which matches nothing), and a coordinator epoch below 0 becomes 0. Beyond
+    it: given by id, the producer must be one DescribeProducers lists with an open transaction on the
+    partition (when the leader offers DescribeProducers), since a marker for any other producer id is
+    written all the same and ends nothing; and --start-offset cannot be mixed with the id options.
+    """
+    explicit = (producer_id, producer_epoch, coordinator_epoch)
     if start_offset is not None:
+        if any(v is not None for v in explicit):
+            raise TransactionError(
+                "give --start-offset, or --producer-id, --producer-epoch and --coordinator-epoch, not both."
+            )
+        if start_offset < 0:
+            raise TransactionError(
+                f"--start-offset must be the first offset of an open transaction (0 or more), not {start_offset}."
+            )
         found = [
             s
             for s in await describe_producers(cluster, [(topic, partition)])
-            if s.current_txn_start_offset == start_offset
+            if s.current_txn_start_offset >= 0 and s.current_txn_start_offset == start_offset
         ]
         if not found:
             raise TransactionError(
@@ -257,6 +274,12 @@ async def abort_transaction(
             "abort needs --start-offset, or --producer-id, --producer-epoch and --coordinator-epoch."
         )
     else:
+        if producer_id < 0 or not 0 <= producer_epoch <= INT16_MAX:
+            raise TransactionError(
+                f"--producer-id must be 0 or more and --producer-epoch between 0 and {INT16_MAX}."
+            )
+        coordinator_epoch = max(coordinator_epoch, 0)
+        await _require_open(cluster, topic, partition, producer_id)
         state = ProducerState(topic, partition, producer_id, producer_epoch, coordinator_epoch, -1, -1, -1)
     metadata = await cluster.metadata([topic])
     leader = metadata.leaders.get((topic, partition), -1)
@@ -286,6 +309,26 @@ async def abort_transaction(
         result.error_code, f"{verb} the transaction of producer {state.producer_id} on {topic}-{partition}"
     )
     return state
+
+
+async def _require_open(cluster: Cluster, topic: str, partition: int, producer_id: int) -> None:
+    """Refuse a producer id the partition's leader does not list with an open transaction; a leader
+    without DescribeProducers (Kafka before 2.8) cannot tell, so the marker goes as given."""
+    metadata = await cluster.metadata([topic])
+    leader = metadata.leaders.get((topic, partition), -1)
+    if leader >= 0 and DESCRIBE_PRODUCERS not in (await cluster.node(leader)).broker_versions:
+        return
+    states = {s.producer_id: s for s in await describe_producers(cluster, [(topic, partition)])}
+    found = states.get(producer_id)
+    if found is None:
+        raise TransactionError(
+            f"producer {producer_id} is not an active producer of {topic}-{partition}: nothing to abort "
+            "(`kcli transactions find-hanging` lists the open transactions)."
+        )
+    if found.current_txn_start_offset < 0:
+        raise TransactionError(
+            f"producer {producer_id} has no open transaction on {topic}-{partition}: nothing to abort."
+        )
 
 
 def _check(error: ErrorCode, what: str) -> None:

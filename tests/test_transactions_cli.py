@@ -53,16 +53,20 @@ def test_find_hanging_and_abort(broker: BrokerProcess) -> None:
     assert missing.returncode != 0
     assert "Could not find any open transactions starting at offset 0 on partition t-0." in missing.stderr
 
-    # An explicit abort writes an ABORT marker at the log end for the producer given.
-    done = kcli(
+    # A producer with no open transaction (-1 is what DescribeProducers answers for it) and a made-up
+    # producer id are refused: neither may write an ABORT marker that ends nothing.
+    none_open = kcli(broker, "abort", "--topic", "t", "--partition", "0", "--start-offset", "-1")
+    assert none_open.returncode != 0
+    assert "--start-offset must be the first offset of an open transaction (0 or more), not -1." in none_open.stderr
+    made_up = kcli(
         broker, "abort", "--topic", "t", "--partition", "0", "--producer-id", "5000", "--producer-epoch", "0",
         "--coordinator-epoch", "0", "-o", "json",
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert orjson.loads(done.stdout)["producer_id"] == 5000
+    assert made_up.returncode != 0 and made_up.stdout == ""
+    assert "producer 5000 is not an active producer of t-0: nothing to abort" in made_up.stderr
     producer.produce("t", b"after", partition=0)
     delivered: list = []
     producer.poll(0)
     producer.produce("t", b"after2", partition=0, on_delivery=lambda err, msg: delivered.append(msg.offset()))
     assert producer.flush(15) == 0
-    assert delivered == [3]  # 0: v, 1: the marker, 2: after
+    assert delivered == [2]  # 0: v, 1: after: no marker was written

@@ -35,6 +35,41 @@ def run_on_cluster(bootstrap: str, work: Callable[[Cluster], Awaitable[T]], *, c
     return asyncio.run(main())
 
 
+YES = typer.Option(
+    False,
+    "--yes",
+    "-y",
+    help="Go on without asking when a regex matches topics it does not name (beyond Kafka's tool, which "
+    "never asks); needed when stdin is not a terminal.",
+)
+
+
+def confirm_matches(verb: str, pattern: str, yes: bool) -> Callable[[list[str]], None]:
+    """What ops calls before it changes topics a regex matched: ask on a terminal, else require --yes.
+
+    Beyond kafka-topics.sh, which acts on every match at once: `-t '..'` deleting `t1` is a surprise
+    nobody can undo.
+    """
+    from kcli.errors import KcliError
+
+    def confirm(names: list[str]) -> None:
+        if yes:
+            return
+        listed = ", ".join(names)
+        if not sys.stdin.isatty():
+            raise KcliError(
+                f"--topic {pattern!r} is a regular expression that matches {listed}: give --yes to {verb} "
+                f"{'it' if len(names) == 1 else 'them'} (stdin is not a terminal, so kcli cannot ask)."
+            )
+        print(f"--topic {pattern!r} matches {len(names)} topic(s):", file=sys.stderr)
+        for name in names:
+            print(f"  {name}", file=sys.stderr)
+        if not typer.confirm(f"{verb.capitalize()} {'it' if len(names) == 1 else 'them'}?", err=True):
+            raise KcliError(f"nothing done: the {verb} was not confirmed.", exit_code=1)
+
+    return confirm
+
+
 def table(header: list[str], rows: list[list[str]], *, gap: str = " ") -> str:
     """Left-aligned columns as wide as their widest cell, as Kafka's tools print them."""
     widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]

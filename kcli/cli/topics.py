@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from kcli.cli.admin import BOOTSTRAP, OUTPUT, run_on_cluster, write_json_lines
+from kcli.cli.admin import BOOTSTRAP, OUTPUT, YES, confirm_matches, run_on_cluster, write_json_lines
 from kcli.cli.app import Output, app
 from kcli.errors import KcliError
 
@@ -171,7 +171,7 @@ def create(
 ) -> None:
     """Create a topic with CreateTopics: partitions and replication factor, or an explicit replica assignment."""
     from ops.configs import parse_key_values
-    from ops.topics import BROKER_DEFAULT, create_topic, parse_replica_assignment
+    from ops.topics import create_topic, parse_replica_assignment
 
     if replica_assignment is not None and (partitions is not None or replication_factor is not None):
         raise KcliError("--replica-assignment cannot be combined with --partitions or --replication-factor.")
@@ -182,8 +182,8 @@ def create(
         lambda cluster: create_topic(
             cluster,
             topic,
-            partitions=BROKER_DEFAULT if partitions is None else partitions,
-            replication_factor=BROKER_DEFAULT if replication_factor is None else replication_factor,
+            partitions=partitions,
+            replication_factor=replication_factor,
             assignment=assignment,
             configs=configs,
             if_not_exists=if_not_exists,
@@ -222,10 +222,13 @@ def alter(
         show_default=False,
     ),
     if_exists: bool = IF_EXISTS,
+    yes: bool = YES,
 ) -> None:
     """Add partitions to topics (CreatePartitions). To change a topic's configs use `kcli configs alter`.
 
-    Records with a key may go to another partition than before once partitions are added.
+    Records with a key may go to another partition than before once partitions are added. Beyond
+    kafka-topics.sh: when --topic matches topics it does not name, they are listed and kcli asks first
+    (or wants --yes when stdin is not a terminal).
     """
     from ops.topics import create_partitions, parse_replica_assignment
 
@@ -233,7 +236,12 @@ def alter(
     altered = run_on_cluster(
         bootstrap,
         lambda cluster: create_partitions(
-            cluster, topic, partitions, assignment=assignment, if_exists=if_exists
+            cluster,
+            topic,
+            partitions,
+            assignment=assignment,
+            if_exists=if_exists,
+            confirm=confirm_matches("alter", topic, yes),
         ),
     )
     for name in altered:
@@ -245,11 +253,22 @@ def delete(
     bootstrap: str = BOOTSTRAP,
     topic: str = typer.Option(..., "--topic", "-t", help=TOPIC_REGEX_HELP, show_default=False),
     if_exists: bool = IF_EXISTS,
+    yes: bool = YES,
 ) -> None:
-    """Delete every topic matching --topic (DeleteTopics) and all their records."""
+    """Delete every topic matching --topic (DeleteTopics) and all their records.
+
+    Beyond kafka-topics.sh: internal topics (__consumer_offsets, __transaction_state,
+    __share_group_state) are refused, as the ZooKeeper-era tool did; and when --topic matches topics it
+    does not name, they are listed and kcli asks first (or wants --yes when stdin is not a terminal).
+    """
     from ops.topics import delete_topics
 
-    deleted = run_on_cluster(bootstrap, lambda cluster: delete_topics(cluster, topic, if_exists=if_exists))
+    deleted = run_on_cluster(
+        bootstrap,
+        lambda cluster: delete_topics(
+            cluster, topic, if_exists=if_exists, confirm=confirm_matches("delete", topic, yes)
+        ),
+    )
     for name in deleted:
         print(f"Deleted topic {name}.")
 

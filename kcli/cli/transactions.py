@@ -136,7 +136,12 @@ def abort(
     bootstrap: str = BOOTSTRAP,
     output: Output = OUTPUT,
 ) -> None:
-    """Abort a hanging transaction on one partition (WriteTxnMarkers with an ABORT marker)."""
+    """Abort a hanging transaction on one partition (WriteTxnMarkers with an ABORT marker).
+
+    As kafka-transactions.sh, --start-offset must be where an open transaction starts (DescribeProducers).
+    Beyond it: a producer given by --producer-id must be one DescribeProducers lists with an open
+    transaction on the partition, and --start-offset cannot be combined with the id options.
+    """
     from ops.transactions import abort_transaction
 
     state = run_on_cluster(

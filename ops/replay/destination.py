@@ -88,7 +88,7 @@ async def _create(
         cluster,
         options.topic,
         partitions=wanted,
-        replication_factor=options.replication_factor,
+        replication_factor=None if options.replication_factor < 0 else options.replication_factor,
         configs=dict(options.topic_configs),
         if_not_exists=True,  # created meanwhile by someone else: use it as it is
     )

@@ -68,7 +68,7 @@ from kcli.broker.metadata.placement import (
     StripedReplicaPlacer,
     UsableBroker,
 )
-from kcli.config import CLUSTER_METADATA_TOPIC, BrokerConfig
+from kcli.config import CLUSTER_METADATA_TOPIC, INTERNAL_TOPICS, BrokerConfig
 from kcli.features import partition_record_version
 from kcli.protocol.messages import build, nested_type, response_type
 
@@ -340,6 +340,13 @@ class ReplicationControlManager:
                     ErrorCode.invalid_request,
                     "The provided topic name maps to an ID that was already supplied.",
                 )
+                results.append(DeleteTopicResult(name, topic_id, error))
+                continue
+            if name in INTERNAL_TOPICS:
+                # Beyond Kafka's KRaft controller, which removes them; Kafka's ZooKeeper-era
+                # kafka-topics.sh refused, and InvalidTopicException is what Kafka answers a
+                # DeleteRecords or Produce of an internal topic.
+                error = ApiError(ErrorCode.invalid_topic_exception, f"Cannot delete internal topic {name}.")
                 results.append(DeleteTopicResult(name, topic_id, error))
                 continue
             chosen.add(topic_id)
