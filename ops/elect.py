@@ -82,7 +82,8 @@ def parse_election_json(text: str) -> list[TopicPartition]:
 
     Kafka's rules: text that is not JSON counts as empty data; "partitions" must be there and be a
     list of objects with a string "topic" and a 32-bit integer "partition" (other keys are ignored);
-    a partition named twice is refused. An empty list is allowed (nothing is elected).
+    a partition named twice is refused. Beyond Kafka, which elects nothing and says nothing for an
+    empty list, an empty list is refused: a file that names no partition is a mistake, not a request.
     """
     try:
         data = json.loads(text)
@@ -96,6 +97,10 @@ def parse_election_json(text: str) -> list[TopicPartition]:
     if not isinstance(entries, list):
         raise ElectionError(
             f'Replica election data\'s "partitions" must be a list, not {_json_kind(entries)}.'
+        )
+    if not entries:
+        raise ElectionError(
+            'Replica election data\'s "partitions" list is empty: name at least one partition.'
         )
     found: list[TopicPartition] = []
     for index, entry in enumerate(entries):

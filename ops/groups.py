@@ -198,9 +198,36 @@ class ResetSpec:
 # --- list ------------------------------------------------------------------------------------------
 
 
+GROUP_STATES = (
+    "PreparingRebalance",
+    "CompletingRebalance",
+    "Stable",
+    "Dead",
+    "Empty",
+    "Assigning",
+    "Reconciling",
+)
+"""Kafka's ConsumerGroupState names but Unknown, which kafka-consumer-groups.sh refuses too."""
+
+
+def parse_states(values: Iterable[str]) -> tuple[str, ...]:
+    """--state values as kafka-consumer-groups.sh reads them: ','-separated, any case, each a known
+    state; an unknown one is an error, not a filter that silently matches nothing."""
+    by_upper = {s.upper(): s for s in GROUP_STATES}
+    given = [part.strip() for value in values for part in value.split(",")]
+    unknown = [g for g in given if g.upper() not in by_upper]
+    if unknown:
+        raise GroupError(
+            f"invalid state list '{','.join(given)}': {', '.join(map(repr, unknown))} "
+            f"{'is not a group state' if len(unknown) == 1 else 'are not group states'}; "
+            f"valid states are {', '.join(GROUP_STATES)}."
+        )
+    return tuple(dict.fromkeys(by_upper[g.upper()] for g in given))
+
+
 async def list_groups(cluster: Cluster, states: Iterable[str] = ()) -> list[GroupListing]:
     """Every group of every broker (each broker answers for the groups it coordinates)."""
-    wanted = tuple(states)
+    wanted = parse_states(states)
     listings: list[GroupListing] = []
     for node, client in await cluster.all_nodes():
         cls = client.request_type(LIST_GROUPS)

@@ -58,7 +58,9 @@ OVERRIDES = (
 def test_json_file_is_read_as_kafka_reads_it():
     text = '{"version": 1, "partitions": [{"topic": "foo", "partition": 1}, {"topic": "bar", "partition": 0, "x": 2}]}'
     assert parse_election_json(text) == [TopicPartition("foo", 1), TopicPartition("bar", 0)]
-    assert parse_election_json('{"partitions": []}') == []
+    # beyond Kafka (which elects nothing and prints nothing): an empty list is a mistake
+    with pytest.raises(ElectionError, match=r'"partitions" list is empty: name at least one partition\.'):
+        parse_election_json('{"partitions": []}')
 
 
 @pytest.mark.parametrize(

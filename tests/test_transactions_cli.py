@@ -57,7 +57,10 @@ def test_find_hanging_and_abort(broker: BrokerProcess) -> None:
     # producer id are refused: neither may write an ABORT marker that ends nothing.
     none_open = kcli(broker, "abort", "--topic", "t", "--partition", "0", "--start-offset", "-1")
     assert none_open.returncode != 0
-    assert "--start-offset must be the first offset of an open transaction (0 or more), not -1." in none_open.stderr
+    assert (
+        "--start-offset must be the first offset of an open transaction (0 or more), not -1."
+        in none_open.stderr
+    )
     made_up = kcli(
         broker, "abort", "--topic", "t", "--partition", "0", "--producer-id", "5000", "--producer-epoch", "0",
         "--coordinator-epoch", "0", "-o", "json",

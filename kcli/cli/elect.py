@@ -52,7 +52,7 @@ def elect(
         "--path-to-json-file",
         metavar="FILE",
         help='The partitions, as kafka-leader-election.sh reads them: {"partitions": [{"topic": "foo", '
-        '"partition": 1}, ...]}.',
+        '"partition": 1}, ...]}; beyond it, an empty list is refused.',
         show_default=False,
     ),
     bootstrap: str = typer.Option(

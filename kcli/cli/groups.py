@@ -33,15 +33,17 @@ def list_(
     state: list[str] = typer.Option(
         None,
         "--state",
-        help="Only groups in this state (Stable, Empty, ...); repeatable.",
+        help="Only groups in these states (Stable, Empty, PreparingRebalance, CompletingRebalance, Dead, "
+        "Assigning, Reconciling; any case, ','-separated or repeated).",
         show_default=False,
     ),
     output: Output = OUTPUT,
 ) -> None:
     """Every group of every broker, with its state and protocol type."""
-    from ops.groups import list_groups
+    from ops.groups import list_groups, parse_states
 
-    listings = run_on_cluster(bootstrap, lambda cluster: list_groups(cluster, state or ()))
+    states = parse_states(state or ())  # before connecting: an unknown state is an error, as in Kafka
+    listings = run_on_cluster(bootstrap, lambda cluster: list_groups(cluster, states))
     if output is Output.json:
         write_json_lines(g.to_json() for g in listings)
     else:
@@ -177,6 +179,10 @@ def reset_offsets(
         by_duration=parse_duration(by_duration) if by_duration is not None else None,
         from_file=read_reset_file(from_file, group) if from_file is not None else None,
     )
+    if export and output is Output.json:
+        raise KcliError(
+            "--export prints topic,partition,offset CSV: give --export or --output json, not both."
+        )
     scope = parse_scope(topic) if topic else None
 
     plan: list[OffsetReset] = run_on_cluster(

@@ -74,6 +74,15 @@ async def generate_plan(
     for broker in (*(broker_list or ()), *add):
         if broker not in live:
             raise ReassignError(f"Unknown broker id {broker}.")
+    holders = {b for replicas in state.replicas.values() for b in replicas}
+    for broker in remove:
+        # A dead broker still holding replicas is what --remove-broker is for; an id that is neither
+        # live nor holds anything is a typo, and a plan that moves nothing would hide it.
+        if broker not in live and broker not in holders:
+            raise ReassignError(
+                f"Unknown broker id {broker}: it is not a live broker and holds no replica of "
+                f"{'the topics given' if topics is not None else 'any topic'}."
+            )
     overlap = set(remove) & set(add)
     if overlap:
         raise ReassignError(f"broker {min(overlap)} cannot be both removed and added.")

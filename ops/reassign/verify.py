@@ -68,6 +68,11 @@ async def verify(
     ongoing = await list_reassignments(cluster)
     targets = data.partitions
     state = await cluster_state(cluster, {tp.topic for tp, _ in targets})
+    # As ReassignPartitionsCommand (getReplicaAssignmentForPartitions): a partition neither moving nor
+    # in the metadata is an error, before anything is reported or any throttle is cleared.
+    missing = sorted(tp for tp, _ in targets if tp not in ongoing and tp not in state.replicas)
+    if missing:
+        raise ReassignError(f"Unable to find partition: {', '.join(map(str, missing))}.")
     states = {}
     for tp, target in targets:
         if tp in ongoing:

@@ -9,6 +9,7 @@ that wrote it (the fingerprint: source, topic, mapping, mode, filters ...), and 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,16 +59,7 @@ class Checkpoint:
 
     def read(self) -> dict[str, Any] | None:
         """The state the file holds, or None when there is no file yet (a replay that starts afresh)."""
-        path = self.path
-        if not path.exists():
-            return None
-        try:
-            state = orjson.loads(path.read_bytes())
-        except orjson.JSONDecodeError:
-            raise ReplayError(f"{path} is not a replay checkpoint (it is not JSON).") from None
-        if not isinstance(state, dict) or state.get("version") != CHECKPOINT_VERSION:
-            raise ReplayError(f"{path} is not a version {CHECKPOINT_VERSION} replay checkpoint.")
-        return state
+        return read_checkpoint(self.path)
 
     def resume(self, state: dict[str, Any], ends: list[int]) -> Resumed:
         """Where the replay that wrote `state` stood, given the destination's log end offsets now."""
@@ -136,6 +128,35 @@ class Checkpoint:
             "offsetMapBytes": offset_map_bytes,
         }
         write_atomically(self.path, orjson.dumps(state, option=orjson.OPT_INDENT_2) + b"\n")
+
+
+def read_checkpoint(path: Path) -> dict[str, Any] | None:
+    """The state a checkpoint file holds, or None when there is none yet; one sentence for a path that
+    is not a checkpoint, cannot be read, or could not be written. Called before the destination is
+    touched, so a bad --checkpoint changes nothing."""
+    if not path.exists():
+        check_writable(path, "--checkpoint")
+        return None
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ReplayError(f"cannot read {path}: {(e.strerror or str(e)).lower()}.") from None
+    try:
+        state = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise ReplayError(f"{path} is not a replay checkpoint (it is not JSON).") from None
+    if not isinstance(state, dict) or state.get("version") != CHECKPOINT_VERSION:
+        raise ReplayError(f"{path} is not a version {CHECKPOINT_VERSION} replay checkpoint.")
+    return state
+
+
+def check_writable(path: Path, option: str) -> None:
+    """A file the replay will create: its directory must exist and take new files."""
+    parent = path.parent
+    if not parent.is_dir():
+        raise ReplayError(f"{option} {path}: directory {parent} does not exist.")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ReplayError(f"{option} {path}: directory {parent} is not writable.")
 
 
 def _fingerprint(

@@ -13,7 +13,7 @@ from kcli.cluster import Cluster, ClusterMetadata
 from ops.replay.options import ReplayError, ReplayOptions
 from ops.replay.partitioner import Mapping
 from ops.replay.sender import RETRY_BACKOFF_S
-from ops.replay.sources import SourcePartition
+from ops.replay.sources import SourcePartition, check_framing
 
 LATEST = -1
 
@@ -84,6 +84,8 @@ async def _create(
         return None
     from ops.topics import create_topic
 
+    if not options.skip_corrupt:
+        check_framing(sources)  # a corrupt source fails before the topic exists, not after
     created = await create_topic(
         cluster,
         options.topic,

@@ -19,7 +19,7 @@ from typing import Any
 from formats.records import build_batch
 from kcli.cluster import Cluster
 from ops.replay.batch import OutBatch, SourceDone
-from ops.replay.checkpoint import CHECKPOINT_INTERVAL_S, Checkpoint, Resumed
+from ops.replay.checkpoint import CHECKPOINT_INTERVAL_S, Checkpoint, Resumed, check_writable, read_checkpoint
 from ops.replay.destination import log_end_offsets, open_destination
 from ops.replay.offset_map import OffsetMap
 from ops.replay.options import ReplayError, ReplayOptions
@@ -87,6 +87,11 @@ class Replayer:
         self.sources = find_sources(opts.source, opts.source_topic, opts.partitions)
         self.total_bytes = sum(s.size for s in self.sources)
         opts.check()
+        # Local problems first: nothing on the destination is created or written before they pass.
+        if opts.checkpoint is not None and not opts.dry_run:
+            read_checkpoint(opts.checkpoint)
+        if opts.offset_map is not None and not opts.dry_run and not opts.offset_map.exists():
+            check_writable(opts.offset_map, "--offset-map")
         cluster = await Cluster.connect(
             opts.bootstrap_servers, client_id="kcli-replay", request_timeout=opts.request_timeout
         )

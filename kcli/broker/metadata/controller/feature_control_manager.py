@@ -25,6 +25,7 @@ from kcli.broker.metadata.controller.controller_result import NONE, ApiError, Co
 from kcli.broker.metadata.image import BROKER_RESOURCE, METADATA_VERSION, MV_3_9_IV0, ClusterMetadataImage
 from kcli.features import (
     ELIGIBLE_LEADER_REPLICAS_VERSION,
+    KRAFT_VERSION,
     MAX_METADATA_VERSION,
     MV_3_3_IV0,
     SUPPORTED_FEATURES,
@@ -137,6 +138,10 @@ class FeatureControlManager:
             return invalid("Can't downgrade to a newer version.")
         if name == METADATA_VERSION:
             return _check_metadata_version(current, level, upgrade_type)
+        if name not in SUPPORTED_FEATURES and name != KRAFT_VERSION:
+            # Kafka's Features.featureFromName, on the way to the dependency check: a level 0 of a
+            # name no node knows passes the range check above, and must not read as done.
+            return invalid(f"Feature {name} not found.")
         for dependency, needed in _dependencies(name, level).items():
             if proposed.get(dependency, 0) < needed:
                 return invalid(
