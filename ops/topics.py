@@ -404,6 +404,12 @@ async def create_partitions(
     _require_some(names, pattern, if_exists)
     if not names:
         return []
+    internal = [n for n in names if n in INTERNAL_TOPICS]
+    if internal:  # beyond kafka-topics.sh: a group's or a transaction's partition is a hash modulo the count
+        raise TopicError(
+            f"{_these_topics(internal)} {'is an internal topic' if len(internal) == 1 else 'are internal topics'}: "
+            f"adding partitions would move its groups' or transactions' state{_matched_by(pattern, names)}."
+        )
     if confirm is not None and needs_confirmation(pattern, names):
         confirm(names)
     current = {t.name: len(t.partitions) for t in response.topics}
@@ -503,6 +509,8 @@ def _matching(topics: Iterable[Any], pattern: str | None, exclude_internal: bool
 
 def _require_some(names: list[str], pattern: str | None, if_exists: bool) -> None:
     """TopicCommand.ensureTopicExists: a --topic that matches nothing is an error unless --if-exists."""
+    if pattern == "" and not if_exists:  # Kafka's tool skips its check for '' and acts on nothing
+        raise TopicError("--topic is empty: give a topic name or a regular expression.")
     if pattern and not names and not if_exists:
         raise TopicError(f"topic {pattern!r} does not exist.")
 

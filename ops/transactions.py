@@ -194,6 +194,9 @@ async def find_hanging(
         metadata = await cluster.metadata([topic] if topic is not None else None)
         if topic is not None and topic in metadata.errors:
             _check(metadata.errors[topic], f"describe topic {topic!r}")
+        if broker_id is not None and broker_id not in metadata.brokers:
+            # Beyond Kafka's tool, which finds nothing and says nothing: a typo must not read as "none hang".
+            raise TransactionError(f"broker {broker_id} is not in the cluster metadata.")
         partitions = [
             tp
             for tp, leader in sorted(metadata.leaders.items())

@@ -95,6 +95,10 @@ def _files(tmp: Path) -> dict[str, str]:
         json.dumps({"version": 1, "partitions": [{"topic": "t1", "partition": 5, "replicas": [1]}]})
     )
     paths["topics_to_move"].write_text(json.dumps({"version": 1, "topics": [{"topic": "t1"}]}))
+    paths["no_topics"] = tmp / "no-topics.json"
+    paths["no_topics"].write_text('{"version": 1, "topics": []}')
+    paths["no_partitions"] = tmp / "no-partitions.json"
+    paths["no_partitions"].write_text('{"version": 1, "partitions": []}')
     return {
         **{name: str(path) for name, path in paths.items()},
         "corrupt_source": str(corrupt_dir),
@@ -116,6 +120,9 @@ ROWS: list[tuple[list[str], int, str, bool]] = [
     (["topics", "delete", "-t", "t1|t."], 2, "matches t1, t2: give --yes to delete them", True),
     (["topics", "alter", "-t", "t.", "--partitions", "2"], 2,
      "--topic 't.' is a regular expression that matches t1, t2: give --yes to alter them", True),
+    (["topics", "delete", "-t", ""], 2, "--topic is empty: give a topic name or a regular expression.", True),
+    (["topics", "alter", "-t", "__consumer_offsets", "--partitions", "60"], 2,
+     "topic __consumer_offsets is an internal topic: adding partitions would move its groups'", True),
     # -1 is refused as kafka-topics.sh refuses it; leaving the option out asks for the broker default
     (["topics", "create", "-t", "fresh", "--partitions", "-1"], 2,
      "the number of partitions must be at least 1.", True),
@@ -128,6 +135,7 @@ ROWS: list[tuple[list[str], int, str, bool]] = [
     (["groups", "list", "--state", "Bogus"], 2,
      "invalid state list 'Bogus': 'Bogus' is not a group state; valid states are PreparingRebalance", True),
     (["groups", "list", "--state", "stable,Nope"], 2, "'Nope' is not a group state", True),
+    (["groups", "describe", "nobody"], 1, "kcli: consumer group 'nobody' does not exist.", True),
     (["groups", "reset-offsets", GROUP, "--to-earliest", "--export", "-o", "json"], 2,
      "--export prints topic,partition,offset CSV: give --export or --output json, not both.", True),
     # the controller answers Kafka's INVALID_UPDATE_VERSION for a feature no node knows
@@ -140,6 +148,17 @@ ROWS: list[tuple[list[str], int, str, bool]] = [
      "Unknown broker id 9: it is not a live broker and holds no replica of the topics given.", True),
     (["reassign", "verify", "--reassignment-json-file", "{missing_partition}"], 2,
      "Unable to find partition: t1-5.", True),
+    # beyond kafka-reassign-partitions.sh: an empty list would report nothing and clear every throttle
+    (["reassign", "verify", "--reassignment-json-file", "{no_partitions}"], 2,
+     "Partition reassignment list cannot be empty.", True),
+    (["reassign", "cancel", "--reassignment-json-file", "{no_partitions}"], 2,
+     "Partition reassignment list cannot be empty.", True),
+    (["reassign", "execute", "--reassignment-json-file", "{no_partitions}"], 2,
+     "Partition reassignment list cannot be empty.", True),
+    (["reassign", "generate", "--topics-to-move-json-file", "{no_topics}", "--broker-list", "1"], 2,
+     'the topics-to-move file names no topic in "topics": nothing to move.', True),
+    (["reassign", "generate", "--remove-broker", "9"], 2,
+     "Unknown broker id 9: it is not a live broker and holds no replica of any topic.", True),
     # beyond kafka-leader-election.sh, which elects nothing and prints nothing
     (["elect", "--election-type", "preferred", "--path-to-json-file", "{empty_election}"], 2,
      "\"partitions\" list is empty: name at least one partition.", True),
@@ -154,6 +173,7 @@ ROWS: list[tuple[list[str], int, str, bool]] = [
      "producer 123456 is not an active producer of t1-0: nothing to abort", True),
     (["transactions", "abort", "--topic", "t1", "--partition", "0", "--start-offset", "0",
       "--producer-id", "1"], 2, "give --start-offset, or --producer-id", True),
+    (["transactions", "find-hanging", "--broker-id", "99"], 2, "broker 99 is not in the cluster metadata.", True),
     # replay: local problems fail before the destination topic is created
     (["replay", "{corrupt_source}", "-t", "replayed"], 2, "corrupt data at position 0", True),
     (["replay", "{good_source}", "-t", "replayed", "--checkpoint", "{no_dir_checkpoint}"], 2,

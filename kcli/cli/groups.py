@@ -83,9 +83,11 @@ def describe(
         _watch(fetch, render, interval)
         return 0
     descriptions = fetch()
-    sys.stdout.write(render(descriptions))
-    sys.stdout.flush()
     missing = [d.group_id for d in descriptions if not d.exists]
+    # A group that does not exist gets its one sentence on stderr, not a table of nothing on stdout.
+    shown = descriptions if output is Output.json else [d for d in descriptions if d.exists]
+    sys.stdout.write(render(shown))
+    sys.stdout.flush()
     for group_id in missing:
         print(f"kcli: consumer group '{group_id}' does not exist.", file=sys.stderr)
     return 1 if missing else 0

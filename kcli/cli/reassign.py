@@ -91,7 +91,8 @@ def generate(
 
     With --topics-to-move-json-file and --broker-list alone this is Kafka's --generate (its placement, a
     random start broker per topic). --size-aware, --remove-broker and --add-broker plan by partition size
-    and rack instead and list only the partitions that move.
+    and rack instead and list only the partitions that move. Beyond Kafka's tool, a topics file naming no
+    topic, and a --remove-broker id that is neither live nor holds a replica, are refused.
     """
     from ops.reassign.assignment import parse_broker_list, parse_topics_to_move
     from ops.reassign.generate import generate_assignment, generate_plan
@@ -239,7 +240,11 @@ def verify(
     preserve_throttles: bool = PRESERVE_THROTTLES,
     output: Output = OUTPUT,
 ) -> None:
-    """Whether each partition of the file is reassigned; once no reassignment runs, clear the throttles."""
+    """Whether each partition of the file is reassigned; once no reassignment runs, clear the throttles.
+
+    As kafka-reassign-partitions.sh, a partition that does not exist is an error; beyond it, so is a file
+    with an empty partitions list (Kafka's tool would report nothing and clear the throttles).
+    """
     from ops.reassign.assignment import parse_reassignment
     from ops.reassign.verify import verify as run
 
@@ -266,7 +271,8 @@ def cancel(
     output: Output = OUTPUT,
 ) -> None:
     """Cancel reassignments (the controller reverts each partition to its original replicas) and clear the
-    throttles. A partition whose original replicas are all down is left moving, and named."""
+    throttles. A partition whose original replicas are all down is left moving, and named. Beyond
+    kafka-reassign-partitions.sh, a file with an empty partitions list is refused."""
     from ops.reassign.assignment import parse_reassignment
     from ops.reassign.verify import cancel as run
 

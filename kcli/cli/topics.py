@@ -227,7 +227,8 @@ def alter(
     """Add partitions to topics (CreatePartitions). To change a topic's configs use `kcli configs alter`.
 
     Records with a key may go to another partition than before once partitions are added. Beyond
-    kafka-topics.sh: when --topic matches topics it does not name, they are listed and kcli asks first
+    kafka-topics.sh: internal topics are refused (a group's or a transaction's partition is a hash modulo
+    their count), and when --topic matches topics it does not name, they are listed and kcli asks first
     (or wants --yes when stdin is not a terminal).
     """
     from ops.topics import create_partitions, parse_replica_assignment

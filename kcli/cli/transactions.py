@@ -90,7 +90,10 @@ def find_hanging(
         None, "--partition", help="Only this partition (needs --topic).", show_default=False
     ),
     broker_id: int = typer.Option(
-        None, "--broker-id", help="Only partitions this broker leads.", show_default=False
+        None,
+        "--broker-id",
+        help="Only partitions this broker leads (beyond Kafka's tool: a broker not in the metadata is an error).",
+        show_default=False,
     ),
     max_transaction_timeout: int = typer.Option(
         15, "--max-transaction-timeout", metavar="MINUTES", help="Open longer than this counts as old."

@@ -79,16 +79,24 @@ def parse_topics_to_move(text: str) -> list[str]:
         if not isinstance(entry, dict) or not isinstance(entry.get("topic"), str):
             raise ReassignError(f'entry {index} of "topics" has no string "topic".')
         names.append(entry["topic"])
+    if not names:  # beyond Kafka, which proposes an empty plan: a file naming no topic is a mistake
+        raise ReassignError('the topics-to-move file names no topic in "topics": nothing to move.')
     return names
 
 
 def parse_reassignment(text: str) -> ReassignmentData:
-    """A reassignment file, checked for shape only (what --verify and --cancel read)."""
+    """A reassignment file, checked for shape (what --verify and --cancel read).
+
+    Beyond Kafka, whose --verify and --cancel take an empty list and then clear every broker's
+    throttles: an empty list is refused for them as --execute refuses it.
+    """
     document = _load(text, "the reassignment file")
     _check_version(document)
     entries = document.get("partitions", [])
     if not isinstance(entries, list):
         raise ReassignError('"partitions" in the reassignment file must be a list.')
+    if not entries:
+        raise ReassignError("Partition reassignment list cannot be empty.")
     partitions: list[tuple[TopicPartition, tuple[int, ...]]] = []
     log_dirs: dict[TopicPartitionReplica, str] = {}
     for index, entry in enumerate(entries):
