@@ -195,6 +195,8 @@ def test_bad_input_is_one_sentence_and_changes_nothing(
     assert result.returncode == status, (result.stdout, result.stderr)
     assert fragment.format(**files) in result.stdout + result.stderr, (result.stdout, result.stderr)
     assert "Traceback" not in result.stderr
+    if fragment.format(**files) in result.stderr:  # the sentence alone: no report of nothing on stdout
+        assert result.stdout == "", result.stdout
     if unchanged:
         assert snapshot(broker) == before
 
