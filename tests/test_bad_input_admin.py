@@ -296,3 +296,40 @@ def _good_source(broker: BrokerProcess, path: Path) -> None:
         source = next(broker.data_dir.rglob("t1-0"))
     for segment in source.glob("*.log"):
         (path / segment.name).write_bytes(segment.read_bytes())
+
+
+def test_abort_by_id_of_an_open_transaction_then_refused_once_closed(broker: BrokerProcess) -> None:
+    """The explicit form still aborts a transaction DescribeProducers shows open (a coordinator epoch of
+    -1 becomes 0, as in Kafka's tool); once its ABORT marker is written the same abort is refused."""
+    from kcli.cluster import Cluster
+    from ops.transactions import describe_producers
+
+    async def states() -> list:
+        async with await Cluster.connect(broker.bootstrap) as cluster:
+            return await describe_producers(cluster, [("t2", 0)])
+
+    producer = Producer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "transactional.id": "tx-abort",
+            "transaction.timeout.ms": 60000,
+        }
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("t2", b"x", partition=0)
+    assert producer.flush(30) == 0
+    [opened] = [s for s in asyncio.run(states()) if s.current_txn_start_offset >= 0]
+    argv = ["transactions", "abort", "--topic", "t2", "--partition", "0", "--producer-id", str(opened.producer_id),
+            "--producer-epoch", str(opened.producer_epoch), "--coordinator-epoch", "-1", "-b", broker.bootstrap]  # fmt: skip
+    aborted = run_kcli(*argv, "-o", "json")
+    assert aborted.returncode == 0, aborted.stderr
+    assert json.loads(aborted.stdout)["producer_id"] == opened.producer_id
+    assert [
+        s.current_txn_start_offset for s in asyncio.run(states()) if s.producer_id == opened.producer_id
+    ] == [-1]
+    again = run_kcli(*argv)
+    assert again.returncode == 2 and again.stdout == ""
+    assert again.stderr == (
+        f"kcli: producer {opened.producer_id} has no open transaction on t2-0: nothing to abort.\n"
+    )
