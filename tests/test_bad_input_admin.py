@@ -333,3 +333,39 @@ def test_abort_by_id_of_an_open_transaction_then_refused_once_closed(broker: Bro
     assert again.stderr == (
         f"kcli: producer {opened.producer_id} has no open transaction on t2-0: nothing to abort.\n"
     )
+
+
+def test_regex_on_a_terminal_lists_and_asks(broker: BrokerProcess) -> None:
+    """On a terminal (a real pty as stdin), the matches are listed and 'n' leaves them; 'y' deletes."""
+    import os
+    import pty
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for future in admin.create_topics([NewTopic("q1", 1, 1), NewTopic("q2", 1, 1)]).values():
+        future.result(30)
+
+    def answer(reply: bytes) -> subprocess.CompletedProcess[str]:
+        leader, follower = pty.openpty()
+        try:
+            os.write(leader, reply)
+            return subprocess.run(
+                [*KCLI, "topics", "delete", "-t", "q.", "-b", broker.bootstrap],
+                stdin=follower,
+                env=kcli_env(),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        finally:
+            os.close(leader)
+            os.close(follower)
+
+    kept = answer(b"n\n")
+    assert kept.returncode == 1 and kept.stdout == ""
+    assert "--topic 'q.' matches 2 topic(s):\n  q1\n  q2\nDelete them? [y/N]: " in kept.stderr
+    assert kept.stderr.endswith("kcli: nothing done: the delete was not confirmed.\n")
+    assert {"q1", "q2"} <= set(admin.list_topics(timeout=30).topics)
+    deleted = answer(b"y\n")
+    assert deleted.returncode == 0, deleted.stderr
+    assert deleted.stdout.splitlines() == ["Deleted topic q1.", "Deleted topic q2."]
+    assert not {"q1", "q2"} & set(admin.list_topics(timeout=30).topics)
