@@ -496,7 +496,8 @@ async def plan_reset(
     """The new offset of every partition in scope (None: every partition with a committed offset)."""
     committed = await fetch_committed(cluster, group_id)
     if spec.from_file is not None and scope is None:
-        partitions = sorted(spec.from_file)
+        # the file's partitions, each checked as --topic T:P is: a missing one is named, not "no offset"
+        partitions = await _scope_partitions(cluster, committed, sorted(spec.from_file))
     else:
         partitions = await _scope_partitions(cluster, committed, scope)
     if not partitions:

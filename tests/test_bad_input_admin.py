@@ -97,6 +97,8 @@ def _files(tmp: Path) -> dict[str, str]:
     paths["topics_to_move"].write_text(json.dumps({"version": 1, "topics": [{"topic": "t1"}]}))
     paths["no_topics"] = tmp / "no-topics.json"
     paths["no_topics"].write_text('{"version": 1, "topics": []}')
+    paths["reset_csv"] = tmp / "reset.csv"
+    paths["reset_csv"].write_text("t1,0,2\nt1,9,1\n")
     paths["no_partitions"] = tmp / "no-partitions.json"
     paths["no_partitions"].write_text('{"version": 1, "partitions": []}')
     return {
@@ -135,6 +137,8 @@ ROWS: list[tuple[list[str], int, str, bool]] = [
     (["groups", "list", "--state", "Bogus"], 2,
      "invalid state list 'Bogus': 'Bogus' is not a group state; valid states are PreparingRebalance", True),
     (["groups", "list", "--state", "stable,Nope"], 2, "'Nope' is not a group state", True),
+    (["groups", "reset-offsets", GROUP, "--from-file", "{reset_csv}", "--execute"], 2,
+     "topic 't1' has no partition 9.", True),
     (["groups", "describe", "nobody"], 1, "kcli: consumer group 'nobody' does not exist.", True),
     (["groups", "reset-offsets", GROUP, "--to-earliest", "--export", "-o", "json"], 2,
      "--export prints topic,partition,offset CSV: give --export or --output json, not both.", True),
