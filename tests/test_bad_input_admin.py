@@ -106,6 +106,7 @@ def _files(tmp: Path) -> dict[str, str]:
         "corrupt_source": str(corrupt_dir),
         "good_source": str(tmp / "good-0"),
         "no_dir_checkpoint": str(tmp / "no-such-dir" / "replay.checkpoint"),
+        "a_dir": str(corrupt_dir.parent),
     }
 
 
@@ -182,6 +183,10 @@ ROWS: list[tuple[list[str], int, str, bool]] = [
     (["replay", "{corrupt_source}", "-t", "replayed"], 2, "corrupt data at position 0", True),
     (["replay", "{good_source}", "-t", "replayed", "--checkpoint", "{no_dir_checkpoint}"], 2,
      "--checkpoint {no_dir_checkpoint}: directory", True),
+    (["replay", "{good_source}", "-t", "replayed", "--offset-map", "{a_dir}"], 2,
+     "--offset-map {a_dir} is a directory, not a file.", True),
+    (["replay", "{good_source}", "-t", "replayed", "--checkpoint", "{a_dir}"], 2,
+     "--checkpoint {a_dir} is a directory, not a file.", True),
 ]  # fmt: skip
 
 

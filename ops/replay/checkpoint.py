@@ -134,8 +134,8 @@ def read_checkpoint(path: Path) -> dict[str, Any] | None:
     """The state a checkpoint file holds, or None when there is none yet; one sentence for a path that
     is not a checkpoint, cannot be read, or could not be written. Called before the destination is
     touched, so a bad --checkpoint changes nothing."""
+    check_writable(path, "--checkpoint")
     if not path.exists():
-        check_writable(path, "--checkpoint")
         return None
     try:
         raw = path.read_bytes()
@@ -151,7 +151,13 @@ def read_checkpoint(path: Path) -> dict[str, Any] | None:
 
 
 def check_writable(path: Path, option: str) -> None:
-    """A file the replay will create: its directory must exist and take new files."""
+    """A file the replay will write: not a directory, and writable, or in a directory that takes new files."""
+    if path.is_dir():
+        raise ReplayError(f"{option} {path} is a directory, not a file.")
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise ReplayError(f"{option} {path} is not writable.")
+        return
     parent = path.parent
     if not parent.is_dir():
         raise ReplayError(f"{option} {path}: directory {parent} does not exist.")

@@ -90,7 +90,7 @@ class Replayer:
         # Local problems first: nothing on the destination is created or written before they pass.
         if opts.checkpoint is not None and not opts.dry_run:
             read_checkpoint(opts.checkpoint)
-        if opts.offset_map is not None and not opts.dry_run and not opts.offset_map.exists():
+        if opts.offset_map is not None and not opts.dry_run:
             check_writable(opts.offset_map, "--offset-map")
         cluster = await Cluster.connect(
             opts.bootstrap_servers, client_id="kcli-replay", request_timeout=opts.request_timeout
