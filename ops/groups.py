@@ -169,6 +169,8 @@ class OffsetReset:
     partition: int
     current: int | None
     new: int
+    requested: int | None = None
+    """The offset asked for when it lay outside the log and `new` is the nearer end (else None)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -176,7 +178,19 @@ class OffsetReset:
             "partition": self.partition,
             "current_offset": self.current,
             "new_offset": self.new,
+            "requested_offset": self.requested,
         }
+
+    @property
+    def clamp_warning(self) -> str | None:
+        """Kafka's checkOffsetsRange warning, when the offset asked for was moved into the log."""
+        if self.requested is None:
+            return None
+        where = "higher than latest" if self.requested > self.new else "lower than earliest"
+        return (
+            f"New offset ({self.requested}) is {where} offset for topic partition {self.topic}-{self.partition}. "
+            f"Value will be set to {self.new}"
+        )
 
 
 @dataclass(frozen=True)
@@ -534,6 +548,10 @@ async def plan_reset(
                 "--to-offset, --shift-by, --to-datetime, --by-duration or --from-file."
             )
         requested = await _clamp(cluster, wanted)
+        return [
+            OffsetReset(t, p, committed.get((t, p)), new, None if new == wanted[(t, p)] else wanted[(t, p)])
+            for (t, p), new in sorted(requested.items())
+        ]
     return [OffsetReset(t, p, committed.get((t, p)), requested[(t, p)]) for t, p in sorted(requested)]
 
 

@@ -378,3 +378,19 @@ def test_regex_on_a_terminal_lists_and_asks(broker: BrokerProcess) -> None:
     assert deleted.returncode == 0, deleted.stderr
     assert deleted.stdout.splitlines() == ["Deleted topic q1.", "Deleted topic q2."]
     assert not {"q1", "q2"} & set(admin.list_topics(timeout=30).topics)
+
+
+def test_reset_offset_outside_the_log_warns_as_kafka(broker: BrokerProcess) -> None:
+    """kafka-consumer-groups.sh moves an offset outside the log to its nearer end and warns; so does kcli
+    (a dry run here: nothing committed)."""
+    before = snapshot(broker)
+    planned = run_kcli(
+        "groups", "reset-offsets", GROUP, "--to-offset", "99", "--topic", "t1", "-b", broker.bootstrap
+    )
+    assert planned.returncode == 0, planned.stderr
+    assert planned.stdout.splitlines()[1].split() == [GROUP, "t1", "0", "1", "3"]
+    assert planned.stderr.splitlines() == [
+        "kcli: warning: New offset (99) is higher than latest offset for topic partition t1-0. Value will be set to 3",
+        "(dry run: add --execute to commit these offsets)",
+    ]
+    assert snapshot(broker) == before

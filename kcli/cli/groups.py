@@ -190,6 +190,9 @@ def reset_offsets(
     plan: list[OffsetReset] = run_on_cluster(
         bootstrap, lambda cluster: reset_offsets(cluster, group, spec, scope, execute=execute)
     )
+    for reset in plan:  # as kafka-consumer-groups.sh warns (on stderr here)
+        if reset.clamp_warning is not None:
+            print(f"kcli: warning: {reset.clamp_warning}", file=sys.stderr)
     if export:
         sys.stdout.write("".join(f"{r.topic},{r.partition},{r.new}\n" for r in plan))
     elif output is Output.json:
