@@ -6,12 +6,12 @@ further down).
 
 from __future__ import annotations
 
-import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from formats.segment import LOG_SUFFIX, base_offset_of, parse_partition_dir, walk
+from formats.segment import LOG_SUFFIX, StopReason, base_offset_of, parse_partition_dir
+from kcli.logdir import SegmentReader
 from ops.replay.options import ReplayError
 
 
@@ -76,23 +76,23 @@ def find_sources(
 def check_framing(sources: list[SourcePartition]) -> None:
     """Walk every segment's batch framing (sizes and magic, not CRCs) and raise at the first corrupt
     unit: run before anything is created on the destination, so a random or truncated source fails
-    with nothing changed. CRCs are left to the replay's own walk, which reads every byte anyway."""
+    with nothing changed. Window by window, so memory stays bounded; CRCs are left to the replay's own
+    walk, which reads every byte anyway."""
     for source in sources:
         for path in source.segments:
+            reader = SegmentReader(path, check_crc=False)
             try:
-                with open(path, "rb") as file:
-                    size = os.fstat(file.fileno()).st_size
-                    if size == 0:
-                        continue
-                    with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as view:
-                        result = walk(view, check_crc=False)
-                        problem = result.problem(view)
+                for _ in reader.chunks():
+                    pass
             except OSError as e:
                 raise ReplayError(f"cannot read {path}: {(e.strerror or str(e)).lower()}.") from None
-            if problem is not None:
+            finally:
+                reader.close()
+            end = reader.end
+            if end is not None and end.reason is not StopReason.END:
                 raise ReplayError(
-                    f"{path}: corrupt data at position {result.stop}: {problem.rstrip('.')}; nothing was sent "
-                    "or created (--skip-corrupt skips the rest of the segment)."
+                    f"{path}: corrupt data at position {end.position}: {(end.problem or 'corrupt data').rstrip('.')}; "
+                    "nothing was sent or created (--skip-corrupt skips the rest of the segment)."
                 )
 
 
