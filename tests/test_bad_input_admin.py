@@ -2,10 +2,11 @@
 fragment of the one sentence expected, and whether the broker must be left exactly as it was (its
 topics, every partition's log end offset and the group's committed offsets).
 
-The commands run through the real entry point in this process (`run_kcli`); one row runs as a real
-`python -m kcli` process. What goes beyond Kafka's own tools (refusing internal topics, asking before
-a regex acts on names it does not spell out, refusing made-up producers and empty election lists) is
-said in the rows' comments and in each command's help.
+The commands run through the real entry point in this process (`run_kcli`); two tests run a real
+`python -m kcli` process (one with a pty as stdin, to answer the confirmation). What goes beyond
+Kafka's own tools (refusing internal topics, asking before a regex acts on names it does not spell
+out, refusing made-up producers and empty lists) is said in the rows' comments and in each command's
+help.
 """
 
 from __future__ import annotations
