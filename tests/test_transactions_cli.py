@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 
-import orjson
 import pytest
 from cli_in_process import run_kcli
 from confluent_kafka import Producer
