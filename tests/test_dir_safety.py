@@ -377,3 +377,107 @@ def test_a_zero_tail_is_cut_without_a_quarantine(tmp_path: Path) -> None:
     assert any("truncated" in line for line in lines)
     assert list(tmp_path.glob("logs.quarantine-*")) == []
     manager.shutdown()
+
+
+# --- conflicting values are errors, never silently ignored ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "sentence"),
+    [
+        (
+            ["--listen", "127.0.0.1:0", "--override", "listeners=PLAINTEXT://127.0.0.1:19092"],
+            "kcli: --listen 127.0.0.1:0 and --override listeners=PLAINTEXT://127.0.0.1:19092 both set "
+            "listeners: give one of them.",
+        ),
+        (
+            ["--data-dir", "{d}/a", "--override", "log.dirs={d}/b"],
+            "kcli: --data-dir {d}/a and --override log.dirs={d}/b both set log.dirs: give one of them.",
+        ),
+        (
+            ["--data-dir", "{d}/a", "--override", "log.dir={d}/b"],
+            "kcli: --data-dir {d}/a and --override log.dir={d}/b both set log.dirs: give one of them.",
+        ),
+    ],
+)
+def test_broker_start_refuses_a_flag_and_an_override_that_disagree(
+    tmp_path: Path, args: list[str], sentence: str
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    # a real process: were the conflict ignored, it would start a broker, and time out here
+    result = kcli_process("broker", "start", *(a.format(d=tmp_path) for a in args), cwd=work, timeout=20)
+    assert result.returncode == 2
+    assert one_sentence(result.stderr) == sentence.format(d=tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]  # nothing created: no a, no b
+    assert list(work.iterdir()) == []  # no ./kcli-data
+
+
+def test_cluster_start_honours_a_new_port_and_overrides_after_a_failed_first_start(tmp_path: Path) -> None:
+    import socket
+
+    from ops.local_cluster import plan
+    from tests.conftest import free_port_range
+
+    data = tmp_path / "cluster"
+    base = free_port_range(4)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", base))
+        failed = run_kcli("cluster", "start", "--brokers", "1", "--data-dir", str(data), "--port", str(base))
+    assert failed.returncode == 2
+    assert one_sentence(failed.stderr.splitlines()[-1]).startswith(
+        f"kcli: node 1 cannot listen on 127.0.0.1:{base}: "
+    )
+    first_id = orjson_loads(data / "cluster.json")["cluster_id"]
+    layout = plan(data, 1, base + 2, ["log.retention.ms=60000"])
+    assert (layout.cluster_id, layout.nodes[0].port, layout.nodes[0].controller_port) == (
+        first_id,
+        base + 2,
+        base + 3,
+    )
+    properties = layout.nodes[0].properties.read_text()
+    assert f"listeners=PLAINTEXT://127.0.0.1:{base + 2},CONTROLLER://127.0.0.1:{base + 3}" in properties
+    assert f"controller.quorum.voters=1@127.0.0.1:{base + 3}" in properties
+    assert "log.retention.ms=60000" in properties
+    again = plan(data, 1, None, [])  # no flag: the stored ports and overrides
+    assert again == layout and "log.retention.ms=60000" in again.nodes[0].properties.read_text()
+
+
+def test_cluster_start_refuses_a_new_port_or_override_once_the_cluster_has_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ops.local_cluster import LocalCluster, LocalClusterError, plan
+    from tests.conftest import free_port_range
+
+    for key, value in kcli_env().items():  # the runner's nodes inherit this process's environment
+        monkeypatch.setenv(key, value)
+    data = tmp_path / "cluster"
+    base = free_port_range(2)
+    layout = plan(data, 1, base, ["log.retention.ms=60000"])
+    runner = LocalCluster(layout)
+    try:
+        runner.start()
+    finally:
+        runner.stop()
+    with pytest.raises(LocalClusterError) as moved:
+        plan(data, 1, base + 10, [])
+    assert str(moved.value) == (
+        f"{data} holds a cluster that has already run, so kcli cluster start cannot apply --port {base + 10}: "
+        f"its first client port is {base}; start it as it is (edit node-N/server.properties to change a node) "
+        "or use another --data-dir."
+    )
+    with pytest.raises(LocalClusterError) as changed:
+        plan(data, 1, None, ["log.retention.ms=1000"])
+    assert str(changed.value) == (
+        f"{data} holds a cluster that has already run, so kcli cluster start cannot apply --override "
+        "log.retention.ms=1000: its nodes were configured with --override log.retention.ms=60000; start it "
+        "as it is (edit node-N/server.properties to change a node) or use another --data-dir."
+    )
+    assert plan(data, 1, base, ["log.retention.ms=60000"]) == layout  # the same values are fine
+    assert plan(data, 1, None, []) == layout
+
+
+def orjson_loads(path: Path) -> dict:
+    import orjson
+
+    return orjson.loads(path.read_bytes())

@@ -38,7 +38,11 @@ def start(
         Path("kcli-cluster"), "--data-dir", help="Where the nodes keep their data."
     ),
     port: int = typer.Option(
-        9092, "--port", help="First client port; node k listens on PORT+2k, its controller on PORT+2k+1."
+        None,
+        "--port",
+        help="First client port (default 9092; a started cluster keeps its own); node k listens on PORT+2k, "
+        "its controller on PORT+2k+1.",
+        show_default=False,
     ),
     overrides: list[str] = typer.Option(
         [], "--override", metavar="KEY=VALUE", help="A broker property for every node; repeatable."
