@@ -481,3 +481,29 @@ def orjson_loads(path: Path) -> dict:
     import orjson
 
     return orjson.loads(path.read_bytes())
+
+
+# --- recover partitions creates nothing before there is something to do ---------------------------------
+
+
+def test_recover_partitions_creates_no_journal_when_there_is_nothing_to_do(
+    broker: BrokerProcess, tmp_path: Path
+) -> None:
+    produce(broker.bootstrap, "t1", 3)
+    journal = tmp_path / "journals" / "deep" / "j.jsonl"
+    base = ("recover", "partitions", "--bootstrap-server", broker.bootstrap, "--execute")
+    led = run_kcli(*base, "--topic", "t1", "--journal", str(journal), cwd=tmp_path)
+    assert led.returncode == 1
+    assert one_sentence(led.stderr) == "kcli: t1-0 has a leader (broker 1): there is nothing to recover."
+    none = run_kcli(*base, "--journal", str(journal), cwd=tmp_path)
+    assert none.returncode == 0 and none.stdout == "No partition without a leader.\n"
+    a_dir = tmp_path / "a-dir"
+    a_dir.mkdir()
+    refused = run_kcli(*base, "--topic", "t1", "--journal", str(a_dir), cwd=tmp_path)
+    assert refused.returncode == 2
+    assert one_sentence(refused.stderr) == f"kcli: --journal {a_dir} is a directory: give a file path."
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "a-dir",
+        "broker",
+    ]  # no journals/, no default journal
+    assert list(a_dir.iterdir()) == []

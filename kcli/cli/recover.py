@@ -224,13 +224,15 @@ def partitions(
 
     from kcli.cluster import Cluster
     from ops.recover.online import parse_log_dirs, plan_partitions
-    from ops.recover.unclean import Journal, recover_partition
+    from ops.recover.unclean import Journal, check_recoverable, recover_partition
 
     if partition_ids and not topics:
         raise KcliError("--partition needs --topic.")
     if candidate is not None and not execute:
         raise KcliError("--candidate chooses whom --execute elects; the dry run reports every candidate.")
     dirs = parse_log_dirs(log_dirs or [])
+    if execute and journal_path is not None:
+        Journal.check_path(journal_path)
     as_json = output is Output.json
     out = sys.stdout
 
@@ -261,6 +263,8 @@ def partitions(
                         else f"{where}: broker {candidate} holds no readable replica of it."
                     )
                 chosen.append((plan, pick))
+            for plan, pick in chosen:  # every partition checked before anything is written
+                check_recoverable(plan, pick, live=live, allow_unread=allow_unread_loss)
             path = journal_path or Path(
                 f"recover-partitions-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.jsonl"
             )
