@@ -58,8 +58,9 @@ def lock_log_dir(log_dir: str | Path) -> Path:
 def lock_log_dirs(log_dirs: list[str] | list[Path]) -> list[Path]:
     """Lock every dir, all or none: on a refusal the locks already taken here are released."""
     taken: list[Path] = []
+    unique = {Path(d).resolve(): d for d in reversed(list(log_dirs))}  # one dir named twice: one lock
     try:
-        for log_dir in dict.fromkeys(str(Path(d)) for d in log_dirs):
+        for log_dir in reversed(list(unique.values())):
             taken.append(lock_log_dir(log_dir))
     except BaseException:
         release(taken)

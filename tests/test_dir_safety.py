@@ -229,6 +229,9 @@ def test_read_only_tools_say_the_dir_is_in_use_and_go_on(broker: BrokerProcess) 
         result = run_kcli(*args)
         assert result.stderr.splitlines()[0] == in_use, (args, result.stderr)
         assert result.stdout, args  # and it went on
+    replayed = run_kcli("replay", str(data / "t1-0"), "-b", broker.bootstrap, "-t", "copy", "--dry-run")
+    assert replayed.stderr.splitlines()[0] == in_use, replayed.stderr
+    assert replayed.returncode == 0, replayed.stderr
     dumped = run_kcli("dump-segment", str(data / "t1-0" / SEGMENT))
     assert dumped.returncode == 0 and "baseOffset: 0" in dumped.stdout
 
@@ -457,6 +460,13 @@ def test_cluster_start_refuses_a_new_port_or_override_once_the_cluster_has_run(
     runner = LocalCluster(layout)
     try:
         runner.start()
+        # a cluster node locks its dirs as `kcli broker start` does: the same node started again is refused
+        node = layout.nodes[0]
+        again = kcli_process("broker", "start", "--config", str(node.properties), cwd=tmp_path)
+        assert again.returncode == 2
+        assert one_sentence(again.stderr) == (
+            f"kcli: Failed to acquire lock on file .lock in {node.directory / 'data'}. {IN_USE}"
+        )
     finally:
         runner.stop()
     with pytest.raises(LocalClusterError) as moved:
