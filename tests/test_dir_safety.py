@@ -517,3 +517,48 @@ def test_recover_partitions_creates_no_journal_when_there_is_nothing_to_do(
         "broker",
     ]  # no journals/, no default journal
     assert list(a_dir.iterdir()) == []
+
+
+def test_a_log_of_an_earlier_topic_of_the_same_name_is_stray_not_served(
+    broker_factory, tmp_path: Path
+) -> None:
+    """A log whose partition.metadata names another topic id than the metadata log's topic of that name
+    (the topic was deleted and created again while this copy was elsewhere) is not the topic's data."""
+    data = tmp_path / "data"
+    first = broker_factory(data_dir=data)
+    produce(first.bootstrap, "t1", 10)
+    stop_cleanly(first)
+    old = tmp_path / "old-t1-0"
+    shutil.copytree(data / "t1-0", old)
+    second = broker_factory(data_dir=data)
+    assert run_kcli("topics", "delete", "-b", second.bootstrap, "-t", "t1").returncode == 0
+    assert (
+        run_kcli("topics", "create", "-b", second.bootstrap, "-t", "t1", "--partitions", "1").returncode == 0
+    )
+    stop_cleanly(second)
+    shutil.rmtree(data / "t1-0")
+    shutil.copytree(old, data / "t1-0")
+    third = broker_factory(data_dir=data)
+    strays = [p for p in data.iterdir() if p.name.endswith("-stray")]
+    assert len(strays) == 1 and hashes(strays[0]).get(SEGMENT) == hashes(old)[SEGMENT]
+    assert re.search(
+        r"marked stray and renamed to .*: its topic id \S+ is not the metadata's \S+ for t1", third.log()
+    )
+    assert (data / "t1-0" / SEGMENT).stat().st_size == 0  # the topic of today starts empty
+
+
+def test_segments_below_the_checkpointed_log_start_are_kept_when_recovery_drops_them(tmp_path: Path) -> None:
+    from formats.checkpoints import write_offset_checkpoint
+    from tests.test_log_recovery import crash, fill, restart
+
+    root = tmp_path / "logs"
+    manager, log = fill(root, batches=6)
+    contents = {s.base_offset: s.log_path.read_bytes() for s in log.segments}
+    crash(manager)
+    (root / "log-start-offset-checkpoint").write_text(write_offset_checkpoint({("orders", 0): 1000}))
+    manager, lines, log = restart(root)
+    assert any("deleted all segments" in line for line in lines)
+    (quarantine,) = tmp_path.glob("logs.quarantine-*")
+    for base, content in contents.items():
+        assert (quarantine / "orders-0" / f"{base:020d}.log").read_bytes() == content
+    manager.shutdown()

@@ -277,10 +277,8 @@ class LogLoader:
         records back). A tail of zeros (a preallocated or torn write) holds nothing and is not kept."""
         if self.quarantine is None or end <= start:
             return
-        with open(segment.log_path, "rb") as f:
-            f.seek(start)
-            if not any(f.read(end - start)):
-                return
+        if _all_zeros(segment.log_path, start, end):
+            return
         target = self.quarantine() / self.name / f"{first_offset:020d}{LOG_SUFFIX}"
         try:
             copy_range(segment.log_path, start, end, target)
@@ -303,6 +301,7 @@ class LogLoader:
             f"checkpointed log start offset {self.log_start_offset_checkpoint}"
         )
         for segment in self.segments:
+            self._keep(segment, 0, segment.size, segment.base_offset)
             segment.delete_files()
         self.segments.clear()
         self.epoch_cache.clear()
@@ -317,6 +316,21 @@ class LogLoader:
             f"{self.name}: truncated {segment.log_path.name} at byte {valid}, dropping {truncated} bytes "
             f"(log end offset now {next_offset}{claimed}): {problem}"
         )
+
+
+def _all_zeros(path: Path, start: int, end: int) -> bool:
+    """Whether bytes [start, end) of the file are all zero, read a window at a time."""
+    with open(path, "rb") as f:
+        f.seek(start)
+        left = end - start
+        while left > 0:
+            chunk = f.read(min(left, 1 << 20))
+            if not chunk:
+                break
+            if chunk.strip(b"\0"):
+                return False
+            left -= len(chunk)
+    return True
 
 
 def _offset_of(path: Path) -> int:
