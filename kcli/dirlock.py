@@ -43,14 +43,17 @@ def lock_log_dir(log_dir: str | Path) -> Path:
     with _guard:
         if path in _held:
             raise LogDirInUse(in_use_sentence(log_dir))
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise KcliError(f"cannot lock {log_dir}: {_reason(exc)}.") from None
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             os.close(fd)
             if exc.errno in (errno.EACCES, errno.EAGAIN):
                 raise LogDirInUse(in_use_sentence(log_dir)) from None
-            raise
+            raise KcliError(f"cannot lock {path}: {_reason(exc)}.") from None
         _held[path] = fd
     return path
 
@@ -162,3 +165,7 @@ def warn_if_in_use(paths: list[Path] | list[str]) -> list[Path]:
                 flush=True,
             )
     return found
+
+
+def _reason(exc: OSError) -> str:
+    return (exc.strerror or str(exc)).lower()
