@@ -90,12 +90,13 @@ def plan(
     base_port: int | None,
     overrides: list[str],
     *,
-    controllers: int = 0,
+    controllers: int | None = None,
 ) -> ClusterLayout:
     """The layout in `data_dir`: the stored one (the same ids and ports), or a new one, formatted.
 
-    With `controllers` 0 every node is combined (broker and voter); else nodes 1..controllers are
-    controller-only voters and the next `brokers` nodes broker-only (Kafka's isolated mode).
+    With `controllers` 0 (or None) every node is combined (broker and voter); else nodes 1..controllers
+    are controller-only voters and the next `brokers` nodes broker-only (Kafka's isolated mode). None
+    for a stored cluster is its own number.
     `base_port` None is DEFAULT_PORT for a new cluster and the stored ports for a stored one.
 
     A stored cluster's ports and overrides are its nodes' server.properties: a --port or --override
@@ -110,6 +111,12 @@ def plan(
         if brokers and brokers != found:
             raise LocalClusterError(
                 f"{data_dir} holds a cluster of {found} brokers, not {brokers}; "
+                "use another --data-dir for a cluster of another shape."
+            )
+        stored_controllers = sum(1 for n in layout.nodes if not n.port)
+        if controllers is not None and controllers != stored_controllers:
+            raise LocalClusterError(
+                f"{data_dir} holds a cluster of {stored_controllers} controller-only nodes, not {controllers}; "
                 "use another --data-dir for a cluster of another shape."
             )
         first = layout.nodes[0]
@@ -129,13 +136,12 @@ def plan(
                 f"{data_dir} holds a cluster that has already run, so kcli cluster start cannot apply {what}; "
                 "start it as it is (edit node-N/server.properties to change a node) or use another --data-dir."
             )
-        controllers = sum(1 for n in layout.nodes if not n.port)
         return _new_layout(
             data_dir,
             found,
             stored_port if base_port is None else base_port,
             overrides or stored_overrides or [],
-            controllers=controllers,
+            controllers=stored_controllers,
             cluster_id=layout.cluster_id,
         )
     return _new_layout(
@@ -143,7 +149,7 @@ def plan(
         brokers,
         DEFAULT_PORT if base_port is None else base_port,
         overrides,
-        controllers=controllers,
+        controllers=controllers or 0,
     )
 
 

@@ -419,7 +419,7 @@ def test_broker_start_refuses_a_flag_and_an_override_that_disagree(
 def test_cluster_start_honours_a_new_port_and_overrides_after_a_failed_first_start(tmp_path: Path) -> None:
     import socket
 
-    from ops.local_cluster import plan
+    from ops.local_cluster import LocalClusterError, plan
     from tests.conftest import free_port_range
 
     data = tmp_path / "cluster"
@@ -444,6 +444,12 @@ def test_cluster_start_honours_a_new_port_and_overrides_after_a_failed_first_sta
     assert "log.retention.ms=60000" in properties
     again = plan(data, 1, None, [])  # no flag: the stored ports and overrides
     assert again == layout and "log.retention.ms=60000" in again.nodes[0].properties.read_text()
+    with pytest.raises(LocalClusterError) as shape:  # the shape is never changed, started or not
+        plan(data, 1, None, [], controllers=1)
+    assert str(shape.value) == (
+        f"{data} holds a cluster of 0 controller-only nodes, not 1; use another --data-dir for a cluster of "
+        "another shape."
+    )
 
 
 def test_cluster_start_refuses_a_new_port_or_override_once_the_cluster_has_run(

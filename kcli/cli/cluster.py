@@ -30,9 +30,11 @@ def start(
         3, "--brokers", "-n", help="Brokers (each also a controller voter, unless --controllers)."
     ),
     controllers: int = typer.Option(
-        0,
+        None,
         "--controllers",
-        help="Controller-only voters, with broker-only brokers (Kafka's isolated mode); 0: combined.",
+        help="Controller-only voters, with broker-only brokers (Kafka's isolated mode); 0: combined "
+        "(the default; a started cluster keeps its own).",
+        show_default=False,
     ),
     data_dir: Path = typer.Option(
         Path("kcli-cluster"), "--data-dir", help="Where the nodes keep their data."
