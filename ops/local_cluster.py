@@ -130,7 +130,11 @@ def plan(
                 f"--port {base_port}: its first client port is {stored_port}"
                 if other_port
                 else f"--override {' '.join(overrides)}: its nodes were configured with "
-                + (f"--override {' '.join(stored_overrides)}" if stored_overrides else "no --override")
+                + (
+                    f"--override {' '.join(stored_overrides)}"
+                    if stored_overrides
+                    else ("no --override" if stored_overrides is not None else "overrides it did not record")
+                )
             )
             raise LocalClusterError(
                 f"{data_dir} holds a cluster that has already run, so kcli cluster start cannot apply {what}; "
