@@ -54,3 +54,37 @@ def unlink_if_exists(path: Path) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+_COPY_CHUNK = 8 << 20
+
+
+def copy_range(source: Path, start: int, end: int | None, target: Path) -> None:
+    """Copy bytes [start, end) of `source` (to its end with None) into a new file `target`, fsynced with
+    its directory: what a quarantine keeps before the original is cut or removed. FileExistsError when
+    `target` exists (a quarantine never overwrites what it kept)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(source, "rb") as src, open(target, "xb") as dst:
+        src.seek(start)
+        left = None if end is None else end - start
+        while left is None or left > 0:
+            chunk = src.read(_COPY_CHUNK if left is None else min(left, _COPY_CHUNK))
+            if not chunk:
+                break
+            dst.write(chunk)
+            if left is not None:
+                left -= len(chunk)
+        dst.flush()
+        os.fsync(dst.fileno())
+    fsync_dir(target.parent)
+
+
+def quarantine_beside(log_dir: Path) -> Path:
+    """The default quarantine of a log dir: `<log dir>.quarantine-<UTC time>` beside it, outside it (a
+    broker would take a dir inside for a partition). `kcli recover logdir` and the broker's start-up
+    recovery keep what they cut there."""
+    from datetime import UTC, datetime
+
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    resolved = log_dir.resolve()
+    return resolved.with_name(f"{resolved.name}.quarantine-{stamp}")

@@ -30,6 +30,7 @@ from formats.errors import CheckpointError, FormatError
 from formats.kraft_snapshot import BOOTSTRAP_CHECKPOINT, build_snapshot, read_snapshot
 from formats.records import ControlType, kraft_version_value, voters_value
 from kcli.config import BrokerConfig
+from kcli.dirlock import LOCK_FILE_NAME, lock_for_offline_change, refuse_if_in_use, release
 from kcli.errors import KcliError
 from kcli.features import (
     KRAFT_VERSION,
@@ -160,6 +161,36 @@ def unformatted_error(log_dir: str) -> StorageError:
     return StorageError(
         f"No `meta.properties` found in {log_dir} (have you run `{FORMAT_COMMAND}` to format the directory?)"
     )
+
+
+_KAFKA_ROOT_FILES = (
+    "recovery-point-offset-checkpoint",
+    "replication-offset-checkpoint",
+    "log-start-offset-checkpoint",
+    "cleaner-offset-checkpoint",
+    ".kafka_cleanshutdown",
+)
+
+
+def kafka_data_in(log_dir: str | Path) -> str | None:
+    """What in `log_dir` shows it already held a Kafka (or kcli) log dir: a partition dir (the metadata
+    log's included, in any -delete/-future/-stray form) or a root checkpoint, named; None when there is
+    none (a missing or empty dir, or one with unrelated files), which first start may format."""
+    from formats.segment import parse_partition_dir
+
+    try:
+        entries = sorted(Path(log_dir).iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise StorageError(f"cannot read {log_dir}: {(exc.strerror or str(exc)).lower()}.") from None
+    for entry in entries:
+        if entry.is_dir() and parse_partition_dir(entry.name) is not None:
+            return f"partition dir {entry.name}"
+    for entry in entries:
+        if entry.name in _KAFKA_ROOT_FILES:
+            return entry.name
+    return None
 
 
 # --- bootstrap metadata ---------------------------------------------------------------------------------
@@ -294,6 +325,32 @@ def format_storage(
     empty = [d for d in dirs if d not in found]
     if not empty:
         return ["All of the log directories are already formatted."]
+    for log_dir in empty:
+        refuse_if_in_use(log_dir, FORMAT_COMMAND)
+    locks: list[Path] = []
+    try:
+        return _format_dirs(
+            config, cluster_id, empty, found, voters, metadata_version, levels, kraft_version, now_ms, locks
+        )
+    finally:
+        release(locks)
+
+
+def _format_dirs(
+    config: BrokerConfig,
+    cluster_id: str,
+    empty: list[str],
+    found: Mapping[str, MetaProperties],
+    voters: VoterSet | None,
+    metadata_version: int,
+    levels: Mapping[str, int],
+    kraft_version: int,
+    now_ms: int,
+    locks: list[Path],
+) -> list[str]:
+    """Write bootstrap.checkpoint (and a dynamic quorum's bootstrap snapshot) then meta.properties into
+    each unformatted dir; a dir that has a `.lock` file is locked from before its first write to the end
+    (one without is not given one: Kafka's format leaves none)."""
     checkpoint = bootstrap_checkpoint(metadata_version, now_ms=now_ms, features=levels)
     taken = {meta.directory_id for meta in found.values() if meta.directory_id}
     lines = []
@@ -314,6 +371,8 @@ def format_storage(
         path = Path(log_dir)
         try:
             path.mkdir(parents=True, exist_ok=True)
+            if (path / LOCK_FILE_NAME).exists():  # held while writing; none is created (Kafka's format)
+                locks.append(lock_for_offline_change(log_dir, FORMAT_COMMAND))
             write_atomically(path / BOOTSTRAP_CHECKPOINT, checkpoint)
             if dynamic:
                 assert voters is not None

@@ -31,9 +31,10 @@ from pathlib import Path
 
 from kcli.config import BrokerConfig
 from kcli.errors import KcliError
-from kcli.storage import format_storage, random_uuid
+from kcli.storage import CLUSTER_METADATA_DIR, format_storage, random_uuid
 
 CLUSTER_FILE = "cluster.json"
+DEFAULT_PORT = 9092
 READY_MARK = "kcli broker: listening on"
 START_TIMEOUT_SECONDS = 120.0
 STOP_TIMEOUT_SECONDS = 60.0
@@ -84,23 +85,101 @@ class ClusterLayout:
 
 
 def plan(
-    data_dir: Path, brokers: int, base_port: int, overrides: list[str], *, controllers: int = 0
+    data_dir: Path,
+    brokers: int,
+    base_port: int | None,
+    overrides: list[str],
+    *,
+    controllers: int | None = None,
 ) -> ClusterLayout:
     """The layout in `data_dir`: the stored one (the same ids and ports), or a new one, formatted.
 
-    With `controllers` 0 every node is combined (broker and voter); else nodes 1..controllers are
-    controller-only voters and the next `brokers` nodes broker-only (Kafka's isolated mode).
+    With `controllers` 0 (or None) every node is combined (broker and voter); else nodes 1..controllers
+    are controller-only voters and the next `brokers` nodes broker-only (Kafka's isolated mode). None
+    for a stored cluster is its own number.
+    `base_port` None is DEFAULT_PORT for a new cluster and the stored ports for a stored one.
+
+    A stored cluster's ports and overrides are its nodes' server.properties: a --port or --override
+    that differs is honoured while no node has ever started (a failed first start: the layout is
+    written again, the cluster id kept), and refused with one sentence once one has (the ports are
+    the quorum's voters, the overrides what the data was written with), never silently ignored.
     """
     stored = data_dir / CLUSTER_FILE
     if stored.exists():
-        layout = _read_layout(data_dir)
+        layout, stored_overrides = _read_layout(data_dir)
         found = sum(1 for n in layout.nodes if n.port)
         if brokers and brokers != found:
             raise LocalClusterError(
                 f"{data_dir} holds a cluster of {found} brokers, not {brokers}; "
                 "use another --data-dir for a cluster of another shape."
             )
-        return layout
+        stored_controllers = sum(1 for n in layout.nodes if not n.port)
+        if controllers is not None and controllers != stored_controllers:
+            raise LocalClusterError(
+                f"{data_dir} holds a cluster of {stored_controllers} controller-only nodes, not {controllers}; "
+                "use another --data-dir for a cluster of another shape."
+            )
+        first = layout.nodes[0]
+        stored_port = first.port if first.port else (first.controller_port or 1) - 1
+        other_port = base_port is not None and base_port != stored_port
+        other_overrides = bool(overrides) and overrides != stored_overrides
+        if not other_port and not other_overrides:
+            return layout
+        if _has_started(layout):
+            what = (
+                f"--port {base_port}: its first client port is {stored_port}"
+                if other_port
+                else f"--override {' '.join(overrides)}: its nodes were configured with "
+                + (
+                    f"--override {' '.join(stored_overrides)}"
+                    if stored_overrides
+                    else ("no --override" if stored_overrides is not None else "overrides it did not record")
+                )
+            )
+            raise LocalClusterError(
+                f"{data_dir} holds a cluster that has already run, so kcli cluster start cannot apply {what}; "
+                "start it as it is (edit node-N/server.properties to change a node) or use another --data-dir."
+            )
+        return _new_layout(
+            data_dir,
+            found,
+            stored_port if base_port is None else base_port,
+            overrides or stored_overrides or [],
+            controllers=stored_controllers,
+            cluster_id=layout.cluster_id,
+        )
+    return _new_layout(
+        data_dir,
+        brokers,
+        DEFAULT_PORT if base_port is None else base_port,
+        overrides,
+        controllers=controllers or 0,
+    )
+
+
+def _has_started(layout: ClusterLayout) -> bool:
+    """Whether any node of the layout ever ran: its metadata log exists (a first start that failed is
+    rolled back to none, see `join_quorum`)."""
+    for node in layout.nodes:
+        try:
+            config = BrokerConfig.load(config_file=node.properties)
+        except KcliError:
+            return True  # unreadable: assume the worst, rewrite nothing
+        if (Path(config.metadata_log_dir) / CLUSTER_METADATA_DIR).exists():
+            return True
+    return False
+
+
+def _new_layout(
+    data_dir: Path,
+    brokers: int,
+    base_port: int,
+    overrides: list[str],
+    *,
+    controllers: int,
+    cluster_id: str | None = None,
+) -> ClusterLayout:
+    """Lay out, configure and format the nodes (dirs already formatted with `cluster_id` are kept)."""
     if brokers < 1:
         raise LocalClusterError("--brokers must be at least 1.")
     if controllers < 0:
@@ -117,13 +196,20 @@ def plan(
         nodes.append(
             LocalNode(k + 1, client if is_broker else None, client + 1 if is_controller else None, directory)
         )
-    layout = ClusterLayout(random_uuid(), tuple(nodes))
+    layout = ClusterLayout(cluster_id or random_uuid(), tuple(nodes))
     voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes if n.controller_port)
-    for node in nodes:
+    properties = [node_properties(node, voters, brokers, overrides) for node in nodes]  # all checked first
+    for node, text in zip(nodes, properties, strict=True):
         node.directory.mkdir(parents=True, exist_ok=True)
-        node.properties.write_text(node_properties(node, voters, brokers, overrides))
+        node.properties.write_text(text)
         config = BrokerConfig.load(config_file=node.properties)
-        format_storage(config, layout.cluster_id, metadata_version=21, now_ms=int(time.time() * 1000))
+        format_storage(
+            config,
+            layout.cluster_id,
+            metadata_version=21,
+            ignore_formatted=cluster_id is not None,
+            now_ms=int(time.time() * 1000),
+        )
     (data_dir / CLUSTER_FILE).write_text(
         json.dumps(
             {
@@ -132,6 +218,7 @@ def plan(
                     {"node_id": n.node_id, "port": n.port, "controller_port": n.controller_port}
                     for n in nodes
                 ],
+                "overrides": list(overrides),
             },
             indent=2,
         )
@@ -140,7 +227,8 @@ def plan(
     return layout
 
 
-def _read_layout(data_dir: Path) -> ClusterLayout:
+def _read_layout(data_dir: Path) -> tuple[ClusterLayout, list[str] | None]:
+    """The stored layout and the overrides it was made with (None: a layout stored before they were)."""
     path = data_dir / CLUSTER_FILE
     try:
         data = json.loads(path.read_text())
@@ -148,7 +236,10 @@ def _read_layout(data_dir: Path) -> ClusterLayout:
             LocalNode(n["node_id"], n["port"], n["controller_port"], data_dir / f"node-{n['node_id']}")
             for n in data["nodes"]
         )
-        return ClusterLayout(data["cluster_id"], nodes)
+        overrides = data.get("overrides")
+        return ClusterLayout(data["cluster_id"], nodes), (
+            [str(o) for o in overrides] if isinstance(overrides, list) else None
+        )
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise LocalClusterError(f"cannot read {path}: {str(exc).rstrip('.')}.") from None
 

@@ -139,7 +139,9 @@ def start_broker(
     workdir.mkdir(parents=True, exist_ok=True)
     data_dir = data_dir or workdir / "data"
     log_path = workdir / f"broker-{time.monotonic_ns()}.log"
-    args = [*KCLI, "broker", "start", "--listen", listen, "--data-dir", str(data_dir)]
+    args = [*KCLI, "broker", "start", "--listen", listen]
+    if not any(item.partition("=")[0].strip() in ("log.dirs", "log.dir") for item in overrides):
+        args += ["--data-dir", str(data_dir)]  # an override of log.dirs says where instead (not both)
     for item in overrides:
         args += ["--override", item]
     args += list(extra_args)

@@ -1298,11 +1298,13 @@ DETECTION_TIMEOUT_S = 8.0
 
 
 def tree(root: Path) -> dict[str, tuple[int, int, bytes]]:
-    """Every file under `root`: (size, mtime, bytes), the nodes' broker.log (output, not data) left out."""
+    """Every file under `root`: (size, mtime, bytes), the nodes' broker.log (output, not data) and the
+    empty `.lock` files a node takes its dirs' locks on (as Kafka's LogManager does, before it binds)
+    left out."""
     return {
         str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns, p.read_bytes())
         for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name != "broker.log"
+        if p.is_file() and p.name != "broker.log" and not (p.name == ".lock" and p.stat().st_size == 0)
     }
 
 

@@ -98,8 +98,11 @@ def test_torn_tail_is_truncated_and_reported(tmp_path: Path) -> None:
 
     manager, lines, log = restart(tmp_path)
     kept = last.position
+    quarantined = next(tmp_path.parent.glob(f"{tmp_path.name}.quarantine-*")) / "orders-0"
     assert lines == [
         f"{tmp_path}: no clean shutdown marker, recovering 1 logs",
+        f"orders-0: kept bytes {kept}..{size - 100} of {active.log_path.name} in "
+        f"{quarantined / f'{last.base_offset:020d}.log'}",
         f"orders-0: truncated {active.log_path.name} at byte {kept}, dropping {size - 100 - kept} bytes "
         f"(log end offset now {last.base_offset}; the first dropped batch claims offsets "
         f"{last.base_offset}..{last.last_offset}): Found a batch of {last.size} bytes with only "
@@ -123,12 +126,15 @@ def test_flipped_byte_in_the_last_segment_truncates_from_there(tmp_path: Path) -
     active.log_path.write_bytes(data)
 
     manager, lines, log = restart(tmp_path)
-    assert len(lines) == 2
+    assert len(lines) == 3
     assert lines[1].startswith(
+        f"orders-0: kept bytes {victim.position}..{len(data)} of {active.log_path.name}"
+    )
+    assert lines[2].startswith(
         f"orders-0: truncated {active.log_path.name} at byte {victim.position}, dropping "
         f"{len(data) - victim.position} bytes (log end offset now {victim.base_offset}"
     )
-    assert lines[1].endswith(f"computed crc = {_crc_of(bytes(data), victim)})")
+    assert lines[2].endswith(f"computed crc = {_crc_of(bytes(data), victim)})")
     assert log.log_end_offset == victim.base_offset
     assert active.log_path.stat().st_size == victim.position
     manager.shutdown()

@@ -320,16 +320,12 @@ class Node:
                 log.info("removing %s: the future log of a replica not hosted here", future.dir.name)
                 self.logs.delete_future_log(future.topic, future.partition)
         for existing in list(self.logs.logs()):
-            if existing.topic not in image.topic_ids or existing.partition not in (
-                image.partitions_of(existing.topic) or {}
-            ):
-                log.info("removing %s: its topic is not in the metadata log", existing.name)
-                self.logs.delete_log(existing.topic, existing.partition)
-            elif not self._is_replica(image, existing.topic, existing.partition):
-                log.info(
-                    "removing %s: a stray replica, the metadata places it on other brokers", existing.name
-                )
-                self.logs.delete_log(existing.topic, existing.partition)
+            why = self._stray_reason(image, existing.topic, existing.partition, existing.topic_id)
+            if why is not None:
+                # Kafka 3.7+ (LogManager.isStrayKraftReplica): set aside as -stray, never deleted here.
+                where = existing.dir
+                target = self.logs.mark_stray(existing.topic, existing.partition)
+                log.warning("Log in %s marked stray and renamed to %s: %s", where, target, why)
         for name, topic_id in image.topic_ids.items():
             config = self._log_config(self.config, image, name)
             for partition in image.partitions_of(name) or {}:
@@ -342,6 +338,21 @@ class Node:
                         target_directory_id=self._directory(image, name, partition),
                     )
         self.replicas.apply_image(image)
+
+    def _stray_reason(
+        self, image: ClusterMetadataImage, topic: str, partition: int, topic_id: uuid.UUID | None
+    ) -> str | None:
+        """Why a log found at start-up is not this broker's (LogManager.isStrayKraftReplica), or None."""
+        known = image.topic_ids.get(topic)
+        if known is None:
+            return f"topic {topic} is not in the metadata log"
+        if topic_id is not None and topic_id != known:
+            return f"its topic id {topic_id} is not the metadata's {known} for {topic}"
+        if partition not in (image.partitions_of(topic) or {}):
+            return f"partition {partition} of {topic} is not in the metadata log"
+        if not self._is_replica(image, topic, partition):
+            return "the metadata places this partition on other brokers"
+        return None
 
     def _directory(self, image: ClusterMetadataImage, topic: str, partition: int) -> uuid.UUID | None:
         """The log dir the metadata assigns this node's replica of the partition (KIP-858), if any."""

@@ -49,12 +49,16 @@ from kcli.broker.apis.context import (
 from kcli.broker.apis.registry import ApiRegistry
 from kcli.broker.node import ControllerNode, Node, fatal_error_sentence
 from kcli.config import BrokerConfig, Listener
+from kcli.dirlock import lock_log_dirs, release
 from kcli.errors import KcliError
 from kcli.protocol.codec import entity_write
 from kcli.protocol.guard import DeclaredSizeError, check_sizes, skip_tagged_fields, without_unknown_tags
 from kcli.protocol.messages import api_name, error_response, kio_versions, request_type
 from kcli.storage import (
+    FORMAT_COMMAND,
+    StorageError,
     check_meta_properties,
+    kafka_data_in,
     load_meta_properties,
     new_directory_id,
     random_uuid,
@@ -148,6 +152,8 @@ class Broker:
         self._periodic: asyncio.Task[None] | None = None
         self.node: Node | ControllerNode | None = None
         self._max_request = int(config["socket.request.max.bytes"])  # type: ignore[call-overload]
+        self._locks: list[Path] = []
+        """The `.lock` files of this node's log dirs and metadata dir, held from start to shutdown."""
 
     async def start(self) -> tuple[str, int]:
         """Prepare the log dirs, join the metadata quorum, register, and serve; the bound (host, port).
@@ -155,9 +161,18 @@ class Broker:
         The controller listener (when there is one) serves from the start: the quorum needs this
         node's votes and Fetches answered before the node can catch up and serve clients.
         """
-        cluster_id = ensure_meta_properties(self.config, self.cluster_id)
-        if not self.config.is_broker:
-            return await self._start_controller_only(cluster_id)
+        try:
+            cluster_id = ensure_meta_properties(self.config, self.cluster_id, locks=self._locks)
+            if not self.config.is_broker:
+                return await self._start_controller_only(cluster_id)
+            return await self._start_broker(cluster_id)
+        except BaseException:
+            release(self._locks)
+            self._locks.clear()
+            raise
+
+    async def _start_broker(self, cluster_id: str) -> tuple[str, int]:
+        """A broker (combined or broker-only): its listeners, the node, registration, then serving."""
         listener = self.config.listener
         controller_listener = self.config.controller_listener
         self._server = await _bind(listener, self.config, self._new_connection)
@@ -328,6 +343,8 @@ class Broker:
         if self._controller_server is not None:
             self._controller_server.close()
             await self._close_connections(list(self._connections), grace)
+        release(self._locks)  # last: the logs are closed, another process may open the dirs now
+        self._locks.clear()
         log.info("shutdown complete")
 
     def refuses(self, listener_name: str) -> bool:
@@ -446,7 +463,9 @@ def prepare_log_dirs(log_dirs: list[str]) -> None:
             raise KcliError(f"data dir {log_dir} is not usable: {reason}.") from None
 
 
-def ensure_meta_properties(config: BrokerConfig, cluster_id: str | None = None) -> str:
+def ensure_meta_properties(
+    config: BrokerConfig, cluster_id: str | None = None, *, locks: list[Path] | None = None
+) -> str:
     """Return the cluster id this node's dirs belong to, after checking them as Kafka does at start.
 
     Every log dir and the metadata log dir must name one cluster.id and the configured node.id
@@ -455,6 +474,12 @@ def ensure_meta_properties(config: BrokerConfig, cluster_id: str | None = None) 
     meta.properties on the spot (version 1, a fresh directory.id; a new cluster id when no dir has
     one), so `kcli broker start` needs no format step. Any other node refuses such a dir, before
     creating anything, as KafkaRaftServer does: it is formatted with `kcli storage format`.
+
+    With `locks`, every dir is locked (`.lock`, as Kafka's LogManager) once it exists and before
+    anything is written to it; the lock files are appended there for the caller to release. A dir
+    without meta.properties that already holds Kafka data (a copied or half-deleted broker dir) is
+    refused rather than formatted: formatting it would start a new metadata log that knows none of
+    its partitions.
     """
     dirs = storage_dirs(config)
     found = load_meta_properties(dirs)
@@ -462,7 +487,17 @@ def ensure_meta_properties(config: BrokerConfig, cluster_id: str | None = None) 
     missing = [log_dir for log_dir in dirs if log_dir not in found]
     if missing and not config.is_single_node_quorum:
         raise unformatted_error(missing[0])
+    for log_dir in missing:
+        held = kafka_data_in(log_dir)
+        if held is not None:
+            raise StorageError(
+                f"{log_dir} holds Kafka data ({held}) but no meta.properties, and kcli formats only an empty "
+                f"dir on first start: format it with `{FORMAT_COMMAND}` (partitions its new metadata log "
+                f"does not know are then kept as -stray) or check it first with `kcli recover logdir {log_dir}`."
+            )
     prepare_log_dirs(dirs)
+    if locks is not None:
+        locks.extend(lock_log_dirs(dirs))
     expected = expected or random_uuid()
     taken = {meta.directory_id for meta in found.values() if meta.directory_id}
     for log_dir in missing:

@@ -48,6 +48,7 @@ def start(
         settings["listeners"] = f"PLAINTEXT://{_check_listen(listen)}"
     if data_dir is not None:
         settings["log.dirs"] = str(data_dir)
+    _check_no_conflict(listen, data_dir, overrides)
     config = BrokerConfig.load(config_file=config_file, settings=settings, overrides=overrides)
     _configure_logging()
 
@@ -70,6 +71,25 @@ def _check_listen(listen: str) -> str:
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigError(f"--listen {listen!r} is not of the form HOST:PORT (port 0-65535).")
     return listen
+
+
+_FLAG_KEYS = {"--listen": ("listeners",), "--data-dir": ("log.dirs", "log.dir")}
+
+
+def _check_no_conflict(listen: str | None, data_dir: Path | None, overrides: list[str]) -> None:
+    """--listen and --data-dir set listeners and log.dirs; an --override of the same property with
+    another value is a contradiction, refused rather than one of them silently winning."""
+    from kcli.config import ConfigError, parse_override
+
+    given = {"--listen": listen, "--data-dir": str(data_dir) if data_dir is not None else None}
+    flag_value = {"--listen": f"PLAINTEXT://{listen}", "--data-dir": given["--data-dir"]}
+    for item in overrides:
+        key, value = parse_override(item)
+        for flag, keys in _FLAG_KEYS.items():
+            if given[flag] is not None and key in keys and value.strip() != flag_value[flag]:
+                raise ConfigError(
+                    f"{flag} {given[flag]} and --override {key}={value} both set {keys[0]}: give one of them."
+                )
 
 
 def _configure_logging() -> None:

@@ -30,15 +30,21 @@ def start(
         3, "--brokers", "-n", help="Brokers (each also a controller voter, unless --controllers)."
     ),
     controllers: int = typer.Option(
-        0,
+        None,
         "--controllers",
-        help="Controller-only voters, with broker-only brokers (Kafka's isolated mode); 0: combined.",
+        help="Controller-only voters, with broker-only brokers (Kafka's isolated mode); 0: combined "
+        "(the default; a started cluster keeps its own).",
+        show_default=False,
     ),
     data_dir: Path = typer.Option(
         Path("kcli-cluster"), "--data-dir", help="Where the nodes keep their data."
     ),
     port: int = typer.Option(
-        9092, "--port", help="First client port; node k listens on PORT+2k, its controller on PORT+2k+1."
+        None,
+        "--port",
+        help="First client port (default 9092; a started cluster keeps its own); node k listens on PORT+2k, "
+        "its controller on PORT+2k+1.",
+        show_default=False,
     ),
     overrides: list[str] = typer.Option(
         [], "--override", metavar="KEY=VALUE", help="A broker property for every node; repeatable."

@@ -71,6 +71,7 @@ def dump_segment(
     ),
 ) -> None:
     """Dump Kafka's on-disk files the way kafka-dump-log.sh does; --output json for machines."""
+    from kcli.dirlock import warn_if_in_use
     from kcli.output import progress_for
     from ops.dump import Dumper, DumpOptions
 
@@ -82,6 +83,7 @@ def dump_segment(
             raise KcliError(
                 f"{path}: no such file." if not path.exists() else f"{path} is not a regular file."
             )
+    warn_if_in_use(paths)
     decoder = next(
         (
             name

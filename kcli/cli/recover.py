@@ -63,7 +63,8 @@ def logdir(
     Exit 0 when there is nothing to do (or everything was done and verify is clean), 3 when a dry run
     found changes to make, 1 when verify still finds errors after --execute, 2 for a usage error.
     """
-    from ops.recover import Executor, RecoverError, plan_log_dir
+    from kcli.dirlock import lock_for_offline_change, refuse_if_in_use, release, warn_if_in_use
+    from ops.recover import plan_log_dir
     from ops.verify import Finding, NotKafkaPath, Verifier, VerifyOptions, resolve
 
     try:
@@ -85,19 +86,34 @@ def logdir(
     def write(obj) -> None:
         out.write(orjson.dumps(obj.to_json()).decode() + "\n" if as_json else f"{obj}\n")
 
-    plan = plan_log_dir(path, index_interval_bytes=index_interval_bytes, verify_findings=verify)
-    summary = plan.summary()
     if not execute:
+        warn_if_in_use([path])
+        plan = plan_log_dir(path, index_interval_bytes=index_interval_bytes, verify_findings=verify)
         for change in plan.changes():
             write(change)
-        _summary(out, as_json, summary, None)
+        _summary(out, as_json, plan.summary(), None)
         return 0 if plan.empty else CHANGES_NEEDED
+    refuse_if_in_use(path, "kcli recover logdir --execute")
+    plan = plan_log_dir(path, index_interval_bytes=index_interval_bytes, verify_findings=verify)
+    summary = plan.summary()
     if plan.empty:
         _summary(out, as_json, summary, None)
         return 0
+    lock = lock_for_offline_change(path, "kcli recover logdir --execute")
+    try:
+        return _execute(plan, path, quarantine, write, verify, out, as_json)
+    finally:
+        release([lock])
+
+
+def _execute(plan, path: Path, quarantine: Path | None, write, verify, out, as_json: bool) -> int:
+    """Run the plan with the log dir locked: cut bytes and replaced files to the quarantine first."""
+    from kcli.files import quarantine_beside
+    from ops.recover import Executor, RecoverError
+
+    summary = plan.summary()
     if quarantine is None:
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-        quarantine = path.resolve().with_name(f"{path.resolve().name}.quarantine-{stamp}")
+        quarantine = quarantine_beside(path)
     executor = Executor(plan, quarantine, on_change=write)
     try:
         executor.run()
@@ -208,13 +224,15 @@ def partitions(
 
     from kcli.cluster import Cluster
     from ops.recover.online import parse_log_dirs, plan_partitions
-    from ops.recover.unclean import Journal, recover_partition
+    from ops.recover.unclean import Journal, check_recoverable, recover_partition
 
     if partition_ids and not topics:
         raise KcliError("--partition needs --topic.")
     if candidate is not None and not execute:
         raise KcliError("--candidate chooses whom --execute elects; the dry run reports every candidate.")
     dirs = parse_log_dirs(log_dirs or [])
+    if execute and journal_path is not None:
+        Journal.check_path(journal_path)
     as_json = output is Output.json
     out = sys.stdout
 
@@ -245,6 +263,8 @@ def partitions(
                         else f"{where}: broker {candidate} holds no readable replica of it."
                     )
                 chosen.append((plan, pick))
+            for plan, pick in chosen:  # every partition checked before anything is written
+                check_recoverable(plan, pick, live=live, allow_unread=allow_unread_loss)
             path = journal_path or Path(
                 f"recover-partitions-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.jsonl"
             )

@@ -181,6 +181,9 @@ def replay(
         raise KcliError(
             "--replication-factor and --config apply to a topic replay creates: drop --no-create-topic."
         )
+    from kcli.dirlock import warn_if_in_use
+
+    warn_if_in_use([source])
     as_json = output is Output.json
     options = ReplayOptions(
         source=source,

@@ -77,6 +77,10 @@ def _run(
     root = archive_root(archive)
     if not is_url(root) and not Path(root).is_dir():
         raise KcliError(f"{archive}: no such directory.")
+    if not is_url(root):
+        from kcli.dirlock import warn_if_in_use
+
+        warn_if_in_use([Path(root)])
     settings = {}
     for item in conf or ():
         key, sep, value = item.partition("=")

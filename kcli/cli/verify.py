@@ -33,6 +33,7 @@ def verify(
 
     Exit 0 when clean (warnings alone included), 1 when errors were found, 2 for a usage error.
     """
+    from kcli.dirlock import warn_if_in_use
     from kcli.output import progress_for
     from ops.verify import Finding, NotKafkaPath, Verifier, VerifyOptions, resolve
 
@@ -42,6 +43,7 @@ def verify(
         targets = [resolve(path) for path in paths]
     except NotKafkaPath as e:
         raise KcliError(str(e)) from None
+    warn_if_in_use(paths)
     out = sys.stdout
     as_json = output is Output.json
 

@@ -19,11 +19,10 @@ from pathlib import Path
 import orjson
 
 from formats import checkpoints
-from kcli.files import fsync_dir, write_atomically
+from kcli.files import copy_range, fsync_dir, write_atomically
 from ops.recover.plan import Change, Plan
 
 JOURNAL = "journal.jsonl"
-_COPY_CHUNK = 8 << 20
 
 
 class RecoverError(Exception):
@@ -138,22 +137,10 @@ class Executor:
         """Copy bytes [start, end) of `source` to the quarantine, fsynced with its directory."""
         assert relative is not None
         target = self.quarantine / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if target.exists():
-            raise RecoverError(f"{target} already exists: give a fresh --quarantine directory.")
-        with open(source, "rb") as src, open(target, "xb") as dst:
-            src.seek(start)
-            left = None if end is None else end - start
-            while left is None or left > 0:
-                chunk = src.read(_COPY_CHUNK if left is None else min(left, _COPY_CHUNK))
-                if not chunk:
-                    break
-                dst.write(chunk)
-                if left is not None:
-                    left -= len(chunk)
-            dst.flush()
-            os.fsync(dst.fileno())
-        fsync_dir(target.parent)
+        try:
+            copy_range(source, start, end, target)
+        except FileExistsError:
+            raise RecoverError(f"{target} already exists: give a fresh --quarantine directory.") from None
 
     def _record(self, change: Change) -> None:
         entry = change.to_json()

@@ -45,6 +45,7 @@ from kio.schema.errors import ErrorCode
 from formats.records import RecordSpec, build_batch
 from kcli.client import ClientError
 from kcli.cluster import Cluster
+from kcli.errors import KcliError
 from kcli.protocol.messages import build, nested_type
 from ops.elect import ElectionType, TopicPartition, elect_leaders
 from ops.groups import fetch_committed, list_groups
@@ -79,11 +80,29 @@ class Journal:
     """journal.jsonl: one fsynced JSON line per action, written before the action is taken."""
 
     def __init__(self, path: Path) -> None:
+        """Check the path now (one sentence if it cannot be a file); create it, and its dir, only at the
+        first action, so a run with nothing to do leaves nothing behind."""
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(path, "ab")  # noqa: SIM115 - closed by close()
+        self._file: Any = None
+        self.check_path(path)
+
+    @staticmethod
+    def check_path(path: Path) -> None:
+        """One sentence when `path` cannot become the journal file; creates nothing."""
+        if path.is_dir():
+            raise KcliError(f"--journal {path} is a directory: give a file path.")
+        for parent in path.parents:
+            if parent.exists():
+                if not parent.is_dir():
+                    raise KcliError(f"--journal {path}: {parent} is not a directory.")
+                if not os.access(parent, os.W_OK | os.X_OK):
+                    raise KcliError(f"--journal {path}: {parent} is not writable.")
+                break
 
     def write(self, action: str, **fields: Any) -> None:
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "ab")  # noqa: SIM115 - closed by close()
         line = {
             "time": datetime.datetime.now(UTC).isoformat(timespec="milliseconds"),
             "unixMs": int(time.time() * 1000),
@@ -95,7 +114,8 @@ class Journal:
         os.fsync(self._file.fileno())
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
 
 
 def quarantine_topic(topic: str) -> str:
@@ -114,18 +134,11 @@ def controller_pick(plan: PartitionRecovery, live: set[int]) -> int | None:
     return next((r for r in plan.replicas if r in live), None)
 
 
-async def recover_partition(
-    cluster: Cluster,
-    plan: PartitionRecovery,
-    candidate: Candidate,
-    journal: Journal,
-    *,
-    live: set[int],
-    allow_unread: bool = False,
-    timeout_s: float = 60.0,
-    say: Callable[[str], None] = lambda _: None,
-) -> dict[str, Any]:
-    """Quarantine, elect, and report for one partition; returns the outcome as a JSON-ready dict."""
+def check_recoverable(
+    plan: PartitionRecovery, candidate: Candidate, *, live: set[int], allow_unread: bool = False
+) -> None:
+    """Raise RecoverPartitionsError with one sentence when the partition cannot be recovered by electing
+    `candidate` as asked; checked for every partition before anything is written (the journal too)."""
     tp = f"{plan.topic}-{plan.partition}"
     if plan.leader >= 0:
         raise RecoverPartitionsError(
@@ -149,6 +162,23 @@ async def recover_partition(
             f"{tp}: with eligible leader replicas on, the controller's unclean election takes the last known "
             f"leader, broker {pick}, while it is alive, whatever the replica order: choose it, or stop it first."
         )
+
+
+async def recover_partition(
+    cluster: Cluster,
+    plan: PartitionRecovery,
+    candidate: Candidate,
+    journal: Journal,
+    *,
+    live: set[int],
+    allow_unread: bool = False,
+    timeout_s: float = 60.0,
+    say: Callable[[str], None] = lambda _: None,
+) -> dict[str, Any]:
+    """Quarantine, elect, and report for one partition; returns the outcome as a JSON-ready dict."""
+    tp = f"{plan.topic}-{plan.partition}"
+    check_recoverable(plan, candidate, live=live, allow_unread=allow_unread)
+    pick = controller_pick(plan, live)
     journal.write(
         "begin", partition=tp, candidate=candidate.broker, losses=[_loss_json(x) for x in candidate.losses]
     )

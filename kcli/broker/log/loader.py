@@ -47,6 +47,13 @@ from kcli.broker.log.producer_state import (
     replay_batch,
 )
 from kcli.broker.log.segment import Segment
+from kcli.errors import KcliError
+from kcli.files import copy_range
+
+
+class LogRecoveryError(KcliError):
+    """Start-up recovery cannot keep what it would cut; the broker stops with this one sentence."""
+
 
 _INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 _SNAPSHOT_DELETED = ".checkpoint.deleted"  # KRaft snapshots: their own recovery handles them
@@ -76,7 +83,10 @@ class LogLoader:
         now_ms: int,
         report: Callable[[str], None],
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+        quarantine: Callable[[], Path] | None = None,
     ) -> None:
+        self.quarantine = quarantine
+        """Where bytes recovery cuts are kept (the log dir's quarantine, made on first use); None: not kept."""
         self.dir = dir
         self.name = dir.name
         self.config = config
@@ -204,7 +214,11 @@ class LogLoader:
             producer_state = self._producer_state_at(unflushed[0]) if unflushed else None
             for k, segment in enumerate(unflushed):
                 assert producer_state is not None
-                result = segment.recover(self.epoch_cache, producer_state=producer_state)
+                result = segment.recover(
+                    self.epoch_cache,
+                    producer_state=producer_state,
+                    before_truncate=lambda start, end, offset, s=segment: self._keep(s, start, end, offset),
+                )
                 if result.truncated_bytes:
                     self._report_truncation(segment, result)
                     self._delete_later_segments(segment, unflushed[k + 1 :])
@@ -247,6 +261,7 @@ class LogLoader:
         first, total = later[0].base_offset, sum(s.size for s in later)
         last_offset = later[-1].read_next_offset() - 1
         for segment in later:
+            self._keep(segment, 0, segment.size, segment.base_offset)
             self.segments.remove(segment)
             segment.delete_files()
             (self.dir / f"{segment.base_offset:020d}{SNAPSHOT_SUFFIX}").unlink(missing_ok=True)
@@ -255,6 +270,25 @@ class LogLoader:
             f"({', '.join(s.log_path.name for s in later)}: offsets {first}..{last_offset}, {total} bytes), "
             f"since the segment before them lost bytes"
         )
+
+    def _keep(self, segment: Segment, start: int, end: int, first_offset: int) -> None:
+        """Copy bytes [start, end) of the segment to `<quarantine>/<partition>/<first offset>.log` before
+        recovery cuts or drops them, as `kcli recover logdir --execute` keeps them (`kcli replay` puts the
+        records back). A tail of zeros (a preallocated or torn write) holds nothing and is not kept."""
+        if self.quarantine is None or end <= start:
+            return
+        if _all_zeros(segment.log_path, start, end):
+            return
+        target = self.quarantine() / self.name / f"{first_offset:020d}{LOG_SUFFIX}"
+        try:
+            copy_range(segment.log_path, start, end, target)
+        except OSError as exc:
+            raise LogRecoveryError(
+                f"cannot keep the {end - start} bytes start-up recovery cuts from {segment.log_path} in "
+                f"{target}: {(exc.strerror or str(exc)).lower()}; stop here and run `kcli recover logdir "
+                f"{self.dir.parent} --quarantine DIR` with a writable DIR."
+            ) from None
+        self.report(f"{self.name}: kept bytes {start}..{end} of {segment.log_path.name} in {target}")
 
     def _delete_segments_if_log_start_greater_than_log_end(self) -> int | None:
         if not self.segments:
@@ -267,6 +301,7 @@ class LogLoader:
             f"checkpointed log start offset {self.log_start_offset_checkpoint}"
         )
         for segment in self.segments:
+            self._keep(segment, 0, segment.size, segment.base_offset)
             segment.delete_files()
         self.segments.clear()
         self.epoch_cache.clear()
@@ -281,6 +316,21 @@ class LogLoader:
             f"{self.name}: truncated {segment.log_path.name} at byte {valid}, dropping {truncated} bytes "
             f"(log end offset now {next_offset}{claimed}): {problem}"
         )
+
+
+def _all_zeros(path: Path, start: int, end: int) -> bool:
+    """Whether bytes [start, end) of the file are all zero, read a window at a time."""
+    with open(path, "rb") as f:
+        f.seek(start)
+        left = end - start
+        while left > 0:
+            chunk = f.read(min(left, 1 << 20))
+            if not chunk:
+                break
+            if chunk.strip(b"\0"):
+                return False
+            left -= len(chunk)
+    return True
 
 
 def _offset_of(path: Path) -> int:

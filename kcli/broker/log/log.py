@@ -223,6 +223,7 @@ class Log:
         flush_scheduler: Callable[[Callable[[], None]], object] | None = None,
         report: Callable[[str], None] | None = None,
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+        quarantine: Callable[[], Path] | None = None,
     ) -> Log:
         """Open an existing partition directory, recovering it as Kafka's LogLoader does, then rebuild the
         producer state from the newest snapshot and the batches after it."""
@@ -236,6 +237,7 @@ class Log:
             now_ms=clock(),
             report=report or lines.append,
             producer_id_expiration_ms=producer_id_expiration_ms,
+            quarantine=quarantine,
         ).load()
         producer_state = ProducerStateManager(
             dir, dir.name, producer_id_expiration_ms=producer_id_expiration_ms

@@ -38,7 +38,7 @@ from kcli.broker.log.cleaner import CleanerConfig, LogCleaner
 from kcli.broker.log.config import LogConfig
 from kcli.broker.log.log import Log, wall_clock_ms
 from kcli.config import CLUSTER_METADATA_TOPIC, BrokerConfig
-from kcli.files import create_if_missing, fsync_dir, write_atomically
+from kcli.files import create_if_missing, fsync_dir, quarantine_beside, write_atomically
 from kcli.storage import load_meta_properties
 
 log = logging.getLogger("kcli.broker.log")
@@ -50,6 +50,7 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 _ROOT_CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT)
 FUTURE_DIR_SUFFIX = "-future"
 DELETE_DIR_SUFFIX = "-delete"
+STRAY_DIR_SUFFIX = "-stray"
 
 
 class LogDirNotFound(Exception):
@@ -79,6 +80,7 @@ class LogManager:
         """How many live logs each log dir holds: a new partition goes to the dir with fewest (O(1) a log)."""
         self._logs_to_delete: list[tuple[int, Log]] = []
         self._had_clean_shutdown: dict[Path, bool] = {}
+        self._quarantines: dict[Path, Path] = {}
         self.previous_broker_epoch = -1
         """The broker epoch every log dir's clean-shutdown file recorded at start-up, or -1 (KIP-966)."""
         self._flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kcli-log-flush")
@@ -156,6 +158,7 @@ class LogManager:
                     flush_scheduler=self._flusher.submit,
                     report=lines.append,
                     producer_id_expiration_ms=self.producer_id_expiration_ms,
+                    quarantine=lambda log_dir=log_dir: self._quarantine(log_dir),
                 )
                 self._logs_per_dir[log_dir] = self._logs_per_dir.get(log_dir, 0) + 1
         lines.extend(self.cleaner.startup())
@@ -163,6 +166,15 @@ class LogManager:
         for line in lines:
             log.info("%s", line)
         return lines
+
+    def _quarantine(self, log_dir: Path) -> Path:
+        """The dir beside `log_dir` where start-up recovery keeps the bytes it cuts (the one `kcli recover
+        logdir --execute` uses by default), named on first use."""
+        found = self._quarantines.get(log_dir)
+        if found is None:
+            found = self._quarantines[log_dir] = quarantine_beside(log_dir)
+            log.warning("start-up recovery cuts bytes in %s: they are kept in %s", log_dir, found)
+        return found
 
     def _broker_epoch_from_clean_shutdown_files(self) -> int:
         """LogManager.readBrokerEpochFromCleanShutdownFiles: the epoch only when every log dir's
@@ -368,6 +380,26 @@ class LogManager:
         fsync_dir(target.parent)
         removed.dir = target
         self._logs_to_delete.append((self.clock(), removed))
+
+    def mark_stray(self, topic: str, partition: int) -> Path | None:
+        """Set a log the metadata does not place here aside, never deleting it (Kafka 3.7+'s stray
+        logs): flushed, closed, and renamed `<topic>-<partition>.<uuid>-stray`, which later starts
+        leave alone; the operator decides what becomes of it. Returns the new dir."""
+        removed = self._logs.pop((topic, partition), None)
+        if removed is None:
+            return None
+        self._preferred_log_dirs.pop((topic, partition), None)
+        self._logs_per_dir[removed.dir.parent] -= 1
+        self.cleaner.remove_log(removed)
+        removed.flush_all()
+        removed.close()
+        suffix = f"-{partition}.{uuid.uuid4().hex}{STRAY_DIR_SUFFIX}"
+        target = removed.dir.with_name(topic[: 255 - len(suffix)] + suffix)
+        removed.dir.rename(target)
+        fsync_dir(target.parent)
+        removed.dir = target
+        self._write_checkpoints(target.parent, hw=False)
+        return target
 
     def delete_log(self, topic: str, partition: int) -> None:
         """Rename the partition dir to `<topic>-<partition>.<uuid>-delete`; remove it after the delete delay."""

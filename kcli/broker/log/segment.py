@@ -14,7 +14,7 @@ import os
 import struct
 import threading
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -500,7 +500,11 @@ class Segment:
     # --- recovery ------------------------------------------------------------------------------------
 
     def recover(
-        self, epoch_cache: LeaderEpochCache | None, *, producer_state: ProducerStateManager
+        self,
+        epoch_cache: LeaderEpochCache | None,
+        *,
+        producer_state: ProducerStateManager,
+        before_truncate: Callable[[int, int, int], None] | None = None,
     ) -> RecoveryResult:
         """Rebuild the three indexes from the `.log`, validating every batch; cut the file at the first bad one.
 
@@ -528,6 +532,10 @@ class Segment:
                     data, size, indexer, epoch_cache, producer_state, aborted
                 )
         if valid < size:
+            if before_truncate is not None:  # keeps the bytes about to be cut (the loader's quarantine)
+                claimed = dropped[0]  # what the first cut batch claims, if its header is believable
+                plausible = claimed is not None and next_offset <= claimed <= next_offset + 0x7FFFFFFF
+                before_truncate(valid, size, claimed if plausible else next_offset)  # type: ignore[arg-type]
             os.ftruncate(self.fd, valid)
         self._write_txn_index(aborted)
         self.size = valid
