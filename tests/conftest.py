@@ -80,7 +80,8 @@ class BrokerProcess:
 def free_port_range(count: int) -> int:
     """A base port with `count` consecutive ports free on 127.0.0.1, below the ephemeral range (so
     no client connection takes one while a node is down). KCLI_TEST_PORTS=LOW-HIGH narrows the range
-    (runs that share a machine keep out of each other's ports)."""
+    (runs that share a machine keep out of each other's ports); each pytest-xdist worker takes its own
+    slice of it, so two workers never probe the same range and both bind it."""
     low, high = 20000, 32000
     if os.environ.get("KCLI_TEST_PORTS"):
         low_text, _, high_text = os.environ["KCLI_TEST_PORTS"].partition("-")
@@ -90,6 +91,7 @@ def free_port_range(count: int) -> int:
         high = min(high, ephemeral_low) if ephemeral_low > low + 1000 else high
     except (OSError, ValueError, IndexError):
         pass
+    low, high = _worker_slice(low, high)
     rng = random.Random()
     for _ in range(500):
         base = rng.randrange(low, high - count)
@@ -107,6 +109,17 @@ def free_port_range(count: int) -> int:
                 sock.close()
         return base
     raise RuntimeError(f"no {count} consecutive free ports in {low}-{high}")
+
+
+def _worker_slice(low: int, high: int) -> tuple[int, int]:
+    """This pytest-xdist worker's share of [low, high) (all of it outside xdist)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or count <= 1:
+        return low, high
+    width = (high - low) // count
+    start = low + int(worker[2:]) * width
+    return start, start + width
 
 
 def kcli_env() -> dict[str, str]:

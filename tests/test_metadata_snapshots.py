@@ -4,9 +4,7 @@ that fell behind the leader's log. Real `kcli broker start` processes and real c
 from __future__ import annotations
 
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,7 +13,7 @@ from pathlib import Path
 import pytest
 from cli_in_process import run_kcli
 from confluent_kafka.admin import AdminClient, NewTopic
-from conftest import kcli_env, start_broker
+from conftest import free_port_range, kcli_env, start_broker
 
 from ops.local_cluster import READY_MARK, plan
 
@@ -92,24 +90,6 @@ def test_one_node_snapshots_cleans_its_log_and_restarts_from_the_snapshot(tmp_pa
     assert f"loading snapshot {latest}" in again.log()
 
 
-def free_base_port(count: int) -> int:
-    for _ in range(100):
-        base = random.randrange(30000, 60000 - count)
-        sockets = []
-        try:
-            for port in range(base, base + count):
-                s = socket.socket()
-                sockets.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in sockets:
-                s.close()
-    raise RuntimeError("no free port range")
-
-
 class Nodes:
     def __init__(self, layout) -> None:  # noqa: ANN001
         self.layout = layout
@@ -161,7 +141,7 @@ class Nodes:
 
 
 def test_a_voter_behind_the_leaders_log_start_installs_its_snapshot(tmp_path: Path) -> None:
-    base = free_base_port(6)
+    base = free_port_range(6)
     layout = plan(tmp_path / "cluster", 3, base, [*SMALL_SNAPSHOTS, "broker.session.timeout.ms=18000"])
     nodes = Nodes(layout)
     try:

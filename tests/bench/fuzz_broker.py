@@ -1040,7 +1040,7 @@ def check_node(broker: BrokerUnderFuzz, report: FuzzReport, timeout: float = 30.
             )
             return
         report.registration_seconds = time.monotonic() - started
-        report.brokers_unregistered = asyncio.run(_unregister_other_brokers(broker, registered))
+        report.brokers_unregistered = asyncio.run(_unregister_other_brokers(broker, registered, timeout))
         _produce_and_consume(f"127.0.0.1:{broker.port}", timeout)
     except Exception as exc:
         report.node_check = f"{type(exc).__name__}: {exc}"
@@ -1073,16 +1073,24 @@ async def _wait_for_registration(port: int, timeout: float) -> list[int] | None:
     return None
 
 
-async def _unregister_other_brokers(broker: BrokerUnderFuzz, broker_ids: list[int]) -> int:
+async def _unregister_other_brokers(broker: BrokerUnderFuzz, broker_ids: list[int], timeout: float) -> int:
     """Unregister the brokers mutated BrokerRegistrations added (and heartbeats may have unfenced), so
-    that the client connects to the node alone, not to whatever address a mutation made up; how many."""
+    that the client connects to the node alone, not to whatever address a mutation made up; how many.
+    NOT_CONTROLLER is asked again until `timeout`: a mutated Vote or BeginQuorumEpoch still queued when
+    leadership was seen can move the quorum of one through one more election."""
     others = [broker_id for broker_id in broker_ids if broker_id != NODE_ID]
+    deadline = time.monotonic() + timeout
     async with await KafkaClient.connect(f"127.0.0.1:{broker.controller_port}", request_timeout=10) as client:
         cls = client.request_type(UNREGISTER_BROKER)
         for broker_id in others:
-            answer = await client.send(cls(broker_id=broker_id))
-            if answer.error_code is not ErrorCode.none:
-                raise RuntimeError(f"UnregisterBroker {broker_id}: {answer.error_code.name}")
+            while True:
+                answer = await client.send(cls(broker_id=broker_id))
+                if answer.error_code is ErrorCode.not_controller and time.monotonic() < deadline:
+                    await asyncio.sleep(0.1)
+                    continue
+                if answer.error_code is not ErrorCode.none:
+                    raise RuntimeError(f"UnregisterBroker {broker_id}: {answer.error_code.name}")
+                break
     return len(others)
 
 
