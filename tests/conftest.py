@@ -208,3 +208,55 @@ def broker_factory(tmp_path: Path) -> Iterator:
             if status != 0:
                 failures.append(f"broker {process.pid} exited with status {status}:\n{process.log()}")
         assert not failures, "\n".join(failures)
+
+
+# --- Apache Kafka, the reference (tests/apache_kafka.py) ------------------------------------------
+
+
+def require_apache_kafka() -> None:
+    """Skip with one line naming what is missing when java or mvn is not here; with CI=true fail instead,
+    since CI has both and an interop test that quietly never runs there would prove nothing."""
+    import apache_kafka
+
+    missing = apache_kafka.missing_tools()
+    if missing:
+        message = f"Apache Kafka reference not available: {' and '.join(missing)} not on PATH"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message + " (CI=true: required)")
+        pytest.skip(message)
+    try:
+        apache_kafka.resolve()
+    except apache_kafka.KafkaSetupError as error:
+        pytest.fail(str(error))
+
+
+def _kafka_cluster(tmp_path_factory: pytest.TempPathFactory, count: int) -> Iterator:
+    import apache_kafka
+
+    require_apache_kafka()
+    workdir = tmp_path_factory.mktemp(f"apache-kafka-{count}")
+    try:
+        cluster = apache_kafka.start_cluster(workdir, count, free_port_range(2 * count))
+    except apache_kafka.KafkaSetupError as error:
+        pytest.fail(str(error))
+    try:
+        yield cluster
+    finally:
+        statuses = cluster.stop()
+        # Kafka's shutdown hook ends the JVM with 143 (128 + SIGTERM) after a clean shutdown.
+        bad = {node: status for node, status in statuses.items() if status not in (0, 143)}
+        assert not bad, f"Apache Kafka nodes exited with {bad}"
+
+
+@pytest.fixture(scope="session")
+def kafka_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """One combined Apache Kafka KRaft node for the whole run, started when a test first asks; tests that
+    share it use topic and group names of their own."""
+    yield from _kafka_cluster(tmp_path_factory, 1)
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """Three combined Apache Kafka nodes (static voters, one cluster id) for the whole run, started when
+    a test first asks."""
+    yield from _kafka_cluster(tmp_path_factory, 3)
