@@ -419,7 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif options.command == "pin":
             print(write_pin())
         elif options.command == "run":
-            log_path = Path.cwd() / "kafka-tool.log"
+            log_path = cache_dir() / "run.log"  # the tool's log4j output, outside the working tree
             os.execvp("java", java_command(options.main_class, options.args, log_path=log_path, level="warn"))
         else:
             import tempfile
