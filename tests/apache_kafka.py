@@ -71,9 +71,16 @@ class KafkaSetupError(RuntimeError):
     """Apache Kafka cannot be resolved or started here; the message says what is missing or wrong."""
 
 
-def missing_tools() -> list[str]:
-    """Which of the two programs the reference needs (java, mvn) are not on PATH."""
-    return [name for name in ("java", "mvn") if shutil.which(name) is None]
+def missing_tools(version: str = VERSION) -> list[str]:
+    """Which programs the reference needs are not on PATH: java, and mvn unless the jars are cached."""
+    needed = ("java",) if is_resolved(version) else ("java", "mvn")
+    return [name for name in needed if shutil.which(name) is None]
+
+
+def is_resolved(version: str = VERSION) -> bool:
+    """Whether the cache holds exactly the pinned jars of `version` (then no Maven run is needed)."""
+    libs = cache_dir(version) / "libs"
+    return libs.is_dir() and sorted(p.name for p in libs.glob("*.jar")) == pinned_jars(version)
 
 
 def cache_dir(version: str = VERSION) -> Path:
@@ -131,7 +138,7 @@ def resolve(version: str = VERSION, *, quiet: bool = False) -> Path:
     expected = pinned_jars(version)
     root = cache_dir(version)
     libs = root / "libs"
-    if libs.is_dir() and sorted(p.name for p in libs.glob("*.jar")) == expected:
+    if is_resolved(version):
         return libs
     started = time.monotonic()
     if not quiet:
@@ -168,8 +175,8 @@ def write_pin(version: str = VERSION) -> Path:
 
 def _maven_copy(version: str, staging: Path) -> Path:
     """Write the pom into the version's cache dir and let Maven copy its runtime jars into `staging`."""
-    if missing_tools():
-        raise KafkaSetupError(f"Apache Kafka needs {' and '.join(missing_tools())} on PATH")
+    if shutil.which("mvn") is None:
+        raise KafkaSetupError("resolving Apache Kafka's jars needs mvn on PATH")
     root = staging.parent
     root.mkdir(parents=True, exist_ok=True)
     (root / "pom.xml").write_text(POM.format(version=version, scala=SCALA, log4j=LOG4J))

@@ -385,3 +385,33 @@ def test_dump_log_lines_equal_on_each_others_segments(
         common = min(len(theirs), len(ours)) - 2
         assert common > 10 and theirs[:common] == ours[:common], path
         assert any("LeaderChange: {" in line for line in ours[:common])
+
+
+# --- a three-node Apache Kafka cluster -----------------------------------------------------------------
+
+
+def test_kcli_topics_and_quorum_against_a_kafka_cluster(kafka_cluster: KafkaCluster, tmp_path: Path) -> None:
+    """On three Kafka nodes: a replicated topic's describe lines (replicas, ISR, leaders spread by Kafka's
+    placement) and the quorum's status (three voters with their endpoints) equal Kafka's tools' lines."""
+    b, topic = kafka_cluster.bootstrap, "kcli-replicated"
+    kcli("topics", "create", "-b", b, "-t", topic, "--partitions", "3", "--replication-factor", "3",
+         "--config", "min.insync.replicas=2")  # fmt: skip
+    ours, theirs, quorum, their_quorum = in_parallel(
+        lambda: kcli("topics", "describe", "-b", b, "-t", topic),
+        lambda: kafka(tmp_path, TOPIC_COMMAND, "--bootstrap-server", b, "--describe", "--topic", topic),
+        lambda: kcli("quorum", "--bootstrap-server", b, "describe", "--status"),
+        lambda: kafka(tmp_path, METADATA_QUORUM_COMMAND, "--bootstrap-server", b, "describe", "--status"),
+    )
+    assert ours.splitlines() == theirs.splitlines()
+    assert {line.split("\tReplicas: ")[1].split("\t")[0] for line in ours.splitlines()[1:]} == {
+        "1,2,3",
+        "2,3,1",
+        "3,1,2",
+    }
+    volatile = ("HighWatermark", "MaxFollowerLagTimeMs", "MaxFollowerLag")
+    assert mask(quorum, *volatile).splitlines() == mask(their_quorum, *volatile).splitlines()
+    voters = json.loads(re.search(r"^CurrentVoters: +(.*)$", quorum, re.MULTILINE)[1])
+    assert voters == [
+        {"id": n.node_id, "endpoints": [f"CONTROLLER://127.0.0.1:{n.controller_port}"]}
+        for n in kafka_cluster.nodes
+    ]
