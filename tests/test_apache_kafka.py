@@ -322,6 +322,15 @@ def fill(bootstrap: str, topic: str) -> None:
         produce(bootstrap, topic, 4, 1, **{"compression.type": codec, "linger.ms": "50"})
     produce_transaction(bootstrap, topic, commit=True)
     produce_transaction(bootstrap, topic, commit=False)
+    consume_and_commit(
+        bootstrap, topic, "dump-group", 4 * len(CODECS) + 1
+    )  # read_committed: not the aborted one
+
+
+def written(log_dir: Path, topic: str) -> list[Path]:
+    """The first segment of each partition of an internal topic that holds records."""
+    segments = (p / "00000000000000000000.log" for p in log_dir.glob(f"{topic}-*"))
+    return sorted(s for s in segments if s.stat().st_size)
 
 
 def dumps(workdir: Path, files: Sequence[Path], *flags: str) -> tuple[list[str], list[str]]:
@@ -376,6 +385,17 @@ def test_dump_log_lines_equal_on_each_others_segments(
     assert {f"compresscodec: {c}" for c in CODECS} <= {
         m.group(0) for m in re.finditer(r"compresscodec: \w+", "\n".join(ours))
     }
+
+    sides = (node.log_dir, broker.data_dir)
+    for internal, flag, marker in (
+        ("__transaction_state", "--transaction-log-decoder", '"transactionStatus":4'),  # CompleteCommit
+        ("__consumer_offsets", "--offsets-decoder", '"commitTimestamp":'),
+    ):
+        files = [f for d in sides for f in written(d, internal)]
+        assert len({f.parents[2] for f in files}) == 2, files  # both sides wrote some
+        theirs, ours = dumps(tmp_path, files, flag)
+        assert theirs == ours, internal
+        assert sum(marker in line for line in ours) >= 2, internal
 
     metadata = [
         d / "__cluster_metadata-0" / "00000000000000000000.log" for d in (node.log_dir, broker.data_dir)
