@@ -47,6 +47,7 @@ GET_OFFSET_SHELL = "org.apache.kafka.tools.GetOffsetShell"
 FEATURE_COMMAND = "org.apache.kafka.tools.FeatureCommand"
 METADATA_QUORUM_COMMAND = "org.apache.kafka.tools.MetadataQuorumCommand"
 LOG_DIRS_COMMAND = "org.apache.kafka.tools.LogDirsCommand"
+TRANSACTIONS_COMMAND = "org.apache.kafka.tools.TransactionsCommand"
 DUMP_LOG_SEGMENTS = "kafka.tools.DumpLogSegments"
 
 # bin/kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS, then what makes a JVM start fast on 2 cores:

@@ -28,6 +28,7 @@ from apache_kafka import (
     LOG_DIRS_COMMAND,
     METADATA_QUORUM_COMMAND,
     TOPIC_COMMAND,
+    TRANSACTIONS_COMMAND,
     KafkaCluster,
 )
 from confluent_kafka import Consumer, Producer
@@ -215,6 +216,39 @@ def test_kcli_groups_features_quorum_against_kafka(kafka_node: KafkaCluster, tmp
         f'CurrentVoters:          [{{"id": 1, "endpoints": ["CONTROLLER://127.0.0.1:{node.controller_port}"]}}]'
         in quorum
     )
+
+
+def test_kcli_transactions_lines_equal_kafka_transactions_against_kafka(
+    kafka_node: KafkaCluster, tmp_path: Path
+) -> None:
+    """`kcli transactions list/describe` on a Kafka node print kafka-transactions.sh's table (cells padded
+    and tab-terminated), the same rows; the running duration of a transaction is masked."""
+    b, topic = kafka_node.bootstrap, "kcli-transactions"
+    kcli("topics", "create", "-b", b, "-t", topic, "--partitions", "1", "--replication-factor", "1")
+    produce_transaction(b, topic, commit=True)
+    txn_id = f"{topic}-True"
+    listed, their_list, described, their_description = in_parallel(
+        lambda: kcli("transactions", "list", "-b", b),
+        lambda: kafka(tmp_path, TRANSACTIONS_COMMAND, "--bootstrap-server", b, "list"),
+        lambda: kcli("transactions", "describe", "-b", b, "--transactional-id", txn_id),
+        lambda: kafka(
+            tmp_path, TRANSACTIONS_COMMAND, "--bootstrap-server", b, "describe", "--transactional-id", txn_id
+        ),
+    )
+    assert listed.splitlines()[0] == their_list.splitlines()[0]
+    assert [c.strip() for c in listed.splitlines()[0].split("\t")] == [
+        "TransactionalId", "Coordinator", "ProducerId", "TransactionState", ""
+    ]  # fmt: skip
+    assert sorted(listed.splitlines()) == sorted(their_list.splitlines())
+    assert any(line.startswith(txn_id) and "CompleteCommit" in line for line in listed.splitlines())
+
+    def without_duration(text: str) -> list[list[str]]:
+        header, row = text.splitlines()
+        cells = row.split("\t")
+        del cells[header.split("\t").index("TransactionDurationMs")]
+        return [header.split("\t"), [c.strip() for c in cells]]
+
+    assert without_duration(described) == without_duration(their_description)
 
 
 # --- Kafka's tools against kcli's broker -------------------------------------------------------------
