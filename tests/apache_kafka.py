@@ -144,7 +144,9 @@ def resolve(version: str = VERSION, *, quiet: bool = False) -> Path:
     started = time.monotonic()
     if not quiet:
         print(f"apache-kafka: resolving Apache Kafka {version} with Maven into {root}", file=sys.stderr)
-    staging = _maven_copy(version, root / "libs.partial")
+    staging = _maven_copy(
+        version, root / f"libs.partial-{os.getpid()}"
+    )  # test runs in other trees share the cache
     got = sorted(p.name for p in staging.glob("*.jar"))
     if got != expected:
         extra, missing = sorted(set(got) - set(expected)), sorted(set(expected) - set(got))
@@ -153,8 +155,11 @@ def resolve(version: str = VERSION, *, quiet: bool = False) -> Path:
             f"{PINNED.relative_to(REPO)} pins: not pinned {extra or 'none'}, pinned but absent "
             f"{missing or 'none'} (update the pin deliberately with `python -m tests.apache_kafka pin`)"
         )
-    shutil.rmtree(libs, ignore_errors=True)
-    staging.rename(libs)
+    if is_resolved(version):  # another run finished first
+        shutil.rmtree(staging, ignore_errors=True)
+    else:
+        shutil.rmtree(libs, ignore_errors=True)
+        staging.rename(libs)
     if not quiet:
         print(f"apache-kafka: {len(got)} jars in {time.monotonic() - started:.1f} s", file=sys.stderr)
     return libs
@@ -162,7 +167,7 @@ def resolve(version: str = VERSION, *, quiet: bool = False) -> Path:
 
 def write_pin(version: str = VERSION) -> Path:
     """Resolve with Maven and write the jar list as the new pin (a maintainer's step, like ./dev lock)."""
-    staging = _maven_copy(version, cache_dir(version) / "libs.pin")
+    staging = _maven_copy(version, cache_dir(version) / f"libs.pin-{os.getpid()}")
     names = sorted(p.name for p in staging.glob("*.jar"))
     path = REPO / "tests" / f"apache-kafka-{version}.jars"
     header = (
