@@ -381,20 +381,25 @@ def start_cluster(workdir: Path, count: int, base_port: int) -> KafkaCluster:
     started = time.monotonic()
     try:
         for node in nodes:
-            with open(node.workdir / "console.log", "wb") as console:
-                node.process = subprocess.Popen(
-                    java_command(
-                        "kafka.Kafka", [str(node.workdir / "server.properties")],
-                        log_path=node.log_path, heap=SERVER_HEAP,
-                    ),
-                    stdout=console, stderr=console, stdin=subprocess.DEVNULL, cwd=node.workdir,
-                )  # fmt: skip
+            launch(node, node.workdir / "server.properties")
         for node in nodes:
             wait_ready(node, started)
     except BaseException:
         cluster.stop()
         raise
     return cluster
+
+
+def launch(node: KafkaNode, properties: Path) -> None:
+    """Start `kafka.Kafka properties` for `node` (its log dir formatted already); see wait_ready. A
+    previous run's server.log moves aside, so that its ready line does not count for this one."""
+    if node.log_path.exists():
+        node.log_path.rename(node.log_path.with_suffix(f".log.{time.monotonic_ns()}"))
+    with open(node.workdir / "console.log", "ab") as console:
+        node.process = subprocess.Popen(
+            java_command("kafka.Kafka", [str(properties)], log_path=node.log_path, heap=SERVER_HEAP),
+            stdout=console, stderr=console, stdin=subprocess.DEVNULL, cwd=node.workdir,
+        )  # fmt: skip
 
 
 def wait_ready(node: KafkaNode, started: float) -> None:

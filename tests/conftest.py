@@ -134,12 +134,16 @@ def start_broker(
     overrides: Sequence[str] = (),
     extra_args: Sequence[str] = (),
     listen: str = "127.0.0.1:0",
+    config: Path | None = None,
 ) -> BrokerProcess:
-    """Start a broker and wait for its ready line; fail the test with its stderr if it does not come."""
+    """Start a broker and wait for its ready line; fail the test with its stderr if it does not come.
+    With `config` (a server.properties naming its listeners and log.dirs, `data_dir` its log dir) the
+    broker takes everything from that file instead of --listen and --data-dir."""
     workdir.mkdir(parents=True, exist_ok=True)
     data_dir = data_dir or workdir / "data"
     log_path = workdir / f"broker-{time.monotonic_ns()}.log"
-    args = [*KCLI, "broker", "start", "--listen", listen, "--data-dir", str(data_dir)]
+    args = [*KCLI, "broker", "start"]
+    args += ["--config", str(config)] if config else ["--listen", listen, "--data-dir", str(data_dir)]
     for item in overrides:
         args += ["--override", item]
     args += list(extra_args)

@@ -31,8 +31,16 @@ from apache_kafka import (
     TRANSACTIONS_COMMAND,
     KafkaCluster,
 )
-from confluent_kafka import Consumer, Producer
-from conftest import KCLI, BrokerProcess, kcli_env
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from conftest import (
+    KCLI,
+    BrokerProcess,
+    free_port_range,
+    kcli_env,
+    require_apache_kafka,
+    start_broker,
+    stop_cleanly,
+)
 
 pytestmark = pytest.mark.timeout(240)
 NO_REBALANCE_DELAY = "group.initial.rebalance.delay.ms=0"
@@ -469,3 +477,155 @@ def test_kcli_topics_and_quorum_against_a_kafka_cluster(kafka_cluster: KafkaClus
         {"id": n.node_id, "endpoints": [f"CONTROLLER://127.0.0.1:{n.controller_port}"]}
         for n in kafka_cluster.nodes
     ]
+
+
+# --- one log dir, both programs ------------------------------------------------------------------------
+
+
+def committed_and_readable(bootstrap: str, topic: str, group: str) -> tuple[list[int], int]:
+    """(the group's committed offsets of partitions 0 and 1, how many records a new group reads)."""
+    committed = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    deadline = time.monotonic() + 30
+    while True:  # a broker that just started answers NOT_COORDINATOR until it has loaded __consumer_offsets
+        try:
+            partitions = committed.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)], 10)
+            break
+        except KafkaException as error:
+            code = error.args[0].code()
+            if code not in (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS):
+                raise
+            assert time.monotonic() < deadline, f"committed offsets still {error} after 30 s"
+            time.sleep(0.2)
+    offsets = [tp.offset for tp in partitions]
+    committed.close()
+    reader = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"{group}-reader-{time.monotonic_ns()}",
+         "auto.offset.reset": "earliest", "enable.partition.eof": True}
+    )  # fmt: skip
+    reader.subscribe([topic])
+    seen, at_end, deadline = 0, set(), time.monotonic() + 30
+    while len(at_end) < 2 and time.monotonic() < deadline:
+        message = reader.poll(1.0)
+        if message is None:
+            continue
+        if message.error() is None:
+            seen += 1
+        elif message.error().code() == KafkaError._PARTITION_EOF:
+            at_end.add(message.partition())
+    reader.close()
+    return offsets, seen
+
+
+def test_a_log_dir_moves_from_kcli_to_kafka_and_back(tmp_path: Path) -> None:
+    """One server.properties, one log dir: `kcli broker` formats and fills it (records, a committed group,
+    a committed and an aborted transaction), Apache Kafka starts on it with no recovery of a data
+    partition, serves it all and appends, and kcli starts again on what Kafka wrote (its metadata log
+    records included) and serves everything."""
+    require_apache_kafka()
+    port, topic, group = free_port_range(2), "moving", "moving-group"
+    node = apache_kafka.KafkaNode(1, port, port + 1, tmp_path / "node")
+    node.workdir.mkdir(parents=True)
+    props = node.workdir / "server.properties"
+    props.write_text(apache_kafka.server_properties(node, f"1@127.0.0.1:{port + 1}", replication=1))
+
+    broker = start_broker(tmp_path / "kcli", config=props, data_dir=node.log_dir)
+    try:
+        kcli(
+            "topics",
+            "create",
+            "-b",
+            broker.bootstrap,
+            "-t",
+            topic,
+            "--partitions",
+            "2",
+            "--replication-factor",
+            "1",
+        )
+        produce(broker.bootstrap, topic, 10, 2)
+        consume_and_commit(broker.bootstrap, topic, group, 10)
+        produce_transaction(broker.bootstrap, topic, commit=True)
+        produce_transaction(broker.bootstrap, topic, commit=False)
+    finally:
+        stop_cleanly(broker)
+
+    apache_kafka.launch(node, props)
+    try:
+        apache_kafka.wait_ready(node, time.monotonic())
+        assert committed_and_readable(node.bootstrap, topic, group) == ([5, 5], 11)  # read_committed
+        produce(node.bootstrap, topic, 4, 2)
+    finally:
+        assert node.stop() in (0, 143), node.log()[-3000:]
+    recovered = [line for line in node.log().splitlines() if "Recovering unflushed segment" in line]
+    assert all("partition=__cluster_metadata-0" in line for line in recovered), (
+        recovered
+    )  # Kafka always replays it
+
+    broker = start_broker(tmp_path / "kcli-again", config=props, data_dir=node.log_dir)
+    try:
+        assert committed_and_readable(broker.bootstrap, topic, group) == ([5, 5], 15)
+    finally:
+        stop_cleanly(broker)
+
+
+def test_kcli_starts_on_a_dir_kafka_formatted_unless_a_finalized_feature_is_beyond_it(tmp_path: Path) -> None:
+    """kafka-storage format's meta.properties and bootstrap.checkpoint (metadata.version 4.1-IV1, ELR on)
+    start `kcli broker`; with Kafka 4.1's default group.version 1 and transaction.version 2, which kcli
+    does not implement, the broker refuses to register and says which feature."""
+    require_apache_kafka()
+    cluster_id = apache_kafka.random_cluster_id()
+    dirs = {}
+    for name in ("defaults", "classic"):
+        port = free_port_range(2)
+        node = apache_kafka.KafkaNode(1, port, port + 1, tmp_path / name)
+        node.workdir.mkdir(parents=True)
+        props = node.workdir / "server.properties"
+        props.write_text(apache_kafka.server_properties(node, f"1@127.0.0.1:{port + 1}", replication=1))
+        dirs[name] = (node, props)
+    features = {
+        "defaults": [],
+        "classic": ["--feature", "group.version=0", "--feature", "transaction.version=0"],
+    }
+    outputs = in_parallel(
+        *(
+            lambda name=name: kafka(
+                tmp_path,
+                apache_kafka.STORAGE_TOOL,
+                "format",
+                "-t",
+                cluster_id,
+                "-c",
+                str(dirs[name][1]),
+                *features[name],
+            )  # fmt: skip
+            for name in dirs
+        )
+    )
+    assert all("with metadata.version 4.1-IV1" in out for out in outputs), outputs
+
+    refused = subprocess.run(
+        [*KCLI, "broker", "start", "--config", str(dirs["defaults"][1])],
+        capture_output=True, text=True, env=kcli_env(), timeout=60,
+    )  # fmt: skip
+    assert refused.returncode != 0
+    assert re.search(
+        r"^kcli: the controller refused this broker's registration: unsupported_version: Unable to register "
+        r"because the broker does not support finalized version [12] of (group|transaction)\.version\.",
+        refused.stderr,
+        re.MULTILINE,
+    ), refused.stderr
+
+    node, props = dirs["classic"]
+    broker = start_broker(tmp_path / "kcli", config=props, data_dir=node.log_dir)
+    try:
+        features_text = kcli("features", "describe", "-b", broker.bootstrap)
+        assert (
+            "Feature: metadata.version\tSupportedMinVersion: 3.0-IV1\tSupportedMaxVersion: 4.1-IV1\tFinalizedVersionLevel: 4.1-IV1"
+            in features_text
+        )
+        assert (
+            "Feature: eligible.leader.replicas.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 1\tFinalizedVersionLevel: 1"
+            in features_text
+        )
+    finally:
+        stop_cleanly(broker)
