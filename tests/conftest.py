@@ -6,6 +6,9 @@
     def test_other(broker_factory):        # custom properties, several brokers, restarts
         b = broker_factory(overrides=["auto.create.topics.enable=false"])
 
+    def test_interop(kafka_node):          # Apache Kafka 4.1 (tests/apache_kafka.py), one per run
+        kcli topics describe -b kafka_node.bootstrap ...   # kafka_cluster: three nodes, one per run
+
 Each broker runs as `python -m kcli broker start --listen 127.0.0.1:0 --data-dir <tmp>/data`,
 its stderr goes to a log file in `<tmp>` (`BrokerProcess.log()`), and the fixture waits for the
 ready line. At teardown it is stopped with SIGTERM by PID (SIGKILL after a timeout) and the
