@@ -113,9 +113,15 @@ _DYNAMIC_SOURCE = {
 
 
 async def describe_configs(
-    cluster: Cluster, resources: Iterable[tuple[ResourceType, str]], *, include_synonyms: bool = True
+    cluster: Cluster,
+    resources: Iterable[tuple[ResourceType, str]],
+    *,
+    include_synonyms: bool = True,
+    broker_order: bool = False,
 ) -> list[ResourceConfigs]:
-    """The configs of each resource, in the order given; a refused resource raises ConfigError.
+    """The configs of each resource, in the order given, each resource's entries sorted by name, or with
+    `broker_order` in the order of the broker's answer (kafka-topics.sh prints them so); a refused resource
+    raises ConfigError.
 
     One request per answering broker, so describing every topic of a cluster is one round trip.
     """
@@ -142,7 +148,8 @@ async def describe_configs(
             key = (ResourceType(result.resource_type), result.resource_name)
             if result.error_code != ErrorCode.none:
                 raise ConfigError(_refusal("describe the configs of", *key, result))
-            found[key] = ResourceConfigs(*key, _entries(result.configs))
+            entries = _entries(result.configs)
+            found[key] = ResourceConfigs(*key, entries if broker_order else tuple(sorted(entries, key=_name)))
     return [found[key] for key in wanted]
 
 
@@ -161,7 +168,11 @@ def _entries(configs: Iterable[Any]) -> tuple[ConfigEntry, ...]:
         )
         for c in configs
     )
-    return tuple(sorted(entries, key=lambda e: e.name))
+    return tuple(entries)
+
+
+def _name(entry: ConfigEntry) -> str:
+    return entry.name
 
 
 async def entity_names(cluster: Cluster, resource_type: ResourceType) -> list[str]:

@@ -29,6 +29,7 @@ from formats.records import (
     control_type,
     end_txn_marker,
     read_kraft_version,
+    read_leader_change,
     read_voters,
     snapshot_footer,
     snapshot_header,
@@ -614,6 +615,7 @@ def _control_object(record) -> dict:
 
 
 _SNAPSHOT_RECORD_NAMES = {
+    ControlType.LEADER_CHANGE: "LeaderChange:",  # kafka-dump-log writes this one with a colon, the others without
     ControlType.SNAPSHOT_HEADER: "SnapshotHeader",
     ControlType.SNAPSHOT_FOOTER: "SnapshotFooter",
     ControlType.KRAFT_VERSION: "KRaftVersion",
@@ -626,6 +628,15 @@ def _snapshot_record_fields(kind: ControlType, record) -> dict:
     if kind is ControlType.SNAPSHOT_HEADER:
         header = snapshot_header(record.value)
         return {"version": header.version, "lastContainedLogTimestamp": header.last_contained_log_timestamp}
+    if kind is ControlType.LEADER_CHANGE:  # LeaderChangeMessageJsonConverter ("version" is a field)
+        value = bytes(record.value or b"")
+        leader_id, voters, granting = read_leader_change(value)
+        return {
+            "version": int.from_bytes(value[:2], "big", signed=True),
+            "leaderId": leader_id,
+            "voters": [{"voterId": v} for v in voters],
+            "grantingVoters": [{"voterId": v} for v in granting],
+        }
     if kind is ControlType.KRAFT_VERSION:  # KRaftVersionRecordJsonConverter
         version, level = read_kraft_version(record.value or b"")
         return {"version": version, "kRaftVersion": level}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,8 @@ class ClusterStatus:
     leader_epoch: int
     high_watermark: int
     replicas: list[ReplicaStatus]
+    endpoints: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    """Each voter's controller endpoints as "LISTENER://host:port" (DescribeQuorum v2's Nodes; none before)."""
 
 
 async def describe_cluster_status(cluster: Cluster) -> ClusterStatus:
@@ -118,6 +120,10 @@ async def describe_cluster_status(cluster: Cluster) -> ClusterStatus:
         partition.leader_epoch,
         partition.high_watermark,
         replicas,
+        {
+            node.node_id: tuple(f"{lst.name}://{lst.host}:{lst.port}" for lst in node.listeners)
+            for node in getattr(quorum, "nodes", ())
+        },
     )
 
 

@@ -193,7 +193,7 @@ async def describe_topics(
     if names:
         try:
             described = await describe_configs(
-                cluster, [(ResourceType.TOPIC, n) for n in names], include_synonyms=False
+                cluster, [(ResourceType.TOPIC, n) for n in names], include_synonyms=False, broker_order=True
             )
         except ConfigError as exc:  # deleted between the two requests, typically
             raise TopicError(str(exc)) from None

@@ -6,6 +6,9 @@
     def test_other(broker_factory):        # custom properties, several brokers, restarts
         b = broker_factory(overrides=["auto.create.topics.enable=false"])
 
+    def test_interop(kafka_node):          # Apache Kafka 4.1 (tests/apache_kafka.py), one per run
+        kcli topics describe -b kafka_node.bootstrap ...   # kafka_cluster: three nodes, one per run
+
 Each broker runs as `python -m kcli broker start --listen 127.0.0.1:0 --data-dir <tmp>/data`,
 its stderr goes to a log file in `<tmp>` (`BrokerProcess.log()`), and the fixture waits for the
 ready line. At teardown it is stopped with SIGTERM by PID (SIGKILL after a timeout) and the
@@ -147,14 +150,21 @@ def start_broker(
     overrides: Sequence[str] = (),
     extra_args: Sequence[str] = (),
     listen: str = "127.0.0.1:0",
+    config: Path | None = None,
 ) -> BrokerProcess:
-    """Start a broker and wait for its ready line; fail the test with its stderr if it does not come."""
+    """Start a broker and wait for its ready line; fail the test with its stderr if it does not come.
+    With `config` (a server.properties naming its listeners and log.dirs, `data_dir` its log dir) the
+    broker takes everything from that file instead of --listen and --data-dir."""
     workdir.mkdir(parents=True, exist_ok=True)
     data_dir = data_dir or workdir / "data"
     log_path = workdir / f"broker-{time.monotonic_ns()}.log"
-    args = [*KCLI, "broker", "start", "--listen", listen]
-    if not any(item.partition("=")[0].strip() in ("log.dirs", "log.dir") for item in overrides):
-        args += ["--data-dir", str(data_dir)]  # an override of log.dirs says where instead (not both)
+    args = [*KCLI, "broker", "start"]
+    if config:
+        args += ["--config", str(config)]
+    else:
+        args += ["--listen", listen]
+        if not any(item.partition("=")[0].strip() in ("log.dirs", "log.dir") for item in overrides):
+            args += ["--data-dir", str(data_dir)]  # an override of log.dirs says where instead (not both)
     for item in overrides:
         args += ["--override", item]
     args += list(extra_args)
@@ -223,3 +233,55 @@ def broker_factory(tmp_path: Path) -> Iterator:
             if status != 0:
                 failures.append(f"broker {process.pid} exited with status {status}:\n{process.log()}")
         assert not failures, "\n".join(failures)
+
+
+# --- Apache Kafka, the reference (tests/apache_kafka.py) ------------------------------------------
+
+
+def require_apache_kafka() -> None:
+    """Skip with one line naming what is missing when java or mvn is not here; with CI=true fail instead,
+    since CI has both and an interop test that quietly never runs there would prove nothing."""
+    import apache_kafka
+
+    missing = apache_kafka.missing_tools()
+    if missing:
+        message = f"Apache Kafka reference not available: {' and '.join(missing)} not on PATH"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message + " (CI=true: required)")
+        pytest.skip(message)
+    try:
+        apache_kafka.resolve()
+    except apache_kafka.KafkaSetupError as error:
+        pytest.fail(str(error))
+
+
+def _kafka_cluster(tmp_path_factory: pytest.TempPathFactory, count: int) -> Iterator:
+    import apache_kafka
+
+    require_apache_kafka()
+    workdir = tmp_path_factory.mktemp(f"apache-kafka-{count}")
+    try:
+        cluster = apache_kafka.start_cluster(workdir, count, free_port_range(2 * count))
+    except apache_kafka.KafkaSetupError as error:
+        pytest.fail(str(error))
+    try:
+        yield cluster
+    finally:
+        statuses = cluster.stop()
+        # Kafka's shutdown hook ends the JVM with 143 (128 + SIGTERM) after a clean shutdown.
+        bad = {node: status for node, status in statuses.items() if status not in (0, 143)}
+        assert not bad, f"Apache Kafka nodes exited with {bad}"
+
+
+@pytest.fixture(scope="session")
+def kafka_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """One combined Apache Kafka KRaft node for the whole run, started when a test first asks; tests that
+    share it use topic and group names of their own."""
+    yield from _kafka_cluster(tmp_path_factory, 1)
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """Three combined Apache Kafka nodes (static voters, one cluster id) for the whole run, started when
+    a test first asks."""
+    yield from _kafka_cluster(tmp_path_factory, 3)

@@ -1757,7 +1757,12 @@ def test_a_dynamic_quorum_grows_by_add_controller_and_keeps_its_voters_across_ki
         )
         described = run_kcli("quorum", "--bootstrap-controller", first, "describe", "--status")
         assert described.returncode == 0, described.stderr
-        assert "CurrentVoters:          [1, 2]\nCurrentObservers:       []\n" in described.stdout
+        voters = json.loads(re.search(r"^CurrentVoters: +(.*)$", described.stdout, re.MULTILINE)[1])
+        assert [v["id"] for v in voters] == [1, 2]
+        assert voters[1] == {
+            "id": 2, "directoryId": directory_id, "endpoints": [f"CONTROLLER://127.0.0.1:{ports[2]}"]
+        }  # fmt: skip
+        assert "\nCurrentObservers:       []\n" in described.stdout
         replication = run_kcli("quorum", "--bootstrap-controller", first, "describe", "--replication")
         assert replication.returncode == 0, replication.stderr
         header, *rows = [line.split("\t") for line in replication.stdout.splitlines()]

@@ -1,13 +1,14 @@
 """Tests for formats.internal: internal-topic record schemas and kafka-dump-log decoder text.
 
 Golden bytes are assembled by hand from Kafka's JSON schemas; expected dump strings come from
-Kafka's DumpLogSegmentsTest and §5.4 of the reference. Hash values were computed by hand (shown)
-and cross-checked with a JVM; the transaction-partition order with Scala 2.13's mutable.HashSet.
+Kafka's DumpLogSegmentsTest and §5.4 of the reference; the transaction log decoder's from Apache Kafka
+4.1.2's kafka-dump-log. Hash values were computed by hand (shown) and cross-checked with a JVM.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import struct
 from dataclasses import replace
 from uuid import UUID
@@ -507,19 +508,28 @@ def test_txn_errors():
 
 
 def test_dump_txn_record():
+    """Kafka 4.1's text, each case checked against its kafka-dump-log --transaction-log-decoder."""
     assert dump_txn_record(TXN_KEY, TXN_VALUE_V0, 0) == (
-        "transaction_metadata::transactionalId=tx1",
-        # Scala's HashSet order: TopicPartition("t",1) lands in bucket 4, ("t",0) in bucket 5.
-        "producerId:1000,producerEpoch:0,state=Ongoing,partitions=[t-1,t-0],"
-        "txnLastUpdateTimestamp=1700000000000,txnTimeoutMs=60000",
+        '{"type":"0","data":{"transactionalId":"tx1"}}',
+        '{"version":"0","data":{"producerId":1000,"producerEpoch":0,"transactionTimeoutMs":60000,'
+        '"transactionStatus":1,"transactionPartitions":[{"topic":"t","partitionIds":[0,1]}],'
+        '"transactionLastUpdateTimestampMs":1700000000000,"transactionStartTimestampMs":1699999999000}}',
     )
-    assert dump_txn_record(TXN_KEY, None, 0) == ("transaction_metadata::transactionalId=tx1", "<DELETE>")
-    assert dump_txn_record(i16(1) + s16("tx1"), TXN_VALUE_V0, 0) == ("unknown::version=1", None)
+    assert dump_txn_record(TXN_KEY, None, 0) == ('{"type":"0","data":{"transactionalId":"tx1"}}', "<DELETE>")
+    assert dump_txn_record(i16(1) + s16("tx1"), TXN_VALUE_V0, 2) == (
+        "Unknown record type 1 at offset 2, skipping.",
+        None,
+    )
+    assert dump_txn_record(TXN_KEY, i16(7) + TXN_VALUE_V0[2:], 5) == (
+        "Error at offset 5, skipping. Found an unknown record version 7 for 0 type",
+        None,
+    )
     empty = TxnLogValue(**{**_txn_fields(TXN_V0), "transaction_status": 0, "transaction_partitions": None})
-    assert dump_txn_record(*encode_txn_log("tx1", empty), 0)[1] == (
-        "producerId:1000,producerEpoch:0,state=Empty,partitions=[],"
-        "txnLastUpdateTimestamp=1700000000000,txnTimeoutMs=60000"
+    assert (
+        '"transactionStatus":0,"transactionPartitions":null,'
+        in dump_txn_record(*encode_txn_log("tx1", empty), 0)[1]
     )
+    # Kafka's message ends "due to: null." (a BufferUnderflowException has none); kcli says what was short.
     assert dump_txn_record(TXN_KEY, TXN_VALUE_V0[:-3], 9) == (
         "Error at offset 9, skipping. Could not read record with version 0 from value's buffer due to: "
         "Not enough bytes to read a 8-byte value: only 5 byte(s) available.",
@@ -529,30 +539,16 @@ def test_dump_txn_record():
         dump_txn_record(None, TXN_VALUE_V0, 0)
 
 
-def test_dump_txn_partition_order_matches_scala_hash_set():
-    """Orders checked against scala-library 2.13 (mutable.HashSet ++= immutable Set, as TransactionLog does)."""
-    several = TxnLogValue(
-        **{
-            **_txn_fields(TXN_V0),
-            "transaction_status": 2,
-            "transaction_partitions": (
-                TxnPartitions(topic="t", partition_ids=tuple(range(10))),
-                TxnPartitions(topic="foo", partition_ids=(0,)),
-            ),
-        }
-    )
-    text = dump_txn_record(*encode_txn_log("tx1", several), 0)[1]
-    assert "state=PrepareCommit,partitions=[t-5,t-4,t-3,t-2,t-1,t-0,foo-0,t-9,t-8,t-7,t-6]," in text
-    two = TxnLogValue(
-        **{
-            **_txn_fields(TXN_V0),
-            "transaction_partitions": (
-                TxnPartitions(topic="foo", partition_ids=(0,)),
-                TxnPartitions(topic="bar", partition_ids=(1, 2)),
-            ),
-        }
-    )
-    assert "partitions=[bar-1,bar-2,foo-0]" in dump_txn_record(*encode_txn_log("tx1", two), 0)[1]
+def test_dump_txn_record_v1_prints_tagged_fields_only_when_set():
+    """Value v1 (flexible): PreviousProducerId, NextProducerId and ClientTransactionVersion are tagged
+    fields, in the JSON only when they differ from their defaults, as Kafka's JSON converter writes them."""
+    plain = TxnLogValue(**{**_txn_fields(TXN_V0), "version": 1})
+    text = dump_txn_record(*encode_txn_log("tx1", plain), 0)[1]
+    assert text.startswith('{"version":"1","data":{"producerId":1000,') and "previousProducerId" not in text
+    tagged = TxnLogValue(**{**_txn_fields(plain), "previous_producer_id": 7, "client_transaction_version": 2})
+    text = dump_txn_record(*encode_txn_log("tx1", tagged), 0)[1]
+    assert '"previousProducerId":7' in text and '"clientTransactionVersion":2' in text
+    assert "nextProducerId" not in text
 
 
 def _txn_fields(value: TxnLogValue) -> dict:
@@ -885,10 +881,11 @@ def test_txn_log_round_trip(transactional_id, value, as_v0):
     assert decode_txn_key(key) == transactional_id
     assert decode_txn_value(encoded) == value
     key_text, payload = dump_txn_record(key, encoded, 0)
-    assert key_text == f"transaction_metadata::transactionalId={transactional_id}"
-    assert payload.startswith(
-        f"producerId:{value.producer_id},producerEpoch:{value.producer_epoch},state={value.state},"
-    )
+    assert json.loads(key_text) == {"type": "0", "data": {"transactionalId": transactional_id}}
+    data = json.loads(payload)["data"]
+    assert (data["producerId"], data["producerEpoch"], data["transactionStatus"]) == (
+        value.producer_id, value.producer_epoch, value.transaction_status
+    )  # fmt: skip
 
 
 def _value_strategy(field: Field, version: int) -> st.SearchStrategy:

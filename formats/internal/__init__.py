@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import base64
 import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -547,7 +547,9 @@ def dump_offsets_record(
 def dump_txn_record(
     key: bytes | bytearray | memoryview | None, value: bytes | bytearray | memoryview | None, offset: int
 ) -> tuple[str | None, str | None]:
-    """(key text, payload text) as `kafka-dump-log --transaction-log-decoder` prints them.
+    """(key text, payload text) as Kafka 4.1's `kafka-dump-log --transaction-log-decoder` prints them:
+    JSON like the offsets decoder's, `{"type":"0","data":{...}}` and `{"version":"N","data":{...}}`
+    (older releases printed `transaction_metadata::transactionalId=...` text instead).
 
     Where Kafka's tool would die on a record it cannot read, this returns an
     "Error at offset ..., skipping." key text instead, like the offsets decoder.
@@ -560,26 +562,22 @@ def dump_txn_record(
         reader = Reader(key)
         key_version = read_version(reader, "key")
         if key_version != 0:
-            return f"unknown::version={key_version}", None
-        transactional_id = read_message(TRANSACTION_LOG_KEY, 0, reader, "key")["transactionalId"]
-        key_text = f"transaction_metadata::transactionalId={transactional_id}"
+            return f"Unknown record type {key_version} at offset {offset}, skipping.", None
+        key_data = read_message(TRANSACTION_LOG_KEY, 0, reader, "key")
+        key_text = dumps({"type": "0", "data": json_tree(TRANSACTION_LOG_KEY, 0, key_data)})
         if value is None:
             return key_text, "<DELETE>"
-        data, _ = _read_txn_value(value)
-        state = _txn_state(data["transactionStatus"])
+        reader = Reader(value)
+        version = read_version(reader, "value")
+        if version not in TRANSACTION_LOG_VALUE.valid:
+            return (
+                f"Error at offset {offset}, skipping. Found an unknown record version {version} for 0 type",
+                None,
+            )
+        data = read_message(TRANSACTION_LOG_VALUE, version, reader, "value")
     except Malformed as e:
         return f"Error at offset {offset}, skipping. {e.message}", None
-    partitions = []
-    if state != "Empty":
-        groups = [(p["topic"], p["partitionIds"]) for p in data["transactionPartitions"] or ()]
-        partitions = _scala_hash_set_order(groups)
-    payload = (
-        f"producerId:{data['producerId']},producerEpoch:{data['producerEpoch']},state={state},"
-        f"partitions=[{','.join(f'{topic}-{p}' for topic, p in partitions)}],"
-        f"txnLastUpdateTimestamp={data['transactionLastUpdateTimestampMs']},"
-        f"txnTimeoutMs={data['transactionTimeoutMs']}"
-    )
-    return key_text, payload
+    return key_text, dumps({"version": str(version), "data": json_tree(TRANSACTION_LOG_VALUE, version, data)})
 
 
 def dump_metadata_record(value: bytes | bytearray | memoryview | None, offset: int) -> str:
@@ -698,48 +696,6 @@ _METADATA_BY_NAME: dict[str, Schema] = {
     **{schema.name: schema for schema in METADATA_RECORDS.values()},
     **{_upper_snake(schema.name): schema for schema in METADATA_RECORDS.values()},
 }
-
-
-# --- Scala's mutable.HashSet iteration order ----------------------------------------------------------------
-
-
-def _scala_hash_set_order(groups: Sequence[tuple[str, Sequence[int]]]) -> list[tuple[str, int]]:
-    """The order in which Kafka's TransactionMetadata prints its partitions.
-
-    TransactionLog adds each topic's partitions (an immutable Set) to a Scala 2.13 mutable.HashSet
-    and prints it with mkString, so the order is that of the hash table: bucket by bucket, each bucket
-    sorted by the spread hash of TopicPartition. This replays the table's growth to get the same
-    number of buckets.
-    """
-    length, threshold, size = 16, 12, 0
-    entries: dict[tuple[str, int], tuple[int, int]] = {}
-    for topic, partition_ids in groups:
-        elements = list(dict.fromkeys((topic, p) for p in partition_ids))  # immutable Set: distinct
-        target = _scala_table_size_for(int((len(elements) + 1) / 0.75))  # sizeHint
-        if target > length:
-            length, threshold = target, int(target * 0.75)
-        for element in elements:
-            # Set1..Set4 are added one by one through add(), which grows first; bigger sets are not.
-            if len(elements) <= 4 and size + 1 >= threshold:
-                length, threshold = length * 2, int(length * 2 * 0.75)
-            if element not in entries:
-                entries[element] = (_spread_hash(_topic_partition_hash(*element)), len(entries))
-                size += 1
-    return sorted(entries, key=lambda e: (entries[e][0] & (length - 1), entries[e][0], entries[e][1]))
-
-
-def _scala_table_size_for(capacity: int) -> int:
-    return min(1 << (max(capacity - 1, 4).bit_length() - 1) << 1, 1 << 30)
-
-
-def _topic_partition_hash(topic: str, partition: int) -> int:
-    """TopicPartition.hashCode: 31 * (31 + partition) + topic.hashCode(), as int32."""
-    return signed32(31 * (31 + partition) + java_string_hash(topic))
-
-
-def _spread_hash(h: int) -> int:
-    """Scala's improveHash, h ^ (h >>> 16), as a signed int32 (buckets are sorted by it, signed)."""
-    return signed32(h ^ ((h & 0xFFFFFFFF) >> 16))
 
 
 def _expand_consumer_protocol(tree: dict[str, Any], data: Mapping[str, Any]) -> None:

@@ -227,10 +227,11 @@ class BrokerLifecycleManager:
             time.monotonic() + int(self.config["initial.broker.registration.timeout.ms"]) / 1000  # type: ignore[call-overload]
         )
         while True:
+            reason = None
             try:
                 answer = await self.channel.call(local, request)
             except ApiException as exc:
-                error = exc.error.code
+                error, reason = exc.error.code, exc.error.message
             else:
                 if isinstance(answer, int):
                     self.broker_epoch = answer
@@ -245,7 +246,10 @@ class BrokerLifecycleManager:
                         f"node.id {self.node_id} is registered by another broker that is still alive; "
                         "give this node another node.id (or stop the other one)."
                     )
-                raise KcliError(f"the controller refused this broker's registration: {error.name}.")
+                raise KcliError(
+                    f"the controller refused this broker's registration: {error.name}"
+                    + (f": {reason}" if reason else ".")
+                )
             await asyncio.sleep(self.heartbeat_interval)  # an old incarnation's session may still be live
 
     async def heartbeat(

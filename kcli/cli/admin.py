@@ -80,5 +80,15 @@ def table(header: list[str], rows: list[list[str]], *, gap: str = " ") -> str:
     return "\n".join(lines) + "\n"
 
 
+def tab_table(header: list[str], rows: list[list[str]]) -> str:
+    """ToolsUtils.prettyPrintTable, as kafka-transactions.sh and kafka-metadata-quorum.sh print: each cell
+    padded to its column's width and followed by a tab, trailing tab included."""
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    return "".join(
+        "".join(cell.ljust(w) + "\t" for cell, w in zip(row, widths, strict=True)) + "\n"
+        for row in (header, *rows)
+    )
+
+
 def write_json_lines(items: Iterable[Any]) -> None:
     sys.stdout.write("".join(orjson.dumps(item).decode() + "\n" for item in items))

@@ -159,9 +159,25 @@ def status_lines(result: ClusterStatus) -> str:
         f"HighWatermark:          {result.high_watermark}\n"
         f"MaxFollowerLag:         {max_lag}\n"
         f"MaxFollowerLagTimeMs:   {max_lag_ms}\n"
-        f"CurrentVoters:          {sorted(r.node_id for r in result.replicas if r.is_voter)}\n"
-        f"CurrentObservers:       {sorted(r.node_id for r in result.replicas if not r.is_voter)}\n"
+        f"CurrentVoters:          {_replica_list(result, voters=True)}\n"
+        f"CurrentObservers:       {_replica_list(result, voters=False)}\n"
     )
+
+
+def _replica_list(result: ClusterStatus, *, voters: bool) -> str:
+    """Kafka 4's list of replicas: `[{"id": 1, "directoryId": "...", "endpoints": ["CONTROLLER://h:p"]}]`,
+    the directory id only when the replica has one and the endpoints only when the quorum names them."""
+    from formats.checkpoints import uuid_to_base64
+
+    items = []
+    for r in sorted((r for r in result.replicas if r.is_voter == voters), key=lambda r: r.node_id):
+        text = f'{{"id": {r.node_id}'
+        if r.directory_id.int:
+            text += f', "directoryId": "{uuid_to_base64(r.directory_id)}"'
+        if result.endpoints.get(r.node_id):
+            text += ', "endpoints": [' + ", ".join(f'"{e}"' for e in result.endpoints[r.node_id]) + "]"
+        items.append(text + "}")
+    return "[" + ", ".join(items) + "]"
 
 
 def replication_table(result: ClusterStatus) -> str:

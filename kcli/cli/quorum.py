@@ -205,8 +205,6 @@ def replication_rows(result: ClusterStatus, human_readable: bool) -> str:
         for group, status in ((leader, "Leader"), (followers, "Follower"), (observers, "Observer"))
         for r in group
     ]
-    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
-    return "".join(
-        "".join(cell.ljust(w) + "\t" for cell, w in zip(row, widths, strict=True)) + "\n"
-        for row in (header, *rows)
-    )
+    from kcli.cli.admin import tab_table
+
+    return tab_table(header, rows)

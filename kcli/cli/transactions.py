@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import typer
 
-from kcli.cli.admin import BOOTSTRAP, OUTPUT, run_on_cluster, table
+from kcli.cli.admin import BOOTSTRAP, OUTPUT, run_on_cluster, tab_table
 from kcli.cli.app import Output, app
 
 if TYPE_CHECKING:
@@ -181,4 +181,4 @@ def _render(output: Output, headers: list[str], rows: list[list[str]]) -> None:
             "".join(orjson.dumps(dict(zip(headers, row, strict=True))).decode() + "\n" for row in rows)
         )
         return
-    sys.stdout.write(table(headers, rows, gap="  "))
+    sys.stdout.write(tab_table(headers, rows))

@@ -1,0 +1,473 @@
+"""Apache Kafka, the reference kcli is measured against: resolved from Maven Central, started as
+Kafka's scripts start it.
+
+    python -m tests.apache_kafka resolve            # (./dev kafka) jars into the cache, checked against the pin
+    python -m tests.apache_kafka start [--nodes 3]  # a combined KRaft node (or a cluster) until Ctrl-C
+    python -m tests.apache_kafka run CLASS ARGS...  # one of Kafka's tools, e.g. org.apache.kafka.tools.TopicCommand
+    python -m tests.apache_kafka pin                # resolve afresh and rewrite the pin (a maintainer's step)
+
+No jar is committed. `resolve` writes a small pom.xml into the cache dir (KCLI_KAFKA_CACHE, default
+~/.cache/kcli/apache-kafka/<version>/), lets Maven copy the runtime dependencies into `libs/` and
+compares the jar names with tests/apache-kafka-<version>.jars, the pinned set (as constraints.txt pins
+Python): a different set is one error, so a new transitive version never slips into the reference
+unnoticed. Later calls find `libs/` complete and start no Maven.
+
+Processes run as bin/kafka-run-class.sh runs them (its G1 flags, headless, `-cp libs/*`) with a small
+heap and C1 only: on two busy cores that formatted and started one node in 4.7 s instead of 7.4 s with the
+full JIT, three nodes in 10.6 s instead of 27 s. log4j2 writes each JVM's log to a file beside its data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+VERSION = "4.1.2"
+"""The pinned Apache Kafka release (the newest 4.1 patch on Maven Central when pinned)."""
+SCALA = "2.13"
+LOG4J = "2.25.3"
+"""log4j2 as kafka-server 4.1.2 declares it; Kafka logs through slf4j 1.7, so the binding is log4j-slf4j-impl."""
+REPO = Path(__file__).resolve().parents[1]
+PINNED = REPO / "tests" / f"apache-kafka-{VERSION}.jars"
+
+STORAGE_TOOL = "kafka.tools.StorageTool"
+TOPIC_COMMAND = "org.apache.kafka.tools.TopicCommand"
+CONFIG_COMMAND = "kafka.admin.ConfigCommand"
+CONSUMER_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+GET_OFFSET_SHELL = "org.apache.kafka.tools.GetOffsetShell"
+FEATURE_COMMAND = "org.apache.kafka.tools.FeatureCommand"
+METADATA_QUORUM_COMMAND = "org.apache.kafka.tools.MetadataQuorumCommand"
+LOG_DIRS_COMMAND = "org.apache.kafka.tools.LogDirsCommand"
+TRANSACTIONS_COMMAND = "org.apache.kafka.tools.TransactionsCommand"
+DUMP_LOG_SEGMENTS = "kafka.tools.DumpLogSegments"
+
+# bin/kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS, then what makes a JVM start fast on 2 cores:
+# C1 only (no C2 compile threads competing with start-up).
+JVM_FLAGS = (
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-XX:MaxInlineLevel=15",
+    "-Djava.awt.headless=true",
+    "-XX:TieredStopAtLevel=1",
+)
+SERVER_HEAP = ("-Xms128m", "-Xmx384m")
+TOOL_HEAP = ("-Xmx256m",)
+READY_LINE = "Kafka Server started"
+START_TIMEOUT = 90.0
+STOP_TIMEOUT = 20.0
+
+
+class KafkaSetupError(RuntimeError):
+    """Apache Kafka cannot be resolved or started here; the message says what is missing or wrong."""
+
+
+def missing_tools(version: str = VERSION) -> list[str]:
+    """Which programs the reference needs are not on PATH: java, and mvn unless the jars are cached."""
+    needed = ("java",) if is_resolved(version) else ("java", "mvn")
+    return [name for name in needed if shutil.which(name) is None]
+
+
+def is_resolved(version: str = VERSION) -> bool:
+    """Whether the cache holds exactly the pinned jars of `version` (then no Maven run is needed)."""
+    libs = cache_dir(version) / "libs"
+    return libs.is_dir() and sorted(p.name for p in libs.glob("*.jar")) == pinned_jars(version)
+
+
+def cache_dir(version: str = VERSION) -> Path:
+    """Where one version's jars live; KCLI_KAFKA_CACHE replaces ~/.cache/kcli/apache-kafka."""
+    root = os.environ.get("KCLI_KAFKA_CACHE") or Path.home() / ".cache" / "kcli" / "apache-kafka"
+    return Path(root) / version
+
+
+POM = """<?xml version="1.0" encoding="UTF-8"?>
+<!-- Written by kcli's tests/apache_kafka.py: Apache Kafka {version}'s runtime jars, nothing else. -->
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>kcli.reference</groupId>
+  <artifactId>apache-kafka</artifactId>
+  <version>{version}</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_{scala}</artifactId><version>{version}</version></dependency>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId><version>{version}</version></dependency>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-clients</artifactId><version>{version}</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId><version>{log4j}</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId><version>{log4j}</version></dependency>
+  </dependencies>
+</project>
+"""
+
+LOG4J2_CONFIG = """<?xml version="1.0" encoding="UTF-8"?>
+<Configuration status="warn">
+  <Appenders>
+    <File name="file" fileName="${{sys:kcli.kafka.log}}" immediateFlush="true">
+      <PatternLayout pattern="[%d] %p %m (%c)%n"/>
+    </File>
+  </Appenders>
+  <Loggers>
+    <Logger name="kafka" level="{level}"/>
+    <Logger name="org.apache.kafka" level="{level}"/>
+    <Root level="warn"><AppenderRef ref="file"/></Root>
+  </Loggers>
+</Configuration>
+"""
+
+
+def pinned_jars(version: str = VERSION) -> list[str]:
+    """The committed jar names of `version` (comments and blank lines left out)."""
+    path = REPO / "tests" / f"apache-kafka-{version}.jars"
+    if not path.exists():
+        raise KafkaSetupError(f"no pinned jar list {path.relative_to(REPO)} for Apache Kafka {version}")
+    lines = (line.strip() for line in path.read_text().splitlines())
+    return sorted(line for line in lines if line and not line.startswith("#"))
+
+
+def resolve(version: str = VERSION, *, quiet: bool = False) -> Path:
+    """The `libs/` dir of `version`, resolved with Maven on first use; raises KafkaSetupError when
+    Maven fails or resolves a set other than the pinned one."""
+    expected = pinned_jars(version)
+    root = cache_dir(version)
+    libs = root / "libs"
+    if is_resolved(version):
+        return libs
+    started = time.monotonic()
+    if not quiet:
+        print(f"apache-kafka: resolving Apache Kafka {version} with Maven into {root}", file=sys.stderr)
+    staging = _maven_copy(
+        version, root / f"libs.partial-{os.getpid()}"
+    )  # test runs in other trees share the cache
+    got = sorted(p.name for p in staging.glob("*.jar"))
+    if got != expected:
+        extra, missing = sorted(set(got) - set(expected)), sorted(set(expected) - set(got))
+        raise KafkaSetupError(
+            f"Maven resolved a different jar set for Apache Kafka {version} than "
+            f"{PINNED.relative_to(REPO)} pins: not pinned {extra or 'none'}, pinned but absent "
+            f"{missing or 'none'} (update the pin deliberately with `python -m tests.apache_kafka pin`)"
+        )
+    if is_resolved(version):  # another run finished first
+        shutil.rmtree(staging, ignore_errors=True)
+    else:
+        shutil.rmtree(libs, ignore_errors=True)
+        staging.rename(libs)
+    if not quiet:
+        print(f"apache-kafka: {len(got)} jars in {time.monotonic() - started:.1f} s", file=sys.stderr)
+    return libs
+
+
+def write_pin(version: str = VERSION) -> Path:
+    """Resolve with Maven and write the jar list as the new pin (a maintainer's step, like ./dev lock)."""
+    staging = _maven_copy(version, cache_dir(version) / f"libs.pin-{os.getpid()}")
+    names = sorted(p.name for p in staging.glob("*.jar"))
+    path = REPO / "tests" / f"apache-kafka-{version}.jars"
+    header = (
+        f"# Apache Kafka {version}'s runtime jars as Maven resolves them (tests/apache_kafka.py checks each\n"
+        "# resolve against this list). Regenerate with `python -m tests.apache_kafka pin`.\n"
+    )
+    path.write_text(header + "".join(f"{name}\n" for name in names))
+    shutil.rmtree(staging, ignore_errors=True)
+    return path
+
+
+def _maven_copy(version: str, staging: Path) -> Path:
+    """Write the pom into the version's cache dir and let Maven copy its runtime jars into `staging`."""
+    if shutil.which("mvn") is None:
+        raise KafkaSetupError("resolving Apache Kafka's jars needs mvn on PATH")
+    root = staging.parent
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pom.xml").write_text(POM.format(version=version, scala=SCALA, log4j=LOG4J))
+    shutil.rmtree(staging, ignore_errors=True)
+    result = subprocess.run(
+        ["mvn", "-q", "-B", "-Dstyle.color=never", "-f", str(root / "pom.xml"),
+         "dependency:copy-dependencies", f"-DoutputDirectory={staging}", "-DincludeScope=runtime"],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    if result.returncode != 0:
+        raise KafkaSetupError(
+            f"mvn dependency:copy-dependencies failed with status {result.returncode}:\n"
+            f"{result.stdout}{result.stderr}"
+        )
+    return staging
+
+
+def java_command(
+    main_class: str,
+    args: Sequence[str],
+    *,
+    log_path: Path,
+    heap: Sequence[str] = TOOL_HEAP,
+    level: str = "info",
+) -> list[str]:
+    """`java ... -cp libs/* main_class args` as kafka-run-class.sh builds it, logging to `log_path`."""
+    libs = resolve(quiet=True)
+    config = log_path.with_suffix(".log4j2.xml")
+    config.write_text(LOG4J2_CONFIG.format(level=level))
+    return [
+        "java", *heap, *JVM_FLAGS,
+        f"-Dlog4j2.configurationFile={config}", f"-Dkcli.kafka.log={log_path}",
+        "-cp", f"{libs}/*", main_class, *args,
+    ]  # fmt: skip
+
+
+def run_tool(
+    main_class: str, args: Sequence[str], *, workdir: Path, timeout: float = 120.0, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run one of Kafka's command-line tools to completion; its log4j output goes to a file in `workdir`."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    log_path = workdir / f"{main_class.rsplit('.', 1)[-1]}-{time.monotonic_ns()}.log"
+    return subprocess.run(
+        java_command(main_class, args, log_path=log_path, level="warn"),
+        capture_output=True, text=True, timeout=timeout, cwd=workdir,
+        input=stdin, stdin=None if stdin is not None else subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def random_cluster_id() -> str:
+    """A cluster id as `kafka-storage.sh random-uuid` prints it: 16 random bytes, URL-safe base64, no padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+@dataclass
+class KafkaNode:
+    """One Apache Kafka process (broker and controller in one JVM)."""
+
+    node_id: int
+    port: int
+    controller_port: int
+    workdir: Path
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    start_seconds: float = 0.0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.workdir / "data"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "server.log"
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def log(self) -> str:
+        """Everything the node's log4j wrote, and its stdout/stderr after it."""
+        parts = [
+            p.read_text(errors="replace") for p in (self.log_path, self.workdir / "console.log") if p.exists()
+        ]
+        return "\n".join(parts)
+
+    def is_running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> int | None:
+        """SIGTERM by PID, then SIGKILL by PID after `timeout`; returns the exit status."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.kill(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        return self.process.returncode
+
+
+@dataclass
+class KafkaCluster:
+    """Apache Kafka nodes that are all brokers and controllers, with static voters and one cluster id."""
+
+    cluster_id: str
+    nodes: list[KafkaNode]
+    format_seconds: float = 0.0
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(node.bootstrap for node in self.nodes)
+
+    def stop(self) -> dict[int, int | None]:
+        """Stop every node (SIGTERM all first, so no node waits on a stopped peer's timeout alone)."""
+        for node in self.nodes:
+            if node.is_running():
+                os.kill(node.pid, signal.SIGTERM)
+        return {node.node_id: node.stop() for node in self.nodes}
+
+
+def server_properties(node: KafkaNode, voters: str, replication: int) -> str:
+    """server.properties of one combined node, with Kafka's property names."""
+    lines = {
+        "process.roles": "broker,controller",
+        "node.id": node.node_id,
+        "controller.quorum.voters": voters,
+        "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "log.dirs": node.log_dir,
+        "num.partitions": 1,
+        "offsets.topic.replication.factor": replication,
+        "offsets.topic.num.partitions": 3,
+        "transaction.state.log.replication.factor": replication,
+        "transaction.state.log.min.isr": min(2, replication),
+        "transaction.state.log.num.partitions": 3,
+        "group.initial.rebalance.delay.ms": 0,
+        "num.network.threads": 2,
+        "num.io.threads": 2,
+        "num.recovery.threads.per.data.dir": 1,
+        "background.threads": 2,
+        "log.cleaner.threads": 1,
+        "log.cleaner.dedupe.buffer.size": 8 * 1024 * 1024,
+        "socket.request.max.bytes": 104857600,
+    }
+    return "".join(f"{key}={value}\n" for key, value in lines.items())
+
+
+def start_cluster(workdir: Path, count: int, base_port: int) -> KafkaCluster:
+    """Format and start `count` combined nodes on 127.0.0.1 ports base_port .. base_port + 2*count - 1,
+    and return once each has logged that it started (or raise KafkaSetupError with its log)."""
+    cluster_id = random_cluster_id()
+    nodes = [
+        KafkaNode(i + 1, base_port + 2 * i, base_port + 2 * i + 1, workdir / f"kafka-{i + 1}")
+        for i in range(count)
+    ]
+    voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes)
+    started = time.monotonic()
+    formatters = []
+    for node in nodes:
+        node.workdir.mkdir(parents=True, exist_ok=True)
+        props = node.workdir / "server.properties"
+        props.write_text(server_properties(node, voters, replication=min(3, count)))
+        log_path = node.workdir / "format.log"
+        formatters.append(
+            (
+                node,
+                subprocess.Popen(
+                    java_command(
+                        STORAGE_TOOL,
+                        ["format", "-t", cluster_id, "-c", str(props)],
+                        log_path=log_path,
+                        level="warn",
+                    ),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                ),  # fmt: skip
+            )
+        )
+    for node, proc in formatters:
+        out, _ = proc.communicate(timeout=120)
+        if proc.returncode != 0:
+            raise KafkaSetupError(
+                f"kafka-storage format of node {node.node_id} failed:\n{out.decode(errors='replace')}"
+            )
+    cluster = KafkaCluster(cluster_id, nodes, time.monotonic() - started)
+    started = time.monotonic()
+    try:
+        for node in nodes:
+            launch(node, node.workdir / "server.properties")
+        for node in nodes:
+            wait_ready(node, started)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def launch(node: KafkaNode, properties: Path) -> None:
+    """Start `kafka.Kafka properties` for `node` (its log dir formatted already); see wait_ready. A
+    previous run's server.log moves aside, so that its ready line does not count for this one."""
+    if node.log_path.exists():
+        node.log_path.rename(node.log_path.with_suffix(f".log.{time.monotonic_ns()}"))
+    with open(node.workdir / "console.log", "ab") as console:
+        node.process = subprocess.Popen(
+            java_command("kafka.Kafka", [str(properties)], log_path=node.log_path, heap=SERVER_HEAP),
+            stdout=console, stderr=console, stdin=subprocess.DEVNULL, cwd=node.workdir,
+        )  # fmt: skip
+
+
+def wait_ready(node: KafkaNode, started: float) -> None:
+    """Wait for the node's own "Kafka Server started" log line (the last step of KafkaRaftServer.startup)."""
+    assert node.process is not None
+    deadline = started + START_TIMEOUT
+    while True:
+        if node.log_path.exists() and READY_LINE in node.log_path.read_text(errors="replace"):
+            node.start_seconds = time.monotonic() - started
+            return
+        if node.process.poll() is not None:
+            raise KafkaSetupError(
+                f"Apache Kafka node {node.node_id} exited with status {node.process.returncode}:\n{node.log()[-5000:]}"
+            )
+        if time.monotonic() > deadline:
+            raise KafkaSetupError(f"Apache Kafka node {node.node_id} not started after {START_TIMEOUT:g} s")
+        time.sleep(0.05)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.apache_kafka", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("resolve", help="resolve the pinned release into the cache (no-op when cached)")
+    sub.add_parser("pin", help="resolve afresh and rewrite the pinned jar list")
+    start = sub.add_parser("start", help="start combined KRaft nodes on 127.0.0.1 until interrupted")
+    start.add_argument("--nodes", type=int, default=1)
+    start.add_argument("--dir", type=Path, default=None, help="work dir (default: a new temporary dir)")
+    run = sub.add_parser("run", help="run one of Kafka's classes with the pinned classpath")
+    run.add_argument("main_class")
+    run.add_argument("args", nargs=argparse.REMAINDER)
+    options = parser.parse_args(argv)
+    try:
+        if options.command == "resolve":
+            print(resolve())
+        elif options.command == "pin":
+            print(write_pin())
+        elif options.command == "run":
+            log_path = cache_dir() / "run.log"  # the tool's log4j output, outside the working tree
+            os.execvp("java", java_command(options.main_class, options.args, log_path=log_path, level="warn"))
+        else:
+            import tempfile
+
+            sys.path.insert(0, str(REPO / "tests"))
+            from conftest import free_port_range
+
+            # Stop the JVMs in `finally` on SIGTERM too, and on SIGINT even where it came in ignored.
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            workdir = options.dir or Path(tempfile.mkdtemp(prefix="apache-kafka-"))
+            cluster = start_cluster(workdir, options.nodes, free_port_range(2 * options.nodes))
+            for node in cluster.nodes:
+                print(
+                    f"node {node.node_id}: {node.bootstrap} pid {node.pid} ready in {node.start_seconds:.1f} s"
+                )
+            print(f"formatted in {cluster.format_seconds:.1f} s")
+            print(f"bootstrap {cluster.bootstrap}, cluster id {cluster.cluster_id}, logs under {workdir}")
+            try:
+                signal.pause()
+            except KeyboardInterrupt:
+                pass
+            finally:
+                print(f"stopped: {cluster.stop()}")
+    except KafkaSetupError as error:
+        print(f"apache-kafka: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
