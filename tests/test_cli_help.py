@@ -5,7 +5,10 @@ walks typer's command tree and checks the declared help text reaches the rendere
 """
 
 import inspect
+import os
 import re
+import subprocess
+import sys
 
 import typer
 from typer.models import ArgumentInfo
@@ -46,3 +49,16 @@ def test_every_argument_help_is_rendered():
             assert _words(help_text) in _words(result.output), (path, help_text)
             checked += 1
     assert checked >= 5  # dump-segment, verify, replay, groups, spark-audit all declare argument help
+
+
+def test_shell_completion_is_offered_and_completes():
+    """`kcli --install-completion` / `--show-completion` exist, and the completion script's callback
+    (the `_KCLI_COMPLETE` variable it sets) completes subcommands."""
+    register()
+    result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "400", "NO_COLOR": "1"})
+    assert "--install-completion" in result.output and "--show-completion" in result.output
+    entry = "import sys; sys.argv[0] = 'kcli'; from kcli.cli.main import main; main()"
+    env = {**os.environ, "_KCLI_COMPLETE": "complete_bash", "COMP_WORDS": "kcli topics de", "COMP_CWORD": "2"}
+    done = subprocess.run([sys.executable, "-c", entry], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert set(done.stdout.split()) == {"describe", "delete"}

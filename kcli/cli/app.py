@@ -18,7 +18,6 @@ app = typer.Typer(
     name="kcli",
     help="An embedded Kafka-compatible broker and the tools a Kafka operator reaches for.",
     no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
