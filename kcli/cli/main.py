@@ -4,9 +4,11 @@ import os
 import sys
 
 import click
+import typer
 
 from formats.errors import FormatError
 from kcli.cli.app import app
+from kcli.cli.params import harden
 from kcli.errors import KcliError
 
 
@@ -32,13 +34,20 @@ def register() -> None:
     )
 
 
+def command() -> click.Command:
+    """The whole command tree as click runs it: every command registered, every option of a kind
+    given the checks of its kind (kcli.cli.params)."""
+    register()
+    return harden(typer.main.get_command(app))
+
+
 def main() -> None:
     # kio registers hypothesis strategies when hypothesis is importable: ~1.5 s and a .hypothesis/ dir
     # in the user's cwd for nothing. The program never needs it (tests import our modules directly).
     sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
-    register()
+    root = command()
     try:
-        rc = app(standalone_mode=False)
+        rc = root.main(standalone_mode=False)
     except (KcliError, FormatError, OSError) as exc:
         if os.environ.get("KCLI_DEBUG"):
             raise

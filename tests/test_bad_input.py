@@ -1,0 +1,338 @@
+"""Every command against the generic bad values, table-driven from the command tree itself.
+
+The commands and their options come from the click tree `kcli` runs (kcli.cli.main.command), so a
+command or option added later is covered without touching this file. Each option of a kind gets
+that kind's bad values: integers beyond their protocol field and not numbers at all; nan, inf, -inf
+and a negative for floats; bootstrap lists with port 70000, port 0, no port, a port nothing listens
+on, and listeners that are not Kafka (one closes at once, one answers HTTP 400 and stays open);
+a missing file, a directory and a binary file for each path argument the command reads.
+
+Each case must exit non-zero with exactly one error sentence on stderr (click's usage lines may
+precede it), no traceback and no "Future exception was never retrieved", finish within seconds, and
+leave its working directory and its input files as they were.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+import pytest
+
+from tests.cli_in_process import run_kcli
+
+pytestmark = pytest.mark.timeout(60)
+
+REPO = Path(__file__).resolve().parents[1]
+FAST = 5.0
+"""Seconds a bad input may take to be refused: a connect that ends in an answer, never a timeout."""
+
+LONG_RUNNING = {("broker", "start"), ("cluster", "start")}
+"""Commands that serve until stopped: only values refused while parsing are tried on them."""
+
+READS_FIRST = {("dump-segment",), ("verify",), ("recover", "logdir"), ("groups", "reset-offsets")}
+"""Commands whose path argument is the first thing they act on: their sentence names that file."""
+
+OUTPUT_PATHS = {"--rollback-file", "--checkpoint", "--offset-map", "--journal", "--quarantine", "--data-dir"}
+"""Path options a command writes rather than reads: a missing one is not an error."""
+
+BOOTSTRAP_OPTIONS = {"--bootstrap-server", "--bootstrap-controller"}
+
+
+# --- the command tree --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Level:
+    name: str
+    command: click.Command
+
+
+def _tree() -> list[tuple[Level, ...]]:
+    """Every runnable command as the chain of (sub)commands from the root's children down."""
+    from kcli.cli.main import command
+
+    found: list[tuple[Level, ...]] = []
+
+    def walk(cmd: click.Command, chain: tuple[Level, ...]) -> None:
+        children = getattr(cmd, "commands", None)
+        if children:
+            for name, sub in sorted(children.items()):
+                walk(sub, (*chain, Level(name, sub)))
+        else:
+            found.append(chain)
+
+    walk(command(), ())
+    return found
+
+
+TREE = _tree()
+
+
+def _is_path(param: click.Parameter) -> bool:
+    return isinstance(param.type, click.Path)
+
+
+def _dummy(param: click.Parameter, inputs: Path) -> list[str]:
+    """A plausible value for a required parameter, so the command gets as far as the case's value."""
+    kind = param.type
+    if isinstance(kind, click.Choice):
+        value = str(kind.choices[0])
+    elif isinstance(kind, (click.types.IntParamType, click.types.FloatParamType)):
+        value = str(max(1, getattr(kind, "min", None) or 1))
+    elif _is_path(param):
+        value = str(inputs / "empty.txt")
+    elif BOOTSTRAP_OPTIONS.intersection(param.opts):
+        value = "127.0.0.1:1"
+    else:
+        value = "x"
+    if isinstance(param, click.Argument):
+        return [value]
+    return [param.opts[0], value]
+
+
+def _argv(
+    chain: tuple[Level, ...], level: int, param: click.Parameter | None, value: str, inputs: Path
+) -> list[str]:
+    """`kcli a b --opt VALUE ...` with dummies for every other required parameter at every level."""
+    argv: list[str] = []
+    for index, step in enumerate(chain):
+        argv.append(step.name)
+        tail: list[str] = []
+        for other in step.command.params:
+            if other is param and index == level:
+                if isinstance(other, click.Argument):
+                    tail.append(value)
+                else:
+                    argv += [other.opts[0], value]
+            elif other.required:
+                (tail if isinstance(other, click.Argument) else argv).extend(_dummy(other, inputs))
+        argv += tail
+    return argv
+
+
+# --- the cases --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    chain: tuple[Level, ...]
+    level: int
+    param: click.Parameter
+    value: str
+    names: str = ""
+    """What the sentence must name (the option or the file), when it is not click's own message."""
+
+    def argv(self, inputs: Path, values: dict[str, str]) -> list[str]:
+        value = self.value.format(**values)
+        return _argv(self.chain, self.level, self.param, value, inputs)
+
+
+INT_VALUES = ["99999999999999999999", "-99999999999999999999", "abc"]
+FLOAT_VALUES = ["nan", "inf", "-inf", "-1"]
+# formatted with the ports of the loopback servers the test starts
+BOOTSTRAP_VALUES = {
+    "port 70000": ("127.0.0.1:70000", False),
+    "port 0": ("127.0.0.1:0", False),
+    "no port": ("127.0.0.1", False),
+    "unreachable": ("127.0.0.1:{refused}", True),
+    "closes": ("127.0.0.1:{closes}", True),
+    "http 400": ("127.0.0.1:{http}", True),
+}
+PATH_VALUES = {
+    "missing": "{missing}",
+    "directory": "{directory}",
+    "binary": "{binary}",
+    "random index": "{index}",
+    "random segment": "{segment}",
+}
+
+
+def _cases() -> Iterator[Case]:
+    for chain in TREE:
+        title = " ".join(step.name for step in chain)
+        serves = tuple(step.name for step in chain) in LONG_RUNNING
+        for level, step in enumerate(chain):
+            for param in step.command.params:
+                name = param.opts[0] if param.opts else param.name
+                kind = param.type
+                if isinstance(kind, click.types.IntParamType):
+                    for value in INT_VALUES:
+                        yield Case(f"{title} {name}={value}", chain, level, param, value)
+                elif isinstance(kind, click.types.FloatParamType):
+                    for value in FLOAT_VALUES:
+                        yield Case(f"{title} {name}={value}", chain, level, param, value)
+                elif BOOTSTRAP_OPTIONS.intersection(param.opts):
+                    for label, (value, connects) in BOOTSTRAP_VALUES.items():
+                        if not (connects and serves):
+                            yield Case(f"{title} {name} {label}", chain, level, param, value)
+                elif _is_path(param) and name not in OUTPUT_PATHS and not serves:
+                    for label, value in PATH_VALUES.items():
+                        yield Case(f"{title} {name} {label}", chain, level, param, value, names="file")
+
+
+CASES = list(_cases())
+
+
+# --- the world the cases run in ---------------------------------------------------------------------
+
+
+class _NotKafka:
+    """A loopback listener that is not Kafka: it reads a request, then closes, or answers HTTP 400
+    and keeps the connection open (what an HTTP server with keep-alive does)."""
+
+    def __init__(self, answer: bytes) -> None:
+        self.answer = answer
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.open: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            try:
+                conn.settimeout(5)
+                conn.recv(65536)
+                if self.answer:
+                    conn.sendall(self.answer)
+                    self.open.append(conn)
+                else:
+                    conn.close()
+            except OSError:
+                conn.close()
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.open:
+            conn.close()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+    inputs = tmp_path_factory.mktemp("inputs")
+    (inputs / "empty.txt").write_text("")
+    noise = random.Random(32).randbytes(4096)
+    (inputs / "binary.bin").write_bytes(bytes(range(256)) * 8 + b"\xff\xfe\x00\x81")
+    (inputs / "00000000000000000000.timeindex").write_bytes(noise[:1200])  # what Kafka's file names promise,
+    (inputs / "00000000000000000000.log").write_bytes(noise)  # not what they hold
+    (inputs / "a-directory").mkdir()
+    refused = socket.create_server(("127.0.0.1", 0))
+    refused_port = refused.getsockname()[1]
+    refused.close()  # nothing listens there now: a connect is refused at once
+    closes, http = _NotKafka(b""), _NotKafka(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+    values = {
+        "refused": str(refused_port),
+        "closes": str(closes.port),
+        "http": str(http.port),
+        "missing": str(inputs / "no-such-file.json"),
+        "directory": str(inputs / "a-directory"),
+        "binary": str(inputs / "binary.bin"),
+        "index": str(inputs / "00000000000000000000.timeindex"),
+        "segment": str(inputs / "00000000000000000000.log"),
+    }
+    yield inputs, values
+    closes.close()
+    http.close()
+
+
+def _snapshot(directory: Path) -> dict[str, tuple[int, int]]:
+    return {
+        str(p.relative_to(directory)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(directory.rglob("*"))
+    }
+
+
+def check_refused(result: subprocess.CompletedProcess[str], elapsed: float, names: str = "") -> str:
+    """The promise for bad input: non-zero, one sentence, no traceback, quick. Returns the sentence."""
+    err = result.stderr
+    assert result.returncode != 0, f"exit 0 on bad input; stdout: {result.stdout[-500:]!r}"
+    assert "Traceback" not in err and "Future exception" not in err, err
+    lines = [
+        line
+        for line in err.splitlines()
+        if line.startswith(("kcli: ", "Error: ")) and not line.startswith("kcli: warning")
+    ]
+    assert len(lines) == 1, f"not one error line: {err!r}"
+    sentence = lines[0].split(": ", 1)[1].strip()
+    assert sentence, err
+    assert not sentence.startswith("cannot open:"), f"an OS error without its file: {sentence!r}"
+    assert elapsed < FAST, f"took {elapsed:.1f} s: {sentence}"
+    if names:
+        assert names in sentence, f"the sentence does not name {names}: {sentence!r}"
+    return sentence
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_value_is_one_sentence(case: Case, world: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    inputs, values = world
+    before = _snapshot(inputs)
+    argv = case.argv(inputs, values)
+    started = time.monotonic()
+    result = run_kcli(*argv, cwd=tmp_path)
+    elapsed = time.monotonic() - started
+    check_refused(result, elapsed, names=_what_to_name(case, values))
+    assert list(tmp_path.iterdir()) == [], f"{argv} created {list(tmp_path.iterdir())}"
+    assert _snapshot(inputs) == before, f"{argv} changed its inputs"
+
+
+def _what_to_name(case: Case, values: dict[str, str]) -> str:
+    """A file error names the file (its last component: commands may print it relative or resolved)."""
+    if case.names == "file" and tuple(step.name for step in case.chain) in READS_FIRST:
+        return Path(case.value.format(**values)).name
+    return ""
+
+
+def test_the_table_covers_every_command() -> None:
+    """Each command gets at least one case, and the count is printed for the record."""
+    covered = {c.chain for c in CASES}
+    untouched = [" ".join(s.name for s in chain) for chain in TREE if chain not in covered]
+    print(f"{len(CASES)} bad-input cases over {len(TREE)} commands; no generic option: {untouched}")
+    assert len(CASES) > 300
+    assert {("dump-segment",), ("topics", "create"), ("transactions", "abort")} <= {
+        tuple(s.name for s in chain) for chain in covered
+    }
+
+
+# --- the real entry point, a handful of times --------------------------------------------------------
+
+SUBPROCESS = {
+    "port 70000": ["topics", "list", "-b", "127.0.0.1:70000"],
+    "http 400": ["groups", "list", "-b", "127.0.0.1:{http}"],
+    "closes": ["transactions", "list", "-b", "127.0.0.1:{closes}"],
+    "int16": ["transactions", "abort", "--producer-epoch", "99999"],
+    "nan": ["reassign", "execute", "--interval", "nan"],
+}
+
+
+@pytest.mark.parametrize("argv", SUBPROCESS.values(), ids=SUBPROCESS.keys())
+def test_bad_value_through_python_m_kcli(
+    argv: list[str], world: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    _, values = world
+    env = {k: v for k, v in os.environ.items() if k != "KCLI_DEBUG"}
+    env["PYTHONPATH"] = str(REPO)
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "kcli", *(a.format(**values) for a in argv)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    check_refused(result, time.monotonic() - started - 1.5)  # less the interpreter's start
+    assert list(tmp_path.iterdir()) == []
