@@ -66,6 +66,8 @@ def main() -> None:
 
 def _sentence(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
-        where = f" {exc.filename}" if exc.filename else ""
-        return f"cannot open{where}: {exc.strerror.lower()}."
+        if exc.filename:
+            return f"cannot open {exc.filename}: {exc.strerror.lower()}."
+        # no file to name: an OS call on one already open (a read, a map) failed, not an open
+        return f"a system call failed: {exc.strerror.lower()}."
     return str(exc)
