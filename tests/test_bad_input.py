@@ -27,12 +27,12 @@ from pathlib import Path
 
 import click
 import pytest
-
-from tests.cli_in_process import run_kcli
+from cli_in_process import run_kcli
 
 pytestmark = pytest.mark.timeout(60)
 
 REPO = Path(__file__).resolve().parents[1]
+SOUND_SEGMENT = REPO / "fixtures" / "logdir" / "m2-none-0" / "00000000000000000000.log"
 FAST = 5.0
 """Seconds a bad input may take to be refused: a connect that ends in an answer, never a timeout."""
 
@@ -42,10 +42,35 @@ LONG_RUNNING = {("broker", "start"), ("cluster", "start")}
 READS_FIRST = {("dump-segment",), ("verify",), ("recover", "logdir"), ("groups", "reset-offsets")}
 """Commands whose path argument is the first thing they act on: their sentence names that file."""
 
+REPORTS_DAMAGE = {("verify",)}
+"""Commands whose answer to a damaged file is their report: exit 1 and findings naming the file on
+stdout, rather than an error sentence."""
+
 OUTPUT_PATHS = {"--rollback-file", "--checkpoint", "--offset-map", "--journal", "--quarantine", "--data-dir"}
 """Path options a command writes rather than reads: a missing one is not an error."""
 
 BOOTSTRAP_OPTIONS = {"--bootstrap-server", "--bootstrap-controller"}
+
+TO_THE_CONNECT = {
+    ("configs", "alter"): ["--topic", "t", "--add-config", "retention.ms=1"],
+    ("configs", "describe"): ["--topic", "t"],
+    ("elect",): ["--election-type", "preferred", "--all-topic-partitions"],
+    ("features", "disable"): ["--feature", "foo"],
+    ("features", "downgrade"): ["--feature", "metadata.version=20"],
+    ("features", "upgrade"): ["--feature", "metadata.version=20"],
+    ("groups", "reset-offsets"): ["--topic", "t", "--to-earliest"],
+    ("quorum", "describe"): ["--status"],
+    ("quorum", "remove-controller"): ["-d", "AAAAAAAAAAAAAAAAAAAAAA"],
+    ("reassign", "cancel"): ["--all"],
+    ("reassign", "execute"): ["--reassignment-json-file", "{plan}"],
+    ("reassign", "generate"): ["--topics-to-move-json-file", "{move}", "--broker-list", "1"],
+    ("reassign", "verify"): ["--reassignment-json-file", "{plan}"],
+}
+"""What a command needs besides the bootstrap to get as far as connecting (its own checks come first)."""
+
+NEVER_CONNECTS_HERE = {("quorum", "add-controller")}
+"""Needs a controller's own configuration to get that far: tried, but its sentence need not name the
+address."""
 
 
 # --- the command tree --------------------------------------------------------------------------------
@@ -89,6 +114,8 @@ def _dummy(param: click.Parameter, inputs: Path) -> list[str]:
         value = str(kind.choices[0])
     elif isinstance(kind, (click.types.IntParamType, click.types.FloatParamType)):
         value = str(max(1, getattr(kind, "min", None) or 1))
+    elif _is_path(param) and isinstance(param, click.Argument):
+        value = str(SOUND_SEGMENT)  # replay's source, recover's log dir: a real one
     elif _is_path(param):
         value = str(inputs / "empty.txt")
     elif BOOTSTRAP_OPTIONS.intersection(param.opts):
@@ -135,7 +162,14 @@ class Case:
 
     def argv(self, inputs: Path, values: dict[str, str]) -> list[str]:
         value = self.value.format(**values)
-        return _argv(self.chain, self.level, self.param, value, inputs)
+        argv = _argv(self.chain, self.level, self.param, value, inputs)
+        if self.names == "address":
+            argv += [a.format(**values) for a in TO_THE_CONNECT.get(self.path, [])]
+        return argv
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        return tuple(step.name for step in self.chain)
 
 
 INT_VALUES = ["99999999999999999999", "-99999999999999999999", "abc"]
@@ -166,16 +200,18 @@ def _cases() -> Iterator[Case]:
             for param in step.command.params:
                 name = param.opts[0] if param.opts else param.name
                 kind = param.type
+                # refused while parsing, so the sentence names the option
                 if isinstance(kind, click.types.IntParamType):
                     for value in INT_VALUES:
-                        yield Case(f"{title} {name}={value}", chain, level, param, value)
+                        yield Case(f"{title} {name}={value}", chain, level, param, value, names=name)
                 elif isinstance(kind, click.types.FloatParamType):
                     for value in FLOAT_VALUES:
-                        yield Case(f"{title} {name}={value}", chain, level, param, value)
+                        yield Case(f"{title} {name}={value}", chain, level, param, value, names=name)
                 elif BOOTSTRAP_OPTIONS.intersection(param.opts):
                     for label, (value, connects) in BOOTSTRAP_VALUES.items():
                         if not (connects and serves):
-                            yield Case(f"{title} {name} {label}", chain, level, param, value)
+                            named = "address" if connects else name
+                            yield Case(f"{title} {name} {label}", chain, level, param, value, names=named)
                 elif _is_path(param) and name not in OUTPUT_PATHS and not serves:
                     for label, value in PATH_VALUES.items():
                         yield Case(f"{title} {name} {label}", chain, level, param, value, names="file")
@@ -230,6 +266,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict
     (inputs / "00000000000000000000.timeindex").write_bytes(noise[:1200])  # what Kafka's file names promise,
     (inputs / "00000000000000000000.log").write_bytes(noise)  # not what they hold
     (inputs / "a-directory").mkdir()
+    (inputs / "plan.json").write_text(
+        '{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1]}]}'
+    )
+    (inputs / "move.json").write_text('{"version":1,"topics":[{"topic":"t"}]}')
     refused = socket.create_server(("127.0.0.1", 0))
     refused_port = refused.getsockname()[1]
     refused.close()  # nothing listens there now: a connect is refused at once
@@ -241,6 +281,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict
         "missing": str(inputs / "no-such-file.json"),
         "directory": str(inputs / "a-directory"),
         "binary": str(inputs / "binary.bin"),
+        "plan": str(inputs / "plan.json"),
+        "move": str(inputs / "move.json"),
         "index": str(inputs / "00000000000000000000.timeindex"),
         "segment": str(inputs / "00000000000000000000.log"),
     }
@@ -284,16 +326,25 @@ def test_bad_value_is_one_sentence(case: Case, world: tuple[Path, dict[str, str]
     started = time.monotonic()
     result = run_kcli(*argv, cwd=tmp_path)
     elapsed = time.monotonic() - started
-    check_refused(result, elapsed, names=_what_to_name(case, values))
+    name = _what_to_name(case, values)
+    if tuple(s.name for s in case.chain) in REPORTS_DAMAGE and result.returncode == 1 and not result.stderr:
+        assert name in result.stdout and elapsed < FAST, result.stdout[-500:]
+    else:
+        check_refused(result, elapsed, names=name)
     assert list(tmp_path.iterdir()) == [], f"{argv} created {list(tmp_path.iterdir())}"
     assert _snapshot(inputs) == before, f"{argv} changed its inputs"
 
 
 def _what_to_name(case: Case, values: dict[str, str]) -> str:
-    """A file error names the file (its last component: commands may print it relative or resolved)."""
-    if case.names == "file" and tuple(step.name for step in case.chain) in READS_FIRST:
-        return Path(case.value.format(**values)).name
-    return ""
+    """What the sentence must name: the option refused while parsing, the address that did not
+    answer as Kafka, or the file (its last component: commands print it relative or resolved)."""
+    if case.names == "file":
+        if tuple(step.name for step in case.chain) in READS_FIRST:
+            return Path(case.value.format(**values)).name
+        return ""
+    if case.names == "address":
+        return "" if case.path in NEVER_CONNECTS_HERE else case.value.format(**values)
+    return case.names
 
 
 def test_the_table_covers_every_command() -> None:
