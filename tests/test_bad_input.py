@@ -189,6 +189,7 @@ PATH_VALUES = {
     "binary": "{binary}",
     "random index": "{index}",
     "random segment": "{segment}",
+    "properties with port 70000": "{properties}",
 }
 
 
@@ -269,6 +270,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict
     (inputs / "plan.json").write_text(
         '{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1]}]}'
     )
+    (inputs / "bootstrap.properties").write_text("bootstrap.servers=127.0.0.1:9092,127.0.0.1:70000\n")
     (inputs / "move.json").write_text('{"version":1,"topics":[{"topic":"t"}]}')
     refused = socket.create_server(("127.0.0.1", 0))
     refused_port = refused.getsockname()[1]
@@ -281,6 +283,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict
         "missing": str(inputs / "no-such-file.json"),
         "directory": str(inputs / "a-directory"),
         "binary": str(inputs / "binary.bin"),
+        "properties": str(inputs / "bootstrap.properties"),
         "plan": str(inputs / "plan.json"),
         "move": str(inputs / "move.json"),
         "index": str(inputs / "00000000000000000000.timeindex"),
@@ -356,6 +359,27 @@ def test_the_table_covers_every_command() -> None:
     assert {("dump-segment",), ("topics", "create"), ("transactions", "abort")} <= {
         tuple(s.name for s in chain) for chain in covered
     }
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "bootstrap.servers=127.0.0.1:70000",
+        "bootstrap.servers=127.0.0.1",
+        "default.api.timeout.ms=99999999999",
+    ],
+)
+def test_a_client_properties_file_is_checked_like_the_options(line: str, tmp_path: Path) -> None:
+    """--admin.config's bootstrap.servers and timeouts get the options' checks, and the sentence names
+    the file: port 70000 there was an OverflowError, a timeout beyond int32 a struct.error."""
+    config = tmp_path / "admin.properties"
+    config.write_text(line + "\n")
+    started = time.monotonic()
+    result = run_kcli(
+        "elect", "--election-type", "preferred", "--all-topic-partitions", "--admin.config", str(config)
+    )
+    sentence = check_refused(result, time.monotonic() - started, names=str(config))
+    assert line.split("=")[0] in sentence
 
 
 # --- the real entry point, a handful of times --------------------------------------------------------
