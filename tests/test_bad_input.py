@@ -382,6 +382,16 @@ def test_a_client_properties_file_is_checked_like_the_options(line: str, tmp_pat
     assert line.split("=")[0] in sentence
 
 
+@pytest.mark.parametrize(
+    "argv", [["--partitions", "-1"], ["--replication-factor", "-1"], ["--partitions", "0"]]
+)
+def test_topics_create_refuses_what_would_mean_the_broker_default(argv: list[str], tmp_path: Path) -> None:
+    """-1 is CreateTopics' "use the broker's default": given on the command line it created a topic."""
+    started = time.monotonic()
+    result = run_kcli("topics", "create", "-b", "127.0.0.1:1", "-t", "t", *argv, cwd=tmp_path)
+    check_refused(result, time.monotonic() - started, names=argv[0])
+
+
 # --- the real entry point, a handful of times --------------------------------------------------------
 
 SUBPROCESS = {

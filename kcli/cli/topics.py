@@ -140,12 +140,14 @@ def create(
     partitions: int = typer.Option(
         None,
         "--partitions",
+        min=1,  # -1 is CreateTopics' "the broker's default": only leaving the option out says that
         help="Number of partitions [default: the broker's num.partitions].",
         show_default=False,
     ),
     replication_factor: int = typer.Option(
         None,
         "--replication-factor",
+        min=1,
         help="Replicas of each partition [default: the broker's default.replication.factor].",
         show_default=False,
     ),
