@@ -1,5 +1,6 @@
 """The `kcli` entry point: registers every command on the app and turns errors into one line and an exit code."""
 
+import logging
 import os
 import sys
 
@@ -46,6 +47,7 @@ def main() -> None:
     # in the user's cwd for nothing. The program never needs it (tests import our modules directly).
     sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
     root = command()
+    logging.getLogger("asyncio").addFilter(quiet_unretrieved)
     try:
         rc = root.main(standalone_mode=False)
     except (KcliError, FormatError, OSError) as exc:
@@ -62,6 +64,14 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     sys.exit(rc if isinstance(rc, int) else 0)
+
+
+def quiet_unretrieved(record: logging.LogRecord) -> bool:
+    """Drop asyncio's "Future/Task exception was never retrieved" report: a request whose caller had
+    already failed with its own sentence, told again at exit as a traceback (shown with --debug)."""
+    if os.environ.get("KCLI_DEBUG"):  # read when the report comes: --debug sets it while parsing
+        return True
+    return "exception was never retrieved" not in record.getMessage().partition("\n")[0]
 
 
 def _sentence(exc: BaseException) -> str:
