@@ -40,7 +40,14 @@ FAST = 5.0
 LONG_RUNNING = {("broker", "start"), ("cluster", "start")}
 """Commands that serve until stopped: only values refused while parsing are tried on them."""
 
-READS_FIRST = {("dump-segment",), ("verify",), ("recover", "logdir"), ("groups", "reset-offsets")}
+READS_FIRST = {
+    ("dump-segment",),
+    ("verify",),
+    ("recover", "logdir"),
+    ("groups", "reset-offsets"),
+    ("elect",),
+    ("storage", "format"),
+}
 """Commands whose path argument is the first thing they act on: their sentence names that file."""
 
 REPORTS_DAMAGE = {("verify",)}
@@ -68,6 +75,12 @@ TO_THE_CONNECT = {
     ("reassign", "verify"): ["--reassignment-json-file", "{plan}"],
 }
 """What a command needs besides the bootstrap to get as far as connecting (its own checks come first)."""
+
+TO_THE_FILE = {
+    ("elect", "--path-to-json-file"): ["--election-type", "preferred"],
+    ("elect", "--admin.config"): ["--election-type", "preferred", "--all-topic-partitions"],
+}
+"""What a command checks before it reads the file an option names, by (*command, option)."""
 
 NEVER_CONNECTS_HERE = {("quorum", "add-controller")}
 """Needs a controller's own configuration to get that far: tried, but its sentence need not name the
@@ -166,6 +179,8 @@ class Case:
         argv = _argv(self.chain, self.level, self.param, value, inputs)
         if self.names == "address":
             argv += [a.format(**values) for a in TO_THE_CONNECT.get(self.path, [])]
+        elif self.names == "file":
+            argv += TO_THE_FILE.get((*self.path, self.param.opts[0] if self.param.opts else ""), [])
         return argv
 
     @property
