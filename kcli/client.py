@@ -469,7 +469,9 @@ def split_address(address: str) -> tuple[str, int]:
     """ "host:port" or "[v6]:port" -> (host, port), the port in 1-65535 (a socket refuses others with
     an OverflowError, or connects port 0 to nothing)."""
     host, sep, port = address.rpartition(":")
-    if not sep or not host.strip("[]") or not port.isdigit():
+    if (
+        not sep or not host.strip("[]") or not (port.isascii() and port.isdigit())
+    ):  # not "²", which int() refuses
         raise ClientError(f"{address!r} is not of the form host:port.")
     if not 1 <= int(port) <= 65535:
         raise ClientError(f"{address!r} has port {int(port)}: a port is between 1 and 65535.")

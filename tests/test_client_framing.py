@@ -123,7 +123,9 @@ def test_a_listener_that_is_not_kafka_fails_the_connect_at_once(answer: bytes) -
     assert message.startswith("127.0.0.1:"), message
 
 
-@pytest.mark.parametrize("address", ["127.0.0.1:70000", "127.0.0.1:0", "127.0.0.1", ":9092", "host:x"])
+@pytest.mark.parametrize(
+    "address", ["127.0.0.1:70000", "127.0.0.1:0", "127.0.0.1", ":9092", "host:x", "host:9²"]
+)
 def test_a_bootstrap_address_outside_host_port_is_one_sentence(address: str) -> None:
     with pytest.raises(ClientError, match=r"host:port|between 1 and 65535"):
         split_bootstrap(f"127.0.0.1:9092,{address}")
