@@ -425,6 +425,17 @@ def test_no_unretrieved_future_report_reaches_the_user(caplog: pytest.LogCapture
     assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
 
 
+@pytest.mark.parametrize("archive", ["", "nosuch://x", "::", "memory://nothing-here", "/no/such/dir"])
+def test_a_spark_archive_is_refused_before_spark_starts(archive: str, tmp_path: Path) -> None:
+    """The archive is a text argument (paths and fsspec URLs): an empty one audited the current
+    directory, an unknown protocol was a ValueError traceback, a missing URL was found only once a
+    Spark session had started."""
+    started = time.monotonic()
+    result = run_kcli("spark-audit", "gaps", archive, cwd=tmp_path)
+    sentence = check_refused(result, time.monotonic() - started)
+    assert archive.strip(":") in sentence or not archive.strip(":")
+
+
 # --- the real entry point, a handful of times --------------------------------------------------------
 
 SUBPROCESS = {
