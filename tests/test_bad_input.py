@@ -229,6 +229,9 @@ def _cases() -> Iterator[Case]:
                         if not (connects and serves):
                             named = "address" if connects else name
                             yield Case(f"{title} {name} {label}", chain, level, param, value, names=named)
+                elif isinstance(kind, click.types.StringParamType) and not serves:
+                    # a digit int() does not read ("²".isdigit() is true): numbers in text options
+                    yield Case(f"{title} {name}=superscript", chain, level, param, "\u00b2")
                 elif _is_path(param) and name not in OUTPUT_PATHS and not serves:
                     for label, value in PATH_VALUES.items():
                         yield Case(f"{title} {name} {label}", chain, level, param, value, names="file")
