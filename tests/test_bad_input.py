@@ -5,7 +5,10 @@ command or option added later is covered without touching this file. Each option
 that kind's bad values: integers beyond their protocol field and not numbers at all; nan, inf, -inf
 and a negative for floats; bootstrap lists with port 70000, port 0, no port, a port nothing listens
 on, and listeners that are not Kafka (one closes at once, one answers HTTP 400 and stays open);
-a missing file, a directory and a binary file for each path argument the command reads.
+a digit int() does not read for text options; a missing file, a directory, a binary file, random
+bytes named as an index or a segment, and a properties file with port 70000 for each path argument
+the command reads. A few explicit cases follow the table (client properties files, spark-audit's
+archive, topics create's -1), and a handful run through a real `python -m kcli` process.
 
 Each case must exit non-zero with exactly one error sentence on stderr (click's usage lines may
 precede it), no traceback and no "Future exception was never retrieved", finish within seconds, and
