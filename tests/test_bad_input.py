@@ -294,9 +294,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict
     )
     (inputs / "bootstrap.properties").write_text("bootstrap.servers=127.0.0.1:9092,127.0.0.1:70000\n")
     (inputs / "move.json").write_text('{"version":1,"topics":[{"topic":"t"}]}')
-    refused = socket.create_server(("127.0.0.1", 0))
+    refused = socket.socket()  # bound, never listening: a connect is refused at once, and no other
+    refused.bind(("127.0.0.1", 0))  # process (a broker another test starts) can take the port meanwhile
     refused_port = refused.getsockname()[1]
-    refused.close()  # nothing listens there now: a connect is refused at once
     closes, http = _NotKafka(b""), _NotKafka(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
     values = {
         "refused": str(refused_port),
@@ -314,6 +314,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict
     yield inputs, values
     closes.close()
     http.close()
+    refused.close()
 
 
 def _snapshot(directory: Path) -> dict[str, tuple[int, int]]:
