@@ -76,10 +76,12 @@ def _harden_param(param: click.Parameter) -> None:
 
 
 class _Checked:
-    """Marks a parameter type `harden` already extended (it may see a group's callback twice)."""
+    """Marks a parameter type `harden` already extended, so hardening a tree twice checks once."""
 
 
 class _IntField(_Checked):
+    """Beyond its field, struct raises deep in the client (or a value would be cut)."""
+
     field: tuple[str, int, int]
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
@@ -91,6 +93,8 @@ class _IntField(_Checked):
 
 
 class _FiniteDuration(_Checked):
+    """nan passes every range check (each comparison is false); inf waits forever."""
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         number = super().convert(value, param, ctx)  # type: ignore[misc]
         if number is not None and not math.isfinite(number):
@@ -101,6 +105,8 @@ class _FiniteDuration(_Checked):
 
 
 class _Bootstrap(_Checked):
+    """Checked while parsing, so nothing runs (or reads a file) before a bad address is refused."""
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         from kcli.client import ClientError, split_bootstrap  # not at import: dump-segment starts without it
 
