@@ -104,7 +104,7 @@ class KafkaClient:
         loop = asyncio.get_running_loop()
         try:
             transport, protocol = await asyncio.wait_for(
-                loop.create_connection(_Connection, host, port), connect_timeout
+                loop.create_connection(lambda: _Connection(bootstrap), host, port), connect_timeout
             )
         except TimeoutError:
             raise ClientError(
@@ -116,6 +116,7 @@ class KafkaClient:
         client = cls(
             transport, protocol, address=bootstrap, client_id=client_id, request_timeout=request_timeout
         )
+        protocol.negotiated = not negotiate
         if negotiate:
             try:
                 await client.negotiate_versions()
@@ -140,6 +141,7 @@ class KafkaClient:
                 raise ClientError(f"{self.address} answered ApiVersions with {response.error_code.name}.")
             self.broker_versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
             self.api_versions = response
+            self._protocol.negotiated = True
             return
         raise ClientError(f"{self.address} and kcli share no ApiVersions version.")
 
@@ -177,13 +179,15 @@ class KafkaClient:
         kio (a follower's FetchResponse, whose records it leaves in the frame)."""
         self._check_open()
         correlation_id = next(self._correlation_ids)
+        # encoded first: a request that cannot be encoded leaves no future behind
+        frame = self._encode(request, correlation_id)
         future: asyncio.Future[Any] = self._loop.create_future()
         response_cls = response_type(request.__api_key__, request.__version__)
         if reader is None:
             self._pending[correlation_id] = (_decode_response, response_cls, future)
         else:
             self._pending[correlation_id] = (_read_by_hand, (response_cls, reader), future)
-        self._transport.write(self._encode(request, correlation_id))
+        self._transport.write(frame)
         return future
 
     async def send_without_response(self, request: Any) -> None:
@@ -269,8 +273,12 @@ class KafkaClient:
             client_id=self.client_id,
         )
         out = bytearray(b"\0\0\0\0")
-        entity_write(header_type)(out, header)
-        entity_write(type(request))(out, request)
+        try:
+            entity_write(header_type)(out, header)
+            entity_write(type(request))(out, request)
+        except struct.error as exc:  # a value beyond its protocol field; the CLI refuses these first
+            name = api_name(request.__api_key__)
+            raise ClientError(f"cannot encode the {name} request: {exc}.") from None
         _INT32.pack_into(out, 0, len(out) - 4)
         return out
 
@@ -281,6 +289,11 @@ class KafkaClient:
             (correlation_id,) = _INT32.unpack_from(frame)
             entry = pending.pop(correlation_id, None)
             if entry is None:
+                if not self._protocol.negotiated:  # the first answer must be ApiVersions'
+                    raise ClientError(
+                        f"{self.address} answered {bytes(frame[:12])!r}..., not a Kafka response: "
+                        "is it a Kafka listener?"
+                    )
                 continue  # the caller timed out and went away
             decode, argument, target = entry
             if type(target) is _FUTURE:
@@ -303,8 +316,14 @@ class KafkaClient:
 
     def _lost(self, exc: Exception | None) -> None:
         if self._closed_error is None:
-            reason = "closed by the broker" if exc is None else str(exc)
-            self._closed_error = ClientError(f"the connection to {self.address} was {reason}.")
+            if not self._protocol.negotiated:  # not one answer yet: whatever listens there is not Kafka
+                reason = "" if exc is None else f" ({str(exc).rstrip('.').lower()})"
+                self._closed_error = ClientError(
+                    f"{self.address} closed the connection{reason}: is it a Kafka listener?"
+                )
+            else:
+                reason = "closed by the broker" if exc is None else str(exc)
+                self._closed_error = ClientError(f"the connection to {self.address} was {reason}.")
         self._fail_pending(self._closed_error)
 
     def _fail_pending(self, error: ClientError) -> None:
@@ -314,6 +333,9 @@ class KafkaClient:
                 target(None, error)  # type: ignore[operator]
             elif not target.done():  # type: ignore[union-attr]
                 target.set_exception(error)  # type: ignore[union-attr]
+                # whoever awaits it still gets the error; one nobody awaits any more (its caller
+                # failed first) must not print "Future exception was never retrieved" at exit
+                target.exception()  # type: ignore[union-attr]
 
     def _check_open(self) -> None:
         if self._closed_error is not None:
@@ -328,7 +350,10 @@ class _Connection(asyncio.BufferedProtocol):
     copied at most once, from the shared buffer into the bytes handed on.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.negotiated = False
+        """True once ApiVersions was answered: until then a frame must look like its answer."""
         self._client: KafkaClient | None = None
         self._buffer = bytearray(RECEIVE_BUFFER_BYTES)
         self._view = memoryview(self._buffer)
@@ -357,12 +382,11 @@ class _Connection(asyncio.BufferedProtocol):
         assert self._client is not None
         try:
             frames = self._frames(nbytes)
+            if frames:
+                self._client._received(frames)
         except ClientError as exc:
             self._client._closed_error = exc
             self._client._transport.close()
-            return
-        if frames:
-            self._client._received(frames)
 
     def _frames(self, nbytes: int) -> list[bytes | bytearray]:
         """The whole frames (without their size) the last `nbytes` complete, in order."""
@@ -379,6 +403,11 @@ class _Connection(asyncio.BufferedProtocol):
         view = self._view
         while end - position >= 4:
             (size,) = _INT32.unpack_from(buffer, position)
+            if not self.negotiated and not 4 <= size <= MAX_API_VERSIONS_RESPONSE_BYTES:
+                start = bytes(view[position : min(end, position + 12)])
+                raise ClientError(
+                    f"{self.address} answered {start!r}..., not a Kafka response: is it a Kafka listener?"
+                )
             if size < 0:
                 raise ClientError(f"the broker sent a frame of size {size}.")
             if end - position - 4 >= size:
@@ -437,16 +466,33 @@ class _Connection(asyncio.BufferedProtocol):
 
 
 def split_address(address: str) -> tuple[str, int]:
-    """ "host:port" or "[v6]:port" -> (host, port)."""
+    """ "host:port" or "[v6]:port" -> (host, port), the port in 1-65535 (a socket refuses others with
+    an OverflowError, or connects port 0 to nothing)."""
     host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
+    if (
+        not sep or not host.strip("[]") or not (port.isascii() and port.isdigit())
+    ):  # not "²", which int() refuses
         raise ClientError(f"{address!r} is not of the form host:port.")
+    if not 1 <= int(port) <= 65535:
+        raise ClientError(f"{address!r} has port {int(port)}: a port is between 1 and 65535.")
     return host.strip("[]"), int(port)
+
+
+def split_bootstrap(servers: str) -> list[str]:
+    """The "host:port" entries of a comma-separated bootstrap list, each checked by split_address."""
+    addresses = [a.strip() for a in servers.split(",") if a.strip()]
+    if not addresses:
+        raise ClientError("give at least one bootstrap server as host:port.")
+    for address in addresses:
+        split_address(address)
+    return addresses
 
 
 _INT32 = struct.Struct(">i")
 _INT16 = struct.Struct(">h")
 RECEIVE_BUFFER_BYTES = 256 * 1024
+MAX_API_VERSIONS_RESPONSE_BYTES = 1024 * 1024
+"""Far above any broker's ApiVersions answer (a few KiB); b"HTTP" read as a size is 1.2 GB."""
 """What one read may bring (asyncio's own read size); larger frames get a buffer of their own."""
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.client import ClientError, KafkaClient
+from kcli.client import ClientError, KafkaClient, split_bootstrap
 from kcli.protocol.messages import build, nested_type
 
 METADATA = 3
@@ -57,7 +57,7 @@ class Cluster:
     ) -> Cluster:
         """Connect to the first reachable of "host:port[,host:port...]"."""
         errors = []
-        for address in (a.strip() for a in bootstrap_servers.split(",") if a.strip()):
+        for address in split_bootstrap(bootstrap_servers):  # every entry well formed before any connects
             try:
                 client = await KafkaClient.connect(
                     address, client_id=client_id, request_timeout=request_timeout
@@ -66,8 +66,6 @@ class Cluster:
                 errors.append(str(exc))
                 continue
             return cls(client, client_id=client_id, request_timeout=request_timeout)
-        if not errors:
-            raise ClusterError("give at least one bootstrap server as host:port.")
         raise ClusterError(
             errors[0] if len(errors) == 1 else "no bootstrap server is reachable: " + " ".join(errors)
         )

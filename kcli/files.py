@@ -1,10 +1,12 @@
 """Small file operations done the way Kafka does them: the broker's logs, checkpoints and metadata,
-`meta.properties`, and replay's checkpoint all write through here."""
+`meta.properties`, and replay's checkpoint all write through here; a user's text files are read here."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from kcli.errors import KcliError
 
 
 def write_atomically(path: Path, content: str | bytes) -> None:
@@ -88,3 +90,16 @@ def quarantine_beside(log_dir: Path) -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     resolved = log_dir.resolve()
     return resolved.with_name(f"{resolved.name}.quarantine-{stamp}")
+
+
+def read_user_text(path: Path) -> str:
+    """A text file the user names (CSV, JSON, properties): its text, or one sentence naming the file
+    when it is not UTF-8 (a binary file would otherwise end in a UnicodeDecodeError traceback).
+    OSErrors carry the file's name and are left to the caller's error handling."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise KcliError(
+            f"{path} is not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} is not valid there."
+        ) from None

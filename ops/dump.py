@@ -98,6 +98,8 @@ class Dumper:
         self.warn = warn
         self.progress = progress
         self.problems = _Problems()
+        self.damage: dict[str, str] = {}
+        """File -> what is wrong with it: kafka-dump-log.sh prints these and exits 0; kcli exits 1."""
         self._key = _value_decoder(options.key_decoder, options.json)
         self._value = _value_decoder(options.value_decoder, options.json)
         fast = ("string", "hex", "base64")
@@ -146,6 +148,7 @@ class Dumper:
             )
         else:
             self.warn(f"Ignoring unknown file {path}")
+            self.damage[str(path)] = "it is not a file Kafka writes, so it was not dumped"
 
     def summary(self) -> list[str]:
         """Kafka's end-of-run error report (stderr lines); in JSON mode the same facts as objects."""
@@ -167,6 +170,28 @@ class Dumper:
             lines.append(f"Non-consecutive offsets in {name}")
             lines += [f"  {a} is followed by {b}" for a, b in reversed(pairs)]
         return lines
+
+    def failure(self) -> str | None:
+        """One sentence naming each damaged file and what is wrong with it; None when all were sound.
+
+        Index problems are found by the checks summary() reports; offsets that skip are not damage
+        (compaction leaves them), so they are reported but do not count."""
+        p = self.problems
+        for table, what in (
+            (p.index_mismatches, "index entries that do not match the log"),
+            (p.time_mismatches, "time index timestamps that do not match the log"),
+            (p.time_out_of_order, "time index timestamps out of order"),
+            (p.time_not_found, "time index offsets not found in the log"),
+        ):
+            for name in table:
+                self.damage.setdefault(name, what)
+        if not self.damage:
+            return None
+        items = [f"{name} ({what})" for name, what in self.damage.items()]
+        if len(items) == 1:
+            name, what = next(iter(self.damage.items()))
+            return f"{name}: {what}."
+        return f"{len(items)} files are damaged: {'; '.join(items)}."
 
     def summary_objects(self) -> list[dict]:
         p = self.problems
@@ -204,16 +229,21 @@ class Dumper:
         reader = SegmentReader(path, max_bytes=opts.max_bytes, on_progress=on_progress)
         render = self._render_json if opts.json else self._render_text
         last = [-1]
+        invalid = 0
         for chunk in reader.chunks():
             out: list = []
             for i, batch in enumerate(chunk.batches, 1):
+                invalid += batch.crc_valid is False
                 render(out, chunk.base, chunk.view, batch, last, path)
                 if i % FLUSH_EVERY_BATCHES == 0:  # keep rendered output small: memory flat in file size
                     self._flush(out)
                     out = []
             self._flush(out)
         end = reader.end
+        if invalid:
+            self.damage[str(path)] = f"{invalid} of its batches fail their CRC"
         if end.problem:
+            self.damage[str(path)] = f"corrupt data at position {end.position}: {end.problem.rstrip('.')}"
             self._line(
                 f"Found corrupt data at position {end.position} of {path.name}: {end.problem}\n",
                 {
@@ -225,6 +255,7 @@ class Dumper:
                 },
             )
         elif end.trailing_bytes > 0 and opts.max_bytes is None:
+            self.damage[str(path)] = f"{end.trailing_bytes} bytes at its end are not a whole batch"
             self._line(
                 f"Found {end.trailing_bytes} invalid bytes at the end of {path.name}\n",
                 {
@@ -748,14 +779,20 @@ class LogFile:
         self.path = path
 
     def last_offset_at(self, position: int, max_message_size: int) -> int:
-        """Last offset of the batch at `position`, read as Kafka does (a slice of max_message_size); -1 if none."""
+        """Last offset of the batch at `position`, read as Kafka does (a slice of max_message_size); -1 if
+        none, as for a position a damaged index gives outside the file."""
         with open(self.path, "rb") as f:
+            if not 0 <= position < os.fstat(f.fileno()).st_size:
+                return -1
             data = os.pread(f.fileno(), max_message_size, position)
         result = walk(data, check_crc=False)
         return result.batches[0].last_offset if result.batches else -1
 
     def first_batch_reaching(self, position: int, offset: int) -> tuple[memoryview, Batch] | None:
-        """The first batch from `position` on whose last offset is >= `offset`, with bytes holding it."""
+        """The first batch from `position` on whose last offset is >= `offset`, with bytes holding it;
+        None when there is none, as from a position a damaged index gives outside the file."""
+        if not 0 <= position < self.path.stat().st_size:
+            return None
         reader = SegmentReader(self.path, check_crc=False)
         for chunk in reader.chunks(position):
             for batch in chunk.batches:

@@ -28,7 +28,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.client import ClientError
+from kcli.client import ClientError, split_bootstrap
 from kcli.cluster import Cluster
 from kcli.config import load_properties
 from kcli.errors import KcliError
@@ -38,6 +38,7 @@ ELECT_LEADERS = 43
 FIRST_ELECTION_TYPE_VERSION = 1
 """ElectLeaders v0 has no ElectionType: preferred elections only."""
 DEFAULT_API_TIMEOUT_MS = 30000
+INT32_MAX = (1 << 31) - 1
 """LeaderElectionCommand's default.api.timeout.ms when the admin config does not set it."""
 NO_LEADER = -1
 INT32 = (-(2**31), 2**31 - 1)
@@ -192,8 +193,14 @@ def load_admin_config(path: str | Path) -> AdminConfig:
     }
     api_timeout = _milliseconds(properties, "default.api.timeout.ms", DEFAULT_API_TIMEOUT_MS, path)
     request_timeout = _milliseconds(properties, "request.timeout.ms", api_timeout // 2, path)
+    bootstrap = properties.get("bootstrap.servers") or None
+    if bootstrap is not None:
+        try:
+            split_bootstrap(bootstrap)
+        except ClientError as exc:
+            raise ElectionError(f"{path}: bootstrap.servers: {exc}") from None
     return AdminConfig(
-        bootstrap_servers=properties.get("bootstrap.servers") or None,
+        bootstrap_servers=bootstrap,
         client_id=properties.get("client.id") or "kcli",
         request_timeout_s=request_timeout / 1000,
         api_timeout_s=api_timeout / 1000,
@@ -209,8 +216,10 @@ def _milliseconds(properties: dict[str, str], key: str, default: int, path: str 
         value = int(raw.strip())
     except ValueError:
         value = 0
-    if value <= 0:
-        raise ElectionError(f"{path}: {key} must be a positive number of milliseconds, not {raw!r}.")
+    if not 0 < value <= INT32_MAX:  # Kafka's type for both is INT
+        raise ElectionError(
+            f"{path}: {key} must be a positive number of milliseconds up to {INT32_MAX}, not {raw!r}."
+        )
     return value
 
 

@@ -27,6 +27,7 @@ from formats.internal import consumer_protocol_topics
 from formats.segment import walk
 from kcli.cluster import Cluster
 from kcli.errors import KcliError
+from kcli.files import read_user_text
 from kcli.protocol.messages import build, nested_type
 
 LIST_GROUPS = 16
@@ -723,7 +724,7 @@ def parse_scope(topics: list[str]) -> list[TopicPartition | str]:
 def read_reset_file(path: Path, group_id: str) -> dict[TopicPartition, int]:
     """Kafka's CSV export: `topic,partition,offset` lines, or `group,topic,partition,offset` for several groups."""
     plan: dict[TopicPartition, int] = {}
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    for number, line in enumerate(read_user_text(path).splitlines(), 1):
         if not line.strip():
             continue
         fields = [f.strip() for f in line.split(",")]

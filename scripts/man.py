@@ -8,21 +8,17 @@ import shutil
 import sys
 from pathlib import Path
 
-import typer
-
 from kcli import __version__
-from kcli.cli.app import app
-from kcli.cli.main import register
+from kcli.cli.main import command
 
 MAN_DATE = "2026-11-22"  # fixed, so regenerating without CLI changes changes nothing
 TARGET = Path(__file__).resolve().parent.parent / "man"
 
 
 def main(target: Path = TARGET) -> list[Path]:
-    register()
+    root = command()
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir()
-    root = typer.main.get_command(app)
     written = _write(root, ["kcli"], None, target)
     print(f"wrote {len(written)} pages to {target}")
     return written

@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 from kio.schema.errors import ErrorCode
 
-from kcli.client import RECEIVE_BUFFER_BYTES, KafkaClient
+from kcli.client import RECEIVE_BUFFER_BYTES, ClientError, KafkaClient, split_bootstrap
 from kcli.protocol.codec import entity_write
 from kcli.protocol.messages import nested_type, request_type, response_type
 
@@ -85,3 +85,74 @@ def test_responses_cut_anywhere_arrive_whole_and_in_order(pieces: list[int]) -> 
         return [bytes(r.responses[0].partitions[0].records) for r in responses]
 
     assert asyncio.run(run()) == payloads
+
+
+NOT_KAFKA = {
+    "closes": b"",
+    "http 400, stays open": b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n",
+    "http 400, closes": b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n",
+    "small frame, unknown correlation id": b"\x00\x00\x00\x06garbag",
+}
+
+
+@pytest.mark.parametrize("answer", NOT_KAFKA.values(), ids=NOT_KAFKA.keys())
+def test_a_listener_that_is_not_kafka_fails_the_connect_at_once(answer: bytes) -> None:
+    """The ApiVersions answer is the first frame: a close or bytes that cannot be it end the connect
+    with one sentence, not after the 30 s request timeout."""
+
+    async def run() -> str:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read(4096)
+            if answer:
+                writer.write(answer)
+                await writer.drain()
+            if not answer or b"close" in answer:
+                writer.close()
+            else:
+                await reader.read()  # keeps the connection open until the client goes
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            with pytest.raises(ClientError) as caught:
+                await asyncio.wait_for(KafkaClient.connect(f"127.0.0.1:{port}"), 5)
+        return str(caught.value)
+
+    message = asyncio.run(run())
+    assert message.endswith("is it a Kafka listener?"), message
+    assert message.startswith("127.0.0.1:"), message
+
+
+@pytest.mark.parametrize(
+    "address", ["127.0.0.1:70000", "127.0.0.1:0", "127.0.0.1", ":9092", "host:x", "host:9²"]
+)
+def test_a_bootstrap_address_outside_host_port_is_one_sentence(address: str) -> None:
+    with pytest.raises(ClientError, match=r"host:port|between 1 and 65535"):
+        split_bootstrap(f"127.0.0.1:9092,{address}")
+
+
+def test_a_request_that_cannot_be_encoded_leaves_no_future_behind() -> None:
+    """A value beyond its protocol field is a ClientError from send, and the connection stays usable."""
+
+    async def run() -> None:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            client = await KafkaClient.connect(f"127.0.0.1:{port}", negotiate=False)
+            request = request_type(FETCH, 4)(
+                replica_id=-1,
+                max_wait=timedelta(0),
+                min_bytes=0,
+                max_bytes=1 << 40,
+                isolation_level=0,
+                topics=(),
+            )
+            with pytest.raises(ClientError, match="cannot encode the Fetch request"):
+                client.send_nowait(request)
+            assert not client._pending
+            await client.close()
+
+    asyncio.run(run())

@@ -1,6 +1,7 @@
 """`kcli dump-segment`: Kafka's line shapes, JSON lines, decoders, and bad input, through the real CLI."""
 
 import json
+import random
 import struct
 import subprocess
 import sys
@@ -79,10 +80,10 @@ def test_skip_record_metadata_and_key_prefix(tmp_path):
 
 def test_trailing_bytes_and_max_bytes(tmp_path):
     path = segment(tmp_path, V2_HELLO + V2_HELLO[:20])
-    assert (
-        kcli("dump-segment", str(path)).stdout.splitlines()[-1]
-        == "Found 20 invalid bytes at the end of 00000000000000000000.log"
-    )
+    torn = kcli("dump-segment", str(path), check=False)
+    assert torn.stdout.splitlines()[-1] == "Found 20 invalid bytes at the end of 00000000000000000000.log"
+    assert torn.returncode == 1
+    assert torn.stderr == f"kcli: {path}: 20 bytes at its end are not a whole batch.\n"
     out = kcli("dump-segment", "--max-bytes", "80", str(path)).stdout
     assert "invalid bytes" not in out and out.count("baseOffset:") == 1
 
@@ -107,7 +108,7 @@ def test_index_and_time_index_checks(tmp_path):
     path = segment(tmp_path, b"".join(batches))
     index = path.with_suffix(".index")
     index.write_bytes(encode_offset_entry(0, 1, positions[1]) + encode_offset_entry(0, 3, positions[2]))
-    out = kcli("dump-segment", str(index))
+    out = kcli("dump-segment", str(index), check=False)
     assert out.stdout.splitlines()[1:] == [
         f"offset: 1 position: {positions[1]}",
         f"offset: 3 position: {positions[2]}",
@@ -115,17 +116,21 @@ def test_index_and_time_index_checks(tmp_path):
     assert out.stderr.splitlines() == [
         f"Mismatches in :{index.absolute()}",
         "  Index offset: 3, log offset: 2",
+        f"kcli: {index.absolute()}: index entries that do not match the log.",
     ]
+    assert out.returncode == 1
     time_index = path.with_suffix(".timeindex")
     time_index.write_bytes(encode_time_entry(0, 101, 1) + encode_time_entry(0, 100, 2))
-    out = kcli("dump-segment", str(time_index))
+    out = kcli("dump-segment", str(time_index), check=False)
     assert out.stdout.splitlines()[1:] == ["timestamp: 101 offset: 1", "timestamp: 100 offset: 2"]
     assert out.stderr.splitlines() == [
         f"Found timestamp mismatch in :{time_index.absolute()}",
         "  Index timestamp: 100, log timestamp: 102",
         f"Found out of order timestamp in :{time_index.absolute()}",
         "  Index timestamp: 100, Previously indexed timestamp: 101",
+        f"kcli: {time_index.absolute()}: time index timestamps that do not match the log.",
     ]
+    assert out.returncode == 1
     assert kcli("dump-segment", "--index-sanity-check", str(index)).stdout.endswith("passed sanity check.\n")
 
 
@@ -215,13 +220,21 @@ def test_bad_input_gives_one_sentence(tmp_path):
         and "no such file" in missing.stderr
     )
     garbage = segment(tmp_path, b"\x00" * 8 + b"\x00\x00\x00\x05" + b"garbage-garbage")
-    out = kcli("dump-segment", str(garbage)).stdout
-    assert "smaller than minimum record overhead (14)" in out
+    corrupt = kcli("dump-segment", str(garbage), check=False)
+    assert "smaller than minimum record overhead (14)" in corrupt.stdout
+    assert corrupt.returncode == 1 and corrupt.stderr.startswith(
+        f"kcli: {garbage}: corrupt data at position 0"
+    )
     empty = segment(tmp_path, b"", base=7)
     assert kcli("dump-segment", str(empty)).stdout.endswith("Log starting offset: 7\n")
     unknown = tmp_path / "notes.txt"
     unknown.write_text("hi")
-    assert "Ignoring unknown file" in kcli("dump-segment", str(unknown)).stderr
+    ignored = kcli("dump-segment", str(unknown), check=False)
+    assert ignored.returncode == 1
+    assert ignored.stderr.splitlines() == [
+        f"Ignoring unknown file {unknown}",
+        f"kcli: {unknown}: it is not a file Kafka writes, so it was not dumped.",
+    ]
 
 
 def test_flipped_byte_shows_invalid_crc(tmp_path):
@@ -229,8 +242,9 @@ def test_flipped_byte_shows_invalid_crc(tmp_path):
     data = bytearray(src.read_bytes())
     data[100] ^= 0x40
     path = segment(tmp_path, bytes(data))
-    out = kcli("dump-segment", str(path)).stdout
-    assert out.count("isvalid: false") == 1
+    flipped = kcli("dump-segment", str(path), check=False)
+    assert flipped.stdout.count("isvalid: false") == 1
+    assert (flipped.returncode, flipped.stderr) == (1, f"kcli: {path}: 1 of its batches fail their CRC.\n")
 
 
 def test_man_pages_are_current(tmp_path):
@@ -248,3 +262,18 @@ def test_man_pages_are_current(tmp_path):
     assert fresh == {p.name: p.read_text() for p in (root / "man").iterdir()}, (
         "run python scripts/man.py and commit man/"
     )
+
+
+def test_a_damaged_index_names_its_file_and_the_cause(tmp_path):
+    """Index entries pointing outside the log (random bytes in .index and .timeindex) are mismatches
+    of that index, not "cannot open: invalid argument" or an OverflowError from mmap."""
+    noise = random.Random(32)
+    path = segment(tmp_path, V2_HELLO)
+    path.with_suffix(".index").write_bytes(noise.randbytes(800))
+    path.with_suffix(".timeindex").write_bytes(noise.randbytes(1200))
+    for suffix in (".index", ".timeindex"):
+        damaged = path.with_suffix(suffix)
+        proc = kcli("dump-segment", str(damaged), check=False)
+        assert proc.returncode == 1
+        last = proc.stderr.splitlines()[-1]
+        assert last.startswith(f"kcli: {damaged.absolute()}: ") and "not" in last, proc.stderr

@@ -757,3 +757,15 @@ def test_a_dir_pending_deletion_has_no_recorded_log_start(tmp_path: Path) -> Non
     found = verify(live.parent)
     assert [f.kind for f in found] == ["leader_epoch_checkpoint_mismatch"]
     assert "but the first entry starts at offset 1" in found[0].message
+
+
+def test_a_directory_of_segments_not_named_topic_partition_is_verified(tmp_path: Path) -> None:
+    """A copy of a partition's files under another name holds segments: it is verified segment by
+    segment, not refused as a directory that "holds no segments"."""
+    copy = tmp_path / "copied segments"
+    copy.mkdir()
+    for name in ("00000000000000000000.log", "00000000000000000000.index", "00000000000000000000.timeindex"):
+        (copy / name).write_bytes((FIXTURES / "m2-none-0" / name).read_bytes())
+    result = run_kcli("verify", str(copy))
+    assert result.returncode == 0, result.stderr
+    assert "3 files, 1 segment, 4 batches" in result.stdout and "no findings" in result.stdout, result.stdout

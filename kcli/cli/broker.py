@@ -68,7 +68,7 @@ def _check_listen(listen: str) -> str:
     from kcli.config import ConfigError
 
     host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if not sep or not port.isdecimal() or not 0 <= int(port) <= 65535:
         raise ConfigError(f"--listen {listen!r} is not of the form HOST:PORT (port 0-65535).")
     return listen
 

@@ -70,7 +70,14 @@ def dump_segment(
         Output.text, "--output", "-o", help="Kafka's text lines, or one JSON object per line."
     ),
 ) -> None:
-    """Dump Kafka's on-disk files the way kafka-dump-log.sh does; --output json for machines."""
+    """Dump Kafka's on-disk files the way kafka-dump-log.sh does; --output json for machines.
+
+    Exit 0 when every file was read whole and its index entries match its log; 1 when a file holds
+    corrupt data, batches that fail their CRC or bytes at its end that are not a whole batch, when an
+    index does not match its log, or when a file is not one Kafka writes (kafka-dump-log.sh exits 0
+    for these; the lines it prints about them are printed the same); 2 for a usage error or a file
+    that cannot be read.
+    """
     from kcli.dirlock import warn_if_in_use
     from kcli.output import progress_for
     from ops.dump import Dumper, DumpOptions
@@ -121,3 +128,6 @@ def dump_segment(
     if not options.json:
         for line in dumper.summary():
             print(line, file=sys.stderr)
+    failure = dumper.failure()
+    if failure is not None:
+        raise KcliError(failure, exit_code=1)

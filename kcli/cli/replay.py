@@ -244,7 +244,7 @@ def parse_rate(text: str) -> float:
 
 
 def _time(text: str, parse_datetime: Callable[[str], int]) -> int:
-    return int(text) if text.strip().lstrip("-").isdigit() else parse_datetime(text)
+    return int(text) if text.strip().lstrip("-").isdecimal() else parse_datetime(text)  # "²" is no int
 
 
 def _regex(pattern: str | None) -> str | None:

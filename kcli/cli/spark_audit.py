@@ -71,12 +71,15 @@ def _run(
     window_ms: int | None = None,
     at: str | None = None,
 ) -> int:
-    from ops.spark.archive import archive_root, is_url
+    from ops.spark.archive import archive_root, check_archive, is_url
     from ops.spark.checks import AuditOptions
 
+    if not archive.strip():  # Path("") is the current directory
+        raise KcliError("give the archive: a directory of segments or an fsspec URL.")
     root = archive_root(archive)
     if not is_url(root) and not Path(root).is_dir():
         raise KcliError(f"{archive}: no such directory.")
+    check_archive(root)  # before a Spark session starts (seconds), not after
     if not is_url(root):
         from kcli.dirlock import warn_if_in_use
 
@@ -221,7 +224,7 @@ def _file_name(location: str) -> str:
 
 def _parse_time(text: str) -> int:
     """Milliseconds since the epoch, or an ISO-8601 date-time (no zone: local time)."""
-    if text.lstrip("-").isdigit():
+    if text.lstrip("-").isdecimal():  # what int() reads; "²" is a digit it refuses
         return int(text)
     try:
         return int(datetime.fromisoformat(text).timestamp() * 1000)

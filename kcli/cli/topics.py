@@ -173,6 +173,11 @@ def create(
     from ops.configs import parse_key_values
     from ops.topics import create_topic, parse_replica_assignment
 
+    # -1 is CreateTopics' "the broker's default": only leaving the option out may say that
+    if partitions is not None and partitions < 1:
+        raise KcliError("the number of partitions must be at least 1.")
+    if replication_factor is not None and replication_factor < 1:
+        raise KcliError("the replication factor must be between 1 and 32767.")
     if replica_assignment is not None and (partitions is not None or replication_factor is not None):
         raise KcliError("--replica-assignment cannot be combined with --partitions or --replication-factor.")
     assignment = parse_replica_assignment(replica_assignment) if replica_assignment is not None else None

@@ -544,7 +544,7 @@ def parse_log_dirs(values: Iterable[str]) -> dict[int, list[Path]]:
     found: dict[int, list[Path]] = {}
     for value in values:
         broker, sep, path = value.partition("=")
-        if not sep or not broker.strip().isdigit() or not path:
+        if not sep or not broker.strip().isdecimal() or not path:
             raise KcliError(f"--logdir takes BROKER=PATH (e.g. 2=/var/lib/kafka), not {value!r}.")
         directory = Path(path)
         if not directory.is_dir():

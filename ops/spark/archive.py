@@ -37,6 +37,7 @@ from formats.segment import (
     unit_size_at,
     walk,
 )
+from kcli.errors import KcliError
 from kcli.logdir import WINDOW_BYTES, Chunk, SegmentEnd, SegmentReader
 
 TARGET_TASK_BYTES = 1 << 30  # a Python task costs 50-120 ms fixed; the header scan ~0.1 s per GiB
@@ -92,6 +93,16 @@ def archive_root(root: str | os.PathLike) -> str:
     if is_url(text):
         return text
     return str(Path(_local_path(text)).resolve())
+
+
+def check_archive(root: str) -> None:
+    """Open the archive's root as discover() will, before a Spark session is started for it: a
+    missing dir is a FileNotFoundError naming it, an fsspec URL of a protocol fsspec does not know (or
+    whose package is not installed) a KcliError naming the URL."""
+    try:
+        _FsspecTree(root) if is_url(root) else _LocalTree(root)
+    except (ValueError, ImportError) as exc:  # fsspec: "Protocol not known: ...", "Install s3fs ..."
+        raise KcliError(f"{root}: {str(exc).rstrip('.')}.") from None
 
 
 def is_url(path: str) -> bool:

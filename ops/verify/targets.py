@@ -26,7 +26,7 @@ class NotKafkaPath(ValueError):
 
 
 class Target(NamedTuple):
-    kind: str  # "segment", "partition" or "log_dir"
+    kind: str  # "segment", "partition", "segments" (a dir of segments not named TOPIC-PARTITION) or "log_dir"
     path: Path
 
 
@@ -47,6 +47,8 @@ def resolve(path: Path) -> Target:
         parse_partition_dir(n) and (path / n).is_dir() for n in names
     ):
         return Target("log_dir", path)
+    if any(is_segment_name(n) for n in names):  # a copy of a partition's files, under another name
+        return Target("segments", path)
     raise NotKafkaPath(
         f"{path} is not a Kafka directory: it holds no segments, partition directories or checkpoint files."
     )
@@ -62,7 +64,9 @@ def log_bytes(target: Target) -> int:
     try:
         if target.kind == "segment":
             return path.stat().st_size
-        dirs = [path] if target.kind == "partition" else [d for d in path.iterdir() if d.is_dir()]
+        dirs = (
+            [path] if target.kind in ("partition", "segments") else [d for d in path.iterdir() if d.is_dir()]
+        )
         return sum(f.stat().st_size for d in dirs for f in d.iterdir() if is_segment_name(f.name))
     except OSError:
         return 0

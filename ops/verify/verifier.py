@@ -77,6 +77,9 @@ class Verifier:
                 self._verify_lone_segment(target.path)
             elif target.kind == "partition":
                 self._verify_lone_partition(target.path)
+            elif target.kind == "segments":  # no TOPIC-PARTITION name to check them against: one by one
+                for name in sorted(n for n in os.listdir(target.path) if is_segment_name(n)):
+                    self._verify_lone_segment(target.path / name)
             else:
                 self._verify_log_dir(target.path)
         return self.summary
