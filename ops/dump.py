@@ -100,6 +100,10 @@ class Dumper:
         self.problems = _Problems()
         self.damage: dict[str, str] = {}
         """File -> what is wrong with it: kafka-dump-log.sh prints these and exits 0; kcli exits 1."""
+        self.preallocated: set[str] = set()
+        """Indexes still preallocated with zeros and holding no entry (a running broker's active segment,
+        any after an unclean shutdown): Kafka's tool reads their zero first slot as an entry and reports
+        it as a mismatch; the same lines are printed here, but such a file is not damaged."""
         self._key = _value_decoder(options.key_decoder, options.json)
         self._value = _value_decoder(options.value_decoder, options.json)
         fast = ("string", "hex", "base64")
@@ -184,7 +188,8 @@ class Dumper:
             (p.time_not_found, "time index offsets not found in the log"),
         ):
             for name in table:
-                self.damage.setdefault(name, what)
+                if name not in self.preallocated:
+                    self.damage.setdefault(name, what)
         if not self.damage:
             return None
         items = [f"{name} ({what})" for name, what in self.damage.items()]
@@ -446,6 +451,8 @@ class Dumper:
                 f"{path} passed sanity check.\n", {"type": "sanityCheck", "file": str(path), "passed": True}
             )
             return
+        if len(index.as_trimmed()) == 0:
+            self.preallocated.add(str(path.absolute()))
         log = LogFile(_sibling(path, ".log"))
         out: list = []
         for entry in index.entries():
@@ -469,6 +476,8 @@ class Dumper:
         opts = self.options
         base = _required_base_offset(path)
         time_index = TimeIndex(path.read_bytes(), base)
+        if len(time_index) and len(time_index.as_trimmed()) == 0:
+            self.preallocated.add(str(path.absolute()))
         if opts.index_sanity_check:
             time_index.sanity_check()
             self._line(

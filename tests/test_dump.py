@@ -277,3 +277,21 @@ def test_a_damaged_index_names_its_file_and_the_cause(tmp_path):
         assert proc.returncode == 1
         last = proc.stderr.splitlines()[-1]
         assert last.startswith(f"kcli: {damaged.absolute()}: ") and "not" in last, proc.stderr
+
+
+def test_a_preallocated_index_prints_kafkas_lines_and_is_not_damage(tmp_path):
+    """A running broker's active segment (or any after an unclean shutdown) has its .index and
+    .timeindex preallocated with zeros. kafka-dump-log.sh reads the zero first slot as the entry
+    (offset base, position 0) and reports a mismatch with the first batch's last offset; the same lines
+    are printed, but the file is not damaged, so the exit status is 0 (a real mismatch is 1)."""
+    path = segment(tmp_path, build_batch([RecordSpec(1, b"a", b"1"), RecordSpec(2, b"b", b"2")]))
+    path.with_suffix(".index").write_bytes(bytes(8 * 64))
+    path.with_suffix(".timeindex").write_bytes(bytes(12 * 64))
+    proc = kcli(
+        "dump-segment", str(path.with_suffix(".index")), str(path.with_suffix(".timeindex")), check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Index offset: 0, log offset: 1" in proc.stdout + proc.stderr
+    path.with_suffix(".index").write_bytes(encode_offset_entry(0, 0, 0))  # trimmed: a real entry
+    proc = kcli("dump-segment", str(path.with_suffix(".index")), check=False)
+    assert proc.returncode == 1, proc.stderr
