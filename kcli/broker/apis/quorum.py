@@ -17,26 +17,28 @@ from kio.schema.errors import ErrorCode
 from kcli.broker.apis.context import RequestContext, forward_unless_active, on_controller
 from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.metadata.controller import BrokerHeartbeat
+from kcli.broker.raft.raft_util import (
+    ADD_RAFT_VOTER,
+    BEGIN_QUORUM_EPOCH,
+    DESCRIBE_QUORUM,
+    END_QUORUM_EPOCH,
+    FETCH,
+    FETCH_SNAPSHOT,
+    REMOVE_RAFT_VOTER,
+    UPDATE_RAFT_VOTER,
+    VOTE,
+)
 from kcli.config import Listener
 from kcli.protocol.messages import build, kio_versions, response_type
 
 log = logging.getLogger("kcli.broker")
 
-FETCH = 1
-VOTE = 52
-BEGIN_QUORUM_EPOCH = 53
-END_QUORUM_EPOCH = 54
-DESCRIBE_QUORUM = 55
-FETCH_SNAPSHOT = 59
 BROKER_REGISTRATION = 62
 BROKER_HEARTBEAT = 63
 UNREGISTER_BROKER = 64
 ALLOCATE_PRODUCER_IDS = 67
 ALTER_PARTITION = 56
 ASSIGN_REPLICAS_TO_DIRS = 73
-ADD_RAFT_VOTER = 80
-REMOVE_RAFT_VOTER = 81
-UPDATE_RAFT_VOTER = 82
 _NO_THROTTLE = datetime.timedelta(0)
 
 
