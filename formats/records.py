@@ -16,7 +16,8 @@ from typing import NamedTuple
 from formats import _native
 from formats.compression import DEFAULT_MAX_UNCOMPRESSED, Codec, codec_of, compress, decompress
 from formats.errors import CorruptRecordError
-from formats.internal.codec import Malformed, Reader, write_uvarint
+from formats.internal.codec import Malformed, Reader
+from formats.wire import VarintError, read_uvarint, write_compact_string, write_uvarint
 
 Buffer = bytes | bytearray | memoryview
 
@@ -478,28 +479,19 @@ def _control_value(value: Buffer | None, size: int, what: str) -> memoryview:
 
 def _check_tagged_fields(data: memoryview, position: int, what: str) -> None:
     """Walk the tagged-field section of a flexible message (unknown tags are skipped, as Kafka does)."""
-    count, position = _read_uvarint(data, position, what)
-    for _ in range(count):
-        _tag, position = _read_uvarint(data, position, what)
-        size, position = _read_uvarint(data, position, what)
-        position += size
-        if position > len(data):
-            raise CorruptRecordError(f"Invalid {what} record value: a tagged field runs past its end")
+    end = len(data)
+    try:
+        count, position = read_uvarint(data, position, end)
+        for _ in range(count):
+            _tag, position = read_uvarint(data, position, end)
+            size, position = read_uvarint(data, position, end)
+            position += size
+            if position > end:
+                raise CorruptRecordError(f"Invalid {what} record value: a tagged field runs past its end")
+    except VarintError:
+        raise CorruptRecordError(f"Invalid {what} record value: a bad unsigned varint") from None
     if position != len(data):
         raise CorruptRecordError(f"Invalid {what} record value: {len(data) - position} byte(s) after its end")
-
-
-def _read_uvarint(data: memoryview, position: int, what: str) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if position >= len(data) or shift > 28:
-            raise CorruptRecordError(f"Invalid {what} record value: a bad unsigned varint")
-        byte = data[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, position
-        shift += 7
 
 
 def end_txn_marker(value: bytes | None) -> EndTxnMarker:
@@ -792,9 +784,7 @@ def voters_value(voters: Sequence[KRaftVoter], version: int = KRAFT_VOTERS_RECOR
         write_uvarint(out, len(voter.endpoints) + 1)
         for name, host, port in voter.endpoints:
             for text in (name, host):
-                data = text.encode()
-                write_uvarint(out, len(data) + 1)
-                out += data
+                write_compact_string(out, text)
             out += _UINT16.pack(port) + b"\0"
         out += struct.pack(">hh", voter.min_kraft_version, voter.max_kraft_version) + b"\0"
         out += b"\0"

@@ -154,3 +154,14 @@ def test_the_rules_see_the_tree() -> None:
     assert {"formats.records", "kcli.protocol.messages", "kcli.broker.replication.partition"} <= set(MODULES)
     assert "kcli.broker.log.log" in EDGES["kcli.broker.replication.partition"]
     assert "kcli.protocol.messages" in EDGES["ops.groups"]
+
+
+def test_the_raft_client_stays_split_along_kafkas_lines() -> None:
+    """KafkaRaftClient's parts (elections, Fetch replication, snapshots, voter changes ...) are modules of
+    their own; one growing past ~1,000 lines is a sign a second concept has moved in."""
+    sizes = {
+        name: len(path.read_text().splitlines())
+        for name, path in MODULES.items()
+        if _within(name, "kcli.broker.raft")
+    }
+    assert {name: size for name, size in sizes.items() if size > 1000} == {}

@@ -820,7 +820,7 @@ def test_a_replica_id_that_another_live_directory_holds_is_refused(tmp_path):
     same dir) is served, and so is a dir formatted again once the old one has been silent that long."""
     from kcli.broker.raft import open_raft_client
     from kcli.broker.raft.metadata_log import CLUSTER_METADATA_TOPIC_ID
-    from kcli.broker.raft.raft_client import FETCH, NODE_ID_TAKEN, VOTE
+    from kcli.broker.raft.raft_util import FETCH, NODE_ID_TAKEN, VOTE
 
     own, first, second = (uuid.UUID(int=n) for n in (0xA1, 0xB2, 0xC3))
 
@@ -1176,7 +1176,7 @@ def test_an_excessively_large_operation_fails_whole_and_at_once(tmp_path):
 def test_a_vote_in_an_epoch_near_the_int32_limit_is_refused(tmp_path):
     """One forged Vote in epoch 2**31-1 would leave no epoch to campaign in and none to write."""
     from kcli.broker.raft import open_raft_client
-    from kcli.broker.raft.raft_client import MAX_EPOCH, VOTE
+    from kcli.broker.raft.raft_util import MAX_EPOCH, VOTE
     from kcli.protocol.messages import nested_type, request_type
 
     async def run() -> None:

@@ -240,7 +240,7 @@ def test_a_voter_that_follows_names_its_leader_in_its_vote_answers(tmp_path: Pat
             [leader] = [r for r in rafts if r.quorum.is_leader]
             follower, other = [r for r in rafts if not r.quorum.is_leader]
             # a pre-vote from the other follower with an empty log: refused, naming the leader and where it is
-            request = other._vote_request(follower.node_id, follower.epoch, 0, 0, pre_vote=True)
+            request = other.elections.vote_request(follower.node_id, follower.epoch, 0, 0, pre_vote=True)
             answer = follower.handle_vote(request, 2)
             [partition] = answer.topics[0].partitions
             assert (partition.vote_granted, partition.leader_id) == (False, leader.node_id)

@@ -37,7 +37,7 @@ from formats.internal.codec import (
     sentence,
     signed32,
     write_struct,
-    write_uvarint,
+    write_uvarint32,
 )
 from formats.internal.schemas import (
     COORDINATOR_RECORDS,
@@ -502,9 +502,9 @@ def encode_metadata_record(record_type: str | int, version: int, data: Mapping[s
     if version not in schema.valid:
         raise FormatError(f"{schema.name} has no version {version}; its versions are {schema.valid}.")
     out = bytearray()
-    write_uvarint(out, _FRAME_VERSION)
-    write_uvarint(out, int(schema.api_key))  # type: ignore[arg-type]
-    write_uvarint(out, version)
+    write_uvarint32(out, _FRAME_VERSION)
+    write_uvarint32(out, int(schema.api_key))  # type: ignore[arg-type]
+    write_uvarint32(out, version)
     write_struct(schema.fields, version, True, data, out, schema.name)
     return bytes(out)
 

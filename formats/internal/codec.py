@@ -21,6 +21,7 @@ from uuid import UUID
 
 from formats.errors import FormatError
 from formats.internal.schemas import Field, Schema
+from formats.wire import VarintError, read_uvarint, write_uvarint
 
 
 class Malformed(Exception):
@@ -85,16 +86,15 @@ class Reader:
 
     def uvarint(self) -> int:
         """An unsigned varint of at most 5 bytes, wrapped to 32 bits as Java's int would be."""
-        value = 0
-        for shift in range(0, 35, 7):
-            if self.pos >= self._end:
-                raise Malformed("Not enough bytes to read an unsigned varint")
-            b = self._buf[self.pos]
-            self.pos += 1
-            value |= (b & 0x7F) << shift
-            if b < 0x80:
-                return value & 0xFFFFFFFF
-        raise Malformed("Varint is too long, the most significant bit in the 5th byte is set")
+        try:
+            value, self.pos = read_uvarint(self._buf, self.pos, self._end)
+        except VarintError as exc:
+            raise Malformed(
+                "Not enough bytes to read an unsigned varint"
+                if exc.truncated
+                else "Varint is too long, the most significant bit in the 5th byte is set"
+            ) from None
+        return value & 0xFFFFFFFF
 
     def compact_length(self) -> int:
         """A compact length (uvarint of length + 1), as Java computes it with ints: -1 means null."""
@@ -269,10 +269,10 @@ def write_struct(
             continue
         _write_field(field, version, flexible, value, out, where, tagged=False)
     if flexible:
-        write_uvarint(out, len(tagged))
+        write_uvarint32(out, len(tagged))
         for tag, payload in sorted(tagged):
-            write_uvarint(out, tag)
-            write_uvarint(out, len(payload))
+            write_uvarint32(out, tag)
+            write_uvarint32(out, len(payload))
             out += payload
     elif tagged:
         raise FormatError(f"Tagged fields were set, but version {version} of {where} does not support them.")
@@ -302,7 +302,7 @@ def _write_field(
         return
     if field.is_array:
         if flexible:
-            write_uvarint(out, len(value) + 1)
+            write_uvarint32(out, len(value) + 1)
         else:
             out += INT32.pack(len(value))
         for element in value:
@@ -330,7 +330,7 @@ def _write_element(
         except UnicodeEncodeError:
             raise FormatError(f"Field {field.name} of {where} is not valid Unicode text.") from None
         if flexible:
-            write_uvarint(out, len(raw) + 1)
+            write_uvarint32(out, len(raw) + 1)
         elif len(raw) > 0x7FFF:
             raise FormatError(f"'{field.name}' field is too long to be serialized")
         else:
@@ -341,7 +341,7 @@ def _write_element(
             raise FormatError(f"Field {field.name} of {where} must be bytes, not {type(value).__name__}.")
         raw = bytes(value)
         if flexible:
-            write_uvarint(out, len(raw) + 1)
+            write_uvarint32(out, len(raw) + 1)
         else:
             out += INT32.pack(len(raw))
         out += raw
@@ -370,13 +370,12 @@ def _write_element(
             raise FormatError(f"Field {field.name} of {where} is out of range for {kind}: {value}.") from None
 
 
-def write_uvarint(out: bytearray, value: int) -> None:
+def write_uvarint32(out: bytearray, value: int) -> None:
+    """`formats.wire.write_uvarint` for a value an unsigned 32-bit varint holds (Java's readers take no
+    more); FormatError for any other, as these values come from users' records."""
     if value < 0 or value > 0xFFFFFFFF:
         raise FormatError(f"{value} cannot be written as an unsigned varint.")
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
+    write_uvarint(out, value)
 
 
 # --- JSON as Kafka's JsonConverters and Jackson print it -------------------------------------------------------

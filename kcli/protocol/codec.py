@@ -19,6 +19,7 @@ from operator import attrgetter
 
 from kio.serial._implicit_defaults import get_tagged_field_default
 
+from formats.wire import write_compact_string, write_legacy_string, write_uvarint
 from kcli.protocol.messages import unwrap_optional
 
 Write = Callable[[bytearray, typing.Any], None]
@@ -51,7 +52,7 @@ def entity_write(entity_type: type) -> Write:
             run = []
         if is_request_header and f.name == "client_id":
             plain.append(
-                (attrgetter(f.name), _legacy_string)
+                (attrgetter(f.name), write_legacy_string)
             )  # a legacy string even in header v2, as in Kafka
         elif tag is None:
             plain.append((attrgetter(f.name), _field_write(f, flexible, in_tag=False)))
@@ -182,7 +183,6 @@ _STRUCT_CODES = {
     "float64": "d",
     "error_code": "h",
 }
-_INT16 = struct.Struct(">h").pack
 _INT32 = struct.Struct(">i").pack
 _INT64 = struct.Struct(">q").pack
 _ZERO_UUID = bytes(16)
@@ -212,28 +212,6 @@ def _datetime_i64(out: bytearray, value: object) -> None:
     out += _INT64(-1 if value is None else round(value.timestamp() * 1000))  # type: ignore[attr-defined]
 
 
-def _compact_bytes(out: bytearray, value: str | bytes | None) -> None:
-    if value is None:
-        out.append(0)
-        return
-    data = value.encode() if isinstance(value, str) else value
-    size = len(data) + 1
-    if size < 0x80:
-        out.append(size)
-    else:
-        write_uvarint(out, size)
-    out += data
-
-
-def _legacy_string(out: bytearray, value: str | None) -> None:
-    if value is None:
-        out += b"\xff\xff"
-        return
-    data = value.encode()
-    out += _INT16(len(data))
-    out += data
-
-
 def _legacy_bytes(out: bytearray, value: bytes | None) -> None:
     if value is None:
         out += b"\xff\xff\xff\xff"
@@ -257,8 +235,8 @@ def _primitive(kafka_type: str, flexible: bool, optional: bool) -> Write:
         return simple
     if kafka_type in ("string", "bytes", "records"):
         if flexible:
-            return _compact_bytes
-        return _legacy_string if kafka_type == "string" else _legacy_bytes
+            return write_compact_string
+        return write_legacy_string if kafka_type == "string" else _legacy_bytes
     raise LookupError(f"no encoder for kafka_type {kafka_type!r}")
 
 
@@ -288,14 +266,3 @@ def _legacy_array(item: Write) -> Write:
             item(out, value)
 
     return write
-
-
-def write_uvarint(out: bytearray, value: int) -> None:
-    """Kafka's unsigned varint (lengths and counts of flexible versions), appended to `out`."""
-    if value < 0x80:  # the common case: one byte
-        out.append(value)
-        return
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)

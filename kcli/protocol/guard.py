@@ -21,6 +21,7 @@ import typing
 from collections.abc import Callable
 from functools import cache
 
+from formats.wire import VarintError, read_uvarint, uvarint
 from kcli.protocol.messages import unwrap_optional
 
 Edits = list[tuple[int, int, bytes]]
@@ -44,13 +45,19 @@ def check_sizes(
     """Walk one `entity_type` message at `offset`; return where it ends and the unknown tagged
     fields found (Kafka skips those; kio refuses them), or raise DeclaredSizeError."""
     edits: Edits = []
-    position = entity_checker(entity_type)(buffer, offset, len(buffer) if end is None else end, edits)
+    try:
+        position = entity_checker(entity_type)(buffer, offset, len(buffer) if end is None else end, edits)
+    except VarintError as exc:
+        raise DeclaredSizeError(str(exc)) from None
     return position, edits
 
 
 def skip_tagged_fields(buffer: bytes, offset: int, end: int) -> int:
     """Skip a tagged-fields section none of whose tags we know (a request header v2)."""
-    return _check_tagged_fields(buffer, offset, end, {}, [])
+    try:
+        return _check_tagged_fields(buffer, offset, end, {}, [])
+    except VarintError as exc:
+        raise DeclaredSizeError(str(exc)) from None
 
 
 def without_unknown_tags(buffer: bytes, edits: Edits) -> bytes:
@@ -204,7 +211,7 @@ def _primitive_checker(kafka_type: str, flexible: bool, *, null_ok: bool, name: 
                 length_plus_one = buffer[pos]
                 pos += 1
             else:
-                length_plus_one, pos = _read_uvarint(buffer, pos, end)
+                length_plus_one, pos = read_uvarint(buffer, pos, end)
             length = length_plus_one - 1
             if length > 0:
                 _need(pos, length, end, f"a {kafka_type} of {length} bytes")
@@ -262,7 +269,7 @@ def _array_checker(
                 count = buffer[pos] - 1
                 pos += 1
             else:
-                count_plus_one, pos = _read_uvarint(buffer, pos, end)
+                count_plus_one, pos = read_uvarint(buffer, pos, end)
                 count = count_plus_one - 1
         else:
             _need(pos, 4, end, "an array length")
@@ -294,7 +301,7 @@ def _check_tagged_fields(
     if pos < end and buffer[pos] == 0:  # no tagged fields, the common case
         return pos + 1
     section_start = pos
-    count, pos = _read_uvarint(buffer, pos, end)
+    count, pos = read_uvarint(buffer, pos, end)
     count_end = pos
     if count > end - pos:
         raise DeclaredSizeError(f"{count} tagged fields cannot fit in {end - pos} bytes")
@@ -302,8 +309,8 @@ def _check_tagged_fields(
     unknown: list[tuple[int, int]] = []
     for _ in range(count):
         tag_start = pos
-        tag, pos = _read_uvarint(buffer, pos, end)
-        size, pos = _read_uvarint(buffer, pos, end)
+        tag, pos = read_uvarint(buffer, pos, end)
+        size, pos = read_uvarint(buffer, pos, end)
         _need(pos, size, end, f"tagged field {tag} of {size} bytes")
         checker = known.get(tag)
         if checker is not None:
@@ -315,31 +322,9 @@ def _check_tagged_fields(
     if unknown:
         if edits is None:
             raise DeclaredSizeError("an unknown tagged field inside a tagged field cannot be skipped")
-        edits.append((section_start, count_end, _encode_uvarint(kept)))
+        edits.append((section_start, count_end, uvarint(kept)))
         edits.extend((start, stop, b"") for start, stop in unknown)
     return pos
-
-
-def _encode_uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _read_uvarint(buffer: bytes, pos: int, end: int) -> tuple[int, int]:
-    result = 0
-    for shift in (0, 7, 14, 21, 28):
-        if pos >= end:
-            raise DeclaredSizeError("the message ends inside a varint")
-        byte = buffer[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-    raise DeclaredSizeError("a varint is longer than 5 bytes")
 
 
 def _null_message(name: str) -> str:

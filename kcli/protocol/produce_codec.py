@@ -29,6 +29,17 @@ from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
+from formats.wire import (
+    read_array_length,
+    read_nullable_string,
+    read_uvarint,
+    skip_tagged_fields,
+    uvarint,
+    write_array_length,
+    write_legacy_string,
+    write_nullable_string,
+)
+
 PRODUCE = 0
 FIRST_VERSION = 3
 LAST_VERSION = 13
@@ -73,19 +84,20 @@ class ProduceFramer:
             raise ValueError(f"Produce v{version} names its topic: give topic")
         self.version = version
         self.flexible = flexible = version >= FIRST_FLEXIBLE_VERSION
-        static = bytearray(_nullable_string(client_id, compact=False))  # header v1/v2: never compact
+        static = bytearray()
+        write_legacy_string(static, client_id)  # header v1/v2: never compact
         if flexible:
             static += b"\0"  # request header v2: no tagged fields
-        static += _nullable_string(transactional_id, compact=flexible)
+        write_nullable_string(static, transactional_id, flexible)
         static += struct.pack(">hi", acks, timeout_ms)
-        static += _array_length(1, flexible)
+        write_array_length(static, 1, flexible)
         if version >= FIRST_TOPIC_ID_VERSION:
             assert topic_id is not None
             static += topic_id.bytes
         else:
             assert topic is not None
-            static += _nullable_string(topic, compact=flexible)
-        static += _array_length(1, flexible)
+            write_nullable_string(static, topic, flexible)
+        write_array_length(static, 1, flexible)
         # size, api key, api version, correlation id, the static bytes, partition index, then the
         # records' length: an int32, or a varint of one to three bytes (records below 2 MiB)
         head = f">ihhi{len(static)}si"
@@ -115,7 +127,7 @@ class ProduceFramer:
         elif n < 0x200000:
             length = (n & 0x7F | 0x80, n >> 7 & 0x7F | 0x80, n >> 14)
         else:
-            varint = _uvarint(n)
+            varint = uvarint(n)
             head = self._head.pack(
                 size + len(varint), PRODUCE, self.version, correlation_id, self._static, partition
             )
@@ -158,17 +170,17 @@ class ProduceFramer:
         """The fixed bytes of the usual answer, before the partition's fields and after them."""
         flexible, version = self.flexible, self.version
         head = bytearray(b"\0" if flexible else b"")  # response header v1: no tagged fields
-        head += _array_length(1, flexible)
+        write_array_length(head, 1, flexible)
         if version >= FIRST_TOPIC_ID_VERSION:
             assert topic_id is not None
             head += topic_id.bytes
         else:
-            head += _nullable_string(topic, compact=flexible)
-        head += _array_length(1, flexible)
+            write_nullable_string(head, topic, flexible)
+        write_array_length(head, 1, flexible)
         tail = bytearray()
         if version >= 8:
-            tail += _array_length(0, flexible)  # record_errors
-            tail += _nullable_string(None, compact=flexible)  # error_message
+            write_array_length(tail, 0, flexible)  # record_errors
+            write_nullable_string(tail, None, flexible)  # error_message
         if flexible:
             tail += b"\0\0"  # tagged fields of partition and topic
         self._answer_head = bytes(head)
@@ -218,13 +230,14 @@ def write_produce_response(version: int, results: list[tuple[Any, list[tuple[int
     """
     flexible = version >= FIRST_FLEXIBLE_VERSION
     by_id = version >= FIRST_TOPIC_ID_VERSION
-    out = bytearray(_array_length(len(results), flexible))
+    out = bytearray()
+    write_array_length(out, len(results), flexible)
     for key, outcomes in results:
         if by_id:
             out += _NULL_UUID if key is None else key.bytes
         else:
-            out += _nullable_string(key, compact=flexible)
-        out += _array_length(len(outcomes), flexible)
+            write_nullable_string(out, key, flexible)
+        write_array_length(out, len(outcomes), flexible)
         for index, outcome in outcomes:
             if (
                 outcome.record_errors
@@ -260,18 +273,18 @@ def _read_answer(
 ) -> ProducePartitionAnswer | None:
     pos = 4  # correlation id
     if flexible:
-        pos = _skip_tagged_fields(frame, pos)  # response header v1
-    count, pos = _read_array_length(frame, pos, flexible)
+        pos = skip_tagged_fields(frame, pos, len(frame))  # response header v1
+    count, pos = read_array_length(frame, pos, flexible)
     if count != 1:
         return None
     if version >= FIRST_TOPIC_ID_VERSION:
         pos += 16
     elif flexible:
-        length, pos = _read_uvarint(frame, pos)
+        length, pos = read_uvarint(frame, pos, len(frame))
         pos += length - 1
     else:
         pos += 2 + _INT16.unpack_from(frame, pos)[0]
-    count, pos = _read_array_length(frame, pos, flexible)
+    count, pos = read_array_length(frame, pos, flexible)
     if count != 1:
         return None
     index, code, base_offset = _PARTITION.unpack_from(frame, pos)
@@ -285,16 +298,16 @@ def _read_answer(
         (log_start_offset,) = _INT64.unpack_from(frame, pos)
         pos += 8
     if version >= 8:
-        count, pos = _read_array_length(frame, pos, flexible)
+        count, pos = read_array_length(frame, pos, flexible)
         if count != 0:
             return None  # record errors: kio reads them
-        error_message, pos = _read_nullable_string(frame, pos, flexible)
+        error_message, pos = read_nullable_string(frame, pos, flexible)
     if flexible:
-        pos = _skip_tagged_fields(frame, pos)  # partition (current_leader)
-        pos = _skip_tagged_fields(frame, pos)  # topic
+        pos = skip_tagged_fields(frame, pos, len(frame))  # partition (current_leader)
+        pos = skip_tagged_fields(frame, pos, len(frame))  # topic
     _INT32.unpack_from(frame, pos)  # throttle_time_ms (v1+): only checked to be there
     if flexible:
-        _skip_tagged_fields(frame, pos + 4)  # node_endpoints
+        skip_tagged_fields(frame, pos + 4, len(frame))  # node_endpoints
     error_code = _ERROR_CODES.get(code)
     if error_code is None:
         return None
@@ -303,80 +316,7 @@ def _read_answer(
     )
 
 
-def _read_array_length(frame: bytes | bytearray | memoryview, pos: int, flexible: bool) -> tuple[int, int]:
-    if flexible:
-        length, pos = _read_uvarint(frame, pos)
-        return length - 1, pos
-    return _INT32.unpack_from(frame, pos)[0], pos + 4
-
-
-def _read_nullable_string(
-    frame: bytes | bytearray | memoryview, pos: int, flexible: bool
-) -> tuple[str | None, int]:
-    if flexible:
-        length, pos = _read_uvarint(frame, pos)
-        length -= 1
-    else:
-        (length,) = _INT16.unpack_from(frame, pos)
-        pos += 2
-    if length < 0:
-        return None, pos
-    end = pos + length
-    if end > len(frame):
-        raise ValueError("the string runs past the frame")
-    return bytes(frame[pos:end]).decode(), end
-
-
-def _skip_tagged_fields(frame: bytes | bytearray | memoryview, pos: int) -> int:
-    count, pos = _read_uvarint(frame, pos)
-    for _ in range(count):
-        _, pos = _read_uvarint(frame, pos)  # tag
-        size, pos = _read_uvarint(frame, pos)
-        pos += size
-    if pos > len(frame):
-        raise ValueError("a tagged field runs past the frame")
-    return pos
-
-
-def _read_uvarint(frame: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
-    value = 0
-    for shift in range(0, 35, 7):
-        byte = frame[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-    raise ValueError("a varint is longer than five bytes")
-
-
-# --- writing --------------------------------------------------------------------------------------
-
-
-def _nullable_string(value: str | None, *, compact: bool) -> bytes:
-    if value is None:
-        return b"\0" if compact else b"\xff\xff"
-    data = value.encode()
-    return (_uvarint(len(data) + 1) if compact else _INT16.pack(len(data))) + data
-
-
-def _array_length(count: int, flexible: bool) -> bytes:
-    return _uvarint(count + 1) if flexible else _INT32.pack(count)
-
-
-def _uvarint(value: int) -> bytes:
-    """Kafka's unsigned varint: seven bits a byte, low bits first, the high bit set on all but the last."""
-    if value < 0x80:  # nearly every length and count: the broker writes three per answer
-        return _ONE_BYTE[value]
-    out = bytearray()
-    while True:
-        low, value = value & 0x7F, value >> 7
-        out.append(low | 0x80 if value else low)
-        if not value:
-            return bytes(out)
-
-
 _INT16 = struct.Struct(">h")
-_ONE_BYTE = [bytes((value,)) for value in range(0x80)]
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
 _NULL_UUID = bytes(16)

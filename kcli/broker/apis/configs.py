@@ -29,13 +29,13 @@ import datetime
 import math
 import re
 from collections import Counter
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis.context import RequestContext, forward_unless_active
+from kcli.broker.apis.context import RequestContext, controller_error, forward_unless_active
 from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.dynamic_config import (
     config_key,
@@ -44,7 +44,7 @@ from kcli.broker.dynamic_config import (
     synonyms_of,
     validate_change,
 )
-from kcli.broker.metadata.controller import ApiError, ConfigOp, NotControllerError, topic_name_error
+from kcli.broker.metadata.controller import ApiError, ConfigOp, topic_name_error
 from kcli.broker.metadata.image import ClusterMetadataImage
 from kcli.config import (
     BROKER_CONFIGS,
@@ -556,26 +556,18 @@ async def _alter_one(
                 if resource_type == ResourceType.TOPIC
                 else controller.alter_broker_configs
             )
-            return await _controller_call(alter(name, ops, validate_only=validate_only))
+            return await controller_error(alter(name, ops, validate_only=validate_only))
         replace_all = (
             controller.replace_topic_configs
             if resource_type == ResourceType.TOPIC
             else controller.replace_broker_configs
         )
-        return await _controller_call(replace_all(name, dict(items), validate_only=validate_only))
+        return await controller_error(replace_all(name, dict(items), validate_only=validate_only))
     if resource_type in (ResourceType.BROKER_LOGGER, ResourceType.CLIENT_METRICS, ResourceType.GROUP):
         if resource_type == ResourceType.BROKER_LOGGER and not incremental:
             return ApiError(ErrorCode.invalid_request, f"Unknown resource type {resource_type}")
         return _unsupported(resource_type)
     return ApiError(ErrorCode.invalid_request, f"Unknown resource type {resource_type}")
-
-
-async def _controller_call(operation: Awaitable[ApiError]) -> ApiError:
-    """A controller answer, or NOT_CONTROLLER when this node's controller is not (or stopped being) active."""
-    try:
-        return await operation
-    except NotControllerError as exc:
-        return ApiError(ErrorCode.not_controller, str(exc))
 
 
 def _unknown_operation(ops: Sequence[tuple]) -> ApiError | None:

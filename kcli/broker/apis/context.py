@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from kcli.broker.metadata.controller import NotControllerError
+from kcli.broker.metadata.controller.controller_result import NONE, ApiError, ApiException
 from kcli.config import BrokerConfig
 
 if TYPE_CHECKING:
@@ -30,6 +32,8 @@ AutoCreateTopics = Callable[[Sequence[str]], Awaitable[Mapping[str, ErrorCode]]]
 
 
 ForwardToController = Callable[[Any], Awaitable[Any]]
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -161,3 +165,24 @@ async def forward_unless_active(ctx: RequestContext, request: Any) -> Any | None
     ) or ctx.connection.listener == state.controller_listener_name:
         return None
     return await state.forward_to_controller(request)
+
+
+async def on_controller(call: Awaitable[T]) -> tuple[T | None, ApiError]:
+    """The controller's answer and NONE, or None and the error its refusal maps to.
+
+    One mapping for every API the active controller answers: NOT_CONTROLLER with the reason when this
+    node's controller is not (or stopped being) the active one, so the sender looks for the new one;
+    an ApiException's own error otherwise. Each handler puts the error in its response's shape.
+    """
+    try:
+        return await call, NONE
+    except NotControllerError as exc:
+        return None, ApiError(ErrorCode.not_controller, str(exc))
+    except ApiException as exc:
+        return None, exc.error
+
+
+async def controller_error(call: Awaitable[ApiError]) -> ApiError:
+    """For an operation that answers with an ApiError: that answer, or the refusal's (`on_controller`)."""
+    answer, refused = await on_controller(call)
+    return refused if answer is None else answer

@@ -12,10 +12,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis.context import RequestContext, forward_unless_active
+from kcli.broker.apis.context import RequestContext, forward_unless_active, on_controller
 from kcli.broker.apis.registry import ApiSpec
-from kcli.broker.metadata.controller import NotControllerError
-from kcli.broker.metadata.controller.controller_result import ApiException
 from kcli.protocol.messages import build, kio_versions, nested_type, response_type
 
 ELECT_LEADERS = 43
@@ -26,12 +24,10 @@ async def handle_elect_leaders(ctx: RequestContext, request: Any) -> object:
     forwarded = await forward_unless_active(ctx, request)
     if forwarded is not None:
         return forwarded
-    try:
-        return await ctx.controller.elect_leaders(request)
-    except NotControllerError as exc:
-        return _error_response(ctx.api_version, request, ErrorCode.not_controller, str(exc))
-    except ApiException as exc:
-        return _error_response(ctx.api_version, request, exc.error.code, exc.error.message)
+    response, error = await on_controller(ctx.controller.elect_leaders(request))
+    if error.is_failure:
+        return _error_response(ctx.api_version, request, error.code, error.message)
+    return response
 
 
 def _error_response(version: int, request: Any, error: ErrorCode, message: str | None) -> object:

@@ -13,9 +13,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis.context import RequestContext, forward_unless_active
+from kcli.broker.apis.context import RequestContext, controller_error, forward_unless_active
 from kcli.broker.apis.registry import ApiSpec
-from kcli.broker.metadata.controller import NotControllerError
 from kcli.broker.metadata.controller.controller_result import ApiError
 from kcli.protocol.messages import build, kio_versions, nested_type, response_type
 
@@ -27,10 +26,7 @@ async def handle_update_features(ctx: RequestContext, request: Any) -> object:
     forwarded = await forward_unless_active(ctx, request)
     if forwarded is not None:
         return forwarded
-    try:
-        error = await ctx.controller.update_features(request)
-    except NotControllerError as exc:
-        error = ApiError(ErrorCode.not_controller, str(exc))
+    error = await controller_error(ctx.controller.update_features(request))
     return update_features_response(ctx.api_version, request, error)
 
 

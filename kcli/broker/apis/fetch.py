@@ -23,8 +23,8 @@ Follows Kafka's `KafkaApis.handleFetchRequest` and `ReplicaManager.fetchMessages
   is answered with session id 0, so clients keep sending full fetches, and an incremental fetch is
   FETCH_SESSION_ID_NOT_FOUND with no partitions, which makes them start over with a full one.
 
-Zero copy: the response is encoded by hand (byte for byte what kio writes; see the tests) around the
-records, and each partition's records are a `FileRegion` of its segment file, sent with sendfile.
+Zero copy: the response is written by hand (`kcli.protocol.fetch_codec`, byte for byte what kio writes)
+around the records, and each partition's records are a `FileRegion` of its segment file, sent with sendfile.
 No record byte is read into Python on this path.
 """
 
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import struct
 from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
@@ -43,7 +42,7 @@ from kcli.broker.log import LogStorageError, OffsetOutOfRange
 from kcli.broker.log.log import FetchSlice
 from kcli.broker.replication.partition import PartitionError
 from kcli.broker.replication.replica_selector import ClientMetadata
-from kcli.protocol.codec import write_uvarint
+from kcli.protocol.fetch_codec import PartitionResult, write_fetch_response
 from kcli.protocol.messages import kio_versions, response_type
 
 API_KEY = 1
@@ -87,99 +86,20 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> FramedResponse:
     return encode_response(version, ErrorCode.none, _group(results, version), _leader_endpoints(ctx, results))
 
 
-class PartitionResult(NamedTuple):
-    """One partition of a FetchResponse: `records` is a file slice; without one, the records are empty
-    (`empty_records`, as after a read) or null (as for a partition the metadata does not know)."""
-
-    topic: str | None
-    topic_id: Any
-    partition_index: int
-    error_code: ErrorCode
-    high_watermark: int = -1
-    last_stable_offset: int = -1
-    log_start_offset: int = -1
-    aborted_transactions: tuple[tuple[int, int], ...] | None = None
-    records: FetchSlice | None = None
-    empty_records: bool = False
-    diverging_epoch: tuple[int, int] | None = None
-    current_leader: tuple[int, int] | None = None
-    preferred_read_replica: int = -1
-
-
 def encode_response(
     version: int,
     error_code: ErrorCode,
     topics: list[tuple[str | None, Any, list[PartitionResult]]],
     node_endpoints: tuple[tuple[int, str, int, str | None], ...] = (),
-    session_id: int = 0,
 ) -> FramedResponse:
-    """The FetchResponse body as bytes parts around `FileRegion`s of the segment files.
-
-    Writes exactly what kio's writer writes for the same response with the records inline.
-    """
-    flexible = version >= 12
-    parts: list[bytes | FileRegion] = []
-    out = bytearray(_INT32.pack(0))  # throttle_time_ms
-    if version >= 7:
-        out += _ERROR_SESSION.pack(error_code, session_id)
-    _array_length(out, len(topics), flexible)
-    for name, topic_id, partitions in topics:
-        if version >= 13:
-            out += _ZERO_UUID if topic_id is None else topic_id.bytes  # kio reads the zero id as None
-        else:
-            _string(out, name, flexible)
-        _array_length(out, len(partitions), flexible)
-        for p in partitions:
-            out += _PARTITION_HEAD.pack(
-                p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset
-            )
-            if version >= 5:
-                out += _INT64.pack(p.log_start_offset)
-            aborted = p.aborted_transactions
-            if aborted is None:
-                out += b"\x00" if flexible else b"\xff\xff\xff\xff"
-            else:
-                _array_length(out, len(aborted), flexible)
-                for producer_id, first_offset in aborted:
-                    out += _ABORTED.pack(producer_id, first_offset)
-                    if flexible:
-                        out.append(0)
-            if version >= 11:
-                out += _INT32.pack(p.preferred_read_replica)
-            records = p.records
-            if records is not None and records.size > 0:
-                if flexible:
-                    write_uvarint(out, records.size + 1)
-                else:
-                    out += _INT32.pack(records.size)
-                parts.append(bytes(out))
-                parts.append(FileRegion(_SegmentFile(records.fd), records.position, records.size))  # type: ignore[arg-type]
-                out = bytearray()
-            elif p.empty_records or records is not None:
-                out += b"\x01" if flexible else b"\x00\x00\x00\x00"
-            else:
-                out += b"\x00" if flexible else b"\xff\xff\xff\xff"
-            if flexible:
-                _partition_tags(out, p)
-        if flexible:
-            out.append(0)
-    if flexible:
-        if node_endpoints and version >= 16:
-            body = bytearray()
-            _array_length(body, len(node_endpoints), True)
-            for node_id, host, port, rack in node_endpoints:
-                body += _INT32.pack(node_id)
-                _string(body, host, True)
-                body += _INT32.pack(port)
-                _string(body, rack, True)
-                body.append(0)
-            out += b"\x01\x00"  # one tagged field, tag 0
-            write_uvarint(out, len(body))
-            out += body
-        else:
-            out.append(0)
-    parts.append(bytes(out))
+    """The FetchResponse body as bytes parts around `FileRegion`s of the segment files (sendfile); the
+    session id is 0, as no fetch session is kept."""
+    parts = write_fetch_response(version, error_code, topics, node_endpoints, region=_file_region)
     return FramedResponse(response_type(API_KEY, version), tuple(parts))
+
+
+def _file_region(records: FetchSlice) -> FileRegion:
+    return FileRegion(_SegmentFile(records.fd), records.position, records.size)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -433,48 +353,6 @@ class _SegmentFile:
         return self.fd
 
 
-def _partition_tags(out: bytearray, p: PartitionResult) -> None:
-    """diverging_epoch (tag 0) and current_leader (tag 1), each only when not its default (-1, -1)."""
-    tags = []
-    if p.diverging_epoch is not None and p.diverging_epoch != (-1, -1):
-        epoch, end_offset = p.diverging_epoch
-        tags.append((0, _INT32.pack(epoch) + _INT64.pack(end_offset) + b"\x00"))
-    if p.current_leader is not None and p.current_leader != (-1, -1):
-        leader_id, leader_epoch = p.current_leader
-        tags.append((1, _INT32.pack(leader_id) + _INT32.pack(leader_epoch) + b"\x00"))
-    write_uvarint(out, len(tags))
-    for tag, body in tags:
-        write_uvarint(out, tag)
-        write_uvarint(out, len(body))
-        out += body
-
-
-def _array_length(out: bytearray, n: int, flexible: bool) -> None:
-    if flexible:
-        write_uvarint(out, n + 1)
-    else:
-        out += _INT32.pack(n)
-
-
-def _string(out: bytearray, value: str | None, flexible: bool) -> None:
-    if value is None:
-        out += b"\x00" if flexible else b"\xff\xff"
-        return
-    data = value.encode()
-    if flexible:
-        write_uvarint(out, len(data) + 1)
-    else:
-        out += _INT16.pack(len(data))
-    out += data
-
-
-_INT16 = struct.Struct(">h")
-_INT32 = struct.Struct(">i")
-_ZERO_UUID = bytes(16)
-_INT64 = struct.Struct(">q")
-_ERROR_SESSION = struct.Struct(">hi")
-_PARTITION_HEAD = struct.Struct(">ihqq")
-_ABORTED = struct.Struct(">qq")
 _METADATA_ERRORS = frozenset({ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id})
 
 APIS = [ApiSpec(API_KEY, 4, kio_versions(API_KEY)[1], handle_fetch)]  # type: ignore[index]

@@ -10,37 +10,35 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis.context import RequestContext, forward_unless_active
+from kcli.broker.apis.context import RequestContext, forward_unless_active, on_controller
 from kcli.broker.apis.registry import ApiSpec
-from kcli.broker.metadata.controller import BrokerHeartbeat, NotControllerError
-from kcli.broker.metadata.controller.controller_result import ApiException
+from kcli.broker.metadata.controller import BrokerHeartbeat
+from kcli.broker.raft.raft_util import (
+    ADD_RAFT_VOTER,
+    BEGIN_QUORUM_EPOCH,
+    DESCRIBE_QUORUM,
+    END_QUORUM_EPOCH,
+    FETCH,
+    FETCH_SNAPSHOT,
+    REMOVE_RAFT_VOTER,
+    UPDATE_RAFT_VOTER,
+    VOTE,
+)
 from kcli.config import Listener
 from kcli.protocol.messages import build, kio_versions, response_type
 
 log = logging.getLogger("kcli.broker")
 
-T = TypeVar("T")
-
-FETCH = 1
-VOTE = 52
-BEGIN_QUORUM_EPOCH = 53
-END_QUORUM_EPOCH = 54
-DESCRIBE_QUORUM = 55
-FETCH_SNAPSHOT = 59
 BROKER_REGISTRATION = 62
 BROKER_HEARTBEAT = 63
 UNREGISTER_BROKER = 64
 ALLOCATE_PRODUCER_IDS = 67
 ALTER_PARTITION = 56
 ASSIGN_REPLICAS_TO_DIRS = 73
-ADD_RAFT_VOTER = 80
-REMOVE_RAFT_VOTER = 81
-UPDATE_RAFT_VOTER = 82
 _NO_THROTTLE = datetime.timedelta(0)
 
 
@@ -109,7 +107,7 @@ async def handle_broker_registration(ctx: RequestContext, request: Any) -> objec
         return build(
             cls, throttle_time=_NO_THROTTLE, error_code=ErrorCode.invalid_registration, broker_epoch=-1
         )
-    epoch, error, message = await _on_controller(
+    epoch, refused = await on_controller(
         ctx.controller.register_broker(
             listener,
             broker_id=request.broker_id,
@@ -122,10 +120,10 @@ async def handle_broker_registration(ctx: RequestContext, request: Any) -> objec
             features=[(f.name, f.min_supported_version, f.max_supported_version) for f in request.features],
         )
     )
-    if error is not ErrorCode.none:
-        if error is not ErrorCode.not_controller:
-            log.warning("broker %d not registered: %s", request.broker_id, message)
-        return build(cls, throttle_time=_NO_THROTTLE, error_code=error, broker_epoch=-1)
+    if refused.is_failure:
+        if refused.code is not ErrorCode.not_controller:
+            log.warning("broker %d not registered: %s", request.broker_id, refused.message)
+        return build(cls, throttle_time=_NO_THROTTLE, error_code=refused.code, broker_epoch=-1)
     log.info("registered broker %d (epoch %d) at %s", request.broker_id, epoch, listener)
     return build(cls, throttle_time=_NO_THROTTLE, error_code=ErrorCode.none, broker_epoch=epoch)
 
@@ -139,7 +137,7 @@ async def handle_broker_heartbeat(ctx: RequestContext, request: Any) -> object:
         request.want_fence,
         request.want_shut_down,
     )
-    reply, error, _ = await _on_controller(ctx.controller.broker_heartbeat(heartbeat))
+    reply, refused = await on_controller(ctx.controller.broker_heartbeat(heartbeat))
     if reply is not None:
         return build(
             cls,
@@ -152,7 +150,7 @@ async def handle_broker_heartbeat(ctx: RequestContext, request: Any) -> object:
     return build(
         cls,
         throttle_time=_NO_THROTTLE,
-        error_code=error,
+        error_code=refused.code,
         is_caught_up=False,
         is_fenced=True,
         should_shut_down=False,
@@ -165,14 +163,14 @@ async def handle_unregister_broker(ctx: RequestContext, request: Any) -> object:
     forwarded = await forward_unless_active(ctx, request)
     if forwarded is not None:
         return forwarded
-    _, error, message = await _on_controller(ctx.controller.unregister_broker(request.broker_id))
-    return build(cls, throttle_time=_NO_THROTTLE, error_code=error, error_message=message)
+    _, refused = await on_controller(ctx.controller.unregister_broker(request.broker_id))
+    return build(cls, throttle_time=_NO_THROTTLE, error_code=refused.code, error_message=refused.message)
 
 
 async def handle_allocate_producer_ids(ctx: RequestContext, request: Any) -> object:
     """A broker's next block of producer ids, recorded in the metadata log (ProducerIdsRecord)."""
     cls = response_type(ALLOCATE_PRODUCER_IDS, ctx.api_version)
-    block, error, _ = await _on_controller(
+    block, refused = await on_controller(
         ctx.controller.allocate_producer_ids(request.broker_id, request.broker_epoch)
     )
     if block is not None:
@@ -183,44 +181,35 @@ async def handle_allocate_producer_ids(ctx: RequestContext, request: Any) -> obj
             producer_id_start=block.first_producer_id,
             producer_id_len=block.size,
         )
-    return build(cls, throttle_time=_NO_THROTTLE, error_code=error, producer_id_start=-1, producer_id_len=0)
+    return build(
+        cls, throttle_time=_NO_THROTTLE, error_code=refused.code, producer_id_start=-1, producer_id_len=0
+    )
 
 
 async def handle_alter_partition(ctx: RequestContext, request: Any) -> object:
     """A partition leader's ISR change; NOT_CONTROLLER (top level) from a controller that is not active."""
-    try:
-        return await ctx.controller.alter_partition(request)
-    except NotControllerError:
+    response, error = await on_controller(ctx.controller.alter_partition(request))
+    if error.is_failure:
         return build(
             response_type(ALTER_PARTITION, ctx.api_version),
             throttle_time=_NO_THROTTLE,
-            error_code=ErrorCode.not_controller,
+            error_code=error.code,
             topics=(),
         )
+    return response
 
 
 async def handle_assign_replicas_to_dirs(ctx: RequestContext, request: Any) -> object:
     """A broker's replicas placed in its log dirs (KIP-858); NOT_CONTROLLER from a standby controller."""
-    try:
-        return await ctx.controller.assign_replicas_to_dirs(request)
-    except NotControllerError:
+    response, error = await on_controller(ctx.controller.assign_replicas_to_dirs(request))
+    if error.is_failure:
         return build(
             response_type(ASSIGN_REPLICAS_TO_DIRS, ctx.api_version),
             throttle_time=_NO_THROTTLE,
-            error_code=ErrorCode.not_controller,
+            error_code=error.code,
             directories=(),
         )
-
-
-async def _on_controller(call: Awaitable[T]) -> tuple[T | None, ErrorCode, str | None]:
-    """(result, NONE, None), or (None, the error code and message) when the controller refused or is
-    not the active one: how every lifecycle request reports a controller failure."""
-    try:
-        return await call, ErrorCode.none, None
-    except NotControllerError as exc:
-        return None, ErrorCode.not_controller, str(exc)
-    except ApiException as exc:
-        return None, exc.error.code, exc.error.message
+    return response
 
 
 CONTROLLER_APIS = [

@@ -13,10 +13,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis.context import RequestContext, forward_unless_active
+from kcli.broker.apis.context import RequestContext, forward_unless_active, on_controller
 from kcli.broker.apis.registry import ApiSpec
-from kcli.broker.metadata.controller import NotControllerError
-from kcli.broker.metadata.controller.controller_result import ApiException
 from kcli.protocol.messages import build, kio_versions, nested_type, response_type
 
 ALTER_PARTITION_REASSIGNMENTS = 45
@@ -28,24 +26,20 @@ async def handle_alter_partition_reassignments(ctx: RequestContext, request: Any
     forwarded = await forward_unless_active(ctx, request)
     if forwarded is not None:
         return forwarded
-    try:
-        return await ctx.controller.alter_partition_reassignments(request)
-    except NotControllerError as exc:
-        return _alter_error(ctx.api_version, request, ErrorCode.not_controller, str(exc))
-    except ApiException as exc:
-        return _alter_error(ctx.api_version, request, exc.error.code, exc.error.message)
+    response, error = await on_controller(ctx.controller.alter_partition_reassignments(request))
+    if error.is_failure:
+        return _alter_error(ctx.api_version, request, error.code, error.message)
+    return response
 
 
 async def handle_list_partition_reassignments(ctx: RequestContext, request: Any) -> object:
     forwarded = await forward_unless_active(ctx, request)
     if forwarded is not None:
         return forwarded
-    try:
-        return await ctx.controller.list_partition_reassignments(request)
-    except NotControllerError as exc:
-        return _list_error(ctx.api_version, request, ErrorCode.not_controller, str(exc))
-    except ApiException as exc:
-        return _list_error(ctx.api_version, request, exc.error.code, exc.error.message)
+    response, error = await on_controller(ctx.controller.list_partition_reassignments(request))
+    if error.is_failure:
+        return _list_error(ctx.api_version, request, error.code, error.message)
+    return response
 
 
 def _alter_error(version: int, request: Any, error: ErrorCode, message: str | None) -> object:

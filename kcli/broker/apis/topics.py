@@ -20,14 +20,13 @@ from collections.abc import Sequence
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis.context import RequestContext, forward_unless_active
+from kcli.broker.apis.context import RequestContext, controller_error, forward_unless_active, on_controller
 from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.metadata.controller import (
     ApiError,
     CreateTopicResult,
     DeleteTopicResult,
     NewTopic,
-    NotControllerError,
 )
 from kcli.config import CLUSTER_METADATA_TOPIC
 from kcli.protocol.messages import build, kio_versions, nested_type, response_type
@@ -72,12 +71,10 @@ async def handle_create_topics(ctx: RequestContext, request: object) -> object:
         )
         for t in topics
     ]
-    try:
-        outcome = await ctx.controller.create_topics(new_topics, validate_only=request.validate_only)  # type: ignore[attr-defined]
-    except NotControllerError as exc:
-        outcome = [
-            CreateTopicResult(t.name, ApiError(ErrorCode.not_controller, str(exc))) for t in new_topics
-        ]
+    created, refused = await on_controller(
+        ctx.controller.create_topics(new_topics, validate_only=request.validate_only)  # type: ignore[attr-defined]
+    )
+    outcome = [CreateTopicResult(t.name, refused) for t in new_topics] if created is None else created
     results = [_created(response_cls, result) for result in outcome]
     return build(response_cls, throttle_time=_NO_THROTTLE, topics=tuple(results))
 
@@ -117,16 +114,15 @@ async def handle_delete_topics(ctx: RequestContext, request: object) -> object:
         results = [_deleted(response_cls, DeleteTopicResult(n, i, _TIMED_OUT)) for n, i in given]
         return build(response_cls, throttle_time=_NO_THROTTLE, responses=tuple(results))
 
-    try:
-        outcome = early + await ctx.controller.delete_topics(references)
-    except NotControllerError as exc:
-        failed = ApiError(ErrorCode.not_controller, str(exc))
-        outcome = early + [
+    deleted, refused = await on_controller(ctx.controller.delete_topics(references))
+    if deleted is None:
+        deleted = [
             DeleteTopicResult(
-                r if isinstance(r, str) else None, r if isinstance(r, uuid.UUID) else ZERO_UUID, failed
+                r if isinstance(r, str) else None, r if isinstance(r, uuid.UUID) else ZERO_UUID, refused
             )
             for r in references
         ]
+    outcome = early + deleted
     results = [_deleted(response_cls, result) for result in outcome]
     return build(response_cls, throttle_time=_NO_THROTTLE, responses=tuple(results))
 
@@ -151,15 +147,14 @@ async def handle_create_partitions(ctx: RequestContext, request: object) -> obje
         assignments = None
         if topic.assignments is not None:
             assignments = [tuple(a.broker_ids) for a in topic.assignments]
-        try:
-            error = await controller.create_partitions(
+        error = await controller_error(
+            controller.create_partitions(
                 topic.name,
                 topic.count,
                 assignments,
                 validate_only=request.validate_only,  # type: ignore[attr-defined]
             )
-        except NotControllerError as exc:
-            error = ApiError(ErrorCode.not_controller, str(exc))
+        )
         results.append(_partitions_result(result_cls, topic.name, error))
     return build(response_cls, throttle_time=_NO_THROTTLE, results=tuple(results))
 

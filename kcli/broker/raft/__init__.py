@@ -2,8 +2,17 @@
 
 - `metadata_log`: the partition on disk (Kafka's KafkaMetadataLog)
 - `quorum_state`: this node's Raft state, durable in `quorum-state` (Kafka's QuorumState)
-- `raft_client`: elections, replication by Fetch, the high watermark, listeners, and KIP-853's voter
-  changes (KafkaRaftClient)
+- `raft_client`: the client (KafkaRaftClient): start and shutdown, the driver that runs each state,
+  appends and commits, the high watermark handed to listeners, the voter set, the network; it owns the
+  state and gives it to its parts, one concept each:
+  - `elections`: Vote and PreVote both ways, BeginQuorumEpoch, EndQuorumEpoch, the leader's check quorum
+  - `fetch_replication`: a follower's Fetch loop and the leader's Fetch answers (FollowerState)
+  - `leader_state`: each replica's progress and the high watermark (LeaderState)
+  - `snapshot_handler`: snapshots loaded, written, fetched (FetchSnapshot), served; the log cleaned
+  - `voter_changes`: KIP-853's AddVoterHandler, RemoveVoterHandler, UpdateVoterHandler
+  - `live_replicas`: one live process per node id (replica keys' directory ids)
+  - `raft_util`: the KRaft RPCs' keys, versions and one-partition envelope (RaftUtil)
+- `snapshots`: snapshot files (names, writes, reads)
 - `voter_history`: a dynamic quorum's voter set and kraft.version by offset (VoterSetHistory)
 
 A static quorum (controller.quorum.voters) has its voters from the configuration; a dynamic one
