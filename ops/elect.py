@@ -32,6 +32,7 @@ from kcli.client import ClientError
 from kcli.cluster import Cluster
 from kcli.config import load_properties
 from kcli.errors import KcliError
+from kcli.output import java_hash_order
 from kcli.protocol.messages import build, nested_type
 
 ELECT_LEADERS = 43
@@ -292,10 +293,11 @@ class ElectionReport:
 
     def lines(self) -> list[str]:
         """LeaderElectionCommand's report: the elected partitions, those that needed no election, then
-        one line per failure. A dry run says "Would" and shows each planned leader change."""
+        one line per failure, each set in the order of its Java HashSet (or HashMap). A dry run says
+        "Would" and shows each planned leader change."""
         kind = self.election_type.name
         lines = []
-        elected = self.by_result(Result.ELECTED)
+        elected = self._java_order(Result.ELECTED)
         if elected:
             if self.dry_run:
                 lines.append(
@@ -307,7 +309,7 @@ class ElectionReport:
                     f"Successfully completed leader election ({kind}) for partitions "
                     + ", ".join(str(o.topic_partition) for o in elected)
                 )
-        noop = self.by_result(Result.NOT_NEEDED)
+        noop = self._java_order(Result.NOT_NEEDED)
         if noop:
             lines.append(
                 "Valid replica already elected for partitions "
@@ -317,9 +319,16 @@ class ElectionReport:
         lines += [
             f"{verb} leader election ({kind}) for partition: {o.topic_partition}: "
             f"{java_exception(o.error, o.message)}"
-            for o in self.failed
+            for o in self._java_order(Result.FAILED)
         ]
         return lines
+
+    def _java_order(self, result: Result) -> list[ElectionOutcome]:
+        """The Java tool's order; a dry run (kcli's own) keeps topic-partition order."""
+        if self.dry_run:
+            return self.by_result(result)
+        by_tp = {(o.topic, o.partition): o for o in self.by_result(result)}
+        return [by_tp[tp] for tp in java_hash_order(by_tp)]
 
     def to_json(self) -> list[dict[str, Any]]:
         return [
@@ -521,25 +530,15 @@ async def elect_leaders(
     assert response is not None
     _check_top_level(response)
     outcomes = []
-    answered = set()
     for topic in response.replica_election_results:
         for p in topic.partition_result:
             tp = TopicPartition(topic.topic, p.partition_id)
-            answered.add(tp)
             state = states.get(tp)
             leader = state.leader if state is not None and state.leader >= 0 else None
             outcomes.append(ElectionOutcome(tp.topic, tp.partition, p.error_code, p.error_message, leader))
-    if partitions is None:  # the controller leaves out every partition that needed no election
-        outcomes += [
-            ElectionOutcome(tp.topic, tp.partition, ErrorCode.election_not_needed, None, _leader(state))
-            for tp, state in states.items()
-            if tp not in answered
-        ]
+    # With partitions None the controller leaves out every partition that needed no election, and
+    # LeaderElectionCommand reports only what it answered: so does this report.
     return ElectionReport(election_type, tuple(outcomes))
-
-
-def _leader(state: PartitionState) -> int | None:
-    return state.leader if state.leader >= 0 else None
 
 
 def _request_topics(cls: type, partitions: Iterable[TopicPartition]) -> tuple[Any, ...]:
