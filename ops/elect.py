@@ -7,12 +7,12 @@ like), so it works against Apache Kafka as well as kcli's broker. The rules foll
 partition with the Java exception Kafka's admin client would raise) and exit status 1 when any
 partition failed.
 
-Two things go beyond it. A dry run predicts, from Metadata alone, what the controller's
-PartitionChangeBuilder would do (preferred: the first replica if it is alive and in the ISR, else a
-leaderless partition takes the next live ISR member; unclean: a live ISR member first, else the first
-live replica, out of sync), and sends no ElectLeaders. And with every partition asked for (a null
-list), a KRaft controller leaves out those that need no election; they are listed from Metadata, so an
-operator sees them as "already elected" instead of nothing.
+With every partition asked for (a null list) a KRaft controller leaves out those that need no
+election, and the report, as Kafka's, names only what it answered. Beyond Kafka's tool, a dry run
+predicts, from Metadata alone, what the controller's PartitionChangeBuilder would do (preferred: the
+first replica if it is alive and in the ISR, else a leaderless partition takes the next live ISR
+member; unclean: a live ISR member first, else the first live replica, out of sync), lists every
+partition, and sends no ElectLeaders.
 """
 
 from __future__ import annotations
