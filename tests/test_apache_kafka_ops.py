@@ -130,12 +130,12 @@ def test_groups_describe_and_reset_offsets_equal_kafka_consumer_groups(
     # The member left: Empty. A dry run, then each tool's --execute of the same reset.
     scope = ("--topic", topic)
     dry, their_dry = in_parallel(
-        lambda: kcli_run("groups", "reset-offsets", "-b", b, group, "--to-earliest", *scope),
+        lambda: kcli_run("groups", "reset-offsets", "-b", b, group, "--to-earliest", "--dry-run", *scope),
         lambda: kafka_run(tmp_path, CONSUMER_GROUP_COMMAND, "--bootstrap-server", b, "--reset-offsets",
                           "--group", group, "--to-earliest", "--dry-run", *scope),
     )  # fmt: skip
     assert dry.returncode == their_dry.returncode == 0, dry.stderr + their_dry.stderr
-    assert dry.stdout == their_dry.stdout
+    assert dry.stdout == their_dry.stdout and dry.stderr == their_dry.stderr == ""
     assert len(dry.stdout.splitlines()) == 2 + 12  # every partition of the topic, as Kafka with --topic
     executed = kcli_run("groups", "reset-offsets", "-b", b, group, "--to-offset", "2", "--execute", *scope)
     their_executed = kafka_run(tmp_path, CONSUMER_GROUP_COMMAND, "--bootstrap-server", b, "--reset-offsets",

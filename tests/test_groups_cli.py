@@ -217,6 +217,16 @@ def test_reset_offsets_scenarios(broker_factory, tmp_path):
     csv.write_text("orders,0,2\norders,2,8\n")
     assert plan("--from-file", str(csv)) == {0: 2, 2: 8}
 
+    explicit = kcli(
+        broker, "reset-offsets", "etl", "--to-earliest", "--dry-run"
+    )  # as scripts for Kafka's tool say
+    assert explicit.returncode == 0 and explicit.stderr == "", explicit.stderr
+    assert [line.split()[-1] for line in explicit.stdout.splitlines()[2:]] == ["0", "0", "0"]
+    conflicting = kcli(broker, "reset-offsets", "etl", "--to-earliest", "--dry-run", "--execute")
+    assert (
+        conflicting.returncode == 2
+        and conflicting.stderr == "kcli: give one of --execute and --dry-run, not both.\n"
+    )
     exported = kcli(broker, "reset-offsets", "etl", "--shift-by", "1", "--export")
     assert exported.stdout == "orders,0,6\norders,1,8\norders,2,10\n"
     both = kcli(broker, "reset-offsets", "etl", "--to-earliest", "--to-latest")

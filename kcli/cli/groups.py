@@ -151,6 +151,11 @@ def reset_offsets(
         show_default=False,
     ),
     execute: bool = typer.Option(False, "--execute", help="Apply the new offsets (default: only show them)."),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Only show the new offsets (the default, as Kafka's --dry-run; no note on stderr).",
+    ),
     export: bool = typer.Option(False, "--export", help="Print the plan as topic,partition,offset CSV."),
     output: Output = OUTPUT,
 ) -> None:
@@ -197,6 +202,8 @@ def reset_offsets(
         by_duration=parse_duration(by_duration) if by_duration is not None else None,
         from_file=read_reset_file(from_file, group) if from_file is not None else None,
     )
+    if dry_run and execute:
+        raise KcliError("give one of --execute and --dry-run, not both.")
     if export and output is Output.json:
         raise KcliError(
             "--export prints topic,partition,offset CSV: give --export or --output json, not both."
@@ -220,7 +227,7 @@ def reset_offsets(
                 f"kcli: nothing to reset: group '{group}' has no committed offsets in scope (name topics with --topic).",
                 file=sys.stderr,
             )
-        elif not execute:
+        elif not execute and not dry_run:
             print("(dry run: add --execute to commit these offsets)", file=sys.stderr)
 
 
