@@ -13,7 +13,6 @@ log's end, fetch times, feature epochs) are masked, nothing else.
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -385,11 +384,6 @@ def log_end(node: KafkaNode, topic: str, partition: int) -> int:
     return max((b["lastOffset"] + 1 for b in batches if b["type"] == "batch"), default=0)
 
 
-def restart(node: KafkaNode) -> None:
-    apache_kafka.launch(node, node.workdir / "server.properties")
-    apache_kafka.wait_ready(node, time.monotonic())
-
-
 def test_unclean_election_loses_what_recover_predicted_and_preferred_elections(
     kafka_cluster: KafkaCluster, tmp_path: Path
 ) -> None:
@@ -414,11 +408,10 @@ def test_unclean_election_loses_what_recover_predicted_and_preferred_elections(
         assert c.stop() in (0, 143)
         wait_for(f"node {c.node_id} out of the ISR", lambda: all(s[2] == [a.node_id] for s in partitions(via, topic).values()))  # fmt: skip
         produce_to(via, topic, {0: 5, 1: 7}, prefix="alone")  # only node 2 holds these
-        os.kill(a.pid, signal.SIGKILL)
-        a.process.wait(30)  # type: ignore[union-attr]
+        assert a.kill() == -signal.SIGKILL
         before = {p: log_end(a, topic, p) for p in (0, 1)}
         assert before == {0: 15, 1: 17}
-        restart(c)  # with node 1, a quorum again
+        c.restart()  # with node 1, a quorum again
         wait_for(
             "both partitions leaderless", lambda: all(s[0] == -1 for s in partitions(via, topic).values()), 90
         )
@@ -455,7 +448,7 @@ def test_unclean_election_loses_what_recover_predicted_and_preferred_elections(
     finally:
         for node in (c, a):
             if not node.is_running():
-                restart(node)
+                node.restart()
     wait_for(f"node {a.node_id} back in both ISRs",
              lambda: all(sorted(s[2]) == [a.node_id, c.node_id] for s in partitions(via, topic).values()), 90)  # fmt: skip
 
