@@ -118,6 +118,10 @@ class Cluster:
         self._clients[node_id] = client
         return client
 
+    def address(self, node_id: int) -> str | None:
+        """ "host:port" of a broker this cluster has seen in Metadata or FindCoordinator (else None)."""
+        return self._brokers.get(node_id)
+
     async def all_nodes(self) -> list[tuple[int, KafkaClient]]:
         """(node id, connection) of every broker (e.g. ListGroups is answered per coordinator)."""
         await self.metadata([])

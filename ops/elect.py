@@ -7,12 +7,12 @@ like), so it works against Apache Kafka as well as kcli's broker. The rules foll
 partition with the Java exception Kafka's admin client would raise) and exit status 1 when any
 partition failed.
 
-Two things go beyond it. A dry run predicts, from Metadata alone, what the controller's
-PartitionChangeBuilder would do (preferred: the first replica if it is alive and in the ISR, else a
-leaderless partition takes the next live ISR member; unclean: a live ISR member first, else the first
-live replica, out of sync), and sends no ElectLeaders. And with every partition asked for (a null
-list), a KRaft controller leaves out those that need no election; they are listed from Metadata, so an
-operator sees them as "already elected" instead of nothing.
+With every partition asked for (a null list) a KRaft controller leaves out those that need no
+election, and the report, as Kafka's, names only what it answered. Beyond Kafka's tool, a dry run
+predicts, from Metadata alone, what the controller's PartitionChangeBuilder would do (preferred: the
+first replica if it is alive and in the ISR, else a leaderless partition takes the next live ISR
+member; unclean: a live ISR member first, else the first live replica, out of sync), lists every
+partition, and sends no ElectLeaders.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from kcli.client import ClientError, split_bootstrap
 from kcli.cluster import Cluster
 from kcli.config import load_properties
 from kcli.errors import KcliError
+from kcli.output import java_hash_order
 from kcli.protocol.messages import build, nested_type
 
 ELECT_LEADERS = 43
@@ -301,10 +302,11 @@ class ElectionReport:
 
     def lines(self) -> list[str]:
         """LeaderElectionCommand's report: the elected partitions, those that needed no election, then
-        one line per failure. A dry run says "Would" and shows each planned leader change."""
+        one line per failure, each set in the order of its Java HashSet (or HashMap). A dry run says
+        "Would" and shows each planned leader change."""
         kind = self.election_type.name
         lines = []
-        elected = self.by_result(Result.ELECTED)
+        elected = self._java_order(Result.ELECTED)
         if elected:
             if self.dry_run:
                 lines.append(
@@ -316,7 +318,7 @@ class ElectionReport:
                     f"Successfully completed leader election ({kind}) for partitions "
                     + ", ".join(str(o.topic_partition) for o in elected)
                 )
-        noop = self.by_result(Result.NOT_NEEDED)
+        noop = self._java_order(Result.NOT_NEEDED)
         if noop:
             lines.append(
                 "Valid replica already elected for partitions "
@@ -326,9 +328,16 @@ class ElectionReport:
         lines += [
             f"{verb} leader election ({kind}) for partition: {o.topic_partition}: "
             f"{java_exception(o.error, o.message)}"
-            for o in self.failed
+            for o in self._java_order(Result.FAILED)
         ]
         return lines
+
+    def _java_order(self, result: Result) -> list[ElectionOutcome]:
+        """The Java tool's order; a dry run (kcli's own) keeps topic-partition order."""
+        if self.dry_run:
+            return self.by_result(result)
+        by_tp = {(o.topic, o.partition): o for o in self.by_result(result)}
+        return [by_tp[tp] for tp in java_hash_order(by_tp)]
 
     def to_json(self) -> list[dict[str, Any]]:
         return [
@@ -530,25 +539,15 @@ async def elect_leaders(
     assert response is not None
     _check_top_level(response)
     outcomes = []
-    answered = set()
     for topic in response.replica_election_results:
         for p in topic.partition_result:
             tp = TopicPartition(topic.topic, p.partition_id)
-            answered.add(tp)
             state = states.get(tp)
             leader = state.leader if state is not None and state.leader >= 0 else None
             outcomes.append(ElectionOutcome(tp.topic, tp.partition, p.error_code, p.error_message, leader))
-    if partitions is None:  # the controller leaves out every partition that needed no election
-        outcomes += [
-            ElectionOutcome(tp.topic, tp.partition, ErrorCode.election_not_needed, None, _leader(state))
-            for tp, state in states.items()
-            if tp not in answered
-        ]
+    # With partitions None the controller leaves out every partition that needed no election, and
+    # LeaderElectionCommand reports only what it answered: so does this report.
     return ElectionReport(election_type, tuple(outcomes))
-
-
-def _leader(state: PartitionState) -> int | None:
-    return state.leader if state.leader >= 0 else None
 
 
 def _request_topics(cls: type, partitions: Iterable[TopicPartition]) -> tuple[Any, ...]:

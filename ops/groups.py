@@ -136,6 +136,8 @@ class GroupDescription:
     coordinator: int
     members: tuple[Member, ...]
     partitions: tuple[PartitionLag, ...]
+    coordinator_address: str = ""
+    """"host:port" of the coordinator, as kafka-consumer-groups.sh --state shows it."""
 
     @property
     def exists(self) -> bool:
@@ -157,6 +159,7 @@ class GroupDescription:
             "protocol_type": self.protocol_type,
             "protocol": self.protocol,
             "coordinator": self.coordinator,
+            "coordinator_address": self.coordinator_address,
             "total_lag": self.total_lag,
             "max_lag_seconds": self.max_lag_seconds,
             "members": [m.to_json() for m in self.members],
@@ -279,7 +282,7 @@ async def describe_group(
 
     node_id, described = await _at_coordinator(cluster, group_id, describe)
     if described.error_code == ErrorCode.group_id_not_found:
-        return GroupDescription(group_id, "Dead", "", "", node_id, (), ())
+        return GroupDescription(group_id, "Dead", "", "", node_id, (), (), cluster.address(node_id) or "")
     members = tuple(
         Member(
             m.member_id,
@@ -323,6 +326,7 @@ async def describe_group(
         node_id,
         members,
         rows,
+        cluster.address(node_id) or "",
     )
 
 

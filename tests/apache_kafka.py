@@ -276,6 +276,19 @@ class KafkaNode:
     def is_running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def kill(self) -> int | None:
+        """SIGKILL by PID (a crash: no controlled shutdown, nothing flushed); returns the exit status."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+        return self.process.wait()
+
+    def restart(self) -> None:
+        """Start the node again on its own server.properties and data, and wait for its ready line."""
+        launch(self, self.workdir / "server.properties")
+        wait_ready(self, time.monotonic())
+
     def stop(self, timeout: float = STOP_TIMEOUT) -> int | None:
         """SIGTERM by PID, then SIGKILL by PID after `timeout`; returns the exit status."""
         if self.process is None:

@@ -141,17 +141,31 @@ def test_list_describe_lag_and_delete(broker_factory):
     assert rows[1]["lag_seconds"] == 0.0
     assert {rows[p]["member_id"] for p in (0, 1, 2)} == {described["members"][0]["member_id"]}
 
+    # The text is kafka-consumer-groups.sh --describe's: a blank line, the header, a row per partition
+    # (committed or assigned), no summary line and no LAG-SECONDS (those are in the JSON above).
     text = kcli(broker, "describe", "billing").stdout.splitlines()
-    assert text[1].split()[:7] == [
-        "GROUP",
-        "TOPIC",
-        "PARTITION",
-        "CURRENT-OFFSET",
-        "LOG-END-OFFSET",
-        "LAG",
-        "LAG-SECONDS",
+    assert text[0] == "" and text[1].split() == [
+        "GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"
+    ]  # fmt: skip
+    member = described["members"][0]
+    assert sorted(line.split() for line in text[2:]) == [
+        ["billing", "orders", str(p), current, "10", lag, member["member_id"], member["host"], member["client_id"]]
+        for p, current, lag in ((0, "4", "6"), (1, "10", "0"), (2, "-", "-"))
+    ]  # fmt: skip
+    members = kcli(broker, "describe", "billing", "--members").stdout.splitlines()
+    assert [line.split() for line in members] == [
+        [],
+        ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"],
+        ["billing", member["member_id"], member["host"], member["client_id"], "3"],
     ]
-    assert text[2].split()[:6] == ["billing", "orders", "0", "4", "10", "6"]
+    state = kcli(broker, "describe", "billing", "--state").stdout.splitlines()
+    assert [line.split() for line in state] == [
+        [],
+        ["GROUP", "COORDINATOR", "(ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"],
+        ["billing", broker.bootstrap, "(1)", "range", "Stable", "1"],
+    ]
+    both = kcli(broker, "describe", "billing", "--members", "--state")
+    assert both.returncode == 2 and both.stderr == "kcli: give at most one of --members and --state.\n"
 
     refused = kcli(broker, "delete", "billing")
     assert refused.returncode == 1 and "the group is not empty" in refused.stderr
@@ -203,6 +217,16 @@ def test_reset_offsets_scenarios(broker_factory, tmp_path):
     csv.write_text("orders,0,2\norders,2,8\n")
     assert plan("--from-file", str(csv)) == {0: 2, 2: 8}
 
+    explicit = kcli(
+        broker, "reset-offsets", "etl", "--to-earliest", "--dry-run"
+    )  # as scripts for Kafka's tool say
+    assert explicit.returncode == 0 and explicit.stderr == "", explicit.stderr
+    assert [line.split()[-1] for line in explicit.stdout.splitlines()[2:]] == ["0", "0", "0"]
+    conflicting = kcli(broker, "reset-offsets", "etl", "--to-earliest", "--dry-run", "--execute")
+    assert (
+        conflicting.returncode == 2
+        and conflicting.stderr == "kcli: give one of --execute and --dry-run, not both.\n"
+    )
     exported = kcli(broker, "reset-offsets", "etl", "--shift-by", "1", "--export")
     assert exported.stdout == "orders,0,6\norders,1,8\norders,2,10\n"
     both = kcli(broker, "reset-offsets", "etl", "--to-earliest", "--to-latest")
@@ -211,7 +235,7 @@ def test_reset_offsets_scenarios(broker_factory, tmp_path):
     assert plan("--shift-by", "-2", "--execute") == {0: 3, 1: 5, 2: 7}
     assert committed() == {0: 3, 1: 5, 2: 7}
     fresh = kcli(broker, "reset-offsets", "new-group", "--to-earliest")
-    assert fresh.returncode == 0 and fresh.stdout.count("\n") == 1  # the header only
+    assert fresh.returncode == 0 and fresh.stdout.count("\n") == 2  # a blank line and the header only
     assert "group 'new-group' has no committed offsets in scope (name topics with --topic)" in fresh.stderr
     assert plan_of("new-group", "--to-earliest", "--topic", "orders:2") == {2: 0}
     unknown = kcli(broker, "reset-offsets", "etl", "--to-earliest", "--topic", "nope")
@@ -235,7 +259,7 @@ def test_describe_watch_redraws_on_a_terminal_and_repeats_in_a_pipe(broker_facto
         )
         os.close(stdout)
         chunks, deadline = [], time.monotonic() + 20
-        while time.monotonic() < deadline and "".join(chunks).count("Consumer group 'watched'") < 3:
+        while time.monotonic() < deadline and "".join(chunks).count("LOG-END-OFFSET") < 3:
             if select.select([read_fd], [], [], 0.5)[0]:
                 try:
                     chunks.append(os.read(read_fd, 65536).decode(errors="replace"))
@@ -248,10 +272,10 @@ def test_describe_watch_redraws_on_a_terminal_and_repeats_in_a_pipe(broker_facto
 
     read_fd, write_fd = os.pipe()
     piped = capture(write_fd, read_fd)
-    assert piped.count("Consumer group 'watched' (Empty, 0 members") >= 3
+    assert piped.count("\nGROUP           TOPIC           PARTITION  CURRENT-OFFSET  LOG-END-OFFSET") >= 3
     assert "\x1b[" not in piped, "no terminal control codes in a pipe"
 
     leader, follower = pty.openpty()
     drawn = capture(follower, leader)
-    assert drawn.count("Consumer group 'watched'") >= 3
+    assert drawn.count("LOG-END-OFFSET") >= 3
     assert "\x1b[" in drawn, "a terminal is redrawn in place"

@@ -45,7 +45,8 @@ def elect(
     all_topic_partitions: bool = typer.Option(
         False,
         "--all-topic-partitions",
-        help="Every partition of the cluster; those that need no election are listed as already elected.",
+        help="Every partition of the cluster; the report names only those the controller elected for or "
+        "failed on (as Kafka's tool; --dry-run lists every partition).",
     ),
     path_to_json_file: Path = typer.Option(
         None,

@@ -58,18 +58,26 @@ def describe(
     groups: list[str] = typer.Argument(..., metavar="GROUP...", help="Groups to describe."),
     bootstrap: str = BOOTSTRAP,
     members: bool = typer.Option(
-        False, "--members", help="Show members and their assignments instead of offsets."
+        False, "--members", help="Show the members and their partition counts instead of offsets."
+    ),
+    state: bool = typer.Option(
+        False, "--state", help="Show the coordinator, assignment strategy, state and member count."
     ),
     watch: bool = typer.Option(False, "--watch", help="Redraw every --interval seconds until Ctrl-C."),
     interval: float = typer.Option(2.0, "--interval", min=0.2, help="Seconds between redraws with --watch."),
     output: Output = OUTPUT,
 ) -> int:
-    """Committed offsets, log end offsets and lag per partition (in records and in seconds), and the members.
+    """Committed offsets, log end offsets and lag per partition, as kafka-consumer-groups.sh --describe.
 
-    Lag in seconds is the age of the first record the group has not consumed. Exit 1 when a group
-    does not exist.
+    The text is that tool's (its rows in its order; "has no active members" and "is rebalancing" on
+    stderr); --output json adds each member's assignment, the total lag and the lag in seconds (the age
+    of the first record the group has not consumed). Exit 1 when a group does not exist.
     """
     from ops.groups import describe_groups
+
+    if members and state:
+        raise KcliError("give at most one of --members and --state.")
+    view = "members" if members else "state" if state else "offsets"
 
     def fetch() -> list[GroupDescription]:
         return run_on_cluster(bootstrap, lambda cluster: describe_groups(cluster, groups))
@@ -77,7 +85,7 @@ def describe(
     def render(descriptions: list[GroupDescription]) -> str:
         if output is Output.json:
             return "".join(orjson.dumps(d.to_json()).decode() + "\n" for d in descriptions)
-        return "\n".join(_describe_text(d, members) for d in descriptions)
+        return "".join(_describe_text(d, view) for d in sorted(descriptions, key=lambda d: d.group_id))
 
     if watch:
         _watch(fetch, render, interval)
@@ -86,7 +94,14 @@ def describe(
     missing = [d.group_id for d in descriptions if not d.exists]
     # A group that does not exist gets its one sentence on stderr, not a table of nothing on stdout.
     shown = descriptions if output is Output.json else [d for d in descriptions if d.exists]
-    sys.stdout.write(render(shown))
+    if output is not Output.json:
+        for d in sorted(shown, key=lambda d: d.group_id):
+            note = _state_note(d)
+            if note:
+                sys.stderr.write(note)
+            sys.stdout.write(_describe_text(d, view))
+    else:
+        sys.stdout.write(render(shown))
     sys.stdout.flush()
     for group_id in missing:
         print(f"kcli: consumer group '{group_id}' does not exist.", file=sys.stderr)
@@ -136,12 +151,18 @@ def reset_offsets(
         show_default=False,
     ),
     execute: bool = typer.Option(False, "--execute", help="Apply the new offsets (default: only show them)."),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Only show the new offsets (the default, as Kafka's --dry-run; no note on stderr).",
+    ),
     export: bool = typer.Option(False, "--export", help="Print the plan as topic,partition,offset CSV."),
     output: Output = OUTPUT,
 ) -> None:
     """Compute new committed offsets for an inactive group; a dry run unless --execute.
 
-    Refuses while the group has members, as Kafka does.
+    The plan prints as kafka-consumer-groups.sh --reset-offsets prints it (--output json adds each
+    partition's committed offset). Refuses while the group has members, as Kafka does.
     """
     from ops.groups import (
         ResetSpec,
@@ -181,6 +202,8 @@ def reset_offsets(
         by_duration=parse_duration(by_duration) if by_duration is not None else None,
         from_file=read_reset_file(from_file, group) if from_file is not None else None,
     )
+    if dry_run and execute:
+        raise KcliError("give one of --execute and --dry-run, not both.")
     if export and output is Output.json:
         raise KcliError(
             "--export prints topic,partition,offset CSV: give --export or --output json, not both."
@@ -198,16 +221,13 @@ def reset_offsets(
     elif output is Output.json:
         write_json_lines({"group": group, **r.to_json(), "executed": execute} for r in plan)
     else:
-        _print_table(
-            ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"],
-            [[group, r.topic, str(r.partition), _or_dash(r.current), str(r.new)] for r in plan],
-        )
+        sys.stdout.write(_reset_text(group, plan))
         if not plan:
             print(
                 f"kcli: nothing to reset: group '{group}' has no committed offsets in scope (name topics with --topic).",
                 file=sys.stderr,
             )
-        elif not execute:
+        elif not execute and not dry_run:
             print("(dry run: add --execute to commit these offsets)", file=sys.stderr)
 
 
@@ -239,55 +259,89 @@ def delete(
 # --- rendering -------------------------------------------------------------------------------------
 
 
-def _describe_text(d: GroupDescription, members: bool) -> str:
-    state = d.state if d.exists else "Dead (does not exist)"
-    age = "" if d.max_lag_seconds is None else f", oldest unconsumed record {d.max_lag_seconds:.1f} s"
-    head = (
-        f"Consumer group '{d.group_id}' ({state}, {len(d.members)} members, coordinator {d.coordinator}): "
-        f"total lag {d.total_lag}{age}\n"
-    )
-    if members:
-        rows = [
-            [
-                m.member_id,
-                m.group_instance_id or "-",
-                m.client_host,
-                m.client_id,
-                str(sum(len(p) for p in m.assignment.values())),
-                " ".join(f"{t}({','.join(map(str, p))})" for t, p in sorted(m.assignment.items())) or "-",
-            ]
+def _state_note(d: GroupDescription) -> str:
+    """What kafka-consumer-groups.sh --describe writes to stderr for an Empty or rebalancing group."""
+    if d.state == "Empty":
+        return f"\nConsumer group '{d.group_id}' has no active members.\n"
+    if d.state in ("PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"):
+        return f"\nWarning: Consumer group '{d.group_id}' is rebalancing.\n"
+    return ""
+
+
+def _describe_text(d: GroupDescription, view: str) -> str:
+    """ConsumerGroupCommand's --describe text (default, --members or --state) for one group: its
+    printf formats, each line opened by a newline, columns at least 15 wide (grown to the longest cell)."""
+    if view == "state":
+        coordinator = f"{d.coordinator_address}  ({d.coordinator})"
+        line = f"%-{max(15, len(d.group_id))}s %-{max(25, len(coordinator))}s %-20s %-20s %s"
+        header = line % ("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS")
+        row = line % (d.group_id, coordinator, d.protocol or "-", d.state, len(d.members))
+        return f"\n{header}\n{row}\n"
+    if view == "members":
+        with_instance = any(m.group_instance_id for m in d.members)
+        cells = [
+            [d.group_id, m.member_id]
+            + ([m.group_instance_id or ""] if with_instance else [])
+            + [m.client_host, m.client_id, str(sum(len(p) for p in m.assignment.values()))]
             for m in d.members
         ]
-        header = ["CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"]
-    else:
-        rows = [
-            [
-                d.group_id,
-                p.topic,
-                str(p.partition),
-                _or_dash(p.committed),
-                _or_dash(p.log_end_offset),
-                _or_dash(p.lag),
-                "-" if p.lag_seconds is None else f"{p.lag_seconds:.1f}",
-                p.member.member_id if p.member else "-",
-                p.member.client_host if p.member else "-",
-                p.member.client_id if p.member else "-",
-            ]
-            for p in d.partitions
-        ]
-        header = [
-            "GROUP",
-            "TOPIC",
-            "PARTITION",
-            "CURRENT-OFFSET",
-            "LOG-END-OFFSET",
-            "LAG",
-            "LAG-SECONDS",
-            "CONSUMER-ID",
-            "HOST",
-            "CLIENT-ID",
-        ]
-    return head + table(header, rows)
+        names = ["GROUP", "CONSUMER-ID"] + (["GROUP-INSTANCE-ID"] if with_instance else [])
+        names += ["HOST", "CLIENT-ID", "#PARTITIONS"]
+        minimum = [15, 15] + ([17] if with_instance else []) + [15, 15, 15]
+        widths = [max([low] + [len(row[i]) for row in cells]) for i, low in enumerate(minimum)]
+        widths[-1] = 15  # #PARTITIONS is "%-15s " whatever its cells
+
+        def line(row: list[str]) -> str:
+            return "".join(cell.ljust(w) + " " for cell, w in zip(row, widths, strict=True))
+
+        return "\n" + "".join(line(row) + "\n" for row in [names, *cells])
+    rows = _offset_rows(d)
+    if not rows:
+        return ""
+    group_w = max(15, *(len(r[0]) for r in rows))
+    topic_w = max(15, *(len(r[1]) for r in rows))
+    member_w = max(15, *(len(r[6]) for r in rows))
+    host_w = max(15, *(len(r[7]) for r in rows))
+    line = f"%-{group_w}s %-{topic_w}s %-10s %-15s %-15s %-15s %-{member_w}s %-{host_w}s %s"
+    header = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID")  # fmt: skip
+    return "".join("\n" + line % tuple(r) for r in [header, *rows]) + "\n"
+
+
+def _offset_rows(d: GroupDescription) -> list[tuple[str, ...]]:
+    """The rows in ConsumerGroupCommand's order: members with partitions, most partitions first, each
+    one's partitions as its HashMap of log end offsets iterates them; then the committed partitions
+    no member holds, likewise."""
+    from kcli.output import java_hash_order
+
+    by_tp = {(p.topic, p.partition): p for p in d.partitions}
+    assigned = [m for m in d.members if any(m.assignment.values())]
+    assigned.sort(key=lambda m: -sum(len(p) for p in m.assignment.values()))
+    groups = [[(t, p) for t, parts in m.assignment.items() for p in parts] for m in assigned]
+    held = {tp for tps in groups for tp in tps}
+    groups.append([tp for tp, p in by_tp.items() if p.committed is not None and tp not in held])
+    rows = []
+    for tps in groups:
+        for tp in java_hash_order(tps):
+            p = by_tp.get(tp)
+            committed = p.committed if p else None
+            end = p.log_end_offset if p else None
+            lag = None if committed is None or end is None else end - committed
+            m = p.member if p else None
+            rows.append((d.group_id, tp[0], str(tp[1]), _or_dash(committed), _or_dash(end), _or_dash(lag),
+                         m.member_id if m else "-", m.client_host if m else "-", m.client_id if m else "-"))  # fmt: skip
+    return rows
+
+
+def _reset_text(group: str, plan: list[OffsetReset]) -> str:
+    """ConsumerGroupCommand.printOffsetsToReset: fixed columns (cells padded, the last one too), each
+    line opened by a newline, rows in the order of its HashMap of new offsets; the committed offsets
+    are in --output json."""
+    from kcli.output import java_hash_order
+
+    new = {(r.topic, r.partition): r.new for r in plan}
+    rows = [("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET")]
+    rows += [(group, t, str(p), str(new[t, p])) for t, p in java_hash_order(new)]
+    return "".join(f"\n{g:<30} {t:<30} {p:<10} {o:<15}" for g, t, p, o in rows) + "\n"
 
 
 def _print_table(header: list[str], rows: list[list[str]]) -> None:
