@@ -87,7 +87,14 @@ class ReplicaManager:
         self.alter_partition_manager = AlterPartitionManager(
             self.node_id, send_to_controller, broker_epoch, self._topic_id
         )
-        self.fetchers = ReplicaFetcherManager(self.node_id, self, self.fetcher_config, broker_epoch)
+        self.fetchers = ReplicaFetcherManager(
+            self.node_id,
+            self.fetcher_config,
+            broker_epoch,
+            partition=self.partition,
+            broker_address=self.broker_address,
+            quota=self.follower_quota,
+        )
         for partition in self._partitions.values():
             partition.alter_isr = self.alter_partition_manager.submit
         if self.image is not None:
