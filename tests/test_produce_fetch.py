@@ -37,6 +37,7 @@ from formats.segment import walk
 from kcli.broker.apis import fetch as fetch_api
 from kcli.broker.apis.context import ConnectionInfo, FileRegion, RequestContext
 from kcli.broker.log.log import FetchSlice
+from kcli.broker.replication.manager import FetchPartitionData
 from kcli.broker.server import Broker
 from kcli.client import ClientError, KafkaClient
 from kcli.config import BrokerConfig
@@ -500,7 +501,7 @@ def test_fetch_response_encoding_is_byte_for_byte_kios(case: tuple) -> None:
             position, size = p["region"]
             records = {"region": FetchSlice(fd, position, size, 0), "empty": None, "null": None}[p["records"]]
             results.append(
-                fetch_api.PartitionResult(
+                FetchPartitionData(
                     name,
                     topic_id,
                     p["index"],
