@@ -80,7 +80,8 @@ async def handle_produce(ctx: RequestContext, request: Any) -> object | None:
         return _whole_request_error(version, request, error)
 
     results: list[tuple[Any, list[tuple[int, PartitionResponse]]]] = []
-    pending: list[tuple[tuple[str, int], bytes, list[tuple[int, PartitionResponse]], int]] = []
+    entries: list[tuple[tuple[str, int], bytes]] = []
+    slots: list[tuple[list[tuple[int, PartitionResponse]], int]] = []
     for topic in topic_data:
         outcomes: list[tuple[int, PartitionResponse]] = []
         if by_id:
@@ -105,23 +106,24 @@ async def handle_produce(ctx: RequestContext, request: Any) -> object | None:
                 outcomes.append((index, PartitionResponse(invalid)))
                 continue
             outcomes.append((index, _UNSET))
-            pending.append(((name, index), records, outcomes, len(outcomes) - 1))
+            entries.append(((name, index), records))
+            slots.append((outcomes, len(outcomes) - 1))
 
-    if pending:
+    if entries:
         verification = (
-            await _verify_transactions(ctx, request.transactional_id, pending, version)
+            await _verify_transactions(ctx, request.transactional_id, entries, version)
             if request.transactional_id and is_valid_required_acks(acks)
             else _NOTHING_TO_VERIFY
         )
         responses = await ctx.replicas.append_records(
-            [(key, records) for key, records, _, _ in pending],
+            entries,
             acks,
             AppendOrigin.CLIENT,
             request.timeout.total_seconds(),
             internal_topics_allowed=ctx.client_id == ADMIN_CLIENT_ID,
             transaction_verification=verification,
         )
-        for (_, _, outcomes, slot), response in zip(pending, responses, strict=True):
+        for (outcomes, slot), response in zip(slots, responses, strict=True):
             if response.current_leader is not None and version < 10:
                 response = response._replace(current_leader=None)  # ProduceResponse v10 added it
             outcomes[slot] = (outcomes[slot][0], response)
@@ -233,7 +235,7 @@ def _transactional_request_error(request: Any) -> ErrorCode | None:
 async def _verify_transactions(
     ctx: RequestContext,
     transactional_id: str | None,
-    pending: list[tuple[tuple[str, int], bytes, list[tuple[int, PartitionResponse]], int]],
+    entries: list[tuple[tuple[str, int], bytes]],
     version: int,
 ) -> dict[tuple[str, int], ErrorCode | None]:
     """KIP-890 part 1: a transactional batch is written only to a partition its producer added to its
@@ -242,7 +244,7 @@ async def _verify_transactions(
     else the produce error, mapped as Kafka's ReplicaManager maps the coordinator's answer."""
     wanted: list[tuple[str, int]] = []
     producer: tuple[int, int] | None = None
-    for key, records, _, _ in pending:
+    for key, records in entries:
         if is_transactional_data(records):
             wanted.append(key)
             if producer is None:  # one (producer id, epoch) per request: _transactional_request_error

@@ -125,7 +125,10 @@ class FetchPartitionData(NamedTuple):
 
 def is_valid_required_acks(acks: int) -> bool:
     """ReplicaManager.isValidRequiredAcks: 0, 1 or -1 (all)."""
-    return acks in (0, 1, -1)
+    return acks in _VALID_REQUIRED_ACKS
+
+
+_VALID_REQUIRED_ACKS = frozenset({0, 1, -1})
 
 
 def is_transactional_data(records: bytes | memoryview) -> bool:
@@ -330,18 +333,19 @@ class ReplicaManager:
         `transaction_verification`: for a transactional batch, None when the transaction coordinator
         verified the partition is in the producer's ongoing transaction, else the error to answer
         (a partition it does not name is INVALID_TXN_STATE)."""
-        if not is_valid_required_acks(acks):
+        if acks not in _VALID_REQUIRED_ACKS:
             return [_INVALID_REQUIRED_ACKS] * len(entries)
         uncommitted: list[tuple[PartitionKey, int]] | None = [] if acks == -1 else None
-        responses = self.append_to_local_log(
-            entries,
-            acks,
-            origin,
-            internal_topics_allowed=internal_topics_allowed,
-            transaction_verification=transaction_verification,
-            now_ms=wall_clock_ms() if now_ms is None else now_ms,
-            uncommitted=uncommitted,
-        )
+        if now_ms is None:
+            now_ms = wall_clock_ms()
+        responses: list[PartitionResponse] = []
+        for key, records in entries:  # a loop, not a comprehension: one call less per produce
+            responses.append(
+                self._append_to_leader(
+                    key, records, acks, origin, internal_topics_allowed, transaction_verification, now_ms,
+                    uncommitted,
+                )
+            )  # fmt: skip
         if uncommitted and not self.acks_reached(uncommitted):
             # DelayedProduce: the answer of each partition waited on is what its wait ended with
             await self.wait_for_acks(uncommitted, timeout)
@@ -363,19 +367,16 @@ class ReplicaManager:
         internal_topics_allowed: bool,
         now_ms: int,
         transaction_verification: Mapping[PartitionKey, ErrorCode | None] = _NOTHING_VERIFIED,
-        uncommitted: list[tuple[PartitionKey, int]] | None = None,
     ) -> list[PartitionResponse]:
-        """ReplicaManager.appendToLocalLog: the appends alone, with no wait (what acks 0 and 1 need,
-        and a coordinator's acks=0 writes from code that cannot wait). With `uncommitted`, each append
-        the high watermark has not passed yet is added there as (partition, offset to reach)."""
-        responses: list[PartitionResponse] = []
-        for key, records in entries:
-            response = self._append_to_leader(
-                key, records, acks, origin, internal_topics_allowed, transaction_verification, now_ms,
-                uncommitted,
-            )  # fmt: skip
-            responses.append(response)
-        return responses
+        """ReplicaManager.appendToLocalLog: the appends alone, with no wait, for a coordinator's acks=0
+        writes from code that cannot wait (`append_records` is the call otherwise)."""
+        append = self._append_to_leader
+        return [
+            append(
+                key, records, acks, origin, internal_topics_allowed, transaction_verification, now_ms, None
+            )
+            for key, records in entries
+        ]
 
     def _append_to_leader(
         self,
