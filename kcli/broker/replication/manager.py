@@ -347,16 +347,25 @@ class ReplicaManager:
                 )
             )  # fmt: skip
         if uncommitted and not self.acks_reached(uncommitted):
-            # DelayedProduce: the answer of each partition waited on is what its wait ended with
-            await self.wait_for_acks(uncommitted, timeout)
-            required = dict(uncommitted)
+            errors = await self.delayed_produce(uncommitted, timeout)
             for slot, (key, _) in enumerate(entries):
-                if key in required:
-                    error = self.acks_error(key, required[key])
-                    if error is not ErrorCode.none:
-                        log_start_offset = responses[slot].log_start_offset
-                        responses[slot] = PartitionResponse(error, log_start_offset=log_start_offset)
+                error = errors.get(key, ErrorCode.none)
+                if error is not ErrorCode.none:
+                    log_start_offset = responses[slot].log_start_offset
+                    responses[slot] = PartitionResponse(error, log_start_offset=log_start_offset)
         return responses
+
+    async def delayed_produce(
+        self, uncommitted: list[tuple[PartitionKey, int]], timeout: float
+    ) -> dict[PartitionKey, ErrorCode]:
+        """Kafka's DelayedProduce: wait in the purgatory until the high watermark of each partition has
+        passed its offset (`acks_reached`) or `timeout` seconds; then each partition's answer
+        (checkEnoughReplicasReachOffset): NONE, REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND or
+        NOT_LEADER_OR_FOLLOWER. `append_records` waits here; so do transaction markers, which are
+        written by Partition.write_txn_markers rather than as a batch of records."""
+        if not self.acks_reached(uncommitted):
+            await self.wait_for_acks(uncommitted, timeout)
+        return {key: self.acks_error(key, required) for key, required in dict(uncommitted).items()}
 
     def append_to_local_log(
         self,
