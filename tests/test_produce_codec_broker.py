@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kcli.broker.apis.produce import Outcome, _response
+from kcli.broker.apis.produce import _response
+from kcli.broker.replication.manager import PartitionResponse
 from kcli.protocol.codec import entity_write
 from kcli.protocol.produce_codec import write_produce_response
 
@@ -18,7 +19,7 @@ names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_si
 topic_ids = st.one_of(st.just(uuid.UUID(int=0)), st.uuids())
 
 outcomes = st.builds(
-    Outcome,
+    PartitionResponse,
     error=st.sampled_from([0, 1, 2, 6, 47, 87]),
     base_offset=st.integers(-1, 2**63 - 1),
     log_append_time=st.one_of(st.just(-1), st.integers(0, 2**42)),
@@ -44,7 +45,7 @@ def test_writes_what_kio_writes(version: int, results: list) -> None:
 
 
 def test_record_errors_and_leaders_are_left_to_kio() -> None:
-    refused = Outcome(87, record_errors=((0, "bad"),), error_message="bad")
-    moved = Outcome(6, current_leader=(2, 5))
+    refused = PartitionResponse(87, record_errors=((0, "bad"),), error_message="bad")
+    moved = PartitionResponse(6, current_leader=(2, 5))
     assert write_produce_response(9, [("t", [(0, refused)])]) is None
     assert write_produce_response(10, [("t", [(0, moved)])]) is None

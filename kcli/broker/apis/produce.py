@@ -1,6 +1,8 @@
 """Produce (key 0): validate each partition's record batch, append it as leader, answer per partition.
 
-Follows Kafka's `KafkaApis.handleProduceRequest` and `ReplicaManager.appendRecords`:
+Follows Kafka's `KafkaApis.handleProduceRequest`: decode and check the request, verify transactional
+partitions with their coordinator, `ReplicaManager.append_records` (the appends, the errors per
+partition, DelayedProduce), encode. What the answer says:
 - a partition of a topic the metadata does not know is UNKNOWN_TOPIC_OR_PARTITION (v13+: an unknown
   topic id is UNKNOWN_TOPIC_ID); Produce never creates topics, only Metadata does;
 - `ProduceRequest.validateRecords`: exactly one magic v2 batch per partition (INVALID_RECORD), no
@@ -31,17 +33,15 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import logging
 import struct
 import sys
 from functools import cache
-from typing import Any, NamedTuple
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from formats.records import (
     ATTRIBUTES_OFFSET,
-    CONTROL_BIT,
     HEADER_SIZE_UP_TO_MAGIC,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
@@ -53,15 +53,14 @@ from formats.records import (
 )
 from kcli.broker.apis.context import FramedResponse, RequestContext
 from kcli.broker.apis.registry import ApiSpec
-from kcli.broker.log import LogStorageError, RecordError
-from kcli.broker.log.log import wall_clock_ms
-from kcli.broker.replication.manager import ReplicaManager
-from kcli.broker.replication.partition import PartitionError
-from kcli.config import INTERNAL_TOPICS
+from kcli.broker.log.validator import AppendOrigin
+from kcli.broker.replication.manager import (
+    PartitionResponse,
+    is_transactional_data,
+    is_valid_required_acks,
+)
 from kcli.protocol.messages import kio_versions, response_type
 from kcli.protocol.produce_codec import write_produce_response
-
-log = logging.getLogger("kcli.broker")
 
 API_KEY = 0
 ADMIN_CLIENT_ID = "__admin_client"
@@ -80,10 +79,11 @@ async def handle_produce(ctx: RequestContext, request: Any) -> object | None:
     if error is not None:
         return _whole_request_error(version, request, error)
 
-    results: list[tuple[Any, list[tuple[int, Outcome]]]] = []
-    pending: list[tuple[str, Any, bytes, list[tuple[int, Outcome]], int]] = []
+    results: list[tuple[Any, list[tuple[int, PartitionResponse]]]] = []
+    entries: list[tuple[tuple[str, int], bytes]] = []
+    slots: list[tuple[list[tuple[int, PartitionResponse]], int]] = []
     for topic in topic_data:
-        outcomes: list[tuple[int, Outcome]] = []
+        outcomes: list[tuple[int, PartitionResponse]] = []
         if by_id:
             topic_image = image.topics_by_id.get(topic.topic_id)
             results.append((topic.topic_id, outcomes))
@@ -97,41 +97,36 @@ async def handle_produce(ctx: RequestContext, request: Any) -> object | None:
             topic_image = image.topic_image(name)
         for partition in topic.partition_data:
             index = partition.index
-            registration = None if topic_image is None else topic_image.partitions.get(index)
-            if registration is None:
+            if topic_image is None or index not in topic_image.partitions:
                 outcomes.append((index, _UNKNOWN_TOPIC_OR_PARTITION))
                 continue
             records = partition.records or b""
             invalid = check_records(version, records)
             if invalid is not None:
-                outcomes.append((index, _failed(invalid)))
+                outcomes.append((index, PartitionResponse(invalid)))
                 continue
             outcomes.append((index, _UNSET))
-            pending.append((name, registration, records, outcomes, len(outcomes) - 1))
+            entries.append(((name, index), records))
+            slots.append((outcomes, len(outcomes) - 1))
 
-    if pending:
-        if acks not in (0, 1, -1):
-            for _, _, _, outcomes, slot in pending:
-                outcomes[slot] = (outcomes[slot][0], _failed(ErrorCode.invalid_required_acks))
-        else:
-            now_ms = wall_clock_ms()
-            internal_allowed = ctx.client_id == ADMIN_CLIENT_ID
-            replicas = ctx.replicas
-            uncommitted: list[tuple[tuple[str, int], int]] | None = [] if acks == -1 else None
-            verification = (
-                await _verify_transactions(ctx, request.transactional_id, pending, version)
-                if request.transactional_id
-                else _NOTHING_TO_VERIFY
-            )
-            for name, registration, records, outcomes, slot in pending:
-                index = outcomes[slot][0]
-                outcome = _append(
-                    ctx, replicas, name, index, registration, records, acks, now_ms, internal_allowed, version,
-                    verification, uncommitted,
-                )  # fmt: skip
-                outcomes[slot] = (index, outcome)
-            if uncommitted and not replicas.acks_reached(uncommitted):
-                await _delayed_produce(replicas, uncommitted, pending, request.timeout.total_seconds())
+    if entries:
+        verification = (
+            await _verify_transactions(ctx, request.transactional_id, entries, version)
+            if request.transactional_id and is_valid_required_acks(acks)
+            else _NOTHING_TO_VERIFY
+        )
+        responses = await ctx.replicas.append_records(
+            entries,
+            acks,
+            AppendOrigin.CLIENT,
+            request.timeout.total_seconds(),
+            internal_topics_allowed=ctx.client_id == ADMIN_CLIENT_ID,
+            transaction_verification=verification,
+        )
+        for (outcomes, slot), response in zip(slots, responses, strict=True):
+            if response.current_leader is not None and version < 10:
+                response = response._replace(current_leader=None)  # ProduceResponse v10 added it
+            outcomes[slot] = (outcomes[slot][0], response)
 
     if acks == 0:
         failed = [
@@ -151,18 +146,6 @@ async def handle_produce(ctx: RequestContext, request: Any) -> object | None:
     if body is not None:
         return FramedResponse(_classes(version)[0], (body,))
     return _response(version, results, image, by_id)
-
-
-class Outcome(NamedTuple):
-    """One partition's answer, in ProduceResponse's terms."""
-
-    error: ErrorCode
-    base_offset: int = -1
-    log_append_time: int = -1
-    log_start_offset: int = -1
-    record_errors: tuple[tuple[int, str], ...] = ()
-    error_message: str | None = None
-    current_leader: tuple[int, int] | None = None
 
 
 def check_records(version: int, records: bytes) -> ErrorCode | None:
@@ -200,13 +183,9 @@ _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
 _INT16 = struct.Struct(">h")
 _ZSTD = 4
-_UNSET = Outcome(ErrorCode.unknown_server_error)
-_UNKNOWN_TOPIC_ID = Outcome(ErrorCode.unknown_topic_id)
-_UNKNOWN_TOPIC_OR_PARTITION = Outcome(ErrorCode.unknown_topic_or_partition)
-
-
-def _failed(error: ErrorCode) -> Outcome:
-    return Outcome(error)
+_UNSET = PartitionResponse(ErrorCode.unknown_server_error)
+_UNKNOWN_TOPIC_ID = PartitionResponse(ErrorCode.unknown_topic_id)
+_UNKNOWN_TOPIC_OR_PARTITION = PartitionResponse(ErrorCode.unknown_topic_or_partition)
 
 
 def _next_batch(records: bytes, position: int) -> int | ErrorCode | None:
@@ -253,93 +232,10 @@ def _transactional_request_error(request: Any) -> ErrorCode | None:
     return None
 
 
-def _append(
-    ctx: RequestContext,
-    replicas: ReplicaManager,
-    topic: str,
-    index: int,
-    registration: Any,
-    records: bytes,
-    acks: int,
-    now_ms: int,
-    internal_allowed: bool,
-    version: int,
-    verification: dict[tuple[str, int], ErrorCode | None],
-    uncommitted: list[tuple[tuple[str, int], int]] | None = None,
-) -> Outcome:
-    """ReplicaManager.appendToLocalLog + Partition.appendRecordsToLeader for one partition; with acks=all
-    (`uncommitted` given) an append the high watermark has not passed yet is added there, to wait for."""
-    if topic in INTERNAL_TOPICS and not internal_allowed:
-        return _failed(ErrorCode.invalid_topic_exception)
-    partition = replicas.partition(topic, index)  # the handler found its registration in the image
-    if partition is None or not partition.is_leader:
-        leader = (registration.leader, registration.leader_epoch) if version >= 10 else None
-        return Outcome(ErrorCode.not_leader_or_follower, current_leader=leader)
-    partition_log = partition.log
-    verified = False
-    try:
-        if (
-            _is_v2_batch(records)
-            and records[ATTRIBUTES_OFFSET + 1] & (TRANSACTIONAL_BIT | CONTROL_BIT) == TRANSACTIONAL_BIT
-        ):
-            partition.check_enough_replicas(acks)
-            error = verification.get((topic, index), ErrorCode.invalid_txn_state)
-            if error is not None:
-                return Outcome(error, log_start_offset=partition_log.log_start_offset)
-            verified = True
-        info = partition.append_records_to_leader(
-            records, required_acks=acks, now_ms=now_ms, transaction_verified=verified
-        )
-    except PartitionError as e:
-        return Outcome(e.error_code, log_start_offset=partition_log.log_start_offset)
-    except RecordError as e:
-        if e.error_code in (
-            ErrorCode.corrupt_message,
-            ErrorCode.message_too_large,
-            ErrorCode.record_list_too_large,
-        ):
-            return _failed(e.error_code)
-        if e.record_errors:  # Kafka's RecordValidationException: the message and the records
-            return Outcome(
-                e.error_code,
-                log_start_offset=partition_log.log_start_offset,
-                record_errors=e.record_errors,
-                error_message=e.message,
-            )
-        return Outcome(e.error_code, log_start_offset=partition_log.log_start_offset)
-    except LogStorageError as e:
-        log.error("produce to %s-%d failed: %s", topic, index, e)
-        return _failed(ErrorCode.kafka_storage_error)
-    except Exception:
-        log.exception("error processing append operation on partition %s-%d", topic, index)
-        return Outcome(ErrorCode.unknown_server_error, log_start_offset=partition_log.log_start_offset)
-    if uncommitted is not None and partition_log.high_watermark <= info.last_offset:
-        uncommitted.append((partition.key, info.last_offset + 1))
-    return Outcome(ErrorCode.none, info.first_offset, info.log_append_time, info.log_start_offset)
-
-
-async def _delayed_produce(
-    replicas: ReplicaManager,
-    uncommitted: list[tuple[tuple[str, int], int]],
-    pending: list[tuple[str, Any, bytes, list[tuple[int, Outcome]], int]],
-    timeout: float,
-) -> None:
-    """Kafka's DelayedProduce for acks=all: wait until the high watermark of every partition written has
-    passed its records, or the request's timeout; a partition still short is REQUEST_TIMED_OUT."""
-    await replicas.wait_for_acks(uncommitted, timeout)
-    required = dict(uncommitted)
-    for name, _, _, outcomes, slot in pending:
-        index, outcome = outcomes[slot]
-        if (name, index) in required:
-            error = replicas.acks_error((name, index), required[(name, index)])
-            if error is not ErrorCode.none:
-                outcomes[slot] = (index, Outcome(error, log_start_offset=outcome.log_start_offset))
-
-
 async def _verify_transactions(
     ctx: RequestContext,
     transactional_id: str | None,
-    pending: list[tuple[str, Any, bytes, list[tuple[int, Outcome]], int]],
+    entries: list[tuple[tuple[str, int], bytes]],
     version: int,
 ) -> dict[tuple[str, int], ErrorCode | None]:
     """KIP-890 part 1: a transactional batch is written only to a partition its producer added to its
@@ -348,12 +244,9 @@ async def _verify_transactions(
     else the produce error, mapped as Kafka's ReplicaManager maps the coordinator's answer."""
     wanted: list[tuple[str, int]] = []
     producer: tuple[int, int] | None = None
-    for name, _, records, outcomes, slot in pending:
-        if (
-            _is_v2_batch(records)
-            and records[ATTRIBUTES_OFFSET + 1] & (TRANSACTIONAL_BIT | CONTROL_BIT) == TRANSACTIONAL_BIT
-        ):
-            wanted.append((name, outcomes[slot][0]))
+    for key, records in entries:
+        if is_transactional_data(records):
+            wanted.append(key)
             if producer is None:  # one (producer id, epoch) per request: _transactional_request_error
                 (producer_id,) = _INT64.unpack_from(records, PRODUCER_ID_OFFSET)
                 (producer_epoch,) = _INT16.unpack_from(records, PRODUCER_ID_OFFSET + 8)
@@ -398,7 +291,10 @@ def _whole_request_error(version: int, request: Any, error: ErrorCode) -> object
     """A request-level failure (Kafka's sendErrorResponseMaybeThrottle): every partition gets `error`."""
     by_id = version >= 13
     results = [
-        (topic.topic_id if by_id else topic.name, [(p.index, _failed(error)) for p in topic.partition_data])
+        (
+            topic.topic_id if by_id else topic.name,
+            [(p.index, PartitionResponse(error)) for p in topic.partition_data],
+        )
         for topic in request.topic_data
     ]
     if request.acks == 0:
@@ -407,7 +303,7 @@ def _whole_request_error(version: int, request: Any, error: ErrorCode) -> object
 
 
 def _response(
-    version: int, results: list[tuple[Any, list[tuple[int, Outcome]]]], image: Any, by_id: bool
+    version: int, results: list[tuple[Any, list[tuple[int, PartitionResponse]]]], image: Any, by_id: bool
 ) -> object:
     classes = _classes(version)
     response_cls, topic_cls, partition_cls, record_error_cls, leader_cls, endpoint_cls = classes

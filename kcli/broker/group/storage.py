@@ -263,11 +263,12 @@ class GroupMetadataManager:
             if tombstones:
                 # acks=0, as Kafka writes them: a lost tombstone is written again on the next pass.
                 error = append_records(
-                    self.replicas.partition(OFFSETS_TOPIC, self.partition_for(group.group_id)),
+                    self.replicas,
+                    OFFSETS_TOPIC,
+                    self.partition_for(group.group_id),
                     tombstones,
                     now_ms=self.clock(),
-                    required_acks=0,
-                ).error
+                )
                 if error is not ErrorCode.none:
                     log.error(
                         "Failed to append %d tombstones for group %s: %s",

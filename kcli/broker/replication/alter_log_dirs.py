@@ -33,7 +33,6 @@ import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
@@ -42,11 +41,9 @@ from kcli.broker.log.manager import FUTURE_DIR_SUFFIX, LogDirNotFound
 from kcli.broker.metadata.controller.partition_change_builder import MV_3_7_IV2
 from kcli.broker.metadata.image import ClusterMetadataImage
 from kcli.broker.replication.assignments_manager import AssignmentsManager
+from kcli.broker.replication.manager import ReplicaManager
+from kcli.broker.replication.partition import Partition
 from kcli.config import BrokerConfig
-
-if TYPE_CHECKING:
-    from kcli.broker.replication.manager import ReplicaManager
-    from kcli.broker.replication.partition import Partition
 
 log = logging.getLogger("kcli.broker.replication")
 

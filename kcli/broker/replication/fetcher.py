@@ -33,20 +33,17 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from kcli.broker.log import LogStorageError, OffsetOutOfRange, RecordError
+from kcli.broker.replication.partition import Partition
 from kcli.broker.replication.purgatory import PartitionKey
 from kcli.broker.replication.quota import ReplicationQuotaManager
 from kcli.client import NodeConnections
 from kcli.protocol.fetch_codec import read_fetch_response
 from kcli.protocol.messages import nested_type, request_type
-
-if TYPE_CHECKING:
-    from kcli.broker.replication.manager import ReplicaManager
-    from kcli.broker.replication.partition import Partition
 
 log = logging.getLogger("kcli.broker.replication")
 
@@ -93,19 +90,31 @@ class FetcherConfig:
 
 
 class ReplicaFetcherManager:
-    """The fetchers of this broker, one per leader it follows partitions on."""
+    """The fetchers of this broker, one per leader it follows partitions on.
+
+    It is given what it uses of the replica manager (the hosted partitions, the brokers' addresses,
+    the follower quota) rather than the manager itself, so the manager's module is the only one that
+    knows both."""
 
     def __init__(
         self,
         node_id: int,
-        replicas: ReplicaManager,
         config: FetcherConfig,
         broker_epoch: Callable[[], int],
+        *,
+        partition: Callable[[str, int], Partition | None],
+        broker_address: Callable[[int], tuple[str, int] | None],
+        quota: ReplicationQuotaManager,
     ) -> None:
         self.node_id = node_id
-        self.replicas = replicas
         self.config = config
         self.broker_epoch = broker_epoch
+        self.partition = partition
+        """The hosted partition, or None (ReplicaManager.partition)."""
+        self.broker_address = broker_address
+        """Where a broker listens, from the current metadata (ReplicaManager.broker_address)."""
+        self.quota = quota
+        """This broker's follower replication quota (QuotaFactory's quotas.follower)."""
         self._fetchers: dict[int, ReplicaFetcher] = {}
         self._follows: dict[PartitionKey, int] = {}  # partition -> source broker
 
@@ -198,7 +207,7 @@ class ReplicaFetcher:
     async def _fetch_once(self, ready: dict[PartitionKey, PartitionFetchState]) -> None:
         manager = self.manager
         config = manager.config
-        address = manager.replicas.broker_address(self.source_id)
+        address = manager.broker_address(self.source_id)
         if address is None:
             self._delay(ready)
             return
@@ -206,10 +215,10 @@ class ReplicaFetcher:
         topic_cls, partition_cls = nested_type(cls, "FetchTopic"), nested_type(cls, "FetchPartition")
         by_topic: dict[uuid.UUID, list[Any]] = {}
         sent: dict[tuple[uuid.UUID, int], tuple[PartitionKey, PartitionFetchState]] = {}
-        quota = manager.replicas.follower_quota
+        quota = manager.quota
         held_back: dict[PartitionKey, PartitionFetchState] = {}
         for key, state in ready.items():
-            partition = manager.replicas.partition(*key)
+            partition = manager.partition(*key)
             if partition is None:
                 continue
             if _should_follower_throttle(quota, key, state):
@@ -273,7 +282,7 @@ class ReplicaFetcher:
                 await self._process(key, state, data)
 
     async def _process(self, key: PartitionKey, state: PartitionFetchState, data: Any) -> None:
-        partition = self.manager.replicas.partition(*key)
+        partition = self.manager.partition(*key)
         if partition is None:
             return
         error = data.error_code
@@ -296,7 +305,7 @@ class ReplicaFetcher:
                 return
             state.lag = max(0, data.high_watermark - partition.log.log_end_offset)
             state.lagging_answers = 0
-            quota = self.manager.replicas.follower_quota
+            quota = self.manager.quota
             if records and quota.is_throttled(*key):
                 quota.record(len(records))  # in-sync replicas' bytes count too, as in Kafka
             return
@@ -344,7 +353,7 @@ class ReplicaFetcher:
     async def _leader_offset(
         self, partition: Partition, state: PartitionFetchState, timestamp: int
     ) -> int | None:
-        address = self.manager.replicas.broker_address(self.source_id)
+        address = self.manager.broker_address(self.source_id)
         if address is None:
             return None
         cls = request_type(LIST_OFFSETS, LIST_OFFSETS_VERSION)

@@ -1,9 +1,12 @@
 """The partitions this broker hosts and what requests do with them (Kafka's `ReplicaManager`).
 
-Handlers and coordinators reach partitions only through here: a produce appends to the leader and, with
-acks=all, waits in the purgatory until the high watermark has passed its records (DelayedProduce); a
-fetch reads from the leader and, short of min_bytes, waits there for the partitions to change
-(DelayedFetch); a follower's fetch also tells the leader how far that follower got. Each metadata image
+Handlers and coordinators reach partitions through Kafka's two calls. `append_records` appends to the
+leader logs and, with acks=all, waits in the purgatory until the high watermark has passed the records
+(DelayedProduce), answering each partition with its error or offsets. `fetch_messages` reads from the
+leader (or, for a consumer with client metadata, a follower) and, short of min_bytes, waits there for
+the partitions to change (DelayedFetch); it adds the aborted transactions of read_committed reads,
+holds back throttled followers (the leader quota), and a follower's fetch tells the leader how far that
+follower got. The answers keep the record bytes as file slices for sendfile. Each metadata image
 is applied to the hosted partitions (`apply_image`): the partitions with a replica here are hosted,
 deleted ones dropped; a registration naming this node leader in a new epoch makes it the leader
 (Partition.makeLeader), one naming another broker makes it a follower whose fetcher pulls from that
@@ -15,13 +18,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.log import Log, LogManager
+from formats.records import (
+    ATTRIBUTES_OFFSET,
+    CONTROL_BIT,
+    MAGIC_OFFSET,
+    RECORD_BATCH_OVERHEAD,
+    TRANSACTIONAL_BIT,
+)
+from kcli.broker.log import Log, LogManager, LogStorageError, OffsetOutOfRange, RecordError
+from kcli.broker.log.log import wall_clock_ms
+from kcli.broker.log.validator import AppendOrigin
 from kcli.broker.metadata.image import ClusterMetadataImage, PartitionRegistration
 from kcli.broker.replication.alter_partition_manager import AlterPartitionManager
 from kcli.broker.replication.fetcher import FetcherConfig, ReplicaFetcherManager
@@ -29,7 +42,6 @@ from kcli.broker.replication.partition import (
     DEFAULT_REPLICA_LAG_TIME_MAX_MS,
     Partition,
     PartitionError,
-    PartitionRead,
     monotonic_ms,
 )
 from kcli.broker.replication.purgatory import PartitionKey, Purgatory
@@ -40,11 +52,91 @@ from kcli.broker.replication.replica_selector import (
     ReplicaSelector,
     ReplicaView,
 )
+from kcli.config import INTERNAL_TOPICS
+from kcli.protocol.fetch_codec import PartitionResult
 
 log = logging.getLogger("kcli.broker.replication")
 
 CONSUMER_REPLICA_ID = -1
 """FetchRequest.CONSUMER_REPLICA_ID; -2 and below are debugging or future replicas."""
+_MIN_THROTTLE_WAIT = 0.001
+"""A throttled follower fetch looks at the rate again no sooner than this."""
+
+
+class PartitionResponse(NamedTuple):
+    """One partition's answer to `append_records` (Kafka's ProduceResponse.PartitionResponse)."""
+
+    error: ErrorCode
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    record_errors: tuple[tuple[int, str], ...] = ()
+    error_message: str | None = None
+    current_leader: tuple[int, int] | None = None
+    """(leader id, leader epoch) from the metadata, when this node does not lead the partition."""
+
+
+class FetchParams(NamedTuple):
+    """What a Fetch asks of every partition (Kafka's FetchParams)."""
+
+    replica_id: int
+    """CONSUMER_REPLICA_ID for a consumer, the follower's broker id for a follower."""
+    replica_epoch: int
+    max_wait: float
+    """Seconds the request may wait for min_bytes (max_wait_ms)."""
+    min_bytes: int
+    max_bytes: int
+    """The response budget: min(the request's max_bytes, fetch.max.bytes)."""
+    read_committed: bool
+    client_metadata: ClientMetadata | None
+    """v11+: the consumer's rack; from then on a consumer may be sent to, and read from, a follower."""
+
+
+class FetchTarget(NamedTuple):
+    """One partition of a Fetch (Kafka's TopicIdPartition with its FetchRequest.PartitionData)."""
+
+    topic: str
+    topic_id: Any
+    partition: int
+    fetch_offset: int
+    partition_max_bytes: int
+    current_leader_epoch: int
+    last_fetched_epoch: int
+    log_start_offset: int
+
+
+FetchPartitionData = PartitionResult
+"""One partition of a FetchResponse (Kafka's FetchPartitionData): the protocol writer's own shape, so a
+read's answer goes to the wire as it is; `records` is a FetchSlice of a segment file."""
+
+
+def is_valid_required_acks(acks: int) -> bool:
+    """ReplicaManager.isValidRequiredAcks: 0, 1 or -1 (all)."""
+    return acks in _VALID_REQUIRED_ACKS
+
+
+_VALID_REQUIRED_ACKS = frozenset({0, 1, -1})
+
+
+def is_transactional_data(records: bytes | memoryview) -> bool:
+    """A whole magic v2 transactional batch that is not a control batch: what must be verified with the
+    transaction coordinator before it is appended (KIP-890 part 1)."""
+    return (
+        len(records) >= RECORD_BATCH_OVERHEAD
+        and records[MAGIC_OFFSET] == 2
+        and records[ATTRIBUTES_OFFSET + 1] & (TRANSACTIONAL_BIT | CONTROL_BIT) == TRANSACTIONAL_BIT
+    )
+
+
+_NOTHING_VERIFIED: Mapping[PartitionKey, ErrorCode | None] = {}
+_INVALID_REQUIRED_ACKS = PartitionResponse(ErrorCode.invalid_required_acks)
+_INVALID_TOPIC = PartitionResponse(ErrorCode.invalid_topic_exception)
+_STORAGE_ERROR = PartitionResponse(ErrorCode.kafka_storage_error)
+_METADATA_ERRORS = frozenset({ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id})
+_RECORDS_ERRORS_WITHOUT_OFFSETS = frozenset(
+    {ErrorCode.corrupt_message, ErrorCode.message_too_large, ErrorCode.record_list_too_large}
+)
+"""Kafka answers these append errors (corrupt data, a batch too large) without the log start offset."""
 
 
 class ReplicaManager:
@@ -87,7 +179,14 @@ class ReplicaManager:
         self.alter_partition_manager = AlterPartitionManager(
             self.node_id, send_to_controller, broker_epoch, self._topic_id
         )
-        self.fetchers = ReplicaFetcherManager(self.node_id, self, self.fetcher_config, broker_epoch)
+        self.fetchers = ReplicaFetcherManager(
+            self.node_id,
+            self.fetcher_config,
+            broker_epoch,
+            partition=self.partition,
+            broker_address=self.broker_address,
+            quota=self.follower_quota,
+        )
         for partition in self._partitions.values():
             partition.alter_isr = self.alter_partition_manager.submit
         if self.image is not None:
@@ -202,6 +301,138 @@ class ReplicaManager:
 
     # --- produce -------------------------------------------------------------------------------------
 
+    async def append_records(
+        self,
+        entries: Sequence[tuple[PartitionKey, bytes | memoryview]],
+        acks: int,
+        origin: AppendOrigin,
+        timeout: float,
+        *,
+        internal_topics_allowed: bool = False,
+        transaction_verification: Mapping[PartitionKey, ErrorCode | None] = _NOTHING_VERIFIED,
+        now_ms: int | None = None,
+    ) -> list[PartitionResponse]:
+        """ReplicaManager.appendRecords: append each partition's records as its leader, and with acks=-1
+        wait (DelayedProduce, at most `timeout` seconds) until the high watermark of every partition
+        written has passed its records; a partition still short is then REQUEST_TIMED_OUT, one no longer
+        led here NOT_LEADER_OR_FOLLOWER. The answers are in the order of `entries`.
+
+        `transaction_verification`: for a transactional batch, None when the transaction coordinator
+        verified the partition is in the producer's ongoing transaction, else the error to answer
+        (a partition it does not name is INVALID_TXN_STATE)."""
+        if acks not in _VALID_REQUIRED_ACKS:
+            return [_INVALID_REQUIRED_ACKS] * len(entries)
+        uncommitted: list[tuple[PartitionKey, int]] | None = [] if acks == -1 else None
+        if now_ms is None:
+            now_ms = wall_clock_ms()
+        responses: list[PartitionResponse] = []
+        for key, records in entries:  # a loop, not a comprehension: one call less per produce
+            responses.append(
+                self._append_to_leader(
+                    key, records, acks, origin, internal_topics_allowed, transaction_verification, now_ms,
+                    uncommitted,
+                )
+            )  # fmt: skip
+        if uncommitted and not self.acks_reached(uncommitted):
+            errors = await self.delayed_produce(uncommitted, timeout)
+            for slot, (key, _) in enumerate(entries):
+                error = errors.get(key, ErrorCode.none)
+                if error is not ErrorCode.none:
+                    log_start_offset = responses[slot].log_start_offset
+                    responses[slot] = PartitionResponse(error, log_start_offset=log_start_offset)
+        return responses
+
+    async def delayed_produce(
+        self, uncommitted: list[tuple[PartitionKey, int]], timeout: float
+    ) -> dict[PartitionKey, ErrorCode]:
+        """Kafka's DelayedProduce: wait in the purgatory until the high watermark of each partition has
+        passed its offset (`acks_reached`) or `timeout` seconds; then each partition's answer
+        (checkEnoughReplicasReachOffset): NONE, REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND or
+        NOT_LEADER_OR_FOLLOWER. `append_records` waits here; so do transaction markers, which are
+        written by Partition.write_txn_markers rather than as a batch of records."""
+        if not self.acks_reached(uncommitted):
+            await self.wait_for_acks(uncommitted, timeout)
+        return {key: self.acks_error(key, required) for key, required in dict(uncommitted).items()}
+
+    def append_to_local_log(
+        self,
+        entries: Sequence[tuple[PartitionKey, bytes | memoryview]],
+        acks: int,
+        origin: AppendOrigin,
+        *,
+        internal_topics_allowed: bool,
+        now_ms: int,
+        transaction_verification: Mapping[PartitionKey, ErrorCode | None] = _NOTHING_VERIFIED,
+    ) -> list[PartitionResponse]:
+        """ReplicaManager.appendToLocalLog: the appends alone, with no wait, for a coordinator's acks=0
+        writes from code that cannot wait (`append_records` is the call otherwise)."""
+        append = self._append_to_leader
+        return [
+            append(
+                key, records, acks, origin, internal_topics_allowed, transaction_verification, now_ms, None
+            )
+            for key, records in entries
+        ]
+
+    def _append_to_leader(
+        self,
+        key: PartitionKey,
+        records: bytes | memoryview,
+        acks: int,
+        origin: AppendOrigin,
+        internal_topics_allowed: bool,
+        transaction_verification: Mapping[PartitionKey, ErrorCode | None],
+        now_ms: int,
+        uncommitted: list[tuple[PartitionKey, int]] | None,
+    ) -> PartitionResponse:
+        """One partition of appendToLocalLog: Partition.appendRecordsToLeader and the errors Kafka maps."""
+        topic, index = key
+        if topic in INTERNAL_TOPICS and not internal_topics_allowed:
+            return _INVALID_TOPIC
+        partition = self._partitions.get(key)
+        if partition is None or not partition.is_leader:
+            registration = None if self.image is None else self.image.partition(topic, index)
+            leader = None if registration is None else (registration.leader, registration.leader_epoch)
+            return PartitionResponse(ErrorCode.not_leader_or_follower, current_leader=leader)
+        partition_log = partition.log
+        verified = False
+        try:
+            if is_transactional_data(records):
+                partition.check_enough_replicas(acks)
+                error = transaction_verification.get(key, ErrorCode.invalid_txn_state)
+                if error is not None:
+                    return PartitionResponse(error, log_start_offset=partition_log.log_start_offset)
+                verified = True
+            info = partition.append_records_to_leader(
+                records, required_acks=acks, now_ms=now_ms, origin=origin, transaction_verified=verified
+            )
+        except PartitionError as e:
+            return PartitionResponse(e.error_code, log_start_offset=partition_log.log_start_offset)
+        except RecordError as e:
+            if e.error_code in _RECORDS_ERRORS_WITHOUT_OFFSETS:
+                return PartitionResponse(e.error_code)
+            if e.record_errors:  # Kafka's RecordValidationException: the message and the records
+                return PartitionResponse(
+                    e.error_code,
+                    log_start_offset=partition_log.log_start_offset,
+                    record_errors=e.record_errors,
+                    error_message=e.message,
+                )
+            return PartitionResponse(e.error_code, log_start_offset=partition_log.log_start_offset)
+        except (LogStorageError, OSError) as e:  # Kafka's KafkaStorageException (an IOException in the log)
+            log.error("append to %s-%d failed: %s", topic, index, e)
+            return _STORAGE_ERROR
+        except Exception:
+            log.exception("error processing append operation on partition %s-%d", topic, index)
+            return PartitionResponse(
+                ErrorCode.unknown_server_error, log_start_offset=partition_log.log_start_offset
+            )
+        if uncommitted is not None and partition_log.high_watermark <= info.last_offset:
+            uncommitted.append((key, info.last_offset + 1))
+        return PartitionResponse(
+            ErrorCode.none, info.first_offset, info.log_append_time, info.log_start_offset
+        )
+
     def acks_reached(self, appended: list[tuple[PartitionKey, int]]) -> bool:
         """DelayedProduce's condition: every partition's high watermark has passed its required offset,
         or the partition is no longer led here (its answer is then the error, see `acks_error`)."""
@@ -226,62 +457,191 @@ class ReplicaManager:
 
     # --- fetch ---------------------------------------------------------------------------------------
 
+    async def fetch_messages(
+        self, params: FetchParams, targets: Sequence[FetchTarget]
+    ) -> list[FetchPartitionData]:
+        """ReplicaManager.fetchMessages: read the partitions in request order (readFromLog); answer
+        at once when max_wait is 0, no partition passed the metadata checks, min_bytes are readable or
+        a partition failed, diverged or has a preferred read replica; otherwise wait (DelayedFetch) for
+        the partitions read to change until min_bytes are readable or max_wait has passed, then read
+        again. A follower's answer has passed the leader quota: its throttled bytes are counted then.
+        The answers to partitions the metadata does not know come last."""
+        results, readable, failed, watched, interesting = self.read_from_log(params, targets)
+        if params.max_wait > 0 and interesting and readable < params.min_bytes and not failed:
+            results = await self._delayed_fetch(params, targets, watched)
+        if params.replica_id >= 0:
+            # KafkaApis: a follower's answer has passed the quota check; its throttled bytes count now
+            self.record_leader_replication(
+                (r.topic, r.partition_index, r.records.size)
+                for r in results
+                if r.records is not None and r.topic
+            )
+        return results
+
+    async def _delayed_fetch(
+        self, params: FetchParams, targets: Sequence[FetchTarget], watched: list[PartitionKey]
+    ) -> list[FetchPartitionData]:
+        """Kafka's DelayedFetch: wait in the purgatory for the partitions read to change, until min_bytes
+        are readable or max_wait has passed."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + params.max_wait
+        purgatory = self.purgatory
+        while True:
+            wake_up = min(deadline, self._throttle_wake_up(params, targets, loop.time()))
+            await purgatory.wait_for_change(watched, wake_up)
+            results, readable, failed, watched, _ = self.read_from_log(params, targets)
+            if readable >= params.min_bytes or failed or loop.time() >= deadline:
+                return results
+
+    def _throttle_wake_up(self, params: FetchParams, targets: Sequence[FetchTarget], now: float) -> float:
+        """When a follower's throttled partitions may be read again: the leader's replication rate back
+        at its bound. (Kafka's DelayedFetch looks again only on a change or at max_wait; looking when
+        the rate allows makes the copy follow the bound to within a fetch rather than half a second.)"""
+        quota = self.leader_quota
+        if params.replica_id < 0 or not any(quota.is_throttled(t.topic, t.partition) for t in targets):
+            return math.inf
+        pause = quota.seconds_until_within()
+        return now + max(pause, _MIN_THROTTLE_WAIT) if pause > 0 else math.inf
+
     def read_from_log(
+        self, params: FetchParams, targets: Sequence[FetchTarget]
+    ) -> tuple[list[FetchPartitionData], int, bool, list[PartitionKey], int]:
+        """ReplicaManager.readFromLog: (results in request order with the partitions the metadata does
+        not know last, bytes readable, whether a partition failed, the partitions a DelayedFetch waits on,
+        how many partitions passed the metadata checks). Each partition's budget is min(its
+        partition_max_bytes, what is left); until one partition returned data the first batch is
+        returned whole (minOneMessage)."""
+        results: list[FetchPartitionData] = []
+        erroneous: list[FetchPartitionData] = []
+        limit = params.max_bytes
+        min_one_batch = True
+        readable = 0
+        failed = False
+        watched: list[PartitionKey] = []
+        image = self.image
+        for target in targets:
+            result, watch = self._read_partition(
+                image, params, target, min(target.partition_max_bytes, limit), min_one_batch
+            )
+            if watch:
+                watched.append((target.topic, target.partition))
+            if result.error_code in _METADATA_ERRORS:
+                erroneous.append(result)
+                continue
+            results.append(result)
+            if result.error_code is not ErrorCode.none:
+                failed = True
+            elif result.diverging_epoch is not None or result.preferred_read_replica >= 0:
+                failed = True  # Kafka answers a diverging epoch or a preferred read replica at once
+            size = result.records.size if result.records is not None else 0
+            if size:
+                min_one_batch = False
+                limit = max(0, limit - size)
+                readable += size
+        interesting = len(results)
+        return results + erroneous, readable, failed, watched, interesting
+
+    def _read_partition(
         self,
         image: ClusterMetadataImage,
-        topic: str,
-        index: int,
-        fetch_offset: int,
+        params: FetchParams,
+        target: FetchTarget,
         max_bytes: int,
-        *,
-        replica_id: int,
-        read_committed: bool,
         min_one_batch: bool,
-        current_leader_epoch: int,
-        last_fetched_epoch: int,
-        follower_log_start_offset: int = -1,
-        replica_epoch: int = -1,
-        client_metadata: ClientMetadata | None = None,
-    ) -> PartitionRead:
-        """ReplicaManager.readFromLog's read of one partition: consumers up to the high watermark or last
-        stable offset, a follower (replica_id >= 0, one of the replicas) up to the log end. A consumer
-        that sent its client metadata (Fetch v11+) may read from a follower, and the leader may send it
-        to a replica of its rack instead (a read with `preferred_read_replica` and no records). Raises
-        PartitionError, OffsetOutOfRange or the log's LogStorageError."""
-        if image.partition(topic, index) is None:
-            raise PartitionError(ErrorCode.unknown_topic_or_partition)
-        partition = self._partitions.get((topic, index))
-        if partition is None:
-            raise PartitionError(ErrorCode.not_leader_or_follower)
-        if client_metadata is not None:
-            preferred = self.find_preferred_read_replica(
-                partition, client_metadata, replica_id, fetch_offset, monotonic_ms()
+    ) -> tuple[FetchPartitionData, bool]:
+        """readFromLog's read of one partition: consumers up to the high watermark or last stable offset,
+        a follower (replica_id >= 0, one of the replicas) up to the log end. A consumer that sent its
+        client metadata (Fetch v11+) may read from a follower, and the leader may send it to a replica of
+        its rack instead (a read with `preferred_read_replica` and no records). Errors become the
+        partition's answer; read_committed consumers get the aborted transactions. (result, whether the
+        partition is one a DelayedFetch waits on)."""
+        (
+            topic,
+            topic_id,
+            index,
+            fetch_offset,
+            _,
+            current_leader_epoch,
+            last_fetched_epoch,
+            follower_log_start_offset,
+        ) = target
+        replica_id, replica_epoch, _, _, _, read_committed, client_metadata = params
+        try:
+            if image.partition(topic, index) is None:
+                raise PartitionError(ErrorCode.unknown_topic_or_partition)
+            partition = self._partitions.get((topic, index))
+            if partition is None:
+                raise PartitionError(ErrorCode.not_leader_or_follower)
+            preferred = (
+                None
+                if client_metadata is None
+                else self.find_preferred_read_replica(
+                    partition, client_metadata, replica_id, fetch_offset, monotonic_ms()
+                )
             )
             if preferred is not None:
-                return partition.fetch_offset_snapshot(current_leader_epoch)._replace(
+                read = partition.fetch_offset_snapshot(current_leader_epoch)._replace(
                     preferred_read_replica=preferred
                 )
-        read = partition.read_records(
-            fetch_offset,
-            max_bytes,
-            replica_id=replica_id,
-            read_committed=read_committed,
-            min_one_batch=min_one_batch,
-            current_leader_epoch=current_leader_epoch,
-            last_fetched_epoch=last_fetched_epoch,
-            follower_log_start_offset=follower_log_start_offset,
-            replica_epoch=replica_epoch,
-            # FetchParams.fetchOnlyLeader: followers always, consumers without client metadata (< v11)
-            fetch_only_from_leader=replica_id >= 0
-            or (replica_id == CONSUMER_REPLICA_ID and client_metadata is None),
+            else:
+                read = partition.read_records(
+                    fetch_offset,
+                    max_bytes,
+                    replica_id=replica_id,
+                    read_committed=read_committed,
+                    min_one_batch=min_one_batch,
+                    current_leader_epoch=current_leader_epoch,
+                    last_fetched_epoch=last_fetched_epoch,
+                    follower_log_start_offset=follower_log_start_offset,
+                    replica_epoch=replica_epoch,
+                    # FetchParams.fetchOnlyLeader: followers always, consumers without client metadata (< v11)
+                    fetch_only_from_leader=replica_id >= 0
+                    or (replica_id == CONSUMER_REPLICA_ID and client_metadata is None),
+                )
+                if (
+                    replica_id >= 0
+                    and read.records is not None
+                    and self.should_leader_throttle(partition, replica_id)
+                ):
+                    read = read._replace(records=None)  # a throttled replica gets no records
+        except PartitionError as e:
+            error = e.error_code
+            if error is ErrorCode.unknown_topic_or_partition:
+                return FetchPartitionData(topic, topic_id, index, error), False
+            return FetchPartitionData(topic, topic_id, index, error, empty_records=True), False
+        except OffsetOutOfRange:
+            return FetchPartitionData(
+                topic, topic_id, index, ErrorCode.offset_out_of_range, empty_records=True
+            ), True
+        except LogStorageError:
+            return FetchPartitionData(
+                topic, topic_id, index, ErrorCode.kafka_storage_error, empty_records=True
+            ), True
+        aborted = () if read_committed and replica_id < 0 else None
+        records = read.records
+        if records is not None and aborted is not None:
+            # Kafka's LocalLog.addAbortedTransactions: the aborts overlapping the returned batches.
+            partition_log = partition.log
+            upper = partition_log.fetch_upper_bound_offset(records)
+            aborted = tuple(
+                (txn.producer_id, txn.first_offset)
+                for txn in partition_log.collect_aborted_transactions(fetch_offset, upper)
+            )
+        result = FetchPartitionData(
+            topic,
+            topic_id,
+            index,
+            ErrorCode.none,
+            read.high_watermark,
+            read.last_stable_offset,
+            read.log_start_offset,
+            aborted,
+            records=records,
+            empty_records=True,
+            diverging_epoch=read.diverging_epoch,
+            preferred_read_replica=read.preferred_read_replica,
         )
-        if (
-            replica_id >= 0
-            and read.records is not None
-            and self.should_leader_throttle(partition, replica_id)
-        ):
-            return read._replace(records=None)  # readFromLog: a throttled replica gets no records
-        return read
+        return result, True
 
     def should_leader_throttle(self, partition: Partition, replica_id: int) -> bool:
         """ReplicaManager.shouldLeaderThrottle: a replica out of the ISR, listed in the topic's

@@ -99,13 +99,11 @@ async def append_txn_markers(
             if last_offset is not None:
                 appended.append((tp, last_offset + 1))
         results.append(errors)
-    if appended and not replicas.acks_reached(appended):
-        await replicas.wait_for_acks(appended, timeout)
-    required = dict(appended)
+    committed = await replicas.delayed_produce(appended, timeout) if appended else {}
     for (marker, _), errors in zip(markers, results, strict=True):
         for tp in errors:
-            if tp in required:
-                errors[tp] = replicas.acks_error(tp, required[tp])
+            if tp in committed:
+                errors[tp] = committed[tp]
         if on_offsets_marker is not None and any(
             topic == OFFSETS_TOPIC and error is ErrorCode.none for (topic, _), error in errors.items()
         ):
