@@ -30,6 +30,9 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+# The multi-node cluster fixtures (cluster_factory, cluster_runner) live with their harness.
+pytest_plugins = ("kraft_cluster",)
+
 # CI (CI=true) replays the same examples on every run: a property test there answers "did this change
 # break something", and a rare example that fails on a random draw (the every-message-type test found a
 # guard bug that way, one draw in ~25) is hunted in local runs, which keep drawing fresh ones.

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import pytest
 from conftest import BrokerProcess
 from kio.schema.errors import ErrorCode
-from test_cluster import LocalKraftCluster, wait_for
+from kraft_cluster import LocalKraftCluster, wait_for
 from test_replication_cluster import admin, create_topic, started  # noqa: F401 (fixture)
 
 from kcli.broker.apis.metadata import TOPIC_OPERATIONS

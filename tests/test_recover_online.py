@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 from cli_in_process import run_kcli
 from conftest import free_port_range
-from test_cluster import QUORUM_TIMEOUTS, SESSION, LocalKraftCluster, NodeProcess, kcli, wait_for
+from kraft_cluster import QUORUM_TIMEOUTS, SESSION, LocalKraftCluster, NodeProcess, kcli, wait_for
 
 from ops.local_cluster import plan as plan_layout
 from ops.recover.candidates import (

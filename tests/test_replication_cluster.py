@@ -1,6 +1,6 @@
 """Partition replication across real `kcli broker` processes, with real clients (confluent-kafka).
 
-Three combined-mode nodes (tests/test_cluster.py lays them out and runs them):
+Three combined-mode nodes (tests/kraft_cluster.py lays them out and runs them):
 1. Replication factor 3: acks=all is answered once the ISR has the records; every replica's log is
    byte for byte the leader's; `kcli verify` passes on each node.
 2. The ISR: a follower that stops fetching (SIGSTOP) leaves it after replica.lag.time.max.ms and
@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from cli_in_process import run_kcli
-from test_cluster import SESSION, LocalKraftCluster, wait_for
+from kraft_cluster import SESSION, LocalKraftCluster, wait_for
 
 from formats.segment import walk
 
