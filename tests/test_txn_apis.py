@@ -29,6 +29,7 @@ from test_groups import (
     sync_request,
 )
 from test_transactions import FAST, create_topic
+from waiting import wait_for_async
 
 from kcli.client import KafkaClient
 
@@ -147,10 +148,14 @@ async def fetch_offset(client: KafkaClient, group: str, *, require_stable: bool,
 
 
 async def wait_for_offset(client: KafkaClient, group: str, expected: int) -> None:
-    deadline = time.monotonic() + 10
-    while (found := await fetch_offset(client, group, require_stable=True)) != (expected, ErrorCode.none):
-        assert time.monotonic() < deadline, found
-        await asyncio.sleep(0.05)
+    """OffsetFetch (require_stable) until `group` has `expected` committed; the failure names the last answer."""
+    seen: list[tuple[int, ErrorCode]] = []
+
+    async def stable() -> bool:
+        seen.append(await fetch_offset(client, group, require_stable=True))
+        return seen[-1] == (expected, ErrorCode.none)
+
+    await wait_for_async(f"{group} at offset {expected}", stable, 10, explain=lambda: f"last: {seen[-1:]}")
 
 
 def test_txn_offset_commit_checks_member_generation_and_instance(broker_factory) -> None:

@@ -12,8 +12,9 @@ brokers must keep running while it waits.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import pytest
@@ -60,21 +61,24 @@ def wait_for(
 
 async def wait_for_async(
     what: str,
-    check: Callable[[], T | None],
+    check: Callable[[], T | None | Awaitable[T | None]],
     timeout: float,
     interval: float = 0.05,
     *,
     explain: Callable[[], str] | None = None,
 ) -> T:
-    """`wait_for` that yields to the running event loop between tries instead of blocking it."""
+    """`wait_for` that yields to the running event loop between tries instead of blocking it; `check`
+    may be a coroutine function (a request to a broker)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     last_error: Exception | None = None
     while True:
         try:
             result = check()
+            if inspect.isawaitable(result):
+                result = await result
             if result:
-                return result
+                return result  # type: ignore[return-value]
             last_error = None
         except Exception as exc:
             last_error = exc
