@@ -171,10 +171,12 @@ def test_open_transaction_holds_back_read_committed_and_describe_shows_partition
     assert (low, high) == (0, 0)  # the last stable offset: the open transaction's first offset
     producer.commit_transaction(30)
     # EndTxn answers once PrepareCommit is written; the markers follow (Kafka's order), then the LSO moves.
-    deadline = time.monotonic() + 10
-    while (high := consumer.get_watermark_offsets(TopicPartition("held", 0), timeout=10)[1]) < 2:
-        assert time.monotonic() < deadline, f"the last stable offset stayed at {high}"
-        time.sleep(0.05)
+    high = wait_for(
+        "the last stable offset past the COMMIT marker",
+        lambda: (h := consumer.get_watermark_offsets(TopicPartition("held", 0), timeout=10)[1]) >= 2 and h,
+        10,
+        0.05,
+    )
     assert high == 2  # the record and its COMMIT marker
     consumer.close()
 
