@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from cli_in_process import run_kcli
-from conftest import KCLI, READY, START_TIMEOUT, BrokerProcess, kcli_env, stop_cleanly
+from conftest import KCLI, BrokerProcess, kcli_env, stop_cleanly, wait_until_ready
 
 from formats.checkpoints import MetaProperties, read_meta_properties, uuid_from_base64, write_meta_properties
 from formats.errors import CorruptRecordError
@@ -505,18 +505,7 @@ def start_with_config(workdir: Path, config: Path) -> BrokerProcess:
             cwd=workdir,
             env=kcli_env(),
         )
-    deadline = time.monotonic() + START_TIMEOUT
-    while True:
-        text = log_path.read_text(errors="replace")
-        match = READY.search(text)
-        if match:
-            host, port = match.group(1), int(match.group(2))
-            return BrokerProcess(f"{host}:{port}", host, port, process.pid, workdir, log_path, process)
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            process.wait()
-            pytest.fail(f"kcli broker did not become ready:\n{text}")
-        time.sleep(0.02)
+    return wait_until_ready(process, log_path, workdir)
 
 
 def describe_cluster_id(bootstrap: str) -> str:
