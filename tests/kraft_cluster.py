@@ -4,8 +4,9 @@ A cluster is laid out and formatted once by `ops.local_cluster.plan` (what `kcli
 then its nodes run as `kcli broker start --config node-<k>/server.properties`, each a process of ours
 with its own PID, so one can be killed (SIGKILL) or stopped (SIGTERM) and started again on the same
 dirs and ports. Ports are a free range of this worker's slice (conftest.free_port_range), below the
-kernel's ephemeral range. `cluster_runner` runs `kcli cluster start` itself. The fixtures
-`cluster_factory` and `cluster_runner` reach every test file through conftest.py's pytest_plugins.
+kernel's ephemeral range. `cluster_runner` runs `kcli cluster start` itself; `replicated_cluster`
+starts three nodes with the replication settings (REPLICATION) that the partition tests share. The
+fixtures reach every test file through conftest.py's pytest_plugins.
 """
 
 from __future__ import annotations
@@ -30,6 +31,15 @@ from formats.segment import walk
 from ops.local_cluster import ClusterLayout, LocalNode, plan
 
 __all__ = [
+    "wait_partition",
+    "replicated_cluster",
+    "partition_state",
+    "partition_batches",
+    "create_topic",
+    "admin",
+    "Writer",
+    "REPLICATION",
+    "LAG_TIME_MS",
     "ELECTION_TIMEOUT_S",
     "FETCH_TIMEOUT_S",
     "HEARTBEAT_INTERVAL_S",
@@ -432,3 +442,110 @@ SESSION = (
     f"broker.session.timeout.ms={SESSION_TIMEOUT_S * 1000:.0f}",
     f"broker.heartbeat.interval.ms={HEARTBEAT_INTERVAL_S * 1000:.0f}",
 )
+
+
+# --- three nodes with replication settings, and their partitions -----------------------------------------
+
+LAG_TIME_MS = 3000
+REPLICATION = (*SESSION, f"replica.lag.time.max.ms={LAG_TIME_MS}", "replica.fetch.backoff.ms=200")
+
+
+@pytest.fixture
+def replicated_cluster(tmp_path: Path) -> Iterator[Callable[..., LocalKraftCluster]]:
+    """`replicated_cluster(*overrides)` -> three running nodes with the replication settings; every node left
+    running at teardown is killed by PID."""
+    made: list[LocalKraftCluster] = []
+
+    def start(*overrides: str) -> LocalKraftCluster:
+        cluster = LocalKraftCluster(tmp_path / f"cluster-{len(made)}", 3, (*REPLICATION, *overrides))
+        made.append(cluster)
+        cluster.start()
+        return cluster
+
+    try:
+        yield start
+    finally:
+        for cluster in made:
+            cluster.kill_all()
+
+
+def admin(bootstrap: str) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def create_topic(bootstrap: str, topic: str, assignment: list[list[int]], **configs: str) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    client = admin(bootstrap)  # kept: the futures die with their client
+    future = client.create_topics(
+        [NewTopic(topic, len(assignment), replica_assignment=assignment, config=configs)],
+        operation_timeout=30,
+    )[topic]
+    future.result(30)
+
+
+def partition_state(
+    cluster: LocalKraftCluster, topic: str, partition: int = 0, via: str | None = None
+) -> tuple[int, list[int], list[int]]:
+    """(leader, replicas, isr) as Metadata from a live broker (or the one at `via`) shows them."""
+    metadata = admin(via or cluster.live_bootstrap()).list_topics(topic, timeout=10)
+    info = metadata.topics[topic].partitions[partition]
+    return info.leader, list(info.replicas), list(info.isrs)
+
+
+def wait_partition(
+    cluster: LocalKraftCluster, topic: str, what: str, check: Callable[[int, list[int], list[int]], bool],
+    timeout: float = 40.0, via: str | None = None,
+) -> tuple[int, list[int], list[int]]:  # fmt: skip
+    def ask() -> tuple[int, list[int], list[int]] | None:
+        state = partition_state(cluster, topic, via=via)
+        return state if check(*state) else None
+
+    return wait_for(f"{topic}: {what}", ask, timeout, interval=0.25)
+
+
+class Writer:
+    """An idempotent acks=all producer that records what was acknowledged, by offset."""
+
+    def __init__(self, bootstrap: str, **extra: Any) -> None:
+        from confluent_kafka import Producer
+
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 2,
+                "message.timeout.ms": 60000,
+                **extra,
+            }
+        )
+        self.acked: dict[int, bytes] = {}
+        self.failed: list[tuple[bytes, str]] = []
+
+    def send(self, topic: str, values: list[bytes]) -> None:
+        def done(err: Any, msg: Any) -> None:
+            if err is None:
+                self.acked[msg.offset()] = msg.value()
+            else:
+                self.failed.append((msg.value(), err.name()))
+
+        for value in values:
+            self.producer.produce(topic, value=value, partition=0, on_delivery=done)
+            self.producer.poll(0)
+
+    def flush(self, timeout: float = 60.0) -> None:
+        assert self.producer.flush(timeout) == 0
+
+
+def partition_batches(cluster: LocalKraftCluster, node_id: int, topic: str) -> list[tuple[int, bytes]]:
+    """(base offset, bytes) of every whole batch of `topic`-0 on node `node_id`'s disk."""
+    directory = cluster[node_id].node.directory / "data" / f"{topic}-0"
+    batches = []
+    for path in sorted(directory.glob("*.log")):
+        data = path.read_bytes()
+        for batch in walk(data, check_crc=True).batches:
+            batches.append((batch.base_offset, data[batch.position : batch.position + batch.size]))
+    return batches

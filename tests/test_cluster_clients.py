@@ -40,8 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import pytest
-from kraft_cluster import LocalKraftCluster, wait_for
-from test_replication_cluster import REPLICATION, admin, create_topic
+from kraft_cluster import REPLICATION, LocalKraftCluster, admin, create_topic, wait_for
 
 from formats.internal import offsets_partition_for, txn_partition_for
 from kcli.client import KafkaClient

@@ -28,9 +28,9 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from conftest import BrokerProcess, free_port_range, kcli_env, start_broker, stop_cleanly
 from kio.schema.errors import ErrorCode
+from kraft_cluster import REPLICATION
+from kraft_cluster import create_topic as create_replicated_topic
 from metadata_harness import SyncController
-from test_replication_cluster import REPLICATION
-from test_replication_cluster import create_topic as create_replicated_topic
 from waiting import wait_for
 
 from formats.checkpoints import read_meta_properties

@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 from cli_in_process import run_kcli
-from kraft_cluster import LocalKraftCluster, wait_for
-from test_replication_cluster import REPLICATION, Writer, create_topic, wait_partition
+from kraft_cluster import REPLICATION, LocalKraftCluster, Writer, create_topic, wait_for, wait_partition
 
 pytestmark = pytest.mark.timeout(180)
 
