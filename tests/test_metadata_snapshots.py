@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -113,18 +112,24 @@ class Nodes:
                     [sys.executable, "-m", "kcli", "broker", "start", "--config", str(node.properties)],
                     stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=kcli_env(),
                 )  # fmt: skip
-        deadline = time.monotonic() + 120
         waiting = set(ids)
-        while waiting:
-            assert time.monotonic() < deadline, f"nodes {waiting} did not start"
+
+        def ready() -> bool:
             for node_id in list(waiting):
                 node = self.node(node_id)
-                assert self.processes[node_id].poll() is None, node.log_file.read_text()[-3000:]
+                if self.processes[node_id].poll() is not None:
+                    pytest.fail(
+                        f"node {node_id} exited before it was ready:\n{node.log_file.read_text()[-3000:]}"
+                    )
                 with open(node.log_file, "rb") as f:
                     f.seek(sizes[node_id])
                     if READY_MARK.encode() in f.read():
                         waiting.discard(node_id)
-            time.sleep(0.05)
+            return not waiting
+
+        wait_for(
+            f"nodes {sorted(ids)} to start", ready, 120, 0.05, explain=lambda: f"not ready: {sorted(waiting)}"
+        )
 
     def stop(self, node_id: int, *, send: bool = True) -> None:
         process = self.processes.pop(node_id)
