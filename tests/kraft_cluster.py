@@ -31,6 +31,7 @@ from formats.segment import walk
 from ops.local_cluster import ClusterLayout, LocalNode, plan
 
 __all__ = [
+    "IsolatedCluster",
     "wait_partition",
     "replicated_cluster",
     "partition_state",
@@ -277,6 +278,22 @@ class LocalKraftCluster:
 
     def metadata_dir(self, node_id: int) -> Path:
         return self.nodes[node_id].node.directory / "data" / "__cluster_metadata-0"
+
+
+class IsolatedCluster(LocalKraftCluster):
+    """Node 1 a controller alone, nodes 2-4 brokers (Kafka's isolated mode): `kcli cluster start
+    --controllers 1` as a LocalKraftCluster."""
+
+    def __init__(self, root: Path, overrides: tuple[str, ...]) -> None:
+        base = free_port_range(2 * 4)
+        self.layout = plan(root, 3, base, [*QUORUM_TIMEOUTS, *overrides], controllers=1)
+        self.nodes = {n.node_id: NodeProcess(n) for n in self.layout.nodes}
+
+    def brokers(self, *ids: int) -> str:
+        return ",".join(self.nodes[i].bootstrap for i in ids)
+
+    def data(self, node_id: int) -> Path:
+        return self.nodes[node_id].node.directory / "data"
 
 
 @pytest.fixture
