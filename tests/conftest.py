@@ -32,6 +32,10 @@ from pathlib import Path
 
 import pytest
 from hypothesis import settings
+from waiting import WaitTimeout, wait_for
+
+# The multi-node cluster fixtures (cluster_factory, cluster_runner) live with their harness.
+pytest_plugins = ("kraft_cluster",)
 
 # CI (CI=true) replays the same examples on every run: a property test there answers "did this change
 # break something", and a rare example that fails on a random draw (the every-message-type test found a
@@ -172,20 +176,34 @@ def start_broker(
         process = subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, cwd=workdir, env=kcli_env()
         )
-    deadline = time.monotonic() + START_TIMEOUT
-    while True:
+    return wait_until_ready(process, log_path, data_dir)
+
+
+def wait_until_ready(process: subprocess.Popen[bytes], log_path: Path, data_dir: Path) -> BrokerProcess:
+    """The broker once its ready line is in `log_path`; the test fails with the log if the process exits
+    first or the line does not come within START_TIMEOUT (the process is killed by PID then)."""
+
+    def ready() -> re.Match[str] | None:
         text = log_path.read_text(errors="replace")
         match = READY.search(text)
-        if match:
-            host, port = match.group(1), int(match.group(2))
-            return BrokerProcess(f"{host}:{port}", host, port, process.pid, data_dir, log_path, process)
-        if process.poll() is not None:
+        if match is None and process.poll() is not None:
             pytest.fail(f"kcli broker exited with status {process.returncode} before it was ready:\n{text}")
-        if time.monotonic() > deadline:
-            process.kill()
-            process.wait()
-            pytest.fail(f"kcli broker was not ready after {START_TIMEOUT:g} s:\n{text}")
-        time.sleep(0.02)
+        return match
+
+    try:
+        match = wait_for(
+            "kcli broker's ready line",
+            ready,
+            START_TIMEOUT,
+            0.02,
+            explain=lambda: log_path.read_text(errors="replace"),
+        )
+    except WaitTimeout:
+        process.kill()
+        process.wait()
+        raise
+    host, port = match.group(1), int(match.group(2))
+    return BrokerProcess(f"{host}:{port}", host, port, process.pid, data_dir, log_path, process)
 
 
 def stop_cleanly(broker: BrokerProcess) -> None:

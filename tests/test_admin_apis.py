@@ -36,6 +36,7 @@ from kafka.admin import NewPartitions as KNewPartitions
 from kafka.admin import NewTopic as KNewTopic
 from kafka.structs import TopicPartition as KTopicPartition
 from kio.schema.errors import ErrorCode
+from waiting import wait_for, wait_for_async
 
 from formats.records import build_batch
 from kcli.broker.server import Broker
@@ -357,14 +358,14 @@ def test_produced_data_deleted_by_records_and_by_retention(broker_factory) -> No
         ],
     )
     assert error_of(admin.incremental_alter_configs([changes])[changes]) is None
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        remaining = sorted(p.name for p in (broker.data_dir / "aging-0").glob("*.log"))
-        if len(remaining) == 1:
-            break
-        time.sleep(0.1)
+    [kept] = wait_for(
+        "one segment left in aging-0",
+        lambda: (
+            len(logs := sorted(p.name for p in (broker.data_dir / "aging-0").glob("*.log"))) == 1 and logs
+        ),
+        10,
+    )
     # Every segment of hour-old batches went; the one holding the fresh batch (offset 12) stayed.
-    [kept] = remaining
     assert 0 < int(kept[:20]) <= 12
     earliest = admin.list_offsets({TopicPartition("aging", 0): OffsetSpec.earliest()})
     assert [f.result(timeout=30).offset for f in earliest.values()] == [int(kept[:20])]
@@ -849,9 +850,7 @@ def test_retention_set_through_incremental_alter_configs_deletes_old_segments(tm
         ops = [("retention.ms", SET, "60000"), ("file.delete.delay.ms", SET, "0")]
         response = await client.send(incremental_alter_configs(1, [(TOPIC, "aging", ops)]))
         assert response.responses[0].error_code == ErrorCode.none
-        deadline = time.monotonic() + 10
-        while log.log_start_offset < 48 and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        await wait_for_async("aging-0's log start at 48", lambda: log.log_start_offset >= 48, 10, 0.05)
         assert log.log_start_offset == 48  # every segment of hour-old batches went, the fresh one stayed
         assert log.segments[0].base_offset == 48
         remaining = {p.name for p in log.dir.iterdir() if p.suffix == ".log"}

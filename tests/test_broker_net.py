@@ -1048,7 +1048,10 @@ def test_a_failing_handler_answers_unknown_server_error_and_keeps_serving(tmp_pa
 
 
 def test_shutdown_answers_the_request_in_flight_then_closes(tmp_path: Path) -> None:
+    arrived = asyncio.Event()  # the handler runs: the request is in flight when the shutdown begins
+
     async def slow_metadata(ctx, request):
+        arrived.set()
         await asyncio.sleep(0.3)
         return await metadata_module.handle_metadata(ctx, request)
 
@@ -1062,7 +1065,7 @@ def test_shutdown_answers_the_request_in_flight_then_closes(tmp_path: Path) -> N
             in_flight = asyncio.ensure_future(
                 client.send(_make(cls, topics=None, allow_auto_topic_creation=False))
             )
-            await asyncio.sleep(0.05)
+            await asyncio.wait_for(arrived.wait(), 10)
             started = time.monotonic()
             await broker.shutdown(grace=5)
             assert time.monotonic() - started < 2
@@ -1115,7 +1118,10 @@ def test_a_waiting_request_holds_back_the_ones_behind_it_and_all_are_answered_in
 
 
 def test_shutdown_abandons_a_request_still_running_after_the_grace(tmp_path: Path, caplog) -> None:
+    arrived = asyncio.Event()  # the handler runs: the request is in flight when the shutdown begins
+
     async def stuck_metadata(ctx, request):
+        arrived.set()
         await asyncio.sleep(60)
 
     registry = ApiRegistry([*api_versions_module.APIS, ApiSpec(3, 0, 13, stuck_metadata)])
@@ -1127,7 +1133,7 @@ def test_shutdown_abandons_a_request_still_running_after_the_grace(tmp_path: Pat
             stuck = asyncio.ensure_future(
                 client.send(_make(cls, topics=None, allow_auto_topic_creation=False))
             )
-            await asyncio.sleep(0.05)
+            await asyncio.wait_for(arrived.wait(), 10)
             started = time.monotonic()
             await broker.shutdown(grace=0.3)
             assert time.monotonic() - started < 2

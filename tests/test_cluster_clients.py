@@ -1,6 +1,6 @@
 """Every client against a 3-node cluster with replication, one broker killed (kill -9) mid-way.
 
-Three combined-mode nodes (tests/test_cluster.py runs them; the replication settings are
+Three combined-mode nodes (tests/kraft_cluster.py runs them; the replication settings are
 test_replication_cluster's), one cluster for the module: each test uses its own topics, group and
 transactional id, starts again a node an earlier test left down and waits for full ISRs first. Data
 topics of replication factor 3 with min.insync.replicas 2, __consumer_offsets and __transaction_state at
@@ -40,8 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import pytest
-from test_cluster import LocalKraftCluster, wait_for
-from test_replication_cluster import REPLICATION, admin, create_topic
+from kraft_cluster import REPLICATION, LocalKraftCluster, admin, create_topic, wait_for
 
 from formats.internal import offsets_partition_for, txn_partition_for
 from kcli.client import KafkaClient

@@ -22,6 +22,7 @@ from cli_in_process import run_kcli
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import BrokerProcess, start_broker, stop_cleanly
+from waiting import WaitTimeout, wait_for
 
 from formats.checkpoints import read_offset_checkpoint
 
@@ -39,7 +40,12 @@ def test_a_consumer_from_the_beginning_sees_exactly_the_latest_value_per_key(tmp
         produce(broker, "prices", updates)
         time.sleep(0.6)  # segment.ms: the next record rolls, and everything before it becomes cleanable
         produce(broker, "prices", [(b"last", b"x")])
-        assert wait_until(lambda: cleaner_checkpoint(broker).get(("prices", 0)) == 6000, timeout=30)
+        wait_for(
+            "prices-0 cleaned up to the last record",
+            lambda: cleaner_checkpoint(broker).get(("prices", 0)) == 6000,
+            30,
+            interval=0.02,
+        )
 
         latest = {key: (offset, value) for offset, (key, value) in enumerate([*updates, (b"last", b"x")])}
         expected = sorted((offset, key, value) for key, (offset, value) in latest.items())
@@ -81,8 +87,8 @@ def test_kill_9_during_cleaning_then_restart_leaves_a_complete_log(tmp_path: Pat
     for round, trigger in enumerate(triggers):
         broker = start_broker(tmp_path / f"round-{round}", data_dir=data_dir, overrides=FAST_CLEANER)
         try:
-            began = wait_until(lambda b=broker: "Beginning cleaning of log big-0" in b.log(), timeout=5)
-            wait_until(trigger, timeout=5, interval=0.001)
+            began = within(5, lambda b=broker: "Beginning cleaning of log big-0" in b.log(), "the clean")
+            within(5, trigger, "the kill point", interval=0.001)  # or kill anyway: the clean may be over
         finally:
             broker.process.send_signal(signal.SIGKILL)
             broker.process.wait()
@@ -94,7 +100,9 @@ def test_kill_9_during_cleaning_then_restart_leaves_a_complete_log(tmp_path: Pat
     broker = start_broker(tmp_path / "last", data_dir=data_dir, overrides=FAST_CLEANER)
     try:
         assert not [p for p in partition_dir.iterdir() if p.name.endswith((".cleaned", ".swap"))]
-        assert wait_until(lambda: cleaner_checkpoint(broker).get(("big", 0), 0) > 0, timeout=30)
+        wait_for(
+            "big-0 cleaned", lambda: cleaner_checkpoint(broker).get(("big", 0), 0) > 0, 30, interval=0.02
+        )
         served = consume_from_beginning(broker, "big")
     finally:
         stop_cleanly(broker)
@@ -165,19 +173,19 @@ def consume_from_beginning(broker: BrokerProcess, topic: str) -> list[tuple[int,
         consumer.close()
 
 
+def within(timeout: float, check: Callable[[], object], what: str, interval: float = 0.02) -> bool:
+    """Whether `check` came true within `timeout` s: for the kill rounds, where an event that does not
+    come (the clean already finished) is an answer, not a failure."""
+    try:
+        wait_for(what, check, timeout, interval)
+    except WaitTimeout:
+        return False
+    return True
+
+
 def cleaner_checkpoint(broker: BrokerProcess) -> dict[tuple[str, int], int]:
     path = broker.data_dir / CLEANER_CHECKPOINT
     return read_offset_checkpoint(path.read_text()) if path.exists() else {}
-
-
-def wait_until(predicate: Callable[[], object], *, timeout: float, interval: float = 0.02) -> bool:
-    """Whether `predicate` became true within `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(interval)
-    return True
 
 
 def test_consumer_offsets_is_compacted_and_commits_survive(tmp_path: Path) -> None:
@@ -217,7 +225,12 @@ def test_consumer_offsets_is_compacted_and_commits_survive(tmp_path: Path) -> No
         assert asyncio.run(commit_rounds(broker.bootstrap, 400)) == expected
         time.sleep(0.6)  # log.roll.ms: the next commit rolls, and everything before it becomes cleanable
         assert asyncio.run(commit_rounds(broker.bootstrap, 400)) == expected
-        assert wait_until(lambda: ("__consumer_offsets", 0) in cleaner_checkpoint(broker), timeout=30)
+        wait_for(
+            "__consumer_offsets-0 cleaned",
+            lambda: ("__consumer_offsets", 0) in cleaner_checkpoint(broker),
+            30,
+            interval=0.02,
+        )
         assert "Log cleaner thread 0 cleaned log __consumer_offsets-0" in broker.log()
     finally:
         stop_cleanly(broker)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from waiting import wait_for_async
 
 from kcli.broker.metadata.controller import ControllerResult, NewTopic
 from kcli.broker.server import Broker
@@ -68,10 +69,13 @@ def test_groups_are_unloaded_on_resignation_and_loaded_back_on_election(tmp_path
                 assert manager.owned_partitions == {p for p in range(3) if p != partition}
 
                 await change_leader(broker, "__consumer_offsets", partition, broker.config.node_id)  # elected
-                for _ in range(100):  # the load runs as a task on the loop
-                    if partition in manager.owned_partitions:
-                        break
-                    await asyncio.sleep(0.02)
+                # the load runs as a task on the loop (20 s: what committed() below allows it as well)
+                await wait_for_async(
+                    f"__consumer_offsets-{partition} loaded",
+                    lambda: partition in manager.owned_partitions,
+                    20,
+                    0.02,
+                )
                 [committed] = await asyncio.to_thread(
                     consumer.committed, [TopicPartition("orders", 0)], timeout=20
                 )
@@ -99,10 +103,9 @@ def test_transactions_are_forgotten_on_resignation_and_loaded_back_on_election(t
             assert partition not in manager.transactions and partition not in manager.loading_partitions
 
             await change_leader(broker, "__transaction_state", partition, broker.config.node_id)
-            for _ in range(100):
-                if partition in manager.transactions:
-                    break
-                await asyncio.sleep(0.02)
+            await wait_for_async(
+                f"__transaction_state-{partition} loaded", lambda: partition in manager.transactions, 2, 0.02
+            )
             assert "ledger-writer" in manager.transactions[partition]
             await asyncio.to_thread(producer.flush, 5)
         finally:

@@ -16,8 +16,7 @@ from collections.abc import Callable
 import pytest
 from conftest import BrokerProcess
 from kio.schema.errors import ErrorCode
-from test_cluster import LocalKraftCluster, wait_for
-from test_replication_cluster import admin, create_topic, started  # noqa: F401 (fixture)
+from kraft_cluster import LocalKraftCluster, admin, create_topic, wait_for
 
 from kcli.broker.apis.metadata import TOPIC_OPERATIONS
 from kcli.client import KafkaClient
@@ -146,8 +145,8 @@ def test_it_agrees_with_confluent_describe_topics(broker: BrokerProcess) -> None
     ]
 
 
-def test_offline_replicas_of_a_killed_broker(started: Callable[..., LocalKraftCluster]) -> None:  # noqa: F811
-    cluster = started()
+def test_offline_replicas_of_a_killed_broker(replicated_cluster: Callable[..., LocalKraftCluster]) -> None:
+    cluster = replicated_cluster()
     create_topic(cluster.bootstrap, "spread", [[1, 2, 3], [3, 1, 2]])
     healthy = wait_for(
         "a full ISR",

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from conftest import REPO, BrokerProcess, kcli_env, start_broker, stop_cleanly
+from waiting import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -220,10 +221,11 @@ def test_a_dynamic_log_default_applies_to_the_logs_at_once(shared: BrokerProcess
     assert producer.flush(30) == 0
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "aging-marks"})
     try:
-        deadline = time.monotonic() + 30
-        while consumer.get_watermark_offsets(TopicPartition("aging", 0), timeout=5)[0] < 1:
-            assert time.monotonic() < deadline, "the old segment was not deleted by the dynamic retention"
-            time.sleep(0.1)
+        wait_for(
+            "the old segment deleted by the dynamic retention",
+            lambda: consumer.get_watermark_offsets(TopicPartition("aging", 0), timeout=5)[0] >= 1,
+            30,
+        )
     finally:
         consumer.close()
 

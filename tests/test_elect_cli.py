@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
-from test_cluster import SESSION, LocalKraftCluster, kcli, wait_for
+from kraft_cluster import SESSION, LocalKraftCluster, kcli, wait_for
 
 from ops.elect import (
     ElectionError,

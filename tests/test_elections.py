@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode
+from kraft_cluster import SESSION, SESSION_TIMEOUT_S, wait_all_caught_up, wait_for
 from metadata_harness import SyncController, close_controllers  # noqa: F401 (an autouse fixture)
-from test_cluster import SESSION, SESSION_TIMEOUT_S, wait_all_caught_up, wait_for
-from test_cluster import cluster_factory as cluster_factory  # noqa: F401  (the fixture)
 
 from kcli.broker.metadata.controller import (
     ApiError,
@@ -793,7 +792,7 @@ def describe_partition(bootstrap: str, topic: str) -> tuple[int, tuple[int, ...]
 
 
 @pytest.mark.timeout(240)
-def test_killing_a_partition_leader_elects_another_from_the_isr_after_its_session(cluster_factory):  # noqa: F811
+def test_killing_a_partition_leader_elects_another_from_the_isr_after_its_session(cluster_factory):
     from confluent_kafka import ElectionType, TopicPartition
     from confluent_kafka.admin import AdminClient
     from confluent_kafka.admin import NewTopic as AdminNewTopic

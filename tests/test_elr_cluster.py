@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cli_in_process import run_kcli
-from test_cluster import SESSION, wait_for
-from test_recover_online import IsolatedCluster
+from kraft_cluster import SESSION, IsolatedCluster, wait_for
 
 TOPIC = "elr"
 RECORDS = 20

@@ -25,6 +25,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import REPO, BrokerProcess, kcli_env
+from waiting import wait_for
 
 SESSION_MS = 6000
 MEMBER = REPO / "tests" / "group_member.py"
@@ -277,23 +278,9 @@ def waiter(broker: BrokerProcess, members: Sequence[Member]) -> Callable[..., No
     """`wait_for` whose timeout message explains itself with these members' and the broker's logs."""
 
     def wait(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-        wait_for(condition, what, timeout, explain=lambda: diagnostics(broker, members))
+        wait_for(what, condition, timeout, interval=0.05, explain=lambda: diagnostics(broker, members))
 
     return wait
-
-
-def wait_for(
-    condition: Callable[[], bool],
-    what: str,
-    timeout: float = 30.0,
-    *,
-    explain: Callable[[], str] = str,
-) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}\n{explain()}", pytrace=False)
-        time.sleep(0.05)
 
 
 def diagnostics(broker: BrokerProcess, members: Sequence[Member]) -> str:

@@ -24,6 +24,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import BrokerProcess, start_broker, stop_cleanly
 from kio.schema.errors import ErrorCode
+from waiting import wait_for_async
 
 from formats.internal import offsets_partition_for
 from kcli.broker.group.group import GroupState
@@ -156,7 +157,12 @@ def test_rebalance_generations_and_fencing(tmp_path: Path) -> None:
             # B asks to join: the group rebalances; A learns it through its heartbeat and rejoins.
             b_id = (await b.send(join_request(9, "g", ""))).member_id
             b_join = b.send_nowait(join_request(9, "g", b_id))
-            await until(lambda: state(broker, "g") is GroupState.PREPARING_REBALANCE)
+            await wait_for_async(
+                "g preparing a rebalance",
+                lambda: state(broker, "g") is GroupState.PREPARING_REBALANCE,
+                5,
+                interval=0.01,
+            )
             assert (await a.send(heartbeat_request(4, "g", 1, first_id))).error_code == (
                 ErrorCode.rebalance_in_progress
             )
@@ -719,13 +725,6 @@ async def connect(bootstrap: str) -> AsyncIterator[KafkaClient]:
         yield client
     finally:
         await client.close()
-
-
-async def until(condition: Callable[[], bool], timeout: float = 5) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
 
 
 def group(broker: Broker, group_id: str):  # type: ignore[no-untyped-def]

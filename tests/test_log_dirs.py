@@ -28,9 +28,10 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from conftest import BrokerProcess, free_port_range, kcli_env, start_broker, stop_cleanly
 from kio.schema.errors import ErrorCode
+from kraft_cluster import REPLICATION
+from kraft_cluster import create_topic as create_replicated_topic
 from metadata_harness import SyncController
-from test_replication_cluster import REPLICATION
-from test_replication_cluster import create_topic as create_replicated_topic
+from waiting import wait_for
 
 from formats.checkpoints import read_meta_properties
 from kcli.broker.metadata import NewTopic
@@ -153,17 +154,6 @@ def where(bootstrap: str, topic: str, partition: int) -> tuple[str | None, str |
         if (topic, partition, True) in partitions:
             future = log_dir
     return current, future
-
-
-def wait_for(what: str, check: Any, timeout: float = TIMEOUT, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
 
 
 def directory_id(log_dir: str) -> str:
@@ -314,6 +304,7 @@ def test_new_partitions_go_to_the_dir_with_fewest_and_the_controller_learns_whic
         "the metadata to place each replica in its dir",
         lambda: expected.items() <= metadata_directories(node).items(),
         interval=0.2,
+        timeout=TIMEOUT,
     )
 
 
@@ -351,16 +342,25 @@ def test_move_under_produce_load_keeps_every_record_once(node: Node) -> None:
         seen = wait_for(
             "the future log with a lag",
             lambda: describe_log_dirs(node.bootstrap, {"moving": [0]})[target].get(("moving", 0, True)),
+            timeout=TIMEOUT,
+            interval=0.05,
         )
         size, lag = seen
         assert lag > 0 and 0 <= size < len(before)
-        wait_for("the move to complete", lambda: where(node.bootstrap, "moving", 0) == (target, None))
+        wait_for(
+            "the move to complete",
+            lambda: where(node.bootstrap, "moving", 0) == (target, None),
+            timeout=TIMEOUT,
+            interval=0.05,
+        )
     finally:
         writer.stop()
     assert not (Path(source) / "moving-0").exists()
     wait_for(
         "the old dir to be deleted",
         lambda: not any(p.name.startswith("moving-0.") for p in Path(source).iterdir()),
+        timeout=TIMEOUT,
+        interval=0.05,
     )
     values = read_all(node.bootstrap, "moving", 0, len(writer.acked))
     assert len(values) == len(set(values)) == len(writer.acked)  # nothing duplicated
@@ -373,6 +373,7 @@ def test_move_under_produce_load_keeps_every_record_once(node: Node) -> None:
         "the metadata to name the new dir",
         lambda: metadata_directories(node).get(key) == [directory_id(target)],
         interval=0.2,
+        timeout=TIMEOUT,
     )
 
 
@@ -389,7 +390,12 @@ def test_a_move_cut_by_a_restart_carries_on_from_its_future_dir(node: Node) -> N
     assert alter_replica_log_dirs(node.bootstrap, {new: {"abandoned": [0]}}) == {
         ("abandoned", 0): ErrorCode.none
     }
-    wait_for("the small move", lambda: where(node.bootstrap, "abandoned", 0) == (new, None))
+    wait_for(
+        "the small move",
+        lambda: where(node.bootstrap, "abandoned", 0) == (new, None),
+        timeout=TIMEOUT,
+        interval=0.05,
+    )
 
     create_topic(node.bootstrap, "restarted", 1)
     writer = Writer(node.bootstrap, "restarted", 0, "restarted")
@@ -413,6 +419,8 @@ def test_a_move_cut_by_a_restart_carries_on_from_its_future_dir(node: Node) -> N
     wait_for(
         "the move to complete after the restart",
         lambda: where(node.bootstrap, "restarted", 0) == (target, None),
+        timeout=TIMEOUT,
+        interval=0.05,
     )
     assert not future.exists() and not (Path(source) / "restarted-0").exists()
     values = read_all(node.bootstrap, "restarted", 0, len(writer.acked))
@@ -422,6 +430,8 @@ def test_a_move_cut_by_a_restart_carries_on_from_its_future_dir(node: Node) -> N
     wait_for(
         "the old copy to be deleted",
         lambda: not any(p.name.startswith("abandoned-0") for p in Path(old).iterdir()),
+        timeout=TIMEOUT,
+        interval=0.05,
     )
 
 
@@ -520,13 +530,20 @@ def test_a_followers_replica_moves_while_its_fetcher_appends(tmp_path: Path) -> 
         writer.write(PRELOAD // 2)
         assert writer.producer.flush(TIMEOUT) == 0
         writer.start()
-        source = wait_for("node 2's replica", lambda: where(on_second, "followed", 0)[0])
+        source = wait_for(
+            "node 2's replica", lambda: where(on_second, "followed", 0)[0], timeout=TIMEOUT, interval=0.05
+        )
         target = next(str(d) for d in dirs if str(d) != source)
         assert alter_replica_log_dirs(on_second, {target: {"followed": [0, 1]}}) == {
             ("followed", 0): ErrorCode.none,
             ("followed", 1): ErrorCode.replica_not_available,  # no replica on this broker
         }
-        wait_for("the move", lambda: where(on_second, "followed", 0) == (target, None))
+        wait_for(
+            "the move",
+            lambda: where(on_second, "followed", 0) == (target, None),
+            timeout=TIMEOUT,
+            interval=0.05,
+        )
         writer.stop()
         values = read_all(bootstrap, "followed", 0, len(writer.acked))
         assert len(values) == len(set(values)) == len(writer.acked) and set(values) == set(writer.acked)
@@ -537,6 +554,7 @@ def test_a_followers_replica_moves_while_its_fetcher_appends(tmp_path: Path) -> 
                 == 1
             ),
             interval=0.2,
+            timeout=TIMEOUT,
         )
     finally:
         cluster.stop()

@@ -7,13 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from cli_in_process import run_kcli
 from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import free_port_range, kcli_env, start_broker
+from waiting import wait_for
 
 from ops.local_cluster import READY_MARK, plan
 
@@ -58,11 +58,18 @@ def test_one_node_snapshots_cleans_its_log_and_restarts_from_the_snapshot(tmp_pa
     metadata_dir = tmp_path / "data" / "__cluster_metadata-0"
     try:
         create_topics(broker.bootstrap, [f"t{i}" for i in range(200)])
-        deadline = time.monotonic() + 30  # the snapshot and the clean-up run right after the commit
-        while (
-            not (metadata_dir / "00000000000000000000.log.deleted").exists() and time.monotonic() < deadline
-        ):
-            time.sleep(0.05)
+        # The snapshots and the clean-ups run after the commits, one snapshot per 2000 bytes of records;
+        # on a busy machine they lag behind the last CreateTopics answer, and a snapshot written after
+        # the first clean-up stays beside the older one until the next clean-up (Kafka's maybeClean).
+        wait_for(
+            "the first metadata segment deleted and the snapshots before the latest with it",
+            lambda: (
+                (metadata_dir / "00000000000000000000.log.deleted").exists()
+                and len(snapshots(metadata_dir)) == 1
+            ),
+            30,
+            0.05,
+        )
     finally:
         broker.stop()
     taken = snapshots(metadata_dir)
@@ -105,18 +112,24 @@ class Nodes:
                     [sys.executable, "-m", "kcli", "broker", "start", "--config", str(node.properties)],
                     stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=kcli_env(),
                 )  # fmt: skip
-        deadline = time.monotonic() + 120
         waiting = set(ids)
-        while waiting:
-            assert time.monotonic() < deadline, f"nodes {waiting} did not start"
+
+        def ready() -> bool:
             for node_id in list(waiting):
                 node = self.node(node_id)
-                assert self.processes[node_id].poll() is None, node.log_file.read_text()[-3000:]
+                if self.processes[node_id].poll() is not None:
+                    pytest.fail(
+                        f"node {node_id} exited before it was ready:\n{node.log_file.read_text()[-3000:]}"
+                    )
                 with open(node.log_file, "rb") as f:
                     f.seek(sizes[node_id])
                     if READY_MARK.encode() in f.read():
                         waiting.discard(node_id)
-            time.sleep(0.05)
+            return not waiting
+
+        wait_for(
+            f"nodes {sorted(ids)} to start", ready, 120, 0.05, explain=lambda: f"not ready: {sorted(waiting)}"
+        )
 
     def stop(self, node_id: int, *, send: bool = True) -> None:
         process = self.processes.pop(node_id)
@@ -150,10 +163,11 @@ def test_a_voter_behind_the_leaders_log_start_installs_its_snapshot(tmp_path: Pa
         bootstrap = nodes.node(1).bootstrap
         create_topics(bootstrap, [f"s{i}" for i in range(200)])
         leader_dirs = [nodes.node(i).directory / "data" / "__cluster_metadata-0" for i in (1, 2)]
-        deadline = time.monotonic() + 30  # each node snapshots its own image and cleans its own log
-        while not all((d / "00000000000000000000.log.deleted").exists() for d in leader_dirs):
-            assert time.monotonic() < deadline, "the live voters did not move their log start"
-            time.sleep(0.1)
+        wait_for(  # each node snapshots its own image and cleans its own log
+            "the live voters to move their log start",
+            lambda: all((d / "00000000000000000000.log.deleted").exists() for d in leader_dirs),
+            30,
+        )
         behind = nodes.node(3).directory / "data" / "__cluster_metadata-0"
         nodes.start(3)
         text = nodes.node(3).log_file.read_text()

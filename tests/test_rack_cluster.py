@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 from cli_in_process import run_kcli
-from test_cluster import LocalKraftCluster, wait_for
-from test_replication_cluster import REPLICATION, Writer, create_topic, wait_partition
+from kraft_cluster import REPLICATION, LocalKraftCluster, Writer, create_topic, wait_for, wait_partition
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -80,6 +79,7 @@ class Reader:
         from confluent_kafka import Consumer, TopicPartition
 
         self.stats: dict[str, Any] = {}
+        self.reports = 0
         self.topic = topic
         self.consumer = Consumer(
             {
@@ -96,6 +96,18 @@ class Reader:
 
     def _stats(self, raw: str) -> None:
         self.stats = json.loads(raw)
+        self.reports += 1
+
+    def fresh_stats(self, reports: int = 2) -> None:
+        """Until librdkafka has reported its statistics `reports` more times (one every 200 ms, made in
+        poll): the fetch counters then count every fetch made before this call, and a few after."""
+        target = self.reports + reports
+
+        def reported() -> bool:
+            self.consumer.poll(0.05)  # the records are all read: what it returns is not needed
+            return self.reports >= target
+
+        wait_for(f"{reports} more statistics reports", reported, 10, interval=0)
 
     def read_until(self, end: int, timeout: float = 40.0) -> dict[int, bytes]:
         deadline = time.monotonic() + timeout
@@ -147,8 +159,7 @@ def test_a_consumer_reads_from_the_follower_in_its_rack(racked) -> None:
         got = reader.read_until(100)
         assert got == writer.acked
         assert reader.fetching_from() == (1, 2)
-        time.sleep(0.5)
-        reader.consumer.poll(0.1)
+        reader.fresh_stats()
         fetches = reader.fetches_by_broker()
         assert fetches.get(3, 0) == 0, fetches
         assert fetches[2] > fetches[1], fetches
@@ -169,7 +180,7 @@ def test_without_a_replica_selector_consumers_read_from_the_leader(plain_racked)
     reader = Reader(cluster.bootstrap, "far", **{"client.rack": "r2"})
     try:
         assert reader.read_until(20) == writer.acked
-        time.sleep(0.5)
+        reader.fresh_stats()
         assert reader.fetching_from() == (1, 1)
         fetches = reader.fetches_by_broker()
         assert fetches.get(2, 0) == 0 and fetches.get(3, 0) == 0 and fetches[1] > 0, fetches

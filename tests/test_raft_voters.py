@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from cli_in_process import run_kcli
 from conftest import free_port_range
+from waiting import wait_for_async
 
 from formats.checkpoints import uuid_to_base64
 from formats.kraft_snapshot import read_snapshot
@@ -234,8 +235,11 @@ def test_a_voter_that_follows_names_its_leader_in_its_vote_answers(tmp_path: Pat
         try:
             await asyncio.wait_for(asyncio.gather(*(b.start() for b in brokers)), 20)
             rafts = [b.node.raft for b in brokers]
-            await _until(
-                "a leader every voter follows", lambda: len({r.quorum.leader_id for r in rafts}) == 1
+            await wait_for_async(
+                "a leader every voter follows",
+                lambda: len({r.quorum.leader_id for r in rafts}) == 1,
+                timeout=15.0,
+                interval=0.05,
             )
             [leader] = [r for r in rafts if r.quorum.is_leader]
             follower, other = [r for r in rafts if not r.quorum.is_leader]
@@ -282,15 +286,6 @@ def _initial_controllers(
     return settings
 
 
-async def _until(what: str, check, timeout: float = 15.0):  # type: ignore[no-untyped-def]
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not (result := check()):
-        if asyncio.get_running_loop().time() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        await asyncio.sleep(0.05)
-    return result
-
-
 def test_a_voter_whose_endpoints_moved_sends_update_raft_voter_to_the_leader(tmp_path: Path) -> None:
     """The voter side of UpdateRaftVoter (KafkaRaftClient.pollFollowerAsVoter: the voter set's entry
     for this voter differs from its own endpoints, voterNodeNeedsUpdate): controller 3 is in the voter
@@ -323,14 +318,21 @@ def test_a_voter_whose_endpoints_moved_sends_update_raft_voter_to_the_leader(tmp
                     and leader.high_watermark > entry[0]
                 )
 
-            await _until("the leader's Voters record with voter 3's new endpoint, committed", updated)
+            await wait_for_async(
+                "the leader's Voters record with voter 3's new endpoint, committed",
+                updated,
+                timeout=15.0,
+                interval=0.05,
+            )
             offset = leader.history.last_entry()[0]
-            await _until(
+            await wait_for_async(
                 "every voter to have it",
                 lambda: all(
                     b.node.raft.history.last_entry()[0] == offset and b.node.raft.high_watermark > offset
                     for b in brokers
                 ),
+                timeout=15.0,
+                interval=0.05,
             )
             assert leader.voter_addresses[3] == ("127.0.0.1", base + 3)
             assert [v.directory_id for v in leader.voter_set.voters.values()] == [
@@ -384,9 +386,11 @@ def test_a_voter_change_a_follower_truncates_goes_from_its_voter_set(tmp_path: P
             [old_id] = [i for i, b in running.items() if b.node.raft.quorum.is_leader]
             old = running[old_id].node.raft
             moved_id, other_id = (i for i in ports if i != old_id)
-            await _until(
+            await wait_for_async(
                 "every voter at the leader's high watermark",
                 lambda: all(b.node.raft.high_watermark == old.high_watermark for b in running.values()),
+                timeout=15.0,
+                interval=0.05,
             )
             for i in (moved_id, other_id):
                 await running.pop(i).shutdown()
@@ -418,10 +422,18 @@ def test_a_voter_change_a_follower_truncates_goes_from_its_voter_set(tmp_path: P
 
             running.update(await started(old_id))
             again = running[old_id].node.raft
-            await _until(
-                "the old leader to follow the new one", lambda: again.quorum.leader_id == leader.node_id
+            await wait_for_async(
+                "the old leader to follow the new one",
+                lambda: again.quorum.leader_id == leader.node_id,
+                timeout=15.0,
+                interval=0.05,
             )
-            await _until("its log at the new leader's high watermark", lambda: again.high_watermark >= offset)
+            await wait_for_async(
+                "its log at the new leader's high watermark",
+                lambda: again.high_watermark >= offset,
+                timeout=15.0,
+                interval=0.05,
+            )
             assert again.history.last_entry()[0] < offset  # the record at `offset` went with the truncation
             assert again.voter_set == leader.voter_set
             assert again.voter_addresses[moved_id] == ("127.0.0.1", ports[moved_id])

@@ -32,8 +32,7 @@ from cli_in_process import run_kcli
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 from conftest import KCLI, kcli_env
-from test_cluster import SESSION, LocalKraftCluster, cluster_status, wait_for
-from test_replication_cluster import create_topic
+from kraft_cluster import SESSION, LocalKraftCluster, cluster_status, create_topic, wait_for
 
 from kcli.client import ClientError
 

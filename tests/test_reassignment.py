@@ -20,10 +20,9 @@ from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
+from kraft_cluster import SESSION, LocalKraftCluster, create_topic, partition_batches, wait_for
 from metadata_harness import SyncController, close_controllers  # noqa: F401 (an autouse fixture)
-from test_cluster import SESSION, LocalKraftCluster, wait_for
 from test_elections import alter_request, create, heartbeat, open_cluster, partition_answer, state
-from test_replication_cluster import create_topic, partition_batches
 
 from formats.internal import decode_metadata_record, encode_metadata_record
 from formats.records import RecordSpec, build_batch

@@ -29,10 +29,8 @@ from typing import Any
 
 import pytest
 from cli_in_process import run_kcli
-from conftest import free_port_range
-from test_cluster import QUORUM_TIMEOUTS, SESSION, LocalKraftCluster, NodeProcess, kcli, wait_for
+from kraft_cluster import SESSION, IsolatedCluster, NodeProcess, admin, kcli, wait_for
 
-from ops.local_cluster import plan as plan_layout
 from ops.recover.candidates import (
     EpochHistory,
     ReplicaInfo,
@@ -196,27 +194,6 @@ def test_bad_logdir_argument_is_one_sentence(tmp_path: Path) -> None:
 
 
 # --- real: a cluster with diverged replicas ---------------------------------------------------------
-
-
-class IsolatedCluster(LocalKraftCluster):
-    """Node 1 a controller alone, nodes 2-4 brokers (Kafka's isolated mode)."""
-
-    def __init__(self, root: Path, overrides: tuple[str, ...]) -> None:
-        base = free_port_range(2 * 4)
-        self.layout = plan_layout(root, 3, base, [*QUORUM_TIMEOUTS, *overrides], controllers=1)
-        self.nodes = {n.node_id: NodeProcess(n) for n in self.layout.nodes}
-
-    def brokers(self, *ids: int) -> str:
-        return ",".join(self.nodes[i].bootstrap for i in ids)
-
-    def data(self, node_id: int) -> Path:
-        return self.nodes[node_id].node.directory / "data"
-
-
-def admin(bootstrap: str) -> Any:
-    from confluent_kafka.admin import AdminClient
-
-    return AdminClient({"bootstrap.servers": bootstrap})
 
 
 def states(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:

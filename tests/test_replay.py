@@ -21,6 +21,7 @@ from conftest import KCLI, REPO, BrokerProcess, kcli_env, start_broker, stop_cle
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
+from waiting import wait_for
 
 from formats.compression import Codec
 from formats.errors import CorruptRecordError
@@ -457,11 +458,12 @@ def test_a_replay_killed_midway_resumes_without_duplicates_or_gaps(
     slow = subprocess.Popen(
         [*command, "--rate", "20000"], env=kcli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if checkpoint.exists() and sum(acked_batches(checkpoint).values()) >= 20:
-            break
-        time.sleep(0.05)
+    wait_for(
+        "20 acknowledged batches in the checkpoint",
+        lambda: checkpoint.exists() and sum(acked_batches(checkpoint).values()) >= 20,
+        30,
+        0.05,
+    )
     time.sleep(0.25)  # half a checkpoint interval: batches acknowledged after the last checkpoint
     os.kill(slow.pid, signal.SIGKILL)
     slow.wait()
@@ -508,9 +510,12 @@ def test_a_broker_restart_midway_is_retried_without_duplicates_or_gaps(tmp_path:
     )
     second = None
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and sum(acked_batches(checkpoint).values()) < 40:
-            time.sleep(0.05)
+        wait_for(
+            "40 acknowledged batches in the checkpoint",
+            lambda: sum(acked_batches(checkpoint).values()) >= 40,
+            30,
+            0.05,
+        )
         assert not orjson.loads(checkpoint.read_bytes())["complete"]
         stop_cleanly(first)
         second = start_broker(tmp_path / "b2", data_dir=first.data_dir, listen=first.bootstrap)

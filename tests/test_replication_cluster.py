@@ -1,6 +1,6 @@
 """Partition replication across real `kcli broker` processes, with real clients (confluent-kafka).
 
-Three combined-mode nodes (tests/test_cluster.py lays them out and runs them):
+Three combined-mode nodes (tests/kraft_cluster.py lays them out and runs them):
 1. Replication factor 3: acks=all is answered once the ISR has the records; every replica's log is
    byte for byte the leader's; `kcli verify` passes on each node.
 2. The ISR: a follower that stops fetching (SIGSTOP) leaves it after replica.lag.time.max.ms and
@@ -18,111 +18,25 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 from cli_in_process import run_kcli
-from test_cluster import SESSION, LocalKraftCluster, wait_for
-
-from formats.segment import walk
+from kraft_cluster import (
+    LAG_TIME_MS,
+    LocalKraftCluster,
+    Writer,
+    admin,
+    create_topic,
+    partition_batches,
+    partition_state,
+    wait_for,
+    wait_partition,
+)
 
 pytestmark = pytest.mark.timeout(180)
 
-LAG_TIME_MS = 3000
-REPLICATION = (*SESSION, f"replica.lag.time.max.ms={LAG_TIME_MS}", "replica.fetch.backoff.ms=200")
 UNCLEAN_INTERVAL_MS = 500  # the controller's unclean-election pass, as in test_elect_cli
-
-
-@pytest.fixture
-def started(tmp_path: Path) -> Iterator[Callable[..., LocalKraftCluster]]:
-    """`started(*overrides)` -> three running nodes with the replication settings; every node left
-    running at teardown is killed by PID."""
-    made: list[LocalKraftCluster] = []
-
-    def start(*overrides: str) -> LocalKraftCluster:
-        cluster = LocalKraftCluster(tmp_path / f"cluster-{len(made)}", 3, (*REPLICATION, *overrides))
-        made.append(cluster)
-        cluster.start()
-        return cluster
-
-    try:
-        yield start
-    finally:
-        for cluster in made:
-            cluster.kill_all()
-
-
-def admin(bootstrap: str) -> Any:
-    from confluent_kafka.admin import AdminClient
-
-    return AdminClient({"bootstrap.servers": bootstrap})
-
-
-def create_topic(bootstrap: str, topic: str, assignment: list[list[int]], **configs: str) -> None:
-    from confluent_kafka.admin import NewTopic
-
-    client = admin(bootstrap)  # kept: the futures die with their client
-    future = client.create_topics(
-        [NewTopic(topic, len(assignment), replica_assignment=assignment, config=configs)],
-        operation_timeout=30,
-    )[topic]
-    future.result(30)
-
-
-def partition_state(
-    cluster: LocalKraftCluster, topic: str, partition: int = 0, via: str | None = None
-) -> tuple[int, list[int], list[int]]:
-    """(leader, replicas, isr) as Metadata from a live broker (or the one at `via`) shows them."""
-    metadata = admin(via or cluster.live_bootstrap()).list_topics(topic, timeout=10)
-    info = metadata.topics[topic].partitions[partition]
-    return info.leader, list(info.replicas), list(info.isrs)
-
-
-def wait_partition(
-    cluster: LocalKraftCluster, topic: str, what: str, check: Callable[[int, list[int], list[int]], bool],
-    timeout: float = 40.0, via: str | None = None,
-) -> tuple[int, list[int], list[int]]:  # fmt: skip
-    def ask() -> tuple[int, list[int], list[int]] | None:
-        state = partition_state(cluster, topic, via=via)
-        return state if check(*state) else None
-
-    return wait_for(f"{topic}: {what}", ask, timeout, interval=0.25)
-
-
-class Writer:
-    """An idempotent acks=all producer that records what was acknowledged, by offset."""
-
-    def __init__(self, bootstrap: str, **extra: Any) -> None:
-        from confluent_kafka import Producer
-
-        self.producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "acks": "all",
-                "enable.idempotence": True,
-                "linger.ms": 2,
-                "message.timeout.ms": 60000,
-                **extra,
-            }
-        )
-        self.acked: dict[int, bytes] = {}
-        self.failed: list[tuple[bytes, str]] = []
-
-    def send(self, topic: str, values: list[bytes]) -> None:
-        def done(err: Any, msg: Any) -> None:
-            if err is None:
-                self.acked[msg.offset()] = msg.value()
-            else:
-                self.failed.append((msg.value(), err.name()))
-
-        for value in values:
-            self.producer.produce(topic, value=value, partition=0, on_delivery=done)
-            self.producer.poll(0)
-
-    def flush(self, timeout: float = 60.0) -> None:
-        assert self.producer.flush(timeout) == 0
 
 
 def read_all(bootstrap: str, topic: str, end: int, timeout: float = 30.0) -> dict[int, bytes]:
@@ -188,17 +102,6 @@ def kcli_high_watermark(bootstrap: str, topic: str) -> int:
     return wait_for(f"{topic}: the leader's high watermark", lambda: asyncio.run(ask()), 30, interval=0.25)
 
 
-def partition_batches(cluster: LocalKraftCluster, node_id: int, topic: str) -> list[tuple[int, bytes]]:
-    """(base offset, bytes) of every whole batch of `topic`-0 on node `node_id`'s disk."""
-    directory = cluster[node_id].node.directory / "data" / f"{topic}-0"
-    batches = []
-    for path in sorted(directory.glob("*.log")):
-        data = path.read_bytes()
-        for batch in walk(data, check_crc=True).batches:
-            batches.append((batch.base_offset, data[batch.position : batch.position + batch.size]))
-    return batches
-
-
 def assert_replicas_identical(cluster: LocalKraftCluster, topic: str, nodes: list[int], below: int) -> None:
     """The batches below offset `below` are byte for byte the same on every node."""
     logs = {n: [b for b in partition_batches(cluster, n, topic) if b[0] < below] for n in nodes}
@@ -227,9 +130,9 @@ def values(prefix: str, n: int) -> list[bytes]:
 
 
 def test_every_replica_holds_the_leaders_bytes_and_acks_all_waits_for_the_isr(
-    started: Callable[..., LocalKraftCluster],
+    replicated_cluster: Callable[..., LocalKraftCluster],
 ) -> None:
-    cluster = started()
+    cluster = replicated_cluster()
     create_topic(cluster.bootstrap, "rf3", [[1, 2, 3]], **{"min.insync.replicas": "2"})
     wait_partition(
         cluster, "rf3", "a leader", lambda leader, r, isr: leader == 1 and sorted(isr) == [1, 2, 3]
@@ -254,9 +157,9 @@ def test_every_replica_holds_the_leaders_bytes_and_acks_all_waits_for_the_isr(
 
 
 def test_a_stalled_follower_leaves_the_isr_and_returns_and_min_isr_guards_acks_all(
-    started: Callable[..., LocalKraftCluster],
+    replicated_cluster: Callable[..., LocalKraftCluster],
 ) -> None:
-    cluster = started()
+    cluster = replicated_cluster()
     create_topic(cluster.bootstrap, "isr", [[1, 2, 3]], **{"min.insync.replicas": "2"})
     wait_partition(
         cluster, "isr", "a full ISR", lambda leader, r, isr: leader == 1 and sorted(isr) == [1, 2, 3]
@@ -318,9 +221,9 @@ def test_a_stalled_follower_leaves_the_isr_and_returns_and_min_isr_guards_acks_a
 
 
 def test_a_killed_leader_is_replaced_from_the_isr_and_no_acknowledged_record_is_lost(
-    started: Callable[..., LocalKraftCluster],
+    replicated_cluster: Callable[..., LocalKraftCluster],
 ) -> None:
-    cluster = started()
+    cluster = replicated_cluster()
     create_topic(cluster.bootstrap, "failover", [[1, 2, 3]], **{"min.insync.replicas": "2"})
     wait_partition(
         cluster, "failover", "a full ISR", lambda leader, r, isr: leader == 1 and sorted(isr) == [1, 2, 3]
@@ -356,9 +259,9 @@ def test_a_killed_leader_is_replaced_from_the_isr_and_no_acknowledged_record_is_
 
 
 def test_unclean_election_brings_back_an_out_of_sync_replica_only_when_allowed(
-    started: Callable[..., LocalKraftCluster],
+    replicated_cluster: Callable[..., LocalKraftCluster],
 ) -> None:
-    cluster = started(f"unclean.leader.election.interval.ms={UNCLEAN_INTERVAL_MS}")
+    cluster = replicated_cluster(f"unclean.leader.election.interval.ms={UNCLEAN_INTERVAL_MS}")
     create_topic(cluster.bootstrap, "unclean", [[1, 2]], **{"min.insync.replicas": "1"})
     wait_partition(
         cluster, "unclean", "a full ISR", lambda leader, r, isr: leader == 1 and sorted(isr) == [1, 2]

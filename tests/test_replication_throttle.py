@@ -21,8 +21,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from test_cluster import LocalKraftCluster, wait_for
-from test_replication_cluster import REPLICATION, admin, create_topic, wait_partition
+from kraft_cluster import REPLICATION, LocalKraftCluster, admin, create_topic, wait_for, wait_partition
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -9,25 +9,19 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 import spark_archive
+from conftest import free_port_range
 from spark_archive import FAST_JVM
 from test_spark_archive import audit
+from waiting import wait_for
 
 pytestmark = pytest.mark.timeout(280)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -35,7 +29,10 @@ def cluster(tmp_path):
     from pyspark.find_spark_home import _find_spark_home
 
     spark_class = os.path.join(_find_spark_home(), "bin", "spark-class")
-    port, ui, worker_ui = _free_port(), _free_port(), _free_port()
+    # this worker's ports, below the ephemeral range: probed free with bind 0 and bound by the JVMs
+    # seconds later, a port could go to another process's outgoing connection meanwhile
+    port = free_port_range(3)
+    ui, worker_ui = port + 1, port + 2
     env = {
         **os.environ,
         "SPARK_LOCAL_IP": "127.0.0.1",
@@ -60,16 +57,12 @@ def cluster(tmp_path):
                 env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "worker.err", "wb"),
             )
         )  # fmt: skip
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2) as r:
-                    if json.load(r).get("aliveworkers", 0) >= 1:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "the standalone master and worker did not come up in 90 s"
-            time.sleep(0.3)
+
+        def alive_workers() -> int:
+            with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2) as r:
+                return json.load(r).get("aliveworkers", 0)
+
+        wait_for("the standalone master and a worker it counts alive", alive_workers, 90, 0.3)
         yield f"spark://127.0.0.1:{port}", work
     finally:
         for p in reversed(procs):  # spark-class execs java: the pid is the JVM's

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import struct
 import subprocess
 import time
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from cli_in_process import run_kcli
-from conftest import KCLI, READY, START_TIMEOUT, BrokerProcess, kcli_env, stop_cleanly
+from conftest import KCLI, BrokerProcess, free_port_range, kcli_env, stop_cleanly, wait_until_ready
 
 from formats.checkpoints import MetaProperties, read_meta_properties, uuid_from_base64, write_meta_properties
 from formats.errors import CorruptRecordError
@@ -61,9 +60,9 @@ def kcli_process(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free port of this worker's slice, below the ephemeral range: a port probed free there (bind 0)
+    and bound again later could be taken meanwhile by any process's outgoing connection."""
+    return free_port_range(1)
 
 
 def write_config(path: Path, **settings: str) -> Path:
@@ -505,18 +504,7 @@ def start_with_config(workdir: Path, config: Path) -> BrokerProcess:
             cwd=workdir,
             env=kcli_env(),
         )
-    deadline = time.monotonic() + START_TIMEOUT
-    while True:
-        text = log_path.read_text(errors="replace")
-        match = READY.search(text)
-        if match:
-            host, port = match.group(1), int(match.group(2))
-            return BrokerProcess(f"{host}:{port}", host, port, process.pid, workdir, log_path, process)
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            process.wait()
-            pytest.fail(f"kcli broker did not become ready:\n{text}")
-        time.sleep(0.02)
+    return wait_until_ready(process, log_path, workdir)
 
 
 def describe_cluster_id(bootstrap: str) -> str:

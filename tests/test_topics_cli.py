@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
 import subprocess
 
 from cli_in_process import run_kcli
 from confluent_kafka import Consumer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
-from conftest import KCLI, kcli_env
+from conftest import KCLI, free_port_range, kcli_env
 
 
 def kcli(broker, *args: str, bootstrap: str | None = None) -> subprocess.CompletedProcess:
@@ -216,9 +215,8 @@ def test_topics_bad_input_is_one_sentence(broker):
     )
     refused(kcli(broker, "topics", "list", "--topic", "("), "'(' is not a valid regular expression: "
             "missing ), unterminated subpattern at position 0.")  # fmt: skip
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        closed = f"127.0.0.1:{s.getsockname()[1]}"
+    # a port nothing listens on: this worker's, below the ephemeral range (no connection takes it)
+    closed = f"127.0.0.1:{free_port_range(1)}"
     result = kcli(broker, "topics", "list", bootstrap=closed)
     assert result.returncode != 0 and result.stdout == ""
     (line,) = result.stderr.splitlines()

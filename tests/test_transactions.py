@@ -22,6 +22,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import BrokerProcess, kcli_env, start_broker
 from kio.schema.errors import ErrorCode
+from waiting import wait_for
 
 from kcli.client import KafkaClient
 from kcli.protocol.messages import build, request_type
@@ -97,12 +98,16 @@ async def list_transactions(bootstrap: str, states: tuple[str, ...] = ()) -> Any
 
 
 def wait_for_state(bootstrap: str, transactional_id: str, state: str, timeout: float = 20) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        described = asyncio.run(describe(bootstrap, transactional_id))
-        if described.transaction_state == state or time.monotonic() > deadline:
-            return described
-        time.sleep(0.2)
+    """DescribeTransactions until `transactional_id` is in `state`; the failure names the last answer."""
+    seen: list[Any] = []
+
+    def reached() -> Any:
+        seen.append(asyncio.run(describe(bootstrap, transactional_id)))
+        return seen[-1] if seen[-1].transaction_state == state else None
+
+    return wait_for(
+        f"{transactional_id} in {state}", reached, timeout, interval=0.2, explain=lambda: f"last: {seen[-1:]}"
+    )
 
 
 def test_commit_and_abort_seen_by_each_isolation_level(broker_factory) -> None:
@@ -166,10 +171,12 @@ def test_open_transaction_holds_back_read_committed_and_describe_shows_partition
     assert (low, high) == (0, 0)  # the last stable offset: the open transaction's first offset
     producer.commit_transaction(30)
     # EndTxn answers once PrepareCommit is written; the markers follow (Kafka's order), then the LSO moves.
-    deadline = time.monotonic() + 10
-    while (high := consumer.get_watermark_offsets(TopicPartition("held", 0), timeout=10)[1]) < 2:
-        assert time.monotonic() < deadline, f"the last stable offset stayed at {high}"
-        time.sleep(0.05)
+    high = wait_for(
+        "the last stable offset past the COMMIT marker",
+        lambda: (h := consumer.get_watermark_offsets(TopicPartition("held", 0), timeout=10)[1]) >= 2 and h,
+        10,
+        0.05,
+    )
     assert high == 2  # the record and its COMMIT marker
     consumer.close()
 

@@ -29,6 +29,7 @@ from test_groups import (
     sync_request,
 )
 from test_transactions import FAST, create_topic
+from waiting import wait_for_async
 
 from kcli.client import KafkaClient
 
@@ -45,8 +46,9 @@ async def init_producer(
     """FindCoordinator (creates __transaction_state), then InitProducerId until the coordinator is ready."""
     found = await client.send(req(FIND_COORDINATOR, 4, key_type=1, coordinator_keys=(transactional_id,)))
     assert found.coordinators[0].error_code == ErrorCode.none
-    deadline = time.monotonic() + 15
-    while True:
+    seen: list[Any] = []
+
+    async def initialized() -> tuple[int, int] | None:
         answer = await client.send(
             req(
                 INIT_PRODUCER_ID,
@@ -57,14 +59,19 @@ async def init_producer(
                 producer_epoch=-1,
             )
         )
+        seen.append(answer)
         if answer.error_code == ErrorCode.none:
             return answer.producer_id, answer.producer_epoch
-        assert answer.error_code in (
+        if answer.error_code not in (
             ErrorCode.coordinator_load_in_progress,
             ErrorCode.coordinator_not_available,
-        )
-        assert time.monotonic() < deadline, answer
-        await asyncio.sleep(0.1)
+        ):
+            pytest.fail(f"InitProducerId answered {answer}")  # not a coordinator still loading: no retry
+        return None
+
+    return await wait_for_async(
+        f"InitProducerId for {transactional_id}", initialized, 15, 0.1, explain=lambda: f"last: {seen[-1:]}"
+    )
 
 
 async def add_offsets(client: KafkaClient, transactional_id: str, pid: int, epoch: int, group: str) -> None:
@@ -147,10 +154,14 @@ async def fetch_offset(client: KafkaClient, group: str, *, require_stable: bool,
 
 
 async def wait_for_offset(client: KafkaClient, group: str, expected: int) -> None:
-    deadline = time.monotonic() + 10
-    while (found := await fetch_offset(client, group, require_stable=True)) != (expected, ErrorCode.none):
-        assert time.monotonic() < deadline, found
-        await asyncio.sleep(0.05)
+    """OffsetFetch (require_stable) until `group` has `expected` committed; the failure names the last answer."""
+    seen: list[tuple[int, ErrorCode]] = []
+
+    async def stable() -> bool:
+        seen.append(await fetch_offset(client, group, require_stable=True))
+        return seen[-1] == (expected, ErrorCode.none)
+
+    await wait_for_async(f"{group} at offset {expected}", stable, 10, explain=lambda: f"last: {seen[-1:]}")
 
 
 def test_txn_offset_commit_checks_member_generation_and_instance(broker_factory) -> None:

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_cluster import LocalKraftCluster, wait_for
+from kraft_cluster import LocalKraftCluster, wait_for
 
 from formats.internal import offsets_partition_for, txn_partition_for
 from kcli.client import KafkaClient

@@ -16,7 +16,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from conftest import BrokerProcess, kcli_env, start_broker
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
+from waiting import wait_for
 
 from formats.index import AbortedTxn, encode_aborted_txn, read_txn_index
 from formats.records import RecordSpec, build_batch
@@ -466,14 +466,14 @@ def run_transaction(producer: Producer, value: bytes, *, commit: bool) -> None:
 def wait_for_markers(bootstrap: str, index_path: Path) -> tuple[int, list[tuple[int, int]], list[int]]:
     """The coordinator writes markers after EndTxn has been answered: wait until only one transaction
     is open and both aborts are indexed."""
-    deadline = time.monotonic() + 20
-    while True:
-        found = asyncio.run(fetch_read_committed(bootstrap))
+    seen: list[tuple[int, list[tuple[int, int]], list[int]]] = []
+
+    def written() -> tuple[int, list[tuple[int, int]], list[int]] | None:
+        seen.append(asyncio.run(fetch_read_committed(bootstrap)))
         indexed = read_txn_index(index_path.read_bytes()) if index_path.exists() else []
-        if len(indexed) == 2 and len(found[2]) == 1:
-            return found
-        assert time.monotonic() < deadline, f"markers not written: {found}"
-        time.sleep(0.05)
+        return seen[-1] if len(indexed) == 2 and len(seen[-1][2]) == 1 else None
+
+    return wait_for("the markers", written, 20, interval=0.05, explain=lambda: f"last: {seen[-1:]}")
 
 
 async def fetch_read_committed(bootstrap: str) -> tuple[int, list[tuple[int, int]], list[int]]:

@@ -29,6 +29,7 @@ from test_transactions import (
     transactional_producer,
     wait_for_state,
 )
+from waiting import wait_for
 
 from formats.internal import TxnLogValue, decode_txn_key, decode_txn_value, encode_txn_log, txn_partition_for
 from formats.records import RecordBatch, RecordSpec, build_batch
@@ -145,13 +146,14 @@ def test_idle_transactional_id_expires_and_its_producer_is_fenced(broker_factory
     described = asyncio.run(describe(broker.bootstrap, "idle-tx"))
     assert described.transaction_state == "CompleteCommit"
 
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        listed = asyncio.run(list_transactions(broker.bootstrap))
-        ids = {state.transactional_id for state in listed.transaction_states}
-        if "idle-tx" not in ids:
-            break
-        time.sleep(0.2)
+    seen: list[set[str]] = []
+
+    def expired() -> set[str] | None:
+        states = asyncio.run(list_transactions(broker.bootstrap)).transaction_states
+        seen.append({state.transactional_id for state in states})
+        return seen[-1] if "idle-tx" not in seen[-1] else None
+
+    ids = wait_for("idle-tx expired", expired, 15, 0.2, explain=lambda: f"listed: {seen[-1:]}")
     assert ids == {"busy-tx"}, ids  # an Ongoing transaction never expires
     gone = asyncio.run(describe(broker.bootstrap, "idle-tx"))
     assert gone.error_code == 105  # TRANSACTIONAL_ID_NOT_FOUND

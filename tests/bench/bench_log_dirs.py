@@ -29,8 +29,9 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from conftest import free_port_range  # noqa: E402
 from kio.schema.errors import ErrorCode  # noqa: E402
-from test_log_dirs import Writer, alter_replica_log_dirs, read_all, segment_bytes, wait_for, where  # noqa: E402
-from test_replication_cluster import REPLICATION, create_topic  # noqa: E402
+from kraft_cluster import REPLICATION, create_topic  # noqa: E402
+from test_log_dirs import Writer, alter_replica_log_dirs, read_all, segment_bytes, where  # noqa: E402
+from waiting import wait_for  # noqa: E402
 
 from kcli.config import BrokerConfig  # noqa: E402
 from kcli.storage import format_storage  # noqa: E402

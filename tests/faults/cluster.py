@@ -17,19 +17,17 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
 
 from conftest import free_port_range, kcli_env
+from waiting import WaitTimeout, wait_for
 
 from faults.proxy import ProxySet
 from kcli.config import BROKER_CONFIGS, BrokerConfig
 from kcli.storage import format_storage, random_uuid
 from ops.local_cluster import READY_MARK, LocalNode, node_properties
-
-T = TypeVar("T")
 
 # Two shared cores run three Python nodes, the proxies and the clients: a node can stall for a second
 # or two, so the timeouts are raised (never the checks weakened). Keys this kcli does not know yet
@@ -51,25 +49,9 @@ STOP_TIMEOUT_S = 30.0
 _READY = re.compile(re.escape(READY_MARK))
 
 
-class ClusterTimeout(AssertionError):
-    """A bounded wait on the cluster ran out."""
-
-
-def wait_for(what: str, check: Callable[[], T | None], timeout: float, interval: float = 0.2) -> T:
-    """Poll `check` until it returns something truthy; ClusterTimeout naming `what` after `timeout`."""
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while True:
-        try:
-            result = check()
-            if result:
-                return result
-        except Exception as exc:  # kept for the message: a node mid-restart answers with errors
-            last_error = exc
-        if time.monotonic() > deadline:
-            detail = f" (last error: {last_error})" if last_error else ""
-            raise ClusterTimeout(f"timed out after {timeout:g} s waiting for {what}{detail}")
-        time.sleep(interval)
+# A bounded wait on the cluster that ran out; run.py recovers from some by name. A check that raises it
+# (a node that exited before it was ready) ends the wait at once.
+ClusterTimeout = WaitTimeout
 
 
 @dataclass
@@ -218,12 +200,12 @@ class FaultCluster:
         for node in self.nodes.values():
             node.start()
         for node in self.nodes.values():
-            wait_for(f"node {node.node_id} to listen", node.is_ready, READY_TIMEOUT_S)
+            wait_for(f"node {node.node_id} to listen", node.is_ready, READY_TIMEOUT_S, interval=0.05)
 
     def restart(self, node_id: int) -> None:
         node = self.nodes[node_id]
         node.start()
-        wait_for(f"node {node_id} to listen again", node.is_ready, READY_TIMEOUT_S)
+        wait_for(f"node {node_id} to listen again", node.is_ready, READY_TIMEOUT_S, interval=0.05)
 
     def stop(self) -> dict[int, int]:
         """SIGTERM every running node (controlled shutdown) and wait: {node id: exit status}."""

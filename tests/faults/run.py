@@ -287,9 +287,11 @@ def _steady(
 def _resolve(cluster: FaultCluster, admin: AdminClient, config: RunConfig, fault: schedule.Fault) -> int:
     """The node a role names now."""
     if fault.target == "controller":
-        view = wait_for("the active controller", cluster.describe, 15.0)
+        view = wait_for("the active controller", cluster.describe, 15.0, interval=0.2)
         return view.controller
-    partition = wait_for("partition 0's leader", lambda: _partitions(admin, config.topic).get(0), 15.0)
+    partition = wait_for(
+        "partition 0's leader", lambda: _partitions(admin, config.topic).get(0), 15.0, interval=0.2
+    )
     leader = partition.leader  # type: ignore[attr-defined]
     if fault.target == "leader":
         return leader
