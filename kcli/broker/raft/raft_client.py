@@ -1030,7 +1030,14 @@ class KafkaRaftClient:
         if records:
             await self._append_as_follower(records)
         self._update_high_watermark(min(partition.high_watermark, self.log.next_offset))
-        if not self._caught_up.is_set() and self.log.next_offset >= partition.high_watermark:
+        # -1: the leader has not committed in its epoch yet, so what is committed is not known (Kafka's
+        # follower keeps an empty high watermark then). Taken for caught up, a node restarting with
+        # its peers would load a metadata image without the topics and set their logs aside as stray.
+        if (
+            not self._caught_up.is_set()
+            and partition.high_watermark >= 0
+            and self.log.next_offset >= partition.high_watermark
+        ):
             self._caught_up.set()
         return True
 
@@ -1947,10 +1954,13 @@ class KafkaRaftClient:
         diverging: tuple[int, int] | None = None,
         snapshot: SnapshotId | None = None,
     ) -> Any:
+        state = self.leader_state
         partition: dict[str, Any] = {
             "partition_index": 0,
             "error_code": error,
-            "high_watermark": max(self.high_watermark, 0),
+            # A leader's high watermark is unknown (-1, as Kafka's LeaderState) until it commits in its
+            # own epoch, whatever it had learned before as a follower or read from disk.
+            "high_watermark": state.high_watermark if state is not None else max(self.high_watermark, 0),
             "log_start_offset": self.log.log.log_start_offset,
             "current_leader": nested_type(cls, "LeaderIdAndEpoch")(
                 leader_id=self.quorum.leader_id, leader_epoch=self.epoch
