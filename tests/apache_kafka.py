@@ -221,15 +221,17 @@ def java_command(
     log_path: Path,
     heap: Sequence[str] = TOOL_HEAP,
     level: str = "info",
+    classpath: Sequence[Path] = (),
 ) -> list[str]:
-    """`java ... -cp libs/* main_class args` as kafka-run-class.sh builds it, logging to `log_path`."""
+    """`java ... -cp libs/* main_class args` as kafka-run-class.sh builds it, logging to `log_path`;
+    `classpath` entries (compiled test programs) go before the jars."""
     libs = resolve(quiet=True)
     config = log_path.with_suffix(".log4j2.xml")
     config.write_text(LOG4J2_CONFIG.format(level=level))
     return [
         "java", *heap, *JVM_FLAGS,
         f"-Dlog4j2.configurationFile={config}", f"-Dkcli.kafka.log={log_path}",
-        "-cp", f"{libs}/*", main_class, *args,
+        "-cp", os.pathsep.join([*map(str, classpath), f"{libs}/*"]), main_class, *args,
     ]  # fmt: skip
 
 
