@@ -45,6 +45,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import BrokerProcess, require_apache_kafka, start_broker, stop_cleanly
 from test_cluster import LocalKraftCluster, wait_for
 
+from formats.segment import walk
+
 pytestmark = pytest.mark.timeout(420)
 
 SOURCE = Path(__file__).resolve().parent / "java" / "KcliClients.java"
@@ -263,6 +265,13 @@ def test_java_clients_and_kafka_streams_against_one_kcli_node(
         ),  # fmt: skip
     )
     check_clients(clients, "single", [1], {1: kcli_node.data_dir})
+    # Each producer's batches are on disk in its own codec: the broker kept what the client compressed.
+    codecs = {
+        batch.compression.name.lower()
+        for segment in kcli_node.data_dir.glob("single-data-*/*.log")
+        for batch in walk(segment.read_bytes()).batches
+    }
+    assert codecs == set(CODECS)
     runs = steps(streams, "streams")
     assert [run["guarantee"] for run in runs] == ["at_least_once", "exactly_once_v2"]
     for run in runs:
