@@ -293,9 +293,11 @@ def kcli_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKraf
         cluster.start()
         yield cluster
     finally:
-        for node in cluster.nodes.values():
-            if node.running:
-                node.terminate()
+        running = [node for node in cluster.nodes.values() if node.running]
+        for node in running:  # all at once: no node waits out a stopped peer's timeouts alone
+            os.kill(node.pid, signal.SIGTERM)
+        for node in running:
+            node.terminate(send=False)
 
 
 def node_log_dirs(cluster: LocalKraftCluster) -> dict[int, Path]:
@@ -347,6 +349,24 @@ def test_kafka_shell_tools_against_a_kcli_cluster(kcli_cluster: LocalKraftCluste
     for i in range(3):
         txn_producer.produce(txn_topic, value=f"t{i}".encode(), partition=0)
     txn_producer.commit_transaction(60)
+
+    # kafka-transactions asks about the transaction (describe-producers and find-hanging of a broker
+    # that follows the partition), side by side with the reassignment below, which it does not touch.
+    txn_leader = leaders(admin, txn_topic)[0][0]
+    follower = min(n for n in (1, 2, 3) if n != txn_leader)
+    transactions = [
+        ["list"],
+        ["describe", "--transactional-id", txn_id],
+        ["describe-producers", "--topic", txn_topic, "--partition", "0", "--broker-id", str(follower)],
+        ["find-hanging", "--broker-id", str(follower)],
+        ["find-hanging", "--topic", txn_topic],
+    ]
+    pool = ThreadPoolExecutor(max_workers=2)
+    answers = [
+        pool.submit(tool, tmp_path, apache_kafka.TRANSACTIONS_COMMAND, "--bootstrap-server", b, *args)
+        for args in transactions
+    ]
+    pool.shutdown(wait=False)
 
     # kafka-reassign-partitions: --generate proposes from the current assignment; --execute runs a plan
     # that reorders partition 0's replicas and moves partition 1 from broker 2 to broker 1.
@@ -407,76 +427,13 @@ def test_kafka_shell_tools_against_a_kcli_cluster(kcli_cluster: LocalKraftCluste
                  "--topic", topic, "--partition", "0")  # fmt: skip
     assert again == f"Valid replica already elected for partitions {topic}-0\n"
 
-    txn_leader = leaders(admin, txn_topic)[0][0]
-    follower = min(n for n in (1, 2, 3) if n != txn_leader)
-    (
-        listed,
-        described,
-        producers,
-        hanging_on_broker,
-        hanging_in_topic,
-        log_dirs,
-        offsets,
-    ) = in_parallel(  # fmt: skip
-        lambda: tool(tmp_path, apache_kafka.TRANSACTIONS_COMMAND, "--bootstrap-server", b, "list"),
-        lambda: tool(
-            tmp_path,
-            apache_kafka.TRANSACTIONS_COMMAND,
-            "--bootstrap-server",
-            b,
-            "describe",
-            "--transactional-id",
-            txn_id,
-        ),  # fmt: skip
-        lambda: tool(
-            tmp_path,
-            apache_kafka.TRANSACTIONS_COMMAND,
-            "--bootstrap-server",
-            b,
-            "describe-producers",
-            "--topic",
-            txn_topic,
-            "--partition",
-            "0",
-            "--broker-id",
-            str(follower),
-        ),  # fmt: skip
-        lambda: tool(
-            tmp_path,
-            apache_kafka.TRANSACTIONS_COMMAND,
-            "--bootstrap-server",
-            b,
-            "find-hanging",
-            "--broker-id",
-            str(follower),
-        ),  # fmt: skip
-        lambda: tool(
-            tmp_path,
-            apache_kafka.TRANSACTIONS_COMMAND,
-            "--bootstrap-server",
-            b,
-            "find-hanging",
-            "--topic",
-            txn_topic,
-        ),  # fmt: skip
-        lambda: tool(
-            tmp_path,
-            apache_kafka.LOG_DIRS_COMMAND,
-            "--bootstrap-server",
-            b,
-            "--describe",
-            "--topic-list",
-            topic,
-        ),  # fmt: skip
-        lambda: tool(
-            tmp_path,
-            apache_kafka.GET_OFFSET_SHELL,
-            "--bootstrap-server",
-            b,
-            "--topic-partitions",
-            f"{topic}:0,{topic}:1,{txn_topic}:0",
-        ),  # fmt: skip
+    log_dirs_args = ["--bootstrap-server", b, "--describe", "--topic-list", topic]
+    offsets_args = ["--bootstrap-server", b, "--topic-partitions", f"{topic}:0,{topic}:1,{txn_topic}:0"]
+    log_dirs, offsets = in_parallel(
+        lambda: tool(tmp_path, apache_kafka.LOG_DIRS_COMMAND, *log_dirs_args),
+        lambda: tool(tmp_path, apache_kafka.GET_OFFSET_SHELL, *offsets_args),
     )
+    listed, described, producers, hanging_on_broker, hanging_in_topic = (a.result() for a in answers)
 
     def table(text: str) -> list[list[str]]:
         return [[cell.strip() for cell in line.split("\t")][:-1] for line in text.splitlines()]
