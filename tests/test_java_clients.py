@@ -10,7 +10,8 @@ and kafka-streams and prints one JSON object per line, which the tests here judg
    snappy, lz4, zstd), a transactional producer that commits, aborts and commits, and a classic-protocol
    read_committed group member that reads exactly the committed records; beside it, in a second JVM, a
    Kafka Streams word count (a repartition topic, a changelog) at at_least_once and exactly_once_v2.
-2. The same clients against a 3-node kcli cluster, topics at replication factor 3, min.insync.replicas 2.
+2. The same clients and word count against a 3-node kcli cluster, the clients' topics at replication
+   factor 3 and min.insync.replicas 2.
 3. Kafka's shell tools against that cluster: kafka-reassign-partitions (generate, execute, verify),
    kafka-leader-election (preferred), kafka-transactions (list, describe, describe-producers,
    find-hanging by broker and by topic), kafka-log-dirs, kafka-get-offsets.
@@ -253,16 +254,7 @@ def test_java_clients_and_kafka_streams_against_one_kcli_node(
     b = kcli_node.bootstrap
     clients, streams = in_parallel(
         lambda: clients_run(java_classes, tmp_path / "clients", "clients", b, "single", "1"),
-        lambda: clients_run(
-            java_classes,
-            tmp_path / "streams",
-            "streams",
-            b,
-            "wc",
-            str(tmp_path / "state"),
-            "at_least_once",
-            "exactly_once_v2",
-        ),  # fmt: skip
+        lambda: word_counts(java_classes, tmp_path / "streams", b, "wc"),
     )
     check_clients(clients, "single", [1], {1: kcli_node.data_dir})
     # Each producer's batches are on disk in its own codec: the broker kept what the client compressed.
@@ -272,7 +264,18 @@ def test_java_clients_and_kafka_streams_against_one_kcli_node(
         for batch in walk(segment.read_bytes()).batches
     }
     assert codecs == set(CODECS)
-    runs = steps(streams, "streams")
+    check_word_counts(streams)
+
+
+def word_counts(classes: Path, workdir: Path, bootstrap: str, prefix: str) -> list[dict[str, Any]]:
+    """One JVM running the Streams word count at at_least_once, then at exactly_once_v2."""
+    guarantees = ("at_least_once", "exactly_once_v2")
+    return clients_run(classes, workdir, "streams", bootstrap, prefix, str(workdir / "state"), *guarantees)
+
+
+def check_word_counts(lines: list[dict[str, Any]]) -> None:
+    """Both Streams runs ended with every word's count on the output topic, and no thread failed."""
+    runs = steps(lines, "streams")
     assert [run["guarantee"] for run in runs] == ["at_least_once", "exactly_once_v2"]
     for run in runs:
         assert run["failures"] == [] and "ERROR" not in run["states"], run
@@ -307,9 +310,15 @@ def node_log_dirs(cluster: LocalKraftCluster) -> dict[int, Path]:
 def test_java_clients_against_a_kcli_cluster(
     kcli_cluster: LocalKraftCluster, java_classes: Path, tmp_path: Path
 ) -> None:
-    """The same kafka-clients scenarios against three kcli nodes, every topic at replication factor 3."""
-    lines = clients_run(java_classes, tmp_path, "clients", kcli_cluster.bootstrap, "cluster", "3")
+    """The same kafka-clients scenarios against three kcli nodes, every topic at replication factor 3,
+    and beside them the Kafka Streams word count (its internal topics at the brokers' default)."""
+    b = kcli_cluster.bootstrap
+    lines, streams = in_parallel(
+        lambda: clients_run(java_classes, tmp_path / "clients", "clients", b, "cluster", "3"),
+        lambda: word_counts(java_classes, tmp_path / "streams", b, "cwc"),
+    )
     check_clients(lines, "cluster", [1, 2, 3], node_log_dirs(kcli_cluster))
+    check_word_counts(streams)
 
 
 def leaders(admin: AdminClient, topic: str) -> dict[int, tuple[int, list[int]]]:
