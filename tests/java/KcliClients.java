@@ -48,6 +48,7 @@ import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
 import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.errors.UnsupportedVersionException;
 import org.apache.kafka.common.serialization.LongDeserializer;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.common.serialization.StringDeserializer;
@@ -239,6 +240,7 @@ public final class KcliClients {
                                 "members", d.members().size(), "coordinator", d.coordinator().id()),
                         "committed", committed);
             });
+            step("consumerProtocol", () -> consumerProtocol(bootstrap, group + "-consumer-protocol", data));
             step("transactionsAdmin", () -> {
                 List<Map<String, Object>> listed = new ArrayList<>();
                 for (TransactionListing t : admin.listTransactions().all().get()) {
@@ -333,6 +335,31 @@ public final class KcliClients {
             }
         }
         emit("step", "consume", "values", values, "positions", positions);
+    }
+
+    /**
+     * A member with group.protocol=consumer (KIP-848): the records it reads, or the message it is refused
+     * with where the broker has no ConsumerGroupHeartbeat (kcli today; the README's differences list it).
+     */
+    static void consumerProtocol(String bootstrap, String group, String topic) throws Exception {
+        Properties p = consumerConfig(bootstrap, group);
+        p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "consumer");
+        p.remove(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG); // the broker's to set under this protocol
+        p.remove(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG);
+        int records = 0;
+        String refused = null;
+        try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(p)) {
+            consumer.subscribe(List.of(topic));
+            long deadline = System.nanoTime() + WAIT.toNanos();
+            while (refused == null && records == 0 && System.nanoTime() < deadline) {
+                try {
+                    records += consumer.poll(Duration.ofMillis(500)).count();
+                } catch (UnsupportedVersionException e) {
+                    refused = e.getMessage();
+                }
+            }
+        }
+        emit("step", "consumerProtocol", "records", records, "refused", refused);
     }
 
     // --- streams --------------------------------------------------------------------------------------
