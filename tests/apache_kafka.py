@@ -7,10 +7,13 @@ Kafka's scripts start it.
     python -m tests.apache_kafka pin                # resolve afresh and rewrite the pin (a maintainer's step)
 
 No jar is committed. `resolve` writes a small pom.xml into the cache dir (KCLI_KAFKA_CACHE, default
-~/.cache/kcli/apache-kafka/<version>/), lets Maven copy the runtime dependencies into `libs/` and
+~/.cache/kcli/apache-kafka/<version>/), lets Maven copy the runtime dependencies into a `libs-*` dir and
 compares the jar names with tests/apache-kafka-<version>.jars, the pinned set (as constraints.txt pins
 Python): a different set is one error, so a new transitive version never slips into the reference
-unnoticed. Later calls find `libs/` complete and start no Maven.
+unnoticed. The set is kafka_2.13 (broker, storage tool), kafka-tools, kafka-clients and kafka-streams
+(tests/test_java_clients.py compiles its Java clients and a Streams application against them). The
+jars land in `libs-<digest of the pin>/`, one dir per pinned set; later calls find it complete and
+start no Maven.
 
 Processes run as bin/kafka-run-class.sh runs them (its G1 flags, headless, `-cp libs/*`) with a small
 heap and C1 only: on two busy cores that formatted and started one node in 4.7 s instead of 7.4 s with the
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import hashlib
 import os
 import shutil
 import signal
@@ -81,8 +85,16 @@ def missing_tools(version: str = VERSION) -> list[str]:
 
 def is_resolved(version: str = VERSION) -> bool:
     """Whether the cache holds exactly the pinned jars of `version` (then no Maven run is needed)."""
-    libs = cache_dir(version) / "libs"
+    libs = libs_dir(version)
     return libs.is_dir() and sorted(p.name for p in libs.glob("*.jar")) == pinned_jars(version)
+
+
+def libs_dir(version: str = VERSION) -> Path:
+    """The cache's jar dir for the pinned set: `libs-<digest of the pin>`, so that checkouts pinning
+    different sets (one with kafka-streams, one without) share the cache without replacing each
+    other's jars under a running JVM."""
+    digest = hashlib.sha256("\n".join(pinned_jars(version)).encode()).hexdigest()[:12]
+    return cache_dir(version) / f"libs-{digest}"
 
 
 def cache_dir(version: str = VERSION) -> Path:
@@ -103,6 +115,7 @@ POM = """<?xml version="1.0" encoding="UTF-8"?>
     <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_{scala}</artifactId><version>{version}</version></dependency>
     <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId><version>{version}</version></dependency>
     <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-clients</artifactId><version>{version}</version></dependency>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-streams</artifactId><version>{version}</version></dependency>
     <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId><version>{log4j}</version></dependency>
     <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId><version>{log4j}</version></dependency>
   </dependencies>
@@ -135,11 +148,11 @@ def pinned_jars(version: str = VERSION) -> list[str]:
 
 
 def resolve(version: str = VERSION, *, quiet: bool = False) -> Path:
-    """The `libs/` dir of `version`, resolved with Maven on first use; raises KafkaSetupError when
+    """The jar dir of `version`, resolved with Maven on first use; raises KafkaSetupError when
     Maven fails or resolves a set other than the pinned one."""
     expected = pinned_jars(version)
     root = cache_dir(version)
-    libs = root / "libs"
+    libs = libs_dir(version)
     if is_resolved(version):
         return libs
     started = time.monotonic()
@@ -208,15 +221,17 @@ def java_command(
     log_path: Path,
     heap: Sequence[str] = TOOL_HEAP,
     level: str = "info",
+    classpath: Sequence[Path] = (),
 ) -> list[str]:
-    """`java ... -cp libs/* main_class args` as kafka-run-class.sh builds it, logging to `log_path`."""
+    """`java ... -cp libs/* main_class args` as kafka-run-class.sh builds it, logging to `log_path`;
+    `classpath` entries (compiled test programs) go before the jars."""
     libs = resolve(quiet=True)
     config = log_path.with_suffix(".log4j2.xml")
     config.write_text(LOG4J2_CONFIG.format(level=level))
     return [
         "java", *heap, *JVM_FLAGS,
         f"-Dlog4j2.configurationFile={config}", f"-Dkcli.kafka.log={log_path}",
-        "-cp", f"{libs}/*", main_class, *args,
+        "-cp", os.pathsep.join([*map(str, classpath), f"{libs}/*"]), main_class, *args,
     ]  # fmt: skip
 
 

@@ -2,8 +2,10 @@
 
 DescribeProducers follows `KafkaApis.handleDescribeProducersRequest` and `UnifiedLog.activeProducers`:
 every producer the partition's producer state holds, with its epoch, last sequence, last timestamp,
-coordinator epoch and the first offset of its open transaction (-1 when none). `kafka-transactions.sh
-describe-producers` and `find-hanging` read it.
+coordinator epoch and the first offset of its open transaction (-1 when none). Any replica answers
+from its own log, a follower too (`Partition.activeProducerState`): `kafka-transactions.sh find-hanging
+--broker-id N` asks broker N about every partition it hosts, and Kafka's Admin gives up on the whole
+call at the first NOT_LEADER_OR_FOLLOWER when a broker id is set. `describe-producers` reads it too.
 
 WriteTxnMarkers follows `KafkaApis.handleWriteTxnMarkersRequest`: a transaction coordinator on any
 broker (and an operator's `abortTransaction`) asks the leader of each partition to append a COMMIT or
@@ -28,7 +30,6 @@ from kcli.broker.apis.context import RequestContext
 from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.log import Log
 from kcli.broker.log.log import TxnMarker
-from kcli.broker.replication.partition import PartitionError
 from kcli.broker.txn.marker_channel import append_txn_markers
 from kcli.protocol.messages import kio_versions, nested_type, response_type
 
@@ -48,7 +49,7 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> object
     for topic in request.topics:
         partitions = []
         for index in topic.partition_indexes:
-            error, partition_log = _leader_log(ctx, topic.name, index)
+            error, partition_log = _local_log(ctx, topic.name, index)
             producers: tuple = ()
             if partition_log is not None:
                 producers = tuple(
@@ -112,12 +113,16 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> object:
     return response_cls(markers=tuple(results))
 
 
-def _leader_log(ctx: RequestContext, topic: str, index: int) -> tuple[ErrorCode, Log | None]:
-    """The partition's log when this node leads it, else the error Kafka's getPartitionOrError gives."""
-    try:
-        return ErrorCode.none, ctx.replicas.leader_partition(ctx.state.image, topic, index).log
-    except PartitionError as e:
-        return e.error_code, None
+def _local_log(ctx: RequestContext, topic: str, index: int) -> tuple[ErrorCode, Log | None]:
+    """The log of this node's replica of the partition, leader or follower, else the error Kafka's
+    getPartitionOrError gives: UNKNOWN_TOPIC_OR_PARTITION when the metadata lacks the partition,
+    NOT_LEADER_OR_FOLLOWER when it is not hosted here."""
+    if ctx.state.image.partition(topic, index) is None:
+        return ErrorCode.unknown_topic_or_partition, None
+    partition_log = ctx.replicas.log(topic, index)
+    if partition_log is None:
+        return ErrorCode.not_leader_or_follower, None
+    return ErrorCode.none, partition_log
 
 
 APIS = [

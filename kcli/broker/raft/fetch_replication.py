@@ -159,7 +159,14 @@ class FetchReplication(RaftPart):
         if records:
             await self._append_as_follower(records)
         self.raft.update_high_watermark(min(partition.high_watermark, self.raft.log.next_offset))
-        if not self.raft.caught_up.is_set() and self.raft.log.next_offset >= partition.high_watermark:
+        # -1: the leader has not committed in its epoch yet, so what is committed is not known (Kafka's
+        # follower keeps an empty high watermark then). Taken for caught up, a node restarting with
+        # its peers would load a metadata image without the topics and set their logs aside as stray.
+        if (
+            not self.raft.caught_up.is_set()
+            and partition.high_watermark >= 0
+            and self.raft.log.next_offset >= partition.high_watermark
+        ):
             self.raft.caught_up.set()
         return True
 
@@ -313,10 +320,13 @@ class FetchReplication(RaftPart):
         diverging: tuple[int, int] | None = None,
         snapshot: SnapshotId | None = None,
     ) -> Any:
+        state = self.raft.leader_state
         partition: dict[str, Any] = {
             "partition_index": 0,
             "error_code": error,
-            "high_watermark": max(self.raft.high_watermark, 0),
+            # A leader's high watermark is unknown (-1, as Kafka's LeaderState) until it commits in its
+            # own epoch, whatever it had learned before as a follower or read from disk.
+            "high_watermark": state.high_watermark if state is not None else max(self.raft.high_watermark, 0),
             "log_start_offset": self.raft.log.log.log_start_offset,
             "current_leader": nested_type(cls, "LeaderIdAndEpoch")(
                 leader_id=self.raft.quorum.leader_id, leader_epoch=self.raft.epoch

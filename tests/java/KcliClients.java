@@ -1,0 +1,438 @@
+/*
+ * Apache Kafka's Java clients (kafka-clients, kafka-streams) against a broker, for tests/test_java_clients.py.
+ * Compiled at test time against the pinned jars; prints one JSON object per line for the test to judge.
+ *
+ *   java KcliClients clients BOOTSTRAP PREFIX REPLICATION   Admin, idempotent producers of every codec,
+ *                                                         a transactional producer, a read_committed
+ *                                                         classic-group consumer, Admin again
+ *   java KcliClients streams BOOTSTRAP PREFIX STATE_DIR GUARANTEE...   a word count per processing guarantee
+ *
+ * A step that throws prints {"step": NAME, "error": ...} and the next step still runs, so one run shows
+ * every failure at once. Timeouts are generous: the brokers share two cores with other processes.
+ */
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Properties;
+import java.util.TreeMap;
+import java.util.concurrent.Future;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.Config;
+import org.apache.kafka.clients.admin.ConfigEntry;
+import org.apache.kafka.clients.admin.ConsumerGroupDescription;
+import org.apache.kafka.clients.admin.DescribeClusterResult;
+import org.apache.kafka.clients.admin.GroupListing;
+import org.apache.kafka.clients.admin.ListOffsetsResult;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.clients.admin.RecordsToDelete;
+import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.clients.admin.TransactionDescription;
+import org.apache.kafka.clients.admin.TransactionListing;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.TopicPartitionInfo;
+import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.errors.UnsupportedVersionException;
+import org.apache.kafka.common.serialization.LongDeserializer;
+import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.common.serialization.StringDeserializer;
+import org.apache.kafka.common.serialization.StringSerializer;
+import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.StreamsBuilder;
+import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.Grouped;
+import org.apache.kafka.streams.kstream.Materialized;
+import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.state.Stores;
+
+public final class KcliClients {
+    static final ObjectMapper JSON = new ObjectMapper();
+    static final String[] CODECS = {"none", "gzip", "snappy", "lz4", "zstd"};
+    static final int PER_CODEC = 20;
+    static final int DATA_PARTITIONS = 3;
+    static final int TXN_BATCH = 5;
+    static final Duration WAIT = Duration.ofSeconds(120);
+
+    interface Step {
+        void run() throws Exception;
+    }
+
+    public static void main(String[] args) throws Exception {
+        switch (args[0]) {
+            case "clients" -> clients(args[1], args[2], Short.parseShort(args[3]));
+            case "streams" -> {
+                for (String guarantee : Arrays.copyOfRange(args, 4, args.length)) {
+                    step("streams-" + guarantee, () -> wordCount(args[1], args[2] + "-" + guarantee.replace('_', '-'),
+                            args[3], guarantee));
+                }
+            }
+            default -> throw new IllegalArgumentException("unknown command " + args[0]);
+        }
+        emit("event", "done");
+    }
+
+    /** Print one JSON line from alternating keys and values. */
+    static void emit(Object... keysAndValues) {
+        Map<String, Object> line = new LinkedHashMap<>();
+        for (int i = 0; i < keysAndValues.length; i += 2) {
+            line.put((String) keysAndValues[i], keysAndValues[i + 1]);
+        }
+        try {
+            System.out.println(JSON.writeValueAsString(line));
+            System.out.flush();
+        } catch (Exception e) {
+            throw new RuntimeException(e);
+        }
+    }
+
+    /** Run one step; an exception becomes an error line (with its causes), and the run goes on. */
+    static void step(String name, Step step) {
+        try {
+            step.run();
+        } catch (Throwable t) {
+            List<String> causes = new ArrayList<>();
+            for (Throwable c = t; c != null && causes.size() < 5; c = c.getCause()) {
+                causes.add(c.getClass().getName() + ": " + c.getMessage());
+            }
+            emit("step", name, "error", String.join(" <- ", causes));
+        }
+    }
+
+    static Properties common(String bootstrap) {
+        Properties p = new Properties();
+        p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, "60000");
+        p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "120000");
+        return p;
+    }
+
+    static Properties producerConfig(String bootstrap) {
+        Properties p = common(bootstrap);
+        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+        p.put(ProducerConfig.ACKS_CONFIG, "all");
+        p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
+        p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "180000");
+        p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "120000");
+        p.put(ProducerConfig.LINGER_MS_CONFIG, "20");
+        return p;
+    }
+
+    static Properties consumerConfig(String bootstrap, String group) {
+        Properties p = common(bootstrap);
+        p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "classic");
+        p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "30000");
+        p.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "3000");
+        return p;
+    }
+
+    // --- clients --------------------------------------------------------------------------------------
+
+    static void clients(String bootstrap, String prefix, short replication) throws Exception {
+        String data = prefix + "-data", txn = prefix + "-txn", group = prefix + "-group", txnId = prefix + "-tid";
+        try (Admin admin = Admin.create(common(bootstrap))) {
+            step("createTopics", () -> {
+                Map<String, String> configs = Map.of("min.insync.replicas", replication > 1 ? "2" : "1");
+                admin.createTopics(List.of(
+                        new NewTopic(data, DATA_PARTITIONS, replication).configs(configs),
+                        new NewTopic(txn, 1, replication).configs(configs))).all().get();
+                emit("step", "createTopics", "topics", List.of(data, txn));
+            });
+            step("describeCluster", () -> {
+                DescribeClusterResult cluster = admin.describeCluster();
+                List<Integer> ids = new ArrayList<>();
+                cluster.nodes().get().forEach(n -> ids.add(n.id()));
+                ids.sort(null);
+                emit("step", "describeCluster", "clusterId", cluster.clusterId().get(), "nodes", ids,
+                        "controller", cluster.controller().get().id());
+            });
+            step("produce", () -> produceEveryCodec(bootstrap, data));
+            step("transactions", () -> transactions(bootstrap, txn, txnId));
+            step("consume", () -> consume(bootstrap, group, List.of(data, txn)));
+            step("describeTopics", () -> {
+                Map<String, TopicDescription> topics = admin.describeTopics(List.of(data, txn)).allTopicNames().get();
+                for (TopicDescription d : topics.values()) {
+                    List<Map<String, Object>> partitions = new ArrayList<>();
+                    for (TopicPartitionInfo p : d.partitions()) {
+                        partitions.add(Map.of("partition", p.partition(), "leader", p.leader().id(),
+                                "replicas", p.replicas().stream().map(n -> n.id()).toList(),
+                                "isr", p.isr().stream().map(n -> n.id()).toList()));
+                    }
+                    emit("step", "describeTopics", "topic", d.name(), "internal", d.isInternal(),
+                            "topicId", d.topicId().toString(), "partitions", partitions);
+                }
+            });
+            step("listOffsets", () -> emit("step", "listOffsets", "earliest", offsets(admin, data, OffsetSpec.earliest()),
+                    "latest", offsets(admin, data, OffsetSpec.latest()),
+                    "maxTimestamp", offsets(admin, data, OffsetSpec.maxTimestamp()),
+                    "txnLatest", offsets(admin, txn, OffsetSpec.latest())));
+            step("describeConfigs", () -> {
+                // A BROKER resource goes to that broker: each answers with its own log.dirs.
+                List<ConfigResource> resources = new ArrayList<>();
+                ConfigResource topic = new ConfigResource(ConfigResource.Type.TOPIC, data);
+                resources.add(topic);
+                for (org.apache.kafka.common.Node node : admin.describeCluster().nodes().get()) {
+                    resources.add(new ConfigResource(ConfigResource.Type.BROKER, node.idString()));
+                }
+                Map<ConfigResource, Config> configs = admin.describeConfigs(resources).all().get();
+                Map<String, Object> chosen = new TreeMap<>();
+                for (String name : List.of("min.insync.replicas", "cleanup.policy", "compression.type")) {
+                    ConfigEntry e = configs.get(topic).get(name);
+                    chosen.put(name, List.of(e.value(), e.source().toString()));
+                }
+                Map<String, Object> logDirs = new TreeMap<>();
+                for (ConfigResource r : resources) {
+                    if (r.type() == ConfigResource.Type.BROKER) {
+                        ConfigEntry e = configs.get(r).get("log.dirs");
+                        logDirs.put(r.name(), List.of(configs.get(r).entries().size(), e == null ? "" : e.value()));
+                    }
+                }
+                emit("step", "describeConfigs", "topic", chosen, "brokers", logDirs);
+            });
+            step("deleteRecords", () -> {
+                TopicPartition tp = new TopicPartition(data, 0);
+                long low = admin.deleteRecords(Map.of(tp, RecordsToDelete.beforeOffset(5))).lowWatermarks().get(tp)
+                        .get().lowWatermark();
+                emit("step", "deleteRecords", "lowWatermark", low,
+                        "earliest", offsets(admin, data, OffsetSpec.earliest()).get("0"));
+            });
+            step("groups", () -> {
+                List<Map<String, Object>> listed = new ArrayList<>();
+                for (GroupListing g : admin.listGroups().all().get()) {
+                    if (g.groupId().equals(group)) {
+                        listed.add(Map.of("groupId", g.groupId(), "type", String.valueOf(g.type().orElse(null)),
+                                "protocol", g.protocol(), "state", String.valueOf(g.groupState().orElse(null))));
+                    }
+                }
+                List<String> consumerGroups = new ArrayList<>();
+                admin.listConsumerGroups().all().get().forEach(g -> consumerGroups.add(g.groupId()));
+                ConsumerGroupDescription d = admin.describeConsumerGroups(List.of(group)).all().get().get(group);
+                Map<String, Long> committed = new TreeMap<>();
+                for (Map.Entry<TopicPartition, OffsetAndMetadata> e
+                        : admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get().entrySet()) {
+                    committed.put(e.getKey().toString(), e.getValue().offset());
+                }
+                emit("step", "groups", "listGroups", listed, "inListConsumerGroups", consumerGroups.contains(group),
+                        "describe", Map.of("state", d.groupState().toString(), "type", d.type().toString(),
+                                "members", d.members().size(), "coordinator", d.coordinator().id()),
+                        "committed", committed);
+            });
+            step("consumerProtocol", () -> consumerProtocol(bootstrap, group + "-consumer-protocol", data));
+            step("transactionsAdmin", () -> {
+                List<Map<String, Object>> listed = new ArrayList<>();
+                for (TransactionListing t : admin.listTransactions().all().get()) {
+                    if (t.transactionalId().equals(txnId)) {
+                        listed.add(Map.of("id", t.transactionalId(), "state", t.state().toString()));
+                    }
+                }
+                TransactionDescription d = admin.describeTransactions(List.of(txnId)).all().get().get(txnId);
+                emit("step", "transactionsAdmin", "listed", listed, "state", d.state().toString(),
+                        "topicPartitions", d.topicPartitions().size());
+            });
+        }
+    }
+
+    static Map<String, Long> offsets(Admin admin, String topic, OffsetSpec spec) throws Exception {
+        Map<TopicPartition, OffsetSpec> request = new HashMap<>();
+        int partitions = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic).partitions().size();
+        for (int p = 0; p < partitions; p++) {
+            request.put(new TopicPartition(topic, p), spec);
+        }
+        Map<String, Long> out = new TreeMap<>();
+        for (Map.Entry<TopicPartition, ListOffsetsResult.ListOffsetsResultInfo> e
+                : admin.listOffsets(request).all().get().entrySet()) {
+            out.put(String.valueOf(e.getKey().partition()), e.getValue().offset());
+        }
+        return out;
+    }
+
+    /** One idempotent acks=all producer per codec, PER_CODEC records spread over the partitions. */
+    static void produceEveryCodec(String bootstrap, String topic) throws Exception {
+        for (String codec : CODECS) {
+            Properties p = producerConfig(bootstrap);
+            p.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, codec);
+            try (KafkaProducer<String, String> producer = new KafkaProducer<>(p)) {
+                List<Future<RecordMetadata>> sent = new ArrayList<>();
+                for (int i = 0; i < PER_CODEC; i++) {
+                    sent.add(producer.send(new ProducerRecord<>(topic, i % DATA_PARTITIONS, codec + "-" + i,
+                            codec + "-value-" + i + "-" + "x".repeat(200))));
+                }
+                List<Long> offsets = new ArrayList<>();
+                for (Future<RecordMetadata> f : sent) {
+                    offsets.add(f.get().offset());
+                }
+                emit("step", "produce", "codec", codec, "acked", sent.size(), "offsets", offsets);
+            }
+        }
+    }
+
+    /** Commit a batch, abort a batch, commit another: read_committed must see only the committed ones. */
+    static void transactions(String bootstrap, String topic, String txnId) throws Exception {
+        Properties p = producerConfig(bootstrap);
+        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txnId);
+        p.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, "120000");
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(p)) {
+            producer.initTransactions();
+            for (String outcome : List.of("commit", "abort", "commit")) {
+                producer.beginTransaction();
+                for (int i = 0; i < TXN_BATCH; i++) {
+                    producer.send(new ProducerRecord<>(topic, 0, "txn", outcome + "-" + i));
+                }
+                producer.flush();
+                if (outcome.equals("commit")) {
+                    producer.commitTransaction();
+                } else {
+                    producer.abortTransaction();
+                }
+                emit("step", "transactions", "outcome", outcome, "records", TXN_BATCH);
+            }
+        }
+    }
+
+    /** A classic-protocol, read_committed group member reads until every committed record is in. */
+    static void consume(String bootstrap, String group, List<String> topics) throws Exception {
+        int expected = CODECS.length * PER_CODEC + 2 * TXN_BATCH;
+        List<String> values = new ArrayList<>();
+        Map<String, Long> positions = new TreeMap<>();
+        try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(consumerConfig(bootstrap, group))) {
+            consumer.subscribe(topics);
+            long deadline = System.nanoTime() + WAIT.toNanos();
+            while (values.size() < expected && System.nanoTime() < deadline) {
+                for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofMillis(500))) {
+                    values.add(r.topic().endsWith("-txn") ? r.value() : r.value().split("-x")[0]);
+                }
+            }
+            // A last poll: anything beyond `expected` (an aborted record leaking through) must show too.
+            for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofSeconds(1))) {
+                values.add(r.topic().endsWith("-txn") ? r.value() : r.value().split("-x")[0]);
+            }
+            consumer.commitSync();
+            for (TopicPartition tp : consumer.assignment()) {
+                positions.put(tp.toString(), consumer.position(tp));
+            }
+        }
+        emit("step", "consume", "values", values, "positions", positions);
+    }
+
+    /**
+     * A member with group.protocol=consumer (KIP-848): the records it reads, or the message it is refused
+     * with where the broker has no ConsumerGroupHeartbeat (kcli today; the README's differences list it).
+     */
+    static void consumerProtocol(String bootstrap, String group, String topic) throws Exception {
+        Properties p = consumerConfig(bootstrap, group);
+        p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "consumer");
+        p.remove(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG); // the broker's to set under this protocol
+        p.remove(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG);
+        int records = 0;
+        String refused = null;
+        try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(p)) {
+            consumer.subscribe(List.of(topic));
+            long deadline = System.nanoTime() + WAIT.toNanos();
+            while (refused == null && records == 0 && System.nanoTime() < deadline) {
+                try {
+                    records += consumer.poll(Duration.ofMillis(500)).count();
+                } catch (UnsupportedVersionException e) {
+                    refused = e.getMessage();
+                }
+            }
+        }
+        emit("step", "consumerProtocol", "records", records, "refused", refused);
+    }
+
+    // --- streams --------------------------------------------------------------------------------------
+
+    /** Lines in, a word count out (through a repartition topic and a changelog); prints the final counts. */
+    static void wordCount(String bootstrap, String prefix, String stateDir, String guarantee) throws Exception {
+        String input = prefix + "-lines", output = prefix + "-counts";
+        List<String> lines = List.of("the quick brown fox", "jumps over the lazy dog", "the dog sleeps",
+                "a fox and a dog", "the end");
+        try (Admin admin = Admin.create(common(bootstrap))) {
+            admin.createTopics(List.of(new NewTopic(input, 2, (short) -1), new NewTopic(output, 2, (short) -1)))
+                    .all().get();
+        }
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(producerConfig(bootstrap))) {
+            for (int i = 0; i < lines.size(); i++) {
+                producer.send(new ProducerRecord<>(input, "line-" + i, lines.get(i))).get();
+            }
+        }
+        Map<String, Long> expected = new TreeMap<>();
+        for (String line : lines) {
+            for (String word : line.split(" ")) {
+                expected.merge(word, 1L, Long::sum);
+            }
+        }
+
+        StreamsBuilder builder = new StreamsBuilder();
+        builder.stream(input, Consumed.with(Serdes.String(), Serdes.String()))
+                .flatMapValues(line -> Arrays.asList(line.toLowerCase(Locale.ROOT).split(" ")))
+                .groupBy((key, word) -> word, Grouped.with(Serdes.String(), Serdes.String()))
+                .count(Materialized.<String, Long>as(Stores.inMemoryKeyValueStore("counts"))
+                        .withKeySerde(Serdes.String()).withValueSerde(Serdes.Long()))
+                .toStream()
+                .to(output, Produced.with(Serdes.String(), Serdes.Long()));
+        Properties p = common(bootstrap);
+        p.put(StreamsConfig.APPLICATION_ID_CONFIG, prefix + "-app");
+        p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, guarantee);
+        p.put(StreamsConfig.STATE_DIR_CONFIG, stateDir + "/" + guarantee);
+        p.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, "200");
+        p.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, "0");
+        p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, "1");
+        p.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), "30000");
+        p.put(StreamsConfig.producerPrefix(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG), "180000");
+        p.put(StreamsConfig.producerPrefix(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG), "120000");
+        List<String> failures = new ArrayList<>();
+        KafkaStreams streams = new KafkaStreams(builder.build(), p);
+        streams.setUncaughtExceptionHandler(e -> {
+            failures.add(e.getClass().getName() + ": " + e.getMessage()
+                    + (e.getCause() == null ? "" : " <- " + e.getCause()));
+            return org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse
+                    .SHUTDOWN_CLIENT;
+        });
+        Map<String, Long> counts = new TreeMap<>();
+        List<String> states = new ArrayList<>();
+        streams.setStateListener((now, before) -> states.add(now.toString()));
+        streams.start();
+        try {
+            Properties c = consumerConfig(bootstrap, prefix + "-reader");
+            c.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, LongDeserializer.class.getName());
+            try (KafkaConsumer<String, Long> consumer = new KafkaConsumer<>(c)) {
+                consumer.subscribe(List.of(output));
+                long deadline = System.nanoTime() + WAIT.toNanos();
+                while (!counts.equals(expected) && failures.isEmpty() && System.nanoTime() < deadline
+                        && streams.state() != KafkaStreams.State.ERROR
+                        && streams.state() != KafkaStreams.State.NOT_RUNNING) {
+                    for (ConsumerRecord<String, Long> r : consumer.poll(Duration.ofMillis(500))) {
+                        counts.put(r.key(), r.value());
+                    }
+                }
+            }
+        } finally {
+            streams.close(Duration.ofSeconds(60));
+        }
+        emit("step", "streams", "guarantee", guarantee, "counts", counts, "expected", expected,
+                "failures", failures, "states", states);
+    }
+}
