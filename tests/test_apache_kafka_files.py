@@ -12,7 +12,10 @@ is one run over every file it applies to.
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -23,7 +26,7 @@ from pathlib import Path
 import apache_kafka
 import pytest
 from apache_kafka import CONSUMER_GROUP_COMMAND, DUMP_LOG_SEGMENTS, STORAGE_TOOL, KafkaNode
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import KCLI, free_port_range, kcli_env, require_apache_kafka
 
@@ -95,12 +98,13 @@ def produce(bootstrap: str, topic: str, records: Sequence[tuple[str, str | None]
     assert producer.flush(30) == 0
 
 
-def produce_transaction(bootstrap: str, topic: str, commit: bool) -> None:
+def produce_transaction(bootstrap: str, topic: str, commit: bool, tag: str) -> None:
+    """Three records in one transaction of partition 0, committed or aborted; `tag` makes them unique."""
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-{commit}"})
     producer.init_transactions(30)
     producer.begin_transaction()
     for i in range(3):
-        producer.produce(topic, key=f"txn-{i}", value="committed" if commit else "aborted", partition=0)
+        producer.produce(topic, key=f"txn-{i}", value=f"{tag}-{i}", partition=0)
     if commit:
         producer.commit_transaction(30)
     else:  # sent first: librdkafka's abort purges what is still queued, and nothing would reach the log
@@ -147,9 +151,9 @@ def fill(node: KafkaNode, workdir: Path) -> tuple[str, tuple[int, int]]:
             0,
             **{"compression.type": codec, "linger.ms": "50", "enable.idempotence": True},
         )
-    produce_transaction(b, "txn", commit=True)
-    produce_transaction(b, "txn", commit=False)
-    produce_transaction(b, "txn", commit=True)
+    produce_transaction(b, "txn", commit=True, tag="first")
+    produce_transaction(b, "txn", commit=False, tag="aborted")
+    produce_transaction(b, "txn", commit=True, tag="second")
     for round_ in range(4):
         produce(b, "compacted", [(f"k{i}", f"round-{round_}") for i in range(5)], 0)
         time.sleep(0.3)
@@ -310,3 +314,201 @@ def test_verify_is_clean_on_kafkas_log_dir(written: Written) -> None:
         "are missing before this batch: the topic is compacted."
     ]
     assert result.stdout.splitlines()[-1].endswith(": 1 finding (0 errors, 1 warning)")
+
+
+# --- kcli spark-audit over Kafka's segments ----------------------------------------------------------------
+
+
+def group_rows(text: str) -> set[tuple[str, int, int, int, int]]:
+    """(topic, partition, current offset, log end offset, lag) of ConsumerGroupCommand --describe."""
+    lines = [line.split() for line in text.splitlines() if line.strip()]
+    header = next(cols for cols in lines if cols[:2] == ["GROUP", "TOPIC"])
+    at = [header.index(c) for c in ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG")]
+    rows = [cols for cols in lines if len(cols) == len(header) and cols != header]
+    return {(r[at[0]], *(int(r[i]) for i in at[1:])) for r in rows}  # type: ignore[misc]
+
+
+def test_spark_audit_on_kafkas_segments(written: Written) -> None:
+    """spark-audit all (one local Spark session) over a copy of Kafka's log dir finds what was produced:
+    the record planted twice, no gap but the cleaner's, and the lag of the real __consumer_offsets equal
+    to ConsumerGroupCommand's."""
+    result = kcli("spark-audit", "all", str(written.archive), "--master", "local[1]", "--output", "json",
+                  "--compacted", "compacted", check=False)  # fmt: skip
+    assert result.returncode == 1, result.stderr[-3000:]  # 1: findings exist
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    findings = sorted((r["kind"], r["topic"], r["partition"], r["first_offset"], r["last_offset"])
+                      for r in records if r["type"] == "finding")  # fmt: skip
+    lags = {(r["topic"], r["partition"], r["committed"], r["end_offset"], r["lag"])
+            for r in records if r["type"] == "lag" and r["group"] == AUDIT_GROUP}  # fmt: skip
+    first, second = written.duplicate_offsets
+    assert findings == [
+        ("consumer_lag", "audited", 0, 4, 10),
+        ("consumer_lag", "audited", 1, 9, 9),
+        ("content_duplicate", "audited", 0, first, second),
+        ("offset_gap_compaction", "compacted", 0, 0, 14),
+    ]
+    assert lags == group_rows(written.group_describe) == {("audited", 0, 4, 11, 7), ("audited", 1, 9, 10, 1)}
+    (summary,) = [r for r in records if r["type"] == "summary"]
+    assert summary["partitions"] == 12 and summary["errors"] == 3
+
+
+# --- kcli recover logdir on the log dir of a killed Kafka ---------------------------------------------------
+
+
+Row = tuple[int, str | None, str | None]
+
+
+def records_on_disk(log_dir: Path, partitions: Sequence[str]) -> dict[str, list[Row]]:
+    """(offset, key, value) of every data record in each partition's segments, as kcli reads them (one
+    dump-segment run for all)."""
+    logs = [str(p) for name in partitions for p in sorted((log_dir / name).glob("*.log"))]
+    rows: dict[str, list[Row]] = {name: [] for name in partitions}
+    control, name = False, ""
+    for line in kcli("dump-segment", "--print-data-log", "--output", "json", *logs).stdout.splitlines():
+        item = json.loads(line)
+        if item["type"] == "file":
+            name = Path(item["path"]).parent.name
+        elif item["type"] == "batch":
+            control = item["isControl"]
+        elif item["type"] == "record" and not control:
+            rows[name].append((item["offset"], item["key"], item["value"]))
+    return rows
+
+
+def batches_on_disk(log: Path) -> list[dict]:
+    lines = kcli("dump-segment", "--output", "json", str(log)).stdout.splitlines()
+    return [item for item in map(json.loads, lines) if item["type"] == "batch"]
+
+
+def served(bootstrap: str, partitions: Sequence[str]) -> dict[str, list[Row]]:
+    """Every record Kafka serves (read_uncommitted) from the start of each "topic-N" to its end."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "recovered-reader",
+                         "enable.auto.commit": False, "enable.partition.eof": True,
+                         "isolation.level": "read_uncommitted"})  # fmt: skip
+    consumer.assign(
+        [TopicPartition(p.rsplit("-", 1)[0], int(p.rsplit("-", 1)[1]), OFFSET_BEGINNING) for p in partitions]
+    )
+    rows: dict[str, list[Row]] = {p: [] for p in partitions}
+    at_end: set[str] = set()
+    deadline = time.monotonic() + 60
+    while len(at_end) < len(partitions):
+        assert time.monotonic() < deadline, f"not at the end of {set(partitions) - at_end} after 60 s"
+        message = consumer.poll(0.5)
+        if message is None:
+            continue
+        name = f"{message.topic()}-{message.partition()}"
+        if message.error() is not None:
+            assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
+            at_end.add(name)
+            continue
+        key, value = message.key(), message.value()
+        rows[name].append((message.offset(), key and key.decode(), value and value.decode()))
+    consumer.close()
+    return rows
+
+
+def produce_until_killed(node: KafkaNode, topic: str, acked_before_kill: int) -> list[tuple[str, Row]]:
+    """An idempotent acks=all producer keeps two partitions busy; once `acked_before_kill` records are
+    acknowledged (some of each partition) the Kafka JVM gets SIGKILL, records still in flight. Returns what Kafka acknowledged."""
+    acked: list[tuple[str, Row]] = []
+
+    def on_delivery(error, message) -> None:
+        if error is None:
+            row = (message.offset(), message.key().decode(), message.value().decode())
+            acked.append((f"{topic}-{message.partition()}", row))
+
+    producer = Producer({"bootstrap.servers": node.bootstrap, "enable.idempotence": True, "linger.ms": 2,
+                         "message.timeout.ms": 5000})  # fmt: skip
+    i = 0
+    while len(acked) < acked_before_kill or len({name for name, _ in acked}) < 2:
+        try:
+            producer.produce(topic, key=f"c{i}", value=f"crash-{i}", partition=i % 2, on_delivery=on_delivery)
+            i += 1
+        except BufferError:
+            pass
+        producer.poll(0)
+    os.kill(node.pid, signal.SIGKILL)
+    node.process.wait()  # type: ignore[union-attr]
+    producer.purge()
+    producer.flush(6)
+    assert i > len(acked)
+    return acked
+
+
+def plant_damage(log_dir: Path) -> None:
+    """A torn tail (codecs-0 loses the last 5 bytes of its zstd batch), a corrupt batch in the middle
+    (audited-0's second batch, the planted duplicate, gets one byte flipped) and a deleted .index (txn-0)."""
+    codecs = log_dir / "codecs-0" / "00000000000000000000.log"
+    os.truncate(codecs, codecs.stat().st_size - 5)
+    audited = log_dir / "audited-0" / "00000000000000000000.log"
+    second = batches_on_disk(audited)[1]
+    assert (second["baseOffset"], second["lastOffset"]) == (5, 6)
+    at = second["position"] + second["size"] - 3
+    with open(audited, "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([byte ^ 0xFF]))
+    (log_dir / "txn-0" / "00000000000000000000.index").unlink()
+
+
+def test_recover_logdir_after_kill_9_then_kafka_starts_without_recovery(
+    written: Written, tmp_path: Path
+) -> None:
+    """Kafka is killed under a producer and damage is planted; kcli recover logdir's dry run and --execute
+    make the same changes (the torn and the corrupt batch cut with what follows, the index rebuilt), and
+    Apache Kafka then starts on the dir recovering no partition (its clean-shutdown marker found, no
+    "Recovering unflushed segment" but the metadata log's) and serves exactly the records kcli kept,
+    every acknowledged one among them."""
+    node, log_dir = written.node, written.node.log_dir
+    start_node(node, written.properties)
+    try:
+        admin = AdminClient({"bootstrap.servers": node.bootstrap})
+        admin.create_topics([NewTopic("crash", 2, 1)])["crash"].result(30)
+        acked = produce_until_killed(node, "crash", 3000)
+    finally:
+        if node.is_running():
+            node.stop()
+    assert not (log_dir / ".kafka_cleanshutdown").exists()
+    plant_damage(log_dir)
+    data = sorted(
+        p.name for p in log_dir.iterdir() if p.is_dir() and p.name.startswith((*DATA_TOPICS, "crash"))
+    )
+    before = records_on_disk(log_dir, data)
+
+    dry = kcli("recover", "logdir", "--output", "json", str(log_dir), check=False)
+    assert dry.returncode == 3, dry.stdout + dry.stderr
+    quarantine = tmp_path / "quarantine"
+    done = kcli(
+        "recover", "logdir", "--execute", "--output", "json", "--quarantine", str(quarantine), str(log_dir)
+    )
+    planned, made = ([json.loads(line) for line in r.stdout.splitlines()] for r in (dry, done))
+    assert [c for c in made if c["type"] == "change"] == [c for c in planned if c["type"] == "change"]
+    assert made[-1]["verifyErrors"] == 0 and made[-1]["executed"]
+    cuts: dict[str, int] = {}
+    for change in planned:
+        if change["type"] == "change" and change["kind"] in ("truncate_segment", "drop_segment"):
+            cuts[change["partition"]] = min(cuts.get(change["partition"], 1 << 62), change["firstOffset"])
+    assert {p: o for p, o in cuts.items() if p in data} == {"codecs-0": 16, "audited-0": 5}
+    rebuilt = {c["partition"] for c in planned if c["type"] == "change" and c["kind"] == "rebuild_indexes"}
+    assert "txn-0" in rebuilt
+    kept = {name: [r for r in rows if r[0] < cuts.get(name, 1 << 62)] for name, rows in before.items()}
+    assert len(kept["codecs-0"]) == 16 and len(kept["audited-0"]) == 5
+
+    start_node(node, written.properties)
+    try:
+        rows = served(node.bootstrap, data)
+    finally:
+        status = node.stop()
+    assert status in (0, 143), node.log()[-3000:]
+    log = node.log_path.read_text(errors="replace")
+    assert (
+        f"Skipping recovery of {len(data) + 6} logs from {log_dir} since clean shutdown file was found" in log
+    )
+    assert "since no clean shutdown file was found" not in log
+    recovered = [line for line in log.splitlines() if "Recovering unflushed segment" in line]
+    assert all("partition=__cluster_metadata-0" in line for line in recovered), recovered
+    assert rows == kept
+    assert {name for name, _ in acked} == {"crash-0", "crash-1"}
+    for name, row in acked:
+        assert row in kept[name], (name, row)

@@ -186,7 +186,9 @@ def test_dry_run_names_each_planted_problem_and_changes_nothing(planted, tmp_pat
         lowered = {(c["partition"], c["lastOffset"]) for c in changes if c["file"].endswith(what)}
         assert lowered == {("m2-lz4-0", last.base_offset), ("m2-none-0", victim.base_offset)}
     assert summary["partitionsChanged"] == 9
-    assert {c["partition"] for c in changes} == {
+    marker = by[("write_clean_shutdown", ".kafka_cleanshutdown")]  # the fixture has none: written, last
+    assert changes[-1] == marker and "skips its own recovery" in marker["message"]
+    assert {c["partition"] for c in changes[:-1]} == {
         "m2-lz4-0", "m2-none-0", "m1-none-0", "m2-snappy-0", "transactions-0", "m2-zstd-0", "m0-none-0",
         "m1-gzip-0", "m0-gzip-0",
     }  # fmt: skip
@@ -290,8 +292,9 @@ def test_broker_written_dir_torn_tail_and_corrupt_batch_replayed_back(tmp_path: 
     assert load_reports(copy) == []
     held = quarantine / "orders-0" / "00000000000000000008.log"
     assert held.read_bytes() == removed
-    # the marker would tell the broker to trust producer snapshots that the cut made stale
-    assert not (copy / ".kafka_cleanshutdown").exists()
+    # the marker is rewritten last, over the snapshots rebuilt at the cut, with a broker epoch that
+    # matches no registration (the shutdown was not clean for the controller)
+    assert (copy / ".kafka_cleanshutdown").read_text() == '{"version":0,"brokerEpoch":-1}'
     assert (quarantine / "leftovers" / ".kafka_cleanshutdown").exists()
 
     # the recovered copy starts without recovery work, and takes the quarantined records back
@@ -359,7 +362,7 @@ def test_producer_snapshot_and_txnindex_rebuilt_as_the_broker_wrote_them(tmp_pat
         ("delete_snapshot", snap.name),
         ("write_snapshot", snap.name),
         ("rebuild_txn_index", txn_index.name),
-        ("delete_leftover", ".kafka_cleanshutdown"),
+        ("write_clean_shutdown", ".kafka_cleanshutdown"),
     }, dry.stdout
     quarantine = tmp_path / "q"
     done = recover_cli(str(copy), "--execute", "--quarantine", str(quarantine))
