@@ -492,6 +492,15 @@ def test_recover_logdir_after_kill_9_then_kafka_starts_without_recovery(
     assert {p: o for p, o in cuts.items() if p in data} == {"codecs-0": 16, "audited-0": 5}
     rebuilt = {c["partition"] for c in planned if c["type"] == "change" and c["kind"] == "rebuild_indexes"}
     assert "txn-0" in rebuilt
+    # the killed producer's partitions had no producer snapshot: with the marker Kafka would start them
+    # with no producer state, so they get the ones its unclean start writes; the marker comes last
+    snapshots = {c["partition"] for c in planned if c["type"] == "change" and c["kind"] == "write_snapshot"}
+    assert {"crash-0", "crash-1"} <= snapshots
+    changes = [c for c in planned if c["type"] == "change"]
+    assert (changes[-1]["kind"], Path(changes[-1]["file"]).name) == (
+        "write_clean_shutdown",
+        ".kafka_cleanshutdown",
+    )
     kept = {name: [r for r in rows if r[0] < cuts.get(name, 1 << 62)] for name, rows in before.items()}
     assert len(kept["codecs-0"]) == 16 and len(kept["audited-0"]) == 5
 

@@ -232,8 +232,17 @@ def test_execute_repairs_and_quarantines_exactly_the_removed_bytes(planted, tmp_
 
 
 def test_a_clean_dir_needs_nothing_and_refuses_a_quarantine_inside_it(tmp_path: Path) -> None:
+    """The fixture has no clean-shutdown marker, as after a crash: the marker is all it needs (its
+    partitions hold no producer state a snapshot would keep); with the marker, nothing."""
     root = tmp_path / "logdir"
     shutil.copytree(FIXTURE, root)
+    plan = plan_log_dir(root, verify_findings=verify_findings)
+    assert [(c.kind, Path(c.file).name) for c in plan.changes()] == [
+        ("write_clean_shutdown", ".kafka_cleanshutdown")
+    ]
+    done = recover_cli(str(root), "--execute", "--quarantine", str(tmp_path / "q0"))
+    assert done.returncode == 0 and "1 changes made" in done.stdout, done.stdout + done.stderr
+    assert (root / ".kafka_cleanshutdown").read_text() == '{"version":0,"brokerEpoch":-1}'
     plan = plan_log_dir(root, verify_findings=verify_findings)
     assert plan.empty
     result = recover_cli(str(root))

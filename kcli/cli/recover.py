@@ -53,7 +53,9 @@ def logdir(
     """Do what Kafka's log loader does at an unclean start, explicitly: validate every segment, cut torn
     or corrupt tails (and drop later segments), rebuild bad or missing indexes, drop producer snapshots
     and leader-epoch entries past the recovered end, lower offset checkpoints above it, and clear the
-    .cleaned, .swap and .deleted files of interrupted compactions and deletes.
+    .cleaned, .swap and .deleted files of interrupted compactions and deletes. Last, Kafka's
+    clean-shutdown marker (.kafka_cleanshutdown), so that Kafka starts on the dir without recovering it
+    again; it is needed whenever something changed or the marker is missing (a crashed broker's dir).
 
     Dry run by default: each change is printed with its file, byte range, offsets, records and
     producers. With --execute, cut bytes become segments in the quarantine (kcli replay

@@ -24,9 +24,10 @@ is opened for writing:
   unreadable checkpoint is rebuilt from the batches' epochs (Kafka's assign during recovery).
 - root offset checkpoints (recovery point, high watermark, log start) above a partition's recovered log
   end are lowered to it.
-- once anything changed, the dir is what Kafka's loader leaves after an unclean start, and its
-  clean-shutdown marker (`.kafka_cleanshutdown`) is written last, so that the broker does not recover
-  it a second time (without the marker Kafka re-reads every segment from each recovery point). With the
+- once anything changed, or the dir has no clean-shutdown marker (`.kafka_cleanshutdown`: a broker that
+  crashed), the dir is what Kafka's loader leaves after an unclean start, and the marker is written
+  last, so that the broker does not recover it a second time (without the marker Kafka re-reads every
+  segment from each recovery point). With the
   marker Kafka trusts the producer snapshots and, for a partition that has none, starts with no producer
   state: so a partition whose batches carry producer ids and that has no snapshot gets the ones Kafka's
   unclean start would write. The marker records broker epoch -1, which matches no registration: the
@@ -231,10 +232,14 @@ def plan_log_dir(
         if parsed[1] is None and partition.log_end is not None:
             log_ends[tuple(parsed[0])] = partition.log_end
     plan.root_changes = _root_checkpoints(log_dir, log_ends)
-    if not plan.empty:
+    marker = log_dir / CLEAN_SHUTDOWN_FILE
+    unclean = not marker.is_file() and any(p.log_end is not None for p in plan.partitions)
+    if (
+        not plan.empty or unclean
+    ):  # a crashed broker's dir needs at least the marker: Kafka would re-read it all
         for partition in plan.partitions:
             partition.changes += partition.with_marker
-        plan.root_changes.append(_clean_shutdown_marker(log_dir / CLEAN_SHUTDOWN_FILE))
+        plan.root_changes.append(_clean_shutdown_marker(marker))
     return plan
 
 
