@@ -475,6 +475,12 @@ def test_recover_logdir_after_kill_9_then_kafka_starts_without_recovery(
         p.name for p in log_dir.iterdir() if p.is_dir() and p.name.startswith((*DATA_TOPICS, "crash"))
     )
     before = records_on_disk(log_dir, data)
+    damaged = kcli("verify", "--output", "json", str(log_dir), check=False)
+    assert damaged.returncode == 1, damaged.stdout + damaged.stderr
+    found = [f for f in map(json.loads, damaged.stdout.splitlines()) if f["type"] == "finding"]
+    where = {(Path(f["file"]).parent.name, Path(f["file"]).name, f["severity"]) for f in found}
+    assert {("codecs-0", f"{0:020d}.log", "error"), ("audited-0", f"{0:020d}.log", "error"),
+            ("txn-0", f"{0:020d}.index", "warning")} <= where, where  # fmt: skip
 
     dry = kcli("recover", "logdir", "--output", "json", str(log_dir), check=False)
     assert dry.returncode == 3, dry.stdout + dry.stderr
