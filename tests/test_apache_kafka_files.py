@@ -271,7 +271,11 @@ def test_dump_segment_lines_equal_kafka_dump_log_on_kafkas_files(
             assert sum("endTxnMarker: COMMIT" in line for line in lines) == 2
     elif case == "metadata":
         assert ".checkpoint" in suffixes
-        assert any("KRaft snapshot" in line or "Snapshot end offset" in line for line in lines), lines[:5]
+        assert any(line.startswith("Snapshot end offset: ") for line in lines)  # a metadata .checkpoint
+        assert "KRaft bootstrap snapshot" in lines  # bootstrap.checkpoint
+        assert any(" SnapshotHeader {" in line for line in lines) and any(
+            " SnapshotFooter {" in line for line in lines
+        )
         assert any('"type":"TOPIC_RECORD"' in line and '"name":"compacted"' in line for line in lines)
     elif case == "offsets":
         assert any(f'"group":"{AUDIT_GROUP}"' in line for line in lines)
