@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -459,9 +460,10 @@ def plant_damage(log_dir: Path) -> None:
 def test_recover_logdir_after_kill_9_then_kafka_starts_without_recovery(
     written: Written, tmp_path: Path
 ) -> None:
-    """Kafka is killed under a producer and damage is planted; kcli recover logdir's dry run and --execute
-    make the same changes (the torn and the corrupt batch cut with what follows, the index rebuilt), and
-    Apache Kafka then starts on the dir recovering no partition (its clean-shutdown marker found, no
+    """Kafka is killed under a producer and damage is planted (kafka-dump-log and kcli dump-segment print
+    the same lines on the torn, the corrupt and the killed producer's segments; kcli verify names the
+    damage); kcli recover logdir's dry run and --execute make the same changes (the torn and the corrupt
+    batch cut with what follows, the index rebuilt, the marker last), and Apache Kafka then starts on the dir recovering no partition (its clean-shutdown marker found, no
     "Recovering unflushed segment" but the metadata log's) and serves exactly the records kcli kept,
     every acknowledged one among them."""
     node, log_dir = written.node, written.node.log_dir
@@ -479,6 +481,16 @@ def test_recover_logdir_after_kill_9_then_kafka_starts_without_recovery(
         p.name for p in log_dir.iterdir() if p.is_dir() and p.name.startswith((*DATA_TOPICS, "crash"))
     )
     before = records_on_disk(log_dir, data)
+    torn, corrupt = (log_dir / name / f"{0:020d}.log" for name in ("codecs-0", "audited-0"))
+    theirs, ours = both_dumps(tmp_path, [torn, corrupt, log_dir / "crash-0" / f"{0:020d}.log"],
+                              "--deep-iteration", "--print-data-log")  # fmt: skip
+    assert theirs.returncode == ours.returncode == 0, theirs.stderr + ours.stderr
+    assert (ours.stdout.splitlines(), ours.stderr) == (theirs.stdout.splitlines(), theirs.stderr)
+    assert any(
+        re.fullmatch(r"Found \d+ invalid bytes at the end of 0{20}\.log", line)
+        for line in ours.stdout.splitlines()
+    )
+    assert sum("isvalid: false" in line for line in ours.stdout.splitlines()) == 1
     damaged = kcli("verify", "--output", "json", str(log_dir), check=False)
     assert damaged.returncode == 1, damaged.stdout + damaged.stderr
     found = [f for f in map(json.loads, damaged.stdout.splitlines()) if f["type"] == "finding"]
