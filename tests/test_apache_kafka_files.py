@@ -322,6 +322,9 @@ def test_dump_segment_on_files_kafka_dump_log_does_not_take(written: Written, tm
     theirs, ours = both_dumps(tmp_path, [epochs])
     assert theirs.returncode == 1 and "StringIndexOutOfBoundsException" in theirs.stderr
     assert ours.stdout.splitlines() == [f"Dumping {epochs}", "epoch: 0 startOffset: 0"]
+    recovery_points = archive / "recovery-point-offset-checkpoint"  # Kafka's tool fails on it the same way
+    lines = kcli("dump-segment", str(recovery_points)).stdout.splitlines()
+    assert lines[0] == f"Dumping {recovery_points}" and "topic: codecs partition: 0 offset: 20" in lines
 
 
 def test_verify_is_clean_on_kafkas_log_dir(written: Written) -> None:
