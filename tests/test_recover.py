@@ -245,6 +245,9 @@ def test_a_clean_dir_needs_nothing_and_refuses_a_quarantine_inside_it(tmp_path: 
     assert (root / ".kafka_cleanshutdown").read_text() == '{"version":0,"brokerEpoch":-1}'
     plan = plan_log_dir(root, verify_findings=verify_findings)
     assert plan.empty
+    metadata_only = tmp_path / "metadata"  # a metadata.log.dir of its own: Kafka never skips its recovery
+    shutil.copytree(FIXTURE / "__cluster_metadata-0", metadata_only / "__cluster_metadata-0")
+    assert plan_log_dir(metadata_only, verify_findings=verify_findings).empty
     result = recover_cli(str(root))
     assert result.returncode == 0 and "0 changes" in result.stdout
     (root / "m2-none-0" / f"{SEG0}.index").unlink()

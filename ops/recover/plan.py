@@ -233,7 +233,9 @@ def plan_log_dir(
             log_ends[tuple(parsed[0])] = partition.log_end
     plan.root_changes = _root_checkpoints(log_dir, log_ends)
     marker = log_dir / CLEAN_SHUTDOWN_FILE
-    unclean = not marker.is_file() and any(p.log_end is not None for p in plan.partitions)
+    # Kafka's LogManager loads every partition but the metadata log (KafkaMetadataLog always recovers that)
+    loaded = [p for p in plan.partitions if not p.name.startswith(_METADATA_TOPIC)]
+    unclean = not marker.is_file() and any(p.log_end is not None for p in loaded)
     if (
         not plan.empty or unclean
     ):  # a crashed broker's dir needs at least the marker: Kafka would re-read it all
