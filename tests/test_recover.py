@@ -186,7 +186,9 @@ def test_dry_run_names_each_planted_problem_and_changes_nothing(planted, tmp_pat
         lowered = {(c["partition"], c["lastOffset"]) for c in changes if c["file"].endswith(what)}
         assert lowered == {("m2-lz4-0", last.base_offset), ("m2-none-0", victim.base_offset)}
     assert summary["partitionsChanged"] == 9
-    assert {c["partition"] for c in changes} == {
+    marker = by[("write_clean_shutdown", ".kafka_cleanshutdown")]  # the fixture has none: written, last
+    assert changes[-1] == marker and "skips its own recovery" in marker["message"]
+    assert {c["partition"] for c in changes[:-1]} == {
         "m2-lz4-0", "m2-none-0", "m1-none-0", "m2-snappy-0", "transactions-0", "m2-zstd-0", "m0-none-0",
         "m1-gzip-0", "m0-gzip-0",
     }  # fmt: skip
@@ -230,10 +232,22 @@ def test_execute_repairs_and_quarantines_exactly_the_removed_bytes(planted, tmp_
 
 
 def test_a_clean_dir_needs_nothing_and_refuses_a_quarantine_inside_it(tmp_path: Path) -> None:
+    """The fixture has no clean-shutdown marker, as after a crash: the marker is all it needs (its
+    partitions hold no producer state a snapshot would keep); with the marker, nothing."""
     root = tmp_path / "logdir"
     shutil.copytree(FIXTURE, root)
     plan = plan_log_dir(root, verify_findings=verify_findings)
+    assert [(c.kind, Path(c.file).name) for c in plan.changes()] == [
+        ("write_clean_shutdown", ".kafka_cleanshutdown")
+    ]
+    done = recover_cli(str(root), "--execute", "--quarantine", str(tmp_path / "q0"))
+    assert done.returncode == 0 and "1 changes made" in done.stdout, done.stdout + done.stderr
+    assert (root / ".kafka_cleanshutdown").read_text() == '{"version":0,"brokerEpoch":-1}'
+    plan = plan_log_dir(root, verify_findings=verify_findings)
     assert plan.empty
+    metadata_only = tmp_path / "metadata"  # a metadata.log.dir of its own: Kafka never skips its recovery
+    shutil.copytree(FIXTURE / "__cluster_metadata-0", metadata_only / "__cluster_metadata-0")
+    assert plan_log_dir(metadata_only, verify_findings=verify_findings).empty
     result = recover_cli(str(root))
     assert result.returncode == 0 and "0 changes" in result.stdout
     (root / "m2-none-0" / f"{SEG0}.index").unlink()
@@ -290,8 +304,9 @@ def test_broker_written_dir_torn_tail_and_corrupt_batch_replayed_back(tmp_path: 
     assert load_reports(copy) == []
     held = quarantine / "orders-0" / "00000000000000000008.log"
     assert held.read_bytes() == removed
-    # the marker would tell the broker to trust producer snapshots that the cut made stale
-    assert not (copy / ".kafka_cleanshutdown").exists()
+    # the marker is rewritten last, over the snapshots rebuilt at the cut, with a broker epoch that
+    # matches no registration (the shutdown was not clean for the controller)
+    assert (copy / ".kafka_cleanshutdown").read_text() == '{"version":0,"brokerEpoch":-1}'
     assert (quarantine / "leftovers" / ".kafka_cleanshutdown").exists()
 
     # the recovered copy starts without recovery work, and takes the quarantined records back
@@ -359,7 +374,7 @@ def test_producer_snapshot_and_txnindex_rebuilt_as_the_broker_wrote_them(tmp_pat
         ("delete_snapshot", snap.name),
         ("write_snapshot", snap.name),
         ("rebuild_txn_index", txn_index.name),
-        ("delete_leftover", ".kafka_cleanshutdown"),
+        ("write_clean_shutdown", ".kafka_cleanshutdown"),
     }, dry.stdout
     quarantine = tmp_path / "q"
     done = recover_cli(str(copy), "--execute", "--quarantine", str(quarantine))

@@ -53,7 +53,9 @@ def logdir(
     """Do what Kafka's log loader does at an unclean start, explicitly: validate every segment, cut torn
     or corrupt tails (and drop later segments), rebuild bad or missing indexes, drop producer snapshots
     and leader-epoch entries past the recovered end, lower offset checkpoints above it, and clear the
-    .cleaned, .swap and .deleted files of interrupted compactions and deletes.
+    .cleaned, .swap and .deleted files of interrupted compactions and deletes. Last, Kafka's
+    clean-shutdown marker (.kafka_cleanshutdown), so that Kafka starts on the dir without recovering it
+    again; it is needed whenever something changed or the marker is missing (a crashed broker's dir).
 
     Dry run by default: each change is printed with its file, byte range, offsets, records and
     producers. With --execute, cut bytes become segments in the quarantine (kcli replay
@@ -120,6 +122,9 @@ def _execute(plan, path: Path, quarantine: Path | None, write, verify, out, as_j
     except RecoverError as e:
         raise KcliError(str(e)) from None
     remaining = [f for f in verify(path) if f.severity == "error"]
+    marker = next((Path(c.file) for c in plan.root_changes if c.kind == "write_clean_shutdown"), None)
+    if remaining and marker is not None and marker.exists():
+        marker.unlink()  # errors remain: Kafka must not skip its own recovery on the word of the marker
     for finding in remaining:
         out.write(orjson.dumps(finding.to_json()).decode() + "\n" if as_json else f"still: {finding}\n")
     _summary(out, as_json, summary, quarantine, len(remaining))

@@ -59,10 +59,14 @@ class Executor:
         with open(self.quarantine / JOURNAL, "ab") as journal:
             self._journal = journal
             self._write_journal({"action": "start", "logDir": str(self.plan.log_dir.resolve())})
+            last = ("lower_checkpoint", "write_clean_shutdown")
             for change in self.plan.changes():
-                if change.kind != "lower_checkpoint":
+                if change.kind not in last:
                     self._do(change)
             self._lower_checkpoints([c for c in self.plan.root_changes if c.kind == "lower_checkpoint"])
+            for change in self.plan.root_changes:  # the marker last: it says the rest is done
+                if change.kind == "write_clean_shutdown":
+                    self._do(change)
             self._write_journal({"action": "done"})
         self._journal = None
 
@@ -102,7 +106,7 @@ class Executor:
                 if target.exists():
                     self._copy(target, 0, None, f"{partition}/leftovers/{target.name}")
                 write_atomically(target, content)
-        elif kind in ("rewrite_leader_epoch_checkpoint", "rebuild_txn_index"):
+        elif kind in ("rewrite_leader_epoch_checkpoint", "rebuild_txn_index", "write_clean_shutdown"):
             if file.exists():
                 self._copy(file, 0, None, change.quarantine)
             write_atomically(file, change.data)

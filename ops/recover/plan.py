@@ -24,6 +24,14 @@ is opened for writing:
   unreadable checkpoint is rebuilt from the batches' epochs (Kafka's assign during recovery).
 - root offset checkpoints (recovery point, high watermark, log start) above a partition's recovered log
   end are lowered to it.
+- once anything changed, or the dir has no clean-shutdown marker (`.kafka_cleanshutdown`: a broker that
+  crashed), the dir is what Kafka's loader leaves after an unclean start, and the marker is written
+  last, so that the broker does not recover it a second time (without the marker Kafka re-reads every
+  segment from each recovery point). With the
+  marker Kafka trusts the producer snapshots and, for a partition that has none, starts with no producer
+  state: so a partition whose batches carry producer ids and that has no snapshot gets the ones Kafka's
+  unclean start would write. The marker records broker epoch -1, which matches no registration: the
+  controller still takes the last shutdown for unclean (KIP-966), as it was.
 """
 
 from __future__ import annotations
@@ -100,6 +108,7 @@ KINDS = {
     "rebuild_txn_index": "an unreadable .txnindex rewritten from its segment's markers",
     "rewrite_leader_epoch_checkpoint": "leader-epoch-checkpoint rewritten",
     "lower_checkpoint": "a root offset checkpoint entry lowered to the recovered log end",
+    "write_clean_shutdown": "Kafka's clean-shutdown marker written, last: the dir needs no recovery of Kafka's",
 }
 
 
@@ -150,6 +159,8 @@ class PartitionPlan:
     path: Path
     log_end: int | None = None  # the recovered log end offset; None without segments
     changes: list[Change] = field(default_factory=list)
+    with_marker: list[Change] = field(default_factory=list)
+    """Producer snapshots needed only once the clean-shutdown marker is written (see the module doc)."""
 
 
 @dataclass
@@ -222,15 +233,32 @@ def plan_log_dir(
             log_ends[tuple(parsed[0])] = partition.log_end
     plan.root_changes = _root_checkpoints(log_dir, log_ends)
     marker = log_dir / CLEAN_SHUTDOWN_FILE
-    touched = {"truncate_segment", "drop_segment", "delete_snapshot", "complete_swap"}
-    if marker.is_file() and any(c.kind in touched for c in plan.changes()):
-        plan.root_changes.append(
-            Change(None, "delete_leftover", str(marker),
-                   "the clean-shutdown marker no longer tells the truth once segments or snapshots change: "
-                   "removed, so the broker rebuilds producer state from the log when it loads.",
-                   0, marker.stat().st_size, quarantine=f"leftovers/{CLEAN_SHUTDOWN_FILE}")
-        )  # fmt: skip
+    # Kafka's LogManager loads every partition but the metadata log (KafkaMetadataLog always recovers that)
+    loaded = [p for p in plan.partitions if not p.name.startswith(_METADATA_TOPIC)]
+    unclean = not marker.is_file() and any(p.log_end is not None for p in loaded)
+    if (
+        not plan.empty or unclean
+    ):  # a crashed broker's dir needs at least the marker: Kafka would re-read it all
+        for partition in plan.partitions:
+            partition.changes += partition.with_marker
+        plan.root_changes.append(_clean_shutdown_marker(marker))
     return plan
+
+
+def _clean_shutdown_marker(marker: Path) -> Change:
+    """The marker Kafka's LogManager looks for: with it the loader skips the recovery kcli has done."""
+    why = (
+        "the dir is recovered: Kafka's loader, finding the marker, skips its own recovery of every partition; "
+        "broker epoch -1 still counts as an unclean shutdown for the controller (KIP-966)."
+    )
+    if marker.is_file():
+        why = f"rewritten ({marker.read_text(errors='replace').strip()} was a clean shutdown before these changes); {why}"
+        return Change(None, "write_clean_shutdown", str(marker), why, 0, marker.stat().st_size,
+                      quarantine=f"leftovers/{CLEAN_SHUTDOWN_FILE}",
+                      data=checkpoints.write_clean_shutdown(-1).encode())  # fmt: skip
+    return Change(
+        None, "write_clean_shutdown", str(marker), why, data=checkpoints.write_clean_shutdown(-1).encode()
+    )
 
 
 def _plan_partition(path: Path, interval: int, index_problems: dict[Path, list[str]]) -> PartitionPlan:
@@ -687,17 +715,25 @@ def _producer_state(
         except FormatError:
             continue
     now_ms = int(time.time() * 1000)
-    if any(c.kind in ("truncate_segment", "drop_segment", "delete_snapshot") for c in plan.changes):
+    lost = any(c.kind in ("truncate_segment", "drop_segment", "delete_snapshot") for c in plan.changes)
+    none_left = not plan.name.startswith(_METADATA_TOPIC) and not any(o <= log_end for o in snapshots)
+    if lost or none_left:
         start = max((o for o in snapshots if o <= log_end), default=None)
         fold = ProducerFold.from_snapshot(snapshots.get(start, ()), now_ms)
         origin = "the log start" if start is None else f"the snapshot at offset {start}"
         start = kept[0][0] if start is None else start
         at = {b for b, _, _ in kept[-2:]} | {log_end}
-        for offset, content in _replay(kept, fold, start, log_end, at)[0].items():
-            plan.changes.append(
+        shots = _replay(kept, fold, start, log_end, at)[0]
+        why = "where Kafka's loader writes a snapshot at an unclean start"
+        if not lost:  # only the marker makes them needed, and only where there is producer state to keep
+            why += "; with the clean-shutdown marker and no snapshot it would start with no producer state"
+            if not any(content[1] for content in shots.values()):
+                shots = {}
+        for offset, content in shots.items():
+            (plan.changes if lost else plan.with_marker).append(
                 Change(plan.name, "write_snapshot", str(plan.path / filename(offset, SNAPSHOT_SUFFIX)),
                        f"producer state rebuilt from {origin} to offset {offset} ({content[1]} producers, "
-                       f"{content[2]} open transactions), where Kafka's loader writes a snapshot at an unclean start.",
+                       f"{content[2]} open transactions), {why}.",
                        data=content[0])
             )  # fmt: skip
     for k, (base, _, _) in enumerate(kept):
