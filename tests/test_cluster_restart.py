@@ -17,8 +17,7 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from test_cluster import LocalKraftCluster, wait_for
-from test_cluster import cluster_factory as cluster_factory  # noqa: F401  (the fixture)
+from kraft_cluster import LocalKraftCluster, wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
