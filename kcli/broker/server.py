@@ -25,7 +25,6 @@ import os
 import signal
 import socket
 import struct
-import tempfile
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from functools import cache
@@ -35,7 +34,6 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
-from formats.checkpoints import MetaProperties
 from kcli.broker.apis import build_controller_registry, build_registry
 from kcli.broker.apis.api_versions import API_KEY as API_VERSIONS
 from kcli.broker.apis.api_versions import unsupported_version_response
@@ -49,23 +47,12 @@ from kcli.broker.apis.context import (
 from kcli.broker.apis.registry import ApiRegistry
 from kcli.broker.node import ControllerNode, Node, fatal_error_sentence
 from kcli.config import BrokerConfig, Listener
-from kcli.dirlock import lock_log_dirs, release
+from kcli.dirlock import release
 from kcli.errors import KcliError
 from kcli.protocol.codec import entity_write
 from kcli.protocol.guard import DeclaredSizeError, check_sizes, skip_tagged_fields, without_unknown_tags
 from kcli.protocol.messages import api_name, error_response, kio_versions, request_type
-from kcli.storage import (
-    FORMAT_COMMAND,
-    StorageError,
-    check_meta_properties,
-    kafka_data_in,
-    load_meta_properties,
-    new_directory_id,
-    random_uuid,
-    storage_dirs,
-    unformatted_error,
-    write_meta_properties_file,
-)
+from kcli.storage import ensure_meta_properties
 
 log = logging.getLogger("kcli.broker")
 
@@ -447,64 +434,6 @@ def response_header(correlation_id: int, api_key: int, response_type: type) -> b
     if response_type.__flexible__ and api_key != API_VERSIONS:  # type: ignore[attr-defined]
         return _INT32.pack(correlation_id) + b"\0"
     return _INT32.pack(correlation_id)
-
-
-def prepare_log_dirs(log_dirs: list[str]) -> None:
-    """Create each log dir and prove it is writable, or fail with one sentence."""
-    for log_dir in log_dirs:
-        path = Path(log_dir)
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-            fd, probe = tempfile.mkstemp(prefix=".kcli-probe-", dir=path)
-            os.close(fd)
-            os.unlink(probe)
-        except OSError as exc:
-            reason = (exc.strerror or str(exc)).lower()
-            raise KcliError(f"data dir {log_dir} is not usable: {reason}.") from None
-
-
-def ensure_meta_properties(
-    config: BrokerConfig, cluster_id: str | None = None, *, locks: list[Path] | None = None
-) -> str:
-    """Return the cluster id this node's dirs belong to, after checking them as Kafka does at start.
-
-    Every log dir and the metadata log dir must name one cluster.id and the configured node.id
-    (`MetaPropertiesEnsemble.verify`, with its sentences). A node that is the whole quorum on its own
-    (kcli's default shape, see `BrokerConfig.is_single_node_quorum`) formats a dir with no
-    meta.properties on the spot (version 1, a fresh directory.id; a new cluster id when no dir has
-    one), so `kcli broker start` needs no format step. Any other node refuses such a dir, before
-    creating anything, as KafkaRaftServer does: it is formatted with `kcli storage format`.
-
-    With `locks`, every dir is locked (`.lock`, as Kafka's LogManager) once it exists and before
-    anything is written to it; the lock files are appended there for the caller to release. A dir
-    without meta.properties that already holds Kafka data (a copied or half-deleted broker dir) is
-    refused rather than formatted: formatting it would start a new metadata log that knows none of
-    its partitions.
-    """
-    dirs = storage_dirs(config)
-    found = load_meta_properties(dirs)
-    expected = check_meta_properties(found, cluster_id=cluster_id, node_id=config.node_id)
-    missing = [log_dir for log_dir in dirs if log_dir not in found]
-    if missing and not config.is_single_node_quorum:
-        raise unformatted_error(missing[0])
-    for log_dir in missing:
-        held = kafka_data_in(log_dir)
-        if held is not None:
-            raise StorageError(
-                f"{log_dir} holds Kafka data ({held}) but no meta.properties, and kcli formats only an empty "
-                f"dir on first start: format it with `{FORMAT_COMMAND}` (partitions its new metadata log "
-                f"does not know are then kept as -stray) or check it first with `kcli recover logdir {log_dir}`."
-            )
-    prepare_log_dirs(dirs)
-    if locks is not None:
-        locks.extend(lock_log_dirs(dirs))
-    expected = expected or random_uuid()
-    taken = {meta.directory_id for meta in found.values() if meta.directory_id}
-    for log_dir in missing:
-        directory_id = new_directory_id(taken)
-        meta = MetaProperties(1, node_id=config.node_id, cluster_id=expected, directory_id=directory_id)
-        write_meta_properties_file(log_dir, meta)
-    return expected
 
 
 # ---------------------------------------------------------------------------------------------------
