@@ -53,13 +53,14 @@ class SocketServer:
     on serving the quorum while the broker's clients are already turned away.
     """
 
-    def __init__(self, config: BrokerConfig, controller_listener_name: str | None = None) -> None:
+    def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.max_request = int(config["socket.request.max.bytes"])  # type: ignore[call-overload]
         self.handle: RequestHandler | None = None
         """Installed by the broker before any listener serves."""
         self.connections: set[Connection] = set()
-        self.controller_listener_name = controller_listener_name
+        self.controller_listener_name: str | None = None
+        """Set by a broker that also has a controller listener: it stops accepting last."""
         self._next_connection = 0
         self._stopping = False
         self._controller_stopping = False  # the controller listener serves until the node has stopped
@@ -86,10 +87,6 @@ class SocketServer:
         else:
             self._stopping = True
 
-    def stop_idle_sweeper(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-
     def on_listener(self, listener_name: str | None, *, besides: bool = False) -> list[Connection]:
         """The open connections on `listener_name` (or, with `besides`, on every other listener)."""
         return [c for c in self.connections if (c.listener_name == listener_name) != besides]
@@ -99,6 +96,11 @@ class SocketServer:
         idle_ms = int(self.config["connections.max.idle.ms"])  # type: ignore[call-overload]
         if idle_ms > 0:
             self._sweeper = asyncio.create_task(self._close_idle_connections(idle_ms / 1000))
+
+    def stop_idle_sweeper(self) -> None:
+        """Once the clients' listener is closed, connections leave by the shutdown's grace instead."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
 
     async def close_connections(self, connections: list[Connection], grace: float) -> None:
         """Let each connection's request in flight finish (up to `grace`), then close it."""
@@ -111,8 +113,6 @@ class SocketServer:
                 for conn in connections:
                     conn.abort()
                 await asyncio.wait(pending, timeout=1.0)
-
-    # --- connections -----------------------------------------------------------------------
 
     async def _close_idle_connections(self, idle_seconds: float) -> None:
         """Kafka's connections.max.idle.ms: close connections with no request for that long."""
