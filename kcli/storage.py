@@ -1,5 +1,6 @@
 """A node's storage identity: formatting log dirs (`kcli storage format`), checking them at start, and
-the bootstrap metadata a new cluster starts from.
+the bootstrap metadata a new cluster starts from; and the broker's own start-up step for its dirs
+(`ensure_meta_properties`: check, lock, and on a one-node quorum format them on the spot).
 
 What Kafka's StorageTool and Formatter do, with their sentences: every log dir and the metadata log dir
 gets a version 1 `meta.properties` (cluster.id, node.id, a fresh directory.id each) and a
@@ -12,6 +13,8 @@ records with `read_bootstrap_metadata`.
 
 from __future__ import annotations
 
+import os
+import tempfile
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -30,7 +33,7 @@ from formats.errors import CheckpointError, FormatError
 from formats.kraft_snapshot import BOOTSTRAP_CHECKPOINT, build_snapshot, read_snapshot
 from formats.records import ControlType, kraft_version_value, voters_value
 from kcli.config import BrokerConfig
-from kcli.dirlock import LOCK_FILE_NAME, lock_for_offline_change, refuse_if_in_use, release
+from kcli.dirlock import LOCK_FILE_NAME, lock_for_offline_change, lock_log_dirs, refuse_if_in_use, release
 from kcli.errors import KcliError
 from kcli.features import (
     KRAFT_VERSION,
@@ -194,6 +197,64 @@ def kafka_data_in(log_dir: str | Path) -> str | None:
 
 
 # --- bootstrap metadata ---------------------------------------------------------------------------------
+
+
+def prepare_log_dirs(log_dirs: list[str]) -> None:
+    """Create each log dir and prove it is writable, or fail with one sentence."""
+    for log_dir in log_dirs:
+        path = Path(log_dir)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            fd, probe = tempfile.mkstemp(prefix=".kcli-probe-", dir=path)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            reason = (exc.strerror or str(exc)).lower()
+            raise KcliError(f"data dir {log_dir} is not usable: {reason}.") from None
+
+
+def ensure_meta_properties(
+    config: BrokerConfig, cluster_id: str | None = None, *, locks: list[Path] | None = None
+) -> str:
+    """Return the cluster id this node's dirs belong to, after checking them as Kafka does at start.
+
+    Every log dir and the metadata log dir must name one cluster.id and the configured node.id
+    (`MetaPropertiesEnsemble.verify`, with its sentences). A node that is the whole quorum on its own
+    (kcli's default shape, see `BrokerConfig.is_single_node_quorum`) formats a dir with no
+    meta.properties on the spot (version 1, a fresh directory.id; a new cluster id when no dir has
+    one), so `kcli broker start` needs no format step. Any other node refuses such a dir, before
+    creating anything, as KafkaRaftServer does: it is formatted with `kcli storage format`.
+
+    With `locks`, every dir is locked (`.lock`, as Kafka's LogManager) once it exists and before
+    anything is written to it; the lock files are appended there for the caller to release. A dir
+    without meta.properties that already holds Kafka data (a copied or half-deleted broker dir) is
+    refused rather than formatted: formatting it would start a new metadata log that knows none of
+    its partitions.
+    """
+    dirs = storage_dirs(config)
+    found = load_meta_properties(dirs)
+    expected = check_meta_properties(found, cluster_id=cluster_id, node_id=config.node_id)
+    missing = [log_dir for log_dir in dirs if log_dir not in found]
+    if missing and not config.is_single_node_quorum:
+        raise unformatted_error(missing[0])
+    for log_dir in missing:
+        held = kafka_data_in(log_dir)
+        if held is not None:
+            raise StorageError(
+                f"{log_dir} holds Kafka data ({held}) but no meta.properties, and kcli formats only an empty "
+                f"dir on first start: format it with `{FORMAT_COMMAND}` (partitions its new metadata log "
+                f"does not know are then kept as -stray) or check it first with `kcli recover logdir {log_dir}`."
+            )
+    prepare_log_dirs(dirs)
+    if locks is not None:
+        locks.extend(lock_log_dirs(dirs))
+    expected = expected or random_uuid()
+    taken = {meta.directory_id for meta in found.values() if meta.directory_id}
+    for log_dir in missing:
+        directory_id = new_directory_id(taken)
+        meta = MetaProperties(1, node_id=config.node_id, cluster_id=expected, directory_id=directory_id)
+        write_meta_properties_file(log_dir, meta)
+    return expected
 
 
 @dataclass(frozen=True, slots=True)

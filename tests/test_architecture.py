@@ -2,9 +2,10 @@
 
 `formats` imports nothing of ours; `kcli.protocol` only `formats`; nothing outside the broker (the CLI
 aside, which starts it) imports `kcli.broker`, and the broker never imports `ops`; nothing imports
-`kcli.cli`; inside the broker each layer imports only the ones below it (server -> apis ->
-coordinators -> replication -> metadata -> raft -> log); there is no import circle; and no module takes
-another's private name. Imports under `if TYPE_CHECKING:` are annotations only and are not counted.
+`kcli.cli`; inside the broker each layer imports only the ones below it (server -> network -> apis ->
+coordinators -> replication -> metadata -> raft -> log); the network layer reaches the handlers only
+through the dispatch seam, and the handlers never name the node, the server or the network, not even
+in an annotation; there is no import circle; and no module takes another's private name. Imports under `if TYPE_CHECKING:` are annotations only and are not counted.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ PACKAGES = ("formats", "kcli", "ops")
 
 BROKER_LAYERS = [
     ("kcli.broker.server", "kcli.broker.node", "kcli.broker.lifecycle"),
+    ("kcli.broker.network",),
     ("kcli.broker.apis",),
     ("kcli.broker.group", "kcli.broker.txn", "kcli.broker.coordinator_log", "kcli.broker.producer_ids"),
     ("kcli.broker.replication",),
@@ -27,7 +29,11 @@ BROKER_LAYERS = [
     ("kcli.broker.raft",),
     ("kcli.broker.log",),
 ]
-"""Top to bottom. `node` wires the layers together, so it stands with the server."""
+"""Top to bottom. `node` wires the layers together, so it stands with the server; `network` is Kafka's
+SocketServer, below the broker's lifecycle and above the handlers it hands frames to."""
+
+DISPATCH_SEAM = ("kcli.broker.apis.dispatch", "kcli.broker.apis.context")
+"""What the network layer may import of the handlers' package: the dispatch and the types it speaks."""
 
 
 def _modules() -> dict[str, Path]:
@@ -121,6 +127,34 @@ def test_nothing_imports_the_cli() -> None:
 def test_each_broker_layer_imports_only_the_layers_below(level: int) -> None:
     above = tuple(p for layer in BROKER_LAYERS[:level] for p in layer)
     assert _violations(BROKER_LAYERS[level], above) == []
+
+
+def test_the_network_layer_reaches_the_handlers_only_through_the_dispatch_seam() -> None:
+    assert _violations(("kcli.broker.network",), ("kcli.broker.apis",), allowed=DISPATCH_SEAM) == []
+
+
+def test_the_network_layer_knows_no_node_and_no_storage_below_the_handlers() -> None:
+    below = tuple(p for layer in BROKER_LAYERS[3:] for p in layer)  # coordinators down to the log
+    assert _violations(("kcli.broker.network",), ("kcli.broker.node", "kcli.broker.server", *below)) == []
+
+
+def test_handlers_never_name_the_node_the_server_or_the_network() -> None:
+    """Handlers get what they use (`apis.context.NodeServices`), not the node that wires everything."""
+    named = _edges(annotations=True)
+    reached = sorted(
+        (name, target)
+        for name, targets in named.items()
+        if _within(name, "kcli.broker.apis")
+        for target in targets
+        if _within(target, "kcli.broker.node", "kcli.broker.server", "kcli.broker.network")
+    )
+    assert reached == []
+
+
+def test_request_headers_are_the_protocol_packages() -> None:
+    """Header parsing is wire format, below the broker: the client and tools may use it too."""
+    assert "kcli.protocol.request_header" in EDGES["kcli.broker.apis.dispatch"]
+    assert "kcli.protocol.request_header" in EDGES["kcli.broker.network"]
 
 
 def test_no_import_circles() -> None:

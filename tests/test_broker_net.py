@@ -44,12 +44,14 @@ from kcli.broker.apis import metadata as metadata_module
 from kcli.broker.apis.api_versions import advertised_versions
 from kcli.broker.apis.context import FileRegion, FramedResponse
 from kcli.broker.apis.registry import ApiRegistry, ApiSpec
-from kcli.broker.server import Broker, _ReceiveBuffer, parse_request_header
+from kcli.broker.network import ReceiveBuffer
+from kcli.broker.server import Broker
 from kcli.client import ClientError, KafkaClient
 from kcli.config import BrokerConfig
 from kcli.protocol.codec import encode
 from kcli.protocol.guard import DeclaredSizeError, check_sizes, without_unknown_tags
 from kcli.protocol.messages import api_name, kio_versions, request_type, response_type
+from kcli.protocol.request_header import parse_request_header
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -317,11 +319,11 @@ def test_receive_buffer_gives_back_each_frame_whole(sizes: list[int], reads: lis
     assume(sum(sizes) <= 50_000 * sum(reads) / len(reads))
     frames = [os.urandom(8) * (size // 8) + os.urandom(size % 8) for size in sizes]
     stream = b"".join(struct.pack(">i", len(f)) + f for f in frames)
-    buffer = _ReceiveBuffer(max_frame=1 << 20)
+    buffer = ReceiveBuffer(max_frame=1 << 20)
     out, position, turn = [], 0, 0
     while position < len(stream) or len(buffer):
         space = buffer.free_space()
-        assert len(space) >= _ReceiveBuffer.MIN_READ
+        assert len(space) >= ReceiveBuffer.MIN_READ
         count = min(len(space), reads[turn % len(reads)], len(stream) - position)
         turn += 1
         space[:count] = stream[position : position + count]
@@ -334,12 +336,12 @@ def test_receive_buffer_gives_back_each_frame_whole(sizes: list[int], reads: lis
     assert out == frames
     largest = 4 + max(sizes)
     assert len(buffer.data) <= max(
-        _ReceiveBuffer.BLOCK, largest + _ReceiveBuffer.MIN_READ
+        ReceiveBuffer.BLOCK, largest + ReceiveBuffer.MIN_READ
     )  # no more than needed
 
 
 def test_receive_buffer_grows_to_a_frame_and_shrinks_only_past_its_keep_size() -> None:
-    buffer = _ReceiveBuffer(max_frame=64 << 20)
+    buffer = ReceiveBuffer(max_frame=64 << 20)
     for size in (3 << 20, 12 << 20):
         buffer.free_space()[:4] = struct.pack(">i", size)
         buffer.end += 4
@@ -348,7 +350,7 @@ def test_receive_buffer_grows_to_a_frame_and_shrinks_only_past_its_keep_size() -
         buffer.end += size
         assert buffer.take(buffer.next_size()) == bytes(size)
         buffer.free_space()
-        assert len(buffer.data) == (4 + size if size < _ReceiveBuffer.KEEP else _ReceiveBuffer.BLOCK)
+        assert len(buffer.data) == (4 + size if size < ReceiveBuffer.KEEP else ReceiveBuffer.BLOCK)
     buffer.free_space()[:4] = struct.pack(">i", 2**31 - 1)  # refused by the connection, never allocated
     buffer.end += 4
     assert len(buffer.free_space()) < 1 << 20

@@ -31,13 +31,13 @@ from formats.records import (
     snapshot_header,
 )
 from formats.segment import walk
-from kcli.broker.server import ensure_meta_properties
 from kcli.config import BrokerConfig
 from kcli.storage import (
     META_PROPERTIES,
     StorageError,
     bootstrap_checkpoint,
     check_cluster_id,
+    ensure_meta_properties,
     random_uuid,
     read_bootstrap_metadata,
 )

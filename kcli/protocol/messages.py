@@ -19,6 +19,9 @@ from kio.schema.errors import ErrorCode
 from kio.schema.index import api_key_map, schema_name_map
 from kio.static.constants import EntityType
 
+API_VERSIONS = 18
+"""ApiVersions' key: its request and response headers follow their own rules (KIP-511)."""
+
 
 @cache
 def api_name(api_key: int) -> str:

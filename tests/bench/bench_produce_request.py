@@ -1,4 +1,4 @@
-"""Benchmark the broker's cost per Produce request, in-process: `Broker._handle_frame` with no sockets.
+"""Benchmark the broker's cost per Produce request, in-process: the `SocketServer`'s request handler with no sockets.
 
     python tests/bench/bench_produce_request.py [--requests 5000] [--batch-kib 16] [--runs 5] [--profile]
 
@@ -52,6 +52,8 @@ async def run(args: argparse.Namespace) -> None:
             finally:
                 await client.close()
             connection = ConnectionInfo("bench", "bench")
+            handle = broker.network.handle
+            assert handle is not None
             per_request = []
             user_per_request = []
             for run_index in range(args.runs):
@@ -62,7 +64,7 @@ async def run(args: argparse.Namespace) -> None:
                 if profile:
                     profile.enable()
                 for frame in chunk:
-                    await broker._handle_frame(connection, frame)
+                    await handle(connection, frame)
                 if profile:
                     profile.disable()
                 per_request.append((time.process_time() - started) / len(chunk) * 1e6)

@@ -90,11 +90,11 @@ from kcli.broker.apis.quorum import (  # noqa: E402
 from kcli.broker.apis.registry import ApiRegistry  # noqa: E402
 from kcli.broker.raft.metadata_log import CLUSTER_METADATA_TOPIC_ID  # noqa: E402
 from kcli.broker.raft.quorum_state import QUORUM_STATE, QuorumStateError, read_quorum_state  # noqa: E402
-from kcli.broker.server import _decode_request, _header_is_flexible, parse_request_header  # noqa: E402
 from kcli.client import ClientError, KafkaClient  # noqa: E402
 from kcli.config import CLUSTER_METADATA_TOPIC  # noqa: E402
 from kcli.protocol.codec import encode  # noqa: E402
 from kcli.protocol.messages import api_name, nested_type, request_type  # noqa: E402
+from kcli.protocol.request_header import decode_request, header_is_flexible, parse_request_header  # noqa: E402
 
 READY = re.compile(r"^kcli broker: listening on (\S+):(\d+)$", re.MULTILINE)
 BROKER_OVERRIDES = ("group.initial.rebalance.delay.ms=0", "num.partitions=3")
@@ -982,8 +982,8 @@ def epoch_above(max_epoch: int) -> Callable[[bytes], bool]:
         if api_key not in fields or spec is None or not spec.handles(version):
             return False
         try:
-            _, _, offset = parse_request_header(frame, _header_is_flexible(api_key, version))
-            request: Any = _decode_request(api_name(api_key), api_key, version, frame, offset)
+            _, _, offset = parse_request_header(frame, header_is_flexible(api_key, version))
+            request: Any = decode_request(api_name(api_key), api_key, version, frame, offset)
         except Exception:  # the broker refuses it too
             return False
         epochs = (getattr(p, fields[api_key]) for t in request.topics for p in t.partitions)

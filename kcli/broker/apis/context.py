@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -20,10 +20,12 @@ from kcli.config import BrokerConfig
 
 if TYPE_CHECKING:
     from kcli.broker.apis.registry import ApiRegistry
+    from kcli.broker.log.manager import LogManager
     from kcli.broker.metadata.controller import QuorumController
     from kcli.broker.metadata.image import ClusterMetadataImage, TopicChanges
-    from kcli.broker.node import Node
+    from kcli.broker.producer_ids import ProducerIdManager
     from kcli.broker.raft import KafkaRaftClient
+    from kcli.broker.replication.alter_log_dirs import ReplicaAlterLogDirsManager
     from kcli.broker.replication.manager import ReplicaManager
 
 
@@ -32,6 +34,34 @@ AutoCreateTopics = Callable[[Sequence[str]], Awaitable[Mapping[str, ErrorCode]]]
 
 
 ForwardToController = Callable[[Any], Awaitable[Any]]
+
+
+class NodeServices(Protocol):
+    """The parts of this node that handlers reach, and no more.
+
+    The node (`kcli.broker.node`) wires every layer together and so sits above the handlers; they see
+    it through this. Parts a controller-only node lacks (the group and transaction coordinators, the
+    AddPartitionsToTxn verifier) are read with getattr where a handler may run on one.
+    """
+
+    @property
+    def raft(self) -> KafkaRaftClient: ...
+
+    @property
+    def controller(self) -> QuorumController | None: ...
+
+    @property
+    def replicas(self) -> ReplicaManager: ...
+
+    @property
+    def logs(self) -> LogManager: ...
+
+    @property
+    def alter_log_dirs(self) -> ReplicaAlterLogDirsManager: ...
+
+    @property
+    def producer_ids(self) -> ProducerIdManager: ...
+
 
 T = TypeVar("T")
 
@@ -44,7 +74,7 @@ class BrokerState:
     registry: ApiRegistry
     image: ClusterMetadataImage
     auto_create_topics: AutoCreateTopics | None = None
-    node: Node | None = None
+    node: NodeServices | None = None
     """The controller and the logs; None only for a broker started without storage (network tests)."""
     controller_registry: ApiRegistry | None = None
     """What the controller listener serves (Raft, broker lifecycle); None without one."""
