@@ -2,7 +2,7 @@
 
     python tests/bench/bench_kafka.py [--quick] [--skip single,latency,create,startup,rf3,failover]
         [--rounds 2] [--messages 300000] [--latency-seconds 10] [--topics 100] [--mib 128]
-        [--failovers 2] [--startups 2] [--kafka-c1] [--base-port 44000]
+        [--failovers 2] [--startups 2] [--kafka-c1] [--base-port PORT]
 
 Each pair of phases runs kcli and Kafka alternately (A,B then B,A ...), so the machine's other load
 falls on both alike. Kafka's JVMs run with bin/kafka-run-class.sh's flags and the harness's small heap;
@@ -54,9 +54,16 @@ sys.path.insert(0, str(REPO / "tests"))
 
 import apache_kafka  # noqa: E402
 from apache_kafka import KafkaCluster  # noqa: E402
+from conftest import free_port_range  # noqa: E402
 
 PHASES = ("single", "latency", "create", "startup", "rf3", "failover")
 PERF_RESULT = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\)")
+SAME_AS_HARNESS = (
+    "group.initial.rebalance.delay.ms=0",
+    "offsets.topic.num.partitions=3",
+    "transaction.state.log.num.partitions=3",
+)
+"""What apache_kafka.server_properties sets unlike Kafka's defaults and a client sees: kcli gets the same."""
 QUICK = {
     "rounds": 2,
     "messages": 100_000,
@@ -200,7 +207,7 @@ def perf_round(name: str, bootstrap: str, pid: int, messages: int, workdir: Path
             consumed = int(float(rows[-1][4]))
             line["msgs_s"] = round(float(rows[-1][5]))
             line["MiB_s"] = float(rows[-1][3])
-            line["fetch_msgs_s"] = round(float(rows[-1][9]))
+            line["fetch_msgs_s"] = round(float(rows[-1][9]))  # the group join left out
             if consumed < messages:
                 line["error"] = f"consumed {consumed} of {messages}"
         else:
@@ -216,7 +223,7 @@ def perf_round(name: str, bootstrap: str, pid: int, messages: int, workdir: Path
 def single_node(args: argparse.Namespace, workdir: Path, figures: Figures) -> None:
     """The single-broker phases: throughput, latency, RSS, CreateTopics."""
     (workdir / "kcli-single").mkdir()
-    kcli = bench_broker.start_kcli(workdir / "kcli-single")
+    kcli = bench_broker.start_kcli(workdir / "kcli-single", SAME_AS_HARNESS)
     kafka = None
     try:
         began = time.monotonic()
@@ -251,6 +258,13 @@ def single_node(args: argparse.Namespace, workdir: Path, figures: Figures) -> No
                         else "consume"
                     )
                     figures.add(f"{line['phase']} msg/s (1 KiB, {what})", name, line["msgs_s"], "msg/s")
+                    if "fetch_msgs_s" in line:
+                        figures.add(
+                            "ConsumerPerformance fetch msg/s (join left out)",
+                            name,
+                            line["fetch_msgs_s"],
+                            "msg/s",
+                        )
                     figures.add(
                         f"{line['phase']} broker CPU per GiB", name, line["cpu_s_per_GiB"], "CPU-s/GiB"
                     )
@@ -313,7 +327,7 @@ def startup(args: argparse.Namespace, workdir: Path, figures: Figures) -> None:
 
 def replication(args: argparse.Namespace, workdir: Path, figures: Figures) -> None:
     """RF 3 acks=all throughput and failovers, a 3-node kcli cluster against a 3-node Kafka cluster."""
-    kcli = Nodes(workdir / "kcli-rf3", 3, args.base_port + 60, [])
+    kcli = Nodes(workdir / "kcli-rf3", 3, args.base_port + 60, list(SAME_AS_HARNESS))
     kafka: KafkaNodes | None = None
     try:
         kcli.start(1, 2, 3)
@@ -375,12 +389,18 @@ def main() -> None:
     parser.add_argument("--startups", type=int, default=2, help="3-node start-ups per system")
     parser.add_argument("--kafka-c1", action="store_true", help="run Kafka's measured servers C1-only too")
     parser.add_argument("--bench-dir", default=str(bench_broker.SHARED_BENCH), help="kbench.py, mklines.py")
-    parser.add_argument("--base-port", type=int, default=44000, help="ports base .. base+99 on 127.0.0.1")
+    parser.add_argument(
+        "--base-port",
+        type=int,
+        help="ports base .. base+99 on 127.0.0.1 (default: a free range below the ephemeral ports)",
+    )
     args = parser.parse_args()
     if args.quick:
         for key, value in QUICK.items():
             if parser.get_default(key) == getattr(args, key):
                 setattr(args, key, value)
+    if args.base_port is None:  # above 32768 a client connection or a port-0 listener may take a node's port
+        args.base_port = free_port_range(100)
     args.skip = set(filter(None, args.skip.split(",")))
     if unknown := args.skip - set(PHASES):
         parser.error(f"unknown phase(s) {sorted(unknown)}; phases: {','.join(PHASES)}")
