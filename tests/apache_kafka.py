@@ -238,8 +238,13 @@ def run_tool(
 
 
 def random_cluster_id() -> str:
-    """A cluster id as `kafka-storage.sh random-uuid` prints it: 16 random bytes, URL-safe base64, no padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A cluster id as `kafka-storage.sh random-uuid` prints it: 16 random bytes, URL-safe base64, no padding,
+    never starting with "-" (Kafka's Uuid.randomUuid draws again too: the storage tool would read such an id
+    after -t as an option, and format fails)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not text.startswith("-"):
+            return text
 
 
 @dataclass
