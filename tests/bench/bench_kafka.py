@@ -64,6 +64,15 @@ SAME_AS_HARNESS = (
     "transaction.state.log.num.partitions=3",
 )
 """What apache_kafka.server_properties sets unlike Kafka's defaults and a client sees: kcli gets the same."""
+FULL = {
+    "rounds": 2,
+    "messages": 300_000,
+    "latency_seconds": 10.0,
+    "topics": 100,
+    "mib": 128,
+    "failovers": 2,
+    "startups": 2,
+}
 QUICK = {
     "rounds": 2,
     "messages": 100_000,
@@ -378,15 +387,41 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help=f"short settings (a few minutes): {QUICK}")
+    parser.add_argument("--quick", action="store_true", help="short settings (4-5 minutes here)")
     parser.add_argument("--skip", default="", help=f"comma list of {','.join(PHASES)}")
-    parser.add_argument("--rounds", type=int, default=2, help="rounds of A,B (then B,A) per phase")
-    parser.add_argument("--messages", type=int, default=300_000, help="1 KiB messages per throughput run")
-    parser.add_argument("--latency-seconds", type=float, default=10.0, help="length of each 5,000 msg/s run")
-    parser.add_argument("--topics", type=int, default=100, help="CreateTopics round trips per run")
-    parser.add_argument("--mib", type=int, default=128, help="MiB per RF 3 throughput run")
-    parser.add_argument("--failovers", type=int, default=2, help="kill -9 and SIGTERM rounds per cluster")
-    parser.add_argument("--startups", type=int, default=2, help="3-node start-ups per system")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        help=f"rounds of A,B (then B,A) per phase (default {FULL['rounds']}, --quick {QUICK['rounds']})",
+    )
+    parser.add_argument(
+        "--messages",
+        type=int,
+        help=f"1 KiB messages per throughput run (default {FULL['messages']}, --quick {QUICK['messages']})",
+    )
+    parser.add_argument(
+        "--latency-seconds",
+        type=float,
+        help=f"length of each 5,000 msg/s run (default {FULL['latency_seconds']}, --quick {QUICK['latency_seconds']})",
+    )
+    parser.add_argument(
+        "--topics",
+        type=int,
+        help=f"CreateTopics round trips per run (default {FULL['topics']}, --quick {QUICK['topics']})",
+    )
+    parser.add_argument(
+        "--mib", type=int, help=f"MiB per RF 3 throughput run (default {FULL['mib']}, --quick {QUICK['mib']})"
+    )
+    parser.add_argument(
+        "--failovers",
+        type=int,
+        help=f"kill -9 and SIGTERM rounds per cluster (default {FULL['failovers']}, --quick {QUICK['failovers']})",
+    )
+    parser.add_argument(
+        "--startups",
+        type=int,
+        help=f"3-node start-ups per system (default {FULL['startups']}, --quick {QUICK['startups']})",
+    )
     parser.add_argument("--kafka-c1", action="store_true", help="run Kafka's measured servers C1-only too")
     parser.add_argument("--bench-dir", default=str(bench_broker.SHARED_BENCH), help="kbench.py, mklines.py")
     parser.add_argument(
@@ -395,10 +430,9 @@ def main() -> None:
         help="ports base .. base+99 on 127.0.0.1 (default: a free range below the ephemeral ports)",
     )
     args = parser.parse_args()
-    if args.quick:
-        for key, value in QUICK.items():
-            if parser.get_default(key) == getattr(args, key):
-                setattr(args, key, value)
+    for key, value in (QUICK if args.quick else FULL).items():  # a flag given wins over --quick
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     if args.base_port is None:  # above 32768 a client connection or a port-0 listener may take a node's port
         args.base_port = free_port_range(100)
     args.skip = set(filter(None, args.skip.split(",")))
