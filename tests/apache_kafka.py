@@ -55,17 +55,19 @@ LOG_DIRS_COMMAND = "org.apache.kafka.tools.LogDirsCommand"
 TRANSACTIONS_COMMAND = "org.apache.kafka.tools.TransactionsCommand"
 DUMP_LOG_SEGMENTS = "kafka.tools.DumpLogSegments"
 
-# bin/kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS, then what makes a JVM start fast on 2 cores:
-# C1 only (no C2 compile threads competing with start-up).
-JVM_FLAGS = (
+# bin/kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS.
+KAFKA_JVM_FLAGS = (
     "-XX:+UseG1GC",
     "-XX:MaxGCPauseMillis=20",
     "-XX:InitiatingHeapOccupancyPercent=35",
     "-XX:+ExplicitGCInvokesConcurrent",
     "-XX:MaxInlineLevel=15",
     "-Djava.awt.headless=true",
-    "-XX:TieredStopAtLevel=1",
 )
+C1_ONLY = "-XX:TieredStopAtLevel=1"
+"""What makes a JVM start fast on 2 cores (no C2 compile threads competing with start-up); it may slow a
+long-running JVM's steady state, so throughput benchmarks can leave it out."""
+JVM_FLAGS = (*KAFKA_JVM_FLAGS, C1_ONLY)
 SERVER_HEAP = ("-Xms128m", "-Xmx384m")
 TOOL_HEAP = ("-Xmx256m",)
 READY_LINE = "Kafka Server started"
@@ -222,14 +224,16 @@ def java_command(
     heap: Sequence[str] = TOOL_HEAP,
     level: str = "info",
     classpath: Sequence[Path] = (),
+    c1_only: bool = True,
 ) -> list[str]:
     """`java ... -cp libs/* main_class args` as kafka-run-class.sh builds it, logging to `log_path`;
-    `classpath` entries (compiled test programs) go before the jars."""
+    `classpath` entries (compiled test programs) go before the jars; `c1_only=False` keeps the JVM's
+    default tiered JIT (C2 too)."""
     libs = resolve(quiet=True)
     config = log_path.with_suffix(".log4j2.xml")
     config.write_text(LOG4J2_CONFIG.format(level=level))
     return [
-        "java", *heap, *JVM_FLAGS,
+        "java", *heap, *(JVM_FLAGS if c1_only else KAFKA_JVM_FLAGS),
         f"-Dlog4j2.configurationFile={config}", f"-Dkcli.kafka.log={log_path}",
         "-cp", os.pathsep.join([*map(str, classpath), f"{libs}/*"]), main_class, *args,
     ]  # fmt: skip
@@ -249,8 +253,13 @@ def run_tool(
 
 
 def random_cluster_id() -> str:
-    """A cluster id as `kafka-storage.sh random-uuid` prints it: 16 random bytes, URL-safe base64, no padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A cluster id as `kafka-storage.sh random-uuid` prints it: 16 random bytes, URL-safe base64, no padding,
+    never starting with "-" (Kafka's Uuid.randomUuid draws again too: the storage tool would read such an id
+    after -t as an option, and format fails)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not text.startswith("-"):
+            return text
 
 
 @dataclass
@@ -263,6 +272,7 @@ class KafkaNode:
     workdir: Path
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     start_seconds: float = 0.0
+    c1_only: bool = True
 
     @property
     def bootstrap(self) -> str:
@@ -368,12 +378,15 @@ def server_properties(node: KafkaNode, voters: str, replication: int) -> str:
     return "".join(f"{key}={value}\n" for key, value in lines.items())
 
 
-def start_cluster(workdir: Path, count: int, base_port: int) -> KafkaCluster:
+def start_cluster(workdir: Path, count: int, base_port: int, *, c1_only: bool = True) -> KafkaCluster:
     """Format and start `count` combined nodes on 127.0.0.1 ports base_port .. base_port + 2*count - 1,
-    and return once each has logged that it started (or raise KafkaSetupError with its log)."""
+    and return once each has logged that it started (or raise KafkaSetupError with its log).
+    `c1_only=False` runs the servers with the default JIT (the storage tool stays C1-only)."""
     cluster_id = random_cluster_id()
     nodes = [
-        KafkaNode(i + 1, base_port + 2 * i, base_port + 2 * i + 1, workdir / f"kafka-{i + 1}")
+        KafkaNode(
+            i + 1, base_port + 2 * i, base_port + 2 * i + 1, workdir / f"kafka-{i + 1}", c1_only=c1_only
+        )
         for i in range(count)
     ]
     voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes)
@@ -426,7 +439,9 @@ def launch(node: KafkaNode, properties: Path) -> None:
         node.log_path.rename(node.log_path.with_suffix(f".log.{time.monotonic_ns()}"))
     with open(node.workdir / "console.log", "ab") as console:
         node.process = subprocess.Popen(
-            java_command("kafka.Kafka", [str(properties)], log_path=node.log_path, heap=SERVER_HEAP),
+            java_command(
+                "kafka.Kafka", [str(properties)], log_path=node.log_path, heap=SERVER_HEAP, c1_only=node.c1_only
+            ),
             stdout=console, stderr=console, stdin=subprocess.DEVNULL, cwd=node.workdir,
         )  # fmt: skip
 

@@ -117,13 +117,14 @@ def main() -> None:
 # --- the kcli broker under test ------------------------------------------------------------------
 
 
-def start_kcli(workdir: Path) -> dict:
+def start_kcli(workdir: Path, overrides: tuple[str, ...] = ()) -> dict:
+    """A kcli broker on a free port with `overrides` (KEY=VALUE, as --override takes them)."""
     log_path = workdir / "broker.log"
     env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
     with open(log_path, "wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "kcli", "broker", "start", "--listen", "127.0.0.1:0", "--data-dir",
-             str(workdir / "data")],
+             str(workdir / "data"), *(f"--override={o}" for o in overrides)],
             stdout=out, stderr=out, stdin=subprocess.DEVNULL, env=env, cwd=workdir,
         )  # fmt: skip
     deadline = time.monotonic() + 30

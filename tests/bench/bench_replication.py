@@ -286,14 +286,14 @@ def cluster_failover(nodes: Nodes, topic: str, dead: int, at: float, timeout: fl
 
 def failovers(
     nodes: Nodes, topic: str, count: int
-) -> tuple[list[tuple[float, bool, float]], list[float], int]:
+) -> tuple[list[tuple[float, bool, float]], list[tuple[float, float]], int]:
     """The outage each fault causes, as the longest gap between acknowledgements from a second before
-    the signal until a record sent after it is acknowledged (kill -9, then SIGTERM), and the SIGTERM
-    rounds' produce errors. A kill -9 outage comes with whether the leader was also the active
+    the signal until a record sent after it is acknowledged (kill -9, then SIGTERM), each with the
+    cluster's failover (cluster_failover), and the SIGTERM rounds' produce errors. A kill -9 outage comes with whether the leader was also the active
     controller: then a new controller is elected first and restarts every broker's session, so the
     dead broker is fenced a session timeout after that (Kafka's controller does the same)."""
     after_kill: list[tuple[float, bool, float]] = []
-    term_gaps: list[float] = []
+    term_gaps: list[tuple[float, float]] = []
     term_errors = 0
     steady = SteadyProducer(nodes.bootstrap, topic)
     try:
@@ -305,13 +305,13 @@ def failovers(
                 controller = asyncio.run(quorum_leader(nodes.bootstrap.split(",")[0]))
                 at = time.monotonic()
                 nodes.signal(leader, signum)
-                cluster = cluster_failover(nodes, topic, leader, at) if signum == signal.SIGKILL else 0.0
+                cluster = cluster_failover(nodes, topic, leader, at)
                 resumed = steady.wait_resumed(at)
                 gap = steady.longest_gap(at - 1) if resumed else float("inf")
                 if signum == signal.SIGKILL:
                     after_kill.append((gap, controller == leader, cluster))
                 else:
-                    term_gaps.append(gap)
+                    term_gaps.append((gap, cluster))
                     term_errors += len(steady.errors) - errors_before
                 nodes.start(leader)
     finally:
@@ -483,8 +483,9 @@ def main() -> None:
                         f"{statistics.median(cluster_of):.2f} s, max {max(cluster_of):.2f} s "
                         f"(broker.session.timeout.ms {SESSION_TIMEOUT_MS})"
                     )
+            term = [gap for gap, _ in gaps]
             print(
-                f"  SIGTERM: longest gap between acks median {statistics.median(gaps):.2f} s, max {max(gaps):.2f} s; "
+                f"  SIGTERM: longest gap between acks median {statistics.median(term):.2f} s, max {max(term):.2f} s; "
                 f"produce errors {errors}"
             )
         finally:
