@@ -300,10 +300,20 @@ def read_bootstrap_metadata(metadata_log_dir: str | Path) -> BootstrapMetadata |
     from formats.internal import decode_metadata_record
 
     path = Path(metadata_log_dir) / BOOTSTRAP_CHECKPOINT
+    snapshot_path = Path(metadata_log_dir) / CLUSTER_METADATA_DIR / BOOTSTRAP_SNAPSHOT
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        return None
+        # Kafka 4.4's storage tool writes no bootstrap.checkpoint: the features go into the metadata
+        # log's 0-0 snapshot instead. Read them there, or a dir it formatted would start at kcli's
+        # default levels with Kafka's chosen ones silently dropped.
+        path = snapshot_path
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageError(f"cannot read {path}: {(exc.strerror or str(exc)).lower()}.") from None
     except OSError as exc:
         raise StorageError(f"cannot read {path}: {(exc.strerror or str(exc)).lower()}.") from None
     source = f"the binary bootstrap metadata file: {path}"
@@ -312,6 +322,8 @@ def read_bootstrap_metadata(metadata_log_dir: str | Path) -> BootstrapMetadata |
         records = [decode_metadata_record(value) for _, value in snapshot.records]
     except FormatError as exc:
         raise StorageError(f"cannot read {path}: {str(exc).rstrip('.')}.") from None
+    if path == snapshot_path and not records:
+        return None  # a dynamic quorum's bootstrap snapshot with only its KRaft control records
     levels = [
         r.data["featureLevel"]
         for r in records

@@ -608,3 +608,45 @@ def test_read_bootstrap_metadata(tmp_path: Path) -> None:
     (tmp_path / "bootstrap.checkpoint").write_bytes(bootstrap_checkpoint(21, now_ms=0)[:-3])
     with pytest.raises(StorageError, match=r"^cannot read .*bootstrap.checkpoint: .*whole record batch\.$"):
         read_bootstrap_metadata(tmp_path)
+
+
+def _as_kafka_4_4_formats_it(metadata_dir: Path, features: dict[str, int]) -> None:
+    """Kafka 4.4's storage tool writes no bootstrap.checkpoint: the FeatureLevelRecords go into the
+    metadata log's 0-0 snapshot. Rewrite a kcli-formatted metadata dir that way."""
+    from kcli.features import MV_3_9_IV0
+    from kcli.storage import BOOTSTRAP_SNAPSHOT, CLUSTER_METADATA_DIR, bootstrap_checkpoint
+
+    (metadata_dir / "bootstrap.checkpoint").unlink()
+    (metadata_dir / CLUSTER_METADATA_DIR).mkdir(exist_ok=True)
+    snapshot = bootstrap_checkpoint(MV_3_9_IV0, now_ms=0, features=features)
+    (metadata_dir / CLUSTER_METADATA_DIR / BOOTSTRAP_SNAPSHOT).write_bytes(snapshot)
+
+
+def test_features_kafka_4_4_formatted_into_the_bootstrap_snapshot_are_read_not_dropped(
+    tmp_path: Path,
+) -> None:
+    """A level kcli does not support is refused as it is from bootstrap.checkpoint (it was silently
+    replaced by kcli's defaults); a supported one is what the cluster starts at."""
+    config = combined(tmp_path)
+    assert kcli(tmp_path, "storage", "format", "-c", str(config), "-t", CLUSTER_ID).returncode == 0
+    _as_kafka_4_4_formats_it(tmp_path / "metadata", {"group.version": 1})
+    refused = subprocess.run(
+        [*KCLI, "broker", "start", "--config", str(config)],
+        cwd=tmp_path, env=kcli_env(), capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "group.version" in refused.stderr, refused.stderr
+
+    again = tmp_path / "again"
+    again.mkdir()
+    config = combined(again)
+    assert kcli(again, "storage", "format", "-c", str(config), "-t", CLUSTER_ID).returncode == 0
+    _as_kafka_4_4_formats_it(again / "metadata", {"eligible.leader.replicas.version": 1})
+    broker = start_with_config(again, config)
+    try:
+        described = kcli(again, "features", "describe", "-b", broker.bootstrap)
+        assert "Feature: eligible.leader.replicas.version\t" in described.stdout, described.stdout
+        line = next(x for x in described.stdout.splitlines() if "eligible.leader.replicas.version" in x)
+        assert "FinalizedVersionLevel: 1\t" in line, described.stdout
+        assert "bootstrapped the metadata log from" in broker.log()
+    finally:
+        stop_cleanly(broker)

@@ -159,7 +159,7 @@ class QuorumController:
             )
             if self._write(bootstrap) is not None:
                 source = (
-                    "bootstrap.checkpoint" if self.bootstrap_records else f"metadata.version {MV_3_9_IV0}"
+                    "the bootstrap metadata" if self.bootstrap_records else f"metadata.version {MV_3_9_IV0}"
                 )
                 log.info("bootstrapped the metadata log from %s", source)
         elif self._active_epoch is not None:
