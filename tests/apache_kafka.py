@@ -6,6 +6,9 @@ Kafka's scripts start it.
     python -m tests.apache_kafka run CLASS ARGS...  # one of Kafka's tools, e.g. org.apache.kafka.tools.TopicCommand
     python -m tests.apache_kafka pin                # resolve afresh and rewrite the pin (a maintainer's step)
 
+KCLI_KAFKA_VERSION=4.4.0 in front of any of these, or of pytest, selects the other pinned release (see
+LOG4J_OF); 4.1.2 is the default.
+
 No jar is committed. `resolve` writes a small pom.xml into the cache dir (KCLI_KAFKA_CACHE, default
 ~/.cache/kcli/apache-kafka/<version>/), lets Maven copy the runtime dependencies into a `libs-*` dir and
 compares the jar names with tests/apache-kafka-<version>.jars, the pinned set (as constraints.txt pins
