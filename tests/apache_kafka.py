@@ -6,6 +6,9 @@ Kafka's scripts start it.
     python -m tests.apache_kafka run CLASS ARGS...  # one of Kafka's tools, e.g. org.apache.kafka.tools.TopicCommand
     python -m tests.apache_kafka pin                # resolve afresh and rewrite the pin (a maintainer's step)
 
+KCLI_KAFKA_VERSION=4.4.0 in front of any of these, or of pytest, selects the other pinned release (see
+LOG4J_OF); 4.1.2 is the default.
+
 No jar is committed. `resolve` writes a small pom.xml into the cache dir (KCLI_KAFKA_CACHE, default
 ~/.cache/kcli/apache-kafka/<version>/), lets Maven copy the runtime dependencies into a `libs-*` dir and
 compares the jar names with tests/apache-kafka-<version>.jars, the pinned set (as constraints.txt pins
@@ -36,24 +39,33 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-VERSION = "4.1.2"
-"""The pinned Apache Kafka release (the newest 4.1 patch on Maven Central when pinned)."""
+LOG4J_OF = {"4.1.2": "2.25.3", "4.4.0": "2.25.5"}
+"""The pinned Apache Kafka releases, each with log4j2 as its kafka-server declares it (Kafka logs through
+slf4j 1.7, so the binding is log4j-slf4j-impl): 4.1.2, the newest 4.1 patch on Maven Central when pinned
+and the default, and 4.4.0, the newest 4.x there when pinned (KCLI_KAFKA_VERSION=4.4.0 selects it; see
+docs/apache-kafka.md, "Against Kafka 4.4.0")."""
+DEFAULT_VERSION = "4.1.2"
+VERSION = os.environ.get("KCLI_KAFKA_VERSION") or DEFAULT_VERSION
+if VERSION not in LOG4J_OF:
+    raise SystemExit(f"KCLI_KAFKA_VERSION={VERSION}: not one of the pinned releases {', '.join(LOG4J_OF)}")
 SCALA = "2.13"
-LOG4J = "2.25.3"
-"""log4j2 as kafka-server 4.1.2 declares it; Kafka logs through slf4j 1.7, so the binding is log4j-slf4j-impl."""
+LOG4J = LOG4J_OF[VERSION]
 REPO = Path(__file__).resolve().parents[1]
 PINNED = REPO / "tests" / f"apache-kafka-{VERSION}.jars"
 
 STORAGE_TOOL = "kafka.tools.StorageTool"
 TOPIC_COMMAND = "org.apache.kafka.tools.TopicCommand"
-CONFIG_COMMAND = "kafka.admin.ConfigCommand"
+IN_CORE = VERSION.startswith("4.1.")
+"""Kafka moved ConfigCommand and DumpLogSegments from the Scala core (kafka_2.13) into kafka-tools after
+4.1: 4.4.0 has them in org.apache.kafka.tools; StorageTool and kafka.Kafka stay in the core."""
+CONFIG_COMMAND = "kafka.admin.ConfigCommand" if IN_CORE else "org.apache.kafka.tools.ConfigCommand"
 CONSUMER_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 GET_OFFSET_SHELL = "org.apache.kafka.tools.GetOffsetShell"
 FEATURE_COMMAND = "org.apache.kafka.tools.FeatureCommand"
 METADATA_QUORUM_COMMAND = "org.apache.kafka.tools.MetadataQuorumCommand"
 LOG_DIRS_COMMAND = "org.apache.kafka.tools.LogDirsCommand"
 TRANSACTIONS_COMMAND = "org.apache.kafka.tools.TransactionsCommand"
-DUMP_LOG_SEGMENTS = "kafka.tools.DumpLogSegments"
+DUMP_LOG_SEGMENTS = "kafka.tools.DumpLogSegments" if IN_CORE else "org.apache.kafka.tools.DumpLogSegments"
 
 # bin/kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS.
 KAFKA_JVM_FLAGS = (
@@ -186,9 +198,10 @@ def write_pin(version: str = VERSION) -> Path:
     staging = _maven_copy(version, cache_dir(version) / f"libs.pin-{os.getpid()}")
     names = sorted(p.name for p in staging.glob("*.jar"))
     path = REPO / "tests" / f"apache-kafka-{version}.jars"
+    env = "" if version == DEFAULT_VERSION else f"KCLI_KAFKA_VERSION={version} "
     header = (
         f"# Apache Kafka {version}'s runtime jars as Maven resolves them (tests/apache_kafka.py checks each\n"
-        "# resolve against this list). Regenerate with `python -m tests.apache_kafka pin`.\n"
+        f"# resolve against this list). Regenerate with `{env}python -m tests.apache_kafka pin`.\n"
     )
     path.write_text(header + "".join(f"{name}\n" for name in names))
     shutil.rmtree(staging, ignore_errors=True)

@@ -258,8 +258,9 @@ def test_dump_segment_lines_equal_kafka_dump_log_on_kafkas_files(
     pattern, flags = DUMPS[case]
     patterns = [f"{t}-*" for t in DATA_TOPICS] if pattern == "{data}" else [pattern]
     paths = [p for glob in patterns for p in files(written.archive, glob, (*DATA_SUFFIXES, ".checkpoint"))]
-    if case == "metadata":
-        paths.append(written.archive / "bootstrap.checkpoint")
+    bootstrap = written.archive / "bootstrap.checkpoint"  # Kafka 4.4's format writes a 0-0 snapshot instead
+    if case == "metadata" and bootstrap.exists():
+        paths.append(bootstrap)
     suffixes = {p.suffix for p in paths}
     theirs, ours = both_dumps(tmp_path, paths, *flags)
     assert theirs.returncode == ours.returncode == 0, theirs.stderr + ours.stderr
@@ -288,7 +289,7 @@ def test_dump_segment_lines_equal_kafka_dump_log_on_kafkas_files(
     elif case == "metadata":
         assert ".checkpoint" in suffixes
         assert any(line.startswith("Snapshot end offset: ") for line in lines)  # a metadata .checkpoint
-        assert "KRaft bootstrap snapshot" in lines  # bootstrap.checkpoint
+        assert ("KRaft bootstrap snapshot" in lines) == bootstrap.exists()
         assert any(" SnapshotHeader {" in line for line in lines) and any(
             " SnapshotFooter {" in line for line in lines
         )
