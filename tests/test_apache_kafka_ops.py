@@ -80,8 +80,10 @@ def every_partition(bootstrap: str, pattern: str) -> dict[tuple[str, int], tuple
     return found
 
 
-def produce_to(bootstrap: str, topic: str, per_partition: dict[int, int], prefix: str = "v") -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5})
+def produce_to(
+    bootstrap: str, topic: str, per_partition: dict[int, int], prefix: str = "v", acks: str = "1"
+) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5})
     for partition, count in per_partition.items():
         for i in range(count):
             producer.produce(topic, key=f"k{i}", value=f"{prefix}-{partition}-{i}", partition=partition)
@@ -410,7 +412,9 @@ def test_unclean_election_loses_what_recover_predicted_and_preferred_elections(
     via = first.bootstrap  # node 1 stays up throughout
     wait_for("both replicas in sync", lambda: all(s == (a.node_id, [a.node_id, c.node_id], [a.node_id, c.node_id])
                                                   for s in partitions(via, topic).values()))  # fmt: skip
-    produce_to(via, topic, {0: 10, 1: 10}, prefix="kept")
+    # acks=all: both replicas hold these before node 3 stops (with acks=1 a loaded node 3 could stop
+    # before it fetched them, and then the election would lose them too).
+    produce_to(via, topic, {0: 10, 1: 10}, prefix="kept", acks="all")
     try:
         assert c.stop() in (0, 143)
         wait_for(f"node {c.node_id} out of the ISR", lambda: all(s[2] == [a.node_id] for s in partitions(via, topic).values()))  # fmt: skip
