@@ -55,7 +55,7 @@ from kcli.broker.replication.manager import ReplicaManager
 from kcli.broker.replication.replica_selector import replica_selector
 from kcli.broker.txn.coordinator import TransactionCoordinator
 from kcli.broker.txn.verification import AddPartitionsToTxnManager
-from kcli.config import BrokerConfig, Listener
+from kcli.config import INTERNAL_TOPICS, BrokerConfig, Listener
 from kcli.errors import KcliError
 from kcli.protocol.messages import nested_type, request_type
 from kcli.storage import read_bootstrap_metadata
@@ -69,7 +69,9 @@ PERIODIC_TICK_SECONDS = 0.5
 SHUTDOWN_STEP_SECONDS = 5.0
 INLINE_CREATE_LIMIT = 16
 """An image that creates at most this many partitions here has them made on the event loop, at once
-(a few ms each); more are made on the log manager's creator thread (see `on_metadata_update`)."""
+(a few ms each); more are made on the log manager's creator thread (see `on_metadata_update`). The
+internal topics' partitions (50 at most by default) do not count: the coordinators find their logs made
+as soon as they see them, as before."""
 _NO_CHANGES = TopicChanges((), (), ())
 CONTROLLED_SHUTDOWN_SECONDS = 5.0
 """How long the controller may take to approve the controlled shutdown before the node stops anyway
@@ -263,12 +265,13 @@ class Node:
     ) -> None:
         """The MetadataPublisher step: create and delete logs, reconfigure them, update the replica manager.
 
-        An image that creates more than INLINE_CREATE_LIMIT partitions here (one CreateTopics may bring
-        10,000, a few ms of file work each) has its storage step run by a task that makes the files on
-        the log manager's creator thread, so the event loop keeps serving; the steps of later images
+        An image that creates more than INLINE_CREATE_LIMIT partitions of user topics here (one
+        CreateTopics may bring 10,000, a few ms of file work each) has its storage step run by a task
+        that makes the files on the log manager's creator thread, so the event loop keeps serving; the steps of later images
         queue behind it and run in order. Until its log is made a partition is not hosted here, so
         requests to it are answered NOT_LEADER_OR_FOLLOWER, as while a leader is moving."""
-        if not self._storage_steps and len(self._new_logs(changes, new)) <= INLINE_CREATE_LIMIT:
+        user_logs = sum(1 for each in self._new_logs(changes, new) if each.topic not in INTERNAL_TOPICS)
+        if not self._storage_steps and user_logs <= INLINE_CREATE_LIMIT:
             self._apply_storage_step(changes, new)
             return
         try:
@@ -287,7 +290,9 @@ class Node:
             changes, new = self._storage_steps[0]
             try:
                 self._delete_logs(changes)
-                await self.logs.create_logs(self._new_logs(changes, new))
+                await self.logs.create_logs(
+                    self._new_logs(changes, new), on_batch=lambda new=new: self.replicas.apply_image(new)
+                )
                 self._apply_storage_step(changes, new, inline=False)
             except Exception:  # as the loader's own publishing: logged, the next image goes on
                 log.exception("cannot apply the metadata image at offset %d to storage", new.offset)
@@ -317,7 +322,7 @@ class Node:
         for topic, _topic_id, partitions in changes.deleted:
             for partition in partitions:
                 self.alter_log_dirs.stop_partition(topic, partition)
-                self.logs.delete_log(topic, partition)
+            self.logs.delete_logs((topic, partition) for partition in partitions)
             log.info("deleted topic %s (%d partitions)", topic, len(partitions))
 
     def _apply_storage_step(

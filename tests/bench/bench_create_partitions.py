@@ -7,7 +7,8 @@ while another sends one CreateTopics of `--partitions` partitions (topics of `--
 of 999 are Kafka's bound of 10,000 records in one operation; each partition holds 3 open files, so
 9,990 partitions need a `ulimit -n` above 30,000: the default of 4,995 fits a limit of 20,000). Prints, per run, the
 seconds until every partition directory exists, the ApiVersions round trips (max and p99 stall,
-median) and how long the broker then takes to stop (SIGTERM, flushing every log). Figures only, no asserts: run it in two checkouts to compare them.
+median); then the same while one DeleteTopics removes them all; and how long the broker then takes to
+stop (SIGTERM, flushing every log). Figures only, no asserts: run it in two checkouts to compare them.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 from conftest import start_broker  # noqa: E402
-from test_create_partitions_stall import create_partitions  # noqa: E402
+from test_create_partitions_stall import create_partitions, delete_topics  # noqa: E402
 
 
 def main() -> None:
@@ -40,6 +41,7 @@ def main() -> None:
                 figures, elapsed = create_partitions(
                     broker, "bench-", args.partitions, per_topic=args.per_topic
                 )
+                deleted, delete_s = delete_topics(broker, "bench-")
             finally:
                 started = time.monotonic()
                 status = broker.stop(timeout=600)
@@ -52,6 +54,9 @@ def main() -> None:
                     "partitions": args.partitions,
                     "created_s": round(elapsed, 3),
                     **rounded,
+                    "deleted_s": round(delete_s, 3),
+                    "delete_max_s": round(deleted["max_s"], 4),
+                    "delete_p99_s": round(deleted["p99_s"], 4),
                     "stop_s": round(stop_s, 2),
                     "exit": status,
                 }

@@ -300,13 +300,20 @@ class LogManager:
         self._logs[(topic, partition)] = created
         return created
 
-    async def create_logs(self, wanted: Sequence[NewLog], *, batch: int = CREATE_BATCH) -> None:
+    async def create_logs(
+        self,
+        wanted: Sequence[NewLog],
+        *,
+        batch: int = CREATE_BATCH,
+        on_batch: Callable[[], object] | None = None,
+    ) -> None:
         """`create_log` for many partitions, their files made on the creator thread `batch` at a time so
         the event loop keeps serving (one CreateTopics may bring 10,000 partitions, ~1-3 ms of file work
         each). The dirs are chosen here, in order, as `create_log` chooses them; each log is a partition's
         log only once its files are all made, so nothing reads or writes a half-made dir. A partition
         whose files cannot be made is left out (logged); the caller must not create or delete these
-        partitions elsewhere until this returns."""
+        partitions elsewhere until this returns. `on_batch` runs on the loop after each batch is installed
+        (the node hosts those partitions then, a batch at a time rather than thousands in one go)."""
         loop = asyncio.get_running_loop()
         placed: list[tuple[NewLog, Path]] = []
         seen: set[tuple[str, int]] = set()
@@ -327,6 +334,8 @@ class LogManager:
                 log.error(
                     "cannot create the log of %s-%d in %s: %s", each.topic, each.partition, log_dir, created
                 )
+            if on_batch is not None:
+                on_batch()
 
     def _existing_log(self, topic: str, partition: int, topic_id: uuid.UUID, config: LogConfig) -> Log | None:
         """The partition's current log, given `config`; ValueError when it belongs to another topic id."""
@@ -479,20 +488,30 @@ class LogManager:
 
     def delete_log(self, topic: str, partition: int) -> None:
         """Rename the partition dir to `<topic>-<partition>.<uuid>-delete`; remove it after the delete delay."""
-        self.delete_future_log(topic, partition)
-        self._preferred_log_dirs.pop((topic, partition), None)
-        removed = self._logs.pop((topic, partition), None)
-        if removed is None:
-            return
-        self._logs_per_dir[removed.dir.parent] -= 1
-        self.cleaner.remove_log(removed)
-        suffix = f"-{partition}.{uuid.uuid4().hex}-delete"
-        target = removed.dir.with_name(topic[: 255 - len(suffix)] + suffix)
-        removed.dir.rename(target)
-        fsync_dir(target.parent)
-        removed.dir = target
-        self._logs_to_delete.append((self.clock(), removed))
-        self._write_checkpoints(target.parent, hw=False)
+        self.delete_logs([(topic, partition)])
+
+    def delete_logs(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """`delete_log` of each partition, with one fsync and one checkpoint write per log dir for them
+        all (as Kafka's asyncDelete of a batch): deleting a topic of thousands of partitions must not
+        rewrite the checkpoints once a partition on the event loop."""
+        touched: set[Path] = set()
+        for topic, partition in partitions:
+            self.delete_future_log(topic, partition)
+            self._preferred_log_dirs.pop((topic, partition), None)
+            removed = self._logs.pop((topic, partition), None)
+            if removed is None:
+                continue
+            self._logs_per_dir[removed.dir.parent] -= 1
+            self.cleaner.remove_log(removed)
+            suffix = f"-{partition}.{uuid.uuid4().hex}-delete"
+            target = removed.dir.with_name(topic[: 255 - len(suffix)] + suffix)
+            removed.dir.rename(target)
+            touched.add(target.parent)
+            removed.dir = target
+            self._logs_to_delete.append((self.clock(), removed))
+        for log_dir in touched:
+            fsync_dir(log_dir)
+            self._write_checkpoints(log_dir, hw=False)
 
     # --- periodic work -------------------------------------------------------------------------------
 
