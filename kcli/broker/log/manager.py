@@ -495,14 +495,17 @@ class LogManager:
         all (as Kafka's asyncDelete of a batch): deleting a topic of thousands of partitions must not
         rewrite the checkpoints once a partition on the event loop."""
         touched: set[Path] = set()
+        doomed = []
         for topic, partition in partitions:
             self.delete_future_log(topic, partition)
             self._preferred_log_dirs.pop((topic, partition), None)
             removed = self._logs.pop((topic, partition), None)
-            if removed is None:
-                continue
+            if removed is not None:
+                doomed.append(removed)
+        self.cleaner.remove_logs(doomed)  # before the renames: a clean in progress is aborted first
+        for removed in doomed:
+            topic, partition = removed.topic, removed.partition
             self._logs_per_dir[removed.dir.parent] -= 1
-            self.cleaner.remove_log(removed)
             suffix = f"-{partition}.{uuid.uuid4().hex}-delete"
             target = removed.dir.with_name(topic[: 255 - len(suffix)] + suffix)
             removed.dir.rename(target)
