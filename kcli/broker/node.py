@@ -294,7 +294,7 @@ class Node:
                     self._new_logs(changes, new), on_batch=lambda new=new: self.replicas.apply_image(new)
                 )
                 self._apply_storage_step(changes, new, inline=False)
-            except Exception:  # as the loader's own publishing: logged, the next image goes on
+            except Exception:  # logged: the steps of the images after it must still run
                 log.exception("cannot apply the metadata image at offset %d to storage", new.offset)
             finally:
                 self._storage_steps.popleft()
