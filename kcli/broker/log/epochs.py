@@ -144,6 +144,14 @@ class LeaderEpochCache:
             self._starts.clear()
         self._write()
 
+    def rename_dir(self, target: Path) -> None:
+        """Rename the partition dir to `target` and the file's path with it, under the lock a write
+        holds: a write still pending on the flusher then lands in the renamed dir (a `-stray` or
+        `-delete` one) instead of being skipped as a dir deleted meanwhile."""
+        with self._lock:
+            self.path.parent.rename(target)
+            self.path = target / self.path.name
+
     def _put(self, epoch: int, start_offset: int) -> None:
         self._epochs.append(epoch)
         self._starts.append(start_offset)

@@ -420,7 +420,7 @@ class LogManager:
         future.flush_all()
         future.close()
         target = future.dir.with_name(f"{topic}-{partition}")
-        future.dir.rename(target)
+        future.epoch_cache.rename_dir(target)
         fsync_dir(target.parent)
         high_watermark = future.high_watermark if source is None else source.high_watermark
         loaded = Log.load(
@@ -442,7 +442,7 @@ class LogManager:
         if source is not None:
             suffix = f"-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
             doomed = source.dir.with_name(topic[: 255 - len(suffix)] + suffix)
-            source.dir.rename(doomed)
+            source.epoch_cache.rename_dir(doomed)
             fsync_dir(doomed.parent)
             source.dir = doomed
             self._logs_to_delete.append((self.clock(), source))
@@ -461,7 +461,7 @@ class LogManager:
         self.cleaner.resume_cleaning(removed)
         self._logs_per_dir[removed.dir.parent] -= 1
         target = removed.dir.with_name(log_dir_name_with_suffix(topic, partition, DELETE_DIR_SUFFIX))
-        removed.dir.rename(target)
+        removed.epoch_cache.rename_dir(target)
         fsync_dir(target.parent)
         removed.dir = target
         self._logs_to_delete.append((self.clock(), removed))
@@ -480,7 +480,7 @@ class LogManager:
         removed.close()
         suffix = f"-{partition}.{uuid.uuid4().hex}{STRAY_DIR_SUFFIX}"
         target = removed.dir.with_name(topic[: 255 - len(suffix)] + suffix)
-        removed.dir.rename(target)
+        removed.epoch_cache.rename_dir(target)
         fsync_dir(target.parent)
         removed.dir = target
         self._write_checkpoints(target.parent, hw=False)
@@ -508,7 +508,7 @@ class LogManager:
             self._logs_per_dir[removed.dir.parent] -= 1
             suffix = f"-{partition}.{uuid.uuid4().hex}-delete"
             target = removed.dir.with_name(topic[: 255 - len(suffix)] + suffix)
-            removed.dir.rename(target)
+            removed.epoch_cache.rename_dir(target)
             touched.add(target.parent)
             removed.dir = target
             self._logs_to_delete.append((self.clock(), removed))
