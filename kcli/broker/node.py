@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections import deque
 from collections.abc import Awaitable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
@@ -39,7 +40,7 @@ from kcli.broker.lifecycle import (
 )
 from kcli.broker.log.config import LogConfig
 from kcli.broker.log.log import wall_clock_ms
-from kcli.broker.log.manager import LogManager
+from kcli.broker.log.manager import LogManager, NewLog
 from kcli.broker.metadata.controller import QuorumController
 from kcli.broker.metadata.controller.partition_change_builder import MV_3_7_IV2
 from kcli.broker.metadata.controller.quorum_controller import auto_topic
@@ -54,7 +55,7 @@ from kcli.broker.replication.manager import ReplicaManager
 from kcli.broker.replication.replica_selector import replica_selector
 from kcli.broker.txn.coordinator import TransactionCoordinator
 from kcli.broker.txn.verification import AddPartitionsToTxnManager
-from kcli.config import BrokerConfig, Listener
+from kcli.config import INTERNAL_TOPICS, BrokerConfig, Listener
 from kcli.errors import KcliError
 from kcli.protocol.messages import nested_type, request_type
 from kcli.storage import read_bootstrap_metadata
@@ -66,6 +67,12 @@ log = logging.getLogger("kcli.broker")
 PERIODIC_TICK_SECONDS = 0.5
 """How often retention, flush.ms, deferred deletes and checkpoints are considered (each keeps its own interval)."""
 SHUTDOWN_STEP_SECONDS = 5.0
+INLINE_CREATE_LIMIT = 16
+"""An image that creates at most this many partitions here has them made on the event loop, at once
+(a few ms each); more are made on the log manager's creator thread (see `on_metadata_update`). The
+internal topics' partitions (50 at most by default) do not count: the coordinators find their logs made
+as soon as they see them, as before."""
+_NO_CHANGES = TopicChanges((), (), ())
 CONTROLLED_SHUTDOWN_SECONDS = 5.0
 """How long the controller may take to approve the controlled shutdown before the node stops anyway
 (BrokerServer.shutdown logs "Timed out waiting for the controller to approve controlled shutdown")."""
@@ -120,6 +127,10 @@ class Node:
         )
         self.add_partitions_to_txn = AddPartitionsToTxnManager(config, loader, self.transaction_coordinator)
         self._tasks: list[asyncio.Task[None]] = []
+        self._storage_steps: deque[tuple[TopicChanges, ClusterMetadataImage]] = deque()
+        """Images whose storage step waits for an earlier one that creates many partitions, in order."""
+        self._storage_task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     @classmethod
     async def open(cls, config: BrokerConfig, cluster_id: str) -> Node:
@@ -230,6 +241,9 @@ class Node:
             await self.controlled_shutdown()
         else:
             await self.lifecycle.stop()
+        self._stopping = True  # the storage steps stop after the partitions being made now
+        if self._storage_task is not None:
+            await bounded("partition creation", self._storage_task)
         for task in self._tasks:
             task.cancel()
         await bounded("the node's tasks", asyncio.gather(*self._tasks, return_exceptions=True))
@@ -249,25 +263,79 @@ class Node:
     def on_metadata_update(
         self, changes: TopicChanges, old: ClusterMetadataImage, new: ClusterMetadataImage
     ) -> None:
-        """The MetadataPublisher step: create and delete logs, reconfigure them, update the replica manager."""
-        for topic, _topic_id, partitions in changes.deleted:
-            for partition in partitions:
-                self.alter_log_dirs.stop_partition(topic, partition)
-                self.logs.delete_log(topic, partition)
-            log.info("deleted topic %s (%d partitions)", topic, len(partitions))
+        """The MetadataPublisher step: create and delete logs, reconfigure them, update the replica manager.
+
+        An image that creates more than INLINE_CREATE_LIMIT partitions of user topics here (one
+        CreateTopics may bring 10,000, a few ms of file work each) has its storage step run by a task
+        that makes the files on the log manager's creator thread, so the event loop keeps serving; the steps of later images
+        queue behind it and run in order. Until its log is made a partition is not hosted here, so
+        requests to it are answered NOT_LEADER_OR_FOLLOWER, as while a leader is moving."""
+        user_logs = sum(1 for each in self._new_logs(changes, new) if each.topic not in INTERNAL_TOPICS)
+        if not self._storage_steps and user_logs <= INLINE_CREATE_LIMIT:
+            self._apply_storage_step(changes, new)
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop to give the work to: done here, as before
+            self._apply_storage_step(changes, new)
+            return
+        self._storage_steps.append((changes, new))
+        if self._storage_task is None or self._storage_task.done():
+            self._storage_task = loop.create_task(self._run_storage_steps())
+
+    async def _run_storage_steps(self) -> None:
+        """The queued storage steps in image order, each image's new logs made off the event loop; the
+        coordinators are then told again, as they load from logs that did not exist when they saw it."""
+        while self._storage_steps and not self._stopping:
+            changes, new = self._storage_steps[0]
+            try:
+                self._delete_logs(changes)
+                await self.logs.create_logs(
+                    self._new_logs(changes, new), on_batch=lambda new=new: self.replicas.apply_image(new)
+                )
+                self._apply_storage_step(changes, new, inline=False)
+            except Exception:  # logged: the steps of the images after it must still run
+                log.exception("cannot apply the metadata image at offset %d to storage", new.offset)
+            finally:
+                self._storage_steps.popleft()
+            image = self.loader.image
+            for publisher in (self.groups, self.transaction_coordinator):
+                publisher.on_metadata_update(_NO_CHANGES, image, image)
+
+    def _new_logs(self, changes: TopicChanges, new: ClusterMetadataImage) -> list[NewLog]:
+        """The logs of the image's new partitions that have a replica here."""
         configs: dict[str, LogConfig] = {}  # one per topic, not one per partition
+        wanted = []
         for topic, partition, topic_id in changes.created:
             if not self._is_replica(new, topic, partition):
                 continue
             if topic not in configs:
                 configs[topic] = self._log_config(self.config, new, topic)
-            self.logs.create_log(
-                topic,
-                partition,
-                topic_id,
-                configs[topic],
-                target_directory_id=self._directory(new, topic, partition),
+            wanted.append(
+                NewLog(topic, partition, topic_id, configs[topic], self._directory(new, topic, partition))
             )
+        return wanted
+
+    def _delete_logs(self, changes: TopicChanges) -> None:
+        """Delete the logs of the image's deleted topics (before any log of the image is created: a topic
+        deleted and created again under the same name)."""
+        for topic, _topic_id, partitions in changes.deleted:
+            for partition in partitions:
+                self.alter_log_dirs.stop_partition(topic, partition)
+            self.logs.delete_logs((topic, partition) for partition in partitions)
+            log.info("deleted topic %s (%d partitions)", topic, len(partitions))
+
+    def _apply_storage_step(
+        self, changes: TopicChanges, new: ClusterMetadataImage, *, inline: bool = True
+    ) -> None:
+        """One image's storage step on the event loop; not `inline`, its deleted topics' logs are gone and
+        its new logs made already (`_run_storage_steps`)."""
+        configs: dict[str, LogConfig] = {}  # one per topic, not one per partition
+        if inline:
+            self._delete_logs(changes)
+            for topic, partition, topic_id, config, directory in self._new_logs(changes, new):
+                configs[topic] = config
+                self.logs.create_log(topic, partition, topic_id, config, target_directory_id=directory)
         for topic, partition, topic_id in changes.reassigned:
             hosted = self.logs.get_log(topic, partition) is not None
             if self._is_replica(new, topic, partition):

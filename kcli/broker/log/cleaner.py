@@ -261,6 +261,18 @@ class LogCleaner:
             if log_dir in self.manager.log_dirs:
                 self.manager.update_checkpoint(log_dir, self._live(), remove=(log.topic, log.partition))
 
+    def remove_logs(self, logs: Iterable[Log]) -> None:
+        """`remove_log` of many logs (a deleted topic's), each log dir's checkpoint written once for them
+        all: they must be gone from the live logs already, whose entries alone the rewrite keeps."""
+        log_dirs = set()
+        for each in logs:
+            self.abort_cleaning(each)
+            log_dirs.add(each.dir.parent)
+        if self.config.enabled:
+            live = self._live()
+            for log_dir in log_dirs & set(self.manager.log_dirs):
+                self.manager.update_checkpoint(log_dir, live)
+
     def shutdown(self) -> None:
         """Stop the cleaner thread (a clean in progress is abandoned; its `.cleaned` files are removed)."""
         self._stopping.set()

@@ -3,7 +3,12 @@ LeaderEpochFileCache, reference §4.2).
 
 OffsetForLeaderEpoch answers from it, and ListOffsets takes the epoch of the earliest and latest offsets
 from it. As Kafka's, a new epoch is written to the file at once (tmp, fsync, rename), so the file never
-misses an entry; truncations (a log start moved by retention or DeleteRecords, a log end cut back) are
+misses an entry of records written, except the epoch a new leader starts at its log end (`assign` with
+`write_later`): no record holds it yet, and its write goes to `flush_scheduler`, ahead of any flush of
+the records written in it (one thread, in order), so a crash can only lose it with records that
+recovery scans again past the recovery point, learning the epoch from their batches. (Becoming
+leader of thousands of new partitions at once must not fsync thousands of files on the event loop.)
+Truncations (a log start moved by retention or DeleteRecords, a log end cut back) are
 written by `flush_scheduler` when one is set (the log manager's flusher thread), off the event loop:
 a stale file then holds extra entries, which the next load truncates away again. Each write, at once
 or later, writes the entries as they are when it runs, under the lock that also guards changes.
@@ -69,11 +74,12 @@ class LeaderEpochCache:
     def earliest_entry(self) -> EpochEntry | None:
         return EpochEntry(self._epochs[0], self._starts[0]) if self._epochs else None
 
-    def assign(self, epoch: int, start_offset: int) -> bool:
+    def assign(self, epoch: int, start_offset: int, *, write_later: bool = False) -> bool:
         """Record that `epoch` starts at `start_offset`; True (and the file rewritten) if anything changed.
 
         Entries whose epoch is >= `epoch` or whose start offset is >= `start_offset` are dropped first,
-        so the entries stay monotonic.
+        so the entries stay monotonic. `write_later`: the file is written by `flush_scheduler` (an epoch
+        no record holds yet, see the module's docstring).
         """
         if epoch < 0 or start_offset < 0:
             raise ValueError(f"Received invalid partition leader epoch entry {epoch} {start_offset}")
@@ -85,7 +91,10 @@ class LeaderEpochCache:
                 self._starts.pop()
             self._epochs.append(epoch)
             self._starts.append(start_offset)
-        self._write()
+        if write_later:
+            self._write_later()
+        else:
+            self._write()
         return True
 
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
@@ -134,6 +143,14 @@ class LeaderEpochCache:
             self._epochs.clear()
             self._starts.clear()
         self._write()
+
+    def rename_dir(self, target: Path) -> None:
+        """Rename the partition dir to `target` and the file's path with it, under the lock a write
+        holds: a write still pending on the flusher then lands in the renamed dir (a `-stray` or
+        `-delete` one) instead of being skipped as a dir deleted meanwhile."""
+        with self._lock:
+            self.path.parent.rename(target)
+            self.path = target / self.path.name
 
     def _put(self, epoch: int, start_offset: int) -> None:
         self._epochs.append(epoch)

@@ -318,8 +318,10 @@ class Log:
         return self.high_watermark
 
     def assign_epoch_start_offset(self, leader_epoch: int, start_offset: int) -> None:
+        """A new leader's epoch, starting at `start_offset` (its log end): no record holds it yet, so its
+        checkpoint is written on the flusher thread, ahead of any flush of the records it will hold."""
         if leader_epoch >= 0:
-            self.epoch_cache.assign(leader_epoch, start_offset)
+            self.epoch_cache.assign(leader_epoch, start_offset, write_later=True)
 
     # --- appends -------------------------------------------------------------------------------------
 

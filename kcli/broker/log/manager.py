@@ -17,13 +17,15 @@ The metadata log (`__cluster_metadata-0`) is left to its owner, as Kafka's LogMa
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 from formats.checkpoints import (
     read_clean_shutdown,
@@ -51,6 +53,19 @@ _ROOT_CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT, L
 FUTURE_DIR_SUFFIX = "-future"
 DELETE_DIR_SUFFIX = "-delete"
 STRAY_DIR_SUFFIX = "-stray"
+CREATE_BATCH = 64
+"""Partitions made per hop to the creator thread: the loop installs each batch as it is made, so the
+first partitions become usable while the rest are still being made."""
+
+
+class NewLog(NamedTuple):
+    """One partition log to create (the arguments of `LogManager.create_log`)."""
+
+    topic: str
+    partition: int
+    topic_id: uuid.UUID
+    config: LogConfig
+    target_directory_id: uuid.UUID | None = None
 
 
 class LogDirNotFound(Exception):
@@ -84,6 +99,8 @@ class LogManager:
         self.previous_broker_epoch = -1
         """The broker epoch every log dir's clean-shutdown file recorded at start-up, or -1 (KIP-966)."""
         self._flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kcli-log-flush")
+        self._creator = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kcli-log-create")
+        """Makes the files of new partitions (`create_logs`): a few ms each, too slow for the event loop."""
         self.cleaner = LogCleaner(
             CleanerConfig.from_broker(config), self.log_dirs, logs=self.logs, clock=now_ms
         )
@@ -271,22 +288,83 @@ class LogManager:
         Where (getOrCreateLog): the dir the controller assigned (`target_directory_id`, unless it is
         UNASSIGNED, LOST or unknown here) when AlterReplicaLogDirs named none, else the preferred dir,
         else the dir with fewest logs."""
-        existing = self._logs.get((topic, partition))
+        existing = self._existing_log(topic, partition, topic_id, config)
         if existing is not None:
-            if existing.topic_id is not None and existing.topic_id != topic_id:
-                raise ValueError(
-                    f"Tried to create log for {topic}-{partition} with topic id {topic_id}, but the log has "
-                    f"topic id {existing.topic_id}"
-                )
-            existing.update_config(config)
             return existing
-        key = (topic, partition)
-        log_dir = self._preferred_log_dirs.pop(key, None)
+        log_dir = self._place(topic, partition, target_directory_id)
+        try:
+            created = self._make_log(log_dir, topic, partition, topic_id, config)
+        except BaseException:
+            self._logs_per_dir[log_dir] -= 1
+            raise
+        self._logs[(topic, partition)] = created
+        return created
+
+    async def create_logs(
+        self,
+        wanted: Sequence[NewLog],
+        *,
+        batch: int = CREATE_BATCH,
+        on_batch: Callable[[], object] | None = None,
+    ) -> None:
+        """`create_log` for many partitions, their files made on the creator thread `batch` at a time so
+        the event loop keeps serving (one CreateTopics may bring 10,000 partitions, ~1-3 ms of file work
+        each). The dirs are chosen here, in order, as `create_log` chooses them; each log is a partition's
+        log only once its files are all made, so nothing reads or writes a half-made dir. A partition
+        whose files cannot be made is left out (logged); the caller must not create or delete these
+        partitions elsewhere until this returns. `on_batch` runs on the loop after each batch is installed
+        (the node hosts those partitions then, a batch at a time rather than thousands in one go)."""
+        loop = asyncio.get_running_loop()
+        placed: list[tuple[NewLog, Path]] = []
+        seen: set[tuple[str, int]] = set()
+        for each in wanted:
+            key = (each.topic, each.partition)
+            if key in seen or self._existing_log(*each[:4]) is not None:
+                continue
+            seen.add(key)
+            placed.append((each, self._place(each.topic, each.partition, each.target_directory_id)))
+        for start in range(0, len(placed), batch):
+            chunk = placed[start : start + batch]
+            made = await loop.run_in_executor(self._creator, self._make_logs, chunk)
+            for (each, log_dir), created in zip(chunk, made, strict=True):
+                if isinstance(created, Log):
+                    self._logs[(each.topic, each.partition)] = created
+                    continue
+                self._logs_per_dir[log_dir] -= 1
+                log.error(
+                    "cannot create the log of %s-%d in %s: %s", each.topic, each.partition, log_dir, created
+                )
+            if on_batch is not None:
+                on_batch()
+
+    def _existing_log(self, topic: str, partition: int, topic_id: uuid.UUID, config: LogConfig) -> Log | None:
+        """The partition's current log, given `config`; ValueError when it belongs to another topic id."""
+        existing = self._logs.get((topic, partition))
+        if existing is None:
+            return None
+        if existing.topic_id is not None and existing.topic_id != topic_id:
+            raise ValueError(
+                f"Tried to create log for {topic}-{partition} with topic id {topic_id}, but the log has "
+                f"topic id {existing.topic_id}"
+            )
+        existing.update_config(config)
+        return existing
+
+    def _place(self, topic: str, partition: int, target_directory_id: uuid.UUID | None) -> Path:
+        """The dir a new log of the partition goes to (counted there from now on)."""
+        log_dir = self._preferred_log_dirs.pop((topic, partition), None)
         if log_dir is None and target_directory_id is not None:
             log_dir = self.directory_path(target_directory_id)  # None for UNASSIGNED, LOST, unknown
         if log_dir is None:
             log_dir = self._next_log_dirs()[0]
-        created = Log.create(
+        self._logs_per_dir[log_dir] = self._logs_per_dir.get(log_dir, 0) + 1
+        return log_dir
+
+    def _make_log(
+        self, log_dir: Path, topic: str, partition: int, topic_id: uuid.UUID, config: LogConfig
+    ) -> Log:
+        """The files of a new log and the log on them (nothing else is touched: safe on any thread)."""
+        return Log.create(
             log_dir / f"{topic}-{partition}",
             config,
             topic_id,
@@ -294,9 +372,16 @@ class LogManager:
             flush_scheduler=self._flusher.submit,
             producer_id_expiration_ms=self.producer_id_expiration_ms,
         )
-        self._logs[(topic, partition)] = created
-        self._logs_per_dir[log_dir] = self._logs_per_dir.get(log_dir, 0) + 1
-        return created
+
+    def _make_logs(self, placed: Sequence[tuple[NewLog, Path]]) -> list[Log | Exception]:
+        """`_make_log` of each, on the creator thread: the log or why it could not be made."""
+        made: list[Log | Exception] = []
+        for each, log_dir in placed:
+            try:
+                made.append(self._make_log(log_dir, each.topic, each.partition, each.topic_id, each.config))
+            except (OSError, ValueError) as e:
+                made.append(e)
+        return made
 
     def create_future_log(self, topic: str, partition: int, log_dir: Path) -> Log:
         """An empty `-future` log of the partition in `log_dir`, which must not hold its current log."""
@@ -335,7 +420,7 @@ class LogManager:
         future.flush_all()
         future.close()
         target = future.dir.with_name(f"{topic}-{partition}")
-        future.dir.rename(target)
+        future.epoch_cache.rename_dir(target)
         fsync_dir(target.parent)
         high_watermark = future.high_watermark if source is None else source.high_watermark
         loaded = Log.load(
@@ -357,7 +442,7 @@ class LogManager:
         if source is not None:
             suffix = f"-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
             doomed = source.dir.with_name(topic[: 255 - len(suffix)] + suffix)
-            source.dir.rename(doomed)
+            source.epoch_cache.rename_dir(doomed)
             fsync_dir(doomed.parent)
             source.dir = doomed
             self._logs_to_delete.append((self.clock(), source))
@@ -376,7 +461,7 @@ class LogManager:
         self.cleaner.resume_cleaning(removed)
         self._logs_per_dir[removed.dir.parent] -= 1
         target = removed.dir.with_name(log_dir_name_with_suffix(topic, partition, DELETE_DIR_SUFFIX))
-        removed.dir.rename(target)
+        removed.epoch_cache.rename_dir(target)
         fsync_dir(target.parent)
         removed.dir = target
         self._logs_to_delete.append((self.clock(), removed))
@@ -395,7 +480,7 @@ class LogManager:
         removed.close()
         suffix = f"-{partition}.{uuid.uuid4().hex}{STRAY_DIR_SUFFIX}"
         target = removed.dir.with_name(topic[: 255 - len(suffix)] + suffix)
-        removed.dir.rename(target)
+        removed.epoch_cache.rename_dir(target)
         fsync_dir(target.parent)
         removed.dir = target
         self._write_checkpoints(target.parent, hw=False)
@@ -403,20 +488,33 @@ class LogManager:
 
     def delete_log(self, topic: str, partition: int) -> None:
         """Rename the partition dir to `<topic>-<partition>.<uuid>-delete`; remove it after the delete delay."""
-        self.delete_future_log(topic, partition)
-        self._preferred_log_dirs.pop((topic, partition), None)
-        removed = self._logs.pop((topic, partition), None)
-        if removed is None:
-            return
-        self._logs_per_dir[removed.dir.parent] -= 1
-        self.cleaner.remove_log(removed)
-        suffix = f"-{partition}.{uuid.uuid4().hex}-delete"
-        target = removed.dir.with_name(topic[: 255 - len(suffix)] + suffix)
-        removed.dir.rename(target)
-        fsync_dir(target.parent)
-        removed.dir = target
-        self._logs_to_delete.append((self.clock(), removed))
-        self._write_checkpoints(target.parent, hw=False)
+        self.delete_logs([(topic, partition)])
+
+    def delete_logs(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """`delete_log` of each partition, with one fsync and one checkpoint write per log dir for them
+        all (as Kafka's asyncDelete of a batch): deleting a topic of thousands of partitions must not
+        rewrite the checkpoints once a partition on the event loop."""
+        touched: set[Path] = set()
+        doomed = []
+        for topic, partition in partitions:
+            self.delete_future_log(topic, partition)
+            self._preferred_log_dirs.pop((topic, partition), None)
+            removed = self._logs.pop((topic, partition), None)
+            if removed is not None:
+                doomed.append(removed)
+        self.cleaner.remove_logs(doomed)  # before the renames: a clean in progress is aborted first
+        for removed in doomed:
+            topic, partition = removed.topic, removed.partition
+            self._logs_per_dir[removed.dir.parent] -= 1
+            suffix = f"-{partition}.{uuid.uuid4().hex}-delete"
+            target = removed.dir.with_name(topic[: 255 - len(suffix)] + suffix)
+            removed.epoch_cache.rename_dir(target)
+            touched.add(target.parent)
+            removed.dir = target
+            self._logs_to_delete.append((self.clock(), removed))
+        for log_dir in touched:
+            fsync_dir(log_dir)
+            self._write_checkpoints(log_dir, hw=False)
 
     # --- periodic work -------------------------------------------------------------------------------
 
@@ -508,6 +606,7 @@ class LogManager:
     def shutdown(self, broker_epoch: int = -1) -> None:
         """Flush and close every log, write the checkpoints and the clean-shutdown marker."""
         self.cleaner.shutdown()
+        self._creator.shutdown(wait=True)
         self._flusher.shutdown(wait=True)
         for each in self.all_logs():
             each.flush_all()
