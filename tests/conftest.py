@@ -258,6 +258,14 @@ def broker_factory(tmp_path: Path) -> Iterator:
 # --- Apache Kafka, the reference (tests/apache_kafka.py) ------------------------------------------
 
 
+def skip_unless_ci(message: str) -> None:
+    """Skip with `message`; with CI=true fail instead: CI installs what the interop tests need, and a test
+    that quietly never runs there would prove nothing."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(message + " (CI=true: required)")
+    pytest.skip(message)
+
+
 def require_apache_kafka() -> None:
     """Skip with one line naming what is missing when java or mvn is not here; with CI=true fail instead,
     since CI has both and an interop test that quietly never runs there would prove nothing."""
@@ -265,10 +273,7 @@ def require_apache_kafka() -> None:
 
     missing = apache_kafka.missing_tools()
     if missing:
-        message = f"Apache Kafka reference not available: {' and '.join(missing)} not on PATH"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message + " (CI=true: required)")
-        pytest.skip(message)
+        skip_unless_ci(f"Apache Kafka reference not available: {' and '.join(missing)} not on PATH")
     try:
         apache_kafka.resolve()
     except apache_kafka.KafkaSetupError as error:

@@ -44,7 +44,7 @@ import apache_kafka
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from conftest import BrokerProcess, require_apache_kafka, start_broker, stop_cleanly
+from conftest import BrokerProcess, require_apache_kafka, skip_unless_ci, start_broker, stop_cleanly
 from test_cluster import LocalKraftCluster, wait_for
 
 from formats.segment import walk
@@ -71,10 +71,7 @@ CLIENT_TIMEOUTS = {"socket.timeout.ms": 30000, "request.timeout.ms": 30000}
 def require_javac() -> None:
     """Skip with one line when javac is missing (a JRE without a JDK); with CI=true fail instead."""
     if shutil.which("javac") is None:
-        message = "Java clients test not available: javac not on PATH"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message + " (CI=true: required)")
-        pytest.skip(message)
+        skip_unless_ci("Java clients test not available: javac not on PATH")
 
 
 def compile_clients() -> Path:
