@@ -37,6 +37,7 @@ from kcli.protocol.produce_codec import (
     ProducePartitionAnswer,
     answer_from_response,
 )
+from kcli.security import PLAINTEXT, ClientSecurity
 
 API_VERSIONS = 18
 DEFAULT_REQUEST_TIMEOUT = 30.0
@@ -98,9 +99,12 @@ class KafkaClient:
         connect_timeout: float = 10.0,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         negotiate: bool = True,
+        security: ClientSecurity = PLAINTEXT,
     ) -> KafkaClient:
         """Connect to "host:port" and, unless told not to, learn the broker's API versions."""
         host, port = split_address(bootstrap)
+        if security.protocol != "PLAINTEXT":
+            raise ClientError(f"security.protocol {security.protocol} is not supported yet.")
         loop = asyncio.get_running_loop()
         try:
             transport, protocol = await asyncio.wait_for(
@@ -546,8 +550,9 @@ class NodeConnections:
     """One connection per node, opened on first use and dropped when it fails: what a broker keeps to
     its peers (Raft voters, the active controller)."""
 
-    def __init__(self, client_id: str) -> None:
+    def __init__(self, client_id: str, security: ClientSecurity = PLAINTEXT) -> None:
         self.client_id = client_id
+        self.security = security
         self._clients: dict[int, KafkaClient] = {}
 
     async def send(
@@ -572,6 +577,7 @@ class NodeConnections:
                     client_id=self.client_id,
                     connect_timeout=timeout,
                     request_timeout=timeout,
+                    security=self.security,
                 )
                 self._clients[node_id] = client
             if callable(request):

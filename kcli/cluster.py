@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from kcli.client import ClientError, KafkaClient, split_bootstrap
 from kcli.protocol.messages import build, nested_type
+from kcli.security import PLAINTEXT, ClientSecurity
 
 METADATA = 3
 FIND_COORDINATOR = 10
@@ -44,28 +45,41 @@ class ClusterMetadata:
 
 
 class Cluster:
-    def __init__(self, bootstrap: KafkaClient, *, client_id: str, request_timeout: float) -> None:
+    def __init__(
+        self,
+        bootstrap: KafkaClient,
+        *,
+        client_id: str,
+        request_timeout: float,
+        security: ClientSecurity = PLAINTEXT,
+    ) -> None:
         self.bootstrap = bootstrap
         self.client_id = client_id
+        self.security = security
         self.request_timeout = request_timeout
         self._brokers: dict[int, str] = {}
         self._clients: dict[int, KafkaClient] = {}
 
     @classmethod
     async def connect(
-        cls, bootstrap_servers: str, *, client_id: str = "kcli", request_timeout: float = 30.0
+        cls,
+        bootstrap_servers: str,
+        *,
+        client_id: str = "kcli",
+        request_timeout: float = 30.0,
+        security: ClientSecurity = PLAINTEXT,
     ) -> Cluster:
         """Connect to the first reachable of "host:port[,host:port...]"."""
         errors = []
         for address in split_bootstrap(bootstrap_servers):  # every entry well formed before any connects
             try:
                 client = await KafkaClient.connect(
-                    address, client_id=client_id, request_timeout=request_timeout
+                    address, client_id=client_id, request_timeout=request_timeout, security=security
                 )
             except ClientError as exc:
                 errors.append(str(exc))
                 continue
-            return cls(client, client_id=client_id, request_timeout=request_timeout)
+            return cls(client, client_id=client_id, request_timeout=request_timeout, security=security)
         raise ClusterError(
             errors[0] if len(errors) == 1 else "no bootstrap server is reachable: " + " ".join(errors)
         )
@@ -113,7 +127,10 @@ class Cluster:
             client = self.bootstrap
         else:
             client = await KafkaClient.connect(
-                address, client_id=self.client_id, request_timeout=self.request_timeout
+                address,
+                client_id=self.client_id,
+                request_timeout=self.request_timeout,
+                security=self.security,
             )
         self._clients[node_id] = client
         return client

@@ -348,17 +348,29 @@ class KafkaCluster:
     cluster_id: str
     nodes: list[KafkaNode]
     format_seconds: float = 0.0
+    stranded: set[int] = field(default_factory=set)
 
     @property
     def bootstrap(self) -> str:
         return ",".join(node.bootstrap for node in self.nodes)
 
     def stop(self) -> dict[int, int | None]:
-        """Stop every node (SIGTERM all first, so no node waits on a stopped peer's timeout alone)."""
+        """Stop every node: SIGTERM all at once, so that each broker's controlled shutdown meets a quorum.
+
+        A node whose broker asks for controlled shutdown after a majority of the voters has already exited
+        waits for an answer no controller can commit (Kafka's BrokerServer waits up to its shutdown
+        timeout, minutes). Nodes still running after STOP_TIMEOUT are killed; when they are a minority (the
+        majority had exited) they are named in `stranded`, since Kafka itself could not end them."""
         for node in self.nodes:
             if node.is_running():
                 os.kill(node.pid, signal.SIGTERM)
-        return {node.node_id: node.stop() for node in self.nodes}
+        deadline = time.monotonic() + STOP_TIMEOUT
+        while any(node.is_running() for node in self.nodes) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        running = {node.node_id for node in self.nodes if node.is_running()}
+        if 2 * len(running) < len(self.nodes):
+            self.stranded = running
+        return {node.node_id: node.stop(timeout=0.0) for node in self.nodes}
 
 
 def server_properties(node: KafkaNode, voters: str, replication: int) -> str:

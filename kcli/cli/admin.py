@@ -14,6 +14,7 @@ from kcli.cli.app import Output
 
 if TYPE_CHECKING:
     from kcli.cluster import Cluster
+    from kcli.security import ClientSecurity
 
 T = TypeVar("T")
 
@@ -24,12 +25,21 @@ BOOTSTRAP = typer.Option(
 OUTPUT = typer.Option(Output.text, "--output", "-o", help="Aligned columns, or one JSON object per line.")
 
 
-def run_on_cluster(bootstrap: str, work: Callable[[Cluster], Awaitable[T]], *, client_id: str = "kcli") -> T:
+def run_on_cluster(
+    bootstrap: str,
+    work: Callable[[Cluster], Awaitable[T]],
+    *,
+    client_id: str = "kcli",
+    security: ClientSecurity | None = None,
+) -> T:
     """Connect, run `work(cluster)` on a fresh event loop, close every connection."""
     from kcli.cluster import Cluster
+    from kcli.security import PLAINTEXT
 
     async def main() -> T:
-        async with await Cluster.connect(bootstrap, client_id=client_id) as cluster:
+        async with await Cluster.connect(
+            bootstrap, client_id=client_id, security=security or PLAINTEXT
+        ) as cluster:
             return await work(cluster)
 
     return asyncio.run(main())
