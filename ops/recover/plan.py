@@ -56,14 +56,12 @@ from formats.index import (
     encode_time_entry,
     read_txn_index,
 )
+from formats.log_loader import INDEX_SUFFIXES, FileChange, plan_leftovers, producer_state_replay
 from formats.records import HEADER_SIZE_UP_TO_MAGIC, MIN_UNIT_SIZE, describe_bad_unit
 from formats.segment import (
-    CLEANED_SUFFIX,
-    DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
     SNAPSHOT_SUFFIX,
-    SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
     SegmentIndexer,
@@ -94,8 +92,6 @@ INDEX_FINDINGS = frozenset(
 
 _INT32_MAX = 2**31 - 1
 _METADATA_TOPIC = "__cluster_metadata-"
-_SNAPSHOT_DELETED = ".checkpoint.deleted"  # KRaft snapshots: their own recovery handles them
-_INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 KINDS = {
     "delete_leftover": "a file Kafka's loader deletes: moved to the quarantine",
@@ -270,18 +266,6 @@ def _plan_partition(path: Path, interval: int, index_problems: dict[Path, list[s
         for n in view
         if n.endswith(LOG_SUFFIX) and n.count(".") == 1 and base_offset_of(n) is not None
     )
-    for name in sorted(view):  # an index without its log: Kafka deletes it
-        if base_offset_of(name) is not None and name.endswith(_INDEX_SUFFIXES):
-            if name[: name.rindex(".")] + LOG_SUFFIX not in view:
-                plan.changes.append(
-                    _move(
-                        plan,
-                        "delete_leftover",
-                        view.pop(name),
-                        name,
-                        "an index without its .log file; Kafka's loader deletes it.",
-                    )
-                )
     epochs_seen: list[
         tuple[int, int]
     ] = []  # (epoch, base offset) of every batch kept, for an unreadable checkpoint
@@ -322,85 +306,61 @@ def _plan_partition(path: Path, interval: int, index_problems: dict[Path, list[s
 
 
 def _leftovers(plan: PartitionPlan, files: dict[str, Path]) -> dict[str, Path]:
-    """Kafka's removeTempFilesAndCollectSwapFiles and the swap completion; returns the dir as it is after."""
+    """Kafka's leftover, swap and orphaned-index rules (`formats.log_loader`) as changes; returns the dir
+    as it is after them (final name -> the file holding its bytes now)."""
+
+    def next_offset_of(name: str) -> int:
+        with _mapped(files[name]) as data:
+            return _validate(data, base_offset_of(name) or 0, stop_at_bad=False).next_offset
+
     view = dict(files)
-    cleaned = [n for n in files if n.endswith(CLEANED_SUFFIX)]
-    swaps = [n for n in files if n.endswith(SWAP_SUFFIX)]
-    for name in files:
-        if name.endswith(DELETED_SUFFIX) and not name.endswith(_SNAPSHOT_DELETED):
+    for change in plan_leftovers(files, next_offset_of):
+        source = view.pop(change.name)
+        if change.target is not None:
+            view[change.target] = source
             plan.changes.append(
-                _move(
-                    plan,
-                    "delete_leftover",
-                    view.pop(name),
-                    name,
-                    "a file an earlier delete left behind (.deleted); Kafka's loader deletes it.",
-                )
-            )
-    min_cleaned = min((base_offset_of(n) or 0 for n in cleaned), default=None)
-    valid_swaps = []
-    for name in swaps:
-        if min_cleaned is not None and (base_offset_of(name) or 0) >= min_cleaned:
-            plan.changes.append(
-                _move(
-                    plan,
-                    "delete_leftover",
-                    view.pop(name),
-                    name,
-                    f"a .swap at or above the lowest .cleaned offset {min_cleaned}, left by an interrupted segment split; Kafka's loader deletes it.",
-                )
-            )
+                Change(plan.name, "complete_swap", str(source),
+                       f"a swap a compaction finished writing: Kafka's loader renames it to {change.target}.",
+                       data=plan.path / change.target)
+            )  # fmt: skip
         else:
-            valid_swaps.append(name)
-    for name in cleaned:
-        plan.changes.append(
-            _move(
-                plan,
-                "delete_leftover",
-                view.pop(name),
-                name,
-                "the output of an interrupted compaction (.cleaned); Kafka's loader deletes it.",
-            )
-        )
-    swap_logs = [n for n in valid_swaps if n.endswith(LOG_SUFFIX + SWAP_SUFFIX)]
-    if swap_logs:
-        low = min(base_offset_of(n) or 0 for n in swap_logs)
-        high = low
-        for name in swap_logs:
-            with _mapped(files[name]) as data:
-                high = max(high, _validate(data, base_offset_of(name) or 0, stop_at_bad=False).next_offset)
-        for name in sorted(view):
-            offset = base_offset_of(name)
-            if name.endswith(SWAP_SUFFIX) or offset is None or not low <= offset < high:
-                continue
             plan.changes.append(
                 _move(
                     plan,
                     "delete_leftover",
-                    view.pop(name),
-                    name,
-                    f"replaced by the swap of offsets {low}..{high - 1} that a compaction finished; Kafka's loader deletes it.",
+                    source,
+                    change.name,
+                    _why_deleted(change),
+                    plan.path / change.name,
                 )
             )
-    for name in valid_swaps:
-        final = name[: -len(SWAP_SUFFIX)]
-        source = view.pop(name)
-        view[final] = source
-        plan.changes.append(
-            Change(
-                plan.name,
-                "complete_swap",
-                str(source),
-                f"a swap a compaction finished writing: Kafka's loader renames it to {final}.",
-                data=plan.path / final,
-            )
-        )
     return view
 
 
-def _move(plan: PartitionPlan, kind: str, path: Path, name: str, message: str) -> Change:
+def _why_deleted(change: FileChange) -> str:
+    if change.kind == "stray_deleted":
+        return "a file an earlier delete left behind (.deleted); Kafka's loader deletes it."
+    if change.kind == "invalid_swap":
+        return (
+            f"a .swap at or above the lowest .cleaned offset {change.min_cleaned_offset}, left by an "
+            "interrupted segment split; Kafka's loader deletes it."
+        )
+    if change.kind == "stray_cleaned":
+        return "the output of an interrupted compaction (.cleaned); Kafka's loader deletes it."
+    if change.kind == "compacted":
+        low, high = change.swap_range or (0, 0)
+        return f"replaced by the swap of offsets {low}..{high - 1} that a compaction finished; Kafka's loader deletes it."
+    return "an index without its .log file; Kafka's loader deletes it."
+
+
+def _move(
+    plan: PartitionPlan, kind: str, path: Path, name: str, message: str, final: Path | None = None
+) -> Change:
+    """Moving `path` to the quarantine; `final` is where it is by then (a swap renamed before it goes)."""
     size = path.stat().st_size
-    return Change(plan.name, kind, str(path), message, 0, size, quarantine=f"{plan.name}/leftovers/{name}")
+    return Change(
+        plan.name, kind, str(final or path), message, 0, size, quarantine=f"{plan.name}/leftovers/{name}"
+    )
 
 
 # --- segments ----------------------------------------------------------------------------------------
@@ -573,7 +533,7 @@ def _drop_segment(plan: PartitionPlan, view: dict[str, Path], final: Path, base:
                [{"producerId": p} for p in pids], f"{plan.name}/{filename(base, LOG_SUFFIX)}")
     )  # fmt: skip
     stem = filename(base, "")
-    for suffix in (*_INDEX_SUFFIXES, SNAPSHOT_SUFFIX):
+    for suffix in (*INDEX_SUFFIXES, SNAPSHOT_SUFFIX):
         name = stem + suffix
         if name in view:
             plan.changes.append(
@@ -722,8 +682,7 @@ def _producer_state(
         fold = ProducerFold.from_snapshot(snapshots.get(start, ()), now_ms)
         origin = "the log start" if start is None else f"the snapshot at offset {start}"
         start = kept[0][0] if start is None else start
-        at = {b for b, _, _ in kept[-2:]} | {log_end}
-        shots = _replay(kept, fold, start, log_end, at)[0]
+        shots = _replay(kept, fold, start, log_end, snapshots=True)[0]
         why = "where Kafka's loader writes a snapshot at an unclean start"
         if not lost:  # only the marker makes them needed, and only where there is producer state to keep
             why += "; with the clean-shutdown marker and no snapshot it would start with no producer state"
@@ -749,7 +708,9 @@ def _producer_state(
         fold = ProducerFold.from_snapshot(snapshots.get(start, ()), now_ms)
         end = kept[k + 1][0] if k + 1 < len(kept) else log_end
         from_offset = kept[0][0] if start is None else start
-        aborted = [t for t in _replay(kept, fold, from_offset, end, set())[1] if t.last_offset >= base]
+        aborted = [
+            t for t in _replay(kept, fold, from_offset, end, snapshots=False)[1] if t.last_offset >= base
+        ]
         plan.changes.append(
             Change(plan.name, "rebuild_txn_index", str(view[name]),
                    f"{problem}: rebuilt from the segment's ABORT markers ({len(aborted)} aborted transactions).",
@@ -758,33 +719,32 @@ def _producer_state(
 
 
 def _replay(
-    kept: list[tuple[int, Path, int]],
-    fold: ProducerFold,
-    start: int,
-    end: int,
-    at: set[int],
+    kept: list[tuple[int, Path, int]], fold: ProducerFold, start: int, end: int, *, snapshots: bool
 ) -> tuple[dict[int, tuple[bytes, int, int]], list[AbortedTxn]]:
-    """Feed `fold` the batches from the one holding `start` to `end`, as Kafka's loader reads them: the
-    snapshot (bytes, producers, open transactions) at each offset of `at` above `start` it reaches, and
-    the aborted transactions its ABORT markers complete."""
+    """Feed `fold`, which holds the state at `start`, the batches up to `end` by Kafka's rebuild schedule
+    (`formats.log_loader.producer_state_replay`): with `snapshots`, the snapshot (bytes, producers, open
+    transactions) at each offset above `start` where Kafka's loader takes one; and the aborted
+    transactions its ABORT markers complete."""
     shots = {}
     aborted = []
-    for k, (base, source, size) in enumerate(kept):
-        following = kept[k + 1][0] if k + 1 < len(kept) else end
-        if following <= start or base >= end:
-            continue
-        if base in at and base > start:
-            shots[base] = (fold.snapshot(), len(fold.producers), fold.open_transactions)
+    by_base = {base: (source, size) for base, source, size in kept}
+    steps = producer_state_replay(
+        list(by_base), map_end_offset=start, log_start_offset=kept[0][0], last_offset=end
+    )
+    for step in steps:
+        if snapshots and step.snapshot and step.start_offset > start:
+            shots[step.start_offset] = (fold.snapshot(), len(fold.producers), fold.open_transactions)
+        source, size = by_base[step.base_offset]
         with _mapped(source) as data:
             for batch in walk(data, 0, size, check_crc=False).batches:
-                if batch.last_offset < start:
+                if batch.last_offset < step.start_offset:
                     continue
                 if batch.base_offset >= end:
                     break
                 txn = fold.feed(batch, data)
                 if txn is not None:
                     aborted.append(txn)
-    if end in at and end > start:
+    if snapshots and end > start:
         shots[end] = (fold.snapshot(), len(fold.producers), fold.open_transactions)
     return shots, aborted
 
