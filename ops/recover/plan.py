@@ -4,9 +4,10 @@ after an unclean shutdown, worked out on the files as they are and reported one 
 The decisions are those of Kafka's LogLoader (reference §4.1), taken on `formats` alone so that nothing
 is opened for writing:
 
-- leftovers: `.deleted` and `.cleaned` files go; a `.swap` at or above the lowest `.cleaned` offset is
-  the remains of an interrupted split and goes too; any other `.swap` completes its swap (the files it
-  replaces go, the suffix is stripped); an index without its `.log` goes.
+- leftovers, by the broker's own rules (`formats.log_loader`): `.deleted` and `.cleaned` files go; a
+  `.swap` at or above the lowest `.cleaned` offset is the remains of an interrupted split and goes too;
+  any other `.swap` completes its swap (the files it replaces go, the suffix is stripped); an index
+  without its `.log` goes.
 - segments: every batch of every segment is framed and checksummed (Kafka does this past the recovery
   point only; a bad batch below it still fails `kcli verify`, so it is treated the same); the first bad
   one (CRC, framing, an offset no index entry can hold) and everything after it in the segment is cut,
@@ -16,10 +17,12 @@ is opened for writing:
   segment's `.txnindex` loses the aborted transactions ending at or after the cut.
 - producer snapshots past the recovered log end (or unreadable) go, as Kafka's truncateAndReload drops
   them; where a partition lost batches or snapshots, producer state is rebuilt as Kafka's
-  rebuildProducerState does at an unclean start (the latest snapshot left, then every batch after it)
-  and written where it writes it: at the start of the last two segments and at the log end.
+  rebuildProducerState does at an unclean start (the latest snapshot above the log start, then every
+  batch after it, by the broker's schedule in `formats.log_loader`) and written where it writes it: at
+  the start of the last two segments and at the log end.
 - an unreadable `.txnindex` is rebuilt from the ABORT markers of its segment (producer state from the
-  earliest snapshot at or below it, else from the log start).
+  latest snapshot above the log start and at or below it, else from the log start: Kafka's
+  recoverSegment).
 - leader-epoch-checkpoint entries starting beyond the recovered log end go (truncateFromEnd); an
   unreadable checkpoint is rebuilt from the batches' epochs (Kafka's assign during recovery).
 - root offset checkpoints (recovery point, high watermark, log start) above a partition's recovered log
@@ -219,11 +222,13 @@ def plan_log_dir(
         reason = f"kcli verify: {path.name}: {found[0].message.rstrip('.')}{more}"
         index_problems.setdefault(log_path, []).append(reason)
     log_ends: dict[tuple[str, int], int] = {}
+    log_starts = _read_offset_checkpoint(log_dir / LOG_START)
     for name in sorted(os.listdir(log_dir)):
         parsed = parse_partition_dir(name)
         if parsed is None or not (log_dir / name).is_dir():
             continue
-        partition = _plan_partition(log_dir / name, index_interval_bytes, index_problems)
+        log_start = log_starts.get(parsed[0]) if parsed[1] is None else None
+        partition = _plan_partition(log_dir / name, index_interval_bytes, index_problems, log_start)
         plan.partitions.append(partition)
         if parsed[1] is None and partition.log_end is not None:
             log_ends[tuple(parsed[0])] = partition.log_end
@@ -257,7 +262,9 @@ def _clean_shutdown_marker(marker: Path) -> Change:
     )
 
 
-def _plan_partition(path: Path, interval: int, index_problems: dict[Path, list[str]]) -> PartitionPlan:
+def _plan_partition(
+    path: Path, interval: int, index_problems: dict[Path, list[str]], log_start: int | None
+) -> PartitionPlan:
     plan = PartitionPlan(path.name, path)
     files = {p.name: p for p in sorted(path.iterdir()) if p.is_file()}
     view = _leftovers(plan, files)  # final name -> the file holding its bytes now
@@ -297,7 +304,9 @@ def _plan_partition(path: Path, interval: int, index_problems: dict[Path, list[s
     plan.log_end = log_end
     if log_end is not None:
         _snapshots(plan, view, log_end)
-        _producer_state(plan, view, kept, log_end)
+        if kept:  # Kafka's newLogStartOffset, from the checkpoint as lowered to the log end below
+            log_start = max(min(log_start or 0, log_end), kept[0][0])
+            _producer_state(plan, view, kept, log_end, log_start)
         _epochs(plan, view, log_end, epochs_seen)
     return plan
 
@@ -659,11 +668,13 @@ def _snapshots(plan: PartitionPlan, view: dict[str, Path], log_end: int) -> None
 
 
 def _producer_state(
-    plan: PartitionPlan, view: dict[str, Path], kept: list[tuple[int, Path, int]], log_end: int
+    plan: PartitionPlan,
+    view: dict[str, Path],
+    kept: list[tuple[int, Path, int]],
+    log_end: int,
+    log_start: int,
 ) -> None:
     """Snapshots rebuilt where the partition lost batches or snapshots, and unreadable .txnindex files."""
-    if not kept:
-        return
     deleted = {Path(c.file).name for c in plan.changes if c.kind == "delete_snapshot"}
     snapshots: dict[int, list] = {}  # offset -> entries of each readable snapshot left
     for name in view:
@@ -678,11 +689,11 @@ def _producer_state(
     lost = any(c.kind in ("truncate_segment", "drop_segment", "delete_snapshot") for c in plan.changes)
     none_left = not plan.name.startswith(_METADATA_TOPIC) and not any(o <= log_end for o in snapshots)
     if lost or none_left:
-        start = max((o for o in snapshots if o <= log_end), default=None)
+        start = _snapshot_to_load(snapshots, log_start, log_end)
         fold = ProducerFold.from_snapshot(snapshots.get(start, ()), now_ms)
         origin = "the log start" if start is None else f"the snapshot at offset {start}"
-        start = kept[0][0] if start is None else start
-        shots = _replay(kept, fold, start, log_end, snapshots=True)[0]
+        start = log_start if start is None else start
+        shots = _replay(kept, fold, start, log_end, log_start, snapshots=True)[0]
         why = "where Kafka's loader writes a snapshot at an unclean start"
         if not lost:  # only the marker makes them needed, and only where there is producer state to keep
             why += "; with the clean-shutdown marker and no snapshot it would start with no producer state"
@@ -704,12 +715,14 @@ def _producer_state(
             continue
         except FormatError as e:
             problem = str(e).rstrip(".")
-        start = min((o for o in snapshots if o <= base), default=None)
+        start = _snapshot_to_load(snapshots, log_start, base)
         fold = ProducerFold.from_snapshot(snapshots.get(start, ()), now_ms)
         end = kept[k + 1][0] if k + 1 < len(kept) else log_end
-        from_offset = kept[0][0] if start is None else start
+        from_offset = log_start if start is None else start
         aborted = [
-            t for t in _replay(kept, fold, from_offset, end, snapshots=False)[1] if t.last_offset >= base
+            t
+            for t in _replay(kept, fold, from_offset, end, log_start, snapshots=False)[1]
+            if t.last_offset >= base
         ]
         plan.changes.append(
             Change(plan.name, "rebuild_txn_index", str(view[name]),
@@ -719,7 +732,13 @@ def _producer_state(
 
 
 def _replay(
-    kept: list[tuple[int, Path, int]], fold: ProducerFold, start: int, end: int, *, snapshots: bool
+    kept: list[tuple[int, Path, int]],
+    fold: ProducerFold,
+    start: int,
+    end: int,
+    log_start: int,
+    *,
+    snapshots: bool,
 ) -> tuple[dict[int, tuple[bytes, int, int]], list[AbortedTxn]]:
     """Feed `fold`, which holds the state at `start`, the batches up to `end` by Kafka's rebuild schedule
     (`formats.log_loader.producer_state_replay`): with `snapshots`, the snapshot (bytes, producers, open
@@ -729,7 +748,7 @@ def _replay(
     aborted = []
     by_base = {base: (source, size) for base, source, size in kept}
     steps = producer_state_replay(
-        list(by_base), map_end_offset=start, log_start_offset=kept[0][0], last_offset=end
+        list(by_base), map_end_offset=start, log_start_offset=log_start, last_offset=end
     )
     for step in steps:
         if snapshots and step.snapshot and step.start_offset > start:
@@ -790,14 +809,25 @@ def _epochs(plan: PartitionPlan, view: dict[str, Path], log_end: int, seen: list
     )  # fmt: skip
 
 
+def _snapshot_to_load(snapshots: dict[int, list], log_start: int, offset: int) -> int | None:
+    """The snapshot Kafka's truncateAndReload loads to rebuild the state up to `offset`: the newest in
+    (log start, offset] (it deletes the others); None: it starts empty at the log start."""
+    return max((o for o in snapshots if log_start < o <= offset), default=None)
+
+
+def _read_offset_checkpoint(path: Path) -> dict[tuple[str, int], int]:
+    """A root offset checkpoint's entries; {} when it is missing or unreadable."""
+    try:
+        return checkpoints.read_offset_checkpoint(path.read_text("utf-8"))
+    except (OSError, FormatError, UnicodeDecodeError):
+        return {}
+
+
 def _root_checkpoints(log_dir: Path, log_ends: dict[tuple[str, int], int]) -> list[Change]:
     changes = []
     for name, what in ROOT_CHECKPOINTS.items():
         path = log_dir / name
-        try:
-            entries = checkpoints.read_offset_checkpoint(path.read_text("utf-8"))
-        except (OSError, FormatError, UnicodeDecodeError):
-            continue
+        entries = _read_offset_checkpoint(path)
         for tp, offset in sorted(entries.items()):
             end = log_ends.get(tp)
             if end is None or offset <= end:
