@@ -24,7 +24,7 @@ from formats.segment import (
 )
 
 SNAPSHOT_DELETE_SUFFIX = ".checkpoint.deleted"
-"""KRaft snapshots marked for deletion: KafkaMetadataLog's own recovery handles them, the loader skips them."""
+"""KRaft snapshots marked for deletion: KafkaMetadataLog's own recovery handles them, not the loader."""
 
 INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
@@ -53,7 +53,8 @@ def plan_leftovers(names: Iterable[str], next_offset_of: Callable[[str], int]) -
 
     - `.deleted` files go (interrupted deletes), except KRaft snapshots';
     - a `.swap` at or above the lowest `.cleaned` offset is an interrupted split's and goes (KAFKA-6264),
-      then every `.cleaned` goes (an interrupted compaction);
+      then every `.cleaned` goes (an interrupted compaction; one not named after an offset sets no bound,
+      where Kafka's offsetFromFile would fail the whole load);
     - the remaining swaps finished being written: every file whose offset lies in [lowest swap log base,
       highest swap log next offset) is what they replace and goes, then each `.swap` loses its suffix;
     - an index whose `.log` is then missing is orphaned and goes.

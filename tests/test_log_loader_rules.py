@@ -49,6 +49,14 @@ def test_leftovers_go_swaps_complete_and_orphaned_indexes_go_in_kafkas_order() -
     ]
 
 
+def test_a_cleaned_file_not_named_after_an_offset_goes_without_cutting_swaps() -> None:
+    changes = plan_leftovers(["junk.cleaned", _name(5, ".log.swap")], lambda name: 9)
+    assert changes == [
+        FileChange("stray_cleaned", "junk.cleaned"),
+        FileChange("swap", _name(5, ".log.swap"), _name(5, ".log")),
+    ]
+
+
 def test_a_clean_directory_has_no_changes() -> None:
     names = [_name(0, s) for s in (".log", ".index", ".timeindex", ".snapshot")] + ["partition.metadata"]
     assert plan_leftovers(names, lambda name: 0) == []

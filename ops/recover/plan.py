@@ -358,7 +358,10 @@ def _why_deleted(change: FileChange) -> str:
         return "the output of an interrupted compaction (.cleaned); Kafka's loader deletes it."
     if change.kind == "compacted":
         low, high = change.swap_range or (0, 0)
-        return f"replaced by the swap of offsets {low}..{high - 1} that a compaction finished; Kafka's loader deletes it."
+        return (
+            f"replaced by the swap of offsets {low}..{high - 1} that a compaction finished; Kafka's loader "
+            "deletes it."
+        )
     return "an index without its .log file; Kafka's loader deletes it."
 
 

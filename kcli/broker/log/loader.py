@@ -1,10 +1,11 @@
 """LogLoader: open a partition directory and recover it after an unclean shutdown (reference §4.1).
 
 The order is Kafka's LogLoader.load: leftovers of interrupted deletes, compactions and splits are cleaned
-up by the rules `kcli recover logdir` reports too (`formats.log_loader`), every segment is opened (an index that is missing or fails its cheap sanity check gets the segment
-recovered at once), and without a clean-shutdown marker every segment from the one holding the recovery
-point onward is re-validated. The first segment that loses bytes has every later segment deleted. What
-was done is reported in lines an operator can act on: files, byte positions and offsets.
+up by the plan `kcli recover logdir` reports too (`formats.log_loader`), every segment is opened (an
+index that is missing or fails its cheap sanity check gets the segment recovered at once), and without a
+clean-shutdown marker every segment from the one holding the recovery point onward is re-validated. The
+first segment that loses bytes has every later segment deleted. What was done is reported in lines an
+operator can act on: files, byte positions and offsets.
 
 Recovering a segment also rebuilds its `.txnindex`, as Kafka's recoverSegment does: a producer state of
 the loader's own is rebuilt up to the segment's base offset (newest snapshot at or below it, then the
