@@ -8,6 +8,7 @@ from pathlib import Path
 
 from formats.compression import Codec
 from kcli.errors import KcliError
+from kcli.security import PLAINTEXT, ClientSecurity
 from ops.replay.partitioner import Mapping
 
 MAX_IN_FLIGHT = 5
@@ -69,6 +70,9 @@ class ReplayOptions:
     """Of a created destination; -1 is the broker's default.replication.factor."""
     topic_configs: tuple[tuple[str, str], ...] = ()
     """Config overrides of a created destination."""
+    client_id: str = "kcli-replay"
+    security: ClientSecurity = PLAINTEXT
+    """How every connection to the destination is made (--producer.config)."""
 
     @property
     def record_filters(self) -> bool:
