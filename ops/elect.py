@@ -168,6 +168,8 @@ class AdminConfig:
     """request.timeout.ms: LeaderElectionCommand's default is half the API timeout."""
     api_timeout_s: float = DEFAULT_API_TIMEOUT_MS / 1000
     """default.api.timeout.ms: how long the controller may take (ElectLeaders' TimeoutMs)."""
+    connect_timeout_s: float = 10.0
+    """socket.connection.setup.timeout.ms."""
     security: ClientSecurity = PLAINTEXT
     ignored: tuple[str, ...] = ()
     """Producer or consumer settings given, which an admin client does not use."""
@@ -178,15 +180,13 @@ def load_admin_config(path: str | Path) -> AdminConfig:
     settings included; what kcli cannot honour is refused), with LeaderElectionCommand's timeouts."""
     config = load_client_config(path)
     api_timeout = config.timeouts_ms.get("default.api.timeout.ms", DEFAULT_API_TIMEOUT_MS)
-    request_timeout = config.timeouts_ms.get("request.timeout.ms", api_timeout // 2)
-    for key, value in (("default.api.timeout.ms", api_timeout), ("request.timeout.ms", request_timeout)):
-        if value <= 0:  # Kafka's type is INT; 0 would give up before asking
-            raise ElectionError(f"{path}: {key} must be a positive number of milliseconds, not {value}.")
+    request_timeout = config.timeouts_ms.get("request.timeout.ms", max(1, api_timeout // 2))
     return AdminConfig(
         bootstrap_servers=config.bootstrap_servers,
         client_id=config.client_id or "kcli",
         request_timeout_s=request_timeout / 1000,
         api_timeout_s=api_timeout / 1000,
+        connect_timeout_s=config.timeout_s("socket.connection.setup.timeout.ms", 10.0),
         security=config.security,
         ignored=config.unused,
     )

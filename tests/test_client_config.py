@@ -7,12 +7,11 @@ from __future__ import annotations
 import datetime
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from cli_in_process import run_kcli
-from conftest import KCLI, REPO, BrokerProcess, kcli_env, start_broker, stop_cleanly
+from conftest import KCLI, REPO, BrokerProcess, kcli_env
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -108,6 +107,7 @@ def test_kafka_names_with_continuations_comments_and_jaas_quoting(stores: dict[s
         "client.id=ops-tools\n"
         "request.timeout.ms=12000\n"
         "default.api.timeout.ms=60000\n"
+        "socket.connection.setup.timeout.ms=7000\n"
         "retries=5\n"
     )
     s = config.security
@@ -122,7 +122,11 @@ def test_kafka_names_with_continuations_comments_and_jaas_quoting(stores: dict[s
         "ssl.endpoint.identification.algorithm": "https",
     }
     assert config.client_id == "ops-tools"
-    assert dict(config.timeouts_ms) == {"request.timeout.ms": 12000, "default.api.timeout.ms": 60000}
+    assert dict(config.timeouts_ms) == {
+        "request.timeout.ms": 12000,
+        "default.api.timeout.ms": 60000,
+        "socket.connection.setup.timeout.ms": 7000,
+    }
     assert config.unused == ()  # retries is an admin client setting: accepted, no effect
 
 
@@ -322,6 +326,7 @@ REFUSED = {
     "module for another mechanism": (f"security.protocol=SASL_SSL\nsasl.mechanism=OAUTHBEARER\n{JAAS_PLAIN}", "PlainLoginModule cannot log in"),
     "bad jaas": (f"security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nsasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required password=\"{SECRET}\"\n", "semicolon"),
     "bad timeout": ("request.timeout.ms=soon\n", "request.timeout.ms"),
+    "zero timeout": ("socket.connection.setup.timeout.ms=0\n", "from 1 to"),
 }  # fmt: skip
 
 
@@ -419,22 +424,14 @@ def test_a_secured_config_reaching_connect_is_one_clean_sentence(tmp_path: Path)
 # --- PLAINTEXT against a kcli broker ---------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = start_broker(tmp_path_factory.mktemp("broker"))
-    try:
-        yield process
-    finally:
-        stop_cleanly(process)
-
-
-def test_a_plaintext_config_drives_several_commands(server: BrokerProcess, tmp_path: Path) -> None:
+def test_a_plaintext_config_drives_several_commands(broker: BrokerProcess, tmp_path: Path) -> None:
     """bootstrap.servers comes from the file when -b is not given; client.id and the timeouts are used;
     a producer setting in a shared file is only warned about."""
     config = tmp_path / "client.properties"
     config.write_text(
-        f"bootstrap.servers={server.bootstrap}\nsecurity.protocol=PLAINTEXT\nclient.id=ops-tools\n"
-        "request.timeout.ms=15000\nconnections.max.idle.ms=540000\nretries=3\n"
+        f"bootstrap.servers={broker.bootstrap}\nsecurity.protocol=PLAINTEXT\nclient.id=ops-tools\n"
+        "request.timeout.ms=15000\nsocket.connection.setup.timeout.ms=5000\nconnections.max.idle.ms=540000\n"
+        "retries=3\n"
     )
     opt = ("--command-config", str(config))
     created = run_kcli("topics", "create", *opt, "-t", "secured-orders", "--partitions", "2")
@@ -449,7 +446,7 @@ def test_a_plaintext_config_drives_several_commands(server: BrokerProcess, tmp_p
         ("features", "describe", *opt),
         ("transactions", "list", *opt),
         ("reassign", "list", *opt),
-        ("quorum", "--bootstrap-server", server.bootstrap, *opt, "describe", "--status"),
+        ("quorum", "--bootstrap-server", broker.bootstrap, *opt, "describe", "--status"),
     ):
         result = run_kcli(*argv)
         assert (result.returncode, result.stderr) == (0, ""), argv
@@ -464,7 +461,7 @@ def test_a_plaintext_config_drives_several_commands(server: BrokerProcess, tmp_p
     assert elected.returncode == 0, elected.stderr
 
 
-def test_replay_takes_a_producer_config(server: BrokerProcess, tmp_path: Path) -> None:
+def test_replay_takes_a_producer_config(broker: BrokerProcess, tmp_path: Path) -> None:
     """--producer.config: the connection settings, and enable.idempotence where --idempotence is not given."""
     producer = tmp_path / "producer.properties"
     producer.write_text(
@@ -476,7 +473,7 @@ def test_replay_takes_a_producer_config(server: BrokerProcess, tmp_path: Path) -
         "replay",
         str(source),
         "-b",
-        server.bootstrap,
+        broker.bootstrap,
         "-t",
         "replayed",
         "--producer.config",

@@ -68,7 +68,7 @@ def run_on_cluster(
     `config` (read from a path here) gives the security, client.id, request.timeout.ms and, when
     `bootstrap` is None, bootstrap.servers; `security` and `client_id` are for callers without one.
     """
-    from kcli.cluster import Cluster
+    from kcli.cluster import CONNECT_TIMEOUT, Cluster
     from kcli.security import PLAINTEXT
 
     if config is None or isinstance(config, Path):
@@ -81,6 +81,7 @@ def run_on_cluster(
             client_id=config.client_id or client_id,
             request_timeout=config.timeout_s("request.timeout.ms", 30.0),
             security=security or config.security or PLAINTEXT,
+            connect_timeout=config.timeout_s("socket.connection.setup.timeout.ms", CONNECT_TIMEOUT),
         ) as cluster:
             return await work(cluster)
 

@@ -156,6 +156,7 @@ def _run(
             client_id=config.client_id,
             request_timeout=config.request_timeout_s,
             security=config.security,
+            connect_timeout=config.connect_timeout_s,
         ) as cluster:
             if dry_run:
                 return await plan_elections(cluster, kind, partitions)

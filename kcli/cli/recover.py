@@ -246,6 +246,7 @@ def partitions(
             client_id=config.client_id or "kcli",
             request_timeout=timeout,
             security=config.security,
+            connect_timeout=config.timeout_s("socket.connection.setup.timeout.ms", 10.0),
         ) as cluster:
             plans = await plan_partitions(
                 cluster, topics=topics or None, partitions=partition_ids or None, log_dirs=dirs

@@ -227,6 +227,7 @@ def replay(
         replication_factor=-1 if replication_factor is None else replication_factor,
         topic_configs=tuple(parse_key_values(topic_config or (), "--config").items()),
         request_timeout=config.timeout_s("request.timeout.ms", 30.0),
+        connect_timeout=config.timeout_s("socket.connection.setup.timeout.ms", 10.0),
         client_id=config.client_id or "kcli-replay",
         security=config.security,
     )

@@ -1,5 +1,6 @@
 """A Kafka client properties file (`--command-config`, `--admin.config`, `--producer.config`) read into
-a `ClientSecurity` and the few client settings kcli uses.
+a `ClientSecurity` and the few client settings kcli uses (client.id, bootstrap.servers,
+request.timeout.ms, default.api.timeout.ms, socket.connection.setup.timeout.ms).
 
 Kafka's Java names are the representation; librdkafka's spellings are accepted and turned into them,
 so the TLS and SASL code reads one set of keys:
@@ -99,9 +100,9 @@ MILLISECONDS = {
     "request.timeout.ms": INT_MAX,
     "default.api.timeout.ms": INT_MAX,
     "socket.connection.setup.timeout.ms": LONG_MAX,
-    "connections.max.idle.ms": LONG_MAX,
 }
-"""The client settings kcli uses, with Kafka's type bound (INT or LONG)."""
+"""The timeouts kcli uses, with Kafka's type bound (INT or LONG); 0 would give up at once, so each
+must be at least 1."""
 
 SASL_KEPT = frozenset(
     {
@@ -158,6 +159,7 @@ NO_EFFECT = frozenset(
         "metrics.recording.level",
         "auto.include.jmx.reporter",
         "socket.connection.setup.timeout.max.ms",
+        "connections.max.idle.ms",  # a command's connections live as long as the command
         # broker-side OAUTHBEARER validation settings a shared file may carry
         "sasl.oauthbearer.jwks.endpoint.url",
         "sasl.oauthbearer.jwks.endpoint.refresh.ms",
@@ -253,8 +255,7 @@ class ClientConfig:
     bootstrap_servers: str | None = None
     """`bootstrap.servers`, used where --bootstrap-server is not given."""
     timeouts_ms: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
-    """`request.timeout.ms`, `default.api.timeout.ms`, `socket.connection.setup.timeout.ms`,
-    `connections.max.idle.ms`, where set."""
+    """`request.timeout.ms`, `default.api.timeout.ms`, `socket.connection.setup.timeout.ms`, where set."""
     producer: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False)
     """The producer settings `kcli replay` honours (PRODUCER_USED), read with role="producer"."""
     unused: tuple[str, ...] = ()
@@ -401,8 +402,8 @@ class _Reader:
             value = int(raw.strip())
         except ValueError:
             value = -1
-        if not 0 <= value <= bound:
-            raise self.fail(f"{key} must be a number of milliseconds from 0 to {bound}, not {raw!r}.")
+        if not 1 <= value <= bound:
+            raise self.fail(f"{key} must be a number of milliseconds from 1 to {bound}, not {raw!r}.")
         return value
 
     def _producer(self) -> dict[str, str]:

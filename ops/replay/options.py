@@ -64,6 +64,8 @@ class ReplayOptions:
     acks: int = -1
     max_in_flight: int = MAX_IN_FLIGHT
     request_timeout: float = 30.0
+    connect_timeout: float = 10.0
+    """socket.connection.setup.timeout.ms, in seconds."""
     create_topic: bool = True
     """Create a destination topic that does not exist (as MirrorMaker 2 does), or refuse."""
     replication_factor: int = -1

@@ -97,6 +97,7 @@ class Replayer:
             client_id=opts.client_id,
             request_timeout=opts.request_timeout,
             security=opts.security,
+            connect_timeout=opts.connect_timeout,
         )
         try:
             metadata, self.num_partitions = await open_destination(cluster, opts, self.sources, self.warn)

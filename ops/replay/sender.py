@@ -193,6 +193,7 @@ class Sender:
                 client_id=self.options.client_id,
                 request_timeout=self.options.request_timeout,
                 security=self.options.security,
+                connect_timeout=self.options.connect_timeout,
             )
             self.clients[node] = client
         return client
@@ -208,6 +209,7 @@ class Sender:
                 client_id=self.options.client_id,
                 request_timeout=self.options.request_timeout,
                 security=self.options.security,
+                connect_timeout=self.options.connect_timeout,
             )
             metadata = await self.cluster.metadata([self.topic])
         self.brokers = dict(metadata.brokers)
