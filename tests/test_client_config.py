@@ -276,7 +276,19 @@ def test_jaas_tokenizing_as_kafkas_streamtokenizer() -> None:
 @pytest.mark.parametrize(
     ("line", "words"),
     [
-        ("org.apache.kafka.common.security.plain.PlainLoginModule required username=1abc;", "no value"),
+        (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required username=1abc;",
+            "option username is not name=value",
+        ),
+        # a value that needed quotes: what is left of it is not echoed as an option name
+        (
+            f'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password=x {SECRET};',
+            "option 3 is not",
+        ),
+        (
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required password=x@{SECRET};",
+            "option 2 is not",
+        ),
         ('org.apache.kafka.common.security.plain.PlainLoginModule required username="u"', "semicolon"),
         ("org.apache.kafka.common.security.plain.PlainLoginModule", "control flag"),
         ("org.apache.kafka.common.security.plain.PlainLoginModule mandatory;", "control flag"),
@@ -293,7 +305,7 @@ def test_jaas_tokenizing_as_kafkas_streamtokenizer() -> None:
 def test_jaas_mistakes_are_one_sentence(line: str, words: str) -> None:
     with pytest.raises(ClientConfigError) as raised:
         parse_jaas_config(line)
-    assert words in str(raised.value)
+    assert words in str(raised.value) and SECRET not in str(raised.value)
 
 
 def test_jaas_with_quoted_options_and_escapes() -> None:

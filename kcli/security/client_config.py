@@ -52,6 +52,7 @@ command does not use are returned in `unused` for the command to warn about.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -524,9 +525,9 @@ class _Reader:
             elif name in names and sep:
                 out[names[name]] = value
             else:
-                raise self.fail(
-                    f"sasl.oauthbearer.config: {name!r} is not one of principal, principalClaimName, "
-                    "scopeClaimName, lifeSeconds or extension_<name>."
+                raise self.fail(  # the item is not echoed: it may hold a value
+                    "sasl.oauthbearer.config takes space-separated principal=, principalClaimName=, "
+                    "scopeClaimName=, lifeSeconds= and extension_<name>= items only."
                 )
         if "unsecuredLoginPrincipalClaimName" in out and "unsecuredLoginStringClaim_sub" in out:
             claim = out.pop("unsecuredLoginStringClaim_sub")
@@ -774,12 +775,10 @@ def parse_jaas_config(text: str, *, source: str = "sasl.jaas.config") -> tuple[s
         options: dict[str, str] = {}
         while i < len(tokens) and tokens[i].char != ";":
             key = tokens[i].word
-            if key is None:
-                raise fail(f"an option name is expected where {tokens[i].char!r} is.")
-            if i + 2 >= len(tokens) or tokens[i + 1].char != "=" or tokens[i + 2].word is None:
+            if key is None or i + 2 >= len(tokens) or tokens[i + 1].char != "=" or tokens[i + 2].word is None:
                 raise fail(
-                    f"no value is given for option {key!r} (quote values that start with a digit or hold "
-                    "characters other than letters, digits and .-_$)."
+                    f"{_option_named(key, len(options))} is not name=value (quote values that start with a "
+                    "digit or hold characters other than letters, digits and .-_$)."
                 )
             options[key] = tokens[i + 2].word or ""
             i += 3
@@ -796,8 +795,22 @@ def parse_jaas_config(text: str, *, source: str = "sasl.jaas.config") -> tuple[s
         raise fail(GSSAPI_REFUSED)
     if module not in LOGIN_MODULES:
         known = ", ".join(LOGIN_MODULES)
-        raise fail(f"login module {module} is not supported by kcli; use one of {known}.")
+        shown = module if re.fullmatch(r"[A-Za-z_$][\w$]*(\.[A-Za-z_$][\w$]*)+", module) else "given"
+        raise fail(f"the login module {shown} is not supported by kcli; use one of {known}.")
     return module, options
+
+
+_OPTION_NAMES = re.compile(
+    r"username|password|clientId|clientSecret|scope|unsecuredLogin\w+|extension_\w+|tokenauth"
+)
+
+
+def _option_named(key: str | None, index: int) -> str:
+    """How an error names a JAAS option: by its name when it is a known one, else by its place (a
+    misquoted value would otherwise be echoed as a name)."""
+    if key is not None and _OPTION_NAMES.fullmatch(key):
+        return f"option {key}"
+    return f"option {index + 1}"
 
 
 @dataclass(frozen=True, slots=True)
