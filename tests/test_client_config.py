@@ -149,6 +149,21 @@ def test_pkcs12_keystore_is_recognised_and_endpoint_check_can_be_turned_off(stor
     assert "ssl.truststore.type" not in ssl  # the system's CAs
 
 
+def test_a_store_type_without_a_store_changes_nothing() -> None:
+    """Kafka's default (JKS) written out, with no store to open: the system's CAs, nothing refused."""
+    config = parsed(f"security.protocol=SSL\nssl.truststore.type=JKS\nssl.truststore.password={SECRET}\n")
+    assert not any(key.startswith("ssl.truststore") for key in config.security.ssl)
+
+
+def test_a_store_whose_bytes_contradict_its_type_is_refused(stores: dict[str, Path]) -> None:
+    with pytest.raises(ClientConfigError, match="is PEM, not the ssl.truststore.type PKCS12"):
+        parsed(f"security.protocol=SSL\nssl.truststore.type=PKCS12\nssl.truststore.location={stores['ca']}\n")
+    with pytest.raises(
+        ClientConfigError, match="ssl.keystore.key and ssl.keystore.certificate.chain go together"
+    ):
+        parsed("security.protocol=SSL\nssl.keystore.certificate.chain=-----BEGIN CERTIFICATE-----\n")
+
+
 def test_inline_pem_stores(stores: dict[str, Path]) -> None:
     def inline(text: str) -> str:
         return "\\n\\\n".join(text.strip().splitlines())

@@ -28,13 +28,15 @@ OAuthBearerLoginCallbackHandler is accepted). `sasl.mechanism` and `sasl.jaas.co
 `ClientSecurity.ssl`, filled only when the protocol uses TLS:
   - `ssl.endpoint.identification.algorithm`: always present, "https" (check the broker's host name,
     Kafka's default) or "" (do not; librdkafka's "none").
-  - `ssl.protocol` (default TLSv1.3), `ssl.enabled.protocols` (default "TLSv1.2,TLSv1.3"): always present.
+  - `ssl.protocol` (default TLSv1.3), `ssl.enabled.protocols` (default "TLSv1.2,TLSv1.3"): always
+    present. As in Kafka, the enabled list bounds the versions; ssl.protocol names the SSLContext and
+    with the default list still lets TLSv1.2 through.
   - `ssl.cipher.suites`: as given (Kafka: comma-separated IANA names; librdkafka: an OpenSSL list).
   - trust: absent means the system's default CAs. `ssl.truststore.type` is "PEM" or "PKCS12" (JKS is
     refused; unset, it is read from the file's first bytes), with either `ssl.truststore.location`
     (an absolute path to an existing file; librdkafka's `ssl.ca.location`) or, PEM only,
     `ssl.truststore.certificates` (the PEM text; librdkafka's `ssl.ca.pem`). `ssl.truststore.password`
-    only with PKCS12.
+    only with PKCS12. A type or password without a store is dropped (Kafka's default type is JKS).
   - `enable.ssl.certificate.verification`: librdkafka's name, present only as "false" (trust any
     certificate); Kafka has no such setting.
   - client certificate: `ssl.keystore.type` "PEM" or "PKCS12", with either `ssl.keystore.location`
@@ -626,54 +628,62 @@ class _Reader:
         location_key = f"ssl.{store}.location"
         type_key = f"ssl.{store}.type"
         password_key = f"ssl.{store}.password"
-        inline = ("ssl.truststore.certificates",) if store == "truststore" else ("ssl.keystore.key",)
-        location = ssl.get(location_key)
-        if location == "":
+        inline = (
+            ("ssl.truststore.certificates",)
+            if store == "truststore"
+            else ("ssl.keystore.key", "ssl.keystore.certificate.chain")
+        )
+        if ssl.get(location_key) == "":
             del ssl[location_key]
-            location = None
-        given_type = ssl.get(type_key, "").upper() or None
-        if given_type in ("JKS", "JCEKS"):
-            raise self.fail(_jks_refusal(store))
-        if given_type not in (None, "PEM", "PKCS12"):
-            raise self.fail(f"{type_key} must be PKCS12 or PEM, not {ssl[type_key]!r}.")
-        if location is not None:
-            if any(k in ssl for k in inline):
-                raise self.fail(f"give either {location_key} or {inline[0]}, not both.")
-            path = Path(location).absolute()
-            try:
-                head = path.read_bytes()[:64]
-            except FileNotFoundError:
-                raise self.fail(f"{location_key} {location}: no such file.") from None
-            except OSError as exc:
-                raise self.fail(f"{location_key} {location}: {(exc.strerror or str(exc)).lower()}.") from None
-            found = _store_kind(head)
-            if found == "JKS":
-                raise self.fail(_jks_refusal(store, location))
-            if found is None:
-                raise self.fail(f"{location_key} {location} is neither PEM nor PKCS12.")
-            if given_type is not None and given_type != found:
-                raise self.fail(f"{location_key} {location} is {found}, not the {type_key} {given_type}.")
-            ssl[location_key] = str(path)
-            ssl[type_key] = found
-        elif any(k in ssl for k in inline):
-            if given_type not in (None, "PEM"):
-                raise self.fail(f"{inline[0]} needs {type_key} PEM.")
-            ssl[type_key] = "PEM"
-        elif given_type is not None:
-            raise self.fail(f"{type_key} is given without {location_key}.")
-        else:
-            ssl.pop(password_key, None)  # a password with no store to open, as Kafka: unused
+        location = ssl.get(location_key)
+        given_type = ssl.pop(type_key, "").upper() or None
+        has_inline = any(k in ssl for k in inline)
+        if location is None and not has_inline:
+            # no store: the type and passwords open nothing (Kafka's JKS default type included)
+            ssl.pop(password_key, None)
             if store == "keystore":
                 ssl.pop("ssl.key.password", None)
             return
-        if store == "keystore":
-            has_key = "ssl.keystore.key" in ssl
-            has_chain = "ssl.keystore.certificate.chain" in ssl
-            if has_key != has_chain:
-                raise self.fail("ssl.keystore.key and ssl.keystore.certificate.chain go together.")
+        if given_type in ("JKS", "JCEKS"):
+            raise self.fail(_jks_refusal(store, location))
+        if given_type not in (None, "PEM", "PKCS12"):
+            raise self.fail(f"{type_key} must be PKCS12 or PEM, not {given_type!r}.")
+        if location is not None:
+            if has_inline:
+                raise self.fail(f"give either {location_key} or {' and '.join(inline)}, not both.")
+            found = self._store_file(location_key, location)
+            if found == "JKS":
+                raise self.fail(_jks_refusal(store, location))
+            if given_type is not None and given_type != found:
+                raise self.fail(f"{location_key} {location} is {found}, not the {type_key} {given_type}.")
+            ssl[location_key] = str(Path(location).absolute())
+            ssl[type_key] = found
+        else:
+            if given_type not in (None, "PEM"):
+                raise self.fail(f"{' and '.join(inline)} need {type_key} PEM.")
+            if not all(k in ssl for k in inline):
+                raise self.fail(f"{' and '.join(inline)} go together.")
+            ssl[type_key] = "PEM"
         if ssl[type_key] == "PEM" and password_key in ssl:
             what = "ssl.key.password" if store == "keystore" else "no password"
             raise self.fail(f"{password_key} cannot be given for a PEM {store}; it takes {what}.")
+
+    def _store_file(self, key: str, location: str) -> str:
+        """PEM, PKCS12 or JKS, from the file's first bytes (Kafka's type default, JKS, is not trusted:
+        librdkafka's ssl.keystore.location is PKCS12 and says no type)."""
+        try:
+            with open(location, "rb") as file:
+                head = file.read(64)
+        except FileNotFoundError:
+            raise self.fail(f"{key} {location}: no such file.") from None
+        except IsADirectoryError:
+            raise self.fail(f"{key} {location} is a directory, not a store.") from None
+        except OSError as exc:
+            raise self.fail(f"{key} {location}: {(exc.strerror or str(exc)).lower()}.") from None
+        found = _store_kind(head)
+        if found is None:
+            raise self.fail(f"{key} {location} is neither PEM nor PKCS12.")
+        return found
 
 
 def _store_kind(head: bytes) -> str | None:
@@ -686,11 +696,11 @@ def _store_kind(head: bytes) -> str | None:
     return None
 
 
-def _jks_refusal(store: str, location: str | None = None) -> str:
-    name = location or f"the {store}"
+def _jks_refusal(store: str, location: str | None) -> str:
+    source = location or "FILE.jks"
     return (
-        f"JKS {store}s are not supported; convert {name} with keytool -importkeystore "
-        f"-srckeystore {location or 'FILE.jks'} -destkeystore {store}.p12 -deststoretype PKCS12, then set "
+        f"JKS {store}s are not supported; convert {source} with keytool -importkeystore "
+        f"-srckeystore {source} -destkeystore {store}.p12 -deststoretype PKCS12, then set "
         f"ssl.{store}.type=PKCS12."
     )
 
