@@ -338,7 +338,7 @@ JAAS_PLAIN = (
     f'username="u" password="{SECRET}";\n'
 )
 REFUSED = {
-    "unknown key": (f"security.protocol=PLAINTEXT\nssl.trustore.location=/x\nsasl.password={SECRET}\n", "ssl.trustore.location"),
+    "unknown key": (f"security.protocol=PLAINTEXT\nssl.trustore.location=/x\nsasl.password={SECRET}\n", "ssl.trustore.location is not a Kafka client setting kcli knows (did you mean ssl.truststore.location?)"),
     "kerberos key": (f"security.protocol=SASL_SSL\nsasl.kerberos.service.name=kafka\n{JAAS_PLAIN}", "Kerberos"),
     "gssapi mechanism": (f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism=GSSAPI\n{JAAS_PLAIN}", "GSSAPI (Kerberos) is not supported"),
     "gssapi by default": (f"security.protocol=SASL_SSL\n{JAAS_PLAIN}", "GSSAPI (Kerberos) is not supported"),

@@ -54,6 +54,7 @@ command does not use are returned in `unused` for the command to warn about.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -389,7 +390,9 @@ class _Reader:
                 raise self.fail(
                     "bootstrap.controllers is not read from a client config; give --bootstrap-server."
                 )
-            raise self.fail(f"{key} is not a Kafka client setting kcli knows.")
+            close = difflib.get_close_matches(key, sorted(KNOWN | NO_EFFECT), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise self.fail(f"{key} is not a Kafka client setting kcli knows{hint}.")
         return tuple(unused)
 
     def _one_of(self, kafka: str, librdkafka: str) -> str | None:
