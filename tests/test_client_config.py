@@ -149,6 +149,23 @@ def test_pkcs12_keystore_is_recognised_and_endpoint_check_can_be_turned_off(stor
     assert "ssl.truststore.type" not in ssl  # the system's CAs
 
 
+def test_a_controllers_own_configuration_gives_its_client_settings() -> None:
+    """quorum add-controller's file is the joining controller's server.properties: its broker settings
+    are skipped, its client settings used."""
+    config = parsed(
+        "process.roles=controller\nnode.id=3\nlisteners=CONTROLLER://:9093\nlog.dirs=/var/kafka\n"
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+        f"sasl.username=admin\nsasl.password={SECRET}\n",
+        role="server",
+    )
+    assert (config.security.protocol, dict(config.security.jaas)) == (
+        "SASL_PLAINTEXT",
+        {"username": "admin", "password": SECRET},
+    )
+    with pytest.raises(ClientConfigError, match="node.id is not a Kafka client setting"):
+        parsed("node.id=3\n")
+
+
 def test_a_store_type_without_a_store_changes_nothing() -> None:
     """Kafka's default (JKS) written out, with no store to open: the system's CAs, nothing refused."""
     config = parsed(f"security.protocol=SSL\nssl.truststore.type=JKS\nssl.truststore.password={SECRET}\n")
