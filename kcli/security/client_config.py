@@ -618,11 +618,19 @@ class _Reader:
 
     def _read_text(self, key: str, location: str) -> str:
         try:
-            return Path(location).read_text("utf-8")
-        except FileNotFoundError:
-            raise self.fail(f"{key} {location}: no such file.") from None
+            return self._read(key, location).decode("utf-8")
         except UnicodeDecodeError:
             raise self.fail(f"{key} {location} is not PEM text.") from None
+
+    def _read(self, key: str, location: str, size: int = -1) -> bytes:
+        """A file a setting names, or one sentence naming the setting and the file."""
+        try:
+            with open(location, "rb") as file:
+                return file.read(size)
+        except FileNotFoundError:
+            raise self.fail(f"{key} {location}: no such file.") from None
+        except IsADirectoryError:
+            raise self.fail(f"{key} {location} is a directory, not a file.") from None
         except OSError as exc:
             raise self.fail(f"{key} {location}: {(exc.strerror or str(exc)).lower()}.") from None
 
@@ -674,16 +682,7 @@ class _Reader:
     def _store_file(self, key: str, location: str) -> str:
         """PEM, PKCS12 or JKS, from the file's first bytes (Kafka's type default, JKS, is not trusted:
         librdkafka's ssl.keystore.location is PKCS12 and says no type)."""
-        try:
-            with open(location, "rb") as file:
-                head = file.read(64)
-        except FileNotFoundError:
-            raise self.fail(f"{key} {location}: no such file.") from None
-        except IsADirectoryError:
-            raise self.fail(f"{key} {location} is a directory, not a store.") from None
-        except OSError as exc:
-            raise self.fail(f"{key} {location}: {(exc.strerror or str(exc)).lower()}.") from None
-        found = _store_kind(head)
+        found = _store_kind(self._read(key, location, 64))
         if found is None:
             raise self.fail(f"{key} {location} is neither PEM nor PKCS12.")
         return found
