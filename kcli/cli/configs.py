@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import sys
 from enum import StrEnum
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
-from kcli.cli.admin import BOOTSTRAP, OUTPUT, run_on_cluster, write_json_lines
+from kcli.cli.admin import BOOTSTRAP, COMMAND_CONFIG, OUTPUT, run_on_cluster, write_json_lines
 from kcli.cli.app import Output, app
 from kcli.errors import KcliError
 
@@ -54,7 +55,8 @@ BROKER_DEFAULTS = typer.Option(
 
 @configs_app.command("describe")
 def describe(
-    bootstrap: str = BOOTSTRAP,
+    bootstrap: str | None = BOOTSTRAP,
+    command_config: Path | None = COMMAND_CONFIG,
     entity_type: EntityType = ENTITY_TYPE,
     entity_name: str = ENTITY_NAME,
     entity_default: bool = ENTITY_DEFAULT,
@@ -82,7 +84,7 @@ def describe(
         names = [name] if name is not None else await entity_names(cluster, kind)
         return await describe_configs(cluster, [(kind, n) for n in names])
 
-    described = run_on_cluster(bootstrap, work)
+    described = run_on_cluster(bootstrap, work, config=command_config)
     if output is Output.json:
         write_json_lines(d.to_json(d.entries if all_ else d.dynamic()) for d in described)
         return
@@ -103,7 +105,8 @@ def describe(
 
 @configs_app.command("alter")
 def alter(
-    bootstrap: str = BOOTSTRAP,
+    bootstrap: str | None = BOOTSTRAP,
+    command_config: Path | None = COMMAND_CONFIG,
     entity_type: EntityType = ENTITY_TYPE,
     entity_name: str = ENTITY_NAME,
     entity_default: bool = ENTITY_DEFAULT,
@@ -141,6 +144,7 @@ def alter(
     run_on_cluster(
         bootstrap,
         lambda cluster: alter_configs(cluster, kind, name, set_configs=to_set, delete_configs=to_delete),
+        config=command_config,
     )
     if name == DEFAULTS_NAME:
         print("Completed updating default config for brokers in the cluster.")
