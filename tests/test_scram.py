@@ -29,6 +29,7 @@ from conftest import (
     BrokerProcess,
     free_port_range,
     kcli_env,
+    require_apache_kafka,
     start_broker,
     start_with_config,
     stop_cleanly,
@@ -36,6 +37,7 @@ from conftest import (
 from waiting import wait_for
 
 from formats.internal import decode_metadata_record
+from formats.internal import encode_metadata_record as encode
 from formats.kraft_snapshot import read_snapshot
 from kcli.client import KafkaClient
 from kcli.protocol.messages import nested_type
@@ -509,3 +511,195 @@ def test_a_credential_altered_through_any_node_reaches_every_node(cluster_factor
     assert (
         proc.stdout == "SCRAM credential configs for user-principal 'zoe' are SCRAM-SHA-256=iterations=6000\n"
     )
+
+
+# --- beside Apache Kafka ---------------------------------------------------------------------------------
+
+
+def _caused_by(stderr: str) -> str:
+    """The last "Caused by:" line of a Java tool's stack trace (the broker's error and message)."""
+    causes = [line for line in stderr.splitlines() if line.startswith("Caused by: ")]
+    return causes[-1] if causes else stderr.strip().splitlines()[-1]
+
+
+def test_kafka_configs_on_kcli_and_kcli_configs_on_kafka(
+    shared: BrokerProcess, kafka_node: Any, tmp_path: Path
+) -> None:
+    """Kafka's ConfigCommand alters credentials on kcli's broker, kcli's on Apache Kafka's, and both
+    brokers answer the same requests with the same errors (ConfigCommand --describe asks for client
+    quotas first, which kcli's broker does not serve, so describing is compared on Kafka's node)."""
+    import apache_kafka
+
+    def kafka_configs(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return apache_kafka.run_tool(
+            apache_kafka.CONFIG_COMMAND, ["--bootstrap-server", bootstrap, *args], workdir=tmp_path
+        )
+
+    user = ["--entity-type", "users", "--entity-name"]
+    on_kcli = kafka_configs(
+        shared.bootstrap,
+        "--alter",
+        *user,
+        "ivy",
+        "--add-config",
+        "SCRAM-SHA-256=[iterations=8192,password=ivy-pw]",
+    )
+    assert on_kcli.returncode == 0, on_kcli.stderr
+    assert on_kcli.stdout == "Completed updating config for user ivy.\n"
+    assert described(shared.bootstrap, "ivy") == {"SCRAM_SHA_256": 8192}
+
+    proc = kcli(
+        "configs", "alter", "-b", kafka_node.bootstrap, *user, "ivy",
+        "--add-config", "SCRAM-SHA-512=[iterations=8192,password=ivy-pw]",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    theirs = kafka_configs(kafka_node.bootstrap, "--describe", *user, "ivy")
+    assert theirs.returncode == 0, theirs.stderr
+    assert (
+        theirs.stdout
+        == "SCRAM credential configs for user-principal 'ivy' are SCRAM-SHA-512=iterations=8192\n"
+    )
+    assert kcli("configs", "describe", "-b", kafka_node.bootstrap, *user, "ivy").stdout == theirs.stdout
+
+    # The same refusals from both brokers, as Kafka's tool reports them.
+    for args in [
+        ("--delete-config", "SCRAM-SHA-256"),
+        ("--add-config", "SCRAM-SHA-256=[iterations=20000,password=x]"),
+        ("--add-config", "SCRAM-SHA-256=[password=x],SCRAM-SHA-512=[password=x]"),
+    ]:
+        kafkas = kafka_configs(kafka_node.bootstrap, "--alter", *user, "jack", *args)
+        ours = kafka_configs(shared.bootstrap, "--alter", *user, "jack", *args)
+        assert (ours.returncode, _caused_by(ours.stderr)) == (kafkas.returncode, _caused_by(kafkas.stderr)), (
+            args
+        )
+        assert kafkas.returncode == 1
+    kafkas = kcli(
+        "configs", "alter", "-b", kafka_node.bootstrap, *user, "jack", "--delete-config", "SCRAM-SHA-256"
+    )
+    ours = kcli("configs", "alter", "-b", shared.bootstrap, *user, "jack", "--delete-config", "SCRAM-SHA-256")
+    assert (ours.returncode, ours.stderr) == (kafkas.returncode, kafkas.stderr)
+
+
+def test_storage_format_add_scram_writes_what_kafkas_storage_tool_writes(tmp_path: Path) -> None:
+    """The same --add-scram arguments (a given salt, so the keys are the same) give the same bootstrap
+    records as Kafka's StorageTool, kafka-dump-log prints kcli's file as kcli does, and a bad argument
+    gets Kafka's sentence."""
+    require_apache_kafka()
+    import apache_kafka
+
+    port = free_port_range(1)
+    salt = base64.b64encode(b"fixed-salt").decode()
+    arguments = [
+        "--add-scram",
+        f"SCRAM-SHA-256=[name=bob,password=bob-secret,iterations=8192,salt={salt}]",
+        "--add-scram",
+        f"SCRAM-SHA-512=[name=alice,password=alice-secret,salt={salt}]",
+    ]
+    configs = {}
+    for who in ("kafka", "kcli"):
+        configs[who] = tmp_path / f"{who}.properties"
+        configs[who].write_text(
+            "process.roles=broker,controller\nnode.id=1\n"
+            f"controller.quorum.voters=1@127.0.0.1:{port}\n"
+            f"listeners=PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:{port}\n"
+            f"controller.listener.names=CONTROLLER\nlog.dirs={tmp_path / who}\n"
+        )
+    cluster_id = "MvDxzVmcRsaTz33bUuRU6A"
+    theirs = apache_kafka.run_tool(
+        apache_kafka.STORAGE_TOOL,
+        ["format", "-c", str(configs["kafka"]), "-t", cluster_id, "--release-version", "3.9", *arguments],
+        workdir=tmp_path / "w",
+    )
+    assert theirs.returncode == 0, theirs.stderr
+    ours = kcli("storage", "format", "-c", str(configs["kcli"]), "-t", cluster_id, *arguments)
+    assert ours.returncode == 0, ours.stderr
+    assert ours.stdout == theirs.stdout.replace(str(tmp_path / "kafka"), str(tmp_path / "kcli"))
+
+    def bootstrap_records(who: str) -> list[Any]:
+        data = (tmp_path / who / "bootstrap.checkpoint").read_bytes()
+        return [decode_metadata_record(v) for _, v in read_snapshot(data).records]
+
+    assert bootstrap_records("kcli") == bootstrap_records("kafka")
+    assert [r.name for r in bootstrap_records("kcli")].count("UserScramCredentialRecord") == 2
+
+    checkpoint = str(tmp_path / "kcli" / "bootstrap.checkpoint")
+    dump_log = apache_kafka.run_tool(
+        apache_kafka.DUMP_LOG_SEGMENTS,
+        ["--cluster-metadata-decoder", "--files", checkpoint],
+        workdir=tmp_path / "w",
+    )
+    assert dump_log.returncode == 0, dump_log.stderr
+    assert kcli("dump-segment", "--cluster-metadata-decoder", checkpoint).stdout == dump_log.stdout
+
+    bad = "SCRAM-SHA-256=[name=bob,password]"
+    theirs = apache_kafka.run_tool(
+        apache_kafka.STORAGE_TOOL,
+        ["format", "-c", str(configs["kafka"]), "-t", cluster_id, "-g", "--add-scram", bad],
+        workdir=tmp_path / "w",
+    )
+    ours = kcli("storage", "format", "-c", str(configs["kcli"]), "-t", cluster_id, "-g", "--add-scram", bad)
+    assert (ours.returncode, ours.stderr) == (theirs.returncode + 1, f"kcli: {theirs.stderr}")
+
+
+# --- the controller's rules and the image, without a broker ----------------------------------------------
+
+
+def _image(metadata_version: int, records: list[tuple[str, int, dict[str, Any]]]) -> Any:
+    from kcli.broker.metadata.image import ClusterMetadataImage, fold
+
+    encoded = [
+        ("FeatureLevelRecord", 0, {"name": "metadata.version", "featureLevel": metadata_version}),
+        *records,
+    ]
+    empty = ClusterMetadataImage.empty("cluster", 1, "PLAINTEXT")
+    return fold(empty, [decode_metadata_record(encode(*r)) for r in encoded])
+
+
+def test_scram_needs_metadata_version_3_5_iv2_and_snapshots_keep_it() -> None:
+    from kio.schema.alter_user_scram_credentials.v0.request import (
+        ScramCredentialDeletion,
+        ScramCredentialUpsertion,
+    )
+
+    from kcli.broker.metadata.controller.scram_control_manager import ScramControlManager
+    from kcli.broker.metadata.image import fold
+    from kcli.broker.metadata.image_writer import image_records
+    from kcli.features import MV_3_5_IV2
+    from kcli.security.scram_credentials import credential_record
+
+    alice = credential_from_password("SCRAM-SHA-512", "alice-secret", 8192)
+    image = _image(MV_3_5_IV2, [credential_record("alice", alice)])
+    assert image.scram_credential("SCRAM-SHA-512", "alice") == alice
+    assert image.scram_credential("SCRAM-SHA-256", "alice") is None
+    # A snapshot of the image (image_records) folds back to the same credentials.
+    again = fold(
+        type(image).empty("cluster", 1, "PLAINTEXT"),
+        [decode_metadata_record(encode(*r)) for r in image_records(image)],
+    )
+    assert dict(again.scram) == dict(image.scram)
+
+    upsertion = ScramCredentialUpsertion(
+        name="bob", mechanism=1, iterations=4096, salt=b"s", salted_password=b"p" * 32
+    )
+    deletion = ScramCredentialDeletion(name="alice", mechanism=2)
+    control = ScramControlManager()
+    result = control.alter_credentials(image, [deletion], [upsertion])
+    assert [name for name, _, _ in result.records] == [
+        "RemoveUserScramCredentialRecord",
+        "UserScramCredentialRecord",
+    ]
+    assert all(not r.error.is_failure for r in result.response)
+
+    older = _image(MV_3_5_IV2 - 1, [])
+    result = control.alter_credentials(older, [deletion], [upsertion])
+    assert result.records == []
+    assert {(r.user, r.error.code.name, r.error.message) for r in result.response} == {
+        ("alice", "unsupported_version", "The current metadata.version does not support SCRAM"),
+        ("bob", "unsupported_version", "The current metadata.version does not support SCRAM"),
+    }
+    # Below 3.5-IV2 a snapshot has no SCRAM records (Kafka's ScramImage.write reports the loss).
+    assert not [
+        r
+        for r in image_records(_image(MV_3_5_IV2 - 1, [credential_record("alice", alice)]))
+        if r[0].startswith("User")
+    ]
