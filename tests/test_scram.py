@@ -241,6 +241,23 @@ def test_configs_alter_describe_delete_a_users_credentials(shared: BrokerProcess
     assert proc.returncode == 2 and "--entity-default" in proc.stderr
     assert described(b, "alice") == {"SCRAM_SHA_512": 8192}
 
+    # What the metadata log holds: the salt the tool drew and keys that prove the password, no password.
+    log = shared.data_dir / "__cluster_metadata-0" / "00000000000000000000.log"
+    assert secret.encode() not in log.read_bytes()
+    dumped = kcli("dump-segment", "--cluster-metadata-decoder", str(log)).stdout
+    payloads = [
+        json.loads(line.split("payload: ", 1)[1]) for line in dumped.splitlines() if "payload: " in line
+    ]
+    stored = [p["data"] for p in payloads if p["type"] == "USER_SCRAM_CREDENTIAL_RECORD"]
+    last = [d for d in stored if d["name"] == "alice" and d["mechanism"] == 2][-1]
+    salt = base64.b64decode(last["salt"])
+    expected = credential_from_password("SCRAM-SHA-512", secret, 8192, salt)
+    assert base64.b64decode(last["storedKey"]) == expected.stored_key
+    assert base64.b64decode(last["serverKey"]) == expected.server_key
+    assert {"name": "alice", "mechanism": 1} in [
+        p["data"] for p in payloads if p["type"].startswith("REMOVE_USER")
+    ]
+
     # A user without credentials is left out, as kafka-configs.sh leaves it out.
     proc = kcli("configs", "describe", "-b", b, "--entity-type", "users", "--entity-name", "nobody")
     assert proc.returncode == 0 and proc.stdout == ""
@@ -703,3 +720,34 @@ def test_scram_needs_metadata_version_3_5_iv2_and_snapshots_keep_it() -> None:
         for r in image_records(_image(MV_3_5_IV2 - 1, [credential_record("alice", alice)]))
         if r[0].startswith("User")
     ]
+
+
+def test_the_broker_state_looks_credentials_up_in_its_current_image() -> None:
+    """BrokerState.scram_credential is what the SASL authenticator is given: each call reads the image
+    the metadata publisher installed last, so an altered or deleted credential counts at the next login."""
+    from kcli.broker.apis import build_registry
+    from kcli.broker.apis.context import BrokerState
+    from kcli.broker.metadata.image import topic_changes
+    from kcli.config import BrokerConfig
+    from kcli.features import MV_3_9_IV0
+    from kcli.security.scram_credentials import credential_record
+
+    first = credential_from_password("SCRAM-SHA-256", "one", 4096)
+    second = credential_from_password("SCRAM-SHA-256", "two", 8192)
+    before = _image(MV_3_9_IV0, [credential_record("kim", first)])
+    state = BrokerState(BrokerConfig.load(overrides=[]), build_registry(), before)
+    lookup = state.scram_credential  # the callable handed to the authenticator, taken once
+    assert lookup("SCRAM-SHA-256", "kim") == first
+    assert lookup("SCRAM-SHA-512", "kim") is None and lookup("SCRAM-SHA-256", "lee") is None
+    after = _image(MV_3_9_IV0, [credential_record("kim", second)])
+    state.on_metadata_update(topic_changes(before, after), before, after)
+    assert lookup("SCRAM-SHA-256", "kim") == second
+    removed = _image(
+        MV_3_9_IV0,
+        [
+            credential_record("kim", second),
+            ("RemoveUserScramCredentialRecord", 0, {"name": "kim", "mechanism": 1}),
+        ],
+    )
+    state.on_metadata_update(topic_changes(after, removed), after, removed)
+    assert lookup("SCRAM-SHA-256", "kim") is None

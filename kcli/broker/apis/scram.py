@@ -37,12 +37,9 @@ def describe_user_scram_credentials(image: ClusterMetadataImage, request: Any, v
     response_cls = response_type(DESCRIBE_USER_SCRAM_CREDENTIALS, version)
     result_cls = nested_type(response_cls, "DescribeUserScramCredentialsResult")
     info_cls = nested_type(response_cls, "CredentialInfo")
-    duplicated: dict[str, bool] = {}
+    duplicated: dict[str, bool] = {}  # user -> named more than once
     if not request.users:
-        for users in image.scram.values():
-            for user in sorted(users):
-                duplicated[user] = False
-        duplicated = dict(sorted(duplicated.items()))
+        duplicated = dict.fromkeys(sorted({user for users in image.scram.values() for user in users}), False)
     else:
         for user in request.users:
             duplicated[user.name] = user.name in duplicated
