@@ -34,6 +34,7 @@ from conftest import (
     start_with_config,
     stop_cleanly,
 )
+from kraft_cluster import IsolatedCluster
 from waiting import wait_for
 
 from formats.internal import decode_metadata_record
@@ -258,6 +259,20 @@ def test_configs_alter_describe_delete_a_users_credentials(shared: BrokerProcess
         p["data"] for p in payloads if p["type"].startswith("REMOVE_USER")
     ]
 
+    for args in (("alter", "--add-config", "SCRAM-SHA-512=[password=x]"), ("describe",)):
+        proc = kcli(
+            "configs", args[0], "-b", b, "--entity-type", "users", "--entity-name", "\udcff", *args[1:]
+        )
+        assert (proc.returncode, proc.stderr) == (
+            2,
+            "kcli: the --entity-name of a user must be UTF-8 text.\n",
+        )
+    proc = kcli(*add, "--add-config", "SCRAM-SHA-512=[password=\udcff]")
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        "kcli: The SCRAM-SHA-512 credential is not valid UTF-8 text.\n",
+    )
+
     # A user without credentials is left out, as kafka-configs.sh leaves it out.
     proc = kcli("configs", "describe", "-b", b, "--entity-type", "users", "--entity-name", "nobody")
     assert proc.returncode == 0 and proc.stdout == ""
@@ -296,6 +311,11 @@ def test_alter_errors_carry_kafkas_codes_and_messages(shared: BrokerProcess) -> 
         "": ("unacceptable_credential", "Username must not be empty")
     }
     assert raw_alter(b, [("", 2)], []) == {"": ("unacceptable_credential", "Username must not be empty")}
+    # A name no record can hold (Kafka's strings stop at 32767 bytes): refused, the others written.
+    assert raw_alter(b, [], [("n" * 40000, 1, 4096), ("olga", 1, 4096)]) == {
+        "n" * 40000: ("unknown_server_error", "'name' field is too long to be serialized"),
+        "olga": ("none", None),
+    }
     assert raw_alter(b, [], [("erin", 3, 4096)]) == {
         "erin": ("unsupported_sasl_mechanism", "Unknown SCRAM mechanism")
     }
@@ -439,6 +459,11 @@ def test_storage_format_add_scram_then_start(tmp_path: Path) -> None:
         ("SCRAM-SHA-512=[name=a,salt=AAAA,saltedpassword=%]", "Failed to decode given saltedPassword: %"),
         ("SCRAM-SHA-512=[name=a,password=b,colour=red]", "Unknown SCRAM configurations: colour"),
         ("SCRAM-SHA-512=[name=a,password]", "No equals sign found in SCRAM component: password"),
+        ("SCRAM-SHA-512=[name=a,password=\udcff]", "An --add-scram argument is not valid UTF-8 text."),
+        (
+            f"SCRAM-SHA-512=[name={'n' * 32768},password=b]",
+            "The 'name' given to add-scram is longer than 32767 bytes.",
+        ),
     ]:
         proc = kcli(*fmt, "--add-scram", "SCRAM-SHA-256=[name=ok,password=ok]", "--add-scram", argument)
         assert proc.returncode == 2, (argument, proc.stdout, proc.stderr)
@@ -528,6 +553,39 @@ def test_a_credential_altered_through_any_node_reaches_every_node(cluster_factor
     assert (
         proc.stdout == "SCRAM credential configs for user-principal 'zoe' are SCRAM-SHA-256=iterations=6000\n"
     )
+
+
+def test_brokers_of_an_isolated_controller_forward_and_see_credentials(tmp_path: Path) -> None:
+    """Kafka's isolated mode (node 1 a controller alone): a broker forwards AlterUserScramCredentials to
+    the controller's listener, and every broker answers Describe from its own image."""
+    cluster = IsolatedCluster(tmp_path, ())
+    try:
+        cluster.start()
+        proc = kcli(
+            "configs", "alter", "-b", cluster.brokers(2), "--entity-type", "users", "--entity-name", "uma",
+            "--add-config", "SCRAM-SHA-512=[iterations=4100,password=uma-secret]",
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        for node_id in (2, 3, 4):
+            wait_for(
+                f"uma's credential on broker {node_id}",
+                lambda n=node_id: (
+                    raw_describe(cluster.brokers(n), ["uma"])["uma"] == ("none", None, [(2, 4100)])
+                ),
+                30,
+                0.1,
+            )
+        client = admin(cluster.brokers(3))
+        futures = client.alter_user_scram_credentials([UserScramCredentialDeletion("uma", SHA512)])
+        futures["uma"].result(timeout=30)
+        wait_for(
+            "uma's credential gone from broker 4",
+            lambda: raw_describe(cluster.brokers(4), ["uma"])["uma"][0] == "resource_not_found",
+            30,
+            0.1,
+        )
+    finally:
+        cluster.kill_all()
 
 
 # --- beside Apache Kafka ---------------------------------------------------------------------------------

@@ -176,6 +176,8 @@ def _describe_users(
             f"{'--entity-default' if entity_default else '--all'} does not apply to users: kcli keeps their "
             "SCRAM credentials only (no user quotas)."
         )
+    if name is not None:
+        _check_user_name(name)
     described = run_on_cluster(
         bootstrap, lambda cluster: describe_user_scram_credentials(cluster, None if name is None else [name])
     )
@@ -183,6 +185,13 @@ def _describe_users(
         write_json_lines(d.to_json() for d in described)
         return
     sys.stdout.write("".join(d.describe_line() + "\n" for d in described))
+
+
+def _check_user_name(name: str) -> None:
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        raise KcliError("the --entity-name of a user must be UTF-8 text.") from None
 
 
 def _alter_user(
@@ -203,6 +212,7 @@ def _alter_user(
         )
     if not name:
         raise KcliError("name the user with --entity-name.")
+    _check_user_name(name)
     try:
         to_set = parse_add_config(add_config) if add_config is not None else {}
     except ConfigError:  # its sentence would quote the value, and so the password

@@ -24,6 +24,9 @@ from kcli.security.scram import (
     credential_from_salted_password,
 )
 
+MAX_NAME_BYTES = 0x7FFF
+"""The longest user name a UserScramCredentialRecord holds (any string field of a Kafka message)."""
+
 DEFAULT_ITERATIONS = 4096
 """What --add-scram (ScramParser) and kafka-configs.sh (ConfigCommand) use without iterations=."""
 
@@ -53,6 +56,7 @@ def credential_record(user: str, credential: ScramCredential) -> tuple[str, int,
 
 def parse_add_scram(argument: str) -> tuple[str, ScramCredential]:
     """(user, credential) of one --add-scram argument, with ScramParser's sentences for bad ones."""
+    _require_text(argument, "An --add-scram argument")
     text = argument.strip()
     mechanism, sep, config = text.partition("=")
     if not sep:
@@ -74,6 +78,8 @@ def parse_add_scram(argument: str) -> tuple[str, ScramCredential]:
     name = components.pop("name", None)
     if name is None:
         raise ScramArgumentError("You must supply 'name' to add-scram")
+    if len(name.encode()) > MAX_NAME_BYTES:
+        raise ScramArgumentError(f"The 'name' given to add-scram is longer than {MAX_NAME_BYTES} bytes.")
     salt_text = components.pop("salt", None)
     salt = None if salt_text is None else _base64(salt_text, f"Failed to decode given salt: {salt_text}")
     iterations_text = components.pop("iterations", None)
@@ -109,6 +115,15 @@ def parse_add_scram(argument: str) -> tuple[str, ScramCredential]:
     return name, credential_from_password(mechanism, password, iterations, salt)
 
 
+def _require_text(value: str, what: str) -> None:
+    """Refuse what is not UTF-8 text (bytes the shell passed that no encoding makes a string of),
+    without quoting it: it may hold a password."""
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise ScramArgumentError(f"{what} is not valid UTF-8 text.") from None
+
+
 def _base64(text: str, error: str) -> bytes:
     """Java's Base64.getDecoder: the standard alphabet, padding optional but never wrong."""
     if not re.fullmatch(r"[A-Za-z0-9+/]*={0,2}", text) or len(text.rstrip("=")) % 4 == 1:
@@ -127,6 +142,7 @@ _USER_CREDENTIAL = re.compile(r"(?:iterations=(-?[0-9]*),)?password=(.*)", re.DO
 def parse_user_credential(mechanism: str, value: str) -> tuple[int, str]:
     """(iterations, password) of a mechanism's --add-config value, as ConfigCommand reads it:
     iterations default to 4096 (also for -1) and may not be below the mechanism's minimum."""
+    _require_text(value, f"The {mechanism} credential")
     match = _USER_CREDENTIAL.fullmatch(value)
     if match is None:
         raise ScramArgumentError(

@@ -17,7 +17,7 @@ from kcli.broker.metadata.controller.controller_result import NONE, ApiError, Co
 from kcli.broker.metadata.image import SCRAM_MECHANISM_NAMES, ClusterMetadataImage
 from kcli.features import is_scram_supported
 from kcli.security.scram import MAX_ITERATIONS, MIN_ITERATIONS, credential_from_salted_password
-from kcli.security.scram_credentials import credential_record
+from kcli.security.scram_credentials import MAX_NAME_BYTES, credential_record
 
 _DUPLICATE = "A user credential cannot be altered twice in the same request"
 _UNSUPPORTED = "The current metadata.version does not support SCRAM"
@@ -110,6 +110,9 @@ def _validate_upsertion(upsertion: Any) -> ApiError:
     error = _validate_name_and_mechanism(upsertion.name, upsertion.mechanism)
     if error.is_failure:
         return error
+    if len(upsertion.name.encode()) > MAX_NAME_BYTES:
+        # Kafka fails the whole write when the record will not serialize; only this user fails here.
+        return ApiError(ErrorCode.unknown_server_error, "'name' field is too long to be serialized")
     if upsertion.iterations < MIN_ITERATIONS:
         return ApiError(ErrorCode.unacceptable_credential, "Too few iterations")
     if upsertion.iterations > MAX_ITERATIONS:
