@@ -82,7 +82,7 @@ def format_storage(
         [],
         "--add-scram",
         "-S",
-        metavar="MECHANISM=[name=USER,password=PASSWORD]",
+        metavar="MECHANISM=[K=V,...]",
         help="A SCRAM credential to start the cluster with, e.g. 'SCRAM-SHA-512=[name=alice,password=alice-secret]'; "
         "also iterations=N (4096-16384, default 4096), salt=BASE64 and saltedpassword=BASE64 (with salt=, "
         "instead of password=); repeatable.",
