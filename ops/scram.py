@@ -18,12 +18,10 @@ from kcli.cluster import Cluster
 from kcli.errors import KcliError
 from kcli.protocol.messages import build, nested_type
 from kcli.security.scram import MECHANISMS, random_salt, salted_password
-from kcli.security.scram_credentials import parse_user_credential
+from kcli.security.scram_credentials import MECHANISM_NAMES, parse_user_credential
 
 DESCRIBE_USER_SCRAM_CREDENTIALS = 50
 ALTER_USER_SCRAM_CREDENTIALS = 51
-
-_MECHANISM_NAMES = {type_: name for name, (type_, _) in MECHANISMS.items()}
 
 
 class ScramError(KcliError):
@@ -71,7 +69,7 @@ async def describe_user_scram_credentials(
         if result.error_code != ErrorCode.none:
             raise _refused(f"describe the SCRAM credentials of user '{result.user}'", result)
         infos = tuple(
-            (_MECHANISM_NAMES.get(info.mechanism, "UNKNOWN"), info.iterations)
+            (MECHANISM_NAMES.get(info.mechanism, "UNKNOWN"), info.iterations)
             for info in result.credential_infos
         )
         described.append(UserScramCredentials(result.user, infos))

@@ -24,6 +24,9 @@ from kcli.security.scram import (
     credential_from_salted_password,
 )
 
+MECHANISM_NAMES: dict[int, str] = {type_: name for name, (type_, _) in MECHANISMS.items()}
+"""Kafka's ScramMechanism type byte (UserScramCredentialRecord.Mechanism, the admin APIs') -> its name."""
+
 MAX_NAME_BYTES = 0x7FFF
 """The longest user name a UserScramCredentialRecord holds (any string field of a Kafka message)."""
 

@@ -27,7 +27,8 @@ from kcli.features import METADATA_VERSION as METADATA_VERSION
 from kcli.features import MV_3_9_IV0 as MV_3_9_IV0
 from kcli.features import is_elr_enabled
 from kcli.protocol.configs import ResourceType
-from kcli.security.scram import MECHANISMS, ScramCredential
+from kcli.security.scram import ScramCredential
+from kcli.security.scram_credentials import MECHANISM_NAMES
 
 TOPIC_RESOURCE = ResourceType.TOPIC
 BROKER_RESOURCE = ResourceType.BROKER
@@ -36,9 +37,6 @@ NO_LEADER = -1
 NO_LEADER_CHANGE = -2  # PartitionChangeRecord.Leader default
 
 PRODUCER_ID_BLOCK_SIZE = 1000  # ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
-
-SCRAM_MECHANISM_NAMES: dict[int, str] = {type_: name for name, (type_, _) in MECHANISMS.items()}
-"""Kafka's ScramMechanism type byte -> mechanism name (UserScramCredentialRecord.Mechanism)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -603,7 +601,7 @@ class MetadataDelta:
         self.producer_ids = ProducerIdsBlock(data["brokerId"], data["nextProducerId"])
 
     def _user_scram_credential(self, data: Mapping[str, Any]) -> None:
-        mechanism = SCRAM_MECHANISM_NAMES.get(data["mechanism"])
+        mechanism = MECHANISM_NAMES.get(data["mechanism"])
         if mechanism is None:  # ScramMechanism.UNKNOWN: no exchange can use it
             return
         users = dict(self.scram.get(mechanism, {}))
@@ -617,7 +615,7 @@ class MetadataDelta:
         self.scram[mechanism] = users
 
     def _remove_user_scram_credential(self, data: Mapping[str, Any]) -> None:
-        mechanism = SCRAM_MECHANISM_NAMES.get(data["mechanism"])
+        mechanism = MECHANISM_NAMES.get(data["mechanism"])
         users = dict(self.scram.get(mechanism, {})) if mechanism is not None else {}
         if users.pop(data["name"], None) is not None:
             self.scram[mechanism] = users  # type: ignore[index]

@@ -14,10 +14,10 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcli.broker.metadata.controller.controller_result import NONE, ApiError, ControllerResult, Record
-from kcli.broker.metadata.image import SCRAM_MECHANISM_NAMES, ClusterMetadataImage
+from kcli.broker.metadata.image import ClusterMetadataImage
 from kcli.features import is_scram_supported
 from kcli.security.scram import MAX_ITERATIONS, MIN_ITERATIONS, credential_from_salted_password
-from kcli.security.scram_credentials import MAX_NAME_BYTES, credential_record
+from kcli.security.scram_credentials import MAX_NAME_BYTES, MECHANISM_NAMES, credential_record
 
 _DUPLICATE = "A user credential cannot be altered twice in the same request"
 _UNSUPPORTED = "The current metadata.version does not support SCRAM"
@@ -90,7 +90,7 @@ class ScramControlManager:
         error = _validate_name_and_mechanism(deletion.name, deletion.mechanism)
         if error.is_failure:
             return error
-        mechanism = SCRAM_MECHANISM_NAMES[deletion.mechanism]
+        mechanism = MECHANISM_NAMES[deletion.mechanism]
         if image.scram_credential(mechanism, deletion.name) is None:
             return ApiError(
                 ErrorCode.resource_not_found, "Attempt to delete a user credential that does not exist"
@@ -101,7 +101,7 @@ class ScramControlManager:
 def _validate_name_and_mechanism(name: str, mechanism: int) -> ApiError:
     if not name:
         return ApiError(ErrorCode.unacceptable_credential, "Username must not be empty")
-    if mechanism not in SCRAM_MECHANISM_NAMES:
+    if mechanism not in MECHANISM_NAMES:
         return ApiError(ErrorCode.unsupported_sasl_mechanism, "Unknown SCRAM mechanism")
     return NONE
 
@@ -122,7 +122,7 @@ def _validate_upsertion(upsertion: Any) -> ApiError:
 
 def _credential_record(upsertion: Any) -> Record:
     """ScramControlManager.finishUpsertion: StoredKey and ServerKey from the salted password."""
-    mechanism = SCRAM_MECHANISM_NAMES[upsertion.mechanism]
+    mechanism = MECHANISM_NAMES[upsertion.mechanism]
     credential = credential_from_salted_password(
         mechanism, bytes(upsertion.salt), bytes(upsertion.salted_password), upsertion.iterations
     )
