@@ -657,10 +657,13 @@ def test_kafka_configs_on_kcli_and_kcli_configs_on_kafka(
 
 def test_storage_format_add_scram_writes_what_kafkas_storage_tool_writes(tmp_path: Path) -> None:
     """The same --add-scram arguments (a given salt, so the keys are the same) give the same bootstrap
-    records as Kafka's StorageTool, kafka-dump-log prints kcli's file as kcli does, and a bad argument
-    gets Kafka's sentence."""
+    records as Kafka's StorageTool (4.1 writes them to bootstrap.checkpoint, 4.4 to the metadata log's
+    0-0 snapshot), kcli's broker starts on Kafka's formatted dir with those users, kafka-dump-log prints
+    kcli's file as kcli does, and a bad argument gets Kafka's sentence."""
     require_apache_kafka()
     import apache_kafka
+
+    from kcli.storage import read_bootstrap_metadata
 
     port = free_port_range(1)
     salt = base64.b64encode(b"fixed-salt").decode()
@@ -688,14 +691,23 @@ def test_storage_format_add_scram_writes_what_kafkas_storage_tool_writes(tmp_pat
     assert theirs.returncode == 0, theirs.stderr
     ours = kcli("storage", "format", "-c", str(configs["kcli"]), "-t", cluster_id, *arguments)
     assert ours.returncode == 0, ours.stderr
-    assert ours.stdout == theirs.stdout.replace(str(tmp_path / "kafka"), str(tmp_path / "kcli"))
+    formatting = [line for line in theirs.stdout.splitlines(keepends=True) if line.startswith("Formatting ")]
+    assert ours.stdout == "".join(formatting).replace(str(tmp_path / "kafka"), str(tmp_path / "kcli"))
 
     def bootstrap_records(who: str) -> list[Any]:
-        data = (tmp_path / who / "bootstrap.checkpoint").read_bytes()
-        return [decode_metadata_record(v) for _, v in read_snapshot(data).records]
+        bootstrap = read_bootstrap_metadata(tmp_path / who)
+        assert bootstrap is not None
+        return bootstrap.records
 
     assert bootstrap_records("kcli") == bootstrap_records("kafka")
     assert [r.name for r in bootstrap_records("kcli")].count("UserScramCredentialRecord") == 2
+
+    broker = start_with_config(tmp_path, configs["kafka"])
+    try:
+        assert described(broker.bootstrap, "bob") == {"SCRAM_SHA_256": 8192}
+        assert described(broker.bootstrap, "alice") == {"SCRAM_SHA_512": 4096}
+    finally:
+        stop_cleanly(broker)
 
     checkpoint = str(tmp_path / "kcli" / "bootstrap.checkpoint")
     dump_log = apache_kafka.run_tool(
