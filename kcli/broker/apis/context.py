@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from kcli.broker.raft import KafkaRaftClient
     from kcli.broker.replication.alter_log_dirs import ReplicaAlterLogDirsManager
     from kcli.broker.replication.manager import ReplicaManager
+    from kcli.security.scram import ScramCredential
 
 
 AutoCreateTopics = Callable[[Sequence[str]], Awaitable[Mapping[str, ErrorCode]]]
@@ -93,6 +94,12 @@ class BrokerState:
     ) -> None:
         """The MetadataPublisher step (Kafka's metadata cache publisher): handlers read `new` from now on."""
         self.image = new
+
+    def scram_credential(self, mechanism: str, user: str) -> ScramCredential | None:
+        """The SASL authenticator's credential lookup (Kafka's CredentialCache): what this broker's
+        current metadata image stores for `user` under `mechanism` ("SCRAM-SHA-256" or "SCRAM-SHA-512"),
+        or None. Read at each authentication, so an altered or deleted credential counts at once."""
+        return self.image.scram_credential(mechanism, user)
 
 
 @dataclass
