@@ -112,6 +112,8 @@ class ConnectionInfo:
     client_software_version: str = "unknown"
     listener: str = ""
     """The name of the listener the connection came in on."""
+    principal: str = "User:ANONYMOUS"
+    """Kafka's KafkaPrincipal as "User:name": ANONYMOUS until TLS client auth or SASL establishes one."""
 
 
 class RequestContext(NamedTuple):
