@@ -78,7 +78,13 @@ class BrokerConfig:
     def __init__(self, settings: Mapping[str, str] | None = None, *, source: str = "configuration") -> None:
         self._explicit: dict[str, object] = {}
         self._dynamic: dict[str, object] = {}
+        self._per_listener: dict[str, object] = {}
+        """`listener.name.<listener>.[<mechanism>.]<key>` settings, by lower-cased full name."""
         for key, raw in (settings or {}).items():
+            base = listener_prefixed_key(key)
+            if base is not None:
+                self._per_listener[key.lower()] = parse_value(BROKER_CONFIGS, base, raw, source=source)
+                continue
             self._explicit[key] = parse_value(BROKER_CONFIGS, key, raw, source=source)
         self._check_combinations()
 
@@ -115,6 +121,16 @@ class BrokerConfig:
         return KCLI_DEFAULTS.get(key, spec.default)
 
     def get(self, key: str) -> object:
+        return self[key]
+
+    def listener_value(self, listener_name: str, key: str, mechanism: str | None = None) -> object:
+        """Kafka's listener-prefixed lookup: `listener.name.<listener>.<mechanism>.<key>` (mechanism
+        lower-cased), then `listener.name.<listener>.<key>`, then `<key>`."""
+        prefix = f"listener.name.{listener_name.lower()}."
+        names = [f"{prefix}{mechanism.lower()}.{key}"] if mechanism else []
+        for name in [*names, prefix + key]:
+            if name in self._per_listener:
+                return self._per_listener[name]
         return self[key]
 
     def is_set(self, key: str) -> bool:
@@ -344,9 +360,52 @@ class BrokerConfig:
             raise ConfigError(
                 f"listener name {listener.name} has no entry in listener.security.protocol.map."
             )
-        if protocol != "PLAINTEXT":
+        controller = listener.name in self["controller.listener.names"]  # type: ignore[operator]
+        if protocol == "SASL_PLAINTEXT" and not controller:
+            self._check_sasl(listener.name)
+        elif protocol != "PLAINTEXT":
+            served = "PLAINTEXT only" if controller else "PLAINTEXT and SASL_PLAINTEXT"
+            raise ConfigError(f"listener {listener} uses security protocol {protocol}; kcli serves {served}.")
+
+    def security_protocol(self, listener_name: str) -> str:
+        """The security protocol of a listener (PLAINTEXT when unmapped, as checked at start-up)."""
+        return self._protocol_of(listener_name) or "PLAINTEXT"
+
+    def _check_sasl(self, listener_name: str) -> None:
+        """A SASL listener's mechanisms and JAAS lines, refused in one sentence as Kafka refuses them."""
+        from kcli.security.jaas import JaasError, parse_jaas_config
+        from kcli.security.sasl import GSSAPI_REFUSAL, MECHANISMS
+
+        enabled: list[str] = self.listener_value(listener_name, "sasl.enabled.mechanisms")  # type: ignore[assignment]
+        if not enabled:
             raise ConfigError(
-                f"listener {listener} uses security protocol {protocol}; kcli serves PLAINTEXT only."
+                f"No SASL mechanisms are enabled on listener {listener_name} (sasl.enabled.mechanisms)."
+            )
+        for mechanism in enabled:
+            if mechanism == "GSSAPI":
+                raise ConfigError(f"sasl.enabled.mechanisms of listener {listener_name}: {GSSAPI_REFUSAL}")
+            if mechanism not in MECHANISMS:
+                raise ConfigError(
+                    f"sasl.enabled.mechanisms of listener {listener_name} names {mechanism!r}; kcli offers "
+                    f"{', '.join(MECHANISMS)}."
+                )
+            jaas = self.listener_value(listener_name, "sasl.jaas.config", mechanism)
+            if jaas is not None:
+                try:
+                    parse_jaas_config(str(jaas))
+                except JaasError as exc:
+                    raise ConfigError(f"listener {listener_name}, {mechanism}: {exc}") from None
+            elif mechanism == "PLAIN":
+                raise ConfigError(
+                    f"listener {listener_name} enables PLAIN without users: set "
+                    f"listener.name.{listener_name.lower()}.plain.sasl.jaas.config to a PlainLoginModule line "
+                    'with user_<name>="<password>" entries.'
+                )
+        inter_broker = self["sasl.mechanism.inter.broker.protocol"]
+        if self.is_set("sasl.mechanism.inter.broker.protocol") and inter_broker not in enabled:
+            raise ConfigError(
+                "sasl.mechanism.inter.broker.protocol must be included in sasl.enabled.mechanisms when SASL "
+                "is used for inter-broker communication"
             )
 
     def _protocol_of(self, name: str) -> str | None:
@@ -921,6 +980,49 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table(
             10 * 60 * 1000,
             None,
             "Idle connections are closed after this long.",
+        ),
+        # --- SASL (SaslServerAuthenticator); each may carry a listener.name.<listener>. prefix
+        (
+            "sasl.enabled.mechanisms",
+            "list",
+            ["GSSAPI"],
+            None,
+            "SASL mechanisms a SASL listener offers: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER.",
+        ),
+        (
+            "sasl.jaas.config",
+            "password",
+            None,
+            None,
+            'JAAS login module line of a SASL listener\'s mechanism (PLAIN users as user_<name>="<password>").',
+        ),
+        (
+            "sasl.mechanism.inter.broker.protocol",
+            "string",
+            "GSSAPI",
+            one_of("GSSAPI", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"),
+            "SASL mechanism for inter-broker connections; kcli's brokers talk PLAINTEXT among themselves.",
+        ),
+        (
+            "connections.max.reauth.ms",
+            "long",
+            0,
+            at_least(0),
+            "Longest SASL session before the client must re-authenticate (KIP-368); 0: no limit.",
+        ),
+        (
+            "connection.failed.authentication.delay.ms",
+            "int",
+            100,
+            at_least(0),
+            "How long a failed authentication waits before its answer and the close.",
+        ),
+        (
+            "sasl.server.max.receive.size",
+            "int",
+            524288,
+            at_least(1),
+            "Largest frame accepted before a SASL connection has authenticated.",
         ),
         ("queued.max.requests", "int", 500, at_least(1), "Request queue size.", False),
         ("num.network.threads", "int", 3, at_least(1), "Network threads; kcli uses one event loop.", False),
@@ -1590,7 +1692,29 @@ def _unknown_key_message(table: Mapping[str, ConfigKey], key: str, source: str, 
     return f"unknown {source} key {key!r}{' ' + where if where else ''}{hint}"
 
 
+LISTENER_KEYS = (
+    "sasl.enabled.mechanisms",
+    "sasl.jaas.config",
+    "connections.max.reauth.ms",
+    "sasl.server.max.receive.size",
+)
+"""Keys that may be set per listener (and the JAAS line and re-authentication per mechanism too)."""
+
+
+def listener_prefixed_key(key: str) -> str | None:
+    """The base key of `listener.name.<listener>.[<mechanism>.]<key>`, None for any other key."""
+    if not key.lower().startswith("listener.name."):
+        return None
+    rest = key[len("listener.name.") :]
+    for base in LISTENER_KEYS:
+        if rest.endswith("." + base) and rest[: -len(base) - 1]:
+            head = rest[: -len(base) - 1]
+            if head.count(".") == 0 or base in ("sasl.jaas.config", "connections.max.reauth.ms"):
+                return base
+    return None
+
+
 def _check_keys(settings: Mapping[str, str], where: str) -> None:
     for key in settings:
-        if key not in BROKER_CONFIGS:
+        if key not in BROKER_CONFIGS and listener_prefixed_key(key) is None:
             raise ConfigError(_unknown_key_message(BROKER_CONFIGS, key, "configuration", where))

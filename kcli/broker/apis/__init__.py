@@ -32,6 +32,7 @@ def build_controller_registry() -> ApiRegistry:
             *configs.APIS,
             *cluster.APIS,
             *features.APIS,
+            *sasl.APIS,
         ]
     )
 
@@ -58,6 +59,7 @@ def build_registry() -> ApiRegistry:
         quorum,
         reassignments,
         records,
+        sasl,
         topics,
         transactions,
     )
@@ -85,5 +87,6 @@ def build_registry() -> ApiRegistry:
             *producers.APIS,
             *quorum.BROKER_APIS,
             *features.APIS,
+            *sasl.APIS,
         ]
     )

@@ -105,6 +105,8 @@ class ConnectionInfo:
     client_software_version: str = "unknown"
     listener: str = ""
     """The name of the listener the connection came in on."""
+    principal: str = "User:ANONYMOUS"
+    """Who is connected: Kafka's KafkaPrincipal as text; `User:<name>` once SASL has authenticated."""
 
 
 class RequestContext(NamedTuple):
