@@ -99,6 +99,8 @@ class KafkaClient:
         self._held: list[bytes | bytearray] | None = None
         """Frames written while a re-authentication runs; None when none runs (KIP-368)."""
         self._held_ids: set[int] = set()
+        self.authentications = 0
+        """SASL authentications completed on this connection (re-authentications count too)."""
         self._reauth_timer: asyncio.TimerHandle | None = None
         self._reauth_task: asyncio.Task[None] | None = None
         protocol.attach(self)
@@ -168,6 +170,7 @@ class KafkaClient:
         if handshake.error_code != ErrorCode.none:
             raise ClientError(f"{self.address} answered SaslHandshake with {handshake.error_code.name}.")
         lifetime_ms = await self._exchange(mechanism)
+        self.authentications += 1
         if lifetime_ms > 0:
             delay = lifetime_ms / 1000 * random.uniform(*REAUTH_WINDOW)
             self._reauth_timer = self._loop.call_later(delay, self._start_reauthentication)

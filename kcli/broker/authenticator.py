@@ -40,6 +40,7 @@ from kcli.protocol.response_header import encode_response
 from kcli.security.jaas import parse_jaas_config
 from kcli.security.sasl import (
     SaslAuthenticationError,
+    SaslCredentialError,
     SaslError,
     SaslServerMechanism,
 )
@@ -160,13 +161,16 @@ class SaslServerAuthenticator:
 
     async def handle(self, info: ConnectionInfo, frame: bytes) -> Answer:
         if self._state == "complete":
-            if self._session_expires is not None and time.monotonic() > self._session_expires:
+            # as Kafka's Processor: a SaslHandshake begins a re-authentication even after the session
+            # expired (the client waits for its requests in flight first); anything else then closes
+            if len(frame) >= 2 and _KEY.unpack_from(frame)[0] == SASL_HANDSHAKE and self._supports_reauth:
+                self._begin_reauthentication()
+            elif self._session_expires is not None and time.monotonic() > self._session_expires:
                 raise InvalidRequestError(
                     f"the SASL session of {info.principal} expired without re-authentication"
                 )
-            if len(frame) < 2 or _KEY.unpack_from(frame)[0] != SASL_HANDSHAKE or not self._supports_reauth:
+            else:
                 return await self._downstream(info, frame)
-            self._begin_reauthentication()
         if self._state == "authenticate" and self._raw_tokens:
             return await self._raw_token(info, frame)
         api_key, version, correlation_id, _, offset = read_request_header(frame)
@@ -259,7 +263,13 @@ class SaslServerAuthenticator:
         if self._bad_reauth_mechanism is not None:
             raise SaslAuthenticationError(self._bad_reauth_mechanism)
         assert self._mechanism is not None
-        reply = self._mechanism.evaluate_response(token)
+        try:
+            reply = self._mechanism.evaluate_response(token)
+        except SaslError:
+            raise
+        except Exception as exc:  # a token no mechanism rule foresaw: a failed login, not a broker fault
+            log.debug("SASL/%s could not evaluate a token", self._mechanism_name, exc_info=exc)
+            raise SaslCredentialError("Authentication failed: Credentials could not be obtained") from None
         if self._mechanism.complete and self._reauthenticating:
             principal = f"User:{self._mechanism.authorization_id}"
             if principal != self._principal:

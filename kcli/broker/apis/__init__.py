@@ -32,7 +32,6 @@ def build_controller_registry() -> ApiRegistry:
             *configs.APIS,
             *cluster.APIS,
             *features.APIS,
-            *sasl.APIS,
         ]
     )
 

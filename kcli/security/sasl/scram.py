@@ -12,7 +12,6 @@ import base64
 import binascii
 import hmac
 import re
-import secrets
 from collections.abc import Callable, Mapping
 
 from kcli.security.sasl import SaslAuthenticationError, SaslCredentialError, SaslError
@@ -23,6 +22,7 @@ from kcli.security.scram import (
     client_key,
     hash_digest,
     hmac_digest,
+    random_salt,
     salted_password,
     server_key,
 )
@@ -68,14 +68,8 @@ def username(name: str) -> str:
 
 
 def nonce() -> str:
-    """ScramFormatter.secureRandomString: a random base-36 string."""
-    value = secrets.randbits(130)
-    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
-    out = ""
-    while value:
-        value, digit = divmod(value, 36)
-        out = digits[digit] + out
-    return out or "0"
+    """ScramFormatter.secureRandomString: a random base-36 string (the same as Kafka's salts)."""
+    return random_salt().decode()
 
 
 def _extensions(text: str) -> dict[str, str]:
