@@ -167,6 +167,10 @@ class KafkaClient:
             raise ClientError(
                 f"{self.address} does not offer SASL mechanism {mechanism.mechanism} (it offers {offered})."
             )
+        if handshake.error_code == ErrorCode.illegal_sasl_state:
+            raise ClientError(
+                f"{self.address} refused SaslHandshake (ILLEGAL_SASL_STATE): it is not a SASL listener."
+            )
         if handshake.error_code != ErrorCode.none:
             raise ClientError(f"{self.address} answered SaslHandshake with {handshake.error_code.name}.")
         lifetime_ms = await self._exchange(mechanism)

@@ -17,10 +17,14 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from formats.checkpoints import parse_java_properties
 from formats.errors import CheckpointError
 from kcli.errors import KcliError
+
+if TYPE_CHECKING:
+    from kcli.security import ClientSecurity
 
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
@@ -371,10 +375,27 @@ class BrokerConfig:
         """The security protocol of a listener (PLAINTEXT when unmapped, as checked at start-up)."""
         return self._protocol_of(listener_name) or "PLAINTEXT"
 
+    def inter_broker_security(self) -> ClientSecurity:
+        """How this broker connects to the others' listener (replication, transaction markers):
+        its own listener's protocol, `sasl.mechanism.inter.broker.protocol` with the username and
+        password of that mechanism's JAAS line, as Kafka's inter-broker client takes them."""
+        from kcli.security import ClientSecurity
+        from kcli.security.jaas import parse_jaas_config
+
+        name = self.listener.name
+        protocol = self.security_protocol(name)
+        if protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
+            return ClientSecurity(protocol=protocol)
+        mechanism = str(self["sasl.mechanism.inter.broker.protocol"])
+        jaas = self.listener_value(name, "sasl.jaas.config", mechanism)
+        options = parse_jaas_config(str(jaas)).options if jaas is not None else {}
+        return ClientSecurity(protocol=protocol, sasl_mechanism=mechanism, jaas=options)
+
     def _check_sasl(self, listener_name: str) -> None:
         """A SASL listener's mechanisms and JAAS lines, refused in one sentence as Kafka refuses them."""
         from kcli.security.jaas import JaasError, parse_jaas_config
-        from kcli.security.sasl import GSSAPI_REFUSAL, MECHANISMS
+        from kcli.security.sasl import GSSAPI_REFUSAL, MECHANISMS, SaslError
+        from kcli.security.sasl.oauthbearer import UnsecuredValidator
 
         enabled: list[str] = self.listener_value(listener_name, "sasl.enabled.mechanisms")  # type: ignore[assignment]
         if not enabled:
@@ -392,8 +413,10 @@ class BrokerConfig:
             jaas = self.listener_value(listener_name, "sasl.jaas.config", mechanism)
             if jaas is not None:
                 try:
-                    parse_jaas_config(str(jaas))
-                except JaasError as exc:
+                    options = parse_jaas_config(str(jaas)).options
+                    if mechanism == "OAUTHBEARER":
+                        UnsecuredValidator.from_jaas(options)
+                except (JaasError, SaslError) as exc:
                     raise ConfigError(f"listener {listener_name}, {mechanism}: {exc}") from None
             elif mechanism == "PLAIN":
                 raise ConfigError(
@@ -402,11 +425,21 @@ class BrokerConfig:
                     'with user_<name>="<password>" entries.'
                 )
         inter_broker = self["sasl.mechanism.inter.broker.protocol"]
-        if self.is_set("sasl.mechanism.inter.broker.protocol") and inter_broker not in enabled:
+        in_a_cluster = bool(self["controller.quorum.voters"] or self["controller.quorum.bootstrap.servers"])
+        if (
+            in_a_cluster or self.is_set("sasl.mechanism.inter.broker.protocol")
+        ) and inter_broker not in enabled:
             raise ConfigError(
                 "sasl.mechanism.inter.broker.protocol must be included in sasl.enabled.mechanisms when SASL "
                 "is used for inter-broker communication"
             )
+        if in_a_cluster and inter_broker != "OAUTHBEARER":
+            options = self.inter_broker_security().jaas
+            if not options.get("username") or "password" not in options:
+                raise ConfigError(
+                    f"listener {listener_name}: inter-broker SASL/{inter_broker} needs username and password in "
+                    f"listener.name.{listener_name.lower()}.{str(inter_broker).lower()}.sasl.jaas.config."
+                )
 
     def _protocol_of(self, name: str) -> str | None:
         """Kafka's effectiveListenerSecurityProtocolMap: a controller listener missing from a default

@@ -218,6 +218,28 @@ def test_topic_defaults_come_from_broker_synonyms() -> None:
         ),
         (
             {
+                "node.id": "1",
+                "controller.quorum.voters": "1@127.0.0.1:9093",
+                "controller.listener.names": "CONTROLLER",
+                "listeners": "SASL_PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+                "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+                "sasl.enabled.mechanisms": "PLAIN",
+                "sasl.mechanism.inter.broker.protocol": "PLAIN",
+                "sasl.jaas.config": 'PlainLoginModule required user_a="b";',
+            },
+            "listener SASL_PLAINTEXT: inter-broker SASL/PLAIN needs username and password in "
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config.",
+        ),
+        (
+            {
+                "listeners": "SASL_PLAINTEXT://:9093",
+                "sasl.enabled.mechanisms": "OAUTHBEARER",
+                "sasl.jaas.config": "OAuthBearerLoginModule required unsecuredValidatorAllowableClockSkewMs=-5;",
+            },
+            "listener SASL_PLAINTEXT, OAUTHBEARER: Allowable clock skew millis must not be negative: -5",
+        ),
+        (
+            {
                 "listeners": "SASL_PLAINTEXT://:9093",
                 "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "SCRAM-SHA-256",
                 "sasl.mechanism.inter.broker.protocol": "PLAIN",

@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import BrokerProcess, skip_unless_ci, start_broker, stop_cleanly
 from kafka import KafkaConsumer, KafkaProducer
 from kio.schema.errors import ErrorCode
@@ -478,3 +479,52 @@ def test_an_expired_session_is_closed_and_principals_cannot_change(reauth_server
 
     asyncio.run(run())
     assert "expired without re-authentication" in reauth_server.log()
+
+
+def test_sasl_client_on_a_plaintext_listener_is_told_so(broker: BrokerProcess) -> None:
+    async def run() -> str:
+        with pytest.raises(ClientError) as caught:
+            await KafkaClient.connect(broker.bootstrap, security=security("PLAIN"))
+        return str(caught.value)
+
+    assert asyncio.run(run()) == (
+        f"{broker.bootstrap} refused SaslHandshake (ILLEGAL_SASL_STATE): it is not a SASL listener."
+    )
+
+
+def test_brokers_replicate_over_sasl(cluster_factory) -> None:
+    """Two nodes whose client listener is SASL_PLAINTEXT: followers fetch as SCRAM-SHA-512 `admin`
+    (sasl.mechanism.inter.broker.protocol), so acks=all with min.insync.replicas=2 completes."""
+    plain = "org.apache.kafka.common.security.plain.PlainLoginModule"
+    scram = "org.apache.kafka.common.security.scram.ScramLoginModule"
+    cluster = cluster_factory(
+        2,
+        overrides=[
+            "listener.security.protocol.map=PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512",
+            "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512",
+            f"listener.name.plaintext.plain.sasl.jaas.config={plain} required {USERS};",
+            f'listener.name.plaintext.scram-sha-512.sasl.jaas.config={scram} required username="admin" '
+            f'password="admin-secret" user_admin="admin-secret";',
+        ],
+    )
+    cluster.start()
+    config = {
+        "bootstrap.servers": cluster.bootstrap,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanisms": "PLAIN",
+        "sasl.username": "alice",
+        "sasl.password": "alice-secret",
+    }
+    name = topic()
+    admin = AdminClient(config)
+    created = admin.create_topics(
+        [NewTopic(name, num_partitions=2, replication_factor=2, config={"min.insync.replicas": "2"})]
+    )
+    created[name].result(20)
+    failures: list[str] = []
+    producer = Producer({**config, "acks": "all", "message.timeout.ms": 20000})
+    for i in range(20):
+        producer.produce(name, b"rep-%d" % i, on_delivery=lambda e, m: e and failures.append(str(e)))
+    assert producer.flush(30) == 0 and failures == []
+    assert sorted(consume_ck(config, name, 20)) == sorted(b"rep-%d" % i for i in range(20))

@@ -64,8 +64,9 @@ def parse_jaas_config(text: str) -> JaasConfig:
         if ";" in (name[0], equals[0], value[0]):
             raise JaasError("sasl.jaas.config must hold exactly one login module.")
         if name[0] != "word" or equals[0] != "=" or value[0] not in ("word", "quoted"):
-            raise JaasError(
-                f"sasl.jaas.config: option {name[1]!r} of {module} is not of the form name=value."
-            )
+            which = (
+                f"option {name[1]!r}" if name[0] == "word" else "an option"
+            )  # a stray value may be a secret
+            raise JaasError(f"sasl.jaas.config: {which} of {module} is not of the form name=value.")
         options[name[1]] = value[1]
     return JaasConfig(module, flag, options)
