@@ -424,6 +424,12 @@ class BrokerConfig:
                     f"listener.name.{listener_name.lower()}.plain.sasl.jaas.config to a PlainLoginModule line "
                     'with user_<name>="<password>" entries.'
                 )
+        delay, idle = self["connection.failed.authentication.delay.ms"], self["connections.max.idle.ms"]
+        if delay >= idle:  # type: ignore[operator]
+            raise ConfigError(
+                f"connection.failed.authentication.delay.ms={delay} should always be less than "
+                f"connections.max.idle.ms={idle} to prevent failed authentication responses from timing out"
+            )
         inter_broker = self["sasl.mechanism.inter.broker.protocol"]
         in_a_cluster = bool(self["controller.quorum.voters"] or self["controller.quorum.bootstrap.servers"])
         if (

@@ -233,6 +233,15 @@ def test_topic_defaults_come_from_broker_synonyms() -> None:
         (
             {
                 "listeners": "SASL_PLAINTEXT://:9093",
+                "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+                "connection.failed.authentication.delay.ms": "600000",
+            },
+            "connection.failed.authentication.delay.ms=600000 should always be less than "
+            "connections.max.idle.ms=600000 to prevent failed authentication responses from timing out",
+        ),
+        (
+            {
+                "listeners": "SASL_PLAINTEXT://:9093",
                 "sasl.enabled.mechanisms": "OAUTHBEARER",
                 "sasl.jaas.config": "OAuthBearerLoginModule required unsecuredValidatorAllowableClockSkewMs=-5;",
             },

@@ -158,7 +158,7 @@ class Connection(asyncio.BufferedProtocol):
         self.server = server
         self.handle: RequestHandler = server.handle
         """Where this connection's frames go: the broker's handler, or its SASL authenticator (module doc)."""
-        self.max_frame = server.max_request
+        self.buffer = ReceiveBuffer(server.max_request)
         self.max_frame_key = "socket.request.max.bytes"
         sasl = server.sasl_listeners.get(listener_name)
         if sasl is not None:
@@ -170,7 +170,6 @@ class Connection(asyncio.BufferedProtocol):
         self.loop = asyncio.get_running_loop()
         self.info = ConnectionInfo(f"unknown-{number}", "unknown", listener=listener_name)
         self.transport: asyncio.Transport | None = None
-        self.buffer = ReceiveBuffer(server.max_request)
         self.held: list[bytes] = []
         self.current: asyncio.Task[object] | None = None
         self.busy = False
@@ -182,6 +181,16 @@ class Connection(asyncio.BufferedProtocol):
         self._write_paused = False
         self._read_paused = False
         self._drained: asyncio.Future[None] | None = None
+
+    @property
+    def max_frame(self) -> int:
+        """The largest frame taken now: socket.request.max.bytes, or sasl.server.max.receive.size
+        before authentication (the buffer then never grows for a larger one)."""
+        return self.buffer.max_frame
+
+    @max_frame.setter
+    def max_frame(self, size: int) -> None:
+        self.buffer.max_frame = size
 
     # --- asyncio.Protocol ---------------------------------------------------------------------------
 
@@ -308,7 +317,7 @@ class Connection(asyncio.BufferedProtocol):
         size = buffer.next_size()
         if size is None:
             return None
-        max_request = self.max_frame
+        max_request = buffer.max_frame
         if size < 0 or size > max_request:
             raise InvalidRequestError(f"invalid request size {size} ({self.max_frame_key} is {max_request})")
         return buffer.take(size)
