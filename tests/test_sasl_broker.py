@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import http.server
 import json
+import random
 import shutil
 import socket
 import struct
@@ -528,3 +529,59 @@ def test_brokers_replicate_over_sasl(cluster_factory) -> None:
         producer.produce(name, b"rep-%d" % i, on_delivery=lambda e, m: e and failures.append(str(e)))
     assert producer.flush(30) == 0 and failures == []
     assert sorted(consume_ck(config, name, 20)) == sorted(b"rep-%d" % i for i in range(20))
+
+
+def test_mutated_sasl_frames_only_fail_authentication(server: BrokerProcess) -> None:
+    """Four hundred connections send a SaslHandshake and a SaslAuthenticate with mutated bytes (token,
+    header or size); each is answered or closed, the broker logs no unexpected error and goes on serving."""
+    rng = random.Random(11)
+    seeds = {
+        "PLAIN": b"\0alice\0alice-secret",
+        "SCRAM-SHA-256": b"n,,n=alice,r=abcdefgh",
+        "SCRAM-SHA-512": b"n,,n=alice,r=abcdefgh",
+        "OAUTHBEARER": b"n,,\x01auth=Bearer eyJhbGciOiJub25lIn0.eyJzdWIiOiJhIn0.\x01\x01",
+    }
+
+    def authenticate_frame(token: bytes) -> bytes:
+        header = struct.pack(">hhih", 36, 2, 2, 4) + b"fuzz" + b"\0"  # v2: flexible header, no tags
+        body = bytes([len(token) + 1]) + token + b"\0" if len(token) < 127 else b""
+        data = bytearray(frame_bytes(header + body))
+        for _ in range(rng.randint(1, 4)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        return bytes(data)
+
+    async def one(mechanism: str) -> None:
+        reader, writer = await asyncio.open_connection(server.host, server.port)
+        try:
+            name = mechanism.encode()
+            writer.write(frame(17, 1, struct.pack(">h", len(name)) + name))
+            writer.write(authenticate_frame(bytearray(seeds[mechanism])))
+            writer.write_eof()  # a frame whose size grew is cut short here, not waited for
+            await writer.drain()
+            async with asyncio.timeout(10):
+                while await reader.read(65536):
+                    pass
+        except (ConnectionError, TimeoutError):
+            pass
+        finally:
+            writer.close()
+
+    async def run() -> None:
+        limit = asyncio.Semaphore(20)
+
+        async def limited(mechanism: str) -> None:
+            async with limit:
+                await one(mechanism)
+
+        await asyncio.gather(*(limited(rng.choice(list(seeds))) for _ in range(400)))
+        async with await KafkaClient.connect(server.bootstrap, security=security("SCRAM-SHA-256")) as client:
+            await metadata(client)
+
+    asyncio.run(run())
+    log = server.log()
+    assert server.is_running()
+    assert "Traceback" not in log and "unexpected error" not in log, log[-5000:]
+
+
+def frame_bytes(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload
