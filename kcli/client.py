@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import random
 import struct
 from collections.abc import Callable
 from types import TracebackType
@@ -38,8 +39,14 @@ from kcli.protocol.produce_codec import (
     answer_from_response,
 )
 from kcli.security import PLAINTEXT, ClientSecurity
+from kcli.security.sasl import SaslClientMechanism, SaslError
+from kcli.security.sasl.client import client_mechanism, needs_io
 
 API_VERSIONS = 18
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
+REAUTH_WINDOW = (0.85, 0.95)
+"""When a client re-authenticates, as a share of the session's lifetime (Kafka's SaslClientAuthenticator)."""
 DEFAULT_REQUEST_TIMEOUT = 30.0
 
 OnAnswer = Callable[[Any, "ClientError | None"], object]
@@ -88,6 +95,14 @@ class KafkaClient:
         # gives the result, which goes to a future, or to a callback as (result, None) / (None, error)
         self._pending: dict[int, tuple[Callable[[Any, bytes], Any], Any, asyncio.Future[Any] | OnAnswer]] = {}
         self._closed_error: ClientError | None = None
+        self.security: ClientSecurity = PLAINTEXT
+        self._held: list[bytes | bytearray] | None = None
+        """Frames written while a re-authentication runs; None when none runs (KIP-368)."""
+        self._held_ids: set[int] = set()
+        self.authentications = 0
+        """SASL authentications completed on this connection (re-authentications count too)."""
+        self._reauth_timer: asyncio.TimerHandle | None = None
+        self._reauth_task: asyncio.Task[None] | None = None
         protocol.attach(self)
 
     @classmethod
@@ -103,7 +118,7 @@ class KafkaClient:
     ) -> KafkaClient:
         """Connect to "host:port" and, unless told not to, learn the broker's API versions."""
         host, port = split_address(bootstrap)
-        if security.protocol != "PLAINTEXT":
+        if security.protocol not in ("PLAINTEXT", "SASL_PLAINTEXT"):
             raise ClientError(f"security.protocol {security.protocol} is not supported yet.")
         loop = asyncio.get_running_loop()
         try:
@@ -120,14 +135,103 @@ class KafkaClient:
         client = cls(
             transport, protocol, address=bootstrap, client_id=client_id, request_timeout=request_timeout
         )
+        client.security = security
         protocol.negotiated = not negotiate
-        if negotiate:
+        if negotiate or security.uses_sasl:
             try:
                 await client.negotiate_versions()
+                if security.uses_sasl:
+                    await client.authenticate()
             except BaseException:
                 await client.close()
                 raise
         return client
+
+    async def authenticate(self) -> None:
+        """SaslHandshake v1 and SaslAuthenticate until the mechanism completes (Kafka's
+        SaslClientAuthenticator); with a session lifetime, re-authentication is scheduled."""
+        try:
+            if needs_io(self.security):
+                mechanism = await asyncio.to_thread(client_mechanism, self.security)
+            else:
+                mechanism = client_mechanism(self.security)
+        except SaslError as exc:
+            raise ClientError(str(exc)) from None
+        if self.version(SASL_HANDSHAKE) < 1:
+            raise ClientError(
+                f"{self.address} speaks only SaslHandshake v0; kcli needs v1 (Kafka 1.0 or later)."
+            )
+        handshake = await self._send_direct(request_type(SASL_HANDSHAKE, 1)(mechanism=mechanism.mechanism))
+        if handshake.error_code == ErrorCode.unsupported_sasl_mechanism:
+            offered = ", ".join(handshake.mechanisms) or "none"
+            raise ClientError(
+                f"{self.address} does not offer SASL mechanism {mechanism.mechanism} (it offers {offered})."
+            )
+        if handshake.error_code == ErrorCode.illegal_sasl_state:
+            raise ClientError(
+                f"{self.address} refused SaslHandshake (ILLEGAL_SASL_STATE): it is not a SASL listener."
+            )
+        if handshake.error_code != ErrorCode.none:
+            raise ClientError(f"{self.address} answered SaslHandshake with {handshake.error_code.name}.")
+        lifetime_ms = await self._exchange(mechanism)
+        self.authentications += 1
+        if lifetime_ms > 0:
+            delay = lifetime_ms / 1000 * random.uniform(*REAUTH_WINDOW)
+            self._reauth_timer = self._loop.call_later(delay, self._start_reauthentication)
+
+    async def _exchange(self, mechanism: SaslClientMechanism) -> int:
+        """The SaslAuthenticate round trips; the session lifetime in ms (0: none)."""
+        authenticate = request_type(SASL_AUTHENTICATE, self.version(SASL_AUTHENTICATE))
+        token: bytes | None = mechanism.initial_response()
+        while True:
+            answer = await self._send_direct(authenticate(auth_bytes=token or b""))
+            if answer.error_code != ErrorCode.none:
+                reason = (answer.error_message or answer.error_code.name).rstrip(".")
+                raise ClientError(
+                    f"SASL/{mechanism.mechanism} authentication with {self.address} failed: {reason}."
+                )
+            try:
+                token = mechanism.evaluate_challenge(answer.auth_bytes)
+            except SaslError as exc:
+                reason = str(exc).rstrip(".")
+                raise ClientError(
+                    f"SASL/{mechanism.mechanism} authentication with {self.address} failed: {reason}."
+                ) from None
+            if token is None and mechanism.complete:
+                lifetime = getattr(answer, "session_lifetime", None)
+                return int(lifetime.total_seconds() * 1000) if lifetime is not None else 0
+            if token is None:
+                raise ClientError(
+                    f"SASL/{mechanism.mechanism} with {self.address} ended before it completed."
+                )
+
+    def _start_reauthentication(self) -> None:
+        self._reauth_timer = None
+        if self._closed_error is None:
+            self._reauth_task = self._loop.create_task(self._reauthenticate())
+
+    async def _reauthenticate(self) -> None:
+        """KIP-368: hold new requests, wait until none is in flight, authenticate again, send the held ones."""
+        self._held = []
+        try:
+            while set(self._pending) - self._held_ids and self._closed_error is None:
+                await asyncio.sleep(0.005)
+            if self._closed_error is not None:
+                return
+            await self.authenticate()
+            log.debug("re-authenticated with %s", self.address)
+        except ClientError as exc:
+            log.warning("re-authentication with %s failed: %s", self.address, exc)
+            self._closed_error = ClientError(
+                f"re-authentication with {self.address} failed: {str(exc).rstrip('.')}."
+            )
+            self._transport.close()
+        finally:
+            held, self._held = self._held or [], None
+            self._held_ids.clear()
+            if self._closed_error is None:
+                for frame in held:
+                    self._transport.write(frame)
 
     async def negotiate_versions(self) -> None:
         """ApiVersions from our newest version down, as clients do (KIP-511 fallback)."""
@@ -191,13 +295,36 @@ class KafkaClient:
             self._pending[correlation_id] = (_decode_response, response_cls, future)
         else:
             self._pending[correlation_id] = (_read_by_hand, (response_cls, reader), future)
-        self._transport.write(frame)
+        self._write(frame, correlation_id)
         return future
+
+    async def _send_direct(self, request: Any) -> Any:
+        """A SASL request: written now even while other requests are held for a re-authentication."""
+        held, self._held = self._held, None
+        try:
+            future = self.send_nowait(request)
+        finally:
+            self._held = held
+        try:
+            return await asyncio.wait_for(future, self.request_timeout)
+        except TimeoutError:
+            name = api_name(request.__api_key__)
+            raise ClientError(
+                f"{name} request to {self.address} timed out after {self.request_timeout:g} s."
+            ) from None
+
+    def _write(self, frame: bytes | bytearray, correlation_id: int | None = None) -> None:
+        if self._held is None:
+            self._transport.write(frame)
+            return
+        self._held.append(frame)
+        if correlation_id is not None:
+            self._held_ids.add(correlation_id)
 
     async def send_without_response(self, request: Any) -> None:
         """For requests the broker does not answer (Produce with acks=0)."""
         self._check_open()
-        self._transport.write(self._encode(request, next(self._correlation_ids)))
+        self._write(self._encode(request, next(self._correlation_ids)))
         await self._protocol.drain()
 
     @property
@@ -248,11 +375,16 @@ class KafkaClient:
         correlation_id = next(self._correlation_ids)
         self._pending[correlation_id] = (_produce_answer, framer, on_answer)
         prefix = framer.prefix(correlation_id, partition, len(records))
-        self._transport.write(b"".join((prefix, records, framer.suffix)))
+        self._write(b"".join((prefix, records, framer.suffix)), correlation_id)
 
     async def close(self) -> None:
         if self._closed_error is None:
             self._closed_error = ClientError(f"the connection to {self.address} is closed.")
+        if self._reauth_timer is not None:
+            self._reauth_timer.cancel()
+        task = self._reauth_task
+        if task is not None and task is not asyncio.current_task() and not task.done():
+            task.cancel()
         self._transport.close()
         await self._protocol.wait_closed()
         self._fail_pending(self._closed_error)

@@ -17,10 +17,14 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from formats.checkpoints import parse_java_properties
 from formats.errors import CheckpointError
 from kcli.errors import KcliError
+
+if TYPE_CHECKING:
+    from kcli.security import ClientSecurity
 
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
@@ -78,7 +82,13 @@ class BrokerConfig:
     def __init__(self, settings: Mapping[str, str] | None = None, *, source: str = "configuration") -> None:
         self._explicit: dict[str, object] = {}
         self._dynamic: dict[str, object] = {}
+        self._per_listener: dict[str, object] = {}
+        """`listener.name.<listener>.[<mechanism>.]<key>` settings, by lower-cased full name."""
         for key, raw in (settings or {}).items():
+            base = listener_prefixed_key(key)
+            if base is not None:
+                self._per_listener[key.lower()] = parse_value(BROKER_CONFIGS, base, raw, source=source)
+                continue
             self._explicit[key] = parse_value(BROKER_CONFIGS, key, raw, source=source)
         self._check_combinations()
 
@@ -115,6 +125,16 @@ class BrokerConfig:
         return KCLI_DEFAULTS.get(key, spec.default)
 
     def get(self, key: str) -> object:
+        return self[key]
+
+    def listener_value(self, listener_name: str, key: str, mechanism: str | None = None) -> object:
+        """Kafka's listener-prefixed lookup: `listener.name.<listener>.<mechanism>.<key>` (mechanism
+        lower-cased), then `listener.name.<listener>.<key>`, then `<key>`."""
+        prefix = f"listener.name.{listener_name.lower()}."
+        names = [f"{prefix}{mechanism.lower()}.{key}"] if mechanism else []
+        for name in [*names, prefix + key]:
+            if name in self._per_listener:
+                return self._per_listener[name]
         return self[key]
 
     def is_set(self, key: str) -> bool:
@@ -344,10 +364,88 @@ class BrokerConfig:
             raise ConfigError(
                 f"listener name {listener.name} has no entry in listener.security.protocol.map."
             )
-        if protocol != "PLAINTEXT":
+        controller = listener.name in self["controller.listener.names"]  # type: ignore[operator]
+        if protocol == "SASL_PLAINTEXT" and not controller:
+            self._check_sasl(listener.name)
+        elif protocol != "PLAINTEXT":
+            served = "PLAINTEXT only" if controller else "PLAINTEXT and SASL_PLAINTEXT"
+            raise ConfigError(f"listener {listener} uses security protocol {protocol}; kcli serves {served}.")
+
+    def security_protocol(self, listener_name: str) -> str:
+        """The security protocol of a listener (PLAINTEXT when unmapped, as checked at start-up)."""
+        return self._protocol_of(listener_name) or "PLAINTEXT"
+
+    def inter_broker_security(self) -> ClientSecurity:
+        """How this broker connects to the others' listener (replication, transaction markers):
+        its own listener's protocol, `sasl.mechanism.inter.broker.protocol` with the username and
+        password of that mechanism's JAAS line, as Kafka's inter-broker client takes them."""
+        from kcli.security import ClientSecurity
+        from kcli.security.jaas import parse_jaas_config
+
+        name = self.listener.name
+        protocol = self.security_protocol(name)
+        if protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
+            return ClientSecurity(protocol=protocol)
+        mechanism = str(self["sasl.mechanism.inter.broker.protocol"])
+        jaas = self.listener_value(name, "sasl.jaas.config", mechanism)
+        options = parse_jaas_config(str(jaas)).options if jaas is not None else {}
+        return ClientSecurity(protocol=protocol, sasl_mechanism=mechanism, jaas=options)
+
+    def _check_sasl(self, listener_name: str) -> None:
+        """A SASL listener's mechanisms and JAAS lines, refused in one sentence as Kafka refuses them."""
+        from kcli.security.jaas import JaasError, parse_jaas_config
+        from kcli.security.sasl import GSSAPI_REFUSAL, MECHANISMS, SaslError
+        from kcli.security.sasl.oauthbearer import UnsecuredValidator
+
+        enabled: list[str] = self.listener_value(listener_name, "sasl.enabled.mechanisms")  # type: ignore[assignment]
+        if not enabled:
             raise ConfigError(
-                f"listener {listener} uses security protocol {protocol}; kcli serves PLAINTEXT only."
+                f"No SASL mechanisms are enabled on listener {listener_name} (sasl.enabled.mechanisms)."
             )
+        for mechanism in enabled:
+            if mechanism == "GSSAPI":
+                raise ConfigError(f"sasl.enabled.mechanisms of listener {listener_name}: {GSSAPI_REFUSAL}")
+            if mechanism not in MECHANISMS:
+                raise ConfigError(
+                    f"sasl.enabled.mechanisms of listener {listener_name} names {mechanism!r}; kcli offers "
+                    f"{', '.join(MECHANISMS)}."
+                )
+            jaas = self.listener_value(listener_name, "sasl.jaas.config", mechanism)
+            if jaas is not None:
+                try:
+                    options = parse_jaas_config(str(jaas)).options
+                    if mechanism == "OAUTHBEARER":
+                        UnsecuredValidator.from_jaas(options)
+                except (JaasError, SaslError) as exc:
+                    raise ConfigError(f"listener {listener_name}, {mechanism}: {exc}") from None
+            elif mechanism == "PLAIN":
+                raise ConfigError(
+                    f"listener {listener_name} enables PLAIN without users: set "
+                    f"listener.name.{listener_name.lower()}.plain.sasl.jaas.config to a PlainLoginModule line "
+                    'with user_<name>="<password>" entries.'
+                )
+        delay, idle = self["connection.failed.authentication.delay.ms"], self["connections.max.idle.ms"]
+        if delay >= idle:  # type: ignore[operator]
+            raise ConfigError(
+                f"connection.failed.authentication.delay.ms={delay} should always be less than "
+                f"connections.max.idle.ms={idle} to prevent failed authentication responses from timing out"
+            )
+        inter_broker = self["sasl.mechanism.inter.broker.protocol"]
+        in_a_cluster = bool(self["controller.quorum.voters"] or self["controller.quorum.bootstrap.servers"])
+        if (
+            in_a_cluster or self.is_set("sasl.mechanism.inter.broker.protocol")
+        ) and inter_broker not in enabled:
+            raise ConfigError(
+                "sasl.mechanism.inter.broker.protocol must be included in sasl.enabled.mechanisms when SASL "
+                "is used for inter-broker communication"
+            )
+        if in_a_cluster and inter_broker != "OAUTHBEARER":
+            options = self.inter_broker_security().jaas
+            if not options.get("username") or "password" not in options:
+                raise ConfigError(
+                    f"listener {listener_name}: inter-broker SASL/{inter_broker} needs username and password in "
+                    f"listener.name.{listener_name.lower()}.{str(inter_broker).lower()}.sasl.jaas.config."
+                )
 
     def _protocol_of(self, name: str) -> str | None:
         """Kafka's effectiveListenerSecurityProtocolMap: a controller listener missing from a default
@@ -921,6 +1019,49 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table(
             10 * 60 * 1000,
             None,
             "Idle connections are closed after this long.",
+        ),
+        # --- SASL (SaslServerAuthenticator); each may carry a listener.name.<listener>. prefix
+        (
+            "sasl.enabled.mechanisms",
+            "list",
+            ["GSSAPI"],
+            None,
+            "SASL mechanisms a SASL listener offers: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER.",
+        ),
+        (
+            "sasl.jaas.config",
+            "password",
+            None,
+            None,
+            'JAAS login module line of a SASL listener\'s mechanism (PLAIN users as user_<name>="<password>").',
+        ),
+        (
+            "sasl.mechanism.inter.broker.protocol",
+            "string",
+            "GSSAPI",
+            one_of("GSSAPI", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"),
+            "SASL mechanism for inter-broker connections; kcli's brokers talk PLAINTEXT among themselves.",
+        ),
+        (
+            "connections.max.reauth.ms",
+            "long",
+            0,
+            at_least(0),
+            "Longest SASL session before the client must re-authenticate (KIP-368); 0: no limit.",
+        ),
+        (
+            "connection.failed.authentication.delay.ms",
+            "int",
+            100,
+            at_least(0),
+            "How long a failed authentication waits before its answer and the close.",
+        ),
+        (
+            "sasl.server.max.receive.size",
+            "int",
+            524288,
+            at_least(1),
+            "Largest frame accepted before a SASL connection has authenticated.",
         ),
         ("queued.max.requests", "int", 500, at_least(1), "Request queue size.", False),
         ("num.network.threads", "int", 3, at_least(1), "Network threads; kcli uses one event loop.", False),
@@ -1590,7 +1731,29 @@ def _unknown_key_message(table: Mapping[str, ConfigKey], key: str, source: str, 
     return f"unknown {source} key {key!r}{' ' + where if where else ''}{hint}"
 
 
+LISTENER_KEYS = (
+    "sasl.enabled.mechanisms",
+    "sasl.jaas.config",
+    "connections.max.reauth.ms",
+    "sasl.server.max.receive.size",
+)
+"""Keys that may be set per listener (and the JAAS line and re-authentication per mechanism too)."""
+
+
+def listener_prefixed_key(key: str) -> str | None:
+    """The base key of `listener.name.<listener>.[<mechanism>.]<key>`, None for any other key."""
+    if not key.lower().startswith("listener.name."):
+        return None
+    rest = key[len("listener.name.") :]
+    for base in LISTENER_KEYS:
+        if rest.endswith("." + base) and rest[: -len(base) - 1]:
+            head = rest[: -len(base) - 1]
+            if head.count(".") == 0 or base in ("sasl.jaas.config", "connections.max.reauth.ms"):
+                return base
+    return None
+
+
 def _check_keys(settings: Mapping[str, str], where: str) -> None:
     for key in settings:
-        if key not in BROKER_CONFIGS:
+        if key not in BROKER_CONFIGS and listener_prefixed_key(key) is None:
             raise ConfigError(_unknown_key_message(BROKER_CONFIGS, key, "configuration", where))

@@ -189,7 +189,80 @@ def test_topic_defaults_come_from_broker_synonyms() -> None:
         ),
         (
             {"listeners": "SSL://:9093"},
-            "listener SSL://:9093 uses security protocol SSL; kcli serves PLAINTEXT only.",
+            "listener SSL://:9093 uses security protocol SSL; kcli serves PLAINTEXT and SASL_PLAINTEXT.",
+        ),
+        (
+            {"listeners": "SASL_PLAINTEXT://:9093"},
+            "sasl.enabled.mechanisms of listener SASL_PLAINTEXT: SASL mechanism GSSAPI (Kerberos) is not "
+            "supported by kcli; use PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER.",
+        ),
+        (
+            {"listeners": "SASL_PLAINTEXT://:9093", "sasl.enabled.mechanisms": "DIGEST-MD5"},
+            "sasl.enabled.mechanisms of listener SASL_PLAINTEXT names 'DIGEST-MD5'; kcli offers PLAIN, "
+            "SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER.",
+        ),
+        (
+            {"listeners": "SASL_PLAINTEXT://:9093", "sasl.enabled.mechanisms": "PLAIN"},
+            "listener SASL_PLAINTEXT enables PLAIN without users: set "
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config to a PlainLoginModule line with "
+            'user_<name>="<password>" entries.',
+        ),
+        (
+            {
+                "listeners": "SASL_PLAINTEXT://:9093",
+                "sasl.enabled.mechanisms": "PLAIN",
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config": "PlainLoginModule required user_a=",
+            },
+            "listener SASL_PLAINTEXT, PLAIN: sasl.jaas.config must be one login module line: "
+            "<LoginModule class> required <option>=<value> ... ;",
+        ),
+        (
+            {
+                "node.id": "1",
+                "controller.quorum.voters": "1@127.0.0.1:9093",
+                "controller.listener.names": "CONTROLLER",
+                "listeners": "SASL_PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+                "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+                "sasl.enabled.mechanisms": "PLAIN",
+                "sasl.mechanism.inter.broker.protocol": "PLAIN",
+                "sasl.jaas.config": 'PlainLoginModule required user_a="b";',
+            },
+            "listener SASL_PLAINTEXT: inter-broker SASL/PLAIN needs username and password in "
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config.",
+        ),
+        (
+            {
+                "listeners": "SASL_PLAINTEXT://:9093",
+                "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+                "connection.failed.authentication.delay.ms": "600000",
+            },
+            "connection.failed.authentication.delay.ms=600000 should always be less than "
+            "connections.max.idle.ms=600000 to prevent failed authentication responses from timing out",
+        ),
+        (
+            {
+                "listeners": "SASL_PLAINTEXT://:9093",
+                "sasl.enabled.mechanisms": "OAUTHBEARER",
+                "sasl.jaas.config": "OAuthBearerLoginModule required unsecuredValidatorAllowableClockSkewMs=-5;",
+            },
+            "listener SASL_PLAINTEXT, OAUTHBEARER: Allowable clock skew millis must not be negative: -5",
+        ),
+        (
+            {
+                "listeners": "SASL_PLAINTEXT://:9093",
+                "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "SCRAM-SHA-256",
+                "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            },
+            "sasl.mechanism.inter.broker.protocol must be included in sasl.enabled.mechanisms when SASL "
+            "is used for inter-broker communication",
+        ),
+        (
+            {
+                "listeners": "SASL_PLAINTEXT://:9093",
+                "sasl.enabled.mechanisms": "PLAIN",
+                "connections.max.reauth.ms": "-1",
+            },
+            "invalid value '-1' for configuration connections.max.reauth.ms: value must be at least 0.",
         ),
         (
             {"listeners": "INTERNAL://:9093"},

@@ -16,10 +16,11 @@ Seams for secure connections (Kafka's SslTransportLayer and SaslServerAuthentica
   regions, `_sendfile_now` / `loop.sendfile` on the plain socket, in `_send_framed_now` and
   `_send_parts` alone. A TLS transport has no socket to sendfile into: there a file region is read and
   written through the transport instead (Kafka, too, copies under TLS), and corking does not apply.
-- Authentication state: each connection takes its `handle` when it is made. Before authentication, a
-  per-connection authenticator would stand in that place, answering ApiVersions and the SASL requests
-  and refusing the rest, then hand the connection to the broker's handler; the principal it
-  establishes belongs in the connection's `ConnectionInfo`, which every handler receives.
+- Authentication state: each connection takes its `handle` when it is made. On a SASL listener a
+  per-connection `SaslServerAuthenticator` (`kcli.broker.authenticator`) stands in that place,
+  answering ApiVersions and the SASL requests and refusing the rest, then hands the frames to the
+  broker's handler; the principal it establishes is on the connection's `ConnectionInfo`, which every
+  handler receives. Until then frames are bounded by `sasl.server.max.receive.size`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any
 
 from kcli.broker.apis.context import ConnectionInfo, FileRegion
 from kcli.broker.apis.dispatch import Answer, FramedSend
+from kcli.broker.authenticator import SaslListener, SaslServerAuthenticator, jaas_scram_credentials
 from kcli.config import BrokerConfig, Listener
 from kcli.errors import KcliError
 from kcli.protocol.request_header import InvalidRequestError
@@ -61,6 +63,14 @@ class SocketServer:
         self.connections: set[Connection] = set()
         self.controller_listener_name: str | None = None
         """Set by a broker that also has a controller listener: it stops accepting last."""
+        self.sasl_listeners = {
+            listener.name: SaslListener.from_config(config, listener.name)
+            for listener in config["listeners"]  # type: ignore[attr-defined]
+            if config.security_protocol(listener.name) in ("SASL_PLAINTEXT", "SASL_SSL")
+        }
+        """The SASL listeners' settings, by listener name."""
+        self.scram_credentials = jaas_scram_credentials(list(self.sasl_listeners.values()))
+        """(mechanism, user) -> ScramCredential | None: where SCRAM looks users up (see `authenticator`)."""
         self._next_connection = 0
         self._stopping = False
         self._controller_stopping = False  # the controller listener serves until the node has stopped
@@ -147,13 +157,19 @@ class Connection(asyncio.BufferedProtocol):
         assert server.handle is not None, "a listener serves once the broker has installed its handler"
         self.server = server
         self.handle: RequestHandler = server.handle
-        """Where this connection's frames go: the seam where an authenticator would stand (module doc)."""
+        """Where this connection's frames go: the broker's handler, or its SASL authenticator (module doc)."""
+        self.buffer = ReceiveBuffer(server.max_request)
+        self.max_frame_key = "socket.request.max.bytes"
+        sasl = server.sasl_listeners.get(listener_name)
+        if sasl is not None:
+            self.handle = SaslServerAuthenticator(
+                self, sasl, lambda: server.scram_credentials, server.handle
+            ).handle
         self.number = number
         self.listener_name = listener_name
         self.loop = asyncio.get_running_loop()
         self.info = ConnectionInfo(f"unknown-{number}", "unknown", listener=listener_name)
         self.transport: asyncio.Transport | None = None
-        self.buffer = ReceiveBuffer(server.max_request)
         self.held: list[bytes] = []
         self.current: asyncio.Task[object] | None = None
         self.busy = False
@@ -165,6 +181,16 @@ class Connection(asyncio.BufferedProtocol):
         self._write_paused = False
         self._read_paused = False
         self._drained: asyncio.Future[None] | None = None
+
+    @property
+    def max_frame(self) -> int:
+        """The largest frame taken now: socket.request.max.bytes, or sasl.server.max.receive.size
+        before authentication (the buffer then never grows for a larger one)."""
+        return self.buffer.max_frame
+
+    @max_frame.setter
+    def max_frame(self, size: int) -> None:
+        self.buffer.max_frame = size
 
     # --- asyncio.Protocol ---------------------------------------------------------------------------
 
@@ -228,6 +254,10 @@ class Connection(asyncio.BufferedProtocol):
             self._flush()
             self.transport.close()
 
+    def close_after_answer(self) -> None:
+        """Read no further requests and close once the answer being made is sent (a failed authentication)."""
+        self._stopping = True
+
     def abort(self) -> None:
         """Give up on the request in flight (shutdown grace over) and close."""
         if self.current is not None:
@@ -287,11 +317,9 @@ class Connection(asyncio.BufferedProtocol):
         size = buffer.next_size()
         if size is None:
             return None
-        max_request = self.server.max_request
+        max_request = buffer.max_frame
         if size < 0 or size > max_request:
-            raise InvalidRequestError(
-                f"invalid request size {size} (socket.request.max.bytes is {max_request})"
-            )
+            raise InvalidRequestError(f"invalid request size {size} ({self.max_frame_key} is {max_request})")
         return buffer.take(size)
 
     def _respond(self, response: Answer) -> None:

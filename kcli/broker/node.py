@@ -101,6 +101,7 @@ class Node:
                 partition_max_bytes=int(config["replica.fetch.max.bytes"]),  # type: ignore[call-overload]
                 backoff_ms=int(config["replica.fetch.backoff.ms"]),  # type: ignore[call-overload]
                 request_timeout_ms=int(config["replica.socket.timeout.ms"]),  # type: ignore[call-overload]
+                security=config.inter_broker_security(),
             ),
             replica_selector=replica_selector(config["replica.selector.class"]),  # type: ignore[arg-type]
             quota_samples=int(config["replication.quota.window.num"]),  # type: ignore[call-overload]

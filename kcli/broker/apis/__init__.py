@@ -60,6 +60,7 @@ def build_registry() -> ApiRegistry:
         quorum,
         reassignments,
         records,
+        sasl,
         scram,
         topics,
         transactions,
@@ -88,6 +89,7 @@ def build_registry() -> ApiRegistry:
             *producers.APIS,
             *quorum.BROKER_APIS,
             *features.APIS,
+            *sasl.APIS,
             *scram.APIS,
         ]
     )
