@@ -92,7 +92,8 @@ class SaslListener:
         jaas: dict[str, Mapping[str, str]] = {}
         for mechanism in enabled:
             text = config.listener_value(name, "sasl.jaas.config", mechanism)
-            jaas[mechanism] = parse_jaas_config(str(text)).options if text is not None else {}
+            source = config.listener_key(name, "sasl.jaas.config", mechanism)
+            jaas[mechanism] = parse_jaas_config(str(text), source=source).options if text is not None else {}
         return cls(
             name=name,
             enabled=enabled,
