@@ -454,6 +454,8 @@ class BrokerConfig:
                 "is used for inter-broker communication"
             )
         if in_a_cluster and inter_broker != "OAUTHBEARER":
+            # As Kafka: the JAAS line's username and password only; a SCRAM user's credentials are in the
+            # metadata log (`kcli storage format --add-scram` bootstraps them), which no config check sees
             options = self.inter_broker_security().jaas
             if not options.get("username") or "password" not in options:
                 raise ConfigError(
