@@ -137,6 +137,12 @@ class BrokerConfig:
                 return self._per_listener[name]
         return self[key]
 
+    def listener_key(self, listener_name: str, key: str, mechanism: str | None = None) -> str:
+        """The name of the key `listener_value` takes its value from (for sentences about it)."""
+        prefix = f"listener.name.{listener_name.lower()}."
+        names = [f"{prefix}{mechanism.lower()}.{key}"] if mechanism else []
+        return next((name for name in [*names, prefix + key] if name in self._per_listener), key)
+
     def is_set(self, key: str) -> bool:
         """True when the value came from the file, a flag or an override rather than a default."""
         return key in self._explicit
@@ -388,12 +394,13 @@ class BrokerConfig:
             return ClientSecurity(protocol=protocol)
         mechanism = str(self["sasl.mechanism.inter.broker.protocol"])
         jaas = self.listener_value(name, "sasl.jaas.config", mechanism)
-        options = parse_jaas_config(str(jaas)).options if jaas is not None else {}
+        source = self.listener_key(name, "sasl.jaas.config", mechanism)
+        options = parse_jaas_config(str(jaas), source=source).options if jaas is not None else {}
         return ClientSecurity(protocol=protocol, sasl_mechanism=mechanism, jaas=options)
 
     def _check_sasl(self, listener_name: str) -> None:
         """A SASL listener's mechanisms and JAAS lines, refused in one sentence as Kafka refuses them."""
-        from kcli.security.jaas import JaasError, parse_jaas_config
+        from kcli.security.jaas import JaasError, check_mechanism, parse_jaas_config
         from kcli.security.sasl import GSSAPI_REFUSAL, MECHANISMS, SaslError
         from kcli.security.sasl.oauthbearer import UnsecuredValidator
 
@@ -412,11 +419,18 @@ class BrokerConfig:
                 )
             jaas = self.listener_value(listener_name, "sasl.jaas.config", mechanism)
             if jaas is not None:
+                source = self.listener_key(listener_name, "sasl.jaas.config", mechanism)
+                if source == "sasl.jaas.config":
+                    source = f"sasl.jaas.config (listener {listener_name}, {mechanism})"
                 try:
-                    options = parse_jaas_config(str(jaas)).options
+                    login = parse_jaas_config(str(jaas), source=source)
+                    check_mechanism(login, mechanism, source=source)
+                    options = login.options
                     if mechanism == "OAUTHBEARER":
                         UnsecuredValidator.from_jaas(options)
-                except (JaasError, SaslError) as exc:
+                except JaasError as exc:
+                    raise ConfigError(str(exc)) from None
+                except SaslError as exc:
                     raise ConfigError(f"listener {listener_name}, {mechanism}: {exc}") from None
             elif mechanism == "PLAIN":
                 raise ConfigError(
@@ -440,6 +454,8 @@ class BrokerConfig:
                 "is used for inter-broker communication"
             )
         if in_a_cluster and inter_broker != "OAUTHBEARER":
+            # As Kafka: the JAAS line's username and password only; a SCRAM user's credentials are in the
+            # metadata log (`kcli storage format --add-scram` bootstraps them), which no config check sees
             options = self.inter_broker_security().jaas
             if not options.get("username") or "password" not in options:
                 raise ConfigError(

@@ -25,7 +25,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,6 +91,7 @@ def plan(
     overrides: list[str],
     *,
     controllers: int | None = None,
+    add_scram: Sequence[str] = (),
 ) -> ClusterLayout:
     """The layout in `data_dir`: the stored one (the same ids and ports), or a new one, formatted.
 
@@ -98,6 +99,8 @@ def plan(
     are controller-only voters and the next `brokers` nodes broker-only (Kafka's isolated mode). None
     for a stored cluster is its own number.
     `base_port` None is DEFAULT_PORT for a new cluster and the stored ports for a stored one.
+    `add_scram` (`kcli storage format --add-scram` arguments) bootstraps SCRAM credentials into the
+    nodes it formats.
 
     A stored cluster's ports and overrides are its nodes' server.properties: a --port or --override
     that differs is honoured while no node has ever started (a failed first start: the layout is
@@ -147,6 +150,7 @@ def plan(
             overrides or stored_overrides or [],
             controllers=stored_controllers,
             cluster_id=layout.cluster_id,
+            add_scram=add_scram,
         )
     return _new_layout(
         data_dir,
@@ -154,6 +158,7 @@ def plan(
         DEFAULT_PORT if base_port is None else base_port,
         overrides,
         controllers=controllers or 0,
+        add_scram=add_scram,
     )
 
 
@@ -178,6 +183,7 @@ def _new_layout(
     *,
     controllers: int,
     cluster_id: str | None = None,
+    add_scram: Sequence[str] = (),
 ) -> ClusterLayout:
     """Lay out, configure and format the nodes (dirs already formatted with `cluster_id` are kept)."""
     if brokers < 1:
@@ -208,6 +214,7 @@ def _new_layout(
             layout.cluster_id,
             metadata_version=21,
             ignore_formatted=cluster_id is not None,
+            add_scram=add_scram,
             now_ms=int(time.time() * 1000),
         )
     (data_dir / CLUSTER_FILE).write_text(

@@ -226,9 +226,13 @@ def try_status(bootstrap: str) -> Status | None:
 class LocalKraftCluster:
     """A formatted layout in `root` and one `NodeProcess` per node."""
 
-    def __init__(self, root: Path, brokers: int = 3, overrides: Sequence[str] = ()) -> None:
+    def __init__(
+        self, root: Path, brokers: int = 3, overrides: Sequence[str] = (), add_scram: Sequence[str] = ()
+    ) -> None:
         base = free_port_range(2 * brokers)
-        self.layout: ClusterLayout = plan(root, brokers, base, [*QUORUM_TIMEOUTS, *overrides])
+        self.layout: ClusterLayout = plan(
+            root, brokers, base, [*QUORUM_TIMEOUTS, *overrides], add_scram=add_scram
+        )
         self.nodes = {n.node_id: NodeProcess(n) for n in self.layout.nodes}
 
     def __getitem__(self, node_id: int) -> NodeProcess:
@@ -298,12 +302,15 @@ class IsolatedCluster(LocalKraftCluster):
 
 @pytest.fixture
 def cluster_factory(tmp_path: Path) -> Iterator[Callable[..., LocalKraftCluster]]:
-    """`factory(brokers=3, overrides=[...])` -> a formatted, not yet started cluster; every node left
-    running at teardown is killed by PID (the data is thrown away)."""
+    """`factory(brokers=3, overrides=[...], add_scram=[...])` -> a formatted, not yet started cluster
+    (`add_scram`: `storage format --add-scram` arguments); every node left running at teardown is
+    killed by PID (the data is thrown away)."""
     made: list[LocalKraftCluster] = []
 
-    def factory(brokers: int = 3, overrides: Sequence[str] = ()) -> LocalKraftCluster:
-        cluster = LocalKraftCluster(tmp_path / f"cluster-{len(made)}", brokers, overrides)
+    def factory(
+        brokers: int = 3, overrides: Sequence[str] = (), add_scram: Sequence[str] = ()
+    ) -> LocalKraftCluster:
+        cluster = LocalKraftCluster(tmp_path / f"cluster-{len(made)}", brokers, overrides, add_scram)
         made.append(cluster)
         return cluster
 

@@ -19,12 +19,8 @@ from cryptography.x509.oid import NameOID
 
 from kcli.config import parse_properties
 from kcli.security import SECRET_MARK
-from kcli.security.client_config import (
-    ClientConfigError,
-    load_client_config,
-    parse_client_config,
-    parse_jaas_config,
-)
+from kcli.security.client_config import ClientConfigError, load_client_config, parse_client_config
+from kcli.security.jaas import JaasError, parse_jaas_config
 
 SECRET = "hunter2-Sekr3t"
 """Every password and secret in these files: it must never be printed."""
@@ -288,12 +284,13 @@ def test_librdkafka_oauthbearer_settings() -> None:
 
 
 def test_jaas_tokenizing_as_kafkas_streamtokenizer() -> None:
-    module, options = parse_jaas_config(
+    config = parse_jaas_config(
         "/* a comment */ org.apache.kafka.common.security.plain.PlainLoginModule REQUIRED // to the end\n"
         "  username=alice.ops-1_$ password='p w' / a lone slash comments out the rest of its line\n;"
     )
-    assert module == "org.apache.kafka.common.security.plain.PlainLoginModule"
-    assert options == {"username": "alice.ops-1_$", "password": "p w"}
+    assert config.login_module == "org.apache.kafka.common.security.plain.PlainLoginModule"
+    assert config.flag == "required"
+    assert config.options == {"username": "alice.ops-1_$", "password": "p w"}
 
 
 @pytest.mark.parametrize(
@@ -326,16 +323,18 @@ def test_jaas_tokenizing_as_kafkas_streamtokenizer() -> None:
     ],
 )
 def test_jaas_mistakes_are_one_sentence(line: str, words: str) -> None:
-    with pytest.raises(ClientConfigError) as raised:
-        parse_jaas_config(line)
-    assert words in str(raised.value) and SECRET not in str(raised.value)
+    with pytest.raises(JaasError) as raised:
+        parse_jaas_config(line, source="client.properties: sasl.jaas.config")
+    message = str(raised.value)
+    assert message.startswith("client.properties: sasl.jaas.config: ") and message.endswith(".")
+    assert words in message and SECRET not in message
 
 
 def test_jaas_with_quoted_options_and_escapes() -> None:
-    _, options = parse_jaas_config(
+    options = parse_jaas_config(
         'org.apache.kafka.common.security.plain.PlainLoginModule required tab="a\\tb" octal="\\101x" '
         'single=\'s p a c e\' empty="" quote="say \\"hi\\"";'
-    )
+    ).options
     assert options == {"tab": "a\tb", "octal": "Ax", "single": "s p a c e", "empty": "", "quote": 'say "hi"'}
 
 

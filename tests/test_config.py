@@ -213,8 +213,38 @@ def test_topic_defaults_come_from_broker_synonyms() -> None:
                 "sasl.enabled.mechanisms": "PLAIN",
                 "listener.name.sasl_plaintext.plain.sasl.jaas.config": "PlainLoginModule required user_a=",
             },
-            "listener SASL_PLAINTEXT, PLAIN: sasl.jaas.config must be one login module line: "
-            "<LoginModule class> required <option>=<value> ... ;",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config: option 1 is not name=value (quote values "
+            "that start with a digit or hold characters other than letters, digits and .-_$).",
+        ),
+        (
+            {  # Kafka's StreamTokenizer rules: what is left of a misquoted password is not echoed
+                "listeners": "SASL_PLAINTEXT://:9093",
+                "sasl.enabled.mechanisms": "PLAIN",
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config": "org.apache.kafka.common.security.plain."
+                "PlainLoginModule required user_a=x Sekr3t-word;",
+            },
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config: option 2 is not name=value (quote values "
+            "that start with a digit or hold characters other than letters, digits and .-_$).",
+        ),
+        (
+            {
+                "listeners": "SASL_PLAINTEXT://:9093",
+                "sasl.enabled.mechanisms": "OAUTHBEARER",
+                "listener.name.sasl_plaintext.sasl.jaas.config": "org.apache.kafka.common.security.plain."
+                'PlainLoginModule required user_a="b";',
+            },
+            "listener.name.sasl_plaintext.sasl.jaas.config's PlainLoginModule cannot log in with SASL "
+            "mechanism OAUTHBEARER.",
+        ),
+        (
+            {
+                "listeners": "SASL_PLAINTEXT://:9093",
+                "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+                "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required; "
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            },
+            "sasl.jaas.config (listener SASL_PLAINTEXT, SCRAM-SHA-256): 2 login modules are given; it takes "
+            "exactly one.",
         ),
         (
             {
@@ -225,7 +255,7 @@ def test_topic_defaults_come_from_broker_synonyms() -> None:
                 "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
                 "sasl.enabled.mechanisms": "PLAIN",
                 "sasl.mechanism.inter.broker.protocol": "PLAIN",
-                "sasl.jaas.config": 'PlainLoginModule required user_a="b";',
+                "sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule required user_a="b";',
             },
             "listener SASL_PLAINTEXT: inter-broker SASL/PLAIN needs username and password in "
             "listener.name.sasl_plaintext.plain.sasl.jaas.config.",
@@ -243,7 +273,8 @@ def test_topic_defaults_come_from_broker_synonyms() -> None:
             {
                 "listeners": "SASL_PLAINTEXT://:9093",
                 "sasl.enabled.mechanisms": "OAUTHBEARER",
-                "sasl.jaas.config": "OAuthBearerLoginModule required unsecuredValidatorAllowableClockSkewMs=-5;",
+                "sasl.jaas.config": "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+                'unsecuredValidatorAllowableClockSkewMs="-5";',
             },
             "listener SASL_PLAINTEXT, OAUTHBEARER: Allowable clock skew millis must not be negative: -5",
         ),

@@ -7,8 +7,9 @@ than ApiVersions/SaslHandshake before authentication, or a frame above sasl.serv
 closes the connection. With connections.max.reauth.ms=2000 a 10 s consume goes on across re-
 authentications, a session left to expire is closed, and a re-authentication as someone else is refused.
 
-SCRAM users come from the SCRAM mechanisms' JAAS lines here (`user_<name>`), the broker's stand-in until
-credentials live in the metadata log.
+SCRAM users live in the metadata log, as in Kafka: `kcli storage format --add-scram` writes them before
+the broker first starts (the two-node cluster's inter-broker `admin` too, as Kafka's docs bootstrap it),
+and a user added with `kcli configs alter --entity-type users` logs in at once, and no longer once deleted.
 """
 
 from __future__ import annotations
@@ -24,16 +25,25 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from conftest import BrokerProcess, skip_unless_ci, start_broker, stop_cleanly
+from conftest import (
+    KCLI,
+    BrokerProcess,
+    free_port_range,
+    kcli_env,
+    skip_unless_ci,
+    start_with_config,
+    stop_cleanly,
+)
 from kafka import KafkaConsumer, KafkaProducer
 from kio.schema.errors import ErrorCode
+from waiting import wait_for
 
 from kcli.client import ClientError, KafkaClient
 from kcli.protocol.messages import request_type
@@ -45,17 +55,28 @@ pytestmark = pytest.mark.timeout(120)
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 USERS = 'user_alice="alice-secret" user_bob="bob-secret"'
 PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret"}
+PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
+SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
 
 def properties(workdir: Path, enabled: str, extra: str = "") -> Path:
+    """A one-node KRaft quorum (so `storage format` takes it) whose client listener is SASL_PLAINTEXT;
+    PLAIN users are in its JAAS line, SCRAM users come from the metadata log."""
+    port = free_port_range(1)
     path = workdir / "server.properties"
     path.write_text(
-        f"""listeners=SASL_PLAINTEXT://127.0.0.1:0
+        f"""process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:{port}
+controller.listener.names=CONTROLLER
+listeners=SASL_PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:{port}
+listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT
 log.dirs={workdir / "data"}
 sasl.enabled.mechanisms={enabled}
-listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required {USERS};
-listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required {USERS};
-listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required {USERS};
+sasl.mechanism.inter.broker.protocol=PLAIN
+listener.name.sasl_plaintext.plain.sasl.jaas.config={PLAIN_MODULE} required username="alice" password="alice-secret" {USERS};
+listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config={SCRAM_MODULE} required;
+listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config={SCRAM_MODULE} required;
 listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredValidatorRequiredScope="kafka";
 {extra}
 """
@@ -63,14 +84,34 @@ listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config=org.apache.kafka.commo
     return path
 
 
+def add_scram(*users: str) -> list[str]:
+    """`--add-scram` arguments: each user's password under both SCRAM mechanisms."""
+    return [
+        argument
+        for user in users
+        for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512")
+        for argument in ("--add-scram", f"{mechanism}=[name={user},password={PASSWORDS[user]}]")
+    ]
+
+
+def start_formatted(workdir: Path, config: Path) -> BrokerProcess:
+    """`kcli storage format --add-scram` for alice and bob, then `kcli broker start --config`."""
+    cluster_id = kcli("storage", "random-uuid").stdout.strip()
+    kcli("storage", "format", "-c", str(config), "-t", cluster_id, *add_scram("alice", "bob"))
+    return start_with_config(workdir, config)
+
+
+def kcli(*args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m kcli ARGS`, which must succeed."""
+    done = subprocess.run([*KCLI, *args], capture_output=True, text=True, env=kcli_env(), timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     workdir = tmp_path_factory.mktemp("sasl")
-    process = start_broker(
-        workdir,
-        data_dir=workdir / "data",
-        config=properties(workdir, "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER"),
-    )
+    process = start_formatted(workdir, properties(workdir, "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER"))
     try:
         yield process
     finally:
@@ -81,7 +122,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 def reauth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     workdir = tmp_path_factory.mktemp("sasl-reauth")
     config = properties(workdir, "PLAIN,SCRAM-SHA-512", "connections.max.reauth.ms=2000")
-    process = start_broker(workdir, data_dir=workdir / "data", config=config)
+    process = start_formatted(workdir, config)
     try:
         yield process
     finally:
@@ -324,6 +365,56 @@ def test_kcli_client_errors_are_one_sentence(server: BrokerProcess, reauth_serve
     assert "wrong-password-xyz" not in server.log() and "alice-secret" not in server.log()
 
 
+def test_a_scram_user_added_and_deleted_with_kcli_configs(server: BrokerProcess, tmp_path: Path) -> None:
+    """`kcli configs alter --entity-type users` writes carol's credential into the metadata log: she logs
+    in right after, and once it is deleted her first SCRAM message is answered SASL_AUTHENTICATION_FAILED."""
+    command_config = tmp_path / "admin.properties"
+    command_config.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+        f'sasl.jaas.config={PLAIN_MODULE} required username="alice" password="alice-secret";\n'
+    )
+    alter = ["configs", "alter", "--bootstrap-server", server.bootstrap]
+    alter += ["--command-config", str(command_config), "--entity-type", "users", "--entity-name", "carol"]
+    carol = ClientSecurity(
+        protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-256",
+        jaas={"username": "carol", "password": "carol-secret"},
+    )
+
+    async def first_scram_answer() -> ErrorCode:
+        client = await KafkaClient.connect(server.bootstrap)  # ApiVersions only: SASL by hand
+        try:
+            handshake = await client.send(request_type(17, 1)(mechanism="SCRAM-SHA-256"))
+            assert handshake.error_code == ErrorCode.none
+            answer = await client.send(
+                request_type(36, 2)(auth_bytes=b"n,,n=carol,r=fyko+d2lbbFgONRv9qkxdawL")
+            )
+            return answer.error_code
+        finally:
+            await client.close()
+
+    async def logs_in() -> bool:
+        async with await KafkaClient.connect(server.bootstrap, security=carol) as client:
+            await metadata(client)
+            return client.authentications == 1
+
+    def answered(code: ErrorCode) -> Callable[[], bool | None]:
+        return lambda: asyncio.run(first_scram_answer()) == code or None
+
+    assert asyncio.run(first_scram_answer()) == ErrorCode.sasl_authentication_failed
+    added = kcli(*alter, "--add-config", "SCRAM-SHA-256=[iterations=4096,password=carol-secret]")
+    # the answer comes once the controller committed the record; the broker's image follows at once,
+    # asynchronously (as Kafka's brokers do), so the first login may wait a moment for it
+    wait_for("carol's credential on the broker", answered(ErrorCode.none), timeout=5)  # server-first
+    assert asyncio.run(logs_in())
+    deleted = kcli(*alter, "--delete-config", "SCRAM-SHA-256")
+    wait_for("carol's credential gone", answered(ErrorCode.sasl_authentication_failed), timeout=5)
+    with pytest.raises(ClientError, match="invalid credentials with SASL mechanism SCRAM-SHA-256"):
+        asyncio.run(logs_in())
+    for text in (added.stdout, added.stderr, deleted.stdout, deleted.stderr, server.log()):
+        assert "carol-secret" not in text and "alice-secret" not in text
+
+
 def test_wrong_password_librdkafka_gets_the_brokers_message(server: BrokerProcess) -> None:
     errors: list[str] = []
     config = {
@@ -495,19 +586,19 @@ def test_sasl_client_on_a_plaintext_listener_is_told_so(broker: BrokerProcess) -
 
 def test_brokers_replicate_over_sasl(cluster_factory) -> None:
     """Two nodes whose client listener is SASL_PLAINTEXT: followers fetch as SCRAM-SHA-512 `admin`
-    (sasl.mechanism.inter.broker.protocol), so acks=all with min.insync.replicas=2 completes."""
-    plain = "org.apache.kafka.common.security.plain.PlainLoginModule"
-    scram = "org.apache.kafka.common.security.scram.ScramLoginModule"
+    (sasl.mechanism.inter.broker.protocol), so acks=all with min.insync.replicas=2 completes. The JAAS
+    line names only the login; `admin`'s credential is bootstrapped by `storage format --add-scram`."""
     cluster = cluster_factory(
         2,
         overrides=[
             "listener.security.protocol.map=PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
             "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512",
             "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512",
-            f"listener.name.plaintext.plain.sasl.jaas.config={plain} required {USERS};",
-            f'listener.name.plaintext.scram-sha-512.sasl.jaas.config={scram} required username="admin" '
-            f'password="admin-secret" user_admin="admin-secret";',
+            f"listener.name.plaintext.plain.sasl.jaas.config={PLAIN_MODULE} required {USERS};",
+            f'listener.name.plaintext.scram-sha-512.sasl.jaas.config={SCRAM_MODULE} required username="admin" '
+            'password="admin-secret";',
         ],
+        add_scram=["SCRAM-SHA-512=[name=admin,password=admin-secret]"],
     )
     cluster.start()
     config = {

@@ -15,7 +15,9 @@ authenticated connection starts a re-authentication that must keep the mechanism
 a request that arrives after the session expired closes the connection.
 
 SCRAM credentials are looked up through `CredentialLookup` (mechanism, user) -> ScramCredential | None,
-which the broker hands the network layer (`SocketServer.scram_credentials`).
+which the broker hands the network layer (`SocketServer.scram_credentials`): as Kafka's CredentialCache
+(fed by its ScramPublisher), what the node's current metadata image holds (UserScramCredentialRecord,
+written by AlterUserScramCredentials or `kcli storage format --add-scram`), read at each authentication.
 """
 
 from __future__ import annotations
@@ -48,7 +50,6 @@ from kcli.security.sasl.oauthbearer import OAuthBearerServer, UnsecuredValidator
 from kcli.security.sasl.plain import PlainServer, users_from_jaas
 from kcli.security.sasl.scram import CredentialLookup, ScramServer
 from kcli.security.scram import MECHANISMS as SCRAM_MECHANISMS
-from kcli.security.scram import MIN_ITERATIONS, ScramCredential, credential_from_password
 
 log = logging.getLogger("kcli.broker")
 
@@ -92,7 +93,8 @@ class SaslListener:
         jaas: dict[str, Mapping[str, str]] = {}
         for mechanism in enabled:
             text = config.listener_value(name, "sasl.jaas.config", mechanism)
-            jaas[mechanism] = parse_jaas_config(str(text)).options if text is not None else {}
+            source = config.listener_key(name, "sasl.jaas.config", mechanism)
+            jaas[mechanism] = parse_jaas_config(str(text), source=source).options if text is not None else {}
         return cls(
             name=name,
             enabled=enabled,
@@ -110,25 +112,6 @@ class SaslListener:
         if mechanism in SCRAM_MECHANISMS:
             return ScramServer(mechanism, credentials)
         return OAuthBearerServer(self.validator)
-
-
-def jaas_scram_credentials(listeners: list[SaslListener]) -> CredentialLookup:
-    """SCRAM credentials from `user_<name>="<password>"` entries of the SCRAM mechanisms' JAAS lines.
-
-    A stand-in until the metadata image holds credentials (UserScramCredentialRecord, set by
-    AlterUserScramCredentials or `storage format --add-scram`): the broker replaces it then.
-    """
-    found: dict[tuple[str, str], ScramCredential] = {}
-    for listener in listeners:
-        for mechanism, options in listener.jaas.items():
-            if mechanism not in SCRAM_MECHANISMS:
-                continue
-            for key, password in options.items():
-                if key.startswith("user_"):
-                    found[(mechanism, key[5:])] = credential_from_password(
-                        mechanism, password, MIN_ITERATIONS
-                    )
-    return lambda mechanism, user: found.get((mechanism, user))
 
 
 class SaslServerAuthenticator:

@@ -35,16 +35,22 @@ from typing import Any
 
 from kcli.broker.apis.context import ConnectionInfo, FileRegion
 from kcli.broker.apis.dispatch import Answer, FramedSend
-from kcli.broker.authenticator import SaslListener, SaslServerAuthenticator, jaas_scram_credentials
+from kcli.broker.authenticator import SaslListener, SaslServerAuthenticator
 from kcli.config import BrokerConfig, Listener
 from kcli.errors import KcliError
 from kcli.protocol.request_header import InvalidRequestError
 from kcli.protocol.response_header import response_header
+from kcli.security.sasl.scram import CredentialLookup
 
 log = logging.getLogger("kcli.broker")
 
 RequestHandler = Callable[[ConnectionInfo, bytes], Coroutine[Any, Any, Answer]]
 """One request frame (after its size prefix) from a connection -> its answer (`apis.dispatch`)."""
+
+
+def _no_credentials(mechanism: str, user: str) -> None:
+    """No SCRAM user before the broker installs its lookup."""
+    return None
 
 
 class SocketServer:
@@ -69,8 +75,9 @@ class SocketServer:
             if config.security_protocol(listener.name) in ("SASL_PLAINTEXT", "SASL_SSL")
         }
         """The SASL listeners' settings, by listener name."""
-        self.scram_credentials = jaas_scram_credentials(list(self.sasl_listeners.values()))
-        """(mechanism, user) -> ScramCredential | None: where SCRAM looks users up (see `authenticator`)."""
+        self.scram_credentials: CredentialLookup = _no_credentials
+        """(mechanism, user) -> ScramCredential | None: where SCRAM looks users up (see `authenticator`).
+        Installed by the broker with `handle`: its metadata image's credentials."""
         self._next_connection = 0
         self._stopping = False
         self._controller_stopping = False  # the controller listener serves until the node has stopped

@@ -152,6 +152,8 @@ class Broker:
                 forward_to_controller=node.channel.forward,
             )
             network.handle = partial(handle_request, state)
+            # Kafka's BrokerServer: SCRAM logins read the credentials of the image the broker publishes
+            network.scram_credentials = state.scram_credential
             if self._controller_server is not None:
                 await self._controller_server.start_serving()
             await node.start()
@@ -201,6 +203,12 @@ class Broker:
                 controller_listener_name=listener.name,
             )
             self.network.handle = partial(handle_request, state)
+            # Kafka's ControllerServer keeps its own credential cache from the controller's image; kcli
+            # serves a controller listener PLAINTEXT only (BrokerConfig), so no SCRAM login reaches it,
+            # yet the lookup reads the image the loader holds now, never a stale one
+            self.network.scram_credentials = lambda mechanism, user: node.image.scram_credential(
+                mechanism, user
+            )
             await server.start_serving()
             await node.start()
         except BaseException:

@@ -81,7 +81,7 @@ def describe(
     from ops.configs import ResourceType, describe_configs, entity_names
 
     if entity_type is EntityType.users:
-        _describe_users(bootstrap, entity_name, entity_default, all_, output)
+        _describe_users(bootstrap, entity_name, entity_default, all_, output, command_config)
         return
     kind, name = _entity(
         entity_type, entity_name, entity_default, topic, broker, broker_defaults, alter=False
@@ -147,7 +147,7 @@ def alter(
     from ops.configs import alter_configs, parse_add_config
 
     if entity_type is EntityType.users:
-        _alter_user(bootstrap, entity_name, entity_default, add_config, delete_config)
+        _alter_user(bootstrap, entity_name, entity_default, add_config, delete_config, command_config)
         return
     kind, name = _entity(entity_type, entity_name, entity_default, topic, broker, broker_defaults, alter=True)
     assert name is not None
@@ -170,7 +170,12 @@ def alter(
 
 
 def _describe_users(
-    bootstrap: str, name: str | None, entity_default: bool, all_: bool, output: Output
+    bootstrap: str,
+    name: str | None,
+    entity_default: bool,
+    all_: bool,
+    output: Output,
+    command_config: Path | None,
 ) -> None:
     """kafka-configs.sh --describe --entity-type users: one line per user with credentials."""
     from ops.scram import describe_user_scram_credentials
@@ -183,7 +188,9 @@ def _describe_users(
     if name is not None:
         _check_user_name(name)
     described = run_on_cluster(
-        bootstrap, lambda cluster: describe_user_scram_credentials(cluster, None if name is None else [name])
+        bootstrap,
+        lambda cluster: describe_user_scram_credentials(cluster, None if name is None else [name]),
+        config=command_config,
     )
     if output is Output.json:
         write_json_lines(d.to_json() for d in described)
@@ -204,6 +211,7 @@ def _alter_user(
     entity_default: bool,
     add_config: str | None,
     delete_config: list[str] | None,
+    command_config: Path | None,
 ) -> None:
     """kafka-configs.sh --alter --entity-type users with SCRAM mechanisms as the configs."""
     from ops.configs import ConfigError, parse_add_config
@@ -235,6 +243,7 @@ def _alter_user(
         lambda cluster: alter_user_scram_credentials(
             cluster, name, upsertions=upsertions, deletions=deletions
         ),
+        config=command_config,
     )
     print(f"Completed updating config for user {name}.")
 

@@ -55,7 +55,6 @@ command does not use are returned in `unused` for the command to warn about.
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,21 +64,12 @@ from typing import Literal
 from kcli.config import load_properties
 from kcli.errors import KcliError
 from kcli.security import PROTOCOLS, SECRET_MARK, ClientSecurity
+from kcli.security.jaas import JaasError, check_mechanism, parse_jaas_config
+from kcli.security.sasl import GSSAPI_REFUSAL
 
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
-GSSAPI_REFUSED = (
-    "SASL mechanism GSSAPI (Kerberos) is not supported by kcli; use PLAIN, SCRAM-SHA-256, "
-    "SCRAM-SHA-512 or OAUTHBEARER."
-)
-LOGIN_MODULES = {
-    "org.apache.kafka.common.security.plain.PlainLoginModule": ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
-    "org.apache.kafka.common.security.scram.ScramLoginModule": ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
-    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule": ("OAUTHBEARER",),
-}
-"""Kafka's login modules and the mechanisms each can feed: Plain and Scram modules both put the
-username and password on the Subject, so Kafka's clients take either for PLAIN or SCRAM."""
 OAUTH_LOGIN_HANDLERS = (
     "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler",
     "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerLoginCallbackHandler",
@@ -378,7 +368,7 @@ class _Reader:
                     unused.append(key)
                 continue
             if key.startswith("sasl.kerberos.") or key == "sasl.kerberos":
-                raise self.fail(f"{key} is a Kerberos setting: {GSSAPI_REFUSED}")
+                raise self.fail(f"{key} is a Kerberos setting: {GSSAPI_REFUSAL}")
             if key in JAVA_CLASSES:
                 if key == "sasl.login.callback.handler.class" and self.get(key) in OAUTH_LOGIN_HANDLERS:
                     continue
@@ -440,26 +430,31 @@ class _Reader:
         if handler is not None:
             sasl["sasl.login.callback.handler.class"] = handler
         jaas: dict[str, str] = {}
-        module = None
+        login = None
         line = self.props.get("sasl.jaas.config")
         if line is not None and line.strip():
-            module, jaas = parse_jaas_config(line, source=f"{self.source}: sasl.jaas.config")
+            try:
+                login = parse_jaas_config(line, source=f"{self.source}: sasl.jaas.config")
+            except JaasError as exc:
+                raise ClientConfigError(str(exc)) from None
+            jaas = dict(login.options)
         jaas = self._librdkafka_sasl(jaas, sasl)
         if not uses_sasl:
             return mechanism, sasl, jaas
         if mechanism == "GSSAPI":
-            raise self.fail(GSSAPI_REFUSED)
+            raise self.fail(GSSAPI_REFUSAL)
         if mechanism not in MECHANISMS:
             raise self.fail(
                 f"SASL mechanism {mechanism} is not supported by kcli; use {', '.join(MECHANISMS[:-1])} "
                 f"or {MECHANISMS[-1]}."
             )
-        if module is not None and mechanism not in LOGIN_MODULES[module]:
-            raise self.fail(
-                f"sasl.jaas.config's {module.rsplit('.', 1)[1]} cannot log in with SASL mechanism {mechanism}."
-            )
+        if login is not None:
+            try:
+                check_mechanism(login, mechanism)
+            except JaasError as exc:
+                raise self.fail(str(exc)) from None
         if mechanism == "OAUTHBEARER":
-            if module is None and not jaas:
+            if login is None and not jaas:
                 raise self.fail(
                     "SASL mechanism OAUTHBEARER needs sasl.jaas.config with "
                     "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule (or librdkafka's "
@@ -755,148 +750,3 @@ JAVA_CLASSES = frozenset(
         "interceptor.classes",
     }
 )
-
-
-# --- sasl.jaas.config ---------------------------------------------------------------------------
-
-_FLAGS = ("required", "requisite", "sufficient", "optional")
-
-
-def parse_jaas_config(text: str, *, source: str = "sasl.jaas.config") -> tuple[str, dict[str, str]]:
-    """The login module and options of a one-module JAAS line, tokenized as Kafka's JaasConfig does
-    (java.io.StreamTokenizer: quoted values with escapes, `//` and `/* */` comments, unquoted values
-    of letters, digits and `.-_$` that do not start with a digit)."""
-    tokens = _jaas_tokens(text, source)
-    entries: list[tuple[str, dict[str, str]]] = []
-    i = 0
-
-    def fail(sentence: str) -> ClientConfigError:
-        return ClientConfigError(f"{source}: {sentence}")
-
-    while i < len(tokens):
-        module = tokens[i].word
-        if module is None:
-            raise fail("the login module class is not given.")
-        i += 1
-        if i == len(tokens):
-            raise fail("the login module control flag (required) is not given.")
-        flag = tokens[i].word
-        if flag is None or flag.lower() not in _FLAGS:
-            raise fail("the login module control flag must be required, requisite, sufficient or optional.")
-        i += 1
-        options: dict[str, str] = {}
-        while i < len(tokens) and tokens[i].char != ";":
-            key = tokens[i].word
-            if key is None or i + 2 >= len(tokens) or tokens[i + 1].char != "=" or tokens[i + 2].word is None:
-                raise fail(
-                    f"{_option_named(key, len(options))} is not name=value (quote values that start with a "
-                    "digit or hold characters other than letters, digits and .-_$)."
-                )
-            options[key] = tokens[i + 2].word or ""
-            i += 3
-        if i == len(tokens):
-            raise fail("the login module entry is not ended by a semicolon.")
-        i += 1
-        entries.append((module, options))
-    if not entries:
-        raise fail("no login module is given.")
-    if len(entries) > 1:
-        raise fail(f"{len(entries)} login modules are given; a client takes one.")
-    module, options = entries[0]
-    if module == "com.sun.security.auth.module.Krb5LoginModule":
-        raise fail(GSSAPI_REFUSED)
-    if module not in LOGIN_MODULES:
-        known = ", ".join(LOGIN_MODULES)
-        shown = module if re.fullmatch(r"[A-Za-z_$][\w$]*(\.[A-Za-z_$][\w$]*)+", module) else "given"
-        raise fail(f"the login module {shown} is not supported by kcli; use one of {known}.")
-    return module, options
-
-
-_OPTION_NAMES = re.compile(
-    r"username|password|clientId|clientSecret|scope|unsecuredLogin\w+|extension_\w+|tokenauth"
-)
-
-
-def _option_named(key: str | None, index: int) -> str:
-    """How an error names a JAAS option: by its name when it is a known one, else by its place (a
-    misquoted value would otherwise be echoed as a name)."""
-    if key is not None and _OPTION_NAMES.fullmatch(key):
-        return f"option {key}"
-    return f"option {index + 1}"
-
-
-@dataclass(frozen=True, slots=True)
-class _Token:
-    word: str | None = None
-    """A word or quoted string's text."""
-    char: str | None = None
-    """An ordinary character (=, ;, ...) or a number, which carries no text."""
-
-
-def _jaas_tokens(text: str, source: str) -> list[_Token]:
-    tokens: list[_Token] = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c <= " ":
-            i += 1
-        elif text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            i = n if end < 0 else end + 2
-        elif c == "/":  # `//` and a lone `/` (StreamTokenizer's comment character) run to the end of line
-            end = text.find("\n", i)
-            i = n if end < 0 else end + 1
-        elif c in "\"'":
-            value, i = _quoted(text, i + 1, c)
-            tokens.append(_Token(word=value))
-        elif (
-            c.isdigit()
-            or c == "."
-            or (c == "-" and i + 1 < n and (text[i + 1].isdigit() or text[i + 1] == "."))
-        ):
-            i += 1
-            while i < n and (text[i].isdigit() or text[i] == "."):
-                i += 1
-            tokens.append(_Token(char="number"))
-        elif _is_word_char(c) and c != "-":
-            start = i
-            while i < n and (_is_word_char(text[i]) or text[i].isdigit() or text[i] == "."):
-                i += 1
-            tokens.append(_Token(word=text[start:i]))
-        else:
-            tokens.append(_Token(char=c))
-            i += 1
-    return tokens
-
-
-def _is_word_char(c: str) -> bool:
-    return ("a" <= c <= "z") or ("A" <= c <= "Z") or c in "-_$" or ord(c) >= 0xA0
-
-
-_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v"}
-
-
-def _quoted(text: str, i: int, quote: str) -> tuple[str, int]:
-    """A quoted string from just after its opening quote: StreamTokenizer's escapes; it ends at the
-    matching quote, or (unterminated) at the end of the line."""
-    out: list[str] = []
-    n = len(text)
-    while i < n and text[i] != quote and text[i] not in "\r\n":
-        c = text[i]
-        i += 1
-        if c == "\\" and i < n:
-            c = text[i]
-            i += 1
-            if c in "01234567":
-                digits = c
-                limit = 3 if c <= "3" else 2
-                while len(digits) < limit and i < n and text[i] in "01234567":
-                    digits += text[i]
-                    i += 1
-                c = chr(int(digits, 8))
-            else:
-                c = _ESCAPES.get(c, c)
-        out.append(c)
-    if i < n and text[i] == quote:
-        i += 1
-    return "".join(out), i
