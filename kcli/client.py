@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import ssl
 import struct
 from collections.abc import Callable
 from types import TracebackType
@@ -37,7 +38,7 @@ from kcli.protocol.produce_codec import (
     ProducePartitionAnswer,
     answer_from_response,
 )
-from kcli.security import PLAINTEXT, ClientSecurity
+from kcli.security import PLAINTEXT, ClientSecurity, tls
 
 API_VERSIONS = 18
 DEFAULT_REQUEST_TIMEOUT = 30.0
@@ -88,6 +89,8 @@ class KafkaClient:
         # gives the result, which goes to a future, or to a callback as (result, None) / (None, error)
         self._pending: dict[int, tuple[Callable[[Any, bytes], Any], Any, asyncio.Future[Any] | OnAnswer]] = {}
         self._closed_error: ClientError | None = None
+        self.tls = False
+        """Whether the connection is TLS (a close before the first answer then reads differently)."""
         protocol.attach(self)
 
     @classmethod
@@ -101,25 +104,59 @@ class KafkaClient:
         negotiate: bool = True,
         security: ClientSecurity = PLAINTEXT,
     ) -> KafkaClient:
-        """Connect to "host:port" and, unless told not to, learn the broker's API versions."""
+        """Connect to "host:port" and, unless told not to, learn the broker's API versions.
+
+        With SSL or SASL_SSL the TLS handshake comes first (`kcli.security.tls`), then the host name
+        is checked against the broker's certificate (`ssl.endpoint.identification.algorithm`); each
+        failure is one sentence. SASL would authenticate next, before ApiVersions."""
         host, port = split_address(bootstrap)
-        if security.protocol != "PLAINTEXT":
-            raise ClientError(f"security.protocol {security.protocol} is not supported yet.")
+        if security.protocol not in ("PLAINTEXT", "SSL"):
+            if security.uses_sasl:
+                raise ClientError(
+                    f"security.protocol {security.protocol} needs SASL, which kcli does not speak yet."
+                )
+            raise ClientError(
+                f"security.protocol {security.protocol} is not one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL."
+            )
+        context = _tls_context(security) if security.uses_tls else None
         loop = asyncio.get_running_loop()
         try:
             transport, protocol = await asyncio.wait_for(
-                loop.create_connection(lambda: _Connection(bootstrap), host, port), connect_timeout
+                loop.create_connection(
+                    lambda: _Connection(bootstrap),
+                    host,
+                    port,
+                    ssl=context,
+                    server_hostname=host if context is not None else None,
+                    ssl_handshake_timeout=connect_timeout if context is not None else None,
+                ),
+                connect_timeout,
             )
         except TimeoutError:
             raise ClientError(
                 f"cannot connect to {bootstrap}: timed out after {connect_timeout:g} s."
             ) from None
+        except (ssl.SSLError, ConnectionResetError, EOFError) as exc:
+            if context is None:
+                raise ClientError(f"cannot connect to {bootstrap}: {str(exc).lower()}.") from None
+            raise ClientError(
+                f"cannot connect to {bootstrap} with TLS: {tls.handshake_failure(exc, bootstrap)}"
+            ) from None
         except OSError as exc:
             reason = (exc.strerror or str(exc)).lower()
             raise ClientError(f"cannot connect to {bootstrap}: {reason}.") from None
+        if context is not None:
+            try:
+                if tls.checks_host_name(security.ssl):
+                    tls.check_host_name(transport.get_extra_info("ssl_object"), host, bootstrap)
+            except tls.TlsError as exc:
+                transport.close()
+                raise ClientError(f"cannot connect to {bootstrap} with TLS: {exc}") from None
         client = cls(
             transport, protocol, address=bootstrap, client_id=client_id, request_timeout=request_timeout
         )
+        client.tls = context is not None
+        # The SASL handshake and authentication go here, before ApiVersions (SaslClientAuthenticator).
         protocol.negotiated = not negotiate
         if negotiate:
             try:
@@ -320,7 +357,9 @@ class KafkaClient:
 
     def _lost(self, exc: Exception | None) -> None:
         if self._closed_error is None:
-            if not self._protocol.negotiated:  # not one answer yet: whatever listens there is not Kafka
+            if not self._protocol.negotiated and self.tls:  # TLS 1.3: a refused client certificate shows here
+                self._closed_error = ClientError(tls.closed_before_answering(exc, self.address))
+            elif not self._protocol.negotiated:  # not one answer yet: whatever listens there is not Kafka
                 reason = "" if exc is None else f" ({str(exc).rstrip('.').lower()})"
                 self._closed_error = ClientError(
                     f"{self.address} closed the connection{reason}: is it a Kafka listener?"
@@ -544,6 +583,26 @@ def _read_by_hand(argument: tuple[type, ResponseReader], frame: bytes | bytearra
     response_cls, reader = argument
     offset = skip_tagged_fields(frame, 4, len(frame)) if response_cls.__flexible__ else 4  # type: ignore[attr-defined]
     return reader(frame, offset, response_cls.__version__)  # type: ignore[attr-defined]
+
+
+_TLS_CONTEXTS: dict[int, tuple[ClientSecurity, ssl.SSLContext]] = {}
+
+
+def _tls_context(security: ClientSecurity) -> ssl.SSLContext:
+    """The SSL context of `security`, made once per ClientSecurity value (a broker's fetchers
+    reconnect with the same one); a bad setting is the ClientError of its sentence."""
+    cached = _TLS_CONTEXTS.get(id(security))
+    if cached is not None and cached[0] is security:
+        return cached[1]
+    try:
+        context = tls.client_context(security.ssl)
+        tls.checks_host_name(security.ssl)
+    except tls.TlsError as exc:
+        raise ClientError(str(exc)) from None
+    if len(_TLS_CONTEXTS) > 64:
+        _TLS_CONTEXTS.clear()
+    _TLS_CONTEXTS[id(security)] = (security, context)
+    return context
 
 
 class NodeConnections:

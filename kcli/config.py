@@ -17,10 +17,13 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 from formats.checkpoints import parse_java_properties
 from formats.errors import CheckpointError
 from kcli.errors import KcliError
+from kcli.security import ClientSecurity
+from kcli.security.principal import SslPrincipalMapper
 
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
@@ -78,8 +81,16 @@ class BrokerConfig:
     def __init__(self, settings: Mapping[str, str] | None = None, *, source: str = "configuration") -> None:
         self._explicit: dict[str, object] = {}
         self._dynamic: dict[str, object] = {}
+        self._raw_security: dict[str, str] = {}
+        """`ssl.*` and `listener.name.<name>.ssl.*` as written: TLS reads Kafka's strings."""
         for key, raw in (settings or {}).items():
-            self._explicit[key] = parse_value(BROKER_CONFIGS, key, raw, source=source)
+            if listener_prefixed(key) is not None:
+                _, plain = listener_prefixed(key)  # type: ignore[misc]
+                self._explicit[key] = parse_value(BROKER_CONFIGS, plain, raw, source=source)
+            else:
+                self._explicit[key] = parse_value(BROKER_CONFIGS, key, raw, source=source)
+            if key.startswith(("ssl.", "listener.name.")):
+                self._raw_security[key] = raw.strip()
         self._check_combinations()
 
     @classmethod
@@ -135,7 +146,8 @@ class BrokerConfig:
 
     def ignored_keys(self) -> list[str]:
         """Keys that were set but that kcli does not act on (logged at start-up)."""
-        return sorted(k for k in self._explicit if not BROKER_CONFIGS[k].used)
+        plain = {k: (listener_prefixed(k) or (None, k))[1] for k in self._explicit}
+        return sorted(k for k, name in plain.items() if not BROKER_CONFIGS[name].used)
 
     # Derived values, computed the way Kafka's KafkaConfig computes them.
 
@@ -232,21 +244,28 @@ class BrokerConfig:
         return Listener(chosen.name, host, chosen.port)
 
     @property
-    def listener(self) -> Listener:
-        """The one client listener: the first in `listeners` not named in `controller.listener.names`."""
+    def client_listeners(self) -> list[Listener]:
+        """The listeners clients and other brokers use: those in `listeners` not named in
+        `controller.listener.names`, in their order."""
         controller_names = set(self["controller.listener.names"])  # type: ignore[call-overload]
-        for listener in self["listeners"]:  # type: ignore[attr-defined]
-            if listener.name not in controller_names:
-                return listener
-        raise ConfigError("listeners names no listener for clients (all are controller listeners).")
+        found = [x for x in self["listeners"] if x.name not in controller_names]  # type: ignore[attr-defined]
+        if not found:
+            raise ConfigError("listeners names no listener for clients (all are controller listeners).")
+        return found
 
-    def advertised_listener(self, bound_port: int | None = None) -> Listener:
-        """What Metadata tells clients: `advertised.listeners` for our listener name, else the listener.
+    @property
+    def listener(self) -> Listener:
+        """The first client listener: what the ready line and `--listen` speak of."""
+        return self.client_listeners[0]
+
+    def advertised_listener(self, bound_port: int | None = None, name: str | None = None) -> Listener:
+        """What Metadata tells clients of listener `name` (the first client listener by default):
+        its `advertised.listeners` entry, else the listener itself.
 
         An unset host (bind to all interfaces) advertises 127.0.0.1 rather than a hostname that may
         not resolve; port 0 means "the port we were given by the OS".
         """
-        own = self.listener
+        own = self.listener if name is None else next(x for x in self.client_listeners if x.name == name)
         chosen = own
         if self.is_set("advertised.listeners"):
             for listener in self["advertised.listeners"]:  # type: ignore[attr-defined]
@@ -258,6 +277,41 @@ class BrokerConfig:
         if port == 0 and bound_port is not None:
             port = bound_port
         return Listener(chosen.name, host, port)
+
+    def protocol_of(self, name: str) -> str:
+        """The security protocol of listener `name` (`listener.security.protocol.map`)."""
+        return self._protocol_of(name) or "PLAINTEXT"
+
+    @property
+    def inter_broker_listener_name(self) -> str:
+        """Kafka's interBrokerListenerName: `inter.broker.listener.name`, else the listener named
+        after `security.inter.broker.protocol`; kcli falls back to the first client listener when
+        no listener has that name (Kafka refuses such a configuration)."""
+        name = self["inter.broker.listener.name"]
+        if name:
+            return str(name).upper()
+        by_protocol = str(self["security.inter.broker.protocol"]).upper()
+        names = [x.name for x in self.client_listeners]
+        return by_protocol if by_protocol in names else names[0]
+
+    def ssl_settings(self, listener_name: str) -> dict[str, str]:
+        """The `ssl.*` settings of a listener as Kafka resolves them: `listener.name.<name>.ssl.*`
+        wins over the plain `ssl.*` key (KafkaConfig.valuesWithPrefixOverride)."""
+        prefix = f"listener.name.{listener_name.lower()}."
+        plain = {k: v for k, v in self._raw_security.items() if k.startswith("ssl.")}
+        for key, value in self._raw_security.items():
+            if key.startswith(prefix) and key[len(prefix) :].startswith("ssl."):
+                plain[key[len(prefix) :]] = value
+        return plain
+
+    def inter_broker_security(self) -> ClientSecurity:
+        """How this broker reaches the others: the inter-broker listener's protocol, and for TLS its
+        own `ssl.*` settings (its truststore checks the peers, its keystore is its client certificate)."""
+        name = self.inter_broker_listener_name
+        protocol = self.protocol_of(name)
+        if protocol not in ("SSL", "SASL_SSL"):
+            return ClientSecurity(protocol)
+        return ClientSecurity(protocol, ssl=MappingProxyType(self.ssl_settings(name)))
 
     @property
     def log_roll_ms(self) -> int:
@@ -318,36 +372,84 @@ class BrokerConfig:
             raise ConfigError("listeners must name at least one listener.")
         self._check_quorum()
         if self.is_broker:
-            own = self.listener
-            advertised = [a for a in self["advertised.listeners"] or [] if a.name == own.name]  # type: ignore[attr-defined]
-            for listener in [own, *advertised]:
+            own = self.client_listeners
+            names = {x.name for x in own}
+            advertised = [a for a in self["advertised.listeners"] or [] if a.name in names]  # type: ignore[attr-defined]
+            for listener in [*own, *advertised]:
                 self._check_protocol(listener)
+            self._check_inter_broker(names)
         controller = self.controller_listener
         if controller is not None:
-            self._check_protocol(controller)
+            self._check_protocol(controller, controller=True)
+        for key in self._explicit:
+            prefixed = listener_prefixed(key)
+            if prefixed is not None and prefixed[0] not in {x.name for x in self["listeners"]}:  # type: ignore[attr-defined]
+                raise ConfigError(f"{key} is set for listener {prefixed[0]}, which listeners does not name.")
+        rules = self["ssl.principal.mapping.rules"]
+        try:
+            SslPrincipalMapper(str(rules))
+        except KcliError as exc:
+            raise ConfigError(str(exc)) from None
         broker_id = self["broker.id"]
         if self.is_set("broker.id") and broker_id != -1 and broker_id != self.node_id:
             raise ConfigError(f"broker.id {broker_id} must match node.id {self.node_id} when both are set.")
         if self.log_retention_ms == 0:
             raise ConfigError("log.retention.ms must be unlimited (-1) or, equal or greater than 1.")
-        if self.is_broker and self.advertised_listener().host in ("0.0.0.0", "::"):
-            raise ConfigError(
-                "advertised.listeners cannot use the nonroutable meta-address "
-                f"{self.advertised_listener().host}; set advertised.listeners to a routable address."
-            )
+        for listener in self.client_listeners if self.is_broker else []:
+            host = self.advertised_listener(name=listener.name).host
+            if host in ("0.0.0.0", "::"):
+                raise ConfigError(
+                    "advertised.listeners cannot use the nonroutable meta-address "
+                    f"{host}; set advertised.listeners to a routable address."
+                )
         if not self.log_dirs or any(not d for d in self.log_dirs):
             raise ConfigError("log.dirs must name at least one directory.")
 
-    def _check_protocol(self, listener: Listener) -> None:
+    def _check_protocol(self, listener: Listener, *, controller: bool = False) -> None:
         protocol = self._protocol_of(listener.name)
         if protocol is None:
             raise ConfigError(
                 f"listener name {listener.name} has no entry in listener.security.protocol.map."
             )
-        if protocol != "PLAINTEXT":
+        if protocol not in SERVED_PROTOCOLS + UNSERVED_PROTOCOLS:
             raise ConfigError(
-                f"listener {listener} uses security protocol {protocol}; kcli serves PLAINTEXT only."
+                f"listener {listener} uses security protocol {protocol}; it must be one of "
+                f"{', '.join(SERVED_PROTOCOLS + UNSERVED_PROTOCOLS)}."
             )
+        if protocol in UNSERVED_PROTOCOLS:
+            raise ConfigError(
+                f"listener {listener} uses security protocol {protocol}, which needs SASL, not yet served by kcli."
+            )
+        if controller and protocol != "PLAINTEXT":
+            raise ConfigError(
+                f"controller listener {listener} uses security protocol {protocol}; kcli's controller "
+                "quorum speaks PLAINTEXT only."
+            )
+
+    def _check_inter_broker(self, names: set[str]) -> None:
+        """KafkaConfig's rules: not both inter-broker keys, and a listener that exists."""
+        if self.is_set("inter.broker.listener.name") and self.is_set("security.inter.broker.protocol"):
+            raise ConfigError(
+                "Only one of inter.broker.listener.name and security.inter.broker.protocol should be set."
+            )
+        if self.is_set("inter.broker.listener.name"):
+            name = self.inter_broker_listener_name
+            if self._protocol_of(name) is None:
+                raise ConfigError(
+                    f"Listener with name {name} defined in inter.broker.listener.name not found in "
+                    "listener.security.protocol.map."
+                )
+            if name not in names:
+                raise ConfigError(
+                    f"inter.broker.listener.name must be a listener name defined in listeners; "
+                    f"{name} is not one of {', '.join(sorted(names))}."
+                )
+        elif self.is_set("security.inter.broker.protocol"):
+            protocol = str(self["security.inter.broker.protocol"]).upper()
+            if protocol not in names:
+                raise ConfigError(
+                    f"security.inter.broker.protocol {protocol} needs a listener named {protocol} in listeners."
+                )
 
     def _protocol_of(self, name: str) -> str | None:
         """Kafka's effectiveListenerSecurityProtocolMap: a controller listener missing from a default
@@ -660,6 +762,18 @@ def parse_listeners(text: str) -> list[Listener]:
     return listeners
 
 
+_LISTENER_PREFIX = re.compile(r"listener\.name\.([^.]+)\.(ssl\..+)")
+
+
+def listener_prefixed(key: str) -> tuple[str, str] | None:
+    """`listener.name.<name>.ssl.<key>` -> (listener name upper-cased, the plain `ssl.` key);
+    None for any other key. Only known `ssl.*` keys may be prefixed."""
+    match = _LISTENER_PREFIX.fullmatch(key)
+    if match is None or match.group(2) not in BROKER_CONFIGS:
+        return None
+    return match.group(1).upper(), match.group(2)
+
+
 def _parse_listener_value(text: str, key: str) -> list[Listener] | None:
     if text == "" and key == "advertised.listeners":
         return None
@@ -764,6 +878,11 @@ _CLEANUP = ("compact", "delete")
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 _TOPIC_COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 _DEFAULT_PROTOCOL_MAP = {p: p for p in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")}
+SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+"""Kafka's SecurityProtocol ids, as BrokerRegistration and RegisterBrokerRecord carry them."""
+SERVED_PROTOCOLS = ("PLAINTEXT", "SSL")
+"""The security protocols kcli's listeners serve."""
+UNSERVED_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
 
 BROKER_CONFIGS: dict[str, ConfigKey] = _table(
     [
@@ -861,14 +980,13 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table(
             None,
             "Listener names used by the controller; skipped for clients.",
         ),
-        ("inter.broker.listener.name", "string", None, None, "Listener for inter-broker traffic.", False),
+        ("inter.broker.listener.name", "string", None, None, "Listener for inter-broker traffic."),
         (
             "security.inter.broker.protocol",
             "string",
             "PLAINTEXT",
-            None,
-            "Inter-broker security protocol.",
-            False,
+            one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL", case_sensitive=False),
+            "Inter-broker security protocol (used when inter.broker.listener.name is unset).",
         ),
         (
             "listeners",
@@ -892,6 +1010,66 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table(
             "Listener name to security protocol.",
         ),
         ("broker.rack", "string", None, None, "Rack of this broker, reported in Metadata."),
+        # --- TLS (Kafka's SslConfigs and BrokerSecurityConfigs); listener.name.<name>.ssl.* overrides
+        ("ssl.protocol", "string", "TLSv1.3", one_of("TLSv1.2", "TLSv1.3", "TLS"), "TLS protocol."),
+        ("ssl.provider", "string", None, None, "Security provider (Java).", False),
+        ("ssl.cipher.suites", "list", [], None, "Cipher suites (Java's or OpenSSL's names); empty: all."),
+        (
+            "ssl.enabled.protocols",
+            "list",
+            ["TLSv1.2", "TLSv1.3"],
+            list_of("TLSv1.2", "TLSv1.3"),
+            "TLS versions enabled.",
+        ),
+        (
+            "ssl.keystore.type",
+            "string",
+            "JKS",
+            one_of("JKS", "PKCS12", "PEM", case_sensitive=False),
+            "Keystore format (kcli reads PKCS12 and PEM).",
+        ),
+        ("ssl.keystore.location", "string", None, None, "Keystore file."),
+        ("ssl.keystore.password", "password", None, None, "Keystore password."),
+        ("ssl.key.password", "password", None, None, "Password of the private key."),
+        ("ssl.keystore.key", "password", None, None, "Private key as PEM text."),
+        ("ssl.keystore.certificate.chain", "password", None, None, "Certificate chain as PEM text."),
+        (
+            "ssl.truststore.type",
+            "string",
+            "JKS",
+            one_of("JKS", "PKCS12", "PEM", case_sensitive=False),
+            "Truststore format (kcli reads PKCS12 and PEM).",
+        ),
+        ("ssl.truststore.location", "string", None, None, "Truststore file."),
+        ("ssl.truststore.password", "password", None, None, "Truststore password."),
+        ("ssl.truststore.certificates", "password", None, None, "Trusted certificates as PEM text."),
+        ("ssl.keymanager.algorithm", "string", "SunX509", None, "Key manager algorithm (Java).", False),
+        ("ssl.trustmanager.algorithm", "string", "PKIX", None, "Trust manager algorithm (Java).", False),
+        (
+            "ssl.endpoint.identification.algorithm",
+            "string",
+            "https",
+            one_of("https", "", case_sensitive=False),
+            "https checks the peer's host name against its certificate; empty does not.",
+        ),
+        ("ssl.secure.random.implementation", "string", None, None, "SecureRandom (Java).", False),
+        ("ssl.engine.factory.class", "class", None, None, "SSL engine factory (Java).", False),
+        (
+            "ssl.client.auth",
+            "string",
+            "none",
+            one_of("none", "requested", "required"),
+            "Whether TLS listeners ask clients for a certificate.",
+        ),
+        (
+            "ssl.principal.mapping.rules",
+            "string",
+            "DEFAULT",
+            None,
+            "Rules mapping a client certificate's subject to a principal name.",
+        ),
+        ("ssl.allow.dn.changes", "boolean", False, None, "Allow a keystore update to change the DN.", False),
+        ("ssl.allow.san.changes", "boolean", False, None, "Allow a keystore update to change SANs.", False),
         # --- sockets and requests
         (
             "socket.request.max.bytes",
@@ -1592,5 +1770,5 @@ def _unknown_key_message(table: Mapping[str, ConfigKey], key: str, source: str, 
 
 def _check_keys(settings: Mapping[str, str], where: str) -> None:
     for key in settings:
-        if key not in BROKER_CONFIGS:
+        if key not in BROKER_CONFIGS and listener_prefixed(key) is None:
             raise ConfigError(_unknown_key_message(BROKER_CONFIGS, key, "configuration", where))

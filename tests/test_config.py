@@ -188,8 +188,32 @@ def test_topic_defaults_come_from_broker_synonyms() -> None:
             "port 70000 in 'PLAINTEXT://127.0.0.1:70000' is not between 0 and 65535.",
         ),
         (
-            {"listeners": "SSL://:9093"},
-            "listener SSL://:9093 uses security protocol SSL; kcli serves PLAINTEXT only.",
+            {"listeners": "SASL_SSL://:9093"},
+            "listener SASL_SSL://:9093 uses security protocol SASL_SSL, which needs SASL, not yet served by kcli.",
+        ),
+        (
+            {"listeners": "PLAINTEXT://:9092,SSL://:9093", "listener.name.tls.ssl.keystore.location": "/k.p12"},
+            "listener.name.tls.ssl.keystore.location is set for listener TLS, which listeners does not name.",
+        ),
+        (
+            {"listeners": "PLAINTEXT://:9092,SSL://:9093", "listener.name.ssl.ssl.keystore.secret": "x"},
+            "unknown configuration key 'listener.name.ssl.ssl.keystore.secret'.",
+        ),
+        (
+            {"listeners": "PLAINTEXT://:9092", "inter.broker.listener.name": "SSL"},
+            "inter.broker.listener.name must be a listener name defined in listeners; SSL is not one of PLAINTEXT.",
+        ),
+        (
+            {"inter.broker.listener.name": "PLAINTEXT", "security.inter.broker.protocol": "PLAINTEXT"},
+            "Only one of inter.broker.listener.name and security.inter.broker.protocol should be set.",
+        ),
+        (
+            {"ssl.client.auth": "always"},
+            "invalid value 'always' for configuration ssl.client.auth: value must be one of none, requested, required.",
+        ),
+        (
+            {"ssl.principal.mapping.rules": "RULE:^CN=(.*/$1"},
+            "invalid rule 'RULE:^CN=(.*/$1' in ssl.principal.mapping.rules (unmatched 'RULE:^CN=(.*/$1').",
         ),
         (
             {"listeners": "INTERNAL://:9093"},
@@ -474,7 +498,8 @@ _VOTER_FORM = "Each entry should be in the form `{id}@{host}:{port}`."
                 "controller.quorum.voters": "1@c1:9093",
                 "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SSL",
             },
-            "listener CONTROLLER://127.0.0.1:9093 uses security protocol SSL; kcli serves PLAINTEXT only.",
+            "controller listener CONTROLLER://127.0.0.1:9093 uses security protocol SSL; kcli's controller "
+            "quorum speaks PLAINTEXT only.",
         ),
         (
             {"process.roles": "controller"},

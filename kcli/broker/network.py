@@ -11,33 +11,43 @@ This module knows frames, not APIs: every frame goes to the `RequestHandler` the
 one above `socket.request.max.bytes` closes the connection; so does an `InvalidRequestError` from the
 handler. Nothing a client sends can take down another connection or the process.
 
-Seams for secure connections (Kafka's SslTransportLayer and SaslServerAuthenticator):
-- Transport: `Connection` speaks to an asyncio transport only through `transport.write` and, for file
-  regions, `_sendfile_now` / `loop.sendfile` on the plain socket, in `_send_framed_now` and
-  `_send_parts` alone. A TLS transport has no socket to sendfile into: there a file region is read and
-  written through the transport instead (Kafka, too, copies under TLS), and corking does not apply.
+Secure connections (Kafka's SslTransportLayer and SaslServerAuthenticator):
+- Transport: a listener whose protocol is SSL serves through asyncio's TLS transport, with the context
+  `kcli.security.tls.server_context` makes from the listener's `ssl.*` settings. A failed handshake
+  (a plaintext client, a refused certificate) closes the connection before it is a `Connection`;
+  nothing is logged for it but at debug level. `Connection` speaks to a transport only through
+  `transport.write` and, for file regions, `_sendfile_now` / `loop.sendfile` on the plain socket, in
+  `_send_framed_now` and `_send_parts` alone. A TLS transport still reports the TCP socket underneath,
+  which must never see a sendfile: under TLS a file region is read in large blocks and written through
+  the transport (`_copy_now`; Kafka, too, copies under TLS), and corking does not apply.
+- Principal: `ConnectionInfo.principal` is `User:ANONYMOUS` unless the client presented a certificate,
+  whose subject `ssl.principal.mapping.rules` maps to the name (`kcli.security.principal`).
 - Authentication state: each connection takes its `handle` when it is made. Before authentication, a
   per-connection authenticator would stand in that place, answering ApiVersions and the SASL requests
   and refusing the rest, then hand the connection to the broker's handler; the principal it
-  establishes belongs in the connection's `ConnectionInfo`, which every handler receives.
+  establishes goes in the connection's `ConnectionInfo`, which every handler receives.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import os
 import socket
+import ssl
 import struct
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from kcli.broker.apis.context import ConnectionInfo, FileRegion
 from kcli.broker.apis.dispatch import Answer, FramedSend
-from kcli.config import BrokerConfig, Listener
+from kcli.config import BrokerConfig, ConfigError, Listener
 from kcli.errors import KcliError
 from kcli.protocol.request_header import InvalidRequestError
 from kcli.protocol.response_header import response_header
+from kcli.security import tls
+from kcli.security.principal import SslPrincipalMapper
 
 log = logging.getLogger("kcli.broker")
 
@@ -65,14 +75,43 @@ class SocketServer:
         self._stopping = False
         self._controller_stopping = False  # the controller listener serves until the node has stopped
         self._sweeper: asyncio.Task[None] | None = None
+        self.bound: dict[str, asyncio.Server] = {}
+        """Each bound listener's server, by listener name."""
 
     async def bind(self, listener: Listener) -> asyncio.Server:
-        """Bind `listener` now (a busy port fails before any data is touched); serving starts later."""
-        return await _bind(listener, self.config, lambda: self.new_connection(listener.name))
+        """Bind `listener` now (a busy port fails before any data is touched); serving starts later.
 
-    def new_connection(self, listener_name: str) -> Connection:
+        An SSL listener's keystore and truststore are read here: a bad one stops start-up with its
+        sentence. A PLAINTEXT listener on an address other hosts can reach is logged once."""
+        protocol = self.config.protocol_of(listener.name)
+        context: ssl.SSLContext | None = None
+        mapper = None
+        if protocol == "SSL":
+            settings = self.config.ssl_settings(listener.name)
+            try:
+                context = tls.server_context(settings, listener=listener.name)
+            except tls.TlsError as exc:  # a keystore or truststore that cannot be used: a configuration error
+                raise ConfigError(str(exc)) from None
+            mapper = SslPrincipalMapper(settings.get("ssl.principal.mapping.rules", "DEFAULT"))
+        elif not _is_loopback(listener.host):
+            log.warning(
+                "listener %s is PLAINTEXT on an address other hosts can reach: its traffic is not "
+                "encrypted and its clients are not authenticated",
+                listener,
+            )
+        server = await _bind(
+            listener, self.config, lambda: self.new_connection(listener.name, mapper), context
+        )
+        self.bound[listener.name] = server
+        return server
+
+    def new_connection(self, listener_name: str, mapper: SslPrincipalMapper | None = None) -> Connection:
         self._next_connection += 1
-        return Connection(self, self._next_connection, listener_name)
+        return Connection(self, self._next_connection, listener_name, mapper)
+
+    def bound_port(self, listener_name: str) -> int:
+        """The port a bound listener got (the one asked for, or the OS's pick for port 0)."""
+        return int(self.bound[listener_name].sockets[0].getsockname()[1])
 
     def refuses(self, listener_name: str) -> bool:
         """Whether a new connection on this listener is closed at once (shutting down)."""
@@ -143,7 +182,9 @@ class Connection(asyncio.BufferedProtocol):
     READ_AHEAD = 1 << 20
     """Bytes of further requests buffered while a request is in flight, before reading pauses."""
 
-    def __init__(self, server: SocketServer, number: int, listener_name: str) -> None:
+    def __init__(
+        self, server: SocketServer, number: int, listener_name: str, mapper: SslPrincipalMapper | None = None
+    ) -> None:
         assert server.handle is not None, "a listener serves once the broker has installed its handler"
         self.server = server
         self.handle: RequestHandler = server.handle
@@ -153,6 +194,10 @@ class Connection(asyncio.BufferedProtocol):
         self.loop = asyncio.get_running_loop()
         self.info = ConnectionInfo(f"unknown-{number}", "unknown", listener=listener_name)
         self.transport: asyncio.Transport | None = None
+        self.mapper = mapper
+        """The listener's ssl.principal.mapping.rules; None on a PLAINTEXT listener."""
+        self.tls = False
+        """Whether the transport is TLS: file regions are then copied through it, never sendfile'd."""
         self.buffer = ReceiveBuffer(server.max_request)
         self.held: list[bytes] = []
         self.current: asyncio.Task[object] | None = None
@@ -175,6 +220,15 @@ class Connection(asyncio.BufferedProtocol):
         if self.server.refuses(self.listener_name):
             transport.close()
             return
+        ssl_object = transport.get_extra_info("ssl_object")
+        if ssl_object is not None:
+            self.tls = True
+            try:
+                self.info.principal = self.mapper.principal(ssl_object.getpeercert(binary_form=True))  # type: ignore[union-attr]
+            except KcliError as exc:
+                log.warning("closing TLS connection from %s: %s", peer, str(exc).rstrip("."))
+                transport.close()
+                return
         self.server.connections.add(self)
         _apply_socket_options(transport.get_extra_info("socket"), self.server.config)
 
@@ -196,7 +250,9 @@ class Connection(asyncio.BufferedProtocol):
         self._eof = True
         if self.current is None and not self._write_paused:
             self._process()  # answers what is buffered, then closes
-        return True  # the transport stays open until the answers are out
+        # A TCP transport stays open until the answers are out; a TLS one cannot stay half-open
+        # (asyncio warns when asked to) and closes once what is written is flushed.
+        return not self.tls
 
     def connection_lost(self, exc: Exception | None) -> None:
         if exc is not None:
@@ -289,6 +345,8 @@ class Connection(asyncio.BufferedProtocol):
             return None
         max_request = self.server.max_request
         if size < 0 or size > max_request:
+            if not self.tls and tls.is_tls_record(buffer.view[buffer.start : buffer.start + 3].tobytes()):
+                raise _CloseConnection(f"it speaks TLS to the PLAINTEXT listener {self.listener_name}")
             raise InvalidRequestError(
                 f"invalid request size {size} (socket.request.max.bytes is {max_request})"
             )
@@ -375,14 +433,14 @@ class Connection(asyncio.BufferedProtocol):
         head = [_INT32.pack(len(header) + send.response.size), header]
         while parts and not isinstance(parts[0], FileRegion):
             head.append(parts.pop(0))  # type: ignore[arg-type]
-        corked = _cork(transport, True) if parts else False
+        corked = _cork(transport, True) if parts and not self.tls else False
         transport.write(b"".join(head))
         for i, part in enumerate(parts):
             if self._closing():
                 log.debug("connection from %s closed while its answer was being sent", self.info.peer)
                 return None
             if isinstance(part, FileRegion):
-                sent = _sendfile_now(transport, part)
+                sent = self._copy_now(transport, part) if self.tls else _sendfile_now(transport, part)
                 if sent < part.count:
                     rest = FileRegion(part.file, part.offset + sent, part.count - sent)
                     return [rest, *parts[i + 1 :]], corked
@@ -414,12 +472,44 @@ class Connection(asyncio.BufferedProtocol):
             self._drained = self.loop.create_future()
             await self._drained
 
+    def _copy_now(self, transport: asyncio.Transport, region: FileRegion) -> int:
+        """Under TLS: read `region` in large blocks and write them through the transport until it asks
+        to pause (its buffer is full); what was written. Each block is one pread, encrypted by OpenSSL
+        straight from it; the records are never copied one by one."""
+        fd = region.file.fileno()
+        sent = 0
+        while sent < region.count and not self._write_paused and not self._closing():
+            block = os.pread(fd, min(_COPY_BLOCK, region.count - sent), region.offset + sent)
+            if not block:
+                raise _CloseConnection(
+                    f"the file ended {region.count - sent} bytes early while sending a response"
+                )
+            transport.write(block)
+            sent += len(block)
+        return sent
+
+    async def _copy_region(self, transport: asyncio.Transport, region: FileRegion) -> None:
+        """A whole file region through a TLS transport, waiting for it to drain between blocks."""
+        sent = 0
+        while sent < region.count:
+            if self._closing():
+                raise ConnectionResetError("the client went away while its answer was being sent")
+            if self._write_paused:
+                self._drained = self.loop.create_future()
+                await self._drained
+                continue
+            sent += self._copy_now(
+                transport, FileRegion(region.file, region.offset + sent, region.count - sent)
+            )
+
     async def _send_parts(self, transport: asyncio.Transport, parts: list[bytes | FileRegion]) -> None:
         for part in parts:
             if self._closing():
                 log.debug("connection from %s closed while its answer was being sent", self.info.peer)
                 return
-            if isinstance(part, FileRegion):
+            if isinstance(part, FileRegion) and self.tls:
+                await self._copy_region(transport, part)
+            elif isinstance(part, FileRegion):
                 sent = _sendfile_now(transport, part)
                 if sent < part.count:  # the socket is full (or failed): asyncio waits and reports
                     try:
@@ -548,10 +638,15 @@ class _CloseConnection(Exception):
 
 
 _INT32 = struct.Struct(">i")
+_COPY_BLOCK = 1 << 20
+"""Bytes of a file region read and written through TLS at a time (OpenSSL cuts 16 KiB records)."""
 
 
 async def _bind(
-    listener: Listener, config: BrokerConfig, new_connection: Callable[[], asyncio.Protocol]
+    listener: Listener,
+    config: BrokerConfig,
+    new_connection: Callable[[], asyncio.Protocol],
+    context: ssl.SSLContext | None = None,
 ) -> asyncio.Server:
     host = listener.host or None  # an empty host binds every interface, as in Kafka
     backlog = int(config["socket.listen.backlog.size"])  # type: ignore[call-overload]
@@ -563,12 +658,27 @@ async def _bind(
             listener.port,
             backlog=backlog,
             reuse_address=True,
+            ssl=context,
+            ssl_handshake_timeout=_HANDSHAKE_SECONDS if context is not None else None,
             start_serving=False,  # bound now (a busy port fails before any data is touched), served once ready
         )
     except OSError as exc:
         # asyncio wraps the bind error's text; the errno alone gives the plain reason.
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         raise KcliError(f"cannot listen on {where}: {reason.lower()}.") from None
+
+
+_HANDSHAKE_SECONDS = 10.0
+"""How long a TLS client may take to finish its handshake before the connection is closed."""
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # an unset host binds every interface; a name may resolve anywhere
 
 
 def _apply_socket_options(sock: socket.socket | None, config: BrokerConfig) -> None:

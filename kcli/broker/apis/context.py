@@ -105,6 +105,9 @@ class ConnectionInfo:
     client_software_version: str = "unknown"
     listener: str = ""
     """The name of the listener the connection came in on."""
+    principal: str = "User:ANONYMOUS"
+    """Who the peer is (Kafka's KafkaPrincipal as `type:name`): set by TLS from a client certificate
+    (`kcli.security.principal`) or by SASL; anonymous otherwise."""
 
 
 class RequestContext(NamedTuple):
@@ -116,6 +119,16 @@ class RequestContext(NamedTuple):
     client_id: str
     connection: ConnectionInfo
     state: BrokerState
+
+    @property
+    def image(self) -> ClusterMetadataImage:
+        """The metadata image as the listener this request came in on sees it: brokers' endpoints on
+        that listener (a client on SSL is told SSL addresses), as Kafka's metadata cache answers."""
+        state = self.state
+        listener = self.connection.listener
+        if listener == state.controller_listener_name:
+            return state.image
+        return state.image.for_listener(listener)
 
     @property
     def registry(self) -> ApiRegistry:

@@ -44,6 +44,7 @@ from kcli.broker.replication.quota import ReplicationQuotaManager
 from kcli.client import NodeConnections
 from kcli.protocol.fetch_codec import read_fetch_response
 from kcli.protocol.messages import nested_type, request_type
+from kcli.security import PLAINTEXT, ClientSecurity
 
 log = logging.getLogger("kcli.broker.replication")
 
@@ -87,6 +88,8 @@ class FetcherConfig:
     partition_max_bytes: int = 1024 * 1024  # replica.fetch.max.bytes
     backoff_ms: int = 1000  # replica.fetch.backoff.ms
     request_timeout_ms: int = 30_000  # replica.socket.timeout.ms
+    security: ClientSecurity = PLAINTEXT
+    """How to reach the leaders: the inter-broker listener's protocol and ssl.* settings."""
 
 
 class ReplicaFetcherManager:
@@ -163,7 +166,9 @@ class ReplicaFetcher:
         self.source_id = source_id
         self.partitions: dict[PartitionKey, PartitionFetchState] = {}
         self._changed = asyncio.Event()
-        self._connections = NodeConnections(f"broker-{manager.node_id}-fetcher-{source_id}")
+        self._connections = NodeConnections(
+            f"broker-{manager.node_id}-fetcher-{source_id}", manager.config.security
+        )
         self._task: asyncio.Task[None] | None = None
 
     def add(self, key: PartitionKey, state: PartitionFetchState) -> None:

@@ -1,0 +1,530 @@
+"""TLS listeners beside a PLAINTEXT one, with stock clients and kcli's own, and every TLS failure as one
+sentence.
+
+One broker serves three listeners: PLAINTEXT, SSL (no client certificate asked) and MTLS (an SSL
+listener whose `listener.name.mtls.ssl.client.auth=required` overrides the plain `ssl.client.auth`).
+Certificates are made once for the module (`kcli.security.certs`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import ssl
+import struct
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import KCLI, BrokerProcess, free_port_range, kcli_env, start_broker, stop_cleanly
+from kio.schema.metadata.v12.request import MetadataRequest
+
+from kcli.broker.network import SocketServer
+from kcli.client import ClientError, KafkaClient
+from kcli.config import BrokerConfig, Listener
+from kcli.security import ClientSecurity
+from kcli.security.certs import CertificateAuthority
+from kcli.security.principal import ANONYMOUS, PrincipalMappingError, SslPrincipalMapper
+
+
+@dataclass
+class Pki:
+    directory: Path
+    ca: Path
+    node: dict[str, Path]
+    client: dict[str, Path]
+    client_subject: str
+    stranger: dict[str, Path]
+    """A client certificate from a CA the broker does not trust."""
+    stranger_ca: Path
+    expired: dict[str, Path]
+    elsewhere: dict[str, Path]
+    """A server certificate valid for other.example only."""
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    directory = tmp_path_factory.mktemp("pki")
+    ca = CertificateAuthority()
+    stranger_ca = CertificateAuthority("another CA")
+    client = ca.issue("alice", organization="kcli", client=True)
+    return Pki(
+        directory,
+        ca.write(directory),
+        ca.issue("node1").write(directory, "node1", password="node-secret"),
+        client.write(directory, "alice", password="alice-secret"),
+        client.subject,
+        stranger_ca.issue("mallory", client=True).write(directory, "mallory"),
+        stranger_ca.write(directory, "stranger-ca"),
+        ca.issue("node1", expired=True).write(directory, "expired"),
+        ca.issue("node1", names=("other.example",)).write(directory, "elsewhere"),
+    )
+
+
+@dataclass
+class TlsBroker:
+    process: BrokerProcess
+    plaintext: int
+    ssl: int
+    mtls: int
+
+
+@pytest.fixture(scope="module")
+def tls_broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[TlsBroker]:
+    workdir = tmp_path_factory.mktemp("tls-broker")
+    base = free_port_range(3)
+    config = workdir / "server.properties"
+    config.write_text(
+        f"listeners=PLAINTEXT://127.0.0.1:{base},SSL://127.0.0.1:{base + 1},MTLS://127.0.0.1:{base + 2}\n"
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL\n"
+        f"log.dirs={workdir / 'data'}\n"
+        "ssl.keystore.type=PKCS12\n"
+        f"ssl.keystore.location={pki.node['p12']}\n"
+        "ssl.keystore.password=node-secret\n"
+        f"ssl.truststore.location={pki.ca}\n"
+        "listener.name.mtls.ssl.client.auth=required\n"
+        f"listener.name.mtls.ssl.keystore.location={pki.node['pem']}\n"
+        "listener.name.mtls.ssl.keystore.type=PEM\n"
+        "listener.name.mtls.ssl.keystore.password=\n"
+        "ssl.principal.mapping.rules=RULE:^CN=([^,]*),O=kcli$/$1/L,DEFAULT\n"
+    )
+    process = start_broker(workdir, config=config, data_dir=workdir / "data")
+    try:
+        yield TlsBroker(process, base, base + 1, base + 2)
+    finally:
+        stop_cleanly(process)
+
+
+def _trusting(pki: Pki, **extra: str) -> dict[str, str]:
+    return {"ssl.truststore.location": str(pki.ca), **extra}
+
+
+def _with_cert(pki: Pki) -> dict[str, str]:
+    return _trusting(
+        pki,
+        **{
+            "ssl.keystore.location": str(pki.client["p12"]),
+            "ssl.keystore.type": "PKCS12",
+            "ssl.keystore.password": "alice-secret",
+        },
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Listeners and metadata
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_metadata_advertises_the_endpoints_of_the_listener_asked(tls_broker: TlsBroker, pki: Pki) -> None:
+    async def brokers(port: int, security: ClientSecurity) -> list[tuple[str, int]]:
+        client = await KafkaClient.connect(f"127.0.0.1:{port}", security=security)
+        try:
+            response = await client.send(
+                MetadataRequest(
+                    topics=(), allow_auto_topic_creation=False, include_topic_authorized_operations=False
+                )
+            )
+        finally:
+            await client.close()
+        return [(b.host, b.port) for b in response.brokers]
+
+    assert asyncio.run(brokers(tls_broker.plaintext, ClientSecurity())) == [
+        ("127.0.0.1", tls_broker.plaintext)
+    ]
+    assert asyncio.run(brokers(tls_broker.ssl, ClientSecurity("SSL", ssl=_trusting(pki)))) == [
+        ("127.0.0.1", tls_broker.ssl)
+    ]
+    assert asyncio.run(brokers(tls_broker.mtls, ClientSecurity("SSL", ssl=_with_cert(pki)))) == [
+        ("127.0.0.1", tls_broker.mtls)
+    ]
+    log = tls_broker.process.log()
+    assert f"PLAINTEXT://127.0.0.1:{tls_broker.plaintext} (PLAINTEXT)" in log
+    assert f"SSL://127.0.0.1:{tls_broker.ssl} (SSL)" in log
+
+
+def test_kcli_client_reads_pem_text_and_pkcs12_stores(tls_broker: TlsBroker, pki: Pki) -> None:
+    settings = {
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.certificates": pki.ca.read_text(),
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.key": pki.client["key"].read_text(),
+        "ssl.keystore.certificate.chain": pki.client["chain"].read_text(),
+    }
+
+    async def versions() -> int:
+        client = await KafkaClient.connect(
+            f"localhost:{tls_broker.mtls}", security=ClientSecurity("SSL", ssl=settings)
+        )
+        await client.close()
+        return len(client.broker_versions)
+
+    assert asyncio.run(versions()) > 40
+
+
+# ---------------------------------------------------------------------------------------------------
+# Stock clients over SSL and mTLS
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_confluent_kafka_produces_and_consumes_over_ssl_and_mtls(tls_broker: TlsBroker, pki: Pki) -> None:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    tls_only = {"security.protocol": "ssl", "ssl.ca.location": str(pki.ca)}
+    mtls = {
+        **tls_only,
+        "ssl.certificate.location": str(pki.client["chain"]),
+        "ssl.key.location": str(pki.client["key"]),
+    }
+    for port, settings in ((tls_broker.ssl, tls_only), (tls_broker.mtls, mtls)):
+        topic = f"tls-{uuid.uuid4().hex[:8]}"
+        common = {"bootstrap.servers": f"127.0.0.1:{port}", **settings}
+        metadata = AdminClient(common).list_topics(timeout=15)
+        assert [(b.host, b.port) for b in metadata.brokers.values()] == [("127.0.0.1", port)]
+        producer = Producer({**common, "linger.ms": 5})
+        values = [f"value-{i}".encode() * 50 for i in range(3000)]
+        for value in values:
+            producer.produce(topic, value)
+        assert producer.flush(30) == 0
+        consumer = Consumer({**common, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])  # no group join: faster
+        seen: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(seen) < len(values) and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                seen.append(message.value())
+        consumer.close()
+        assert seen == values
+
+    refused = AdminClient({"bootstrap.servers": f"127.0.0.1:{tls_broker.mtls}", **tls_only})
+    with pytest.raises(KafkaException):
+        refused.list_topics(timeout=3)
+
+
+def test_kafka_python_produces_and_consumes_over_ssl_and_mtls(tls_broker: TlsBroker, pki: Pki) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+
+    tls_only = {"security_protocol": "SSL", "ssl_cafile": str(pki.ca)}
+    mtls = {**tls_only, "ssl_certfile": str(pki.client["chain"]), "ssl_keyfile": str(pki.client["key"])}
+    for port, settings in ((tls_broker.ssl, tls_only), (tls_broker.mtls, mtls)):
+        topic = f"kp-{uuid.uuid4().hex[:8]}"
+        producer = KafkaProducer(bootstrap_servers=f"127.0.0.1:{port}", **settings)
+        for i in range(200):
+            producer.send(topic, f"m{i}".encode())
+        producer.flush(30)
+        producer.close()
+        consumer = KafkaConsumer(
+            topic,
+            bootstrap_servers=f"127.0.0.1:{port}",
+            auto_offset_reset="earliest",
+            consumer_timeout_ms=10_000,
+            **settings,
+        )
+        values = []
+        for message in consumer:
+            values.append(message.value)
+            if len(values) == 200:
+                break
+        assert values == [f"m{i}".encode() for i in range(200)]
+        consumer.close()
+
+
+def test_kcat_produces_consumes_and_lists_over_ssl(tls_broker: TlsBroker, pki: Pki) -> None:
+    kcat = shutil.which("kcat")
+    if kcat is None:
+        message = "kcat is not on PATH (apt-get install -y kcat)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    bootstrap = f"127.0.0.1:{tls_broker.mtls}"
+    tls_args = [
+        "-X",
+        "security.protocol=ssl",
+        "-X",
+        f"ssl.ca.location={pki.ca}",
+        "-X",
+        f"ssl.certificate.location={pki.client['chain']}",
+        "-X",
+        f"ssl.key.location={pki.client['key']}",
+    ]
+    topic = f"kcat-{uuid.uuid4().hex[:8]}"
+    lines = "".join(f"line {i}\n" for i in range(100))
+    produced = subprocess.run(
+        [kcat, "-P", "-b", bootstrap, "-t", topic, *tls_args],
+        input=lines,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert produced.returncode == 0, produced.stderr
+    consumed = subprocess.run(
+        [kcat, "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q", *tls_args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert consumed.returncode == 0, consumed.stderr
+    assert consumed.stdout == lines
+    listing = subprocess.run(
+        [kcat, "-L", "-J", "-b", f"127.0.0.1:{tls_broker.ssl}", "-m", "10", *tls_args[:4]],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert listing.returncode == 0, listing.stderr
+    assert json.loads(listing.stdout)["brokers"] == [{"id": 1, "name": f"127.0.0.1:{tls_broker.ssl}"}]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Failures: one sentence each, and the broker goes on
+# ---------------------------------------------------------------------------------------------------
+
+
+def _connect_error(address: str, security: ClientSecurity) -> str:
+    async def attempt() -> None:
+        client = await KafkaClient.connect(address, security=security, connect_timeout=5, request_timeout=5)
+        await client.close()
+
+    with pytest.raises(ClientError) as info:
+        asyncio.run(attempt())
+    return str(info.value)
+
+
+def test_untrusted_ca_and_missing_client_certificate(tls_broker: TlsBroker, pki: Pki) -> None:
+    address = f"127.0.0.1:{tls_broker.ssl}"
+    untrusted = _connect_error(
+        address, ClientSecurity("SSL", ssl={"ssl.truststore.location": str(pki.stranger_ca)})
+    )
+    assert untrusted == (
+        f"cannot connect to {address} with TLS: the certificate of {address} is not signed by a trusted CA "
+        "(check ssl.truststore.location or ssl.truststore.certificates)."
+    )
+    mtls = f"127.0.0.1:{tls_broker.mtls}"
+    no_cert = _connect_error(mtls, ClientSecurity("SSL", ssl=_trusting(pki)))
+    assert no_cert == (
+        f"{mtls} closed the TLS connection before answering: it requires a client certificate "
+        "(set ssl.keystore.location) or does not trust this one."
+    )
+    stranger = _connect_error(
+        mtls, ClientSecurity("SSL", ssl=_trusting(pki, **{"ssl.keystore.location": str(pki.stranger["pem"])}))
+    )
+    assert stranger.startswith(f"{mtls} ") and stranger.count(".") >= 1 and "\n" not in stranger
+
+
+def test_tls_to_a_plaintext_port_and_plaintext_to_a_tls_port(tls_broker: TlsBroker, pki: Pki) -> None:
+    plain = f"127.0.0.1:{tls_broker.plaintext}"
+    assert _connect_error(plain, ClientSecurity("SSL", ssl=_trusting(pki))) == (
+        f"cannot connect to {plain} with TLS: {plain} closed the connection during the TLS handshake "
+        "(is it a PLAINTEXT listener?)."
+    )
+    secure = f"127.0.0.1:{tls_broker.ssl}"
+    sentence = _connect_error(secure, ClientSecurity())
+    assert sentence.startswith(f"{secure} closed the connection") and sentence.endswith(
+        "is it a Kafka listener?"
+    )
+    assert tls_broker.process.log().count("speaks TLS to the PLAINTEXT listener PLAINTEXT") == 1
+
+
+def _tls_server_error(pki: Pki, node: dict[str, Path], host: str = "127.0.0.1") -> str:
+    """A real TLS listener (kcli's SocketServer) serving `node`'s certificate; what a client says."""
+
+    async def attempt() -> str:
+        config = BrokerConfig(
+            {
+                "listeners": "SSL://127.0.0.1:0",
+                "listener.security.protocol.map": "SSL:SSL",
+                "ssl.keystore.location": str(node["pem"]),
+            }
+        )
+        network = SocketServer(config)
+        network.handle = _echo_principal
+        server = await network.bind(Listener("SSL", "127.0.0.1", 0))
+        await server.start_serving()
+        address = f"{host}:{server.sockets[0].getsockname()[1]}"
+        try:
+            client = await KafkaClient.connect(
+                address,
+                security=ClientSecurity("SSL", ssl=_trusting(pki)),
+                negotiate=False,
+                connect_timeout=5,
+            )
+            await client.close()
+            return "connected"
+        except ClientError as exc:
+            return str(exc).replace(address, "ADDRESS")
+        finally:
+            server.close()
+
+    return asyncio.run(attempt())
+
+
+def test_expired_certificate_and_host_name_not_in_it(pki: Pki) -> None:
+    assert _tls_server_error(pki, pki.expired) == (
+        "cannot connect to ADDRESS with TLS: the certificate of ADDRESS has expired."
+    )
+    assert _tls_server_error(pki, pki.elsewhere) == (
+        "cannot connect to ADDRESS with TLS: the certificate of ADDRESS is not valid for host name 127.0.0.1: "
+        "it names other.example (or set ssl.endpoint.identification.algorithm to empty to skip the check)."
+    )
+    assert _tls_server_error(pki, pki.node, host="localhost") == "connected"
+
+
+def test_bad_client_stores_are_one_sentence(pki: Pki, tmp_path: Path) -> None:
+    jks = tmp_path / "old.jks"
+    jks.write_bytes(b"\xfe\xed\xfe\xed" + bytes(60))
+    cases = {
+        "ssl.keystore.location": (
+            {"ssl.keystore.location": str(pki.client["p12"]), "ssl.keystore.password": "wrong"},
+            f"cannot open ssl.keystore.location {pki.client['p12']}: wrong ssl.keystore.password, "
+            "or not a PKCS12 file.",
+        ),
+        "missing": (
+            {"ssl.truststore.location": str(tmp_path / "nowhere.pem")},
+            f"cannot read ssl.truststore.location {tmp_path / 'nowhere.pem'}: no such file or directory.",
+        ),
+        "jks": (
+            {"ssl.truststore.location": str(jks), "ssl.truststore.type": "JKS"},
+            f"ssl.truststore.location {jks} is a JKS keystore, which kcli cannot read: convert it to PKCS12 "
+            "(keytool -importkeystore -deststoretype PKCS12) or PEM.",
+        ),
+        "protocols": (
+            {"ssl.enabled.protocols": "TLSv1.1"},
+            "ssl.enabled.protocols names TLSv1.1; kcli speaks TLSv1.2 and TLSv1.3.",
+        ),
+    }
+    for settings, sentence in cases.values():
+        assert _connect_error("127.0.0.1:9", ClientSecurity("SSL", ssl=settings)) == sentence
+    assert _connect_error("127.0.0.1:9", ClientSecurity("SASL_SSL")) == (
+        "security.protocol SASL_SSL needs SASL, which kcli does not speak yet."
+    )
+
+
+def test_broker_with_a_wrong_keystore_password_stops_with_one_sentence(pki: Pki, tmp_path: Path) -> None:
+    config = tmp_path / "server.properties"
+    config.write_text(
+        "listeners=SSL://127.0.0.1:0\nlistener.security.protocol.map=SSL:SSL\n"
+        f"log.dirs={tmp_path / 'data'}\nssl.keystore.location={pki.node['p12']}\nssl.keystore.password=nope\n"
+    )
+    result = subprocess.run(
+        [*KCLI, "broker", "start", "--config", str(config)],
+        cwd=tmp_path,
+        env=kcli_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"kcli: cannot open ssl.keystore.location {pki.node['p12']}: wrong ssl.keystore.password, "
+        "or not a PKCS12 file."
+    ]
+
+
+def test_tls_garbage_leaves_the_broker_serving(tls_broker: TlsBroker) -> None:
+    garbage = [
+        b"\x16\x03\x01\x02\x00" + os.urandom(512),
+        os.urandom(4096),
+        b"\x00\x00\x00\x0a" + bytes(10),
+        b"",
+    ]
+    for port in (tls_broker.ssl, tls_broker.mtls):
+        for payload in garbage * 5:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+                sock.sendall(payload)
+                sock.shutdown(socket.SHUT_WR)
+                sock.settimeout(5)
+                try:
+                    while sock.recv(4096):
+                        pass
+                except (ConnectionResetError, TimeoutError):
+                    pass
+    # a handshake abandoned half way is closed by the broker, not held
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    with socket.create_connection(("127.0.0.1", tls_broker.ssl), timeout=5) as raw:
+        with context.wrap_socket(raw) as wrapped:
+            wrapped.sendall(struct.pack(">i", 2**31 - 1))  # a frame larger than any request: closed
+            assert wrapped.recv(10) == b""
+
+    async def still_serves() -> int:
+        client = await KafkaClient.connect(f"127.0.0.1:{tls_broker.plaintext}")
+        await client.close()
+        return len(client.broker_versions)
+
+    assert asyncio.run(still_serves()) > 40
+    assert tls_broker.process.is_running()
+    assert "Traceback" not in tls_broker.process.log()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Principals
+# ---------------------------------------------------------------------------------------------------
+
+
+async def _echo_principal(info, frame: bytes) -> bytes:  # type: ignore[no-untyped-def]
+    """A handler that answers every frame with the connection's principal (for the tests below)."""
+    body = info.principal.encode()
+    return struct.pack(">i", len(body)) + body
+
+
+def test_each_connection_carries_its_principal(pki: Pki) -> None:
+    """A real SSL listener with ssl.client.auth=requested: anonymous without a certificate, the mapped
+    subject with one."""
+
+    async def principals() -> list[str]:
+        config = BrokerConfig(
+            {
+                "listeners": "SSL://127.0.0.1:0",
+                "listener.security.protocol.map": "SSL:SSL",
+                "ssl.keystore.location": str(pki.node["pem"]),
+                "ssl.truststore.location": str(pki.ca),
+                "ssl.client.auth": "requested",
+                "ssl.principal.mapping.rules": "RULE:^CN=([^,]*),O=(.*)$/$1@$2/U",
+            }
+        )
+        network = SocketServer(config)
+        network.handle = _echo_principal
+        server = await network.bind(Listener("SSL", "127.0.0.1", 0))
+        await server.start_serving()
+        port = server.sockets[0].getsockname()[1]
+        seen = []
+        try:
+            for certificate in (None, pki.client):
+                context = ssl.create_default_context(cafile=str(pki.ca))
+                if certificate is not None:
+                    context.load_cert_chain(str(certificate["pem"]))
+                reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+                writer.write(struct.pack(">i", 3) + b"abc")
+                size = struct.unpack(">i", await reader.readexactly(4))[0]
+                seen.append((await reader.readexactly(size)).decode())
+                writer.close()
+        finally:
+            server.close()
+        return seen
+
+    assert asyncio.run(principals()) == [ANONYMOUS, "User:ALICE@KCLI"]
+
+
+def test_principal_mapping_rules_as_kafka_reads_them(pki: Pki) -> None:
+    assert pki.client_subject == "CN=alice,O=kcli"
+    rules = (
+        "RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/,"
+        "RULE:^CN=(.*?),OU=(.*?),O=(.*?),L=(.*?),ST=(.*?),C=(.*?)$/$1@$2/L,"
+        "RULE:^.*[Cc][Nn]=([a-zA-Z0-9.]*).*$/$1/U,DEFAULT"
+    )
+    mapper = SslPrincipalMapper(rules)
+    assert mapper.name("CN=kafka1,OU=ServiceUsers,O=Org,C=US") == "kafka1"
+    assert mapper.name("CN=Duke,OU=JavaSoft,O=Sun Microsystems,L=Santa Clara,ST=CA,C=US") == "duke@javasoft"
+    assert mapper.name("cn=duke,ou=JavaSoft") == "DUKE"
+    assert SslPrincipalMapper("DEFAULT").name("CN=a,O=b") == "CN=a,O=b"
+    assert SslPrincipalMapper(None).principal(None) == ANONYMOUS
+    with pytest.raises(PrincipalMappingError, match="no rule of ssl.principal.mapping.rules applies"):
+        SslPrincipalMapper("RULE:^CN=x$/y/").name("CN=a")
