@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from conftest import KCLI, BrokerProcess, free_port_range, kcli_env, start_broker, stop_cleanly
 from kio.schema.metadata.v12.request import MetadataRequest
+from waiting import wait_for
 
 from kcli.broker.network import SocketServer
 from kcli.client import ClientError, KafkaClient
@@ -528,3 +529,67 @@ def test_principal_mapping_rules_as_kafka_reads_them(pki: Pki) -> None:
     assert SslPrincipalMapper(None).principal(None) == ANONYMOUS
     with pytest.raises(PrincipalMappingError, match="no rule of ssl.principal.mapping.rules applies"):
         SslPrincipalMapper("RULE:^CN=x$/y/").name("CN=a")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Brokers among themselves over TLS
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_replication_between_brokers_over_mtls(cluster_factory, pki: Pki) -> None:  # type: ignore[no-untyped-def]
+    """Two nodes whose only client listener (named PLAINTEXT, mapped to SSL) requires client
+    certificates: followers fetch, and acks=all produce completes, only if the replica fetchers
+    connect with the broker's own keystore and truststore."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    cluster = cluster_factory(
+        brokers=2,
+        overrides=[
+            "listener.security.protocol.map=PLAINTEXT:SSL,CONTROLLER:PLAINTEXT",
+            f"ssl.keystore.location={pki.node['p12']}",
+            "ssl.keystore.password=node-secret",
+            f"ssl.truststore.location={pki.ca}",
+            "ssl.client.auth=required",
+        ],
+    )
+    cluster.start()
+    try:
+        common = {
+            "bootstrap.servers": cluster.bootstrap,
+            "security.protocol": "ssl",
+            "ssl.ca.location": str(pki.ca),
+            "ssl.certificate.location": str(pki.client["chain"]),
+            "ssl.key.location": str(pki.client["key"]),
+        }
+        admin = AdminClient(common)
+        for future in admin.create_topics([NewTopic("replicated", 1, 2)]).values():
+            future.result(30)
+        producer = Producer({**common, "acks": "all"})
+        for i in range(100):
+            producer.produce("replicated", f"r{i}".encode())
+        assert producer.flush(30) == 0
+
+        def both_in_sync() -> bool:
+            partition = admin.list_topics("replicated", timeout=10).topics["replicated"].partitions[0]
+            return sorted(partition.isrs) == [1, 2]
+
+        wait_for("both replicas in sync", both_in_sync, 30)
+        leader = admin.list_topics("replicated", timeout=10).topics["replicated"].partitions[0].leader
+        follower = cluster[3 - leader]
+        follower_port = int(follower.bootstrap.rpartition(":")[2])
+        ports = {b.port for b in admin.list_topics(timeout=10).brokers.values()}
+        assert follower_port in ports and len(ports) == 2
+        consumer = Consumer({**common, "group.id": "replicated-reader"})
+        consumer.assign([TopicPartition("replicated", 0, OFFSET_BEGINNING)])
+        seen: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(seen) < 100 and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                seen.append(message.value())
+        consumer.close()
+        assert seen == [f"r{i}".encode() for i in range(100)]
+    finally:
+        for node_id in (2, 1):
+            assert cluster[node_id].terminate() == 0, cluster[node_id].log()
