@@ -23,7 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import KCLI, BrokerProcess, free_port_range, kcli_env, start_broker, stop_cleanly
+from conftest import (
+    KCLI,
+    BrokerProcess,
+    free_port_range,
+    kcli_env,
+    skip_unless_ci,
+    start_broker,
+    stop_cleanly,
+)
 from kio.schema.metadata.v12.request import MetadataRequest
 from waiting import wait_for
 
@@ -241,10 +249,7 @@ def test_kafka_python_produces_and_consumes_over_ssl_and_mtls(tls_broker: TlsBro
 def test_kcat_produces_consumes_and_lists_over_ssl(tls_broker: TlsBroker, pki: Pki) -> None:
     kcat = shutil.which("kcat")
     if kcat is None:
-        message = "kcat is not on PATH (apt-get install -y kcat)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        skip_unless_ci("kcat is not on PATH (apt-get install -y kcat)")
     bootstrap = f"127.0.0.1:{tls_broker.mtls}"
     tls_args = [
         "-X",
