@@ -32,6 +32,8 @@ from conftest import (
     start_broker,
     stop_cleanly,
 )
+from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.metadata.v12.request import MetadataRequest
 from waiting import wait_for
 
@@ -133,16 +135,22 @@ def _with_cert(pki: Pki) -> dict[str, str]:
 
 def test_metadata_advertises_the_endpoints_of_the_listener_asked(tls_broker: TlsBroker, pki: Pki) -> None:
     async def brokers(port: int, security: ClientSecurity) -> list[tuple[str, int]]:
+        """The endpoints Metadata, DescribeCluster and FindCoordinator give: all the same listener's."""
         client = await KafkaClient.connect(f"127.0.0.1:{port}", security=security)
         try:
-            response = await client.send(
+            metadata = await client.send(
                 MetadataRequest(
                     topics=(), allow_auto_topic_creation=False, include_topic_authorized_operations=False
                 )
             )
+            cluster = await client.send(DescribeClusterRequest(include_cluster_authorized_operations=False))
+            [coordinator] = (await client.send(FindCoordinatorRequest(coordinator_keys=("g",)))).coordinators
         finally:
             await client.close()
-        return [(b.host, b.port) for b in response.brokers]
+        found = [(b.host, b.port) for b in metadata.brokers]
+        assert [(b.host, b.port) for b in cluster.brokers] == found
+        assert [(coordinator.host, coordinator.port)] == found
+        return found
 
     assert asyncio.run(brokers(tls_broker.plaintext, ClientSecurity())) == [
         ("127.0.0.1", tls_broker.plaintext)
@@ -413,11 +421,27 @@ def test_bad_client_stores_are_one_sentence(pki: Pki, tmp_path: Path) -> None:
     )
 
 
-def test_broker_with_a_wrong_keystore_password_stops_with_one_sentence(pki: Pki, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("settings", "sentence"),
+    [
+        (
+            "ssl.keystore.location={p12}\nssl.keystore.password=nope\n",
+            "cannot open ssl.keystore.location {p12}: wrong ssl.keystore.password, or not a PKCS12 file.",
+        ),
+        (
+            "ssl.truststore.location={ca}\n",
+            "listener SSL uses TLS but has no keystore: set ssl.keystore.location "
+            "(or ssl.keystore.key and ssl.keystore.certificate.chain).",
+        ),
+    ],
+)
+def test_broker_with_an_unusable_keystore_stops_with_one_sentence(
+    pki: Pki, tmp_path: Path, settings: str, sentence: str
+) -> None:
     config = tmp_path / "server.properties"
     config.write_text(
         "listeners=SSL://127.0.0.1:0\nlistener.security.protocol.map=SSL:SSL\n"
-        f"log.dirs={tmp_path / 'data'}\nssl.keystore.location={pki.node['p12']}\nssl.keystore.password=nope\n"
+        f"log.dirs={tmp_path / 'data'}\n" + settings.format(p12=pki.node["p12"], ca=pki.ca)
     )
     result = subprocess.run(
         [*KCLI, "broker", "start", "--config", str(config)],
@@ -428,10 +452,46 @@ def test_broker_with_a_wrong_keystore_password_stops_with_one_sentence(pki: Pki,
         timeout=30,
     )
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [
-        f"kcli: cannot open ssl.keystore.location {pki.node['p12']}: wrong ssl.keystore.password, "
-        "or not a PKCS12 file."
-    ]
+    assert result.stderr.strip().splitlines() == ["kcli: " + sentence.format(p12=pki.node["p12"])]
+
+
+def test_enabled_protocols_and_cipher_suites_as_kafka_names_them(pki: Pki) -> None:
+    """A listener limited to TLSv1.2 and one suite under its Java name: a client gets exactly those,
+    and a client that only speaks TLSv1.3 is refused in one sentence."""
+
+    async def negotiate(client_settings: dict[str, str]) -> tuple[str, str] | str:
+        config = BrokerConfig(
+            {
+                "listeners": "SSL://127.0.0.1:0",
+                "listener.security.protocol.map": "SSL:SSL",
+                "ssl.keystore.location": str(pki.node["pem"]),
+                "ssl.enabled.protocols": "TLSv1.2",
+                "ssl.cipher.suites": "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+            }
+        )
+        network = SocketServer(config)
+        network.handle = _echo_principal
+        server = await network.bind(Listener("SSL", "127.0.0.1", 0))
+        await server.start_serving()
+        address = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        try:
+            client = await KafkaClient.connect(
+                address,
+                security=ClientSecurity("SSL", ssl=_trusting(pki, **client_settings)),
+                negotiate=False,
+            )
+            name, version, _ = client._transport.get_extra_info("ssl_object").cipher()
+            await client.close()
+            return version, name
+        except ClientError as exc:
+            return str(exc).replace(address, "ADDRESS")
+        finally:
+            server.close()
+
+    assert asyncio.run(negotiate({})) == ("TLSv1.2", "ECDHE-ECDSA-AES128-GCM-SHA256")
+    refused = asyncio.run(negotiate({"ssl.enabled.protocols": "TLSv1.3"}))
+    assert isinstance(refused, str) and refused.startswith("cannot connect to ADDRESS with TLS: ")
+    assert "\n" not in refused
 
 
 def test_tls_garbage_leaves_the_broker_serving(tls_broker: TlsBroker) -> None:
