@@ -147,6 +147,10 @@ def handshake_failure(exc: BaseException, address: str) -> str:
         reason = (exc.reason or str(exc)).lower().replace("_", " ")
         if reason in ("wrong version number", "record layer failure", "packet length too long"):
             return f"{address} does not speak TLS (is it a PLAINTEXT listener?)."
+        if "protocol version" in reason or "unsupported protocol" in reason:
+            return f"{address} and this client share no TLS version (check ssl.enabled.protocols)."
+        if "no shared cipher" in reason or "no cipher" in reason:
+            return f"{address} and this client share no cipher suite (check ssl.cipher.suites)."
         if (
             "certificate required" in reason
             or "alert handshake failure" in reason
@@ -154,11 +158,20 @@ def handshake_failure(exc: BaseException, address: str) -> str:
         ):
             return f"{address} refused the TLS handshake ({reason}): does it require a client certificate?"
         if "eof" in reason:
-            return f"{address} closed the connection during the TLS handshake (is it a PLAINTEXT listener?)."
+            return _closed_in_handshake(address)
         return f"the TLS handshake with {address} failed: {reason}."
     if isinstance(exc, (ConnectionResetError, EOFError, BrokenPipeError)):
-        return f"{address} closed the connection during the TLS handshake (is it a PLAINTEXT listener?)."
+        return _closed_in_handshake(address)
     return f"the TLS handshake with {address} failed: {exc}."
+
+
+def _closed_in_handshake(address: str) -> str:
+    """A listener that closes at the ClientHello: a plaintext one (Kafka reads it as an oversized
+    request), or a TLS one refusing the client's versions or suites (asyncio sends no alert then)."""
+    return (
+        f"{address} closed the connection during the TLS handshake: it is a PLAINTEXT listener, or it "
+        "accepts none of this client's TLS versions and cipher suites."
+    )
 
 
 def closed_before_answering(exc: BaseException | None, address: str) -> str:
