@@ -340,11 +340,22 @@ def test_tls_to_a_plaintext_port_and_plaintext_to_a_tls_port(tls_broker: TlsBrok
         "PLAINTEXT listener, or it accepts none of this client's TLS versions and cipher suites."
     )
     secure = f"127.0.0.1:{tls_broker.ssl}"
+    before = tls_broker.process.log().count("TLS handshake failed on listener SSL")
     sentence = _connect_error(secure, ClientSecurity())
     assert sentence.startswith(f"{secure} closed the connection") and sentence.endswith(
         "is it a Kafka listener?"
     )
     assert tls_broker.process.log().count("speaks TLS to the PLAINTEXT listener PLAINTEXT") == 1
+    # the broker closes a plaintext client on its TLS port with one line, at INFO
+    wait_for(
+        "the broker's line",
+        lambda: tls_broker.process.log().count("TLS handshake failed on listener SSL") == before + 1,
+        10,
+    )
+    [line] = [
+        x for x in tls_broker.process.log().splitlines() if "TLS handshake failed on listener SSL" in x
+    ][before:]
+    assert " INFO kcli.broker: closing connection from 127.0.0.1:" in line
 
 
 def _tls_server_error(pki: Pki, node: dict[str, Path], host: str = "127.0.0.1") -> str:
@@ -529,7 +540,10 @@ def test_tls_garbage_leaves_the_broker_serving(tls_broker: TlsBroker) -> None:
 
     assert asyncio.run(still_serves()) > 40
     assert tls_broker.process.is_running()
-    assert "Traceback" not in tls_broker.process.log()
+    log = tls_broker.process.log()
+    assert "Traceback" not in log and " ERROR " not in log
+    assert log.count("invalid request size 2147483647") == 1
+    assert "connection closed after 0 of 2147483647 frame bytes" not in log  # one line per connection
 
 
 # ---------------------------------------------------------------------------------------------------

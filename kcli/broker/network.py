@@ -12,10 +12,11 @@ one above `socket.request.max.bytes` closes the connection; so does an `InvalidR
 handler. Nothing a client sends can take down another connection or the process.
 
 Secure connections (Kafka's SslTransportLayer and SaslServerAuthenticator):
-- Transport: a listener whose protocol is SSL serves through asyncio's TLS transport, with the context
-  `kcli.security.tls.server_context` makes from the listener's `ssl.*` settings. A failed handshake
-  (a plaintext client, a refused certificate) closes the connection before it is a `Connection`;
-  nothing is logged for it but at debug level. `Connection` speaks to a transport only through
+- Transport: on a listener whose protocol is SSL each connection starts TLS itself (`loop.start_tls`,
+  with the context `kcli.security.tls.server_context` makes from the listener's `ssl.*` settings) and
+  serves through the TLS transport once the handshake is done. A failed handshake (a plaintext client,
+  a refused certificate) closes the connection with one INFO line, as Kafka's "Failed authentication
+  with ... (SSL handshake failed)"; nothing else notices it. `Connection` speaks to a transport only through
   `transport.write` and, for file regions, `_sendfile_now` / `loop.sendfile` on the plain socket, in
   `_send_framed_now` and `_send_parts` alone. A TLS transport still reports the TCP socket underneath,
   which must never see a sendfile: under TLS a file region is read in large blocks and written through
@@ -38,7 +39,7 @@ import socket
 import ssl
 import struct
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, NamedTuple
 
 from kcli.broker.apis.context import ConnectionInfo, FileRegion
 from kcli.broker.apis.dispatch import Answer, FramedSend
@@ -84,8 +85,7 @@ class SocketServer:
         An SSL listener's keystore and truststore are read here: a bad one stops start-up with its
         sentence. A PLAINTEXT listener on an address other hosts can reach is logged once."""
         protocol = self.config.protocol_of(listener.name)
-        context: ssl.SSLContext | None = None
-        mapper = None
+        tls_server: _TlsServer | None = None
         if protocol == "SSL":
             settings = self.config.ssl_settings(listener.name)
             try:
@@ -93,21 +93,20 @@ class SocketServer:
             except tls.TlsError as exc:  # a keystore or truststore that cannot be used: a configuration error
                 raise ConfigError(str(exc)) from None
             mapper = SslPrincipalMapper(settings.get("ssl.principal.mapping.rules", "DEFAULT"))
+            tls_server = _TlsServer(context, mapper)
         elif not _is_loopback(listener.host):
             log.warning(
                 "listener %s is PLAINTEXT on an address other hosts can reach: its traffic is not "
                 "encrypted and its clients are not authenticated",
                 listener,
             )
-        server = await _bind(
-            listener, self.config, lambda: self.new_connection(listener.name, mapper), context
-        )
+        server = await _bind(listener, self.config, lambda: self.new_connection(listener.name, tls_server))
         self.bound[listener.name] = server
         return server
 
-    def new_connection(self, listener_name: str, mapper: SslPrincipalMapper | None = None) -> Connection:
+    def new_connection(self, listener_name: str, tls_server: _TlsServer | None = None) -> Connection:
         self._next_connection += 1
-        return Connection(self, self._next_connection, listener_name, mapper)
+        return Connection(self, self._next_connection, listener_name, tls_server)
 
     def bound_port(self, listener_name: str) -> int:
         """The port a bound listener got (the one asked for, or the OS's pick for port 0)."""
@@ -183,7 +182,7 @@ class Connection(asyncio.BufferedProtocol):
     """Bytes of further requests buffered while a request is in flight, before reading pauses."""
 
     def __init__(
-        self, server: SocketServer, number: int, listener_name: str, mapper: SslPrincipalMapper | None = None
+        self, server: SocketServer, number: int, listener_name: str, tls_server: _TlsServer | None = None
     ) -> None:
         assert server.handle is not None, "a listener serves once the broker has installed its handler"
         self.server = server
@@ -194,10 +193,13 @@ class Connection(asyncio.BufferedProtocol):
         self.loop = asyncio.get_running_loop()
         self.info = ConnectionInfo(f"unknown-{number}", "unknown", listener=listener_name)
         self.transport: asyncio.Transport | None = None
-        self.mapper = mapper
-        """The listener's ssl.principal.mapping.rules; None on a PLAINTEXT listener."""
+        self.tls_server = tls_server
+        """The listener's TLS context and principal mapping; None on a PLAINTEXT listener."""
         self.tls = False
         """Whether the transport is TLS: file regions are then copied through it, never sendfile'd."""
+        self._handshaking = False
+        """TLS is being started: what arrives meanwhile waits in the buffer, nothing is written."""
+        self._handshake: asyncio.Task[None] | None = None
         self.buffer = ReceiveBuffer(server.max_request)
         self.held: list[bytes] = []
         self.current: asyncio.Task[object] | None = None
@@ -220,17 +222,60 @@ class Connection(asyncio.BufferedProtocol):
         if self.server.refuses(self.listener_name):
             transport.close()
             return
-        ssl_object = transport.get_extra_info("ssl_object")
-        if ssl_object is not None:
-            self.tls = True
-            try:
-                self.info.principal = self.mapper.principal(ssl_object.getpeercert(binary_form=True))  # type: ignore[union-attr]
-            except KcliError as exc:
-                log.warning("closing TLS connection from %s: %s", peer, str(exc).rstrip("."))
-                transport.close()
-                return
         self.server.connections.add(self)
         _apply_socket_options(transport.get_extra_info("socket"), self.server.config)
+        if self.tls_server is not None:
+            self._handshaking = True
+            self._handshake = self.loop.create_task(self._start_tls(transport, self.tls_server))
+
+    async def _start_tls(self, raw: asyncio.BaseTransport, tls_server: _TlsServer) -> None:
+        """The TLS handshake, then the principal (`ssl.principal.mapping.rules`), then the requests
+        that arrived meanwhile. A failure closes the connection with one line."""
+        transport: asyncio.BaseTransport | None = None
+        try:
+            transport = await self.loop.start_tls(
+                raw,  # type: ignore[arg-type]
+                self,
+                tls_server.context,
+                server_side=True,
+                ssl_handshake_timeout=_HANDSHAKE_SECONDS,
+            )
+            assert transport is not None
+            der = transport.get_extra_info("ssl_object").getpeercert(binary_form=True)
+            self.info.principal = tls_server.mapper.principal(der)
+        except ssl.SSLError as exc:
+            reason = (exc.reason or str(exc)).lower().replace("_", " ")
+            log.info(
+                "closing connection from %s: TLS handshake failed on listener %s (%s)",
+                self.info.peer,
+                self.listener_name,
+                reason,
+            )
+            self._handshake_failed(raw)
+            return
+        except KcliError as exc:  # no rule of ssl.principal.mapping.rules applies
+            log.warning("closing TLS connection from %s: %s", self.info.peer, str(exc).rstrip("."))
+            if transport is not None:
+                transport.close()
+            self._handshake_failed(raw)
+            return
+        except (OSError, TimeoutError, asyncio.CancelledError) as exc:  # gone, too slow, or shut down
+            log.debug("TLS handshake with %s ended: %s", self.info.peer, exc or type(exc).__name__)
+            self._handshake_failed(raw)
+            return
+        self.transport = transport  # type: ignore[assignment]
+        self.tls = True
+        self._handshaking = False
+        if self._stopping:
+            self.stop()
+        elif self.buffer or self._eof:
+            self._process()
+
+    def _handshake_failed(self, raw: asyncio.BaseTransport) -> None:
+        """asyncio tells the protocol nothing of a TLS connection that never started: close it here."""
+        raw.close()
+        if not self._lost:
+            self.connection_lost(None)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.buffer.free_space()
@@ -240,6 +285,8 @@ class Connection(asyncio.BufferedProtocol):
             self.buffer.clear()
             return
         self.buffer.end += nbytes
+        if self._handshaking:
+            return  # served once `_start_tls` has the TLS transport
         if self.current is None and not self._write_paused:
             self._process()
         elif len(self.buffer) > self.READ_AHEAD and not self._read_paused and not self._closing():
@@ -248,6 +295,8 @@ class Connection(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool:
         self._eof = True
+        if self._handshaking:
+            return False
         if self.current is None and not self._write_paused:
             self._process()  # answers what is buffered, then closes
         # A TCP transport stays open until the answers are out; a TLS one cannot stay half-open
@@ -280,6 +329,9 @@ class Connection(asyncio.BufferedProtocol):
     def stop(self) -> None:
         """Read no further requests; close now when idle, else once the request in flight is answered."""
         self._stopping = True
+        if self._handshaking and self.transport is not None:
+            self.transport.close()  # the handshake fails, and `_start_tls` finishes the connection
+            return
         if self.current is None and self.transport is not None:
             self._flush()
             self.transport.close()
@@ -394,6 +446,7 @@ class Connection(asyncio.BufferedProtocol):
         else:
             log.error("closing connection from %s after an unexpected error", self.info.peer, exc_info=exc)
         self._flush()  # answers to the requests before a bad one
+        self.buffer.clear()  # nothing more to say of it (a TLS transport still reports the peer's EOF)
         if self.transport is not None:
             self.transport.close()
         self._finish_closed()
@@ -633,6 +686,13 @@ async def _resume(coroutine: Coroutine[Any, Any, object], waiting: Any) -> objec
             return done.value
 
 
+class _TlsServer(NamedTuple):
+    """What a TLS listener's connections share: the server context and the principal mapping."""
+
+    context: ssl.SSLContext
+    mapper: SslPrincipalMapper
+
+
 class _CloseConnection(Exception):
     """A connection that cannot go on (a segment file shorter than its answer): closed, reason logged."""
 
@@ -643,10 +703,7 @@ _COPY_BLOCK = 1 << 20
 
 
 async def _bind(
-    listener: Listener,
-    config: BrokerConfig,
-    new_connection: Callable[[], asyncio.Protocol],
-    context: ssl.SSLContext | None = None,
+    listener: Listener, config: BrokerConfig, new_connection: Callable[[], asyncio.Protocol]
 ) -> asyncio.Server:
     host = listener.host or None  # an empty host binds every interface, as in Kafka
     backlog = int(config["socket.listen.backlog.size"])  # type: ignore[call-overload]
@@ -658,8 +715,6 @@ async def _bind(
             listener.port,
             backlog=backlog,
             reuse_address=True,
-            ssl=context,
-            ssl_handshake_timeout=_HANDSHAKE_SECONDS if context is not None else None,
             start_serving=False,  # bound now (a busy port fails before any data is touched), served once ready
         )
     except OSError as exc:
