@@ -297,11 +297,11 @@ class BrokerConfig:
     def ssl_settings(self, listener_name: str) -> dict[str, str]:
         """The `ssl.*` settings of a listener as Kafka resolves them: `listener.name.<name>.ssl.*`
         wins over the plain `ssl.*` key (KafkaConfig.valuesWithPrefixOverride)."""
-        prefix = f"listener.name.{listener_name.lower()}."
         plain = {k: v for k, v in self._raw_security.items() if k.startswith("ssl.")}
         for key, value in self._raw_security.items():
-            if key.startswith(prefix) and key[len(prefix) :].startswith("ssl."):
-                plain[key[len(prefix) :]] = value
+            prefixed = listener_prefixed(key)  # the name in any case (Kafka writes it lower-case)
+            if prefixed is not None and prefixed[0] == listener_name.upper():
+                plain[prefixed[1]] = value
         return plain
 
     def inter_broker_security(self) -> ClientSecurity:

@@ -192,7 +192,10 @@ def test_topic_defaults_come_from_broker_synonyms() -> None:
             "listener SASL_SSL://:9093 uses security protocol SASL_SSL, which needs SASL, not yet served by kcli.",
         ),
         (
-            {"listeners": "PLAINTEXT://:9092,SSL://:9093", "listener.name.tls.ssl.keystore.location": "/k.p12"},
+            {
+                "listeners": "PLAINTEXT://:9092,SSL://:9093",
+                "listener.name.tls.ssl.keystore.location": "/k.p12",
+            },
             "listener.name.tls.ssl.keystore.location is set for listener TLS, which listeners does not name.",
         ),
         (
@@ -568,3 +571,44 @@ def test_a_controller_only_node_has_only_controller_listeners() -> None:
         BrokerConfig({**CONTROLLER_ONLY, "node.id": "9"})
     dynamic = {k: v for k, v in CONTROLLER_ONLY.items() if k != "controller.quorum.voters"}
     assert BrokerConfig({**dynamic, "controller.quorum.bootstrap.servers": "c1:9093"}).quorum_voters == {}
+
+
+def test_several_client_listeners_resolve_as_kafka_resolves_them() -> None:
+    """Each client listener, its advertised address, its protocol, its ssl.* settings with the
+    listener.name.<name>. prefix winning, and the inter-broker listener and how it is reached."""
+    config = BrokerConfig(
+        {
+            "listeners": "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093,INTERNAL://:9094,CONTROLLER://:9095",
+            "advertised.listeners": "SSL://broker1.example:19093",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,INTERNAL:SSL,CONTROLLER:PLAINTEXT",
+            "controller.listener.names": "CONTROLLER",
+            "controller.quorum.voters": "1@127.0.0.1:9095",
+            "node.id": "1",
+            "process.roles": "broker,controller",
+            "inter.broker.listener.name": "internal",
+            "ssl.keystore.location": "/keys/node.p12",
+            "ssl.client.auth": "requested",
+            "listener.name.INTERNAL.ssl.client.auth": "required",
+            "listener.name.internal.ssl.keystore.location": "/keys/internal.pem",
+        }
+    )
+    assert [x.name for x in config.client_listeners] == ["PLAINTEXT", "SSL", "INTERNAL"]
+    assert config.listener.name == "PLAINTEXT"
+    assert config.advertised_listener(name="SSL") == Listener("SSL", "broker1.example", 19093)
+    assert config.advertised_listener(name="INTERNAL") == Listener("INTERNAL", "127.0.0.1", 9094)
+    assert [config.protocol_of(x.name) for x in config.client_listeners] == ["PLAINTEXT", "SSL", "SSL"]
+    assert config.ssl_settings("SSL") == {
+        "ssl.keystore.location": "/keys/node.p12",
+        "ssl.client.auth": "requested",
+    }
+    assert config.ssl_settings("INTERNAL") == {
+        "ssl.keystore.location": "/keys/internal.pem",
+        "ssl.client.auth": "required",
+    }
+    assert config.inter_broker_listener_name == "INTERNAL"
+    security = config.inter_broker_security()
+    assert security.protocol == "SSL" and security.ssl["ssl.keystore.location"] == "/keys/internal.pem"
+    assert "listener.name.internal.ssl.keystore.location" not in config.ignored_keys()
+    plain = BrokerConfig({"listeners": "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093"})
+    assert plain.inter_broker_listener_name == "PLAINTEXT"  # security.inter.broker.protocol's default
+    assert plain.inter_broker_security().protocol == "PLAINTEXT"
