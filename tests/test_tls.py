@@ -358,7 +358,7 @@ def test_tls_to_a_plaintext_port_and_plaintext_to_a_tls_port(tls_broker: TlsBrok
     assert " INFO kcli.broker: closing connection from 127.0.0.1:" in line
 
 
-def _tls_server_error(pki: Pki, node: dict[str, Path], host: str = "127.0.0.1") -> str:
+def _tls_server_error(pki: Pki, node: dict[str, Path], host: str = "127.0.0.1", **settings: str) -> str:
     """A real TLS listener (kcli's SocketServer) serving `node`'s certificate; what a client says."""
 
     async def attempt() -> str:
@@ -377,7 +377,7 @@ def _tls_server_error(pki: Pki, node: dict[str, Path], host: str = "127.0.0.1") 
         try:
             client = await KafkaClient.connect(
                 address,
-                security=ClientSecurity("SSL", ssl=_trusting(pki)),
+                security=ClientSecurity("SSL", ssl=_trusting(pki, **settings)),
                 negotiate=False,
                 connect_timeout=5,
             )
@@ -400,6 +400,37 @@ def test_expired_certificate_and_host_name_not_in_it(pki: Pki) -> None:
         "it names other.example (or set ssl.endpoint.identification.algorithm to empty to skip the check)."
     )
     assert _tls_server_error(pki, pki.node, host="localhost") == "connected"
+    unchecked = {"ssl.endpoint.identification.algorithm": ""}  # Kafka's way to skip the host name check
+    assert _tls_server_error(pki, pki.elsewhere, **unchecked) == "connected"
+
+
+def test_pem_keystore_with_an_encrypted_key(pki: Pki, tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    from kcli.security.tls import TlsError, client_context
+
+    key = serialization.load_pem_private_key(pki.client["key"].read_bytes(), None)
+    encrypted = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"key-secret"),
+    )
+    keystore = tmp_path / "alice-encrypted.pem"
+    keystore.write_bytes(encrypted + pki.client["chain"].read_bytes())
+    settings = {"ssl.keystore.location": str(keystore), "ssl.keystore.type": "PEM"}
+    client_context({**settings, "ssl.key.password": "key-secret"})
+    with pytest.raises(TlsError) as wrong:
+        client_context({**settings, "ssl.key.password": "nope"})
+    assert (
+        str(wrong.value)
+        == f"cannot decrypt the private key in ssl.keystore.location {keystore}: wrong ssl.key.password."
+    )
+    with pytest.raises(TlsError) as unset:
+        client_context(settings)
+    assert (
+        str(unset.value)
+        == f"the private key in ssl.keystore.location {keystore} is encrypted: set ssl.key.password."
+    )
 
 
 def test_bad_client_stores_are_one_sentence(pki: Pki, tmp_path: Path) -> None:
