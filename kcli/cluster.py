@@ -17,6 +17,8 @@ from kcli.client import ClientError, KafkaClient, split_bootstrap
 from kcli.protocol.messages import build, nested_type
 from kcli.security import PLAINTEXT, ClientSecurity
 
+CONNECT_TIMEOUT = 10.0
+"""Seconds to open a connection: KafkaClient.connect's default, Kafka's socket.connection.setup.timeout.ms."""
 METADATA = 3
 FIND_COORDINATOR = 10
 GROUP_KEY = 0
@@ -52,11 +54,13 @@ class Cluster:
         client_id: str,
         request_timeout: float,
         security: ClientSecurity = PLAINTEXT,
+        connect_timeout: float = CONNECT_TIMEOUT,
     ) -> None:
         self.bootstrap = bootstrap
         self.client_id = client_id
         self.security = security
         self.request_timeout = request_timeout
+        self.connect_timeout = connect_timeout
         self._brokers: dict[int, str] = {}
         self._clients: dict[int, KafkaClient] = {}
 
@@ -68,18 +72,30 @@ class Cluster:
         client_id: str = "kcli",
         request_timeout: float = 30.0,
         security: ClientSecurity = PLAINTEXT,
+        connect_timeout: float = CONNECT_TIMEOUT,
     ) -> Cluster:
-        """Connect to the first reachable of "host:port[,host:port...]"."""
+        """Connect to the first reachable of "host:port[,host:port...]"; `connect_timeout` is Kafka's
+        socket.connection.setup.timeout.ms, for this and every broker connection after it."""
         errors = []
         for address in split_bootstrap(bootstrap_servers):  # every entry well formed before any connects
             try:
                 client = await KafkaClient.connect(
-                    address, client_id=client_id, request_timeout=request_timeout, security=security
+                    address,
+                    client_id=client_id,
+                    connect_timeout=connect_timeout,
+                    request_timeout=request_timeout,
+                    security=security,
                 )
             except ClientError as exc:
                 errors.append(str(exc))
                 continue
-            return cls(client, client_id=client_id, request_timeout=request_timeout, security=security)
+            return cls(
+                client,
+                client_id=client_id,
+                request_timeout=request_timeout,
+                security=security,
+                connect_timeout=connect_timeout,
+            )
         raise ClusterError(
             errors[0] if len(errors) == 1 else "no bootstrap server is reachable: " + " ".join(errors)
         )
@@ -129,6 +145,7 @@ class Cluster:
             client = await KafkaClient.connect(
                 address,
                 client_id=self.client_id,
+                connect_timeout=self.connect_timeout,
                 request_timeout=self.request_timeout,
                 security=self.security,
             )

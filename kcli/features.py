@@ -29,6 +29,8 @@ KRAFT_VERSION = "kraft.version"
 # MetadataVersion levels that change what kcli writes or does.
 MV_3_0_IV1 = 1
 MV_3_2_IV0 = 3
+MV_3_5_IV2 = 11
+"""SCRAM credentials in the metadata log (UserScramCredentialRecord, MetadataVersion.isScramSupported)."""
 MV_3_6_IV0 = 12
 MV_3_7_IV2 = 17
 MV_3_9_IV0 = 21
@@ -110,6 +112,11 @@ class FeatureError(KcliError):
 def release_version(level: int) -> str:
     """The release name Kafka prints for a metadata.version level (MetadataVersion.toString)."""
     return _RELEASES.get(level, f"level {level}")
+
+
+def is_scram_supported(metadata_version: int) -> bool:
+    """MetadataVersion.isScramSupported: 3.5-IV2 or later."""
+    return metadata_version >= MV_3_5_IV2
 
 
 def is_elr_supported(metadata_version: int) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import tempfile
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -40,6 +40,7 @@ from kcli.features import (
     FeatureError,
     bootstrap_feature_records,
     format_feature_levels,
+    is_scram_supported,
     kraft_version_level,
 )
 from kcli.features import release_version as release_version
@@ -270,23 +271,48 @@ class BootstrapMetadata:
         return [(record.name, record.version, record.data) for record in self.records]
 
 
-def bootstrap_records(metadata_version: int, features: Mapping[str, int] | None = None) -> list[bytes]:
+def bootstrap_records(
+    metadata_version: int,
+    features: Mapping[str, int] | None = None,
+    extra: Sequence[tuple[str, int, dict[str, Any]]] = (),
+) -> list[bytes]:
     """Kafka's BootstrapMetadata.fromVersions: a FeatureLevelRecord (v0) for metadata.version, then one
-    for every other feature above level 0, by name."""
+    for every other feature above level 0, by name; then `extra` (the --add-scram credentials)."""
     from formats.internal import encode_metadata_record
 
     return [
         encode_metadata_record("FeatureLevelRecord", 0, {"name": name, "featureLevel": level})
         for name, level in bootstrap_feature_records(metadata_version, features or {})
-    ]
+    ] + [encode_metadata_record(name, version, data) for name, version, data in extra]
 
 
 def bootstrap_checkpoint(
-    metadata_version: int, *, now_ms: int, features: Mapping[str, int] | None = None
+    metadata_version: int,
+    *,
+    now_ms: int,
+    features: Mapping[str, int] | None = None,
+    extra: Sequence[tuple[str, int, dict[str, Any]]] = (),
 ) -> bytes:
-    """The bytes of `bootstrap.checkpoint` (BatchFileWriter): header, FeatureLevelRecords, footer, at
-    offset 0 and epoch 0, last contained log timestamp 0, every batch stamped `now_ms`."""
-    return build_snapshot(bootstrap_records(metadata_version, features), timestamp=now_ms)
+    """The bytes of `bootstrap.checkpoint` (BatchFileWriter): header, FeatureLevelRecords and `extra`,
+    footer, at offset 0 and epoch 0, last contained log timestamp 0, every batch stamped `now_ms`."""
+    return build_snapshot(bootstrap_records(metadata_version, features, extra), timestamp=now_ms)
+
+
+def scram_bootstrap_records(
+    metadata_version: int, arguments: Sequence[str]
+) -> list[tuple[str, int, dict[str, Any]]]:
+    """The UserScramCredentialRecords of --add-scram arguments (Kafka's Formatter and ScramParser):
+    refused below metadata.version 3.5-IV2, and with ScramParser's sentence for a bad argument."""
+    from kcli.security.scram_credentials import ScramArgumentError, credential_record, parse_add_scram
+
+    if not arguments:
+        return []
+    if not is_scram_supported(metadata_version):
+        raise StorageError(f"SCRAM is only supported in {METADATA_VERSION} 3.5-IV2 or later.")
+    try:
+        return [credential_record(*parse_add_scram(argument)) for argument in arguments]
+    except ScramArgumentError as exc:
+        raise StorageError(str(exc)) from None
 
 
 def read_bootstrap_metadata(metadata_log_dir: str | Path) -> BootstrapMetadata | None:
@@ -349,6 +375,7 @@ def format_storage(
     no_initial_controllers: bool = False,
     standalone: bool = False,
     initial_controllers: str | None = None,
+    add_scram: Sequence[str] = (),
     now_ms: int,
 ) -> list[str]:
     """Format this node's dirs as `kafka-storage.sh format` does; returns the lines it prints.
@@ -356,7 +383,8 @@ def format_storage(
     `metadata_version` is the --release-version level (None: kcli's default, 3.9-IV0) and `features`
     the --feature settings; together they give the feature levels the cluster starts with, checked
     as Kafka's Formatter checks them (eligible.leader.replicas.version=1 needs metadata.version
-    4.0-IV1 or later, and is the default from 4.1-IV0). Everything is checked before anything is
+    4.0-IV1 or later, and is the default from 4.1-IV0). `add_scram` holds --add-scram arguments, whose
+    SCRAM credentials join the bootstrap records. Everything is checked before anything is
     written: the feature levels, the configuration is a KRaft one, the cluster id is a base64 UUID,
     dirs already formatted agree on cluster.id and node.id and are refused unless `ignore_formatted`.
     Each dir without meta.properties then gets `bootstrap.checkpoint` (as Kafka writes it into every
@@ -387,6 +415,7 @@ def format_storage(
         kraft_version = kraft_version_level((features or {}).get(KRAFT_VERSION), voters is not None)
     except FeatureError as exc:
         raise StorageError(str(exc)) from None
+    scram_records = scram_bootstrap_records(metadata_version, add_scram)
     dirs = sorted(storage_dirs(config))  # a TreeSet of the paths in Kafka's StorageTool
     found = load_meta_properties(dirs)
     check_meta_properties(found, cluster_id=cluster_id, node_id=config.node_id)
@@ -402,8 +431,20 @@ def format_storage(
         refuse_if_in_use(log_dir, FORMAT_COMMAND)
     locks: list[Path] = []
     try:
+        checkpoint = bootstrap_checkpoint(
+            metadata_version, now_ms=now_ms, features=levels, extra=scram_records
+        )
         return _format_dirs(
-            config, cluster_id, empty, found, voters, metadata_version, levels, kraft_version, now_ms, locks
+            config,
+            cluster_id,
+            empty,
+            found,
+            voters,
+            metadata_version,
+            checkpoint,
+            kraft_version,
+            now_ms,
+            locks,
         )
     finally:
         release(locks)
@@ -416,7 +457,7 @@ def _format_dirs(
     found: Mapping[str, MetaProperties],
     voters: VoterSet | None,
     metadata_version: int,
-    levels: Mapping[str, int],
+    checkpoint: bytes,
     kraft_version: int,
     now_ms: int,
     locks: list[Path],
@@ -424,7 +465,6 @@ def _format_dirs(
     """Write bootstrap.checkpoint (and a dynamic quorum's bootstrap snapshot) then meta.properties into
     each unformatted dir; a dir that has a `.lock` file is locked from before its first write to the end
     (one without is not given one: Kafka's format leaves none)."""
-    checkpoint = bootstrap_checkpoint(metadata_version, now_ms=now_ms, features=levels)
     taken = {meta.directory_id for meta in found.values() if meta.directory_id}
     lines = []
     own = voters.voters.get(config.node_id) if voters is not None else None

@@ -28,12 +28,13 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.client import ClientError, split_bootstrap
+from kcli.client import ClientError
 from kcli.cluster import Cluster
-from kcli.config import load_properties
 from kcli.errors import KcliError
 from kcli.output import java_hash_order
 from kcli.protocol.messages import build, nested_type
+from kcli.security import PLAINTEXT, ClientSecurity
+from kcli.security.client_config import load_client_config
 
 ELECT_LEADERS = 43
 FIRST_ELECTION_TYPE_VERSION = 1
@@ -167,61 +168,28 @@ class AdminConfig:
     """request.timeout.ms: LeaderElectionCommand's default is half the API timeout."""
     api_timeout_s: float = DEFAULT_API_TIMEOUT_MS / 1000
     """default.api.timeout.ms: how long the controller may take (ElectLeaders' TimeoutMs)."""
+    connect_timeout_s: float = 10.0
+    """socket.connection.setup.timeout.ms."""
+    security: ClientSecurity = PLAINTEXT
     ignored: tuple[str, ...] = ()
-    """Keys kcli's client has no use for (retries, metadata.max.age.ms, ...)."""
+    """Producer or consumer settings given, which an admin client does not use."""
 
 
 def load_admin_config(path: str | Path) -> AdminConfig:
-    """An admin client properties file; security settings kcli's client cannot honour are refused
-    (it speaks PLAINTEXT only), rather than silently connecting without them."""
-    properties = load_properties(path)
-    protocol = properties.get("security.protocol", "PLAINTEXT").strip()
-    if protocol.upper() != "PLAINTEXT":
-        raise ElectionError(
-            f"{path}: security.protocol={protocol} is not supported: kcli's client speaks PLAINTEXT only."
-        )
-    secured = sorted(k for k in properties if k.startswith(("ssl.", "sasl.")))
-    if secured:
-        raise ElectionError(
-            f"{path}: {', '.join(secured)} cannot be honoured: kcli's client speaks PLAINTEXT only."
-        )
-    used = {
-        "security.protocol",
-        "bootstrap.servers",
-        "client.id",
-        "request.timeout.ms",
-        "default.api.timeout.ms",
-    }
-    api_timeout = _milliseconds(properties, "default.api.timeout.ms", DEFAULT_API_TIMEOUT_MS, path)
-    request_timeout = _milliseconds(properties, "request.timeout.ms", api_timeout // 2, path)
-    bootstrap = properties.get("bootstrap.servers") or None
-    if bootstrap is not None:
-        try:
-            split_bootstrap(bootstrap)
-        except ClientError as exc:
-            raise ElectionError(f"{path}: bootstrap.servers: {exc}") from None
+    """An admin client properties file, read as every command's --command-config is (security
+    settings included; what kcli cannot honour is refused), with LeaderElectionCommand's timeouts."""
+    config = load_client_config(path)
+    api_timeout = config.timeouts_ms.get("default.api.timeout.ms", DEFAULT_API_TIMEOUT_MS)
+    request_timeout = config.timeouts_ms.get("request.timeout.ms", max(1, api_timeout // 2))
     return AdminConfig(
-        bootstrap_servers=bootstrap,
-        client_id=properties.get("client.id") or "kcli",
+        bootstrap_servers=config.bootstrap_servers,
+        client_id=config.client_id or "kcli",
         request_timeout_s=request_timeout / 1000,
         api_timeout_s=api_timeout / 1000,
-        ignored=tuple(sorted(k for k in properties if k not in used)),
+        connect_timeout_s=config.timeout_s("socket.connection.setup.timeout.ms", 10.0),
+        security=config.security,
+        ignored=config.unused,
     )
-
-
-def _milliseconds(properties: dict[str, str], key: str, default: int, path: str | Path) -> int:
-    raw = properties.get(key)
-    if raw is None:
-        return default
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        value = 0
-    if not 0 < value <= INT32_MAX:  # Kafka's type for both is INT
-        raise ElectionError(
-            f"{path}: {key} must be a positive number of milliseconds up to {INT32_MAX}, not {raw!r}."
-        )
-    return value
 
 
 # --- outcomes --------------------------------------------------------------------------------------

@@ -157,7 +157,10 @@ async def voter_change_target(cluster: Cluster, *, controllers: bool) -> Any:
             if address == client.address:
                 return client
             return await KafkaClient.connect(
-                address, client_id=cluster.client_id, request_timeout=cluster.request_timeout
+                address,
+                client_id=cluster.client_id,
+                request_timeout=cluster.request_timeout,
+                security=cluster.security,
             )
     raise ClusterError("no active controller is known to the bootstrap controllers.")
 

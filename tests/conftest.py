@@ -208,6 +208,21 @@ def wait_until_ready(process: subprocess.Popen[bytes], log_path: Path, data_dir:
     return BrokerProcess(f"{host}:{port}", host, port, process.pid, data_dir, log_path, process)
 
 
+def start_with_config(workdir: Path, config: Path) -> BrokerProcess:
+    """`kcli broker start --config FILE` (no --listen: the file's listeners stay), waited for."""
+    log_path = workdir / f"broker-{time.monotonic_ns()}.log"
+    with open(log_path, "wb") as log_file:
+        process = subprocess.Popen(
+            [*KCLI, "broker", "start", "--config", str(config)],
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=log_file,
+            cwd=workdir,
+            env=kcli_env(),
+        )
+    return wait_until_ready(process, log_path, workdir)
+
+
 def stop_cleanly(broker: BrokerProcess) -> None:
     status = broker.stop()
     assert status == 0, f"kcli broker exited with status {status}:\n{broker.log()}"

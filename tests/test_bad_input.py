@@ -82,8 +82,14 @@ TO_THE_CONNECT = {
 TO_THE_FILE = {
     ("elect", "--path-to-json-file"): ["--election-type", "preferred"],
     ("elect", "--admin.config"): ["--election-type", "preferred", "--all-topic-partitions"],
+    **{(*path, "--command-config"): argv for path, argv in TO_THE_CONNECT.items() if path[0] != "quorum"},
 }
 """What a command checks before it reads the file an option names, by (*command, option)."""
+
+CLIENT_CONFIGS = {"--command-config", "--admin.config", "--producer.config"}
+"""A client properties file is read just before connecting: given what gets a command that far
+(TO_THE_FILE), every command's sentence names it (quorum's is read by each subcommand, after its own
+checks)."""
 
 NEVER_CONNECTS_HERE = {("quorum", "add-controller")}
 """Needs a controller's own configuration to get that far: tried, but its sentence need not name the
@@ -183,7 +189,8 @@ class Case:
         if self.names == "address":
             argv += [a.format(**values) for a in TO_THE_CONNECT.get(self.path, [])]
         elif self.names == "file":
-            argv += TO_THE_FILE.get((*self.path, self.param.opts[0] if self.param.opts else ""), [])
+            extra = TO_THE_FILE.get((*self.path, self.param.opts[0] if self.param.opts else ""), [])
+            argv += [a.format(**values) for a in extra]
         return argv
 
     @property
@@ -365,6 +372,8 @@ def _what_to_name(case: Case, values: dict[str, str]) -> str:
     """What the sentence must name: the option refused while parsing, the address that did not
     answer as Kafka, or the file (its last component: commands print it relative or resolved)."""
     if case.names == "file":
+        if CLIENT_CONFIGS.intersection(case.param.opts) and case.path[0] != "quorum":
+            return Path(case.value.format(**values)).name
         if tuple(step.name for step in case.chain) in READS_FIRST:
             return Path(case.value.format(**values)).name
         return ""

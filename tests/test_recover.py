@@ -387,3 +387,35 @@ def test_producer_snapshot_and_txnindex_rebuilt_as_the_broker_wrote_them(tmp_pat
     assert [e.current_txn_first_offset >= 0 for e in by_id(originals[snap])].count(True) == 1  # "open"
     assert (quarantine / "ledger-0" / "leftovers" / snap.name).read_bytes() == damaged
     assert errors(copy) == [] and load_reports(copy) == []
+
+
+def test_producer_state_is_rebuilt_from_the_checkpointed_log_start_as_the_broker_does(tmp_path: Path) -> None:
+    """Batches below the log start (DeleteRecords moved it) are not replayed, by the loader's schedule:
+    the snapshot recover writes holds the producers the broker's own loader rebuilds, and no others."""
+    import time
+
+    from formats.checkpoints import write_offset_checkpoint
+    from formats.records import RecordSpec, build_batch
+
+    root = tmp_path / "logs"
+    part = root / "t-0"
+    part.mkdir(parents=True)
+    now = int(time.time() * 1000)
+    batches = [
+        build_batch([RecordSpec(now, None, b"v")], base_offset=offset, producer_id=pid, producer_epoch=0,
+                    base_sequence=sequence)
+        for offset, pid, sequence in ((0, 1, 0), (1, 1, 1), (2, 2, 0), (3, 2, 1), (4, 2, 2))
+    ]  # fmt: skip
+    (part / f"{SEG0}.log").write_bytes(b"".join(batches[:4]) + batches[4][:30])  # the last one torn
+    (root / "log-start-offset-checkpoint").write_text(write_offset_checkpoint({("t", 0): 2}))
+    shutil.copytree(root, tmp_path / "copy")
+
+    done = recover_cli(str(root), "--execute", "--quarantine", str(tmp_path / "q"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    written = read_snapshot((part / f"{'4'.zfill(20)}.snapshot").read_bytes())
+    assert [(e.producer_id, e.last_sequence) for e in written] == [(2, 1)]
+
+    copy = tmp_path / "copy" / "t-0"
+    Log.load(copy, LogConfig(), log_start_offset_checkpoint=2, report=lambda line: None).close()
+    loaded = read_snapshot((copy / f"{'4'.zfill(20)}.snapshot").read_bytes())
+    assert [(e.producer_id, e.last_sequence) for e in loaded] == [(2, 1)]

@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 from cli_in_process import run_kcli
-from conftest import KCLI, BrokerProcess, free_port_range, kcli_env, stop_cleanly, wait_until_ready
+from conftest import (
+    KCLI,
+    free_port_range,
+    kcli_env,
+    start_with_config,
+    stop_cleanly,
+)
 
 from formats.checkpoints import MetaProperties, read_meta_properties, uuid_from_base64, write_meta_properties
 from formats.errors import CorruptRecordError
@@ -490,21 +496,6 @@ def test_format_dynamic_quorum_options_refused(tmp_path: Path, args: list[str], 
 
 
 # --- start: formatted and unformatted dirs ------------------------------------------------------------
-
-
-def start_with_config(workdir: Path, config: Path) -> BrokerProcess:
-    """`kcli broker start --config FILE` (no --listen: the file's listeners stay), waited for."""
-    log_path = workdir / f"broker-{time.monotonic_ns()}.log"
-    with open(log_path, "wb") as log_file:
-        process = subprocess.Popen(
-            [*KCLI, "broker", "start", "--config", str(config)],
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=log_file,
-            cwd=workdir,
-            env=kcli_env(),
-        )
-    return wait_until_ready(process, log_path, workdir)
 
 
 def describe_cluster_id(bootstrap: str) -> str:

@@ -329,10 +329,10 @@ def _write_element(
             raw = value.encode("utf-8")
         except UnicodeEncodeError:
             raise FormatError(f"Field {field.name} of {where} is not valid Unicode text.") from None
+        if len(raw) > 0x7FFF:  # any version: Kafka's readers refuse a longer string, compact or not
+            raise FormatError(f"'{field.name}' field is too long to be serialized")
         if flexible:
             write_uvarint32(out, len(raw) + 1)
-        elif len(raw) > 0x7FFF:
-            raise FormatError(f"'{field.name}' field is too long to be serialized")
         else:
             out += INT16.pack(len(raw))
         out += raw

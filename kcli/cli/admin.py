@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
@@ -15,30 +16,72 @@ from kcli.cli.app import Output
 if TYPE_CHECKING:
     from kcli.cluster import Cluster
     from kcli.security import ClientSecurity
+    from kcli.security.client_config import ClientConfig, Role
 
 T = TypeVar("T")
 
 
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 BOOTSTRAP = typer.Option(
-    "127.0.0.1:9092", "--bootstrap-server", "-b", metavar="HOST:PORT[,...]", help="Brokers to bootstrap from."
+    None,
+    "--bootstrap-server",
+    "-b",
+    metavar="HOST:PORT[,...]",
+    help=f"Brokers to bootstrap from [default: --command-config's bootstrap.servers, else {DEFAULT_BOOTSTRAP}].",
+    show_default=False,
 )
 OUTPUT = typer.Option(Output.text, "--output", "-o", help="Aligned columns, or one JSON object per line.")
+COMMAND_CONFIG = typer.Option(
+    None,
+    "--command-config",
+    metavar="FILE",
+    help="Kafka client properties, Kafka's or librdkafka's names: security.protocol, ssl.*, sasl.* "
+    "(sasl.jaas.config), client.id, request.timeout.ms, bootstrap.servers. Settings kcli cannot honour "
+    "(Kerberos, JKS stores, Java classes, unknown keys) are refused.",
+    show_default=False,
+)
+
+
+def client_config(path: Path | None, *, role: Role = "admin") -> ClientConfig:
+    """--command-config read (or the defaults), with a warning for producer or consumer settings the
+    command does not use: a client.properties shared with applications often has them."""
+    from kcli.security.client_config import DEFAULT, load_client_config
+
+    if path is None:
+        return DEFAULT
+    config = load_client_config(path, role=role)
+    if config.unused:
+        print(f"kcli: warning: {path}: {', '.join(config.unused)} not used by this command.", file=sys.stderr)
+    return config
 
 
 def run_on_cluster(
-    bootstrap: str,
+    bootstrap: str | None,
     work: Callable[[Cluster], Awaitable[T]],
     *,
     client_id: str = "kcli",
     security: ClientSecurity | None = None,
+    config: ClientConfig | Path | None = None,
 ) -> T:
-    """Connect, run `work(cluster)` on a fresh event loop, close every connection."""
-    from kcli.cluster import Cluster
+    """Connect, run `work(cluster)` on a fresh event loop, close every connection.
+
+    `config` (read from a path here) gives the security, client.id, request.timeout.ms and, when
+    `bootstrap` is None, bootstrap.servers; `security` and `client_id` are for callers without one.
+    """
+    from kcli.cluster import CONNECT_TIMEOUT, Cluster
     from kcli.security import PLAINTEXT
+
+    if config is None or isinstance(config, Path):
+        config = client_config(config)
+    servers = bootstrap or config.bootstrap_servers or DEFAULT_BOOTSTRAP
 
     async def main() -> T:
         async with await Cluster.connect(
-            bootstrap, client_id=client_id, security=security or PLAINTEXT
+            servers,
+            client_id=config.client_id or client_id,
+            request_timeout=config.timeout_s("request.timeout.ms", 30.0),
+            security=security or config.security or PLAINTEXT,
+            connect_timeout=config.timeout_s("socket.connection.setup.timeout.ms", CONNECT_TIMEOUT),
         ) as cluster:
             return await work(cluster)
 

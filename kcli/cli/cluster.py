@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from kcli.cli.admin import BOOTSTRAP, OUTPUT, run_on_cluster, table, write_json_lines
+from kcli.cli.admin import BOOTSTRAP, COMMAND_CONFIG, OUTPUT, run_on_cluster, table, write_json_lines
 from kcli.cli.app import Output, app
 
 if TYPE_CHECKING:
@@ -91,11 +91,15 @@ def start(
 
 
 @cluster_app.command("status")
-def status(bootstrap: str = BOOTSTRAP, output: Output = OUTPUT) -> None:
+def status(
+    bootstrap: str | None = BOOTSTRAP,
+    command_config: Path | None = COMMAND_CONFIG,
+    output: Output = OUTPUT,
+) -> None:
     """Brokers (fenced or not, rack) and the controller quorum: leader, epoch, each voter's lag."""
     from ops.quorum import describe_cluster_status
 
-    result = run_on_cluster(bootstrap, describe_cluster_status)
+    result = run_on_cluster(bootstrap, describe_cluster_status, config=command_config)
     if output is Output.json:
         write_json_lines(
             [

@@ -9,14 +9,13 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from kcli.cli.admin import write_json_lines
+from kcli.cli.admin import DEFAULT_BOOTSTRAP, write_json_lines
 from kcli.cli.app import Output, app
 from kcli.errors import KcliError
 
 if TYPE_CHECKING:
     from ops.elect import AdminConfig, ElectionReport, ElectionType, TopicPartition
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 OUTPUT = typer.Option(
     Output.text, "--output", "-o", help="Kafka's report lines, or one JSON object per partition."
 )
@@ -67,9 +66,10 @@ def elect(
     admin_config: Path = typer.Option(
         None,
         "--admin.config",
+        "--command-config",
         metavar="FILE",
-        help="Admin client properties: client.id, request.timeout.ms, default.api.timeout.ms, "
-        "bootstrap.servers are used; SSL or SASL settings are refused (kcli speaks PLAINTEXT only).",
+        help="Admin client properties, read as every command's --command-config: security.protocol, "
+        "ssl.*, sasl.*, client.id, request.timeout.ms, default.api.timeout.ms, bootstrap.servers.",
         show_default=False,
     ),
     dry_run: bool = typer.Option(
@@ -92,7 +92,7 @@ def elect(
     config = load_admin_config(admin_config) if admin_config is not None else None
     if config is not None and config.ignored:
         print(
-            f"kcli: warning: {admin_config}: kcli's client does not use {', '.join(config.ignored)}.",
+            f"kcli: warning: {admin_config}: {', '.join(config.ignored)} not used by this command.",
             file=sys.stderr,
         )
     report = _run(bootstrap, config, kind, partitions, dry_run)
@@ -152,7 +152,11 @@ def _run(
 
     async def main() -> ElectionReport:
         async with await Cluster.connect(
-            servers, client_id=config.client_id, request_timeout=config.request_timeout_s
+            servers,
+            client_id=config.client_id,
+            request_timeout=config.request_timeout_s,
+            security=config.security,
+            connect_timeout=config.connect_timeout_s,
         ) as cluster:
             if dry_run:
                 return await plan_elections(cluster, kind, partitions)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
-from kcli.cli.admin import BOOTSTRAP, OUTPUT, run_on_cluster, write_json_lines
+from kcli.cli.admin import BOOTSTRAP, COMMAND_CONFIG, OUTPUT, run_on_cluster, write_json_lines
 from kcli.cli.app import Output, app
 from kcli.errors import KcliError
 
@@ -44,11 +45,15 @@ UNSAFE = typer.Option(
 
 
 @features_app.command("describe")
-def describe(bootstrap: str = BOOTSTRAP, output: Output = OUTPUT) -> None:
+def describe(
+    bootstrap: str | None = BOOTSTRAP,
+    command_config: Path | None = COMMAND_CONFIG,
+    output: Output = OUTPUT,
+) -> None:
     """Each feature the broker supports (min, max), its finalized level and the epoch of those levels."""
     from ops.features import describe_features
 
-    found = run_on_cluster(bootstrap, describe_features)
+    found = run_on_cluster(bootstrap, describe_features, config=command_config)
     if output is Output.json:
         write_json_lines(f.to_json() for f in found)
     else:
@@ -57,7 +62,8 @@ def describe(bootstrap: str = BOOTSTRAP, output: Output = OUTPUT) -> None:
 
 @features_app.command("upgrade")
 def upgrade(
-    bootstrap: str = BOOTSTRAP,
+    bootstrap: str | None = BOOTSTRAP,
+    command_config: Path | None = COMMAND_CONFIG,
     release_version: str = RELEASE_VERSION,
     feature: list[str] = FEATURE,
     dry_run: bool = DRY_RUN,
@@ -66,12 +72,15 @@ def upgrade(
     """Raise feature levels (all or none change). Exit status 1 when the controller refuses."""
     from kcli.features import UpgradeType
 
-    _update("upgrade", bootstrap, release_version, feature, UpgradeType.UPGRADE, dry_run, output)
+    _update(
+        "upgrade", bootstrap, command_config, release_version, feature, UpgradeType.UPGRADE, dry_run, output
+    )
 
 
 @features_app.command("downgrade")
 def downgrade(
-    bootstrap: str = BOOTSTRAP,
+    bootstrap: str | None = BOOTSTRAP,
+    command_config: Path | None = COMMAND_CONFIG,
     release_version: str = RELEASE_VERSION,
     feature: list[str] = FEATURE,
     unsafe: bool = UNSAFE,
@@ -82,12 +91,13 @@ def downgrade(
     from kcli.features import UpgradeType
 
     kind = UpgradeType.UNSAFE_DOWNGRADE if unsafe else UpgradeType.SAFE_DOWNGRADE
-    _update("downgrade", bootstrap, release_version, feature, kind, dry_run, output)
+    _update("downgrade", bootstrap, command_config, release_version, feature, kind, dry_run, output)
 
 
 @features_app.command("disable")
 def disable(
-    bootstrap: str = BOOTSTRAP,
+    bootstrap: str | None = BOOTSTRAP,
+    command_config: Path | None = COMMAND_CONFIG,
     feature: list[str] = typer.Option(
         None, "--feature", metavar="NAME", help="A feature to set to level 0; repeat for more."
     ),
@@ -100,12 +110,13 @@ def disable(
     from ops.features import disable_updates
 
     kind = UpgradeType.UNSAFE_DOWNGRADE if unsafe else UpgradeType.SAFE_DOWNGRADE
-    _send("disable", bootstrap, disable_updates(feature or []), kind, dry_run, output)
+    _send("disable", bootstrap, command_config, disable_updates(feature or []), kind, dry_run, output)
 
 
 def _update(
     op: str,
-    bootstrap: str,
+    bootstrap: str | None,
+    command_config: Path | None,
     release_version: str | None,
     features: list[str] | None,
     kind: UpgradeType,
@@ -122,18 +133,26 @@ def _update(
         if release_version is not None
         else feature_updates(features or [])
     )
-    _send(op, bootstrap, updates, kind, dry_run, output)
+    _send(op, bootstrap, command_config, updates, kind, dry_run, output)
 
 
 def _send(
-    op: str, bootstrap: str, updates: dict[str, int], kind: UpgradeType, dry_run: bool, output: Output
+    op: str,
+    bootstrap: str | None,
+    command_config: Path | None,
+    updates: dict[str, int],
+    kind: UpgradeType,
+    dry_run: bool,
+    output: Output,
 ) -> None:
     from ops.features import update_features, update_lines
 
     if not updates:
         raise KcliError(f"You must specify at least one feature to {op}")
     results = run_on_cluster(
-        bootstrap, lambda cluster: update_features(cluster, updates, kind, dry_run=dry_run)
+        bootstrap,
+        lambda cluster: update_features(cluster, updates, kind, dry_run=dry_run),
+        config=command_config,
     )
     lines, failures = update_lines(op, updates, results, dry_run=dry_run)
     if output is Output.json:

@@ -12,7 +12,16 @@ from typing import TYPE_CHECKING
 import orjson
 import typer
 
-from kcli.cli.admin import BOOTSTRAP, OUTPUT, T, run_on_cluster, table, write_json_lines
+from kcli.cli.admin import (
+    BOOTSTRAP,
+    COMMAND_CONFIG,
+    OUTPUT,
+    T,
+    client_config,
+    run_on_cluster,
+    table,
+    write_json_lines,
+)
 from kcli.cli.app import Output, app
 from kcli.errors import KcliError
 
@@ -29,7 +38,8 @@ app.add_typer(groups_app, name="groups")
 
 @groups_app.command("list")
 def list_(
-    bootstrap: str = BOOTSTRAP,
+    bootstrap: str | None = BOOTSTRAP,
+    command_config: Path | None = COMMAND_CONFIG,
     state: list[str] = typer.Option(
         None,
         "--state",
@@ -43,7 +53,7 @@ def list_(
     from ops.groups import list_groups, parse_states
 
     states = parse_states(state or ())  # before connecting: an unknown state is an error, as in Kafka
-    listings = run_on_cluster(bootstrap, lambda cluster: list_groups(cluster, states))
+    listings = run_on_cluster(bootstrap, lambda cluster: list_groups(cluster, states), config=command_config)
     if output is Output.json:
         write_json_lines(g.to_json() for g in listings)
     else:
@@ -56,7 +66,8 @@ def list_(
 @groups_app.command("describe")
 def describe(
     groups: list[str] = typer.Argument(..., metavar="GROUP...", help="Groups to describe."),
-    bootstrap: str = BOOTSTRAP,
+    bootstrap: str | None = BOOTSTRAP,
+    command_config: Path | None = COMMAND_CONFIG,
     members: bool = typer.Option(
         False, "--members", help="Show the members and their partition counts instead of offsets."
     ),
@@ -78,9 +89,10 @@ def describe(
     if members and state:
         raise KcliError("give at most one of --members and --state.")
     view = "members" if members else "state" if state else "offsets"
+    config = client_config(command_config)  # read once, not at every --watch redraw
 
     def fetch() -> list[GroupDescription]:
-        return run_on_cluster(bootstrap, lambda cluster: describe_groups(cluster, groups))
+        return run_on_cluster(bootstrap, lambda cluster: describe_groups(cluster, groups), config=config)
 
     def render(descriptions: list[GroupDescription]) -> str:
         if output is Output.json:
@@ -111,7 +123,8 @@ def describe(
 @groups_app.command("reset-offsets")
 def reset_offsets(
     group: str = typer.Argument(..., metavar="GROUP", help="The group whose committed offsets to reset."),
-    bootstrap: str = BOOTSTRAP,
+    bootstrap: str | None = BOOTSTRAP,
+    command_config: Path | None = COMMAND_CONFIG,
     topic: list[str] = typer.Option(
         None,
         "--topic",
@@ -211,7 +224,9 @@ def reset_offsets(
     scope = parse_scope(topic) if topic else None
 
     plan: list[OffsetReset] = run_on_cluster(
-        bootstrap, lambda cluster: reset_offsets(cluster, group, spec, scope, execute=execute)
+        bootstrap,
+        lambda cluster: reset_offsets(cluster, group, spec, scope, execute=execute),
+        config=command_config,
     )
     for reset in plan:  # as kafka-consumer-groups.sh warns (on stderr here)
         if reset.clamp_warning is not None:
@@ -236,12 +251,13 @@ def delete(
     groups: list[str] = typer.Argument(
         ..., metavar="GROUP...", help="Groups to delete (they must have no members)."
     ),
-    bootstrap: str = BOOTSTRAP,
+    bootstrap: str | None = BOOTSTRAP,
+    command_config: Path | None = COMMAND_CONFIG,
 ) -> int:
     """Delete groups and their committed offsets; exit 1 if any could not be deleted."""
     from ops.groups import delete_groups
 
-    results = run_on_cluster(bootstrap, lambda cluster: delete_groups(cluster, groups))
+    results = run_on_cluster(bootstrap, lambda cluster: delete_groups(cluster, groups), config=command_config)
     failed = 0
     for group_id, error in results.items():
         if error == 0:

@@ -50,7 +50,10 @@ def connection(
     command_config: Path | None = typer.Option(
         None,
         "--command-config",
-        help="Property file (the controller's own configuration, for add-controller).",
+        metavar="FILE",
+        help="Kafka client properties (security.protocol, ssl.*, sasl.*, client.id, ...; see `kcli topics "
+        "list --help`); for add-controller, the joining controller's own configuration, whose client "
+        "settings are used the same way and whose broker settings are skipped.",
         show_default=False,
     ),
 ) -> None:
@@ -75,7 +78,7 @@ def add_controller(
     ),
 ) -> None:
     """Add a controller to the KRaft controller cluster: the one --command-config configures."""
-    from kcli.cli.admin import run_on_cluster
+    from kcli.cli.admin import client_config, run_on_cluster
     from ops.quorum import add_raft_voter, controller_identity
 
     bootstrap, controllers, config = _target(ctx)
@@ -90,6 +93,7 @@ def add_controller(
             lambda cluster: add_raft_voter(
                 cluster, node_id, directory_id, endpoints, controllers=controllers
             ),
+            config=client_config(config, role="server"),
         )
     from formats.checkpoints import uuid_to_base64
 
@@ -123,7 +127,7 @@ def remove_controller(
     from kcli.cli.admin import run_on_cluster
     from ops.quorum import remove_raft_voter
 
-    bootstrap, controllers, _ = _target(ctx)
+    bootstrap, controllers, config = _target(ctx)
     if controller_id < 0:
         raise KcliError(f"Invalid negative --controller-id: {controller_id}")
     try:
@@ -134,6 +138,7 @@ def remove_controller(
         run_on_cluster(
             bootstrap,
             lambda cluster: remove_raft_voter(cluster, controller_id, directory_id, controllers=controllers),
+            config=config,
         )
     verb = "DRY RUN of removing " if dry_run else "Removed "
     typer.echo(f"{verb} KRaft controller {controller_id} with directory id {controller_directory_id}")
@@ -157,14 +162,14 @@ def describe(
     from kcli.cli.cluster import status_lines
     from ops.quorum import describe_cluster_status
 
-    bootstrap, _, _ = _target(ctx)
+    bootstrap, _, config = _target(ctx)
     if status and replication:
         raise KcliError("Only one of --status or --replication should be specified with describe sub-command")
     if not status and not replication:
         raise KcliError("One of --status or --replication must be specified with describe sub-command")
     if human_readable and not replication:
         raise KcliError("The option --human-readable is only supported along with --replication")
-    result = run_on_cluster(bootstrap, describe_cluster_status)
+    result = run_on_cluster(bootstrap, describe_cluster_status, config=config)
     typer.echo(status_lines(result) if status else replication_rows(result, human_readable), nl=False)
 
 

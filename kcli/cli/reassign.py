@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import typer
 
-from kcli.cli.admin import BOOTSTRAP, OUTPUT, run_on_cluster, write_json_lines
+from kcli.cli.admin import BOOTSTRAP, COMMAND_CONFIG, OUTPUT, run_on_cluster, write_json_lines
 from kcli.cli.app import Output, app
 from kcli.errors import KcliError
 
@@ -47,7 +47,8 @@ PRESERVE_THROTTLES = typer.Option(
 
 @reassign_app.command("generate")
 def generate(
-    bootstrap: str = BOOTSTRAP,
+    bootstrap: str | None = BOOTSTRAP,
+    command_config: Path | None = COMMAND_CONFIG,
     topics_file: Path = typer.Option(
         None,
         "--topics-to-move-json-file",
@@ -107,7 +108,9 @@ def generate(
                 "give --topics-to-move-json-file and --broker-list (or --remove-broker, --add-broker, --size-aware)."
             )
         result = run_on_cluster(
-            bootstrap, lambda c: generate_assignment(c, topics, brokers, rack_aware=rack_aware)
+            bootstrap,
+            lambda c: generate_assignment(c, topics, brokers, rack_aware=rack_aware),
+            config=command_config,
         )
     else:
         if size_aware and brokers is None:
@@ -124,6 +127,7 @@ def generate(
                 add_brokers=add_broker or (),
                 rack_aware=rack_aware,
             ),
+            config=command_config,
         )
     from ops.reassign import report
     from ops.reassign.assignment import format_reassignment
@@ -156,7 +160,8 @@ def generate(
 
 @reassign_app.command("execute")
 def execute(
-    bootstrap: str = BOOTSTRAP,
+    bootstrap: str | None = BOOTSTRAP,
+    command_config: Path | None = COMMAND_CONFIG,
     reassignment_file: Path = REASSIGNMENT_FILE,
     additional: bool = typer.Option(
         False, "--additional", help="Go ahead although reassignments are under way (and change the throttle)."
@@ -227,7 +232,10 @@ def execute(
     renderer = _Renderer(output)
     try:
         run_on_cluster(
-            bootstrap, lambda c: run(c, data, options, renderer.emit), client_id="reassign-partitions-tool"
+            bootstrap,
+            lambda c: run(c, data, options, renderer.emit),
+            client_id="reassign-partitions-tool",
+            config=command_config,
         )
     finally:
         renderer.close()
@@ -235,7 +243,8 @@ def execute(
 
 @reassign_app.command("verify")
 def verify(
-    bootstrap: str = BOOTSTRAP,
+    bootstrap: str | None = BOOTSTRAP,
+    command_config: Path | None = COMMAND_CONFIG,
     reassignment_file: Path = REASSIGNMENT_FILE,
     preserve_throttles: bool = PRESERVE_THROTTLES,
     output: Output = OUTPUT,
@@ -251,13 +260,16 @@ def verify(
     data = parse_reassignment(_read(reassignment_file))
     renderer = _Renderer(output)
     run_on_cluster(
-        bootstrap, lambda c: run(c, data, preserve_throttles=preserve_throttles, emit=renderer.emit)
+        bootstrap,
+        lambda c: run(c, data, preserve_throttles=preserve_throttles, emit=renderer.emit),
+        config=command_config,
     )
 
 
 @reassign_app.command("cancel")
 def cancel(
-    bootstrap: str = BOOTSTRAP,
+    bootstrap: str | None = BOOTSTRAP,
+    command_config: Path | None = COMMAND_CONFIG,
     reassignment_file: Path = typer.Option(
         None,
         "--reassignment-json-file",
@@ -283,16 +295,21 @@ def cancel(
     run_on_cluster(
         bootstrap,
         lambda c: run(c, data, preserve_throttles=preserve_throttles, emit=renderer.emit, timeout_ms=timeout),
+        config=command_config,
     )
 
 
 @reassign_app.command("list")
-def list_(bootstrap: str = BOOTSTRAP, output: Output = OUTPUT) -> None:
+def list_(
+    bootstrap: str | None = BOOTSTRAP,
+    command_config: Path | None = COMMAND_CONFIG,
+    output: Output = OUTPUT,
+) -> None:
     """The reassignments under way: replicas, and those being added and removed."""
     from ops.reassign import report
     from ops.reassign.verify import list_ongoing
 
-    ongoing = run_on_cluster(bootstrap, list_ongoing)
+    ongoing = run_on_cluster(bootstrap, list_ongoing, config=command_config)
     if output is Output.json:
         write_json_lines(
             {

@@ -11,6 +11,7 @@ from pathlib import Path
 import orjson
 import typer
 
+from kcli.cli.admin import BOOTSTRAP, COMMAND_CONFIG, DEFAULT_BOOTSTRAP, client_config
 from kcli.cli.app import Output, app
 from kcli.errors import KcliError
 
@@ -151,14 +152,10 @@ def _summary(out, as_json: bool, summary: dict, quarantine: Path | None, remaini
     out.flush()
 
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
-
-
 @recover_app.command("partitions")
 def partitions(
-    bootstrap: str = typer.Option(
-        DEFAULT_BOOTSTRAP, "--bootstrap-server", metavar="HOST:PORT[,...]", help="Brokers to bootstrap from."
-    ),
+    bootstrap: str | None = BOOTSTRAP,
+    command_config: Path | None = COMMAND_CONFIG,
     topics: list[str] = typer.Option(
         None,
         "--topic",
@@ -241,8 +238,16 @@ def partitions(
     as_json = output is Output.json
     out = sys.stdout
 
+    config = client_config(command_config)
+
     async def main() -> int:
-        async with await Cluster.connect(bootstrap, request_timeout=timeout) as cluster:
+        async with await Cluster.connect(
+            bootstrap or config.bootstrap_servers or DEFAULT_BOOTSTRAP,
+            client_id=config.client_id or "kcli",
+            request_timeout=timeout,
+            security=config.security,
+            connect_timeout=config.timeout_s("socket.connection.setup.timeout.ms", 10.0),
+        ) as cluster:
             plans = await plan_partitions(
                 cluster, topics=topics or None, partitions=partition_ids or None, log_dirs=dirs
             )

@@ -46,6 +46,16 @@ def replay(
     bootstrap: str = typer.Option(
         ..., "--bootstrap-server", "-b", metavar="HOST:PORT[,...]", help="Brokers of the destination cluster."
     ),
+    command_config: Path = typer.Option(
+        None,
+        "--producer.config",
+        "--command-config",
+        metavar="FILE",
+        help="Producer properties, as kafka-console-producer.sh --producer.config takes them: "
+        "security.protocol, ssl.*, sasl.* (Kafka's or librdkafka's names), client.id, request.timeout.ms; "
+        "enable.idempotence and compression.type where --idempotence and --compression are not given.",
+        show_default=False,
+    ),
     topic: str = typer.Option(
         ...,
         "--topic",
@@ -181,9 +191,15 @@ def replay(
         raise KcliError(
             "--replication-factor and --config apply to a topic replay creates: drop --no-create-topic."
         )
+    from kcli.cli.admin import client_config
     from kcli.dirlock import warn_if_in_use
 
     warn_if_in_use([source])
+    config = client_config(command_config, role="producer")
+    if idempotence is None and "enable.idempotence" in config.producer:
+        idempotence = config.producer["enable.idempotence"] == "true"
+    if compression is None and "compression.type" in config.producer:
+        compression = Compression(config.producer["compression.type"])
     as_json = output is Output.json
     options = ReplayOptions(
         source=source,
@@ -210,6 +226,10 @@ def replay(
         create_topic=create_topic,
         replication_factor=-1 if replication_factor is None else replication_factor,
         topic_configs=tuple(parse_key_values(topic_config or (), "--config").items()),
+        request_timeout=config.timeout_s("request.timeout.ms", 30.0),
+        connect_timeout=config.timeout_s("socket.connection.setup.timeout.ms", 10.0),
+        client_id=config.client_id or "kcli-replay",
+        security=config.security,
     )
     out = sys.stdout
 

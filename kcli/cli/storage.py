@@ -78,6 +78,16 @@ def format_storage(
         metavar="FEATURE=LEVEL",
         help="The setting to use for a specific feature, e.g. eligible.leader.replicas.version=1; repeatable.",
     ),
+    add_scram: list[str] = typer.Option(
+        [],
+        "--add-scram",
+        "-S",
+        metavar="MECHANISM=[K=V,...]",
+        help="A SCRAM credential to start the cluster with, e.g. 'SCRAM-SHA-512=[name=alice,password=alice-secret]'; "
+        "also iterations=N (4096-16384, default 4096), salt=BASE64 and saltedpassword=BASE64 (with salt=, "
+        "instead of password=); repeatable.",
+        show_default=False,
+    ),
 ) -> None:
     """Write meta.properties and bootstrap.checkpoint into every log dir and the metadata log dir.
 
@@ -85,8 +95,11 @@ def format_storage(
     --release-version, and each feature kcli implements at its default for that release unless
     --feature sets it (eligible.leader.replicas.version, KIP-966: 1 needs 4.0-IV1 or later and is the
     default from 4.1). Nothing is written when a feature level is refused, the configuration is not a
-    KRaft one (process.roles), the cluster id is not a base64 UUID, or a directory is already
-    formatted (unless --ignore-formatted).
+    KRaft one (process.roles), the cluster id is not a base64 UUID, an --add-scram argument is
+    malformed, or a directory is already formatted (unless --ignore-formatted).
+
+    --add-scram credentials go into bootstrap.checkpoint as UserScramCredentialRecords (salt, StoredKey,
+    ServerKey and iterations; never the password), so the cluster starts with those users.
 
     A dynamic quorum (controller.quorum.bootstrap.servers, KIP-853) starts from --standalone (this
     controller is the one voter) or --initial-controllers: kraft.version 1, and the metadata log dir
@@ -125,6 +138,7 @@ def format_storage(
         no_initial_controllers=no_initial_controllers,
         standalone=standalone,
         initial_controllers=initial_controllers,
+        add_scram=add_scram,
         now_ms=int(time.time() * 1000),
     )
     for line in lines:

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
-from kcli.cli.admin import BOOTSTRAP, OUTPUT, YES, confirm_matches, run_on_cluster, write_json_lines
+from kcli.cli.admin import (
+    BOOTSTRAP,
+    COMMAND_CONFIG,
+    OUTPUT,
+    YES,
+    confirm_matches,
+    run_on_cluster,
+    write_json_lines,
+)
 from kcli.cli.app import Output, app
 from kcli.errors import KcliError
 
@@ -32,7 +41,8 @@ IF_EXISTS = typer.Option(False, "--if-exists", help="No error when no topic matc
 
 @topics_app.command("list")
 def list_(
-    bootstrap: str = BOOTSTRAP,
+    bootstrap: str | None = BOOTSTRAP,
+    command_config: Path | None = COMMAND_CONFIG,
     topic: str = typer.Option(None, "--topic", "-t", help=TOPIC_REGEX_HELP, show_default=False),
     exclude_internal: bool = EXCLUDE_INTERNAL,
     output: Output = OUTPUT,
@@ -41,7 +51,9 @@ def list_(
     from ops.topics import list_topics
 
     names = run_on_cluster(
-        bootstrap, lambda cluster: list_topics(cluster, topic, exclude_internal=exclude_internal)
+        bootstrap,
+        lambda cluster: list_topics(cluster, topic, exclude_internal=exclude_internal),
+        config=command_config,
     )
     if output is Output.json:
         write_json_lines({"topic": name} for name in names)
@@ -51,7 +63,8 @@ def list_(
 
 @topics_app.command("describe")
 def describe(
-    bootstrap: str = BOOTSTRAP,
+    bootstrap: str | None = BOOTSTRAP,
+    command_config: Path | None = COMMAND_CONFIG,
     topic: str = typer.Option(
         None, "--topic", "-t", help=TOPIC_REGEX_HELP + " Default: every topic.", show_default=False
     ),
@@ -105,6 +118,7 @@ def describe(
         lambda cluster: describe_topics(
             cluster, topic, exclude_internal=exclude_internal, if_exists=if_exists, with_configs=not report
         ),
+        config=command_config,
     )
 
     def shown(d: TopicDescription) -> list[PartitionDescription]:
@@ -135,7 +149,8 @@ def describe(
 
 @topics_app.command("create")
 def create(
-    bootstrap: str = BOOTSTRAP,
+    bootstrap: str | None = BOOTSTRAP,
+    command_config: Path | None = COMMAND_CONFIG,
     topic: str = typer.Option(..., "--topic", "-t", help="The topic to create.", show_default=False),
     partitions: int = typer.Option(
         None,
@@ -194,6 +209,7 @@ def create(
             if_not_exists=if_not_exists,
             validate_only=dry_run,
         ),
+        config=command_config,
     )
     if "." in topic or "_" in topic:  # TopicCommand's warning, on stderr here
         print(
@@ -214,7 +230,8 @@ def create(
 
 @topics_app.command("alter")
 def alter(
-    bootstrap: str = BOOTSTRAP,
+    bootstrap: str | None = BOOTSTRAP,
+    command_config: Path | None = COMMAND_CONFIG,
     topic: str = typer.Option(..., "--topic", "-t", help=TOPIC_REGEX_HELP, show_default=False),
     partitions: int = typer.Option(
         ..., "--partitions", help="The new number of partitions (it can only grow).", show_default=False
@@ -249,6 +266,7 @@ def alter(
             if_exists=if_exists,
             confirm=confirm_matches("alter", topic, yes),
         ),
+        config=command_config,
     )
     for name in altered:
         print(f"Topic {name} now has {partitions} partitions.")
@@ -256,7 +274,8 @@ def alter(
 
 @topics_app.command("delete")
 def delete(
-    bootstrap: str = BOOTSTRAP,
+    bootstrap: str | None = BOOTSTRAP,
+    command_config: Path | None = COMMAND_CONFIG,
     topic: str = typer.Option(..., "--topic", "-t", help=TOPIC_REGEX_HELP, show_default=False),
     if_exists: bool = IF_EXISTS,
     yes: bool = YES,
@@ -274,6 +293,7 @@ def delete(
         lambda cluster: delete_topics(
             cluster, topic, if_exists=if_exists, confirm=confirm_matches("delete", topic, yes)
         ),
+        config=command_config,
     )
     for name in deleted:
         print(f"Deleted topic {name}.")

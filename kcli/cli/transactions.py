@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
 import typer
 
-from kcli.cli.admin import BOOTSTRAP, OUTPUT, run_on_cluster, tab_table
+from kcli.cli.admin import BOOTSTRAP, COMMAND_CONFIG, OUTPUT, run_on_cluster, tab_table
 from kcli.cli.app import Output, app
 
 if TYPE_CHECKING:
@@ -35,7 +36,8 @@ PRODUCER_HEADERS = [
 
 @transactions_app.command("list")
 def list_(
-    bootstrap: str = BOOTSTRAP,
+    bootstrap: str | None = BOOTSTRAP,
+    command_config: Path | None = COMMAND_CONFIG,
     duration_filter: int = typer.Option(
         -1, "--duration-filter", metavar="MS", help="Only transactions running longer than this (-1: all)."
     ),
@@ -45,7 +47,9 @@ def list_(
     from ops.transactions import list_transactions
 
     listings = run_on_cluster(
-        bootstrap, lambda cluster: list_transactions(cluster, duration_ms=duration_filter)
+        bootstrap,
+        lambda cluster: list_transactions(cluster, duration_ms=duration_filter),
+        config=command_config,
     )
     rows = [[t.transactional_id, str(t.coordinator), str(t.producer_id), t.state] for t in listings]
     _render(output, ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"], rows)
@@ -54,7 +58,8 @@ def list_(
 @transactions_app.command("describe")
 def describe(
     transactional_id: str = typer.Option(..., "--transactional-id", help="The transactional id to describe."),
-    bootstrap: str = BOOTSTRAP,
+    bootstrap: str | None = BOOTSTRAP,
+    command_config: Path | None = COMMAND_CONFIG,
     output: Output = OUTPUT,
 ) -> int:
     """The state of one transactional id at its coordinator. Exit 1 when the coordinator does not know it."""
@@ -62,7 +67,9 @@ def describe(
 
     from ops.transactions import describe_transaction
 
-    d = run_on_cluster(bootstrap, lambda cluster: describe_transaction(cluster, transactional_id))
+    d = run_on_cluster(
+        bootstrap, lambda cluster: describe_transaction(cluster, transactional_id), config=command_config
+    )
     if d is None:
         print(f"kcli: transactional id '{transactional_id}' does not exist.", file=sys.stderr)
         return 1
@@ -84,7 +91,8 @@ def describe(
 
 @transactions_app.command("find-hanging")
 def find_hanging(
-    bootstrap: str = BOOTSTRAP,
+    bootstrap: str | None = BOOTSTRAP,
+    command_config: Path | None = COMMAND_CONFIG,
     topic: str = typer.Option(None, "--topic", help="Search this topic.", show_default=False),
     partition: int = typer.Option(
         None, "--partition", help="Only this partition (needs --topic).", show_default=False
@@ -115,6 +123,7 @@ def find_hanging(
             broker_id=broker_id,
             max_transaction_timeout_ms=max_transaction_timeout * 60_000,
         ),
+        config=command_config,
     )
     _render_producers(output, hanging)
     return 1 if hanging else 0
@@ -136,7 +145,8 @@ def abort(
     coordinator_epoch: int = typer.Option(
         None, "--coordinator-epoch", show_default=False, help="Without --start-offset."
     ),
-    bootstrap: str = BOOTSTRAP,
+    bootstrap: str | None = BOOTSTRAP,
+    command_config: Path | None = COMMAND_CONFIG,
     output: Output = OUTPUT,
 ) -> None:
     """Abort a hanging transaction on one partition (WriteTxnMarkers with an ABORT marker).
@@ -158,6 +168,7 @@ def abort(
             producer_epoch=producer_epoch,
             coordinator_epoch=coordinator_epoch,
         ),
+        config=command_config,
     )
     _render_producers(output, [state])
 

@@ -4,9 +4,10 @@ after an unclean shutdown, worked out on the files as they are and reported one 
 The decisions are those of Kafka's LogLoader (reference §4.1), taken on `formats` alone so that nothing
 is opened for writing:
 
-- leftovers: `.deleted` and `.cleaned` files go; a `.swap` at or above the lowest `.cleaned` offset is
-  the remains of an interrupted split and goes too; any other `.swap` completes its swap (the files it
-  replaces go, the suffix is stripped); an index without its `.log` goes.
+- leftovers, by the broker's own rules (`formats.log_loader`): `.deleted` and `.cleaned` files go; a
+  `.swap` at or above the lowest `.cleaned` offset is the remains of an interrupted split and goes too;
+  any other `.swap` completes its swap (the files it replaces go, the suffix is stripped); an index
+  without its `.log` goes.
 - segments: every batch of every segment is framed and checksummed (Kafka does this past the recovery
   point only; a bad batch below it still fails `kcli verify`, so it is treated the same); the first bad
   one (CRC, framing, an offset no index entry can hold) and everything after it in the segment is cut,
@@ -16,10 +17,12 @@ is opened for writing:
   segment's `.txnindex` loses the aborted transactions ending at or after the cut.
 - producer snapshots past the recovered log end (or unreadable) go, as Kafka's truncateAndReload drops
   them; where a partition lost batches or snapshots, producer state is rebuilt as Kafka's
-  rebuildProducerState does at an unclean start (the latest snapshot left, then every batch after it)
-  and written where it writes it: at the start of the last two segments and at the log end.
+  rebuildProducerState does at an unclean start (the latest snapshot above the log start, then every
+  batch after it, by the broker's schedule in `formats.log_loader`) and written where it writes it: at
+  the start of the last two segments and at the log end.
 - an unreadable `.txnindex` is rebuilt from the ABORT markers of its segment (producer state from the
-  earliest snapshot at or below it, else from the log start).
+  latest snapshot above the log start and at or below it, else from the log start: Kafka's
+  recoverSegment).
 - leader-epoch-checkpoint entries starting beyond the recovered log end go (truncateFromEnd); an
   unreadable checkpoint is rebuilt from the batches' epochs (Kafka's assign during recovery).
 - root offset checkpoints (recovery point, high watermark, log start) above a partition's recovered log
@@ -56,14 +59,12 @@ from formats.index import (
     encode_time_entry,
     read_txn_index,
 )
+from formats.log_loader import INDEX_SUFFIXES, FileChange, plan_leftovers, producer_state_replay
 from formats.records import HEADER_SIZE_UP_TO_MAGIC, MIN_UNIT_SIZE, describe_bad_unit
 from formats.segment import (
-    CLEANED_SUFFIX,
-    DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
     SNAPSHOT_SUFFIX,
-    SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
     SegmentIndexer,
@@ -94,8 +95,6 @@ INDEX_FINDINGS = frozenset(
 
 _INT32_MAX = 2**31 - 1
 _METADATA_TOPIC = "__cluster_metadata-"
-_SNAPSHOT_DELETED = ".checkpoint.deleted"  # KRaft snapshots: their own recovery handles them
-_INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 KINDS = {
     "delete_leftover": "a file Kafka's loader deletes: moved to the quarantine",
@@ -223,11 +222,13 @@ def plan_log_dir(
         reason = f"kcli verify: {path.name}: {found[0].message.rstrip('.')}{more}"
         index_problems.setdefault(log_path, []).append(reason)
     log_ends: dict[tuple[str, int], int] = {}
+    log_starts = _read_offset_checkpoint(log_dir / LOG_START)
     for name in sorted(os.listdir(log_dir)):
         parsed = parse_partition_dir(name)
         if parsed is None or not (log_dir / name).is_dir():
             continue
-        partition = _plan_partition(log_dir / name, index_interval_bytes, index_problems)
+        log_start = log_starts.get(parsed[0]) if parsed[1] is None else None
+        partition = _plan_partition(log_dir / name, index_interval_bytes, index_problems, log_start)
         plan.partitions.append(partition)
         if parsed[1] is None and partition.log_end is not None:
             log_ends[tuple(parsed[0])] = partition.log_end
@@ -261,7 +262,9 @@ def _clean_shutdown_marker(marker: Path) -> Change:
     )
 
 
-def _plan_partition(path: Path, interval: int, index_problems: dict[Path, list[str]]) -> PartitionPlan:
+def _plan_partition(
+    path: Path, interval: int, index_problems: dict[Path, list[str]], log_start: int | None
+) -> PartitionPlan:
     plan = PartitionPlan(path.name, path)
     files = {p.name: p for p in sorted(path.iterdir()) if p.is_file()}
     view = _leftovers(plan, files)  # final name -> the file holding its bytes now
@@ -270,18 +273,6 @@ def _plan_partition(path: Path, interval: int, index_problems: dict[Path, list[s
         for n in view
         if n.endswith(LOG_SUFFIX) and n.count(".") == 1 and base_offset_of(n) is not None
     )
-    for name in sorted(view):  # an index without its log: Kafka deletes it
-        if base_offset_of(name) is not None and name.endswith(_INDEX_SUFFIXES):
-            if name[: name.rindex(".")] + LOG_SUFFIX not in view:
-                plan.changes.append(
-                    _move(
-                        plan,
-                        "delete_leftover",
-                        view.pop(name),
-                        name,
-                        "an index without its .log file; Kafka's loader deletes it.",
-                    )
-                )
     epochs_seen: list[
         tuple[int, int]
     ] = []  # (epoch, base offset) of every batch kept, for an unreadable checkpoint
@@ -313,7 +304,9 @@ def _plan_partition(path: Path, interval: int, index_problems: dict[Path, list[s
     plan.log_end = log_end
     if log_end is not None:
         _snapshots(plan, view, log_end)
-        _producer_state(plan, view, kept, log_end)
+        if kept:  # Kafka's newLogStartOffset, from the checkpoint as lowered to the log end below
+            log_start = max(min(log_start or 0, log_end), kept[0][0])
+            _producer_state(plan, view, kept, log_end, log_start)
         _epochs(plan, view, log_end, epochs_seen)
     return plan
 
@@ -322,85 +315,64 @@ def _plan_partition(path: Path, interval: int, index_problems: dict[Path, list[s
 
 
 def _leftovers(plan: PartitionPlan, files: dict[str, Path]) -> dict[str, Path]:
-    """Kafka's removeTempFilesAndCollectSwapFiles and the swap completion; returns the dir as it is after."""
+    """Kafka's leftover, swap and orphaned-index rules (`formats.log_loader`) as changes; returns the dir
+    as it is after them (final name -> the file holding its bytes now)."""
+
+    def next_offset_of(name: str) -> int:
+        with _mapped(files[name]) as data:
+            return _validate(data, base_offset_of(name) or 0, stop_at_bad=False).next_offset
+
     view = dict(files)
-    cleaned = [n for n in files if n.endswith(CLEANED_SUFFIX)]
-    swaps = [n for n in files if n.endswith(SWAP_SUFFIX)]
-    for name in files:
-        if name.endswith(DELETED_SUFFIX) and not name.endswith(_SNAPSHOT_DELETED):
+    for change in plan_leftovers(files, next_offset_of):
+        source = view.pop(change.name)
+        if change.target is not None:
+            view[change.target] = source
             plan.changes.append(
-                _move(
-                    plan,
-                    "delete_leftover",
-                    view.pop(name),
-                    name,
-                    "a file an earlier delete left behind (.deleted); Kafka's loader deletes it.",
-                )
-            )
-    min_cleaned = min((base_offset_of(n) or 0 for n in cleaned), default=None)
-    valid_swaps = []
-    for name in swaps:
-        if min_cleaned is not None and (base_offset_of(name) or 0) >= min_cleaned:
-            plan.changes.append(
-                _move(
-                    plan,
-                    "delete_leftover",
-                    view.pop(name),
-                    name,
-                    f"a .swap at or above the lowest .cleaned offset {min_cleaned}, left by an interrupted segment split; Kafka's loader deletes it.",
-                )
-            )
+                Change(plan.name, "complete_swap", str(source),
+                       f"a swap a compaction finished writing: Kafka's loader renames it to {change.target}.",
+                       data=plan.path / change.target)
+            )  # fmt: skip
         else:
-            valid_swaps.append(name)
-    for name in cleaned:
-        plan.changes.append(
-            _move(
-                plan,
-                "delete_leftover",
-                view.pop(name),
-                name,
-                "the output of an interrupted compaction (.cleaned); Kafka's loader deletes it.",
-            )
-        )
-    swap_logs = [n for n in valid_swaps if n.endswith(LOG_SUFFIX + SWAP_SUFFIX)]
-    if swap_logs:
-        low = min(base_offset_of(n) or 0 for n in swap_logs)
-        high = low
-        for name in swap_logs:
-            with _mapped(files[name]) as data:
-                high = max(high, _validate(data, base_offset_of(name) or 0, stop_at_bad=False).next_offset)
-        for name in sorted(view):
-            offset = base_offset_of(name)
-            if name.endswith(SWAP_SUFFIX) or offset is None or not low <= offset < high:
-                continue
             plan.changes.append(
                 _move(
                     plan,
                     "delete_leftover",
-                    view.pop(name),
-                    name,
-                    f"replaced by the swap of offsets {low}..{high - 1} that a compaction finished; Kafka's loader deletes it.",
+                    source,
+                    change.name,
+                    _why_deleted(change),
+                    plan.path / change.name,
                 )
             )
-    for name in valid_swaps:
-        final = name[: -len(SWAP_SUFFIX)]
-        source = view.pop(name)
-        view[final] = source
-        plan.changes.append(
-            Change(
-                plan.name,
-                "complete_swap",
-                str(source),
-                f"a swap a compaction finished writing: Kafka's loader renames it to {final}.",
-                data=plan.path / final,
-            )
-        )
     return view
 
 
-def _move(plan: PartitionPlan, kind: str, path: Path, name: str, message: str) -> Change:
+def _why_deleted(change: FileChange) -> str:
+    if change.kind == "stray_deleted":
+        return "a file an earlier delete left behind (.deleted); Kafka's loader deletes it."
+    if change.kind == "invalid_swap":
+        return (
+            f"a .swap at or above the lowest .cleaned offset {change.min_cleaned_offset}, left by an "
+            "interrupted segment split; Kafka's loader deletes it."
+        )
+    if change.kind == "stray_cleaned":
+        return "the output of an interrupted compaction (.cleaned); Kafka's loader deletes it."
+    if change.kind == "compacted":
+        low, high = change.swap_range or (0, 0)
+        return (
+            f"replaced by the swap of offsets {low}..{high - 1} that a compaction finished; Kafka's loader "
+            "deletes it."
+        )
+    return "an index without its .log file; Kafka's loader deletes it."
+
+
+def _move(
+    plan: PartitionPlan, kind: str, path: Path, name: str, message: str, final: Path | None = None
+) -> Change:
+    """Moving `path` to the quarantine; `final` is where it is by then (a swap renamed before it goes)."""
     size = path.stat().st_size
-    return Change(plan.name, kind, str(path), message, 0, size, quarantine=f"{plan.name}/leftovers/{name}")
+    return Change(
+        plan.name, kind, str(final or path), message, 0, size, quarantine=f"{plan.name}/leftovers/{name}"
+    )
 
 
 # --- segments ----------------------------------------------------------------------------------------
@@ -573,7 +545,7 @@ def _drop_segment(plan: PartitionPlan, view: dict[str, Path], final: Path, base:
                [{"producerId": p} for p in pids], f"{plan.name}/{filename(base, LOG_SUFFIX)}")
     )  # fmt: skip
     stem = filename(base, "")
-    for suffix in (*_INDEX_SUFFIXES, SNAPSHOT_SUFFIX):
+    for suffix in (*INDEX_SUFFIXES, SNAPSHOT_SUFFIX):
         name = stem + suffix
         if name in view:
             plan.changes.append(
@@ -699,11 +671,13 @@ def _snapshots(plan: PartitionPlan, view: dict[str, Path], log_end: int) -> None
 
 
 def _producer_state(
-    plan: PartitionPlan, view: dict[str, Path], kept: list[tuple[int, Path, int]], log_end: int
+    plan: PartitionPlan,
+    view: dict[str, Path],
+    kept: list[tuple[int, Path, int]],
+    log_end: int,
+    log_start: int,
 ) -> None:
     """Snapshots rebuilt where the partition lost batches or snapshots, and unreadable .txnindex files."""
-    if not kept:
-        return
     deleted = {Path(c.file).name for c in plan.changes if c.kind == "delete_snapshot"}
     snapshots: dict[int, list] = {}  # offset -> entries of each readable snapshot left
     for name in view:
@@ -718,12 +692,11 @@ def _producer_state(
     lost = any(c.kind in ("truncate_segment", "drop_segment", "delete_snapshot") for c in plan.changes)
     none_left = not plan.name.startswith(_METADATA_TOPIC) and not any(o <= log_end for o in snapshots)
     if lost or none_left:
-        start = max((o for o in snapshots if o <= log_end), default=None)
+        start = _snapshot_to_load(snapshots, log_start, log_end)
         fold = ProducerFold.from_snapshot(snapshots.get(start, ()), now_ms)
         origin = "the log start" if start is None else f"the snapshot at offset {start}"
-        start = kept[0][0] if start is None else start
-        at = {b for b, _, _ in kept[-2:]} | {log_end}
-        shots = _replay(kept, fold, start, log_end, at)[0]
+        start = log_start if start is None else start
+        shots = _replay(kept, fold, start, log_end, log_start, snapshots=True)[0]
         why = "where Kafka's loader writes a snapshot at an unclean start"
         if not lost:  # only the marker makes them needed, and only where there is producer state to keep
             why += "; with the clean-shutdown marker and no snapshot it would start with no producer state"
@@ -745,11 +718,15 @@ def _producer_state(
             continue
         except FormatError as e:
             problem = str(e).rstrip(".")
-        start = min((o for o in snapshots if o <= base), default=None)
+        start = _snapshot_to_load(snapshots, log_start, base)
         fold = ProducerFold.from_snapshot(snapshots.get(start, ()), now_ms)
         end = kept[k + 1][0] if k + 1 < len(kept) else log_end
-        from_offset = kept[0][0] if start is None else start
-        aborted = [t for t in _replay(kept, fold, from_offset, end, set())[1] if t.last_offset >= base]
+        from_offset = log_start if start is None else start
+        aborted = [
+            t
+            for t in _replay(kept, fold, from_offset, end, log_start, snapshots=False)[1]
+            if t.last_offset >= base
+        ]
         plan.changes.append(
             Change(plan.name, "rebuild_txn_index", str(view[name]),
                    f"{problem}: rebuilt from the segment's ABORT markers ({len(aborted)} aborted transactions).",
@@ -762,29 +739,34 @@ def _replay(
     fold: ProducerFold,
     start: int,
     end: int,
-    at: set[int],
+    log_start: int,
+    *,
+    snapshots: bool,
 ) -> tuple[dict[int, tuple[bytes, int, int]], list[AbortedTxn]]:
-    """Feed `fold` the batches from the one holding `start` to `end`, as Kafka's loader reads them: the
-    snapshot (bytes, producers, open transactions) at each offset of `at` above `start` it reaches, and
-    the aborted transactions its ABORT markers complete."""
+    """Feed `fold`, which holds the state at `start`, the batches up to `end` by Kafka's rebuild schedule
+    (`formats.log_loader.producer_state_replay`): with `snapshots`, the snapshot (bytes, producers, open
+    transactions) at each offset above `start` where Kafka's loader takes one; and the aborted
+    transactions its ABORT markers complete."""
     shots = {}
     aborted = []
-    for k, (base, source, size) in enumerate(kept):
-        following = kept[k + 1][0] if k + 1 < len(kept) else end
-        if following <= start or base >= end:
-            continue
-        if base in at and base > start:
-            shots[base] = (fold.snapshot(), len(fold.producers), fold.open_transactions)
+    by_base = {base: (source, size) for base, source, size in kept}
+    steps = producer_state_replay(
+        list(by_base), map_end_offset=start, log_start_offset=log_start, last_offset=end
+    )
+    for step in steps:
+        if snapshots and step.snapshot and step.start_offset > start:
+            shots[step.start_offset] = (fold.snapshot(), len(fold.producers), fold.open_transactions)
+        source, size = by_base[step.base_offset]
         with _mapped(source) as data:
             for batch in walk(data, 0, size, check_crc=False).batches:
-                if batch.last_offset < start:
+                if batch.last_offset < step.start_offset:
                     continue
                 if batch.base_offset >= end:
                     break
                 txn = fold.feed(batch, data)
                 if txn is not None:
                     aborted.append(txn)
-    if end in at and end > start:
+    if snapshots and end > start:
         shots[end] = (fold.snapshot(), len(fold.producers), fold.open_transactions)
     return shots, aborted
 
@@ -830,14 +812,25 @@ def _epochs(plan: PartitionPlan, view: dict[str, Path], log_end: int, seen: list
     )  # fmt: skip
 
 
+def _snapshot_to_load(snapshots: dict[int, list], log_start: int, offset: int) -> int | None:
+    """The snapshot Kafka's truncateAndReload loads to rebuild the state up to `offset`: the newest in
+    (log start, offset] (it deletes the others); None: it starts empty at the log start."""
+    return max((o for o in snapshots if log_start < o <= offset), default=None)
+
+
+def _read_offset_checkpoint(path: Path) -> dict[tuple[str, int], int]:
+    """A root offset checkpoint's entries; {} when it is missing or unreadable."""
+    try:
+        return checkpoints.read_offset_checkpoint(path.read_text("utf-8"))
+    except (OSError, FormatError, UnicodeDecodeError):
+        return {}
+
+
 def _root_checkpoints(log_dir: Path, log_ends: dict[tuple[str, int], int]) -> list[Change]:
     changes = []
     for name, what in ROOT_CHECKPOINTS.items():
         path = log_dir / name
-        try:
-            entries = checkpoints.read_offset_checkpoint(path.read_text("utf-8"))
-        except (OSError, FormatError, UnicodeDecodeError):
-            continue
+        entries = _read_offset_checkpoint(path)
         for tp, offset in sorted(entries.items()):
             end = log_ends.get(tp)
             if end is None or offset <= end:

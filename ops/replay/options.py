@@ -8,6 +8,7 @@ from pathlib import Path
 
 from formats.compression import Codec
 from kcli.errors import KcliError
+from kcli.security import PLAINTEXT, ClientSecurity
 from ops.replay.partitioner import Mapping
 
 MAX_IN_FLIGHT = 5
@@ -63,12 +64,17 @@ class ReplayOptions:
     acks: int = -1
     max_in_flight: int = MAX_IN_FLIGHT
     request_timeout: float = 30.0
+    connect_timeout: float = 10.0
+    """socket.connection.setup.timeout.ms, in seconds."""
     create_topic: bool = True
     """Create a destination topic that does not exist (as MirrorMaker 2 does), or refuse."""
     replication_factor: int = -1
     """Of a created destination; -1 is the broker's default.replication.factor."""
     topic_configs: tuple[tuple[str, str], ...] = ()
     """Config overrides of a created destination."""
+    client_id: str = "kcli-replay"
+    security: ClientSecurity = PLAINTEXT
+    """How every connection to the destination is made (--producer.config)."""
 
     @property
     def record_filters(self) -> bool:

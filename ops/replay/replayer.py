@@ -93,7 +93,11 @@ class Replayer:
         if opts.offset_map is not None and not opts.dry_run:
             check_writable(opts.offset_map, "--offset-map")
         cluster = await Cluster.connect(
-            opts.bootstrap_servers, client_id="kcli-replay", request_timeout=opts.request_timeout
+            opts.bootstrap_servers,
+            client_id=opts.client_id,
+            request_timeout=opts.request_timeout,
+            security=opts.security,
+            connect_timeout=opts.connect_timeout,
         )
         try:
             metadata, self.num_partitions = await open_destination(cluster, opts, self.sources, self.warn)

@@ -189,7 +189,11 @@ class Sender:
             if address is None:
                 raise ClientError(f"broker {node} is not in the cluster metadata.")
             client = await KafkaClient.connect(
-                address, client_id="kcli-replay", request_timeout=self.options.request_timeout
+                address,
+                client_id=self.options.client_id,
+                request_timeout=self.options.request_timeout,
+                security=self.options.security,
+                connect_timeout=self.options.connect_timeout,
             )
             self.clients[node] = client
         return client
@@ -202,8 +206,10 @@ class Sender:
             self.replaced.append(self.cluster)
             self.cluster = await Cluster.connect(
                 self.options.bootstrap_servers,
-                client_id="kcli-replay",
+                client_id=self.options.client_id,
                 request_timeout=self.options.request_timeout,
+                security=self.options.security,
+                connect_timeout=self.options.connect_timeout,
             )
             metadata = await self.cluster.metadata([self.topic])
         self.brokers = dict(metadata.brokers)

@@ -19,6 +19,7 @@ def build_controller_registry() -> ApiRegistry:
         features,
         quorum,
         reassignments,
+        scram,
         topics,
     )
 
@@ -32,6 +33,7 @@ def build_controller_registry() -> ApiRegistry:
             *configs.APIS,
             *cluster.APIS,
             *features.APIS,
+            *scram.CONTROLLER_APIS,
         ]
     )
 
@@ -58,6 +60,7 @@ def build_registry() -> ApiRegistry:
         quorum,
         reassignments,
         records,
+        scram,
         topics,
         transactions,
     )
@@ -85,5 +88,6 @@ def build_registry() -> ApiRegistry:
             *producers.APIS,
             *quorum.BROKER_APIS,
             *features.APIS,
+            *scram.APIS,
         ]
     )

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from kcli.broker.raft import KafkaRaftClient
     from kcli.broker.replication.alter_log_dirs import ReplicaAlterLogDirsManager
     from kcli.broker.replication.manager import ReplicaManager
+    from kcli.security.scram import ScramCredential
 
 
 AutoCreateTopics = Callable[[Sequence[str]], Awaitable[Mapping[str, ErrorCode]]]
@@ -94,6 +95,12 @@ class BrokerState:
         """The MetadataPublisher step (Kafka's metadata cache publisher): handlers read `new` from now on."""
         self.image = new
 
+    def scram_credential(self, mechanism: str, user: str) -> ScramCredential | None:
+        """The SASL authenticator's credential lookup (Kafka's CredentialCache): what this broker's
+        current metadata image stores for `user` under `mechanism` ("SCRAM-SHA-256" or "SCRAM-SHA-512"),
+        or None. Read at each authentication, so an altered or deleted credential counts at once."""
+        return self.image.scram_credential(mechanism, user)
+
 
 @dataclass
 class ConnectionInfo:
@@ -106,8 +113,8 @@ class ConnectionInfo:
     listener: str = ""
     """The name of the listener the connection came in on."""
     principal: str = "User:ANONYMOUS"
-    """Who the peer is (Kafka's KafkaPrincipal as `type:name`): set by TLS from a client certificate
-    (`kcli.security.principal`) or by SASL; anonymous otherwise."""
+    """Kafka's KafkaPrincipal as "User:name": ANONYMOUS until TLS client auth (the certificate's subject
+    mapped by `ssl.principal.mapping.rules`, `kcli.security.principal`) or SASL establishes one."""
 
 
 class RequestContext(NamedTuple):

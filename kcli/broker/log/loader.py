@@ -1,10 +1,11 @@
 """LogLoader: open a partition directory and recover it after an unclean shutdown (reference §4.1).
 
 The order is Kafka's LogLoader.load: leftovers of interrupted deletes, compactions and splits are cleaned
-up, every segment is opened (an index that is missing or fails its cheap sanity check gets the segment
-recovered at once), and without a clean-shutdown marker every segment from the one holding the recovery
-point onward is re-validated. The first segment that loses bytes has every later segment deleted. What
-was done is reported in lines an operator can act on: files, byte positions and offsets.
+up by the plan `kcli recover logdir` reports too (`formats.log_loader`), every segment is opened (an
+index that is missing or fails its cheap sanity check gets the segment recovered at once), and without a
+clean-shutdown marker every segment from the one holding the recovery point onward is re-validated. The
+first segment that loses bytes has every later segment deleted. What was done is reported in lines an
+operator can act on: files, byte positions and offsets.
 
 Recovering a segment also rebuilds its `.txnindex`, as Kafka's recoverSegment does: a producer state of
 the loader's own is rebuilt up to the segment's base offset (newest snapshot at or below it, then the
@@ -19,32 +20,20 @@ state from the newest snapshot left and the batches after it.
 from __future__ import annotations
 
 import mmap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from formats.segment import (
-    CLEANED_SUFFIX,
-    DELETED_SUFFIX,
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    SNAPSHOT_SUFFIX,
-    SWAP_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
-    base_offset_of,
-    unit_size_at,
-    walk,
-)
+from formats.log_loader import offsets_to_snapshot, plan_leftovers, producer_state_replay
+from formats.records import Batch
+from formats.segment import LOG_SUFFIX, SNAPSHOT_SUFFIX, SWAP_SUFFIX, base_offset_of, unit_size_at, walk
 from kcli.broker.log.config import LogConfig
 from kcli.broker.log.epochs import LeaderEpochCache
 from kcli.broker.log.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-    CompletedTxn,
-    ProducerAppendInfo,
     ProducerStateManager,
     SnapshotProblem,
-    replay_batch,
+    replay_batches,
 )
 from kcli.broker.log.segment import Segment
 from kcli.errors import KcliError
@@ -53,10 +42,6 @@ from kcli.files import copy_range
 
 class LogRecoveryError(KcliError):
     """Start-up recovery cannot keep what it would cut; the broker stops with this one sentence."""
-
-
-_INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
-_SNAPSHOT_DELETED = ".checkpoint.deleted"  # KRaft snapshots: their own recovery handles them
 
 
 class LoadedLog(NamedTuple):
@@ -103,8 +88,7 @@ class LogLoader:
         if problem:
             self.report(problem)
         self.epoch_cache = epoch_cache
-        swap_files = self._remove_temp_files_and_collect_swap_files()
-        self._complete_swaps(swap_files)
+        self._remove_leftovers()
         self._load_segment_files()
         recovery_point, next_offset = self._recover_log()
         self.segments[-1].resize_indexes(self.config.segment_index_bytes)
@@ -115,80 +99,48 @@ class LogLoader:
 
     # --- leftovers -----------------------------------------------------------------------------------
 
-    def _remove_temp_files_and_collect_swap_files(self) -> list[Path]:
-        """Delete `.deleted` and `.cleaned` files and the `.swap` files of an interrupted split."""
-        swap_files: list[Path] = []
-        cleaned: list[Path] = []
-        for path in sorted(self.dir.iterdir()):
-            if not path.is_file():
-                continue
-            name = path.name
-            if name.endswith(DELETED_SUFFIX) and not name.endswith(_SNAPSHOT_DELETED):
-                path.unlink(missing_ok=True)
-            elif name.endswith(CLEANED_SUFFIX):
-                cleaned.append(path)
-            elif name.endswith(SWAP_SUFFIX):
-                swap_files.append(path)
-        min_cleaned = min((_offset_of(p) for p in cleaned), default=None)
-        valid_swaps = []
-        for path in swap_files:
-            if min_cleaned is not None and _offset_of(path) >= min_cleaned:
-                self.report(f"{self.name}: deleted {path.name}, left by an interrupted segment split")
+    def _remove_leftovers(self) -> None:
+        """Delete the leftovers of interrupted deletes, compactions and splits, complete finished swaps and
+        delete orphaned indexes, by Kafka's rules (`formats.log_loader`)."""
+        names = [p.name for p in self.dir.iterdir() if p.is_file()]
+        changes = plan_leftovers(names, self._swap_next_offset)
+        for change in changes:
+            path = self.dir / change.name
+            if change.target is None:
                 path.unlink(missing_ok=True)
             else:
-                valid_swaps.append(path)
-        for path in cleaned:
-            path.unlink(missing_ok=True)
+                path.rename(self.dir / change.target)
+            if change.kind == "invalid_swap":
+                self.report(f"{self.name}: deleted {change.name}, left by an interrupted segment split")
+            elif change.kind == "swap":
+                self.report(f"{self.name}: completed the interrupted swap of {change.name}")
+            elif change.kind == "orphaned_index":
+                self.report(f"{self.name}: deleted {change.name}, an index without its log file")
+        cleaned = sum(1 for c in changes if c.kind == "stray_cleaned")
         if cleaned:
-            self.report(f"{self.name}: deleted {len(cleaned)} .cleaned files of an interrupted compaction")
-        return valid_swaps
+            self.report(f"{self.name}: deleted {cleaned} .cleaned files of an interrupted compaction")
 
-    def _complete_swaps(self, swap_files: list[Path]) -> None:
-        """Segments a compaction finished replacing: drop what they replace, then strip `.swap`."""
-        swap_logs = [p for p in swap_files if p.name.endswith(LOG_SUFFIX + SWAP_SUFFIX)]
-        if swap_logs:
-            low = min(_offset_of(p) for p in swap_logs)
-            high = low
-            for path in swap_logs:
-                segment = Segment(
-                    self.dir,
-                    _offset_of(path),
-                    self.config,
-                    now_ms=self.now_ms,
-                    create=False,
-                    suffix=SWAP_SUFFIX,
-                )
-                high = max(high, _next_offset_of(segment))
-                segment.close_handlers()
-            for path in sorted(self.dir.iterdir()):
-                offset = base_offset_of(path.name)
-                if (
-                    path.is_file()
-                    and not path.name.endswith(SWAP_SUFFIX)
-                    and offset is not None
-                    and low <= offset < high
-                ):
-                    path.unlink(missing_ok=True)
-        for path in sorted(self.dir.iterdir()):
-            if path.is_file() and path.name.endswith(SWAP_SUFFIX):
-                path.rename(path.with_name(path.name[: -len(SWAP_SUFFIX)]))
-                self.report(f"{self.name}: completed the interrupted swap of {path.name}")
+    def _swap_next_offset(self, name: str) -> int:
+        """Kafka's readNextOffset of the `.log.swap` file `name`: the offset after its last whole batch."""
+        segment = Segment(
+            self.dir, _offset_of(name), self.config, now_ms=self.now_ms, create=False, suffix=SWAP_SUFFIX
+        )
+        try:
+            next_offset = segment.base_offset
+            for header in segment.batch_headers(0, segment.size):
+                next_offset = header.last_offset + 1
+            return next_offset
+        finally:
+            segment.close_handlers()
 
     # --- segments ------------------------------------------------------------------------------------
 
     def _load_segment_files(self) -> None:
-        names = sorted(p.name for p in self.dir.iterdir() if p.is_file())
-        present = set(names)
-        for name in names:
+        for name in sorted(p.name for p in self.dir.iterdir() if p.is_file()):
             base_offset = base_offset_of(name)
             if base_offset is None:
                 continue
-            if name.endswith(_INDEX_SUFFIXES):
-                log_name = name[: name.rindex(".")] + LOG_SUFFIX
-                if log_name not in present:
-                    (self.dir / name).unlink(missing_ok=True)
-                    self.report(f"{self.name}: deleted {name}, an index without its log file")
-            elif name.endswith(LOG_SUFFIX):
+            if name.endswith(LOG_SUFFIX):
                 segment = Segment(self.dir, base_offset, self.config, now_ms=self.now_ms, create=False)
                 problem = segment.sanity_check()
                 if problem is not None:
@@ -333,17 +285,10 @@ def _all_zeros(path: Path, start: int, end: int) -> bool:
     return True
 
 
-def _offset_of(path: Path) -> int:
-    offset = base_offset_of(path.name)
-    assert offset is not None, path
+def _offset_of(name: str) -> int:
+    offset = base_offset_of(name)
+    assert offset is not None, name
     return offset
-
-
-def _next_offset_of(segment: Segment) -> int:
-    next_offset = segment.base_offset
-    for header in segment.batch_headers(0, segment.size):
-        next_offset = header.last_offset + 1
-    return next_offset
 
 
 # --- rebuilding from the log -------------------------------------------------------------------------
@@ -366,34 +311,27 @@ def rebuild_producer_state(
     the newest remaining one is loaded and every later batch replayed, with snapshots taken at the last
     two segment bases on the way and at `last_offset` at the end.
     """
-    offsets_to_snapshot: list[int] = []
-    if segments:
-        if len(segments) > 1:
-            offsets_to_snapshot.append(segments[-2].base_offset)
-        offsets_to_snapshot.append(segments[-1].base_offset)
-    offsets_to_snapshot.append(last_offset)
-
+    bases = [segment.base_offset for segment in segments]
     if state.latest_snapshot_offset() is None and reload_from_clean_shutdown:
-        for offset in offsets_to_snapshot:
+        for offset in offsets_to_snapshot(bases, last_offset):
             state.update_map_end_offset(offset)
             state.take_snapshot()
         return []
 
     is_empty_before_truncation = state.is_empty() and state.map_end_offset >= last_offset
     problems = state.truncate_and_reload(log_start_offset, last_offset, now_ms)
-    map_end_offset = state.map_end_offset
-    if last_offset > map_end_offset and not is_empty_before_truncation:
-        for k, segment in enumerate(segments):
-            segment_end = segments[k + 1].base_offset if k + 1 < len(segments) else None
-            if segment_end is not None and segment_end <= map_end_offset:
-                continue
-            if segment.base_offset >= last_offset:
-                break
-            start_offset = max(segment.base_offset, state.map_end_offset, log_start_offset)
-            state.update_map_end_offset(start_offset)
-            if segment.base_offset in offsets_to_snapshot:
+    if not is_empty_before_truncation:
+        by_base = {segment.base_offset: segment for segment in segments}
+        for step in producer_state_replay(
+            bases,
+            map_end_offset=state.map_end_offset,
+            log_start_offset=log_start_offset,
+            last_offset=last_offset,
+        ):
+            state.update_map_end_offset(step.start_offset)
+            if step.snapshot:
                 state.take_snapshot()
-            load_producers_from_segment(state, segment, start_offset, last_offset)
+            load_producers_from_segment(state, by_base[step.base_offset], step.start_offset, last_offset)
     state.update_map_end_offset(last_offset)
     state.take_snapshot()
     return problems
@@ -407,35 +345,27 @@ def load_producers_from_segment(
     size = segment.size
     if first is None or first.base_offset >= end_offset or size <= first.position:
         return
-    appends: dict[int, ProducerAppendInfo] = {}
-    completed: list[CompletedTxn] = []
     with mmap.mmap(segment.fd, size, prot=mmap.PROT_READ) as data:
-        position = first.position
-        while position < size:
-            end = min(size, position + _REPLAY_WINDOW)
-            needed = unit_size_at(data, position)
-            if needed is not None and needed > end - position:
-                end = min(size, position + needed)
-            batches = walk(data, position, end, check_crc=False).batches
-            if not batches:
-                break
-            for batch in batches:
-                if batch.base_offset >= end_offset:
-                    position = size
-                    break
-                position = batch.position + batch.size
-                if batch.magic < 2 or batch.producer_id < 0:
-                    continue
-                append_info = appends.get(batch.producer_id)
-                if append_info is None:
-                    append_info = appends[batch.producer_id] = state.prepare_update(batch.producer_id, None)
-                done = replay_batch(append_info, data, batch)
-                if done is not None:
-                    completed.append(done)
-    for append_info in appends.values():
-        state.update(append_info)
+        completed = replay_batches(state, data, _batches_below(data, first.position, size, end_offset))
     for done in completed:
         state.complete_txn(done)
+
+
+def _batches_below(data: mmap.mmap, position: int, size: int, end_offset: int) -> Iterator[Batch]:
+    """The batches from `position` on whose base offset is below `end_offset`, framed a window at a time."""
+    while position < size:
+        end = min(size, position + _REPLAY_WINDOW)
+        needed = unit_size_at(data, position)
+        if needed is not None and needed > end - position:
+            end = min(size, position + needed)
+        batches = walk(data, position, end, check_crc=False).batches
+        if not batches:
+            return
+        for batch in batches:
+            if batch.base_offset >= end_offset:
+                return
+            yield batch
+        position = batches[-1].position + batches[-1].size
 
 
 _REPLAY_WINDOW = 64 * 1024 * 1024  # bytes of a segment framed per pass while replaying

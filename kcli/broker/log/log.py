@@ -28,7 +28,7 @@ from typing import NamedTuple
 from kio.schema.errors import ErrorCode
 
 from formats.checkpoints import PartitionMetadata, read_partition_metadata, write_partition_metadata
-from formats.index import ABORTED_TXN_VERSION, AbortedTxn
+from formats.index import AbortedTxn
 from formats.records import ControlType, build_control_batch
 from formats.segment import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, StopReason, parse_partition_dir, walk
 from kcli.broker.log.config import LogConfig
@@ -40,7 +40,8 @@ from kcli.broker.log.producer_state import (
     CompletedTxn,
     ProducerStateManager,
     check_leader_append,
-    replay_batch,
+    end_txn,
+    replay_batches,
 )
 from kcli.broker.log.segment import BatchHeader, Segment
 from kcli.broker.log.validator import AppendOrigin, BatchValidator
@@ -448,18 +449,9 @@ class Log:
 
     def _complete_txn(self, segment: Segment, completed: CompletedTxn) -> None:
         """Close a transaction an end marker in `segment` completed; an abort goes to its `.txnindex`."""
-        if completed.is_aborted:
-            last_stable_offset = self.producer_state.last_stable_offset(completed)
-            segment.append_aborted_txn(
-                AbortedTxn(
-                    ABORTED_TXN_VERSION,
-                    completed.producer_id,
-                    completed.first_offset,
-                    completed.last_offset,
-                    last_stable_offset,
-                )
-            )
-        self.producer_state.complete_txn(completed)
+        txn = end_txn(self.producer_state, completed)
+        if txn is not None:
+            segment.append_aborted_txn(txn)
 
     def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """The aborted transactions a read_committed fetch of [start_offset, upper_bound_offset) must
@@ -579,23 +571,9 @@ class Log:
     def _replay_producer_batches(self, segment: Segment, view: memoryview, batches: list) -> None:
         """Follower and Raft appends update producer state without checks (Kafka's REPLICATION origin);
         an end marker closes its transaction here as on the leader (`.txnindex`, last stable offset)."""
-        producer_state = self.producer_state
-        appends = {}
-        completed = []
-        for batch in batches:
-            if batch.magic < 2 or batch.producer_id < 0:
-                continue
-            append = appends.get(batch.producer_id)
-            if append is None:
-                append = appends[batch.producer_id] = producer_state.prepare_update(batch.producer_id, None)
-            done = replay_batch(append, view, batch)
-            if done is not None:
-                completed.append(done)
-        for append in appends.values():
-            producer_state.update(append)
-        for done in completed:
+        for done in replay_batches(self.producer_state, view, batches):
             self._complete_txn(segment, done)
-        producer_state.update_map_end_offset(batches[-1].next_offset)
+        self.producer_state.update_map_end_offset(batches[-1].next_offset)
 
     def remove_expired_producers(self, now_ms: int) -> int:
         """Forget producers idle longer than producer.id.expiration.ms; returns how many."""

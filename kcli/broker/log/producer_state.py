@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 from kio.schema.errors import ErrorCode
 
 from formats.errors import CorruptSnapshotError, FormatError
+from formats.index import ABORTED_TXN_VERSION, AbortedTxn
 from formats.records import ControlType, control_type, end_txn_marker, read_batch
 from formats.segment import SNAPSHOT_SUFFIX, base_offset_of, filename
 from formats.snapshot import ProducerSnapshotEntry, decrement_sequence, read_snapshot, write_snapshot
@@ -630,9 +631,46 @@ def _end_marker(data: bytes) -> tuple[bool, int, int] | None:
     return kind == ControlType.COMMIT, end_txn_marker(record.value).coordinator_epoch, record.timestamp
 
 
-def replay_batch(append_info: ProducerAppendInfo, data: Any, batch: Any) -> CompletedTxn | None:
-    """Kafka's ProducerAppendInfo.append for a v2 batch already in the log (`data` holds its bytes):
-    a data batch is recorded, an end marker closes the producer's transaction, which is returned."""
+def replay_batches(state: ProducerStateManager, data: Any, batches: Iterable[Any]) -> list[CompletedTxn]:
+    """Kafka's loadProducersFromRecords for batches already in the log (`data` holds their bytes), taken
+    without checks (the REPLICATION origin): each producer's batches are appended to one update, the
+    updates applied, and the transactions their end markers close returned for the caller to complete
+    (the loader completes them, a follower append also writes the `.txnindex`)."""
+    appends: dict[int, ProducerAppendInfo] = {}
+    completed: list[CompletedTxn] = []
+    for batch in batches:
+        if batch.magic < 2 or batch.producer_id < 0:
+            continue
+        append_info = appends.get(batch.producer_id)
+        if append_info is None:
+            append_info = appends[batch.producer_id] = state.prepare_update(batch.producer_id, None)
+        done = _replay_batch(append_info, data, batch)
+        if done is not None:
+            completed.append(done)
+    for append_info in appends.values():
+        state.update(append_info)
+    return completed
+
+
+def end_txn(state: ProducerStateManager, completed: CompletedTxn) -> AbortedTxn | None:
+    """Close a transaction an end marker completed; an abort's `.txnindex` entry, with the last stable
+    offset of that moment (taken before the close, as Kafka's updateTxnIndex is), is returned to be written."""
+    txn = None
+    if completed.is_aborted:
+        txn = AbortedTxn(
+            ABORTED_TXN_VERSION,
+            completed.producer_id,
+            completed.first_offset,
+            completed.last_offset,
+            state.last_stable_offset(completed),
+        )
+    state.complete_txn(completed)
+    return txn
+
+
+def _replay_batch(append_info: ProducerAppendInfo, data: Any, batch: Any) -> CompletedTxn | None:
+    """Kafka's ProducerAppendInfo.append for one v2 batch: a data batch is recorded, an end marker
+    closes the producer's transaction, which is returned."""
     if batch.is_control:
         return _replay_control_batch(append_info, data, batch)
     append_info.append_data_batch(
@@ -690,6 +728,7 @@ __all__ = [
     "ProducerStateEntry",
     "ProducerStateManager",
     "check_leader_append",
+    "end_txn",
     "increment_sequence",
-    "replay_batch",
+    "replay_batches",
 ]

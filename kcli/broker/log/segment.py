@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, NamedTuple
 from formats import _native
 from formats.errors import CorruptIndexError
 from formats.index import (
-    ABORTED_TXN_VERSION,
     OFFSET_ENTRY_SIZE,
     TIME_ENTRY_SIZE,
     AbortedTxn,
@@ -54,7 +53,7 @@ from kcli.broker.log.config import LogConfig
 from kcli.broker.log.epochs import LeaderEpochCache
 from kcli.broker.log.errors import LogStorageError
 from kcli.broker.log.index import OffsetIndexFile, TimeIndexFile
-from kcli.broker.log.producer_state import replay_batch
+from kcli.broker.log.producer_state import end_txn, replay_batches
 
 if TYPE_CHECKING:
     from kcli.broker.log.producer_state import ProducerStateManager
@@ -740,28 +739,15 @@ def _update_producer_state(
 ) -> None:
     """Kafka's LogSegment.updateProducerState: one batch into the producer state; an abort it completes
     goes to `aborted` with the last stable offset at that point."""
-    producer_id = batch.producer_id  # type: ignore[attr-defined]
-    if producer_id >= 0:
-        append_info = producer_state.prepare_update(producer_id, None)
-        completed = replay_batch(append_info, data, batch)
-        producer_state.update(append_info)
-        if completed is not None:
-            if completed.is_aborted:
-                last_stable_offset = producer_state.last_stable_offset(completed)
-                txn = AbortedTxn(
-                    ABORTED_TXN_VERSION,
-                    completed.producer_id,
-                    completed.first_offset,
-                    completed.last_offset,
-                    last_stable_offset,
+    for completed in replay_batches(producer_state, data, [batch]):
+        txn = end_txn(producer_state, completed)
+        if txn is not None:
+            if aborted and aborted[-1].last_offset >= txn.last_offset:
+                raise ValueError(  # Kafka's TransactionIndex.append refuses it too
+                    f"The last offset of appended transactions must increase sequentially, but "
+                    f"{txn.last_offset} is not greater than current last offset {aborted[-1].last_offset}"
                 )
-                if aborted and aborted[-1].last_offset >= txn.last_offset:
-                    raise ValueError(  # Kafka's TransactionIndex.append refuses it too
-                        f"The last offset of appended transactions must increase sequentially, but "
-                        f"{txn.last_offset} is not greater than current last offset {aborted[-1].last_offset}"
-                    )
-                aborted.append(txn)
-            producer_state.complete_txn(completed)
+            aborted.append(txn)
     producer_state.update_map_end_offset(batch.last_offset + 1)  # type: ignore[attr-defined]
 
 

@@ -6,7 +6,8 @@ and yields the next one, copying only what the records touch, so replaying a who
 and a controller operation costs a copy of the maps it changes. The replay rules are Kafka's:
 a PartitionChangeRecord replaces the fields it carries, bumps the leader epoch when it names a
 leader (even the same one) and always bumps the partition epoch; RemoveTopicRecord also drops the
-topic's configs; a ConfigRecord with a null value deletes the key.
+topic's configs; a ConfigRecord with a null value deletes the key; a UserScramCredentialRecord
+replaces the user's credential for its mechanism and RemoveUserScramCredentialRecord drops it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from kcli.features import METADATA_VERSION as METADATA_VERSION
 from kcli.features import MV_3_9_IV0 as MV_3_9_IV0
 from kcli.features import is_elr_enabled
 from kcli.protocol.configs import ResourceType
+from kcli.security.scram import ScramCredential
+from kcli.security.scram_credentials import MECHANISM_NAMES
 
 TOPIC_RESOURCE = ResourceType.TOPIC
 BROKER_RESOURCE = ResourceType.BROKER
@@ -217,6 +220,8 @@ class ClusterMetadataImage:
     topic_ids: Mapping[str, uuid.UUID] = field(default_factory=dict)
     configs: Mapping[tuple[int, str], Mapping[str, str]] = field(default_factory=dict)
     producer_ids: ProducerIdsBlock | None = None
+    scram: Mapping[str, Mapping[str, ScramCredential]] = field(default_factory=dict)
+    """Mechanism name -> user -> stored credential (Kafka's ScramImage)."""
     _infos: dict[uuid.UUID, TopicInfo] = field(default_factory=dict, repr=False, compare=False)
     _topics_by_name: dict[str, TopicImage] = field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -328,6 +333,10 @@ class ClusterMetadataImage:
         first = 0 if self.producer_ids is None else self.producer_ids.first_producer_id
         return ProducerIdsBlock(self.controller_id if broker_id is None else broker_id, first)
 
+    def scram_credential(self, mechanism: str, user: str) -> ScramCredential | None:
+        """The stored credential a SCRAM exchange checks a client's proof against, or None."""
+        return self.scram.get(mechanism, {}).get(user)
+
     def partitions_led_by(self, broker_id: int) -> list[tuple[str, int, PartitionRegistration]]:
         """(topic, partition, registration) of every partition whose leader is `broker_id`."""
         return [
@@ -362,6 +371,8 @@ class ClusterMetadataImage:
             and {k: dict(v) for k, v in self.configs.items()}
             == {k: dict(v) for k, v in other.configs.items()}
             and self.producer_ids == other.producer_ids
+            and {k: dict(v) for k, v in self.scram.items() if v}
+            == {k: dict(v) for k, v in other.scram.items() if v}
         )
 
     __hash__ = None  # type: ignore[assignment]
@@ -423,6 +434,7 @@ class MetadataDelta:
         self.topic_ids = dict(image.topic_ids)
         self.configs: dict[tuple[int, str], Mapping[str, str]] = dict(image.configs)
         self.producer_ids = image.producer_ids
+        self.scram: dict[str, Mapping[str, ScramCredential]] = dict(image.scram)
         self._changed_partitions: dict[uuid.UUID, dict[int, PartitionRegistration]] = {}
         self._pending: list[tuple[MetadataRecord, int]] | None = None
 
@@ -470,6 +482,7 @@ class MetadataDelta:
             topic_ids=MappingProxyType(dict(self.topic_ids)),
             configs=MappingProxyType({k: MappingProxyType(dict(v)) for k, v in self.configs.items()}),
             producer_ids=self.producer_ids,
+            scram=MappingProxyType({k: MappingProxyType(dict(v)) for k, v in self.scram.items() if v}),
         )
 
     # --- one method per record type ---------------------------------------------------------------
@@ -478,7 +491,7 @@ class MetadataDelta:
         handler = _HANDLERS.get(record.name)
         if handler is not None:
             handler(self, record.data)
-        # Other records (ACLs, quotas, SCRAM, delegation tokens, controller registrations, ZK
+        # Other records (ACLs, quotas, delegation tokens, controller registrations, ZK
         # migration state, NoOpRecord) carry nothing this image holds.
 
     def _feature_level(self, data: Mapping[str, Any]) -> None:
@@ -602,6 +615,26 @@ class MetadataDelta:
             )
         self.producer_ids = ProducerIdsBlock(data["brokerId"], data["nextProducerId"])
 
+    def _user_scram_credential(self, data: Mapping[str, Any]) -> None:
+        mechanism = MECHANISM_NAMES.get(data["mechanism"])
+        if mechanism is None:  # ScramMechanism.UNKNOWN: no exchange can use it
+            return
+        users = dict(self.scram.get(mechanism, {}))
+        users[data["name"]] = ScramCredential(
+            mechanism=mechanism,
+            salt=bytes(data["salt"]),
+            stored_key=bytes(data["storedKey"]),
+            server_key=bytes(data["serverKey"]),
+            iterations=data["iterations"],
+        )
+        self.scram[mechanism] = users
+
+    def _remove_user_scram_credential(self, data: Mapping[str, Any]) -> None:
+        mechanism = MECHANISM_NAMES.get(data["mechanism"])
+        users = dict(self.scram.get(mechanism, {})) if mechanism is not None else {}
+        if users.pop(data["name"], None) is not None:
+            self.scram[mechanism] = users  # type: ignore[index]
+
     def _partitions_for_update(self, topic_id: uuid.UUID, partition_id: int, what: str) -> dict:
         if topic_id not in self.topics:
             raise MetadataReplayError(
@@ -628,6 +661,8 @@ _HANDLERS = {
     "ClearElrRecord": MetadataDelta._clear_elr,
     "ConfigRecord": MetadataDelta._config,
     "ProducerIdsRecord": MetadataDelta._producer_ids,
+    "UserScramCredentialRecord": MetadataDelta._user_scram_credential,
+    "RemoveUserScramCredentialRecord": MetadataDelta._remove_user_scram_credential,
 }
 
 

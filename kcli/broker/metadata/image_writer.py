@@ -2,7 +2,8 @@
 
 Replaying `image_records(image)` onto an empty image gives `image` back (its offset aside): feature
 levels, broker registrations with their fencing, topics and their partitions as they stand now (leader,
-epochs, ISR, ELR), configs, and the next producer id block.
+epochs, ISR, ELR), configs, the next producer id block, and SCRAM credentials (when metadata.version
+has them: 3.5-IV2 or later, as Kafka's ScramImage.write).
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ from typing import Any
 
 from kcli.broker.metadata.controller.controller_result import Record
 from kcli.broker.metadata.image import ClusterMetadataImage, PartitionRegistration
-from kcli.features import is_elr_supported, partition_record_version
+from kcli.features import is_elr_supported, is_scram_supported, partition_record_version
+from kcli.security.scram_credentials import credential_record
 
 REGISTER_BROKER_RECORD_VERSION = 3
 
 
 def image_records(image: ClusterMetadataImage) -> list[Record]:
-    """Records in Kafka's snapshot order: features, cluster, topics, configs, producer ids."""
+    """Records in Kafka's snapshot order: features, cluster, topics, configs, producer ids, SCRAM."""
     records: list[Record] = [
         ("FeatureLevelRecord", 0, {"name": name, "featureLevel": level})
         for name, level in sorted(image.features.items())
@@ -82,6 +84,9 @@ def image_records(image: ClusterMetadataImage) -> list[Record]:
                 },
             )
         )
+    if is_scram_supported(image.metadata_version):
+        for _, users in sorted(image.scram.items()):
+            records.extend(credential_record(user, credential) for user, credential in sorted(users.items()))
     return records
 
 

@@ -8,6 +8,7 @@
 - `configuration_control_manager`: topic config overrides; IncrementalAlterConfigs, AlterConfigs
 - `producer_id_control_manager`: AllocateProducerIds blocks
 - `feature_control_manager`: metadata.version
+- `scram_control_manager`: SCRAM credentials; AlterUserScramCredentials
 - `controller_result`: what a manager returns (records + response) and Kafka's ApiError
 - `topic`: the topic name rules
 """

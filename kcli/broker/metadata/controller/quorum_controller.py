@@ -49,6 +49,7 @@ from kcli.broker.metadata.controller.replication_control_manager import (
     NewTopic,
     ReplicationControlManager,
 )
+from kcli.broker.metadata.controller.scram_control_manager import ScramControlManager, UserResult
 from kcli.broker.metadata.image import MV_3_9_IV0, ClusterMetadataImage, ProducerIdsBlock, fold
 from kcli.broker.raft.metadata_log import LoggedBatch, MetadataLog
 from kcli.broker.raft.raft_client import KafkaRaftClient, LeaderAndEpoch, NotLeaderError
@@ -102,6 +103,7 @@ class QuorumController:
         )
         self.producer_id_control = ProducerIdControlManager(self.cluster_control)
         self.feature_control = FeatureControlManager()
+        self.scram_control = ScramControlManager()
         raft_client.register(self)
 
     @property
@@ -498,6 +500,18 @@ class QuorumController:
             self._image, name, configs, self.config.quorum_voters
         )
         return await self._run(result, validate_only)
+
+    # --- SCRAM credentials -------------------------------------------------------------------------
+
+    async def alter_user_scram_credentials(self, request: Any) -> list[UserResult]:
+        """AlterUserScramCredentials (a kio request, v0): one result per user, once the credentials
+        that passed Kafka's checks are committed (one batch)."""
+        if not self.is_active:
+            raise NotControllerError(f"node {self.node_id} is not the active controller")
+        result = self.scram_control.alter_credentials(
+            self._image, list(request.deletions), list(request.upsertions)
+        )
+        return await self._run(result)
 
     # --- producer ids -----------------------------------------------------------------------------
 
