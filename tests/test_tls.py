@@ -705,3 +705,49 @@ def test_replication_between_brokers_over_mtls(cluster_factory, pki: Pki) -> Non
     finally:
         for node_id in (2, 1):
             assert cluster[node_id].terminate() == 0, cluster[node_id].log()
+
+
+# ---------------------------------------------------------------------------------------------------
+# kcli's commands over TLS (--command-config)
+# ---------------------------------------------------------------------------------------------------
+
+
+def _kcli(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*KCLI, *args], cwd=workdir, env=kcli_env(), capture_output=True, text=True, timeout=60
+    )
+
+
+def test_kcli_topics_over_mtls_with_command_config(tls_broker: TlsBroker, pki: Pki, tmp_path: Path) -> None:
+    topic = f"cli-{uuid.uuid4().hex[:8]}"
+    kafka_names = tmp_path / "client.properties"
+    kafka_names.write_text(
+        "security.protocol=SSL\n"
+        f"ssl.truststore.location={pki.ca}\n"
+        "ssl.truststore.type=PEM\n"
+        f"ssl.keystore.location={pki.client['p12']}\n"
+        "ssl.keystore.type=PKCS12\n"
+        "ssl.keystore.password=alice-secret\n"
+    )
+    librdkafka_names = tmp_path / "librdkafka.properties"
+    librdkafka_names.write_text(
+        "security.protocol=ssl\n"
+        f"ssl.ca.location={pki.ca}\n"
+        f"ssl.certificate.location={pki.client['chain']}\n"
+        f"ssl.key.location={pki.client['key']}\n"
+    )
+    bootstrap = f"127.0.0.1:{tls_broker.mtls}"
+    created = _kcli(
+        tmp_path, "topics", "create", "-b", bootstrap, "--command-config", str(kafka_names), "--topic", topic
+    )
+    assert created.returncode == 0, created.stderr
+    listed = _kcli(tmp_path, "topics", "list", "-b", bootstrap, "--command-config", str(librdkafka_names))
+    assert listed.returncode == 0, listed.stderr
+    assert topic in listed.stdout.split()
+
+    untrusting = tmp_path / "untrusting.properties"
+    untrusting.write_text(f"security.protocol=SSL\nssl.truststore.location={pki.stranger_ca}\n")
+    refused = _kcli(tmp_path, "topics", "list", "-b", bootstrap, "--command-config", str(untrusting))
+    assert refused.returncode != 0
+    [line] = refused.stderr.strip().splitlines()
+    assert line.startswith("kcli: ") and "is not signed by a trusted CA" in line, line

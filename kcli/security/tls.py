@@ -45,7 +45,7 @@ def client_context(settings: Mapping[str, str]) -> ssl.SSLContext:
     one is set (for mTLS), protocols and cipher suites. The host name is checked by `check_host_name`."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False
-    context.verify_mode = ssl.CERT_REQUIRED
+    context.verify_mode = ssl.CERT_NONE if not _verifies(settings) else ssl.CERT_REQUIRED
     _apply_protocols(context, settings)
     trusted = _truststore(settings)
     if trusted is None:
@@ -85,6 +85,8 @@ def server_context(settings: Mapping[str, str], *, listener: str = "SSL") -> ssl
 
 def checks_host_name(settings: Mapping[str, str]) -> bool:
     """`ssl.endpoint.identification.algorithm`: https (Kafka's default) checks it, empty does not."""
+    if not _verifies(settings):
+        return False
     algorithm = settings.get("ssl.endpoint.identification.algorithm", "https").strip()
     if algorithm and algorithm.lower() != "https":
         raise TlsError(
@@ -449,6 +451,12 @@ def _name_matches(name: str, host: str) -> bool:
     if name.startswith("*.") and "." in host:
         return host.split(".", 1)[1] == name[2:]
     return name == host
+
+
+def _verifies(settings: Mapping[str, str]) -> bool:
+    """librdkafka's enable.ssl.certificate.verification=false (client properties keep it): no check
+    of the broker's certificate at all, chain or host name."""
+    return settings.get("enable.ssl.certificate.verification", "true").strip().lower() != "false"
 
 
 def _list(text: str) -> list[str]:
