@@ -9,6 +9,7 @@ Certificates are made once for the module (`kcli.security.certs`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -18,7 +19,7 @@ import struct
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -358,37 +359,50 @@ def test_tls_to_a_plaintext_port_and_plaintext_to_a_tls_port(tls_broker: TlsBrok
     assert " INFO kcli.broker: closing connection from 127.0.0.1:" in line
 
 
-def _tls_server_error(pki: Pki, node: dict[str, Path], host: str = "127.0.0.1", **settings: str) -> str:
-    """A real TLS listener (kcli's SocketServer) serving `node`'s certificate; what a client says."""
+@contextlib.asynccontextmanager
+async def _tls_listener(settings: dict[str, str]) -> AsyncIterator[int]:
+    """A real TLS listener (kcli's SocketServer, answering every frame with the connection's
+    principal) on a free loopback port, with these `ssl.*` settings; its port."""
+    config = BrokerConfig(
+        {"listeners": "SSL://127.0.0.1:0", "listener.security.protocol.map": "SSL:SSL", **settings}
+    )
+    network = SocketServer(config)
+    network.handle = _echo_principal
+    server = await network.bind(Listener("SSL", "127.0.0.1", 0))
+    await server.start_serving()
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        server.close()
+
+
+def _tls_client_says(pki: Pki, server: dict[str, str], host: str = "127.0.0.1", **settings: str) -> str:
+    """What kcli's client says connecting to a listener with `server` settings: "connected" and the
+    TLS version and suite, or its sentence (the address as ADDRESS)."""
 
     async def attempt() -> str:
-        config = BrokerConfig(
-            {
-                "listeners": "SSL://127.0.0.1:0",
-                "listener.security.protocol.map": "SSL:SSL",
-                "ssl.keystore.location": str(node["pem"]),
-            }
-        )
-        network = SocketServer(config)
-        network.handle = _echo_principal
-        server = await network.bind(Listener("SSL", "127.0.0.1", 0))
-        await server.start_serving()
-        address = f"{host}:{server.sockets[0].getsockname()[1]}"
-        try:
-            client = await KafkaClient.connect(
-                address,
-                security=ClientSecurity("SSL", ssl=_trusting(pki, **settings)),
-                negotiate=False,
-                connect_timeout=5,
-            )
+        async with _tls_listener(server) as port:
+            address = f"{host}:{port}"
+            try:
+                client = await KafkaClient.connect(
+                    address,
+                    security=ClientSecurity("SSL", ssl=_trusting(pki, **settings)),
+                    negotiate=False,
+                    connect_timeout=5,
+                )
+            except ClientError as exc:
+                return str(exc).replace(address, "ADDRESS")
+            name, version, _ = client._transport.get_extra_info("ssl_object").cipher()
             await client.close()
-            return "connected"
-        except ClientError as exc:
-            return str(exc).replace(address, "ADDRESS")
-        finally:
-            server.close()
+            return f"connected {version} {name}"
 
     return asyncio.run(attempt())
+
+
+def _tls_server_error(pki: Pki, node: dict[str, Path], host: str = "127.0.0.1", **settings: str) -> str:
+    """What a client says of a listener serving `node`'s certificate."""
+    said = _tls_client_says(pki, {"ssl.keystore.location": str(node["pem"])}, host, **settings)
+    return "connected" if said.startswith("connected") else said
 
 
 def test_expired_certificate_and_host_name_not_in_it(pki: Pki) -> None:
@@ -501,37 +515,13 @@ def test_enabled_protocols_and_cipher_suites_as_kafka_names_them(pki: Pki) -> No
     """A listener limited to TLSv1.2 and one suite under its Java name: a client gets exactly those,
     and a client that only speaks TLSv1.3 is refused in one sentence."""
 
-    async def negotiate(client_settings: dict[str, str]) -> tuple[str, str] | str:
-        config = BrokerConfig(
-            {
-                "listeners": "SSL://127.0.0.1:0",
-                "listener.security.protocol.map": "SSL:SSL",
-                "ssl.keystore.location": str(pki.node["pem"]),
-                "ssl.enabled.protocols": "TLSv1.2",
-                "ssl.cipher.suites": "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
-            }
-        )
-        network = SocketServer(config)
-        network.handle = _echo_principal
-        server = await network.bind(Listener("SSL", "127.0.0.1", 0))
-        await server.start_serving()
-        address = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
-        try:
-            client = await KafkaClient.connect(
-                address,
-                security=ClientSecurity("SSL", ssl=_trusting(pki, **client_settings)),
-                negotiate=False,
-            )
-            name, version, _ = client._transport.get_extra_info("ssl_object").cipher()
-            await client.close()
-            return version, name
-        except ClientError as exc:
-            return str(exc).replace(address, "ADDRESS")
-        finally:
-            server.close()
-
-    assert asyncio.run(negotiate({})) == ("TLSv1.2", "ECDHE-ECDSA-AES128-GCM-SHA256")
-    refused = asyncio.run(negotiate({"ssl.enabled.protocols": "TLSv1.3"}))
+    server = {
+        "ssl.keystore.location": str(pki.node["pem"]),
+        "ssl.enabled.protocols": "TLSv1.2",
+        "ssl.cipher.suites": "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    }
+    assert _tls_client_says(pki, server) == "connected TLSv1.2 ECDHE-ECDSA-AES128-GCM-SHA256"
+    refused = _tls_client_says(pki, server, **{"ssl.enabled.protocols": "TLSv1.3"})
     assert refused == (
         "cannot connect to ADDRESS with TLS: ADDRESS closed the connection during the TLS handshake: it is a "
         "PLAINTEXT listener, or it accepts none of this client's TLS versions and cipher suites."
@@ -593,23 +583,14 @@ def test_each_connection_carries_its_principal(pki: Pki) -> None:
     subject with one."""
 
     async def principals() -> list[str]:
-        config = BrokerConfig(
-            {
-                "listeners": "SSL://127.0.0.1:0",
-                "listener.security.protocol.map": "SSL:SSL",
-                "ssl.keystore.location": str(pki.node["pem"]),
-                "ssl.truststore.location": str(pki.ca),
-                "ssl.client.auth": "requested",
-                "ssl.principal.mapping.rules": "RULE:^CN=([^,]*),O=(.*)$/$1@$2/U",
-            }
-        )
-        network = SocketServer(config)
-        network.handle = _echo_principal
-        server = await network.bind(Listener("SSL", "127.0.0.1", 0))
-        await server.start_serving()
-        port = server.sockets[0].getsockname()[1]
+        server = {
+            "ssl.keystore.location": str(pki.node["pem"]),
+            "ssl.truststore.location": str(pki.ca),
+            "ssl.client.auth": "requested",
+            "ssl.principal.mapping.rules": "RULE:^CN=([^,]*),O=(.*)$/$1@$2/U",
+        }
         seen = []
-        try:
+        async with _tls_listener(server) as port:
             for certificate in (None, pki.client):
                 context = ssl.create_default_context(cafile=str(pki.ca))
                 if certificate is not None:
@@ -619,8 +600,6 @@ def test_each_connection_carries_its_principal(pki: Pki) -> None:
                 size = struct.unpack(">i", await reader.readexactly(4))[0]
                 seen.append((await reader.readexactly(size)).decode())
                 writer.close()
-        finally:
-            server.close()
         return seen
 
     assert asyncio.run(principals()) == [ANONYMOUS, "User:ALICE@KCLI"]
