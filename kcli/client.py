@@ -136,14 +136,12 @@ class KafkaClient:
             raise ClientError(
                 f"cannot connect to {bootstrap}: timed out after {connect_timeout:g} s."
             ) from None
-        except (ssl.SSLError, ConnectionResetError, EOFError) as exc:
-            if context is None:
-                raise ClientError(f"cannot connect to {bootstrap}: {str(exc).lower()}.") from None
-            raise ClientError(
-                f"cannot connect to {bootstrap} with TLS: {tls.handshake_failure(exc, bootstrap)}"
-            ) from None
-        except OSError as exc:
-            reason = (exc.strerror or str(exc)).lower()
+        except (OSError, EOFError) as exc:
+            if context is not None and isinstance(exc, _HANDSHAKE_FAILURES):
+                raise ClientError(
+                    f"cannot connect to {bootstrap} with TLS: {tls.handshake_failure(exc, bootstrap)}"
+                ) from None
+            reason = (getattr(exc, "strerror", None) or str(exc)).lower()
             raise ClientError(f"cannot connect to {bootstrap}: {reason}.") from None
         if context is not None:
             try:
@@ -585,6 +583,8 @@ def _read_by_hand(argument: tuple[type, ResponseReader], frame: bytes | bytearra
     return reader(frame, offset, response_cls.__version__)  # type: ignore[attr-defined]
 
 
+_HANDSHAKE_FAILURES = (ssl.SSLError, ConnectionResetError, ConnectionAbortedError, BrokenPipeError, EOFError)
+"""What a failed TLS handshake raises: refused, or the listener closed the connection during it."""
 _TLS_CONTEXTS: dict[int, tuple[ClientSecurity, ssl.SSLContext]] = {}
 
 
