@@ -48,7 +48,7 @@ from kcli.errors import KcliError
 from kcli.protocol.request_header import InvalidRequestError
 from kcli.protocol.response_header import response_header
 from kcli.security import tls
-from kcli.security.principal import SslPrincipalMapper
+from kcli.security.principal import PrincipalMappingError, SslPrincipalMapper
 
 log = logging.getLogger("kcli.broker")
 
@@ -90,9 +90,9 @@ class SocketServer:
             settings = self.config.ssl_settings(listener.name)
             try:
                 context = tls.server_context(settings, listener=listener.name)
-            except tls.TlsError as exc:  # a keystore or truststore that cannot be used: a configuration error
+                mapper = SslPrincipalMapper(settings.get("ssl.principal.mapping.rules", "DEFAULT"))
+            except (tls.TlsError, PrincipalMappingError) as exc:  # unusable stores or rules: configuration
                 raise ConfigError(str(exc)) from None
-            mapper = SslPrincipalMapper(settings.get("ssl.principal.mapping.rules", "DEFAULT"))
             tls_server = _TlsServer(context, mapper)
         elif not _is_loopback(listener.host):
             log.warning(
