@@ -42,7 +42,7 @@ from kcli.broker.network import SocketServer
 from kcli.client import ClientError, KafkaClient
 from kcli.config import BrokerConfig, Listener
 from kcli.security import ClientSecurity
-from kcli.security.certs import CertificateAuthority
+from kcli.security.certs import CertificateAuthority, loopback_pki
 from kcli.security.principal import ANONYMOUS, PrincipalMappingError, SslPrincipalMapper
 
 
@@ -603,6 +603,40 @@ def test_each_connection_carries_its_principal(pki: Pki) -> None:
         return seen
 
     assert asyncio.run(principals()) == [ANONYMOUS, "User:ALICE@KCLI"]
+
+
+def test_loopback_pki_serves_and_authenticates(tmp_path: Path) -> None:
+    """What `kcli cluster start` with TLS will write: a node certificate a client trusts through the
+    CA file, and a client certificate the node's listener accepts under ssl.client.auth=required."""
+    made = loopback_pki(tmp_path)
+    server = {
+        "ssl.keystore.location": str(made.node["p12"]),
+        "ssl.keystore.password": made.password,
+        "ssl.truststore.location": str(made.ca),
+        "ssl.client.auth": "required",
+    }
+    client = {
+        "ssl.truststore.location": str(made.ca),
+        "ssl.keystore.location": str(made.client["pem"]),
+    }
+
+    async def principal() -> str:
+        async with _tls_listener(server) as port:
+            kafka = await KafkaClient.connect(
+                f"localhost:{port}", security=ClientSecurity("SSL", ssl=client), negotiate=False
+            )
+            await kafka.close()
+            context = ssl.create_default_context(cafile=str(made.ca))
+            context.load_cert_chain(str(made.client["pem"]))
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+            writer.write(struct.pack(">i", 1) + b"?")
+            size = struct.unpack(">i", await reader.readexactly(4))[0]
+            name = (await reader.readexactly(size)).decode()
+            writer.close()
+            return name
+
+    assert asyncio.run(principal()) == "User:CN=kcli-client"
+    assert all(path.stat().st_mode & 0o077 == 0 for path in (*made.node.values(), *made.client.values()))
 
 
 def test_principal_mapping_rules_as_kafka_reads_them(pki: Pki) -> None:

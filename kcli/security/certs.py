@@ -179,3 +179,27 @@ def _general_names(names: tuple[str, ...]) -> list[x509.GeneralName]:
 
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
+
+
+@dataclass(frozen=True)
+class LoopbackPki:
+    """What a local TLS cluster needs, as files: the CA (a PEM truststore), one certificate every node
+    serves and reaches the others with, and one for clients (mTLS); `node` and `client` as `Issued.write`
+    names them (key, chain, pem, p12)."""
+
+    ca: Path
+    node: dict[str, Path]
+    client: dict[str, Path]
+    password: str
+    """The PKCS12 files' password."""
+
+
+def loopback_pki(directory: Path, *, password: str = "changeit") -> LoopbackPki:
+    """A fresh CA in `directory` with a node and a client certificate for 127.0.0.1 and localhost."""
+    ca = CertificateAuthority("kcli local CA")
+    return LoopbackPki(
+        ca.write(directory),
+        ca.issue("kcli-node").write(directory, "node", password=password),
+        ca.issue("kcli-client", client=True).write(directory, "client", password=password),
+        password,
+    )
