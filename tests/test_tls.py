@@ -331,14 +331,14 @@ def test_untrusted_ca_and_missing_client_certificate(tls_broker: TlsBroker, pki:
     stranger = _connect_error(
         mtls, ClientSecurity("SSL", ssl=_trusting(pki, **{"ssl.keystore.location": str(pki.stranger["pem"])}))
     )
-    assert stranger.startswith(f"{mtls} ") and stranger.count(".") >= 1 and "\n" not in stranger
+    assert stranger == no_cert  # TLSv1.3: the broker checks the certificate after the client is done
 
 
 def test_tls_to_a_plaintext_port_and_plaintext_to_a_tls_port(tls_broker: TlsBroker, pki: Pki) -> None:
     plain = f"127.0.0.1:{tls_broker.plaintext}"
     assert _connect_error(plain, ClientSecurity("SSL", ssl=_trusting(pki))) == (
         f"cannot connect to {plain} with TLS: {plain} closed the connection during the TLS handshake: it is a "
-        "PLAINTEXT listener, or it accepts none of this client's TLS versions and cipher suites."
+        "PLAINTEXT listener, or it refuses this client's TLS versions, cipher suites or certificate."
     )
     secure = f"127.0.0.1:{tls_broker.ssl}"
     before = tls_broker.process.log().count("TLS handshake failed on listener SSL")
@@ -524,7 +524,7 @@ def test_enabled_protocols_and_cipher_suites_as_kafka_names_them(pki: Pki) -> No
     refused = _tls_client_says(pki, server, **{"ssl.enabled.protocols": "TLSv1.3"})
     assert refused == (
         "cannot connect to ADDRESS with TLS: ADDRESS closed the connection during the TLS handshake: it is a "
-        "PLAINTEXT listener, or it accepts none of this client's TLS versions and cipher suites."
+        "PLAINTEXT listener, or it refuses this client's TLS versions, cipher suites or certificate."
     )
 
 

@@ -168,11 +168,12 @@ def handshake_failure(exc: BaseException, address: str) -> str:
 
 
 def _closed_in_handshake(address: str) -> str:
-    """A listener that closes at the ClientHello: a plaintext one (Kafka reads it as an oversized
-    request), or a TLS one refusing the client's versions or suites (asyncio sends no alert then)."""
+    """A listener that closes during the handshake without a TLS alert: a plaintext one (Kafka reads a
+    ClientHello as an oversized request), or a TLS one refusing the client's versions, suites or, under
+    TLSv1.2, its certificate (kcli's broker, like any asyncio server, sends no alert then)."""
     return (
         f"{address} closed the connection during the TLS handshake: it is a PLAINTEXT listener, or it "
-        "accepts none of this client's TLS versions and cipher suites."
+        "refuses this client's TLS versions, cipher suites or certificate."
     )
 
 
