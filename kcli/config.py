@@ -84,11 +84,10 @@ class BrokerConfig:
         self._raw_security: dict[str, str] = {}
         """`ssl.*` and `listener.name.<name>.ssl.*` as written: TLS reads Kafka's strings."""
         for key, raw in (settings or {}).items():
-            if listener_prefixed(key) is not None:
-                _, plain = listener_prefixed(key)  # type: ignore[misc]
-                self._explicit[key] = parse_value(BROKER_CONFIGS, plain, raw, source=source)
-            else:
-                self._explicit[key] = parse_value(BROKER_CONFIGS, key, raw, source=source)
+            prefixed = listener_prefixed(key)  # listener.name.<name>.ssl.*: the plain key's type and checks
+            self._explicit[key] = parse_value(
+                BROKER_CONFIGS, prefixed[1] if prefixed else key, raw, source=source
+            )
             if key.startswith(("ssl.", "listener.name.")):
                 self._raw_security[key] = raw.strip()
         self._check_combinations()

@@ -7,8 +7,8 @@ failure is one sentence naming the setting and the file: a missing file, a wrong
 the wrong kind. Handshake failures are turned into sentences by `handshake_failure`.
 
 The host name is checked after the handshake (`check_host_name`), not by OpenSSL during it: the
-check needs the certificate's names to say which ones it holds, and OpenSSL reports only a mismatch. `cryptography` is imported where it is used: a command that never
-speaks TLS does not pay for it.
+check needs the certificate's names to say which ones it holds, and OpenSSL reports only a mismatch.
+`cryptography` is imported where it is used: a command that never speaks TLS does not pay for it.
 """
 
 from __future__ import annotations
