@@ -86,7 +86,7 @@ class SocketServer:
         sentence. A PLAINTEXT listener on an address other hosts can reach is logged once."""
         protocol = self.config.protocol_of(listener.name)
         tls_server: _TlsServer | None = None
-        if protocol == "SSL":
+        if protocol in ("SSL", "SASL_SSL"):  # SASL_SSL: TLS first, then the SASL authenticator
             settings = self.config.ssl_settings(listener.name)
             try:
                 context = tls.server_context(settings, listener=listener.name)
@@ -94,7 +94,7 @@ class SocketServer:
             except (tls.TlsError, PrincipalMappingError) as exc:  # unusable stores or rules: configuration
                 raise ConfigError(str(exc)) from None
             tls_server = _TlsServer(context, mapper)
-        elif not _is_loopback(listener.host):
+        elif protocol == "PLAINTEXT" and not _is_loopback(listener.host):
             log.warning(
                 "listener %s is PLAINTEXT on an address other hosts can reach: its traffic is not "
                 "encrypted and its clients are not authenticated",
