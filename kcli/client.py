@@ -12,6 +12,7 @@ flight at once (pipelining): each is matched to its response by correlation id.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import ssl
@@ -150,6 +151,12 @@ class KafkaClient:
             except tls.TlsError as exc:
                 transport.close()
                 raise ClientError(f"cannot connect to {bootstrap} with TLS: {exc}") from None
+            except ValueError:  # TLSv1.3: the broker's alert (a refused certificate) ended it already
+                transport.close()
+                with contextlib.suppress(TimeoutError):  # the alert is the connection's lost error
+                    await asyncio.wait_for(protocol.wait_closed(), 1.0)
+                sentence = tls.closed_before_answering(protocol._lost_error, bootstrap)
+                raise ClientError(f"cannot connect to {bootstrap} with TLS: {sentence}") from None
         client = cls(
             transport, protocol, address=bootstrap, client_id=client_id, request_timeout=request_timeout
         )
@@ -356,7 +363,8 @@ class KafkaClient:
     def _lost(self, exc: Exception | None) -> None:
         if self._closed_error is None:
             if not self._protocol.negotiated and self.tls:  # TLS 1.3: a refused client certificate shows here
-                self._closed_error = ClientError(tls.closed_before_answering(exc, self.address))
+                sentence = tls.closed_before_answering(exc, self.address)
+                self._closed_error = ClientError(f"cannot connect to {self.address} with TLS: {sentence}")
             elif not self._protocol.negotiated:  # not one answer yet: whatever listens there is not Kafka
                 reason = "" if exc is None else f" ({str(exc).rstrip('.').lower()})"
                 self._closed_error = ClientError(

@@ -12,11 +12,12 @@ one above `socket.request.max.bytes` closes the connection; so does an `InvalidR
 handler. Nothing a client sends can take down another connection or the process.
 
 Secure connections (Kafka's SslTransportLayer and SaslServerAuthenticator):
-- Transport: on a listener whose protocol is SSL each connection starts TLS itself (`loop.start_tls`,
-  with the context `kcli.security.tls.server_context` makes from the listener's `ssl.*` settings) and
-  serves through the TLS transport once the handshake is done. A failed handshake (a plaintext client,
-  a refused certificate) closes the connection with one INFO line, as Kafka's "Failed authentication
-  with ... (SSL handshake failed)"; nothing else notices it. `Connection` speaks to a transport only through
+- Transport: on a listener whose protocol is SSL (or SASL_SSL) each connection starts TLS itself (as
+  `loop.start_tls` does, with the context `kcli.security.tls.server_context` makes from the listener's
+  `ssl.*` settings) and serves through the TLS transport once the handshake is done. A failed handshake (a plaintext client,
+  a refused certificate) sends OpenSSL's alert, as Kafka does, so the client can name the reason, and
+  closes the connection with one INFO line, as Kafka's "Failed authentication with ... (SSL handshake
+  failed)"; nothing else notices it. `Connection` speaks to a transport only through
   `transport.write` and, for file regions, `_sendfile_now` / `loop.sendfile` on the plain socket, in
   `_send_framed_now` and `_send_parts` alone. A TLS transport still reports the TCP socket underneath,
   which must never see a sendfile: under TLS a file region is read in large blocks and written through
@@ -38,6 +39,7 @@ import os
 import socket
 import ssl
 import struct
+from asyncio import sslproto
 from collections.abc import Callable, Coroutine
 from typing import Any, NamedTuple
 
@@ -233,14 +235,7 @@ class Connection(asyncio.BufferedProtocol):
         that arrived meanwhile. A failure closes the connection with one line."""
         transport: asyncio.BaseTransport | None = None
         try:
-            transport = await self.loop.start_tls(
-                raw,  # type: ignore[arg-type]
-                self,
-                tls_server.context,
-                server_side=True,
-                ssl_handshake_timeout=_HANDSHAKE_SECONDS,
-            )
-            assert transport is not None
+            transport = await _start_server_tls(self.loop, raw, self, tls_server.context)
             der = transport.get_extra_info("ssl_object").getpeercert(binary_form=True)
             self.info.principal = tls_server.mapper.principal(der)
         except ssl.SSLError as exc:
@@ -725,6 +720,71 @@ async def _bind(
 
 _HANDSHAKE_SECONDS = 10.0
 """How long a TLS client may take to finish its handshake before the connection is closed."""
+
+
+class _AlertingSSLProtocol(sslproto.SSLProtocol):
+    """asyncio's TLS protocol, except that a failed handshake sends OpenSSL's alert before closing.
+
+    asyncio drops the alert (it closes the socket at once), so a refused client (no common TLS version,
+    a missing or untrusted certificate) sees only a closed connection; Kafka's brokers send the alert,
+    and clients name the reason from it. This touches asyncio internals (`_outgoing`, `_transport`,
+    `_on_handshake_complete`): where they are missing, nothing is sent and the connection just closes.
+    """
+
+    def _on_handshake_complete(self, handshake_exc: BaseException | None) -> None:
+        if handshake_exc is not None:
+            try:
+                alert = self._outgoing.read()  # type: ignore[attr-defined]
+                if alert and self._transport is not None:  # type: ignore[attr-defined]
+                    self._transport.write(alert)  # type: ignore[attr-defined]  # a few bytes: sent at once
+            except Exception:  # noqa: BLE001 - the alert is a courtesy; the close below is what matters
+                pass
+        super()._on_handshake_complete(handshake_exc)  # type: ignore[misc]
+
+
+async def _start_server_tls(
+    loop: asyncio.AbstractEventLoop,
+    raw: asyncio.BaseTransport,
+    protocol: asyncio.BaseProtocol,
+    context: ssl.SSLContext,
+) -> asyncio.Transport:
+    """loop.start_tls for a server connection, with `_AlertingSSLProtocol` (the same steps as
+    asyncio's base_events.start_tls); asyncio's own start_tls where its internals differ."""
+    if not hasattr(sslproto.SSLProtocol, "_on_handshake_complete") or not getattr(
+        raw, "_start_tls_compatible", False
+    ):
+        started = await loop.start_tls(
+            raw,  # type: ignore[arg-type]
+            protocol,
+            context,
+            server_side=True,
+            ssl_handshake_timeout=_HANDSHAKE_SECONDS,
+        )
+        assert started is not None
+        return started
+    waiter: asyncio.Future[None] = loop.create_future()
+    ssl_protocol = _AlertingSSLProtocol(
+        loop,
+        protocol,
+        context,
+        waiter,
+        True,
+        None,
+        ssl_handshake_timeout=_HANDSHAKE_SECONDS,
+        call_connection_made=False,
+    )
+    raw.pause_reading()  # type: ignore[attr-defined]
+    raw.set_protocol(ssl_protocol)
+    made = loop.call_soon(ssl_protocol.connection_made, raw)
+    resumed = loop.call_soon(raw.resume_reading)  # type: ignore[attr-defined]
+    try:
+        await waiter
+    except BaseException:
+        raw.close()
+        made.cancel()
+        resumed.cancel()
+        raise
+    return ssl_protocol._app_transport  # type: ignore[attr-defined, no-any-return]
 
 
 def _is_loopback(host: str) -> bool:

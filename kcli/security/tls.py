@@ -146,53 +146,63 @@ def handshake_failure(exc: BaseException, address: str) -> str:
             )
         return f"the certificate of {address} was refused: {exc.verify_message}."
     if isinstance(exc, ssl.SSLError):
-        reason = (exc.reason or str(exc)).lower().replace("_", " ")
+        reason = _reason(exc)
         if reason in ("wrong version number", "record layer failure", "packet length too long"):
             return f"{address} does not speak TLS (is it a PLAINTEXT listener?)."
-        if "protocol version" in reason or "unsupported protocol" in reason:
-            return f"{address} and this client share no TLS version (check ssl.enabled.protocols)."
-        if "no shared cipher" in reason or "no cipher" in reason:
-            return f"{address} and this client share no cipher suite (check ssl.cipher.suites)."
-        if (
-            "certificate required" in reason
-            or "alert handshake failure" in reason
-            or "bad certificate" in reason
-        ):
-            return f"{address} refused the TLS handshake ({reason}): does it require a client certificate?"
         if "eof" in reason:
             return _closed_in_handshake(address)
-        return f"the TLS handshake with {address} failed: {reason}."
+        return _alert_sentence(reason, address) or f"the TLS handshake with {address} failed: {reason}."
     if isinstance(exc, (ConnectionResetError, EOFError, BrokenPipeError)):
         return _closed_in_handshake(address)
     return f"the TLS handshake with {address} failed: {exc}."
 
 
+def closed_before_answering(exc: BaseException | None, address: str) -> str:
+    """The sentence for a TLS connection the broker closed before its first answer: under TLSv1.3
+    the broker checks the client's certificate after the client's side of the handshake is done, and
+    its alert (kcli's broker sends one, as Kafka's does) arrives after the connection seemed made."""
+    reason = _reason(exc) if isinstance(exc, ssl.SSLError) else ""
+    found = _alert_sentence(reason, address) if reason else None
+    if found is not None:
+        return found
+    if reason:
+        return f"{address} closed the TLS connection before answering ({reason})."
+    return (
+        f"{address} closed the TLS connection before answering: it requires a client certificate "
+        "(set ssl.keystore.location) or does not trust this one."
+    )
+
+
+def _alert_sentence(reason: str, address: str) -> str | None:
+    """The sentence for a TLS alert the broker sent, by OpenSSL's reason text; None for others."""
+    if "protocol version" in reason or "unsupported protocol" in reason:
+        return f"{address} and this client share no TLS version (check ssl.enabled.protocols)."
+    if "no shared cipher" in reason or "no cipher" in reason or "insufficient security" in reason:
+        return f"{address} and this client share no cipher suite (check ssl.cipher.suites)."
+    if "unknown ca" in reason:
+        return (
+            f"{address} does not trust this client's certificate: its CA is not in the broker's truststore."
+        )
+    if "certificate expired" in reason:
+        return f"{address} refused this client's certificate: it has expired."
+    if "certificate required" in reason or "alert handshake failure" in reason:
+        return f"{address} requires a client certificate (set ssl.keystore.location)."
+    if "bad certificate" in reason or "certificate unknown" in reason or "unsupported certificate" in reason:
+        return f"{address} refused this client's certificate ({reason})."
+    return None
+
+
+def _reason(exc: ssl.SSLError) -> str:
+    return (exc.reason or str(exc)).lower().replace("_", " ")
+
+
 def _closed_in_handshake(address: str) -> str:
     """A listener that closes during the handshake without a TLS alert: a plaintext one (Kafka reads a
-    ClientHello as an oversized request), or a TLS one refusing the client's versions, suites or, under
-    TLSv1.2, its certificate (kcli's broker, like any asyncio server, sends no alert then)."""
+    ClientHello as an oversized request), or a TLS one that refused the client without saying why."""
     return (
         f"{address} closed the connection during the TLS handshake: it is a PLAINTEXT listener, or it "
         "refuses this client's TLS versions, cipher suites or certificate."
     )
-
-
-def closed_before_answering(exc: BaseException | None, address: str) -> str:
-    """The sentence for a TLS connection the broker closed before its first answer: under TLSv1.3
-    the broker checks the client's certificate after the client's side of the handshake is done."""
-    reason = ""
-    if isinstance(exc, ssl.SSLError):
-        reason = (exc.reason or str(exc)).lower().replace("_", " ")
-    if "certificate required" in reason or not reason:
-        return (
-            f"{address} closed the TLS connection before answering: it requires a client certificate "
-            "(set ssl.keystore.location) or does not trust this one."
-        )
-    if "unknown ca" in reason or "bad certificate" in reason or "certificate unknown" in reason:
-        return f"{address} does not trust this client's certificate ({reason})."
-    if "expired" in reason:
-        return f"{address} refused this client's certificate: it has expired."
-    return f"{address} closed the TLS connection before answering ({reason})."
 
 
 def is_tls_record(head: bytes) -> bool:
