@@ -12,9 +12,11 @@ flight at once (pipelining): each is matched to its response by correlation id.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import random
+import ssl
 import struct
 from collections.abc import Callable
 from types import TracebackType
@@ -38,7 +40,7 @@ from kcli.protocol.produce_codec import (
     ProducePartitionAnswer,
     answer_from_response,
 )
-from kcli.security import PLAINTEXT, ClientSecurity
+from kcli.security import PLAINTEXT, ClientSecurity, tls
 from kcli.security.sasl import SaslClientMechanism, SaslError
 from kcli.security.sasl.client import client_mechanism, needs_io
 
@@ -103,6 +105,8 @@ class KafkaClient:
         """SASL authentications completed on this connection (re-authentications count too)."""
         self._reauth_timer: asyncio.TimerHandle | None = None
         self._reauth_task: asyncio.Task[None] | None = None
+        self.tls = False
+        """Whether the connection is TLS (a close before the first answer then reads differently)."""
         protocol.attach(self)
 
     @classmethod
@@ -116,26 +120,60 @@ class KafkaClient:
         negotiate: bool = True,
         security: ClientSecurity = PLAINTEXT,
     ) -> KafkaClient:
-        """Connect to "host:port" and, unless told not to, learn the broker's API versions."""
+        """Connect to "host:port" and, unless told not to, learn the broker's API versions.
+
+        With SSL or SASL_SSL the TLS handshake comes first (`kcli.security.tls`), then the host name
+        is checked against the broker's certificate (`ssl.endpoint.identification.algorithm`); each
+        failure is one sentence. With SASL_PLAINTEXT or SASL_SSL, ApiVersions is followed by SaslHandshake
+        and SaslAuthenticate (`authenticate`), as Kafka's SaslClientAuthenticator does."""
         host, port = split_address(bootstrap)
-        if security.protocol not in ("PLAINTEXT", "SASL_PLAINTEXT"):
-            raise ClientError(f"security.protocol {security.protocol} is not supported yet.")
+        if security.protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+            raise ClientError(
+                f"security.protocol {security.protocol} is not one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL."
+            )
+        context = _tls_context(security) if security.uses_tls else None
         loop = asyncio.get_running_loop()
         try:
             transport, protocol = await asyncio.wait_for(
-                loop.create_connection(lambda: _Connection(bootstrap), host, port), connect_timeout
+                loop.create_connection(
+                    lambda: _Connection(bootstrap),
+                    host,
+                    port,
+                    ssl=context,
+                    server_hostname=host if context is not None else None,
+                    ssl_handshake_timeout=connect_timeout if context is not None else None,
+                ),
+                connect_timeout,
             )
         except TimeoutError:
             raise ClientError(
                 f"cannot connect to {bootstrap}: timed out after {connect_timeout:g} s."
             ) from None
-        except OSError as exc:
-            reason = (exc.strerror or str(exc)).lower()
+        except (OSError, EOFError) as exc:
+            if context is not None and isinstance(exc, _HANDSHAKE_FAILURES):
+                raise ClientError(
+                    f"cannot connect to {bootstrap} with TLS: {tls.handshake_failure(exc, bootstrap)}"
+                ) from None
+            reason = (getattr(exc, "strerror", None) or str(exc)).lower()
             raise ClientError(f"cannot connect to {bootstrap}: {reason}.") from None
+        if context is not None:
+            try:
+                if tls.checks_host_name(security.ssl):
+                    tls.check_host_name(transport.get_extra_info("ssl_object"), host, bootstrap)
+            except tls.TlsError as exc:
+                transport.close()
+                raise ClientError(f"cannot connect to {bootstrap} with TLS: {exc}") from None
+            except ValueError:  # TLSv1.3: the broker's alert (a refused certificate) ended it already
+                transport.close()
+                with contextlib.suppress(TimeoutError):  # the alert is the connection's lost error
+                    await asyncio.wait_for(protocol.wait_closed(), 1.0)
+                sentence = tls.closed_before_answering(protocol._lost_error, bootstrap)
+                raise ClientError(f"cannot connect to {bootstrap} with TLS: {sentence}") from None
         client = cls(
             transport, protocol, address=bootstrap, client_id=client_id, request_timeout=request_timeout
         )
         client.security = security
+        client.tls = context is not None
         protocol.negotiated = not negotiate
         if negotiate or security.uses_sasl:
             try:
@@ -452,7 +490,10 @@ class KafkaClient:
 
     def _lost(self, exc: Exception | None) -> None:
         if self._closed_error is None:
-            if not self._protocol.negotiated:  # not one answer yet: whatever listens there is not Kafka
+            if not self._protocol.negotiated and self.tls:  # TLS 1.3: a refused client certificate shows here
+                sentence = tls.closed_before_answering(exc, self.address)
+                self._closed_error = ClientError(f"cannot connect to {self.address} with TLS: {sentence}")
+            elif not self._protocol.negotiated:  # not one answer yet: whatever listens there is not Kafka
                 reason = "" if exc is None else f" ({str(exc).rstrip('.').lower()})"
                 self._closed_error = ClientError(
                     f"{self.address} closed the connection{reason}: is it a Kafka listener?"
@@ -676,6 +717,28 @@ def _read_by_hand(argument: tuple[type, ResponseReader], frame: bytes | bytearra
     response_cls, reader = argument
     offset = skip_tagged_fields(frame, 4, len(frame)) if response_cls.__flexible__ else 4  # type: ignore[attr-defined]
     return reader(frame, offset, response_cls.__version__)  # type: ignore[attr-defined]
+
+
+_HANDSHAKE_FAILURES = (ssl.SSLError, ConnectionResetError, ConnectionAbortedError, BrokenPipeError, EOFError)
+"""What a failed TLS handshake raises: refused, or the listener closed the connection during it."""
+_TLS_CONTEXTS: dict[int, tuple[ClientSecurity, ssl.SSLContext]] = {}
+
+
+def _tls_context(security: ClientSecurity) -> ssl.SSLContext:
+    """The SSL context of `security`, made once per ClientSecurity value (a broker's fetchers
+    reconnect with the same one); a bad setting is the ClientError of its sentence."""
+    cached = _TLS_CONTEXTS.get(id(security))
+    if cached is not None and cached[0] is security:
+        return cached[1]
+    try:
+        context = tls.client_context(security.ssl)
+        tls.checks_host_name(security.ssl)
+    except tls.TlsError as exc:
+        raise ClientError(str(exc)) from None
+    if len(_TLS_CONTEXTS) > 64:
+        _TLS_CONTEXTS.clear()
+    _TLS_CONTEXTS[id(security)] = (security, context)
+    return context
 
 
 class NodeConnections:

@@ -17,14 +17,13 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import MappingProxyType
 
 from formats.checkpoints import parse_java_properties
 from formats.errors import CheckpointError
 from kcli.errors import KcliError
-
-if TYPE_CHECKING:
-    from kcli.security import ClientSecurity
+from kcli.security import ClientSecurity
+from kcli.security.principal import SslPrincipalMapper
 
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
@@ -84,12 +83,16 @@ class BrokerConfig:
         self._dynamic: dict[str, object] = {}
         self._per_listener: dict[str, object] = {}
         """`listener.name.<listener>.[<mechanism>.]<key>` settings, by lower-cased full name."""
+        self._raw_security: dict[str, str] = {}
+        """`ssl.*` and `listener.name.<listener>.ssl.*` as written: TLS reads Kafka's strings."""
         for key, raw in (settings or {}).items():
             base = listener_prefixed_key(key)
             if base is not None:
                 self._per_listener[key.lower()] = parse_value(BROKER_CONFIGS, base, raw, source=source)
-                continue
-            self._explicit[key] = parse_value(BROKER_CONFIGS, key, raw, source=source)
+            else:
+                self._explicit[key] = parse_value(BROKER_CONFIGS, key, raw, source=source)
+            if (base or key).startswith("ssl."):
+                self._raw_security[key] = raw.strip()
         self._check_combinations()
 
     @classmethod
@@ -161,7 +164,8 @@ class BrokerConfig:
 
     def ignored_keys(self) -> list[str]:
         """Keys that were set but that kcli does not act on (logged at start-up)."""
-        return sorted(k for k in self._explicit if not BROKER_CONFIGS[k].used)
+        plain = {k: k for k in self._explicit} | {k: listener_prefixed_key(k) for k in self._per_listener}
+        return sorted(k for k, name in plain.items() if name is None or not BROKER_CONFIGS[name].used)
 
     # Derived values, computed the way Kafka's KafkaConfig computes them.
 
@@ -258,21 +262,28 @@ class BrokerConfig:
         return Listener(chosen.name, host, chosen.port)
 
     @property
-    def listener(self) -> Listener:
-        """The one client listener: the first in `listeners` not named in `controller.listener.names`."""
+    def client_listeners(self) -> list[Listener]:
+        """The listeners clients and other brokers use: those in `listeners` not named in
+        `controller.listener.names`, in their order."""
         controller_names = set(self["controller.listener.names"])  # type: ignore[call-overload]
-        for listener in self["listeners"]:  # type: ignore[attr-defined]
-            if listener.name not in controller_names:
-                return listener
-        raise ConfigError("listeners names no listener for clients (all are controller listeners).")
+        found = [x for x in self["listeners"] if x.name not in controller_names]  # type: ignore[attr-defined]
+        if not found:
+            raise ConfigError("listeners names no listener for clients (all are controller listeners).")
+        return found
 
-    def advertised_listener(self, bound_port: int | None = None) -> Listener:
-        """What Metadata tells clients: `advertised.listeners` for our listener name, else the listener.
+    @property
+    def listener(self) -> Listener:
+        """The first client listener: what the ready line and `--listen` speak of."""
+        return self.client_listeners[0]
+
+    def advertised_listener(self, bound_port: int | None = None, name: str | None = None) -> Listener:
+        """What Metadata tells clients of listener `name` (the first client listener by default):
+        its `advertised.listeners` entry, else the listener itself.
 
         An unset host (bind to all interfaces) advertises 127.0.0.1 rather than a hostname that may
         not resolve; port 0 means "the port we were given by the OS".
         """
-        own = self.listener
+        own = self.listener if name is None else next(x for x in self.client_listeners if x.name == name)
         chosen = own
         if self.is_set("advertised.listeners"):
             for listener in self["advertised.listeners"]:  # type: ignore[attr-defined]
@@ -284,6 +295,51 @@ class BrokerConfig:
         if port == 0 and bound_port is not None:
             port = bound_port
         return Listener(chosen.name, host, port)
+
+    def protocol_of(self, name: str) -> str:
+        """The security protocol of listener `name` (`listener.security.protocol.map`)."""
+        return self._protocol_of(name) or "PLAINTEXT"
+
+    @property
+    def inter_broker_listener_name(self) -> str:
+        """Kafka's interBrokerListenerName: `inter.broker.listener.name`, else the listener named
+        after `security.inter.broker.protocol`; kcli falls back to the first client listener when
+        no listener has that name (Kafka refuses such a configuration)."""
+        name = self["inter.broker.listener.name"]
+        if name:
+            return str(name).upper()
+        by_protocol = str(self["security.inter.broker.protocol"]).upper()
+        names = [x.name for x in self.client_listeners]
+        return by_protocol if by_protocol in names else names[0]
+
+    def ssl_settings(self, listener_name: str) -> dict[str, str]:
+        """The `ssl.*` settings of a listener as Kafka resolves them: `listener.name.<name>.ssl.*`
+        wins over the plain `ssl.*` key (KafkaConfig.valuesWithPrefixOverride); the name in any case."""
+        plain = {k: v for k, v in self._raw_security.items() if k.startswith("ssl.")}
+        prefix = f"listener.name.{listener_name.lower()}."
+        for key, value in self._raw_security.items():
+            if key.lower().startswith(prefix):
+                plain[key[len(prefix) :]] = value
+        return plain
+
+    def inter_broker_security(self) -> ClientSecurity:
+        """How this broker reaches the others (replication, transaction markers): the inter-broker
+        listener's protocol; for TLS its own `ssl.*` settings (its truststore checks the peers, its
+        keystore is its client certificate); for SASL `sasl.mechanism.inter.broker.protocol` with the
+        username and password of that mechanism's JAAS line, as Kafka's inter-broker client takes them."""
+        from kcli.security.jaas import parse_jaas_config
+
+        name = self.inter_broker_listener_name
+        protocol = self.protocol_of(name)
+        ssl = MappingProxyType(self.ssl_settings(name)) if protocol in ("SSL", "SASL_SSL") else None
+        if protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
+            return ClientSecurity(protocol) if ssl is None else ClientSecurity(protocol, ssl=ssl)
+        mechanism = str(self["sasl.mechanism.inter.broker.protocol"])
+        jaas = self.listener_value(name, "sasl.jaas.config", mechanism)
+        source = self.listener_key(name, "sasl.jaas.config", mechanism)
+        options = parse_jaas_config(str(jaas), source=source).options if jaas is not None else {}
+        extra = {} if ssl is None else {"ssl": ssl}
+        return ClientSecurity(protocol=protocol, sasl_mechanism=mechanism, jaas=options, **extra)
 
     @property
     def log_roll_ms(self) -> int:
@@ -344,59 +400,58 @@ class BrokerConfig:
             raise ConfigError("listeners must name at least one listener.")
         self._check_quorum()
         if self.is_broker:
-            own = self.listener
-            advertised = [a for a in self["advertised.listeners"] or [] if a.name == own.name]  # type: ignore[attr-defined]
-            for listener in [own, *advertised]:
+            own = self.client_listeners
+            names = {x.name for x in own}
+            advertised = [a for a in self["advertised.listeners"] or [] if a.name in names]  # type: ignore[attr-defined]
+            for listener in [*own, *advertised]:
                 self._check_protocol(listener)
+            self._check_inter_broker(names)
         controller = self.controller_listener
         if controller is not None:
-            self._check_protocol(controller)
+            self._check_protocol(controller, controller=True)
+        listener_names = {x.name for x in self["listeners"]}  # type: ignore[attr-defined]
+        for key in self._per_listener:
+            name = key[len("listener.name.") :].partition(".")[0].upper()
+            if name not in listener_names:
+                raise ConfigError(f"{key} is set for listener {name}, which listeners does not name.")
+        rules = self["ssl.principal.mapping.rules"]
+        try:
+            SslPrincipalMapper(str(rules))
+        except KcliError as exc:
+            raise ConfigError(str(exc)) from None
         broker_id = self["broker.id"]
         if self.is_set("broker.id") and broker_id != -1 and broker_id != self.node_id:
             raise ConfigError(f"broker.id {broker_id} must match node.id {self.node_id} when both are set.")
         if self.log_retention_ms == 0:
             raise ConfigError("log.retention.ms must be unlimited (-1) or, equal or greater than 1.")
-        if self.is_broker and self.advertised_listener().host in ("0.0.0.0", "::"):
-            raise ConfigError(
-                "advertised.listeners cannot use the nonroutable meta-address "
-                f"{self.advertised_listener().host}; set advertised.listeners to a routable address."
-            )
+        for listener in self.client_listeners if self.is_broker else []:
+            host = self.advertised_listener(name=listener.name).host
+            if host in ("0.0.0.0", "::"):
+                raise ConfigError(
+                    "advertised.listeners cannot use the nonroutable meta-address "
+                    f"{host}; set advertised.listeners to a routable address."
+                )
         if not self.log_dirs or any(not d for d in self.log_dirs):
             raise ConfigError("log.dirs must name at least one directory.")
 
-    def _check_protocol(self, listener: Listener) -> None:
+    def _check_protocol(self, listener: Listener, *, controller: bool = False) -> None:
         protocol = self._protocol_of(listener.name)
         if protocol is None:
             raise ConfigError(
                 f"listener name {listener.name} has no entry in listener.security.protocol.map."
             )
-        controller = listener.name in self["controller.listener.names"]  # type: ignore[operator]
-        if protocol == "SASL_PLAINTEXT" and not controller:
+        if protocol not in SECURITY_PROTOCOL_IDS:
+            raise ConfigError(
+                f"listener {listener} uses security protocol {protocol}; it must be one of "
+                f"{', '.join(SECURITY_PROTOCOL_IDS)}."
+            )
+        if controller and protocol != "PLAINTEXT":
+            raise ConfigError(
+                f"controller listener {listener} uses security protocol {protocol}; kcli's controller "
+                "quorum speaks PLAINTEXT only."
+            )
+        if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
             self._check_sasl(listener.name)
-        elif protocol != "PLAINTEXT":
-            served = "PLAINTEXT only" if controller else "PLAINTEXT and SASL_PLAINTEXT"
-            raise ConfigError(f"listener {listener} uses security protocol {protocol}; kcli serves {served}.")
-
-    def security_protocol(self, listener_name: str) -> str:
-        """The security protocol of a listener (PLAINTEXT when unmapped, as checked at start-up)."""
-        return self._protocol_of(listener_name) or "PLAINTEXT"
-
-    def inter_broker_security(self) -> ClientSecurity:
-        """How this broker connects to the others' listener (replication, transaction markers):
-        its own listener's protocol, `sasl.mechanism.inter.broker.protocol` with the username and
-        password of that mechanism's JAAS line, as Kafka's inter-broker client takes them."""
-        from kcli.security import ClientSecurity
-        from kcli.security.jaas import parse_jaas_config
-
-        name = self.listener.name
-        protocol = self.security_protocol(name)
-        if protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
-            return ClientSecurity(protocol=protocol)
-        mechanism = str(self["sasl.mechanism.inter.broker.protocol"])
-        jaas = self.listener_value(name, "sasl.jaas.config", mechanism)
-        source = self.listener_key(name, "sasl.jaas.config", mechanism)
-        options = parse_jaas_config(str(jaas), source=source).options if jaas is not None else {}
-        return ClientSecurity(protocol=protocol, sasl_mechanism=mechanism, jaas=options)
 
     def _check_sasl(self, listener_name: str) -> None:
         """A SASL listener's mechanisms and JAAS lines, refused in one sentence as Kafka refuses them."""
@@ -461,6 +516,31 @@ class BrokerConfig:
                 raise ConfigError(
                     f"listener {listener_name}: inter-broker SASL/{inter_broker} needs username and password in "
                     f"listener.name.{listener_name.lower()}.{str(inter_broker).lower()}.sasl.jaas.config."
+                )
+
+    def _check_inter_broker(self, names: set[str]) -> None:
+        """KafkaConfig's rules: not both inter-broker keys, and a listener that exists."""
+        if self.is_set("inter.broker.listener.name") and self.is_set("security.inter.broker.protocol"):
+            raise ConfigError(
+                "Only one of inter.broker.listener.name and security.inter.broker.protocol should be set."
+            )
+        if self.is_set("inter.broker.listener.name"):
+            name = self.inter_broker_listener_name
+            if self._protocol_of(name) is None:
+                raise ConfigError(
+                    f"Listener with name {name} defined in inter.broker.listener.name not found in "
+                    "listener.security.protocol.map."
+                )
+            if name not in names:
+                raise ConfigError(
+                    f"inter.broker.listener.name must be a listener name defined in listeners; "
+                    f"{name} is not one of {', '.join(sorted(names))}."
+                )
+        elif self.is_set("security.inter.broker.protocol"):
+            protocol = str(self["security.inter.broker.protocol"]).upper()
+            if protocol not in names:
+                raise ConfigError(
+                    f"security.inter.broker.protocol {protocol} needs a listener named {protocol} in listeners."
                 )
 
     def _protocol_of(self, name: str) -> str | None:
@@ -878,6 +958,8 @@ _CLEANUP = ("compact", "delete")
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 _TOPIC_COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 _DEFAULT_PROTOCOL_MAP = {p: p for p in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")}
+SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+"""Kafka's SecurityProtocol ids, as BrokerRegistration and RegisterBrokerRecord carry them."""
 
 BROKER_CONFIGS: dict[str, ConfigKey] = _table(
     [
@@ -975,14 +1057,13 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table(
             None,
             "Listener names used by the controller; skipped for clients.",
         ),
-        ("inter.broker.listener.name", "string", None, None, "Listener for inter-broker traffic.", False),
+        ("inter.broker.listener.name", "string", None, None, "Listener for inter-broker traffic."),
         (
             "security.inter.broker.protocol",
             "string",
             "PLAINTEXT",
-            None,
-            "Inter-broker security protocol.",
-            False,
+            one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL", case_sensitive=False),
+            "Inter-broker security protocol (used when inter.broker.listener.name is unset).",
         ),
         (
             "listeners",
@@ -1006,6 +1087,66 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table(
             "Listener name to security protocol.",
         ),
         ("broker.rack", "string", None, None, "Rack of this broker, reported in Metadata."),
+        # --- TLS (Kafka's SslConfigs and BrokerSecurityConfigs); listener.name.<name>.ssl.* overrides
+        ("ssl.protocol", "string", "TLSv1.3", one_of("TLSv1.2", "TLSv1.3", "TLS"), "TLS protocol."),
+        ("ssl.provider", "string", None, None, "Security provider (Java).", False),
+        ("ssl.cipher.suites", "list", [], None, "Cipher suites (Java's or OpenSSL's names); empty: all."),
+        (
+            "ssl.enabled.protocols",
+            "list",
+            ["TLSv1.2", "TLSv1.3"],
+            list_of("TLSv1.2", "TLSv1.3"),
+            "TLS versions enabled.",
+        ),
+        (
+            "ssl.keystore.type",
+            "string",
+            "JKS",
+            one_of("JKS", "PKCS12", "PEM", case_sensitive=False),
+            "Keystore format (kcli reads PKCS12 and PEM).",
+        ),
+        ("ssl.keystore.location", "string", None, None, "Keystore file."),
+        ("ssl.keystore.password", "password", None, None, "Keystore password."),
+        ("ssl.key.password", "password", None, None, "Password of the private key."),
+        ("ssl.keystore.key", "password", None, None, "Private key as PEM text."),
+        ("ssl.keystore.certificate.chain", "password", None, None, "Certificate chain as PEM text."),
+        (
+            "ssl.truststore.type",
+            "string",
+            "JKS",
+            one_of("JKS", "PKCS12", "PEM", case_sensitive=False),
+            "Truststore format (kcli reads PKCS12 and PEM).",
+        ),
+        ("ssl.truststore.location", "string", None, None, "Truststore file."),
+        ("ssl.truststore.password", "password", None, None, "Truststore password."),
+        ("ssl.truststore.certificates", "password", None, None, "Trusted certificates as PEM text."),
+        ("ssl.keymanager.algorithm", "string", "SunX509", None, "Key manager algorithm (Java).", False),
+        ("ssl.trustmanager.algorithm", "string", "PKIX", None, "Trust manager algorithm (Java).", False),
+        (
+            "ssl.endpoint.identification.algorithm",
+            "string",
+            "https",
+            one_of("https", "", case_sensitive=False),
+            "https checks the peer's host name against its certificate; empty does not.",
+        ),
+        ("ssl.secure.random.implementation", "string", None, None, "SecureRandom (Java).", False),
+        ("ssl.engine.factory.class", "class", None, None, "SSL engine factory (Java).", False),
+        (
+            "ssl.client.auth",
+            "string",
+            "none",
+            one_of("none", "requested", "required"),
+            "Whether TLS listeners ask clients for a certificate.",
+        ),
+        (
+            "ssl.principal.mapping.rules",
+            "string",
+            "DEFAULT",
+            None,
+            "Rules mapping a client certificate's subject to a principal name.",
+        ),
+        ("ssl.allow.dn.changes", "boolean", False, None, "Allow a keystore update to change the DN.", False),
+        ("ssl.allow.san.changes", "boolean", False, None, "Allow a keystore update to change SANs.", False),
         # --- sockets and requests
         (
             "socket.request.max.bytes",
@@ -1757,15 +1898,19 @@ LISTENER_KEYS = (
 
 
 def listener_prefixed_key(key: str) -> str | None:
-    """The base key of `listener.name.<listener>.[<mechanism>.]<key>`, None for any other key."""
+    """The base key of `listener.name.<listener>.[<mechanism>.]<key>`, None for any other key: the SASL
+    keys of LISTENER_KEYS, the JAAS line and re-authentication also per mechanism, and every known
+    `ssl.*` key (Kafka's listener prefix override)."""
     if not key.lower().startswith("listener.name."):
         return None
-    rest = key[len("listener.name.") :]
-    for base in LISTENER_KEYS:
-        if rest.endswith("." + base) and rest[: -len(base) - 1]:
-            head = rest[: -len(base) - 1]
-            if head.count(".") == 0 or base in ("sasl.jaas.config", "connections.max.reauth.ms"):
-                return base
+    name, dot, base = key[len("listener.name.") :].partition(".")
+    if not name or not dot:
+        return None
+    if base in LISTENER_KEYS or (base.startswith("ssl.") and base in BROKER_CONFIGS):
+        return base
+    mechanism, dot, base = base.partition(".")
+    if mechanism and dot and base in ("sasl.jaas.config", "connections.max.reauth.ms"):
+        return base
     return None
 
 

@@ -188,10 +188,6 @@ def test_topic_defaults_come_from_broker_synonyms() -> None:
             "port 70000 in 'PLAINTEXT://127.0.0.1:70000' is not between 0 and 65535.",
         ),
         (
-            {"listeners": "SSL://:9093"},
-            "listener SSL://:9093 uses security protocol SSL; kcli serves PLAINTEXT and SASL_PLAINTEXT.",
-        ),
-        (
             {"listeners": "SASL_PLAINTEXT://:9093"},
             "sasl.enabled.mechanisms of listener SASL_PLAINTEXT: SASL mechanism GSSAPI (Kerberos) is not "
             "supported by kcli; use PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER.",
@@ -294,6 +290,33 @@ def test_topic_defaults_come_from_broker_synonyms() -> None:
                 "connections.max.reauth.ms": "-1",
             },
             "invalid value '-1' for configuration connections.max.reauth.ms: value must be at least 0.",
+        ),
+        (
+            {
+                "listeners": "PLAINTEXT://:9092,SSL://:9093",
+                "listener.name.tls.ssl.keystore.location": "/k.p12",
+            },
+            "listener.name.tls.ssl.keystore.location is set for listener TLS, which listeners does not name.",
+        ),
+        (
+            {"listeners": "PLAINTEXT://:9092,SSL://:9093", "listener.name.ssl.ssl.keystore.secret": "x"},
+            "unknown configuration key 'listener.name.ssl.ssl.keystore.secret'.",
+        ),
+        (
+            {"listeners": "PLAINTEXT://:9092", "inter.broker.listener.name": "SSL"},
+            "inter.broker.listener.name must be a listener name defined in listeners; SSL is not one of PLAINTEXT.",
+        ),
+        (
+            {"inter.broker.listener.name": "PLAINTEXT", "security.inter.broker.protocol": "PLAINTEXT"},
+            "Only one of inter.broker.listener.name and security.inter.broker.protocol should be set.",
+        ),
+        (
+            {"ssl.client.auth": "always"},
+            "invalid value 'always' for configuration ssl.client.auth: value must be one of none, requested, required.",
+        ),
+        (
+            {"ssl.principal.mapping.rules": "RULE:^CN=(.*/$1"},
+            "invalid rule 'RULE:^CN=(.*/$1' in ssl.principal.mapping.rules (unmatched 'RULE:^CN=(.*/$1').",
         ),
         (
             {"listeners": "INTERNAL://:9093"},
@@ -578,7 +601,8 @@ _VOTER_FORM = "Each entry should be in the form `{id}@{host}:{port}`."
                 "controller.quorum.voters": "1@c1:9093",
                 "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SSL",
             },
-            "listener CONTROLLER://127.0.0.1:9093 uses security protocol SSL; kcli serves PLAINTEXT only.",
+            "controller listener CONTROLLER://127.0.0.1:9093 uses security protocol SSL; kcli's controller "
+            "quorum speaks PLAINTEXT only.",
         ),
         (
             {"process.roles": "controller"},
@@ -647,3 +671,44 @@ def test_a_controller_only_node_has_only_controller_listeners() -> None:
         BrokerConfig({**CONTROLLER_ONLY, "node.id": "9"})
     dynamic = {k: v for k, v in CONTROLLER_ONLY.items() if k != "controller.quorum.voters"}
     assert BrokerConfig({**dynamic, "controller.quorum.bootstrap.servers": "c1:9093"}).quorum_voters == {}
+
+
+def test_several_client_listeners_resolve_as_kafka_resolves_them() -> None:
+    """Each client listener, its advertised address, its protocol, its ssl.* settings with the
+    listener.name.<name>. prefix winning, and the inter-broker listener and how it is reached."""
+    config = BrokerConfig(
+        {
+            "listeners": "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093,INTERNAL://:9094,CONTROLLER://:9095",
+            "advertised.listeners": "SSL://broker1.example:19093",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,INTERNAL:SSL,CONTROLLER:PLAINTEXT",
+            "controller.listener.names": "CONTROLLER",
+            "controller.quorum.voters": "1@127.0.0.1:9095",
+            "node.id": "1",
+            "process.roles": "broker,controller",
+            "inter.broker.listener.name": "internal",
+            "ssl.keystore.location": "/keys/node.p12",
+            "ssl.client.auth": "requested",
+            "listener.name.INTERNAL.ssl.client.auth": "required",
+            "listener.name.internal.ssl.keystore.location": "/keys/internal.pem",
+        }
+    )
+    assert [x.name for x in config.client_listeners] == ["PLAINTEXT", "SSL", "INTERNAL"]
+    assert config.listener.name == "PLAINTEXT"
+    assert config.advertised_listener(name="SSL") == Listener("SSL", "broker1.example", 19093)
+    assert config.advertised_listener(name="INTERNAL") == Listener("INTERNAL", "127.0.0.1", 9094)
+    assert [config.protocol_of(x.name) for x in config.client_listeners] == ["PLAINTEXT", "SSL", "SSL"]
+    assert config.ssl_settings("SSL") == {
+        "ssl.keystore.location": "/keys/node.p12",
+        "ssl.client.auth": "requested",
+    }
+    assert config.ssl_settings("INTERNAL") == {
+        "ssl.keystore.location": "/keys/internal.pem",
+        "ssl.client.auth": "required",
+    }
+    assert config.inter_broker_listener_name == "INTERNAL"
+    security = config.inter_broker_security()
+    assert security.protocol == "SSL" and security.ssl["ssl.keystore.location"] == "/keys/internal.pem"
+    assert "listener.name.internal.ssl.keystore.location" not in config.ignored_keys()
+    plain = BrokerConfig({"listeners": "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093"})
+    assert plain.inter_broker_listener_name == "PLAINTEXT"  # security.inter.broker.protocol's default
+    assert plain.inter_broker_security().protocol == "PLAINTEXT"

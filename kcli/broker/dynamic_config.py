@@ -100,7 +100,24 @@ DYNAMIC_CONFIGS = (
 )
 """The broker properties kcli updates live."""
 
-PER_BROKER_CONFIGS = frozenset({"listeners", "advertised.listeners", "listener.security.protocol.map"})
+PER_BROKER_CONFIGS = frozenset(
+    {
+        "listeners",
+        "advertised.listeners",
+        "listener.security.protocol.map",
+        # SslConfigs.RECONFIGURABLE_CONFIGS (Kafka's DynamicSecurityConfigs): a keystore or truststore update
+        "ssl.keystore.type",
+        "ssl.keystore.location",
+        "ssl.keystore.password",
+        "ssl.key.password",
+        "ssl.keystore.key",
+        "ssl.keystore.certificate.chain",
+        "ssl.truststore.type",
+        "ssl.truststore.location",
+        "ssl.truststore.password",
+        "ssl.truststore.certificates",
+    }
+)
 """Kafka's dynamic properties that only a broker's own level may set (DynamicBrokerConfig.PerBrokerConfigs:
 its listener and SSL/SASL ones; these are the ones kcli knows). kcli cannot change them live, so per
 broker they are refused as static; at the cluster-wide level Kafka's own refusal comes first."""

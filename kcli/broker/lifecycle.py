@@ -17,7 +17,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -30,7 +30,7 @@ from kcli.broker.metadata.image import ProducerIdsBlock
 from kcli.broker.metadata.loader import MetadataLoader
 from kcli.broker.raft import KafkaRaftClient
 from kcli.client import NodeConnections
-from kcli.config import BrokerConfig, Listener
+from kcli.config import SECURITY_PROTOCOL_IDS, BrokerConfig, Listener
 from kcli.errors import KcliError
 from kcli.protocol.messages import api_name, error_response, nested_type, request_type
 from kcli.storage import load_meta_properties
@@ -182,24 +182,26 @@ class BrokerLifecycleManager:
         """The broker epoch this node's clean-shutdown files record (LogManager.readBrokerEpochFromCleanShutdownFiles),
         sent with every registration of this incarnation; -1 when they do not show a clean shutdown."""
 
-    async def start(self, advertised: Listener, rack: str | None) -> None:
+    async def start(self, advertised: Sequence[Listener], rack: str | None) -> None:
         """Register, then heartbeat in the background until unfenced (this returns then)."""
         await self._register(advertised, rack)
         self._task = asyncio.create_task(self._heartbeats(advertised, rack), name="kcli-broker-heartbeats")
         await self._unfenced.wait()
         log.info("broker %d is unfenced (broker epoch %d)", self.node_id, self.broker_epoch)
 
-    async def _register(self, advertised: Listener, rack: str | None) -> None:
+    async def _register(self, advertised: Sequence[Listener], rack: str | None) -> None:
+        """BrokerRegistration with every client listener as clients reach it (Kafka registers each
+        advertised listener with its security protocol)."""
+        endpoints = [(x, SECURITY_PROTOCOL_IDS[self.config.protocol_of(x.name)]) for x in advertised]
         cls = request_type(BROKER_REGISTRATION, 4)
         listener_cls, feature_cls = nested_type(cls, "Listener"), nested_type(cls, "Feature")
         request = cls(
             broker_id=self.node_id,
             cluster_id=self.channel.raft.cluster_id,
             incarnation_id=self.incarnation_id,
-            listeners=(
-                listener_cls(
-                    name=advertised.name, host=advertised.host, port=advertised.port, security_protocol=0
-                ),
+            listeners=tuple(
+                listener_cls(name=x.name, host=x.host, port=x.port, security_protocol=protocol)
+                for x, protocol in endpoints
             ),
             features=tuple(
                 feature_cls(name=name, min_supported_version=low, max_supported_version=high)
@@ -213,7 +215,8 @@ class BrokerLifecycleManager:
 
         async def local(controller: QuorumController) -> int:
             return await controller.register_broker(
-                advertised,
+                advertised[0],
+                endpoints=endpoints,
                 broker_id=self.node_id,
                 incarnation_id=self.incarnation_id,
                 rack=rack,
@@ -281,7 +284,7 @@ class BrokerLifecycleManager:
             return answer.error_code, answer.is_fenced, answer.should_shut_down
         return ErrorCode.none, answer.is_fenced, answer.should_shut_down
 
-    async def _heartbeats(self, advertised: Listener, rack: str | None) -> None:
+    async def _heartbeats(self, advertised: Sequence[Listener], rack: str | None) -> None:
         while not self._shutting_down:
             try:
                 error, fenced, _ = await self.heartbeat()

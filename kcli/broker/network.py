@@ -11,35 +11,48 @@ This module knows frames, not APIs: every frame goes to the `RequestHandler` the
 one above `socket.request.max.bytes` closes the connection; so does an `InvalidRequestError` from the
 handler. Nothing a client sends can take down another connection or the process.
 
-Seams for secure connections (Kafka's SslTransportLayer and SaslServerAuthenticator):
-- Transport: `Connection` speaks to an asyncio transport only through `transport.write` and, for file
-  regions, `_sendfile_now` / `loop.sendfile` on the plain socket, in `_send_framed_now` and
-  `_send_parts` alone. A TLS transport has no socket to sendfile into: there a file region is read and
-  written through the transport instead (Kafka, too, copies under TLS), and corking does not apply.
+Secure connections (Kafka's SslTransportLayer and SaslServerAuthenticator):
+- Transport: on a listener whose protocol is SSL or SASL_SSL each connection starts TLS itself (as
+  `loop.start_tls` does, with the context `kcli.security.tls.server_context` makes from the listener's
+  `ssl.*` settings) and serves through the TLS transport once the handshake is done. A failed handshake
+  (a plaintext client, a refused certificate) sends OpenSSL's alert, as Kafka does, so the client can
+  name the reason, and closes the connection with one INFO line, as Kafka's "Failed authentication with
+  ... (SSL handshake failed)"; nothing else notices it. `Connection` speaks to a transport only through
+  `transport.write` and, for file regions, `_sendfile_now` / `loop.sendfile` on the plain socket, in
+  `_send_framed_now` and `_send_parts` alone. A TLS transport still reports the TCP socket underneath,
+  which must never see a sendfile: under TLS a file region is read in large blocks and written through
+  the transport (`_copy_now`; Kafka, too, copies under TLS), and corking does not apply.
 - Authentication state: each connection takes its `handle` when it is made. On a SASL listener a
   per-connection `SaslServerAuthenticator` (`kcli.broker.authenticator`) stands in that place,
   answering ApiVersions and the SASL requests and refusing the rest, then hands the frames to the
-  broker's handler; the principal it establishes is on the connection's `ConnectionInfo`, which every
-  handler receives. Until then frames are bounded by `sasl.server.max.receive.size`.
+  broker's handler; until then frames are bounded by `sasl.server.max.receive.size`.
+- Principal: `ConnectionInfo.principal`, which every handler receives, is `User:ANONYMOUS` unless the
+  client presented a certificate, whose subject `ssl.principal.mapping.rules` maps to the name
+  (`kcli.security.principal`), or SASL authenticated a user (`User:<name>`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import os
 import socket
+import ssl
 import struct
+from asyncio import sslproto
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, NamedTuple
 
 from kcli.broker.apis.context import ConnectionInfo, FileRegion
 from kcli.broker.apis.dispatch import Answer, FramedSend
 from kcli.broker.authenticator import SaslListener, SaslServerAuthenticator
-from kcli.config import BrokerConfig, Listener
+from kcli.config import BrokerConfig, ConfigError, Listener
 from kcli.errors import KcliError
 from kcli.protocol.request_header import InvalidRequestError
 from kcli.protocol.response_header import response_header
+from kcli.security import tls
+from kcli.security.principal import PrincipalMappingError, SslPrincipalMapper
 from kcli.security.sasl.scram import CredentialLookup
 
 log = logging.getLogger("kcli.broker")
@@ -72,7 +85,7 @@ class SocketServer:
         self.sasl_listeners = {
             listener.name: SaslListener.from_config(config, listener.name)
             for listener in config["listeners"]  # type: ignore[attr-defined]
-            if config.security_protocol(listener.name) in ("SASL_PLAINTEXT", "SASL_SSL")
+            if config.protocol_of(listener.name) in ("SASL_PLAINTEXT", "SASL_SSL")
         }
         """The SASL listeners' settings, by listener name."""
         self.scram_credentials: CredentialLookup = _no_credentials
@@ -82,14 +95,41 @@ class SocketServer:
         self._stopping = False
         self._controller_stopping = False  # the controller listener serves until the node has stopped
         self._sweeper: asyncio.Task[None] | None = None
+        self.bound: dict[str, asyncio.Server] = {}
+        """Each bound listener's server, by listener name."""
 
     async def bind(self, listener: Listener) -> asyncio.Server:
-        """Bind `listener` now (a busy port fails before any data is touched); serving starts later."""
-        return await _bind(listener, self.config, lambda: self.new_connection(listener.name))
+        """Bind `listener` now (a busy port fails before any data is touched); serving starts later.
 
-    def new_connection(self, listener_name: str) -> Connection:
+        An SSL listener's keystore and truststore are read here: a bad one stops start-up with its
+        sentence. A PLAINTEXT listener on an address other hosts can reach is logged once."""
+        protocol = self.config.protocol_of(listener.name)
+        tls_server: _TlsServer | None = None
+        if protocol in ("SSL", "SASL_SSL"):  # SASL_SSL: TLS first, then the SASL authenticator
+            settings = self.config.ssl_settings(listener.name)
+            try:
+                context = tls.server_context(settings, listener=listener.name)
+                mapper = SslPrincipalMapper(settings.get("ssl.principal.mapping.rules", "DEFAULT"))
+            except (tls.TlsError, PrincipalMappingError) as exc:  # unusable stores or rules: configuration
+                raise ConfigError(str(exc)) from None
+            tls_server = _TlsServer(context, mapper)
+        elif protocol == "PLAINTEXT" and not _is_loopback(listener.host):
+            log.warning(
+                "listener %s is PLAINTEXT on an address other hosts can reach: its traffic is not "
+                "encrypted and its clients are not authenticated",
+                listener,
+            )
+        server = await _bind(listener, self.config, lambda: self.new_connection(listener.name, tls_server))
+        self.bound[listener.name] = server
+        return server
+
+    def new_connection(self, listener_name: str, tls_server: _TlsServer | None = None) -> Connection:
         self._next_connection += 1
-        return Connection(self, self._next_connection, listener_name)
+        return Connection(self, self._next_connection, listener_name, tls_server)
+
+    def bound_port(self, listener_name: str) -> int:
+        """The port a bound listener got (the one asked for, or the OS's pick for port 0)."""
+        return int(self.bound[listener_name].sockets[0].getsockname()[1])
 
     def refuses(self, listener_name: str) -> bool:
         """Whether a new connection on this listener is closed at once (shutting down)."""
@@ -160,7 +200,9 @@ class Connection(asyncio.BufferedProtocol):
     READ_AHEAD = 1 << 20
     """Bytes of further requests buffered while a request is in flight, before reading pauses."""
 
-    def __init__(self, server: SocketServer, number: int, listener_name: str) -> None:
+    def __init__(
+        self, server: SocketServer, number: int, listener_name: str, tls_server: _TlsServer | None = None
+    ) -> None:
         assert server.handle is not None, "a listener serves once the broker has installed its handler"
         self.server = server
         self.handle: RequestHandler = server.handle
@@ -177,6 +219,13 @@ class Connection(asyncio.BufferedProtocol):
         self.loop = asyncio.get_running_loop()
         self.info = ConnectionInfo(f"unknown-{number}", "unknown", listener=listener_name)
         self.transport: asyncio.Transport | None = None
+        self.tls_server = tls_server
+        """The listener's TLS context and principal mapping; None on a PLAINTEXT listener."""
+        self.tls = False
+        """Whether the transport is TLS: file regions are then copied through it, never sendfile'd."""
+        self._handshaking = False
+        """TLS is being started: what arrives meanwhile waits in the buffer, nothing is written."""
+        self._handshake: asyncio.Task[None] | None = None
         self.held: list[bytes] = []
         self.current: asyncio.Task[object] | None = None
         self.busy = False
@@ -210,6 +259,51 @@ class Connection(asyncio.BufferedProtocol):
             return
         self.server.connections.add(self)
         _apply_socket_options(transport.get_extra_info("socket"), self.server.config)
+        if self.tls_server is not None:
+            self._handshaking = True
+            self._handshake = self.loop.create_task(self._start_tls(transport, self.tls_server))
+
+    async def _start_tls(self, raw: asyncio.BaseTransport, tls_server: _TlsServer) -> None:
+        """The TLS handshake, then the principal (`ssl.principal.mapping.rules`), then the requests
+        that arrived meanwhile. A failure closes the connection with one line."""
+        transport: asyncio.BaseTransport | None = None
+        try:
+            transport = await _start_server_tls(self.loop, raw, self, tls_server.context)
+            der = transport.get_extra_info("ssl_object").getpeercert(binary_form=True)
+            self.info.principal = tls_server.mapper.principal(der)
+        except ssl.SSLError as exc:
+            reason = (exc.reason or str(exc)).lower().replace("_", " ")
+            log.info(
+                "closing connection from %s: TLS handshake failed on listener %s (%s)",
+                self.info.peer,
+                self.listener_name,
+                reason,
+            )
+            self._handshake_failed(raw)
+            return
+        except KcliError as exc:  # no rule of ssl.principal.mapping.rules applies
+            log.warning("closing TLS connection from %s: %s", self.info.peer, str(exc).rstrip("."))
+            if transport is not None:
+                transport.close()
+            self._handshake_failed(raw)
+            return
+        except (OSError, TimeoutError, asyncio.CancelledError) as exc:  # gone, too slow, or shut down
+            log.debug("TLS handshake with %s ended: %s", self.info.peer, exc or type(exc).__name__)
+            self._handshake_failed(raw)
+            return
+        self.transport = transport  # type: ignore[assignment]
+        self.tls = True
+        self._handshaking = False
+        if self._stopping:
+            self.stop()
+        elif self.buffer or self._eof:
+            self._process()
+
+    def _handshake_failed(self, raw: asyncio.BaseTransport) -> None:
+        """asyncio tells the protocol nothing of a TLS connection that never started: close it here."""
+        raw.close()
+        if not self._lost:
+            self.connection_lost(None)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.buffer.free_space()
@@ -219,6 +313,8 @@ class Connection(asyncio.BufferedProtocol):
             self.buffer.clear()
             return
         self.buffer.end += nbytes
+        if self._handshaking:
+            return  # served once `_start_tls` has the TLS transport
         if self.current is None and not self._write_paused:
             self._process()
         elif len(self.buffer) > self.READ_AHEAD and not self._read_paused and not self._closing():
@@ -227,9 +323,13 @@ class Connection(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool:
         self._eof = True
+        if self._handshaking:
+            return False
         if self.current is None and not self._write_paused:
             self._process()  # answers what is buffered, then closes
-        return True  # the transport stays open until the answers are out
+        # A TCP transport stays open until the answers are out; a TLS one cannot stay half-open
+        # (asyncio warns when asked to) and closes once what is written is flushed.
+        return not self.tls
 
     def connection_lost(self, exc: Exception | None) -> None:
         if exc is not None:
@@ -257,6 +357,9 @@ class Connection(asyncio.BufferedProtocol):
     def stop(self) -> None:
         """Read no further requests; close now when idle, else once the request in flight is answered."""
         self._stopping = True
+        if self._handshaking and self.transport is not None:
+            self.transport.close()  # the handshake fails, and `_start_tls` finishes the connection
+            return
         if self.current is None and self.transport is not None:
             self._flush()
             self.transport.close()
@@ -326,6 +429,8 @@ class Connection(asyncio.BufferedProtocol):
             return None
         max_request = buffer.max_frame
         if size < 0 or size > max_request:
+            if not self.tls and tls.is_tls_record(buffer.view[buffer.start : buffer.start + 3].tobytes()):
+                raise _CloseConnection(f"it speaks TLS to the PLAINTEXT listener {self.listener_name}")
             raise InvalidRequestError(f"invalid request size {size} ({self.max_frame_key} is {max_request})")
         return buffer.take(size)
 
@@ -371,6 +476,7 @@ class Connection(asyncio.BufferedProtocol):
         else:
             log.error("closing connection from %s after an unexpected error", self.info.peer, exc_info=exc)
         self._flush()  # answers to the requests before a bad one
+        self.buffer.clear()  # nothing more to say of it (a TLS transport still reports the peer's EOF)
         if self.transport is not None:
             self.transport.close()
         self._finish_closed()
@@ -410,14 +516,14 @@ class Connection(asyncio.BufferedProtocol):
         head = [_INT32.pack(len(header) + send.response.size), header]
         while parts and not isinstance(parts[0], FileRegion):
             head.append(parts.pop(0))  # type: ignore[arg-type]
-        corked = _cork(transport, True) if parts else False
+        corked = _cork(transport, True) if parts and not self.tls else False
         transport.write(b"".join(head))
         for i, part in enumerate(parts):
             if self._closing():
                 log.debug("connection from %s closed while its answer was being sent", self.info.peer)
                 return None
             if isinstance(part, FileRegion):
-                sent = _sendfile_now(transport, part)
+                sent = self._copy_now(transport, part) if self.tls else _sendfile_now(transport, part)
                 if sent < part.count:
                     rest = FileRegion(part.file, part.offset + sent, part.count - sent)
                     return [rest, *parts[i + 1 :]], corked
@@ -449,12 +555,44 @@ class Connection(asyncio.BufferedProtocol):
             self._drained = self.loop.create_future()
             await self._drained
 
+    def _copy_now(self, transport: asyncio.Transport, region: FileRegion) -> int:
+        """Under TLS: read `region` in large blocks and write them through the transport until it asks
+        to pause (its buffer is full); what was written. Each block is one pread, encrypted by OpenSSL
+        straight from it; the records are never copied one by one."""
+        fd = region.file.fileno()
+        sent = 0
+        while sent < region.count and not self._write_paused and not self._closing():
+            block = os.pread(fd, min(_COPY_BLOCK, region.count - sent), region.offset + sent)
+            if not block:
+                raise _CloseConnection(
+                    f"the file ended {region.count - sent} bytes early while sending a response"
+                )
+            transport.write(block)
+            sent += len(block)
+        return sent
+
+    async def _copy_region(self, transport: asyncio.Transport, region: FileRegion) -> None:
+        """A whole file region through a TLS transport, waiting for it to drain between blocks."""
+        sent = 0
+        while sent < region.count:
+            if self._closing():
+                raise ConnectionResetError("the client went away while its answer was being sent")
+            if self._write_paused:
+                self._drained = self.loop.create_future()
+                await self._drained
+                continue
+            sent += self._copy_now(
+                transport, FileRegion(region.file, region.offset + sent, region.count - sent)
+            )
+
     async def _send_parts(self, transport: asyncio.Transport, parts: list[bytes | FileRegion]) -> None:
         for part in parts:
             if self._closing():
                 log.debug("connection from %s closed while its answer was being sent", self.info.peer)
                 return
-            if isinstance(part, FileRegion):
+            if isinstance(part, FileRegion) and self.tls:
+                await self._copy_region(transport, part)
+            elif isinstance(part, FileRegion):
                 sent = _sendfile_now(transport, part)
                 if sent < part.count:  # the socket is full (or failed): asyncio waits and reports
                     try:
@@ -578,11 +716,20 @@ async def _resume(coroutine: Coroutine[Any, Any, object], waiting: Any) -> objec
             return done.value
 
 
+class _TlsServer(NamedTuple):
+    """What a TLS listener's connections share: the server context and the principal mapping."""
+
+    context: ssl.SSLContext
+    mapper: SslPrincipalMapper
+
+
 class _CloseConnection(Exception):
     """A connection that cannot go on (a segment file shorter than its answer): closed, reason logged."""
 
 
 _INT32 = struct.Struct(">i")
+_COPY_BLOCK = 1 << 20
+"""Bytes of a file region read and written through TLS at a time (OpenSSL cuts 16 KiB records)."""
 
 
 async def _bind(
@@ -604,6 +751,84 @@ async def _bind(
         # asyncio wraps the bind error's text; the errno alone gives the plain reason.
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         raise KcliError(f"cannot listen on {where}: {reason.lower()}.") from None
+
+
+_HANDSHAKE_SECONDS = 10.0
+"""How long a TLS client may take to finish its handshake before the connection is closed."""
+
+
+class _AlertingSSLProtocol(sslproto.SSLProtocol):
+    """asyncio's TLS protocol, except that a failed handshake sends OpenSSL's alert before closing.
+
+    asyncio drops the alert (it closes the socket at once), so a refused client (no common TLS version,
+    a missing or untrusted certificate) sees only a closed connection; Kafka's brokers send the alert,
+    and clients name the reason from it. This touches asyncio internals (`_outgoing`, `_transport`,
+    `_on_handshake_complete`): where they are missing, nothing is sent and the connection just closes.
+    """
+
+    def _on_handshake_complete(self, handshake_exc: BaseException | None) -> None:
+        if handshake_exc is not None:
+            try:
+                alert = self._outgoing.read()  # type: ignore[attr-defined]
+                if alert and self._transport is not None:  # type: ignore[attr-defined]
+                    self._transport.write(alert)  # type: ignore[attr-defined]  # a few bytes: sent at once
+            except Exception:  # noqa: BLE001 - the alert is a courtesy; the close below is what matters
+                pass
+        super()._on_handshake_complete(handshake_exc)  # type: ignore[misc]
+
+
+async def _start_server_tls(
+    loop: asyncio.AbstractEventLoop,
+    raw: asyncio.BaseTransport,
+    protocol: asyncio.BaseProtocol,
+    context: ssl.SSLContext,
+) -> asyncio.Transport:
+    """loop.start_tls for a server connection, with `_AlertingSSLProtocol` (the same steps as
+    asyncio's base_events.start_tls); asyncio's own start_tls where its internals differ."""
+    if not hasattr(sslproto.SSLProtocol, "_on_handshake_complete") or not getattr(
+        raw, "_start_tls_compatible", False
+    ):
+        started = await loop.start_tls(
+            raw,  # type: ignore[arg-type]
+            protocol,
+            context,
+            server_side=True,
+            ssl_handshake_timeout=_HANDSHAKE_SECONDS,
+        )
+        assert started is not None
+        return started
+    waiter: asyncio.Future[None] = loop.create_future()
+    ssl_protocol = _AlertingSSLProtocol(
+        loop,
+        protocol,
+        context,
+        waiter,
+        True,
+        None,
+        ssl_handshake_timeout=_HANDSHAKE_SECONDS,
+        call_connection_made=False,
+    )
+    raw.pause_reading()  # type: ignore[attr-defined]
+    raw.set_protocol(ssl_protocol)
+    made = loop.call_soon(ssl_protocol.connection_made, raw)
+    resumed = loop.call_soon(raw.resume_reading)  # type: ignore[attr-defined]
+    try:
+        await waiter
+    except BaseException:
+        raw.close()
+        made.cancel()
+        resumed.cancel()
+        raise
+    return ssl_protocol._app_transport  # type: ignore[attr-defined, no-any-return]
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # an unset host binds every interface; a name may resolve anywhere
 
 
 def _apply_socket_options(sock: socket.socket | None, config: BrokerConfig) -> None:

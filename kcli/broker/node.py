@@ -84,7 +84,7 @@ class Node:
     def __init__(self, config: BrokerConfig, cluster_id: str) -> None:
         """Open the metadata log and make every part; nothing runs until `start`."""
         self.config = config
-        raft, self.controller, loader = metadata_parts(config, cluster_id, config.listener.name)
+        raft, self.controller, loader = metadata_parts(config, cluster_id, config.inter_broker_listener_name)
         self.raft, self.loader = raft, loader
         timeout = int(config["request.timeout.ms"]) / 1000  # type: ignore[call-overload]
         self.channel = ControllerChannel(raft, self.controller, timeout=timeout)
@@ -207,7 +207,7 @@ class Node:
         """The last committed image the loader published."""
         return self.loader.image
 
-    async def register(self, advertised: Listener, rack: str | None) -> None:
+    async def register(self, advertised: Sequence[Listener], rack: str | None) -> None:
         """Register this incarnation with the active controller and wait until it unfences this broker;
         then replicate: follow the leaders of the partitions this broker follows, send ISR changes."""
         await self.lifecycle.start(advertised, rack)

@@ -99,6 +99,9 @@ class Broker:
         self.cluster_id = cluster_id
         self.state: BrokerState | None = None
         self._server: asyncio.Server | None = None
+        """The first client listener's server (among `_servers`)."""
+        self._servers: list[asyncio.Server] = []
+        """Every client listener's server, in the order of `listeners`."""
         self._controller_server: asyncio.Server | None = None
         self.network = SocketServer(config)
         self._stopping = False
@@ -128,11 +131,21 @@ class Broker:
             raise
 
     async def _start_broker(self, cluster_id: str) -> tuple[str, int]:
-        """A broker (combined or broker-only): its listeners, the node, registration, then serving."""
-        listener = self.config.listener
+        """A broker (combined or broker-only): its listeners, the node, registration, then serving.
+
+        Every client listener is bound (and its TLS settings read) before anything else; the first is
+        the one `serve` reports, the others are logged."""
+        listeners = self.config.client_listeners
         controller_listener = self.config.controller_listener
         network = self.network
-        self._server = await network.bind(listener)
+        for each in listeners:
+            try:
+                self._servers.append(await network.bind(each))
+            except BaseException:
+                for server in self._servers:
+                    server.close()
+                raise
+        self._server = self._servers[0]
         try:
             if controller_listener is not None:
                 network.controller_listener_name = controller_listener.name
@@ -158,7 +171,8 @@ class Broker:
                 await self._controller_server.start_serving()
             await node.start()
         except BaseException:
-            self._server.close()
+            for server in self._servers:
+                server.close()
             if self._controller_server is not None:
                 self._controller_server.close()
             raise
@@ -167,20 +181,28 @@ class Broker:
             state
         )  # last: handlers see an image once storage and coordinators have it
         bound_host, bound_port = self._server.sockets[0].getsockname()[:2]
-        advertised = self.config.advertised_listener(bound_port)
+        advertised = [
+            self.config.advertised_listener(network.bound_port(each.name), name=each.name)
+            for each in listeners
+        ]
         # Registration also starts the coordinators (loading what this node leads) before requests are served.
         await self._unless_fatal(node.register(advertised, self.config["broker.rack"]))  # type: ignore[arg-type]
         self._periodic = asyncio.create_task(node.run_periodic())
-        await self._server.start_serving()
+        for server in self._servers:
+            await server.start_serving()
         network.start_idle_sweeper()
         for key in self.config.ignored_keys():
             log.info("configuration %s is accepted for compatibility and not used by kcli", key)
+        serving = [
+            Listener(each.name, *server.sockets[0].getsockname()[:2])
+            for each, server in zip(listeners, self._servers, strict=True)
+        ]
         log.info(
             "node %d of cluster %s serving %s, advertised as %s, log dirs %s",
             self.config.node_id,
             cluster_id,
-            Listener(listener.name, bound_host, bound_port),
-            advertised,
+            ",".join(f"{x} ({self.config.protocol_of(x.name)})" for x in serving),
+            ",".join(str(x) for x in advertised),
             ", ".join(self.config.log_dirs),
         )
         return bound_host, bound_port
@@ -286,8 +308,8 @@ class Broker:
             await network.close_connections(quorum, FATAL_GRACE_SECONDS)
         elif isinstance(self.node, Node):
             await self.node.controlled_shutdown()
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         network.stop_idle_sweeper()
         if isinstance(
             self.node, Node
@@ -295,8 +317,8 @@ class Broker:
             self.node.groups.shutdown()
         clients = network.on_listener(network.controller_listener_name, besides=True)
         await network.close_connections(clients, grace)
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in self._servers:
+            await server.wait_closed()
         if self._periodic is not None:
             self._periodic.cancel()
         if self.node is not None:

@@ -26,7 +26,7 @@ async def handle_describe_cluster(ctx: RequestContext, request: object) -> objec
     version = ctx.api_version
     response_cls = response_type(API_KEY, version)
     endpoint_type = getattr(request, "endpoint_type", ENDPOINT_BROKERS)
-    image = ctx.state.image
+    image = ctx.image
     if endpoint_type not in (ENDPOINT_BROKERS, ENDPOINT_CONTROLLERS):
         error = ErrorCode.invalid_request if version == 0 else ErrorCode.unsupported_endpoint_type
         return _error(response_cls, error, f"Unsupported endpoint type {endpoint_type}")

@@ -113,7 +113,8 @@ class ConnectionInfo:
     listener: str = ""
     """The name of the listener the connection came in on."""
     principal: str = "User:ANONYMOUS"
-    """Kafka's KafkaPrincipal as "User:name": ANONYMOUS until TLS client auth or SASL establishes one."""
+    """Kafka's KafkaPrincipal as "User:name": ANONYMOUS until TLS client auth (the certificate's subject
+    mapped by `ssl.principal.mapping.rules`, `kcli.security.principal`) or SASL establishes one."""
 
 
 class RequestContext(NamedTuple):
@@ -125,6 +126,16 @@ class RequestContext(NamedTuple):
     client_id: str
     connection: ConnectionInfo
     state: BrokerState
+
+    @property
+    def image(self) -> ClusterMetadataImage:
+        """The metadata image as the listener this request came in on sees it: brokers' endpoints on
+        that listener (a client on SSL is told SSL addresses), as Kafka's metadata cache answers."""
+        state = self.state
+        listener = self.connection.listener
+        if listener == state.controller_listener_name:
+            return state.image
+        return state.image.for_listener(listener)
 
     @property
     def registry(self) -> ApiRegistry:

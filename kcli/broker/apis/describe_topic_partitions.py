@@ -33,7 +33,7 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: object)
     cursor = request.cursor  # type: ignore[attr-defined]
     fetch_all = not requested
     cursor_topic = cursor.topic_name if cursor is not None else ""
-    image = ctx.state.image
+    image = ctx.image
 
     names = image.topic_ids if fetch_all else [t.name for t in requested]
     topics = sorted({name for name in names if name >= cursor_topic})

@@ -156,9 +156,7 @@ def _leader_endpoints(
     }
     if not leaders:
         return ()
-    return tuple(
-        (b.node_id, b.host, b.port, b.rack) for b in ctx.state.image.brokers() if b.node_id in leaders
-    )
+    return tuple((b.node_id, b.host, b.port, b.rack) for b in ctx.image.brokers() if b.node_id in leaders)
 
 
 def _group(

@@ -135,11 +135,12 @@ async def _find_coordinator(ctx: RequestContext, key_type: int, key: str) -> tup
             return (ErrorCode.coordinator_not_available, *no_node)
         if coordinator is not None:
             partition = coordinator.partition_for(key)  # the real partition count is known now
-    info = state.image.topic(topic)
+    image = ctx.image  # the coordinator's endpoint on the listener the request came in on
+    info = image.topic(topic)
     leader = (
         next((p.leader_id for p in info.partitions if p.partition_index == partition), -1) if info else -1
     )
-    broker = next((b for b in state.image.brokers() if b.node_id == leader and not b.is_fenced), None)
+    broker = next((b for b in image.brokers() if b.node_id == leader and not b.is_fenced), None)
     if broker is None:
         return (ErrorCode.coordinator_not_available, *no_node)
     return ErrorCode.none, broker.node_id, broker.host, broker.port

@@ -50,7 +50,7 @@ async def handle_metadata(ctx: RequestContext, request: object) -> object:
                 )
                 return build(response_cls, throttle_time=_NO_THROTTLE, brokers=(), topics=topics)
 
-    image = ctx.state.image
+    image = ctx.image
     entries: list[object] = []
     if all_topics:
         entries = [_describe(response_cls, info, include_topic_ops) for info in image.topics()]
@@ -61,7 +61,7 @@ async def handle_metadata(ctx: RequestContext, request: object) -> object:
     if 8 <= version <= 10 and getattr(request, "include_cluster_authorized_operations", False):
         cluster_ops = CLUSTER_OPERATIONS
     broker_cls = nested_type(response_cls, "MetadataResponseBroker")
-    image = ctx.state.image  # auto-creation may have replaced it
+    image = ctx.image  # auto-creation may have replaced it
     brokers = tuple(
         build(broker_cls, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
         for b in image.brokers()
@@ -100,7 +100,7 @@ async def _requested_topics(
     errors: dict[str, ErrorCode] = {}
     if missing:
         errors = await _create_or_refuse(ctx, request, missing)
-        image = ctx.state.image
+        image = ctx.image
     for name in names:
         info = image.topic(name)
         if info is not None:

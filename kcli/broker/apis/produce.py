@@ -145,7 +145,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> object | None:
     body = write_produce_response(version, results)
     if body is not None:
         return FramedResponse(_classes(version)[0], (body,))
-    return _response(version, results, image, by_id)
+    return _response(version, results, ctx.image, by_id)
 
 
 def check_records(version: int, records: bytes) -> ErrorCode | None:

@@ -102,7 +102,7 @@ async def handle_broker_registration(ctx: RequestContext, request: Any) -> objec
             cls, throttle_time=_NO_THROTTLE, error_code=ErrorCode.inconsistent_cluster_id, broker_epoch=-1
         )
     listeners = [Listener(item.name, item.host, item.port) for item in request.listeners]
-    listener = listeners[0] if listeners else None  # the broker's client listener (kcli brokers have one)
+    listener = listeners[0] if listeners else None
     if listener is None:
         return build(
             cls, throttle_time=_NO_THROTTLE, error_code=ErrorCode.invalid_registration, broker_epoch=-1
@@ -118,6 +118,9 @@ async def handle_broker_registration(ctx: RequestContext, request: Any) -> objec
             # Clean-shutdown detection needs v3+ (before it, no previous broker epoch is trusted).
             previous_broker_epoch=request.previous_broker_epoch if ctx.api_version >= 3 else -1,
             features=[(f.name, f.min_supported_version, f.max_supported_version) for f in request.features],
+            endpoints=[
+                (x, item.security_protocol) for x, item in zip(listeners, request.listeners, strict=True)
+            ],
         )
     )
     if refused.is_failure:

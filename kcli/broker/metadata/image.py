@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -228,12 +228,27 @@ class ClusterMetadataImage:
     )
     """Name -> topic, filled as names are looked up: Produce asks twice per partition, and going through
     topic_ids hashes a uuid.UUID in Python each time. Safe as a cache: an image never changes."""
+    _views: dict[str, ClusterMetadataImage] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """This image as seen from another listener (`for_listener`), made once per listener."""
 
     @classmethod
     def empty(cls, cluster_id: str, controller_id: int, listener_name: str) -> ClusterMetadataImage:
         return cls(cluster_id, controller_id, listener_name)
 
     # --- views for request handlers -------------------------------------------------------------
+
+    def for_listener(self, listener_name: str) -> ClusterMetadataImage:
+        """The same image giving each broker's endpoint on `listener_name`: Kafka answers Metadata,
+        FindCoordinator and DescribeCluster with the endpoints of the listener the request came in on."""
+        if not listener_name or listener_name == self.listener_name:
+            return self
+        view = self._views.get(listener_name)
+        if view is None:
+            view = replace(self, listener_name=listener_name, _infos={})
+            self._views[listener_name] = view
+        return view
 
     def brokers(self) -> Sequence[BrokerInfo]:
         """Registered brokers that have our listener, fenced ones flagged (DescribeCluster filters them)."""

@@ -89,7 +89,8 @@ class FetcherConfig:
     backoff_ms: int = 1000  # replica.fetch.backoff.ms
     request_timeout_ms: int = 30_000  # replica.socket.timeout.ms
     security: ClientSecurity = PLAINTEXT
-    """How followers connect to leaders (BrokerConfig.inter_broker_security)."""
+    """How to reach the leaders: the inter-broker listener's protocol, its ssl.* settings and the
+    inter-broker SASL mechanism's credentials (BrokerConfig.inter_broker_security)."""
 
 
 class ReplicaFetcherManager:

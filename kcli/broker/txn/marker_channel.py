@@ -184,7 +184,7 @@ class TransactionMarkerChannelManager:
         self.state_manager = state_manager
         self.on_offsets_marker = on_offsets_marker
         self.clock = clock
-        self.listener_name = str(config["inter.broker.listener.name"] or config.listener.name)
+        self.listener_name = config.inter_broker_listener_name
         self.request_timeout = int(config["request.timeout.ms"]) / 1000  # type: ignore[call-overload]
         self.connections = NodeConnections(
             f"broker-{config.node_id}-txn-markers", config.inter_broker_security()

@@ -45,7 +45,7 @@ class AddPartitionsToTxnManager:
         self.node_id = config.node_id
         self.loader = loader
         self.coordinator = coordinator
-        self.listener_name = str(config["inter.broker.listener.name"] or config.listener.name)
+        self.listener_name = config.inter_broker_listener_name
         self.request_timeout = int(config["request.timeout.ms"]) / 1000  # type: ignore[call-overload]
         self.connections = NodeConnections(
             f"broker-{config.node_id}-txn-verification", config.inter_broker_security()

@@ -148,6 +148,7 @@ class ClusterControlManager:
         now: float | None = None,
         session_timeout: float | None = None,
         features: Sequence[tuple[str, int, int]] | None = None,
+        endpoints: Sequence[tuple[Listener, int]] | None = None,
     ) -> ControllerResult[int]:
         """The RegisterBrokerRecord of a new incarnation, fenced until its heartbeats say it caught up;
         the response is its broker epoch.
@@ -155,7 +156,9 @@ class ClusterControlManager:
         Its log dirs are checked as Kafka checks them: none reserved (kio reads the all-zero one,
         UNASSIGNED, as None), none twice. `features` are the (name, min, max) levels the broker supports
         (this software's when not given): each finalized feature must be in its range, else
-        UNSUPPORTED_VERSION (ClusterControlManager.processRegistrationFeature).
+        UNSUPPORTED_VERSION (ClusterControlManager.processRegistrationFeature). `endpoints` are every
+        listener the broker registers with its security protocol id; without them, `listener` alone
+        (PLAINTEXT).
         """
         if any(directory is None or directory.int < _RESERVED_DIRECTORY_IDS for directory in log_dirs):
             raise ApiException(ErrorCode.invalid_registration, "Reserved directory ID in request")
@@ -183,12 +186,8 @@ class ClusterControlManager:
             "incarnationId": incarnation_id or uuid.uuid4(),
             "brokerEpoch": broker_epoch,
             "endPoints": [
-                {
-                    "name": listener.name,
-                    "host": listener.host,
-                    "port": listener.port,
-                    "securityProtocol": PLAINTEXT,
-                }
+                {"name": item.name, "host": item.host, "port": item.port, "securityProtocol": protocol}
+                for item, protocol in (endpoints or [(listener, PLAINTEXT)])
             ],
             "features": registration_features(image, broker_id, features),
             "rack": rack,

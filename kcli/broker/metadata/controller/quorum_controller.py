@@ -184,6 +184,7 @@ class QuorumController:
         fenced: bool = False,
         previous_broker_epoch: int = -1,
         features: Sequence[tuple[str, int, int]] | None = None,
+        endpoints: Sequence[tuple[Listener, int]] | None = None,
     ) -> int:
         """BrokerRegistration: write a RegisterBrokerRecord; returns the broker epoch.
 
@@ -212,6 +213,7 @@ class QuorumController:
             now=time.monotonic(),
             session_timeout=int(self.config["broker.session.timeout.ms"]) / 1000,  # type: ignore[call-overload]
             features=features,
+            endpoints=endpoints,
         )
         records: list[Record] = []
         if new_incarnation and not clean and self._image.elr_enabled:
