@@ -600,7 +600,9 @@ def test_describe_topic_partitions_answers_the_elr_and_metadata_does_not(tmp_pat
         topics=(nested_type(request_cls, "TopicRequest")(name="t"),), response_partition_limit=10, cursor=None
     )
     ctx = SimpleNamespace(
-        api_version=0, state=SimpleNamespace(image=controller.image, config=BrokerConfig({}))
+        api_version=0,
+        image=controller.image,
+        state=SimpleNamespace(image=controller.image, config=BrokerConfig({})),
     )
     response = asyncio.run(handle_describe_topic_partitions(ctx, request))  # type: ignore[arg-type]
     [topic] = response.topics

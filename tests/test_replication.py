@@ -144,7 +144,7 @@ def test_node_hosts_partitions_from_its_metadata_and_acks_all_completes_on_the_h
         config = BrokerConfig({"log.dirs": str(tmp_path / "data"), "node.id": str(NODE)})
         node = await Node.open(config, "cluster-x")
         try:
-            await node.register(Listener("PLAINTEXT", "127.0.0.1", 9092), None)
+            await node.register([Listener("PLAINTEXT", "127.0.0.1", 9092)], None)
             await node.controller.create_topics([NewTopic("orders", 2, 1)])
             replicas = node.replicas
             assert [p.index for p in replicas.partitions() if p.topic == "orders"] == [0, 1]
