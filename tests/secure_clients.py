@@ -3,7 +3,8 @@
 `Endpoint` is how to reach a secured listener (the CA, a client certificate, SASL credentials) and
 spells it in each client's names. Each `run_*` produces five records, commits a transaction of three
 and aborts one of two where the client has transactions, then reads the topic in a consumer group
-with read_committed: `expected(name)` is what it must see.
+with read_committed: `expected(name)` is what it must see. `secured_cluster` runs `kcli cluster start
+--security ...` as a user does, reads what it printed, and stops it with Ctrl-C.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -312,5 +315,19 @@ def stop_secured_cluster(cluster: SecuredCluster) -> int:
     return process.returncode
 
 
-def node_running(pid: int, cluster: SecuredCluster) -> bool:
-    return still_ours(pid, cluster.data_dir)
+@contextmanager
+def secured_cluster(workdir: Path, security: str, brokers: int = 3) -> Iterator[SecuredCluster]:
+    """A module's cluster: started (groups rebalance at once), then stopped with Ctrl-C, which must stop
+    every node and exit 0; no file of the data dir's secrets may show in its output or logs."""
+    cluster = start_secured_cluster(workdir, security, brokers, "group.initial.rebalance.delay.ms=0")
+    try:
+        yield cluster
+    finally:
+        status = stop_secured_cluster(cluster)
+    assert status == 0, cluster.output()
+    assert "stopping the nodes (controlled shutdown)" in cluster.output()
+    assert not [pid for pid in cluster.nodes if still_ours(pid, cluster.data_dir)]
+    password = cluster.data_dir / "admin.password"
+    if password.exists():
+        secret = password.read_text().strip()
+        assert secret not in cluster.output() and secret not in cluster.logs()

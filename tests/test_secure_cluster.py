@@ -23,10 +23,8 @@ from secure_clients import (
     Endpoint,
     SecuredCluster,
     expected,
-    node_running,
     run_client,
-    start_secured_cluster,
-    stop_secured_cluster,
+    secured_cluster,
     topic,
 )
 
@@ -40,18 +38,9 @@ GROUP = "seeded-group"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredCluster]:
-    workdir = tmp_path_factory.mktemp("sasl-ssl-cluster")
-    cluster = start_secured_cluster(workdir, "sasl_ssl", 3, "group.initial.rebalance.delay.ms=0")
-    try:
+    with secured_cluster(tmp_path_factory.mktemp("sasl-ssl-cluster"), "sasl_ssl") as cluster:
         _seed(cluster)
         yield cluster
-    finally:
-        status = stop_secured_cluster(cluster)
-    assert status == 0, cluster.output()
-    assert "stopping the nodes (controlled shutdown)" in cluster.output()
-    assert not [pid for pid in cluster.nodes if node_running(pid, cluster)]
-    password = admin_password(cluster)
-    assert password not in cluster.output() and password not in cluster.logs()
 
 
 def _seed(cluster: SecuredCluster) -> None:
