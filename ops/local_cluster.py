@@ -119,6 +119,7 @@ def plan(
     written again, the cluster id kept), and refused with one sentence once one has (the ports are
     the quorum's voters, the overrides what the data was written with), never silently ignored.
     """
+    security = security.lower() if security is not None else None  # Kafka's protocol names are upper case
     if security is not None and security not in SECURITY_CHOICES:
         raise LocalClusterError(f"--security {security!r} is not one of {', '.join(SECURITY_CHOICES)}.")
     stored = data_dir / CLUSTER_FILE

@@ -507,7 +507,7 @@ def test_cluster_start_keeps_its_security_and_its_secrets(tmp_path: Path) -> Non
     properties = layout.nodes[0].properties.read_text()
     assert f"listeners=SASL_SSL://127.0.0.1:{base},CONTROLLER://127.0.0.1:{base + 1}" in properties
     assert f'password="{password.strip()}"' in properties
-    moved = plan(data, 1, base + 2, [])
+    moved = plan(data, 1, base + 2, [], security="SASL_SSL")  # Kafka's spelling is the same choice
     assert moved.security == "sasl_ssl" and moved.nodes[0].port == base + 2
     assert (data / "admin.password").read_text() == password and (data / "tls" / "ca.crt").read_bytes() == ca
     assert f"127.0.0.1:{base + 2}" in (data / "client.properties").read_text()
