@@ -64,6 +64,11 @@ class ClientError(KcliError):
     """Cannot connect, the connection broke, a request timed out, or no common API version."""
 
 
+class AuthenticationError(ClientError):
+    """SASL authentication failed (the broker refused the credentials, or its answers did not prove
+    it knows them): as with Kafka's AuthenticationException, no other broker is tried."""
+
+
 class KafkaClient:
     """One connection to one broker, with ApiVersions negotiation and pipelined requests.
 
@@ -225,14 +230,14 @@ class KafkaClient:
             answer = await self._send_direct(authenticate(auth_bytes=token or b""))
             if answer.error_code != ErrorCode.none:
                 reason = (answer.error_message or answer.error_code.name).rstrip(".")
-                raise ClientError(
+                raise AuthenticationError(
                     f"SASL/{mechanism.mechanism} authentication with {self.address} failed: {reason}."
                 )
             try:
                 token = mechanism.evaluate_challenge(answer.auth_bytes)
             except SaslError as exc:
                 reason = str(exc).rstrip(".")
-                raise ClientError(
+                raise AuthenticationError(
                     f"SASL/{mechanism.mechanism} authentication with {self.address} failed: {reason}."
                 ) from None
             if token is None and mechanism.complete:
@@ -496,7 +501,8 @@ class KafkaClient:
             elif not self._protocol.negotiated:  # not one answer yet: whatever listens there is not Kafka
                 reason = "" if exc is None else f" ({str(exc).rstrip('.').lower()})"
                 self._closed_error = ClientError(
-                    f"{self.address} closed the connection{reason}: is it a Kafka listener?"
+                    f"{self.address} closed the connection{reason}: is it a Kafka listener (a TLS one "
+                    "wants security.protocol SSL or SASL_SSL)?"
                 )
             else:
                 reason = "closed by the broker" if exc is None else str(exc)

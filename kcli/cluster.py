@@ -13,7 +13,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.client import ClientError, KafkaClient, split_bootstrap
+from kcli.client import AuthenticationError, ClientError, KafkaClient, split_bootstrap
 from kcli.protocol.messages import build, nested_type
 from kcli.security import PLAINTEXT, ClientSecurity
 
@@ -86,6 +86,8 @@ class Cluster:
                     request_timeout=request_timeout,
                     security=security,
                 )
+            except AuthenticationError:
+                raise  # refused credentials: every broker would refuse them (Kafka's clients stop too)
             except ClientError as exc:
                 errors.append(str(exc))
                 continue

@@ -1,13 +1,15 @@
 """`kcli cluster start`: several `kcli broker start` processes on loopback, one KRaft cluster.
 
 Each node is a combined broker and controller (Kafka's combined mode) with two loopback listeners:
-PLAINTEXT for clients at `base + 2k` and CONTROLLER at `base + 2k + 1`. The layout lives in the data
+one for clients at `base + 2k` (PLAINTEXT, or SSL / SASL_SSL with `--security`) and a PLAINTEXT
+CONTROLLER at `base + 2k + 1`. The layout lives in the data
 dir, so a second start finds the same ids, ports, cluster id and data:
 
-    <data-dir>/cluster.json              cluster id, node ids and ports
+    <data-dir>/cluster.json              cluster id, node ids, ports, overrides, security
     <data-dir>/node-<id>/server.properties
     <data-dir>/node-<id>/data/           log.dirs (meta.properties, __cluster_metadata-0, topics)
     <data-dir>/node-<id>/broker.log      the node's output
+    <data-dir>/client.properties         with --security ssl or sasl_ssl (see ops.local_security)
 
 Every node is formatted once with one cluster id (`kcli storage format`), then started; the runner
 waits for each to say it is listening, prints the bootstrap string, and on SIGINT/SIGTERM stops
@@ -32,6 +34,7 @@ from pathlib import Path
 from kcli.config import BrokerConfig
 from kcli.errors import KcliError
 from kcli.storage import CLUSTER_METADATA_DIR, format_storage, random_uuid
+from ops.local_security import SECURITY_CHOICES, ClusterSecurity, cluster_security, write_private
 
 CLUSTER_FILE = "cluster.json"
 DEFAULT_PORT = 9092
@@ -74,6 +77,12 @@ class LocalNode:
 class ClusterLayout:
     cluster_id: str
     nodes: tuple[LocalNode, ...]
+    security: str = "plaintext"
+    """`--security`: plaintext, ssl or sasl_ssl (see ops.local_security)."""
+
+    @property
+    def data_dir(self) -> Path:
+        return self.nodes[0].directory.parent
 
     @property
     def bootstrap_servers(self) -> str:
@@ -92,6 +101,7 @@ def plan(
     *,
     controllers: int | None = None,
     add_scram: Sequence[str] = (),
+    security: str | None = None,
 ) -> ClusterLayout:
     """The layout in `data_dir`: the stored one (the same ids and ports), or a new one, formatted.
 
@@ -100,16 +110,26 @@ def plan(
     for a stored cluster is its own number.
     `base_port` None is DEFAULT_PORT for a new cluster and the stored ports for a stored one.
     `add_scram` (`kcli storage format --add-scram` arguments) bootstraps SCRAM credentials into the
-    nodes it formats.
+    nodes it formats. `security` (plaintext, ssl, sasl_ssl) None is plaintext for a new cluster and
+    the stored one for a stored cluster; another one is refused, since it is what the data, the
+    certificates and the SCRAM credentials were made with.
 
     A stored cluster's ports and overrides are its nodes' server.properties: a --port or --override
     that differs is honoured while no node has ever started (a failed first start: the layout is
     written again, the cluster id kept), and refused with one sentence once one has (the ports are
     the quorum's voters, the overrides what the data was written with), never silently ignored.
     """
+    security = security.lower() if security is not None else None  # Kafka's protocol names are upper case
+    if security is not None and security not in SECURITY_CHOICES:
+        raise LocalClusterError(f"--security {security!r} is not one of {', '.join(SECURITY_CHOICES)}.")
     stored = data_dir / CLUSTER_FILE
     if stored.exists():
         layout, stored_overrides = _read_layout(data_dir)
+        if security is not None and security != layout.security:
+            raise LocalClusterError(
+                f"{data_dir} holds a cluster made with --security {layout.security}, so kcli cluster start "
+                f"cannot make it {security}; start it with --security {layout.security} or use another --data-dir."
+            )
         found = sum(1 for n in layout.nodes if n.port)
         if brokers and brokers != found:
             raise LocalClusterError(
@@ -151,6 +171,7 @@ def plan(
             controllers=stored_controllers,
             cluster_id=layout.cluster_id,
             add_scram=add_scram,
+            security=layout.security,
         )
     return _new_layout(
         data_dir,
@@ -159,6 +180,7 @@ def plan(
         overrides,
         controllers=controllers or 0,
         add_scram=add_scram,
+        security=security or "plaintext",
     )
 
 
@@ -184,8 +206,10 @@ def _new_layout(
     controllers: int,
     cluster_id: str | None = None,
     add_scram: Sequence[str] = (),
+    security: str = "plaintext",
 ) -> ClusterLayout:
-    """Lay out, configure and format the nodes (dirs already formatted with `cluster_id` are kept)."""
+    """Lay out, configure and format the nodes (dirs already formatted with `cluster_id` are kept), and
+    write client.properties for a secured cluster."""
     if brokers < 1:
         raise LocalClusterError("--brokers must be at least 1.")
     if controllers < 0:
@@ -202,21 +226,27 @@ def _new_layout(
         nodes.append(
             LocalNode(k + 1, client if is_broker else None, client + 1 if is_controller else None, directory)
         )
-    layout = ClusterLayout(cluster_id or random_uuid(), tuple(nodes))
+    layout = ClusterLayout(cluster_id or random_uuid(), tuple(nodes), security)
     voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes if n.controller_port)
-    properties = [node_properties(node, voters, brokers, overrides) for node in nodes]  # all checked first
+    secured = cluster_security(security, data_dir)
+    properties = [node_properties(node, voters, brokers, overrides, secured) for node in nodes]  # all checked
     for node, text in zip(nodes, properties, strict=True):
         node.directory.mkdir(parents=True, exist_ok=True)
-        node.properties.write_text(text)
+        if secured.password:  # admin's password is in the JAAS lines
+            write_private(node.properties, text)
+        else:
+            node.properties.write_text(text)
         config = BrokerConfig.load(config_file=node.properties)
         format_storage(
             config,
             layout.cluster_id,
             metadata_version=21,
             ignore_formatted=cluster_id is not None,
-            add_scram=add_scram,
+            add_scram=[*secured.add_scram(), *add_scram],
             now_ms=int(time.time() * 1000),
         )
+    if security != "plaintext":
+        write_private(secured.client_properties, secured.client_properties_text(layout.bootstrap_servers))
     (data_dir / CLUSTER_FILE).write_text(
         json.dumps(
             {
@@ -226,6 +256,7 @@ def _new_layout(
                     for n in nodes
                 ],
                 "overrides": list(overrides),
+                "security": security,
             },
             indent=2,
         )
@@ -244,20 +275,27 @@ def _read_layout(data_dir: Path) -> tuple[ClusterLayout, list[str] | None]:
             for n in data["nodes"]
         )
         overrides = data.get("overrides")
-        return ClusterLayout(data["cluster_id"], nodes), (
+        security = str(data.get("security", "plaintext"))
+        if security not in SECURITY_CHOICES:
+            raise ValueError(f"security {security!r} is not one of {', '.join(SECURITY_CHOICES)}")
+        return ClusterLayout(data["cluster_id"], nodes, security), (
             [str(o) for o in overrides] if isinstance(overrides, list) else None
         )
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise LocalClusterError(f"cannot read {path}: {str(exc).rstrip('.')}.") from None
 
 
-def node_properties(node: LocalNode, voters: str, brokers: int, overrides: list[str]) -> str:
+def node_properties(
+    node: LocalNode, voters: str, brokers: int, overrides: list[str], security: ClusterSecurity | None = None
+) -> str:
     """A node's server.properties. The internal topics are replicated as Kafka's defaults replicate
-    them (factor 3, transactions' min ISR 2) where the cluster has the brokers for it, else on all."""
+    them (factor 3, transactions' min ISR 2) where the cluster has the brokers for it, else on all.
+    The client listener is named after its security protocol (PLAINTEXT, SSL, SASL_SSL)."""
     internal_factor = min(3, brokers)
+    protocol = security.protocol if security is not None else "PLAINTEXT"
     listeners = []
     if node.port:
-        listeners.append(f"PLAINTEXT://127.0.0.1:{node.port}")
+        listeners.append(f"{protocol}://127.0.0.1:{node.port}")
     if node.controller_port:
         listeners.append(f"CONTROLLER://127.0.0.1:{node.controller_port}")
     lines = {
@@ -265,12 +303,13 @@ def node_properties(node: LocalNode, voters: str, brokers: int, overrides: list[
         "node.id": str(node.node_id),
         "listeners": ",".join(listeners),
         "controller.listener.names": "CONTROLLER",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listener.security.protocol.map": f"{protocol}:{protocol},CONTROLLER:PLAINTEXT",
         "controller.quorum.voters": voters,
         "log.dirs": str(node.directory / "data"),
         "offsets.topic.replication.factor": str(internal_factor),
         "transaction.state.log.replication.factor": str(internal_factor),
         "transaction.state.log.min.isr": str(min(2, internal_factor)),
+        **(security.broker_properties() if security is not None and node.port else {}),
     }
     for item in overrides:
         key, sep, value = item.partition("=")

@@ -493,6 +493,42 @@ def test_cluster_start_refuses_a_new_port_or_override_once_the_cluster_has_run(
     assert plan(data, 1, None, []) == layout
 
 
+def test_cluster_start_keeps_its_security_and_its_secrets(tmp_path: Path) -> None:
+    """--security is part of the cluster: another one is refused whether the cluster ran or not, and a
+    layout written again (a new port before the first start) keeps the CA and admin's password, which the
+    formatted metadata already holds."""
+    from ops.local_cluster import LocalClusterError, plan
+    from tests.conftest import free_port_range
+
+    data = tmp_path / "cluster"
+    base = free_port_range(4)
+    layout = plan(data, 1, base, [], security="sasl_ssl")
+    password, ca = (data / "admin.password").read_text(), (data / "tls" / "ca.crt").read_bytes()
+    properties = layout.nodes[0].properties.read_text()
+    assert f"listeners=SASL_SSL://127.0.0.1:{base},CONTROLLER://127.0.0.1:{base + 1}" in properties
+    assert f'password="{password.strip()}"' in properties
+    moved = plan(data, 1, base + 2, [], security="SASL_SSL")  # Kafka's spelling is the same choice
+    assert moved.security == "sasl_ssl" and moved.nodes[0].port == base + 2
+    assert (data / "admin.password").read_text() == password and (data / "tls" / "ca.crt").read_bytes() == ca
+    assert f"127.0.0.1:{base + 2}" in (data / "client.properties").read_text()
+    for other in ("ssl", "plaintext"):
+        with pytest.raises(LocalClusterError) as refused:
+            plan(data, 1, None, [], security=other)
+        assert str(refused.value) == (
+            f"{data} holds a cluster made with --security sasl_ssl, so kcli cluster start cannot make it "
+            f"{other}; start it with --security sasl_ssl or use another --data-dir."
+        )
+    plain = plan(tmp_path / "plain", 1, base, [])
+    assert plain.security == "plaintext" and not (tmp_path / "plain" / "client.properties").exists()
+    with pytest.raises(
+        LocalClusterError, match="made with --security plaintext, so kcli cluster start cannot make it ssl"
+    ):
+        plan(tmp_path / "plain", 1, None, [], security="ssl")
+    with pytest.raises(LocalClusterError) as unknown:
+        plan(tmp_path / "other", 1, base, [], security="tls")
+    assert str(unknown.value) == "--security 'tls' is not one of plaintext, ssl, sasl_ssl."
+
+
 def orjson_loads(path: Path) -> dict:
     import orjson
 

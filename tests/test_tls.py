@@ -347,7 +347,7 @@ def test_tls_to_a_plaintext_port_and_plaintext_to_a_tls_port(tls_broker: TlsBrok
     before = tls_broker.process.log().count("TLS handshake failed on listener SSL")
     sentence = _connect_error(secure, ClientSecurity())
     assert sentence.startswith(f"{secure} closed the connection") and sentence.endswith(
-        "is it a Kafka listener?"
+        "is it a Kafka listener (a TLS one wants security.protocol SSL or SASL_SSL)?"
     )
     assert tls_broker.process.log().count("speaks TLS to the PLAINTEXT listener PLAINTEXT") == 1
     # the broker closes a plaintext client on its TLS port with one line, at INFO

@@ -49,14 +49,27 @@ def start(
     overrides: list[str] = typer.Option(
         [], "--override", metavar="KEY=VALUE", help="A broker property for every node; repeatable."
     ),
+    security: str | None = typer.Option(
+        None,
+        "--security",
+        metavar="plaintext|ssl|sasl_ssl",
+        help="The client listeners' security (default plaintext; a started cluster keeps its own): ssl = "
+        "TLS with client certificates required (a throwaway CA in DATA_DIR/tls), sasl_ssl = TLS with "
+        "SCRAM-SHA-512/256 and a SCRAM user admin (random password in DATA_DIR/admin.password); the "
+        "brokers reach each other the same way. The controller listener stays PLAINTEXT on 127.0.0.1. "
+        "DATA_DIR/client.properties is for --command-config (and Kafka's tools).",
+        show_default=False,
+    ),
 ) -> None:
     """Format (first time) and start the nodes; print the bootstrap string; Ctrl-C stops them all.
 
     A node that stops on its own (a fatal fault) stops the others too, and its sentence is the error.
+    With --security, also print where client.properties is and a confluent-kafka config.
     """
     from ops.local_cluster import LocalCluster, plan
+    from ops.local_security import CLIENT_PROPERTIES, librdkafka_config
 
-    layout = plan(data_dir, brokers, port, overrides, controllers=controllers)
+    layout = plan(data_dir, brokers, port, overrides, controllers=controllers, security=security)
     cluster = LocalCluster(layout)
     stop = False
 
@@ -73,6 +86,13 @@ def start(
         )
     )
     print(f"bootstrap: {layout.bootstrap_servers}", flush=True)
+    if layout.security != "plaintext":
+        print(f"client config: {(data_dir / CLIENT_PROPERTIES).resolve()}")
+        print(
+            f"confluent-kafka: {librdkafka_config(layout.security, data_dir, layout.bootstrap_servers)}",
+            flush=True,
+        )
+        print(f"security: {layout.security}", file=sys.stderr, flush=True)
     print(f"controllers: {layout.bootstrap_controllers}", file=sys.stderr, flush=True)
     reported: set[int] = set()
     while not stop:

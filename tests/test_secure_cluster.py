@@ -1,0 +1,256 @@
+"""`kcli cluster start --security sasl_ssl`: three nodes, SASL_SSL for clients and between brokers.
+
+One cluster for the module, run as a user runs it and stopped with Ctrl-C. Stock clients connect with
+what it wrote and printed (client.properties, the confluent-kafka dict); every kcli command that
+connects takes `--command-config client.properties`, and so do Kafka's own tools. A wrong password and
+a plaintext client each get one sentence, and admin's password is printed nowhere.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from conftest import KCLI, REPO, kcli_env, require_apache_kafka, skip_unless_ci
+from secure_clients import (
+    CLIENTS,
+    Endpoint,
+    SecuredCluster,
+    expected,
+    run_client,
+    secured_cluster,
+    topic,
+)
+
+from kcli.security.jaas import parse_jaas_config
+
+pytestmark = pytest.mark.timeout(180)
+
+SEEDED = "seeded"
+GROUP = "seeded-group"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredCluster]:
+    with secured_cluster(tmp_path_factory.mktemp("sasl-ssl-cluster"), "sasl_ssl") as cluster:
+        _seed(cluster)
+        yield cluster
+
+
+def _seed(cluster: SecuredCluster) -> None:
+    """A topic of three partitions on every broker (min.insync.replicas=2: acks=all needs the brokers to
+    replicate to each other over SASL_SSL) with records, and a group that committed offsets on it."""
+    admin = AdminClient(cluster.librdkafka)  # kept: its futures fail once the handle is gone
+    created = admin.create_topics(
+        [NewTopic(SEEDED, num_partitions=3, replication_factor=3, config={"min.insync.replicas": "2"})]
+    )
+    created[SEEDED].result(30)
+    producer = Producer({**cluster.librdkafka, "acks": "all"})
+    for i in range(30):
+        producer.produce(SEEDED, f"seed-{i}".encode(), key=str(i).encode())
+    assert producer.flush(30) == 0
+    consumer = Consumer({**cluster.librdkafka, "group.id": GROUP, "auto.offset.reset": "earliest"})
+    consumer.subscribe([SEEDED])
+    seen = 0
+    try:
+        while seen < 30:
+            message = consumer.poll(1)
+            seen += message is not None and message.error() is None
+        consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def admin_password(cluster: SecuredCluster) -> str:
+    return (cluster.data_dir / "admin.password").read_text().strip()
+
+
+def test_what_it_writes_for_clients(cluster: SecuredCluster) -> None:
+    properties = cluster.properties()
+    assert properties["security.protocol"] == "SASL_SSL" and properties["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert properties["ssl.truststore.type"] == "PEM"
+    assert parse_jaas_config(properties["sasl.jaas.config"]).options == {
+        "username": "admin",
+        "password": admin_password(cluster),
+    }
+    assert properties["bootstrap.servers"] == cluster.bootstrap
+    for secret in ("admin.password", "client.properties", "node-1/server.properties", "tls/node.key"):
+        assert (cluster.data_dir / secret).stat().st_mode & 0o077 == 0, secret
+    server = (cluster.data_dir / "node-1" / "server.properties").read_text()
+    assert (
+        "CONTROLLER:PLAINTEXT" in server and "sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256" in server
+    )
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_stock_clients(cluster: SecuredCluster, client: str) -> None:
+    """As admin, over SASL_SSL: SCRAM-SHA-512 (client.properties' mechanism) and SCRAM-SHA-256 too."""
+    if client == "kcat" and not (shutil.which("kcat") or shutil.which("kafkacat")):
+        skip_unless_ci("kcat is not installed")
+    ca = Path(cluster.properties()["ssl.truststore.location"])
+    for mechanism in ("SCRAM-SHA-512", "SCRAM-SHA-256"):
+        endpoint = Endpoint(cluster.bootstrap, "SASL_SSL", ca, mechanism, "admin", admin_password(cluster))
+        name = topic()
+        assert run_client(client, endpoint, name) == expected(name, transactions=client != "kcat")
+
+
+def test_the_printed_confluent_kafka_config(cluster: SecuredCluster) -> None:
+    name = topic()
+    producer = Producer({**cluster.librdkafka, "transactional.id": f"tx-{name}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(name, b"printed")
+    producer.commit_transaction(30)
+    consumer = Consumer({**cluster.librdkafka, "group.id": f"g-{name}", "auto.offset.reset": "earliest"})
+    consumer.subscribe([name])
+    try:
+        message = None
+        for _ in range(30):
+            message = consumer.poll(1)
+            if message is not None and message.error() is None:
+                break
+        assert message is not None and message.value() == b"printed"
+    finally:
+        consumer.close()
+
+
+def kcli(*args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([*KCLI, *args], capture_output=True, text=True, env=kcli_env(), timeout=timeout)
+    if check:
+        assert done.returncode == 0, f"kcli {' '.join(args)}:\n{done.stdout}{done.stderr}"
+    return done
+
+
+def scenario(cluster: SecuredCluster, name: str, workdir: Path) -> list[tuple[list[str], str]]:
+    """kcli commands with --command-config and what each prints: (arguments, expected in stdout)."""
+    cc = ["--command-config", str(cluster.client_properties)]
+    t = f"{name}-topic"
+    plan = workdir / "plan.json"
+    plan.write_text(
+        json.dumps({"version": 1, "partitions": [{"topic": t, "partition": 0, "replicas": [2, 3]}]})
+    )
+    to_move = workdir / "move.json"
+    to_move.write_text(json.dumps({"version": 1, "topics": [{"topic": SEEDED}]}))
+    segments = REPO / "fixtures" / "logdir" / "m0-none-0"  # a small segment dir (tests/test_fixtures.py)
+    scenarios: dict[str, list[tuple[list[str], str]]] = {
+        "topics": [
+            (["topics", "create", *cc, "-t", t, "--partitions", "2", "--replication-factor", "3"], t),
+            (["topics", "list", *cc], t),
+            (["topics", "describe", *cc, "-t", t], "ReplicationFactor: 3"),
+            (["topics", "delete", *cc, "-t", t], ""),
+        ],
+        "configs": [
+            (["configs", "alter", *cc, "--topic", SEEDED, "--add-config", "retention.ms=3600000"], ""),
+            (["configs", "describe", *cc, "--topic", SEEDED], "retention.ms=3600000"),
+            (
+                ["configs", "describe", *cc, "--entity-type", "users", "--entity-name", "admin"],
+                "SCRAM-SHA-512",
+            ),
+        ],
+        "groups": [(["groups", "list", *cc], GROUP), (["groups", "describe", *cc, GROUP], SEEDED)],
+        "reassign": [
+            (["topics", "create", *cc, "-t", t, "--replica-assignment", "1:2"], t),
+            (
+                [
+                    "reassign",
+                    "generate",
+                    *cc,
+                    "--topics-to-move-json-file",
+                    str(to_move),
+                    "--broker-list",
+                    "1,2,3",
+                ],
+                "",
+            ),
+            (
+                [
+                    "reassign",
+                    "execute",
+                    *cc,
+                    "--reassignment-json-file",
+                    str(plan),
+                    "--rollback-file",
+                    str(workdir / "rollback.json"),
+                    "--interval",
+                    "0.2",
+                ],
+                "",
+            ),  # fmt: skip
+            (["reassign", "verify", *cc, "--reassignment-json-file", str(plan)], "is completed"),
+        ],
+        "elect": [(["elect", *cc, "--election-type", "preferred", "--all-topic-partitions"], "")],
+        "transactions": [(["transactions", "list", *cc], "TransactionalId")],
+        "features": [(["features", "describe", *cc], "metadata.version")],
+        "quorum": [
+            (["quorum", "--bootstrap-server", cluster.bootstrap, *cc, "describe", "--status"], "LeaderId")
+        ],
+        "cluster-status": [(["cluster", "status", *cc], "unfenced")],
+        "replay": [(["replay", str(segments), "-b", cluster.bootstrap, *cc, "-t", f"{t}-replayed"], "")],
+        "recover": [(["recover", "partitions", *cc, "--topic", SEEDED], "")],
+    }
+    return scenarios[name]
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["topics", "configs", "groups", "reassign", "elect", "transactions", "features", "quorum",
+     "cluster-status", "replay", "recover"],
+)  # fmt: skip
+def test_kcli_commands_with_command_config(cluster: SecuredCluster, name: str, tmp_path: Path) -> None:
+    for args, shown in scenario(cluster, name, tmp_path):
+        done = kcli(*args)
+        assert shown in done.stdout, f"kcli {' '.join(args)}:\n{done.stdout}{done.stderr}"
+        assert admin_password(cluster) not in done.stdout + done.stderr
+
+
+def test_kafkas_own_tools_read_client_properties(cluster: SecuredCluster, tmp_path: Path) -> None:
+    require_apache_kafka()
+    import apache_kafka
+
+    done = apache_kafka.run_tool(
+        apache_kafka.TOPIC_COMMAND,
+        ["--bootstrap-server", cluster.bootstrap, "--command-config", str(cluster.client_properties),
+         "--describe", "--topic", SEEDED],
+        workdir=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "ReplicationFactor: 3" in done.stdout
+
+
+def test_a_wrong_password_is_the_brokers_sentence(cluster: SecuredCluster, tmp_path: Path) -> None:
+    wrong = "not-the-admin-password-42"
+    bad = tmp_path / "bad.properties"
+    bad.write_text(cluster.client_properties.read_text().replace(admin_password(cluster), wrong))
+    done = kcli("topics", "list", "--command-config", str(bad), check=False, timeout=30)
+    first = cluster.bootstrap.split(",")[0]
+    assert done.returncode != 0
+    assert done.stderr == (
+        f"kcli: SASL/SCRAM-SHA-512 authentication with {first} failed: Authentication failed during "
+        "authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512.\n"
+    )
+    assert done.stdout == "" and wrong not in cluster.logs()
+
+
+def test_a_plaintext_client_on_the_tls_port_is_one_sentence(cluster: SecuredCluster) -> None:
+    first = cluster.bootstrap.split(",")[0]
+    done = kcli("cluster", "status", "-b", first, check=False, timeout=30)
+    assert done.returncode != 0
+    assert done.stderr == (
+        f"kcli: {first} closed the connection: is it a Kafka listener (a TLS one wants security.protocol SSL "
+        "or SASL_SSL)?\n"
+    )
+
+
+def test_a_restart_with_other_security_is_refused(cluster: SecuredCluster) -> None:
+    done = kcli("cluster", "start", "--security", "ssl", "--data-dir", str(cluster.data_dir), check=False)
+    assert done.returncode != 0
+    assert done.stderr == (
+        f"kcli: {cluster.data_dir} holds a cluster made with --security sasl_ssl, so kcli cluster start cannot "
+        "make it ssl; start it with --security sasl_ssl or use another --data-dir.\n"
+    )
