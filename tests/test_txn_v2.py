@@ -21,10 +21,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import kcli_env
+from conftest import kcli_env, require_apache_kafka, start_broker, stop_cleanly
 from kio.schema.errors import ErrorCode
+from test_java_clients import clients_run, compile_clients, require_javac, steps
 from test_produce_fetch import produce_request
-from test_transactions import FAST, consume_all, create_topic, describe
+from test_storage import CLUSTER_ID, combined, kcli_process
+from test_transactions import (
+    FAST,
+    consume_all,
+    create_topic,
+    describe,
+    transactional_producer,
+    wait_for_state,
+)
 from test_txn_apis import init_producer
 from waiting import wait_for
 
@@ -212,3 +221,102 @@ def test_epoch_bump_per_transaction_and_a_stale_epoch_is_fenced(broker_factory) 
 
 
 STATES = {2: "PrepareCommit", 3: "PrepareAbort", 4: "CompleteCommit", 5: "CompleteAbort"}
+
+
+# --- stock clients on one node -----------------------------------------------------------------------
+
+
+def confluent_rounds(bootstrap: str, tid: str, topic: str) -> list[tuple[str, int, int]]:
+    """confluent-kafka's transactional producer: commit, abort, commit (six records each over two
+    partitions); after each, (state, producer id, epoch) as DescribeTransactions shows them."""
+    producer = transactional_producer(bootstrap, tid)
+    first = asyncio.run(describe(bootstrap, tid))
+    seen = [(first.transaction_state, first.producer_id, first.producer_epoch)]
+    for name, commit in (("first", True), ("second", False), ("third", True)):
+        producer.begin_transaction()
+        for i in range(6):
+            producer.produce(topic, f"{name}-{i}".encode(), partition=i % 2)
+        producer.flush(30)
+        if commit:
+            producer.commit_transaction(60)
+        else:
+            producer.abort_transaction(60)
+        done = wait_for_state(bootstrap, tid, "CompleteCommit" if commit else "CompleteAbort")
+        seen.append((done.transaction_state, done.producer_id, done.producer_epoch))
+    producer.flush(10)
+    return seen
+
+
+def check_confluent_rounds(seen: list[tuple[str, int, int]]) -> None:
+    """librdkafka 2.16 runs transaction version 1 (EndTxn up to v3, explicit AddPartitionsToTxn), which a
+    broker at transaction.version 2 serves as Kafka does: one epoch for all its transactions."""
+    [(_, pid, epoch)] = {(s[0], s[1], s[2]) for s in seen[:1]}
+    assert seen == [
+        ("Empty", pid, epoch),
+        ("CompleteCommit", pid, epoch),
+        ("CompleteAbort", pid, epoch),
+        ("CompleteCommit", pid, epoch),
+    ]
+
+
+def committed_values() -> list[bytes]:
+    return sorted(f"{name}-{i}".encode() for name in ("first", "third") for i in range(6))
+
+
+def test_storage_format_at_transaction_version_2_and_confluent_kafka(tmp_path: Path) -> None:
+    """`kcli storage format --feature transaction.version=2`, a broker on it, and confluent-kafka's
+    producer (which keeps to version 1) commits and aborts; read_committed sees the commits only."""
+    config = combined(
+        tmp_path, **{"transaction.state.log.num.partitions": "3", "offsets.topic.num.partitions": "3"}
+    )
+    formatted = kcli_process(
+        tmp_path, "storage", "format", "-c", str(config), "-t", CLUSTER_ID, "--feature", TV2
+    )
+    assert formatted.returncode == 0, formatted.stderr
+    broker = start_broker(tmp_path / "run", config=config, data_dir=tmp_path / "logs-a")
+    try:
+        assert api_versions(broker.bootstrap)[1].get("transaction.version") == 2
+        create_topic(broker.bootstrap, "cf", 2)
+        check_confluent_rounds(confluent_rounds(broker.bootstrap, "cf-tid", "cf"))
+        assert sorted(consume_all(broker.bootstrap, "cf", 2, "read_committed")) == committed_values()
+        assert len(consume_all(broker.bootstrap, "cf", 2, "read_uncommitted")) == 18
+    finally:
+        stop_cleanly(broker)
+
+
+def check_java_rounds(lines: list[dict[str, Any]]) -> None:
+    """kafka-clients 4.1.2 at version 2: the epoch one higher after every transaction (commit or abort),
+    the group's offsets committed with the commits only, read_committed exact."""
+    assert steps(lines, "features")[0]["transactionVersion"] == 2
+    txns = steps(lines, "txn")
+    assert [(t["after"], t["state"]) for t in txns] == [
+        ("init", "Empty"), ("commit", "CompleteCommit"), ("abort", "CompleteAbort"), ("commit", "CompleteCommit"),
+    ]  # fmt: skip
+    pid, epoch = txns[0]["producerId"], txns[0]["producerEpoch"]
+    assert [(t["producerId"], t["producerEpoch"]) for t in txns] == [(pid, epoch + i) for i in range(4)]
+    expected = sorted(f"{name}-{i}" for name in ("commit1", "commit3") for i in range(5))
+    assert steps(lines, "readCommitted")[0]["values"] == expected
+    assert steps(lines, "offsets")[0]["offset"] == 30
+
+
+@pytest.fixture(scope="module")
+def java_classes() -> Path:
+    """tests/java/KcliClients.java compiled against kafka-clients 4.1.2 (as test_java_clients has it)."""
+    require_apache_kafka()
+    require_javac()
+    return compile_clients()
+
+
+def test_java_transactional_producer_bumps_the_epoch_per_transaction(
+    broker_factory, java_classes: Path, tmp_path: Path
+) -> None:
+    broker = broker_factory(overrides=FAST)
+    upgrade_to_tv2(broker.bootstrap)
+    check_java_rounds(clients_run(java_classes, tmp_path / "java", "txnv2", broker.bootstrap, "jv2", "1"))
+    values = [
+        r["value"]["data"]
+        for r in dump_transaction_log(broker.data_dir)
+        if r.get("key", {}).get("data", {}).get("transactionalId") == "jv2-tid"
+    ]
+    ends = [v for v in values if v["transactionStatus"] in (2, 3, 4, 5)]
+    assert len(ends) == 6 and all(v["clientTransactionVersion"] == 2 for v in ends)
