@@ -17,12 +17,15 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import kcli_env, require_apache_kafka, start_broker, stop_cleanly
 from kio.schema.errors import ErrorCode
+from kraft_cluster import LocalKraftCluster
 from test_java_clients import clients_run, compile_clients, require_javac, steps
 from test_produce_fetch import produce_request
 from test_storage import CLUSTER_ID, combined, kcli_process
@@ -56,7 +59,7 @@ def upgrade_to_tv2(bootstrap: str) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     wait_for(
         "transaction.version 2 finalized",
-        lambda: api_versions(bootstrap)[1].get("transaction.version") == 2,
+        lambda: api_versions(bootstrap.split(",")[0])[1].get("transaction.version") == 2,
         20,
     )
 
@@ -226,11 +229,15 @@ STATES = {2: "PrepareCommit", 3: "PrepareAbort", 4: "CompleteCommit", 5: "Comple
 # --- stock clients on one node -----------------------------------------------------------------------
 
 
-def confluent_rounds(bootstrap: str, tid: str, topic: str) -> list[tuple[str, int, int]]:
+def confluent_rounds(
+    bootstrap: str, tid: str, topic: str, coordinator: str | None = None
+) -> list[tuple[str, int, int]]:
     """confluent-kafka's transactional producer: commit, abort, commit (six records each over two
-    partitions); after each, (state, producer id, epoch) as DescribeTransactions shows them."""
+    partitions); after each, (state, producer id, epoch) as DescribeTransactions at `coordinator` (the
+    id's coordinator's address, default `bootstrap`) shows them."""
     producer = transactional_producer(bootstrap, tid)
-    first = asyncio.run(describe(bootstrap, tid))
+    coordinator = coordinator or bootstrap
+    first = asyncio.run(describe(coordinator, tid))
     seen = [(first.transaction_state, first.producer_id, first.producer_epoch)]
     for name, commit in (("first", True), ("second", False), ("third", True)):
         producer.begin_transaction()
@@ -241,7 +248,7 @@ def confluent_rounds(bootstrap: str, tid: str, topic: str) -> list[tuple[str, in
             producer.commit_transaction(60)
         else:
             producer.abort_transaction(60)
-        done = wait_for_state(bootstrap, tid, "CompleteCommit" if commit else "CompleteAbort")
+        done = wait_for_state(coordinator, tid, "CompleteCommit" if commit else "CompleteAbort")
         seen.append((done.transaction_state, done.producer_id, done.producer_epoch))
     producer.flush(10)
     return seen
@@ -320,3 +327,175 @@ def test_java_transactional_producer_bumps_the_epoch_per_transaction(
     ]
     ends = [v for v in values if v["transactionStatus"] in (2, 3, 4, 5)]
     assert len(ends) == 6 and all(v["clientTransactionVersion"] == 2 for v in ends)
+
+
+# --- three nodes -------------------------------------------------------------------------------------
+
+CLUSTER_OVERRIDES = (
+    "transaction.state.log.num.partitions=3",
+    "offsets.topic.num.partitions=3",
+    "transaction.state.log.replication.factor=3",
+    "transaction.state.log.min.isr=2",
+    "offsets.topic.replication.factor=3",
+    "group.initial.rebalance.delay.ms=0",
+    "broker.session.timeout.ms=6000",
+)
+"""Internal topics on all three nodes, so the transaction coordinator can fail over."""
+FIND_COORDINATOR = 10
+
+
+@pytest.fixture(scope="module")
+def v2_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKraftCluster]:
+    """Three combined kcli nodes upgraded to transaction.version 2 (`kcli features upgrade`); every node
+    offers it before a test starts. Stopped by PID at the end."""
+    cluster = LocalKraftCluster(tmp_path_factory.mktemp("txn-v2-cluster"), 3, CLUSTER_OVERRIDES)
+    try:
+        cluster.start()
+        cluster.status(timeout=60, what="a controller leader")
+        upgrade_to_tv2(cluster.bootstrap)
+        for node in cluster.nodes.values():
+            wait_for(
+                f"node {node.node_id} at transaction.version 2",
+                lambda node=node: api_versions(node.bootstrap)[1].get("transaction.version") == 2,
+                30,
+            )
+        yield cluster
+        for node in cluster.nodes.values():
+            assert "Traceback" not in node.log(), f"node {node.node_id} logged a traceback:\n{node.log()}"
+    finally:
+        cluster.kill_all()
+
+
+def test_java_transactional_producer_on_three_nodes(
+    v2_cluster: LocalKraftCluster, java_classes: Path, tmp_path: Path
+) -> None:
+    lines = clients_run(java_classes, tmp_path / "java", "txnv2", v2_cluster.bootstrap, "cjv2", "3")
+    check_java_rounds(lines)
+
+
+def test_confluent_kafka_producer_on_three_nodes(v2_cluster: LocalKraftCluster) -> None:
+    bootstrap = v2_cluster.bootstrap
+    create_topic_on(bootstrap, "cf3", [[1, 2, 3], [2, 3, 1]])
+    tid = "cf3-tid"
+    node = wait_for("a coordinator", lambda: asyncio.run(find_coordinator(v2_cluster[1].bootstrap, tid)), 60)
+    check_confluent_rounds(confluent_rounds(bootstrap, tid, "cf3", v2_cluster[node].bootstrap))
+    assert sorted(consume_all(bootstrap, "cf3", 2, "read_committed")) == committed_values()
+
+
+async def find_coordinator(bootstrap: str, tid: str) -> int | None:
+    async with await KafkaClient.connect(bootstrap) as client:
+        cls = client.request_type(FIND_COORDINATOR, 4)
+        [found] = (await client.send(cls(key_type=1, coordinator_keys=(tid,)))).coordinators
+        return found.node_id if found.error_code == ErrorCode.none else None
+
+
+async def retrying(what: str, call: Any, retriable: frozenset[ErrorCode], timeout: float = 60) -> Any:
+    """`call()` (a coroutine factory answering (error, response)) again while its error is retriable or
+    the broker cannot be reached."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            error, response = await call()
+        except (TimeoutError, OSError, ConnectionError) as exc:
+            last = exc
+        else:
+            if error not in retriable:
+                return error, response
+            last = error
+        await asyncio.sleep(0.3)
+    pytest.fail(f"{what}: still {last} after {timeout}s")
+
+
+COORDINATOR_MOVING = frozenset(
+    {
+        ErrorCode.not_coordinator,
+        ErrorCode.coordinator_not_available,
+        ErrorCode.coordinator_load_in_progress,
+        ErrorCode.concurrent_transactions,
+    }
+)
+LEADER_BUSY = frozenset(
+    {ErrorCode.not_enough_replicas, ErrorCode.request_timed_out, ErrorCode.not_leader_or_follower}
+)
+
+
+def test_coordinator_failover_in_the_middle_of_a_transaction(v2_cluster: LocalKraftCluster) -> None:
+    """A version 2 transaction (Produce v12, EndTxn v5) is open when its coordinator is killed (kill -9):
+    the new coordinator loads the v1 records and commits it with the bumped epoch, the next transaction
+    aborts, a produce with the aborted epoch is fenced, and read_committed sees exactly the commits."""
+    cluster = v2_cluster
+    tid = "failover-v2"
+    first = cluster[1].bootstrap
+    coordinator = wait_for("a coordinator", lambda: asyncio.run(find_coordinator(first, tid)), 60)
+    others = [n for n in sorted(cluster.nodes) if n != coordinator]
+    leader = others[0]
+    create_topic_on(cluster.bootstrap, "fo", [[leader, others[1], coordinator]])
+
+    async def produce_to_leader(epoch: int, sequence: int, values: list[bytes]) -> ErrorCode:
+        async def once() -> tuple[ErrorCode, None]:
+            async with await KafkaClient.connect(cluster[leader].bootstrap) as client:
+                batch = txn_batch(pid, epoch, sequence, values)
+                return await produce(client, 12, tid, "fo", 0, batch), None
+
+        return (await retrying("Produce v12", once, LEADER_BUSY))[0]
+
+    async def end(epoch: int, *, commit: bool) -> Any:
+        async def once() -> tuple[ErrorCode, Any]:
+            node = await find_coordinator(cluster.live_bootstrap().split(",")[0], tid)
+            if node is None or not cluster[node].running:
+                return ErrorCode.coordinator_not_available, None
+            async with await KafkaClient.connect(cluster[node].bootstrap) as client:
+                response = await end_txn_v5(client, tid, pid, epoch, commit=commit)
+                return response.error_code, response
+
+        error, response = await retrying("EndTxn v5", once, COORDINATOR_MOVING, timeout=90)
+        assert error == ErrorCode.none, response
+        return response
+
+    async def init() -> tuple[int, int]:
+        async with await KafkaClient.connect(cluster[coordinator].bootstrap) as client:
+            return await init_producer(client, tid)
+
+    pid, epoch = asyncio.run(init())
+    assert asyncio.run(produce_to_leader(epoch, 0, [b"one-0", b"one-1"])) == ErrorCode.none
+    assert asyncio.run(end(epoch, commit=True)).producer_epoch == epoch + 1
+    epoch += 1
+    # The next transaction is open (its partition added by the leader through the remote coordinator)...
+    assert asyncio.run(produce_to_leader(epoch, 0, [b"two-0", b"two-1"])) == ErrorCode.none
+    cluster[coordinator].kill()  # ...when its coordinator dies
+    committed = asyncio.run(end(epoch, commit=True))
+    assert (committed.producer_id, committed.producer_epoch) == (pid, epoch + 1)
+    epoch += 1
+    assert asyncio.run(produce_to_leader(epoch, 0, [b"three-0"])) == ErrorCode.none
+    assert asyncio.run(end(epoch, commit=False)).producer_epoch == epoch + 1
+    stale = asyncio.run(produce_to_leader(epoch, 1, [b"three-late"]))
+    assert stale == ErrorCode.invalid_producer_epoch
+    live = cluster.live_bootstrap()
+    assert consume_all(live, "fo", 1, "read_committed") == [b"one-0", b"one-1", b"two-0", b"two-1"]
+    moved = wait_for(
+        "the new coordinator", lambda: asyncio.run(find_coordinator(live.split(",")[0], tid)), 60
+    )
+    assert moved != coordinator
+    state = wait_for_state(cluster[moved].bootstrap, tid, "CompleteAbort", timeout=60)
+    assert (state.producer_id, state.producer_epoch) == (pid, epoch + 1)
+    # The killed node comes back and follows.
+    cluster[coordinator].start()
+    cluster[coordinator].wait_ready()
+
+
+def create_topic_on(bootstrap: str, topic: str, assignment: list[list[int]]) -> None:
+    """A topic with explicit replicas (the first one leads), min.insync.replicas 2; waits for its leaders."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 20000})
+    new = NewTopic(topic, len(assignment), replica_assignment=assignment, config={"min.insync.replicas": "2"})
+    admin.create_topics([new], operation_timeout=30)[topic].result(40)
+
+    def led() -> bool:
+        found = admin.list_topics(topic, timeout=20).topics.get(topic)
+        return (
+            found is not None
+            and found.error is None
+            and [found.partitions[p].leader for p in range(len(assignment))] == [a[0] for a in assignment]
+        )
+
+    wait_for(f"{topic} to be led as assigned", led, 60, interval=0.5)
