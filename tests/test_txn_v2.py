@@ -21,12 +21,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import apache_kafka
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import kcli_env, require_apache_kafka, start_broker, stop_cleanly
 from kio.schema.errors import ErrorCode
 from kraft_cluster import LocalKraftCluster
-from test_java_clients import clients_run, compile_clients, require_javac, steps
+from test_java_clients import MAIN, JsonLines, clients_run, compile_clients, require_javac, steps
 from test_produce_fetch import produce_request
 from test_storage import CLUSTER_ID, combined, kcli_process
 from test_transactions import (
@@ -420,6 +421,75 @@ LEADER_BUSY = frozenset(
 )
 
 
+def test_java_producer_through_a_coordinator_failover(
+    v2_cluster: LocalKraftCluster, java_classes: Path, tmp_path: Path
+) -> None:
+    """kafka-clients holds a transaction open (records written) while its coordinator is killed (kill -9),
+    then commits through the new coordinator and aborts the next one: the epochs go on one per
+    transaction and read_committed sees exactly the committed records."""
+    cluster = v2_cluster
+    tid = "jfo-tid"
+    resume = tmp_path / "resume"
+    command = apache_kafka.java_command(
+        MAIN,
+        ["txnv2-failover", cluster.bootstrap, "jfo", str(resume)],
+        log_path=tmp_path / "jfo.log",
+        level="warn",
+        classpath=[java_classes],
+    )
+    with open(tmp_path / "jfo.stderr", "w") as stderr:
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=stderr, text=True, cwd=tmp_path, stdin=subprocess.DEVNULL
+        )
+    lines = JsonLines(process)
+    try:
+        lines.wait("the paused transaction", lambda: {"event": "paused"} in lines.lines, 120)
+        live = cluster.live_bootstrap().split(",")[0]
+        coordinator = wait_for("a coordinator", lambda: asyncio.run(find_coordinator(live, tid)), 60)
+        cluster[coordinator].kill()
+        resume.touch()
+        process.wait(240)
+    finally:
+        if process.poll() is None:
+            process.kill()  # by PID, the JVM this test started
+            process.wait()
+        lines.reader.join(10)
+    errors = [line for line in lines.lines if "error" in line]
+    assert process.returncode == 0 and not errors and lines.lines[-1:] == [{"event": "done"}], (
+        errors,
+        (tmp_path / "jfo.stderr").read_text()[-3000:],
+    )
+    txns = steps(lines.lines, "txn")
+    assert [(t["after"], t["state"]) for t in txns] == [
+        ("init", "Empty"), ("commit", "CompleteCommit"), ("abort", "CompleteAbort"),
+    ]  # fmt: skip
+    pid, epoch = txns[0]["producerId"], txns[0]["producerEpoch"]
+    assert [(t["producerId"], t["producerEpoch"]) for t in txns] == [
+        (pid, epoch),
+        (pid, epoch + 1),
+        (pid, epoch + 2),
+    ]
+    expected = sorted(f"{name}-{i}" for name in ("before", "after") for i in range(5))
+    assert steps(lines.lines, "readCommitted")[0]["values"] == expected
+    cluster[coordinator].start()
+    cluster[coordinator].wait_ready()
+    wait_in_sync(cluster, ["__transaction_state", "jfo-out"])
+
+
+def wait_in_sync(cluster: LocalKraftCluster, topics: list[str]) -> None:
+    """Until every partition of `topics` has all its replicas in the ISR again."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "socket.timeout.ms": 20000})
+
+    def in_sync() -> bool:
+        found = admin.list_topics(timeout=20).topics
+        return all(
+            topic in found and all(len(p.isrs) == len(p.replicas) for p in found[topic].partitions.values())
+            for topic in topics
+        )
+
+    wait_for(f"{topics} in sync", in_sync, 90, interval=0.5)
+
+
 def test_coordinator_failover_in_the_middle_of_a_transaction(v2_cluster: LocalKraftCluster) -> None:
     """A version 2 transaction (Produce v12, EndTxn v5) is open when its coordinator is killed (kill -9):
     the new coordinator loads the v1 records and commits it with the bumped epoch, the next transaction
@@ -482,6 +552,7 @@ def test_coordinator_failover_in_the_middle_of_a_transaction(v2_cluster: LocalKr
     # The killed node comes back and follows.
     cluster[coordinator].start()
     cluster[coordinator].wait_ready()
+    wait_in_sync(cluster, ["__transaction_state", "fo"])
 
 
 def create_topic_on(bootstrap: str, topic: str, assignment: list[list[int]]) -> None:

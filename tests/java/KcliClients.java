@@ -9,6 +9,9 @@
  *   java KcliClients txnv2 BOOTSTRAP PREFIX REPLICATION   transactions (commit, abort, commit, each with
  *                                                         the group's offsets) and, after each, the
  *                                                         producer id and epoch DescribeTransactions shows
+ *   java KcliClients txnv2-failover BOOTSTRAP PREFIX RESUME_FILE   a transaction that pauses (prints
+ *                                                         {"event": "paused"}) until RESUME_FILE exists,
+ *                                                         then commits; an aborted one after it
  *
  * A step that throws prints {"step": NAME, "error": ...} and the next step still runs, so one run shows
  * every failure at once. Timeouts are generous: the brokers share two cores with other processes.
@@ -83,6 +86,7 @@ public final class KcliClients {
         switch (args[0]) {
             case "clients" -> clients(args[1], args[2], Short.parseShort(args[3]));
             case "txnv2" -> transactionsV2(args[1], args[2], Short.parseShort(args[3]));
+            case "txnv2-failover" -> transactionsV2Failover(args[1], args[2], java.nio.file.Path.of(args[3]));
             case "streams" -> {
                 for (String guarantee : Arrays.copyOfRange(args, 4, args.length)) {
                     step("streams-" + guarantee, () -> wordCount(args[1], args[2] + "-" + guarantee.replace('_', '-'),
@@ -367,6 +371,47 @@ public final class KcliClients {
                         .partitionsToOffsetAndMetadata().get().get(new TopicPartition(in, 0));
                 emit("step", "offsets", "offset", committed == null ? -1 : committed.offset());
             });
+        }
+    }
+
+    /** A transaction held open while the test kills its coordinator, then committed; one aborted after. */
+    static void transactionsV2Failover(String bootstrap, String prefix, java.nio.file.Path resume) throws Exception {
+        String out = prefix + "-out", txnId = prefix + "-tid";
+        try (Admin admin = Admin.create(common(bootstrap))) {
+            step("createTopics", () -> admin.createTopics(List.of(
+                    new NewTopic(out, 2, (short) 3).configs(Map.of("min.insync.replicas", "2")))).all().get());
+            step("failover", () -> {
+                Properties p = producerConfig(bootstrap);
+                p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txnId);
+                p.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, "120000");
+                try (KafkaProducer<String, String> producer = new KafkaProducer<>(p)) {
+                    producer.initTransactions();
+                    describeTxn(admin, txnId, "init");
+                    producer.beginTransaction();
+                    for (int i = 0; i < TXN_BATCH; i++) {
+                        producer.send(new ProducerRecord<>(out, i % 2, "txn", "before-" + i));
+                    }
+                    producer.flush();
+                    emit("event", "paused");
+                    long deadline = System.nanoTime() + WAIT.toNanos();
+                    while (!java.nio.file.Files.exists(resume) && System.nanoTime() < deadline) {
+                        Thread.sleep(100);
+                    }
+                    for (int i = 0; i < TXN_BATCH; i++) {
+                        producer.send(new ProducerRecord<>(out, i % 2, "txn", "after-" + i));
+                    }
+                    producer.commitTransaction();
+                    describeTxn(admin, txnId, "commit");
+                    producer.beginTransaction();
+                    for (int i = 0; i < TXN_BATCH; i++) {
+                        producer.send(new ProducerRecord<>(out, i % 2, "txn", "aborted-" + i));
+                    }
+                    producer.flush();
+                    producer.abortTransaction();
+                    describeTxn(admin, txnId, "abort");
+                }
+            });
+            step("readCommitted", () -> emit("step", "readCommitted", "values", readCommitted(bootstrap, out, 2)));
         }
     }
 
