@@ -464,13 +464,16 @@ class TransactionCoordinator:
         exhausts the epoch."""
         next_producer_id = NO_PRODUCER_ID
         if metadata.is_producer_epoch_exhausted:
+            before = (metadata.state, metadata.producer_id, metadata.producer_epoch)
             try:
                 next_producer_id = await self.producer_ids.generate_producer_id()
             except ProducerIdsUnavailable as exc:
                 log.error("EndTxn for %s: %s", metadata.transactional_id, exc)
                 return EndTxnResult(ErrorCode.coordinator_load_in_progress)
-            if metadata.pending_transition_in_progress:  # something else got in while waiting
-                return EndTxnResult(ErrorCode.concurrent_transactions)
+            after = (metadata.state, metadata.producer_id, metadata.producer_epoch)
+            current = self.state_manager.get_transaction_state(metadata.transactional_id)
+            if metadata.pending_transition_in_progress or after != before or current is not metadata:
+                return EndTxnResult(ErrorCode.concurrent_transactions)  # something else got in meanwhile
         transit = metadata.prepare_abort_or_commit(
             target, self.clock(), 2, next_producer_id, no_partition_added=no_partition_added
         )

@@ -302,19 +302,15 @@ class TransactionMetadata:
         client_transaction_version: int = 0,
         next_producer_id: int = NO_PRODUCER_ID,
         *,
-        bump_epoch: bool | None = None,
         no_partition_added: bool = False,
     ) -> TxnTransitMetadata:
-        """PrepareCommit/PrepareAbort. Transaction version 2 bumps the epoch here (the caller made sure
-        it cannot overflow: an exhausted epoch comes with `next_producer_id`); an epoch fence has bumped
-        it already (`bump_epoch=False`). An epoch already at Short.MaxValue (a fence of an exhausted
-        epoch) stays there rather than overflow; the Complete record or InitProducerId then moves to a new
-        producer id. `no_partition_added`: version 2's abort from Empty/Complete*, a transaction that
-        starts and ends now."""
-        if bump_epoch is None:
-            bump_epoch = supports_epoch_bump(client_transaction_version)
+        """PrepareCommit/PrepareAbort. Transaction version 2 bumps the epoch here; when that exhausts it
+        the caller passes `next_producer_id`, which the Complete record moves to. An epoch already at
+        Short.MaxValue (a version 2 fence of an exhausted epoch) stays there rather than overflow, and
+        InitProducerId moves to a new producer id. `no_partition_added`: version 2's abort from Empty or
+        Complete*, a transaction that starts and ends now."""
         epoch, last_epoch = self.producer_epoch, self.last_producer_epoch
-        if bump_epoch and self.producer_epoch < MAX_PRODUCER_EPOCH:
+        if supports_epoch_bump(client_transaction_version) and self.producer_epoch < MAX_PRODUCER_EPOCH:
             epoch, last_epoch = self.producer_epoch + 1, self.producer_epoch
         return self._transit(
             new_state,
