@@ -6,8 +6,9 @@ the end of every transaction and answers with it, a retry is recognised by it, a
 works; a produce with the epoch of an aborted transaction is fenced (the hanging-transaction defence);
 __transaction_state holds v1 values with ClientTransactionVersion 2 (kcli dump-segment
 --transaction-log-decoder). With stock clients: Kafka's Java transactional producer (kafka-clients
-4.1.2, which uses version 2 when the broker has it) and confluent-kafka's, on one node and on three
-nodes, with a coordinator failover in the middle of a transaction.
+4.1.2, which uses version 2 when the broker has it; beside it a Kafka Streams exactly_once_v2 word
+count) and confluent-kafka's (librdkafka 2.16 stays at version 1, which the broker serves beside), on
+one node and on three nodes, with the coordinator killed in the middle of a transaction.
 """
 
 from __future__ import annotations
@@ -27,7 +28,17 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import kcli_env, require_apache_kafka, start_broker, stop_cleanly
 from kio.schema.errors import ErrorCode
 from kraft_cluster import LocalKraftCluster
-from test_java_clients import MAIN, JsonLines, clients_run, compile_clients, require_javac, steps
+from test_java_clients import (
+    MAIN,
+    JsonLines,
+    check_word_counts,
+    clients_run,
+    compile_clients,
+    in_parallel,
+    require_javac,
+    steps,
+    word_counts,
+)
 from test_produce_fetch import produce_request
 from test_storage import CLUSTER_ID, combined, kcli_process
 from test_transactions import (
@@ -318,9 +329,17 @@ def java_classes() -> Path:
 def test_java_transactional_producer_bumps_the_epoch_per_transaction(
     broker_factory, java_classes: Path, tmp_path: Path
 ) -> None:
+    """kafka-clients' transactional producer, and beside it a Kafka Streams word count at exactly_once_v2
+    (its transactions at version 2 too), on one node at transaction.version 2."""
     broker = broker_factory(overrides=FAST)
     upgrade_to_tv2(broker.bootstrap)
-    check_java_rounds(clients_run(java_classes, tmp_path / "java", "txnv2", broker.bootstrap, "jv2", "1"))
+    b = broker.bootstrap
+    clients, streams = in_parallel(
+        lambda: clients_run(java_classes, tmp_path / "java", "txnv2", b, "jv2", "1"),
+        lambda: word_counts(java_classes, tmp_path / "streams", b, "wcv2"),
+    )
+    check_java_rounds(clients)
+    check_word_counts(streams)
     values = [
         r["value"]["data"]
         for r in dump_transaction_log(broker.data_dir)
@@ -328,6 +347,13 @@ def test_java_transactional_producer_bumps_the_epoch_per_transaction(
     ]
     ends = [v for v in values if v["transactionStatus"] in (2, 3, 4, 5)]
     assert len(ends) == 6 and all(v["clientTransactionVersion"] == 2 for v in ends)
+    streams_ends = {
+        r["value"]["data"]["clientTransactionVersion"]
+        for r in dump_transaction_log(broker.data_dir)
+        if r.get("key", {}).get("data", {}).get("transactionalId", "").startswith("wcv2-exactly-once-v2")
+        and (r.get("value") or {}).get("data", {}).get("transactionStatus") in (2, 3, 4, 5)
+    }
+    assert streams_ends == {2}  # Streams' exactly_once_v2 producer ends its transactions at version 2 too
 
 
 # --- three nodes -------------------------------------------------------------------------------------
