@@ -28,6 +28,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import kcli_env, require_apache_kafka, start_broker, stop_cleanly
 from kio.schema.errors import ErrorCode
 from kraft_cluster import LocalKraftCluster
+from test_groups import find
 from test_java_clients import (
     MAIN,
     JsonLines,
@@ -49,7 +50,7 @@ from test_transactions import (
     transactional_producer,
     wait_for_state,
 )
-from test_txn_apis import init_producer
+from test_txn_apis import init_producer, txn_commit
 from waiting import wait_for
 
 from formats.records import RecordSpec, build_batch
@@ -596,3 +597,46 @@ def create_topic_on(bootstrap: str, topic: str, assignment: list[list[int]]) -> 
         )
 
     wait_for(f"{topic} to be led as assigned", led, 60, interval=0.5)
+
+
+def test_bad_version_2_requests_get_kafkas_errors(broker_factory) -> None:
+    """EndTxn v5, TxnOffsetCommit v5 and Produce v12 with a missing or unknown transactional id, the wrong
+    producer id or epoch: each answers Kafka's error and the broker goes on serving."""
+    broker = broker_factory(overrides=FAST)
+    upgrade_to_tv2(broker.bootstrap)
+    create_topic(broker.bootstrap, "in", 1)
+
+    async def run() -> None:
+        async with await KafkaClient.connect(broker.bootstrap) as client:
+            pid, epoch = await init_producer(client, "bad-v2")
+            for tid, producer, expected in (
+                ("", (pid, epoch), ErrorCode.invalid_request),
+                ("unknown-v2", (pid, epoch), ErrorCode.invalid_producer_id_mapping),
+                ("bad-v2", (pid + 1, epoch), ErrorCode.invalid_producer_id_mapping),
+                ("bad-v2", (pid, epoch + 5), ErrorCode.producer_fenced),
+            ):
+                answer = await end_txn_v5(client, tid, *producer, commit=True)
+                assert (answer.error_code, answer.producer_id, answer.producer_epoch) == (expected, -1, -1), (
+                    tid
+                )
+            assert (await end_txn_v5(client, "bad-v2", pid, epoch, commit=True)).error_code == (
+                ErrorCode.invalid_txn_state  # nothing to commit
+            )
+            error = await txn_commit(client, 5, "unknown-v2", pid, epoch, "g", 1)
+            assert error == ErrorCode.invalid_producer_id_mapping
+            error = await produce(client, 12, "unknown-v2", "in", 0, txn_batch(pid, epoch, 0, [b"x"]))
+            assert error == ErrorCode.invalid_producer_id_mapping
+            # an offset commit at version 5 adds the group's partition itself, no AddOffsetsToTxn
+            await find(client, "g")  # __consumer_offsets comes into being
+            for _ in range(100):
+                error = await txn_commit(client, 5, "bad-v2", pid, epoch, "g", 7)
+                if error not in (ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress):
+                    break
+                await asyncio.sleep(0.1)
+            assert error == ErrorCode.none
+            assert (await describe(broker.bootstrap, "bad-v2")).transaction_state == "Ongoing"
+            ended = await end_txn_v5(client, "bad-v2", pid, epoch, commit=True)
+            assert (ended.error_code, ended.producer_epoch) == (ErrorCode.none, epoch + 1)
+
+    asyncio.run(run())
+    assert api_versions(broker.bootstrap)[1]["transaction.version"] == 2  # still serving
