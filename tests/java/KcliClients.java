@@ -339,12 +339,7 @@ public final class KcliClients {
                 emit("step", "features", "transactionVersion", tv == null ? 0 : tv.maxVersionLevel());
             });
             step("transactions", () -> {
-                Properties p = producerConfig(bootstrap);
-                p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txnId);
-                p.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, "120000");
-                try (KafkaProducer<String, String> producer = new KafkaProducer<>(p)) {
-                    producer.initTransactions();
-                    describeTxn(admin, txnId, "init");
+                try (KafkaProducer<String, String> producer = initTransactional(bootstrap, admin, txnId)) {
                     long round = 0;
                     for (String outcome : List.of("commit", "abort", "commit")) {
                         round++;
@@ -381,12 +376,7 @@ public final class KcliClients {
             step("createTopics", () -> admin.createTopics(List.of(
                     new NewTopic(out, 2, (short) 3).configs(Map.of("min.insync.replicas", "2")))).all().get());
             step("failover", () -> {
-                Properties p = producerConfig(bootstrap);
-                p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txnId);
-                p.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, "120000");
-                try (KafkaProducer<String, String> producer = new KafkaProducer<>(p)) {
-                    producer.initTransactions();
-                    describeTxn(admin, txnId, "init");
+                try (KafkaProducer<String, String> producer = initTransactional(bootstrap, admin, txnId)) {
                     producer.beginTransaction();
                     for (int i = 0; i < TXN_BATCH; i++) {
                         producer.send(new ProducerRecord<>(out, i % 2, "txn", "before-" + i));
@@ -413,6 +403,18 @@ public final class KcliClients {
             });
             step("readCommitted", () -> emit("step", "readCommitted", "values", readCommitted(bootstrap, out, 2)));
         }
+    }
+
+    /** A transactional producer after initTransactions, its producer id and epoch printed. */
+    static KafkaProducer<String, String> initTransactional(String bootstrap, Admin admin, String txnId)
+            throws Exception {
+        Properties p = producerConfig(bootstrap);
+        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txnId);
+        p.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, "120000");
+        KafkaProducer<String, String> producer = new KafkaProducer<>(p);
+        producer.initTransactions();
+        describeTxn(admin, txnId, "init");
+        return producer;
     }
 
     /** DescribeTransactions once the transaction has completed: its state, producer id and epoch. */
