@@ -8,8 +8,12 @@ Kafka's `MetadataVersion` enum, `Feature` / `FeatureVersion` (KIP-584, KIP-1022)
   eligible leader replicas, KIP-966); the others bootstrap a feature or change an inter-broker RPC.
 - `eligible.leader.replicas.version` (KIP-966 part 1): level 1 needs metadata.version 4.0-IV1 or later
   and is the default from 4.1-IV0 on, as in Kafka 4.1 (`EligibleLeaderReplicasVersion.ELRV_1`).
+- `transaction.version` (KIP-890): 1 writes __transaction_state values as the flexible v1, 2 bumps the
+  producer epoch at the end of every transaction (Kafka's `TransactionVersion`, no dependencies in
+  4.1). Set only on request (`--feature transaction.version=2`): Kafka makes 2 the default from
+  4.0-IV2 on, kcli keeps every release at 0 for now (DEFAULT_OFF).
 
-Features kcli does not implement (group.version, transaction.version, share.version, ...) are not
+Features kcli does not implement (group.version, share.version, ...) are not
 offered: a release version that would turn them on in Kafka formats here without them, exactly as a
 Kafka whose `Formatter.setSupportedFeatures` leaves them out.
 """
@@ -25,6 +29,7 @@ from kcli.errors import KcliError
 METADATA_VERSION = "metadata.version"
 ELIGIBLE_LEADER_REPLICAS_VERSION = "eligible.leader.replicas.version"
 KRAFT_VERSION = "kraft.version"
+TRANSACTION_VERSION = "transaction.version"
 
 # MetadataVersion levels that change what kcli writes or does.
 MV_3_0_IV1 = 1
@@ -144,6 +149,21 @@ def register_broker_record_version(metadata_version: int) -> int:
     return 3
 
 
+def transaction_version_level(features: Mapping[str, int]) -> int:
+    """The finalized transaction.version (TransactionStateManager.transactionVersionLevel), 0 if unset."""
+    return features.get(TRANSACTION_VERSION, 0)
+
+
+def supports_epoch_bump(transaction_version: int) -> bool:
+    """TransactionVersion.supportsEpochBump: version 2 ends every transaction with a bumped epoch."""
+    return transaction_version >= 2
+
+
+def transaction_log_value_version(transaction_version: int) -> int:
+    """TransactionVersion.transactionLogValueVersion: the flexible v1 from transaction.version 1."""
+    return 1 if transaction_version >= 1 else 0
+
+
 def is_elr_enabled(features: Mapping[str, int]) -> bool:
     """FeatureControlManager.isElrFeatureEnabled: eligible.leader.replicas.version >= 1 on a
     metadata.version that supports ELR."""
@@ -167,6 +187,11 @@ SUPPORTED_FEATURES: dict[str, tuple[FeatureLevel, ...]] = {
         FeatureLevel(0, MV_3_0_IV1, {}),
         FeatureLevel(1, MV_4_1_IV0, {METADATA_VERSION: MV_4_0_IV1}),
     ),
+    TRANSACTION_VERSION: (
+        FeatureLevel(0, MV_3_0_IV1, {}),
+        FeatureLevel(1, MV_4_0_IV2, {}),
+        FeatureLevel(2, MV_4_0_IV2, {}),
+    ),
 }
 """The features besides metadata.version kcli implements, each with its levels (Kafka's Feature enum,
 as far as kcli goes). kraft.version (0 static, 1 dynamic quorum, KIP-853) is handled apart: it has
@@ -181,8 +206,14 @@ def supported_range(name: str) -> tuple[int, int]:
     return levels[0].level, levels[-1].level
 
 
+DEFAULT_OFF = frozenset({TRANSACTION_VERSION})
+"""Features whose default stays level 0 at every metadata.version (Kafka turns them on by release)."""
+
+
 def default_level(name: str, metadata_version: int) -> int:
     """Feature.defaultLevel: the highest level whose bootstrap metadata.version is at or below it."""
+    if name in DEFAULT_OFF:
+        return SUPPORTED_FEATURES[name][0].level
     chosen = SUPPORTED_FEATURES[name][0]
     for candidate in SUPPORTED_FEATURES[name]:
         if candidate.bootstrap_metadata_version <= metadata_version:
@@ -269,7 +300,8 @@ def format_feature_levels(
             raise FeatureError(f"Unsupported feature: {name}. Supported features are: {supported}")
         levels[name] = level
     for name in SUPPORTED_FEATURES:
-        levels.setdefault(name, default_level(name, metadata_version))
+        if name not in DEFAULT_OFF:  # left at level 0 (no record) unless asked for
+            levels.setdefault(name, default_level(name, metadata_version))
     everything = {METADATA_VERSION: metadata_version, **levels}
     for name, level in sorted(levels.items()):
         feature = next((f for f in SUPPORTED_FEATURES[name] if f.level == level), None)

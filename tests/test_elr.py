@@ -276,6 +276,7 @@ def test_bootstrap_with_elr_writes_the_cluster_min_isr_and_v2_records(tmp_path):
     assert dict(controller.image.broker(1).features) == {
         "metadata.version": (1, 27),
         ELIGIBLE_LEADER_REPLICAS_VERSION: (0, 1),
+        "transaction.version": (0, 2),
     }
     controller.create_topics([NewTopic("t", assignments=[(0, (1, 2, 3))])])
     [(record, _)] = [
@@ -463,7 +464,7 @@ def test_feature_levels_as_kafkas_formatter_picks_them():
             {"group.version": 1},
             27,
             "Unsupported feature: group.version. Supported features are: "
-            "eligible.leader.replicas.version, kraft.version",
+            "eligible.leader.replicas.version, kraft.version, transaction.version",
         ),
         (
             {"metadata.version": 23},

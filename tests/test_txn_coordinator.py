@@ -177,3 +177,59 @@ def test_transit_round_trips_through_the_transaction_log(
         loaded.txn_last_update_timestamp,
         loaded.last_producer_epoch,
     ) == (producer_id, epoch, timeout, state, set(topic_partitions), start, update, -1)
+
+
+# --- transaction version 2 (KIP-890 part 2) ---------------------------------------------------------------
+
+
+def test_version_2_bumps_the_epoch_in_prepare_and_keeps_it_in_complete() -> None:
+    m = metadata(S.EMPTY, epoch=3)
+    apply(m, m.prepare_add_partitions([("t", 0)], now_ms=1, client_transaction_version=2))
+    apply(m, m.prepare_abort_or_commit(S.PREPARE_COMMIT, 2, 2))
+    assert (m.producer_id, m.producer_epoch, m.last_producer_epoch, m.client_transaction_version) == (
+        42,
+        4,
+        3,
+        2,
+    )
+    complete = apply(m, m.prepare_complete(now_ms=3))
+    assert (m.state, m.producer_id, m.producer_epoch, m.last_producer_epoch) == (S.COMPLETE_COMMIT, 42, 4, 4)
+    value = complete.to_log_value(transaction_version=2)
+    assert (value.version, value.client_transaction_version, value.producer_epoch) == (1, 2, 4)
+    assert complete.to_log_value(transaction_version=0).client_transaction_version == 0  # v0 cannot hold it
+
+
+def test_version_2_moves_an_exhausted_epoch_to_the_next_producer_id_at_complete() -> None:
+    m = metadata(S.ONGOING, epoch=MAX_PRODUCER_EPOCH - 1, topic_partitions={("t", 0)}, txn_start_timestamp=1)
+    prepare = apply(m, m.prepare_abort_or_commit(S.PREPARE_ABORT, 2, 2, next_producer_id=99))
+    assert (m.producer_id, m.producer_epoch, m.next_producer_id) == (42, MAX_PRODUCER_EPOCH, 99)
+    loaded = TransactionMetadata.from_log_value(
+        "tx", decode_txn_value(encode_txn_log("tx", prepare.to_log_value(2))[1])
+    )
+    assert (loaded.next_producer_id, loaded.client_transaction_version) == (
+        99,
+        2,
+    )  # a new coordinator finishes it
+    apply(m, m.prepare_complete(now_ms=3))
+    assert (m.producer_id, m.producer_epoch, m.last_producer_id, m.next_producer_id) == (99, 0, 42, -1)
+
+
+def test_version_2_abort_from_empty_and_an_epoch_at_the_maximum_does_not_overflow() -> None:
+    m = metadata(S.COMPLETE_COMMIT, epoch=7)
+    apply(m, m.prepare_abort_or_commit(S.PREPARE_ABORT, 5, 2, no_partition_added=True))
+    assert (m.state, m.producer_epoch, m.txn_start_timestamp, m.topic_partitions) == (
+        S.PREPARE_ABORT,
+        8,
+        5,
+        set(),
+    )
+    m = metadata(S.ONGOING, epoch=MAX_PRODUCER_EPOCH, topic_partitions={("t", 0)})
+    apply(m, m.prepare_abort_or_commit(S.PREPARE_ABORT, 2, 2))
+    assert m.producer_epoch == MAX_PRODUCER_EPOCH
+
+
+def test_version_1_keeps_the_epoch() -> None:
+    m = metadata(S.ONGOING, epoch=3, topic_partitions={("t", 0)})
+    apply(m, m.prepare_abort_or_commit(S.PREPARE_COMMIT, now_ms=2))
+    apply(m, m.prepare_complete(now_ms=3))
+    assert (m.producer_epoch, m.last_producer_epoch, m.client_transaction_version) == (3, -1, 0)

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from kcli.features import UpgradeType
 
 features_app = typer.Typer(
-    help="Feature levels (metadata.version, eligible.leader.replicas.version): describe, upgrade, downgrade, disable.",
+    help="Feature levels (metadata.version, eligible.leader.replicas.version, transaction.version): describe, upgrade, downgrade, disable.",
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )

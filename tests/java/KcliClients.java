@@ -6,6 +6,12 @@
  *                                                         a transactional producer, a read_committed
  *                                                         classic-group consumer, Admin again
  *   java KcliClients streams BOOTSTRAP PREFIX STATE_DIR GUARANTEE...   a word count per processing guarantee
+ *   java KcliClients txnv2 BOOTSTRAP PREFIX REPLICATION   transactions (commit, abort, commit, each with
+ *                                                         the group's offsets) and, after each, the
+ *                                                         producer id and epoch DescribeTransactions shows
+ *   java KcliClients txnv2-failover BOOTSTRAP PREFIX RESUME_FILE   a transaction that pauses (prints
+ *                                                         {"event": "paused"}) until RESUME_FILE exists,
+ *                                                         then commits; an aborted one after it
  *
  * A step that throws prints {"step": NAME, "error": ...} and the next step still runs, so one run shows
  * every failure at once. Timeouts are generous: the brokers share two cores with other processes.
@@ -29,6 +35,7 @@ import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.ConsumerGroupDescription;
 import org.apache.kafka.clients.admin.DescribeClusterResult;
+import org.apache.kafka.clients.admin.FinalizedVersionRange;
 import org.apache.kafka.clients.admin.GroupListing;
 import org.apache.kafka.clients.admin.ListOffsetsResult;
 import org.apache.kafka.clients.admin.NewTopic;
@@ -38,6 +45,7 @@ import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.admin.TransactionDescription;
 import org.apache.kafka.clients.admin.TransactionListing;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
@@ -77,6 +85,8 @@ public final class KcliClients {
     public static void main(String[] args) throws Exception {
         switch (args[0]) {
             case "clients" -> clients(args[1], args[2], Short.parseShort(args[3]));
+            case "txnv2" -> transactionsV2(args[1], args[2], Short.parseShort(args[3]));
+            case "txnv2-failover" -> transactionsV2Failover(args[1], args[2], java.nio.file.Path.of(args[3]));
             case "streams" -> {
                 for (String guarantee : Arrays.copyOfRange(args, 4, args.length)) {
                     step("streams-" + guarantee, () -> wordCount(args[1], args[2] + "-" + guarantee.replace('_', '-'),
@@ -310,6 +320,135 @@ public final class KcliClients {
                 emit("step", "transactions", "outcome", outcome, "records", TXN_BATCH);
             }
         }
+    }
+
+    // --- transactions at transaction.version 2 ------------------------------------------------------------
+
+    static void transactionsV2(String bootstrap, String prefix, short replication) throws Exception {
+        String in = prefix + "-in", out = prefix + "-out", group = prefix + "-group", txnId = prefix + "-tid";
+        try (Admin admin = Admin.create(common(bootstrap))) {
+            step("createTopics", () -> {
+                Map<String, String> configs = Map.of("min.insync.replicas", replication > 1 ? "2" : "1");
+                admin.createTopics(List.of(
+                        new NewTopic(in, 1, replication).configs(configs),
+                        new NewTopic(out, 2, replication).configs(configs))).all().get();
+            });
+            step("features", () -> {
+                FinalizedVersionRange tv = admin.describeFeatures().featureMetadata().get()
+                        .finalizedFeatures().get("transaction.version");
+                emit("step", "features", "transactionVersion", tv == null ? 0 : tv.maxVersionLevel());
+            });
+            step("transactions", () -> {
+                try (KafkaProducer<String, String> producer = initTransactional(bootstrap, admin, txnId)) {
+                    long round = 0;
+                    for (String outcome : List.of("commit", "abort", "commit")) {
+                        round++;
+                        producer.beginTransaction();
+                        for (int i = 0; i < TXN_BATCH; i++) {
+                            producer.send(new ProducerRecord<>(out, i % 2, "txn", outcome + round + "-" + i));
+                        }
+                        producer.sendOffsetsToTransaction(
+                                Map.of(new TopicPartition(in, 0), new OffsetAndMetadata(10 * round)),
+                                new ConsumerGroupMetadata(group));
+                        producer.flush();
+                        if (outcome.equals("commit")) {
+                            producer.commitTransaction();
+                        } else {
+                            producer.abortTransaction();
+                        }
+                        describeTxn(admin, txnId, outcome);
+                    }
+                }
+            });
+            step("readCommitted", () -> emit("step", "readCommitted", "values", readCommitted(bootstrap, out, 2)));
+            step("offsets", () -> {
+                OffsetAndMetadata committed = admin.listConsumerGroupOffsets(group)
+                        .partitionsToOffsetAndMetadata().get().get(new TopicPartition(in, 0));
+                emit("step", "offsets", "offset", committed == null ? -1 : committed.offset());
+            });
+        }
+    }
+
+    /** A transaction held open while the test kills its coordinator, then committed; one aborted after. */
+    static void transactionsV2Failover(String bootstrap, String prefix, java.nio.file.Path resume) throws Exception {
+        String out = prefix + "-out", txnId = prefix + "-tid";
+        try (Admin admin = Admin.create(common(bootstrap))) {
+            step("createTopics", () -> admin.createTopics(List.of(
+                    new NewTopic(out, 2, (short) 3).configs(Map.of("min.insync.replicas", "2")))).all().get());
+            step("failover", () -> {
+                try (KafkaProducer<String, String> producer = initTransactional(bootstrap, admin, txnId)) {
+                    producer.beginTransaction();
+                    for (int i = 0; i < TXN_BATCH; i++) {
+                        producer.send(new ProducerRecord<>(out, i % 2, "txn", "before-" + i));
+                    }
+                    producer.flush();
+                    emit("event", "paused");
+                    long deadline = System.nanoTime() + WAIT.toNanos();
+                    while (!java.nio.file.Files.exists(resume) && System.nanoTime() < deadline) {
+                        Thread.sleep(100);
+                    }
+                    for (int i = 0; i < TXN_BATCH; i++) {
+                        producer.send(new ProducerRecord<>(out, i % 2, "txn", "after-" + i));
+                    }
+                    producer.commitTransaction();
+                    describeTxn(admin, txnId, "commit");
+                    producer.beginTransaction();
+                    for (int i = 0; i < TXN_BATCH; i++) {
+                        producer.send(new ProducerRecord<>(out, i % 2, "txn", "aborted-" + i));
+                    }
+                    producer.flush();
+                    producer.abortTransaction();
+                    describeTxn(admin, txnId, "abort");
+                }
+            });
+            step("readCommitted", () -> emit("step", "readCommitted", "values", readCommitted(bootstrap, out, 2)));
+        }
+    }
+
+    /** A transactional producer after initTransactions, its producer id and epoch printed. */
+    static KafkaProducer<String, String> initTransactional(String bootstrap, Admin admin, String txnId)
+            throws Exception {
+        Properties p = producerConfig(bootstrap);
+        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txnId);
+        p.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, "120000");
+        KafkaProducer<String, String> producer = new KafkaProducer<>(p);
+        producer.initTransactions();
+        describeTxn(admin, txnId, "init");
+        return producer;
+    }
+
+    /** DescribeTransactions once the transaction has completed: its state, producer id and epoch. */
+    static void describeTxn(Admin admin, String txnId, String label) throws Exception {
+        long deadline = System.nanoTime() + WAIT.toNanos();
+        TransactionDescription d;
+        do {
+            d = admin.describeTransactions(List.of(txnId)).all().get().get(txnId);
+        } while (d.state().toString().startsWith("Prepare") && System.nanoTime() < deadline);
+        emit("step", "txn", "after", label, "state", d.state().toString(), "producerId", d.producerId(),
+                "producerEpoch", d.producerEpoch());
+    }
+
+    /** Every record read_committed sees in the partitions of `topic`, up to their end offsets. */
+    static List<String> readCommitted(String bootstrap, String topic, int partitions) {
+        Properties p = consumerConfig(bootstrap, topic + "-reader");
+        List<TopicPartition> tps = new ArrayList<>();
+        for (int i = 0; i < partitions; i++) {
+            tps.add(new TopicPartition(topic, i));
+        }
+        List<String> values = new ArrayList<>();
+        try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(p)) {
+            consumer.assign(tps);
+            consumer.seekToBeginning(tps);
+            Map<TopicPartition, Long> ends = consumer.endOffsets(tps);
+            long deadline = System.nanoTime() + WAIT.toNanos();
+            while (tps.stream().anyMatch(tp -> consumer.position(tp) < ends.get(tp)) && System.nanoTime() < deadline) {
+                for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofMillis(500))) {
+                    values.add(r.value());
+                }
+            }
+        }
+        values.sort(null);
+        return values;
     }
 
     /** A classic-protocol, read_committed group member reads until every committed record is in. */

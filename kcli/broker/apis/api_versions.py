@@ -16,6 +16,14 @@ whose minimum is 0 left out below v4, KAFKA-17492, as old clients cannot read it
 levels of the metadata image and the quorum's kraft.version (level 0 left out) with the image's offset
 as their epoch, as Kafka's ApiVersionManager builds them from the broker's metadata cache. kraft.version
 0-1 is what AddRaftVoter asks a new voter for (KIP-853).
+
+The versions that mean transaction version 2 (KIP-890 part 2), EndTxn v5 and TxnOffsetCommit v5, are
+advertised only once the cluster's finalized transaction.version is 2: below it the handlers still take
+them (a client that sends them gets version 2's semantics, as in Kafka, which leaves the choice to the
+client's reading of the finalized features), but no client is invited to. Produce v12 and
+AddPartitionsToTxn v5 stay advertised at every level, as before: Produce v13 (topic ids) builds on v12,
+and AddPartitionsToTxn v5 is the verification brokers already use; Produce adds partitions on the
+producer's behalf only at transaction.version 2 (kcli.broker.apis.produce).
 """
 
 from __future__ import annotations
@@ -29,12 +37,22 @@ from kio.schema.errors import ErrorCode
 from kcli.broker.apis.context import RequestContext
 from kcli.broker.apis.registry import ApiRegistry, ApiSpec
 from kcli.broker.metadata.controller.cluster_control_manager import supported_features
-from kcli.features import KRAFT_VERSION, KRAFT_VERSION_0, KRAFT_VERSION_1
+from kcli.features import (
+    KRAFT_VERSION,
+    KRAFT_VERSION_0,
+    KRAFT_VERSION_1,
+    supports_epoch_bump,
+    transaction_version_level,
+)
 from kcli.protocol.messages import build, kio_versions, nested_type, response_type
 
 API_KEY = 18
 PRODUCE = 0
 PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION = 0
+END_TXN = 26
+TXN_OFFSET_COMMIT = 28
+TRANSACTIONS_V2_FIRST_VERSIONS = {END_TXN: 5, TXN_OFFSET_COMMIT: 5}
+"""The first version of each API that runs transaction version 2: advertised only at that level."""
 
 # Kafka's ApiVersionsRequest.SOFTWARE_NAME_VERSION_PATTERN (checked from v3 on).
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
@@ -56,7 +74,7 @@ async def handle_api_versions(ctx: RequestContext, request: object) -> object:
         ctx.connection.client_software_version = software_version
     api_keys = tuple(
         api_version_cls(api_key=key, min_version=low, max_version=high)
-        for key, (low, high) in advertised_versions(ctx.registry).items()
+        for key, (low, high) in advertised_versions(ctx.registry, ctx.state.image.features).items()
     )
     features: dict[str, object] = {}
     if version >= 3:
@@ -92,11 +110,19 @@ def feature_fields(
     }
 
 
-def advertised_versions(registry: ApiRegistry) -> dict[int, tuple[int, int]]:
-    """api key -> (min, max) as ApiVersions answers it: what each handler takes, Produce from v0."""
+def advertised_versions(
+    registry: ApiRegistry, features: Mapping[str, int] | None = None
+) -> dict[int, tuple[int, int]]:
+    """api key -> (min, max) as ApiVersions answers it: what each handler takes, Produce from v0, the
+    transaction-version-2 versions only when `features` (the finalized levels) have it."""
     advertised = {spec.api_key: (spec.min_version, spec.max_version) for spec in registry}
     if PRODUCE in advertised:
         advertised[PRODUCE] = (PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION, advertised[PRODUCE][1])
+    if not supports_epoch_bump(transaction_version_level(features or {})):
+        for key, first in TRANSACTIONS_V2_FIRST_VERSIONS.items():
+            if key in advertised:
+                low, high = advertised[key]
+                advertised[key] = (low, min(high, first - 1))
     return advertised
 
 

@@ -24,7 +24,10 @@ transactional id (request level) and the transaction coordinator's word that the
 producer's ongoing transaction (KIP-890 part 1, asked of its coordinator wherever it runs, before the
 appends); otherwise INVALID_TXN_STATE (v11+:
 TRANSACTION_ABORTABLE), and a coordinator that is busy (CONCURRENT_TRANSACTIONS, loading) makes it the
-retriable NOT_ENOUGH_REPLICAS, as Kafka maps it.
+retriable NOT_ENOUGH_REPLICAS, as Kafka maps it. From v12 on a cluster at transaction.version 2 (KIP-890
+part 2) the producer sends no AddPartitionsToTxn: the coordinator is asked to add the partitions instead
+(Kafka's `addPartition` supported operation; Kafka picks it by the request version alone, kcli also
+needs the finalized level so that nothing changes below it).
 acks=all waits in the replica manager's purgatory until the high watermark has passed the records
 (DelayedProduce); with one replica the high watermark moves with every append, so it answers at once.
 """
@@ -59,10 +62,13 @@ from kcli.broker.replication.manager import (
     is_transactional_data,
     is_valid_required_acks,
 )
+from kcli.features import supports_epoch_bump, transaction_version_level
 from kcli.protocol.messages import kio_versions, response_type
 from kcli.protocol.produce_codec import write_produce_response
 
 API_KEY = 0
+FIRST_TRANSACTIONS_V2_VERSION = 12
+"""Produce v12: the broker adds a transactional batch's partition to the transaction (KIP-890 part 2)."""
 ADMIN_CLIENT_ID = "__admin_client"
 """The only client id allowed to write to internal topics (Kafka's AdminUtils.ADMIN_CLIENT_ID)."""
 
@@ -257,7 +263,11 @@ async def _verify_transactions(
     manager = None if node is None else getattr(node, "add_partitions_to_txn", None)
     if manager is None or not manager.has_transaction_log():
         return dict.fromkeys(wanted, ErrorCode.invalid_txn_state)  # no __transaction_state: no transaction
-    answers = await manager.verify_transaction(transactional_id, *producer, wanted)
+    implicit_add = version >= FIRST_TRANSACTIONS_V2_VERSION and supports_epoch_bump(
+        transaction_version_level(ctx.state.image.features)
+    )
+    ask = manager.add_partitions if implicit_add else manager.verify_transaction
+    answers = await ask(transactional_id, *producer, wanted)
     return {tp: _verification_error(answers[tp], version) for tp in wanted}
 
 

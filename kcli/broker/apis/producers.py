@@ -84,7 +84,11 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> object:
     wanted = [
         (
             TxnMarker(
-                marker.producer_id, marker.producer_epoch, marker.coordinator_epoch, marker.transaction_result
+                marker.producer_id,
+                marker.producer_epoch,
+                marker.coordinator_epoch,
+                marker.transaction_result,
+                getattr(marker, "transaction_version", 0),
             ),
             [(topic.name, index) for topic in marker.topics for index in topic.partition_indexes],
         )

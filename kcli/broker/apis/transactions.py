@@ -7,8 +7,14 @@ get UNKNOWN_TOPIC_OR_PARTITION, the others OPERATION_NOT_ATTEMPTED); v4+ is the 
 batched form with VerifyOnly. Versions before PRODUCER_FENCED existed get INVALID_PRODUCER_EPOCH
 instead (AddPartitions < v2, AddOffsets and EndTxn < v2), TxnOffsetCommit v0-1 gets
 COORDINATOR_NOT_AVAILABLE for COORDINATOR_LOAD_IN_PROGRESS, and TRANSACTION_ABORTABLE becomes
-INVALID_TXN_STATE where it is not allowed. EndTxn stops at v4: v5 is transaction version 2 (KIP-890
-part 2), which this broker does not offer, so every client uses version 1 semantics.
+INVALID_TXN_STATE where it is not allowed.
+
+Transaction version 2 (KIP-890 part 2) is chosen by the request version, as Kafka's
+TransactionVersion.transactionVersionForEndTxn / ForAddPartitionsToTxn do: EndTxn v5 (which answers
+with the producer id and epoch to continue with), a broker's AddPartitionsToTxn v4+ that is not
+VerifyOnly (the implicit add of Produce v12), and TxnOffsetCommit v5 (whose group partition is added
+to the transaction by the broker, as the client sends no AddOffsetsToTxn). ApiVersions offers EndTxn
+v5 and TxnOffsetCommit v5 only at the cluster's transaction.version 2.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from kcli.broker.apis.context import RequestContext
 from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.group.group import OffsetAndMetadata
 from kcli.broker.log.log import wall_clock_ms
-from kcli.broker.txn.coordinator import TransactionCoordinator
+from kcli.broker.txn.coordinator import EndTxnResult, TransactionCoordinator
 from kcli.protocol.messages import build, nested_type, response_type
 
 ADD_PARTITIONS_TO_TXN = 24
@@ -33,6 +39,8 @@ TXN_OFFSET_COMMIT = 28
 DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
 
+FIRST_TRANSACTIONS_V2_END_TXN = 5
+FIRST_TRANSACTIONS_V2_TXN_OFFSET_COMMIT = 5
 OFFSETS_TOPIC = "__consumer_offsets"
 _NO_THROTTLE = datetime.timedelta(0)
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
@@ -127,7 +135,13 @@ async def _add_partitions(
         }
     if verify_only:
         return coordinator.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
-    error = await coordinator.add_partitions(transactional_id, producer_id, producer_epoch, partitions)
+    error = await coordinator.add_partitions(
+        transactional_id,
+        producer_id,
+        producer_epoch,
+        partitions,
+        client_transaction_version=2 if ctx.api_version >= 4 else 0,
+    )
     return dict.fromkeys(partitions, error)
 
 
@@ -156,15 +170,22 @@ async def handle_end_txn(ctx: RequestContext, request: Any) -> object:
     version = ctx.api_version
     coordinator = transaction_coordinator(ctx)
     if coordinator is None:
-        error = ErrorCode.coordinator_not_available
+        result = EndTxnResult(ErrorCode.coordinator_not_available)
     else:
-        error = await coordinator.end_transaction(
-            request.transactional_id, request.producer_id, request.producer_epoch, request.committed
+        result = await coordinator.end_transaction(
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            request.committed,
+            client_transaction_version=2 if version >= FIRST_TRANSACTIONS_V2_END_TXN else 0,
         )
-    error = fenced_for(version, 2, error)
+    error = fenced_for(version, 2, result.error)
     if version < 4 and error is ErrorCode.transaction_abortable:
         error = ErrorCode.invalid_txn_state
-    return build(response_type(END_TXN, version), throttle_time=_NO_THROTTLE, error_code=error)
+    extra: dict[str, int] = {}
+    if version >= FIRST_TRANSACTIONS_V2_END_TXN:
+        extra = {"producer_id": result.producer_id, "producer_epoch": result.producer_epoch}
+    return build(response_type(END_TXN, version), throttle_time=_NO_THROTTLE, error_code=error, **extra)
 
 
 # --- TxnOffsetCommit ------------------------------------------------------------------------------------
@@ -213,12 +234,15 @@ async def _txn_commit(
     if verifier is None or groups is None:
         return dict.fromkeys(offsets, ErrorCode.coordinator_not_available)
     # KIP-890 part 1: the group's offsets partition must be in the producer's transaction (AddOffsetsToTxn),
-    # as its transaction coordinator says, wherever that runs.
+    # as its transaction coordinator says, wherever that runs. Part 2 (v5): the broker adds it itself.
     offsets_partition = (OFFSETS_TOPIC, groups.partition_for(request.group_id))
+    ask = (
+        verifier.add_partitions
+        if version >= FIRST_TRANSACTIONS_V2_TXN_OFFSET_COMMIT
+        else verifier.verify_transaction
+    )
     verified = (
-        await verifier.verify_transaction(
-            request.transactional_id, request.producer_id, request.producer_epoch, [offsets_partition]
-        )
+        await ask(request.transactional_id, request.producer_id, request.producer_epoch, [offsets_partition])
     )[offsets_partition]
     if verified is not ErrorCode.none:
         if verified is ErrorCode.producer_fenced:
@@ -323,8 +347,8 @@ async def handle_list_transactions(ctx: RequestContext, request: Any) -> object:
 APIS = [
     ApiSpec(ADD_PARTITIONS_TO_TXN, 0, 5, handle_add_partitions_to_txn),
     ApiSpec(ADD_OFFSETS_TO_TXN, 0, 4, handle_add_offsets_to_txn),
-    ApiSpec(END_TXN, 0, 4, handle_end_txn),
-    ApiSpec(TXN_OFFSET_COMMIT, 0, 4, handle_txn_offset_commit),
+    ApiSpec(END_TXN, 0, 5, handle_end_txn),
+    ApiSpec(TXN_OFFSET_COMMIT, 0, 5, handle_txn_offset_commit),
     ApiSpec(DESCRIBE_TRANSACTIONS, 0, 0, handle_describe_transactions),
     ApiSpec(LIST_TRANSACTIONS, 0, 2, handle_list_transactions),
 ]

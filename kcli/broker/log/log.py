@@ -76,6 +76,8 @@ class TxnMarker(NamedTuple):
     producer_epoch: int
     coordinator_epoch: int
     commit: bool  # True: COMMIT, False: ABORT
+    transaction_version: int = 0
+    """WriteTxnMarkers v2's TransactionVersion: 2 when the epoch is the one the transaction's end bumped."""
 
 
 class FetchSlice(NamedTuple):

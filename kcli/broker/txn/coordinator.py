@@ -1,4 +1,4 @@
-"""The transaction coordinator (Kafka's TransactionCoordinator, transaction version 1), on the event loop.
+"""The transaction coordinator (Kafka's TransactionCoordinator, transaction versions 0 to 2), on the event loop.
 
 Each transactional-id API calls one method here: InitProducerId, AddPartitionsToTxn (and its
 verify-only form, which the Produce path uses in-process as KIP-890 part 1 does broker to broker),
@@ -16,6 +16,13 @@ this node leads, WriteTxnMarkers to the other brokers); a COMMIT/ABORT in __cons
 settles the group coordinator's pending transactional offsets on the broker that wrote it. Two sweeps
 run on timers: Ongoing transactions past their timeout are aborted with a bumped epoch (fencing the
 producer), and idle ids expire.
+
+Transaction version 2 (KIP-890 part 2) is the client's choice per request, as in Kafka: EndTxn v5 and
+the broker's implicit AddPartitionsToTxn (Produce v12, TxnOffsetCommit v5) run it. Its EndTxn bumps
+the epoch in PrepareCommit/PrepareAbort and answers with the producer id and epoch the client goes
+on with (a fresh producer id once the epoch is exhausted); a retried EndTxn is recognised by that
+bumped epoch, and an abort may come from Empty or Complete* (the client cannot know whether a produce
+added partitions). The coordinator's own aborts (fence, timeout) run at the cluster's version.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from kcli.broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
 from kcli.broker.replication.manager import ReplicaManager
 from kcli.broker.txn.marker_channel import TransactionMarkerChannelManager
 from kcli.broker.txn.metadata import (
+    MAX_PRODUCER_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     TopicPartition,
@@ -43,6 +51,7 @@ from kcli.broker.txn.metadata import (
 )
 from kcli.broker.txn.state_manager import TRANSACTION_STATE_TOPIC, TransactionStateManager
 from kcli.config import BrokerConfig
+from kcli.features import supports_epoch_bump
 
 log = logging.getLogger("kcli.broker.txn")
 
@@ -51,6 +60,14 @@ TXN_LOG_APPEND_RETRY_BACKOFF_MS = 100
 
 
 class InitProducerIdResult(NamedTuple):
+    error: ErrorCode
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+class EndTxnResult(NamedTuple):
+    """EndTxn's answer; v5 carries the producer id and epoch the client continues with."""
+
     error: ErrorCode
     producer_id: int = NO_PRODUCER_ID
     producer_epoch: int = NO_PRODUCER_EPOCH
@@ -290,8 +307,10 @@ class TransactionCoordinator:
         producer_id: int,
         producer_epoch: int,
         partitions: Iterable[TopicPartition],
+        client_transaction_version: int = 0,
     ) -> ErrorCode:
-        """AddPartitionsToTxn for partitions that passed the topic checks; one error for all of them."""
+        """AddPartitionsToTxn for partitions that passed the topic checks; one error for all of them.
+        `client_transaction_version` 2: the broker adds them on the producer's behalf (KIP-890 part 2)."""
         partitions = set(partitions)
         found = self._checked(transactional_id, producer_id, producer_epoch)
         if isinstance(found, ErrorCode):
@@ -301,7 +320,7 @@ class TransactionCoordinator:
             return ErrorCode.concurrent_transactions
         if metadata.state is TransactionState.ONGOING and partitions <= metadata.topic_partitions:
             return ErrorCode.none  # nothing new: no record
-        transit = metadata.prepare_add_partitions(partitions, self.clock())
+        transit = metadata.prepare_add_partitions(partitions, self.clock(), client_transaction_version)
         return await self.state_manager.append_transaction_to_log(metadata, transit)
 
     def verify_partitions(
@@ -347,35 +366,144 @@ class TransactionCoordinator:
     # --- EndTxn -----------------------------------------------------------------------------------
 
     async def end_transaction(
-        self, transactional_id: str | None, producer_id: int, producer_epoch: int, commit: bool
-    ) -> ErrorCode:
+        self,
+        transactional_id: str | None,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        client_transaction_version: int = 0,
+    ) -> EndTxnResult:
         """EndTxn from a client: PrepareCommit/PrepareAbort, answered once committed; markers and
-        Complete* right after."""
+        Complete* right after. Version 2 answers with the producer id and epoch to continue with."""
+        if supports_epoch_bump(client_transaction_version):
+            return await self._end_transaction_v2(transactional_id, producer_id, producer_epoch, commit)
         found = self._checked(transactional_id, producer_id, producer_epoch)
         if isinstance(found, ErrorCode):
-            return found
+            return EndTxnResult(found)
         metadata = found
         state = metadata.state
         if state is TransactionState.ONGOING:
             target = TransactionState.PREPARE_COMMIT if commit else TransactionState.PREPARE_ABORT
             transit = metadata.prepare_abort_or_commit(target, self.clock())
-            error = await self.state_manager.append_transaction_to_log(metadata, transit)
-            if error is ErrorCode.none:
-                self._schedule_completion(metadata)
-            return error
+            return await self._write_prepare(metadata, transit)
         if state is TransactionState.COMPLETE_COMMIT:
-            return ErrorCode.none if commit else ErrorCode.invalid_txn_state
+            error = ErrorCode.none if commit else ErrorCode.invalid_txn_state
+        elif state is TransactionState.COMPLETE_ABORT:
+            error = ErrorCode.invalid_txn_state if commit else ErrorCode.none
+        elif state is TransactionState.PREPARE_COMMIT:
+            error = ErrorCode.concurrent_transactions if commit else ErrorCode.invalid_txn_state
+        elif state is TransactionState.PREPARE_ABORT:
+            error = ErrorCode.invalid_txn_state if commit else ErrorCode.concurrent_transactions
+        else:
+            error = ErrorCode.invalid_txn_state  # Empty (Dead and PrepareEpochFence are never seen here)
+        if error is ErrorCode.none:
+            return EndTxnResult(error, metadata.producer_id, metadata.producer_epoch)
+        return EndTxnResult(error)
+
+    async def _end_transaction_v2(
+        self, transactional_id: str | None, producer_id: int, producer_epoch: int, commit: bool
+    ) -> EndTxnResult:
+        """Kafka 4.1's endTransaction for transaction version 2. The epoch of a finished transaction is
+        already one higher than the client's: that is how a retry is told from the next EndTxn."""
+        if not transactional_id:
+            return EndTxnResult(ErrorCode.invalid_request)
+        found = self._lookup(transactional_id)
+        if isinstance(found, ErrorCode):
+            return EndTxnResult(found)
+        if found is None:
+            return EndTxnResult(ErrorCode.invalid_producer_id_mapping)
+        metadata = found
+        state = metadata.state
+        retry_on_overflow = (
+            metadata.last_producer_id == producer_id
+            and producer_epoch == MAX_PRODUCER_EPOCH - 1
+            and metadata.producer_epoch == 0
+        )
+        retry_on_epoch_bump = metadata.producer_epoch == producer_epoch + 1
+        is_retry = retry_on_epoch_bump or retry_on_overflow
+        if state.is_prepare:
+            valid_epoch = retry_on_epoch_bump
+        elif state.is_complete:
+            valid_epoch = is_retry or producer_epoch == metadata.producer_epoch
+        else:
+            valid_epoch = producer_epoch == metadata.producer_epoch
+        if metadata.pending_transition_in_progress:
+            return EndTxnResult(ErrorCode.concurrent_transactions)
+        if metadata.producer_id != producer_id and not retry_on_overflow:
+            return EndTxnResult(ErrorCode.invalid_producer_id_mapping)
+        if not valid_epoch:
+            return EndTxnResult(ErrorCode.producer_fenced)
+        current = EndTxnResult(ErrorCode.none, metadata.producer_id, metadata.producer_epoch)
+        if state is TransactionState.ONGOING:
+            target = TransactionState.PREPARE_COMMIT if commit else TransactionState.PREPARE_ABORT
+            return await self._prepare_v2(metadata, target, no_partition_added=False)
+        if state is TransactionState.COMPLETE_COMMIT:
+            if commit:
+                return current if is_retry else EndTxnResult(ErrorCode.invalid_txn_state)
+            if is_retry:
+                return EndTxnResult(ErrorCode.invalid_txn_state)
+            return await self._prepare_v2(metadata, TransactionState.PREPARE_ABORT, no_partition_added=True)
         if state is TransactionState.COMPLETE_ABORT:
-            return ErrorCode.invalid_txn_state if commit else ErrorCode.none
+            if commit:
+                return EndTxnResult(ErrorCode.invalid_txn_state)
+            if is_retry:
+                return current
+            return await self._prepare_v2(metadata, TransactionState.PREPARE_ABORT, no_partition_added=True)
         if state is TransactionState.PREPARE_COMMIT:
-            return ErrorCode.concurrent_transactions if commit else ErrorCode.invalid_txn_state
+            return EndTxnResult(ErrorCode.concurrent_transactions if commit else ErrorCode.invalid_txn_state)
         if state is TransactionState.PREPARE_ABORT:
-            return ErrorCode.invalid_txn_state if commit else ErrorCode.concurrent_transactions
-        return ErrorCode.invalid_txn_state  # Empty (Dead and PrepareEpochFence are never seen here)
+            return EndTxnResult(ErrorCode.invalid_txn_state if commit else ErrorCode.concurrent_transactions)
+        if state is TransactionState.EMPTY and not commit:
+            return await self._prepare_v2(metadata, TransactionState.PREPARE_ABORT, no_partition_added=True)
+        return EndTxnResult(ErrorCode.invalid_txn_state)
+
+    async def _prepare_v2(
+        self, metadata: TransactionMetadata, target: TransactionState, *, no_partition_added: bool
+    ) -> EndTxnResult:
+        """PrepareCommit/PrepareAbort with the epoch bumped; a fresh producer id waits in it when the bump
+        exhausts the epoch."""
+        next_producer_id = NO_PRODUCER_ID
+        if metadata.is_producer_epoch_exhausted:
+            before = (metadata.state, metadata.producer_id, metadata.producer_epoch)
+            try:
+                next_producer_id = await self.producer_ids.generate_producer_id()
+            except ProducerIdsUnavailable as exc:
+                log.error("EndTxn for %s: %s", metadata.transactional_id, exc)
+                return EndTxnResult(ErrorCode.coordinator_load_in_progress)
+            after = (metadata.state, metadata.producer_id, metadata.producer_epoch)
+            current = self.state_manager.get_transaction_state(metadata.transactional_id)
+            if metadata.pending_transition_in_progress or after != before or current is not metadata:
+                return EndTxnResult(ErrorCode.concurrent_transactions)  # something else got in meanwhile
+        transit = metadata.prepare_abort_or_commit(
+            target, self.clock(), 2, next_producer_id, no_partition_added=no_partition_added
+        )
+        return await self._write_prepare(metadata, transit)
+
+    async def _write_prepare(
+        self, metadata: TransactionMetadata, transit: TxnTransitMetadata
+    ) -> EndTxnResult:
+        """Write PrepareCommit/PrepareAbort; once committed, start completing and answer with the producer
+        id and epoch the Complete record will hold (what a version 2 client continues with)."""
+        error = await self.state_manager.append_transaction_to_log(metadata, transit)
+        if error is not ErrorCode.none:
+            return EndTxnResult(error)
+        complete = self._schedule_completion(metadata)
+        return EndTxnResult(ErrorCode.none, complete.producer_id, complete.producer_epoch)
 
     async def _fence_and_abort(self, metadata: TransactionMetadata) -> ErrorCode:
         """Bump the epoch of an Ongoing transaction and abort it with that epoch (InitProducerId's fence
         and the timeout sweep): PrepareEpochFence in memory, PrepareAbort written, markers, CompleteAbort."""
+        transaction_version = self.state_manager.transaction_version()
+        if supports_epoch_bump(transaction_version):
+            # Version 2 (Kafka 4.1): PrepareAbort itself carries the bumped epoch, written with markers of
+            # that epoch; nothing is bumped in memory before the record is durable.
+            transit = metadata.prepare_abort_or_commit(
+                TransactionState.PREPARE_ABORT, self.clock(), transaction_version
+            )
+            error = await self.state_manager.append_transaction_to_log(metadata, transit)
+            if error is ErrorCode.none:
+                self._schedule_completion(metadata)
+            return error
         fence = metadata.prepare_fence_producer_epoch()
         # As Kafka's endTransaction does for a fence: the bumped epoch goes into memory at once (so the
         # old producer is fenced even if the write fails) and PrepareAbort is prepared from Ongoing.
@@ -393,11 +521,12 @@ class TransactionCoordinator:
 
     # --- markers ----------------------------------------------------------------------------------
 
-    def _schedule_completion(self, metadata: TransactionMetadata) -> None:
+    def _schedule_completion(self, metadata: TransactionMetadata) -> TxnTransitMetadata:
         """prepareComplete at once (nothing else may happen to the id until it completes), then the
         markers and the Complete record in a task of their own, after the response."""
         transit = metadata.prepare_complete(self.clock())
         self._spawn(self._complete_scheduled(metadata, transit))
+        return transit
 
     async def _complete_scheduled(self, metadata: TransactionMetadata, transit: TxnTransitMetadata) -> None:
         try:
@@ -414,7 +543,13 @@ class TransactionCoordinator:
         if partition not in self.state_manager.transactions:
             return  # no longer the coordinator
         coordinator_epoch = self.state_manager.coordinator_epoch(partition)
-        marker = TxnMarker(metadata.producer_id, metadata.producer_epoch, coordinator_epoch, commit)
+        marker = TxnMarker(
+            metadata.producer_id,
+            metadata.producer_epoch,
+            coordinator_epoch,
+            commit,
+            metadata.client_transaction_version if metadata.is_transactions_v2 else 0,
+        )
         written = await self.markers.add_txn_markers_to_send(metadata, marker, coordinator_epoch)
         if not written:
             if self.state_manager.get_transaction_state(metadata.transactional_id) is metadata and (

@@ -52,8 +52,6 @@ RETRY_BACKOFF_MS = 100
 """retry.backoff.ms: the first pause before markers that failed go again without a metadata change."""
 RETRY_BACKOFF_MAX_MS = 1000
 """retry.backoff.max.ms: the pause doubles up to this while a transaction's markers keep failing."""
-TRANSACTION_VERSION = 0
-"""WriteTxnMarkers v2's TransactionVersion: this coordinator runs transaction version 0/1 (no KIP-890 part 2)."""
 
 RETRIABLE_ERRORS = frozenset(
     {
@@ -368,7 +366,6 @@ class TransactionMarkerChannelManager:
             cls = client.request_type(WRITE_TXN_MARKERS)
             marker_cls = nested_type(cls, "WritableTxnMarker")
             topic_cls = nested_type(cls, "WritableTxnMarkerTopic")
-            extra = {"transaction_version": TRANSACTION_VERSION} if cls.__version__ >= 2 else {}
             markers = []
             for pending, partitions in entries:
                 by_topic: dict[str, list[int]] = {}
@@ -383,7 +380,11 @@ class TransactionMarkerChannelManager:
                             topic_cls(name=t, partition_indexes=tuple(ps)) for t, ps in by_topic.items()
                         ),
                         coordinator_epoch=pending.marker.coordinator_epoch,
-                        **extra,
+                        **(
+                            {"transaction_version": pending.marker.transaction_version}
+                            if cls.__version__ >= 2
+                            else {}
+                        ),
                     )
                 )
             return cls(markers=tuple(markers))

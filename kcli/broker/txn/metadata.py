@@ -5,6 +5,12 @@ Every change goes in two steps, as in Kafka: `prepare_*` checks the transition a
 the record is durable `complete_transition_to` applies it. A pending transition makes every other
 request for the id answer CONCURRENT_TRANSACTIONS. Nothing here does I/O or reads a clock: the
 caller passes `now_ms`.
+
+Transaction version 2 (KIP-890 part 2, `client_transaction_version` 2, set by EndTxn v5 and the
+broker's implicit AddPartitionsToTxn v5): PrepareCommit/PrepareAbort carry the producer epoch plus one,
+which the markers are written with, so a late produce of the old epoch is fenced on every partition;
+when that bump would exhaust the epoch, `next_producer_id` holds a fresh producer id the Complete record
+switches to (epoch 0).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from dataclasses import dataclass, field
 from kio.schema.errors import ErrorCode
 
 from formats.internal import TxnLogValue, TxnPartitions
+from kcli.features import supports_epoch_bump, transaction_log_value_version
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -74,13 +81,17 @@ VALID_PREVIOUS_STATES: dict[TransactionState, frozenset[TransactionState]] = {
     S.EMPTY: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.ONGOING: frozenset({S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.PREPARE_COMMIT: frozenset({S.ONGOING}),
-    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE}),
+    S.PREPARE_ABORT: frozenset(
+        {S.ONGOING, S.PREPARE_EPOCH_FENCE, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}
+    ),
     S.COMPLETE_COMMIT: frozenset({S.PREPARE_COMMIT}),
     S.COMPLETE_ABORT: frozenset({S.PREPARE_ABORT}),
     S.DEAD: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.PREPARE_EPOCH_FENCE: frozenset({S.ONGOING}),
 }
-"""TransactionState.validPreviousStates: a transition from any other state is a coordinator bug."""
+"""TransactionState.validPreviousStates: a transition from any other state is a coordinator bug. PrepareAbort
+from Empty or Complete* is transaction version 2's abort of a transaction whose partitions the client
+cannot know were added (Kafka 4.1)."""
 
 
 class IllegalTransition(Exception):
@@ -100,13 +111,23 @@ class TxnTransitMetadata:
     topic_partitions: frozenset[TopicPartition]
     txn_start_timestamp: int
     txn_last_update_timestamp: int
+    next_producer_id: int = NO_PRODUCER_ID
+    client_transaction_version: int = 0
 
-    def to_log_value(self) -> TxnLogValue:
-        """TransactionLog.valueToBytes (v0): partitions are null when Empty, sorted otherwise."""
+    def to_log_value(self, transaction_version: int = 0) -> TxnLogValue:
+        """TransactionLog.valueToBytes: v0, or the flexible v1 from the cluster's transaction.version 1
+        (with the client's transaction version and the producer ids an epoch overflow moves between);
+        partitions are null when Empty, sorted otherwise."""
         partitions: tuple[TxnPartitions, ...] | None = None
         if self.state is not TransactionState.EMPTY:
             partitions = group_by_topic(self.topic_partitions)
+        version = transaction_log_value_version(transaction_version)
+        flexible = version >= 1  # v0 has none of the tagged fields: what it cannot hold is left out
         return TxnLogValue(
+            version=version,
+            previous_producer_id=self.last_producer_id if flexible else NO_PRODUCER_ID,
+            next_producer_id=self.next_producer_id if flexible else NO_PRODUCER_ID,
+            client_transaction_version=self.client_transaction_version if flexible else 0,
             producer_id=self.producer_id,
             producer_epoch=self.producer_epoch,
             transaction_timeout_ms=self.txn_timeout_ms,
@@ -143,17 +164,22 @@ class TransactionMetadata:
     txn_last_update_timestamp: int = -1
     pending_state: TransactionState | None = None
     has_failed_epoch_fence: bool = False
+    next_producer_id: int = NO_PRODUCER_ID
+    """The producer id a transaction-version-2 Complete record moves to when the epoch is exhausted."""
+    client_transaction_version: int = 0
+    """The transaction version the client used for the last transition (EndTxn v5: 2)."""
 
     @classmethod
     def from_log_value(cls, transactional_id: str, value: TxnLogValue) -> TransactionMetadata:
-        """TransactionLog.readTxnRecordValue: the last epoch and last producer id are not stored (-1)."""
+        """TransactionLog.readTxnRecordValue: the last epoch is not stored (-1); v1 keeps the previous and
+        next producer ids and the client's transaction version."""
         partitions = {
             (p.topic, partition) for p in value.transaction_partitions or () for partition in p.partition_ids
         }
         return cls(
             transactional_id=transactional_id,
             producer_id=value.producer_id,
-            last_producer_id=NO_PRODUCER_ID,
+            last_producer_id=value.previous_producer_id,
             producer_epoch=value.producer_epoch,
             last_producer_epoch=NO_PRODUCER_EPOCH,
             txn_timeout_ms=value.transaction_timeout_ms,
@@ -161,6 +187,8 @@ class TransactionMetadata:
             topic_partitions=partitions,
             txn_start_timestamp=value.transaction_start_timestamp_ms,
             txn_last_update_timestamp=value.transaction_last_update_timestamp_ms,
+            next_producer_id=value.next_producer_id,
+            client_transaction_version=value.client_transaction_version,
         )
 
     # --- questions --------------------------------------------------------------------------------
@@ -172,6 +200,11 @@ class TransactionMetadata:
     @property
     def is_producer_epoch_exhausted(self) -> bool:
         return self.producer_epoch >= MAX_PRODUCER_EPOCH - 1
+
+    @property
+    def is_transactions_v2(self) -> bool:
+        """Whether the last transition came from a transaction-version-2 client (supportsEpochBump)."""
+        return supports_epoch_bump(self.client_transaction_version)
 
     def is_producer_id_and_epoch_accepted(self, producer_id: int, producer_epoch: int) -> bool:
         """InitProducerId v3+ with a known (pid, epoch): KIP-360's rules for whom a bump may serve."""
@@ -243,7 +276,9 @@ class TransactionMetadata:
             txn_last_update_timestamp=now_ms,
         )
 
-    def prepare_add_partitions(self, partitions: Iterable[TopicPartition], now_ms: int) -> TxnTransitMetadata:
+    def prepare_add_partitions(
+        self, partitions: Iterable[TopicPartition], now_ms: int, client_transaction_version: int = 0
+    ) -> TxnTransitMetadata:
         """Ongoing with the union of partitions; a transaction starts its clock when it leaves Empty/Complete."""
         start = self.txn_start_timestamp
         if self.state in (
@@ -257,19 +292,61 @@ class TransactionMetadata:
             topic_partitions=frozenset(self.topic_partitions | set(partitions)),
             txn_start_timestamp=start,
             txn_last_update_timestamp=now_ms,
+            client_transaction_version=client_transaction_version,
         )
 
-    def prepare_abort_or_commit(self, new_state: TransactionState, now_ms: int) -> TxnTransitMetadata:
-        return self._transit(new_state, txn_last_update_timestamp=now_ms)
+    def prepare_abort_or_commit(
+        self,
+        new_state: TransactionState,
+        now_ms: int,
+        client_transaction_version: int = 0,
+        next_producer_id: int = NO_PRODUCER_ID,
+        *,
+        no_partition_added: bool = False,
+    ) -> TxnTransitMetadata:
+        """PrepareCommit/PrepareAbort. Transaction version 2 bumps the epoch here; when that exhausts it
+        the caller passes `next_producer_id`, which the Complete record moves to. An epoch already at
+        Short.MaxValue (a version 2 fence of an exhausted epoch) stays there rather than overflow, and
+        InitProducerId moves to a new producer id. `no_partition_added`: version 2's abort from Empty or
+        Complete*, a transaction that starts and ends now."""
+        epoch, last_epoch = self.producer_epoch, self.last_producer_epoch
+        if supports_epoch_bump(client_transaction_version) and self.producer_epoch < MAX_PRODUCER_EPOCH:
+            epoch, last_epoch = self.producer_epoch + 1, self.producer_epoch
+        return self._transit(
+            new_state,
+            producer_epoch=epoch,
+            last_producer_epoch=last_epoch,
+            txn_start_timestamp=now_ms if no_partition_added else self.txn_start_timestamp,
+            txn_last_update_timestamp=now_ms,
+            next_producer_id=next_producer_id,
+            client_transaction_version=client_transaction_version,
+        )
 
     def prepare_complete(self, now_ms: int) -> TxnTransitMetadata:
-        """CompleteCommit/CompleteAbort once every marker is written; the partition set empties."""
+        """CompleteCommit/CompleteAbort once every marker is written; the partition set empties. With
+        transaction version 2 an exhausted epoch moves to `next_producer_id` at epoch 0 here."""
         new_state = (
             TransactionState.COMPLETE_COMMIT
             if self.state is TransactionState.PREPARE_COMMIT
             else TransactionState.COMPLETE_ABORT
         )
-        return self._transit(new_state, topic_partitions=frozenset(), txn_last_update_timestamp=now_ms)
+        self.has_failed_epoch_fence = False
+        producer_id, last_producer_id = self.producer_id, self.last_producer_id
+        epoch, last_epoch = self.producer_epoch, self.last_producer_epoch
+        if self.is_transactions_v2:
+            last_epoch = self.producer_epoch
+            if self.next_producer_id != NO_PRODUCER_ID:
+                producer_id, last_producer_id, epoch = self.next_producer_id, self.producer_id, 0
+        return self._transit(
+            new_state,
+            producer_id=producer_id,
+            last_producer_id=last_producer_id,
+            producer_epoch=epoch,
+            last_producer_epoch=last_epoch,
+            topic_partitions=frozenset(),
+            txn_last_update_timestamp=now_ms,
+            client_transaction_version=self.client_transaction_version,
+        )
 
     def prepare_dead(self) -> TxnTransitMetadata:
         """An expired id: written as a tombstone, then dropped from the cache."""
@@ -297,6 +374,8 @@ class TransactionMetadata:
             "topic_partitions": frozenset(self.topic_partitions),
             "txn_start_timestamp": self.txn_start_timestamp,
             "txn_last_update_timestamp": self.txn_last_update_timestamp,
+            "next_producer_id": NO_PRODUCER_ID,
+            "client_transaction_version": 0,
         }
         values.update(changes)
         self.pending_state = new_state
@@ -324,6 +403,8 @@ class TransactionMetadata:
         self.topic_partitions = set(transit.topic_partitions)
         self.txn_start_timestamp = transit.txn_start_timestamp
         self.txn_last_update_timestamp = transit.txn_last_update_timestamp
+        self.next_producer_id = transit.next_producer_id
+        self.client_transaction_version = transit.client_transaction_version
         self.state = transit.state
         self.pending_state = None
 

@@ -35,6 +35,7 @@ from kcli.broker.metadata.loader import MetadataLoader
 from kcli.broker.replication.manager import ReplicaManager
 from kcli.broker.txn.metadata import TransactionMetadata, TransactionState, TxnTransitMetadata
 from kcli.config import BrokerConfig
+from kcli.features import transaction_version_level
 
 log = logging.getLogger("kcli.broker.txn")
 
@@ -77,6 +78,11 @@ class TransactionStateManager:
 
     def partition_for(self, transactional_id: str) -> int:
         return txn_partition_for(transactional_id, self.num_partitions)
+
+    def transaction_version(self) -> int:
+        """transactionVersionLevel: the cluster's finalized transaction.version, which picks the
+        __transaction_state value version and the version a coordinator-made abort runs at."""
+        return transaction_version_level(self.loader.image.features)
 
     def led_partitions(self) -> list[int]:
         image = self.loader.image
@@ -151,7 +157,7 @@ class TransactionStateManager:
             records = [(encode_txn_key(transactional_id), None)]
             timeout_ms = self.request_timeout_ms
         else:
-            records = [encode_txn_log(transactional_id, transit.to_log_value())]
+            records = [encode_txn_log(transactional_id, transit.to_log_value(self.transaction_version()))]
             timeout_ms = transit.txn_timeout_ms
         error, _ = await write_records(
             self.replicas,

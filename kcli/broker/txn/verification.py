@@ -12,6 +12,11 @@ Produce path makes the retriable ones NOT_ENOUGH_REPLICAS). No coordinator known
 COORDINATOR_NOT_AVAILABLE, no answer NETWORK_EXCEPTION, both retriable; a coordinator too old for
 VerifyOnly (below v4) verifies nothing, and the append goes ahead, as Kafka does on a version mismatch.
 Unlike Kafka, requests are not batched across producers: each verification is one request.
+
+Transaction version 2 (KIP-890 part 2, Produce v12 and TxnOffsetCommit v5 on a cluster at
+transaction.version 2): the producer no longer sends AddPartitionsToTxn, so the leader asks the
+coordinator to add the partitions (`add_partitions`: VerifyOnly false, AddPartitionsToTxn v5, client
+transaction version 2), Kafka's `addPartition` supported operation.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ log = logging.getLogger("kcli.broker.txn")
 
 ADD_PARTITIONS_TO_TXN = 24
 FIRST_VERIFY_ONLY_VERSION = 4
+FIRST_ADD_PARTITION_VERSION = 5
+"""AddPartitionsToTxn v5: the first a broker adds partitions with on the producer's behalf."""
 
 
 class AddPartitionsToTxnManager:
@@ -63,7 +70,28 @@ class AddPartitionsToTxnManager:
         partitions: Iterable[TopicPartition],
     ) -> dict[TopicPartition, ErrorCode]:
         """The coordinator's answer for each partition: NONE when it is in the ongoing transaction."""
-        partitions = list(partitions)
+        return await self._ask(transactional_id, producer_id, producer_epoch, list(partitions), add=False)
+
+    async def add_partitions(
+        self,
+        transactional_id: str | None,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Iterable[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Transaction version 2: the coordinator adds the partitions to the producer's transaction
+        (starting one if none is open); NONE for each once that is durable."""
+        return await self._ask(transactional_id, producer_id, producer_epoch, list(partitions), add=True)
+
+    async def _ask(
+        self,
+        transactional_id: str | None,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: list[TopicPartition],
+        *,
+        add: bool,
+    ) -> dict[TopicPartition, ErrorCode]:
         if not transactional_id:
             return dict.fromkeys(partitions, ErrorCode.invalid_request)
         image = self.loader.image
@@ -72,6 +100,11 @@ class AddPartitionsToTxnManager:
         )
         leader = -1 if registration is None else registration.leader
         if leader == self.node_id:
+            if add:
+                error = await self.coordinator.add_partitions(
+                    transactional_id, producer_id, producer_epoch, partitions, client_transaction_version=2
+                )
+                return dict.fromkeys(partitions, error)
             return self.coordinator.verify_partitions(
                 transactional_id, producer_id, producer_epoch, partitions
             )
@@ -87,9 +120,10 @@ class AddPartitionsToTxnManager:
                 cls = client.request_type(ADD_PARTITIONS_TO_TXN)
             except ClientError:
                 cls = None
-            if cls is None or cls.__version__ < FIRST_VERIFY_ONLY_VERSION:
+            needed = FIRST_ADD_PARTITION_VERSION if add else FIRST_VERIFY_ONLY_VERSION
+            if cls is None or cls.__version__ < needed:
                 too_old = True
-                raise ClientError(f"broker {leader} cannot verify transactions (AddPartitionsToTxn < v4).")
+                raise ClientError(f"broker {leader} cannot take AddPartitionsToTxn v{needed}.")
             txn_cls = nested_type(cls, "AddPartitionsToTxnTransaction")
             topic_cls = nested_type(cls, "AddPartitionsToTxnTopic")
             by_topic: dict[str, list[int]] = {}
@@ -99,7 +133,7 @@ class AddPartitionsToTxnManager:
                 transactional_id=transactional_id,
                 producer_id=producer_id,
                 producer_epoch=producer_epoch,
-                verify_only=True,
+                verify_only=not add,
                 topics=tuple(topic_cls(name=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
             )
             return cls(transactions=(txn,))
@@ -108,6 +142,9 @@ class AddPartitionsToTxnManager:
             leader, (endpoint.host, endpoint.port), build, timeout=self.request_timeout
         )
         if too_old:
+            if add:  # nothing added: the batch must not go in as part of no transaction
+                log.warning("Broker %d cannot add partitions to transactions", leader)
+                return dict.fromkeys(partitions, ErrorCode.unsupported_version)
             log.warning("Broker %d cannot verify transactions; appending without verification", leader)
             return dict.fromkeys(partitions, ErrorCode.none)
         if response is None:
