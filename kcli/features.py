@@ -9,7 +9,11 @@ Kafka's `MetadataVersion` enum, `Feature` / `FeatureVersion` (KIP-584, KIP-1022)
 - `eligible.leader.replicas.version` (KIP-966 part 1): level 1 needs metadata.version 4.0-IV1 or later
   and is the default from 4.1-IV0 on, as in Kafka 4.1 (`EligibleLeaderReplicasVersion.ELRV_1`).
 
-Features kcli does not implement (group.version, transaction.version, share.version, ...) are not
+- `group.version` (GroupVersion): level 1 turns on the consumer rebalance protocol (KIP-848,
+  ConsumerGroupHeartbeat and ConsumerGroupDescribe); it has no dependency and is the default from
+  4.0-IV0 on, as in Kafka. kcli's default metadata.version (3.9-IV0) leaves it at 0.
+
+Features kcli does not implement (transaction.version, share.version, ...) are not
 offered: a release version that would turn them on in Kafka formats here without them, exactly as a
 Kafka whose `Formatter.setSupportedFeatures` leaves them out.
 """
@@ -24,6 +28,7 @@ from kcli.errors import KcliError
 
 METADATA_VERSION = "metadata.version"
 ELIGIBLE_LEADER_REPLICAS_VERSION = "eligible.leader.replicas.version"
+GROUP_VERSION = "group.version"
 KRAFT_VERSION = "kraft.version"
 
 # MetadataVersion levels that change what kcli writes or does.
@@ -137,6 +142,11 @@ def register_broker_record_version(metadata_version: int) -> int:
     return 3
 
 
+def is_consumer_protocol_enabled(features: Mapping[str, int]) -> bool:
+    """GroupVersion.isConsumerRebalanceProtocolSupported: group.version >= 1."""
+    return features.get(GROUP_VERSION, 0) >= 1
+
+
 def is_elr_enabled(features: Mapping[str, int]) -> bool:
     """FeatureControlManager.isElrFeatureEnabled: eligible.leader.replicas.version >= 1 on a
     metadata.version that supports ELR."""
@@ -159,6 +169,10 @@ SUPPORTED_FEATURES: dict[str, tuple[FeatureLevel, ...]] = {
     ELIGIBLE_LEADER_REPLICAS_VERSION: (
         FeatureLevel(0, MV_3_0_IV1, {}),
         FeatureLevel(1, MV_4_1_IV0, {METADATA_VERSION: MV_4_0_IV1}),
+    ),
+    GROUP_VERSION: (
+        FeatureLevel(0, MV_3_0_IV1, {}),
+        FeatureLevel(1, MV_4_0_IV0, {}),
     ),
 }
 """The features besides metadata.version kcli implements, each with its levels (Kafka's Feature enum,

@@ -460,10 +460,10 @@ def test_feature_levels_as_kafkas_formatter_picks_them():
             "No feature:eligible.leader.replicas.version with feature level 2",
         ),
         (
-            {"group.version": 1},
+            {"transaction.version": 2},
             27,
-            "Unsupported feature: group.version. Supported features are: "
-            "eligible.leader.replicas.version, kraft.version",
+            "Unsupported feature: transaction.version. Supported features are: "
+            "eligible.leader.replicas.version, group.version, kraft.version",
         ),
         (
             {"metadata.version": 23},
