@@ -15,9 +15,9 @@ import asyncio
 import base64
 import logging
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -43,9 +43,8 @@ from kcli.broker.group.consumer_group import (
     replay_record,
 )
 from kcli.broker.group.reconciliation import FencedMemberEpoch, OwnedPartitions, reconcile
-
-if TYPE_CHECKING:
-    from kcli.broker.group.coordinator import GroupCoordinator
+from kcli.broker.group.storage import GroupMetadataManager
+from kcli.config import BrokerConfig
 
 log = logging.getLogger("kcli.broker.group")
 
@@ -93,6 +92,23 @@ class HeartbeatRequest:
     api_version: int
 
 
+class CoordinatorServices(Protocol):
+    """What the consumer groups use of the group coordinator that owns them (GroupCoordinator)."""
+
+    config: BrokerConfig
+    manager: GroupMetadataManager
+
+    def validate_consumer_group_status(self, group_id: str) -> ErrorCode | None: ...
+
+    def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> None: ...
+
+    def call_later(self, delay_ms: int, callback: Callable[..., None], *args: Any) -> asyncio.TimerHandle: ...
+
+    def release_classic_group(self, group_id: str) -> bool: ...
+
+    def is_simple_classic(self, group_id: str) -> bool: ...
+
+
 def new_member_id() -> str:
     """Uuid.randomUuid().toString(): 16 random bytes in URL-safe base64 without padding."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -101,7 +117,7 @@ def new_member_id() -> str:
 class ConsumerGroupCoordinator:
     """Consumer groups of the partitions the group coordinator owns (their cache: manager.consumer_groups)."""
 
-    def __init__(self, coordinator: GroupCoordinator) -> None:
+    def __init__(self, coordinator: CoordinatorServices) -> None:
         config = coordinator.config
         self.coordinator = coordinator
         self.manager = coordinator.manager
@@ -119,8 +135,6 @@ class ConsumerGroupCoordinator:
 
     async def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
         """consumerGroupHeartbeat: join, heartbeat, reconcile or leave; answered once written."""
-        from kcli.broker.group.coordinator import GroupApi
-
         try:
             self._validate(request)
         except GroupError as e:
@@ -128,7 +142,7 @@ class ConsumerGroupCoordinator:
                 "[GroupId %s] Invalid ConsumerGroupHeartbeat %s: %s", request.group_id, request, e.message
             )
             return HeartbeatResult(e.error, e.message)
-        status = self.coordinator.validate_group_status(request.group_id, GroupApi.CONSUMER_GROUP_HEARTBEAT)
+        status = self.coordinator.validate_consumer_group_status(request.group_id)
         if status is not None:
             return HeartbeatResult(status)
         try:
@@ -631,9 +645,7 @@ class ConsumerGroupCoordinator:
 
     def describe(self, group_id: str) -> tuple[ErrorCode, str | None, ConsumerGroup | None]:
         """consumerGroupDescribe for one id: (error, message, group)."""
-        from kcli.broker.group.coordinator import GroupApi
-
-        status = self.coordinator.validate_group_status(group_id, GroupApi.CONSUMER_GROUP_DESCRIBE)
+        status = self.coordinator.validate_consumer_group_status(group_id)
         if status is not None:
             return status, None, None
         group = self.groups.get(group_id)

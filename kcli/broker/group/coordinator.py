@@ -66,7 +66,6 @@ class GroupApi(enum.Enum):
     DESCRIBE_GROUPS = True
     DELETE_GROUPS = True
     CONSUMER_GROUP_HEARTBEAT = False
-    CONSUMER_GROUP_DESCRIBE = False
 
     def __init__(self, empty_id_allowed: bool) -> None:
         self.empty_id_allowed = empty_id_allowed
@@ -228,6 +227,10 @@ class GroupCoordinator:
         if not self.manager.is_group_local(group_id):
             return ErrorCode.not_coordinator
         return None
+
+    def validate_consumer_group_status(self, group_id: str) -> ErrorCode | None:
+        """validate_group_status for ConsumerGroupHeartbeat and ConsumerGroupDescribe ("" is invalid)."""
+        return self.validate_group_status(group_id, GroupApi.CONSUMER_GROUP_HEARTBEAT)
 
     # --- JoinGroup --------------------------------------------------------------------------------
 
