@@ -250,9 +250,19 @@ def test_java_consumer_protocol_members(broker_factory: Any, tmp_path: Path) -> 
     test_java_clients.require_apache_kafka()
     test_java_clients.require_javac()
     classes = test_java_clients.compile_clients()
-    broker = consumer_protocol_broker(broker_factory)
+    broker = broker_factory(overrides=BROKER_SETTINGS)
     topic = f"cg-{uuid.uuid4().hex[:8]}"
     create_topic(broker.bootstrap, topic, 4)
+    # group.version 0: the member is refused with the client's own sentence
+    result = java(
+        MAIN, ["consumerProtocol", broker.bootstrap, "refused", topic], tmp_path / "java", classpath=[classes]
+    )
+    assert java_steps(result, "consumerProtocol") == {"step": "consumerProtocol", "records": 0, "refused": (
+        "The cluster does not support the new CONSUMER group protocol. Set group.protocol=classic on the "
+        "consumer configs to revert to the CLASSIC protocol until the cluster is upgraded."
+    )}  # fmt: skip
+    done = run_kcli("features", "upgrade", "-b", broker.bootstrap, "--feature", "group.version=1")
+    assert done.returncode == 0, done.stderr
     values = fill(broker.bootstrap, topic, 4, 40)
     result = java(
         MAIN,
@@ -261,8 +271,7 @@ def test_java_consumer_protocol_members(broker_factory: Any, tmp_path: Path) -> 
         classpath=[classes],
         timeout=240,
     )
-    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
-    [step] = [line for line in lines if line.get("step") == "consumerGroup"]
+    step = java_steps(result, "consumerGroup")
     assert "error" not in step, step
     assert sorted(step["values"]) == sorted(values)
     assert sorted(len(a) for a in step["assignments"]) == [2, 2]
@@ -274,3 +283,11 @@ def test_java_consumer_protocol_members(broker_factory: Any, tmp_path: Path) -> 
         "assignor": "uniform",
     }
     assert step["resumed"] == 0 and step["thirdAssignment"] == 4
+
+
+def java_steps(result: subprocess.CompletedProcess[str], name: str) -> dict[str, Any]:
+    """The one JSON line KcliClients printed for step `name`."""
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    found = [line for line in lines if line.get("step") == name]
+    assert len(found) == 1, (result.stdout, result.stderr)
+    return found[0]

@@ -6,6 +6,8 @@
  *                                                         a transactional producer, a read_committed
  *                                                         classic-group consumer, Admin again
  *   java KcliClients streams BOOTSTRAP PREFIX STATE_DIR GUARANTEE...   a word count per processing guarantee
+ *   java KcliClients consumerProtocol BOOTSTRAP GROUP TOPIC   one group.protocol=consumer member: what
+ *                                                         it reads, or the message it is refused with
  *   java KcliClients consumerGroup BOOTSTRAP GROUP TOPIC COUNT   two group.protocol=consumer members
  *                                                         read COUNT records, Admin describes the group,
  *                                                         a third member resumes from the commits
@@ -86,6 +88,7 @@ public final class KcliClients {
                             args[3], guarantee));
                 }
             }
+            case "consumerProtocol" -> step("consumerProtocol", () -> consumerProtocol(args[1], args[2], args[3]));
             case "consumerGroup" -> step("consumerGroup",
                     () -> consumerGroup(args[1], args[2], args[3], Integer.parseInt(args[4])));
             default -> throw new IllegalArgumentException("unknown command " + args[0]);
@@ -344,7 +347,7 @@ public final class KcliClients {
 
     /**
      * A member with group.protocol=consumer (KIP-848): the records it reads, or the message it is refused
-     * with where the broker has no ConsumerGroupHeartbeat (kcli today; the README's differences list it).
+     * with where the cluster's group.version is 0 (kcli's default metadata.version leaves it there).
      */
     static void consumerProtocol(String bootstrap, String group, String topic) throws Exception {
         Properties p = consumerConfig(bootstrap, group);
@@ -390,7 +393,11 @@ public final class KcliClients {
                     && (values.size() < count || first.assignment().isEmpty() || second.assignment().isEmpty()
                         || first.assignment().size() + second.assignment().size() < 4)) {
                 for (KafkaConsumer<String, String> c : List.of(first, second)) {
-                    c.poll(Duration.ofMillis(200)).forEach(r -> values.add(r.value()));
+                    var records = c.poll(Duration.ofMillis(200));
+                    records.forEach(r -> values.add(r.value()));
+                    if (!records.isEmpty()) {
+                        c.commitSync(); // before a later poll may hand these partitions to the other member
+                    }
                 }
             }
             for (KafkaConsumer<String, String> c : List.of(first, second)) {
