@@ -1200,8 +1200,6 @@ class GroupCoordinator:
             error = self.consumer.validate_offset_fetch(consumer_group, *member)
             if error is not None:
                 return error, {}
-        elif member is not None and member[0] is not None and member[1] >= 0:
-            return ErrorCode.group_id_not_found, {}  # a member of a consumer group that is not one
         return ErrorCode.none, self.manager.get_offsets(group_id, require_stable, partitions)
 
     def delete_offsets(
