@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kio.schema.errors import ErrorCode
-from test_groups import create_topic_request, join_request, req
+from test_groups import create_topic_request, join_alone, join_request, leave_request, req
 
 from formats.internal import decode_offsets_key
 from kcli.broker.coordinator_log import replay_log
@@ -38,6 +38,8 @@ SETTINGS = {
     "group.consumer.heartbeat.interval.ms": "200",
     "group.consumer.min.heartbeat.interval.ms": "100",
     "group.consumer.max.size": "3",
+    "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "100",
 }
 
 
@@ -343,3 +345,31 @@ def fetch_request(group_id: str, member_id: str, epoch: int) -> Any:
         topics=None,
     )
     return build(cls, groups=(group,), require_stable=False)
+
+
+def test_classic_and_consumer_groups_convert_only_when_empty(tmp_path: Path) -> None:
+    """An empty classic group becomes a consumer group at its first heartbeat (its metadata tombstoned,
+    its offsets kept); one with members is not a consumer group. An empty consumer group becomes a
+    classic group at a JoinGroup."""
+
+    async def body(broker: Broker, client: KafkaClient) -> None:
+        manager = broker.node.groups.manager  # type: ignore[union-attr]
+        member_id, _ = await join_alone(client, "busy")
+        refused = await client.send(join("busy", "m1", ("t",)))
+        assert (refused.error_code, refused.error_message) == (
+            ErrorCode.group_id_not_found,
+            "Group busy is not a consumer group",
+        )
+        assert (await client.send(leave_request(4, "busy", [member_id]))).error_code == ErrorCode.none
+        assert manager.get_group("busy").generation_id > 0  # Empty, with a generation
+        converted = await client.send(join("busy", "m1", ("t",)))
+        assert converted.error_code == ErrorCode.none and "busy" in manager.consumer_groups
+        assert manager.get_group("busy").protocol_type is None  # only the offsets' holder is left
+        listed = await client.send(req(LIST_GROUPS, 5, states_filter=(), types_filter=()))
+        assert [(g.group_id, g.group_type) for g in listed.groups] == [("busy", "consumer")]
+        # back: the consumer group empties, a classic member's JoinGroup takes the id
+        assert (await client.send(heartbeat("busy", "m1", -1))).error_code == ErrorCode.none
+        member_id, generation = await join_alone(client, "busy")
+        assert generation == 1 and "busy" not in manager.consumer_groups
+
+    in_process(tmp_path, body, topics={"t": 2})

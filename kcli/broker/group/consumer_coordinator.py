@@ -104,10 +104,6 @@ class CoordinatorServices(Protocol):
 
     def call_later(self, delay_ms: int, callback: Callable[..., None], *args: Any) -> asyncio.TimerHandle: ...
 
-    def release_classic_group(self, group_id: str) -> bool: ...
-
-    def is_simple_classic(self, group_id: str) -> bool: ...
-
 
 def new_member_id() -> str:
     """Uuid.randomUuid().toString(): 16 random bytes in URL-safe base64 without padding."""
@@ -299,7 +295,7 @@ class ConsumerGroupCoordinator:
             return group
         if not joining:
             raise GroupError(ErrorCode.group_id_not_found, f"Consumer group {group_id} not found.")
-        if not self.coordinator.release_classic_group(group_id):
+        if not self.manager.release_classic_group(group_id):
             raise GroupError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group")
         return ConsumerGroup(group_id)
 
@@ -651,9 +647,7 @@ class ConsumerGroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             message = f"Group {group_id} not found."
-            if self.manager.get_group(group_id) is not None and not self.coordinator.is_simple_classic(
-                group_id
-            ):
+            if self.manager.get_group(group_id) is not None and not self.manager.is_simple_classic(group_id):
                 message = f"Group {group_id} is not a consumer group."
             return ErrorCode.group_id_not_found, message, None
         return ErrorCode.none, None, group

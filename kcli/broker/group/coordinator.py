@@ -1146,7 +1146,7 @@ class GroupCoordinator:
             )
             if error is not None:
                 return dict.fromkeys(offsets, error)
-            return await self.manager.store_offsets(self._offsets_holder(group_id), offsets)
+            return await self.manager.store_offsets(self.manager.offsets_holder(group_id), offsets)
         group = self.manager.get_group(group_id)
         if group is None:
             if generation_id >= 0:  # a member of a generation this coordinator never had
@@ -1287,7 +1287,7 @@ class GroupCoordinator:
                     errors[group_id] = ErrorCode.non_empty_group
                     continue
                 self.consumer.delete(consumer_group)
-                group = self._offsets_holder(group_id)
+                group = self.manager.offsets_holder(group_id)
             if group is None or group.is_(GroupState.DEAD):
                 errors[group_id] = ErrorCode.group_id_not_found
             elif group.is_(GroupState.EMPTY):
@@ -1304,40 +1304,6 @@ class GroupCoordinator:
                 removed,
             )
         return errors
-
-    # --- consumer groups beside classic ones ----------------------------------------------------------
-
-    def _offsets_holder(self, group_id: str) -> ClassicGroup:
-        """The member-less ClassicGroup that keeps a consumer group's committed offsets."""
-        group = self.manager.get_group(group_id)
-        if group is None or group.is_(GroupState.DEAD):
-            self.manager.groups.pop(group_id, None)
-            group = self.manager.add_group(ClassicGroup(group_id, GroupState.EMPTY, wall_clock_ms()))
-        return group
-
-    def is_simple_classic(self, group_id: str) -> bool:
-        """ClassicGroup.isSimpleGroup: Empty and never had a protocol (only holds offsets)."""
-        group = self.manager.get_group(group_id)
-        return group is None or (group.is_(GroupState.EMPTY) and group.protocol_type is None)
-
-    def release_classic_group(self, group_id: str) -> bool:
-        """A first consumer-protocol heartbeat for `group_id`: True when a consumer group may take the id.
-        A simple group stays as the holder of the offsets; an Empty classic group is deleted
-        (maybeDeleteEmptyClassicGroup: its metadata tombstoned, its offsets kept); one with members is
-        not converted (Kafka's online upgrade is not done here), so False."""
-        group = self.manager.get_group(group_id)
-        if group is None or group.is_(GroupState.DEAD) or self.is_simple_classic(group_id):
-            return True
-        if not group.is_(GroupState.EMPTY):
-            return False
-        had_generation = group.generation_id > 0
-        group.generation_id = 0
-        group.protocol_type = None
-        group.protocol_name = None
-        group.leader_id = None
-        if had_generation:
-            self.manager.tombstone_group_metadata(group_id)
-        return True
 
     # --- transactions (the transaction coordinator's hooks) -------------------------------------------
 
@@ -1363,7 +1329,7 @@ class GroupCoordinator:
             )
             if error is not None:
                 return dict.fromkeys(offsets, error)
-            holder = self._offsets_holder(group_id)
+            holder = self.manager.offsets_holder(group_id)
             return await self.manager.store_txn_offsets(holder, producer_id, producer_epoch, offsets)
         group = self.manager.get_group(group_id)
         if group is None:

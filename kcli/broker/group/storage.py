@@ -285,13 +285,40 @@ class GroupMetadataManager:
                     removed_count += len(removed)
         return removed_count
 
-    def tombstone_group_metadata(self, group_id: str) -> None:
-        """The GroupMetadata tombstone of a classic group that gives its id to a consumer group (acks=0,
-        as cleanup_group_metadata writes tombstones)."""
-        tombstone = [(encode_group_metadata_key(group_id), None)]
-        append_records(
-            self.replicas, OFFSETS_TOPIC, self.partition_for(group_id), tombstone, now_ms=self.clock()
-        )
+    # --- consumer groups beside classic ones -------------------------------------------------------
+
+    def offsets_holder(self, group_id: str) -> ClassicGroup:
+        """The member-less ClassicGroup that keeps a consumer group's committed offsets."""
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            self.groups.pop(group_id, None)
+            group = self.add_group(ClassicGroup(group_id, GroupState.EMPTY, self.clock()))
+        return group
+
+    def is_simple_classic(self, group_id: str) -> bool:
+        """ClassicGroup.isSimpleGroup: Empty and never had a protocol (it only holds offsets)."""
+        group = self.groups.get(group_id)
+        return group is None or (group.is_(GroupState.EMPTY) and group.protocol_type is None)
+
+    def release_classic_group(self, group_id: str) -> bool:
+        """A first consumer-protocol heartbeat for `group_id`: True when a consumer group may take the id.
+        A simple group stays as the holder of the offsets; an Empty classic group is deleted
+        (maybeDeleteEmptyClassicGroup: its metadata tombstoned, its offsets kept); one with members is
+        not converted (Kafka's online upgrade is not done here), so False."""
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD) or self.is_simple_classic(group_id):
+            return True
+        if not group.is_(GroupState.EMPTY):
+            return False
+        had_generation = group.generation_id > 0
+        group.generation_id = 0
+        group.protocol_type = group.protocol_name = group.leader_id = None
+        if had_generation:  # acks=0, as cleanup_group_metadata writes tombstones
+            tombstone = [(encode_group_metadata_key(group_id), None)]
+            append_records(
+                self.replicas, OFFSETS_TOPIC, self.partition_for(group_id), tombstone, now_ms=self.clock()
+            )
+        return True
 
     def cleanup_expired_offsets(self) -> int:
         """One offsets.retention.check.interval.ms pass; a consumer group with members keeps its offsets."""
