@@ -144,6 +144,37 @@ def test_librdkafka_members_share_leave_and_resume(broker_factory: Any) -> None:
     assert described.returncode == 0 and group in described.stdout
 
 
+def test_librdkafka_regex_subscription(broker_factory: Any) -> None:
+    """librdkafka sends a "^"-subscription as the heartbeat's SubscribedTopicRegex: the coordinator
+    resolves it, so the member reads every matching topic and no other."""
+    broker = consumer_protocol_broker(broker_factory)
+    prefix = f"rx{uuid.uuid4().hex[:6]}"
+    for name in ("a", "b", "other"):
+        create_topic(broker.bootstrap, f"{prefix}-{name}" if name != "other" else f"x{prefix}", 2)
+    wanted = fill(broker.bootstrap, f"{prefix}-a", 2, 6) + fill(
+        broker.bootstrap, f"{prefix}-b", 2, 6, start=6
+    )
+    fill(broker.bootstrap, f"x{prefix}", 2, 4, start=100)
+    consumer = member(broker.bootstrap, "regex", f"^{prefix}-.*", "rx")
+    try:
+        read = consume([consumer], 12)
+        assert sorted(v for _, v in read) == sorted(wanted)
+        assert consume([consumer], 1, timeout=3) == []
+        assert {tp.topic for tp in consumer.assignment()} == {f"{prefix}-a", f"{prefix}-b"}
+        described = asyncio.run(describe_members(broker.bootstrap, "regex"))
+        assert [(m.subscribed_topic_regex, m.subscribed_topic_names) for m in described] == [
+            (f"(^{prefix}-.*)", ())  # librdkafka joins its patterns, each in parentheses
+        ]
+    finally:
+        consumer.close()
+
+
+async def describe_members(bootstrap: str, group_id: str) -> Any:
+    async with await KafkaClient.connect(bootstrap, request_timeout=10) as client:
+        request = build(request_type(DESCRIBE, 1), group_ids=(group_id,), include_authorized_operations=False)
+        return (await client.send(request)).groups[0].members
+
+
 KILLABLE = """
 import sys, time
 from confluent_kafka import Consumer

@@ -95,6 +95,7 @@ def heartbeat(
     rebalance_ms: int = -1,
     instance_id: str | None = None,
     assignor: str | None = None,
+    regex: str | None = None,
     version: int = 1,
 ) -> Any:
     cls = request_type(HEARTBEAT, version)
@@ -108,7 +109,7 @@ def heartbeat(
         rack_id=None,
         rebalance_timeout=rebalance_ms * MS,
         subscribed_topic_names=topics,
-        subscribed_topic_regex=None,
+        subscribed_topic_regex=regex,
         server_assignor=assignor,
         topic_partitions=None
         if owned is None
@@ -373,3 +374,25 @@ def test_classic_and_consumer_groups_convert_only_when_empty(tmp_path: Path) -> 
         assert generation == 1 and "busy" not in manager.consumer_groups
 
     in_process(tmp_path, body, topics={"t": 2})
+
+
+def test_regular_expression_subscriptions(tmp_path: Path) -> None:
+    """A member subscribed with a regex gets the partitions of the topics it matches whole, and of a
+    matching topic created later at its next heartbeat; a regex that does not compile is refused."""
+
+    async def body(broker: Broker, client: KafkaClient) -> None:
+        bad = await client.send(heartbeat("g", "m", 0, owned=[], rebalance_ms=5000, regex="(orders"))
+        assert bad.error_code == ErrorCode.invalid_regular_expression
+        assert "g" not in broker.node.groups.manager.consumer_groups  # type: ignore[union-attr]
+        joined = await client.send(heartbeat("g", "m", 0, owned=[], rebalance_ms=5000, regex="orders-.*"))
+        assert joined.error_code == ErrorCode.none and count(owned_of(joined)) == 3  # orders-1, orders-2
+        created = await client.send(create_topic_request("orders-3", 2))
+        assert created.topics[0].error_code == ErrorCode.none
+        later = await client.send(heartbeat("g", "m", joined.member_epoch, owned=owned_of(joined)))
+        assert later.member_epoch == joined.member_epoch + 1 and count(owned_of(later)) == 5
+        described = await client.send(
+            build(request_type(DESCRIBE, 1), group_ids=("g",), include_authorized_operations=False)
+        )
+        assert described.groups[0].members[0].subscribed_topic_regex == "orders-.*"
+
+    in_process(tmp_path, body, topics={"orders-1": 1, "orders-2": 2, "orders": 4})

@@ -7,13 +7,16 @@ the group epoch is ahead of it, and the member's current assignment (8) when rec
 The records are replayed into the cached group at once and written to __consumer_offsets as one batch;
 the heartbeat is answered when the batch is committed. The coordinator, not the member, computes the
 target assignment with the server assignor (`group.consumer.assignors`, the first is the default).
+A subscribed regular expression is resolved against the metadata image at each heartbeat.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import logging
+import re
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -164,8 +167,6 @@ class ConsumerGroupCoordinator:
             raise GroupError(invalid, "InstanceId can't be empty.")
         if request.rack_id == "":
             raise GroupError(invalid, "RackId can't be empty.")
-        if request.subscribed_topic_regex:  # "" clears a regex subscription (what librdkafka sends)
-            raise GroupError(invalid, "SubscribedTopicRegex is not supported yet.")
         epoch = request.member_epoch
         if request.api_version >= CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION and not request.member_id:
             raise GroupError(invalid, "MemberId can't be empty.")
@@ -177,7 +178,7 @@ class ConsumerGroupCoordinator:
                 raise GroupError(invalid, "RebalanceTimeoutMs must be provided in first request.")
             if request.owned is None or request.owned:
                 raise GroupError(invalid, "TopicPartitions must be empty when (re-)joining.")
-            if not request.subscribed_topic_names:
+            if not request.subscribed_topic_names and not request.subscribed_topic_regex:
                 raise GroupError(invalid, "SubscribedTopicNames must be set in first request.")
         elif epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             if not request.member_id:
@@ -222,6 +223,9 @@ class ConsumerGroupCoordinator:
             subscribed_topic_names=tuple(request.subscribed_topic_names)
             if request.subscribed_topic_names is not None
             else member.subscribed_topic_names,
+            subscribed_topic_regex=(request.subscribed_topic_regex or None)  # "": no regex
+            if request.subscribed_topic_regex is not None
+            else member.subscribed_topic_regex,
             client_id=request.client_id,
             client_host=request.client_host,
         )
@@ -238,8 +242,12 @@ class ConsumerGroupCoordinator:
                 existing.subscribed_topic_names
             ):
                 bump = True
+            if existing is None or updated.subscribed_topic_regex != existing.subscribed_topic_regex:
+                if updated.subscribed_topic_regex is not None:
+                    _compiled(updated.subscribed_topic_regex)  # throwIfRegularExpressionIsInvalid
+                bump = True
         members = self._members_with(group, updated)
-        metadata = self.subscription_metadata({n for m in members.values() for n in m.subscribed_topic_names})
+        metadata = self.subscription_metadata(self._topics_of(members.values()))
         if metadata != group.subscription_metadata:
             records.append(_partition_metadata_record(group_id, metadata))
             bump = True
@@ -414,7 +422,7 @@ class ConsumerGroupCoordinator:
         name = min(counts, key=lambda n: (-counts[n], n)) if counts else self.assignors[0]
         subscriptions = {
             member_id: MemberSubscription(
-                frozenset(metadata[n].topic_id for n in m.subscribed_topic_names if n in metadata), m.rack_id
+                frozenset(metadata[n].topic_id for n in self._topics_of([m]) if n in metadata), m.rack_id
             )
             for member_id, m in members.items()
         }
@@ -445,6 +453,26 @@ class ConsumerGroupCoordinator:
             name,
         )
         return assignment.get(updated.member_id, {})
+
+    def _topics_of(self, members: Iterable[ConsumerGroupMember]) -> set[str]:
+        """The topics the members subscribe to: their names, and the topics their regular expression
+        matches whole (refreshRegularExpressions; resolved against the current image at each heartbeat
+        rather than in the background, and with Python's `re` where Kafka has RE2/J)."""
+        topics: set[str] = set()
+        regexes = set()
+        for member in members:
+            topics.update(member.subscribed_topic_names)
+            if member.subscribed_topic_regex:
+                regexes.add(member.subscribed_topic_regex)
+        if regexes:
+            names = list(self.manager.loader.image.topic_ids)
+            for regex in regexes:
+                try:
+                    pattern = _compiled(regex)
+                except GroupError:
+                    continue  # kept from an older record; Kafka logs and ignores it too
+                topics.update(name for name in names if pattern.fullmatch(name))
+        return topics
 
     def subscription_metadata(self, topic_names: Iterable[str]) -> dict[str, TopicMetadata]:
         """computeSubscriptionMetadata: the subscribed topics that exist, with id and partition count."""
@@ -503,7 +531,7 @@ class ConsumerGroupCoordinator:
         a bumped group epoch so the others get its partitions."""
         records = _member_tombstones(group.group_id, member.member_id)
         others = [m for m in group.members.values() if m.member_id != member.member_id]
-        metadata = self.subscription_metadata({n for m in others for n in m.subscribed_topic_names})
+        metadata = self.subscription_metadata(self._topics_of(others))
         if metadata != group.subscription_metadata:
             records.append(_partition_metadata_record(group.group_id, metadata))
         records.append(
@@ -659,6 +687,18 @@ class ConsumerGroupCoordinator:
         """DeleteGroups of an empty consumer group: tombstones for every one of its records."""
         self.cancel_all(group)
         self.apply_then_write(group.group_id, group.tombstones())
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(regex: str) -> re.Pattern[str]:
+    """The subscribed regex compiled, or INVALID_REGULAR_EXPRESSION."""
+    try:
+        return re.compile(regex)
+    except re.error as e:
+        raise GroupError(
+            ErrorCode.invalid_regular_expression,
+            f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {e}.",
+        ) from None
 
 
 def _check_member_epoch(member: ConsumerGroupMember, received: int, owned: OwnedPartitions) -> None:
