@@ -231,6 +231,27 @@ def test_members_share_partitions_through_revocation(tmp_path: Path) -> None:
         fetched = await client.send(fetch_request("g", "b", 2))
         assert fetched.groups[0].error_code == ErrorCode.none
         assert cached(broker, "g").state.value == "Stable"
+        # the group's own topic's offsets cannot be deleted while it is subscribed to it
+        deleted = await client.send(
+            req(
+                47,
+                0,
+                group_id="g",
+                topics=(
+                    build(
+                        nested_type(request_type(47, 0), "OffsetDeleteRequestTopic"),
+                        name="t",
+                        partitions=(
+                            build(
+                                nested_type(request_type(47, 0), "OffsetDeleteRequestPartition"),
+                                partition_index=0,
+                            ),
+                        ),
+                    ),
+                ),
+            )
+        )
+        assert deleted.topics[0].partitions[0].error_code == ErrorCode.group_subscribed_to_topic
         # epochs ahead of or behind the coordinator's fence the member
         fenced = await client.send(heartbeat("g", "b", 7))
         assert fenced.error_code == ErrorCode.fenced_member_epoch

@@ -1210,11 +1210,22 @@ class GroupCoordinator:
         error = self.validate_group_status(group_id, GroupApi.OFFSET_DELETE)
         if error is not None:
             return error, {}
-        group = self.manager.get_group(group_id)
+        consumer_group = self.manager.consumer_groups.get(group_id)
+        group = (
+            self.manager.get_group(group_id)
+            if consumer_group is None
+            else self.manager.offsets_holder(group_id)
+        )
         if group is None or group.is_(GroupState.DEAD):
             return ErrorCode.group_id_not_found, {}
         results: dict[TopicPartition, ErrorCode] = {}
-        if group.is_(GroupState.EMPTY):
+        if consumer_group is not None:  # ConsumerGroup.isSubscribedToTopic
+            subscribed = consumer_group.subscription_metadata
+            eligible = [tp for tp in partitions if tp[0] not in subscribed]
+            results.update(
+                {tp: ErrorCode.group_subscribed_to_topic for tp in partitions if tp not in eligible}
+            )
+        elif group.is_(GroupState.EMPTY):
             eligible = partitions
         elif group.is_consumer_group():
             eligible = [tp for tp in partitions if not group.is_subscribed_to_topic(tp[0])]
