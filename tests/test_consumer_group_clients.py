@@ -118,6 +118,16 @@ def test_librdkafka_members_share_leave_and_resume(broker_factory: Any) -> None:
     members = [member(broker.bootstrap, group, topic, f"m{i}") for i in range(3)]
     try:
         settle(members, [2, 2, 2])
+        # kcli groups describe finds the consumer group through ConsumerGroupDescribe
+        described = run_kcli("groups", "describe", "-b", broker.bootstrap, group, "-o", "json")
+        assert described.returncode == 0, described.stderr
+        [found] = (
+            json.loads(described.stdout)
+            if described.stdout.startswith("[")
+            else [json.loads(described.stdout)]
+        )
+        assert (found["state"], len(found["members"])) == ("Stable", 3)
+        assert sorted(sum(len(p) for p in m["assignment"].values()) for m in found["members"]) == [2, 2, 2]
         values = fill(broker.bootstrap, topic, 6, 60, start=1)
         read = consume(members, 60)
         assert sorted(v for _, v in read) == sorted(values)  # each record once in the group
@@ -140,8 +150,8 @@ def test_librdkafka_members_share_leave_and_resume(broker_factory: Any) -> None:
         assert consume([resumed], 1, timeout=3) == []
     finally:
         resumed.close()
-    described = run_kcli("groups", "list", "-b", broker.bootstrap)
-    assert described.returncode == 0 and group in described.stdout
+    listed = run_kcli("groups", "list", "-b", broker.bootstrap)
+    assert listed.returncode == 0 and group in listed.stdout
 
 
 def test_librdkafka_regex_subscription(broker_factory: Any) -> None:
