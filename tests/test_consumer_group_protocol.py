@@ -417,3 +417,37 @@ def test_regular_expression_subscriptions(tmp_path: Path) -> None:
         assert described.groups[0].members[0].subscribed_topic_regex == "orders-.*"
 
     in_process(tmp_path, body, topics={"orders-1": 1, "orders-2": 2, "orders": 4})
+
+
+def test_group_unloaded_on_resignation_and_replayed_on_election(tmp_path: Path) -> None:
+    """A coordinator that stops leading the group's partition forgets the group and stops its timers;
+    elected again it replays the group's records: same epochs, same assignment, and the member goes on
+    with the epoch it had."""
+    from test_coordinator_leadership import change_leader
+    from waiting import wait_for_async
+
+    async def body(broker: Broker, client: KafkaClient) -> None:
+        manager = broker.node.groups.manager  # type: ignore[union-attr]
+        joined = await client.send(join("g", "a", ("t",)))
+        assert await commit(client, "g", "a", joined.member_epoch, "t") == ErrorCode.none
+        before = cached(broker, "g")
+        await change_leader(broker, "__consumer_offsets", 0, -1)
+        assert "g" not in manager.consumer_groups
+        assert all(handle.cancelled() for handle in before.session_timers.values())
+        refused = await client.send(heartbeat("g", "a", joined.member_epoch, owned=owned_of(joined)))
+        assert refused.error_code == ErrorCode.not_coordinator
+        await change_leader(broker, "__consumer_offsets", 0, broker.config.node_id)
+        await wait_for_async("the partition loaded", lambda: 0 in manager.owned_partitions, 20, 0.02)
+        after = cached(broker, "g")
+        assert (after.group_epoch, after.assignment_epoch, after.members) == (
+            before.group_epoch,
+            before.assignment_epoch,
+            before.members,
+        )
+        assert after.target_assignment == before.target_assignment and after.session_timers
+        again = await client.send(heartbeat("g", "a", joined.member_epoch, owned=owned_of(joined)))
+        assert (again.error_code, again.member_epoch) == (ErrorCode.none, joined.member_epoch)
+        fetched = await client.send(fetch_request("g", "a", joined.member_epoch))
+        assert fetched.groups[0].topics[0].partitions[0].committed_offset == 1
+
+    in_process(tmp_path, body, topics={"t": 2})
