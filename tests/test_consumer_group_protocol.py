@@ -308,6 +308,7 @@ def test_group_limits_types_and_classic_conflicts(tmp_path: Path) -> None:
         assert (away.error_code, away.member_epoch) == (ErrorCode.none, -2)
         again = await client.send(join("s", "s2", ("t",), instance_id="i1"))
         assert again.error_code == ErrorCode.none and count(owned_of(again)) == count(owned_of(static))
+        assert again.member_epoch == static.member_epoch  # no rebalance for a static member's return
         assert set(cached(broker, "s").members) == {"s2"}
         assert (
             await client.send(heartbeat("s", "s1", 1, instance_id="i1"))

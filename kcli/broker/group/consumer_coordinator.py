@@ -210,6 +210,8 @@ class ConsumerGroupCoordinator:
         else:
             member = self._static_member(group, member_id, request, records)
         existing = group.members.get(member.member_id)
+        if existing is None and records:
+            existing = member  # a static member's new id: its records are written, it changes nothing
         updated = replace(
             member,
             instance_id=request.instance_id if request.instance_id is not None else member.instance_id,
@@ -262,8 +264,9 @@ class ConsumerGroupCoordinator:
         else:
             target_epoch = group.assignment_epoch
             target = group.target_assignment.get(member_id)
-            if target is None and member.member_id != member_id:
-                target = group.target_assignment.get(member.member_id)
+            previous = group.static_members.get(updated.instance_id) if updated.instance_id else None
+            if target is None and previous is not None:  # ConsumerGroup.targetAssignment(member, instance)
+                target = group.target_assignment.get(previous)
             target = target or {}
         if not updated.is_reconciled_to(target_epoch):
             updated = reconcile(updated, target_epoch, target, group.current_partition_epoch, request.owned)
