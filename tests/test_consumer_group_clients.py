@@ -332,3 +332,32 @@ def java_steps(result: subprocess.CompletedProcess[str], name: str) -> dict[str,
     found = [line for line in lines if line.get("step") == name]
     assert len(found) == 1, (result.stdout, result.stderr)
     return found[0]
+
+
+def test_storage_format_with_group_version_1(tmp_path: Path) -> None:
+    """`kcli storage format --feature group.version=1`: the cluster starts with consumer groups on."""
+    from conftest import stop_cleanly
+    from test_storage import CLUSTER_ID, combined, kcli, start_with_config
+
+    config = combined(tmp_path)
+    formatted = kcli(
+        tmp_path, "storage", "format", "-c", str(config), "-t", CLUSTER_ID, "--feature", "group.version=1"
+    )
+    assert formatted.returncode == 0, formatted.stderr
+    broker = start_with_config(tmp_path, config)
+    try:
+        described = run_kcli("features", "describe", "-b", broker.bootstrap)
+        assert (
+            "Feature: group.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 1\tFinalizedVersionLevel: 1"
+            in (described.stdout)
+        )
+        topic = f"cg-{uuid.uuid4().hex[:8]}"
+        create_topic(broker.bootstrap, topic, 2)
+        values = fill(broker.bootstrap, topic, 2, 4)
+        consumer = member(broker.bootstrap, "formatted", topic, "f")
+        try:
+            assert sorted(v for _, v in consume([consumer], 4)) == sorted(values)
+        finally:
+            consumer.close()
+    finally:
+        stop_cleanly(broker)
