@@ -452,3 +452,27 @@ def test_group_unloaded_on_resignation_and_replayed_on_election(tmp_path: Path) 
         assert fetched.groups[0].topics[0].partitions[0].committed_offset == 1
 
     in_process(tmp_path, body, topics={"t": 2})
+
+
+def test_member_that_does_not_revoke_is_fenced_after_its_rebalance_timeout(tmp_path: Path) -> None:
+    """Heartbeats keep the session alive, not a revocation that does not come: the member still owning
+    what it was asked to give up is fenced once its rebalance timeout has run, and the partitions go on."""
+
+    async def body(broker: Broker, client: KafkaClient) -> None:
+        first = await client.send(heartbeat("g", "a", 0, topics=("t",), owned=[], rebalance_ms=600))
+        owned = owned_of(first)
+        await client.send(join("g", "b", ("t",)))
+        asked = await client.send(heartbeat("g", "a", first.member_epoch, owned=owned))
+        assert cached(broker, "g").members["a"].state is MemberState.UNREVOKED_PARTITIONS
+        answers = []
+        for _ in range(10):  # 1 s of heartbeats that keep reporting every partition as owned
+            await asyncio.sleep(0.1)
+            answers.append(
+                (await client.send(heartbeat("g", "a", asked.member_epoch, owned=owned))).error_code
+            )
+        assert ErrorCode.none in answers and answers[-1] == ErrorCode.unknown_member_id
+        assert set(cached(broker, "g").members) == {"b"}
+        taken = await client.send(heartbeat("g", "b", 2, owned=[]))
+        assert count(owned_of(taken)) == 4
+
+    in_process(tmp_path, body, topics={"t": 4})

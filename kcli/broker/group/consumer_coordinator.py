@@ -269,7 +269,18 @@ class ConsumerGroupCoordinator:
                 target = group.target_assignment.get(previous)
             target = target or {}
         if not updated.is_reconciled_to(target_epoch):
-            updated = reconcile(updated, target_epoch, target, group.current_partition_epoch, request.owned)
+            reconciled = reconcile(
+                updated, target_epoch, target, group.current_partition_epoch, request.owned
+            )
+            if reconciled != updated:
+                # The rebalance timeout runs from the moment revocation is asked, not from each heartbeat.
+                if reconciled.state is MemberState.UNREVOKED_PARTITIONS:
+                    self._schedule_rebalance_timeout(
+                        group_id, member_id, reconciled.member_epoch, reconciled.rebalance_timeout_ms
+                    )
+                else:
+                    self._cancel(group.rebalance_timers.pop(member_id, None))
+            updated = reconciled
         if existing is None or updated.assignment_fields() != existing.assignment_fields():
             records.append(
                 (
@@ -279,12 +290,6 @@ class ConsumerGroupCoordinator:
                 )
             )
         self._schedule_session_timeout(group_id, member_id)
-        if updated.state is MemberState.UNREVOKED_PARTITIONS:
-            self._schedule_rebalance_timeout(
-                group_id, member_id, updated.member_epoch, updated.rebalance_timeout_ms
-            )
-        else:
-            self._cancel(group.rebalance_timers.pop(member_id, None))
         full = request.member_epoch == 0 or (
             request.rebalance_timeout_ms != -1
             and request.subscribed_topic_names is not None
