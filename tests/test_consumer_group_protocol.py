@@ -313,6 +313,13 @@ def test_group_limits_types_and_classic_conflicts(tmp_path: Path) -> None:
         assert (
             await client.send(heartbeat("s", "s1", 1, instance_id="i1"))
         ).error_code == ErrorCode.fenced_instance_id
+        # the same member id back after -2 (a v1 client keeps its id): still released first, then no rebalance
+        assert (await client.send(join("s", "s2", ("t",), instance_id="i1"))).error_code == (
+            ErrorCode.unreleased_instance_id
+        )
+        assert (await client.send(heartbeat("s", "s2", -2, instance_id="i1"))).error_code == ErrorCode.none
+        same = await client.send(join("s", "s2", ("t",), instance_id="i1"))
+        assert (same.member_epoch, count(owned_of(same))) == (static.member_epoch, count(owned_of(static)))
         # an empty consumer group is deleted with tombstones; a classic group may then take the id
         assert (await client.send(heartbeat("s", "s2", -1, instance_id="i1"))).error_code == ErrorCode.none
         deleted = await client.send(req(DELETE_GROUPS, 2, groups_names=("s",)))

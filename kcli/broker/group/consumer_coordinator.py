@@ -350,8 +350,6 @@ class ConsumerGroupCoordinator:
         if request.member_epoch == 0:
             if existing is None:
                 return ConsumerGroupMember(member_id, instance_id=instance_id)
-            if existing.member_id == member_id:
-                return self._dynamic_member(group, member_id, request)
             if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
                 raise GroupError(
                     ErrorCode.unreleased_instance_id,
