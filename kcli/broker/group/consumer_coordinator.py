@@ -614,9 +614,13 @@ class ConsumerGroupCoordinator:
     # --- writes -----------------------------------------------------------------------------------
 
     def apply_then_write(self, group_id: str, records: list[Record]) -> None:
-        """Replay `records` now and write them in the background (a timeout's or a deletion's records)."""
+        """Replay `records` and append them now, without waiting for the commit (a timeout's or a
+        deletion's records, which nobody answers): appended in the same step as the replay, they stay
+        in the log in the order the cache took them."""
         self._replay(records)
-        self.coordinator.spawn(self._write(group_id, records))
+        error = self.manager.append_now(self.manager.partition_for(group_id), _encoded(records))
+        if error is not ErrorCode.none:
+            log.warning("[GroupId %s] Writing %d record(s) failed: %s", group_id, len(records), error.name)
 
     async def append(self, group_id: str, records: list[Record]) -> ErrorCode:
         """Replay `records` into the cache and write them as one batch; the error a heartbeat returns."""
@@ -634,10 +638,8 @@ class ConsumerGroupCoordinator:
                 self._schedule_session_timeout(gid, member_id)
 
     async def _write(self, group_id: str, records: list[Record]) -> ErrorCode:
-        encoded: list[tuple[bytes, bytes | None]] = [
-            encode_consumer_group_record(record_type, key, value) for record_type, key, value in records
-        ]
-        error, _ = await self.manager.write(self.manager.partition_for(group_id), encoded)
+        # The append itself runs before the first suspension: in the log in the order of the replays.
+        error, _ = await self.manager.write(self.manager.partition_for(group_id), _encoded(records))
         if error is not ErrorCode.none:
             log.warning("[GroupId %s] Writing %d record(s) failed: %s", group_id, len(records), error.name)
         return _APPEND_ERRORS.get(error, error)
@@ -705,6 +707,10 @@ def _compiled(regex: str) -> re.Pattern[str]:
             ErrorCode.invalid_regular_expression,
             f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {e}.",
         ) from None
+
+
+def _encoded(records: list[Record]) -> list[tuple[bytes, bytes | None]]:
+    return [encode_consumer_group_record(record_type, key, value) for record_type, key, value in records]
 
 
 def _check_member_epoch(member: ConsumerGroupMember, received: int, owned: OwnedPartitions) -> None:

@@ -403,6 +403,10 @@ class GroupMetadataManager:
 
     # --- writes -----------------------------------------------------------------------------------
 
+    def append_now(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> ErrorCode:
+        """Append consumer-group records as one batch at once, not waiting for the commit (acks=0)."""
+        return append_records(self.replicas, OFFSETS_TOPIC, partition, records, now_ms=self.clock())
+
     async def write(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> tuple[ErrorCode, int]:
         """Write consumer-group records as one batch and wait until committed: (error, base offset)."""
         return await self._write(partition, records)
