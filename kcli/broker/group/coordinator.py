@@ -16,6 +16,10 @@ have changed (the generation, a replaced static member) before applying anything
 Groups and offsets live in __consumer_offsets through `GroupMetadataManager`, which loads the
 partitions this node leads at start-up (COORDINATOR_LOAD_IN_PROGRESS until done) and when the topic
 is created. Offset retention runs every `offsets.retention.check.interval.ms`.
+
+Consumer groups of the KIP-848 protocol (`group.version` 1) are `self.consumer`
+(kcli.broker.group.consumer_coordinator); here only where the two kinds meet: a group id is one or
+the other, the offset APIs check a consumer group's member epoch, and the admin APIs list both.
 """
 
 from __future__ import annotations
