@@ -286,7 +286,14 @@ def test_group_limits_types_and_classic_conflicts(tmp_path: Path) -> None:
         described = await client.send(
             req(DESCRIBE_GROUPS, 5, groups=("g",), include_authorized_operations=False)
         )
-        assert described.groups[0].group_state == "Dead"
+        assert (described.groups[0].group_state, described.groups[0].error_code) == ("Dead", ErrorCode.none)
+        described = await client.send(
+            req(DESCRIBE_GROUPS, 6, groups=("g",), include_authorized_operations=False)
+        )
+        assert (described.groups[0].error_code, described.groups[0].error_message) == (
+            ErrorCode.group_id_not_found,
+            "Group g is not a classic group.",
+        )
         consumer = await client.send(
             build(request_type(DESCRIBE, 1), group_ids=("g", "nope"), include_authorized_operations=False)
         )
