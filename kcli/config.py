@@ -394,6 +394,26 @@ class BrokerConfig:
             values[key] = parse_topic_value(key, raw)
         return values
 
+    def _check_consumer_group_timeouts(self) -> None:
+        """GroupCoordinatorConfig's checks of the consumer group session timeout and heartbeat interval."""
+        prefix = "group.consumer."
+        value = {key: int(self[prefix + key]) for key in _CONSUMER_GROUP_TIMEOUT_KEYS}  # type: ignore[call-overload]
+        rules = [
+            ("max.heartbeat.interval.ms", ">=", "min.heartbeat.interval.ms"),
+            ("heartbeat.interval.ms", ">=", "min.heartbeat.interval.ms"),
+            ("heartbeat.interval.ms", "<=", "max.heartbeat.interval.ms"),
+            ("max.session.timeout.ms", ">=", "min.session.timeout.ms"),
+            ("session.timeout.ms", ">=", "min.session.timeout.ms"),
+            ("session.timeout.ms", "<=", "max.session.timeout.ms"),
+            ("heartbeat.interval.ms", "<", "session.timeout.ms"),
+        ]
+        words = {">=": "greater than or equal to", "<=": "less than or equal to", "<": "less than"}
+        for left, op, right in rules:
+            a, b = value[left], value[right]
+            ok = a >= b if op == ">=" else a <= b if op == "<=" else a < b
+            if not ok:
+                raise ConfigError(f"{prefix}{left} must be {words[op]} {prefix}{right}")
+
     def _check_combinations(self) -> None:
         listeners = self["listeners"]
         if not listeners:
@@ -422,6 +442,7 @@ class BrokerConfig:
         broker_id = self["broker.id"]
         if self.is_set("broker.id") and broker_id != -1 and broker_id != self.node_id:
             raise ConfigError(f"broker.id {broker_id} must match node.id {self.node_id} when both are set.")
+        self._check_consumer_group_timeouts()
         if self.log_retention_ms == 0:
             raise ConfigError("log.retention.ms must be unlimited (-1) or, equal or greater than 1.")
         for listener in self.client_listeners if self.is_broker else []:
@@ -1646,6 +1667,57 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table(
             "Largest session timeout a member may ask for.",
         ),
         ("group.max.size", "int", INT_MAX, at_least(1), "Most members in one classic group."),
+        # --- consumer groups (KIP-848), Kafka's GroupCoordinatorConfig
+        (
+            "group.consumer.session.timeout.ms",
+            "int",
+            45000,
+            at_least(1),
+            "Session timeout of consumer group members.",
+        ),
+        (
+            "group.consumer.min.session.timeout.ms",
+            "int",
+            45000,
+            at_least(1),
+            "Smallest consumer session timeout.",
+        ),
+        (
+            "group.consumer.max.session.timeout.ms",
+            "int",
+            60000,
+            at_least(1),
+            "Largest consumer session timeout.",
+        ),
+        (
+            "group.consumer.heartbeat.interval.ms",
+            "int",
+            5000,
+            at_least(1),
+            "Heartbeat interval given to consumer group members.",
+        ),
+        (
+            "group.consumer.min.heartbeat.interval.ms",
+            "int",
+            5000,
+            at_least(1),
+            "Smallest heartbeat interval.",
+        ),
+        (
+            "group.consumer.max.heartbeat.interval.ms",
+            "int",
+            15000,
+            at_least(1),
+            "Largest heartbeat interval.",
+        ),
+        ("group.consumer.max.size", "int", INT_MAX, at_least(1), "Most members in one consumer group."),
+        (
+            "group.consumer.assignors",
+            "list",
+            ["uniform", "range"],
+            None,
+            "Server assignors; the first is the default.",
+        ),
         # --- transactions and producers
         (
             "transaction.state.log.num.partitions",
@@ -1731,6 +1803,15 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table(
             False,
         ),
     ]
+)
+
+_CONSUMER_GROUP_TIMEOUT_KEYS = (
+    "session.timeout.ms",
+    "min.session.timeout.ms",
+    "max.session.timeout.ms",
+    "heartbeat.interval.ms",
+    "min.heartbeat.interval.ms",
+    "max.heartbeat.interval.ms",
 )
 
 KCLI_DEFAULTS: dict[str, object] = {

@@ -13,7 +13,11 @@ Kafka's `MetadataVersion` enum, `Feature` / `FeatureVersion` (KIP-584, KIP-1022)
   4.1). Set only on request (`--feature transaction.version=2`): Kafka makes 2 the default from
   4.0-IV2 on, kcli keeps every release at 0 for now (DEFAULT_OFF).
 
-Features kcli does not implement (group.version, share.version, ...) are not
+- `group.version` (GroupVersion): level 1 turns on the consumer rebalance protocol (KIP-848,
+  ConsumerGroupHeartbeat and ConsumerGroupDescribe); it has no dependency and is the default from
+  4.0-IV0 on, as in Kafka. kcli's default metadata.version (3.9-IV0) leaves it at 0.
+
+Features kcli does not implement (share.version, streams.version, ...) are not
 offered: a release version that would turn them on in Kafka formats here without them, exactly as a
 Kafka whose `Formatter.setSupportedFeatures` leaves them out.
 """
@@ -28,6 +32,7 @@ from kcli.errors import KcliError
 
 METADATA_VERSION = "metadata.version"
 ELIGIBLE_LEADER_REPLICAS_VERSION = "eligible.leader.replicas.version"
+GROUP_VERSION = "group.version"
 KRAFT_VERSION = "kraft.version"
 TRANSACTION_VERSION = "transaction.version"
 
@@ -162,6 +167,9 @@ def supports_epoch_bump(transaction_version: int) -> bool:
 def transaction_log_value_version(transaction_version: int) -> int:
     """TransactionVersion.transactionLogValueVersion: the flexible v1 from transaction.version 1."""
     return 1 if transaction_version >= 1 else 0
+def is_consumer_protocol_enabled(features: Mapping[str, int]) -> bool:
+    """GroupVersion.isConsumerRebalanceProtocolSupported: group.version >= 1."""
+    return features.get(GROUP_VERSION, 0) >= 1
 
 
 def is_elr_enabled(features: Mapping[str, int]) -> bool:
@@ -191,6 +199,10 @@ SUPPORTED_FEATURES: dict[str, tuple[FeatureLevel, ...]] = {
         FeatureLevel(0, MV_3_0_IV1, {}),
         FeatureLevel(1, MV_4_0_IV2, {}),
         FeatureLevel(2, MV_4_0_IV2, {}),
+    ),
+    GROUP_VERSION: (
+        FeatureLevel(0, MV_3_0_IV1, {}),
+        FeatureLevel(1, MV_4_0_IV0, {}),
     ),
 }
 """The features besides metadata.version kcli implements, each with its levels (Kafka's Feature enum,

@@ -37,6 +37,7 @@ OFFSET_COMMIT = 8
 LIST_OFFSETS = 2
 FETCH = 1
 DELETE_GROUPS = 42
+CONSUMER_GROUP_DESCRIBE = 69
 
 LATEST = -1
 EARLIEST = -2
@@ -278,23 +279,39 @@ async def describe_group(
         described = response.groups[0]
         if described.error_code != ErrorCode.group_id_not_found:  # v6+; older versions answer state Dead
             _check(described.error_code, f"describe group {group_id!r}")
+        if described.error_code == ErrorCode.group_id_not_found or described.group_state == "Dead":
+            return await _describe_consumer_group(coordinator, group_id) or described
         return described
 
     node_id, described = await _at_coordinator(cluster, group_id, describe)
     if described.error_code == ErrorCode.group_id_not_found:
         return GroupDescription(group_id, "Dead", "", "", node_id, (), (), cluster.address(node_id) or "")
-    members = tuple(
-        Member(
-            m.member_id,
-            getattr(m, "group_instance_id", None),
-            m.client_id,
-            m.client_host,
-            (consumer_protocol_topics(m.member_assignment, subscription=False) or {})
-            if described.protocol_type == "consumer"
-            else {},
+    if hasattr(described, "group_epoch"):  # a consumer group (KIP-848), from ConsumerGroupDescribe
+        members = tuple(
+            Member(
+                m.member_id,
+                m.instance_id,
+                m.client_id,
+                m.client_host,
+                {tp.topic_name: tuple(sorted(tp.partitions)) for tp in m.assignment.topic_partitions},
+            )
+            for m in described.members
         )
-        for m in described.members
-    )
+        protocol_type, protocol_data = "consumer", described.assignor_name
+    else:
+        members = tuple(
+            Member(
+                m.member_id,
+                getattr(m, "group_instance_id", None),
+                m.client_id,
+                m.client_host,
+                (consumer_protocol_topics(m.member_assignment, subscription=False) or {})
+                if described.protocol_type == "consumer"
+                else {},
+            )
+            for m in described.members
+        )
+        protocol_type, protocol_data = described.protocol_type, described.protocol_data
     committed = await fetch_committed(cluster, group_id)
     owner = {(t, p): m for m in members for t, parts in m.assignment.items() for p in parts}
     partitions = sorted(set(committed) | set(owner))
@@ -321,13 +338,25 @@ async def describe_group(
     return GroupDescription(
         group_id,
         described.group_state,
-        described.protocol_type,
-        described.protocol_data,
+        protocol_type,
+        protocol_data,
         node_id,
         members,
         rows,
         cluster.address(node_id) or "",
     )
+
+
+async def _describe_consumer_group(coordinator: Any, group_id: str) -> Any | None:
+    """ConsumerGroupDescribe of a group DescribeGroups does not know (as Kafka's Admin asks it first):
+    the described group, or None where the broker has no consumer groups (group.version 0) or none
+    by that id."""
+    if CONSUMER_GROUP_DESCRIBE not in coordinator.broker_versions:
+        return None
+    cls = coordinator.request_type(CONSUMER_GROUP_DESCRIBE)
+    response = await coordinator.send(build(cls, group_ids=(group_id,), include_authorized_operations=False))
+    described = response.groups[0]
+    return described if described.error_code == ErrorCode.none else None
 
 
 async def fetch_committed(cluster: Cluster, group_id: str) -> dict[TopicPartition, int]:

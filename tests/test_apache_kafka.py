@@ -569,23 +569,21 @@ def test_a_log_dir_moves_from_kcli_to_kafka_and_back(tmp_path: Path) -> None:
 
 
 def test_kcli_starts_on_a_dir_kafka_formatted_unless_a_finalized_feature_is_beyond_it(tmp_path: Path) -> None:
-    """kafka-storage format's meta.properties and bootstrap.checkpoint (metadata.version 4.1-IV1, ELR on,
-    transaction.version 2) start `kcli broker`; with Kafka 4.1's default group.version 1, which kcli does
-    not implement, the broker refuses to register and says which feature."""
+    """kafka-storage format's meta.properties and bootstrap.checkpoint with Kafka 4.1's defaults
+    (metadata.version 4.1-IV1, ELR on, group.version 1, transaction.version 2) start `kcli broker`; with
+    share.version 1 (KIP-932 share groups, which kcli does not implement) the broker refuses to register
+    and says which feature."""
     require_apache_kafka()
     cluster_id = apache_kafka.random_cluster_id()
     dirs = {}
-    for name in ("defaults", "classic"):
+    for name in ("defaults", "share"):
         port = free_port_range(2)
         node = apache_kafka.KafkaNode(1, port, port + 1, tmp_path / name)
         node.workdir.mkdir(parents=True)
         props = node.workdir / "server.properties"
         props.write_text(apache_kafka.server_properties(node, f"1@127.0.0.1:{port + 1}", replication=1))
         dirs[name] = (node, props)
-    features = {
-        "defaults": [],
-        "classic": ["--feature", "group.version=0"],  # transaction.version 2, Kafka 4.1's default
-    }
+    features = {"defaults": [], "share": ["--feature", "share.version=1"]}
     outputs = in_parallel(
         *(
             lambda name=name: kafka(
@@ -604,32 +602,27 @@ def test_kcli_starts_on_a_dir_kafka_formatted_unless_a_finalized_feature_is_beyo
     assert all("with metadata.version 4.1-IV1" in out for out in outputs), outputs
 
     refused = subprocess.run(
-        [*KCLI, "broker", "start", "--config", str(dirs["defaults"][1])],
+        [*KCLI, "broker", "start", "--config", str(dirs["share"][1])],
         capture_output=True, text=True, env=kcli_env(), timeout=60,
     )  # fmt: skip
     assert refused.returncode != 0
     assert re.search(
         r"^kcli: the controller refused this broker's registration: unsupported_version: Unable to register "
-        r"because the broker does not support finalized version 1 of group\.version\.",
+        r"because the broker does not support finalized version 1 of share\.version\.",
         refused.stderr,
         re.MULTILINE,
     ), refused.stderr
 
-    node, props = dirs["classic"]
+    node, props = dirs["defaults"]
     broker = start_broker(tmp_path / "kcli", config=props, data_dir=node.log_dir)
     try:
         features_text = kcli("features", "describe", "-b", broker.bootstrap)
-        assert (
-            "Feature: metadata.version\tSupportedMinVersion: 3.0-IV1\tSupportedMaxVersion: 4.1-IV1\tFinalizedVersionLevel: 4.1-IV1"
-            in features_text
-        )
-        assert (
-            "Feature: eligible.leader.replicas.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 1\tFinalizedVersionLevel: 1"
-            in features_text
-        )
-        assert (
-            "Feature: transaction.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 2\tFinalizedVersionLevel: 2"
-            in features_text
-        )
+        for line in (
+            "Feature: metadata.version\tSupportedMinVersion: 3.0-IV1\tSupportedMaxVersion: 4.1-IV1\tFinalizedVersionLevel: 4.1-IV1",
+            "Feature: eligible.leader.replicas.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 1\tFinalizedVersionLevel: 1",
+            "Feature: group.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 1\tFinalizedVersionLevel: 1",
+            "Feature: transaction.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 2\tFinalizedVersionLevel: 2",
+        ):
+            assert line in features_text, features_text
     finally:
         stop_cleanly(broker)

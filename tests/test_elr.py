@@ -37,6 +37,9 @@ from kcli.features import (
     metadata_version_from_string,
     parse_feature_argument,
 )
+from kcli.features import (
+    GROUP_VERSION as GROUP,
+)
 from kcli.storage import read_bootstrap_metadata
 
 TOPIC_ID = uuid.UUID("15bb6b75-c7e2-4822-a0d8-d84c94c86aee")  # FbrrdcfiR-KC2CPSTHaJrg
@@ -277,6 +280,7 @@ def test_bootstrap_with_elr_writes_the_cluster_min_isr_and_v2_records(tmp_path):
         "metadata.version": (1, 27),
         ELIGIBLE_LEADER_REPLICAS_VERSION: (0, 1),
         "transaction.version": (0, 2),
+        GROUP: (0, 1),
     }
     controller.create_topics([NewTopic("t", assignments=[(0, (1, 2, 3))])])
     [(record, _)] = [
@@ -429,25 +433,30 @@ def test_a_broker_that_does_not_support_the_finalized_elr_level_is_refused(tmp_p
 
 
 def test_feature_levels_as_kafkas_formatter_picks_them():
-    assert format_feature_levels({}) == (MV_3_9_IV0, {ELIGIBLE_LEADER_REPLICAS_VERSION: 0})
+    # group.version 1 (KIP-848) is the default from 4.0-IV0 on, as GroupVersion.GV_1's bootstrap level
+    assert format_feature_levels({}) == (MV_3_9_IV0, {ELIGIBLE_LEADER_REPLICAS_VERSION: 0, GROUP: 0})
     assert format_feature_levels({}, metadata_version_from_string("4.0")) == (
         25,
-        {ELIGIBLE_LEADER_REPLICAS_VERSION: 0},
+        {ELIGIBLE_LEADER_REPLICAS_VERSION: 0, GROUP: 1},
     )
     # on by default from 4.1-IV0, the bootstrap metadata.version of eligible.leader.replicas.version 1
     assert format_feature_levels({}, metadata_version_from_string("4.1")) == (
         27,
-        {ELIGIBLE_LEADER_REPLICAS_VERSION: 1},
+        {ELIGIBLE_LEADER_REPLICAS_VERSION: 1, GROUP: 1},
     )
     assert format_feature_levels({ELIGIBLE_LEADER_REPLICAS_VERSION: 1}, 23) == (
         23,
-        {ELIGIBLE_LEADER_REPLICAS_VERSION: 1},
+        {ELIGIBLE_LEADER_REPLICAS_VERSION: 1, GROUP: 1},
     )
-    assert format_feature_levels({ELIGIBLE_LEADER_REPLICAS_VERSION: 0}, 27) == (
+    assert format_feature_levels({ELIGIBLE_LEADER_REPLICAS_VERSION: 0, GROUP: 0}, 27) == (
         27,
-        {ELIGIBLE_LEADER_REPLICAS_VERSION: 0},
+        {ELIGIBLE_LEADER_REPLICAS_VERSION: 0, GROUP: 0},
     )
-    assert format_feature_levels({"metadata.version": 24}) == (24, {ELIGIBLE_LEADER_REPLICAS_VERSION: 0})
+    assert format_feature_levels({"metadata.version": 24}) == (
+        24,
+        {ELIGIBLE_LEADER_REPLICAS_VERSION: 0, GROUP: 1},
+    )
+    assert format_feature_levels({GROUP: 1}) == (MV_3_9_IV0, {ELIGIBLE_LEADER_REPLICAS_VERSION: 0, GROUP: 1})
     assert metadata_version_from_string("4.0-IV1") == 23 and metadata_version_from_string("3.9") == 21
     for requested, release, message in [
         (
@@ -461,10 +470,10 @@ def test_feature_levels_as_kafkas_formatter_picks_them():
             "No feature:eligible.leader.replicas.version with feature level 2",
         ),
         (
-            {"group.version": 1},
+            {"share.version": 1},
             27,
-            "Unsupported feature: group.version. Supported features are: "
-            "eligible.leader.replicas.version, kraft.version, transaction.version",
+            "Unsupported feature: share.version. Supported features are: "
+            "eligible.leader.replicas.version, group.version, kraft.version, transaction.version",
         ),
         (
             {"metadata.version": 23},
@@ -523,6 +532,7 @@ def test_format_with_the_elr_feature_writes_its_feature_level_record(tmp_path):
     assert [decode_metadata_record(value).data for _, value in snapshot.records] == [
         {"name": "metadata.version", "featureLevel": 25},
         {"name": ELIGIBLE_LEADER_REPLICAS_VERSION, "featureLevel": 1},
+        {"name": GROUP, "featureLevel": 1},
     ]
     bootstrap = read_bootstrap_metadata(tmp_path / "metadata")
     assert bootstrap is not None and bootstrap.metadata_version == 25
@@ -533,7 +543,7 @@ def test_format_with_release_4_1_has_elr_by_default_and_3_9_stays_the_default(tm
     (tmp_path / "b").mkdir()
     assert formatted(tmp_path / "a", "-r", "4.1").returncode == 0
     records = read_snapshot((tmp_path / "a" / "metadata" / "bootstrap.checkpoint").read_bytes()).records
-    assert [decode_metadata_record(v).data["featureLevel"] for _, v in records] == [27, 1]
+    assert [decode_metadata_record(v).data["featureLevel"] for _, v in records] == [27, 1, 1]  # ELR, group
     assert formatted(tmp_path / "b").returncode == 0
     records = read_snapshot((tmp_path / "b" / "metadata" / "bootstrap.checkpoint").read_bytes()).records
     assert [decode_metadata_record(v).data for _, v in records] == [

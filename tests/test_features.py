@@ -112,7 +112,7 @@ def test_turning_elr_on_needs_its_metadata_version_and_writes_the_safety_configs
 @pytest.mark.parametrize(
     ("update", "message"),
     [
-        (("group.version", 1, UPGRADE), "Local controller 1 does not support this feature."),
+        (("transaction.version", 2, UPGRADE), "Local controller 1 does not support this feature."),
         ((METADATA_VERSION, 28, UPGRADE), "Local controller 1 only supports versions 1-27"),
         ((ELR, -1, SAFE_DOWNGRADE), "A feature version cannot be less than 0."),
         ((ELR, 1, 0), "The controller does not support the given upgrade type."),
@@ -197,10 +197,13 @@ def test_kcli_features_against_a_broker(broker: BrokerProcess) -> None:
     assert lines[0].startswith(
         f"Feature: {ELR}\tSupportedMinVersion: 0\tSupportedMaxVersion: 1\tFinalizedVersionLevel: 0\tEpoch: "
     )
-    assert lines[1].startswith(  # a static quorum (controller.quorum.voters): kraft.version 0
+    assert lines[1].startswith(  # the consumer rebalance protocol (KIP-848), off at 3.9-IV0
+        "Feature: group.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 1\tFinalizedVersionLevel: 0\t"
+    )
+    assert lines[2].startswith(  # a static quorum (controller.quorum.voters): kraft.version 0
         "Feature: kraft.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 1\tFinalizedVersionLevel: 0\t"
     )
-    assert lines[2].startswith(
+    assert lines[3].startswith(
         "Feature: metadata.version\tSupportedMinVersion: 3.0-IV1\tSupportedMaxVersion: 4.1-IV1\t"
         "FinalizedVersionLevel: 3.9-IV0\tEpoch: "
     )
@@ -213,9 +216,13 @@ def test_kcli_features_against_a_broker(broker: BrokerProcess) -> None:
     )
     assert refused.stderr == "kcli: 1 out of 1 operation(s) failed.\n"
     dry = features("upgrade", "--release-version", "4.1-IV1", "--dry-run")
-    assert dry.stdout == f"{ELR} can be upgraded to 1.\nmetadata.version can be upgraded to 27.\n", dry.stderr
+    assert dry.stdout == (
+        f"{ELR} can be upgraded to 1.\ngroup.version can be upgraded to 1.\nmetadata.version can be upgraded to 27.\n"
+    ), dry.stderr
     done = features("upgrade", "--release-version", "4.1-IV1")
-    assert done.stdout == f"{ELR} was upgraded to 1.\nmetadata.version was upgraded to 27.\n", done.stderr
+    assert done.stdout == (
+        f"{ELR} was upgraded to 1.\ngroup.version was upgraded to 1.\nmetadata.version was upgraded to 27.\n"
+    ), done.stderr
     after = features("describe", "-o", "json").stdout
     import json
 

@@ -9,7 +9,7 @@ and kafka-streams and prints one JSON object per line, which the tests here judg
    listTransactions, describeTransactions), an idempotent acks=all producer per codec (none, gzip,
    snappy, lz4, zstd), a transactional producer that commits, aborts and commits, and a classic-protocol
    read_committed group member that reads exactly the committed records (a member with
-   group.protocol=consumer is refused: kcli has no KIP-848 protocol yet); beside it, in a second JVM, a
+   group.protocol=consumer is refused: the cluster's group.version is 0); beside it, in a second JVM, a
    Kafka Streams word count (a repartition topic, a changelog) at at_least_once and exactly_once_v2.
 2. The same clients and word count against a 3-node kcli cluster, the clients' topics at replication
    factor 3 and min.insync.replicas 2.
@@ -225,7 +225,7 @@ def check_clients(
     assert groups["describe"]["members"] == 0 and groups["describe"]["coordinator"] in nodes
     assert groups["committed"] == positions
 
-    # The README's differences: no KIP-848 consumer group protocol yet; the client says to use classic.
+    # group.version 0 (kcli's default): no KIP-848 consumer group protocol; the client says to use classic.
     assert steps(lines, "consumerProtocol") == [{"step": "consumerProtocol", "records": 0, "refused": (
         "The cluster does not support the new CONSUMER group protocol. Set group.protocol=classic on the "
         "consumer configs to revert to the CLASSIC protocol until the cluster is upgraded."

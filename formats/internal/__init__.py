@@ -64,6 +64,7 @@ __all__ = [
     "encode_offset_commit",
     "encode_group_metadata_key",
     "encode_group_metadata",
+    "encode_consumer_group_record",
     "offsets_partition_for",
     "consumer_protocol_topics",
     "TRANSACTION_STATES",
@@ -315,6 +316,16 @@ def encode_group_metadata(
         ],
     }
     return encode_group_metadata_key(group), encode_prefixed(COORDINATOR_RECORDS[2][1], version, value)
+
+
+def encode_consumer_group_record(
+    record_type: int, key: Mapping[str, Any], value: Mapping[str, Any] | None
+) -> tuple[bytes, bytes | None]:
+    """A KIP-848 consumer-group record (types 3-8): its key (version = record type) and value v0, or
+    None for a tombstone. Field names are the schemas' camelCase ones."""
+    key_schema, value_schema = COORDINATOR_RECORDS[record_type]
+    encoded_value = None if value is None else encode_prefixed(value_schema, 0, value)
+    return encode_prefixed(key_schema, record_type, key), encoded_value
 
 
 def offsets_partition_for(group_id: str, num_partitions: int = 50) -> int:

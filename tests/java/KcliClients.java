@@ -12,6 +12,11 @@
  *   java KcliClients txnv2-failover BOOTSTRAP PREFIX RESUME_FILE   a transaction that pauses (prints
  *                                                         {"event": "paused"}) until RESUME_FILE exists,
  *                                                         then commits; an aborted one after it
+ *   java KcliClients consumerProtocol BOOTSTRAP GROUP TOPIC   one group.protocol=consumer member: what
+ *                                                         it reads, or the message it is refused with
+ *   java KcliClients consumerGroup BOOTSTRAP GROUP TOPIC COUNT   two group.protocol=consumer members
+ *                                                         read COUNT records, Admin describes the group,
+ *                                                         a third member resumes from the commits
  *
  * A step that throws prints {"step": NAME, "error": ...} and the next step still runs, so one run shows
  * every failure at once. Timeouts are generous: the brokers share two cores with other processes.
@@ -93,6 +98,9 @@ public final class KcliClients {
                             args[3], guarantee));
                 }
             }
+            case "consumerProtocol" -> step("consumerProtocol", () -> consumerProtocol(args[1], args[2], args[3]));
+            case "consumerGroup" -> step("consumerGroup",
+                    () -> consumerGroup(args[1], args[2], args[3], Integer.parseInt(args[4])));
             default -> throw new IllegalArgumentException("unknown command " + args[0]);
         }
         emit("event", "done");
@@ -478,7 +486,7 @@ public final class KcliClients {
 
     /**
      * A member with group.protocol=consumer (KIP-848): the records it reads, or the message it is refused
-     * with where the broker has no ConsumerGroupHeartbeat (kcli today; the README's differences list it).
+     * with where the cluster's group.version is 0 (kcli's default metadata.version leaves it there).
      */
     static void consumerProtocol(String bootstrap, String group, String topic) throws Exception {
         Properties p = consumerConfig(bootstrap, group);
@@ -499,6 +507,66 @@ public final class KcliClients {
             }
         }
         emit("step", "consumerProtocol", "records", records, "refused", refused);
+    }
+
+    /**
+     * Two members with group.protocol=consumer (KIP-848) read COUNT records between them and commit;
+     * Admin describes the group (ConsumerGroupDescribe); once both left, a third member of the group
+     * starts from the committed offsets and reads nothing more.
+     */
+    static void consumerGroup(String bootstrap, String group, String topic, int count) throws Exception {
+        Properties p = consumerConfig(bootstrap, group);
+        p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "consumer");
+        p.remove(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG);
+        p.remove(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG);
+        List<String> values = new ArrayList<>();
+        List<List<String>> assignments = new ArrayList<>();
+        Map<String, Object> described = new LinkedHashMap<>();
+        try (KafkaConsumer<String, String> first = new KafkaConsumer<>(p);
+             KafkaConsumer<String, String> second = new KafkaConsumer<>(p);
+             Admin admin = Admin.create(common(bootstrap))) {
+            first.subscribe(List.of(topic));
+            second.subscribe(List.of(topic));
+            long deadline = System.nanoTime() + WAIT.toNanos();
+            while (System.nanoTime() < deadline
+                    && (values.size() < count || first.assignment().isEmpty() || second.assignment().isEmpty()
+                        || first.assignment().size() + second.assignment().size() < 4)) {
+                for (KafkaConsumer<String, String> c : List.of(first, second)) {
+                    var records = c.poll(Duration.ofMillis(200));
+                    records.forEach(r -> values.add(r.value()));
+                    if (!records.isEmpty()) {
+                        c.commitSync(); // before a later poll may hand these partitions to the other member
+                    }
+                }
+            }
+            for (KafkaConsumer<String, String> c : List.of(first, second)) {
+                c.commitSync();
+                List<String> partitions = new ArrayList<>();
+                c.assignment().forEach(tp -> partitions.add(tp.toString()));
+                partitions.sort(null);
+                assignments.add(partitions);
+            }
+            ConsumerGroupDescription d = admin.describeConsumerGroups(List.of(group)).all().get().get(group);
+            int assigned = 0;
+            for (var m : d.members()) {
+                assigned += m.assignment().topicPartitions().size();
+            }
+            described.put("type", d.type().toString());
+            described.put("state", d.groupState().toString());
+            described.put("members", d.members().size());
+            described.put("assigned", assigned);
+            described.put("assignor", d.partitionAssignor());
+        }
+        int resumed = 0;
+        try (KafkaConsumer<String, String> third = new KafkaConsumer<>(p)) {
+            third.subscribe(List.of(topic));
+            long until = System.nanoTime() + Duration.ofSeconds(8).toNanos();
+            while (System.nanoTime() < until) {
+                resumed += third.poll(Duration.ofMillis(200)).count();
+            }
+            emit("step", "consumerGroup", "values", values, "assignments", assignments, "describe", described,
+                    "resumed", resumed, "thirdAssignment", third.assignment().size());
+        }
     }
 
     // --- streams --------------------------------------------------------------------------------------

@@ -305,6 +305,8 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> object:
         message = None
         if summary is not None and version >= 6 and summary.state == "Dead":
             error, message = ErrorCode.group_id_not_found, f"Group {group_id} not found."  # KIP-1043
+            if coordinator is not None and group_id in coordinator.manager.consumer_groups:
+                message = f"Group {group_id} is not a classic group."
         members = ()
         if summary is not None and error is ErrorCode.none:
             members = tuple(

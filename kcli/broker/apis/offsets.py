@@ -79,6 +79,7 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> object:
                 getattr(request, "group_instance_id", None),
                 getattr(request, "generation_id_or_member_epoch", NO_GENERATION),
                 offsets,
+                api_version=version,
             )
     topics = []
     for topic, answers in order:
@@ -112,7 +113,10 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> object:
         group_cls = nested_type(response_cls, "OffsetFetchResponseGroup")
         groups = []
         for group in request.groups:
-            error, topics = _fetch_group(ctx, response_cls, group.group_id, group.topics, require_stable)
+            member = (group.member_id, group.member_epoch) if version >= 9 else None
+            error, topics = _fetch_group(
+                ctx, response_cls, group.group_id, group.topics, require_stable, member=member
+            )
             groups.append(build(group_cls, group_id=group.group_id, topics=topics, error_code=error))
         return build(response_cls, throttle_time=_NO_THROTTLE, groups=tuple(groups))
     error, topics = _fetch_group(ctx, response_cls, request.group_id, request.topics, require_stable)
@@ -137,7 +141,13 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> object:
 
 
 def _fetch_group(
-    ctx: RequestContext, response_cls: type, group_id: str, requested: Any, require_stable: bool
+    ctx: RequestContext,
+    response_cls: type,
+    group_id: str,
+    requested: Any,
+    require_stable: bool,
+    *,
+    member: tuple[str | None, int] | None = None,
 ) -> tuple[ErrorCode, tuple[object, ...]]:
     """(group error, response topics) for one group; `requested` None means every committed partition."""
     version = ctx.api_version
@@ -162,7 +172,7 @@ def _fetch_group(
             listed.append((topic, name, missing, topic.partition_indexes))
             if name is not None:
                 keys.extend((name, p) for p in topic.partition_indexes)
-    error, offsets = coordinator.fetch_offsets(group_id, require_stable and version >= 7, keys)
+    error, offsets = coordinator.fetch_offsets(group_id, require_stable and version >= 7, keys, member)
     if error is not ErrorCode.none:
         return error, ()
     if requested is None:

@@ -16,6 +16,10 @@ have changed (the generation, a replaced static member) before applying anything
 Groups and offsets live in __consumer_offsets through `GroupMetadataManager`, which loads the
 partitions this node leads at start-up (COORDINATOR_LOAD_IN_PROGRESS until done) and when the topic
 is created. Offset retention runs every `offsets.retention.check.interval.ms`.
+
+Consumer groups of the KIP-848 protocol (`group.version` 1) are `self.consumer`
+(kcli.broker.group.consumer_coordinator); here only where the two kinds meet: a group id is one or
+the other, the offset APIs check a consumer group's member epoch, and the admin APIs list both.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from kio.schema.errors import ErrorCode
 
+from kcli.broker.group.consumer_coordinator import ConsumerGroupCoordinator
 from kcli.broker.group.group import (
     DEAD_GROUP,
     UNKNOWN_MEMBER_ID,
@@ -64,6 +69,7 @@ class GroupApi(enum.Enum):
     OFFSET_FETCH = True
     DESCRIBE_GROUPS = True
     DELETE_GROUPS = True
+    CONSUMER_GROUP_HEARTBEAT = False
 
     def __init__(self, empty_id_allowed: bool) -> None:
         self.empty_id_allowed = empty_id_allowed
@@ -85,6 +91,8 @@ class GroupCoordinator:
         self.active = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self.consumer = ConsumerGroupCoordinator(self)
+        """The consumer rebalance protocol (KIP-848): its groups live beside the classic ones."""
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -106,6 +114,15 @@ class GroupCoordinator:
             task.cancel()
         for group in self.manager.current_groups():
             self._unload_group(group)
+        for consumer_group in self.manager.consumer_groups.values():
+            self.consumer.cancel_all(consumer_group)
+
+    def spawn(self, coroutine) -> None:  # type: ignore[no-untyped-def]
+        """Run `coroutine` as one of the coordinator's tasks (cancelled at shutdown)."""
+        self._spawn(coroutine)
+
+    def call_later(self, delay_ms: int, callback, *args) -> asyncio.TimerHandle:  # type: ignore[no-untyped-def]
+        return self._call_later(delay_ms, callback, *args)
 
     def _spawn(self, coroutine) -> None:  # type: ignore[no-untyped-def]
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -147,7 +164,7 @@ class GroupCoordinator:
 
     async def _load_partitions(self, partitions: list[int]) -> None:
         for partition in partitions:
-            await self.manager.load_partition(partition, self._on_group_loaded)
+            await self.manager.load_partition(partition, self._on_group_loaded, self.consumer.on_loaded)
 
     async def _expire_offsets_periodically(self) -> None:
         while True:
@@ -172,6 +189,9 @@ class GroupCoordinator:
                 removed = manager.remove_groups_for_partition(partition)
                 for group in removed:
                     self._unload_group(group)
+                for consumer_group in manager.removed_consumer_groups:
+                    self.consumer.cancel_all(consumer_group)
+                manager.removed_consumer_groups.clear()
                 log.info(
                     "Unloaded %d group(s) of %s-%d: this node no longer leads it",
                     len(removed),
@@ -212,6 +232,10 @@ class GroupCoordinator:
             return ErrorCode.not_coordinator
         return None
 
+    def validate_consumer_group_status(self, group_id: str) -> ErrorCode | None:
+        """validate_group_status for ConsumerGroupHeartbeat and ConsumerGroupDescribe ("" is invalid)."""
+        return self.validate_group_status(group_id, GroupApi.CONSUMER_GROUP_HEARTBEAT)
+
     # --- JoinGroup --------------------------------------------------------------------------------
 
     def join_group(
@@ -244,6 +268,13 @@ class GroupCoordinator:
         if not self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms:
             respond(JoinResult(member_id, ErrorCode.invalid_session_timeout))
             return future
+        consumer_group = self.manager.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            if not consumer_group.is_empty:
+                # Classic members in a consumer group (KIP-848's upgrade path) are not served here.
+                respond(JoinResult(UNKNOWN_MEMBER_ID, ErrorCode.inconsistent_group_protocol))
+                return future
+            self.consumer.delete(consumer_group)  # an empty consumer group becomes a classic one
         is_unknown_member = member_id == UNKNOWN_MEMBER_ID
         group = self.manager.get_or_create_group(group_id, create=is_unknown_member)
         if group is None:
@@ -1103,12 +1134,23 @@ class GroupCoordinator:
         group_instance_id: str | None,
         generation_id: int,
         offsets: Mapping[TopicPartition, OffsetAndMetadata],
+        *,
+        api_version: int = -1,
     ) -> dict[TopicPartition, ErrorCode]:
         """OffsetCommit for partitions that passed the topic checks; answered once the commit is
-        committed in __consumer_offsets (or its write failed or timed out)."""
+        committed in __consumer_offsets (or its write failed or timed out). A consumer group's member
+        commits with its member epoch as the generation (OffsetCommit v9+)."""
         error = self.validate_group_status(group_id, GroupApi.OFFSET_COMMIT)
         if error is not None:
             return dict.fromkeys(offsets, error)
+        consumer_group = self.manager.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            error = self.consumer.validate_offset_commit(
+                consumer_group, member_id, generation_id, api_version, transactional=False
+            )
+            if error is not None:
+                return dict.fromkeys(offsets, error)
+            return await self.manager.store_offsets(self.manager.offsets_holder(group_id), offsets)
         group = self.manager.get_group(group_id)
         if group is None:
             if generation_id >= 0:  # a member of a generation this coordinator never had
@@ -1146,12 +1188,22 @@ class GroupCoordinator:
         return None
 
     def fetch_offsets(
-        self, group_id: str, require_stable: bool, partitions: Iterable[TopicPartition] | None
+        self,
+        group_id: str,
+        require_stable: bool,
+        partitions: Iterable[TopicPartition] | None,
+        member: tuple[str | None, int] | None = None,
     ) -> tuple[ErrorCode, dict[TopicPartition, tuple[OffsetAndMetadata | None, ErrorCode]]]:
-        """Committed offsets in any group state (a group may use Kafka only to store offsets)."""
+        """Committed offsets in any group state (a group may use Kafka only to store offsets). `member`:
+        OffsetFetch v9+'s member id and epoch, checked against a consumer group."""
         error = self.validate_group_status(group_id, GroupApi.OFFSET_FETCH)
         if error is not None:
             return error, {}
+        consumer_group = self.manager.consumer_groups.get(group_id)
+        if consumer_group is not None and member is not None:
+            error = self.consumer.validate_offset_fetch(consumer_group, *member)
+            if error is not None:
+                return error, {}
         return ErrorCode.none, self.manager.get_offsets(group_id, require_stable, partitions)
 
     def delete_offsets(
@@ -1162,11 +1214,22 @@ class GroupCoordinator:
         error = self.validate_group_status(group_id, GroupApi.OFFSET_DELETE)
         if error is not None:
             return error, {}
-        group = self.manager.get_group(group_id)
+        consumer_group = self.manager.consumer_groups.get(group_id)
+        group = (
+            self.manager.get_group(group_id)
+            if consumer_group is None
+            else self.manager.offsets_holder(group_id)
+        )
         if group is None or group.is_(GroupState.DEAD):
             return ErrorCode.group_id_not_found, {}
         results: dict[TopicPartition, ErrorCode] = {}
-        if group.is_(GroupState.EMPTY):
+        if consumer_group is not None:  # ConsumerGroup.isSubscribedToTopic
+            subscribed = consumer_group.subscription_metadata
+            eligible = [tp for tp in partitions if tp[0] not in subscribed]
+            results.update(
+                {tp: ErrorCode.group_subscribed_to_topic for tp in partitions if tp not in eligible}
+            )
+        elif group.is_(GroupState.EMPTY):
             eligible = partitions
         elif group.is_consumer_group():
             eligible = [tp for tp in partitions if not group.is_subscribed_to_topic(tp[0])]
@@ -1189,12 +1252,12 @@ class GroupCoordinator:
     # --- admin --------------------------------------------------------------------------------------
 
     def describe_group(self, group_id: str) -> tuple[ErrorCode, GroupSummary | None]:
-        """(error, summary); an unknown group is described as Dead, with no error."""
+        """(error, summary); an unknown group, or a consumer group, is described as Dead, with no error."""
         error = self.validate_group_status(group_id, GroupApi.DESCRIBE_GROUPS)
         if error is not None:
             return error, None
         group = self.manager.get_group(group_id)
-        if group is None:
+        if group is None or group_id in self.manager.consumer_groups:
             return ErrorCode.none, DEAD_GROUP
         return ErrorCode.none, group.summary()
 
@@ -1207,13 +1270,20 @@ class GroupCoordinator:
         error = ErrorCode.coordinator_load_in_progress if self.manager.is_loading else ErrorCode.none
         state_filter = {s.lower() for s in states}
         type_filter = {t.lower() for t in types}
-        if type_filter and "classic" not in type_filter:
-            return error, []  # every group here is a classic group
-        groups = [
-            (g.group_id, g.protocol_type or "", g.state.value, "classic")
-            for g in self.manager.current_groups()
-            if not state_filter or g.in_states(state_filter)
-        ]
+        consumer_groups = self.manager.consumer_groups
+        groups = []
+        if not type_filter or "classic" in type_filter:
+            groups = [
+                (g.group_id, g.protocol_type or "", g.state.value, "classic")
+                for g in self.manager.current_groups()
+                if g.group_id not in consumer_groups and (not state_filter or g.in_states(state_filter))
+            ]
+        if not type_filter or "consumer" in type_filter:
+            groups += [
+                (g.group_id, "consumer", g.state.value, "consumer")
+                for g in consumer_groups.values()
+                if not state_filter or g.state.value.lower() in state_filter
+            ]
         return error, groups
 
     def delete_groups(self, group_ids: Iterable[str]) -> dict[str, ErrorCode]:
@@ -1226,6 +1296,13 @@ class GroupCoordinator:
                 errors[group_id] = error
                 continue
             group = self.manager.get_group(group_id)
+            consumer_group = self.manager.consumer_groups.get(group_id)
+            if consumer_group is not None:
+                if not consumer_group.is_empty:
+                    errors[group_id] = ErrorCode.non_empty_group
+                    continue
+                self.consumer.delete(consumer_group)
+                group = self.manager.offsets_holder(group_id)
             if group is None or group.is_(GroupState.DEAD):
                 errors[group_id] = ErrorCode.group_id_not_found
             elif group.is_(GroupState.EMPTY):
@@ -1260,6 +1337,15 @@ class GroupCoordinator:
         error = self.validate_group_status(group_id, GroupApi.OFFSET_COMMIT)
         if error is not None:
             return dict.fromkeys(offsets, error)
+        consumer_group = self.manager.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            error = self.consumer.validate_offset_commit(
+                consumer_group, member_id, generation_id, -1, transactional=True
+            )
+            if error is not None:
+                return dict.fromkeys(offsets, error)
+            holder = self.manager.offsets_holder(group_id)
+            return await self.manager.store_txn_offsets(holder, producer_id, producer_epoch, offsets)
         group = self.manager.get_group(group_id)
         if group is None:
             if generation_id >= 0:

@@ -4,7 +4,9 @@
 latest value per offset key and per group key, tombstones removing them, transactional offsets parked
 per producer until that producer's COMMIT marker (ABORT drops them). `groups()` then builds the
 ClassicGroups the coordinator takes over: a group with members is Stable, one without is Empty, and a
-group known only from its offsets is an Empty commit-only group. Reading the log is the caller's job.
+group known only from its offsets is an Empty commit-only group. KIP-848 consumer groups (record
+types 3-8) are rebuilt record by record (`consumer_group.replay_record`) into `consumer_groups`; their
+offsets are kept like any group's. Reading the log is the caller's job.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from dataclasses import dataclass, field
 
 from formats.errors import FormatError
 from formats.internal import (
+    ConsumerGroupRecordKey,
+    ConsumerGroupRecordValue,
     GroupMetadataKey,
     GroupMetadataValue,
     OffsetCommitKey,
@@ -23,6 +27,7 @@ from formats.internal import (
     decode_offsets_value,
 )
 from formats.records import ControlType, RecordBatch, control_type
+from kcli.broker.group.consumer_group import ConsumerGroup, replay_record
 from kcli.broker.group.group import (
     ClassicGroup,
     CommitRecord,
@@ -45,6 +50,7 @@ class PartitionReplay:
     pending: dict[int, dict[GroupTopicPartition, CommitRecord]] = field(default_factory=dict)
     group_values: dict[str, GroupMetadataValue] = field(default_factory=dict)
     removed_groups: set[str] = field(default_factory=set)
+    consumer_groups: dict[str, ConsumerGroup] = field(default_factory=dict)
     skipped_records: int = 0
 
     def replay(self, buf: memoryview, batch: RecordBatch) -> None:
@@ -96,7 +102,9 @@ class PartitionReplay:
                     key.record_type,
                     self.name,
                 )
-            # KIP-848 consumer-group records (types 3-8) belong to a coordinator kcli does not run.
+            elif isinstance(key, ConsumerGroupRecordKey):
+                data = value.data if isinstance(value, ConsumerGroupRecordValue) else None
+                replay_record(self.consumer_groups, key.record_type, key.data, data)
 
     def groups(self, now_ms: int) -> list[ClassicGroup]:
         """The groups this partition holds, offsets and pending transactional offsets attached."""

@@ -29,6 +29,7 @@ from formats.internal import (
     offsets_partition_for,
 )
 from kcli.broker.coordinator_log import append_records, replay_log, write_records
+from kcli.broker.group.consumer_group import ConsumerGroup
 from kcli.broker.group.group import ClassicGroup, CommitRecord, GroupState, OffsetAndMetadata
 from kcli.broker.group.loader import PartitionReplay
 from kcli.broker.log.log import wall_clock_ms
@@ -59,12 +60,16 @@ class GroupMetadataManager:
         self.loader = loader
         self.clock = clock
         self.groups: dict[str, ClassicGroup] = {}
+        self.consumer_groups: dict[str, ConsumerGroup] = {}
+        """Consumer groups (KIP-848); their committed offsets stay in a member-less ClassicGroup of `groups`."""
         self.owned_partitions: set[int] = set()
         self.loading_partitions: set[int] = set()
         self.max_metadata_size = int(config["offset.metadata.max.bytes"])  # type: ignore[call-overload]
         self.retention_ms = int(config["offsets.retention.minutes"]) * 60_000  # type: ignore[call-overload]
         self.commit_timeout_ms = int(config["offsets.commit.timeout.ms"])  # type: ignore[call-overload]
         self.shutting_down = False
+        self.removed_consumer_groups: list[ConsumerGroup] = []
+        """Consumer groups dropped with their partition, for the coordinator to stop their timers."""
 
     # --- placement --------------------------------------------------------------------------------
 
@@ -280,11 +285,51 @@ class GroupMetadataManager:
                     removed_count += len(removed)
         return removed_count
 
+    # --- consumer groups beside classic ones -------------------------------------------------------
+
+    def offsets_holder(self, group_id: str) -> ClassicGroup:
+        """The member-less ClassicGroup that keeps a consumer group's committed offsets."""
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            self.groups.pop(group_id, None)
+            group = self.add_group(ClassicGroup(group_id, GroupState.EMPTY, self.clock()))
+        return group
+
+    def is_simple_classic(self, group_id: str) -> bool:
+        """ClassicGroup.isSimpleGroup: Empty and never had a protocol (it only holds offsets)."""
+        group = self.groups.get(group_id)
+        return group is None or (group.is_(GroupState.EMPTY) and group.protocol_type is None)
+
+    def release_classic_group(self, group_id: str) -> bool:
+        """A first consumer-protocol heartbeat for `group_id`: True when a consumer group may take the id.
+        A simple group stays as the holder of the offsets; an Empty classic group is deleted
+        (maybeDeleteEmptyClassicGroup: its metadata tombstoned, its offsets kept); one with members is
+        not converted (Kafka's online upgrade is not done here), so False."""
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD) or self.is_simple_classic(group_id):
+            return True
+        if not group.is_(GroupState.EMPTY):
+            return False
+        had_generation = group.generation_id > 0
+        group.generation_id = 0
+        group.protocol_type = group.protocol_name = group.leader_id = None
+        if had_generation:  # acks=0, as cleanup_group_metadata writes tombstones
+            tombstone = [(encode_group_metadata_key(group_id), None)]
+            append_records(
+                self.replicas, OFFSETS_TOPIC, self.partition_for(group_id), tombstone, now_ms=self.clock()
+            )
+        return True
+
     def cleanup_expired_offsets(self) -> int:
-        """One offsets.retention.check.interval.ms pass."""
+        """One offsets.retention.check.interval.ms pass; a consumer group with members keeps its offsets."""
         now = self.clock()
+        groups = [
+            g
+            for g in self.current_groups()
+            if g.group_id not in self.consumer_groups or self.consumer_groups[g.group_id].is_empty
+        ]
         removed = self.cleanup_group_metadata(
-            self.current_groups(), lambda group: group.remove_expired_offsets(now, self.retention_ms)
+            groups, lambda group: group.remove_expired_offsets(now, self.retention_ms)
         )
         if removed:
             log.info("Removed %d expired offsets in %d milliseconds.", removed, self.clock() - now)
@@ -300,6 +345,8 @@ class GroupMetadataManager:
         removed = [g for g in self.groups.values() if self.partition_for(g.group_id) == partition]
         for group in removed:
             del self.groups[group.group_id]
+        for group_id in [g for g in self.consumer_groups if self.partition_for(g) == partition]:
+            self.removed_consumer_groups.append(self.consumer_groups.pop(group_id))
         return removed
 
     def own_if_empty(self, partition: int) -> bool:
@@ -310,7 +357,12 @@ class GroupMetadataManager:
         self.owned_partitions.add(partition)
         return True
 
-    async def load_partition(self, partition: int, on_group_loaded: Callable[[ClassicGroup], None]) -> None:
+    async def load_partition(
+        self,
+        partition: int,
+        on_group_loaded: Callable[[ClassicGroup], None],
+        on_consumer_group_loaded: Callable[[ConsumerGroup], None] = lambda group: None,
+    ) -> None:
         """Replay __consumer_offsets-`partition` into the cache, yielding to the event loop between chunks.
 
         Requests for its groups get COORDINATOR_LOAD_IN_PROGRESS until this returns.
@@ -334,6 +386,10 @@ class GroupMetadataManager:
                 log.debug("Attempt to load group %s from log failed: a cached group exists", group.group_id)
                 continue
             on_group_loaded(group)
+        for group_id, consumer_group in replay.consumer_groups.items():
+            if group_id not in self.consumer_groups:
+                self.consumer_groups[group_id] = consumer_group
+                on_consumer_group_loaded(consumer_group)
         self.loading_partitions.discard(partition)
         self.owned_partitions.add(partition)
         log.log(
@@ -341,16 +397,24 @@ class GroupMetadataManager:
             "Finished loading offsets and group metadata from %s in %d milliseconds: %d group(s), %d offset(s)",
             name,
             self.clock() - started,
-            len(loaded),
+            len(loaded) + len(replay.consumer_groups),
             len(replay.offsets),
         )
 
     # --- writes -----------------------------------------------------------------------------------
 
+    def append_now(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> ErrorCode:
+        """Append consumer-group records as one batch at once, not waiting for the commit (acks=0)."""
+        return append_records(self.replicas, OFFSETS_TOPIC, partition, records, now_ms=self.clock())
+
+    async def write(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> tuple[ErrorCode, int]:
+        """Write consumer-group records as one batch and wait until committed: (error, base offset)."""
+        return await self._write(partition, records)
+
     async def _write(
         self,
         partition: int,
-        records: list[tuple[bytes, bytes | None]],
+        records: list[tuple[bytes, bytes | None]] | list[tuple[bytes, bytes]],
         *,
         producer: tuple[int, int] | None = None,
     ) -> tuple[ErrorCode, int]:

@@ -1,0 +1,310 @@
+"""A consumer group of the consumer rebalance protocol (KIP-848): Kafka's ConsumerGroup and
+ConsumerGroupMember, as the records of __consumer_offsets (types 3-8) build them.
+
+The state changes only by `replay`: the coordinator turns a heartbeat into records, replays them here
+and writes them, and loading a partition replays the same records, so a restarted or failed-over
+coordinator rebuilds exactly what the old one had. Assignments are by topic id, as in the records.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+Assignment = Mapping[uuid.UUID, frozenset[int]]
+"""Partitions by topic id (Kafka's Map<Uuid, Set<Integer>>)."""
+
+CONSUMER_GROUP_METADATA = 3
+CONSUMER_GROUP_PARTITION_METADATA = 4
+CONSUMER_GROUP_MEMBER_METADATA = 5
+CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA = 6
+CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER = 7
+CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT = 8
+
+LEAVE_GROUP_MEMBER_EPOCH = -1
+LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
+
+Record = tuple[int, dict[str, Any], dict[str, Any] | None]
+"""(record type, key fields, value fields or None for a tombstone), camelCase as in the schemas."""
+
+
+class MemberState(enum.IntEnum):
+    """MemberState: where a member is in reconciling towards its target assignment."""
+
+    STABLE = 0
+    UNREVOKED_PARTITIONS = 1
+    UNRELEASED_PARTITIONS = 2
+    UNKNOWN = 127
+
+    @classmethod
+    def from_value(cls, value: int) -> MemberState:
+        return cls(value) if value in (0, 1, 2) else cls.UNKNOWN
+
+
+class ConsumerGroupState(enum.Enum):
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMetadata:
+    """One subscribed topic as the group last saw it (ConsumerGroupPartitionMetadataValue)."""
+
+    topic_id: uuid.UUID
+    name: str
+    num_partitions: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMember:
+    """ConsumerGroupMember: immutable; a change is a new member (Kafka's Builder)."""
+
+    member_id: str
+    member_epoch: int = 0
+    previous_member_epoch: int = -1
+    state: MemberState = MemberState.STABLE
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    client_id: str = ""
+    client_host: str = ""
+    subscribed_topic_names: tuple[str, ...] = ()
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    assigned_partitions: Assignment = field(default_factory=dict)
+    partitions_pending_revocation: Assignment = field(default_factory=dict)
+
+    def is_reconciled_to(self, target_assignment_epoch: int) -> bool:
+        return self.state is MemberState.STABLE and self.member_epoch == target_assignment_epoch
+
+    def with_epoch(self, member_epoch: int) -> ConsumerGroupMember:
+        """Builder.updateMemberEpoch: the current epoch becomes the previous one."""
+        return replace(self, member_epoch=member_epoch, previous_member_epoch=self.member_epoch)
+
+    def subscription_fields(self) -> dict[str, Any]:
+        """The ConsumerGroupMemberMetadataValue of this member."""
+        return {
+            "instanceId": self.instance_id,
+            "rackId": self.rack_id,
+            "clientId": self.client_id,
+            "clientHost": self.client_host,
+            "subscribedTopicNames": list(self.subscribed_topic_names),
+            "subscribedTopicRegex": self.subscribed_topic_regex,
+            "rebalanceTimeoutMs": self.rebalance_timeout_ms,
+            "serverAssignor": self.server_assignor,
+        }
+
+    def assignment_fields(self) -> dict[str, Any]:
+        """The ConsumerGroupCurrentMemberAssignmentValue of this member."""
+        return {
+            "memberEpoch": self.member_epoch,
+            "previousMemberEpoch": self.previous_member_epoch,
+            "state": int(self.state),
+            "assignedPartitions": assignment_to_record(self.assigned_partitions),
+            "partitionsPendingRevocation": assignment_to_record(self.partitions_pending_revocation),
+        }
+
+
+class ConsumerGroup:
+    """The state of one consumer group, changed only by replaying its records."""
+
+    def __init__(self, group_id: str) -> None:
+        self.group_id = group_id
+        self.group_epoch = 0
+        self.assignment_epoch = 0
+        self.members: dict[str, ConsumerGroupMember] = {}
+        self.static_members: dict[str, str] = {}
+        self.target_assignment: dict[str, Assignment] = {}
+        self.subscription_metadata: dict[str, TopicMetadata] = {}
+        self.partition_epochs: dict[tuple[uuid.UUID, int], int] = {}
+        self.session_timers: dict[str, Any] = {}
+        self.rebalance_timers: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"ConsumerGroup({self.group_id!r}, epoch={self.group_epoch}, state={self.state.value})"
+
+    @property
+    def state(self) -> ConsumerGroupState:
+        """maybeUpdateGroupState, computed when asked."""
+        if not self.members:
+            return ConsumerGroupState.EMPTY
+        if self.group_epoch > self.assignment_epoch:
+            return ConsumerGroupState.ASSIGNING
+        if any(not m.is_reconciled_to(self.assignment_epoch) for m in self.members.values()):
+            return ConsumerGroupState.RECONCILING
+        return ConsumerGroupState.STABLE
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.members
+
+    def current_partition_epoch(self, topic_id: uuid.UUID, partition: int) -> int:
+        """The epoch of the member owning the partition, -1 when it is free."""
+        return self.partition_epochs.get((topic_id, partition), -1)
+
+    def static_member(self, instance_id: str | None) -> ConsumerGroupMember | None:
+        member_id = None if instance_id is None else self.static_members.get(instance_id)
+        return None if member_id is None else self.members.get(member_id)
+
+    def subscribed_topic_names(self) -> set[str]:
+        return {name for m in self.members.values() for name in m.subscribed_topic_names}
+
+    def preferred_server_assignor(self) -> str | None:
+        """computePreferredServerAssignor: the assignor most members name (ties: the smallest name)."""
+        counts: dict[str, int] = {}
+        for member in self.members.values():
+            if member.server_assignor is not None:
+                counts[member.server_assignor] = counts.get(member.server_assignor, 0) + 1
+        if not counts:
+            return None
+        return min(counts, key=lambda name: (-counts[name], name))
+
+    # --- replay -----------------------------------------------------------------------------------
+
+    def replay(self, record_type: int, key: Mapping[str, Any], value: Mapping[str, Any] | None) -> None:
+        """Apply one record of this group (GroupMetadataManager.replay)."""
+        if record_type == CONSUMER_GROUP_METADATA:
+            if value is not None:
+                self.group_epoch = value["epoch"]
+        elif record_type == CONSUMER_GROUP_PARTITION_METADATA:
+            self.subscription_metadata = {}
+            for topic in value["topics"] if value is not None else ():
+                self.subscription_metadata[topic["topicName"]] = TopicMetadata(
+                    topic["topicId"], topic["topicName"], topic["numPartitions"]
+                )
+        elif record_type == CONSUMER_GROUP_MEMBER_METADATA:
+            member_id = key["memberId"]
+            if value is None:
+                self._remove_member(member_id)
+            else:
+                old = self.members.get(member_id) or ConsumerGroupMember(member_id)
+                self._update_member(
+                    replace(
+                        old,
+                        instance_id=value["instanceId"],
+                        rack_id=value["rackId"],
+                        client_id=value["clientId"],
+                        client_host=value["clientHost"],
+                        subscribed_topic_names=tuple(value["subscribedTopicNames"]),
+                        subscribed_topic_regex=value["subscribedTopicRegex"],
+                        rebalance_timeout_ms=value["rebalanceTimeoutMs"],
+                        server_assignor=value["serverAssignor"],
+                    )
+                )
+        elif record_type == CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA:
+            self.assignment_epoch = value["assignmentEpoch"] if value is not None else -1
+        elif record_type == CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER:
+            if value is None:
+                self.target_assignment.pop(key["memberId"], None)
+            else:
+                self.target_assignment[key["memberId"]] = assignment_from_record(value["topicPartitions"])
+        elif record_type == CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT:
+            old = self.members.get(key["memberId"])
+            if old is None:
+                return  # Kafka throws here; a lone assignment record of a removed member changes nothing
+            if value is None:
+                self._update_member(
+                    replace(
+                        old,
+                        member_epoch=LEAVE_GROUP_MEMBER_EPOCH,
+                        previous_member_epoch=LEAVE_GROUP_MEMBER_EPOCH,
+                        assigned_partitions={},
+                        partitions_pending_revocation={},
+                    )
+                )
+            else:
+                self._update_member(
+                    replace(
+                        old,
+                        member_epoch=value["memberEpoch"],
+                        previous_member_epoch=value["previousMemberEpoch"],
+                        state=MemberState.from_value(value["state"]),
+                        assigned_partitions=assignment_from_record(value["assignedPartitions"]),
+                        partitions_pending_revocation=assignment_from_record(
+                            value["partitionsPendingRevocation"]
+                        ),
+                    )
+                )
+
+    def _update_member(self, member: ConsumerGroupMember) -> None:
+        old = self.members.get(member.member_id)
+        self._remove_partition_epochs(old)
+        self.members[member.member_id] = member
+        for assignment in (member.assigned_partitions, member.partitions_pending_revocation):
+            for topic_id, partitions in assignment.items():
+                for partition in partitions:
+                    self.partition_epochs[(topic_id, partition)] = member.member_epoch
+        if member.instance_id is not None:
+            self.static_members[member.instance_id] = member.member_id
+
+    def _remove_member(self, member_id: str) -> None:
+        old = self.members.pop(member_id, None)
+        self._remove_partition_epochs(old)
+        if old is not None and old.instance_id is not None:
+            if self.static_members.get(old.instance_id) == member_id:
+                del self.static_members[old.instance_id]
+
+    def _remove_partition_epochs(self, member: ConsumerGroupMember | None) -> None:
+        if member is None:
+            return
+        for assignment in (member.assigned_partitions, member.partitions_pending_revocation):
+            for topic_id, partitions in assignment.items():
+                for partition in partitions:
+                    if self.partition_epochs.get((topic_id, partition)) == member.member_epoch:
+                        del self.partition_epochs[(topic_id, partition)]
+
+    def tombstones(self) -> list[Record]:
+        """createGroupTombstoneRecords: every record of the group deleted, in Kafka's order."""
+        gid = self.group_id
+        records: list[Record] = []
+        for member_id in self.members:
+            records.append((CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, member_key(gid, member_id), None))
+        for member_id in self.members:
+            records.append((CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, member_key(gid, member_id), None))
+        records.append((CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, {"groupId": gid}, None))
+        for member_id in self.members:
+            records.append((CONSUMER_GROUP_MEMBER_METADATA, member_key(gid, member_id), None))
+        records.append((CONSUMER_GROUP_PARTITION_METADATA, {"groupId": gid}, None))
+        records.append((CONSUMER_GROUP_METADATA, {"groupId": gid}, None))
+        return records
+
+
+def member_key(group_id: str, member_id: str) -> dict[str, Any]:
+    return {"groupId": group_id, "memberId": member_id}
+
+
+def assignment_to_record(assignment: Assignment) -> list[dict[str, Any]]:
+    return [
+        {"topicId": topic_id, "partitions": sorted(partitions)}
+        for topic_id, partitions in assignment.items()
+        if partitions
+    ]
+
+
+def assignment_from_record(entries: Any) -> dict[uuid.UUID, frozenset[int]]:
+    return {entry["topicId"]: frozenset(entry["partitions"]) for entry in entries if entry["partitions"]}
+
+
+def replay_record(
+    groups: dict[str, ConsumerGroup],
+    record_type: int,
+    key: Mapping[str, Any],
+    value: Mapping[str, Any] | None,
+) -> None:
+    """Replay one record into `groups`: the group is created by its first record and dropped by the
+    tombstone of its ConsumerGroupMetadata record (the last one its deletion writes)."""
+    group_id = key["groupId"]
+    group = groups.get(group_id)
+    if group is None:
+        if value is None:
+            return
+        group = groups[group_id] = ConsumerGroup(group_id)
+    group.replay(record_type, key, value)
+    if record_type == CONSUMER_GROUP_METADATA and value is None:
+        del groups[group_id]

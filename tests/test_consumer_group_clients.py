@@ -1,0 +1,363 @@
+"""Consumer groups of the consumer rebalance protocol (KIP-848) with real clients and broker processes.
+
+librdkafka (confluent-kafka, `group.protocol=consumer`) and Kafka's Java consumer (kafka-clients 4.1.2,
+tests/java/KcliClients.java) join groups the coordinator assigns: every record is read once per group,
+a member that leaves or is killed hands its partitions to the others (the killed one after the
+broker's session timeout, short here), committed offsets are where the next member resumes, and the
+group's records in __consumer_offsets bring it back after a broker restart, where
+`kcli dump-segment --offsets-decoder` prints them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_in_process import run_kcli
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from conftest import BrokerProcess, kcli_env
+from test_consumer_group_protocol import DESCRIBE, commit, count, join, owned_of
+from waiting import wait_for
+
+from kcli.client import KafkaClient
+from kcli.protocol.messages import build, request_type
+
+pytestmark = pytest.mark.timeout(300)
+
+SESSION_MS = 3000
+BROKER_SETTINGS = [
+    "offsets.topic.num.partitions=3",
+    f"group.consumer.session.timeout.ms={SESSION_MS}",
+    "group.consumer.min.session.timeout.ms=1000",
+    "group.consumer.heartbeat.interval.ms=500",
+    "group.consumer.min.heartbeat.interval.ms=100",
+]
+"""A short session and heartbeat interval, so a killed member's partitions move within seconds."""
+
+
+def consumer_protocol_broker(broker_factory: Any, **kwargs: Any) -> BrokerProcess:
+    """A broker whose cluster has group.version 1, set as an operator would with kcli features upgrade."""
+    broker = broker_factory(overrides=BROKER_SETTINGS, **kwargs)
+    done = run_kcli("features", "upgrade", "-b", broker.bootstrap, "--feature", "group.version=1")
+    assert done.returncode == 0, done.stderr
+    return broker
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the result is in
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+
+
+def fill(bootstrap: str, topic: str, partitions: int, records: int, start: int = 0) -> list[str]:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    values = [f"v{i}" for i in range(start, start + records)]
+    for i, value in enumerate(values):
+        producer.produce(topic, value.encode(), partition=i % partitions)
+    assert producer.flush(30) == 0
+    return values
+
+
+def member(bootstrap: str, group: str, topic: str, name: str) -> Consumer:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "group.protocol": "consumer",
+            "client.id": name,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    return consumer
+
+
+def consume(members: list[Consumer], wanted: int, timeout: float = 60) -> list[tuple[int, str]]:
+    """(member index, value) of `wanted` records, polled round-robin; each member commits what it read."""
+    got: list[tuple[int, str]] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < wanted and time.monotonic() < deadline:
+        for index, consumer in enumerate(members):
+            message = consumer.poll(0.1)
+            if message is None:
+                continue
+            assert message.error() is None, message.error()
+            got.append((index, message.value().decode()))
+            consumer.commit(message=message, asynchronous=False)
+    return got
+
+
+def settle(members: list[Consumer], sizes: list[int], timeout: float = 30) -> None:
+    """Poll until the members' assignments have these sizes (the group reconciled); no record is
+    returned by these polls, the topic being empty or the test reading it after."""
+
+    def balanced() -> bool:
+        for consumer in members:
+            message = consumer.poll(0.05)
+            assert message is None, "settle() polls before anything is produced"
+        return sorted(len(c.assignment()) for c in members) == sizes
+
+    wait_for(f"assignments of sizes {sizes}", balanced, timeout, 0.05)
+
+
+def test_librdkafka_members_share_leave_and_resume(broker_factory: Any) -> None:
+    broker = consumer_protocol_broker(broker_factory)
+    topic, group = f"cg-{uuid.uuid4().hex[:8]}", "kip848"
+    create_topic(broker.bootstrap, topic, 6)
+    members = [member(broker.bootstrap, group, topic, f"m{i}") for i in range(3)]
+    try:
+        settle(members, [2, 2, 2])
+        # kcli groups describe finds the consumer group through ConsumerGroupDescribe
+        described = run_kcli("groups", "describe", "-b", broker.bootstrap, group, "-o", "json")
+        assert described.returncode == 0, described.stderr
+        [found] = (
+            json.loads(described.stdout)
+            if described.stdout.startswith("[")
+            else [json.loads(described.stdout)]
+        )
+        assert (found["state"], len(found["members"])) == ("Stable", 3)
+        assert sorted(sum(len(p) for p in m["assignment"].values()) for m in found["members"]) == [2, 2, 2]
+        values = fill(broker.bootstrap, topic, 6, 60, start=1)
+        read = consume(members, 60)
+        assert sorted(v for _, v in read) == sorted(values)  # each record once in the group
+        assert {i for i, _ in read} == {0, 1, 2}
+        # one member leaves: its partitions go to the other two
+        members.pop().close()
+        settle(members, [3, 3])
+        more = fill(broker.bootstrap, topic, 6, 30, start=61)
+        read = consume(members, 30)
+        assert sorted(v for _, v in read) == sorted(more)
+    finally:
+        for consumer in members:
+            consumer.close()
+    # a new member resumes from the committed offsets
+    late = fill(broker.bootstrap, topic, 6, 12, start=91)
+    resumed = member(broker.bootstrap, group, topic, "late")
+    try:
+        read = consume([resumed], 12)
+        assert sorted(v for _, v in read) == sorted(late)
+        assert consume([resumed], 1, timeout=3) == []
+    finally:
+        resumed.close()
+    listed = run_kcli("groups", "list", "-b", broker.bootstrap)
+    assert listed.returncode == 0 and group in listed.stdout
+
+
+def test_librdkafka_regex_subscription(broker_factory: Any) -> None:
+    """librdkafka sends a "^"-subscription as the heartbeat's SubscribedTopicRegex: the coordinator
+    resolves it, so the member reads every matching topic and no other."""
+    broker = consumer_protocol_broker(broker_factory)
+    prefix = f"rx{uuid.uuid4().hex[:6]}"
+    for name in ("a", "b", "other"):
+        create_topic(broker.bootstrap, f"{prefix}-{name}" if name != "other" else f"x{prefix}", 2)
+    wanted = fill(broker.bootstrap, f"{prefix}-a", 2, 6) + fill(
+        broker.bootstrap, f"{prefix}-b", 2, 6, start=6
+    )
+    fill(broker.bootstrap, f"x{prefix}", 2, 4, start=100)
+    consumer = member(broker.bootstrap, "regex", f"^{prefix}-.*", "rx")
+    try:
+        read = consume([consumer], 12)
+        assert sorted(v for _, v in read) == sorted(wanted)
+        assert consume([consumer], 1, timeout=3) == []
+        assert {tp.topic for tp in consumer.assignment()} == {f"{prefix}-a", f"{prefix}-b"}
+        described = asyncio.run(describe_members(broker.bootstrap, "regex"))
+        assert [(m.subscribed_topic_regex, m.subscribed_topic_names) for m in described] == [
+            (f"(^{prefix}-.*)", ())  # librdkafka joins its patterns, each in parentheses
+        ]
+    finally:
+        consumer.close()
+
+
+async def describe_members(bootstrap: str, group_id: str) -> Any:
+    async with await KafkaClient.connect(bootstrap, request_timeout=10) as client:
+        request = build(request_type(DESCRIBE, 1), group_ids=(group_id,), include_authorized_operations=False)
+        return (await client.send(request)).groups[0].members
+
+
+KILLABLE = """
+import sys, time
+from confluent_kafka import Consumer
+c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2], "group.protocol": "consumer",
+              "auto.offset.reset": "earliest", "enable.auto.commit": False})
+c.subscribe([sys.argv[3]])
+while True:
+    c.poll(0.1)
+    if c.assignment():
+        print("assigned", len(c.assignment()), flush=True)
+"""
+
+
+def test_killed_member_partitions_move_after_the_session_timeout(broker_factory: Any, tmp_path: Path) -> None:
+    broker = consumer_protocol_broker(broker_factory)
+    topic, group = f"cg-{uuid.uuid4().hex[:8]}", "killed"
+    create_topic(broker.bootstrap, topic, 4)  # empty: a poll returns no record, only rebalances
+    survivor = member(broker.bootstrap, group, topic, "survivor")
+    script = tmp_path / "member.py"
+    script.write_text(KILLABLE)
+    process = subprocess.Popen(
+        [sys.executable, str(script), broker.bootstrap, group, topic],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True, env=kcli_env(),
+    )  # fmt: skip
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stdout or ()), daemon=True)
+    reader.start()
+    try:
+        # The survivor polls meanwhile: it must revoke two partitions before the newcomer gets them.
+        wait_for(
+            "the members to share the partitions",
+            lambda: survivor.poll(0.1) or (lines and len(survivor.assignment()) == 2),
+            60,
+        )
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(10)
+        killed_at = time.monotonic()
+        wait_for(
+            "the survivor to hold every partition",
+            lambda: survivor.poll(0.1) or len(survivor.assignment()) == 4,
+            30,
+        )
+        assert time.monotonic() - killed_at >= SESSION_MS / 1000 - 1  # not before the session ran out
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait(10)
+        survivor.close()
+
+
+def test_group_survives_a_broker_restart(broker_factory: Any, tmp_path: Path) -> None:
+    """The coordinator that loads the partition again rebuilds the group from its records: the same
+    epochs and assignment, and the members go on heartbeating with the epochs they had."""
+    data_dir = tmp_path / "data"
+    broker = consumer_protocol_broker(broker_factory, data_dir=data_dir)
+    topic = f"cg-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic, 2)
+
+    async def before(bootstrap: str) -> tuple[Any, Any]:
+        async with await KafkaClient.connect(bootstrap, request_timeout=10) as client:
+            await client.send(build(request_type(10, 2), key="g", key_type=0))
+            first = await client.send(join("g", "a", (topic,)))
+            assert count(owned_of(first)) == 2
+            assert await commit(client, "g", "a", first.member_epoch, topic) == 0
+            return first, await describe(client)
+
+    async def after(bootstrap: str, epoch: int, owned: Any) -> tuple[Any, Any]:
+        async with await KafkaClient.connect(bootstrap, request_timeout=10) as client:
+            await client.send(build(request_type(10, 2), key="g", key_type=0))
+            described = await describe(client)
+            from test_consumer_group_protocol import heartbeat
+
+            again = await client.send(heartbeat("g", "a", epoch, owned=owned))
+            return described, again
+
+    first, described = asyncio.run(before(broker.bootstrap))
+    broker.stop()
+    restarted = broker_factory(overrides=BROKER_SETTINGS, data_dir=data_dir)
+    described_again, again = asyncio.run(after(restarted.bootstrap, first.member_epoch, owned_of(first)))
+    assert described_again == described
+    assert (again.error_code, again.member_epoch) == (0, first.member_epoch)
+    restarted.stop()
+    segments = sorted(data_dir.glob("__consumer_offsets-*/*.log"))
+    dumped = run_kcli("dump-segment", "--offsets-decoder", *map(str, segments))
+    assert dumped.returncode == 0, dumped.stderr
+    for record_type in range(3, 9):
+        assert f'"type":"{record_type}"' in dumped.stdout, record_type
+    assert '"data":{"groupId":"g","memberId":"a"}' in dumped.stdout
+
+
+async def describe(client: KafkaClient) -> Any:
+    response = await client.send(
+        build(request_type(DESCRIBE, 1), group_ids=("g",), include_authorized_operations=False)
+    )
+    group = response.groups[0]
+    assert group.error_code == 0 and group.group_state == "Stable"
+    return group
+
+
+def test_java_consumer_protocol_members(broker_factory: Any, tmp_path: Path) -> None:
+    import test_java_clients
+    from test_java_clients import MAIN, java, java_classes  # noqa: F401 (the fixture's module)
+
+    test_java_clients.require_apache_kafka()
+    test_java_clients.require_javac()
+    classes = test_java_clients.compile_clients()
+    broker = broker_factory(overrides=BROKER_SETTINGS)
+    topic = f"cg-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic, 4)
+    # group.version 0: the member is refused with the client's own sentence
+    result = java(
+        MAIN, ["consumerProtocol", broker.bootstrap, "refused", topic], tmp_path / "java", classpath=[classes]
+    )
+    assert java_steps(result, "consumerProtocol") == {"step": "consumerProtocol", "records": 0, "refused": (
+        "The cluster does not support the new CONSUMER group protocol. Set group.protocol=classic on the "
+        "consumer configs to revert to the CLASSIC protocol until the cluster is upgraded."
+    )}  # fmt: skip
+    done = run_kcli("features", "upgrade", "-b", broker.bootstrap, "--feature", "group.version=1")
+    assert done.returncode == 0, done.stderr
+    values = fill(broker.bootstrap, topic, 4, 40)
+    result = java(
+        MAIN,
+        ["consumerGroup", broker.bootstrap, "java-group", topic, "40"],
+        tmp_path / "java",
+        classpath=[classes],
+        timeout=240,
+    )
+    step = java_steps(result, "consumerGroup")
+    assert "error" not in step, step
+    assert sorted(step["values"]) == sorted(values)
+    assert sorted(len(a) for a in step["assignments"]) == [2, 2]
+    assert step["describe"] == {
+        "type": "Consumer",
+        "state": "Stable",
+        "members": 2,
+        "assigned": 4,
+        "assignor": "uniform",
+    }
+    assert step["resumed"] == 0 and step["thirdAssignment"] == 4
+
+
+def java_steps(result: subprocess.CompletedProcess[str], name: str) -> dict[str, Any]:
+    """The one JSON line KcliClients printed for step `name`."""
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    found = [line for line in lines if line.get("step") == name]
+    assert len(found) == 1, (result.stdout, result.stderr)
+    return found[0]
+
+
+def test_storage_format_with_group_version_1(tmp_path: Path) -> None:
+    """`kcli storage format --feature group.version=1`: the cluster starts with consumer groups on."""
+    from conftest import stop_cleanly
+    from test_storage import CLUSTER_ID, combined, kcli, start_with_config
+
+    config = combined(tmp_path)
+    formatted = kcli(
+        tmp_path, "storage", "format", "-c", str(config), "-t", CLUSTER_ID, "--feature", "group.version=1"
+    )
+    assert formatted.returncode == 0, formatted.stderr
+    broker = start_with_config(tmp_path, config)
+    try:
+        described = run_kcli("features", "describe", "-b", broker.bootstrap)
+        assert (
+            "Feature: group.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 1\tFinalizedVersionLevel: 1"
+            in (described.stdout)
+        )
+        topic = f"cg-{uuid.uuid4().hex[:8]}"
+        create_topic(broker.bootstrap, topic, 2)
+        values = fill(broker.bootstrap, topic, 2, 4)
+        consumer = member(broker.bootstrap, "formatted", topic, "f")
+        try:
+            assert sorted(v for _, v in consume([consumer], 4)) == sorted(values)
+        finally:
+            consumer.close()
+    finally:
+        stop_cleanly(broker)
