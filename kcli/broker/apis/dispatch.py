@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import time
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -22,6 +23,7 @@ from kio.schema.errors import ErrorCode
 from kcli.broker.apis.api_versions import API_KEY as API_VERSIONS
 from kcli.broker.apis.api_versions import unsupported_version_response
 from kcli.broker.apis.context import BrokerState, ConnectionInfo, FramedResponse, RequestContext
+from kcli.broker.quota.quotas import record_request_time, throttle, with_throttle_time
 from kcli.protocol.messages import api_name, error_response
 from kcli.protocol.request_header import InvalidRequestError, decode_request, read_request_header
 from kcli.protocol.response_header import encode_response, response_header
@@ -67,8 +69,15 @@ async def handle_request(state: BrokerState, connection: ConnectionInfo, frame: 
         )
     else:
         request = decode_request(spec.name, api_key, api_version, frame, body_offset)
+        quotas = state.image.client_quotas
+        started = time.thread_time_ns() if quotas else 0
         try:
             response = await spec.handler(ctx, request)
+            if quotas:  # request_percentage: the handler's time, answer throttled as any other quota
+                throttle_ms = record_request_time(ctx, request, time.thread_time_ns() - started)
+                if throttle_ms:
+                    throttle(ctx, throttle_ms)
+                    response = with_throttle_time(response, throttle_ms)
         except ConnectionAbortedError as exc:  # the handler asks for the connection to be closed
             raise InvalidRequestError(str(exc)) from None
         except Exception:
