@@ -14,10 +14,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.quota.entity import CLIENT_ID, IP, USER, USER_AND_CLIENT_KEYS
 from kcli.cluster import Cluster
 from kcli.errors import KcliError
 from kcli.protocol.messages import build, nested_type
+from kcli.quota_config import CLIENT_ID, IP, USER, USER_AND_CLIENT_KEYS
 
 DESCRIBE_CLIENT_QUOTAS = 48
 ALTER_CLIENT_QUOTAS = 49

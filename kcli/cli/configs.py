@@ -318,6 +318,7 @@ def _alter_quotas(
         target[0][0],
     )
     quota_del = [k for k in to_delete if k not in MECHANISMS]
+    upsertions, deletions = scram_upsertions(scram_set), scram_deletions(scram_del)  # checked before sending
     entity = tuple((ENTITY_TYPE_OF[kind], name) for kind, name in target)
 
     async def work(cluster: Cluster) -> None:
@@ -327,8 +328,8 @@ def _alter_quotas(
             await alter_user_scram_credentials(
                 cluster,
                 target[0][1],  # type: ignore[arg-type]
-                upsertions=scram_upsertions(scram_set),
-                deletions=scram_deletions(scram_del),
+                upsertions=upsertions,
+                deletions=deletions,
             )
 
     run_on_cluster(bootstrap, work, config=command_config)

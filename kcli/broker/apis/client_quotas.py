@@ -18,8 +18,8 @@ from kio.schema.errors import ErrorCode
 from kcli.broker.apis.context import RequestContext, forward_unless_active, on_controller
 from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.metadata.image import ClusterMetadataImage
-from kcli.broker.quota.entity import CLIENT_ID, ENTITY_TYPES, IP, USER
 from kcli.protocol.messages import build, kio_versions, nested_type, response_type
+from kcli.quota_config import CLIENT_ID, ENTITY_TYPES, IP, USER
 
 DESCRIBE_CLIENT_QUOTAS = 48
 ALTER_CLIENT_QUOTAS = 49

@@ -23,12 +23,12 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from formats.internal import MetadataRecord
-from kcli.broker.quota.entity import QuotaEntity, quota_entity
 from kcli.config import TOPIC_CONFIG_SYNONYMS, TOPIC_CONFIGS, BrokerConfig, is_internal_topic
 from kcli.features import METADATA_VERSION as METADATA_VERSION
 from kcli.features import MV_3_9_IV0 as MV_3_9_IV0
 from kcli.features import is_elr_enabled
 from kcli.protocol.configs import ResourceType
+from kcli.quota_config import QuotaEntity, quota_entity
 from kcli.security.scram import ScramCredential
 from kcli.security.scram_credentials import MECHANISM_NAMES
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from kcli.broker.quota.entity import CLIENT_ID, CONTROLLER_MUTATION_RATE, USER, QuotaEntity
 from kcli.broker.quota.stats import SampledRate, TokenBucket
+from kcli.quota_config import CLIENT_ID, CONTROLLER_MUTATION_RATE, USER, QuotaEntity
 
 Tags = tuple[str, str]
 """(user tag, client-id tag) as quotaMetricTags makes them; "" where the level ignores that part."""

@@ -11,13 +11,13 @@ import dataclasses
 import datetime
 from typing import TYPE_CHECKING, Any
 
-from kcli.broker.quota.entity import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
 from kcli.broker.quota.manager import (
     NANOS_TO_PERCENTAGE_PER_SECOND,
     ClientQuotaManager,
     ControllerMutationQuota,
     ControllerMutationQuotaManager,
 )
+from kcli.quota_config import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
 
 if TYPE_CHECKING:
     from kcli.broker.apis.context import BrokerState, RequestContext

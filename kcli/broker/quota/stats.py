@@ -8,83 +8,33 @@ client must stay quiet for that rate to fall back to the quota (QuotaUtils.throt
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from kcli.broker.replication.quota import SimpleRate
 
 
-@dataclass(slots=True)
-class _Sample:
-    start_ms: int
-    last_event_ms: int
-    value: float = 0.0
-    events: int = 0
+class SampledRate(SimpleRate):
+    """Kafka's Rate: SimpleRate's samples (the replication throttles'), its window padded instead to
+    samples - 1 whole windows, as client quotas measure it."""
 
-    def reset(self, now_ms: int) -> None:
-        self.start_ms = self.last_event_ms = now_ms
-        self.value = 0.0
-        self.events = 0
-
-
-class SampledRate:
-    """Rate over a SampledStat of sums: `samples` windows plus Kafka's one overlapping placeholder."""
-
-    def __init__(self, samples: int, window_ms: int) -> None:
-        self.samples = samples
-        self.window_ms = window_ms
-        self._samples: list[_Sample] = []
-        self._current = 0
-
-    def record(self, value: float, now_ms: int) -> None:
-        sample = self._current_sample(now_ms)
-        if now_ms - sample.start_ms >= self.window_ms:
-            sample = self._advance(now_ms)
-        sample.value += value
-        sample.events += 1
-        sample.last_event_ms = now_ms
-
-    def measure(self, now_ms: int) -> float:
+    def measure(self, now_ms: float) -> float:
         """Units per second over the live samples (Rate.measure)."""
         window = self.window_size_ms(now_ms)
-        return sum(s.value for s in self._samples) / (window / 1000.0)
+        return sum(s.value for s in self._ring) / (window / 1000.0)
 
-    def window_size_ms(self, now_ms: int) -> int:
+    def window_size_ms(self, now_ms: float) -> float:
         """Rate.windowSize: the span of the live samples, at least samples - 1 whole windows."""
-        self._purge(now_ms)
-        if not self._samples:
-            self._samples.append(_Sample(now_ms, now_ms))
-        elapsed = now_ms - min(s.start_ms for s in self._samples)
+        self._purge_obsolete(now_ms)
+        elapsed = now_ms - self._oldest().start_ms if self._ring else 0.0
         full = elapsed // self.window_ms
         if full < self.samples - 1:
             elapsed += (self.samples - 1 - full) * self.window_ms
-        return max(elapsed, 1)
+        return max(elapsed, 1.0)
 
-    def throttle_time_ms(self, quota: float, now_ms: int) -> int:
+    def throttle_time_ms(self, quota: float, now_ms: float) -> int:
         """QuotaUtils.throttleTime: 0 within the quota, else the time for the rate to fall to it."""
         value = self.measure(now_ms)
         if value <= quota:
             return 0
         return round((value - quota) / quota * self.window_size_ms(now_ms))
-
-    def _current_sample(self, now_ms: int) -> _Sample:
-        if not self._samples:
-            self._samples.append(_Sample(now_ms, now_ms))
-        return self._samples[self._current]
-
-    def _advance(self, now_ms: int) -> _Sample:
-        self._current = (self._current + 1) % (self.samples + 1)
-        if self._current >= len(self._samples):
-            sample = _Sample(now_ms, now_ms)
-            self._samples.append(sample)
-            return sample
-        sample = self._samples[self._current]
-        sample.reset(now_ms)
-        return sample
-
-    def _purge(self, now_ms: int) -> None:
-        """SampledStat.purgeObsoleteSamples: a sample with no event in the whole window starts over."""
-        expire = self.samples * self.window_ms
-        for sample in self._samples:
-            if now_ms - sample.last_event_ms >= expire:
-                sample.reset(now_ms)
 
 
 class TokenBucket:

@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from kcli.broker.metadata.controller.controller_result import NONE, ApiError, ControllerResult, Record
 from kcli.broker.metadata.image import ClusterMetadataImage
-from kcli.broker.quota.entity import (
+from kcli.quota_config import (
     ENTITY_TYPES,
     QuotaEntity,
     describe_entity,

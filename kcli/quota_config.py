@@ -1,4 +1,5 @@
-"""Client quota entities and keys, as Kafka's ClientQuotaEntity and QuotaConfig define them.
+"""Client quota entities and keys, as Kafka's ClientQuotaEntity and QuotaConfig define them: the
+controller checks them, the broker's quota managers look them up, `kcli configs` sends them.
 
 An entity is a set of (entity type, name) pairs, a None name being the type's default: users,
 client ids, users and client ids together, or IP addresses. Each kind takes its own keys; the byte
