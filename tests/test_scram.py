@@ -599,8 +599,8 @@ def test_kafka_configs_on_kcli_and_kcli_configs_on_kafka(
     shared: BrokerProcess, kafka_node: Any, tmp_path: Path
 ) -> None:
     """Kafka's ConfigCommand alters credentials on kcli's broker, kcli's on Apache Kafka's, and both
-    brokers answer the same requests with the same errors (ConfigCommand --describe asks for client
-    quotas first, which kcli's broker does not serve, so describing is compared on Kafka's node)."""
+    brokers answer the same requests with the same errors (describing is compared on Kafka's node;
+    ConfigCommand --describe on kcli's is in test_client_quotas.py)."""
     import apache_kafka
 
     def kafka_configs(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:

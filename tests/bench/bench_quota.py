@@ -5,9 +5,11 @@
 It starts its own broker (quota.window.num as given, 1 s windows: Kafka's defaults), sets the quota on
 the producer's client id, and offers 3x the quota in 10 kB records for --seconds. It prints, for each
 second since the first acknowledgement, the bytes acknowledged in that second and their ratio to the
-quota, then the ratio over every whole quota window (windows x 1 s) and over the whole run. Kafka's
-rate is measured over the window, so a single second swings (a burst of windows - 1 seconds' worth at
-the start, then pauses), while each whole window holds the quota.
+quota, then the ratio over consecutive quota windows (windows x 1 s), over every window sliding by a
+second, and over the whole run. Kafka's rate is measured over the window, so a single second swings (a
+burst of windows - 1 seconds' worth at the start, then pauses, and bursts again as old samples
+expire), while a whole window holds the quota give or take the requests in flight when the throttle
+starts and the one sample by which Kafka's window may overlap its span.
 """
 
 from __future__ import annotations
@@ -113,6 +115,16 @@ def run(bootstrap: str, quota: int, seconds: float, windows: int) -> None:
     for begin in range(0, len(per_second) - windows + 1, windows):
         window = sum(per_second[begin : begin + windows])
         print(f"window {begin:2d}-{begin + windows:2d} s: {window / windows / quota:.3f} x quota")
+    sliding = [
+        sum(per_second[begin : begin + windows]) / windows / quota
+        for begin in range(len(per_second) - windows + 1)
+    ]
+    if sliding:
+        ordered = sorted(sliding)
+        print(
+            f"every {windows} s window (sliding by 1 s, {len(sliding)} of them): min {ordered[0]:.3f}, "
+            f"median {ordered[len(ordered) // 2]:.3f}, max {ordered[-1]:.3f} x quota"
+        )
     whole = sum(per_second)
     print(f"whole run ({len(per_second)} s): {whole / len(per_second) / quota:.3f} x quota")
 
