@@ -453,3 +453,43 @@ def test_controller_mutation_rate_refuses_topics_once_exhausted(broker: BrokerPr
     assert again.topics[0].error_code == ErrorCode.throttling_quota_exceeded
     others = asyncio.run(create("someone-else", "t4"))
     assert others.topics[0].error_code == ErrorCode.none and others.throttle_time.total_seconds() == 0
+
+
+def test_request_percentage_throttles_and_mutes_the_connection(broker: BrokerProcess) -> None:
+    """request_percentage (KIP-124): a client that keeps the handler busy past its share gets
+    throttle_time_ms in its answers (at most one window, 1 s), and the broker reads its next request
+    only once that time has passed (KIP-219); another client id is answered at once meanwhile."""
+    b = broker.bootstrap
+    asyncio.run(alter(b, [([("client-id", "busy")], {"request_percentage": 0.01})]))
+
+    async def run() -> tuple[float, float, float, float]:
+        async with (
+            await KafkaClient.connect(b, client_id="busy") as busy,
+            await KafkaClient.connect(b, client_id="idle") as idle,
+        ):
+            cls = busy.request_type(3)  # Metadata, every topic
+            request = cls(
+                topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+            )
+            deadline = time.monotonic() + 20
+            throttle_ms = 0.0
+            while throttle_ms < 200 and time.monotonic() < deadline:
+                throttle_ms = (await busy.send(request)).throttle_time.total_seconds() * 1000
+            assert throttle_ms >= 200, (
+                f"no Metadata answer carried a throttle of 200 ms or more: {throttle_ms}"
+            )
+            started = time.monotonic()
+
+            async def timed(client: KafkaClient) -> float:
+                await client.send(request)
+                return time.monotonic() - started
+
+            busy_waited, idle_waited = await asyncio.gather(timed(busy), timed(idle))
+            return throttle_ms, busy_waited, idle_waited, started
+
+    throttle_ms, busy_waited, idle_waited, _ = asyncio.run(run())
+    assert throttle_ms <= 1000
+    assert busy_waited >= throttle_ms / 1000 * 0.9, (
+        f"answered after {busy_waited:.3f} s, throttled {throttle_ms} ms"
+    )
+    assert idle_waited < busy_waited, (idle_waited, busy_waited)
