@@ -493,3 +493,25 @@ def test_request_percentage_throttles_and_mutes_the_connection(broker: BrokerPro
         f"answered after {busy_waited:.3f} s, throttled {throttle_ms} ms"
     )
     assert idle_waited < busy_waited, (idle_waited, busy_waited)
+
+
+def test_the_eight_levels_of_precedence() -> None:
+    """DefaultQuotaCallback's order: each level applies once the more specific ones are removed."""
+    from kcli.broker.quota.manager import ClientQuotaManager
+
+    levels = [
+        ((("client-id", "app"), ("user", "alice")), ("alice", "app")),
+        ((("client-id", None), ("user", "alice")), ("alice", "app")),
+        ((("user", "alice"),), ("alice", "")),
+        ((("client-id", "app"), ("user", None)), ("alice", "app")),
+        ((("client-id", None), ("user", None)), ("alice", "app")),
+        ((("user", None),), ("alice", "")),
+        ((("client-id", "app"),), ("", "app")),
+        ((("client-id", None),), ("", "app")),
+    ]
+    quotas = {entity: {"producer_byte_rate": float(1000 + i)} for i, (entity, _) in enumerate(levels)}
+    manager = ClientQuotaManager("producer_byte_rate", 11, 1)
+    for i, (entity, tags) in enumerate(levels):
+        assert manager.quota(quotas, "User:alice", "app") == (tags, 1000.0 + i), entity
+        del quotas[entity]
+    assert manager.quota(quotas, "User:alice", "app") == (("", "app"), None)

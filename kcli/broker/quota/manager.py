@@ -19,6 +19,9 @@ from kcli.quota_config import CLIENT_ID, CONTROLLER_MUTATION_RATE, USER, QuotaEn
 Tags = tuple[str, str]
 """(user tag, client-id tag) as quotaMetricTags makes them; "" where the level ignores that part."""
 
+INACTIVE_SENSOR_EXPIRATION_MS = 3600 * 1000
+"""ClientQuotaManager.InactiveSensorExpirationTimeSeconds."""
+
 NANOS_TO_PERCENTAGE_PER_SECOND = 100.0 / 1e9
 """ClientRequestQuotaManager.nanosToPercentagePerSecond: a whole second of handler time is 100%."""
 
@@ -165,8 +168,16 @@ class ClientQuotaManager:
     def _sensor(self, tags: Tags) -> SampledRate:
         sensor = self._sensors.get(tags)
         if sensor is None:
+            self._expire_inactive()
             sensor = self._sensors[tags] = SampledRate(self.samples, self.window_ms)
         return sensor
+
+    def _expire_inactive(self) -> None:
+        """Kafka drops a client's sensors after an hour without a request; so does each new one here,
+        so a broker that sees many short-lived client ids does not keep them all."""
+        cutoff = now_ms() - INACTIVE_SENSOR_EXPIRATION_MS
+        for tags in [t for t, sensor in self._sensors.items() if sensor.last_record_ms < cutoff]:
+            del self._sensors[tags]
 
 
 class ControllerMutationQuotaManager:

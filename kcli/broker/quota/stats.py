@@ -15,6 +15,13 @@ class SampledRate(SimpleRate):
     """Kafka's Rate: SimpleRate's samples (the replication throttles'), its window padded instead to
     samples - 1 whole windows, as client quotas measure it."""
 
+    last_record_ms = 0.0
+    """When a value was last recorded: a sensor idle for an hour is dropped (ClientQuotaManager)."""
+
+    def record(self, value: float, now_ms: float) -> None:
+        super().record(value, now_ms)
+        self.last_record_ms = now_ms
+
     def measure(self, now_ms: float) -> float:
         """Units per second over the live samples (Rate.measure)."""
         window = self.window_size_ms(now_ms)
