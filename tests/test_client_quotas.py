@@ -512,6 +512,6 @@ def test_the_eight_levels_of_precedence() -> None:
     quotas = {entity: {"producer_byte_rate": float(1000 + i)} for i, (entity, _) in enumerate(levels)}
     manager = ClientQuotaManager("producer_byte_rate", 11, 1)
     for i, (entity, tags) in enumerate(levels):
-        assert manager.quota(quotas, "User:alice", "app") == (tags, 1000.0 + i), entity
+        assert manager.quota(dict(quotas), "User:alice", "app") == (tags, 1000.0 + i), entity  # a new image
         del quotas[entity]
-    assert manager.quota(quotas, "User:alice", "app") == (("", "app"), None)
+    assert manager.quota(dict(quotas), "User:alice", "app") == (("", "app"), None)
