@@ -3,7 +3,8 @@ AlterClientQuotas and DescribeClientQuotas with Kafka's checks and match types (
 confluent-kafka's AdminClient has no client-quota calls), `kcli configs` and Kafka's own ConfigCommand
 on users and clients, quotas kept across a restart and in a snapshot, and enforcement measured with
 confluent-kafka clients: a producer and a consumer trying three times their byte rate are held to it,
-an unthrottled producer beside them is not, and a strict controller mutation rate refuses topics."""
+an unthrottled producer beside them is not, a strict controller mutation rate refuses topics, a
+request-time share throttles and mutes the connection, and every node of a cluster applies the quotas."""
 
 from __future__ import annotations
 
@@ -21,7 +22,10 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import BrokerProcess, require_apache_kafka, start_broker, stop_cleanly
 from kio.schema.errors import ErrorCode
+from kraft_cluster import IsolatedCluster
+from waiting import wait_for
 
+from kcli.broker.quota.manager import ClientQuotaManager
 from kcli.client import KafkaClient
 from kcli.protocol.messages import nested_type
 
@@ -497,8 +501,6 @@ def test_request_percentage_throttles_and_mutes_the_connection(broker: BrokerPro
 
 def test_the_eight_levels_of_precedence() -> None:
     """DefaultQuotaCallback's order: each level applies once the more specific ones are removed."""
-    from kcli.broker.quota.manager import ClientQuotaManager
-
     levels = [
         ((("client-id", "app"), ("user", "alice")), ("alice", "app")),
         ((("client-id", None), ("user", "alice")), ("alice", "app")),
@@ -515,3 +517,51 @@ def test_the_eight_levels_of_precedence() -> None:
         assert manager.quota(dict(quotas), "User:alice", "app") == (tags, 1000.0 + i), entity  # a new image
         del quotas[entity]
     assert manager.quota(dict(quotas), "User:alice", "app") == (("", "app"), None)
+
+
+def test_every_node_of_a_cluster_applies_the_quotas(tmp_path: Path) -> None:
+    """An isolated controller quorum with three brokers: AlterClientQuotas on one broker is forwarded
+    to the active controller, and every broker describes the quota from its own metadata image."""
+    cluster = IsolatedCluster(tmp_path, ())
+    try:
+        cluster.start()
+        proc = kcli(
+            "configs",
+            "alter",
+            "-b",
+            cluster.brokers(2),
+            "--client",
+            "app",
+            "--add-config",
+            "producer_byte_rate=4096",
+        )
+        assert proc.returncode == 0, proc.stderr
+        for node_id in (2, 3, 4):
+            wait_for(
+                f"the quota on broker {node_id}",
+                lambda n=node_id: (
+                    quotas_of(asyncio.run(describe(cluster.brokers(n), [])))
+                    == {(("client-id", "app"),): {"producer_byte_rate": 4096.0}}
+                ),
+                30,
+                0.1,
+            )
+        proc = kcli(
+            "configs",
+            "alter",
+            "-b",
+            cluster.brokers(3),
+            "--client",
+            "app",
+            "--delete-config",
+            "producer_byte_rate",
+        )
+        assert proc.returncode == 0, proc.stderr
+        wait_for(
+            "the quota gone from broker 4",
+            lambda: not asyncio.run(describe(cluster.brokers(4), [])).entries,
+            30,
+            0.1,
+        )
+    finally:
+        cluster.kill_all()
