@@ -78,7 +78,7 @@ async def describe_user_scram_credentials(
 
 def scram_upsertions(configs: Mapping[str, str]) -> dict[str, tuple[int, str]]:
     """--add-config values for a user: mechanism -> (iterations, password); anything but a SCRAM
-    mechanism is refused with kafka-configs.sh's sentence (kcli keeps no user quotas)."""
+    mechanism is refused with kafka-configs.sh's sentence (quotas go to ops.client_quotas)."""
     _only_mechanisms(configs, "added")
     return {name: parse_user_credential(name, value) for name, value in configs.items()}
 

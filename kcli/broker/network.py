@@ -237,6 +237,7 @@ class Connection(asyncio.BufferedProtocol):
         self._write_paused = False
         self._read_paused = False
         self._drained: asyncio.Future[None] | None = None
+        self._unmute_at = 0.0
 
     @property
     def max_frame(self) -> int:
@@ -253,7 +254,9 @@ class Connection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         peer = _format_address(transport.get_extra_info("peername"))
-        self.info = ConnectionInfo(f"{peer}-{self.number}", peer, listener=self.listener_name)
+        self.info = ConnectionInfo(
+            f"{peer}-{self.number}", peer, listener=self.listener_name, mute_for=self.mute_for
+        )
         if self.server.refuses(self.listener_name):
             transport.close()
             return
@@ -375,6 +378,22 @@ class Connection(asyncio.BufferedProtocol):
         if self.transport is not None:
             self.transport.close()
 
+    def mute_for(self, seconds: float) -> None:
+        """A quota's throttle (KIP-219): the answer in hand still goes out, then no further request is
+        read or handled until `seconds` have passed (Kafka's ThrottledChannel)."""
+        self._unmute_at = max(self._unmute_at, self.loop.time() + seconds)
+
+    def _muted(self) -> bool:
+        """While a throttle lasts, wait it out as the request in flight, with reading paused."""
+        delay = self._unmute_at - self.loop.time()
+        if delay <= 0:
+            return False
+        if not self._read_paused and not self._closing():
+            self._read_paused = True
+            self.transport.pause_reading()  # type: ignore[union-attr]
+        self._run(asyncio.sleep(delay))
+        return True
+
     # --- requests -----------------------------------------------------------------------------------
 
     def _process(self) -> None:
@@ -383,6 +402,8 @@ class Connection(asyncio.BufferedProtocol):
             while (
                 self.current is None and not self._write_paused and not self._stopping and not self._closing()
             ):
+                if self._unmute_at and self._muted():
+                    break
                 frame = self._next_frame()
                 if frame is None:
                     break

@@ -1,5 +1,5 @@
-"""`kcli configs`: describe and alter topic and broker configs, and users' SCRAM credentials, as
-kafka-configs.sh."""
+"""`kcli configs`: describe and alter topic and broker configs, users' SCRAM credentials, and user
+and client-id quotas, as kafka-configs.sh."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from ops.configs import ResourceConfigs, ResourceType
 
 configs_app = typer.Typer(
-    help="Topic and broker configs: where each value comes from, and changing them; users' SCRAM credentials.",
+    help="Topic and broker configs: where each value comes from, and changing them; users' SCRAM "
+    "credentials; user and client-id quotas.",
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -30,21 +31,35 @@ class EntityType(StrEnum):
     topics = "topics"
     brokers = "brokers"
     users = "users"
+    clients = "clients"
 
 
 ENTITY_TYPE = typer.Option(
     None,
     "--entity-type",
-    help="topics, brokers (with --entity-name or --entity-default) or users (SCRAM credentials, with "
-    "--entity-name).",
+    help="topics, brokers (with --entity-name or --entity-default), users (quotas and SCRAM credentials) "
+    "or clients (quotas).",
     show_default=False,
 )
 ENTITY_NAME = typer.Option(
-    None, "--entity-name", help="The topic's name, the broker's id or the user's name.", show_default=False
+    None,
+    "--entity-name",
+    help="The topic's name, the broker's id, the user's name or the client id.",
+    show_default=False,
 )
 ENTITY_DEFAULT = typer.Option(
-    False, "--entity-default", help="With --entity-type brokers: the defaults shared by every broker."
+    False,
+    "--entity-default",
+    help="With --entity-type brokers, users or clients: the defaults shared by every broker, user or client.",
 )
+USER = typer.Option(
+    None, "--user", help="The user's quotas: short for --entity-type users --entity-name USER."
+)
+CLIENT = typer.Option(
+    None, "--client", help="The client id's quotas (with --user: that user's client id).", show_default=False
+)
+USER_DEFAULTS = typer.Option(False, "--user-defaults", help="The quotas of the default user.")
+CLIENT_DEFAULTS = typer.Option(False, "--client-defaults", help="The quotas of the default client id.")
 TOPIC = typer.Option(
     None, "--topic", help="Short for --entity-type topics --entity-name TOPIC.", show_default=False
 )
@@ -69,19 +84,29 @@ def describe(
     all_: bool = typer.Option(
         False, "--all", help="Every config with its effective value, not only those set on the entity."
     ),
+    user: str = USER,
+    client: str = CLIENT,
+    user_defaults: bool = USER_DEFAULTS,
+    client_defaults: bool = CLIENT_DEFAULTS,
     output: Output = OUTPUT,
 ) -> None:
     """The configs set on a topic or broker, each with its synonyms (where else it is set, most specific
     first), as kafka-configs.sh --describe prints them; --all shows every config.
 
-    Without a name, every topic (or every broker and the broker defaults) is described. Users
-    (--entity-type users) show their SCRAM credentials: each mechanism and its iterations, never a key.
+    Without a name, every topic (or every broker and the broker defaults) is described. Users and
+    clients show their quotas ("Quota configs for user-principal 'alice' are producer_byte_rate=1024.0");
+    users also show their SCRAM credentials: each mechanism and its iterations, never a key.
     """
     from ops.configs import BROKER_DEFAULTS as DEFAULTS_NAME
     from ops.configs import ResourceType, describe_configs, entity_names
 
-    if entity_type is EntityType.users:
-        _describe_users(bootstrap, entity_name, entity_default, all_, output, command_config)
+    quota_entity = _quota_entity(
+        entity_type, entity_name, entity_default, user, client, user_defaults, client_defaults
+    )
+    if quota_entity is not None:
+        if all_:
+            raise KcliError("--all applies to topics and brokers, not to users or clients.")
+        _describe_quotas(bootstrap, command_config, quota_entity, output)
         return
     kind, name = _entity(
         entity_type, entity_name, entity_default, topic, broker, broker_defaults, alter=False
@@ -134,6 +159,10 @@ def alter(
         help="Configs to remove (back to their default); repeatable or comma-separated.",
         show_default=False,
     ),
+    user: str = USER,
+    client: str = CLIENT,
+    user_defaults: bool = USER_DEFAULTS,
+    client_defaults: bool = CLIENT_DEFAULTS,
 ) -> None:
     """Set or remove configs of one topic or broker with IncrementalAlterConfigs, or a user's SCRAM
     credentials with AlterUserScramCredentials.
@@ -141,13 +170,18 @@ def alter(
     The broker checks each value and refuses the whole change with its reason if one is invalid.
     For --entity-type users, --add-config takes 'SCRAM-SHA-256=[iterations=8192,password=SECRET]'
     (iterations 4096-16384, default 4096) and --delete-config a mechanism name: the password is salted
-    here and never sent nor printed.
+    here and never sent nor printed. Users and clients take quotas (producer_byte_rate,
+    consumer_byte_rate, request_percentage, controller_mutation_rate) with AlterClientQuotas; --user
+    with --client names a user's client id, --user-defaults and --client-defaults the defaults.
     """
     from ops.configs import BROKER_DEFAULTS as DEFAULTS_NAME
     from ops.configs import alter_configs, parse_add_config
 
-    if entity_type is EntityType.users:
-        _alter_user(bootstrap, entity_name, entity_default, add_config, delete_config, command_config)
+    quota_entity = _quota_entity(
+        entity_type, entity_name, entity_default, user, client, user_defaults, client_defaults
+    )
+    if quota_entity is not None:
+        _alter_quotas(bootstrap, command_config, quota_entity, add_config, delete_config)
         return
     kind, name = _entity(entity_type, entity_name, entity_default, topic, broker, broker_defaults, alter=True)
     assert name is not None
@@ -169,33 +203,141 @@ def alter(
 # ---------------------------------------------------------------------------------------------------
 
 
-def _describe_users(
-    bootstrap: str,
-    name: str | None,
+QuotaTarget = list[tuple[str, str | None]]
+"""(kafka-configs.sh entity type "users"/"clients", name or None for the default) in the order given;
+an empty name list ([("users", "")]) means every entity of the type."""
+
+
+def _quota_entity(
+    entity_type: EntityType | None,
+    entity_name: str | None,
     entity_default: bool,
-    all_: bool,
-    output: Output,
-    command_config: Path | None,
+    user: str | None,
+    client: str | None,
+    user_defaults: bool,
+    client_defaults: bool,
+) -> QuotaTarget | None:
+    """The users/clients entity the options name, or None when they name a topic or broker."""
+    shorthand = user is not None or client is not None or user_defaults or client_defaults
+    if shorthand and (entity_type is not None or entity_name is not None or entity_default):
+        raise KcliError(
+            "--user/--client/--user-defaults/--client-defaults cannot be combined with --entity-type."
+        )
+    if user is not None and user_defaults or client is not None and client_defaults:
+        raise KcliError("give a name or the defaults of users (or clients), not both.")
+    if shorthand:
+        target: QuotaTarget = []
+        if user is not None or user_defaults:
+            target.append(("users", None if user_defaults else user))
+        if client is not None or client_defaults:
+            target.append(("clients", None if client_defaults else client))
+        for _, name in target:
+            if name is not None:
+                _check_user_name(name)
+        return target
+    if entity_type not in (EntityType.users, EntityType.clients):
+        return None
+    if entity_name is not None and entity_default:
+        raise KcliError("give --entity-name or --entity-default, not both.")
+    if entity_name is not None:
+        _check_user_name(entity_name)
+        return [(entity_type.value, entity_name)]
+    if entity_default:
+        return [(entity_type.value, None)]
+    return [(entity_type.value, "")]
+
+
+def _quota_components(target: QuotaTarget) -> list[tuple[str, str | None, bool]]:
+    from ops.client_quotas import ENTITY_TYPE_OF
+
+    return [(ENTITY_TYPE_OF[kind], name or None, name is None) for kind, name in target]
+
+
+def _describe_quotas(
+    bootstrap: str | None, command_config: Path | None, target: QuotaTarget, output: Output
 ) -> None:
-    """kafka-configs.sh --describe --entity-type users: one line per user with credentials."""
+    """kafka-configs.sh --describe for users or clients: quota lines, then (users only, no default,
+    no client) the SCRAM credential lines."""
+    from ops.client_quotas import describe_client_quotas
     from ops.scram import describe_user_scram_credentials
 
-    if entity_default or all_:
-        raise KcliError(
-            f"{'--entity-default' if entity_default else '--all'} does not apply to users: kcli keeps their "
-            "SCRAM credentials only (no user quotas)."
-        )
-    if name is not None:
-        _check_user_name(name)
-    described = run_on_cluster(
-        bootstrap,
-        lambda cluster: describe_user_scram_credentials(cluster, None if name is None else [name]),
-        config=command_config,
-    )
+    kinds = [kind for kind, _ in target]
+    names = [name for _, name in target]
+    with_scram = "clients" not in kinds and None not in names
+
+    async def work(cluster: Cluster) -> tuple[list, list]:
+        quotas = await describe_client_quotas(cluster, _quota_components(target))
+        users = [name for name in names if name] or None
+        scram = await describe_user_scram_credentials(cluster, users) if with_scram else []
+        return quotas, scram
+
+    quotas, scram = run_on_cluster(bootstrap, work, config=command_config)
     if output is Output.json:
-        write_json_lines(d.to_json() for d in described)
+        write_json_lines([*(q.to_json() for q in quotas), *(d.to_json() for d in scram)])
         return
-    sys.stdout.write("".join(d.describe_line() + "\n" for d in described))
+    lines = [q.describe_line() for q in quotas] + [d.describe_line() for d in scram]
+    sys.stdout.write("".join(line + "\n" for line in lines))
+
+
+def _alter_quotas(
+    bootstrap: str | None,
+    command_config: Path | None,
+    target: QuotaTarget,
+    add_config: str | None,
+    delete_config: list[str] | None,
+) -> None:
+    """kafka-configs.sh --alter for users or clients: quotas with AlterClientQuotas, and for a named
+    user alone its SCRAM mechanisms with AlterUserScramCredentials."""
+    from kcli.security.scram import MECHANISMS
+    from ops.client_quotas import ENTITY_TYPE_OF, alter_client_quotas, check_quota_configs
+    from ops.configs import ConfigError, parse_add_config
+    from ops.scram import alter_user_scram_credentials, scram_deletions, scram_upsertions
+
+    if any(name == "" for _, name in target):
+        raise KcliError(f"name the {target[0][0][:-1]} with --entity-name or give --entity-default.")
+    try:
+        to_set = parse_add_config(add_config) if add_config is not None else {}
+    except ConfigError:  # its sentence would quote the value, and so a password
+        raise KcliError("--add-config is K=V[,K2=V2], e.g. 'producer_byte_rate=1048576'.") from None
+    to_delete = [k.strip() for item in delete_config or () for k in item.split(",") if k.strip()]
+    if not to_set and not to_delete:
+        raise KcliError("give --add-config, --delete-config or both.")
+    scram_set = {k: v for k, v in to_set.items() if k in MECHANISMS}
+    scram_del = [k for k in to_delete if k in MECHANISMS]
+    if scram_set or scram_del:
+        if len(target) != 1 or target[0][0] != "users" or target[0][1] is None:
+            raise KcliError(
+                "The use of --entity-default or --user-defaults is not allowed with User SCRAM Credentials "
+                "using --bootstrap-server."
+                if target[0][1] is None
+                else "SCRAM credentials belong to a user alone, not to a client id."
+            )
+    quota_set = check_quota_configs(
+        {k: v for k, v in to_set.items() if k not in MECHANISMS},
+        [k for k in to_delete if k not in MECHANISMS],
+        target[0][0],
+    )
+    quota_del = [k for k in to_delete if k not in MECHANISMS]
+    upsertions, deletions = scram_upsertions(scram_set), scram_deletions(scram_del)  # checked before sending
+    entity = tuple((ENTITY_TYPE_OF[kind], name) for kind, name in target)
+
+    async def work(cluster: Cluster) -> None:
+        if quota_set or quota_del:
+            await alter_client_quotas(cluster, entity, set_quotas=quota_set, delete_quotas=quota_del)
+        if scram_set or scram_del:
+            await alter_user_scram_credentials(
+                cluster,
+                target[0][1],  # type: ignore[arg-type]
+                upsertions=upsertions,
+                deletions=deletions,
+            )
+
+    run_on_cluster(bootstrap, work, config=command_config)
+    kind, name = target[0]
+    if name is None:
+        print(f"Completed updating default config for {kind} in the cluster.")
+    else:
+        print(f"Completed updating config for {kind[:-1]} {name}.")
 
 
 def _check_user_name(name: str) -> None:
@@ -203,49 +345,6 @@ def _check_user_name(name: str) -> None:
         name.encode()
     except UnicodeEncodeError:
         raise KcliError("the --entity-name of a user must be UTF-8 text.") from None
-
-
-def _alter_user(
-    bootstrap: str,
-    name: str | None,
-    entity_default: bool,
-    add_config: str | None,
-    delete_config: list[str] | None,
-    command_config: Path | None,
-) -> None:
-    """kafka-configs.sh --alter --entity-type users with SCRAM mechanisms as the configs."""
-    from ops.configs import ConfigError, parse_add_config
-    from ops.scram import alter_user_scram_credentials, scram_deletions, scram_upsertions
-
-    if entity_default:
-        raise KcliError(
-            "The use of --entity-default or --user-defaults is not allowed with User SCRAM Credentials "
-            "using --bootstrap-server."
-        )
-    if not name:
-        raise KcliError("name the user with --entity-name.")
-    _check_user_name(name)
-    try:
-        to_set = parse_add_config(add_config) if add_config is not None else {}
-    except ConfigError:  # its sentence would quote the value, and so the password
-        raise KcliError(
-            "--add-config for a user is MECHANISM=[iterations=N,password=PASSWORD], "
-            "e.g. 'SCRAM-SHA-512=[iterations=8192,password=...]'."
-        ) from None
-    upsertions = scram_upsertions(to_set)
-    deletions = scram_deletions(
-        k.strip() for item in delete_config or () for k in item.split(",") if k.strip()
-    )
-    if not upsertions and not deletions:
-        raise KcliError("give --add-config, --delete-config or both.")
-    run_on_cluster(
-        bootstrap,
-        lambda cluster: alter_user_scram_credentials(
-            cluster, name, upsertions=upsertions, deletions=deletions
-        ),
-        config=command_config,
-    )
-    print(f"Completed updating config for user {name}.")
 
 
 def _entity(

@@ -13,6 +13,7 @@ def build_controller_registry() -> ApiRegistry:
     """What the controller listener serves: Raft, broker lifecycle, and the admin requests brokers forward."""
     from kcli.broker.apis import (
         api_versions,
+        client_quotas,
         cluster,
         configs,
         elections,
@@ -34,6 +35,7 @@ def build_controller_registry() -> ApiRegistry:
             *cluster.APIS,
             *features.APIS,
             *scram.CONTROLLER_APIS,
+            *client_quotas.CONTROLLER_APIS,
         ]
     )
 
@@ -42,6 +44,7 @@ def build_registry() -> ApiRegistry:
     """The broker's registry: every API family module's `APIS`."""
     from kcli.broker.apis import (
         api_versions,
+        client_quotas,
         cluster,
         configs,
         consumer_groups,
@@ -93,5 +96,6 @@ def build_registry() -> ApiRegistry:
             *features.APIS,
             *sasl.APIS,
             *scram.APIS,
+            *client_quotas.APIS,
         ]
     )

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from kcli.broker.metadata.controller import QuorumController
     from kcli.broker.metadata.image import ClusterMetadataImage, TopicChanges
     from kcli.broker.producer_ids import ProducerIdManager
+    from kcli.broker.quota.quotas import QuotaManagers
     from kcli.broker.raft import KafkaRaftClient
     from kcli.broker.replication.alter_log_dirs import ReplicaAlterLogDirsManager
     from kcli.broker.replication.manager import ReplicaManager
@@ -82,6 +83,8 @@ class BrokerState:
     controller_listener_name: str | None = None
     forward_to_controller: ForwardToController | None = None
     """Send a request to the active controller and give back its answer (Kafka's forwarding, KIP-590)."""
+    quotas: QuotaManagers | None = None
+    """Client quota sensors (kcli.broker.quota), made when a handler first needs them."""
 
     name = "BrokerState"  # as a MetadataPublisher (not a dataclass field: no annotation)
 
@@ -115,6 +118,8 @@ class ConnectionInfo:
     principal: str = "User:ANONYMOUS"
     """Kafka's KafkaPrincipal as "User:name": ANONYMOUS until TLS client auth (the certificate's subject
     mapped by `ssl.principal.mapping.rules`, `kcli.security.principal`) or SASL establishes one."""
+    mute_for: Callable[[float], None] | None = None
+    """Read no further request on this connection for that many seconds (a quota's throttle, KIP-219)."""
 
 
 class RequestContext(NamedTuple):

@@ -22,6 +22,7 @@ from kio.schema.errors import ErrorCode
 from kcli.broker.apis.api_versions import API_KEY as API_VERSIONS
 from kcli.broker.apis.api_versions import unsupported_version_response
 from kcli.broker.apis.context import BrokerState, ConnectionInfo, FramedResponse, RequestContext
+from kcli.broker.quota.quotas import on_cpu, record_request_time, throttle, with_throttle_time
 from kcli.protocol.messages import api_name, error_response
 from kcli.protocol.request_header import InvalidRequestError, decode_request, read_request_header
 from kcli.protocol.response_header import encode_response, response_header
@@ -68,7 +69,15 @@ async def handle_request(state: BrokerState, connection: ConnectionInfo, frame: 
     else:
         request = decode_request(spec.name, api_key, api_version, frame, body_offset)
         try:
-            response = await spec.handler(ctx, request)
+            if not state.image.client_quotas:
+                response = await spec.handler(ctx, request)
+            else:  # request_percentage: the handler's own time, throttled as any other quota
+                spent = [0]
+                response = await on_cpu(spec.handler(ctx, request), spent)
+                throttle_ms = record_request_time(ctx, request, spent[0])
+                if throttle_ms:
+                    throttle(ctx, throttle_ms)
+                    response = with_throttle_time(response, throttle_ms)
         except ConnectionAbortedError as exc:  # the handler asks for the connection to be closed
             raise InvalidRequestError(str(exc)) from None
         except Exception:

@@ -38,6 +38,7 @@ from kio.schema.errors import ErrorCode
 from kcli.broker.apis.context import FileRegion, FramedResponse, RequestContext
 from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.log.log import FetchSlice
+from kcli.broker.quota.fetch_quota import consumer_quota
 from kcli.broker.replication.manager import FetchParams, FetchPartitionData, FetchTarget
 from kcli.broker.replication.replica_selector import ClientMetadata
 from kcli.protocol.fetch_codec import write_fetch_response
@@ -58,12 +59,13 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> FramedResponse:
         return encode_response(version, ErrorCode.fetch_session_id_not_found, [])
 
     targets, unknown = _targets(ctx, request)
+    quota = consumer_quota(ctx, request)
     params = FetchParams(
         replica_id=request.replica_state.replica_id if version >= 15 else request.replica_id,
         replica_epoch=request.replica_state.replica_epoch if version >= 15 else -1,
         max_wait=request.max_wait.total_seconds(),
         min_bytes=request.min_bytes,
-        max_bytes=min(request.max_bytes, int(ctx.state.config["fetch.max.bytes"])),  # type: ignore[call-overload]
+        max_bytes=quota.max_bytes(min(request.max_bytes, int(ctx.state.config["fetch.max.bytes"]))),  # type: ignore[call-overload]
         read_committed=request.isolation_level == READ_COMMITTED,
         client_metadata=ClientMetadata(request.rack_id, ctx.client_id) if version >= 11 else None,
     )
@@ -71,7 +73,10 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> FramedResponse:
     if (version <= 5 or version >= 16) and any(r.error_code is not ErrorCode.none for r in results):
         results = [_for_version(r, version, ctx) for r in results]
     results += unknown
-    return encode_response(version, ErrorCode.none, _group(results, version), _leader_endpoints(ctx, results))
+    response = encode_response(
+        version, ErrorCode.none, _group(results, version), _leader_endpoints(ctx, results)
+    )
+    return quota.check(response, lambda: encode_response(version, ErrorCode.none, []))
 
 
 def encode_response(

@@ -57,6 +57,7 @@ from formats.records import (
 from kcli.broker.apis.context import FramedResponse, RequestContext
 from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.log.validator import AppendOrigin
+from kcli.broker.quota.quotas import record_produce, throttle
 from kcli.broker.replication.manager import (
     PartitionResponse,
     is_transactional_data,
@@ -134,6 +135,8 @@ async def handle_produce(ctx: RequestContext, request: Any) -> object | None:
                 response = response._replace(current_leader=None)  # ProduceResponse v10 added it
             outcomes[slot] = (outcomes[slot][0], response)
 
+    throttle_ms = record_produce(ctx, sum(len(r) for _, r in entries)) if image.client_quotas else 0
+    throttle(ctx, throttle_ms)  # KIP-219: answer now, then read nothing more for that long
     if acks == 0:
         failed = [
             f"{topic}-{index}: {outcome.error.name}"
@@ -148,6 +151,8 @@ async def handle_produce(ctx: RequestContext, request: Any) -> object | None:
                 f"{ctx.client_id!r}) failed: {', '.join(failed)}"
             )
         return None
+    if throttle_ms:
+        return _response(version, results, image, by_id, datetime.timedelta(milliseconds=throttle_ms))
     body = write_produce_response(version, results)
     if body is not None:
         return FramedResponse(_classes(version)[0], (body,))
@@ -313,7 +318,11 @@ def _whole_request_error(version: int, request: Any, error: ErrorCode) -> object
 
 
 def _response(
-    version: int, results: list[tuple[Any, list[tuple[int, PartitionResponse]]]], image: Any, by_id: bool
+    version: int,
+    results: list[tuple[Any, list[tuple[int, PartitionResponse]]]],
+    image: Any,
+    by_id: bool,
+    throttle_time: datetime.timedelta = datetime.timedelta(0),
 ) -> object:
     classes = _classes(version)
     response_cls, topic_cls, partition_cls, record_error_cls, leader_cls, endpoint_cls = classes
@@ -358,8 +367,8 @@ def _response(
             for b in image.brokers()
             if b.node_id in leaders
         )
-        return response_cls(responses=tuple(topics), throttle_time=_NO_THROTTLE, node_endpoints=endpoints)
-    return response_cls(responses=tuple(topics), throttle_time=_NO_THROTTLE)
+        return response_cls(responses=tuple(topics), throttle_time=throttle_time, node_endpoints=endpoints)
+    return response_cls(responses=tuple(topics), throttle_time=throttle_time)
 
 
 @cache

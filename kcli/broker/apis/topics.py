@@ -28,6 +28,8 @@ from kcli.broker.metadata.controller import (
     DeleteTopicResult,
     NewTopic,
 )
+from kcli.broker.quota.manager import ControllerMutationQuota
+from kcli.broker.quota.quotas import THROTTLING_QUOTA_EXCEEDED_MESSAGE, mutation_quota, throttle
 from kcli.config import CLUSTER_METADATA_TOPIC
 from kcli.protocol.messages import build, kio_versions, nested_type, response_type
 
@@ -71,12 +73,30 @@ async def handle_create_topics(ctx: RequestContext, request: object) -> object:
         )
         for t in topics
     ]
+    quota = mutation_quota(ctx, strict_since=6)
+    permits: dict[str, int] = {}
+    if quota is not None:  # KIP-599: each new topic takes its partitions from the client's bucket
+        default_partitions = int(ctx.state.config["num.partitions"])  # type: ignore[call-overload]
+        for t in new_topics:
+            if counts[t.name] == 1 and ctx.state.image.topic_id(t.name) is None:
+                n = len(t.assignments) or (default_partitions if t.num_partitions == -1 else t.num_partitions)
+                permits[t.name] = n if quota.record(n) else -1
+    asked = [t for t in new_topics if permits.get(t.name, 0) >= 0]
     created, refused = await on_controller(
-        ctx.controller.create_topics(new_topics, validate_only=request.validate_only)  # type: ignore[attr-defined]
+        ctx.controller.create_topics(asked, validate_only=request.validate_only)  # type: ignore[attr-defined]
     )
-    outcome = [CreateTopicResult(t.name, refused) for t in new_topics] if created is None else created
+    outcome = [CreateTopicResult(t.name, refused) for t in asked] if created is None else created
+    if quota is not None:
+        _refund(quota, permits, [(r.name, r.error) for r in outcome])
+        by_name = {r.name: r for r in outcome}
+        outcome = [
+            by_name.get(t.name) or CreateTopicResult(t.name, _THROTTLED)
+            for t in new_topics
+            if t.name in by_name or permits.get(t.name, 0) < 0
+        ]
+        outcome += [r for r in by_name.values() if r.name not in {t.name for t in new_topics}]
     results = [_created(response_cls, result) for result in outcome]
-    return build(response_cls, throttle_time=_NO_THROTTLE, topics=tuple(results))
+    return build(response_cls, throttle_time=_throttle_time(ctx, quota), topics=tuple(results))
 
 
 async def handle_delete_topics(ctx: RequestContext, request: object) -> object:
@@ -114,6 +134,27 @@ async def handle_delete_topics(ctx: RequestContext, request: object) -> object:
         results = [_deleted(response_cls, DeleteTopicResult(n, i, _TIMED_OUT)) for n, i in given]
         return build(response_cls, throttle_time=_NO_THROTTLE, responses=tuple(results))
 
+    quota = mutation_quota(ctx, strict_since=5)
+    throttled: list[DeleteTopicResult] = []
+    permits: dict[str | uuid.UUID, int] = {}
+    if quota is not None:  # KIP-599: a deleted topic gives back nothing, its partitions count as mutations
+        image = ctx.state.image
+        kept = []
+        for ref in references:
+            topic = image.topic(ref) if isinstance(ref, str) else image.topic_by_id(ref)
+            n = len(topic.partitions) if topic is not None else 0
+            if n and not quota.record(n):
+                throttled.append(
+                    DeleteTopicResult(
+                        ref if isinstance(ref, str) else None,
+                        ref if isinstance(ref, uuid.UUID) else ZERO_UUID,
+                        _THROTTLED,
+                    )
+                )
+                continue
+            permits[ref] = n
+            kept.append(ref)
+        references = kept
     deleted, refused = await on_controller(ctx.controller.delete_topics(references))
     if deleted is None:
         deleted = [
@@ -122,9 +163,13 @@ async def handle_delete_topics(ctx: RequestContext, request: object) -> object:
             )
             for r in references
         ]
-    outcome = early + deleted
+    if quota is not None:
+        for ref, result in zip(references, deleted, strict=False):
+            if result.error.is_failure:
+                quota.refund(permits.get(ref, 0))
+    outcome = early + deleted + throttled
     results = [_deleted(response_cls, result) for result in outcome]
-    return build(response_cls, throttle_time=_NO_THROTTLE, responses=tuple(results))
+    return build(response_cls, throttle_time=_throttle_time(ctx, quota), responses=tuple(results))
 
 
 async def handle_create_partitions(ctx: RequestContext, request: object) -> object:
@@ -143,7 +188,13 @@ async def handle_create_partitions(ctx: RequestContext, request: object) -> obje
     duplicate = ApiError(ErrorCode.invalid_request, "Duplicate topic name.")
     results = [_partitions_result(result_cls, name, duplicate) for name, n in counts.items() if n > 1]
     controller = ctx.controller
+    quota = mutation_quota(ctx, strict_since=3)
     for topic in singles:
+        partitions = ctx.state.image.partitions_of(topic.name)
+        added = topic.count - len(partitions) if partitions is not None else 0
+        if quota is not None and added > 0 and not quota.record(added):
+            results.append(_partitions_result(result_cls, topic.name, _THROTTLED))
+            continue
         assignments = None
         if topic.assignments is not None:
             assignments = [tuple(a.broker_ids) for a in topic.assignments]
@@ -155,13 +206,34 @@ async def handle_create_partitions(ctx: RequestContext, request: object) -> obje
                 validate_only=request.validate_only,  # type: ignore[attr-defined]
             )
         )
+        if quota is not None and added > 0 and error.is_failure:
+            quota.refund(added)
         results.append(_partitions_result(result_cls, topic.name, error))
-    return build(response_cls, throttle_time=_NO_THROTTLE, results=tuple(results))
+    return build(response_cls, throttle_time=_throttle_time(ctx, quota), results=tuple(results))
 
 
 # ---------------------------------------------------------------------------------------------------
 
 _TIMED_OUT = ApiError(ErrorCode.request_timed_out)
+_THROTTLED = ApiError(ErrorCode.throttling_quota_exceeded, THROTTLING_QUOTA_EXCEEDED_MESSAGE)
+
+
+def _refund(
+    quota: ControllerMutationQuota, permits: dict[str, int], outcome: list[tuple[str, ApiError]]
+) -> None:
+    """Partitions of topics the controller then refused go back to the bucket: nothing changed."""
+    for name, error in outcome:
+        if permits.get(name, 0) > 0 and error.is_failure:
+            quota.refund(permits[name])
+
+
+def _throttle_time(ctx: RequestContext, quota: ControllerMutationQuota | None) -> datetime.timedelta:
+    """The mutation quota's throttle time in the answer, the connection muted for it (KIP-599)."""
+    if quota is None:
+        return _NO_THROTTLE
+    throttle_ms = quota.throttle_time_ms
+    throttle(ctx, throttle_ms)
+    return datetime.timedelta(milliseconds=throttle_ms)
 
 
 def _timed_out(request: object) -> bool:

@@ -7,7 +7,8 @@ and a controller operation costs a copy of the maps it changes. The replay rules
 a PartitionChangeRecord replaces the fields it carries, bumps the leader epoch when it names a
 leader (even the same one) and always bumps the partition epoch; RemoveTopicRecord also drops the
 topic's configs; a ConfigRecord with a null value deletes the key; a UserScramCredentialRecord
-replaces the user's credential for its mechanism and RemoveUserScramCredentialRecord drops it.
+replaces the user's credential for its mechanism and RemoveUserScramCredentialRecord drops it; a
+ClientQuotaRecord sets or removes one key of a quota entity, and an entity left with no key is gone.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from kcli.features import METADATA_VERSION as METADATA_VERSION
 from kcli.features import MV_3_9_IV0 as MV_3_9_IV0
 from kcli.features import is_elr_enabled
 from kcli.protocol.configs import ResourceType
+from kcli.quota_config import QuotaEntity, quota_entity
 from kcli.security.scram import ScramCredential
 from kcli.security.scram_credentials import MECHANISM_NAMES
 
@@ -222,6 +224,8 @@ class ClusterMetadataImage:
     producer_ids: ProducerIdsBlock | None = None
     scram: Mapping[str, Mapping[str, ScramCredential]] = field(default_factory=dict)
     """Mechanism name -> user -> stored credential (Kafka's ScramImage)."""
+    client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = field(default_factory=dict)
+    """Quota entity -> key -> value (Kafka's ClientQuotasImage)."""
     _infos: dict[uuid.UUID, TopicInfo] = field(default_factory=dict, repr=False, compare=False)
     _topics_by_name: dict[str, TopicImage] = field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -373,6 +377,8 @@ class ClusterMetadataImage:
             and self.producer_ids == other.producer_ids
             and {k: dict(v) for k, v in self.scram.items() if v}
             == {k: dict(v) for k, v in other.scram.items() if v}
+            and {k: dict(v) for k, v in self.client_quotas.items()}
+            == {k: dict(v) for k, v in other.client_quotas.items()}
         )
 
     __hash__ = None  # type: ignore[assignment]
@@ -435,6 +441,7 @@ class MetadataDelta:
         self.configs: dict[tuple[int, str], Mapping[str, str]] = dict(image.configs)
         self.producer_ids = image.producer_ids
         self.scram: dict[str, Mapping[str, ScramCredential]] = dict(image.scram)
+        self.client_quotas: dict[QuotaEntity, Mapping[str, float]] = dict(image.client_quotas)
         self._changed_partitions: dict[uuid.UUID, dict[int, PartitionRegistration]] = {}
         self._pending: list[tuple[MetadataRecord, int]] | None = None
 
@@ -483,7 +490,14 @@ class MetadataDelta:
             configs=MappingProxyType({k: MappingProxyType(dict(v)) for k, v in self.configs.items()}),
             producer_ids=self.producer_ids,
             scram=MappingProxyType({k: MappingProxyType(dict(v)) for k, v in self.scram.items() if v}),
+            client_quotas=self._client_quotas_image(),
         )
+
+    def _client_quotas_image(self) -> Mapping[QuotaEntity, Mapping[str, float]]:
+        """The previous image's mapping when no ClientQuotaRecord came: quota lookups cache on it."""
+        if self.client_quotas == self.image.client_quotas:
+            return self.image.client_quotas
+        return MappingProxyType({k: MappingProxyType(dict(v)) for k, v in self.client_quotas.items()})
 
     # --- one method per record type ---------------------------------------------------------------
 
@@ -491,7 +505,7 @@ class MetadataDelta:
         handler = _HANDLERS.get(record.name)
         if handler is not None:
             handler(self, record.data)
-        # Other records (ACLs, quotas, delegation tokens, controller registrations, ZK
+        # Other records (ACLs, delegation tokens, controller registrations, ZK
         # migration state, NoOpRecord) carry nothing this image holds.
 
     def _feature_level(self, data: Mapping[str, Any]) -> None:
@@ -635,6 +649,19 @@ class MetadataDelta:
         if users.pop(data["name"], None) is not None:
             self.scram[mechanism] = users  # type: ignore[index]
 
+    def _client_quota(self, data: Mapping[str, Any]) -> None:
+        """ClientQuotaControlManager.replay: set or remove one key of the entity."""
+        entity = quota_entity((e["entityType"], e["entityName"]) for e in data["entity"])
+        values = dict(self.client_quotas.get(entity, {}))
+        if data["remove"]:
+            values.pop(data["key"], None)
+        else:
+            values[data["key"]] = float(data["value"])
+        if values:
+            self.client_quotas[entity] = values
+        else:
+            self.client_quotas.pop(entity, None)
+
     def _partitions_for_update(self, topic_id: uuid.UUID, partition_id: int, what: str) -> dict:
         if topic_id not in self.topics:
             raise MetadataReplayError(
@@ -663,6 +690,7 @@ _HANDLERS = {
     "ProducerIdsRecord": MetadataDelta._producer_ids,
     "UserScramCredentialRecord": MetadataDelta._user_scram_credential,
     "RemoveUserScramCredentialRecord": MetadataDelta._remove_user_scram_credential,
+    "ClientQuotaRecord": MetadataDelta._client_quota,
 }
 
 

@@ -2,8 +2,8 @@
 
 Replaying `image_records(image)` onto an empty image gives `image` back (its offset aside): feature
 levels, broker registrations with their fencing, topics and their partitions as they stand now (leader,
-epochs, ISR, ELR), configs, the next producer id block, and SCRAM credentials (when metadata.version
-has them: 3.5-IV2 or later, as Kafka's ScramImage.write).
+epochs, ISR, ELR), configs, client quotas, the next producer id block, and SCRAM credentials (when
+metadata.version has them: 3.5-IV2 or later, as Kafka's ScramImage.write).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ REGISTER_BROKER_RECORD_VERSION = 3
 
 
 def image_records(image: ClusterMetadataImage) -> list[Record]:
-    """Records in Kafka's snapshot order: features, cluster, topics, configs, producer ids, SCRAM."""
+    """Records in Kafka's snapshot order: features, cluster, topics, configs, client quotas, producer
+    ids, SCRAM."""
     records: list[Record] = [
         ("FeatureLevelRecord", 0, {"name": name, "featureLevel": level})
         for name, level in sorted(image.features.items())
@@ -71,6 +72,12 @@ def image_records(image: ClusterMetadataImage) -> list[Record]:
                     },
                 )
             )
+    for entity, values in sorted(image.client_quotas.items(), key=lambda item: repr(item[0])):
+        entity_data = [{"entityType": kind, "entityName": name} for kind, name in entity]
+        records.extend(
+            ("ClientQuotaRecord", 0, {"entity": entity_data, "key": key, "value": value, "remove": False})
+            for key, value in sorted(values.items())
+        )
     if image.producer_ids is not None:
         block = image.producer_ids
         records.append(

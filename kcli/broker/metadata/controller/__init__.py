@@ -9,6 +9,7 @@
 - `producer_id_control_manager`: AllocateProducerIds blocks
 - `feature_control_manager`: metadata.version
 - `scram_control_manager`: SCRAM credentials; AlterUserScramCredentials
+- `client_quota_control_manager`: client quotas; AlterClientQuotas
 - `controller_result`: what a manager returns (records + response) and Kafka's ApiError
 - `topic`: the topic name rules
 """

@@ -29,6 +29,10 @@ from typing import Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from formats.internal import MetadataRecord, encode_metadata_record
+from kcli.broker.metadata.controller.client_quota_control_manager import (
+    ClientQuotaControlManager,
+    EntityResult,
+)
 from kcli.broker.metadata.controller.cluster_control_manager import (
     BrokerHeartbeat,
     ClusterControlManager,
@@ -104,6 +108,7 @@ class QuorumController:
         self.producer_id_control = ProducerIdControlManager(self.cluster_control)
         self.feature_control = FeatureControlManager()
         self.scram_control = ScramControlManager()
+        self.client_quota_control = ClientQuotaControlManager()
         raft_client.register(self)
 
     @property
@@ -512,6 +517,15 @@ class QuorumController:
             self._image, list(request.deletions), list(request.upsertions)
         )
         return await self._run(result)
+
+    # --- client quotas -----------------------------------------------------------------------------
+
+    async def alter_client_quotas(self, entries: list[Any], validate_only: bool) -> list[EntityResult]:
+        """AlterClientQuotas: one result per entity, once the quotas that passed are committed."""
+        if not self.is_active:
+            raise NotControllerError(f"node {self.node_id} is not the active controller")
+        result = self.client_quota_control.alter_client_quotas(self._image, entries)
+        return await self._run(result, validate_only)
 
     # --- producer ids -----------------------------------------------------------------------------
 
