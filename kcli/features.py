@@ -167,6 +167,8 @@ def supports_epoch_bump(transaction_version: int) -> bool:
 def transaction_log_value_version(transaction_version: int) -> int:
     """TransactionVersion.transactionLogValueVersion: the flexible v1 from transaction.version 1."""
     return 1 if transaction_version >= 1 else 0
+
+
 def is_consumer_protocol_enabled(features: Mapping[str, int]) -> bool:
     """GroupVersion.isConsumerRebalanceProtocolSupported: group.version >= 1."""
     return features.get(GROUP_VERSION, 0) >= 1

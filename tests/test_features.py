@@ -112,7 +112,7 @@ def test_turning_elr_on_needs_its_metadata_version_and_writes_the_safety_configs
 @pytest.mark.parametrize(
     ("update", "message"),
     [
-        (("transaction.version", 2, UPGRADE), "Local controller 1 does not support this feature."),
+        (("share.version", 1, UPGRADE), "Local controller 1 does not support this feature."),
         ((METADATA_VERSION, 28, UPGRADE), "Local controller 1 only supports versions 1-27"),
         ((ELR, -1, SAFE_DOWNGRADE), "A feature version cannot be less than 0."),
         ((ELR, 1, 0), "The controller does not support the given upgrade type."),
