@@ -977,8 +977,9 @@ def test_torn_last_batch_is_truncated_to_the_previous_image(tmp_path):
 
 def test_corrupt_batch_truncates_it_and_later_segments(tmp_path):
     controller = SyncController(config(tmp_path, **{"metadata.log.segment.bytes": "400"}))
+    images = [controller.image]  # the registration may have a segment of its own, so recovery can end here
     controller.register_broker(LISTENER)
-    images = [controller.image]
+    images.append(controller.image)
     for i in range(6):
         controller.create_topics([NewTopic(f"t{i}", 2)])
         images.append(controller.image)

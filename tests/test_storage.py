@@ -620,12 +620,12 @@ def test_features_kafka_4_4_formatted_into_the_bootstrap_snapshot_are_read_not_d
     replaced by kcli's defaults); a supported one is what the cluster starts at."""
     config = combined(tmp_path)
     assert kcli(tmp_path, "storage", "format", "-c", str(config), "-t", CLUSTER_ID).returncode == 0
-    _as_kafka_4_4_formats_it(tmp_path / "metadata", {"transaction.version": 2})
+    _as_kafka_4_4_formats_it(tmp_path / "metadata", {"share.version": 1})
     refused = subprocess.run(
         [*KCLI, "broker", "start", "--config", str(config)],
         cwd=tmp_path, env=kcli_env(), capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
     )  # fmt: skip
-    assert refused.returncode != 0 and "transaction.version" in refused.stderr, refused.stderr
+    assert refused.returncode != 0 and "share.version" in refused.stderr, refused.stderr
 
     again = tmp_path / "again"
     again.mkdir()
