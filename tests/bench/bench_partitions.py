@@ -2,16 +2,17 @@
 replication factor 3 on a 3-node kcli cluster (combined mode, one machine).
 
     python tests/bench/bench_partitions.py [--partitions 1,30,1000] [--mib 64] [--size 1024]
-                                           [--idle-seconds 10] [--base-port 44000]
+                                           [--idle-seconds 10] [--settle-seconds 15] [--base-port 44000]
 
 For each partition count: a topic with replicas spread over the three nodes (min.insync.replicas 2) is
-created and waited for until every partition has its full ISR; one idempotent confluent-kafka producer
-then writes --mib MiB of --size-byte records with acks=all, round-robin over the partitions. Printed:
-records/s, MB/s and the CPU (user + system, from /proc) of the three broker processes per GiB written,
-then the brokers' CPU seconds per second over --idle-seconds with no traffic (what the followers'
-fetches of every partition cost by themselves). The topic is deleted before the next count, so each
-phase replicates only its own partitions. Every acknowledged record is then on every replica (the
-throughput phase's figures count acks=all records only).
+created and waited for until every partition has its full ISR. The brokers' CPU seconds per second are
+measured over --idle-seconds with no traffic, --settle-seconds after the ISR was full (the new
+replicas' first fetches and checkpoints take about ten seconds at 1000 partitions): what the followers'
+fetches of every partition cost by themselves. Then one idempotent confluent-kafka producer writes
+--mib MiB of --size-byte records with acks=all (each counted once the ISR has it), round-robin over the
+partitions. Printed: records/s, MB/s and the CPU (user + system, from /proc) of the three broker
+processes per GiB written. The topic is deleted before the next count, so each phase replicates only
+its own partitions.
 
 Benchmarks print figures; nothing here is a timed assert. Loopback only; every process it starts is
 stopped by PID.
@@ -104,6 +105,9 @@ def main() -> None:
     parser.add_argument("--mib", type=int, default=64, help="MiB per throughput phase")
     parser.add_argument("--size", type=int, default=1024, help="record size in bytes")
     parser.add_argument("--idle-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--settle-seconds", type=float, default=15.0, help="wait after creating a topic before measuring"
+    )
     parser.add_argument("--base-port", type=int, default=44000)
     args = parser.parse_args()
     counts = [int(n) for n in args.partitions.split(",")]
@@ -118,7 +122,7 @@ def main() -> None:
             for count in counts:
                 topic = f"p{count}"
                 create_topic(nodes.bootstrap, topic, count)
-                time.sleep(2)
+                time.sleep(args.settle_seconds)
                 idle = idle_cpu(nodes, args.idle_seconds)
                 rate, mb, cpu = throughput(nodes, topic, count, args.mib, args.size)
                 print(
