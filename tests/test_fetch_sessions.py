@@ -16,14 +16,13 @@ import datetime
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from conftest import BrokerProcess, start_broker, stop_cleanly
+from conftest import BrokerProcess
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 from kio.schema.errors import ErrorCode
@@ -31,6 +30,7 @@ from kraft_cluster import LocalKraftCluster, wait_for
 
 from formats.records import RecordSpec, build_batch
 from formats.segment import walk
+from kcli.broker.replication.fetch_session import FetchSessionCache
 from kcli.client import KafkaClient
 from kcli.protocol.messages import request_type
 
@@ -39,15 +39,6 @@ pytestmark = pytest.mark.timeout(120)
 NOW_MS = int(time.time() * 1000)
 Partition = tuple[str, int, int]
 """(topic, partition, fetch offset)"""
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = start_broker(tmp_path_factory.mktemp("broker"), overrides=["auto.create.topics.enable=false"])
-    try:
-        yield process
-    finally:
-        stop_cleanly(process)
 
 
 def create_topics(bootstrap: str, topics: dict[str, int], replication_factor: int = 1) -> None:
@@ -151,7 +142,8 @@ async def produce(client: KafkaClient, topic: str, index: int, count: int) -> No
     assert response.responses[0].partition_responses[0].error_code == ErrorCode.none
 
 
-def test_a_session_by_kafkas_rules(server: BrokerProcess) -> None:
+def test_a_session_by_kafkas_rules(broker: BrokerProcess) -> None:
+    server = broker
     create_topics(server.bootstrap, {"s-a": 3, "s-b": 1})
 
     async def run() -> None:
@@ -440,3 +432,30 @@ def test_three_nodes_replicate_many_partitions_through_sessions(replicated_clust
     wait_for("every ISR full", isr_full, 30, interval=0.5)
     for node in cluster.nodes.values():
         assert "Traceback" not in node.log()
+
+
+def test_the_cache_evicts_stale_sessions_then_the_least_valuable() -> None:
+    """FetchSessionCacheShard's rules on the cache itself, its times given (120 s are not waited out):
+    a session unused for 120 s goes first; else, among those evictable, the least by (privileged,
+    partitions, id) when the new session is worth as much."""
+    cache = FetchSessionCache(2)
+    minute = 60_000
+
+    def create(now_ms: int, privileged: bool, size: int) -> int:
+        return cache.maybe_create_session(now_ms, privileged, size, True, lambda: dict.fromkeys(range(size)))  # type: ignore[arg-type]
+
+    small = create(0, False, 1)
+    large = create(0, False, 5)
+    assert create(minute, False, 9) == 0  # both young: a consumer evicts none
+    cache.touch(cache.get(small), 3 * minute)  # type: ignore[arg-type]
+    cache.touch(cache.get(large), 3 * minute)  # type: ignore[arg-type]
+    # both now over 120 s old and just used: the smaller goes for a larger one, not for a smaller one
+    assert create(3 * minute, False, 1) == 0
+    larger = create(3 * minute, False, 6)
+    assert larger != 0 and cache.get(small) is None and cache.get(large) is not None
+    # a follower's session evicts a consumer's however young it is
+    follower = create(3 * minute, True, 1)
+    assert follower != 0 and len(cache) == 2 and cache.get(large) is None
+    # unused for over 120 s: evicted for anything, whatever its worth
+    assert create(6 * minute, False, 1) != 0 and len(cache) == 2
+    assert cache.evictions == 3

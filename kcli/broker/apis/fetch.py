@@ -68,7 +68,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> FramedResponse:
             replica_id >= 0,
             fetch_data,
             _forgotten(request, version),
-            _topic_names(ctx) if version >= FIRST_TOPIC_ID_VERSION else _NO_NAMES,
+            _topic_names(ctx) if version >= FIRST_TOPIC_ID_VERSION else _no_names,
         )
         if context.error is not ErrorCode.none:
             return encode_response(version, context.error, [])
@@ -173,10 +173,8 @@ def _topic_names(ctx: RequestContext) -> Callable[[Any], str | None]:
 
 
 def _no_names(topic_id: Any) -> str | None:
+    """Before v13 a session names its topics itself."""
     return None
-
-
-_NO_NAMES = _no_names
 
 
 def _for_version(result: FetchPartitionData, version: int, ctx: RequestContext) -> FetchPartitionData:

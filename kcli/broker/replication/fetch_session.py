@@ -13,11 +13,11 @@ slots among 8 shards for its threads' locks; one event loop needs no shards, so 
   (FETCH_SESSION_ID_NOT_FOUND), be at that epoch (INVALID_FETCH_SESSION_EPOCH) and name topics as
   the request version does: by id from v13, else by name (FETCH_SESSION_TOPIC_ID_ERROR);
 - an incremental fetch that leaves the session without partitions closes it (answered sessionless);
-- a full cache evicts, for a new session, the least recently used one when unused for 120 s; else the
-  least valuable by (privileged, partitions, id), followers' sessions privileged: any follower's session
-  may evict a consumer's, and any session a smaller one, but only sessions created more than 120 s ago
-  (Kafka's MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS), except that a follower may evict a consumer's at
-  any age;
+- a full cache makes room for a new session by evicting the least recently used one if unused for
+  120 s (Kafka's MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS); else the least valuable evictable one, by
+  (privileged, partitions, id), when the new one is worth at least as much. Followers' sessions are
+  privileged; a follower's new session may evict consumers' sessions and any created over 120 s ago, a
+  consumer's only those created over 120 s ago (touch's evictableByPrivileged / evictableByAll);
 - an incremental answer carries a partition with records, a changed high watermark or log start
   offset, an error, a diverging epoch or a preferred read replica (CachedPartition.maybeUpdateResponseData),
   and here also a changed last stable offset, so a read_committed consumer hears of a commit without
