@@ -317,8 +317,8 @@ def produce_many(
 
 
 def slot_taken(bootstrap: str, topic: str) -> bool:
-    """With one slot: whether a young consumer session holds it (then a new consumer's full fetch gets
-    no session)."""
+    """Whether the broker's session slots are all held by sessions a consumer cannot evict (young
+    consumers' or followers'): then a new consumer's full fetch gets no session."""
 
     async def ask() -> bool:
         async with await KafkaClient.connect(bootstrap) as client:
@@ -406,8 +406,10 @@ def replica_records(bootstrap: str, topic: str, partitions: int) -> dict[int, tu
 
 def test_three_nodes_replicate_many_partitions_through_sessions(replicated_cluster: Any) -> None:
     """RF 3 over many partitions: every acknowledged record on every replica, each replica's high
-    watermark at the end (a follower learns it from an answer that carries nothing else), ISR full."""
-    cluster: LocalKraftCluster = replicated_cluster()
+    watermark at the end (a follower learns it from an answer that carries nothing else), ISR full,
+    and every node's session slots held by the other nodes' fetchers."""
+    # two slots a node: the two other nodes' fetchers hold them, so a consumer gets no session there
+    cluster: LocalKraftCluster = replicated_cluster("max.incremental.fetch.session.cache.slots=2")
     partitions = 120
     create_topics(cluster.bootstrap, {"rf3-many": partitions}, replication_factor=3)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
@@ -431,6 +433,7 @@ def test_three_nodes_replicate_many_partitions_through_sessions(replicated_clust
             assert held[partition][1].get(offset) == value, (node_id, partition, offset)
     wait_for("every ISR full", isr_full, 30, interval=0.5)
     for node in cluster.nodes.values():
+        assert slot_taken(node.bootstrap, "rf3-many"), f"node {node.node_id}: a slot no follower holds"
         assert "Traceback" not in node.log()
 
 
