@@ -208,14 +208,30 @@ def test_a_session_by_kafkas_rules(broker: BrokerProcess) -> None:
             # An id no session has: FETCH_SESSION_ID_NOT_FOUND.
             response = await client.send(fetch(13, [], ids=ids, session_id=session + 1, session_epoch=1))
             assert (response.error_code, response.session_id) == (ErrorCode.fetch_session_id_not_found, 0)
+            # Odd fields a stock client never sends: an epoch below -1 is incremental (no session with id
+            # 0 or -3), one past the session's is the wrong epoch, forgetting a stranger is nothing.
+            for session_id, epoch, error in (
+                (0, -7, ErrorCode.fetch_session_id_not_found),
+                (-3, 1, ErrorCode.fetch_session_id_not_found),
+                (session, 2**31 - 1, ErrorCode.invalid_fetch_session_epoch),
+            ):
+                response = await client.send(
+                    fetch(13, [], ids=ids, session_id=session_id, session_epoch=epoch)
+                )
+                assert (response.error_code, response.responses) == (error, ())
+            response = await client.send(
+                fetch(13, [], ids={**ids, "gone": uuid.uuid4()}, session_id=session, session_epoch=5,
+                      forgotten=[("gone", 3)])
+            )  # fmt: skip
+            assert (response.error_code, response.session_id) == (ErrorCode.none, session)
 
             # Forgetting every partition closes the session: answered sessionless.
             response = await client.send(
-                fetch(13, [], ids=ids, session_id=session, session_epoch=5,
+                fetch(13, [], ids=ids, session_id=session, session_epoch=6,
                       forgotten=[("s-a", 0), ("s-a", 1), ("s-b", 0)])
             )  # fmt: skip
             assert (response.error_code, response.session_id) == (ErrorCode.none, 0)
-            response = await client.send(fetch(13, [], ids=ids, session_id=session, session_epoch=6))
+            response = await client.send(fetch(13, [], ids=ids, session_id=session, session_epoch=7))
             assert response.error_code == ErrorCode.fetch_session_id_not_found
 
             # Sessions by name (v7-v12), closed with epoch -1 (FINAL_EPOCH): a fetch outside any session.
