@@ -41,7 +41,8 @@ class FetchRequestData(NamedTuple):
     to_forget: list[tuple[uuid.UUID, int]]
     """forgotten_topics_data: (topic id, partition) of the partitions the session drops."""
     session_partitions: dict[PartitionKey, PartitionData]
-    """Every partition of the session after this request: what an answer may name."""
+    """Every partition of the session after this request: what an answer may name (the handler's own
+    map, valid until the next `build`)."""
 
     @property
     def is_full(self) -> bool:
@@ -60,9 +61,7 @@ class FetchSessionHandler:
         """FetchSessionHandler.Builder.build: the next request for `wanted`, in its order."""
         if self.epoch == INITIAL_EPOCH:
             self.session_partitions = dict(wanted)
-            return FetchRequestData(
-                self.session_id, self.epoch, dict(wanted), [], dict(self.session_partitions)
-            )
+            return FetchRequestData(self.session_id, self.epoch, wanted, [], self.session_partitions)
         session = self.session_partitions
         to_send: dict[PartitionKey, PartitionData] = {}
         to_forget: list[tuple[uuid.UUID, int]] = []
@@ -81,7 +80,7 @@ class FetchSessionHandler:
             if key not in session:
                 session[key] = data
                 to_send[key] = data
-        return FetchRequestData(self.session_id, self.epoch, to_send, to_forget, dict(session))
+        return FetchRequestData(self.session_id, self.epoch, to_send, to_forget, session)
 
     def handle_response(self, error: ErrorCode, session_id: int) -> bool:
         """The answer's top-level error and session id; whether its partitions may be processed."""

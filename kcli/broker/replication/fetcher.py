@@ -169,6 +169,8 @@ class ReplicaFetcher:
         self._changed = asyncio.Event()
         self._connections = NodeConnections(f"broker-{manager.node_id}-fetcher-{source_id}")
         self.session = FetchSessionHandler()
+        self._topic_names: dict[uuid.UUID, str] = {}
+        """The names of the topics this fetcher asked for, by id: how an answer's partitions are found."""
         """This fetcher's incremental fetch session with the source broker (KIP-227)."""
         self._task: asyncio.Task[None] | None = None
 
@@ -249,7 +251,10 @@ class ReplicaFetcher:
         data = session.build(wanted)
         if not data.session_partitions and not data.to_forget:
             return
-        sent = {(d.topic_id, key[1]): (key, ready[key]) for key, d in data.session_partitions.items()}
+        session_partitions = data.session_partitions
+        topic_names = self._topic_names
+        for key, d in data.to_send.items():
+            topic_names[d.topic_id] = key[0]
         request = cls(
             cluster_id=None,
             replica_state=nested_type(cls, "ReplicaState")(
@@ -280,14 +285,16 @@ class ReplicaFetcher:
             self._delay(ready)
             return
         for topic in response.responses:
+            name = topic_names.get(topic.topic_id)  # type: ignore[arg-type]
             for partition_data in topic.partitions:
-                item = sent.get((topic.topic_id, partition_data.partition_index))
-                if item is None:
-                    continue
-                key, state = item
-                if self.partitions.get(key) is not state:
+                key = (name, partition_data.partition_index)
+                sent = session_partitions.get(key)  # type: ignore[arg-type]
+                if sent is None or sent.topic_id != topic.topic_id:
+                    continue  # not asked for in this session
+                state = ready[key]  # type: ignore[index]
+                if self.partitions.get(key) is not state:  # type: ignore[arg-type]
                     continue  # a new leader epoch since this request went out
-                await self._process(key, state, partition_data)
+                await self._process(key, state, partition_data)  # type: ignore[arg-type]
 
     async def _process(self, key: PartitionKey, state: PartitionFetchState, data: Any) -> None:
         partition = self.manager.partition(*key)

@@ -599,7 +599,11 @@ class ReplicaManager:
         at its bound. (Kafka's DelayedFetch looks again only on a change or at max_wait; looking when
         the rate allows makes the copy follow the bound to within a fetch rather than half a second.)"""
         quota = self.leader_quota
-        if params.replica_id < 0 or not any(quota.is_throttled(t.topic, t.partition) for t in targets):
+        if (
+            params.replica_id < 0
+            or not quota.throttles_any
+            or not any(quota.is_throttled(t.topic, t.partition) for t in targets)
+        ):
             return math.inf
         pause = quota.seconds_until_within()
         return now + max(pause, _MIN_THROTTLE_WAIT) if pause > 0 else math.inf
