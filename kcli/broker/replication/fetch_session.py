@@ -396,6 +396,8 @@ class FetchManager:
         to_forget: Iterable[PartitionId],
         topic_names: Callable[[Any], str | None],
     ) -> FetchContext:
+        """FetchManager.newContext: a full fetch closes the session it names (and epoch 0 may open one);
+        an incremental one updates its session and moves it to the next epoch, or is a session error."""
         cache = self.cache
         if epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full fetch: any session it names is closed
             if session_id != INVALID_SESSION_ID:
