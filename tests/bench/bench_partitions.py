@@ -2,7 +2,7 @@
 replication factor 3 on a 3-node kcli cluster (combined mode, one machine).
 
     python tests/bench/bench_partitions.py [--partitions 1,30,1000] [--mib 64] [--size 1024]
-                                           [--idle-seconds 10] [--settle-seconds 15] [--base-port 44000]
+                                           [--idle-seconds 10] [--settle-seconds 15] [--base-port 24000]
 
 For each partition count: a topic with replicas spread over the three nodes (min.insync.replicas 2) is
 created and waited for until every partition has its full ISR. The brokers' CPU seconds per second are
@@ -108,7 +108,9 @@ def main() -> None:
     parser.add_argument(
         "--settle-seconds", type=float, default=15.0, help="wait after creating a topic before measuring"
     )
-    parser.add_argument("--base-port", type=int, default=44000)
+    parser.add_argument(
+        "--base-port", type=int, default=24000, help="below Linux's ephemeral ports (32768-60999)"
+    )
     args = parser.parse_args()
     counts = [int(n) for n in args.partitions.split(",")]
 
