@@ -1274,6 +1274,13 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _table(
             "Largest fetch response the broker builds.",
         ),
         (
+            "max.incremental.fetch.session.cache.slots",
+            "int",
+            1000,
+            at_least(0),
+            "Incremental fetch sessions (KIP-227) the broker keeps.",
+        ),
+        (
             "max.request.partition.size.limit",
             "int",
             2000,

@@ -50,8 +50,10 @@ from kcli.broker.producer_ids import ProducerIdManager
 from kcli.broker.raft import KafkaRaftClient, MetadataLogError, open_raft_client
 from kcli.broker.replication.alter_log_dirs import ReplicaAlterLogDirsManager
 from kcli.broker.replication.assignments_manager import AssignmentsManager
+from kcli.broker.replication.fetch_session import FetchManager, FetchSessionCache
 from kcli.broker.replication.fetcher import FetcherConfig
 from kcli.broker.replication.manager import ReplicaManager
+from kcli.broker.replication.partition import monotonic_ms
 from kcli.broker.replication.replica_selector import replica_selector
 from kcli.broker.txn.coordinator import TransactionCoordinator
 from kcli.broker.txn.verification import AddPartitionsToTxnManager
@@ -90,6 +92,10 @@ class Node:
         self.channel = ControllerChannel(raft, self.controller, timeout=timeout)
         self.lifecycle = BrokerLifecycleManager(config, self.channel, loader)
         self.logs = LogManager(config)
+        self.fetch_manager = FetchManager(
+            FetchSessionCache(int(config["max.incremental.fetch.session.cache.slots"])),  # type: ignore[call-overload]
+            monotonic_ms,
+        )
         self.replicas = ReplicaManager(
             config.node_id,
             self.logs,

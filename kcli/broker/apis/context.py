@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from kcli.broker.quota.quotas import QuotaManagers
     from kcli.broker.raft import KafkaRaftClient
     from kcli.broker.replication.alter_log_dirs import ReplicaAlterLogDirsManager
+    from kcli.broker.replication.fetch_session import FetchManager
     from kcli.broker.replication.manager import ReplicaManager
     from kcli.security.scram import ScramCredential
 
@@ -54,6 +55,9 @@ class NodeServices(Protocol):
 
     @property
     def replicas(self) -> ReplicaManager: ...
+
+    @property
+    def fetch_manager(self) -> FetchManager: ...
 
     @property
     def logs(self) -> LogManager: ...
@@ -176,6 +180,14 @@ class RequestContext(NamedTuple):
         if node is None:
             raise RuntimeError("this broker was started without storage, so it hosts no partitions")
         return node.replicas
+
+    @property
+    def fetch_manager(self) -> FetchManager:
+        """This broker's incremental fetch sessions (KIP-227)."""
+        node = self.state.node
+        if node is None:
+            raise RuntimeError("this broker was started without storage, so it keeps no fetch sessions")
+        return node.fetch_manager
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,9 +20,11 @@ long poll, aborted transactions, the leader quota, the followers' state), encode
   min_bytes are there or max_wait has passed, then everything is read again;
 - a follower's fetch of a throttled replica out of the ISR gets no records while the leader's
   replication rate is over leader.replication.throttled.rate (KIP-73, see replication/quota.py);
-- incremental fetch sessions are not kept (as a broker with no session cache slots): a full fetch
-  is answered with session id 0, so clients keep sending full fetches, and an incremental fetch is
-  FETCH_SESSION_ID_NOT_FOUND with no partitions, which makes them start over with a full one.
+- incremental fetch sessions (v7+, KIP-227, replication/fetch_session.py): a full fetch (epoch 0)
+  may open one, and an incremental fetch names only the partitions added or changed and the ones to
+  forget; it reads every partition of the session and answers only those with something to say.
+  A session error (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH,
+  FETCH_SESSION_TOPIC_ID_ERROR) is the answer's error, with no partitions.
 
 Zero copy: the response is encoded by hand (byte for byte what kio writes; see the tests) around the
 records, and each partition's records are a `FileRegion` of its segment file, sent with sendfile.
@@ -31,6 +33,7 @@ No record byte is read into Python on this path.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -39,6 +42,12 @@ from kcli.broker.apis.context import FileRegion, FramedResponse, RequestContext
 from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.log.log import FetchSlice
 from kcli.broker.quota.fetch_quota import consumer_quota
+from kcli.broker.replication.fetch_metadata import INVALID_SESSION_ID
+from kcli.broker.replication.fetch_session import (
+    IncrementalFetchContext,
+    PartitionId,
+    SessionlessFetchContext,
+)
 from kcli.broker.replication.manager import FetchParams, FetchPartitionData, FetchTarget
 from kcli.broker.replication.replica_selector import ClientMetadata
 from kcli.protocol.fetch_codec import write_fetch_response
@@ -47,21 +56,42 @@ from kcli.protocol.messages import kio_versions, response_type
 API_KEY = 1
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
-INITIAL_EPOCH = 0
-FINAL_EPOCH = -1
+FIRST_SESSION_VERSION = 7
+FIRST_TOPIC_ID_VERSION = 13
 
 
 async def handle_fetch(ctx: RequestContext, request: Any) -> FramedResponse:
-    """KafkaApis.handleFetchRequest: decode, ReplicaManager.fetchMessages, encode."""
+    """KafkaApis.handleFetchRequest: decode, the session's context, ReplicaManager.fetchMessages, encode."""
     version = ctx.api_version
-    if version >= 7 and request.session_epoch not in (INITIAL_EPOCH, FINAL_EPOCH):
-        # An incremental fetch: no session is ever created here, so none can be found.
-        return encode_response(version, ErrorCode.fetch_session_id_not_found, [])
+    replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
+    fetch_data = _fetch_data(ctx, request)
+    if version >= FIRST_SESSION_VERSION:
+        context = ctx.fetch_manager.new_context(
+            version,
+            request.session_id,
+            request.session_epoch,
+            replica_id >= 0,
+            fetch_data,
+            _forgotten(request, version),
+            _topic_names(ctx) if version >= FIRST_TOPIC_ID_VERSION else _no_names,
+        )
+        if context.error is not ErrorCode.none:
+            return encode_response(version, context.error, [])
+    else:
+        context = SessionlessFetchContext(fetch_data)
 
-    targets, unknown = _targets(ctx, request)
+    targets: list[FetchTarget] = []
+    unknown: list[FetchPartitionData] = []
+    for target in context.partitions():
+        if target.topic is None:  # a topic id this broker does not know
+            unknown.append(
+                FetchPartitionData(None, target.topic_id, target.partition, ErrorCode.unknown_topic_id)
+            )
+        else:
+            targets.append(target)
     quota = consumer_quota(ctx, request)
     params = FetchParams(
-        replica_id=request.replica_state.replica_id if version >= 15 else request.replica_id,
+        replica_id=replica_id,
         replica_epoch=request.replica_state.replica_epoch if version >= 15 else -1,
         max_wait=request.max_wait.total_seconds(),
         min_bytes=request.min_bytes,
@@ -73,10 +103,14 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> FramedResponse:
     if (version <= 5 or version >= 16) and any(r.error_code is not ErrorCode.none for r in results):
         results = [_for_version(r, version, ctx) for r in results]
     results += unknown
+    error, session_id, answer = context.update_and_generate_response_data(results)
     response = encode_response(
-        version, ErrorCode.none, _group(results, version), _leader_endpoints(ctx, results)
+        version, error, _group(answer, version), _leader_endpoints(ctx, answer), session_id
     )
-    return quota.check(response, lambda: encode_response(version, ErrorCode.none, []))
+    # Over the consumer's quota: Kafka's getThrottledResponse, no partitions, the incremental session's
+    # id kept (a full fetch's new session is not announced: the next fetch is full again)
+    throttled_id = session_id if isinstance(context, IncrementalFetchContext) else INVALID_SESSION_ID
+    return quota.check(response, lambda: encode_response(version, ErrorCode.none, [], (), throttled_id))
 
 
 def encode_response(
@@ -84,10 +118,10 @@ def encode_response(
     error_code: ErrorCode,
     topics: list[tuple[str | None, Any, list[FetchPartitionData]]],
     node_endpoints: tuple[tuple[int, str, int, str | None], ...] = (),
+    session_id: int = INVALID_SESSION_ID,
 ) -> FramedResponse:
-    """The FetchResponse body as bytes parts around `FileRegion`s of the segment files (sendfile); the
-    session id is 0, as no fetch session is kept."""
-    parts = write_fetch_response(version, error_code, topics, node_endpoints, region=_file_region)
+    """The FetchResponse body as bytes parts around `FileRegion`s of the segment files (sendfile)."""
+    parts = write_fetch_response(version, error_code, topics, node_endpoints, session_id, region=_file_region)
     return FramedResponse(response_type(API_KEY, version), tuple(parts))
 
 
@@ -98,29 +132,24 @@ def _file_region(records: FetchSlice) -> FileRegion:
 # ---------------------------------------------------------------------------------------------------
 
 
-def _targets(ctx: RequestContext, request: Any) -> tuple[list[FetchTarget], list[FetchPartitionData]]:
-    """The partitions to read, in request order, and the ones whose topic id is unknown (v13+)."""
-    version = ctx.api_version
+def _fetch_data(ctx: RequestContext, request: Any) -> dict[PartitionId, FetchTarget]:
+    """The partitions asked for, in request order, keyed as a session keys them: by topic id from v13 (a
+    topic id this broker does not know has no name), by name before. A repeat replaces the first in
+    place, as Kafka's map of them does."""
+    by_id = ctx.api_version >= FIRST_TOPIC_ID_VERSION
     image = ctx.state.image
-    targets: list[FetchTarget] = []
-    unknown: list[FetchPartitionData] = []
-    seen: dict[tuple[Any, int], int] = {}
+    fetch_data: dict[PartitionId, FetchTarget] = {}
     for topic in request.topics:
-        if version >= 13:
-            topic_image = image.topics_by_id.get(topic.topic_id)
-            if topic_image is None:
-                unknown.extend(
-                    FetchPartitionData(None, topic.topic_id, p.partition, ErrorCode.unknown_topic_id)
-                    for p in topic.partitions
-                )
-                continue
-            name, topic_id = topic_image.name, topic.topic_id
+        if by_id:
+            topic_id = topic.topic_id
+            topic_image = image.topics_by_id.get(topic_id)
+            name = None if topic_image is None else topic_image.name
         else:
             name = topic.topic
             topic_id = image.topic_ids.get(name)
         for p in topic.partitions:
-            target = FetchTarget(
-                name,
+            fetch_data[(topic_id if by_id else name, p.partition)] = FetchTarget(
+                name,  # type: ignore[arg-type]
                 topic_id,
                 p.partition,
                 p.fetch_offset,
@@ -129,13 +158,33 @@ def _targets(ctx: RequestContext, request: Any) -> tuple[list[FetchTarget], list
                 getattr(p, "last_fetched_epoch", -1),
                 getattr(p, "log_start_offset", -1),
             )
-            key = (name, p.partition)
-            if key in seen:  # Kafka keeps partitions in a map: a repeat replaces the first, in place
-                targets[seen[key]] = target
-            else:
-                seen[key] = len(targets)
-                targets.append(target)
-    return targets, unknown
+    return fetch_data
+
+
+def _forgotten(request: Any, version: int) -> list[PartitionId]:
+    """forgotten_topics_data (v7+): the partitions an incremental fetch drops from its session."""
+    by_id = version >= FIRST_TOPIC_ID_VERSION
+    return [
+        (topic.topic_id if by_id else topic.topic, index)
+        for topic in request.forgotten_topics_data
+        for index in topic.partitions
+    ]
+
+
+def _topic_names(ctx: RequestContext) -> Callable[[Any], str | None]:
+    """A topic id's name in the current metadata, for session partitions whose topic was unknown."""
+    topics_by_id = ctx.state.image.topics_by_id
+
+    def name(topic_id: Any) -> str | None:
+        topic_image = topics_by_id.get(topic_id)
+        return None if topic_image is None else topic_image.name
+
+    return name
+
+
+def _no_names(topic_id: Any) -> str | None:
+    """Before v13 a session names its topics itself."""
+    return None
 
 
 def _for_version(result: FetchPartitionData, version: int, ctx: RequestContext) -> FetchPartitionData:

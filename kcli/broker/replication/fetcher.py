@@ -3,7 +3,10 @@
 One fetcher per source broker (num.replica.fetchers = 1) keeps a long-poll Fetch going for every
 partition this broker follows there: fetch offset = the local log end, last fetched epoch = the local
 log's latest epoch, the current leader epoch, and this broker's id and epoch in ReplicaState, so the
-leader knows who fetched what. The answer is read by hand (protocol.fetch_codec), its records left
+leader knows who fetched what. The fetch keeps an incremental fetch session with the leader (KIP-227,
+fetch_session_handler.py): after the first, full, fetch a request names only the partitions whose fetch
+changed (a new log end, epoch or log start) and the ones to forget, and the answer only the partitions
+with news; the others keep their state here. The answer is read by hand (protocol.fetch_codec), its records left
 as views of the response frame, so they reach the segment file with no copy in Python; it is
 applied as Kafka's follower applies it:
 - records are appended as they are (leader's offsets and epochs), then the leader's high watermark is
@@ -38,6 +41,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcli.broker.log import LogStorageError, OffsetOutOfRange, RecordError
+from kcli.broker.replication.fetch_session_handler import FetchSessionHandler, PartitionData
 from kcli.broker.replication.partition import Partition
 from kcli.broker.replication.purgatory import PartitionKey
 from kcli.broker.replication.quota import ReplicationQuotaManager
@@ -170,6 +174,10 @@ class ReplicaFetcher:
         self._connections = NodeConnections(
             f"broker-{manager.node_id}-fetcher-{source_id}", manager.config.security
         )
+        self.session = FetchSessionHandler()
+        """This fetcher's incremental fetch session with the source broker (KIP-227)."""
+        self._topic_names: dict[uuid.UUID, str] = {}
+        """The names of the topics this fetcher asked for, by id: how an answer's partitions are found."""
         self._task: asyncio.Task[None] | None = None
 
     def add(self, key: PartitionKey, state: PartitionFetchState) -> None:
@@ -203,6 +211,7 @@ class ReplicaFetcher:
                 await self._fetch_once(ready)
             except Exception:  # a bug must not stop replication of every other partition for good
                 log.exception("replica fetcher for broker %d failed; backing off", self.source_id)
+                self.session.handle_error()
                 self._delay(ready)
 
     def _delay(self, states: dict[PartitionKey, PartitionFetchState]) -> None:
@@ -218,9 +227,7 @@ class ReplicaFetcher:
             self._delay(ready)
             return
         cls = request_type(FETCH, FETCH_VERSION)
-        topic_cls, partition_cls = nested_type(cls, "FetchTopic"), nested_type(cls, "FetchPartition")
-        by_topic: dict[uuid.UUID, list[Any]] = {}
-        sent: dict[tuple[uuid.UUID, int], tuple[PartitionKey, PartitionFetchState]] = {}
+        wanted: dict[PartitionKey, PartitionData] = {}
         quota = manager.quota
         held_back: dict[PartitionKey, PartitionFetchState] = {}
         for key, state in ready.items():
@@ -232,25 +239,28 @@ class ReplicaFetcher:
                 continue
             log_ = partition.log
             last_epoch = log_.latest_epoch()
-            by_topic.setdefault(state.topic_id, []).append(
-                partition_cls(
-                    partition=key[1],
-                    current_leader_epoch=state.leader_epoch,
-                    fetch_offset=log_.log_end_offset,
-                    last_fetched_epoch=-1 if last_epoch is None else last_epoch,
-                    log_start_offset=log_.log_start_offset,
-                    partition_max_bytes=config.partition_max_bytes,
-                )
+            wanted[key] = PartitionData(
+                state.topic_id,
+                log_.log_end_offset,
+                log_.log_start_offset,
+                config.partition_max_bytes,
+                state.leader_epoch,
+                -1 if last_epoch is None else last_epoch,
             )
-            sent[(state.topic_id, key[1])] = (key, state)
         if held_back:
             # not asked for until the rate is back under the bound (at most replica.fetch.backoff.ms,
             # Kafka's wait when a fetcher has nothing to ask for)
             until = time.monotonic() + min(quota.seconds_until_within(), config.backoff_ms / 1000)
             for state in held_back.values():
                 state.delayed_until = max(until, time.monotonic() + _MIN_THROTTLE_WAIT)
-        if not sent:
+        session = self.session
+        data = session.build(wanted)
+        if not data.session_partitions and not data.to_forget:
             return
+        session_partitions = data.session_partitions
+        topic_names = self._topic_names
+        for key, d in data.to_send.items():
+            topic_names[d.topic_id] = key[0]
         request = cls(
             cluster_id=None,
             replica_state=nested_type(cls, "ReplicaState")(
@@ -260,10 +270,10 @@ class ReplicaFetcher:
             min_bytes=config.min_bytes,
             max_bytes=config.max_bytes,
             isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            topics=tuple(topic_cls(topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
-            forgotten_topics_data=(),
+            session_id=data.session_id,
+            session_epoch=data.epoch,
+            topics=_fetch_topics(cls, data.to_send),
+            forgotten_topics_data=_forgotten_topics(cls, data.to_forget),
             rack_id="",
         )
         timeout = (config.max_wait_ms + config.request_timeout_ms) / 1000
@@ -271,21 +281,26 @@ class ReplicaFetcher:
             self.source_id, address, request, timeout=timeout, reader=read_fetch_response
         )
         if response is None:
+            session.handle_error()
             self._delay(ready)
             return
-        if response.error_code is not ErrorCode.none:
+        if not session.handle_response(response.error_code, response.session_id):
+            if response.error_code in _SESSION_ERRORS:
+                return  # the next fetch is a full one, at once
             log.info("fetch from broker %d failed: %s", self.source_id, response.error_code.name)
             self._delay(ready)
             return
         for topic in response.responses:
-            for data in topic.partitions:
-                item = sent.get((topic.topic_id, data.partition_index))
-                if item is None:
-                    continue
-                key, state = item
-                if self.partitions.get(key) is not state:
+            name = topic_names.get(topic.topic_id)  # type: ignore[arg-type]
+            for partition_data in topic.partitions:
+                key = (name, partition_data.partition_index)
+                sent = session_partitions.get(key)  # type: ignore[arg-type]
+                if sent is None or sent.topic_id != topic.topic_id:
+                    continue  # not asked for in this session
+                state = ready[key]  # type: ignore[index]
+                if self.partitions.get(key) is not state:  # type: ignore[arg-type]
                     continue  # a new leader epoch since this request went out
-                await self._process(key, state, data)
+                await self._process(key, state, partition_data)  # type: ignore[arg-type]
 
     async def _process(self, key: PartitionKey, state: PartitionFetchState, data: Any) -> None:
         partition = self.manager.partition(*key)
@@ -388,6 +403,41 @@ class ReplicaFetcher:
                 if data.error_code is ErrorCode.none:
                     return data.offset
         return None
+
+
+def _fetch_topics(cls: type, partitions: dict[PartitionKey, PartitionData]) -> tuple[Any, ...]:
+    """The request's topics (by id) with their partitions, in the order given."""
+    topic_cls, partition_cls = nested_type(cls, "FetchTopic"), nested_type(cls, "FetchPartition")
+    by_topic: dict[uuid.UUID, list[Any]] = {}
+    for key, d in partitions.items():
+        by_topic.setdefault(d.topic_id, []).append(
+            partition_cls(
+                partition=key[1],
+                current_leader_epoch=d.current_leader_epoch,
+                fetch_offset=d.fetch_offset,
+                last_fetched_epoch=d.last_fetched_epoch,
+                log_start_offset=d.log_start_offset,
+                partition_max_bytes=d.max_bytes,
+            )
+        )
+    return tuple(topic_cls(topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items())
+
+
+def _forgotten_topics(cls: type, partitions: list[tuple[uuid.UUID, int]]) -> tuple[Any, ...]:
+    forgotten_cls = nested_type(cls, "ForgottenTopic")
+    by_topic: dict[uuid.UUID, list[int]] = {}
+    for topic_id, index in partitions:
+        by_topic.setdefault(topic_id, []).append(index)
+    return tuple(forgotten_cls(topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items())
+
+
+_SESSION_ERRORS = frozenset(
+    {
+        ErrorCode.fetch_session_id_not_found,
+        ErrorCode.invalid_fetch_session_epoch,
+        ErrorCode.fetch_session_topic_id_error,
+    }
+)
 
 
 def _should_follower_throttle(

@@ -110,6 +110,15 @@ FetchPartitionData = PartitionResult
 read's answer goes to the wire as it is; `records` is a FetchSlice of a segment file."""
 
 
+def _readable(results: list[FetchPartitionData]) -> dict[PartitionKey, int]:
+    """The bytes each partition's read returned (what a DelayedFetch has until its partitions change)."""
+    return {
+        (r.topic, r.partition_index): r.records.size  # type: ignore[misc]
+        for r in results
+        if r.records is not None and r.records.size
+    }
+
+
 def is_valid_required_acks(acks: int) -> bool:
     """ReplicaManager.isValidRequiredAcks: 0, 1 or -1 (all)."""
     return acks in _VALID_REQUIRED_ACKS
@@ -468,7 +477,7 @@ class ReplicaManager:
         The answers to partitions the metadata does not know come last."""
         results, readable, failed, watched, interesting = self.read_from_log(params, targets)
         if params.max_wait > 0 and interesting and readable < params.min_bytes and not failed:
-            results = await self._delayed_fetch(params, targets, watched)
+            results = await self._delayed_fetch(params, targets, watched, results)
         if params.replica_id >= 0:
             # KafkaApis: a follower's answer has passed the quota check; its throttled bytes count now
             self.record_leader_replication(
@@ -479,26 +488,122 @@ class ReplicaManager:
         return results
 
     async def _delayed_fetch(
-        self, params: FetchParams, targets: Sequence[FetchTarget], watched: list[PartitionKey]
+        self,
+        params: FetchParams,
+        targets: Sequence[FetchTarget],
+        watched: list[PartitionKey],
+        results: list[FetchPartitionData],
     ) -> list[FetchPartitionData]:
         """Kafka's DelayedFetch: wait in the purgatory for the partitions read to change, until min_bytes
-        are readable or max_wait has passed."""
+        are readable or max_wait has passed. A change is looked at on its partition alone (tryComplete);
+        everything is read again once that says the fetch can complete."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + params.max_wait
         purgatory = self.purgatory
+        by_key = {(t.topic, t.partition): t for t in targets}
+        readable = _readable(results)
+        returned_records = bool(readable)
+        changed_since_read: set[PartitionKey] = set()
         while True:
             wake_up = min(deadline, self._throttle_wake_up(params, targets, loop.time()))
-            await purgatory.wait_for_change(watched, wake_up)
-            results, readable, failed, watched, _ = self.read_from_log(params, targets)
-            if readable >= params.min_bytes or failed or loop.time() >= deadline:
+            changed = await purgatory.wait_for_changes(watched, wake_up)
+            changed_since_read |= changed
+            if changed and loop.time() < deadline:
+                complete = False
+                for key in changed:
+                    target = by_key.get(key)
+                    size = None if target is None else self._bytes_available(params, target)
+                    if size is None:
+                        complete = True
+                        break
+                    readable[key] = size
+                if not complete and sum(readable.values()) < params.min_bytes:
+                    continue
+            if changed and not returned_records:
+                # the other partitions returned nothing and did not change: only the changed are read
+                results, readable_bytes, failed = self._read_again(
+                    params, targets, results, changed_since_read
+                )
+            else:
+                results, readable_bytes, failed, watched, _ = self.read_from_log(params, targets)
+            if readable_bytes >= params.min_bytes or failed or loop.time() >= deadline:
                 return results
+            readable = _readable(results)
+            returned_records = bool(readable)
+            changed_since_read.clear()
+
+    def _read_again(
+        self,
+        params: FetchParams,
+        targets: Sequence[FetchTarget],
+        results: list[FetchPartitionData],
+        changed: set[PartitionKey],
+    ) -> tuple[list[FetchPartitionData], int, bool]:
+        """What read_from_log would answer now when only the partitions in `changed` changed since
+        `results` and none returned records (so none took from the response budget): those are read
+        again, the others keep their answer. (results, bytes readable, whether one failed)."""
+        fresh = self.read_from_log(params, [t for t in targets if (t.topic, t.partition) in changed])[0]
+        by_key = {(r.topic, r.partition_index): r for r in fresh}
+        merged = [by_key.get((r.topic, r.partition_index), r) for r in results]
+        ordered = [r for r in merged if r.error_code not in _METADATA_ERRORS]
+        ordered += [r for r in merged if r.error_code in _METADATA_ERRORS]
+        readable = 0
+        failed = False
+        for r in ordered:
+            if r.records is not None:
+                readable += r.records.size
+            if r.error_code in _METADATA_ERRORS:
+                continue
+            if (
+                r.error_code is not ErrorCode.none
+                or r.diverging_epoch is not None
+                or r.preferred_read_replica >= 0
+            ):
+                failed = True
+        return ordered, readable, failed
+
+    def _bytes_available(self, params: FetchParams, target: FetchTarget) -> int | None:
+        """DelayedFetch.tryComplete's look at one changed partition: the bytes a read would now return
+        there, or None when the fetch must complete at once (the partition gone, led elsewhere, in
+        another leader epoch, truncated below the fetch offset, or maybe diverged)."""
+        partition = self._partitions.get((target.topic, target.partition))
+        if partition is None:
+            return None
+        replica_id = params.replica_id
+        if not partition.is_leader and (replica_id >= 0 or params.client_metadata is None):
+            return None
+        if 0 <= target.current_leader_epoch != partition.leader_epoch:
+            return None
+        log_ = partition.log
+        if replica_id >= 0:
+            end = log_.log_end_offset
+        else:
+            end = log_.last_stable_offset if params.read_committed else log_.high_watermark
+        fetch_offset = target.fetch_offset
+        if end < fetch_offset:
+            return None
+        if end == fetch_offset:
+            return 0
+        if 0 <= target.last_fetched_epoch != log_.latest_epoch():
+            return None
+        if replica_id >= 0 and self.should_leader_throttle(partition, replica_id):
+            return 0
+        try:
+            records = log_.read(fetch_offset, target.partition_max_bytes, upper_bound=end, min_one_batch=True)
+        except (OffsetOutOfRange, LogStorageError):
+            return None
+        return 0 if records is None else records.size
 
     def _throttle_wake_up(self, params: FetchParams, targets: Sequence[FetchTarget], now: float) -> float:
         """When a follower's throttled partitions may be read again: the leader's replication rate back
         at its bound. (Kafka's DelayedFetch looks again only on a change or at max_wait; looking when
         the rate allows makes the copy follow the bound to within a fetch rather than half a second.)"""
         quota = self.leader_quota
-        if params.replica_id < 0 or not any(quota.is_throttled(t.topic, t.partition) for t in targets):
+        if (
+            params.replica_id < 0
+            or not quota.throttles_any
+            or not any(quota.is_throttled(t.topic, t.partition) for t in targets)
+        ):
             return math.inf
         pause = quota.seconds_until_within()
         return now + max(pause, _MIN_THROTTLE_WAIT) if pause > 0 else math.inf
@@ -519,9 +624,10 @@ class ReplicaManager:
         failed = False
         watched: list[PartitionKey] = []
         image = self.image
+        now_ms = monotonic_ms()
         for target in targets:
             result, watch = self._read_partition(
-                image, params, target, min(target.partition_max_bytes, limit), min_one_batch
+                image, params, target, min(target.partition_max_bytes, limit), min_one_batch, now_ms
             )
             if watch:
                 watched.append((target.topic, target.partition))
@@ -548,6 +654,7 @@ class ReplicaManager:
         target: FetchTarget,
         max_bytes: int,
         min_one_batch: bool,
+        now_ms: int,
     ) -> tuple[FetchPartitionData, bool]:
         """readFromLog's read of one partition: consumers up to the high watermark or last stable offset,
         a follower (replica_id >= 0, one of the replicas) up to the log end. A consumer that sent its
@@ -572,18 +679,30 @@ class ReplicaManager:
             partition = self._partitions.get((topic, index))
             if partition is None:
                 raise PartitionError(ErrorCode.not_leader_or_follower)
-            preferred = (
-                None
-                if client_metadata is None
-                else self.find_preferred_read_replica(
-                    partition, client_metadata, replica_id, fetch_offset, monotonic_ms()
+            # a preferred read replica is looked for only for a consumer's fetch (v11+) with a selector
+            if client_metadata is not None and replica_id < 0 and self.replica_selector is not None:
+                preferred = self.find_preferred_read_replica(
+                    partition, client_metadata, replica_id, fetch_offset, now_ms
                 )
-            )
-            if preferred is not None:
-                read = partition.fetch_offset_snapshot(current_leader_epoch)._replace(
-                    preferred_read_replica=preferred
+                read = (
+                    None
+                    if preferred is None
+                    else partition.fetch_offset_snapshot(current_leader_epoch)._replace(
+                        preferred_read_replica=preferred
+                    )
                 )
             else:
+                read = partition.caught_up_read(
+                    fetch_offset,
+                    replica_id=replica_id,
+                    read_committed=read_committed,
+                    current_leader_epoch=current_leader_epoch,
+                    last_fetched_epoch=last_fetched_epoch,
+                    follower_log_start_offset=follower_log_start_offset,
+                    replica_epoch=replica_epoch,
+                    now_ms=now_ms,
+                )
+            if read is None:
                 read = partition.read_records(
                     fetch_offset,
                     max_bytes,

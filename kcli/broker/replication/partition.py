@@ -42,6 +42,7 @@ from kcli.broker.metadata.image import PartitionRegistration
 from kcli.broker.replication.purgatory import Purgatory
 from kcli.broker.replication.replica import Replica
 
+CONSUMER_REPLICA_ID = -1
 DEBUGGING_REPLICA_ID = -2
 """FetchRequest.DEBUGGING_CONSUMER_ID: a debugging read; in kcli it reads any replica to its log end."""
 DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000
@@ -443,6 +444,42 @@ class Partition:
         """Partition.fetchOffsetSnapshot (from any replica): the offsets a fetch answer carries, no records."""
         self.check_leader_epoch(current_leader_epoch)
         log = self.log
+        return PartitionRead(log.high_watermark, log.last_stable_offset, log.log_start_offset)
+
+    def caught_up_read(
+        self,
+        fetch_offset: int,
+        *,
+        replica_id: int,
+        read_committed: bool,
+        current_leader_epoch: int,
+        last_fetched_epoch: int,
+        follower_log_start_offset: int,
+        replica_epoch: int,
+        now_ms: int,
+    ) -> PartitionRead | None:
+        """What `read_records` answers a fetch at the end of what it may read (a caught-up follower at the
+        log end, a consumer at the high watermark or last stable offset: most partitions of most
+        fetches at a thousand partitions), without its reads: a follower's fetch state is updated, no
+        records. None when the leader's whole read is needed (an epoch to check, records, an error)."""
+        if self.leader_id != self.node_id or (
+            current_leader_epoch >= 0 and current_leader_epoch != self.leader_epoch
+        ):
+            return None
+        log = self.log
+        if last_fetched_epoch >= 0 and last_fetched_epoch != log.latest_epoch():
+            return None
+        if replica_id >= 0:
+            leader_end = log.log_end_offset
+            if fetch_offset != leader_end or replica_id == self.node_id or replica_id not in self.replicas:
+                return None
+            self.update_follower_fetch_state(
+                replica_id, fetch_offset, follower_log_start_offset, leader_end, now_ms, replica_epoch
+            )
+        elif replica_id != CONSUMER_REPLICA_ID or fetch_offset != (
+            log.last_stable_offset if read_committed else log.high_watermark
+        ):
+            return None
         return PartitionRead(log.high_watermark, log.last_stable_offset, log.log_start_offset)
 
     def read_records(

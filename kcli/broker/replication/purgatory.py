@@ -2,7 +2,8 @@
 
 A waiting request watches the partitions it needs; every change of a partition's log end offset or high
 watermark wakes the requests watching it, and each then checks its own condition (enough bytes for a
-fetch, a high watermark past the offsets of a produce). No polling: the wake-up is the partition's change.
+fetch, a high watermark past the offsets of a produce), a fetch on the partitions that changed only.
+No polling: the wake-up is the partition's change.
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ PartitionKey = tuple[str, int]
 
 class Purgatory:
     def __init__(self) -> None:
-        self._watchers: dict[PartitionKey, list[Callable[[], None]]] = {}
+        self._watchers: dict[PartitionKey, list[Callable[[PartitionKey], None]]] = {}
 
     def check_and_complete(self, key: PartitionKey) -> None:
         """Wake every request watching `key` (called on each change of that partition)."""
         watchers = self._watchers.get(key)
         if watchers:
             for wake in list(watchers):
-                wake()
+                wake(key)
 
     async def wait_until(
         self, keys: Iterable[PartitionKey], done: Callable[[], bool], timeout: float
@@ -43,10 +44,18 @@ class Purgatory:
     async def wait_for_change(self, keys: list[PartitionKey], deadline: float) -> bool:
         """Wait for one change of a partition in `keys`, until the loop's clock reaches `deadline`.
         Returns False when the deadline came first."""
+        return bool(await self.wait_for_changes(keys, deadline))
+
+    async def wait_for_changes(self, keys: list[PartitionKey], deadline: float) -> set[PartitionKey]:
+        """Wait for a change of a partition in `keys`, until the loop's clock reaches `deadline`: the
+        partitions that changed until the waiter ran again (none when the deadline came first), so it
+        looks again at those alone (DelayedFetch.tryComplete on a thousand partitions, one appended)."""
         loop = asyncio.get_running_loop()
         woken = loop.create_future()
+        changed: set[PartitionKey] = set()
 
-        def wake() -> None:
+        def wake(key: PartitionKey) -> None:
+            changed.add(key)
             if not woken.done():
                 woken.set_result(True)
 
@@ -54,7 +63,8 @@ class Purgatory:
             self._watchers.setdefault(key, []).append(wake)
         timer = loop.call_at(deadline, lambda: woken.done() or woken.set_result(False))
         try:
-            return await woken
+            await woken
+            return changed
         finally:
             timer.cancel()
             for key in keys:

@@ -157,6 +157,11 @@ class ReplicationQuotaManager:
     def remove_throttle(self, topic: str) -> None:
         self._throttled.pop(topic, None)
 
+    @property
+    def throttles_any(self) -> bool:
+        """Some topic has throttled replicas (else no partition needs a look)."""
+        return bool(self._throttled)
+
     def is_throttled(self, topic: str, partition: int) -> bool:
         if topic not in self._throttled:
             return False
