@@ -13,13 +13,10 @@ kafka-consumer-groups, console producer and consumer and KcliClients (tests/java
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import apache_kafka
 import pytest
@@ -32,34 +29,13 @@ from apache_kafka import (
     KafkaNode,
     Security,
 )
-from conftest import KCLI, BrokerProcess, free_port_range, kcli_env, require_apache_kafka, start_with_config
+from conftest import BrokerProcess, _kafka_cluster, free_port_range, require_apache_kafka, start_with_config
+from test_apache_kafka import in_parallel, kafka, kcli
 
 pytestmark = pytest.mark.timeout(300)
 
 CONSOLE_PRODUCER = "org.apache.kafka.tools.ConsoleProducer"
 CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
-
-
-def kcli(*args: str) -> subprocess.CompletedProcess[str]:
-    """`python -m kcli ARGS`, which must succeed (its stderr in the message when it does not)."""
-    done = subprocess.run([*KCLI, *args], capture_output=True, text=True, env=kcli_env(), timeout=120)
-    assert done.returncode == 0, f"kcli {' '.join(args)} exited {done.returncode}:\n{done.stderr}"
-    return done
-
-
-def kafka(workdir: Path, main_class: str, *args: str, stdin: str | None = None) -> str:
-    """stdout of one of Kafka's tools, which must exit 0."""
-    done = apache_kafka.run_tool(main_class, args, workdir=workdir, stdin=stdin)
-    name = main_class.rsplit(".", 1)[-1]
-    assert done.returncode == 0, (
-        f"{name} {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
-    )
-    return done.stdout
-
-
-def in_parallel(*calls: Callable[[], Any]) -> list[Any]:
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        return [future.result() for future in [pool.submit(call) for call in calls]]
 
 
 def wait_for(what: str, check: Callable[[], object], timeout: float = 60.0) -> object:
@@ -75,17 +51,7 @@ def secured_kafka(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[KafkaCluster]:
     """Two Apache Kafka nodes whose client and inter-broker listener is secured as the param says."""
-    require_apache_kafka()
-    workdir = tmp_path_factory.mktemp(f"kafka-{request.param}")
-    try:
-        cluster = apache_kafka.start_cluster(workdir, 2, free_port_range(4), security=request.param)
-    except apache_kafka.KafkaSetupError as error:
-        pytest.fail(str(error))
-    try:
-        yield cluster
-    finally:
-        statuses = cluster.stop()
-        assert all(status in (0, 143) for status in statuses.values()), statuses
+    yield from _kafka_cluster(tmp_path_factory, 2, security=request.param)
 
 
 def test_kcli_commands_against_secured_kafka(secured_kafka: KafkaCluster, tmp_path: Path) -> None:
@@ -95,7 +61,7 @@ def test_kcli_commands_against_secured_kafka(secured_kafka: KafkaCluster, tmp_pa
     auth = ("-b", b, "--command-config", config)
     topic = f"sec-{uuid.uuid4().hex[:8]}"
     kcli("topics", "create", *auth, "-t", topic, "--replica-assignment", "1,2")
-    assert topic in kcli("topics", "list", *auth).stdout.split()
+    assert topic in kcli("topics", "list", *auth).split()
     kcli("configs", "alter", *auth, "--topic", topic, "--add-config", "retention.ms=3600000")
 
     # Move partition 0 from node 1 to nodes 1 and 2: node 2 fetches it over the secured inter-broker listener.
@@ -108,31 +74,25 @@ def test_kcli_commands_against_secured_kafka(secured_kafka: KafkaCluster, tmp_pa
     generated = kcli(
         "reassign", "generate", *auth, "--topics-to-move-json-file", str(moves), "--broker-list", "1,2"
     )
-    assert "Proposed partition reassignment configuration" in generated.stdout
+    assert "Proposed partition reassignment configuration" in generated
     kcli("reassign", "execute", *auth, "--reassignment-json-file", str(plan))
     wait_for(
         "reassignment complete",
-        lambda: (
-            "is completed" in kcli("reassign", "verify", *auth, "--reassignment-json-file", str(plan)).stdout
-        ),
+        lambda: "is completed" in kcli("reassign", "verify", *auth, "--reassignment-json-file", str(plan)),
     )
 
     described, configs, groups, transactions, features, status, replication, cluster, elected = in_parallel(
-        lambda: kcli("topics", "describe", *auth, "-t", topic).stdout,
-        lambda: kcli("configs", "describe", *auth, "--topic", topic).stdout,
-        lambda: kcli("groups", "list", *auth).stdout,
-        lambda: kcli("transactions", "list", *auth).stdout,
-        lambda: kcli("features", "describe", *auth).stdout,
-        lambda: (
-            kcli("quorum", "--bootstrap-server", b, "--command-config", config, "describe", "--status").stdout
+        lambda: kcli("topics", "describe", *auth, "-t", topic),
+        lambda: kcli("configs", "describe", *auth, "--topic", topic),
+        lambda: kcli("groups", "list", *auth),
+        lambda: kcli("transactions", "list", *auth),
+        lambda: kcli("features", "describe", *auth),
+        lambda: kcli("quorum", "--bootstrap-server", b, "--command-config", config, "describe", "--status"),
+        lambda: kcli(
+            "quorum", "--bootstrap-server", b, "--command-config", config, "describe", "--replication"
         ),
-        lambda: (
-            kcli(
-                "quorum", "--bootstrap-server", b, "--command-config", config, "describe", "--replication"
-            ).stdout
-        ),
-        lambda: kcli("cluster", "status", *auth, "-o", "json").stdout,
-        lambda: kcli("elect", *auth, "--election-type", "preferred", "--all-topic-partitions").stdout,
+        lambda: kcli("cluster", "status", *auth, "-o", "json"),
+        lambda: kcli("elect", *auth, "--election-type", "preferred", "--all-topic-partitions"),
     )
     assert f"Topic: {topic}" in described and "Replicas: 1,2" in described
     assert "retention.ms=3600000" in configs
@@ -145,8 +105,8 @@ def test_kcli_commands_against_secured_kafka(secured_kafka: KafkaCluster, tmp_pa
     offsets = tmp_path / "offsets.csv"
     offsets.write_text(f"{topic},0,0\n")
     kcli("groups", "reset-offsets", *auth, group, "--from-file", str(offsets), "--execute")
-    assert group in kcli("groups", "list", *auth).stdout.split()
-    assert topic in kcli("groups", "describe", *auth, group).stdout
+    assert group in kcli("groups", "list", *auth).split()
+    assert topic in kcli("groups", "describe", *auth, group)
 
 
 # --- Kafka's tools and Java clients against kcli secured the same way ---------------------------------
@@ -160,7 +120,7 @@ def start_secured_kcli(workdir: Path, kind: str) -> tuple[BrokerProcess, Securit
     node = KafkaNode(1, base, base + 1, workdir)
     config = workdir / "server.properties"
     config.write_text(apache_kafka.server_properties(node, f"1@127.0.0.1:{base + 1}", 1, security))
-    cluster_id = kcli("storage", "random-uuid").stdout.strip()
+    cluster_id = kcli("storage", "random-uuid").strip()
     kcli("storage", "format", "-c", str(config), "-t", cluster_id, *security.add_scram)
     return start_with_config(workdir, config), security
 
@@ -253,4 +213,4 @@ def test_kafka_tools_and_java_clients_against_secured_kcli(
                    "--describe", "--group", group)  # fmt: skip
     assert topic in groups and group in groups
     # kcli reads the same file against its own secured listener.
-    assert topic in kcli("topics", "list", "-b", b, "--command-config", config).stdout.split()
+    assert topic in kcli("topics", "list", "-b", b, "--command-config", config).split()
