@@ -75,7 +75,15 @@ def test_kcli_commands_against_secured_kafka(secured_kafka: KafkaCluster, tmp_pa
         "reassign", "generate", *auth, "--topics-to-move-json-file", str(moves), "--broker-list", "1,2"
     )
     assert "Proposed partition reassignment configuration" in generated
-    kcli("reassign", "execute", *auth, "--reassignment-json-file", str(plan))
+    kcli(
+        "reassign",
+        "execute",
+        *auth,
+        "--reassignment-json-file",
+        str(plan),
+        "--rollback-file",
+        str(tmp_path / "rollback.json"),
+    )
     wait_for(
         "reassignment complete",
         lambda: "is completed" in kcli("reassign", "verify", *auth, "--reassignment-json-file", str(plan)),
