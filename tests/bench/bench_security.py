@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import signal
 import socket
 import ssl
@@ -51,6 +52,12 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of `pid` so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICK
+
+
+def own_cpu_seconds() -> float:
+    """User + system CPU seconds of this process (the client: confluent-kafka's threads included)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def rss(pid: int) -> int:
@@ -191,8 +198,8 @@ def serve_file(path: Path, port: int, cert: Path, key: Path) -> None:
     asyncio.run(main())
 
 
-def floor(segment: Path, security: apache_kafka.Security) -> tuple[float, float]:
-    """(MiB/s, server CPU seconds per GiB) of the bare TLS server sending `segment` to a TLS client."""
+def floor(segment: Path, security: apache_kafka.Security) -> tuple[float, float, float]:
+    """(MiB/s, server and client CPU seconds per GiB) of the bare TLS server sending `segment` to a TLS client."""
     port = free_port_range(1)
     server = subprocess.Popen(
         [sys.executable, __file__, "--serve-file", str(segment), str(port),
@@ -202,7 +209,7 @@ def floor(segment: Path, security: apache_kafka.Security) -> tuple[float, float]
     try:
         assert server.stdout is not None and server.stdout.readline().strip() == b"ready"
         context = ssl.create_default_context(cafile=str(security.pki.ca))
-        before = cpu_seconds(server.pid)
+        before, client_before = cpu_seconds(server.pid), own_cpu_seconds()
         started = time.perf_counter()
         received = 0
         buffer = bytearray(1 << 20)
@@ -211,13 +218,13 @@ def floor(segment: Path, security: apache_kafka.Security) -> tuple[float, float]
                 while n := tls.recv_into(buffer):
                     received += n
         seconds = time.perf_counter() - started
-        cpu = cpu_seconds(server.pid) - before
+        cpu, client_cpu = cpu_seconds(server.pid) - before, own_cpu_seconds() - client_before
     finally:
         os.kill(server.pid, signal.SIGTERM)
         server.wait()
     assert received == segment.stat().st_size, (received, segment.stat().st_size)
     gib = received / 2**30
-    return received / 2**20 / seconds, cpu / gib
+    return received / 2**20 / seconds, cpu / gib, client_cpu / gib
 
 
 # --- the connection burst --------------------------------------------------------------------------
@@ -322,17 +329,19 @@ def main() -> None:
                 client = librdkafka_config(listener, f"127.0.0.1:{port}", security)
                 topic = f"bench-{listener.lower()}"
                 gib = count * RECORD / 2**30
-                before = cpu_seconds(pid)
+                before, client_before = cpu_seconds(pid), own_cpu_seconds()
                 seconds = produce(client, topic, count)
-                produced = cpu_seconds(pid) - before
-                before = cpu_seconds(pid)
+                produced, client_produced = cpu_seconds(pid) - before, own_cpu_seconds() - client_before
+                before, client_before = cpu_seconds(pid), own_cpu_seconds()
                 read = consume(client, topic, count)
-                consumed = cpu_seconds(pid) - before
+                consumed, client_consumed = cpu_seconds(pid) - before, own_cpu_seconds() - client_before
                 results[listener] = {
                     "produce_mib_s": args.mib / seconds,
                     "produce_cpu_s_per_gib": produced / gib,
                     "consume_mib_s": args.mib / read,
                     "consume_cpu_s_per_gib": consumed / gib,
+                    "client_produce_cpu_s_per_gib": client_produced / gib,
+                    "client_consume_cpu_s_per_gib": client_consumed / gib,
                 }
                 print(
                     json.dumps(
@@ -342,11 +351,13 @@ def main() -> None:
             segments = sorted(
                 (workdir / "data" / "bench-sasl_ssl-0").glob("*.log"), key=lambda p: p.stat().st_size
             )
-            floor_mib_s, floor_cpu = floor(segments[-1], security)
+            floor_mib_s, floor_cpu, floor_client_cpu = floor(segments[-1], security)
             print(json.dumps({"floor": "asyncio TLS server, no Kafka", "mib_s": round(floor_mib_s, 1),
                               "server_cpu_s_per_gib": round(floor_cpu, 2),
+                    "client_cpu_s_per_gib": round(floor_client_cpu, 2),
                               "file_mib": round(segments[-1].stat().st_size / 2**20, 1)}))  # fmt: skip
             rss_before = rss(pid)
+            burst_cpu, client_before = cpu_seconds(pid), own_cpu_seconds()
             with RssPeak(pid) as peak:
                 started = time.perf_counter()
                 times, failures = asyncio.run(
@@ -355,6 +366,7 @@ def main() -> None:
                     )
                 )
                 burst_seconds = time.perf_counter() - started
+            burst_cpu, burst_client_cpu = cpu_seconds(pid) - burst_cpu, own_cpu_seconds() - client_before
             time.sleep(1)
             rss_after = rss(pid)
         finally:
@@ -367,9 +379,14 @@ def main() -> None:
     )
     print(f"{'':24}{'PLAINTEXT':>12}{'SASL_SSL':>12}{'ratio':>8}")
     for key, label in (("produce_mib_s", "produce MiB/s"), ("produce_cpu_s_per_gib", "produce CPU-s/GiB"),
-                       ("consume_mib_s", "consume MiB/s"), ("consume_cpu_s_per_gib", "consume CPU-s/GiB")):  # fmt: skip
+                       ("consume_mib_s", "consume MiB/s"), ("consume_cpu_s_per_gib", "consume CPU-s/GiB"),
+                       ("client_produce_cpu_s_per_gib", "client produce CPU-s/GiB"),
+                       ("client_consume_cpu_s_per_gib", "client consume CPU-s/GiB")):  # fmt: skip
         print(f"{label:24}{plain_r[key]:>12.1f}{tls_r[key]:>12.1f}{tls_r[key] / plain_r[key]:>8.2f}")
-    print(f"TLS floor (no Kafka):   {floor_mib_s:.1f} MiB/s, server {floor_cpu:.2f} CPU-s/GiB")
+    print(
+        f"TLS floor (no Kafka):   {floor_mib_s:.1f} MiB/s, server {floor_cpu:.2f} CPU-s/GiB, "
+        f"client {floor_client_cpu:.2f} CPU-s/GiB"
+    )
     print(
         f"consume over TLS / floor: {tls_r['consume_mib_s'] / floor_mib_s:.2f} (goal >= 0.8); "
         f"produce over TLS / PLAINTEXT: {tls_r['produce_mib_s'] / plain_r['produce_mib_s']:.2f} (goal >= 0.7)"
@@ -379,6 +396,10 @@ def main() -> None:
         f"{burst_seconds:.1f} s: p50 {percentile(ms, 50):.1f} ms, p99 {percentile(ms, 99):.1f} ms, "
         f"max {max(ms, default=float('nan')):.1f} ms (goal p99 < 50), failures {len(failures)}"
         + (f" ({failures[0]})" if failures else "")
+    )
+    print(
+        f"       CPU per connection: broker {burst_cpu / args.connections * 1000:.1f} ms, "
+        f"client {burst_client_cpu / args.connections * 1000:.1f} ms"
     )
     print(
         f"broker RSS: {rss_before / 2**20:.0f} MiB before the burst, peak {peak.peak / 2**20:.0f} MiB, "
