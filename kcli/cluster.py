@@ -7,6 +7,8 @@ use and kept. Everything speaks the standard protocol, so the same code serves A
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -16,6 +18,11 @@ from kio.schema.errors import ErrorCode
 from kcli.client import AuthenticationError, ClientError, KafkaClient, split_bootstrap
 from kcli.protocol.messages import build, nested_type
 from kcli.security import PLAINTEXT, ClientSecurity
+
+COORDINATOR_PENDING = frozenset({ErrorCode.coordinator_not_available, ErrorCode.coordinator_load_in_progress})
+"""FindCoordinator answers that go away by themselves (the first use of __consumer_offsets creates it)."""
+COORDINATOR_RETRY_BACKOFF = 0.1
+"""Kafka's retry.backoff.ms default, in seconds."""
 
 CONNECT_TIMEOUT = 10.0
 """Seconds to open a connection: KafkaClient.connect's default, Kafka's socket.connection.setup.timeout.ms."""
@@ -170,8 +177,14 @@ class Cluster:
             request = cls(key_type=key_type, coordinator_keys=(key,))
         else:
             request = build(cls, key=key, key_type=key_type)
-        response = await self.bootstrap.send(request)
-        answer: Any = response.coordinators[0] if cls.__version__ >= 4 else response
+        deadline = time.monotonic() + self.request_timeout
+        while True:
+            response = await self.bootstrap.send(request)
+            answer: Any = response.coordinators[0] if cls.__version__ >= 4 else response
+            # Retriable, as Kafka's Admin treats them: the coordinator's topic is being created or loaded.
+            if answer.error_code not in COORDINATOR_PENDING or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(COORDINATOR_RETRY_BACKOFF)
         if answer.error_code != ErrorCode.none:
             message = getattr(answer, "error_message", None)
             detail = f" ({message})" if message else ""

@@ -21,6 +21,12 @@ start no Maven.
 Processes run as bin/kafka-run-class.sh runs them (its G1 flags, headless, `-cp libs/*`) with a small
 heap and C1 only: on two busy cores that formatted and started one node in 4.7 s instead of 7.4 s with the
 full JIT, three nodes in 10.6 s instead of 27 s. log4j2 writes each JVM's log to a file beside its data.
+
+`start_cluster(..., security="sasl_ssl" | "mtls")` (or `start --security ...`) secures the client and
+inter-broker listener as an operator would: SASL_SSL with SCRAM-SHA-512 (the `admin` user bootstrapped by
+`kafka-storage format --add-scram`), or SSL with `ssl.client.auth=required`; certificates come from
+kcli.security.certs, the controller listener stays PLAINTEXT on loopback. `cluster.client_properties` is
+one file that Kafka's tools (--command-config), the Java clients and kcli's `--command-config` all read.
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from kcli.security.certs import LoopbackPki, loopback_pki
 
 LOG4J_OF = {"4.1.2": "2.25.3", "4.4.0": "2.25.5"}
 """The pinned Apache Kafka releases, each with log4j2 as its kafka-server declares it (Kafka logs through
@@ -275,6 +283,87 @@ def random_cluster_id() -> str:
             return text
 
 
+SECURITY_KINDS = ("sasl_ssl", "mtls")
+"""The secured set-ups start_cluster knows: SASL_SSL with SCRAM-SHA-512, and SSL with client certificates."""
+SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
+ADMIN_USER, ADMIN_PASSWORD = "admin", "admin-secret"
+"""The SCRAM user the brokers reach each other with and the clients log in as (no authorizer: all may)."""
+
+
+@dataclass(frozen=True)
+class Security:
+    """A secured listener set-up and its files: `kind` (one of SECURITY_KINDS), the loopback PKI and
+    the client.properties every client here reads."""
+
+    kind: str
+    pki: LoopbackPki
+    client_properties: Path
+
+    @property
+    def protocol(self) -> str:
+        """The listener's security protocol as Kafka names it (also used as the listener's name)."""
+        return "SASL_SSL" if self.kind == "sasl_ssl" else "SSL"
+
+    @property
+    def add_scram(self) -> list[str]:
+        """`storage format` arguments bootstrapping the admin's SCRAM-SHA-512 credential (none for mTLS)."""
+        if self.kind != "sasl_ssl":
+            return []
+        return ["--add-scram", f"SCRAM-SHA-512=[name={ADMIN_USER},password={ADMIN_PASSWORD}]"]
+
+    def server_properties(self) -> dict[str, str]:
+        """The server.properties lines that secure the listener named `protocol` (TLS keystore as PKCS12,
+        truststore as PEM; SASL with the inter-broker login), with Kafka's names; kcli reads the same."""
+        lines = {
+            "ssl.keystore.type": "PKCS12",
+            "ssl.keystore.location": str(self.pki.node["p12"]),
+            "ssl.keystore.password": self.pki.password,
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.pki.ca),
+        }
+        if self.kind == "mtls":
+            lines["ssl.client.auth"] = "required"
+        else:
+            lines |= {
+                "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+                "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+                "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": (
+                    f'{SCRAM_MODULE} required username="{ADMIN_USER}" password="{ADMIN_PASSWORD}";'
+                ),
+            }
+        return lines
+
+
+def client_properties_text(kind: str, pki: LoopbackPki) -> str:
+    """client.properties for `kind` with Kafka's client names: what Kafka's tools take as
+    --command-config and kcli's --command-config reads too."""
+    lines = {"security.protocol": "SASL_SSL" if kind == "sasl_ssl" else "SSL"}
+    lines |= {"ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki.ca)}
+    if kind == "sasl_ssl":
+        lines |= {
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.jaas.config": f'{SCRAM_MODULE} required username="{ADMIN_USER}" password="{ADMIN_PASSWORD}";',
+        }
+    else:
+        lines |= {
+            "ssl.keystore.type": "PKCS12",
+            "ssl.keystore.location": str(pki.client["p12"]),
+            "ssl.keystore.password": pki.password,
+        }
+    return "".join(f"{key}={value}\n" for key, value in lines.items())
+
+
+def make_security(kind: str, directory: Path) -> Security:
+    """A fresh loopback PKI under `directory` and the client.properties for `kind`."""
+    if kind not in SECURITY_KINDS:
+        raise KafkaSetupError(f"security {kind!r} is not one of {', '.join(SECURITY_KINDS)}")
+    pki = loopback_pki(directory / "pki")
+    path = directory / f"client-{kind}.properties"
+    path.write_text(client_properties_text(kind, pki))
+    path.chmod(0o600)
+    return Security(kind, pki, path)
+
+
 @dataclass
 class KafkaNode:
     """One Apache Kafka process (broker and controller in one JVM)."""
@@ -349,6 +438,12 @@ class KafkaCluster:
     nodes: list[KafkaNode]
     format_seconds: float = 0.0
     stranded: set[int] = field(default_factory=set)
+    security: Security | None = None
+
+    @property
+    def client_properties(self) -> Path | None:
+        """The client.properties of a secured cluster (None when its listener is PLAINTEXT)."""
+        return self.security.client_properties if self.security else None
 
     @property
     def bootstrap(self) -> str:
@@ -373,17 +468,21 @@ class KafkaCluster:
         return {node.node_id: node.stop(timeout=0.0) for node in self.nodes}
 
 
-def server_properties(node: KafkaNode, voters: str, replication: int) -> str:
-    """server.properties of one combined node, with Kafka's property names."""
-    lines = {
+def server_properties(
+    node: KafkaNode, voters: str, replication: int, security: Security | None = None
+) -> str:
+    """server.properties of one combined node, with Kafka's property names; with `security` the client
+    and inter-broker listener is secured (the controller listener stays PLAINTEXT)."""
+    listener = security.protocol if security else "PLAINTEXT"
+    lines: dict[str, object] = {
         "process.roles": "broker,controller",
         "node.id": node.node_id,
         "controller.quorum.voters": voters,
-        "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+        "listeners": f"{listener}://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+        "advertised.listeners": f"{listener}://127.0.0.1:{node.port}",
         "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "inter.broker.listener.name": listener,
+        "listener.security.protocol.map": f"CONTROLLER:PLAINTEXT,{listener}:{listener}",
         "log.dirs": node.log_dir,
         "num.partitions": 1,
         "offsets.topic.replication.factor": replication,
@@ -400,14 +499,20 @@ def server_properties(node: KafkaNode, voters: str, replication: int) -> str:
         "log.cleaner.dedupe.buffer.size": 8 * 1024 * 1024,
         "socket.request.max.bytes": 104857600,
     }
+    if security:
+        lines |= security.server_properties()
     return "".join(f"{key}={value}\n" for key, value in lines.items())
 
 
-def start_cluster(workdir: Path, count: int, base_port: int, *, c1_only: bool = True) -> KafkaCluster:
+def start_cluster(
+    workdir: Path, count: int, base_port: int, *, c1_only: bool = True, security: str | None = None
+) -> KafkaCluster:
     """Format and start `count` combined nodes on 127.0.0.1 ports base_port .. base_port + 2*count - 1,
     and return once each has logged that it started (or raise KafkaSetupError with its log).
-    `c1_only=False` runs the servers with the default JIT (the storage tool stays C1-only)."""
+    `c1_only=False` runs the servers with the default JIT (the storage tool stays C1-only); `security`
+    ("sasl_ssl" or "mtls") secures the client and inter-broker listener (see Security)."""
     cluster_id = random_cluster_id()
+    secured = make_security(security, workdir) if security else None
     nodes = [
         KafkaNode(
             i + 1, base_port + 2 * i, base_port + 2 * i + 1, workdir / f"kafka-{i + 1}", c1_only=c1_only
@@ -420,7 +525,7 @@ def start_cluster(workdir: Path, count: int, base_port: int, *, c1_only: bool = 
     for node in nodes:
         node.workdir.mkdir(parents=True, exist_ok=True)
         props = node.workdir / "server.properties"
-        props.write_text(server_properties(node, voters, replication=min(3, count)))
+        props.write_text(server_properties(node, voters, replication=min(3, count), security=secured))
         log_path = node.workdir / "format.log"
         formatters.append(
             (
@@ -428,7 +533,14 @@ def start_cluster(workdir: Path, count: int, base_port: int, *, c1_only: bool = 
                 subprocess.Popen(
                     java_command(
                         STORAGE_TOOL,
-                        ["format", "-t", cluster_id, "-c", str(props)],
+                        [
+                            "format",
+                            "-t",
+                            cluster_id,
+                            "-c",
+                            str(props),
+                            *(secured.add_scram if secured else []),
+                        ],
                         log_path=log_path,
                         level="warn",
                     ),
@@ -444,7 +556,7 @@ def start_cluster(workdir: Path, count: int, base_port: int, *, c1_only: bool = 
             raise KafkaSetupError(
                 f"kafka-storage format of node {node.node_id} failed:\n{out.decode(errors='replace')}"
             )
-    cluster = KafkaCluster(cluster_id, nodes, time.monotonic() - started)
+    cluster = KafkaCluster(cluster_id, nodes, time.monotonic() - started, security=secured)
     started = time.monotonic()
     try:
         for node in nodes:
@@ -496,6 +608,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = sub.add_parser("start", help="start combined KRaft nodes on 127.0.0.1 until interrupted")
     start.add_argument("--nodes", type=int, default=1)
     start.add_argument("--dir", type=Path, default=None, help="work dir (default: a new temporary dir)")
+    start.add_argument("--security", choices=SECURITY_KINDS, default=None, help="secure the client listener")
     run = sub.add_parser("run", help="run one of Kafka's classes with the pinned classpath")
     run.add_argument("main_class")
     run.add_argument("args", nargs=argparse.REMAINDER)
@@ -518,13 +631,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
             signal.signal(signal.SIGINT, signal.default_int_handler)
             workdir = options.dir or Path(tempfile.mkdtemp(prefix="apache-kafka-"))
-            cluster = start_cluster(workdir, options.nodes, free_port_range(2 * options.nodes))
+            cluster = start_cluster(
+                workdir, options.nodes, free_port_range(2 * options.nodes), security=options.security
+            )
             for node in cluster.nodes:
                 print(
                     f"node {node.node_id}: {node.bootstrap} pid {node.pid} ready in {node.start_seconds:.1f} s"
                 )
             print(f"formatted in {cluster.format_seconds:.1f} s")
             print(f"bootstrap {cluster.bootstrap}, cluster id {cluster.cluster_id}, logs under {workdir}")
+            if cluster.client_properties:
+                print(f"client properties {cluster.client_properties}")
             try:
                 signal.pause()
             except KeyboardInterrupt:

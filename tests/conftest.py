@@ -295,13 +295,16 @@ def require_apache_kafka() -> None:
         pytest.fail(str(error))
 
 
-def _kafka_cluster(tmp_path_factory: pytest.TempPathFactory, count: int) -> Iterator:
+def _kafka_cluster(
+    tmp_path_factory: pytest.TempPathFactory, count: int, security: str | None = None
+) -> Iterator:
+    """`count` Apache Kafka nodes (`security`: see apache_kafka.Security), stopped after the last use."""
     import apache_kafka
 
     require_apache_kafka()
-    workdir = tmp_path_factory.mktemp(f"apache-kafka-{count}")
+    workdir = tmp_path_factory.mktemp(f"apache-kafka-{count}-{security or 'plaintext'}")
     try:
-        cluster = apache_kafka.start_cluster(workdir, count, free_port_range(2 * count))
+        cluster = apache_kafka.start_cluster(workdir, count, free_port_range(2 * count), security=security)
     except apache_kafka.KafkaSetupError as error:
         pytest.fail(str(error))
     try:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import apache_kafka
 import pytest
@@ -47,6 +48,9 @@ NO_REBALANCE_DELAY = "group.initial.rebalance.delay.ms=0"
 """As the Kafka node runs: a group's first member joins without the 3 s wait (same default on both)."""
 
 
+T = TypeVar("T")
+
+
 def kcli(*args: str) -> str:
     """stdout of `python -m kcli ARGS`, which must exit 0."""
     result = subprocess.run([*KCLI, *args], capture_output=True, text=True, env=kcli_env(), timeout=60)
@@ -54,15 +58,15 @@ def kcli(*args: str) -> str:
     return result.stdout
 
 
-def kafka(workdir: Path, main_class: str, *args: str) -> str:
+def kafka(workdir: Path, main_class: str, *args: str, stdin: str | None = None) -> str:
     """stdout of one of Kafka's tools, which must exit 0 (stderr in the message when it does not)."""
-    result = apache_kafka.run_tool(main_class, args, workdir=workdir)
+    result = apache_kafka.run_tool(main_class, args, workdir=workdir, stdin=stdin)
     name = main_class.rsplit(".", 1)[-1]
     assert result.returncode == 0, f"{name} {' '.join(args)} exited {result.returncode}:\n{result.stderr}"
     return result.stdout
 
 
-def in_parallel(*calls: Callable[[], str]) -> list[str]:
+def in_parallel(*calls: Callable[[], T]) -> list[T]:
     """Run independent tool invocations side by side (each is a JVM or a Python start-up)."""
     with ThreadPoolExecutor(max_workers=3) as pool:
         return [future.result() for future in [pool.submit(call) for call in calls]]

@@ -338,6 +338,26 @@ def test_bad_settings_are_one_sentence(settings: dict[str, str], message: str) -
     assert info.value.exit_code == 2 and isinstance(info.value, KcliError)
 
 
+def test_a_sasl_listener_beside_a_plaintext_inter_broker_one_needs_no_login() -> None:
+    """As Kafka: only the inter-broker listener's JAAS line must carry a username and password."""
+    config = BrokerConfig(
+        {
+            "node.id": "1",
+            "controller.quorum.voters": "1@127.0.0.1:9093",
+            "controller.listener.names": "CONTROLLER",
+            "listeners": "PLAINTEXT://127.0.0.1:9092,SASL_SSL://127.0.0.1:9094,CONTROLLER://127.0.0.1:9093",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            ),
+        }
+    )
+    assert config.inter_broker_security().protocol == "PLAINTEXT"
+
+
 def test_bad_file_and_overrides_say_where(tmp_path: Path) -> None:
     path = tmp_path / "server.properties"
     path.write_text("log.segment.byte=100\n")

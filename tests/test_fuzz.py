@@ -70,3 +70,27 @@ def _summary(report: FuzzReport) -> str:
     deaths = "\n".join(report.broker_deaths[:3])
     quorum = f"leader {report.quorum_leader} in epoch {report.quorum_epoch}, {report.node_check or 'node ok'}"
     return f"deaths:\n{deaths}\nerrors:\n{errors}\npeak RSS {report.peak_rss >> 20} MiB\n{quorum}"
+
+
+def test_mutated_sasl_frames_before_authentication_kill_nothing(tmp_path: Path) -> None:
+    """SaslHandshake, SaslAuthenticate and raw tokens mutated on a SASL_PLAINTEXT listener (half the
+    connections open with a valid handshake, so the mutations reach the mechanisms)."""
+    report = fuzz(3_000, seed=5, connections=32, workdir=tmp_path, target="sasl")
+    assert report.frames == 3_000
+    assert {"SaslHandshake", "SaslAuthenticate", "SaslToken", "ApiVersions"} <= set(report.corpus)
+    assert report.broker_deaths == [], _summary(report)
+    assert not report.handler_errors and report.tracebacks == 0, _summary(report)
+    assert not report.stray_lines, report.stray_lines  # client strings never start a log line
+    assert report.clean_stop and report.verify_clean, _summary(report)
+    assert report.peak_rss < 512 << 20, _summary(report)
+
+
+def test_mutated_and_truncated_client_hellos_kill_nothing(tmp_path: Path) -> None:
+    """Garbage, truncated and lying TLS records where an SSL listener expects a ClientHello."""
+    report = fuzz(3_000, seed=9, connections=8, workdir=tmp_path, target="tls")
+    assert report.frames == 3_000
+    assert report.mutations["truncated"] > 0 and report.mutations["garbage"] > 0
+    assert report.broker_deaths == [], _summary(report)
+    assert not report.handler_errors and report.tracebacks == 0, _summary(report)
+    assert report.clean_stop and report.verify_clean, _summary(report)
+    assert report.peak_rss < 512 << 20, _summary(report)

@@ -235,7 +235,7 @@ class SaslServerAuthenticator:
             reply = self._evaluate(token)
         except SaslError as exc:
             self._state = "failed"
-            log.info("Failed authentication with %s (%s)", info.peer, self._client_message(exc))
+            log.info("Failed authentication with %s (%s)", info.peer, printable(self._client_message(exc)))
             await asyncio.sleep(self._listener.failed_delay_s)
             raise InvalidRequestError("SASL authentication failed") from None
         if self._mechanism is not None and self._mechanism.complete:
@@ -296,7 +296,7 @@ class SaslServerAuthenticator:
     async def _fail(self, info: ConnectionInfo, answer: bytes, message: str) -> Answer:
         """Kafka's delayed close on a failed authentication: wait, answer, close."""
         self._state = "failed"
-        log.info("Failed authentication with %s (%s)", info.peer, message)
+        log.info("Failed authentication with %s (%s)", info.peer, printable(message))
         await asyncio.sleep(self._listener.failed_delay_s)
         self._connection.close_after_answer()
         return answer
@@ -306,3 +306,9 @@ def _check_version(api_key: int, version: int, versions: tuple[int, int]) -> Non
     if not versions[0] <= version <= versions[1]:
         raise InvalidRequestError(f"Version {version} is not supported for apiKey {api_name(api_key)}")
     request_type(api_key, version)  # kio has it (checked once more by decode_request)
+
+
+def printable(text: str) -> str:
+    """`text` with control characters escaped: what an unauthenticated client sends (a mechanism name,
+    a user name) reaches the log, and must not start a log line of its own."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

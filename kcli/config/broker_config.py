@@ -484,8 +484,13 @@ class BrokerConfig:
                 "sasl.mechanism.inter.broker.protocol must be included in sasl.enabled.mechanisms when SASL "
                 "is used for inter-broker communication"
             )
-        if in_a_cluster and inter_broker != "OAUTHBEARER":
-            # As Kafka: the JAAS line's username and password only; a SCRAM user's credentials are in the
+        if (
+            in_a_cluster
+            and inter_broker != "OAUTHBEARER"
+            and listener_name == self.inter_broker_listener_name
+        ):
+            # As Kafka: only the inter-broker listener's login (a SASL listener beside a PLAINTEXT
+            # inter-broker one needs none); the JAAS line's username and password only; a SCRAM user's credentials are in the
             # metadata log (`kcli storage format --add-scram` bootstraps them), which no config check sees
             options = self.inter_broker_security().jaas
             if not options.get("username") or "password" not in options:

@@ -7,6 +7,7 @@ password (AlterUserScramCredentials), and `kcli storage format --add-scram` deri
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import secrets
@@ -46,8 +47,11 @@ def hash_digest(mechanism: str, data: bytes) -> bytes:
     return hashlib.new(_digest(mechanism), data).digest()
 
 
+@functools.lru_cache(maxsize=32)
 def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
-    """Hi(password, salt, i): PBKDF2 with the mechanism's HMAC (Kafka does not SASLprep the password)."""
+    """Hi(password, salt, i): PBKDF2 with the mechanism's HMAC (Kafka does not SASLprep the password).
+    Kept for the next login with the same salt: a client opening a connection per broker (or many at
+    once) would otherwise spend thousands of HMACs on each, and the password is in its memory anyway."""
     return hashlib.pbkdf2_hmac(_digest(mechanism), password.encode(), salt, iterations)
 
 

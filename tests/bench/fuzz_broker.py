@@ -2,7 +2,7 @@
 
     python tests/bench/fuzz_broker.py [--frames 1000000] [--seed 1] [--connections 8]
         [--max-seconds 3600] [--rss-limit-mib 1024] [--spare API,...] [--no-clients]
-        [--target client|controller] [--max-epoch N]
+        [--target client|controller|sasl|tls] [--max-epoch N]
 
 A broker is started on a temporary data dir. Its corpus is recorded first: confluent-kafka, kafka-python
 and aiokafka talk to it through a recording proxy on loopback (admin, idempotent and transactional
@@ -26,6 +26,14 @@ the middle of the run too. After the frames the node must lead its quorum again 
 controller listener), have its broker registered (it registers again when a mutated UnregisterBroker
 removed it), and serve a producer and a consumer through its client listener; the brokers mutated
 BrokerRegistrations added are unregistered first, so that the client talks to the node alone.
+`--target sasl` fuzzes a SASL_PLAINTEXT listener before authentication (PLAIN, SCRAM-SHA-256/512 and
+OAUTHBEARER enabled): the corpus is SaslHandshake v0/v1 for each mechanism and some that are not,
+SaslAuthenticate v0-v2 with PLAIN, SCRAM and OAUTHBEARER tokens, the raw tokens a v0 handshake
+announces, and ApiVersions; half the connections open with a valid SaslHandshake, so that the mutated
+SaslAuthenticate (or raw token) reaches the mechanism. `--target tls` fuzzes an SSL listener with TLS
+records: ClientHellos for TLS 1.2 and 1.3 (made by Python's ssl) with bit flips, truncation, inserted and
+deleted bytes, lying record and handshake lengths and versions, and garbage, alerts and Kafka frames where
+a record should be; frames counts records.
 `--max-epoch` leaves unsent the Raft requests with a higher epoch, to look past the known defect of an
 epoch near 2**31-1 (the node cannot campaign in the next one and its quorum is gone for good).
 
@@ -54,6 +62,7 @@ import random
 import re
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -95,10 +104,28 @@ from kcli.config import CLUSTER_METADATA_TOPIC  # noqa: E402
 from kcli.protocol.codec import encode  # noqa: E402
 from kcli.protocol.messages import api_name, nested_type, request_type  # noqa: E402
 from kcli.protocol.request_header import decode_request, header_is_flexible, parse_request_header  # noqa: E402
+from kcli.security.certs import loopback_pki  # noqa: E402
 
 READY = re.compile(r"^kcli broker: listening on (\S+):(\d+)$", re.MULTILINE)
 BROKER_OVERRIDES = ("group.initial.rebalance.delay.ms=0", "num.partitions=3")
 NODE_ID = 1
+SASL_USERS = 'user_alice="alice-secret"'
+SASL_OVERRIDES = (
+    "listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT",
+    "inter.broker.listener.name=SASL_PLAINTEXT",
+    "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
+    "sasl.mechanism.inter.broker.protocol=PLAIN",
+    "listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule"
+    f' required username="alice" password="alice-secret" {SASL_USERS};',
+    "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config="
+    "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+    "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config="
+    "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+    "listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config="
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
+)
+"""A SASL_PLAINTEXT listener with every mechanism kcli serves (SCRAM users: none, so SCRAM fails late)."""
+TARGETS = ("client", "controller", "sasl", "tls")
 CONTROLLER_OVERRIDES = (
     "process.roles=broker,controller",
     f"node.id={NODE_ID}",
@@ -171,16 +198,22 @@ def fuzz(
     in `spared_frames`), to look past a known defect: a node moved to an epoch near 2**31-1 cannot
     campaign in the next one (an int32) and its quorum of one is gone for good.
     """
-    if target not in ("client", "controller"):
-        raise ValueError(f"target {target!r} is neither client nor controller")
+    if target not in TARGETS:
+        raise ValueError(f"target {target!r} is not one of {', '.join(TARGETS)}")
     say = progress or (lambda _message: None)
     report = FuzzReport(target=target)
     started = time.monotonic()
-    broker = BrokerUnderFuzz(workdir, rss_limit, controller=target == "controller")
+    listener = {"sasl": "SASL_PLAINTEXT", "tls": "SSL"}.get(target, "PLAINTEXT")
+    broker = BrokerUnderFuzz(workdir, rss_limit, controller=target == "controller", listener=listener)
     broker.start()
     try:
         refresh = None
-        if target == "controller":
+        lead: list[bytes] = []
+        if target == "tls":
+            corpus = client_hellos()
+        elif target == "sasl":
+            corpus, lead = sasl_frames()
+        elif target == "controller":
             refresh = _EpochCorpus(broker, spare)
             corpus = refresh()
         else:
@@ -188,14 +221,30 @@ def fuzz(
             if clients:
                 say("recording stock clients through a proxy ...")
                 corpus += record_clients(broker)
-        corpus = [frame for frame in corpus if api_name(_INT16.unpack_from(frame)[0]) not in spare]
-        for frame in corpus:
-            report.corpus[api_name(_INT16.unpack_from(frame)[0])] += 1
+        if target == "tls":
+            report.corpus["ClientHello"] = len(corpus)
+        else:
+            corpus = [frame for frame in corpus if _api_of(frame) not in spare]
+            for frame in corpus:
+                report.corpus[_api_of(frame)] += 1
         say(f"corpus: {len(corpus)} frames of {len(report.corpus)} APIs; sending {frames:,} mutated frames")
         deadline = started + max_seconds
         spare_frame = epoch_above(max_epoch) if max_epoch is not None else None
         asyncio.run(
-            _send_all(broker, corpus, frames, seed, connections, deadline, report, say, refresh, spare_frame)
+            _send_all(
+                broker,
+                corpus,
+                frames,
+                seed,
+                connections,
+                deadline,
+                report,
+                say,
+                refresh,
+                spare_frame,
+                lead=lead,
+                tls=target == "tls",
+            )
         )
         if target == "controller" and not broker.gone:
             say("checking that the node leads its quorum again and serves a client ...")
@@ -234,8 +283,12 @@ class BrokerUnderFuzz:
     only voter, at its controller listener, on a port found free here); frames go to that listener.
     """
 
-    def __init__(self, workdir: Path, rss_limit: int, *, controller: bool = False) -> None:
+    def __init__(
+        self, workdir: Path, rss_limit: int, *, controller: bool = False, listener: str = "PLAINTEXT"
+    ) -> None:
         self.workdir = workdir
+        self.listener = listener
+        """PLAINTEXT, SASL_PLAINTEXT or SSL: the client listener's security protocol."""
         self.rss_limit = rss_limit
         self.data_dir = workdir / "data"
         self.port = 0
@@ -259,10 +312,12 @@ class BrokerUnderFuzz:
         if self.controller_port:
             listeners = f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}"
             overrides += [f"listeners={listeners}", *CONTROLLER_OVERRIDES]
+        elif self.listener != "PLAINTEXT":
+            overrides += [f"listeners={self.listener}://127.0.0.1:{self.port}", *self._security_overrides()]
         else:
             args += ["--listen", f"127.0.0.1:{self.port}"]
         if self.advertised:
-            overrides.append(f"advertised.listeners=PLAINTEXT://{self.advertised}")
+            overrides.append(f"advertised.listeners={self.listener}://{self.advertised}")
         for item in overrides:
             args += ["--override", item]
         with open(log_path, "wb") as log_file:
@@ -282,6 +337,19 @@ class BrokerUnderFuzz:
         if self._sampler is None:
             self._sampler = threading.Thread(target=self._sample_rss, daemon=True)
             self._sampler.start()
+
+    def _security_overrides(self) -> list[str]:
+        if self.listener == "SASL_PLAINTEXT":
+            return list(SASL_OVERRIDES)
+        pki = loopback_pki(self.workdir / "pki")
+        return [
+            "listener.security.protocol.map=SSL:SSL",
+            "inter.broker.listener.name=SSL",
+            "ssl.keystore.type=PKCS12",
+            f"ssl.keystore.location={pki.node['p12']}",
+            f"ssl.keystore.password={pki.password}",
+            f"ssl.truststore.location={pki.ca}",
+        ]
 
     @property
     def target_port(self) -> int:
@@ -322,7 +390,7 @@ class BrokerUnderFuzz:
             reason = f"exit status {self.process.returncode}"
         elif self._rss() > self.rss_limit:
             reason = f"killed: RSS {self._rss() >> 20} MiB is over the limit"
-        elif not _answers_api_versions(self.target_port):
+        elif not _answers_api_versions(self.target_port, tls=self.listener == "SSL"):
             reason = "killed: no answer to ApiVersions within 10 s"
         if reason is None:
             return False
@@ -390,15 +458,22 @@ def free_port() -> int:
 _BROKER_EPOCH = re.compile(rf"broker {NODE_ID} is unfenced \(broker epoch (\d+)\)")
 
 
-def _answers_api_versions(port: int) -> bool:
-    """Whether the broker answers an ApiVersions v0 request within 10 s."""
+def _answers_api_versions(port: int, *, tls: bool = False) -> bool:
+    """Whether the broker answers an ApiVersions v0 request within 10 s (over TLS with `tls`: whether
+    the node answers is the question here, not whom it is)."""
     request = _header(18, 0, flexible=False)
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+            sock = _UNCHECKED_TLS.wrap_socket(raw) if tls else raw
             sock.sendall(_sized(request))
             return len(sock.recv(4)) > 0
     except OSError:
         return False
+
+
+_UNCHECKED_TLS = ssl.create_default_context()
+_UNCHECKED_TLS.check_hostname = False
+_UNCHECKED_TLS.verify_mode = ssl.CERT_NONE
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -910,8 +985,15 @@ async def _send_all(
     say: Callable[[str], None],
     refresh: Callable[[], list[bytes]] | None = None,
     spare_frame: Callable[[bytes], bool] | None = None,
+    *,
+    lead: list[bytes] | None = None,
+    tls: bool = False,
 ) -> None:
-    batches = _batches(corpus, frames, seed, report, refresh, spare_frame)
+    batches = (
+        _tls_batches(corpus, frames, seed, report)
+        if tls
+        else _batches(corpus, frames, seed, report, refresh, spare_frame, lead)
+    )
     restarting = asyncio.Lock()
     last_progress = last_checked = time.monotonic()
 
@@ -948,9 +1030,12 @@ def _batches(
     report: FuzzReport,
     refresh: Callable[[], list[bytes]] | None = None,
     spare_frame: Callable[[bytes], bool] | None = None,
+    lead: list[bytes] | None = None,
 ) -> Iterator[bytes]:
     """Connections' worth of mutated frames (1 to 8 each), from one generator shared by the workers;
-    `refresh` gives the corpus anew for each batch, and a mutated frame `spare_frame` picks is not sent."""
+    `refresh` gives the corpus anew for each batch, and a mutated frame `spare_frame` picks is not sent.
+    With `lead`, half the connections open with one of its frames unchanged (a valid SaslHandshake, so
+    that what follows meets the mechanism rather than the handshake check; not counted as a frame)."""
     rng = random.Random(seed)
     while report.frames < frames:
         if refresh is not None:
@@ -965,6 +1050,8 @@ def _batches(
             report.mutations[kind] += 1
             parts.append(data)
         report.frames += len(parts)
+        if parts and lead and rng.random() < 0.5:
+            parts.insert(0, _sized(rng.choice(lead)))
         if parts:
             yield b"".join(parts)
 
@@ -1011,6 +1098,129 @@ async def _send_batch(port: int, data: bytes) -> None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         writer.close()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Before authentication: SASL frames and TLS records
+# ---------------------------------------------------------------------------------------------------
+
+SASL_HANDSHAKE, SASL_AUTHENTICATE, API_VERSIONS = 17, 36, 18
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+
+
+def sasl_frames() -> tuple[list[bytes], list[bytes]]:
+    """(corpus, leads) for a SASL listener before authentication. The corpus: SaslHandshake v0/v1 for
+    each mechanism and some the broker does not serve, SaslAuthenticate v0-v2 carrying PLAIN, SCRAM
+    (client-first and a client-final with a made-up proof) and OAUTHBEARER tokens, those tokens raw (as
+    after a v0 handshake: size-prefixed, no Kafka header), and ApiVersions v0-v3. The leads: a valid
+    SaslHandshake v0 or v1 per mechanism, sent unchanged before half of the connections' frames."""
+    tokens = [
+        b"\0alice\0alice-secret",
+        b"alice\0alice\0wrong",
+        b"n,,n=alice,r=fyko+d2lbbFgONRv9qkxdawL",
+        b"c=biws,r=fyko+d2lbbFgONRv9qkxdawL3rfcNHYJY1ZVvWVs7j,p=v0X8v3Bz2T0CJGbJQyF0X+HI4Ts=",
+        b"n,a=alice,\x01auth=Bearer eyJhbGciOiJub25lIn0.eyJzdWIiOiJhbGljZSJ9.\x01\x01",
+    ]
+    handshakes = [
+        _frame(_with_fields(sample_entity(request_type(SASL_HANDSHAKE, version)), mechanism=mechanism))
+        for version in (0, 1)
+        for mechanism in SASL_MECHANISMS
+    ]
+    others = [
+        _frame(_with_fields(sample_entity(request_type(SASL_HANDSHAKE, 1)), mechanism=mechanism))
+        for mechanism in ("GSSAPI", "", "plain", "SCRAM-SHA-1")
+    ]
+    authenticates = [
+        _frame(_with_fields(sample_entity(request_type(SASL_AUTHENTICATE, version)), auth_bytes=token))
+        for version in (0, 1, 2)
+        for token in tokens
+    ]
+    api_versions = [_frame(sample_entity(request_type(API_VERSIONS, version))) for version in range(4)]
+    return [*handshakes, *others, *authenticates, *tokens, *api_versions], handshakes
+
+
+def _api_of(frame: bytes) -> str:
+    """The API a corpus frame's header names; a raw SASL token (no header) is "SaslToken"."""
+    name = api_name(_INT16.unpack_from(frame)[0]) if len(frame) >= 2 else ""
+    return "SaslToken" if not name or name.startswith("api key") else name
+
+
+def client_hellos() -> list[bytes]:
+    """ClientHello records as Python's ssl writes them: TLS 1.2 only, 1.3 only, both; with and without
+    SNI (the first flight of a TLS client, which is all a server reads before it answers)."""
+    hellos = []
+    for low, high in (
+        (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_2),
+        (ssl.TLSVersion.TLSv1_3, ssl.TLSVersion.TLSv1_3),
+        (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3),
+    ):
+        for server_name in (None, "localhost"):
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            context.minimum_version, context.maximum_version = low, high
+            incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+            tls = context.wrap_bio(incoming, outgoing, server_hostname=server_name)
+            with contextlib.suppress(ssl.SSLWantReadError):
+                tls.do_handshake()
+            hellos.append(outgoing.read())
+    return hellos
+
+
+def mutate_tls(hello: bytes, corpus: list[bytes], rng: random.Random) -> tuple[str, bytes]:
+    """(what was done, the bytes) for one record where a TLS server expects a ClientHello."""
+    kind = rng.choices(_TLS_MUTATIONS, _TLS_WEIGHTS)[0]
+    data = bytearray(hello)
+    if kind == "bit flips":
+        for _ in range(rng.randint(1, 8)):
+            data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+    elif kind == "truncated":
+        del data[rng.randrange(len(data)) :]
+    elif kind == "inserted bytes":
+        at = rng.randrange(len(data) + 1)
+        data[at:at] = rng.randbytes(rng.randint(1, 64))
+    elif kind == "deleted bytes":
+        at = rng.randrange(len(data))
+        del data[at : at + rng.randint(1, 32)]
+    elif kind == "record length lie":
+        data[3:5] = struct.pack(">H", rng.choice((0, 1, 2**14, 2**14 + 2048 + 1, 0xFFFF, len(data) + 5)))
+    elif kind == "handshake length lie":
+        data[6:9] = rng.choice((0, 1, 2**24 - 1, len(data))).to_bytes(3, "big")
+    elif kind == "version lie":
+        data[1:3] = rng.choice((b"\x00\x00", b"\x02\x00", b"\x03\x00", b"\x03\x04", b"\xff\xff"))
+    elif kind == "content type lie":
+        data[0] = rng.choice((0, 20, 21, 23, 24, 255))
+    elif kind == "garbage":
+        data = bytearray(rng.randbytes(rng.randint(1, 600)))
+    elif kind == "alert":
+        data = bytearray(b"\x15\x03\x03\x00\x02" + bytes((rng.choice((1, 2)), rng.randrange(256))))
+    elif kind == "kafka frame":
+        data = bytearray(_sized(_header(API_VERSIONS, rng.randrange(4), flexible=False)))
+    elif kind == "two hellos":
+        data += rng.choice(corpus)
+    return kind, bytes(data)
+
+
+_TLS_MUTATIONS = [
+    "unchanged", "bit flips", "truncated", "inserted bytes", "deleted bytes", "record length lie",
+    "handshake length lie", "version lie", "content type lie", "garbage", "alert", "kafka frame", "two hellos",
+]  # fmt: skip
+_TLS_WEIGHTS = [3, 25, 15, 8, 8, 8, 8, 4, 4, 8, 3, 3, 3]
+
+
+def _tls_batches(corpus: list[bytes], frames: int, seed: int, report: FuzzReport) -> Iterator[bytes]:
+    """A connection's worth of records for a TLS listener: mostly one mutated ClientHello, sometimes
+    followed by more records (a server stops at the first it cannot take)."""
+    rng = random.Random(seed)
+    while report.frames < frames:
+        count = min(rng.choice((1, 1, 1, 2, 3)), frames - report.frames)
+        parts = []
+        for _ in range(count):
+            kind, data = mutate_tls(rng.choice(corpus), corpus, rng)
+            report.mutations[kind] += 1
+            parts.append(data)
+        report.frames += count
+        yield b"".join(parts)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1230,9 +1440,10 @@ def main() -> None:
     )
     parser.add_argument(
         "--target",
-        choices=("client", "controller"),
+        choices=TARGETS,
         default="client",
-        help="the listener fuzzed: the client listener, or the controller listener of a quorum of one",
+        help="the listener fuzzed: the client listener, the controller listener of a quorum of one, a "
+        "SASL_PLAINTEXT listener before authentication, or an SSL listener's TLS records",
     )
     args = parser.parse_args()
     spare = frozenset(name for name in args.spare.split(",") if name)

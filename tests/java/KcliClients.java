@@ -87,7 +87,23 @@ public final class KcliClients {
         void run() throws Exception;
     }
 
-    public static void main(String[] args) throws Exception {
+    /** Client properties every client here starts from (security.protocol, ssl.*, sasl.*), read from the
+     * file after a leading --command-config: the same file Kafka's tools and kcli's --command-config read. */
+    static final Properties COMMAND_CONFIG = new Properties();
+
+    public static void main(String[] argv) throws Exception {
+        String[] args = argv;
+        if (args.length > 1 && args[0].equals("--command-config")) {
+            try (var in = java.nio.file.Files.newInputStream(java.nio.file.Path.of(args[1]))) {
+                COMMAND_CONFIG.load(in);
+            }
+            args = Arrays.copyOfRange(args, 2, args.length);
+        }
+        run(args);
+        emit("event", "done");
+    }
+
+    static void run(String[] args) throws Exception {
         switch (args[0]) {
             case "clients" -> clients(args[1], args[2], Short.parseShort(args[3]));
             case "txnv2" -> transactionsV2(args[1], args[2], Short.parseShort(args[3]));
@@ -103,7 +119,6 @@ public final class KcliClients {
                     () -> consumerGroup(args[1], args[2], args[3], Integer.parseInt(args[4])));
             default -> throw new IllegalArgumentException("unknown command " + args[0]);
         }
-        emit("event", "done");
     }
 
     /** Print one JSON line from alternating keys and values. */
@@ -135,6 +150,7 @@ public final class KcliClients {
 
     static Properties common(String bootstrap) {
         Properties p = new Properties();
+        p.putAll(COMMAND_CONFIG);
         p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         p.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, "60000");
         p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "120000");
