@@ -12,7 +12,13 @@ from datetime import timedelta
 import pytest
 from kio.schema.errors import ErrorCode
 
-from kcli.client import RECEIVE_BUFFER_BYTES, ClientError, KafkaClient, split_bootstrap
+from kcli.client import (
+    RECEIVE_BUFFER_BYTES,
+    RECEIVE_MESSAGE_MAX_BYTES,
+    ClientError,
+    KafkaClient,
+    split_bootstrap,
+)
 from kcli.protocol.codec import entity_write
 from kcli.protocol.messages import nested_type, request_type, response_type
 
@@ -161,3 +167,39 @@ def test_a_request_that_cannot_be_encoded_leaves_no_future_behind() -> None:
             await client.close()
 
     asyncio.run(run())
+
+
+def test_an_oversized_response_ends_the_connection_with_one_sentence_before_any_allocation() -> None:
+    """A server announcing 2 GB (a broken or hostile one) fails the request at once; nothing that size
+    is reserved (librdkafka's receive.message.max.bytes)."""
+
+    async def run() -> str:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            (size,) = struct.unpack(">i", await reader.readexactly(4))
+            request = await reader.readexactly(size)
+            writer.write(
+                struct.pack(">ii", 2_000_000_000, struct.unpack_from(">i", request, 4)[0]) + bytes(100)
+            )
+            await writer.drain()
+            await reader.read()  # until the client goes
+            writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            client = await KafkaClient.connect(f"127.0.0.1:{port}", negotiate=False, request_timeout=10)
+            try:
+                with pytest.raises(ClientError) as failure:
+                    await client.send(fetch_request())
+            finally:
+                await client.close()
+        finally:
+            server.close()
+            await server.wait_closed()
+        return str(failure.value)
+
+    sentence = asyncio.run(run())
+    assert sentence == (
+        f"127.0.0.1:{sentence.split(':')[1].split(' ')[0]} announced a response of 2000000000 bytes, more than "
+        f"the {RECEIVE_MESSAGE_MAX_BYTES} a client accepts (receive.message.max.bytes)."
+    )
