@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import Any, TypeVar
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -25,6 +27,8 @@ from kcli.protocol.messages import nested_type, request_type, response_type
 pytestmark = pytest.mark.timeout(60)
 
 API_VERSIONS, FETCH = 18, 1
+T = TypeVar("T")
+Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
 def fetch_response(records: bytes) -> object:
@@ -45,6 +49,21 @@ def frame(correlation_id: int, response: object) -> bytes:
     body = bytearray(struct.pack(">i", correlation_id))
     entity_write(type(response))(body, response)
     return struct.pack(">i", len(body)) + bytes(body)
+
+
+async def _against(serve: Serve, use: Callable[[KafkaClient], Awaitable[T]]) -> T:
+    """`use` a client connected (without ApiVersions) to a plain asyncio server running `serve`."""
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        client = await KafkaClient.connect(f"127.0.0.1:{port}", negotiate=False, request_timeout=30)
+        try:
+            return await use(client)
+        finally:
+            await client.close()
+    finally:
+        server.close()
+        await server.wait_closed()
 
 
 def fetch_request() -> object:
@@ -76,18 +95,11 @@ def test_responses_cut_anywhere_arrive_whole_and_in_order(pieces: list[int]) -> 
             await reader.read()  # until the client goes
             writer.close()
 
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        try:
-            client = await KafkaClient.connect(f"127.0.0.1:{port}", negotiate=False, request_timeout=30)
-            try:
-                futures = [client.send_nowait(fetch_request()) for _ in payloads]
-                responses = await asyncio.wait_for(asyncio.gather(*futures), 30)
-            finally:
-                await client.close()
-        finally:
-            server.close()
-            await server.wait_closed()
+        async def use(client: KafkaClient) -> list[Any]:
+            futures = [client.send_nowait(fetch_request()) for _ in payloads]
+            return await asyncio.wait_for(asyncio.gather(*futures), 30)
+
+        responses = await _against(serve, use)
         return [bytes(r.responses[0].partitions[0].records) for r in responses]
 
     assert asyncio.run(run()) == payloads
@@ -184,19 +196,12 @@ def test_an_oversized_response_ends_the_connection_with_one_sentence_before_any_
             await reader.read()  # until the client goes
             writer.close()
 
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        try:
-            client = await KafkaClient.connect(f"127.0.0.1:{port}", negotiate=False, request_timeout=10)
-            try:
-                with pytest.raises(ClientError) as failure:
-                    await client.send(fetch_request())
-            finally:
-                await client.close()
-        finally:
-            server.close()
-            await server.wait_closed()
-        return str(failure.value)
+        async def use(client: KafkaClient) -> str:
+            with pytest.raises(ClientError) as failure:
+                await client.send(fetch_request())
+            return str(failure.value)
+
+        return await _against(serve, use)
 
     sentence = asyncio.run(run())
     assert sentence == (

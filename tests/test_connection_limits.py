@@ -194,3 +194,35 @@ def test_reading_a_new_request_waits_while_the_memory_pool_is_full(tmp_path: Pat
         assert _answers(waiting, 6)
         waiting.close()
         assert "Traceback" not in broker.log()
+
+
+def test_the_per_ip_limits_are_dynamic(tmp_path: Path) -> None:
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    def alter(value: str | None) -> None:
+        operation = AlterConfigOpType.DELETE if value is None else AlterConfigOpType.SET
+        entry = ConfigEntry("max.connections.per.ip.overrides", value, incremental_operation=operation)
+        resource = ConfigResource("broker", "1", incremental_configs=[entry])
+        assert admin.incremental_alter_configs([resource])[resource].exception(30) is None
+
+    def second_connection_closed() -> bool:
+        first, second = _connect(broker, "127.0.0.3"), _connect(broker, "127.0.0.3")
+        try:
+            return _answers(first, 1) and _closed(second, timeout=1.0)
+        finally:
+            first.close()
+            second.close()
+
+    with _broker(tmp_path) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        assert not second_connection_closed()
+        alter("127.0.0.3:1")
+        deadline = time.monotonic() + 10
+        while not second_connection_closed():
+            assert time.monotonic() < deadline, "the override never applied"
+            time.sleep(0.3)
+        alter(None)
+        deadline = time.monotonic() + 10
+        while second_connection_closed():
+            assert time.monotonic() < deadline, "the override was never removed"
+            time.sleep(0.3)
