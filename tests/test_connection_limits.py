@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 from conftest import BrokerProcess, start_broker, stop_cleanly
 
+from kcli.broker.connection_quotas import ConnectionQuotas, TooManyConnectionsError
+from kcli.config import BrokerConfig
+
 pytestmark = pytest.mark.timeout(120)
 
 
@@ -75,6 +78,53 @@ def _rss_bytes(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     raise AssertionError("no VmRSS")
+
+
+def _two_listener_quotas(*settings: str) -> ConnectionQuotas:
+    config = BrokerConfig(
+        {
+            "listeners": "PLAINTEXT://127.0.0.1:9092,INTERNAL://127.0.0.1:9093",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "INTERNAL",
+            **dict(item.split("=", 1) for item in settings),
+        }
+    )
+    return ConnectionQuotas(config, ["PLAINTEXT", "INTERNAL"], config.inter_broker_listener_name)
+
+
+def test_the_inter_broker_listener_is_held_back_only_by_its_own_limit() -> None:
+    quotas = _two_listener_quotas("max.connections=2", "listener.name.internal.max.connections=3")
+    for address in ("10.0.0.1", "10.0.0.2"):
+        assert quotas.connection_slot_available("PLAINTEXT")
+        quotas.inc("PLAINTEXT", address)
+    assert not quotas.connection_slot_available("PLAINTEXT")  # the broker-wide limit
+    for _ in range(3):
+        assert quotas.connection_slot_available("INTERNAL")  # protected: max.connections does not count
+        quotas.inc("INTERNAL", "10.0.0.9")
+    assert not quotas.connection_slot_available("INTERNAL")  # its own listener limit does
+    assert quotas.max_connections_exceeded("PLAINTEXT") and not quotas.max_connections_exceeded("INTERNAL")
+    quotas.dec("INTERNAL", "10.0.0.9")
+    assert quotas.connection_slot_available("INTERNAL") and quotas.get("10.0.0.9") == 2
+
+
+def test_per_ip_counts_and_the_creation_rate_throttle_as_kafka_measures_them() -> None:
+    quotas = _two_listener_quotas(
+        "max.connections.per.ip=1",
+        "max.connections.per.ip.overrides=10.0.0.5:2",
+        "listener.name.plaintext.max.connection.creation.rate=2",
+        "quota.window.num=2",
+        "quota.window.size.seconds=1",
+    )
+    quotas.inc("PLAINTEXT", "10.0.0.1")
+    with pytest.raises(TooManyConnectionsError):
+        quotas.inc("PLAINTEXT", "10.0.0.1")  # counted until its close calls dec, as Kafka's closeChannel
+    assert quotas.get("10.0.0.1") == 2
+    quotas.inc("PLAINTEXT", "10.0.0.5")
+    quotas.inc("PLAINTEXT", "10.0.0.5")
+    # 2 a second over samples - 1 = 1 s: the 3rd waits (3 - 2) / 2 s, the 4th the most, one window
+    throttles = [quotas.record_connection_and_get_throttle_time_ms("PLAINTEXT", 1000.0) for _ in range(4)]
+    assert throttles == [0, 0, 500, 1000]
+    assert quotas.record_connection_and_get_throttle_time_ms("INTERNAL", 1000.0) == 0  # no limit of its own
 
 
 def test_connections_beyond_the_per_ip_cap_are_closed_and_overrides_raise_it(tmp_path: Path) -> None:

@@ -26,6 +26,12 @@ Secure connections (Kafka's SslTransportLayer and SaslServerAuthenticator):
   per-connection `SaslServerAuthenticator` (`kcli.broker.authenticator`) stands in that place,
   answering ApiVersions and the SASL requests and refusing the rest, then hands the frames to the
   broker's handler; until then frames are bounded by `sasl.server.max.receive.size`.
+- Limits: a new connection is accepted through `kcli.broker.connection_quotas` (Kafka's ConnectionQuotas:
+  max.connections, per IP, the creation rate); until then it is not read. With queued.max.request.bytes
+  set, a connection about to read a new request waits while the request bytes buffered across
+  connections reach it (Kafka's memory pool). A frame's buffer grows as its bytes arrive, never from
+  the size prefix alone, and a frame still incomplete after connections.max.idle.ms closes its
+  connection however it trickles (`_close_idle_connections`).
 - Principal: `ConnectionInfo.principal`, which every handler receives, is `User:ANONYMOUS` unless the
   client presented a certificate, whose subject `ssl.principal.mapping.rules` maps to the name
   (`kcli.security.principal`), or SASL authenticated a user (`User:<name>`).
@@ -479,7 +485,7 @@ class Connection(asyncio.BufferedProtocol):
         self._handshaking = False
         if self._stopping:
             self.stop()
-        elif self.buffer or self._eof:
+        elif (self.buffer or self._eof) and not self._memory_paused:
             self._process()
 
     def _handshake_failed(self, raw: asyncio.BaseTransport) -> None:
