@@ -593,6 +593,11 @@ class _Connection(asyncio.BufferedProtocol):
                 )
             if size < 0:
                 raise ClientError(f"the broker sent a frame of size {size}.")
+            if size > RECEIVE_MESSAGE_MAX_BYTES:
+                raise ClientError(
+                    f"{self.address} announced a response of {size} bytes, more than the "
+                    f"{RECEIVE_MESSAGE_MAX_BYTES} a client accepts (receive.message.max.bytes)."
+                )
             if end - position - 4 >= size:
                 frames.append(view[position + 4 : position + 4 + size].tobytes())  # one copy, not two
                 position += 4 + size
@@ -675,6 +680,10 @@ _INT32 = struct.Struct(">i")
 _INT16 = struct.Struct(">h")
 RECEIVE_BUFFER_BYTES = 256 * 1024
 MAX_API_VERSIONS_RESPONSE_BYTES = 1024 * 1024
+RECEIVE_MESSAGE_MAX_BYTES = 100_000_000 + 512
+"""librdkafka's receive.message.max.bytes (100000000) plus its 512 bytes of protocol overhead: a larger
+announced response closes the connection before anything is allocated for it, so a broken or hostile
+server cannot make a kcli tool reserve gigabytes."""
 """Far above any broker's ApiVersions answer (a few KiB); b"HTTP" read as a size is 1.2 GB."""
 """What one read may bring (asyncio's own read size); larger frames get a buffer of their own."""
 

@@ -342,20 +342,34 @@ def test_receive_buffer_gives_back_each_frame_whole(sizes: list[int], reads: lis
     )  # no more than needed
 
 
-def test_receive_buffer_grows_to_a_frame_and_shrinks_only_past_its_keep_size() -> None:
+def test_receive_buffer_grows_with_a_frame_as_it_arrives_and_shrinks_only_past_its_keep_size() -> None:
     buffer = ReceiveBuffer(max_frame=64 << 20)
     for size in (3 << 20, 12 << 20):
         buffer.free_space()[:4] = struct.pack(">i", size)
         buffer.end += 4
-        space = buffer.free_space()
-        assert len(space) >= size  # the whole frame fits at once
-        buffer.end += size
+        assert len(buffer.data) < size  # the size prefix alone allocates nothing for the frame
+        grown = 0
+        while len(buffer) < 4 + size:
+            space = buffer.free_space()
+            assert len(space) >= ReceiveBuffer.MIN_READ
+            count = min(len(space), 4 + size - len(buffer))
+            buffer.end += count
+            if len(buffer.data) > grown:
+                grown = len(buffer.data)
+                assert grown <= max(ReceiveBuffer.BLOCK, 2 * len(buffer) + ReceiveBuffer.MIN_READ)
         assert buffer.take(buffer.next_size()) == bytes(size)
+        assert len(buffer.data) <= 4 + size + ReceiveBuffer.MIN_READ
         buffer.free_space()
-        assert len(buffer.data) == (4 + size if size < ReceiveBuffer.KEEP else ReceiveBuffer.BLOCK)
+        if size >= ReceiveBuffer.KEEP:
+            assert len(buffer.data) == ReceiveBuffer.BLOCK
     buffer.free_space()[:4] = struct.pack(">i", 2**31 - 1)  # refused by the connection, never allocated
     buffer.end += 4
     assert len(buffer.free_space()) < 1 << 20
+    buffer.clear()
+    buffer.free_space()[:14] = struct.pack(">i", 50 << 20) + bytes(10)  # announced, barely begun
+    buffer.end += 14
+    buffer.free_space()
+    assert len(buffer.data) == ReceiveBuffer.BLOCK
 
 
 def test_requests_before_a_bad_frame_are_answered_before_the_connection_closes(

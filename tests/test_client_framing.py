@@ -7,18 +7,28 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import Any, TypeVar
 
 import pytest
 from kio.schema.errors import ErrorCode
 
-from kcli.client import RECEIVE_BUFFER_BYTES, ClientError, KafkaClient, split_bootstrap
+from kcli.client import (
+    RECEIVE_BUFFER_BYTES,
+    RECEIVE_MESSAGE_MAX_BYTES,
+    ClientError,
+    KafkaClient,
+    split_bootstrap,
+)
 from kcli.protocol.codec import entity_write
 from kcli.protocol.messages import nested_type, request_type, response_type
 
 pytestmark = pytest.mark.timeout(60)
 
 API_VERSIONS, FETCH = 18, 1
+T = TypeVar("T")
+Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
 def fetch_response(records: bytes) -> object:
@@ -39,6 +49,21 @@ def frame(correlation_id: int, response: object) -> bytes:
     body = bytearray(struct.pack(">i", correlation_id))
     entity_write(type(response))(body, response)
     return struct.pack(">i", len(body)) + bytes(body)
+
+
+async def _against(serve: Serve, use: Callable[[KafkaClient], Awaitable[T]]) -> T:
+    """`use` a client connected (without ApiVersions) to a plain asyncio server running `serve`."""
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        client = await KafkaClient.connect(f"127.0.0.1:{port}", negotiate=False, request_timeout=30)
+        try:
+            return await use(client)
+        finally:
+            await client.close()
+    finally:
+        server.close()
+        await server.wait_closed()
 
 
 def fetch_request() -> object:
@@ -70,18 +95,11 @@ def test_responses_cut_anywhere_arrive_whole_and_in_order(pieces: list[int]) -> 
             await reader.read()  # until the client goes
             writer.close()
 
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        try:
-            client = await KafkaClient.connect(f"127.0.0.1:{port}", negotiate=False, request_timeout=30)
-            try:
-                futures = [client.send_nowait(fetch_request()) for _ in payloads]
-                responses = await asyncio.wait_for(asyncio.gather(*futures), 30)
-            finally:
-                await client.close()
-        finally:
-            server.close()
-            await server.wait_closed()
+        async def use(client: KafkaClient) -> list[Any]:
+            futures = [client.send_nowait(fetch_request()) for _ in payloads]
+            return await asyncio.wait_for(asyncio.gather(*futures), 30)
+
+        responses = await _against(serve, use)
         return [bytes(r.responses[0].partitions[0].records) for r in responses]
 
     assert asyncio.run(run()) == payloads
@@ -161,3 +179,32 @@ def test_a_request_that_cannot_be_encoded_leaves_no_future_behind() -> None:
             await client.close()
 
     asyncio.run(run())
+
+
+def test_an_oversized_response_ends_the_connection_with_one_sentence_before_any_allocation() -> None:
+    """A server announcing 2 GB (a broken or hostile one) fails the request at once; nothing that size
+    is reserved (librdkafka's receive.message.max.bytes)."""
+
+    async def run() -> str:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            (size,) = struct.unpack(">i", await reader.readexactly(4))
+            request = await reader.readexactly(size)
+            writer.write(
+                struct.pack(">ii", 2_000_000_000, struct.unpack_from(">i", request, 4)[0]) + bytes(100)
+            )
+            await writer.drain()
+            await reader.read()  # until the client goes
+            writer.close()
+
+        async def use(client: KafkaClient) -> str:
+            with pytest.raises(ClientError) as failure:
+                await client.send(fetch_request())
+            return str(failure.value)
+
+        return await _against(serve, use)
+
+    sentence = asyncio.run(run())
+    assert sentence == (
+        f"127.0.0.1:{sentence.split(':')[1].split(' ')[0]} announced a response of 2000000000 bytes, more than "
+        f"the {RECEIVE_MESSAGE_MAX_BYTES} a client accepts (receive.message.max.bytes)."
+    )

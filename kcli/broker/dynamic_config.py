@@ -12,7 +12,9 @@ DynamicConfig.Broker's quota properties) that kcli applies live:
   (only settable dynamically, as in Kafka) and `replica.alter.log.dirs.io.max.bytes.per.second`;
 - the broker-wide log defaults that topic configs fall back to (DynamicLogConfig: every broker synonym
   of a topic config kcli acts on); every log takes the new defaults at once;
-- the log cleaner's settings (LogCleaner.ReconfigurableConfigs).
+- the log cleaner's settings (LogCleaner.ReconfigurableConfigs);
+- the connection limits (DynamicConnectionQuota: max.connections, the per-IP count and its overrides,
+  the creation rate), which the next connection meets.
 Any other broker property is refused with Kafka's sentence for a property that cannot be updated
 dynamically; a name Kafka does not know is a custom property, accepted and stored as Kafka does
 (KafkaConfig keeps unknown originals), and acted on by nobody.
@@ -92,11 +94,22 @@ LOG_CONFIGS = frozenset(
 """DynamicLogConfig.ReconfigurableConfigs: the first broker synonym of each topic config (log.retention.ms,
 not log.retention.hours), less what kcli does not act on (message format, down-conversion)."""
 
+CONNECTION_QUOTA_CONFIGS = frozenset(
+    {
+        "max.connections",
+        "max.connections.per.ip",
+        "max.connections.per.ip.overrides",
+        "max.connection.creation.rate",
+    }
+)
+"""DynamicConnectionQuota.ReconfigurableConfigs: ConnectionQuotas reads them on every new connection."""
+
 DYNAMIC_CONFIGS = (
     frozenset(QUOTA_CONFIGS)
     | {REPLICA_ALTER_LOG_DIRS_IO_MAX_BYTES_PER_SECOND}
     | LOG_CLEANER_CONFIGS
     | LOG_CONFIGS
+    | CONNECTION_QUOTA_CONFIGS
 )
 """The broker properties kcli updates live."""
 

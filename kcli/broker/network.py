@@ -26,6 +26,12 @@ Secure connections (Kafka's SslTransportLayer and SaslServerAuthenticator):
   per-connection `SaslServerAuthenticator` (`kcli.broker.authenticator`) stands in that place,
   answering ApiVersions and the SASL requests and refusing the rest, then hands the frames to the
   broker's handler; until then frames are bounded by `sasl.server.max.receive.size`.
+- Limits: a new connection is accepted through `kcli.broker.connection_quotas` (Kafka's ConnectionQuotas:
+  max.connections, per IP, the creation rate); until then it is not read. With queued.max.request.bytes
+  set, a connection about to read a new request waits while the request bytes buffered across
+  connections reach it (Kafka's memory pool). A frame's buffer grows as its bytes arrive, never from
+  the size prefix alone, and a frame still incomplete after connections.max.idle.ms closes its
+  connection however it trickles (`_close_idle_connections`).
 - Principal: `ConnectionInfo.principal`, which every handler receives, is `User:ANONYMOUS` unless the
   client presented a certificate, whose subject `ssl.principal.mapping.rules` maps to the name
   (`kcli.security.principal`), or SASL authenticated a user (`User:<name>`).
@@ -41,12 +47,14 @@ import socket
 import ssl
 import struct
 from asyncio import sslproto
+from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any, NamedTuple
 
 from kcli.broker.apis.context import ConnectionInfo, FileRegion
 from kcli.broker.apis.dispatch import Answer, FramedSend
 from kcli.broker.authenticator import SaslListener, SaslServerAuthenticator
+from kcli.broker.connection_quotas import ConnectionQuotas, TooManyConnectionsError, normal_address
 from kcli.config import BrokerConfig, ConfigError, Listener
 from kcli.errors import KcliError
 from kcli.protocol.request_header import InvalidRequestError
@@ -97,6 +105,16 @@ class SocketServer:
         self._sweeper: asyncio.Task[None] | None = None
         self.bound: dict[str, asyncio.Server] = {}
         """Each bound listener's server, by listener name."""
+        self._quotas: dict[bool, ConnectionQuotas] = {}
+        """The connection counts and limits: the broker's listeners', and the controller listener's own."""
+        self._accepting: dict[str, deque[Connection]] = {}
+        """Connections made but not accepted yet (a connection limit or the creation rate), by listener."""
+        self._accept_timers: dict[str, asyncio.TimerHandle] = {}
+        self.queued_max_request_bytes = int(config["queued.max.request.bytes"])  # type: ignore[call-overload]
+        """Kafka's memory pool for requests being read; <= 0: none (MemoryPool.NONE)."""
+        self.queued_bytes = 0
+        """Request bytes in the receive buffers of the connections that count towards the pool."""
+        self._memory_waiters: list[Connection] = []
 
     async def bind(self, listener: Listener) -> asyncio.Server:
         """Bind `listener` now (a busy port fails before any data is touched); serving starts later.
@@ -143,6 +161,126 @@ class SocketServer:
             self._controller_stopping = True
         else:
             self._stopping = True
+        for listener_name in list(self._accepting):
+            self._accept_waiting(listener_name)  # the waiting ones are refused now
+
+    # --- ConnectionQuotas: accepting a connection -----------------------------------------------------
+
+    def connection_quotas(self, listener_name: str) -> ConnectionQuotas:
+        """The counts `listener_name` belongs to: the controller listener has its own (Kafka's
+        controller runs a SocketServer of its own), the broker's listeners share theirs."""
+        controller = listener_name == self.controller_listener_name
+        quotas = self._quotas.get(controller)
+        if quotas is None:
+            names = [listener.name for listener in self.config["listeners"]]  # type: ignore[attr-defined]
+            if controller:
+                names, inter_broker = [listener_name], None
+            else:
+                names = [name for name in names if name != self.controller_listener_name]
+                try:
+                    inter_broker = self.config.inter_broker_listener_name
+                except (IndexError, ConfigError):  # a controller-only node has no broker listener
+                    inter_broker = None
+            quotas = self._quotas[controller] = ConnectionQuotas(self.config, names, inter_broker)
+        return quotas
+
+    def accept(self, conn: Connection) -> None:
+        """Accept `conn` now, or once its listener is under its limits (Kafka's acceptor blocks there;
+        here the connection waits, not reading, in the order connections came, at most the listen
+        backlog of them)."""
+        waiting = self._accepting.setdefault(conn.listener_name, deque())
+        backlog = int(self.config["socket.listen.backlog.size"])  # type: ignore[call-overload]
+        if len(waiting) >= backlog:
+            log.debug(
+                "closing connection from %s: %d connections wait to be accepted", conn.info.peer, backlog
+            )
+            conn.transport.close()  # type: ignore[union-attr]
+            return
+        waiting.append(conn)
+        self._accept_waiting(conn.listener_name)
+
+    def _accept_waiting(self, listener_name: str) -> None:
+        """Kafka's ConnectionQuotas.inc for the connections waiting on `listener_name`, oldest first:
+        the creation rate's throttle, then a free slot, then the per-IP count."""
+        timer = self._accept_timers.pop(listener_name, None)
+        if timer is not None:
+            timer.cancel()
+        waiting = self._accepting.get(listener_name)
+        if not waiting:
+            return
+        quotas = self.connection_quotas(listener_name)
+        loop = asyncio.get_running_loop()
+        while waiting:
+            conn = waiting[0]
+            if conn.gone() or self.refuses(listener_name):
+                waiting.popleft()
+                conn.abort()
+                continue
+            now = loop.time()
+            if conn.accept_at is None:  # the acceptor reaches it: its creation is recorded now
+                throttle_ms = quotas.record_connection_and_get_throttle_time_ms(listener_name, now * 1000)
+                conn.accept_at = now + throttle_ms / 1000
+            if now < conn.accept_at:
+                self._accept_timers[listener_name] = loop.call_at(
+                    conn.accept_at, self._accept_waiting, listener_name
+                )
+                return
+            if not quotas.connection_slot_available(listener_name):
+                # a closing connection tries again at once; a raised limit (dynamic) within a second
+                self._accept_timers[listener_name] = loop.call_later(1.0, self._accept_waiting, listener_name)
+                return
+            waiting.popleft()
+            conn.counted = True
+            try:
+                quotas.inc(listener_name, conn.address)
+            except TooManyConnectionsError as exc:
+                log.info("Rejected connection from %s, %s.", conn.address, exc)
+                conn.abort()
+                continue
+            conn.accepted()
+            self._close_excess_connections(quotas)
+
+    def _close_excess_connections(self, quotas: ConnectionQuotas) -> None:
+        """Kafka's closeExcessConnections: over max.connections (the protected inter-broker listener went
+        over, or the limit was lowered), the least recently active connection of another listener goes."""
+        if quotas.total_count <= quotas.broker_max_connections():
+            return
+        candidates = [
+            conn
+            for conn in self.connections
+            if conn.counted
+            and not conn.stopping()
+            and conn.listener_name in quotas.listener_counts
+            and quotas.max_connections_exceeded(conn.listener_name)
+        ]
+        if candidates:
+            conn = min(candidates, key=lambda c: c.last_active)
+            log.info("closing connection from %s: the broker is over max.connections", conn.info.peer)
+            conn.stop()
+
+    def connection_closed(self, conn: Connection) -> None:
+        """A counted connection is gone: its slot frees, and connections waiting may be accepted."""
+        quotas = self.connection_quotas(conn.listener_name)
+        quotas.dec(conn.listener_name, conn.address)
+        for listener_name in [name for name in self._accepting if name in quotas.listener_counts]:
+            self._accept_waiting(listener_name)
+
+    # --- the memory pool (queued.max.request.bytes) -------------------------------------------------
+
+    def memory_exhausted(self) -> bool:
+        """Kafka's MemoryPool.isOutOfMemory: no request bytes left to read a new request into."""
+        return 0 < self.queued_max_request_bytes <= self.queued_bytes
+
+    def pool_changed(self, delta: int) -> None:
+        self.queued_bytes += delta
+        if delta < 0 and self._memory_waiters and not self.memory_exhausted():
+            waiters, self._memory_waiters = self._memory_waiters, []
+            loop = asyncio.get_running_loop()
+            for conn in waiters:
+                loop.call_soon(conn.memory_available)
+
+    def wait_for_memory(self, conn: Connection) -> None:
+        self._memory_waiters.append(conn)
 
     def on_listener(self, listener_name: str | None, *, besides: bool = False) -> list[Connection]:
         """The open connections on `listener_name` (or, with `besides`, on every other listener)."""
@@ -172,17 +310,35 @@ class SocketServer:
                 await asyncio.wait(pending, timeout=1.0)
 
     async def _close_idle_connections(self, idle_seconds: float) -> None:
-        """Kafka's connections.max.idle.ms: close connections with no request for that long."""
+        """Kafka's connections.max.idle.ms: close connections with no complete request for that long.
+
+        Kafka's Selector counts from a connection's last read or write of any size; here the time runs
+        from the last whole request (or answer), so a client trickling a frame's bytes, a few at a time,
+        is closed all the same once the frame has taken longer than that."""
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(min(idle_seconds / 2, 30.0))
             now = loop.time()
             for conn in list(self.connections):
                 if not conn.busy and now - conn.last_active > idle_seconds:
-                    log.info(
-                        "closing connection from %s: idle for more than %.0f s", conn.info.peer, idle_seconds
-                    )
+                    if conn.buffer:
+                        log.info(
+                            "closing connection from %s: %d bytes of a request, none complete for more than %s s",
+                            conn.info.peer,
+                            len(conn.buffer),
+                            f"{idle_seconds:g}",
+                        )
+                    else:
+                        log.info(
+                            "closing connection from %s: idle for more than %s s",
+                            conn.info.peer,
+                            f"{idle_seconds:g}",
+                        )
+                    conn.buffer.clear()
+                    conn.account()
                     conn.stop()
+            for quotas in list(self._quotas.values()):
+                self._close_excess_connections(quotas)
 
 
 class Connection(asyncio.BufferedProtocol):
@@ -238,6 +394,16 @@ class Connection(asyncio.BufferedProtocol):
         self._read_paused = False
         self._drained: asyncio.Future[None] | None = None
         self._unmute_at = 0.0
+        self.address = "unknown"
+        """The peer's IP address, as ConnectionQuotas counts it."""
+        self.accept_at: float | None = None
+        """When the creation rate lets this connection be accepted (None: not reached yet)."""
+        self.counted = False
+        """Whether ConnectionQuotas counts this connection (its close then frees the slot)."""
+        self._pooled = 0
+        """The buffered bytes counted in the server's memory pool."""
+        self._memory_paused = False
+        """Reading waits for the memory pool (queued.max.request.bytes) to have room for a request."""
 
     @property
     def max_frame(self) -> int:
@@ -260,11 +426,31 @@ class Connection(asyncio.BufferedProtocol):
         if self.server.refuses(self.listener_name):
             transport.close()
             return
+        peername = transport.get_extra_info("peername")
+        if isinstance(peername, tuple) and peername:
+            self.address = normal_address(str(peername[0]))
+        transport.pause_reading()  # type: ignore[attr-defined]  # nothing is read before it is accepted
+        self.server.accept(self)
+
+    def accepted(self) -> None:
+        """ConnectionQuotas let the connection in: serve it."""
+        transport = self.transport
+        assert transport is not None
         self.server.connections.add(self)
+        self.last_active = self.loop.time()
         _apply_socket_options(transport.get_extra_info("socket"), self.server.config)
         if self.tls_server is not None:
             self._handshaking = True
             self._handshake = self.loop.create_task(self._start_tls(transport, self.tls_server))
+        else:
+            transport.resume_reading()
+
+    def gone(self) -> bool:
+        """Closed before it was accepted (the client gave up waiting)."""
+        return self._lost or self._closing()
+
+    def stopping(self) -> bool:
+        return self._stopping
 
     async def _start_tls(self, raw: asyncio.BaseTransport, tls_server: _TlsServer) -> None:
         """The TLS handshake, then the principal (`ssl.principal.mapping.rules`), then the requests
@@ -299,7 +485,7 @@ class Connection(asyncio.BufferedProtocol):
         self._handshaking = False
         if self._stopping:
             self.stop()
-        elif self.buffer or self._eof:
+        elif (self.buffer or self._eof) and not self._memory_paused:
             self._process()
 
     def _handshake_failed(self, raw: asyncio.BaseTransport) -> None:
@@ -314,10 +500,16 @@ class Connection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         if self._stopping:
             self.buffer.clear()
+            self.account()
             return
+        new_request = self.buffer.start == self.buffer.end
         self.buffer.end += nbytes
-        if self._handshaking:
-            return  # served once `_start_tls` has the TLS transport
+        if self.server.queued_max_request_bytes > 0:
+            if new_request and not self._memory_paused and self.server.memory_exhausted():
+                self._wait_for_memory()  # Kafka's channel muted "due to memory pressure"
+            self.account()
+        if self._handshaking or self._memory_paused:
+            return  # served once `_start_tls` has the TLS transport, or once the pool has room
         if self.current is None and not self._write_paused:
             self._process()
         elif len(self.buffer) > self.READ_AHEAD and not self._read_paused and not self._closing():
@@ -340,6 +532,11 @@ class Connection(asyncio.BufferedProtocol):
         self._lost = True
         self.server.connections.discard(self)
         self.buffer.clear()
+        self._memory_paused = False
+        self.account()
+        if self.counted:
+            self.counted = False
+            self.server.connection_closed(self)
         self.held.clear()
         if self._drained is not None and not self._drained.done():
             self._drained.set_exception(ConnectionResetError("the connection closed"))
@@ -377,6 +574,38 @@ class Connection(asyncio.BufferedProtocol):
             self.current.cancel()
         if self.transport is not None:
             self.transport.close()
+
+    def account(self) -> None:
+        """Bring the memory pool's count of this connection's buffered bytes up to date. A connection
+        waiting for room is not counted: its few bytes read must not keep the pool full."""
+        if self.server.queued_max_request_bytes <= 0 or self._memory_paused:
+            return
+        delta = len(self.buffer) - self._pooled
+        if delta:
+            self._pooled += delta
+            self.server.pool_changed(delta)
+
+    def _wait_for_memory(self) -> None:
+        """Stop reading until the pool has room: a new request waits, the ones being read go on."""
+        self.account()  # what was counted before this read stays counted until it leaves the buffer
+        self._memory_paused = True
+        if not self._closing():
+            self.transport.pause_reading()  # type: ignore[union-attr]
+        self.server.wait_for_memory(self)
+
+    def memory_available(self) -> None:
+        """The pool has room again: read and answer what waited."""
+        if not self._memory_paused or self._lost:
+            return
+        if self.server.memory_exhausted():
+            self.server.wait_for_memory(self)
+            return
+        self._memory_paused = False
+        self.account()
+        if not self._closing() and not self._read_paused:
+            self.transport.resume_reading()  # type: ignore[union-attr]
+        if self.current is None and not self._write_paused and not self._handshaking:
+            self._process()
 
     def mute_for(self, seconds: float) -> None:
         """A quota's throttle (KIP-219): the answer in hand still goes out, then no further request is
@@ -420,9 +649,13 @@ class Connection(asyncio.BufferedProtocol):
             self._fail(exc)
             return
         self._flush()
+        self.account()
         if self.current is None:
-            self.busy = False
-            self.last_active = self.loop.time()
+            if (
+                self.busy
+            ):  # a request was answered: the idle time starts over (a partial frame's bytes do not)
+                self.busy = False
+                self.last_active = self.loop.time()
             if self._eof and not self._write_paused:
                 self._warn_partial_frame()
                 self.stop()
@@ -430,7 +663,8 @@ class Connection(asyncio.BufferedProtocol):
                 self.stop()
             elif self._read_paused and not self._closing():
                 self._read_paused = False
-                self.transport.resume_reading()  # type: ignore[union-attr]
+                if not self._memory_paused:
+                    self.transport.resume_reading()  # type: ignore[union-attr]
 
     def _warn_partial_frame(self) -> None:
         if not self.buffer:
@@ -498,6 +732,7 @@ class Connection(asyncio.BufferedProtocol):
             log.error("closing connection from %s after an unexpected error", self.info.peer, exc_info=exc)
         self._flush()  # answers to the requests before a bad one
         self.buffer.clear()  # nothing more to say of it (a TLS transport still reports the peer's EOF)
+        self.account()
         if self.transport is not None:
             self.transport.close()
         self._finish_closed()
@@ -636,10 +871,11 @@ class ReceiveBuffer:
     """Where a connection's reads land: one block reused for every recv_into, so reading a request
     allocates nothing and touches no fresh memory; each request is copied out whole.
 
-    A request larger than the block makes the block as large as that request once its size is known
-    (Kafka, too, allocates a request's declared size, bounded by socket.request.max.bytes), and the
-    block stays that large for the next ones, up to KEEP bytes: a client sending 1 MiB batches does
-    not pay for fresh zeroed pages on every request.
+    A request larger than the block grows the block as its bytes arrive, doubling up to the request's
+    declared size, never allocating that size from the prefix alone (Kafka allocates the declared size,
+    bounded by socket.request.max.bytes): a client announcing 100 MiB and sending ten bytes holds one
+    block, not 100 MiB. The block stays as large for the next requests, up to KEEP bytes: a client
+    sending 1 MiB batches does not pay for fresh zeroed pages on every request.
     """
 
     BLOCK = 1 << 18
@@ -672,7 +908,7 @@ class ReceiveBuffer:
         wanted = pending + self.MIN_READ
         size = self.next_size()
         if size is not None and 0 <= size <= self.max_frame:  # other sizes are refused, not read
-            wanted = max(wanted, 4 + size)
+            wanted = max(wanted, min(4 + size, 2 * pending))
         if len(self.data) - self.start < wanted:
             self._replace(max(wanted, len(self.data)), pending)
         elif len(self.data) - self.end < self.MIN_READ:

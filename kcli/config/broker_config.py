@@ -619,6 +619,8 @@ LISTENER_KEYS = (
     "sasl.jaas.config",
     "connections.max.reauth.ms",
     "sasl.server.max.receive.size",
+    "max.connections",
+    "max.connection.creation.rate",
 )
 """Keys that may be set per listener (and the JAAS line and re-authentication per mechanism too)."""
 

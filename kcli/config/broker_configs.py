@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 
+from kcli.config.connection_limits import check_connection_overrides
 from kcli.config.listeners import DEFAULT_PROTOCOL_MAP, parse_listeners
 from kcli.config.quorum import check_quorum_bootstrap_servers, check_quorum_voters
 from kcli.config.topics import CLEANUP_POLICIES, TIMESTAMP_TYPES, TOPIC_COMPRESSION
@@ -228,6 +229,44 @@ BROKER_CONFIGS: dict[str, ConfigKey] = config_table(
             10 * 60 * 1000,
             None,
             "Idle connections are closed after this long.",
+        ),
+        # --- connection limits (Kafka's ConnectionQuotas) and the request memory pool
+        (
+            "max.connections",
+            "int",
+            INT_MAX,
+            at_least(0),
+            "Connections the broker holds at once; per listener as listener.name.<listener>.max.connections. "
+            "At the limit new connections wait to be accepted.",
+        ),
+        (
+            "max.connections.per.ip",
+            "int",
+            INT_MAX,
+            at_least(0),
+            "Connections one IP address may hold; beyond it a new one is closed at once.",
+        ),
+        (
+            "max.connections.per.ip.overrides",
+            "string",
+            "",
+            check_connection_overrides,
+            "Per-IP or per-host overrides of max.connections.per.ip: host:count,host:count.",
+        ),
+        (
+            "max.connection.creation.rate",
+            "int",
+            INT_MAX,
+            at_least(0),
+            "New connections accepted per second, broker-wide (per listener with its prefix); "
+            "beyond it accepting waits (KIP-612).",
+        ),
+        (
+            "queued.max.request.bytes",
+            "long",
+            -1,
+            None,
+            "Request bytes buffered across connections before reading pauses; -1: no bound.",
         ),
         # --- SASL (SaslServerAuthenticator); each may carry a listener.name.<listener>. prefix
         (
