@@ -49,6 +49,8 @@ _HASHES = {"256": hashes.SHA256, "384": hashes.SHA384, "512": hashes.SHA512}
 _CURVES = {"P-256": (ec.SECP256R1, 32), "P-384": (ec.SECP384R1, 48)}
 _ALG_CURVE = {"ES256": "P-256", "ES384": "P-384"}
 _MAX_JWKS = 1 << 20
+MIN_REFRESH_S = 1.0
+"""The least time between two reads of an http(s) JWKS."""
 
 
 def _b64url_bytes(text: str) -> bytes:
@@ -139,9 +141,14 @@ class VerificationKeyResolver:
         return self._keys
 
     def _refresh(self) -> None:
+        last = time.monotonic()
         while not self._stopped:
             self._wake.wait(self.refresh_s)
             self._wake.clear()
+            early = MIN_REFRESH_S - (time.monotonic() - last)
+            if early > 0:  # tokens naming unknown key ids do not make the provider's JWKS read in a loop
+                time.sleep(early)
+            last = time.monotonic()
             try:
                 self._keys = read_jwks(self.url)
             except SaslError as exc:
