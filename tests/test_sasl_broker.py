@@ -15,14 +15,11 @@ and a user added with `kcli configs alter --entity-type users` logs in at once, 
 from __future__ import annotations
 
 import asyncio
-import http.server
-import json
 import random
 import shutil
 import socket
 import struct
 import subprocess
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -43,6 +40,7 @@ from conftest import (
 )
 from kafka import KafkaConsumer, KafkaProducer
 from kio.schema.errors import ErrorCode
+from local_http import json_endpoint
 from waiting import wait_for
 
 from kcli.client import ClientError, KafkaClient
@@ -282,58 +280,40 @@ def test_kcli_client_every_mechanism(server: BrokerProcess) -> None:
     asyncio.run(run())
 
 
+def oauth(url: str, scope: str) -> ClientSecurity:
+    """OAUTHBEARER with a token from the client-credentials grant at `url`, asking for `scope`."""
+    return ClientSecurity(
+        protocol="SASL_PLAINTEXT",
+        sasl_mechanism="OAUTHBEARER",
+        sasl={"sasl.oauthbearer.token.endpoint.url": url},
+        jaas={"clientId": "svc", "clientSecret": "svc-secret", "scope": scope},
+    )
+
+
 def test_kcli_client_oauthbearer_token_endpoint(server: BrokerProcess) -> None:
     """A client-credentials grant against a local token endpoint; the token it hands out is unsecured."""
     seen: list[dict] = []
 
-    class Endpoint(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-            form = self.rfile.read(int(self.headers["Content-Length"])).decode()
-            seen.append({"form": form, "authorization": self.headers["Authorization"]})
-            scope = "kafka" if "scope=kafka" in form else "other"
-            token = unsecured_token(
-                {"unsecuredLoginStringClaim_sub": "svc", "unsecuredLoginStringClaim_scope": scope}
-            )
-            body = json.dumps(
-                {"access_token": token.value, "token_type": "bearer", "expires_in": 3600}
-            ).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    http_server = http.server.HTTPServer(("127.0.0.1", 0), Endpoint)
-    thread = threading.Thread(target=http_server.serve_forever, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{http_server.server_address[1]}/token"
-
-    def oauth(scope: str) -> ClientSecurity:
-        return ClientSecurity(
-            protocol="SASL_PLAINTEXT",
-            sasl_mechanism="OAUTHBEARER",
-            sasl={"sasl.oauthbearer.token.endpoint.url": url},
-            jaas={"clientId": "svc", "clientSecret": "svc-secret", "scope": scope},
+    def answer(method: str, form: str, headers: dict[str, str]) -> object:
+        seen.append({"form": form, "authorization": headers["Authorization"]})
+        scope = "kafka" if "scope=kafka" in form else "other"
+        token = unsecured_token(
+            {"unsecuredLoginStringClaim_sub": "svc", "unsecuredLoginStringClaim_scope": scope}
         )
+        return {"access_token": token.value, "token_type": "bearer", "expires_in": 3600}
 
-    async def run() -> None:
-        async with await KafkaClient.connect(server.bootstrap, security=oauth("kafka")) as client:
+    async def run(url: str) -> None:
+        async with await KafkaClient.connect(server.bootstrap, security=oauth(url, "kafka")) as client:
             await metadata(client)
         with pytest.raises(ClientError) as refused:
-            await KafkaClient.connect(server.bootstrap, security=oauth("nope"))
+            await KafkaClient.connect(server.bootstrap, security=oauth(url, "nope"))
         assert str(refused.value) == (
             f"SASL/OAUTHBEARER authentication with {server.bootstrap} failed: "
             '{"status":"insufficient_scope", "scope":"[kafka]"}.'
         )
 
-    try:
-        asyncio.run(run())
-    finally:
-        http_server.shutdown()
-        http_server.server_close()
+    with json_endpoint(answer, "/token") as url:
+        asyncio.run(run(url))
     assert "grant_type=client_credentials" in seen[0]["form"] and seen[0]["authorization"].startswith(
         "Basic "
     )

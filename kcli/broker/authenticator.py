@@ -35,7 +35,8 @@ from kio.schema.errors import ErrorCode
 
 from kcli.broker.apis.context import ConnectionInfo
 from kcli.broker.apis.dispatch import Answer
-from kcli.config import BrokerConfig
+from kcli.config import BrokerConfig, ConfigError
+from kcli.config.broker_config import OAUTHBEARER_KEYS
 from kcli.protocol.messages import api_name, request_type, response_type
 from kcli.protocol.request_header import InvalidRequestError, decode_request, read_request_header
 from kcli.protocol.response_header import encode_response
@@ -46,7 +47,8 @@ from kcli.security.sasl import (
     SaslError,
     SaslServerMechanism,
 )
-from kcli.security.sasl.oauthbearer import OAuthBearerServer, UnsecuredValidator
+from kcli.security.sasl.jwt_validator import SERVER_HANDLERS, ValidatorAccessTokenValidator
+from kcli.security.sasl.oauthbearer import AccessTokenValidator, OAuthBearerServer, UnsecuredValidator
 from kcli.security.sasl.plain import PlainServer, users_from_jaas
 from kcli.security.sasl.scram import CredentialLookup, ScramServer
 from kcli.security.scram import MECHANISMS as SCRAM_MECHANISMS
@@ -85,7 +87,8 @@ class SaslListener:
     max_receive: int
     failed_delay_s: float
     plain_users: Callable[[str, str], bool] = field(repr=False)
-    validator: UnsecuredValidator
+    validator: AccessTokenValidator
+    """OAUTHBEARER's: Kafka's unsecured one, or the JWKS one its server callback handler names."""
 
     @classmethod
     def from_config(cls, config: BrokerConfig, name: str) -> SaslListener:
@@ -103,7 +106,9 @@ class SaslListener:
             max_receive=int(config.listener_value(name, "sasl.server.max.receive.size")),  # type: ignore[call-overload]
             failed_delay_s=int(config["connection.failed.authentication.delay.ms"]) / 1000,  # type: ignore[call-overload]
             plain_users=users_from_jaas(jaas.get("PLAIN", {})),
-            validator=UnsecuredValidator.from_jaas(jaas.get("OAUTHBEARER", {})),
+            validator=_oauthbearer_validator(config, name, jaas.get("OAUTHBEARER", {}))
+            if "OAUTHBEARER" in enabled
+            else UnsecuredValidator(),
         )
 
     def server_mechanism(self, mechanism: str, credentials: CredentialLookup) -> SaslServerMechanism:
@@ -112,6 +117,22 @@ class SaslListener:
         if mechanism in SCRAM_MECHANISMS:
             return ScramServer(mechanism, credentials)
         return OAuthBearerServer(self.validator)
+
+
+def _oauthbearer_validator(
+    config: BrokerConfig, listener: str, jaas: Mapping[str, str]
+) -> AccessTokenValidator:
+    """`listener.name.<l>.oauthbearer.sasl.server.callback.handler.class`: Kafka's validator reads the
+    JWKS (a file or an endpoint that cannot be read stops the start, in one sentence); unset, the
+    unsecured one."""
+    handler = config.listener_value(listener, "sasl.server.callback.handler.class", "OAUTHBEARER")
+    if handler not in SERVER_HANDLERS:
+        return UnsecuredValidator.from_jaas(jaas)
+    settings = {key: config.listener_value(listener, key) for key in OAUTHBEARER_KEYS}
+    try:
+        return ValidatorAccessTokenValidator.from_config(settings)
+    except SaslError as exc:
+        raise ConfigError(f"listener {listener}, OAUTHBEARER: {exc}") from None
 
 
 class SaslServerAuthenticator:

@@ -15,6 +15,7 @@ DynamicConfig.Broker's quota properties) that kcli applies live:
 - the log cleaner's settings (LogCleaner.ReconfigurableConfigs);
 - the connection limits (DynamicConnectionQuota: max.connections, the per-IP count and its overrides,
   the creation rate), which the next connection meets.
+- per broker, an SSL listener's keystore (`kcli.broker.dynamic_keystore`).
 Any other broker property is refused with Kafka's sentence for a property that cannot be updated
 dynamically; a name Kafka does not know is a custom property, accepted and stored as Kafka does
 (KafkaConfig keeps unknown originals), and acted on by nobody.
@@ -30,6 +31,7 @@ import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from kcli.broker.dynamic_keystore import KEYSTORE_CONFIGS, check_keystores, keystore_key
 from kcli.config import (
     BROKER_CONFIGS,
     KCLI_DEFAULTS,
@@ -119,12 +121,7 @@ PER_BROKER_CONFIGS = frozenset(
         "advertised.listeners",
         "listener.security.protocol.map",
         # SslConfigs.RECONFIGURABLE_CONFIGS (Kafka's DynamicSecurityConfigs): a keystore or truststore update
-        "ssl.keystore.type",
-        "ssl.keystore.location",
-        "ssl.keystore.password",
-        "ssl.key.password",
-        "ssl.keystore.key",
-        "ssl.keystore.certificate.chain",
+        *KEYSTORE_CONFIGS,
         "ssl.truststore.type",
         "ssl.truststore.location",
         "ssl.truststore.password",
@@ -133,7 +130,8 @@ PER_BROKER_CONFIGS = frozenset(
 )
 """Kafka's dynamic properties that only a broker's own level may set (DynamicBrokerConfig.PerBrokerConfigs:
 its listener and SSL/SASL ones; these are the ones kcli knows). kcli cannot change them live, so per
-broker they are refused as static; at the cluster-wide level Kafka's own refusal comes first."""
+broker they are refused as static, all but the keystore (`kcli.broker.dynamic_keystore`); at the cluster-wide
+level Kafka's own refusal comes first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +171,7 @@ def validate_change(
         if name in BROKER_CONFIGS
         and name not in DYNAMIC_CONFIGS
         and (per_broker or name not in PER_BROKER_CONFIGS)  # dynamic in Kafka: refused below
+        and not (per_broker and name in KEYSTORE_CONFIGS)  # a renewed keystore (kcli.broker.dynamic_keystore)
     ]
     if non_dynamic:
         return Invalid(f"Cannot update these configs dynamically: {_scala_set(non_dynamic)}")
@@ -181,12 +180,18 @@ def validate_change(
         if invalid is not None:
             return invalid
     if not per_broker:
-        per_broker_only = [name for name in props if name in PER_BROKER_CONFIGS]
+        per_broker_only = [
+            name for name in props if name in PER_BROKER_CONFIGS or keystore_key(name) is not None
+        ]
         if per_broker_only:
             return Invalid(
                 "Cannot update these configs at default cluster level, broker id must be specified: "
                 f"{_scala_set(per_broker_only)}"
             )
+    if per_broker:
+        refused = check_keystores(config, props)
+        if refused is not None:
+            return Invalid(refused)
     defaults, own = (other_level, props) if per_broker else (props, other_level)
     trial = copy.copy(config)
     trial.set_dynamic(effective_values(own, defaults))
@@ -207,7 +212,11 @@ def persistent_props(raw: Mapping[str, str], *, per_broker: bool) -> dict[str, s
     ignored, as Kafka ignores them, with the rest still applied."""
     kept = {}
     for name, value in raw.items():
-        if name in BROKER_CONFIGS and name not in DYNAMIC_CONFIGS:
+        if (
+            name in BROKER_CONFIGS
+            and name not in DYNAMIC_CONFIGS
+            and not (per_broker and name in KEYSTORE_CONFIGS)
+        ):
             continue
         if not per_broker and name in PER_BROKER_CONFIGS:
             continue

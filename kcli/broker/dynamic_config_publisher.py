@@ -15,6 +15,7 @@ logs are loaded, as Kafka's first publish comes before the log manager's start-u
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 
 from kcli.broker.dynamic_config import (
     FOLLOWER_REPLICATION_THROTTLED_RATE,
@@ -27,6 +28,7 @@ from kcli.broker.dynamic_config import (
     persistent_props,
     quota_bound,
 )
+from kcli.broker.dynamic_keystore import keystore_key
 from kcli.broker.log.cleaner import CleanerConfig
 from kcli.broker.log.config import LogConfig
 from kcli.broker.log.manager import LogManager
@@ -53,6 +55,15 @@ class DynamicConfigPublisher:
         self.replicas = replicas
         self._values: dict[str, object] = {}
         self._raw: tuple[dict[str, str], dict[str, str]] | None = None
+        self._keystores: dict[str, str] = {}
+        self._reload_keystores: Callable[[Mapping[str, str]], None] | None = None
+
+    def on_keystore_change(self, reload: Callable[[Mapping[str, str]], None]) -> None:
+        """`reload(dynamic keystore configs)` now and whenever this broker's own ones change: the
+        network layer's TLS listeners take the renewed keystore for their new connections."""
+        self._reload_keystores = reload
+        if self._keystores:
+            reload(self._keystores)
 
     def initialize(self, image: ClusterMetadataImage) -> None:
         """Apply what `image` holds: broker configs first (the logs about to load read them), every topic's lists."""
@@ -87,6 +98,11 @@ class DynamicConfigPublisher:
             ignored = sorted(given.keys() - kept.keys())
             if ignored:
                 log.error("dynamic %s configs that cannot apply are ignored: %s", level, ", ".join(ignored))
+        keystores = {name: value for name, value in per_broker.items() if keystore_key(name) is not None}
+        if keystores != self._keystores:
+            self._keystores = keystores
+            if self._reload_keystores is not None:
+                self._reload_keystores(keystores)
         values = effective_values(per_broker, defaults)
         changed = changed_names(self._values, values)
         self._values = values

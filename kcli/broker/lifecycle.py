@@ -18,7 +18,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -32,8 +32,12 @@ from kcli.broker.raft import KafkaRaftClient
 from kcli.client import NodeConnections
 from kcli.config import SECURITY_PROTOCOL_IDS, BrokerConfig, Listener
 from kcli.errors import KcliError
-from kcli.protocol.messages import api_name, error_response, nested_type, request_type
+from kcli.protocol.envelope import envelope, read_response
+from kcli.protocol.messages import api_name, error_response, nested_type, request_type, response_type
 from kcli.storage import load_meta_properties
+
+if TYPE_CHECKING:
+    from kcli.broker.apis.context import Caller
 
 log = logging.getLogger("kcli.broker")
 
@@ -94,15 +98,20 @@ class ControllerChannel:
                 )
             await asyncio.sleep(RETRY_BACKOFF_SECONDS)
 
-    async def forward(self, request: Any) -> Any:
-        """Send a client's admin request to the active controller as it is (KIP-590 forwarding).
+    async def forward(self, request: Any, caller: Caller | None = None) -> Any:
+        """Send a client's admin request to the active controller (KIP-590 forwarding): in an Envelope
+        that carries `caller`'s principal, client id and address when there is a caller (Kafka's
+        ForwardingManager), as it is for the broker's own requests (auto-created topics).
 
         With no answer before the request timeout, the client gets REQUEST_TIMED_OUT in its request's
         own response, as Kafka's ForwardingManager answers.
         """
         deadline = time.monotonic() + self.timeout
+        sent = request if caller is None else _enveloped(request, caller)
         while True:
-            response = await self._send_to_leader(request, deadline)
+            response = await self._send_to_leader(sent, deadline)
+            if response is not None and caller is not None:
+                response = _unwrapped(request, response)
             if response is not None and not _not_controller(response):
                 return response
             if time.monotonic() >= deadline:
@@ -149,6 +158,36 @@ class ControllerChannel:
 
     async def close(self) -> None:
         await self._connections.close()
+
+
+def _enveloped(request: Any, caller: Caller) -> Any:
+    return envelope(
+        request,
+        principal=caller.principal,
+        client_id=caller.client_id,
+        peer=caller.peer,
+        correlation_id=caller.correlation_id,
+    )
+
+
+def _unwrapped(request: Any, answer: Any) -> Any:
+    """The forwarded request's response out of the controller's EnvelopeResponse. An envelope error
+    says the brokers disagree (Kafka's ForwardingManager): UNSUPPORTED_VERSION closes the client's
+    connection, so that it asks for versions again; any other is UNKNOWN_SERVER_ERROR to the client."""
+    error = answer.error_code
+    name = api_name(request.__api_key__)
+    if error is ErrorCode.unsupported_version:
+        raise ConnectionAbortedError(f"the controller could not parse the forwarded {name} request")
+    if error is not ErrorCode.none or answer.response_data is None:
+        log.warning("%s forwarded to the controller: the envelope was refused with %s", name, error.name)
+        return error_response(request.__api_key__, request.__version__, ErrorCode.unknown_server_error)
+    try:
+        return read_response(
+            response_type(request.__api_key__, request.__version__), bytes(answer.response_data)
+        )
+    except Exception as exc:  # kio raises whatever its reader meets in bad bytes
+        log.error("%s forwarded to the controller: cannot parse the response in its envelope: %s", name, exc)
+        return error_response(request.__api_key__, request.__version__, ErrorCode.unknown_server_error)
 
 
 def _not_controller(response: Any) -> bool:

@@ -48,13 +48,14 @@ import ssl
 import struct
 from asyncio import sslproto
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, NamedTuple
 
 from kcli.broker.apis.context import ConnectionInfo, FileRegion
 from kcli.broker.apis.dispatch import Answer, FramedSend
 from kcli.broker.authenticator import SaslListener, SaslServerAuthenticator
 from kcli.broker.connection_quotas import ConnectionQuotas, TooManyConnectionsError, normal_address
+from kcli.broker.dynamic_keystore import listener_ssl_settings
 from kcli.config import BrokerConfig, ConfigError, Listener
 from kcli.errors import KcliError
 from kcli.protocol.request_header import InvalidRequestError
@@ -115,6 +116,8 @@ class SocketServer:
         self.queued_bytes = 0
         """Request bytes in the receive buffers of the connections that count towards the pool."""
         self._memory_waiters: list[Connection] = []
+        self.tls_servers: dict[str, _TlsServer] = {}
+        """Each TLS listener's context and principal mapping, replaced when its keystore is renewed."""
 
     async def bind(self, listener: Listener) -> asyncio.Server:
         """Bind `listener` now (a busy port fails before any data is touched); serving starts later.
@@ -137,13 +140,31 @@ class SocketServer:
                 "encrypted and its clients are not authenticated",
                 listener,
             )
-        server = await _bind(listener, self.config, lambda: self.new_connection(listener.name, tls_server))
+        if tls_server is not None:
+            self.tls_servers[listener.name] = tls_server
+        server = await _bind(listener, self.config, lambda: self.new_connection(listener.name))
         self.bound[listener.name] = server
         return server
 
-    def new_connection(self, listener_name: str, tls_server: _TlsServer | None = None) -> Connection:
+    def new_connection(self, listener_name: str) -> Connection:
         self._next_connection += 1
-        return Connection(self, self._next_connection, listener_name, tls_server)
+        return Connection(self, self._next_connection, listener_name, self.tls_servers.get(listener_name))
+
+    def reload_keystores(self, dynamic: Mapping[str, str]) -> None:
+        """Each TLS listener's context made again with this broker's dynamic keystore configs (checked
+        before they were stored): new connections get the new certificate, open ones keep theirs. A
+        keystore that no longer loads (its file changed since) keeps the listener's current context."""
+        for name, current in list(self.tls_servers.items()):
+            settings = listener_ssl_settings(self.config, name, dynamic)
+            try:
+                context = tls.server_context(settings, listener=name)
+                cert = tls.keystore_certificate(settings)
+            except tls.TlsError as exc:
+                log.error("listener %s keeps its keystore: the dynamic one cannot be loaded: %s", name, exc)
+                continue
+            self.tls_servers[name] = _TlsServer(context, current.mapper)
+            serial = f"{cert.serial_number:x}" if cert is not None else "none"
+            log.info("listener %s: keystore loaded (certificate serial %s) for new connections", name, serial)
 
     def bound_port(self, listener_name: str) -> int:
         """The port a bound listener got (the one asked for, or the OS's pick for port 0)."""

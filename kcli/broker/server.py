@@ -152,6 +152,7 @@ class Broker:
                 self._controller_server = await network.bind(controller_listener)
             self.node = node = Node(self.config, cluster_id)
             node.raft.fatal_fault_handler = self._handle_fatal_fault
+            node.dynamic_configs.on_keystore_change(network.reload_keystores)
             self.state = state = BrokerState(
                 self.config,
                 self.registry,

@@ -429,6 +429,28 @@ class BrokerConfig:
         if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
             self._check_sasl(listener.name)
 
+    def _check_oauthbearer_handler(self, listener_name: str) -> None:
+        """OAUTHBEARER's server callback handler is one of Kafka's two, and the JWKS one has a JWKS URL."""
+        from kcli.security.sasl.jwt_validator import SERVER_HANDLERS, UNSECURED_HANDLER
+
+        handler = self.listener_value(listener_name, "sasl.server.callback.handler.class", "OAUTHBEARER")
+        key = self.listener_key(listener_name, "sasl.server.callback.handler.class", "OAUTHBEARER")
+        if handler is not None and handler not in (*SERVER_HANDLERS, UNSECURED_HANDLER):
+            raise ConfigError(
+                f"{key}={handler}: kcli runs Kafka's OAUTHBEARER validators only ({SERVER_HANDLERS[0]} with a "
+                f"JWKS, or {UNSECURED_HANDLER})."
+            )
+        if handler in SERVER_HANDLERS:
+            url = self.listener_value(listener_name, "sasl.oauthbearer.jwks.endpoint.url")
+            if not url:
+                raise ConfigError(
+                    f"{key}={handler} needs sasl.oauthbearer.jwks.endpoint.url (the JWKS of the tokens' issuer)."
+                )
+            if str(url).split(":", 1)[0].lower() not in ("file", "http", "https"):
+                raise ConfigError(
+                    f"sasl.oauthbearer.jwks.endpoint.url {url} is not a file:, http: or https: URL."
+                )
+
     def _check_sasl(self, listener_name: str) -> None:
         """A SASL listener's mechanisms and JAAS lines, refused in one sentence as Kafka refuses them."""
         from kcli.security.jaas import JaasError, check_mechanism, parse_jaas_config
@@ -469,6 +491,8 @@ class BrokerConfig:
                     f"listener.name.{listener_name.lower()}.plain.sasl.jaas.config to a PlainLoginModule line "
                     'with user_<name>="<password>" entries.'
                 )
+        if "OAUTHBEARER" in enabled:
+            self._check_oauthbearer_handler(listener_name)
         delay, idle = self["connection.failed.authentication.delay.ms"], self["connections.max.idle.ms"]
         if delay >= idle:  # type: ignore[operator]
             raise ConfigError(
@@ -614,6 +638,17 @@ class BrokerConfig:
             )
 
 
+OAUTHBEARER_KEYS = (
+    "sasl.oauthbearer.jwks.endpoint.url",
+    "sasl.oauthbearer.jwks.endpoint.refresh.ms",
+    "sasl.oauthbearer.expected.audience",
+    "sasl.oauthbearer.expected.issuer",
+    "sasl.oauthbearer.sub.claim.name",
+    "sasl.oauthbearer.scope.claim.name",
+    "sasl.oauthbearer.clock.skew.seconds",
+)
+"""The settings of OAUTHBEARER's JWKS validator (`kcli.security.sasl.jwt_validator`)."""
+
 LISTENER_KEYS = (
     "sasl.enabled.mechanisms",
     "sasl.jaas.config",
@@ -621,8 +656,14 @@ LISTENER_KEYS = (
     "sasl.server.max.receive.size",
     "max.connections",
     "max.connection.creation.rate",
+    "sasl.server.callback.handler.class",
+    *OAUTHBEARER_KEYS,
 )
 """Keys that may be set per listener (and the JAAS line and re-authentication per mechanism too)."""
+
+
+PER_MECHANISM_KEYS = ("sasl.jaas.config", "connections.max.reauth.ms", "sasl.server.callback.handler.class")
+"""Keys that may also be set per listener and mechanism (`listener.name.<l>.<mechanism>.<key>`)."""
 
 
 def listener_prefixed_key(key: str) -> str | None:
@@ -637,7 +678,7 @@ def listener_prefixed_key(key: str) -> str | None:
     if base in LISTENER_KEYS or (base.startswith("ssl.") and base in BROKER_CONFIGS):
         return base
     mechanism, dot, base = base.partition(".")
-    if mechanism and dot and base in ("sasl.jaas.config", "connections.max.reauth.ms"):
+    if mechanism and dot and base in PER_MECHANISM_KEYS:
         return base
     return None
 

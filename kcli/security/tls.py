@@ -114,6 +114,15 @@ def check_host_name(ssl_object: ssl.SSLObject | ssl.SSLSocket, host: str, addres
     )
 
 
+def keystore_certificate(settings: Mapping[str, str]) -> x509.Certificate | None:
+    """The keystore's own certificate (first of its chain), None without a keystore; TlsError in one
+    sentence for a store that cannot be read."""
+    store = _keystore(settings)
+    if store is None:
+        return None
+    return _pem_certificates(store[1], "the keystore")[0]
+
+
 def certificate_names(cert: x509.Certificate) -> list[str]:
     """The IP and DNS names of the subject alternative names, else the common name."""
     from cryptography import x509

@@ -17,6 +17,7 @@ def build_controller_registry() -> ApiRegistry:
         cluster,
         configs,
         elections,
+        envelope,
         features,
         quorum,
         reassignments,
@@ -28,6 +29,7 @@ def build_controller_registry() -> ApiRegistry:
         [
             *api_versions.APIS,
             *quorum.CONTROLLER_APIS,
+            *envelope.CONTROLLER_APIS,
             *topics.APIS,
             *elections.APIS,
             *reassignments.APIS,

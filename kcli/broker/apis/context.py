@@ -36,7 +36,20 @@ AutoCreateTopics = Callable[[Sequence[str]], Awaitable[Mapping[str, ErrorCode]]]
 """Create missing topics (names already validated); return the error per name (none = created)."""
 
 
-ForwardToController = Callable[[Any], Awaitable[Any]]
+class ForwardToController(Protocol):
+    """Send a request to the active controller; with `caller`, in an Envelope that carries the client's
+    principal, client id and address (KIP-590)."""
+
+    def __call__(self, request: Any, caller: Caller | None = None) -> Awaitable[Any]: ...
+
+
+class Caller(NamedTuple):
+    """Who sent a request a broker forwards: what the controller handles it as."""
+
+    principal: str
+    client_id: str
+    peer: str
+    correlation_id: int
 
 
 class NodeServices(Protocol):
@@ -231,7 +244,13 @@ async def forward_unless_active(ctx: RequestContext, request: Any) -> Any | None
         controller is not None and controller.is_active
     ) or ctx.connection.listener == state.controller_listener_name:
         return None
-    return await state.forward_to_controller(request)
+    return await state.forward_to_controller(request, caller_of(ctx))
+
+
+def caller_of(ctx: RequestContext) -> Caller:
+    """The client a forwarded request is handled as: its principal, client id and address."""
+    connection = ctx.connection
+    return Caller(connection.principal, ctx.client_id, connection.peer, ctx.correlation_id)
 
 
 async def on_controller(call: Awaitable[T]) -> tuple[T | None, ApiError]:

@@ -5,6 +5,7 @@ The network layer cuts frames and sends what this returns; it knows no handler, 
 no socket. What happens to bad input follows Kafka's KafkaApis:
 - a header that cannot be parsed, an unknown API key, a version of an API we handle that is outside
   our range, or a body that cannot be parsed: `InvalidRequestError`, and the connection is closed;
+- an Envelope on a listener other than the controller's (Kafka enables it there alone): the same;
 - an ApiVersions version we do not handle: the v0-shaped UNSUPPORTED_VERSION answer (KIP-511);
 - an API that Kafka defines but this broker does not implement yet: a well-formed response of that
   API carrying UNSUPPORTED_VERSION, and the connection stays open;
@@ -23,6 +24,7 @@ from kcli.broker.apis.api_versions import API_KEY as API_VERSIONS
 from kcli.broker.apis.api_versions import unsupported_version_response
 from kcli.broker.apis.context import BrokerState, ConnectionInfo, FramedResponse, RequestContext
 from kcli.broker.quota.quotas import on_cpu, record_request_time, throttle, with_throttle_time
+from kcli.protocol.envelope import ENVELOPE
 from kcli.protocol.messages import api_name, error_response
 from kcli.protocol.request_header import InvalidRequestError, decode_request, read_request_header
 from kcli.protocol.response_header import encode_response, response_header
@@ -52,6 +54,11 @@ async def handle_request(state: BrokerState, connection: ConnectionInfo, frame: 
     spec = registry.get(api_key)
     if api_key == API_VERSIONS and (spec is None or not spec.handles(api_version)):
         response = unsupported_version_response(registry)
+    elif spec is None and api_key == ENVELOPE:  # Kafka enables it on the controller listener alone
+        raise InvalidRequestError(
+            f"received an Envelope request on listener {connection.listener or 'of clients'}; an Envelope "
+            f"is only accepted on the controller listener"
+        )
     elif spec is None:
         log.info(
             "%s v%d from %s is not implemented; answering UNSUPPORTED_VERSION",

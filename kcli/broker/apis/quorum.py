@@ -14,7 +14,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis.context import RequestContext, forward_unless_active, on_controller
+from kcli.broker.apis.context import RequestContext, caller_of, forward_unless_active, on_controller
 from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.metadata.controller import BrokerHeartbeat
 from kcli.broker.raft.raft_util import (
@@ -70,7 +70,7 @@ async def handle_describe_quorum_on_broker(ctx: RequestContext, request: Any) ->
     """A broker answers DescribeQuorum by asking the active controller (Kafka forwards it)."""
     if ctx.raft.quorum.is_leader or ctx.state.forward_to_controller is None:
         return ctx.raft.describe_quorum(ctx.api_version)
-    return await ctx.state.forward_to_controller(request)
+    return await ctx.state.forward_to_controller(request, caller_of(ctx))
 
 
 async def handle_add_raft_voter(ctx: RequestContext, request: Any) -> object:

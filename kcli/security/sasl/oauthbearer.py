@@ -14,13 +14,17 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 import math
 import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from kcli.security.sasl import SaslAuthenticationError, SaslCredentialError, SaslError
+
+log = logging.getLogger("kcli.broker")
 
 MECHANISM = "OAUTHBEARER"
 SEPARATOR = "\x01"
@@ -55,9 +59,9 @@ def _b64url_json(text: str) -> dict[str, object]:
     try:
         value = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
     except (binascii.Error, ValueError):
-        raise _IllegalToken("malformed JSON") from None
+        raise IllegalToken("malformed JSON") from None
     if not isinstance(value, dict):
-        raise _IllegalToken("malformed JSON")
+        raise IllegalToken("malformed JSON")
     return value
 
 
@@ -156,7 +160,7 @@ class OAuthBearerClient:
         return self._complete
 
 
-class _IllegalToken(Exception):
+class IllegalToken(Exception):
     """Kafka's OAuthBearerIllegalTokenException; `scope` set for an insufficient scope."""
 
     def __init__(self, reason: str, scope: str | None = None) -> None:
@@ -192,44 +196,44 @@ class UnsecuredValidator:
         )
 
     def validate(self, value: str, now_ms: int | None = None) -> Token:
-        """The token's principal, scope and expiry; _IllegalToken with Kafka's reason otherwise."""
+        """The token's principal, scope and expiry; IllegalToken with Kafka's reason otherwise."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
         splits = value.split(".")
         if len(splits) != 3:
-            raise _IllegalToken(
+            raise IllegalToken(
                 f"Unsecured JWS compact serializations must have 3 dot-separated Base64URL-encoded values: {len(splits)}"
             )
         header, claims = _b64url_json(splits[0]), _b64url_json(splits[1])
         if header.get("alg") != "none":
-            raise _IllegalToken("Unsecured JWS must have 'none' for an algorithm")
+            raise IllegalToken("Unsecured JWS must have 'none' for an algorithm")
         if splits[2]:
-            raise _IllegalToken("Unsecured JWS must not contain a digital signature")
+            raise IllegalToken("Unsecured JWS must not contain a digital signature")
         principal = claims.get(self.principal_claim)
         if principal is None:
-            raise _IllegalToken(f"Required claim missing: {self.principal_claim}")
+            raise IllegalToken(f"Required claim missing: {self.principal_claim}")
         if not isinstance(principal, str):
-            raise _IllegalToken(
+            raise IllegalToken(
                 f"The {self.principal_claim} claim had the incorrect type: {type(principal).__name__}"
             )
         if not principal.strip():
-            raise _IllegalToken(f"Required claim missing: {self.principal_claim}")
+            raise IllegalToken(f"Required claim missing: {self.principal_claim}")
         issued_at = _number_claim(claims, "iat")
         expiration = _number_claim(claims, "exp")
         skew = self.allowable_clock_skew_ms
         if issued_at is not None and 1000 * issued_at > now + skew:
-            raise _IllegalToken(
+            raise IllegalToken(
                 f"The Issued At value ({issued_at:f} seconds) was after the indicated time ({now} ms) plus "
                 f"allowable clock skew ({skew} ms)"
             )
         if expiration is None:
-            raise _IllegalToken("Required claim missing: exp")
+            raise IllegalToken("Required claim missing: exp")
         if now - skew >= 1000 * expiration:
-            raise _IllegalToken(
+            raise IllegalToken(
                 f"The indicated time ({now} ms) minus allowable clock skew ({skew} ms) was on or after the "
                 f"Expiration Time value ({expiration:f} seconds)"
             )
         if issued_at is not None and expiration <= issued_at:
-            raise _IllegalToken(
+            raise IllegalToken(
                 f"The Expiration Time time ({expiration:f} seconds) was not after the Issued At time "
                 f"({issued_at:f} seconds)"
             )
@@ -243,7 +247,7 @@ class UnsecuredValidator:
         )
         for required in self.required_scope:
             if required not in scope:
-                raise _IllegalToken(
+                raise IllegalToken(
                     f"The provided scope ({list(scope)}) was missing a required scope ({required}).  "
                     f"All required scope elements: {list(self.required_scope)}",
                     scope=f"[{', '.join(self.required_scope)}]",  # Java's List.toString
@@ -256,16 +260,22 @@ def _number_claim(claims: Mapping[str, object], name: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _IllegalToken(f"The '{name}' claim was not of type Number: {value}")
+        raise IllegalToken(f"The '{name}' claim was not of type Number: {value}")
     return float(value)
 
 
+class AccessTokenValidator(Protocol):
+    """Kafka's AccessTokenValidator: the token's principal, scope and expiry, or IllegalToken."""
+
+    def validate(self, value: str) -> Token: ...
+
+
 class OAuthBearerServer:
-    """Kafka's OAuthBearerSaslServer with the unsecured validator."""
+    """Kafka's OAuthBearerSaslServer with the unsecured validator, or the JWKS one (`jwt_validator`)."""
 
     mechanism = MECHANISM
 
-    def __init__(self, validator: UnsecuredValidator) -> None:
+    def __init__(self, validator: AccessTokenValidator) -> None:
         self._validator = validator
         self._token: Token | None = None
         self._error: str | None = None
@@ -293,11 +303,12 @@ class OAuthBearerServer:
             )
         try:
             token = self._validator.validate(bearer["token"])
-        except _IllegalToken as exc:
+        except IllegalToken as exc:
             status = "insufficient_scope" if exc.scope is not None else "invalid_token"
             scope = f', "scope":"{exc.scope}"' if exc.scope is not None else ""
             self._error = f'{{"status":"{status}"{scope}}}'  # Kafka's jsonErrorResponse
             self.failure_reason = str(exc)
+            log.info("OAUTHBEARER token refused: %s", exc)  # Kafka's validator logs the reason alone
             return self._error.encode()
         authzid = match["authzid"]
         if authzid and authzid != token.principal:
