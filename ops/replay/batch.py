@@ -25,6 +25,7 @@ class OutBatch:
         "runs",
         "payload",
         "attempts",
+        "failed_at",
     )
 
     def __init__(self, partition: int, source_index: int, source: str) -> None:
@@ -40,6 +41,8 @@ class OutBatch:
         self.runs: list[list[int]] = []  # [source offset, index in batch, count] of consecutive offsets
         self.payload: bytes | bytearray = b""
         self.attempts = 0
+        self.failed_at: float | None = None
+        """When (event-loop time) its first send failed: retries stop DELIVERY_TIMEOUT_S later."""
 
     def encode(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
         if self.raw is not None:

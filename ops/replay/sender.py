@@ -29,7 +29,12 @@ INIT_PRODUCER_ID = 22
 PRODUCE_VERSION_MAX = 12  # v13 names topics by id only; v12 is served by every Kafka since 3.7
 MAX_BYTES_IN_FLIGHT = 64 << 20
 RETRIES = 10
+"""InitProducerId attempts before the replay stops."""
 RETRY_BACKOFF_S = 0.1
+RETRY_BACKOFF_MAX_S = 1.0
+"""Kafka's retry.backoff.ms and retry.backoff.max.ms (KIP-580): the pause doubles up to the max."""
+DELIVERY_TIMEOUT_S = 120.0
+"""Kafka's delivery.timeout.ms: how long a failed batch is retried (a broker restart, a leader move)."""
 TRANSACTION_TIMEOUT = datetime.timedelta(minutes=1)
 
 
@@ -267,10 +272,8 @@ class Sender:
     ) -> None:
         """A batch to send again once its partition's in-flight batches are back."""
         state = self.parts[out.partition]
-        out.attempts += 1
-        if out.attempts > RETRIES:
-            why = str(error) if error is not None else (code.name.upper() if code is not None else "an error")
-            self._fail(ReplayError(f"gave up on {self.topic}-{out.partition} after {RETRIES} retries: {why}"))
+        why = str(error) if error is not None else (code.name.upper() if code is not None else "an error")
+        if self._gives_up(out, why):
             return
         if error is not None and client is not None:
             self._drop_client(client)
@@ -280,6 +283,22 @@ class Sender:
         state.retrying = True
         self._maybe_resend(out.partition)
         self.changed.set()
+
+    def _gives_up(self, out: OutBatch, why: str) -> bool:
+        """Count a failed attempt; past Kafka's delivery timeout the replay stops with `why`."""
+        now = asyncio.get_running_loop().time()
+        out.attempts += 1
+        if out.failed_at is None:
+            out.failed_at = now
+        if now - out.failed_at <= DELIVERY_TIMEOUT_S:
+            return False
+        self._fail(
+            ReplayError(
+                f"gave up on {self.topic}-{out.partition} after {out.attempts} attempts in "
+                f"{DELIVERY_TIMEOUT_S:g} s (Kafka's delivery.timeout.ms): {why}"
+            )
+        )
+        return True
 
     def _maybe_resend(self, partition: int) -> None:
         """Failed batches go again once nothing of their partition is in flight (so order holds)."""
@@ -296,16 +315,12 @@ class Sender:
         try:
             while state.retry and self.failure is None:
                 out = min(state.retry, key=lambda b: b.index)
-                await asyncio.sleep(RETRY_BACKOFF_S * min(out.attempts, 10))
+                await asyncio.sleep(min(RETRY_BACKOFF_S * 2 ** (out.attempts - 1), RETRY_BACKOFF_MAX_S))
                 try:
                     await self._refresh()
                     client = await self._leader(partition)
                 except ClientError as e:  # the leader is not back yet: that counts as an attempt
-                    out.attempts += 1
-                    if out.attempts > RETRIES:
-                        self._fail(
-                            ReplayError(f"gave up on {self.topic}-{partition} after {RETRIES} retries: {e}")
-                        )
+                    if self._gives_up(out, str(e)):
                         return
                     continue
                 state.retry.remove(out)
