@@ -27,6 +27,7 @@ from kcli.broker.group.group import JoinResult
 from kcli.broker.group.storage import OFFSETS_TOPIC
 from kcli.broker.txn.state_manager import TRANSACTION_STATE_TOPIC
 from kcli.protocol.messages import build, kio_versions, nested_type, response_type
+from kcli.security.acl import AclOperation, ResourceType
 
 log = logging.getLogger("kcli.broker")
 
@@ -68,6 +69,11 @@ def client_host(ctx: RequestContext) -> str:
     peer = ctx.connection.peer
     host = peer.rsplit(":", 1)[0] if ":" in peer else peer
     return "/" + host.strip("[]")
+
+
+def _readable(ctx: RequestContext, group_id: str) -> bool:
+    """JoinGroup, SyncGroup, Heartbeat and LeaveGroup need READ on the group (GROUP_AUTHORIZATION_FAILED)."""
+    return ctx.authorize(AclOperation.READ, ResourceType.GROUP, group_id)
 
 
 def millis(value: datetime.timedelta) -> int:
@@ -113,6 +119,12 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> object:
 async def _find_coordinator(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCode, int, str, int]:
     """(error, node id, host, port) for one key; the error node is (-1, "", -1)."""
     no_node = (-1, "", -1)
+    if key_type == GROUP_KEY_TYPE and not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, key):
+        return (ErrorCode.group_authorization_failed, *no_node)
+    if key_type == TRANSACTION_KEY_TYPE and not ctx.authorize(
+        AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key
+    ):
+        return (ErrorCode.transactional_id_authorization_failed, *no_node)
     if key_type == GROUP_KEY_TYPE:
         coordinator = coordinator_of(ctx)
         if coordinator is None:
@@ -152,6 +164,10 @@ async def _find_coordinator(ctx: RequestContext, key_type: int, key: str) -> tup
 async def handle_join_group(ctx: RequestContext, request: Any) -> object:
     version = ctx.api_version
     response_cls = response_type(JOIN_GROUP, version)
+    if not _readable(ctx, request.group_id):
+        return _join_response(
+            response_cls, version, JoinResult(request.member_id, ErrorCode.group_authorization_failed)
+        )
     coordinator = coordinator_of(ctx)
     if coordinator is None:
         return _join_response(
@@ -208,7 +224,9 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> object:
     coordinator = coordinator_of(ctx)
     protocol_type = getattr(request, "protocol_type", None)
     protocol_name = getattr(request, "protocol_name", None)
-    if coordinator is None:
+    if not _readable(ctx, request.group_id):
+        error = ErrorCode.group_authorization_failed
+    elif coordinator is None:
         error = ErrorCode.coordinator_not_available
     elif version >= 5 and (protocol_type is None or protocol_name is None):
         error = ErrorCode.inconsistent_group_protocol  # both are mandatory from v5
@@ -246,7 +264,9 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> object:
 async def handle_heartbeat(ctx: RequestContext, request: Any) -> object:
     response_cls = response_type(HEARTBEAT, ctx.api_version)
     coordinator = coordinator_of(ctx)
-    if coordinator is None:
+    if not _readable(ctx, request.group_id):
+        error = ErrorCode.group_authorization_failed
+    elif coordinator is None:
         error = ErrorCode.coordinator_not_available
     else:
         error = coordinator.heartbeat(
@@ -266,7 +286,9 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> object:
     else:
         leaving = [(request.member_id, None, None)]
     coordinator = coordinator_of(ctx)
-    if coordinator is None:
+    if not _readable(ctx, request.group_id):
+        top, errors = ErrorCode.group_authorization_failed, []
+    elif coordinator is None:
         top, errors = ErrorCode.coordinator_not_available, []
     else:
         top, errors = coordinator.leave_group(request.group_id, leaving)
