@@ -270,6 +270,42 @@ def test_group_and_topic_admin_checks(workdir: Path, server: BrokerProcess) -> N
     alice.delete_topics(["alice-new"])["alice-new"].result(timeout=30)
 
 
+def test_configs_need_describe_and_alter_configs(workdir: Path, server: BrokerProcess) -> None:
+    """DescribeConfigs and IncrementalAlterConfigs: DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic (ALTER_CONFIGS
+    implies DESCRIBE_CONFIGS), on the cluster for a broker's configs."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    alice = AdminClient(client_config(server, "alice"))
+    topic = ConfigResource(ConfigResource.Type.TOPIC, "alice-topic")
+    broker = ConfigResource(ConfigResource.Type.BROKER, "1")
+    for resource, code in (
+        (topic, KafkaError.TOPIC_AUTHORIZATION_FAILED),
+        (broker, KafkaError.CLUSTER_AUTHORIZATION_FAILED),
+    ):
+        with pytest.raises(KafkaException) as failure:
+            alice.describe_configs([resource])[resource].result(timeout=30)
+        assert failure.value.args[0].code() == code
+    acls_add(
+        workdir,
+        server,
+        "--allow-principal",
+        "User:alice",
+        "--operation",
+        "AlterConfigs",
+        "--topic",
+        "alice-topic",
+    )
+    described = alice.describe_configs([topic])[topic].result(timeout=30)
+    assert "retention.ms" in described
+    entry = ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)
+    altered = ConfigResource(ConfigResource.Type.TOPIC, "alice-topic", incremental_configs=[entry])
+    alice.incremental_alter_configs([altered])[altered].result(timeout=30)
+    denied = ConfigResource(ConfigResource.Type.TOPIC, "other-topic", incremental_configs=[entry])
+    with pytest.raises(KafkaException) as failure:
+        alice.incremental_alter_configs([denied])[denied].result(timeout=30)
+    assert failure.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
 def test_acls_survive_a_restart(workdir: Path, server: BrokerProcess) -> None:
     config = command_config(workdir, server)
     before = kcli("acls", "list", "--command-config", str(config), "--output", "json").stdout
