@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -19,7 +20,6 @@ from kcli.protocol.messages import build, nested_type
 from kcli.security.acl import (
     AclBindingFilter,
     AclOperation,
-    AclPermissionType,
     PatternType,
     ResourceType,
     StandardAcl,
@@ -85,30 +85,11 @@ def acl_json(acl: StandardAcl) -> dict[str, str]:
 async def describe_acls(cluster: Cluster, acl_filter: AclBindingFilter) -> list[StandardAcl]:
     client = cluster.bootstrap
     cls = client.request_type(DESCRIBE_ACLS)
-    response = await client.send(
-        build(
-            cls,
-            resource_type_filter=int(acl_filter.resource_type),
-            resource_name_filter=acl_filter.resource_name,
-            pattern_type_filter=int(acl_filter.pattern_type),
-            principal_filter=acl_filter.principal,
-            host_filter=acl_filter.host,
-            operation=int(acl_filter.operation),
-            permission_type=int(acl_filter.permission_type),
-        )
-    )
+    response = await client.send(build(cls, **acl_filter.wire_fields()))
     if response.error_code != ErrorCode.none:
         raise _refused("describe ACLs", response.error_code, response.error_message)
     return [
-        StandardAcl(
-            ResourceType(resource.resource_type),
-            resource.resource_name,
-            PatternType(resource.pattern_type),
-            acl.principal,
-            acl.host,
-            AclOperation(acl.operation),
-            AclPermissionType(acl.permission_type),
-        )
+        StandardAcl.from_wire(_Described(resource, acl), "pattern_type")
         for resource in response.resources
         for acl in resource.acls
     ]
@@ -118,19 +99,7 @@ async def create_acls(cluster: Cluster, acls: list[StandardAcl]) -> None:
     client = cluster.bootstrap
     cls = client.request_type(CREATE_ACLS)
     creation_cls = nested_type(cls, "AclCreation")
-    creations = tuple(
-        build(
-            creation_cls,
-            resource_type=int(acl.resource_type),
-            resource_name=acl.resource_name,
-            resource_pattern_type=int(acl.pattern_type),
-            principal=acl.principal,
-            host=acl.host,
-            operation=int(acl.operation),
-            permission_type=int(acl.permission_type),
-        )
-        for acl in acls
-    )
+    creations = tuple(build(creation_cls, **acl.wire_fields("resource_pattern_type")) for acl in acls)
     response = await client.send(build(cls, creations=creations))
     for acl, result in zip(acls, response.results, strict=True):
         if result.error_code != ErrorCode.none:
@@ -142,37 +111,27 @@ async def delete_acls(cluster: Cluster, filters: list[AclBindingFilter]) -> list
     client = cluster.bootstrap
     cls = client.request_type(DELETE_ACLS)
     filter_cls = nested_type(cls, "DeleteAclsFilter")
-    wire = tuple(
-        build(
-            filter_cls,
-            resource_type_filter=int(f.resource_type),
-            resource_name_filter=f.resource_name,
-            pattern_type_filter=int(f.pattern_type),
-            principal_filter=f.principal,
-            host_filter=f.host,
-            operation=int(f.operation),
-            permission_type=int(f.permission_type),
-        )
-        for f in filters
-    )
+    wire = tuple(build(filter_cls, **f.wire_fields()) for f in filters)
     response = await client.send(build(cls, filters=wire))
     deleted = []
     for result in response.filter_results:
         if result.error_code != ErrorCode.none:
             raise _refused("delete ACLs", result.error_code, result.error_message)
-        deleted.extend(
-            StandardAcl(
-                ResourceType(m.resource_type),
-                m.resource_name,
-                PatternType(m.pattern_type),
-                m.principal,
-                m.host,
-                AclOperation(m.operation),
-                AclPermissionType(m.permission_type),
-            )
-            for m in result.matching_acls
-        )
+        deleted.extend(StandardAcl.from_wire(m, "pattern_type") for m in result.matching_acls)
     return deleted
+
+
+class _Described:
+    """One ACL of a DescribeAclsResource with its resource's fields, as StandardAcl.from_wire reads them."""
+
+    def __init__(self, resource: Any, acl: Any) -> None:
+        self.resource_type = resource.resource_type
+        self.resource_name = resource.resource_name
+        self.pattern_type = resource.pattern_type
+        self.principal = acl.principal
+        self.host = acl.host
+        self.operation = acl.operation
+        self.permission_type = acl.permission_type
 
 
 @dataclass(frozen=True, slots=True)

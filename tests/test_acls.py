@@ -226,6 +226,31 @@ def test_kafka_acls_and_kcli_list_agree(workdir: Path, server: BrokerProcess) ->
     denied = kcli("acls", "check", "--command-config", str(config), "--principal", "User:dave",
                   "--operation", "Write", "--topic", "dave-events", check=False)  # fmt: skip
     assert denied.returncode == 1 and "DENIED" in denied.stdout
+    kcli("acls", "remove", "--command-config", str(config), "--force", "--allow-principal", "User:dave",
+         "--operation", "Read", "--topic", "dave-", "--resource-pattern-type", "prefixed")  # fmt: skip
+    assert "User:dave" not in kcli("acls", "list", "--command-config", str(config)).stdout
+
+
+def test_bad_input_is_one_sentence(workdir: Path, server: BrokerProcess) -> None:
+    config = str(command_config(workdir, server))
+    for args, sentence in (
+        (
+            ["--allow-principal", "User:x", "--operation", "Bogus", "--topic", "t"],
+            "--operation 'Bogus' is not one of",
+        ),
+        (["--allow-principal", "x", "--topic", "t"], "Invalid principal 'x'"),
+        (
+            ["--allow-principal", "User:x", "--operation", "Read", "--cluster"],
+            "ResourceType CLUSTER only supports",
+        ),
+        (
+            ["--allow-principal", "User:x", "--topic", "t", "--resource-pattern-type", "match"],
+            "is not valid when adding",
+        ),
+    ):
+        done = kcli("acls", "add", "--command-config", config, *args, check=False)
+        assert done.returncode != 0 and done.stderr.count("\n") == 1 and sentence in done.stderr, done.stderr
+    assert server.is_running()
 
 
 def _lines(text: str) -> list[str]:

@@ -115,6 +115,18 @@ class StandardAcl:
             _enum_value(AclPermissionType, int(entry.permission_type)),
         )
 
+    def wire_fields(self, pattern_field: str = "pattern_type") -> dict[str, Any]:
+        """The fields CreateAcls' creations and DeleteAcls' matching ACLs carry (kio names)."""
+        return {
+            "resource_type": int(self.resource_type),
+            "resource_name": self.resource_name,
+            pattern_field: int(self.pattern_type),
+            "principal": self.principal,
+            "host": self.host,
+            "operation": int(self.operation),
+            "permission_type": int(self.permission_type),
+        }
+
     def to_record(self, acl_id: uuid.UUID) -> dict[str, Any]:
         """AccessControlEntryRecord's fields."""
         return {
@@ -160,6 +172,18 @@ class AclBindingFilter:
             _enum_value(AclOperation, int(entry.operation)),
             _enum_value(AclPermissionType, int(entry.permission_type)),
         )
+
+    def wire_fields(self) -> dict[str, Any]:
+        """The fields of a DescribeAclsRequest or a DeleteAclsFilter (kio names)."""
+        return {
+            "resource_type_filter": int(self.resource_type),
+            "resource_name_filter": self.resource_name,
+            "pattern_type_filter": int(self.pattern_type),
+            "principal_filter": self.principal,
+            "host_filter": self.host,
+            "operation": int(self.operation),
+            "permission_type": int(self.permission_type),
+        }
 
     def unknown_element(self) -> str | None:
         """Kafka's findIndefiniteField for a filter: what cannot be matched, or None."""

@@ -123,16 +123,7 @@ async def handle_delete_acls(ctx: RequestContext, request: Any) -> object:
                     error_message=r.error.message,
                     matching_acls=tuple(
                         build(
-                            matching_cls,
-                            error_code=ErrorCode.none,
-                            error_message=None,
-                            resource_type=int(acl.resource_type),
-                            resource_name=acl.resource_name,
-                            pattern_type=int(acl.pattern_type),
-                            principal=acl.principal,
-                            host=acl.host,
-                            operation=int(acl.operation),
-                            permission_type=int(acl.permission_type),
+                            matching_cls, error_code=ErrorCode.none, error_message=None, **acl.wire_fields()
                         )
                         for acl in r.deleted
                     ),

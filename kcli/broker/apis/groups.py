@@ -27,7 +27,7 @@ from kcli.broker.group.group import JoinResult
 from kcli.broker.group.storage import OFFSETS_TOPIC
 from kcli.broker.txn.state_manager import TRANSACTION_STATE_TOPIC
 from kcli.protocol.messages import build, kio_versions, nested_type, response_type
-from kcli.security.acl import AclOperation, ResourceType
+from kcli.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 log = logging.getLogger("kcli.broker")
 
@@ -320,7 +320,9 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> object:
         operations = GROUP_OPERATIONS
     groups = []
     for group_id in request.groups:
-        if coordinator is None:
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            error, summary = ErrorCode.group_authorization_failed, None
+        elif coordinator is None:
             error, summary = ErrorCode.coordinator_not_available, None
         else:
             error, summary = coordinator.describe_group(group_id)
@@ -369,6 +371,14 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> object:
         error, listed = coordinator.list_groups(
             getattr(request, "states_filter", ()), getattr(request, "types_filter", ())
         )
+    if ctx.state.authorizer is not None and not ctx.authorize(
+        AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME, log_if_denied=False
+    ):  # KafkaApis: without DESCRIBE on the cluster, only the groups the principal may DESCRIBE
+        listed = [
+            g
+            for g in listed
+            if ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, g[0], log_if_denied=False)
+        ]
     groups = tuple(
         build(
             group_cls,
@@ -387,10 +397,15 @@ async def handle_delete_groups(ctx: RequestContext, request: Any) -> object:
     result_cls = nested_type(response_cls, "DeletableGroupResult")
     names = list(dict.fromkeys(request.groups_names))
     coordinator = coordinator_of(ctx)
-    if coordinator is None:
-        errors = dict.fromkeys(names, ErrorCode.coordinator_not_available)
+    denied = [n for n in names if not ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, n)]
+    allowed = [n for n in names if n not in denied]
+    if not allowed:
+        errors = {}
+    elif coordinator is None:
+        errors = dict.fromkeys(allowed, ErrorCode.coordinator_not_available)
     else:
-        errors = coordinator.delete_groups(names)
+        errors = coordinator.delete_groups(allowed)
+    errors.update(dict.fromkeys(denied, ErrorCode.group_authorization_failed))
     results = tuple(build(result_cls, group_id=name, error_code=errors[name]) for name in names)
     return build(response_cls, throttle_time=_NO_THROTTLE, results=results)
 

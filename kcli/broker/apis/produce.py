@@ -11,6 +11,8 @@ partition, DelayedProduce), encode. What the answer says:
   min(min.insync.replicas, replicas), Kafka's effective minimum since 3.7 (NOT_ENOUGH_REPLICAS), so a
   one-replica topic accepts acks=all whatever min.insync.replicas says, as Kafka does;
 - internal topics are written only by the admin client id (INVALID_TOPIC_EXCEPTION);
+- with the StandardAuthorizer, transactional batches need WRITE on the transactional id (the whole request
+  is TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and each topic WRITE (TOPIC_AUTHORIZATION_FAILED per partition);
 - the log's checks (CRC, sizes, timestamps, keys) raise RecordError with Kafka's code, and nothing of
   the batch is written; record-level rejections carry record_errors and error_message (v8+);
 - with acks=0 nothing is answered; if any partition failed the connection is closed, as Kafka does,
