@@ -146,7 +146,10 @@ def test_producer_writes_only_where_allowed(workdir: Path, server: BrokerProcess
     assert produce(server, "alice", "alice-topic") is None
     error = produce(server, "alice", "other-topic")
     assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, error
-    assert "Principal = User:alice is Denied operation = Describe" in server.log()
+    assert (
+        "Principal = User:alice is Denied operation = DESCRIBE from host = 127.0.0.1 on resource = Topic:LITERAL:other-topic"
+        in server.log()
+    )
 
 
 def test_consumer_needs_read_on_topic_and_group(workdir: Path, server: BrokerProcess) -> None:
@@ -365,3 +368,61 @@ def test_security_disabled_without_an_authorizer(broker: BrokerProcess) -> None:
     done = kcli("acls", "list", "--bootstrap-server", broker.bootstrap, check=False)  # DescribeAcls
     assert done.returncode != 0
     assert done.stderr == "kcli: Could not describe ACLs: SECURITY_DISABLED (No Authorizer is configured.).\n"
+
+
+def test_acl_records_fold_and_snapshot_and_match_as_kafka() -> None:
+    """The controller's records fold into the image, a snapshot of it folds back the same, and the
+    StandardAuthorizer decides over it as Kafka's StandardAuthorizerData: DENY wins, implied DESCRIBE,
+    prefixed and wildcard patterns, hosts, super users, the no-ACL default."""
+    from formats.internal import decode_metadata_record
+    from formats.internal import encode_metadata_record as encode
+    from kcli.broker.metadata.controller.acl_control_manager import AclControlManager
+    from kcli.broker.metadata.image import ClusterMetadataImage, fold
+    from kcli.broker.metadata.image_writer import image_records
+    from kcli.security.acl import AclBindingFilter, PatternType, StandardAcl
+    from kcli.security.acl import AclOperation as Op
+    from kcli.security.acl import AclPermissionType as Perm
+    from kcli.security.acl import ResourceType as Res
+    from kcli.security.authorizer import StandardAuthorizer
+
+    def acl(
+        name: str, pattern: PatternType, principal: str, op: Op, perm: Perm, host: str = "*"
+    ) -> StandardAcl:
+        return StandardAcl(Res.TOPIC, name, pattern, principal, host, op, perm)
+
+    acls = [
+        acl("orders", PatternType.LITERAL, "User:a", Op.WRITE, Perm.ALLOW),
+        acl("ord", PatternType.PREFIXED, "User:a", Op.READ, Perm.ALLOW),
+        acl("orders-secret", PatternType.LITERAL, "User:a", Op.READ, Perm.DENY),
+        acl("*", PatternType.LITERAL, "User:*", Op.DESCRIBE, Perm.ALLOW, host="10.0.0.1"),
+        acl("", PatternType.LITERAL, "User:a", Op.READ, Perm.ALLOW),  # INVALID_REQUEST: no name
+    ]
+    empty = ClusterMetadataImage.empty("cluster", 1, "PLAINTEXT")
+    created = AclControlManager().create_acls(empty, acls)
+    assert [e.message for e in created.response] == [None] * 4 + ["Resource name should not be empty"]
+    image = fold(empty, [decode_metadata_record(encode(*r)) for r in created.records])
+    again = fold(empty, [decode_metadata_record(encode(*r)) for r in image_records(image)])
+    assert dict(again.acls) == dict(image.acls) and len(image.acls) == 4
+    assert AclControlManager().create_acls(image, acls[:1]).records == []  # an existing ACL is kept once
+
+    authorizer = StandardAuthorizer("User:root")
+    acls_of = image.acls
+
+    def allowed(principal: str, op: Op, name: str, host: str = "127.0.0.1") -> bool:
+        return authorizer.decide(acls_of, principal, host, op, Res.TOPIC, name).allowed
+
+    assert allowed("User:a", Op.WRITE, "orders") and not allowed("User:a", Op.WRITE, "orders-2")
+    assert allowed("User:a", Op.DESCRIBE, "orders")  # implied by WRITE
+    assert allowed("User:a", Op.READ, "orders-2") and not allowed("User:a", Op.READ, "orders-secret")
+    assert allowed("User:b", Op.DESCRIBE, "anything", host="10.0.0.1")
+    assert not allowed("User:b", Op.DESCRIBE, "anything")
+    assert allowed("User:root", Op.DELETE, "anything")
+    assert not allowed("User:b", Op.READ, "nothing-here")
+    assert StandardAuthorizer(allow_if_no_acl=True).decide({}, "User:b", "h", Op.READ, Res.TOPIC, "t").allowed
+
+    deleted = AclControlManager().delete_acls(
+        image, [AclBindingFilter(Res.TOPIC, "orders-2", PatternType.MATCH)]
+    )
+    assert sorted(a.resource_name for a in deleted.response[0].deleted) == ["*", "ord"]
+    after = fold(image, [decode_metadata_record(encode(*r)) for r in deleted.records])
+    assert len(after.acls) == 2

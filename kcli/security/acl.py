@@ -141,10 +141,11 @@ class StandardAcl:
         }
 
     def __str__(self) -> str:
+        """Kafka's StandardAcl.toString, which the authorizer's log lines name."""
         return (
-            f"(principal={self.principal}, host={self.host}, operation={self.operation.name}, "
-            f"permissionType={self.permission_type.name}) on "
-            f"{camel(self.resource_type.name)}:{self.pattern_type.name}:{self.resource_name}"
+            f"StandardAcl(resourceType={self.resource_type.name}, resourceName={self.resource_name}, "
+            f"patternType={self.pattern_type.name}, principal={self.principal}, host={self.host}, "
+            f"operation={self.operation.name}, permissionType={self.permission_type.name})"
         )
 
 

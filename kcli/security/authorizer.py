@@ -188,7 +188,7 @@ class StandardAuthorizer:
                 "Principal = %s is Denied operation = %s from host = %s on resource = %s:LITERAL:%s "
                 "for request = %s with resourceRefCount = 1 based on rule %s",
                 principal,
-                camel(operation.name),
+                operation.name,
                 host,
                 camel(resource_type.name),
                 name,
