@@ -268,8 +268,8 @@ def test_ordinary_user_cannot_change_acls(workdir: Path, server: BrokerProcess) 
 
 def test_group_and_topic_admin_checks(workdir: Path, server: BrokerProcess) -> None:
     """READ on the group for a consumer (GROUP_AUTHORIZATION_FAILED otherwise); CREATE and DELETE on
-    topics for CreateTopics and DeleteTopics (TOPIC_AUTHORIZATION_FAILED otherwise)."""
-    from confluent_kafka.admin import NewTopic
+    topics for CreateTopics and DeleteTopics, ALTER for CreatePartitions (TOPIC_AUTHORIZATION_FAILED otherwise)."""
+    from confluent_kafka.admin import NewPartitions, NewTopic
 
     consumer = Consumer(
         {**client_config(server, "bob"), "group.id": "not-bobs", "auto.offset.reset": "earliest"}
@@ -296,6 +296,9 @@ def test_group_and_topic_admin_checks(workdir: Path, server: BrokerProcess) -> N
              "--topic", "alice-", "--resource-pattern-type", "prefixed")  # fmt: skip
     alice.create_topics([NewTopic("alice-new", 1, 1)])["alice-new"].result(timeout=30)
     alice.delete_topics(["alice-new"])["alice-new"].result(timeout=30)
+    with pytest.raises(KafkaException) as failure:
+        alice.create_partitions([NewPartitions("other-topic", 2)])["other-topic"].result(timeout=30)
+    assert failure.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
 def test_configs_need_describe_and_alter_configs(workdir: Path, server: BrokerProcess) -> None:

@@ -232,9 +232,20 @@ async def handle_offset_delete(ctx: RequestContext, request: Any) -> object:
     response_cls = response_type(OFFSET_DELETE, ctx.api_version)
     topic_cls = nested_type(response_cls, "OffsetDeleteResponseTopic")
     partition_cls = nested_type(response_cls, "OffsetDeleteResponsePartition")
+    if not ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, request.group_id):
+        return build(
+            response_cls,
+            throttle_time=_NO_THROTTLE,
+            error_code=ErrorCode.group_authorization_failed,
+            topics=(),
+        )
     known: list[tuple[str, int]] = []
     unknown: set[tuple[str, int]] = set()
+    unreadable: set[str] = set()
     for topic in request.topics:
+        if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic.name):
+            unreadable.add(topic.name)
+            continue
         for partition in topic.partitions:
             key = (topic.name, partition.partition_index)
             if _partition_exists(ctx, topic.name, partition.partition_index):
@@ -256,7 +267,9 @@ async def handle_offset_delete(ctx: RequestContext, request: Any) -> object:
                 build(
                     partition_cls,
                     partition_index=p.partition_index,
-                    error_code=ErrorCode.unknown_topic_or_partition
+                    error_code=ErrorCode.topic_authorization_failed
+                    if topic.name in unreadable
+                    else ErrorCode.unknown_topic_or_partition
                     if (topic.name, p.partition_index) in unknown
                     else results.get((topic.name, p.partition_index), ErrorCode.none),
                 )

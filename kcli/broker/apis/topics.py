@@ -244,6 +244,22 @@ async def _delete_topics(ctx: RequestContext, request: object) -> object:
 
 
 async def handle_create_partitions(ctx: RequestContext, request: object) -> object:
+    """KafkaApis: ALTER on each topic, else TOPIC_AUTHORIZATION_FAILED without asking the controller."""
+    if not _checked_here(ctx):
+        return await _create_partitions(ctx, request)
+    topics = request.topics  # type: ignore[attr-defined]
+    denied = [t.name for t in topics if not ctx.authorize(AclOperation.ALTER, ResourceType.TOPIC, t.name)]
+    if not denied:
+        return await _create_partitions(ctx, request)
+    kept = tuple(t for t in topics if t.name not in denied)
+    response = await _create_partitions(ctx, dataclasses.replace(request, topics=kept))  # type: ignore[type-var]
+    result_cls = nested_type(response_type(CREATE_PARTITIONS, ctx.api_version), "CreatePartitionsTopicResult")
+    error = ApiError(ErrorCode.topic_authorization_failed, "The topic authorization is failed.")
+    refused = tuple(_partitions_result(result_cls, name, error) for name in dict.fromkeys(denied))
+    return dataclasses.replace(response, results=(*response.results, *refused))  # type: ignore[attr-defined]
+
+
+async def _create_partitions(ctx: RequestContext, request: object) -> object:
     forwarded = await forward_unless_active(ctx, request)
     if forwarded is not None:
         return forwarded

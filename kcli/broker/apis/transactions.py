@@ -334,7 +334,9 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> obj
     coordinator = transaction_coordinator(ctx)
     states = []
     for transactional_id in request.transactional_ids:
-        if coordinator is None:
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            error, description = ErrorCode.transactional_id_authorization_failed, None
+        elif coordinator is None:
             error, description = ErrorCode.coordinator_not_available, None
         else:
             description = coordinator.describe_transaction(transactional_id)
@@ -342,7 +344,8 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> obj
         by_topic: dict[str, list[int]] = {}
         if description is not None:
             for topic, partition in description.topic_partitions:
-                by_topic.setdefault(topic, []).append(partition)
+                if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, topic, log_if_denied=False):
+                    by_topic.setdefault(topic, []).append(partition)  # Kafka leaves out the others
         ok = description is not None and error is ErrorCode.none
         states.append(
             state_cls(
@@ -393,6 +396,14 @@ async def handle_list_transactions(ctx: RequestContext, request: Any) -> object:
                 transaction_states=(),
             )
         listed = [entry for entry in listed if compiled.fullmatch(entry[0])]
+    if ctx.state.authorizer is not None:  # only the transactional ids the principal may DESCRIBE
+        listed = [
+            entry
+            for entry in listed
+            if ctx.authorize(
+                AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, entry[0], log_if_denied=False
+            )
+        ]
     return build(
         response_cls,
         throttle_time=_NO_THROTTLE,
