@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -298,6 +298,11 @@ def test_group_and_topic_admin_checks(workdir: Path, server: BrokerProcess) -> N
     alice.delete_topics(["alice-new"])["alice-new"].result(timeout=30)
     with pytest.raises(KafkaException) as failure:
         alice.create_partitions([NewPartitions("other-topic", 2)])["other-topic"].result(timeout=30)
+    assert failure.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    bob = AdminClient(client_config(server, "bob"))  # bob may DESCRIBE bob-topic, not DELETE in it
+    with pytest.raises(KafkaException) as failure:  # DeleteRecords needs DELETE on the topic
+        for future in bob.delete_records([TopicPartition("bob-topic", 0, 0)]).values():
+            future.result(timeout=30)
     assert failure.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 

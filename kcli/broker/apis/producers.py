@@ -49,8 +49,15 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> object
     topics = []
     for topic in request.topics:
         partitions = []
+        readable = ctx.authorize(
+            AclOperation.READ, ResourceType.TOPIC, topic.name
+        )  # KafkaApis: READ the topic
         for index in topic.partition_indexes:
-            error, partition_log = _local_log(ctx, topic.name, index)
+            error, partition_log = (
+                _local_log(ctx, topic.name, index)
+                if readable
+                else (ErrorCode.topic_authorization_failed, None)
+            )
             producers: tuple = ()
             if partition_log is not None:
                 producers = tuple(
