@@ -95,7 +95,8 @@ def _check_no_conflict(listen: str | None, data_dir: Path | None, overrides: lis
 def _configure_logging() -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("[%(asctime)s] %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger("kcli")
-    root.handlers[:] = [handler]
-    root.setLevel(logging.INFO)
-    root.propagate = False
+    for name in ("kcli", "kafka.authorizer.logger"):  # the second: one INFO line per ACL denial, as Kafka's
+        root = logging.getLogger(name)
+        root.handlers[:] = [handler]
+        root.setLevel(logging.INFO)
+        root.propagate = False

@@ -16,6 +16,7 @@ from kcli.errors import KcliError
 def register() -> None:
     """Import each command module; each adds its commands to `app`."""
     from kcli.cli import (  # noqa: F401
+        acls,
         broker,
         cluster,
         configs,

@@ -268,6 +268,28 @@ BROKER_CONFIGS: dict[str, ConfigKey] = config_table(
             None,
             "Request bytes buffered across connections before reading pauses; -1: no bound.",
         ),
+        # --- authorization (KIP-801's StandardAuthorizer: ACLs in the metadata log)
+        (
+            "authorizer.class.name",
+            "string",
+            "",
+            one_of("", "org.apache.kafka.metadata.authorizer.StandardAuthorizer"),
+            "The authorizer: unset (no ACL checks) or org.apache.kafka.metadata.authorizer.StandardAuthorizer.",
+        ),
+        (
+            "super.users",
+            "string",
+            "",
+            None,
+            "Principals (User:name, separated by ;) every operation is allowed to, whatever the ACLs say.",
+        ),
+        (
+            "allow.everyone.if.no.acl.found",
+            "boolean",
+            False,
+            None,
+            "Allow an operation on a resource no ACL matches (StandardAuthorizer's default is deny).",
+        ),
         # --- SASL (SaslServerAuthenticator); each may carry a listener.name.<listener>. prefix
         (
             "sasl.enabled.mechanisms",

@@ -12,6 +12,7 @@ from kcli.broker.apis.registry import ApiRegistry
 def build_controller_registry() -> ApiRegistry:
     """What the controller listener serves: Raft, broker lifecycle, and the admin requests brokers forward."""
     from kcli.broker.apis import (
+        acls,
         api_versions,
         client_quotas,
         cluster,
@@ -38,6 +39,7 @@ def build_controller_registry() -> ApiRegistry:
             *features.APIS,
             *scram.CONTROLLER_APIS,
             *client_quotas.CONTROLLER_APIS,
+            *acls.CONTROLLER_APIS,
         ]
     )
 
@@ -45,6 +47,7 @@ def build_controller_registry() -> ApiRegistry:
 def build_registry() -> ApiRegistry:
     """The broker's registry: every API family module's `APIS`."""
     from kcli.broker.apis import (
+        acls,
         api_versions,
         client_quotas,
         cluster,
@@ -99,5 +102,6 @@ def build_registry() -> ApiRegistry:
             *sasl.APIS,
             *scram.APIS,
             *client_quotas.APIS,
+            *acls.APIS,
         ]
     )

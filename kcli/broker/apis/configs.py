@@ -57,6 +57,8 @@ from kcli.config import (
 )
 from kcli.protocol.configs import ConfigSource, OpType, ResourceType
 from kcli.protocol.messages import build, kio_versions, nested_type, response_type
+from kcli.security.acl import CLUSTER_NAME, AclOperation
+from kcli.security.acl import ResourceType as AclResourceType
 
 DESCRIBE_CONFIGS = 32
 ALTER_CONFIGS = 33
@@ -126,6 +128,10 @@ async def handle_describe_configs(ctx: RequestContext, request: object) -> objec
     include_documentation = bool(getattr(request, "include_documentation", False))
     results = []
     for resource in resources:
+        refused = _authorization_error(ctx, resource, AclOperation.DESCRIBE_CONFIGS)
+        if refused is not None:
+            results.append(_described(response_cls, resource, refused, ()))
+            continue
         error, entries = describe_resource(
             ctx.state.config,
             ctx.state.image,
@@ -412,6 +418,8 @@ async def _handle_alter(ctx: RequestContext, request: object, api_key: int, *, i
         else:
             items[i] = [(c.name, c.value) for c in resource.configs]
         error = _check_keys_and_values(items[i], null_allowed=incremental)
+        if error is None:  # as the caller: on the controller listener, the principal an Envelope names
+            error = _authorization_error(ctx, resource, AclOperation.ALTER_CONFIGS)
         if error is None and not forwarded_here:
             error = _preprocess(ctx, resource, items[i], incremental=incremental)
         if error is not None:
@@ -435,6 +443,21 @@ async def _handle_alter(ctx: RequestContext, request: object, api_key: int, *, i
                     ctx, resources[i], items[i], validate_only, incremental=incremental
                 )
     return _altered(response_cls, resources, errors)
+
+
+def _authorization_error(ctx: RequestContext, resource: object, operation: AclOperation) -> ApiError | None:
+    """ConfigHelper/ConfigAdminManager's checks: a broker's (or its loggers') configs need `operation` on
+    the cluster, a topic's on the topic; None when allowed (or for resources Kafka checks elsewhere)."""
+    if ctx.state.authorizer is None:
+        return None
+    resource_type = resource.resource_type  # type: ignore[attr-defined]
+    if resource_type in (ResourceType.BROKER, ResourceType.BROKER_LOGGER):
+        if not ctx.authorize(operation, AclResourceType.CLUSTER, CLUSTER_NAME):
+            return ApiError(ErrorCode.cluster_authorization_failed, "Cluster authorization failed.")
+    elif resource_type == ResourceType.TOPIC:
+        if not ctx.authorize(operation, AclResourceType.TOPIC, resource.resource_name):  # type: ignore[attr-defined]
+            return ApiError(ErrorCode.topic_authorization_failed, "Topic authorization failed.")
+    return None
 
 
 def _duplicate_resources(resources: Sequence[object]) -> dict[int, ApiError]:

@@ -17,6 +17,8 @@ from kio.schema.errors import ErrorCode
 from kcli.broker.metadata.controller import NotControllerError
 from kcli.broker.metadata.controller.controller_result import NONE, ApiError, ApiException
 from kcli.config import BrokerConfig
+from kcli.security.acl import AclOperation, ResourceType
+from kcli.security.authorizer import STANDARD_AUTHORIZER, StandardAuthorizer, host_of
 
 if TYPE_CHECKING:
     from kcli.broker.apis.registry import ApiRegistry
@@ -102,8 +104,17 @@ class BrokerState:
     """Send a request to the active controller and give back its answer (Kafka's forwarding, KIP-590)."""
     quotas: QuotaManagers | None = None
     """Client quota sensors (kcli.broker.quota), made when a handler first needs them."""
+    authorizer: StandardAuthorizer | None = None
+    """The ACL authorizer `authorizer.class.name` names (KIP-801); None: every request is allowed."""
 
     name = "BrokerState"  # as a MetadataPublisher (not a dataclass field: no annotation)
+
+    def __post_init__(self) -> None:
+        config = self.config
+        if self.authorizer is None and config.get("authorizer.class.name") == STANDARD_AUTHORIZER:
+            self.authorizer = StandardAuthorizer(
+                str(config.get("super.users") or ""), bool(config.get("allow.everyone.if.no.acl.found"))
+            )
 
     @property
     def node_id(self) -> int:
@@ -158,6 +169,39 @@ class RequestContext(NamedTuple):
         if listener == state.controller_listener_name:
             return state.image
         return state.image.for_listener(listener)
+
+    def authorize(
+        self, operation: AclOperation, resource_type: ResourceType, name: str, *, log_if_denied: bool = True
+    ) -> bool:
+        """Whether this request's principal may do `operation` on the resource (always, with no
+        authorizer configured); a denial the request asked for is logged on kafka.authorizer.logger."""
+        authorizer = self.state.authorizer
+        if authorizer is None:
+            return True
+        connection = self.connection
+        return authorizer.authorize(
+            self.state.image.acls,
+            connection.principal,
+            connection.peer,
+            self.api_key,
+            operation,
+            resource_type,
+            name,
+            log_if_denied=log_if_denied,
+        )
+
+    def authorize_by_resource_type(self, operation: AclOperation, resource_type: ResourceType) -> bool:
+        """Whether `operation` may be allowed on some resource of the type (always, with no authorizer)."""
+        authorizer = self.state.authorizer
+        if authorizer is None:
+            return True
+        return authorizer.authorize_by_resource_type(
+            self.state.image.acls,
+            self.connection.principal,
+            host_of(self.connection.peer),
+            operation,
+            resource_type,
+        )
 
     @property
     def registry(self) -> ApiRegistry:

@@ -22,14 +22,15 @@ from kcli.protocol.envelope import ENVELOPE, FORWARDABLE, EnvelopeError, deseria
 from kcli.protocol.messages import api_name, response_type
 from kcli.protocol.request_header import InvalidRequestError, decode_request, read_request_header
 from kcli.protocol.response_header import encode_response, response_header
+from kcli.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 log = logging.getLogger("kcli.broker")
 
 
 def authorized_for_cluster_action(ctx: RequestContext) -> bool:
-    """Kafka authorizes the envelope's sender for CLUSTER_ACTION on the cluster; with no authorizer
-    configured (kcli has none yet) every principal is, as in Kafka."""
-    return True
+    """Kafka authorizes the envelope's sender (the forwarding broker) for CLUSTER_ACTION on the cluster;
+    with no authorizer configured every principal is."""
+    return ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
 async def handle_envelope(ctx: RequestContext, request: Any) -> object:

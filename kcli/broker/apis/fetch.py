@@ -52,6 +52,7 @@ from kcli.broker.replication.manager import FetchParams, FetchPartitionData, Fet
 from kcli.broker.replication.replica_selector import ClientMetadata
 from kcli.protocol.fetch_codec import write_fetch_response
 from kcli.protocol.messages import kio_versions, response_type
+from kcli.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 API_KEY = 1
 READ_UNCOMMITTED = 0
@@ -82,10 +83,17 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> FramedResponse:
 
     targets: list[FetchTarget] = []
     unknown: list[FetchPartitionData] = []
+    readable = _readable(ctx, replica_id)
     for target in context.partitions():
         if target.topic is None:  # a topic id this broker does not know
             unknown.append(
                 FetchPartitionData(None, target.topic_id, target.partition, ErrorCode.unknown_topic_id)
+            )
+        elif readable is not None and not readable(target.topic):
+            unknown.append(
+                FetchPartitionData(
+                    target.topic, target.topic_id, target.partition, ErrorCode.topic_authorization_failed
+                )
             )
         else:
             targets.append(target)
@@ -159,6 +167,25 @@ def _fetch_data(ctx: RequestContext, request: Any) -> dict[PartitionId, FetchTar
                 getattr(p, "log_start_offset", -1),
             )
     return fetch_data
+
+
+def _readable(ctx: RequestContext, replica_id: int) -> Callable[[str], bool] | None:
+    """KafkaApis.handleFetchRequest's checks: a follower needs CLUSTER_ACTION on the cluster (else every
+    partition is TOPIC_AUTHORIZATION_FAILED), a consumer READ on each topic; None with no authorizer."""
+    if ctx.state.authorizer is None:
+        return None
+    if replica_id >= 0:
+        allowed = ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
+        return lambda topic: allowed
+    decided: dict[str, bool] = {}
+
+    def readable(topic: str) -> bool:
+        allowed = decided.get(topic)
+        if allowed is None:
+            allowed = decided[topic] = ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic)
+        return allowed
+
+    return readable
 
 
 def _forgotten(request: Any, version: int) -> list[PartitionId]:

@@ -27,6 +27,7 @@ from kcli.broker.group.group import JoinResult
 from kcli.broker.group.storage import OFFSETS_TOPIC
 from kcli.broker.txn.state_manager import TRANSACTION_STATE_TOPIC
 from kcli.protocol.messages import build, kio_versions, nested_type, response_type
+from kcli.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 log = logging.getLogger("kcli.broker")
 
@@ -68,6 +69,11 @@ def client_host(ctx: RequestContext) -> str:
     peer = ctx.connection.peer
     host = peer.rsplit(":", 1)[0] if ":" in peer else peer
     return "/" + host.strip("[]")
+
+
+def _readable(ctx: RequestContext, group_id: str) -> bool:
+    """JoinGroup, SyncGroup, Heartbeat and LeaveGroup need READ on the group (GROUP_AUTHORIZATION_FAILED)."""
+    return ctx.authorize(AclOperation.READ, ResourceType.GROUP, group_id)
 
 
 def millis(value: datetime.timedelta) -> int:
@@ -113,6 +119,12 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> object:
 async def _find_coordinator(ctx: RequestContext, key_type: int, key: str) -> tuple[ErrorCode, int, str, int]:
     """(error, node id, host, port) for one key; the error node is (-1, "", -1)."""
     no_node = (-1, "", -1)
+    if key_type == GROUP_KEY_TYPE and not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, key):
+        return (ErrorCode.group_authorization_failed, *no_node)
+    if key_type == TRANSACTION_KEY_TYPE and not ctx.authorize(
+        AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key
+    ):
+        return (ErrorCode.transactional_id_authorization_failed, *no_node)
     if key_type == GROUP_KEY_TYPE:
         coordinator = coordinator_of(ctx)
         if coordinator is None:
@@ -152,6 +164,10 @@ async def _find_coordinator(ctx: RequestContext, key_type: int, key: str) -> tup
 async def handle_join_group(ctx: RequestContext, request: Any) -> object:
     version = ctx.api_version
     response_cls = response_type(JOIN_GROUP, version)
+    if not _readable(ctx, request.group_id):
+        return _join_response(
+            response_cls, version, JoinResult(request.member_id, ErrorCode.group_authorization_failed)
+        )
     coordinator = coordinator_of(ctx)
     if coordinator is None:
         return _join_response(
@@ -208,7 +224,9 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> object:
     coordinator = coordinator_of(ctx)
     protocol_type = getattr(request, "protocol_type", None)
     protocol_name = getattr(request, "protocol_name", None)
-    if coordinator is None:
+    if not _readable(ctx, request.group_id):
+        error = ErrorCode.group_authorization_failed
+    elif coordinator is None:
         error = ErrorCode.coordinator_not_available
     elif version >= 5 and (protocol_type is None or protocol_name is None):
         error = ErrorCode.inconsistent_group_protocol  # both are mandatory from v5
@@ -246,7 +264,9 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> object:
 async def handle_heartbeat(ctx: RequestContext, request: Any) -> object:
     response_cls = response_type(HEARTBEAT, ctx.api_version)
     coordinator = coordinator_of(ctx)
-    if coordinator is None:
+    if not _readable(ctx, request.group_id):
+        error = ErrorCode.group_authorization_failed
+    elif coordinator is None:
         error = ErrorCode.coordinator_not_available
     else:
         error = coordinator.heartbeat(
@@ -266,7 +286,9 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> object:
     else:
         leaving = [(request.member_id, None, None)]
     coordinator = coordinator_of(ctx)
-    if coordinator is None:
+    if not _readable(ctx, request.group_id):
+        top, errors = ErrorCode.group_authorization_failed, []
+    elif coordinator is None:
         top, errors = ErrorCode.coordinator_not_available, []
     else:
         top, errors = coordinator.leave_group(request.group_id, leaving)
@@ -298,7 +320,9 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> object:
         operations = GROUP_OPERATIONS
     groups = []
     for group_id in request.groups:
-        if coordinator is None:
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            error, summary = ErrorCode.group_authorization_failed, None
+        elif coordinator is None:
             error, summary = ErrorCode.coordinator_not_available, None
         else:
             error, summary = coordinator.describe_group(group_id)
@@ -347,6 +371,14 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> object:
         error, listed = coordinator.list_groups(
             getattr(request, "states_filter", ()), getattr(request, "types_filter", ())
         )
+    if ctx.state.authorizer is not None and not ctx.authorize(
+        AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME, log_if_denied=False
+    ):  # KafkaApis: without DESCRIBE on the cluster, only the groups the principal may DESCRIBE
+        listed = [
+            g
+            for g in listed
+            if ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, g[0], log_if_denied=False)
+        ]
     groups = tuple(
         build(
             group_cls,
@@ -365,10 +397,15 @@ async def handle_delete_groups(ctx: RequestContext, request: Any) -> object:
     result_cls = nested_type(response_cls, "DeletableGroupResult")
     names = list(dict.fromkeys(request.groups_names))
     coordinator = coordinator_of(ctx)
-    if coordinator is None:
-        errors = dict.fromkeys(names, ErrorCode.coordinator_not_available)
+    denied = [n for n in names if not ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, n)]
+    allowed = [n for n in names if n not in denied]
+    if not allowed:
+        errors = {}
+    elif coordinator is None:
+        errors = dict.fromkeys(allowed, ErrorCode.coordinator_not_available)
     else:
-        errors = coordinator.delete_groups(names)
+        errors = coordinator.delete_groups(allowed)
+    errors.update(dict.fromkeys(denied, ErrorCode.group_authorization_failed))
     results = tuple(build(result_cls, group_id=name, error_code=errors[name]) for name in names)
     return build(response_cls, throttle_time=_NO_THROTTLE, results=results)
 

@@ -28,6 +28,7 @@ from kcli.broker.apis.context import RequestContext
 from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.log import LogStorageError
 from kcli.protocol.messages import kio_versions, response_type
+from kcli.security.acl import AclOperation, ResourceType
 
 API_KEY = 2
 LATEST_TIMESTAMP = -1
@@ -58,14 +59,22 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> object:
     counts = Counter((t.name, p.partition_index) for t in request.topics for p in t.partitions)
     answered: set[tuple[str, int]] = set()
     topics = []
+    describable: dict[str, bool] = {}
     for topic in request.topics:
         partitions = []
+        allowed = describable.get(topic.name)
+        if allowed is None:  # KafkaApis: DESCRIBE on the topic, else TOPIC_AUTHORIZATION_FAILED
+            allowed = describable[topic.name] = ctx.authorize(
+                AclOperation.DESCRIBE, ResourceType.TOPIC, topic.name
+            )
         for partition in topic.partitions:
             key = (topic.name, partition.partition_index)
             if key in answered:
                 continue
             answered.add(key)
-            if counts[key] > 1:
+            if not allowed:
+                error, timestamp, offset, epoch = ErrorCode.topic_authorization_failed, -1, -1, -1
+            elif counts[key] > 1:
                 error, timestamp, offset, epoch = ErrorCode.invalid_request, -1, -1, -1
             else:
                 error, timestamp, offset, epoch = _list_offset(ctx, request, topic.name, partition)

@@ -3,8 +3,10 @@
 Follows Kafka's `KafkaApis.handleTopicMetadataRequest`: "all topics" is a null list (or, in v0, an
 empty one); requested topics that do not exist are auto-created when the broker allows it and
 the request asks for it, and otherwise answered with UNKNOWN_TOPIC_OR_PARTITION (or
-INVALID_TOPIC_EXCEPTION for a name Kafka would reject). With no authorizer every operation is
-allowed, so authorized-operations bitfields list everything the resource supports.
+INVALID_TOPIC_EXCEPTION for a name Kafka would reject). With the StandardAuthorizer, topics the
+principal cannot DESCRIBE are left out of "all topics" and answered TOPIC_AUTHORIZATION_FAILED when
+named, as are missing ones it cannot CREATE that would be auto-created. The authorized-operations
+bitfields still list everything the resource supports.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.metadata.image import ClusterMetadataImage, TopicInfo
 from kcli.config import is_internal_topic, is_valid_topic_name
 from kcli.protocol.messages import build, kio_versions, nested_type, response_type
+from kcli.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 API_KEY = 3
 
@@ -53,7 +56,11 @@ async def handle_metadata(ctx: RequestContext, request: object) -> object:
     image = ctx.image
     entries: list[object] = []
     if all_topics:
-        entries = [_describe(response_cls, info, include_topic_ops) for info in image.topics()]
+        entries = [
+            _describe(response_cls, info, include_topic_ops)
+            for info in image.topics()
+            if _describable(ctx, info.name, log_if_denied=False)
+        ]
     else:
         entries = await _requested_topics(ctx, request, response_cls, image, include_topic_ops)
 
@@ -91,17 +98,27 @@ async def _requested_topics(
             info = image.topic_by_id(topic_id)
             if info is None:
                 entries.append(_topic_entry(response_cls, ErrorCode.unknown_topic_id, None, topic_id))
+            elif not _describable(ctx, info.name):  # topic ids are not secret: Kafka names the id
+                entries.append(
+                    _topic_entry(
+                        response_cls, ErrorCode.topic_authorization_failed, None, topic_id, is_internal=False
+                    )
+                )
             else:
                 entries.append(_describe(response_cls, info, include_ops))
         return entries
 
     names = list(dict.fromkeys(t.name for t in requested if t.name is not None))
-    missing = [name for name in names if image.topic(name) is None]
+    denied = _denied(ctx, request, image, names) if ctx.state.authorizer is not None else {}
+    missing = [name for name in names if name not in denied and image.topic(name) is None]
     errors: dict[str, ErrorCode] = {}
     if missing:
         errors = await _create_or_refuse(ctx, request, missing)
         image = ctx.image
     for name in names:
+        if name in denied:  # never says whether the topic exists: no topic id, no partitions
+            entries.append(_topic_entry(response_cls, ErrorCode.topic_authorization_failed, name, ZERO_UUID))
+            continue
         info = image.topic(name)
         if info is not None:
             entries.append(_describe(response_cls, info, include_ops))
@@ -111,6 +128,27 @@ async def _requested_topics(
             error = ErrorCode.leader_not_available if errors[name] is ErrorCode.none else errors[name]
             entries.append(_topic_entry(response_cls, error, name, ZERO_UUID))
     return entries
+
+
+def _describable(ctx: RequestContext, name: str, *, log_if_denied: bool = True) -> bool:
+    return ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name, log_if_denied=log_if_denied)
+
+
+def _denied(ctx: RequestContext, request: object, image: ClusterMetadataImage, names: list[str]) -> set[str]:
+    """KafkaApis.getTopicMetadata's checks: the named topics the principal may not DESCRIBE, and the
+    missing ones it may not CREATE (on the cluster or the topic) when they would be auto-created."""
+    denied = {name for name in names if not _describable(ctx, name)}
+    missing = [name for name in names if name not in denied and image.topic(name) is None]
+    if (
+        missing
+        and bool(ctx.state.config["auto.create.topics.enable"])
+        and getattr(request, "allow_auto_topic_creation", True)
+        and not ctx.authorize(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, log_if_denied=False)
+    ):
+        denied.update(
+            name for name in missing if not ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, name)
+        )
+    return denied
 
 
 async def _create_or_refuse(ctx: RequestContext, request: object, names: list[str]) -> dict[str, ErrorCode]:

@@ -25,6 +25,7 @@ from kio.schema.errors import ErrorCode
 from kcli.broker.apis.context import RequestContext
 from kcli.broker.apis.registry import ApiSpec
 from kcli.protocol.messages import kio_versions, response_type
+from kcli.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 API_KEY = 23
 DEBUGGING_REPLICA_ID = -2
@@ -35,10 +36,18 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> o
     response_cls, topic_cls, partition_cls = _classes(ctx.api_version)
     any_replica = ctx.api_version >= FIRST_REPLICA_ID_VERSION and request.replica_id == DEBUGGING_REPLICA_ID
     topics = []
+    # KIP-320: CLUSTER_ACTION (a follower) covers every topic; a consumer needs DESCRIBE on each
+    cluster_action = ctx.authorize(
+        AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME, log_if_denied=False
+    )
     for topic in request.topics:
         partitions = []
+        allowed = cluster_action or ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, topic.topic)
         for partition in topic.partitions:
-            error, epoch, end_offset = end_offset_for(ctx, topic.topic, partition, any_replica)
+            if allowed:
+                error, epoch, end_offset = end_offset_for(ctx, topic.topic, partition, any_replica)
+            else:
+                error, epoch, end_offset = ErrorCode.topic_authorization_failed, -1, -1
             partitions.append(
                 partition_cls(
                     error_code=error,

@@ -22,6 +22,7 @@ from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.group.group import NO_GENERATION, UNKNOWN_MEMBER_ID, OffsetAndMetadata
 from kcli.broker.log.log import wall_clock_ms
 from kcli.protocol.messages import build, kio_versions, nested_type, response_type
+from kcli.security.acl import AclOperation, ResourceType
 
 OFFSET_COMMIT = 8
 OFFSET_FETCH = 9
@@ -49,8 +50,13 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> object:
     errors: dict[tuple[str, int], ErrorCode] = {}
     offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
     order: list[tuple[Any, list[tuple[int, tuple[str, int] | None, ErrorCode | None]]]] = []
+    group_readable = ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id)
     for topic in request.topics:
         name, missing = _topic_name(ctx, topic, by_id)
+        if not group_readable:  # KafkaApis: every partition gets GROUP_AUTHORIZATION_FAILED
+            missing = ErrorCode.group_authorization_failed
+        elif missing is None and not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, name):  # type: ignore[arg-type]
+            missing = ErrorCode.topic_authorization_failed
         answers = []
         for partition in topic.partitions:
             key = None if name is None else (name, partition.partition_index)
@@ -159,6 +165,8 @@ def _fetch_group(
     partition_cls = nested_type(
         response_cls, "OffsetFetchResponsePartitions" if grouped else "OffsetFetchResponsePartition"
     )
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+        return ErrorCode.group_authorization_failed, ()
     coordinator = coordinator_of(ctx)
     if coordinator is None:
         return ErrorCode.coordinator_not_available, ()
@@ -169,6 +177,8 @@ def _fetch_group(
         keys = []
         for topic in requested:
             name, missing = _topic_name(ctx, topic, by_id)
+            if missing is None and not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name):  # type: ignore[arg-type]
+                missing = ErrorCode.topic_authorization_failed  # Kafka's UNAUTHORIZED_PARTITION
             listed.append((topic, name, missing, topic.partition_indexes))
             if name is not None:
                 keys.extend((name, p) for p in topic.partition_indexes)
@@ -183,6 +193,8 @@ def _fetch_group(
             topic_id = _topic_id(ctx, name)
             if by_id and topic_id is None:
                 continue  # a deleted topic has no id to name it by
+            if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name, log_if_denied=False):
+                continue  # clients never see offsets of topics they cannot describe
             listed.append((None, name, None, sorted(partitions)))
     topics = []
     for asked, name, missing, partitions in listed:
@@ -220,9 +232,20 @@ async def handle_offset_delete(ctx: RequestContext, request: Any) -> object:
     response_cls = response_type(OFFSET_DELETE, ctx.api_version)
     topic_cls = nested_type(response_cls, "OffsetDeleteResponseTopic")
     partition_cls = nested_type(response_cls, "OffsetDeleteResponsePartition")
+    if not ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, request.group_id):
+        return build(
+            response_cls,
+            throttle_time=_NO_THROTTLE,
+            error_code=ErrorCode.group_authorization_failed,
+            topics=(),
+        )
     known: list[tuple[str, int]] = []
     unknown: set[tuple[str, int]] = set()
+    unreadable: set[str] = set()
     for topic in request.topics:
+        if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic.name):
+            unreadable.add(topic.name)
+            continue
         for partition in topic.partitions:
             key = (topic.name, partition.partition_index)
             if _partition_exists(ctx, topic.name, partition.partition_index):
@@ -244,7 +267,9 @@ async def handle_offset_delete(ctx: RequestContext, request: Any) -> object:
                 build(
                     partition_cls,
                     partition_index=p.partition_index,
-                    error_code=ErrorCode.unknown_topic_or_partition
+                    error_code=ErrorCode.topic_authorization_failed
+                    if topic.name in unreadable
+                    else ErrorCode.unknown_topic_or_partition
                     if (topic.name, p.partition_index) in unknown
                     else results.get((topic.name, p.partition_index), ErrorCode.none),
                 )

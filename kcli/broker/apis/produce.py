@@ -11,6 +11,8 @@ partition, DelayedProduce), encode. What the answer says:
   min(min.insync.replicas, replicas), Kafka's effective minimum since 3.7 (NOT_ENOUGH_REPLICAS), so a
   one-replica topic accepts acks=all whatever min.insync.replicas says, as Kafka does;
 - internal topics are written only by the admin client id (INVALID_TOPIC_EXCEPTION);
+- with the StandardAuthorizer, transactional batches need WRITE on the transactional id (the whole request
+  is TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and each topic WRITE (TOPIC_AUTHORIZATION_FAILED per partition);
 - the log's checks (CRC, sizes, timestamps, keys) raise RecordError with Kafka's code, and nothing of
   the batch is written; record-level rejections carry record_errors and error_message (v8+);
 - with acks=0 nothing is answered; if any partition failed the connection is closed, as Kafka does,
@@ -66,6 +68,7 @@ from kcli.broker.replication.manager import (
 from kcli.features import supports_epoch_bump, transaction_version_level
 from kcli.protocol.messages import kio_versions, response_type
 from kcli.protocol.produce_codec import write_produce_response
+from kcli.security.acl import AclOperation, ResourceType
 
 API_KEY = 0
 FIRST_TRANSACTIONS_V2_VERSION = 12
@@ -83,8 +86,11 @@ async def handle_produce(ctx: RequestContext, request: Any) -> object | None:
     topic_data = request.topic_data
 
     error = _transactional_request_error(request)
+    if error is None and state.authorizer is not None:
+        error = _authorization_error(ctx, request)
     if error is not None:
         return _whole_request_error(version, request, error)
+    writable: dict[str, bool] | None = {} if state.authorizer is not None else None
 
     results: list[tuple[Any, list[tuple[int, PartitionResponse]]]] = []
     entries: list[tuple[tuple[str, int], bytes]] = []
@@ -102,6 +108,13 @@ async def handle_produce(ctx: RequestContext, request: Any) -> object | None:
             name = topic.name
             results.append((name, outcomes))
             topic_image = image.topic_image(name)
+        if writable is not None:
+            allowed = writable.get(name)
+            if allowed is None:
+                allowed = writable[name] = ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, name)
+            if not allowed:
+                outcomes.extend((p.index, _TOPIC_AUTHORIZATION_FAILED) for p in topic.partition_data)
+                continue
         for partition in topic.partition_data:
             index = partition.index
             if topic_image is None or index not in topic_image.partitions:
@@ -197,6 +210,7 @@ _ZSTD = 4
 _UNSET = PartitionResponse(ErrorCode.unknown_server_error)
 _UNKNOWN_TOPIC_ID = PartitionResponse(ErrorCode.unknown_topic_id)
 _UNKNOWN_TOPIC_OR_PARTITION = PartitionResponse(ErrorCode.unknown_topic_or_partition)
+_TOPIC_AUTHORIZATION_FAILED = PartitionResponse(ErrorCode.topic_authorization_failed)
 
 
 def _next_batch(records: bytes, position: int) -> int | ErrorCode | None:
@@ -220,6 +234,24 @@ def _next_batch(records: bytes, position: int) -> int | ErrorCode | None:
 def _is_v2_batch(records: bytes | None) -> bool:
     """Whether the records start with a whole magic v2 batch header."""
     return records is not None and len(records) >= RECORD_BATCH_OVERHEAD and records[MAGIC_OFFSET] == 2
+
+
+def _authorization_error(ctx: RequestContext, request: Any) -> ErrorCode | None:
+    """KafkaApis.handleProduceRequest: transactional batches need WRITE on their transactional id
+    (checked for the whole request before any topic); None when that is not needed or allowed."""
+    transactional_id = request.transactional_id
+    if transactional_id is None:
+        return None
+    has_transactional = any(
+        _is_v2_batch(p.records) and p.records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_BIT
+        for topic in request.topic_data
+        for p in topic.partition_data
+    )
+    if has_transactional and not ctx.authorize(
+        AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id
+    ):
+        return ErrorCode.transactional_id_authorization_failed
+    return None
 
 
 def _transactional_request_error(request: Any) -> ErrorCode | None:

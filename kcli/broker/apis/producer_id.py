@@ -24,6 +24,7 @@ from kcli.broker.apis.context import RequestContext
 from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
 from kcli.protocol.messages import build, response_type
+from kcli.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 log = logging.getLogger("kcli.broker")
 
@@ -36,6 +37,10 @@ _NO_THROTTLE = datetime.timedelta(0)
 
 async def handle_init_producer_id(ctx: RequestContext, request: Any) -> object:
     version = ctx.api_version
+    if ctx.state.authorizer is not None:
+        refused = _authorization_error(ctx, request.transactional_id)
+        if refused is not None:
+            return _response(version, refused)
     producer_id = getattr(request, "producer_id", NO_PRODUCER_ID)
     producer_epoch = getattr(request, "producer_epoch", NO_PRODUCER_EPOCH)
     if (producer_id == NO_PRODUCER_ID) != (producer_epoch == NO_PRODUCER_EPOCH):
@@ -68,6 +73,20 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> object:
     if not 0 < timeout_ms <= max_timeout_ms:
         return _response(version, ErrorCode.invalid_transaction_timeout)
     return _response(version, ErrorCode.coordinator_not_available)
+
+
+def _authorization_error(ctx: RequestContext, transactional_id: str | None) -> ErrorCode | None:
+    """KafkaApis.handleInitProducerIdRequest: WRITE on the transactional id; without one, IDEMPOTENT_WRITE
+    on the cluster or WRITE on some topic (KIP-679, Kafka 3.0+)."""
+    if transactional_id is not None:
+        if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            return ErrorCode.transactional_id_authorization_failed
+        return None
+    if ctx.authorize(
+        AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME, log_if_denied=False
+    ) or ctx.authorize_by_resource_type(AclOperation.WRITE, ResourceType.TOPIC):
+        return None
+    return ErrorCode.cluster_authorization_failed
 
 
 def producer_id_manager(ctx: RequestContext) -> ProducerIdManager:

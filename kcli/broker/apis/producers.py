@@ -32,6 +32,7 @@ from kcli.broker.log import Log
 from kcli.broker.log.log import TxnMarker
 from kcli.broker.txn.marker_channel import append_txn_markers
 from kcli.protocol.messages import kio_versions, nested_type, response_type
+from kcli.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 log = logging.getLogger("kcli.broker")
 
@@ -48,8 +49,15 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> object
     topics = []
     for topic in request.topics:
         partitions = []
+        readable = ctx.authorize(
+            AclOperation.READ, ResourceType.TOPIC, topic.name
+        )  # KafkaApis: READ the topic
         for index in topic.partition_indexes:
-            error, partition_log = _local_log(ctx, topic.name, index)
+            error, partition_log = (
+                _local_log(ctx, topic.name, index)
+                if readable
+                else (ErrorCode.topic_authorization_failed, None)
+            )
             producers: tuple = ()
             if partition_log is not None:
                 producers = tuple(
@@ -79,6 +87,28 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> object:
     marker_cls = nested_type(response_cls, "WritableTxnMarkerResult")
     topic_cls = nested_type(response_cls, "WritableTxnMarkerTopicResult")
     partition_cls = nested_type(response_cls, "WritableTxnMarkerPartitionResult")
+    if not ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+        # KafkaApis: every partition of every marker is CLUSTER_AUTHORIZATION_FAILED
+        return response_cls(
+            markers=tuple(
+                marker_cls(
+                    producer_id=marker.producer_id,
+                    topics=tuple(
+                        topic_cls(
+                            name=topic.name,
+                            partitions=tuple(
+                                partition_cls(
+                                    partition_index=i, error_code=ErrorCode.cluster_authorization_failed
+                                )
+                                for i in topic.partition_indexes
+                            ),
+                        )
+                        for topic in marker.topics
+                    ),
+                )
+                for marker in request.markers
+            )
+        )
     groups = getattr(ctx.state.node, "groups", None)
     timeout = int(ctx.state.config["request.timeout.ms"]) / 1000  # type: ignore[call-overload]
     wanted = [

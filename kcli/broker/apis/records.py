@@ -24,6 +24,7 @@ from kcli.broker.log.errors import LogStorageError, OffsetOutOfRange
 from kcli.broker.log.log import PolicyViolation
 from kcli.config import is_internal_topic
 from kcli.protocol.messages import build, kio_versions, nested_type, response_type
+from kcli.security.acl import AclOperation, ResourceType
 
 API_KEY = 21
 INVALID_LOW_WATERMARK = -1
@@ -45,8 +46,14 @@ async def handle_delete_records(ctx: RequestContext, request: object) -> object:
     topics = []
     for name, offsets in requested.items():
         partitions = []
+        deletable = ctx.authorize(
+            AclOperation.DELETE, ResourceType.TOPIC, name
+        )  # else TOPIC_AUTHORIZATION_FAILED
         for index, offset in offsets.items():
-            error, low_watermark = delete_records(ctx, name, index, offset)
+            if deletable:
+                error, low_watermark = delete_records(ctx, name, index, offset)
+            else:
+                error, low_watermark = ErrorCode.topic_authorization_failed, -1
             partitions.append(
                 partition_cls(partition_index=index, low_watermark=low_watermark, error_code=error)
             )

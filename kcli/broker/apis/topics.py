@@ -13,6 +13,7 @@ because the controller commits before it answers.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import uuid
 from collections import Counter
@@ -32,6 +33,7 @@ from kcli.broker.quota.manager import ControllerMutationQuota
 from kcli.broker.quota.quotas import THROTTLING_QUOTA_EXCEEDED_MESSAGE, mutation_quota, throttle
 from kcli.config import CLUSTER_METADATA_TOPIC
 from kcli.protocol.messages import build, kio_versions, nested_type, response_type
+from kcli.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
@@ -49,6 +51,35 @@ _DEFAULT_MESSAGES = {
 
 
 async def handle_create_topics(ctx: RequestContext, request: object) -> object:
+    """KafkaApis: without CREATE on the cluster, each topic needs CREATE on itself; the others are
+    TOPIC_AUTHORIZATION_FAILED and never reach the controller."""
+    if not _checked_here(ctx):
+        return await _create_topics(ctx, request)
+    topics = request.topics  # type: ignore[attr-defined]
+    denied: list[str] = []
+    if not ctx.authorize(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, log_if_denied=False):
+        denied = [
+            t.name for t in topics if not ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, t.name)
+        ]
+    if not denied:
+        return await _create_topics(ctx, request)
+    kept = tuple(t for t in topics if t.name not in denied)
+    response = await _create_topics(ctx, dataclasses.replace(request, topics=kept))  # type: ignore[type-var]
+    response_cls = response_type(CREATE_TOPICS, ctx.api_version)
+    refused = tuple(
+        _created(response_cls, CreateTopicResult(name, _AUTHORIZATION_FAILED))
+        for name in dict.fromkeys(denied)
+    )
+    return dataclasses.replace(response, topics=(*response.topics, *refused))  # type: ignore[attr-defined]
+
+
+def _checked_here(ctx: RequestContext) -> bool:
+    """Whether the request is authorized: whenever an authorizer is set, on a broker's listener and on
+    the controller's, where a forwarded request's principal is the one its Envelope names (KIP-590)."""
+    return ctx.state.authorizer is not None
+
+
+async def _create_topics(ctx: RequestContext, request: object) -> object:
     forwarded = await forward_unless_active(ctx, request)
     if forwarded is not None:
         return forwarded
@@ -100,6 +131,45 @@ async def handle_create_topics(ctx: RequestContext, request: object) -> object:
 
 
 async def handle_delete_topics(ctx: RequestContext, request: object) -> object:
+    """KafkaApis: DELETE on each topic (and DESCRIBE for one named by id), else TOPIC_AUTHORIZATION_FAILED."""
+    if not _checked_here(ctx):
+        return await _delete_topics(ctx, request)
+    version = ctx.api_version
+    image = ctx.state.image
+    denied: list[DeleteTopicResult] = []
+    if version >= 6:
+        kept = []
+        for t in request.topics:  # type: ignore[attr-defined]
+            if t.name is None and t.topic_id not in (None, ZERO_UUID):
+                info = image.topic_by_id(t.topic_id)
+                if info is not None and not (
+                    ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, info.name)
+                    and ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, info.name)
+                ):
+                    denied.append(DeleteTopicResult(None, t.topic_id, _AUTHORIZATION_FAILED))
+                    continue
+            elif t.name is not None and not ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, t.name):
+                denied.append(DeleteTopicResult(t.name, ZERO_UUID, _AUTHORIZATION_FAILED))
+                continue
+            kept.append(t)
+        narrowed = dataclasses.replace(request, topics=tuple(kept))  # type: ignore[type-var]
+    else:
+        names = []
+        for name in request.topic_names:  # type: ignore[attr-defined]
+            if ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, name):
+                names.append(name)
+            else:
+                denied.append(DeleteTopicResult(name, ZERO_UUID, _AUTHORIZATION_FAILED))
+        narrowed = dataclasses.replace(request, topic_names=tuple(names))  # type: ignore[type-var]
+    if not denied:
+        return await _delete_topics(ctx, request)
+    response = await _delete_topics(ctx, narrowed)
+    response_cls = response_type(DELETE_TOPICS, version)
+    refused = tuple(_deleted(response_cls, result) for result in denied)
+    return dataclasses.replace(response, responses=(*response.responses, *refused))  # type: ignore[attr-defined]
+
+
+async def _delete_topics(ctx: RequestContext, request: object) -> object:
     forwarded = await forward_unless_active(ctx, request)
     if forwarded is not None:
         return forwarded
@@ -173,6 +243,22 @@ async def handle_delete_topics(ctx: RequestContext, request: object) -> object:
 
 
 async def handle_create_partitions(ctx: RequestContext, request: object) -> object:
+    """KafkaApis: ALTER on each topic, else TOPIC_AUTHORIZATION_FAILED without asking the controller."""
+    if not _checked_here(ctx):
+        return await _create_partitions(ctx, request)
+    topics = request.topics  # type: ignore[attr-defined]
+    denied = [t.name for t in topics if not ctx.authorize(AclOperation.ALTER, ResourceType.TOPIC, t.name)]
+    if not denied:
+        return await _create_partitions(ctx, request)
+    kept = tuple(t for t in topics if t.name not in denied)
+    response = await _create_partitions(ctx, dataclasses.replace(request, topics=kept))  # type: ignore[type-var]
+    result_cls = nested_type(response_type(CREATE_PARTITIONS, ctx.api_version), "CreatePartitionsTopicResult")
+    error = ApiError(ErrorCode.topic_authorization_failed, "The topic authorization is failed.")
+    refused = tuple(_partitions_result(result_cls, name, error) for name in dict.fromkeys(denied))
+    return dataclasses.replace(response, results=(*response.results, *refused))  # type: ignore[attr-defined]
+
+
+async def _create_partitions(ctx: RequestContext, request: object) -> object:
     forwarded = await forward_unless_active(ctx, request)
     if forwarded is not None:
         return forwarded
@@ -215,6 +301,7 @@ async def handle_create_partitions(ctx: RequestContext, request: object) -> obje
 # ---------------------------------------------------------------------------------------------------
 
 _TIMED_OUT = ApiError(ErrorCode.request_timed_out)
+_AUTHORIZATION_FAILED = ApiError(ErrorCode.topic_authorization_failed, "Authorization failed.")
 _THROTTLED = ApiError(ErrorCode.throttling_quota_exceeded, THROTTLING_QUOTA_EXCEEDED_MESSAGE)
 
 

@@ -31,6 +31,7 @@ from kcli.broker.group.group import OffsetAndMetadata
 from kcli.broker.log.log import wall_clock_ms
 from kcli.broker.txn.coordinator import EndTxnResult, TransactionCoordinator
 from kcli.protocol.messages import build, nested_type, response_type
+from kcli.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 ADD_PARTITIONS_TO_TXN = 24
 ADD_OFFSETS_TO_TXN = 25
@@ -76,6 +77,15 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> obj
         return tuple(topic_cls(name=t, results_by_partition=tuple(ps)) for t, ps in by_topic.items())
 
     if version <= 3:
+        denied = _add_partitions_denied(
+            ctx,
+            request.v3_and_below_transactional_id,
+            [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions],
+        )
+        if denied is not None:
+            return build(
+                response_cls, throttle_time=_NO_THROTTLE, results_by_topic_v3_and_below=topic_results(denied)
+            )
         results = await _add_partitions(
             ctx,
             request.v3_and_below_transactional_id,
@@ -89,6 +99,14 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> obj
             response_cls, throttle_time=_NO_THROTTLE, results_by_topic_v3_and_below=topic_results(results)
         )
     result_cls = nested_type(response_cls, "AddPartitionsToTxnResult")
+    if not ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+        # v4+ comes from brokers verifying a transaction (KIP-890), never from a client
+        return build(
+            response_cls,
+            throttle_time=_NO_THROTTLE,
+            error_code=ErrorCode.cluster_authorization_failed,
+            results_by_transaction=(),
+        )
     answers = []
     for txn in request.transactions:
         results = await _add_partitions(
@@ -113,6 +131,26 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> obj
         error_code=ErrorCode.none,
         results_by_transaction=tuple(answers),
     )
+
+
+def _add_partitions_denied(
+    ctx: RequestContext, transactional_id: str, partitions: list[tuple[str, int]]
+) -> dict[tuple[str, int], ErrorCode] | None:
+    """KafkaApis.handleAddPartitionsToTxnRequest (v3 and below): WRITE on the transactional id, then on
+    each topic (the other partitions are OPERATION_NOT_ATTEMPTED); None when all is allowed."""
+    if ctx.state.authorizer is None:
+        return None
+    if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+        return dict.fromkeys(partitions, ErrorCode.transactional_id_authorization_failed)
+    writable = {
+        t: ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, t) for t in {t for t, _ in partitions}
+    }
+    if all(writable.values()):
+        return None
+    return {
+        tp: ErrorCode.operation_not_attempted if writable[tp[0]] else ErrorCode.topic_authorization_failed
+        for tp in partitions
+    }
 
 
 async def _add_partitions(
@@ -152,7 +190,11 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> object
     version = ctx.api_version
     coordinator = transaction_coordinator(ctx)
     groups = getattr(ctx.state.node, "groups", None)
-    if coordinator is None or groups is None:
+    if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+        error = ErrorCode.transactional_id_authorization_failed
+    elif not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        error = ErrorCode.group_authorization_failed
+    elif coordinator is None or groups is None:
         error = ErrorCode.coordinator_not_available
     else:
         offsets_partition = (OFFSETS_TOPIC, groups.partition_for(request.group_id))
@@ -169,7 +211,9 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> object
 async def handle_end_txn(ctx: RequestContext, request: Any) -> object:
     version = ctx.api_version
     coordinator = transaction_coordinator(ctx)
-    if coordinator is None:
+    if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+        result = EndTxnResult(ErrorCode.transactional_id_authorization_failed)
+    elif coordinator is None:
         result = EndTxnResult(ErrorCode.coordinator_not_available)
     else:
         result = await coordinator.end_transaction(
@@ -199,9 +243,16 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> object:
     now = wall_clock_ms()
     errors: dict[tuple[str, int], ErrorCode] = {}
     offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+    refused = _txn_offset_commit_refusal(ctx, request)
     for topic in request.topics:
+        topic_refused = refused
+        if topic_refused is None and not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic.name):
+            topic_refused = ErrorCode.topic_authorization_failed
         for partition in topic.partitions:
             key = (topic.name, partition.partition_index)
+            if topic_refused is not None:
+                errors[key] = topic_refused
+                continue
             if ctx.state.image.partition(*key) is None:
                 errors[key] = ErrorCode.unknown_topic_or_partition
                 continue
@@ -223,6 +274,15 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> object:
         by_topic.setdefault(name, []).append(partition_cls(partition_index=index, error_code=error))
     topics = tuple(topic_cls(name=name, partitions=tuple(ps)) for name, ps in by_topic.items())
     return build(response_cls, throttle_time=_NO_THROTTLE, topics=topics)
+
+
+def _txn_offset_commit_refusal(ctx: RequestContext, request: Any) -> ErrorCode | None:
+    """KafkaApis.handleTxnOffsetCommitRequest: WRITE on the transactional id, READ on the group."""
+    if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+        return ErrorCode.transactional_id_authorization_failed
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return ErrorCode.group_authorization_failed
+    return None
 
 
 async def _txn_commit(
@@ -274,7 +334,9 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> obj
     coordinator = transaction_coordinator(ctx)
     states = []
     for transactional_id in request.transactional_ids:
-        if coordinator is None:
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            error, description = ErrorCode.transactional_id_authorization_failed, None
+        elif coordinator is None:
             error, description = ErrorCode.coordinator_not_available, None
         else:
             description = coordinator.describe_transaction(transactional_id)
@@ -282,7 +344,8 @@ async def handle_describe_transactions(ctx: RequestContext, request: Any) -> obj
         by_topic: dict[str, list[int]] = {}
         if description is not None:
             for topic, partition in description.topic_partitions:
-                by_topic.setdefault(topic, []).append(partition)
+                if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, topic, log_if_denied=False):
+                    by_topic.setdefault(topic, []).append(partition)  # Kafka leaves out the others
         ok = description is not None and error is ErrorCode.none
         states.append(
             state_cls(
@@ -333,6 +396,14 @@ async def handle_list_transactions(ctx: RequestContext, request: Any) -> object:
                 transaction_states=(),
             )
         listed = [entry for entry in listed if compiled.fullmatch(entry[0])]
+    if ctx.state.authorizer is not None:  # only the transactional ids the principal may DESCRIBE
+        listed = [
+            entry
+            for entry in listed
+            if ctx.authorize(
+                AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, entry[0], log_if_denied=False
+            )
+        ]
     return build(
         response_cls,
         throttle_time=_NO_THROTTLE,

@@ -8,7 +8,8 @@ a PartitionChangeRecord replaces the fields it carries, bumps the leader epoch w
 leader (even the same one) and always bumps the partition epoch; RemoveTopicRecord also drops the
 topic's configs; a ConfigRecord with a null value deletes the key; a UserScramCredentialRecord
 replaces the user's credential for its mechanism and RemoveUserScramCredentialRecord drops it; a
-ClientQuotaRecord sets or removes one key of a quota entity, and an entity left with no key is gone.
+ClientQuotaRecord sets or removes one key of a quota entity, and an entity left with no key is gone;
+an AccessControlEntryRecord adds an ACL under its id and RemoveAccessControlEntryRecord drops it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from kcli.features import MV_3_9_IV0 as MV_3_9_IV0
 from kcli.features import is_elr_enabled
 from kcli.protocol.configs import ResourceType
 from kcli.quota_config import QuotaEntity, quota_entity
+from kcli.security.acl import StandardAcl
 from kcli.security.scram import ScramCredential
 from kcli.security.scram_credentials import MECHANISM_NAMES
 
@@ -226,6 +228,8 @@ class ClusterMetadataImage:
     """Mechanism name -> user -> stored credential (Kafka's ScramImage)."""
     client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = field(default_factory=dict)
     """Quota entity -> key -> value (Kafka's ClientQuotasImage)."""
+    acls: Mapping[uuid.UUID, StandardAcl] = field(default_factory=dict)
+    """ACL id -> ACL (Kafka's AclsImage), replayed from AccessControlEntryRecord."""
     _infos: dict[uuid.UUID, TopicInfo] = field(default_factory=dict, repr=False, compare=False)
     _topics_by_name: dict[str, TopicImage] = field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -379,6 +383,7 @@ class ClusterMetadataImage:
             == {k: dict(v) for k, v in other.scram.items() if v}
             and {k: dict(v) for k, v in self.client_quotas.items()}
             == {k: dict(v) for k, v in other.client_quotas.items()}
+            and dict(self.acls) == dict(other.acls)
         )
 
     __hash__ = None  # type: ignore[assignment]
@@ -442,6 +447,8 @@ class MetadataDelta:
         self.producer_ids = image.producer_ids
         self.scram: dict[str, Mapping[str, ScramCredential]] = dict(image.scram)
         self.client_quotas: dict[QuotaEntity, Mapping[str, float]] = dict(image.client_quotas)
+        self.acls: dict[uuid.UUID, StandardAcl] | None = None
+        """A copy of the image's ACLs once an ACL record comes; None keeps the image's mapping."""
         self._changed_partitions: dict[uuid.UUID, dict[int, PartitionRegistration]] = {}
         self._pending: list[tuple[MetadataRecord, int]] | None = None
 
@@ -491,6 +498,7 @@ class MetadataDelta:
             producer_ids=self.producer_ids,
             scram=MappingProxyType({k: MappingProxyType(dict(v)) for k, v in self.scram.items() if v}),
             client_quotas=self._client_quotas_image(),
+            acls=image.acls if self.acls is None else MappingProxyType(self.acls),
         )
 
     def _client_quotas_image(self) -> Mapping[QuotaEntity, Mapping[str, float]]:
@@ -662,6 +670,18 @@ class MetadataDelta:
         else:
             self.client_quotas.pop(entity, None)
 
+    def _access_control_entry(self, data: Mapping[str, Any]) -> None:
+        """AclControlManager.replay: the ACL under its id."""
+        if self.acls is None:
+            self.acls = dict(self.image.acls)
+        self.acls[data["id"]] = StandardAcl.from_record(data)
+
+    def _remove_access_control_entry(self, data: Mapping[str, Any]) -> None:
+        if self.acls is None:
+            self.acls = dict(self.image.acls)
+        if self.acls.pop(data["id"], None) is None:
+            raise MetadataReplayError(f"Tried to remove ACL {data['id']}, but no ACL with that ID was found.")
+
     def _partitions_for_update(self, topic_id: uuid.UUID, partition_id: int, what: str) -> dict:
         if topic_id not in self.topics:
             raise MetadataReplayError(
@@ -691,6 +711,8 @@ _HANDLERS = {
     "UserScramCredentialRecord": MetadataDelta._user_scram_credential,
     "RemoveUserScramCredentialRecord": MetadataDelta._remove_user_scram_credential,
     "ClientQuotaRecord": MetadataDelta._client_quota,
+    "AccessControlEntryRecord": MetadataDelta._access_control_entry,
+    "RemoveAccessControlEntryRecord": MetadataDelta._remove_access_control_entry,
 }
 
 

@@ -2,7 +2,7 @@
 
 Replaying `image_records(image)` onto an empty image gives `image` back (its offset aside): feature
 levels, broker registrations with their fencing, topics and their partitions as they stand now (leader,
-epochs, ISR, ELR), configs, client quotas, the next producer id block, and SCRAM credentials (when
+epochs, ISR, ELR), configs, client quotas, the next producer id block, ACLs, and SCRAM credentials (when
 metadata.version has them: 3.5-IV2 or later, as Kafka's ScramImage.write).
 """
 
@@ -20,7 +20,7 @@ REGISTER_BROKER_RECORD_VERSION = 3
 
 def image_records(image: ClusterMetadataImage) -> list[Record]:
     """Records in Kafka's snapshot order: features, cluster, topics, configs, client quotas, producer
-    ids, SCRAM."""
+    ids, ACLs, SCRAM."""
     records: list[Record] = [
         ("FeatureLevelRecord", 0, {"name": name, "featureLevel": level})
         for name, level in sorted(image.features.items())
@@ -91,6 +91,9 @@ def image_records(image: ClusterMetadataImage) -> list[Record]:
                 },
             )
         )
+    records.extend(
+        ("AccessControlEntryRecord", 0, acl.to_record(acl_id)) for acl_id, acl in sorted(image.acls.items())
+    )
     if is_scram_supported(image.metadata_version):
         for _, users in sorted(image.scram.items()):
             records.extend(credential_record(user, credential) for user, credential in sorted(users.items()))

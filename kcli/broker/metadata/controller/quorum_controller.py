@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from formats.internal import MetadataRecord, encode_metadata_record
+from kcli.broker.metadata.controller.acl_control_manager import AclControlManager, DeletionResult
 from kcli.broker.metadata.controller.client_quota_control_manager import (
     ClientQuotaControlManager,
     EntityResult,
@@ -62,6 +63,7 @@ from kcli.config import BrokerConfig, Listener
 from kcli.errors import KcliError
 from kcli.features import UpgradeType
 from kcli.protocol.messages import build, response_type
+from kcli.security.acl import AclBindingFilter, StandardAcl
 
 log = logging.getLogger("kcli.broker.metadata")
 
@@ -109,6 +111,7 @@ class QuorumController:
         self.feature_control = FeatureControlManager()
         self.scram_control = ScramControlManager()
         self.client_quota_control = ClientQuotaControlManager()
+        self.acl_control = AclControlManager()
         raft_client.register(self)
 
     @property
@@ -517,6 +520,20 @@ class QuorumController:
             self._image, list(request.deletions), list(request.upsertions)
         )
         return await self._run(result)
+
+    # --- ACLs ------------------------------------------------------------------------------------
+
+    async def create_acls(self, acls: list[StandardAcl]) -> list[ApiError]:
+        """CreateAcls: one error (or NONE) per ACL, once the new ones are committed (one batch)."""
+        if not self.is_active:
+            raise NotControllerError(f"node {self.node_id} is not the active controller")
+        return await self._run(self.acl_control.create_acls(self._image, acls))
+
+    async def delete_acls(self, filters: list[AclBindingFilter]) -> list[DeletionResult]:
+        """DeleteAcls: per filter, the ACLs it removed, once their removal is committed."""
+        if not self.is_active:
+            raise NotControllerError(f"node {self.node_id} is not the active controller")
+        return await self._run(self.acl_control.delete_acls(self._image, filters))
 
     # --- client quotas -----------------------------------------------------------------------------
 

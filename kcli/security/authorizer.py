@@ -1,0 +1,198 @@
+"""The StandardAuthorizer (KIP-801): Kafka's StandardAuthorizerData matching over the image's ACLs.
+
+Super users are allowed everything. Otherwise the ACLs on the resource's type whose pattern applies
+(the literal name, the `*` wildcard, any prefix) and whose principal (or User:*) and host (or *) match
+decide: one DENY for the operation denies at once; an ALLOW for it (READ, WRITE, DELETE or ALTER also
+allow DESCRIBE, ALTER_CONFIGS allows DESCRIBE_CONFIGS) allows; no ACL on the resource at all falls back
+to `allow.everyone.if.no.acl.found`; ACLs on the resource for others only deny. Each denial of an
+operation a request asked for is one INFO line on kafka.authorizer.logger, as Kafka logs it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from kcli.protocol.messages import api_name
+from kcli.security.acl import (
+    WILDCARD,
+    WILDCARD_PRINCIPAL,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+    StandardAcl,
+    camel,
+)
+
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+AUDIT_LOG = logging.getLogger("kafka.authorizer.logger")
+
+_IMPLIES_DESCRIBE = frozenset(
+    {AclOperation.DESCRIBE, AclOperation.READ, AclOperation.WRITE, AclOperation.DELETE, AclOperation.ALTER}
+)
+_IMPLIES_DESCRIBE_CONFIGS = frozenset({AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS})
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The result and the rule that gave it (Kafka's MatchingRule: SuperUser, DefaultAllow,
+    DefaultDeny, or the ACL that matched)."""
+
+    allowed: bool
+    rule: str
+    acl: StandardAcl | None = None
+
+
+def host_of(peer: str) -> str:
+    """The client's address without its port (Kafka matches ACL hosts on the address alone)."""
+    host = peer.rsplit(":", 1)[0] if peer.count(":") == 1 or peer.startswith("[") else peer
+    return host.strip("[]")
+
+
+def find_result(operation: AclOperation, principal: str, host: str, acl: StandardAcl) -> bool | None:
+    """StandardAuthorizerData.findResult: True (allow), False (deny), or None (the ACL does not apply)."""
+    if acl.principal not in (principal, WILDCARD_PRINCIPAL):
+        return None
+    if acl.host not in (WILDCARD, host):
+        return None
+    if acl.operation != AclOperation.ALL:
+        if acl.permission_type == AclPermissionType.ALLOW:
+            if operation == AclOperation.DESCRIBE:
+                if acl.operation not in _IMPLIES_DESCRIBE:
+                    return None
+            elif operation == AclOperation.DESCRIBE_CONFIGS:
+                if acl.operation not in _IMPLIES_DESCRIBE_CONFIGS:
+                    return None
+            elif operation != acl.operation:
+                return None
+        elif operation != acl.operation:
+            return None
+    return acl.permission_type == AclPermissionType.ALLOW
+
+
+def _applies(acl: StandardAcl, name: str) -> bool:
+    """The ACL's pattern covers the literal resource `name`."""
+    if acl.pattern_type == PatternType.LITERAL:
+        return acl.resource_name in (name, WILDCARD)
+    if acl.pattern_type == PatternType.PREFIXED:
+        return name.startswith(acl.resource_name)
+    return False
+
+
+class StandardAuthorizer:
+    """Decides operations against the ACLs of the current metadata image."""
+
+    def __init__(self, super_users: str = "", allow_if_no_acl: bool = False) -> None:
+        """`super_users` as `super.users` gives them (User:a;User:b); `allow_if_no_acl` is
+        `allow.everyone.if.no.acl.found`."""
+        self.super_users = frozenset(u.strip() for u in super_users.split(";") if u.strip())
+        self.allow_if_no_acl = allow_if_no_acl
+        self._indexed: Mapping[object, StandardAcl] | None = None
+        self._by_type: dict[ResourceType, tuple[StandardAcl, ...]] = {}
+
+    def _acls_of(
+        self, acls: Mapping[object, StandardAcl], resource_type: ResourceType
+    ) -> tuple[StandardAcl, ...]:
+        if acls is not self._indexed:  # a new image: index its ACLs by resource type once
+            by_type: dict[ResourceType, list[StandardAcl]] = {}
+            for acl in acls.values():
+                by_type.setdefault(acl.resource_type, []).append(acl)
+            self._by_type = {k: tuple(v) for k, v in by_type.items()}
+            self._indexed = acls
+        return self._by_type.get(resource_type, ())
+
+    def decide(
+        self,
+        acls: Mapping[object, StandardAcl],
+        principal: str,
+        host: str,
+        operation: AclOperation,
+        resource_type: ResourceType,
+        name: str,
+    ) -> Decision:
+        if principal in self.super_users:
+            return Decision(True, "SuperUser")
+        allow: StandardAcl | None = None
+        has_resource_acls = False
+        for acl in self._acls_of(acls, resource_type):
+            if not _applies(acl, name):
+                continue
+            has_resource_acls = True
+            result = find_result(operation, principal, host, acl)
+            if result is False:
+                return Decision(False, f"MatchingAcl(acl={acl})", acl)
+            if result:
+                allow = acl
+        if allow is not None:
+            return Decision(True, f"MatchingAcl(acl={allow})", allow)
+        if not has_resource_acls:
+            return Decision(self.allow_if_no_acl, "DefaultAllow" if self.allow_if_no_acl else "DefaultDeny")
+        return Decision(False, "DefaultDeny")
+
+    def authorize_by_resource_type(
+        self,
+        acls: Mapping[object, StandardAcl],
+        principal: str,
+        host: str,
+        operation: AclOperation,
+        resource_type: ResourceType,
+    ) -> bool:
+        """Kafka's Authorizer.authorizeByResourceType: could `operation` be allowed on some resource of
+        the type? An ALLOW on a pattern that no DENY (literal, prefix, or the wildcard) takes back."""
+        if principal in self.super_users:
+            return True
+        deny_literals: set[str] = set()
+        deny_prefixes: list[str] = []
+        allows: list[StandardAcl] = []
+        for acl in self._acls_of(acls, resource_type):
+            if acl.principal not in (principal, WILDCARD_PRINCIPAL) or acl.host not in (WILDCARD, host):
+                continue
+            if acl.operation not in (operation, AclOperation.ALL):
+                continue
+            if acl.permission_type == AclPermissionType.DENY:
+                if acl.pattern_type == PatternType.LITERAL:
+                    if acl.resource_name == WILDCARD:
+                        return False
+                    deny_literals.add(acl.resource_name)
+                elif acl.pattern_type == PatternType.PREFIXED:
+                    deny_prefixes.append(acl.resource_name)
+            elif acl.permission_type == AclPermissionType.ALLOW:
+                allows.append(acl)
+        for acl in allows:
+            if any(acl.resource_name.startswith(prefix) for prefix in deny_prefixes):
+                continue
+            if acl.pattern_type == PatternType.LITERAL and acl.resource_name in deny_literals:
+                continue
+            return True
+        return False
+
+    def authorize(
+        self,
+        acls: Mapping[object, StandardAcl],
+        principal: str,
+        peer: str,
+        api_key: int,
+        operation: AclOperation,
+        resource_type: ResourceType,
+        name: str,
+        *,
+        log_if_denied: bool = True,
+    ) -> bool:
+        """One check a request makes; a denial the request asked for is logged at INFO."""
+        host = host_of(peer)
+        decision = self.decide(acls, principal, host, operation, resource_type, name)
+        if not decision.allowed and log_if_denied and AUDIT_LOG.isEnabledFor(logging.INFO):
+            AUDIT_LOG.info(
+                "Principal = %s is Denied operation = %s from host = %s on resource = %s:LITERAL:%s "
+                "for request = %s with resourceRefCount = 1 based on rule %s",
+                principal,
+                operation.name,
+                host,
+                camel(resource_type.name),
+                name,
+                api_name(api_key),
+                decision.rule,
+            )
+        return decision.allowed
