@@ -227,11 +227,17 @@ class LocalKraftCluster:
     """A formatted layout in `root` and one `NodeProcess` per node."""
 
     def __init__(
-        self, root: Path, brokers: int = 3, overrides: Sequence[str] = (), add_scram: Sequence[str] = ()
+        self,
+        root: Path,
+        brokers: int = 3,
+        overrides: Sequence[str] = (),
+        add_scram: Sequence[str] = (),
+        release: int | None = None,
     ) -> None:
+        """`release`: the --release-version level the nodes are formatted at (None: kcli's default)."""
         base = free_port_range(2 * brokers)
         self.layout: ClusterLayout = plan(
-            root, brokers, base, [*QUORUM_TIMEOUTS, *overrides], add_scram=add_scram
+            root, brokers, base, [*QUORUM_TIMEOUTS, *overrides], add_scram=add_scram, release=release
         )
         self.nodes = {n.node_id: NodeProcess(n) for n in self.layout.nodes}
 

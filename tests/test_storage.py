@@ -554,6 +554,65 @@ def test_a_multi_voter_node_refuses_unformatted_dirs_and_writes_nothing(tmp_path
     assert files_under(tmp_path) == ["server.properties"]
 
 
+def test_a_node_formatting_itself_writes_the_bootstrap_checkpoint_storage_format_would(
+    tmp_path: Path,
+) -> None:
+    """`kcli broker start` on empty dirs formats them as `kcli storage format` does: Kafka 4.1's levels by
+    default, --release-version's with one; a dir added later to a formatted node gets meta.properties only."""
+    from kcli.features import MV_3_9_IV0
+
+    def node(*dirs: str) -> BrokerConfig:
+        log_dirs = ",".join(str(tmp_path / d) for d in dirs)
+        return BrokerConfig({"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": log_dirs})
+
+    def levels(name: str) -> list[tuple[str, int]]:
+        bootstrap = read_bootstrap_metadata(tmp_path / name)
+        assert bootstrap is not None
+        return [(r.data["name"], r.data["featureLevel"]) for r in bootstrap.records]
+
+    ensure_meta_properties(node("new"))
+    assert levels("new") == [
+        ("metadata.version", 27),
+        ("eligible.leader.replicas.version", 1),
+        ("group.version", 1),
+        ("transaction.version", 2),
+    ]
+    ensure_meta_properties(node("old"), release=MV_3_9_IV0)
+    assert levels("old") == [("metadata.version", 21)]
+    ensure_meta_properties(node("old", "added"), release=27)  # formatted already: the release is not used
+    assert levels("old") == [("metadata.version", 21)]
+    assert not (tmp_path / "added" / "bootstrap.checkpoint").exists()
+    assert (tmp_path / "added" / META_PROPERTIES).is_file()
+
+
+def test_cluster_start_formats_at_its_release_version_and_keeps_it(tmp_path: Path) -> None:
+    """`kcli cluster start --release-version 3.9` formats every node at 3.9-IV0; the stored cluster starts
+    again without the flag or with the same one, and another release is refused, not silently ignored."""
+    from kcli.features import MV_3_9_IV0
+    from ops.local_cluster import LocalClusterError, plan
+
+    layout = plan(tmp_path / "c", 2, free_port_range(4), [], release=MV_3_9_IV0)
+    for node in layout.nodes:
+        bootstrap = read_bootstrap_metadata(BrokerConfig.load(config_file=node.properties).metadata_log_dir)
+        assert bootstrap is not None and bootstrap.record_tuples() == [
+            ("FeatureLevelRecord", 0, {"name": "metadata.version", "featureLevel": 21})
+        ]
+    assert plan(tmp_path / "c", 2, None, []) == layout
+    assert plan(tmp_path / "c", 2, None, [], release=MV_3_9_IV0) == layout
+    with pytest.raises(LocalClusterError) as refused:
+        plan(tmp_path / "c", 2, None, [], release=27)
+    assert str(refused.value) == (
+        f"{tmp_path / 'c'} holds a cluster formatted with --release-version 3.9-IV0, so kcli cluster start "
+        "cannot make it 4.1-IV1; start it without --release-version (`kcli features upgrade` moves a running "
+        "cluster) or use another --data-dir."
+    )
+    default = plan(tmp_path / "d", 1, free_port_range(2), [])
+    bootstrap = read_bootstrap_metadata(
+        BrokerConfig.load(config_file=default.nodes[0].properties).metadata_log_dir
+    )
+    assert bootstrap is not None and bootstrap.metadata_version == 27
+
+
 def test_which_nodes_format_themselves_at_start(tmp_path: Path) -> None:
     def node(*dirs: str, **settings: str) -> BrokerConfig:
         log_dirs = ",".join(str(tmp_path / d) for d in dirs)
