@@ -229,8 +229,9 @@ def ensure_meta_properties(
     (kcli's default shape, see `BrokerConfig.is_single_node_quorum`) formats a dir with no
     meta.properties on the spot (version 1, a fresh directory.id; a new cluster id when no dir has
     one, and a new cluster's bootstrap.checkpoint with the feature levels `kcli storage format
-    --release-version` gives `release`, None for kcli's default), so `kcli broker start` needs no format step. Any other node refuses such a dir, before
-    creating anything, as KafkaRaftServer does: it is formatted with `kcli storage format`.
+    --release-version` gives `release`, None for kcli's default), so `kcli broker start` needs no
+    format step. Any other node refuses such a dir, before creating anything, as KafkaRaftServer
+    does: it is formatted with `kcli storage format`.
 
     With `locks`, every dir is locked (`.lock`, as Kafka's LogManager) once it exists and before
     anything is written to it; the lock files are appended there for the caller to release. A dir
