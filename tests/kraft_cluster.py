@@ -482,12 +482,14 @@ REPLICATION = (*SESSION, f"replica.lag.time.max.ms={LAG_TIME_MS}", "replica.fetc
 
 @pytest.fixture
 def replicated_cluster(tmp_path: Path) -> Iterator[Callable[..., LocalKraftCluster]]:
-    """`replicated_cluster(*overrides)` -> three running nodes with the replication settings; every node left
-    running at teardown is killed by PID."""
+    """`replicated_cluster(*overrides, release=None)` -> three running nodes with the replication settings,
+    formatted at `release` (None: kcli's default); every node left running at teardown is killed by PID."""
     made: list[LocalKraftCluster] = []
 
-    def start(*overrides: str) -> LocalKraftCluster:
-        cluster = LocalKraftCluster(tmp_path / f"cluster-{len(made)}", 3, (*REPLICATION, *overrides))
+    def start(*overrides: str, release: int | None = None) -> LocalKraftCluster:
+        cluster = LocalKraftCluster(
+            tmp_path / f"cluster-{len(made)}", 3, (*REPLICATION, *overrides), release=release
+        )
         made.append(cluster)
         cluster.start()
         return cluster
