@@ -10,12 +10,13 @@ Kafka's `MetadataVersion` enum, `Feature` / `FeatureVersion` (KIP-584, KIP-1022)
   and is the default from 4.1-IV0 on, as in Kafka 4.1 (`EligibleLeaderReplicasVersion.ELRV_1`).
 - `transaction.version` (KIP-890): 1 writes __transaction_state values as the flexible v1, 2 bumps the
   producer epoch at the end of every transaction (Kafka's `TransactionVersion`, no dependencies in
-  4.1). Set only on request (`--feature transaction.version=2`): Kafka makes 2 the default from
-  4.0-IV2 on, kcli keeps every release at 0 for now (DEFAULT_OFF).
-
+  4.1); 2 is the default from 4.0-IV2 on, as in Kafka.
 - `group.version` (GroupVersion): level 1 turns on the consumer rebalance protocol (KIP-848,
   ConsumerGroupHeartbeat and ConsumerGroupDescribe); it has no dependency and is the default from
-  4.0-IV0 on, as in Kafka. kcli's default metadata.version (3.9-IV0) leaves it at 0.
+  4.0-IV0 on, as in Kafka.
+
+A new cluster starts, as with Kafka 4.1's `kafka-storage.sh format`, at 4.1-IV1 with ELR on,
+group.version 1 and transaction.version 2; `--release-version 3.9` gives 3.9-IV0 and all three at 0.
 
 Features kcli does not implement (share.version, streams.version, ...) are not
 offered: a release version that would turn them on in Kafka formats here without them, exactly as a
@@ -94,11 +95,10 @@ downgrade across one of them could lose what those records carry. 4.1-IV0 and 4.
 MIN_FORMAT_METADATA_VERSION = MV_3_9_IV0
 MAX_METADATA_VERSION = MV_4_1_IV1
 """The metadata.version levels kcli can write (and so format a cluster with, and register with)."""
-DEFAULT_METADATA_VERSION = MV_3_9_IV0
-"""What `kcli storage format` and a controller without bootstrap.checkpoint start a cluster at. Kafka's
-default is its latest production level (4.1-IV1 or later in 4.1+, where ELR is then on); kcli keeps
-3.9-IV0 until it implements what the 4.x levels turn on by default in Kafka (group.version 1,
-transaction.version 2)."""
+DEFAULT_METADATA_VERSION = MV_4_1_IV1
+"""What `kcli storage format`, `kcli cluster start`, a first `kcli broker start` and a controller without
+bootstrap.checkpoint start a cluster at: Kafka 4.1's MetadataVersion.LATEST_PRODUCTION, so that a
+cluster kcli formats has the levels Kafka 4.1's format gives it."""
 
 
 class UpgradeType(enum.IntEnum):
@@ -220,14 +220,8 @@ def supported_range(name: str) -> tuple[int, int]:
     return levels[0].level, levels[-1].level
 
 
-DEFAULT_OFF = frozenset({TRANSACTION_VERSION})
-"""Features whose default stays level 0 at every metadata.version (Kafka turns them on by release)."""
-
-
 def default_level(name: str, metadata_version: int) -> int:
     """Feature.defaultLevel: the highest level whose bootstrap metadata.version is at or below it."""
-    if name in DEFAULT_OFF:
-        return SUPPORTED_FEATURES[name][0].level
     chosen = SUPPORTED_FEATURES[name][0]
     for candidate in SUPPORTED_FEATURES[name]:
         if candidate.bootstrap_metadata_version <= metadata_version:
@@ -314,8 +308,7 @@ def format_feature_levels(
             raise FeatureError(f"Unsupported feature: {name}. Supported features are: {supported}")
         levels[name] = level
     for name in SUPPORTED_FEATURES:
-        if name not in DEFAULT_OFF:  # left at level 0 (no record) unless asked for
-            levels.setdefault(name, default_level(name, metadata_version))
+        levels.setdefault(name, default_level(name, metadata_version))
     everything = {METADATA_VERSION: metadata_version, **levels}
     for name, level in sorted(levels.items()):
         feature = next((f for f in SUPPORTED_FEATURES[name] if f.level == level), None)

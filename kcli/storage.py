@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -215,7 +216,11 @@ def prepare_log_dirs(log_dirs: list[str]) -> None:
 
 
 def ensure_meta_properties(
-    config: BrokerConfig, cluster_id: str | None = None, *, locks: list[Path] | None = None
+    config: BrokerConfig,
+    cluster_id: str | None = None,
+    *,
+    locks: list[Path] | None = None,
+    release: int | None = None,
 ) -> str:
     """Return the cluster id this node's dirs belong to, after checking them as Kafka does at start.
 
@@ -223,8 +228,10 @@ def ensure_meta_properties(
     (`MetaPropertiesEnsemble.verify`, with its sentences). A node that is the whole quorum on its own
     (kcli's default shape, see `BrokerConfig.is_single_node_quorum`) formats a dir with no
     meta.properties on the spot (version 1, a fresh directory.id; a new cluster id when no dir has
-    one), so `kcli broker start` needs no format step. Any other node refuses such a dir, before
-    creating anything, as KafkaRaftServer does: it is formatted with `kcli storage format`.
+    one, and a new cluster's bootstrap.checkpoint with the feature levels `kcli storage format
+    --release-version` gives `release`, None for kcli's default), so `kcli broker start` needs no
+    format step. Any other node refuses such a dir, before creating anything, as KafkaRaftServer
+    does: it is formatted with `kcli storage format`.
 
     With `locks`, every dir is locked (`.lock`, as Kafka's LogManager) once it exists and before
     anything is written to it; the lock files are appended there for the caller to release. A dir
@@ -251,7 +258,18 @@ def ensure_meta_properties(
         locks.extend(lock_log_dirs(dirs))
     expected = expected or random_uuid()
     taken = {meta.directory_id for meta in found.values() if meta.directory_id}
+    checkpoint = None
+    if config.metadata_log_dir in missing:  # a new cluster: the levels `kcli storage format` gives it
+        metadata_version, levels = format_feature_levels({}, release)
+        checkpoint = bootstrap_checkpoint(metadata_version, now_ms=int(time.time() * 1000), features=levels)
     for log_dir in missing:
+        if checkpoint is not None:
+            try:
+                write_atomically(Path(log_dir) / BOOTSTRAP_CHECKPOINT, checkpoint)
+            except OSError as exc:
+                raise StorageError(
+                    f"cannot format {log_dir}: {(exc.strerror or str(exc)).lower()}."
+                ) from None
         directory_id = new_directory_id(taken)
         meta = MetaProperties(1, node_id=config.node_id, cluster_id=expected, directory_id=directory_id)
         write_meta_properties_file(log_dir, meta)
@@ -380,7 +398,7 @@ def format_storage(
 ) -> list[str]:
     """Format this node's dirs as `kafka-storage.sh format` does; returns the lines it prints.
 
-    `metadata_version` is the --release-version level (None: kcli's default, 3.9-IV0) and `features`
+    `metadata_version` is the --release-version level (None: kcli's default, 4.1-IV1) and `features`
     the --feature settings; together they give the feature levels the cluster starts with, checked
     as Kafka's Formatter checks them (eligible.leader.replicas.version=1 needs metadata.version
     4.0-IV1 or later, and is the default from 4.1-IV0). `add_scram` holds --add-scram arguments, whose

@@ -33,7 +33,8 @@ from pathlib import Path
 
 from kcli.config import BrokerConfig
 from kcli.errors import KcliError
-from kcli.storage import CLUSTER_METADATA_DIR, format_storage, random_uuid
+from kcli.features import release_version
+from kcli.storage import CLUSTER_METADATA_DIR, format_storage, random_uuid, read_bootstrap_metadata
 from ops.local_security import SECURITY_CHOICES, ClusterSecurity, cluster_security, write_private
 
 CLUSTER_FILE = "cluster.json"
@@ -102,6 +103,7 @@ def plan(
     controllers: int | None = None,
     add_scram: Sequence[str] = (),
     security: str | None = None,
+    release: int | None = None,
 ) -> ClusterLayout:
     """The layout in `data_dir`: the stored one (the same ids and ports), or a new one, formatted.
 
@@ -112,7 +114,9 @@ def plan(
     `add_scram` (`kcli storage format --add-scram` arguments) bootstraps SCRAM credentials into the
     nodes it formats. `security` (plaintext, ssl, sasl_ssl) None is plaintext for a new cluster and
     the stored one for a stored cluster; another one is refused, since it is what the data, the
-    certificates and the SCRAM credentials were made with.
+    certificates and the SCRAM credentials were made with. `release` (`--release-version`'s
+    metadata.version level) None formats a new cluster at kcli's default feature levels (Kafka 4.1's);
+    a stored cluster formatted at another one is refused: `kcli features` changes a running one.
 
     A stored cluster's ports and overrides are its nodes' server.properties: a --port or --override
     that differs is honoured while no node has ever started (a failed first start: the layout is
@@ -142,6 +146,17 @@ def plan(
                 f"{data_dir} holds a cluster of {stored_controllers} controller-only nodes, not {controllers}; "
                 "use another --data-dir for a cluster of another shape."
             )
+        if release is not None:
+            formatted = read_bootstrap_metadata(
+                BrokerConfig.load(config_file=layout.nodes[0].properties).metadata_log_dir
+            )
+            if formatted is not None and formatted.metadata_version != release:
+                raise LocalClusterError(
+                    f"{data_dir} holds a cluster formatted with --release-version "
+                    f"{release_version(formatted.metadata_version)}, so kcli cluster start cannot make it "
+                    f"{release_version(release)}; start it without --release-version (`kcli features "
+                    "upgrade` moves a running cluster) or use another --data-dir."
+                )
         first = layout.nodes[0]
         stored_port = first.port if first.port else (first.controller_port or 1) - 1
         other_port = base_port is not None and base_port != stored_port
@@ -172,6 +187,7 @@ def plan(
             cluster_id=layout.cluster_id,
             add_scram=add_scram,
             security=layout.security,
+            release=release,
         )
     return _new_layout(
         data_dir,
@@ -181,6 +197,7 @@ def plan(
         controllers=controllers or 0,
         add_scram=add_scram,
         security=security or "plaintext",
+        release=release,
     )
 
 
@@ -207,6 +224,7 @@ def _new_layout(
     cluster_id: str | None = None,
     add_scram: Sequence[str] = (),
     security: str = "plaintext",
+    release: int | None = None,
 ) -> ClusterLayout:
     """Lay out, configure and format the nodes (dirs already formatted with `cluster_id` are kept), and
     write client.properties for a secured cluster."""
@@ -240,7 +258,7 @@ def _new_layout(
         format_storage(
             config,
             layout.cluster_id,
-            metadata_version=21,
+            metadata_version=release,
             ignore_formatted=cluster_id is not None,
             add_scram=[*secured.add_scram(), *add_scram],
             now_ms=int(time.time() * 1000),

@@ -227,11 +227,17 @@ class LocalKraftCluster:
     """A formatted layout in `root` and one `NodeProcess` per node."""
 
     def __init__(
-        self, root: Path, brokers: int = 3, overrides: Sequence[str] = (), add_scram: Sequence[str] = ()
+        self,
+        root: Path,
+        brokers: int = 3,
+        overrides: Sequence[str] = (),
+        add_scram: Sequence[str] = (),
+        release: int | None = None,
     ) -> None:
+        """`release`: the --release-version level the nodes are formatted at (None: kcli's default)."""
         base = free_port_range(2 * brokers)
         self.layout: ClusterLayout = plan(
-            root, brokers, base, [*QUORUM_TIMEOUTS, *overrides], add_scram=add_scram
+            root, brokers, base, [*QUORUM_TIMEOUTS, *overrides], add_scram=add_scram, release=release
         )
         self.nodes = {n.node_id: NodeProcess(n) for n in self.layout.nodes}
 
@@ -476,12 +482,14 @@ REPLICATION = (*SESSION, f"replica.lag.time.max.ms={LAG_TIME_MS}", "replica.fetc
 
 @pytest.fixture
 def replicated_cluster(tmp_path: Path) -> Iterator[Callable[..., LocalKraftCluster]]:
-    """`replicated_cluster(*overrides)` -> three running nodes with the replication settings; every node left
-    running at teardown is killed by PID."""
+    """`replicated_cluster(*overrides, release=None)` -> three running nodes with the replication settings,
+    formatted at `release` (None: kcli's default); every node left running at teardown is killed by PID."""
     made: list[LocalKraftCluster] = []
 
-    def start(*overrides: str) -> LocalKraftCluster:
-        cluster = LocalKraftCluster(tmp_path / f"cluster-{len(made)}", 3, (*REPLICATION, *overrides))
+    def start(*overrides: str, release: int | None = None) -> LocalKraftCluster:
+        cluster = LocalKraftCluster(
+            tmp_path / f"cluster-{len(made)}", 3, (*REPLICATION, *overrides), release=release
+        )
         made.append(cluster)
         cluster.start()
         return cluster

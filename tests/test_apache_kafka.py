@@ -323,8 +323,8 @@ def test_kafka_tools_against_kcli_broker(
         ),
     )
     assert described.splitlines() == ours.splitlines()
-    assert described.splitlines()[0].endswith(
-        "\tPartitionCount: 2\tReplicationFactor: 1\tConfigs: retention.ms=100000"
+    assert described.splitlines()[0].endswith(  # with ELR on, the cluster-level min.insync.replicas too
+        "\tPartitionCount: 2\tReplicationFactor: 1\tConfigs: min.insync.replicas=1,retention.ms=100000"
     )
     assert topic in listed.split() and "__consumer_offsets" in listed.split()
     assert (
@@ -338,9 +338,9 @@ def test_kafka_tools_against_kcli_broker(
     assert groups.split() == [group]
     assert group_rows(group_text) == {(group, topic, str(p), "5", "5", "0") for p in range(2)}
     assert sorted(offsets.split()) == [f"{topic}:0:5", f"{topic}:1:5"]
-    # kcli's broker finalizes fewer features than Kafka 4.1 formats (no group/transaction/share.version,
-    # metadata.version 3.9-IV0) and announces metadata.version from level 1 (3.0-IV1), which Kafka 4.1
-    # (whose own minimum is 3.3-IV3) prints as "UNKNOWN 1": both listed in the README's differences.
+    # kcli's broker finalizes what Kafka 4.1 formats (4.1-IV1, ELR, group.version 1, transaction.version 2)
+    # and announces metadata.version from level 1 (3.0-IV1), which Kafka 4.1 (whose own minimum is
+    # 3.3-IV3) prints as "UNKNOWN 1": listed in the README's differences.
     assert "Feature: metadata.version\tSupportedMinVersion: UNKNOWN 1\t" in features
     assert "Feature: metadata.version\tSupportedMinVersion: 3.0-IV1\t" in our_features
     features = features.replace("SupportedMinVersion: UNKNOWN 1", "SupportedMinVersion: 3.0-IV1")

@@ -198,11 +198,14 @@ def test_api_versions_every_version_and_the_unsupported_fallback(shared_broker: 
         async with await KafkaClient.connect(shared_broker.bootstrap) as client:
             advertised = dict(client.broker_versions)
             # what the registry holds: an API is advertised when (and as far as) it is handled, but
-            # Produce from v0, as Kafka 4.0 does for librdkafka's compression check (KAFKA-18659), and
-            # EndTxn and TxnOffsetCommit without v5 below transaction.version 2
+            # Produce from v0, as Kafka 4.0 does for librdkafka's compression check (KAFKA-18659); EndTxn
+            # and TxnOffsetCommit v5 since the cluster is at transaction.version 2 (Kafka 4.1's default),
+            # without them below it
             handled = {spec.api_key: (spec.min_version, spec.max_version) for spec in build_registry()}
-            expected = {**handled, 0: (0, handled[0][1]), 26: (0, 4), 28: (0, 4)}
-            assert advertised == expected == advertised_versions(build_registry())
+            expected = {**handled, 0: (0, handled[0][1])}
+            assert handled[26] == (0, 5) and handled[28] == (0, 5)
+            assert advertised == expected == advertised_versions(build_registry(), {"transaction.version": 2})
+            assert advertised_versions(build_registry()) == {**expected, 26: (0, 4), 28: (0, 4)}
             assert handled[0][0] == 3
             assert {18, 3, 60} <= advertised.keys()
             for version in range(kio_versions(18)[1] + 1):

@@ -655,9 +655,7 @@ def test_a_second_node_with_a_taken_id_is_refused(tmp_path: Path, quorum_of_two:
             "log.dirs": str(data),
         },
     )
-    format_storage(
-        BrokerConfig.load(config_file=config), quorum_of_two.layout.cluster_id, metadata_version=21, now_ms=0
-    )
+    format_storage(BrokerConfig.load(config_file=config), quorum_of_two.layout.cluster_id, now_ms=0)
     real, impostor = directory_id(quorum_of_two[2].node.directory / "data"), directory_id(data)
     before = tree(data)
     outcome = run_node(config, tmp_path / "out.log")
@@ -718,7 +716,7 @@ def test_a_node_refused_after_it_joined_stops_and_its_cluster_runner_with_it(
         second_dir / "server.properties",
         {"listeners": f"PLAINTEXT://127.0.0.1:{base}", "log.dirs": str(second_dir / "data")},
     )
-    format_storage(BrokerConfig.load(config_file=second), layout.cluster_id, metadata_version=21, now_ms=0)
+    format_storage(BrokerConfig.load(config_file=second), layout.cluster_id, now_ms=0)
     first_id, second_id = directory_id(node_2.directory / "data"), directory_id(second_dir / "data")
     second_node = NodeProcess(LocalNode(2, base, None, second_dir))
     try:

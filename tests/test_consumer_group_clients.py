@@ -47,10 +47,12 @@ BROKER_SETTINGS = [
 
 
 def consumer_protocol_broker(broker_factory: Any, **kwargs: Any) -> BrokerProcess:
-    """A broker whose cluster has group.version 1, set as an operator would with kcli features upgrade."""
-    broker = broker_factory(overrides=BROKER_SETTINGS, **kwargs)
+    """A broker whose cluster has group.version 1: formatted at 3.9 (group.version 0), then upgraded as an
+    operator would with kcli features upgrade (a new cluster has it from the start, Kafka 4.1's default)."""
+    broker = broker_factory(overrides=BROKER_SETTINGS, extra_args=["--release-version", "3.9"], **kwargs)
     done = run_kcli("features", "upgrade", "-b", broker.bootstrap, "--feature", "group.version=1")
     assert done.returncode == 0, done.stderr
+    assert done.stdout == "group.version was upgraded to 1.\n"
     return broker
 
 
@@ -291,10 +293,10 @@ def test_java_consumer_protocol_members(broker_factory: Any, tmp_path: Path) -> 
     test_java_clients.require_apache_kafka()
     test_java_clients.require_javac()
     classes = test_java_clients.compile_clients()
-    broker = broker_factory(overrides=BROKER_SETTINGS)
+    broker = broker_factory(overrides=BROKER_SETTINGS, extra_args=["--release-version", "3.9"])
     topic = f"cg-{uuid.uuid4().hex[:8]}"
     create_topic(broker.bootstrap, topic, 4)
-    # group.version 0: the member is refused with the client's own sentence
+    # group.version 0 (a cluster formatted at 3.9): the member is refused with the client's own sentence
     result = java(
         MAIN, ["consumerProtocol", broker.bootstrap, "refused", topic], tmp_path / "java", classpath=[classes]
     )

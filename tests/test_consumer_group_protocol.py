@@ -25,6 +25,7 @@ from kcli.broker.group.consumer_group import ConsumerGroup, MemberState
 from kcli.broker.server import Broker
 from kcli.client import KafkaClient
 from kcli.config import BrokerConfig
+from kcli.features import MV_3_9_IV0
 from kcli.protocol.messages import build, nested_type, request_type
 
 HEARTBEAT, DESCRIBE, UPDATE_FEATURES = 68, 69, 57
@@ -49,12 +50,13 @@ def in_process(
     *,
     enable: bool = True,
     topics: dict[str, int] | None = None,
+    release: int | None = None,
 ) -> None:
     async def main() -> None:
         config = BrokerConfig(
             {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path / "data"), **SETTINGS}
         )
-        broker = Broker(config)
+        broker = Broker(config, release=release)
         host, port = await broker.start()
         try:
             async with await KafkaClient.connect(f"{host}:{port}", request_timeout=10) as client:
@@ -146,7 +148,7 @@ def test_apis_answer_unsupported_version_until_group_version_1(tmp_path: Path) -
         response = await client.send(join("g", "m1", ("t",)))
         assert response.error_code == ErrorCode.none and response.member_epoch == 1
 
-    in_process(tmp_path, body, enable=False, topics={"t": 2})
+    in_process(tmp_path, body, enable=False, topics={"t": 2}, release=MV_3_9_IV0)  # group.version 0
 
 
 def test_invalid_heartbeats_get_kafka_errors(tmp_path: Path) -> None:

@@ -143,6 +143,11 @@ def test_broker_configs_per_broker_and_default_persisted(broker_factory: Any, tm
         assert sorted((e.name, e.value, e.source) for e in defaults.values()) == [
             ("follower.replication.throttled.rate", "2000000", DYNAMIC_DEFAULT),
             ("log.retention.ms", "7200000", DYNAMIC_DEFAULT),
+            (
+                "min.insync.replicas",
+                "1",
+                DYNAMIC_DEFAULT,
+            ),  # ELR's bootstrap record (on by default, as in 4.1)
         ]
         assert synonyms(defaults["log.retention.ms"]) == [("log.retention.ms", "7200000", DYNAMIC_DEFAULT)]
         # A topic without an override takes the dynamic log default in force on this broker.

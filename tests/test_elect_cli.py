@@ -26,6 +26,7 @@ from kio.schema.errors import ErrorCode
 from kraft_cluster import SESSION, LocalKraftCluster, kcli, wait_for
 
 from kcli.errors import KcliError
+from kcli.features import MV_3_9_IV0
 from ops.elect import (
     ElectionError,
     ElectionOutcome,
@@ -268,8 +269,10 @@ def test_bad_json_file_and_admin_config_exit_2(monkeypatch, capsys, tmp_path: Pa
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKraftCluster]:
-    """Three combined nodes for the whole module; every node left running is killed by PID."""
-    made = LocalKraftCluster(tmp_path_factory.mktemp("elect"), 3, OVERRIDES)
+    """Three combined nodes for the whole module, formatted at 3.9 (ELR off: a partition's last in-sync
+    replica stays in its ISR when it stops, which the unclean election test needs; with ELR it moves
+    to the ELR); every node left running is killed by PID."""
+    made = LocalKraftCluster(tmp_path_factory.mktemp("elect"), 3, OVERRIDES, release=MV_3_9_IV0)
     try:
         made.start()
         yield made

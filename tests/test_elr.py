@@ -40,6 +40,9 @@ from kcli.features import (
 from kcli.features import (
     GROUP_VERSION as GROUP,
 )
+from kcli.features import (
+    TRANSACTION_VERSION as TXN,
+)
 from kcli.storage import read_bootstrap_metadata
 
 TOPIC_ID = uuid.UUID("15bb6b75-c7e2-4822-a0d8-d84c94c86aee")  # FbrrdcfiR-KC2CPSTHaJrg
@@ -433,35 +436,44 @@ def test_a_broker_that_does_not_support_the_finalized_elr_level_is_refused(tmp_p
 
 
 def test_feature_levels_as_kafkas_formatter_picks_them():
-    # group.version 1 (KIP-848) is the default from 4.0-IV0 on, as GroupVersion.GV_1's bootstrap level
-    assert format_feature_levels({}) == (MV_3_9_IV0, {ELIGIBLE_LEADER_REPLICAS_VERSION: 0, GROUP: 0})
+    # Kafka 4.1's defaults (its latest production metadata.version, 4.1-IV1): ELR, group.version 1
+    # (KIP-848, GroupVersion.GV_1's bootstrap level is 4.0-IV0) and transaction.version 2 (KIP-890,
+    # from 4.0-IV2); 3.9 has them all at 0
+    assert format_feature_levels({}) == (27, {ELIGIBLE_LEADER_REPLICAS_VERSION: 1, GROUP: 1, TXN: 2})
+    assert format_feature_levels({}, MV_3_9_IV0) == (
+        MV_3_9_IV0,
+        {ELIGIBLE_LEADER_REPLICAS_VERSION: 0, GROUP: 0, TXN: 0},
+    )
     assert format_feature_levels({}, metadata_version_from_string("4.0")) == (
         25,
-        {ELIGIBLE_LEADER_REPLICAS_VERSION: 0, GROUP: 1},
+        {ELIGIBLE_LEADER_REPLICAS_VERSION: 0, GROUP: 1, TXN: 2},
     )
     # on by default from 4.1-IV0, the bootstrap metadata.version of eligible.leader.replicas.version 1
     assert format_feature_levels({}, metadata_version_from_string("4.1")) == (
         27,
-        {ELIGIBLE_LEADER_REPLICAS_VERSION: 1, GROUP: 1},
+        {ELIGIBLE_LEADER_REPLICAS_VERSION: 1, GROUP: 1, TXN: 2},
     )
     assert format_feature_levels({ELIGIBLE_LEADER_REPLICAS_VERSION: 1}, 23) == (
         23,
-        {ELIGIBLE_LEADER_REPLICAS_VERSION: 1, GROUP: 1},
+        {ELIGIBLE_LEADER_REPLICAS_VERSION: 1, GROUP: 1, TXN: 0},
     )
     assert format_feature_levels({ELIGIBLE_LEADER_REPLICAS_VERSION: 0, GROUP: 0}, 27) == (
         27,
-        {ELIGIBLE_LEADER_REPLICAS_VERSION: 0, GROUP: 0},
+        {ELIGIBLE_LEADER_REPLICAS_VERSION: 0, GROUP: 0, TXN: 2},
     )
     assert format_feature_levels({"metadata.version": 24}) == (
         24,
-        {ELIGIBLE_LEADER_REPLICAS_VERSION: 0, GROUP: 1},
+        {ELIGIBLE_LEADER_REPLICAS_VERSION: 0, GROUP: 1, TXN: 2},
     )
-    assert format_feature_levels({GROUP: 1}) == (MV_3_9_IV0, {ELIGIBLE_LEADER_REPLICAS_VERSION: 0, GROUP: 1})
+    assert format_feature_levels({GROUP: 1}, MV_3_9_IV0) == (
+        MV_3_9_IV0,
+        {ELIGIBLE_LEADER_REPLICAS_VERSION: 0, GROUP: 1, TXN: 0},
+    )
     assert metadata_version_from_string("4.0-IV1") == 23 and metadata_version_from_string("3.9") == 21
     for requested, release, message in [
         (
             {ELIGIBLE_LEADER_REPLICAS_VERSION: 1},
-            None,
+            MV_3_9_IV0,
             "eligible.leader.replicas.version could not be set to 1 because it depends on metadata.version level 23",
         ),
         (
@@ -533,26 +545,39 @@ def test_format_with_the_elr_feature_writes_its_feature_level_record(tmp_path):
         {"name": "metadata.version", "featureLevel": 25},
         {"name": ELIGIBLE_LEADER_REPLICAS_VERSION, "featureLevel": 1},
         {"name": GROUP, "featureLevel": 1},
+        {"name": TXN, "featureLevel": 2},
     ]
     bootstrap = read_bootstrap_metadata(tmp_path / "metadata")
     assert bootstrap is not None and bootstrap.metadata_version == 25
 
 
-def test_format_with_release_4_1_has_elr_by_default_and_3_9_stays_the_default(tmp_path):
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
+def test_format_defaults_to_release_4_1_with_elr_and_3_9_keeps_the_old_levels(tmp_path):
+    for name in ("a", "b", "c"):
+        (tmp_path / name).mkdir()
     assert formatted(tmp_path / "a", "-r", "4.1").returncode == 0
     records = read_snapshot((tmp_path / "a" / "metadata" / "bootstrap.checkpoint").read_bytes()).records
-    assert [decode_metadata_record(v).data["featureLevel"] for _, v in records] == [27, 1, 1]  # ELR, group
-    assert formatted(tmp_path / "b").returncode == 0
-    records = read_snapshot((tmp_path / "b" / "metadata" / "bootstrap.checkpoint").read_bytes()).records
+    assert [decode_metadata_record(v).data["featureLevel"] for _, v in records] == [
+        27,
+        1,
+        1,
+        2,
+    ]  # ELR, group, txn
+    assert formatted(tmp_path / "b").returncode == 0  # no --release-version: the same, Kafka 4.1's default
+    default = read_snapshot((tmp_path / "b" / "metadata" / "bootstrap.checkpoint").read_bytes()).records
+    assert [decode_metadata_record(v).data for _, v in default] == [
+        decode_metadata_record(v).data for _, v in records
+    ]
+    assert formatted(tmp_path / "c", "-r", "3.9").returncode == 0
+    records = read_snapshot((tmp_path / "c" / "metadata" / "bootstrap.checkpoint").read_bytes()).records
     assert [decode_metadata_record(v).data for _, v in records] == [
         {"name": "metadata.version", "featureLevel": 21}
     ]
 
 
 def test_format_refuses_elr_on_3_9_and_writes_nothing(tmp_path):
-    result = formatted(tmp_path, "--feature", "eligible.leader.replicas.version=1")
+    result = formatted(
+        tmp_path, "--release-version", "3.9", "--feature", "eligible.leader.replicas.version=1"
+    )
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         "kcli: eligible.leader.replicas.version could not be set to 1 because it depends on metadata.version level 23"

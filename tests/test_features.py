@@ -183,9 +183,11 @@ def test_every_registered_broker_must_support_the_level_and_dry_runs_write_nothi
     assert controller.image.elr_enabled
 
 
-def test_kcli_features_against_a_broker(broker: BrokerProcess) -> None:
-    """describe, a refused upgrade (exit 1, nothing changed), a dry run, the upgrade, and the broker's
-    ApiVersions epoch and levels after it; stock clients keep negotiating (kcat lists metadata)."""
+def test_kcli_features_against_a_broker(broker_factory) -> None:
+    """On a broker started at 3.9 (`--release-version 3.9`): describe, a refused upgrade (exit 1, nothing
+    changed), a dry run, the upgrade to 4.1-IV1 (every feature at its default there, as kafka-features.sh
+    upgrades), and the broker's ApiVersions epoch and levels after it."""
+    broker: BrokerProcess = broker_factory(extra_args=["--release-version", "3.9"])
     b = broker.bootstrap
 
     def features(*args: str):
@@ -218,10 +220,12 @@ def test_kcli_features_against_a_broker(broker: BrokerProcess) -> None:
     dry = features("upgrade", "--release-version", "4.1-IV1", "--dry-run")
     assert dry.stdout == (
         f"{ELR} can be upgraded to 1.\ngroup.version can be upgraded to 1.\nmetadata.version can be upgraded to 27.\n"
+        "transaction.version can be upgraded to 2.\n"
     ), dry.stderr
     done = features("upgrade", "--release-version", "4.1-IV1")
     assert done.stdout == (
         f"{ELR} was upgraded to 1.\ngroup.version was upgraded to 1.\nmetadata.version was upgraded to 27.\n"
+        "transaction.version was upgraded to 2.\n"
     ), done.stderr
     after = features("describe", "-o", "json").stdout
     import json
@@ -230,6 +234,8 @@ def test_kcli_features_against_a_broker(broker: BrokerProcess) -> None:
     assert (
         levels[ELR]["finalized_version_level"] == 1
         and levels[METADATA_VERSION]["finalized_version_level"] == 27
+        and levels["group.version"]["finalized_version_level"] == 1
+        and levels["transaction.version"]["finalized_version_level"] == 2
     )
     assert levels[ELR]["epoch"] > int(lines[0].rsplit(" ", 1)[1])
     assert features("upgrade", "--release-version", "4.1", "--feature", f"{ELR}=1").stderr == (

@@ -8,8 +8,8 @@ and kafka-streams and prints one JSON object per line, which the tests here judg
    deleteRecords, listGroups, listConsumerGroups, describeConsumerGroups, listConsumerGroupOffsets,
    listTransactions, describeTransactions), an idempotent acks=all producer per codec (none, gzip,
    snappy, lz4, zstd), a transactional producer that commits, aborts and commits, and a classic-protocol
-   read_committed group member that reads exactly the committed records (a member with
-   group.protocol=consumer is refused: the cluster's group.version is 0); beside it, in a second JVM, a
+   read_committed group member that reads exactly the committed records, and a group.protocol=consumer
+   member (the cluster's group.version is 1, Kafka 4.1's default); beside it, in a second JVM, a
    Kafka Streams word count (a repartition topic, a changelog) at at_least_once and exactly_once_v2.
 2. The same clients and word count against a 3-node kcli cluster, the clients' topics at replication
    factor 3 and min.insync.replicas 2.
@@ -225,11 +225,10 @@ def check_clients(
     assert groups["describe"]["members"] == 0 and groups["describe"]["coordinator"] in nodes
     assert groups["committed"] == positions
 
-    # group.version 0 (kcli's default): no KIP-848 consumer group protocol; the client says to use classic.
-    assert steps(lines, "consumerProtocol") == [{"step": "consumerProtocol", "records": 0, "refused": (
-        "The cluster does not support the new CONSUMER group protocol. Set group.protocol=classic on the "
-        "consumer configs to revert to the CLASSIC protocol until the cluster is upgraded."
-    )}]  # fmt: skip
+    # group.version 1 (kcli's default, as Kafka 4.1's): a KIP-848 member joins beside the classic group
+    # and reads (at group.version 0 it is refused: tests/test_consumer_group_clients.py)
+    [protocol] = steps(lines, "consumerProtocol")
+    assert protocol["refused"] is None and protocol["records"] > 0, protocol
 
     [txns] = steps(lines, "transactionsAdmin")
     assert txns["listed"] == [{"id": txn_id, "state": "CompleteCommit"}]

@@ -517,9 +517,7 @@ def test_a_followers_replica_moves_while_its_fetcher_appends(tmp_path: Path) -> 
     text = second.properties.read_text()
     second.properties.write_text(text.replace(f"log.dirs={dirs[0]}\n", f"log.dirs={dirs[0]},{dirs[1]}\n"))
     config = BrokerConfig.load(config_file=second.properties)
-    format_storage(
-        config, layout.cluster_id, metadata_version=21, ignore_formatted=True, now_ms=int(time.time() * 1000)
-    )
+    format_storage(config, layout.cluster_id, ignore_formatted=True, now_ms=int(time.time() * 1000))
     cluster = LocalCluster(layout)
     cluster.start()
     try:

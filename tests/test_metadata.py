@@ -763,7 +763,7 @@ def test_registration_epochs_increase_with_each_start(tmp_path):
     again = open_controller(tmp_path)
     second = again.image.broker(NODE)
     assert second.broker_epoch > first.broker_epoch and second.incarnation_id != first.incarnation_id
-    assert again.image.metadata_version == 21
+    assert again.image.metadata_version == 27  # no bootstrap.checkpoint: Kafka 4.1's latest production level
     bootstrap = [r.name for r, _ in again.metadata_log.records()].count("FeatureLevelRecord")
     assert bootstrap == 1
 
@@ -1062,12 +1062,12 @@ def test_dump_segment_decodes_the_metadata_log(tmp_path):
     controller.close()
     out = kcli("dump-segment", "--cluster-metadata-decoder", str(segment))
     assert (
-        '"type":"FEATURE_LEVEL_RECORD","version":0,"data":{"name":"metadata.version","featureLevel":21}'
+        '"type":"FEATURE_LEVEL_RECORD","version":0,"data":{"name":"metadata.version","featureLevel":27}'
         in out
     )
     assert '"type":"REGISTER_BROKER_RECORD","version":3' in out
     assert '"type":"TOPIC_RECORD","version":0,"data":{"name":"dumped"' in out
-    assert out.count('"type":"PARTITION_RECORD","version":1') == 2
+    assert out.count('"type":"PARTITION_RECORD","version":2') == 2  # 4.1-IV1: v2, with the ELR fields
     assert '"name":"retention.ms","value":"7"' in out
     assert "partitionLeaderEpoch: 1" in out and "isvalid: false" not in out
 

@@ -15,14 +15,16 @@ import pytest
 from cli_in_process import run_kcli
 from kraft_cluster import REPLICATION, LocalKraftCluster, Writer, create_topic, wait_for, wait_partition
 
+from kcli.features import MV_3_9_IV0
+
 pytestmark = pytest.mark.timeout(180)
 
 RACK_AWARE = "replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector"
 
 
-def racked_cluster(root: Path, *overrides: str) -> LocalKraftCluster:
-    """Three running nodes, node k in rack rk."""
-    cluster = LocalKraftCluster(root, 3, (*REPLICATION, *overrides))
+def racked_cluster(root: Path, *overrides: str, release: int | None = None) -> LocalKraftCluster:
+    """Three running nodes, node k in rack rk (formatted at `release`, None: kcli's default)."""
+    cluster = LocalKraftCluster(root, 3, (*REPLICATION, *overrides), release=release)
     for node in cluster.nodes.values():
         with open(node.node.properties, "a") as properties:
             properties.write(f"\nbroker.rack=r{node.node_id}\n")
@@ -49,14 +51,15 @@ def racked(tmp_path: Path) -> Iterator[Callable[..., LocalKraftCluster]]:
 
 @pytest.fixture(scope="module")
 def plain_racked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[], LocalKraftCluster]]:
-    """`plain_racked()` -> the module's racked cluster with kcli's defaults (no replica selector), shared
-    by the tests that use their own topics on it: a node an earlier test killed is started again. Every
-    node left running is killed by PID after the module."""
+    """`plain_racked()` -> the module's racked cluster with kcli's defaults (no replica selector) at 3.9
+    (ELR off: a partition's last in-sync replica stays in its ISR when its broker dies, as a test here
+    expects), shared by the tests that use their own topics on it: a node an earlier test killed is
+    started again. Every node left running is killed by PID after the module."""
     made: list[LocalKraftCluster] = []
 
     def running() -> LocalKraftCluster:
         if not made:
-            made.append(racked_cluster(tmp_path_factory.mktemp("racked")))
+            made.append(racked_cluster(tmp_path_factory.mktemp("racked"), release=MV_3_9_IV0))
         cluster = made[0]
         down = [node for node in cluster.nodes.values() if not node.running]
         for node in down:

@@ -34,6 +34,8 @@ from kraft_cluster import (
     wait_partition,
 )
 
+from kcli.features import MV_3_9_IV0
+
 pytestmark = pytest.mark.timeout(180)
 
 UNCLEAN_INTERVAL_MS = 500  # the controller's unclean-election pass, as in test_elect_cli
@@ -261,7 +263,10 @@ def test_a_killed_leader_is_replaced_from_the_isr_and_no_acknowledged_record_is_
 def test_unclean_election_brings_back_an_out_of_sync_replica_only_when_allowed(
     replicated_cluster: Callable[..., LocalKraftCluster],
 ) -> None:
-    cluster = replicated_cluster(f"unclean.leader.election.interval.ms={UNCLEAN_INTERVAL_MS}")
+    # at 3.9 (ELR off): the last in-sync replica stays in the ISR when it stops (with ELR it moves to the ELR)
+    cluster = replicated_cluster(
+        f"unclean.leader.election.interval.ms={UNCLEAN_INTERVAL_MS}", release=MV_3_9_IV0
+    )
     create_topic(cluster.bootstrap, "unclean", [[1, 2]], **{"min.insync.replicas": "1"})
     wait_partition(
         cluster, "unclean", "a full ISR", lambda leader, r, isr: leader == 1 and sorted(isr) == [1, 2]

@@ -166,9 +166,9 @@ def test_format_writes_meta_properties_and_the_bootstrap_snapshot(tmp_path: Path
     result = kcli_process(tmp_path, "storage", "format", "--config", str(config), "--cluster-id", CLUSTER_ID)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
-        f"Formatting data directory {tmp_path / 'logs-a'} with metadata.version 3.9-IV0.",
-        f"Formatting data directory {tmp_path / 'logs-b'} with metadata.version 3.9-IV0.",
-        f"Formatting metadata directory {tmp_path / 'metadata'} with metadata.version 3.9-IV0.",
+        f"Formatting data directory {tmp_path / 'logs-a'} with metadata.version 4.1-IV1.",
+        f"Formatting data directory {tmp_path / 'logs-b'} with metadata.version 4.1-IV1.",
+        f"Formatting metadata directory {tmp_path / 'metadata'} with metadata.version 4.1-IV1.",
     ]
     directory_ids = set()
     for name in ("logs-a", "logs-b", "metadata"):
@@ -186,8 +186,8 @@ def test_format_writes_meta_properties_and_the_bootstrap_snapshot(tmp_path: Path
     batches = walk(data).batches
     assert [(b.base_offset, b.partition_leader_epoch, b.is_control, b.records_count) for b in batches] == [
         (0, 0, True, 1),
-        (1, 0, False, 1),
-        (2, 0, True, 1),
+        (1, 0, False, 4),
+        (5, 0, True, 1),
     ]
     assert all(
         b.attributes in (0, CONTROL_BIT) and before - 1 <= b.max_timestamp <= time.time() * 1000
@@ -195,17 +195,19 @@ def test_format_writes_meta_properties_and_the_bootstrap_snapshot(tmp_path: Path
     )
     snapshot = read_snapshot(data)
     assert snapshot.header == SnapshotHeader(version=0, last_contained_log_timestamp=0)
-    assert [decode_metadata_record(value) for _, value in snapshot.records][0].data == {
-        "name": "metadata.version",
-        "featureLevel": 21,
-    }
-    assert len(snapshot.records) == 1 and snapshot.footer_version == 0
+    defaults = [  # Kafka 4.1's format: 4.1-IV1, ELR on, group.version 1, transaction.version 2
+        ("FeatureLevelRecord", 0, {"name": "metadata.version", "featureLevel": 27}),
+        ("FeatureLevelRecord", 0, {"name": "eligible.leader.replicas.version", "featureLevel": 1}),
+        ("FeatureLevelRecord", 0, {"name": "group.version", "featureLevel": 1}),
+        ("FeatureLevelRecord", 0, {"name": "transaction.version", "featureLevel": 2}),
+    ]
+    decoded = [decode_metadata_record(value) for _, value in snapshot.records]
+    assert [(r.name, r.version, r.data) for r in decoded] == defaults
+    assert snapshot.footer_version == 0
 
     bootstrap = read_bootstrap_metadata(tmp_path / "metadata")
-    assert bootstrap is not None and bootstrap.metadata_version == 21
-    assert bootstrap.record_tuples() == [
-        ("FeatureLevelRecord", 0, {"name": "metadata.version", "featureLevel": 21})
-    ]
+    assert bootstrap is not None and bootstrap.metadata_version == 27
+    assert bootstrap.record_tuples() == defaults
     assert (
         bootstrap.source
         == f"the binary bootstrap metadata file: {tmp_path / 'metadata' / 'bootstrap.checkpoint'}"
@@ -222,14 +224,23 @@ def test_dump_segment_reads_the_bootstrap_checkpoint(tmp_path: Path) -> None:
     lines = result.stdout.splitlines()
     assert lines[:2] == [f"Dumping {path}", "KRaft bootstrap snapshot"]
     records = [line for line in lines if line.startswith("| ")]
-    assert len(records) == 3
+    assert len(records) == 6
     assert records[0].startswith("| offset: 0 ") and records[0].endswith(
         ' SnapshotHeader {"version":0,"lastContainedLogTimestamp":0}'
     )
-    assert records[1].startswith("| offset: 1 ") and records[1].endswith(
-        ' payload: {"type":"FEATURE_LEVEL_RECORD","version":0,"data":{"name":"metadata.version","featureLevel":21}}'
-    )
-    assert records[2].startswith("| offset: 2 ") and records[2].endswith(' SnapshotFooter {"version":0}')
+    for offset, (name, level) in enumerate(
+        [
+            ("metadata.version", 27),
+            ("eligible.leader.replicas.version", 1),
+            ("group.version", 1),
+            ("transaction.version", 2),
+        ],
+        start=1,
+    ):
+        assert records[offset].startswith(f"| offset: {offset} ") and records[offset].endswith(
+            f' payload: {{"type":"FEATURE_LEVEL_RECORD","version":0,"data":{{"name":"{name}","featureLevel":{level}}}}}'
+        )
+    assert records[5].startswith("| offset: 5 ") and records[5].endswith(' SnapshotFooter {"version":0}')
     assert not any("invalid" in line or "corrupt" in line.lower() for line in lines)
     result = kcli(tmp_path, "dump-segment", "--deep-iteration", "--output", "json", str(path))
     objects = [json.loads(line) for line in result.stdout.splitlines()]
@@ -257,8 +268,8 @@ def test_format_refuses_formatted_dirs_unless_told_to_ignore_them(tmp_path: Path
     result = kcli(tmp_path, "storage", "format", "-c", str(config), "-t", CLUSTER_ID, "--ignore-formatted")
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
-        f"Formatting data directory {tmp_path / 'logs-a'} with metadata.version 3.9-IV0.",
-        f"Formatting metadata directory {tmp_path / 'metadata'} with metadata.version 3.9-IV0.",
+        f"Formatting data directory {tmp_path / 'logs-a'} with metadata.version 4.1-IV1.",
+        f"Formatting metadata directory {tmp_path / 'metadata'} with metadata.version 4.1-IV1.",
     ]
     assert (tmp_path / "logs-b" / META_PROPERTIES).read_text() == first  # left alone
     assert not (tmp_path / "logs-b" / "bootstrap.checkpoint").exists()
@@ -352,7 +363,7 @@ def test_format_a_dynamic_quorum_controller_and_a_broker(tmp_path: Path) -> None
     assert result.returncode == 0, result.stderr
     assert (
         result.stdout
-        == f"Formatting metadata directory {tmp_path / 'controller'} with metadata.version 3.9-IV0.\n"
+        == f"Formatting metadata directory {tmp_path / 'controller'} with metadata.version 4.1-IV1.\n"
     )
     broker = write_config(
         tmp_path / "broker.properties",
@@ -413,8 +424,8 @@ def test_format_standalone_and_initial_controllers_write_the_bootstrap_snapshot(
     result = kcli(tmp_path, "storage", "format", "-c", str(config), "-t", CLUSTER_ID, "--standalone")
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
-        f"Formatting data directory {tmp_path / 'c1-data'} with metadata.version 3.9-IV0.",
-        f"Formatting dynamic metadata voter directory {tmp_path / 'c1-meta'} with metadata.version 3.9-IV0.",
+        f"Formatting data directory {tmp_path / 'c1-data'} with metadata.version 4.1-IV1.",
+        f"Formatting dynamic metadata voter directory {tmp_path / 'c1-meta'} with metadata.version 4.1-IV1.",
     ]
     meta = read_meta_properties((tmp_path / "c1-meta" / META_PROPERTIES).read_text())
     records = _bootstrap_snapshot_records(tmp_path / "c1-meta")
@@ -425,7 +436,12 @@ def test_format_standalone_and_initial_controllers_write_the_bootstrap_snapshot(
     ]
     assert not (tmp_path / "c1-data" / "__cluster_metadata-0").exists()
     bootstrap = read_bootstrap_metadata(tmp_path / "c1-meta")
-    assert [r.data["name"] for r in bootstrap.records] == ["metadata.version"]
+    assert [r.data["name"] for r in bootstrap.records] == [
+        "metadata.version",
+        "eligible.leader.replicas.version",
+        "group.version",
+        "transaction.version",
+    ]
     dump = kcli(
         tmp_path,
         "dump-segment",
@@ -536,6 +552,65 @@ def test_a_multi_voter_node_refuses_unformatted_dirs_and_writes_nothing(tmp_path
         "(have you run `kcli storage format` to format the directory?)"
     ]
     assert files_under(tmp_path) == ["server.properties"]
+
+
+def test_a_node_formatting_itself_writes_the_bootstrap_checkpoint_storage_format_would(
+    tmp_path: Path,
+) -> None:
+    """`kcli broker start` on empty dirs formats them as `kcli storage format` does: Kafka 4.1's levels by
+    default, --release-version's with one; a dir added later to a formatted node gets meta.properties only."""
+    from kcli.features import MV_3_9_IV0
+
+    def node(*dirs: str) -> BrokerConfig:
+        log_dirs = ",".join(str(tmp_path / d) for d in dirs)
+        return BrokerConfig({"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": log_dirs})
+
+    def levels(name: str) -> list[tuple[str, int]]:
+        bootstrap = read_bootstrap_metadata(tmp_path / name)
+        assert bootstrap is not None
+        return [(r.data["name"], r.data["featureLevel"]) for r in bootstrap.records]
+
+    ensure_meta_properties(node("new"))
+    assert levels("new") == [
+        ("metadata.version", 27),
+        ("eligible.leader.replicas.version", 1),
+        ("group.version", 1),
+        ("transaction.version", 2),
+    ]
+    ensure_meta_properties(node("old"), release=MV_3_9_IV0)
+    assert levels("old") == [("metadata.version", 21)]
+    ensure_meta_properties(node("old", "added"), release=27)  # formatted already: the release is not used
+    assert levels("old") == [("metadata.version", 21)]
+    assert not (tmp_path / "added" / "bootstrap.checkpoint").exists()
+    assert (tmp_path / "added" / META_PROPERTIES).is_file()
+
+
+def test_cluster_start_formats_at_its_release_version_and_keeps_it(tmp_path: Path) -> None:
+    """`kcli cluster start --release-version 3.9` formats every node at 3.9-IV0; the stored cluster starts
+    again without the flag or with the same one, and another release is refused, not silently ignored."""
+    from kcli.features import MV_3_9_IV0
+    from ops.local_cluster import LocalClusterError, plan
+
+    layout = plan(tmp_path / "c", 2, free_port_range(4), [], release=MV_3_9_IV0)
+    for node in layout.nodes:
+        bootstrap = read_bootstrap_metadata(BrokerConfig.load(config_file=node.properties).metadata_log_dir)
+        assert bootstrap is not None and bootstrap.record_tuples() == [
+            ("FeatureLevelRecord", 0, {"name": "metadata.version", "featureLevel": 21})
+        ]
+    assert plan(tmp_path / "c", 2, None, []) == layout
+    assert plan(tmp_path / "c", 2, None, [], release=MV_3_9_IV0) == layout
+    with pytest.raises(LocalClusterError) as refused:
+        plan(tmp_path / "c", 2, None, [], release=27)
+    assert str(refused.value) == (
+        f"{tmp_path / 'c'} holds a cluster formatted with --release-version 3.9-IV0, so kcli cluster start "
+        "cannot make it 4.1-IV1; start it without --release-version (`kcli features upgrade` moves a running "
+        "cluster) or use another --data-dir."
+    )
+    default = plan(tmp_path / "d", 1, free_port_range(2), [])
+    bootstrap = read_bootstrap_metadata(
+        BrokerConfig.load(config_file=default.nodes[0].properties).metadata_log_dir
+    )
+    assert bootstrap is not None and bootstrap.metadata_version == 27
 
 
 def test_which_nodes_format_themselves_at_start(tmp_path: Path) -> None:

@@ -49,7 +49,11 @@ def topic_id(broker, name: str) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
-def test_create_list_describe_alter_delete(broker):
+def test_create_list_describe_alter_delete(broker_factory):
+    """At 3.9 (ELR off: no cluster-level min.insync.replicas), so a topic's Configs and
+    --topics-with-overrides show its own overrides only; with ELR on, Kafka 4.1 lists that cluster-level
+    value for every topic too (test_configs_describe_and_alter, and test_apache_kafka against Kafka)."""
+    broker = broker_factory(extra_args=["--release-version", "3.9"])
     assert ok(kcli_process(broker, "topics", "create", "--topic", "orders", "--partitions", "3",
                    "--config", "cleanup.policy=compact", "--config", "segment.bytes=1000000")) == [
         "Created topic orders."
@@ -278,6 +282,8 @@ def test_configs_describe_and_alter(broker):
     assert ok(kcli(broker, "configs", "describe", "--entity-type", "brokers")) == [
         "Dynamic configs for broker 1 are:",
         "Default configs for brokers in the cluster are:",
+        # written with ELR's bootstrap (ActivationRecordsGenerator), as on a Kafka 4.1 cluster
+        "  min.insync.replicas=1 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:min.insync.replicas=1}",
     ]
     assert (
         ok(kcli(broker, "configs", "describe", "--broker", "1", "--all"))[0]

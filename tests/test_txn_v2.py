@@ -144,7 +144,9 @@ def dump_transaction_log(data_dir: Path) -> list[dict[str, Any]]:
 
 
 def test_api_versions_offer_transaction_version_2_only_once_finalized(broker_factory) -> None:
-    broker = broker_factory(overrides=FAST)
+    """A cluster formatted at 3.9 (transaction.version 0) offers EndTxn and TxnOffsetCommit v5 once
+    upgraded; a new cluster has them from the start (transaction.version 2, Kafka 4.1's default)."""
+    broker = broker_factory(overrides=FAST, extra_args=["--release-version", "3.9"])
     versions, finalized = api_versions(broker.bootstrap)
     assert "transaction.version" not in finalized
     assert versions[END_TXN][1] == 4 and versions[TXN_OFFSET_COMMIT][1] == 4
@@ -152,6 +154,10 @@ def test_api_versions_offer_transaction_version_2_only_once_finalized(broker_fac
     versions, finalized = api_versions(broker.bootstrap)
     assert finalized["transaction.version"] == 2
     assert versions[END_TXN][1] == 5 and versions[TXN_OFFSET_COMMIT][1] == 5 and versions[0][1] >= 12
+    fresh = broker_factory(overrides=FAST)
+    versions, finalized = api_versions(fresh.bootstrap)
+    assert finalized["transaction.version"] == 2
+    assert versions[END_TXN][1] == 5 and versions[TXN_OFFSET_COMMIT][1] == 5
 
 
 def test_epoch_bump_per_transaction_and_a_stale_epoch_is_fenced(broker_factory) -> None:

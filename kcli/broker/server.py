@@ -36,15 +36,18 @@ FATAL_GRACE_SECONDS = 1.0
 """After a fatal fault, how long a quorum request in flight (a leader's parked Fetch) may take to finish."""
 
 
-async def serve(config: BrokerConfig, on_ready: Callable[[str, int], None]) -> None:
+async def serve(
+    config: BrokerConfig, on_ready: Callable[[str, int], None], *, release: int | None = None
+) -> None:
     """Run a broker until SIGTERM or SIGINT, then shut down gracefully; or until a fatal fault.
 
     `on_ready(host, port)` is called once the socket is bound, with the real port when port 0 was
     asked for. Start-up problems (port in use, unusable data dir) raise KcliError; so does a fatal
-    fault after start-up (the Raft client stopped for good), once the node has shut down.
+    fault after start-up (the Raft client stopped for good), once the node has shut down. `release` is
+    the metadata.version level a node formatted on the spot starts at (None: kcli's default).
     """
     keep_freed_memory()
-    broker = Broker(config)
+    broker = Broker(config, release=release)
     host, port = await broker.start()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -93,10 +96,13 @@ class Broker:
         *,
         registry: ApiRegistry | None = None,
         cluster_id: str | None = None,
+        release: int | None = None,
     ) -> None:
         self.config = config
         self.registry = registry or build_registry()
         self.cluster_id = cluster_id
+        self.release = release
+        """The --release-version of a node formatted on the spot (ensure_meta_properties)."""
         self.state: BrokerState | None = None
         self._server: asyncio.Server | None = None
         """The first client listener's server (among `_servers`)."""
@@ -121,7 +127,9 @@ class Broker:
         node's votes and Fetches answered before the node can catch up and serve clients.
         """
         try:
-            cluster_id = ensure_meta_properties(self.config, self.cluster_id, locks=self._locks)
+            cluster_id = ensure_meta_properties(
+                self.config, self.cluster_id, locks=self._locks, release=self.release
+            )
             if not self.config.is_broker:
                 return await self._start_controller_only(cluster_id)
             return await self._start_broker(cluster_id)

@@ -37,11 +37,27 @@ def start(
     overrides: list[str] = typer.Option(
         [], "--override", metavar="KEY=VALUE", help="Set one broker property; repeatable; wins over --config."
     ),
+    release_version: str | None = typer.Option(
+        None,
+        "--release-version",
+        "-r",
+        help="On the first start of a single-node quorum (empty dirs, formatted on the spot), the release "
+        "version of its feature levels, e.g. 3.9 (as kcli storage format); the default is 4.1-IV1, with "
+        "Kafka 4.1's defaults (ELR on, group.version 1, transaction.version 2). Ignored once formatted.",
+        show_default=False,
+    ),
 ) -> None:
     """Start a single-node broker; SIGTERM or Ctrl-C shuts it down cleanly."""
     import asyncio
 
     from kcli.config import BrokerConfig
+    from kcli.features import FeatureError, metadata_version_from_string
+    from kcli.storage import StorageError
+
+    try:
+        release = None if release_version is None else metadata_version_from_string(release_version)
+    except FeatureError as exc:
+        raise StorageError(str(exc)) from None
 
     settings: dict[str, str] = {}
     if listen is not None:
@@ -59,7 +75,7 @@ def start(
         print(READY_LINE.format(host=shown, port=port), file=sys.stderr, flush=True)
 
     try:
-        asyncio.run(serve(config, ready))
+        asyncio.run(serve(config, ready, release=release))
     except KeyboardInterrupt:  # a second Ctrl-C during shutdown
         raise typer.Exit(130) from None
 

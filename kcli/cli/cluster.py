@@ -60,16 +60,32 @@ def start(
         "DATA_DIR/client.properties is for --command-config (and Kafka's tools).",
         show_default=False,
     ),
+    release_version: str | None = typer.Option(
+        None,
+        "--release-version",
+        "-r",
+        help="The release version a new cluster's feature levels are formatted for, e.g. 3.9 or 4.0-IV1 "
+        "(as kcli storage format); the default is 4.1-IV1, with Kafka 4.1's defaults (ELR on, "
+        "group.version 1, transaction.version 2).",
+        show_default=False,
+    ),
 ) -> None:
     """Format (first time) and start the nodes; print the bootstrap string; Ctrl-C stops them all.
 
     A node that stops on its own (a fatal fault) stops the others too, and its sentence is the error.
     With --security, also print where client.properties is and a confluent-kafka config.
     """
-    from ops.local_cluster import LocalCluster, plan
+    from kcli.features import FeatureError, metadata_version_from_string
+    from ops.local_cluster import LocalCluster, LocalClusterError, plan
     from ops.local_security import CLIENT_PROPERTIES, librdkafka_config
 
-    layout = plan(data_dir, brokers, port, overrides, controllers=controllers, security=security)
+    try:
+        release = None if release_version is None else metadata_version_from_string(release_version)
+    except FeatureError as exc:
+        raise LocalClusterError(str(exc)) from None
+    layout = plan(
+        data_dir, brokers, port, overrides, controllers=controllers, security=security, release=release
+    )
     cluster = LocalCluster(layout)
     stop = False
 

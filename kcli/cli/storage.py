@@ -68,7 +68,7 @@ def format_storage(
         "--release-version",
         "-r",
         help="The release version to use for the initial feature settings, e.g. 4.1 or 4.0-IV1 "
-        "(kcli writes 3.9-IV0 to 4.1-IV1); the default is 3.9-IV0.",
+        "(kcli writes 3.9-IV0 to 4.1-IV1); the default is 4.1-IV1, as Kafka 4.1's.",
         show_default=False,
     ),
     feature: list[str] = typer.Option(
@@ -94,10 +94,11 @@ def format_storage(
     The bootstrap.checkpoint holds the cluster's initial feature levels: metadata.version from
     --release-version, and each feature kcli implements at its default for that release unless
     --feature sets it (eligible.leader.replicas.version, KIP-966: 1 needs 4.0-IV1 or later and is the
-    default from 4.1; transaction.version, KIP-890: 2 bumps the producer epoch at the end of every
-    transaction, 0 unless set). Nothing is written when a feature level is refused, the configuration
-    is not a KRaft one (process.roles), the cluster id is not a base64 UUID, an --add-scram argument is
-    malformed, or a directory is already formatted (unless --ignore-formatted).
+    default from 4.1; group.version, KIP-848: 1 from 4.0; transaction.version, KIP-890: 2 bumps the
+    producer epoch at the end of every transaction, the default from 4.0-IV2). Nothing is written when
+    a feature level is refused, the configuration is not a KRaft one (process.roles), the cluster id
+    is not a base64 UUID, an --add-scram argument is malformed, or a directory is already formatted
+    (unless --ignore-formatted).
 
     --add-scram credentials go into bootstrap.checkpoint as UserScramCredentialRecords (salt, StoredKey,
     ServerKey and iterations; never the password), so the cluster starts with those users.

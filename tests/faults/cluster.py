@@ -180,6 +180,7 @@ class FaultCluster:
                 node_properties(local, voters, nodes, [*settings, advertised, *overrides])
             )
             config = BrokerConfig.load(config_file=node.properties)
+            # 3.9-IV0 (ELR off): a run's --release-version upgrades from there, as an operator would
             format_storage(config, self.cluster_id, metadata_version=21, now_ms=int(time.time() * 1000))
         routes = []
         for n in self.nodes.values():

@@ -22,8 +22,9 @@ from collections.abc import Mapping, Sequence
 from kio.schema.errors import ErrorCode
 
 from kcli.broker.metadata.controller.controller_result import NONE, ApiError, ControllerResult, Record
-from kcli.broker.metadata.image import BROKER_RESOURCE, METADATA_VERSION, MV_3_9_IV0, ClusterMetadataImage
+from kcli.broker.metadata.image import BROKER_RESOURCE, METADATA_VERSION, ClusterMetadataImage
 from kcli.features import (
+    DEFAULT_METADATA_VERSION,
     ELIGIBLE_LEADER_REPLICAS_VERSION,
     KRAFT_VERSION,
     MAX_METADATA_VERSION,
@@ -54,7 +55,8 @@ class FeatureControlManager:
         default_min_insync_replicas: int = 1,
     ) -> ControllerResult[bool]:
         """A log with no metadata.version gets the bootstrap records: those of `bootstrap.checkpoint`
-        (`kcli storage format`), else the FeatureLevelRecord of 3.9-IV0 (level 21). With
+        (`kcli storage format`), else the FeatureLevelRecord of kcli's default metadata.version alone (Kafka's
+        BootstrapDirectory.readFromConfiguration: its latest production level, no other feature). With
         eligible.leader.replicas.version above 0 among them, a ConfigRecord follows that sets the
         cluster-level min.insync.replicas to this controller's (ActivationRecordsGenerator)."""
         if image.metadata_version != 0:
@@ -63,7 +65,7 @@ class FeatureControlManager:
             record: Record = (
                 "FeatureLevelRecord",
                 0,
-                {"name": METADATA_VERSION, "featureLevel": MV_3_9_IV0},
+                {"name": METADATA_VERSION, "featureLevel": DEFAULT_METADATA_VERSION},
             )
             return ControllerResult([record], True)
         out = list(records)

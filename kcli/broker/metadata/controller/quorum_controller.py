@@ -55,13 +55,13 @@ from kcli.broker.metadata.controller.replication_control_manager import (
     ReplicationControlManager,
 )
 from kcli.broker.metadata.controller.scram_control_manager import ScramControlManager, UserResult
-from kcli.broker.metadata.image import MV_3_9_IV0, ClusterMetadataImage, ProducerIdsBlock, fold
+from kcli.broker.metadata.image import ClusterMetadataImage, ProducerIdsBlock, fold
 from kcli.broker.raft.metadata_log import LoggedBatch, MetadataLog
 from kcli.broker.raft.raft_client import KafkaRaftClient, LeaderAndEpoch, NotLeaderError
 from kcli.broker.raft.snapshots import SnapshotId
 from kcli.config import BrokerConfig, Listener
 from kcli.errors import KcliError
-from kcli.features import UpgradeType
+from kcli.features import DEFAULT_METADATA_VERSION, UpgradeType, release_version
 from kcli.protocol.messages import build, response_type
 from kcli.security.acl import AclBindingFilter, StandardAcl
 
@@ -169,7 +169,9 @@ class QuorumController:
             )
             if self._write(bootstrap) is not None:
                 source = (
-                    "the bootstrap metadata" if self.bootstrap_records else f"metadata.version {MV_3_9_IV0}"
+                    "the bootstrap metadata"
+                    if self.bootstrap_records
+                    else f"metadata.version {release_version(DEFAULT_METADATA_VERSION)}"
                 )
                 log.info("bootstrapped the metadata log from %s", source)
         elif self._active_epoch is not None:
