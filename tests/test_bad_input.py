@@ -63,6 +63,9 @@ OUTPUT_PATHS = {"--rollback-file", "--checkpoint", "--offset-map", "--journal", 
 BOOTSTRAP_OPTIONS = {"--bootstrap-server", "--bootstrap-controller"}
 
 TO_THE_CONNECT = {
+    ("acls", "add"): ["--allow-principal", "User:x", "--operation", "Read", "--topic", "t"],
+    ("acls", "check"): ["--principal", "User:x", "--operation", "Read", "--topic", "t"],
+    ("acls", "remove"): ["--allow-principal", "User:x", "--operation", "Read", "--topic", "t", "--force"],
     ("configs", "alter"): ["--topic", "t", "--add-config", "retention.ms=1"],
     ("configs", "describe"): ["--topic", "t"],
     ("elect",): ["--election-type", "preferred", "--all-topic-partitions"],
