@@ -78,7 +78,10 @@ def test_one_node_snapshots_cleans_its_log_and_restarts_from_the_snapshot(tmp_pa
     end_offset = int(latest[:20])
     live_segments = sorted(int(p.name[:20]) for p in metadata_dir.glob("*.log"))
     assert live_segments[0] > 0, "retention did not move the log start past the first segment"
-    assert len(taken) == 1, "older snapshots stay after retention moved the log start"
+    # Retention deleted every snapshot below the log start it moved to; one written after that clean-up
+    # (the snapshots lag the commits on a busy machine) stays beside it until the next one, as in Kafka.
+    stale = [name for name in taken if int(name[:20]) < live_segments[0]]
+    assert not stale, f"snapshots below the log start stay after retention moved it: {stale}"
     dumped = kcli("dump-segment", "--deep-iteration", str(metadata_dir / latest))
     assert (
         f"Snapshot end offset: {end_offset}" in dumped
