@@ -244,7 +244,9 @@ def test_consumer_offsets_is_compacted_and_commits_survive(tmp_path: Path) -> No
         int(line.split("offset: ")[1].split()[0]) for line in dumped.splitlines() if '"group":"busy"' in line
     ]
     cleaned = [offset for offset in offsets if offset < cleaned_up_to]
-    assert cleaned_up_to > 0 and len(cleaned) == 3, "one commit per key left in the cleaned section"
+    # At most one commit per key in the cleaned section: none when a later clean, whose checkpoint the
+    # shutdown overtook, kept each key's newer commit above it (the checkpoint follows the swap, as in Kafka).
+    assert cleaned_up_to > 0 and len(cleaned) <= 3, "more than one commit per key left in the cleaned section"
 
     second = start_broker(tmp_path / "second", data_dir=data_dir, overrides=overrides)
     try:
