@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from kcli.broker.metadata.controller import QuorumController
     from kcli.broker.metadata.image import ClusterMetadataImage, TopicChanges
     from kcli.broker.producer_ids import ProducerIdManager
-    from kcli.broker.quota.quotas import QuotaManagers
+    from kcli.broker.quota.quota_factory import QuotaManagers
     from kcli.broker.raft import KafkaRaftClient
     from kcli.broker.replication.alter_log_dirs import ReplicaAlterLogDirsManager
     from kcli.broker.replication.fetch_session import FetchManager
@@ -92,12 +92,12 @@ class BrokerState:
     """Everything handlers share: configuration, the API registry, the metadata image and hooks."""
 
     config: BrokerConfig
-    registry: ApiRegistry
+    registry: ApiRegistry[RequestContext]
     image: ClusterMetadataImage
     auto_create_topics: AutoCreateTopics | None = None
     node: NodeServices | None = None
     """The controller and the logs; None only for a broker started without storage (network tests)."""
-    controller_registry: ApiRegistry | None = None
+    controller_registry: ApiRegistry[RequestContext] | None = None
     """What the controller listener serves (Raft, broker lifecycle); None without one."""
     controller_listener_name: str | None = None
     forward_to_controller: ForwardToController | None = None
@@ -204,7 +204,7 @@ class RequestContext(NamedTuple):
         )
 
     @property
-    def registry(self) -> ApiRegistry:
+    def registry(self) -> ApiRegistry[RequestContext]:
         """The APIs of the listener this request came in on."""
         state = self.state
         if (

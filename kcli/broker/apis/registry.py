@@ -1,7 +1,8 @@
 """The API registry: api key -> (min version, max version, async handler).
 
 The registry is the single source of truth for what the broker advertises in ApiVersions: an
-API is listed exactly when a handler is registered, with exactly the versions it handles.
+API is listed exactly when a handler is registered, with exactly the versions it handles. It is
+generic in what a handler is given (the broker's RequestContext), so it sits below that context.
 """
 
 from __future__ import annotations
@@ -12,19 +13,19 @@ from dataclasses import dataclass
 
 from kcli.protocol.messages import api_name, kio_versions
 
-if typing.TYPE_CHECKING:
-    from kcli.broker.apis.context import RequestContext
+Context = typing.TypeVar("Context")
+"""What the dispatch hands every handler with its request (kcli.broker.apis.context.RequestContext)."""
 
-Handler = Callable[["RequestContext", typing.Any], Awaitable[typing.Any]]
+Handler = Callable[[Context, typing.Any], Awaitable[typing.Any]]
 """`async def handle(ctx, request) -> response entity | None` (None: no response, e.g. acks=0)."""
 
 
 @dataclass(frozen=True, slots=True)
-class ApiSpec:
+class ApiSpec(typing.Generic[Context]):
     api_key: int
     min_version: int
     max_version: int
-    handler: Handler
+    handler: Handler[Context]
 
     @property
     def name(self) -> str:
@@ -34,15 +35,15 @@ class ApiSpec:
         return self.min_version <= version <= self.max_version
 
 
-class ApiRegistry:
+class ApiRegistry(typing.Generic[Context]):
     """Handlers by api key; refuses versions kio cannot encode, so we never advertise them."""
 
-    def __init__(self, specs: typing.Iterable[ApiSpec] = ()) -> None:
-        self._specs: dict[int, ApiSpec] = {}
+    def __init__(self, specs: typing.Iterable[ApiSpec[Context]] = ()) -> None:
+        self._specs: dict[int, ApiSpec[Context]] = {}
         for spec in specs:
             self.add(spec)
 
-    def add(self, spec: ApiSpec) -> None:
+    def add(self, spec: ApiSpec[Context]) -> None:
         if spec.api_key in self._specs:
             raise ValueError(f"API key {spec.api_key} is registered twice")
         low, high = kio_versions(spec.api_key) or (0, -1)
@@ -52,10 +53,10 @@ class ApiRegistry:
             )
         self._specs[spec.api_key] = spec
 
-    def get(self, api_key: int) -> ApiSpec | None:
+    def get(self, api_key: int) -> ApiSpec[Context] | None:
         return self._specs.get(api_key)
 
-    def __iter__(self) -> Iterator[ApiSpec]:
+    def __iter__(self) -> Iterator[ApiSpec[Context]]:
         return iter(sorted(self._specs.values(), key=lambda s: s.api_key))
 
     def __contains__(self, api_key: int) -> bool:

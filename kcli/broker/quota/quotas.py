@@ -1,4 +1,4 @@
-"""The broker's quota managers (Kafka's QuotaFactory.QuotaManagers) and how a throttle is applied.
+"""How the broker's quota managers (`quota_factory`) are applied to a request, and a throttle with them.
 
 KIP-219: a throttled client gets its answer at once, carrying throttle_time_ms, and the broker then
 reads nothing more from that connection until the time has passed; a client that honours the field
@@ -14,35 +14,13 @@ import types
 from collections.abc import Coroutine, Generator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from kcli.broker.quota.manager import (
-    NANOS_TO_PERCENTAGE_PER_SECOND,
-    ClientQuotaManager,
-    ControllerMutationQuota,
-    ControllerMutationQuotaManager,
-)
-from kcli.quota_config import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
+from kcli.broker.quota.manager import NANOS_TO_PERCENTAGE_PER_SECOND, ControllerMutationQuota
+from kcli.broker.quota.quota_factory import QuotaManagers
 
 if TYPE_CHECKING:
     from kcli.broker.apis.context import BrokerState, RequestContext
-    from kcli.config import BrokerConfig
 
 T = TypeVar("T")
-
-
-class QuotaManagers:
-    """Produce, fetch, request-time and controller-mutation quotas of one broker."""
-
-    def __init__(self, config: BrokerConfig) -> None:
-        samples = int(config["quota.window.num"])  # type: ignore[call-overload]
-        window = int(config["quota.window.size.seconds"])  # type: ignore[call-overload]
-        self.produce = ClientQuotaManager(PRODUCER_BYTE_RATE, samples, window)
-        self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE, samples, window)
-        # ClientRequestQuotaManager: a throttle never exceeds one window (maxThrottleTimeMs).
-        self.request = ClientQuotaManager(REQUEST_PERCENTAGE, samples, window, max_throttle_ms=window * 1000)
-        self.controller_mutation = ControllerMutationQuotaManager(
-            int(config["controller.quota.window.num"]),  # type: ignore[call-overload]
-            int(config["controller.quota.window.size.seconds"]),  # type: ignore[call-overload]
-        )
 
 
 def quotas_of(state: BrokerState) -> QuotaManagers:

@@ -12,6 +12,9 @@
   - `voter_changes`: KIP-853's AddVoterHandler, RemoveVoterHandler, UpdateVoterHandler
   - `live_replicas`: one live process per node id (replica keys' directory ids)
   - `raft_util`: the KRaft RPCs' keys, versions and one-partition envelope (RaftUtil)
+  - `raft_part`: what the parts may read and call of the client (a Protocol), so none names it
+- `quorum_config`: the client's timeouts and metadata-log retention (QuorumConfig)
+- `raft_listener`: what the client tells its listeners (RaftClient.Listener, LeaderAndEpoch)
 - `snapshots`: snapshot files (names, writes, reads)
 - `voter_history`: a dynamic quorum's voter set and kraft.version by offset (VoterSetHistory)
 
@@ -26,13 +29,10 @@ import uuid
 
 from formats.checkpoints import uuid_from_base64
 from kcli.broker.raft.metadata_log import LoggedBatch, MetadataLog, MetadataLogError, metadata_log_dir
-from kcli.broker.raft.raft_client import (
-    KafkaRaftClient,
-    LeaderAndEpoch,
-    NotLeaderError,
-    RaftConfig,
-    RaftListener,
-)
+from kcli.broker.raft.quorum_config import RaftConfig
+from kcli.broker.raft.raft_client import KafkaRaftClient
+from kcli.broker.raft.raft_listener import LeaderAndEpoch, RaftListener
+from kcli.broker.raft.raft_util import NotLeaderError
 from kcli.config import BrokerConfig
 from kcli.storage import load_meta_properties
 

@@ -25,6 +25,7 @@ from formats.records import (
 )
 from kcli.broker.raft.leader_state import LeaderState, ReplicaProgress
 from kcli.broker.raft.quorum_state import NO_ID, RaftState
+from kcli.broker.raft.raft_part import RaftPart
 from kcli.broker.raft.raft_util import (
     BEGIN_QUORUM_EPOCH,
     END_QUORUM_EPOCH,
@@ -33,7 +34,6 @@ from kcli.broker.raft.raft_util import (
     VOTE,
     VOTE_VERSION,
     ZERO_UUID,
-    RaftPart,
     beyond_max_epoch,
     only_partition,
     single_partition,

@@ -28,6 +28,7 @@ from kcli.broker.raft.metadata_log import (
     logged_batch,
 )
 from kcli.broker.raft.quorum_state import RaftState
+from kcli.broker.raft.raft_part import RaftPart
 from kcli.broker.raft.raft_util import (
     FETCH,
     FETCH_MAX_WAIT_MS,
@@ -36,7 +37,6 @@ from kcli.broker.raft.raft_util import (
     FETCH_VERSION,
     NO_THROTTLE,
     NODE_ID_TAKEN,
-    RaftPart,
     only_partition,
     single_partition,
     time_ms,

@@ -15,15 +15,14 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from kcli.broker.raft.raft_part import RaftClientState, RaftPart
 from kcli.broker.raft.raft_util import (
     DESCRIBE_QUORUM,
     DESCRIBE_QUORUM_VERSION,
     MAX_EPOCH,
-    RaftPart,
     directory_text,
     known_directory,
     only_partition,
@@ -31,16 +30,13 @@ from kcli.broker.raft.raft_util import (
 )
 from kcli.protocol.messages import request_type
 
-if TYPE_CHECKING:
-    from kcli.broker.raft.raft_client import KafkaRaftClient
-
 log = logging.getLogger("kcli.broker.raft")
 
 
 class LiveReplicas(RaftPart):
     """The directory ids of the replicas this node served, and the checks made with them."""
 
-    def __init__(self, raft: KafkaRaftClient) -> None:
+    def __init__(self, raft: RaftClientState) -> None:
         super().__init__(raft)
         self.directories: dict[int, tuple[uuid.UUID | None, float]] = {}
         """Per replica id, the directory id of the last Fetch or FetchSnapshot this node served it as

@@ -26,13 +26,12 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from formats.errors import FormatError
-from formats.internal import MetadataRecord, decode_metadata_record
+from formats.internal import decode_metadata_record
 from formats.kraft_snapshot import read_snapshot
 from formats.records import ControlType, build_kraft_control_batch, kraft_version_value, voters_value
 from kcli.broker.log import AppendOrigin, LogStorageError, RecordError
@@ -41,7 +40,9 @@ from kcli.broker.raft.fetch_replication import FetchReplication
 from kcli.broker.raft.leader_state import LeaderState, ReplicaProgress
 from kcli.broker.raft.live_replicas import LiveReplicas
 from kcli.broker.raft.metadata_log import LoggedBatch, MetadataLog, MetadataLogError
+from kcli.broker.raft.quorum_config import RaftConfig
 from kcli.broker.raft.quorum_state import NO_ID, QuorumState, RaftState
+from kcli.broker.raft.raft_listener import LeaderAndEpoch, RaftListener
 from kcli.broker.raft.raft_util import (
     DESCRIBE_QUORUM,
     MAX_EPOCH,
@@ -66,51 +67,6 @@ from kcli.protocol.messages import build, nested_type, response_type
 from kcli.voters import VoterNode, VoterSet
 
 log = logging.getLogger("kcli.broker.raft")
-
-
-@dataclass(frozen=True, slots=True)
-class RaftConfig:
-    """Kafka's `controller.quorum.*` timeouts, in milliseconds."""
-
-    election_timeout_ms: int = 1000
-    fetch_timeout_ms: int = 2000
-    election_backoff_max_ms: int = 1000
-    request_timeout_ms: int = 2000
-    retry_backoff_ms: int = 20
-    retention_bytes: int = 100 * 1024 * 1024  # metadata.max.retention.bytes
-    retention_ms: int = 7 * 24 * 3600 * 1000  # metadata.max.retention.ms
-
-    @classmethod
-    def from_values(cls, values: dict[str, Any]) -> RaftConfig:
-        """From `controller.quorum.<name>` settings; missing ones keep Kafka's defaults."""
-        names = {
-            "election_timeout_ms": "controller.quorum.election.timeout.ms",
-            "fetch_timeout_ms": "controller.quorum.fetch.timeout.ms",
-            "election_backoff_max_ms": "controller.quorum.election.backoff.max.ms",
-            "request_timeout_ms": "controller.quorum.request.timeout.ms",
-            "retry_backoff_ms": "controller.quorum.retry.backoff.ms",
-            "retention_bytes": "metadata.max.retention.bytes",
-            "retention_ms": "metadata.max.retention.ms",
-        }
-        return cls(**{attr: int(values[key]) for attr, key in names.items() if values.get(key) is not None})
-
-
-class LeaderAndEpoch(NamedTuple):
-    leader_id: int
-    epoch: int
-
-
-class RaftListener(Protocol):
-    """Kafka's RaftClient.Listener."""
-
-    def handle_commit(self, batches: Sequence[LoggedBatch]) -> None:
-        """Batches below the high watermark, in log order, each exactly once."""
-
-    def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
-        """A new epoch or leader; for this node as leader, only once it has every batch before its epoch."""
-
-    def handle_load_snapshot(self, snapshot_id: SnapshotId, records: Sequence[MetadataRecord]) -> None:
-        """The whole state as of the snapshot's end offset: replace what was loaded before."""
 
 
 class KafkaRaftClient:

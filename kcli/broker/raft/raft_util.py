@@ -7,7 +7,7 @@ import logging
 import time
 import uuid
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -15,9 +15,6 @@ from formats.checkpoints import uuid_to_base64
 from kcli.broker.raft.metadata_log import CLUSTER_METADATA_TOPIC_ID
 from kcli.config import CLUSTER_METADATA_TOPIC
 from kcli.protocol.messages import build, nested_type
-
-if TYPE_CHECKING:
-    from kcli.broker.raft.raft_client import KafkaRaftClient
 
 log = logging.getLogger("kcli.broker.raft")
 
@@ -49,14 +46,6 @@ directory id holds. Kafka's own code for a node id already in use ("This broker 
 which its controller answers a BrokerRegistration with while the id's last incarnation is still alive;
 no Raft answer uses it otherwise, so a node cannot read it as anything else, and a stock Kafka node
 logs it by that name."""
-
-
-class RaftPart:
-    """A part of one node's KafkaRaftClient (elections, Fetch replication, snapshots, a voter change
-    handler ...): it reads and moves the client's state, which the client alone holds."""
-
-    def __init__(self, raft: KafkaRaftClient) -> None:
-        self.raft = raft
 
 
 class NotLeaderError(Exception):

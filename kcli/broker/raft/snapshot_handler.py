@@ -17,13 +17,13 @@ from formats.errors import FormatError
 from formats.kraft_snapshot import build_snapshot
 from formats.records import ControlType, kraft_version_value, voters_value
 from kcli.broker.raft.metadata_log import MAX_BATCH_BYTES, MetadataLogError
+from kcli.broker.raft.raft_part import RaftPart
 from kcli.broker.raft.raft_util import (
     FETCH_SNAPSHOT,
     FETCH_SNAPSHOT_VERSION,
     NO_THROTTLE,
     NODE_ID_TAKEN,
     SNAPSHOT_TOPIC,
-    RaftPart,
     only_partition,
     single_partition,
     time_ms,

@@ -11,10 +11,11 @@ import functools
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kcli.broker.raft.raft_part import RaftClientState, RaftPart
 from kcli.broker.raft.raft_util import (
     ADD_RAFT_VOTER,
     ADD_VOTER_CAUGHT_UP_MS,
@@ -23,16 +24,12 @@ from kcli.broker.raft.raft_util import (
     REMOVE_RAFT_VOTER,
     UPDATE_RAFT_VOTER,
     NotLeaderError,
-    RaftPart,
     endpoints_text,
     known_directory,
     time_ms,
 )
 from kcli.protocol.messages import build, nested_type, request_type, response_type
 from kcli.voters import VoterNode
-
-if TYPE_CHECKING:
-    from kcli.broker.raft.raft_client import KafkaRaftClient
 
 log = logging.getLogger("kcli.broker.raft")
 
@@ -231,7 +228,7 @@ class RemoveVoterHandler(VoterChangeHandler):
 class UpdateVoterHandler(VoterChangeHandler):
     """UpdateRaftVoter: a voter's new endpoints and kraft.version range, on both sides."""
 
-    def __init__(self, raft: KafkaRaftClient) -> None:
+    def __init__(self, raft: RaftClientState) -> None:
         super().__init__(raft)
         self._voter_update: tuple[int, float] = (-1, 0.0)
         """(epoch, monotonic time) of this voter's last UpdateRaftVoter; see `update_voter_due`."""

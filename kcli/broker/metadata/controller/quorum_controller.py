@@ -57,7 +57,9 @@ from kcli.broker.metadata.controller.replication_control_manager import (
 from kcli.broker.metadata.controller.scram_control_manager import ScramControlManager, UserResult
 from kcli.broker.metadata.image import ClusterMetadataImage, ProducerIdsBlock, fold
 from kcli.broker.raft.metadata_log import LoggedBatch, MetadataLog
-from kcli.broker.raft.raft_client import KafkaRaftClient, LeaderAndEpoch, NotLeaderError
+from kcli.broker.raft.raft_client import KafkaRaftClient
+from kcli.broker.raft.raft_listener import LeaderAndEpoch
+from kcli.broker.raft.raft_util import NotLeaderError
 from kcli.broker.raft.snapshots import SnapshotId
 from kcli.config import BrokerConfig, Listener
 from kcli.errors import KcliError
