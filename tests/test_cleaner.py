@@ -35,8 +35,9 @@ from formats.compression import Codec
 from formats.records import DELETE_HORIZON_BIT, RecordBatch, RecordSpec, build_batch
 from formats.segment import walk
 from kcli.broker.log import Log, LogConfig, LogManager
-from kcli.broker.log.cleaner import Cleaner, CleanerConfig, LogCleaner, Throttler
+from kcli.broker.log.cleaner import Cleaner, CleanerConfig, Throttler
 from kcli.broker.log.cleaner_manager import CLEANER_OFFSET_CHECKPOINT, log_to_clean
+from kcli.broker.log.log_cleaner import LogCleaner
 from kcli.broker.log.segment import Segment
 from kcli.config import BrokerConfig
 

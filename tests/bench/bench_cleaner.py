@@ -31,7 +31,8 @@ sys.path.insert(0, str(REPO))
 from formats.compression import Codec  # noqa: E402
 from formats.records import RecordSpec, build_batch  # noqa: E402
 from kcli.broker.log import Log, LogConfig  # noqa: E402
-from kcli.broker.log.cleaner import CleanerConfig, LogCleaner  # noqa: E402
+from kcli.broker.log.cleaner import CleanerConfig  # noqa: E402
+from kcli.broker.log.log_cleaner import LogCleaner  # noqa: E402
 
 MIB = 1 << 20
 CODECS = {

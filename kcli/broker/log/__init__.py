@@ -11,9 +11,10 @@
 Modules, one concept each: `segment` (a .log with its indexes), `index` (the mapped index files),
 `validator` (produce-time checks), `epochs` (leader-epoch-checkpoint), `loader` (start-up recovery),
 `producer_state` (idempotent producers' sequences and epochs, `.snapshot` files), `log` (one
-partition), `manager` (all partitions, periodic work, shutdown), `config` (LogConfig), `cleaner`
-(compaction: Kafka's LogCleaner and Cleaner), `cleaner_manager` (which log to clean next,
-cleaner-offset-checkpoint), `offset_map` (the cleaner's key -> last offset map).
+partition), `manager` (all partitions, periodic work, shutdown), `config` (LogConfig), `log_cleaner`
+(compaction's thread and hand-offs: Kafka's LogCleaner), `cleaner` (one clean of one log: Cleaner),
+`cleaner_manager` (which log to clean next, cleaner-offset-checkpoint), `offset_map` (the cleaner's
+key -> last offset map).
 """
 
 from kcli.broker.log.config import LogConfig

@@ -36,9 +36,10 @@ from formats.checkpoints import (
 )
 from formats.errors import CheckpointError
 from formats.segment import parse_partition_dir
-from kcli.broker.log.cleaner import CleanerConfig, LogCleaner
+from kcli.broker.log.cleaner import CleanerConfig
 from kcli.broker.log.config import LogConfig
 from kcli.broker.log.log import Log, wall_clock_ms
+from kcli.broker.log.log_cleaner import LogCleaner
 from kcli.config import CLUSTER_METADATA_TOPIC, BrokerConfig
 from kcli.files import create_if_missing, fsync_dir, quarantine_beside, write_atomically
 from kcli.storage import load_meta_properties
