@@ -11,7 +11,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 from metadata_harness import SyncController
 
-from kcli.broker.metadata.controller.replication_control_manager import NewTopic
+from kcli.broker.metadata.controller.topic_control_manager import NewTopic
 from kcli.broker.metadata.placement import (
     BrokerList,
     InvalidReplicationFactorException,

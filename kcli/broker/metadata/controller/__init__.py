@@ -2,8 +2,11 @@
 
 - `quorum_controller`: runs an operation (ask the manager, then commit its records) — QuorumController
 - `cluster_control_manager`: broker registration, fencing, listeners, broker epochs
-- `replication_control_manager`: topics, partitions, placement; CreateTopics, DeleteTopics, CreatePartitions,
-  AlterPartition, elections on broker state changes, preferred-leader and unclean election passes
+- `topic_control_manager`: which topics and partitions exist and where replicas go; CreateTopics,
+  DeleteTopics, CreatePartitions, replica placement (Kafka does these in ReplicationControlManager)
+- `replication_control_manager`: changes to existing partitions; AlterPartition, ElectLeaders,
+  reassignments, elections on broker state changes, preferred-leader and unclean election passes
+- `partition_reassignment`: a reassignment's replica sets (PartitionReassignmentReplicas, ...Revert)
 - `partition_change_builder`: the PartitionChangeRecord for a partition's new leader, ISR, assignment
 - `configuration_control_manager`: topic config overrides; IncrementalAlterConfigs, AlterConfigs
 - `producer_id_control_manager`: AllocateProducerIds blocks
@@ -32,14 +35,15 @@ from kcli.broker.metadata.controller.controller_result import (
 from kcli.broker.metadata.controller.feature_control_manager import FeatureControlManager
 from kcli.broker.metadata.controller.producer_id_control_manager import ProducerIdControlManager
 from kcli.broker.metadata.controller.quorum_controller import NotControllerError, QuorumController
-from kcli.broker.metadata.controller.replication_control_manager import (
+from kcli.broker.metadata.controller.replication_control_manager import ReplicationControlManager
+from kcli.broker.metadata.controller.topic import topic_name_error
+from kcli.broker.metadata.controller.topic_control_manager import (
     MAX_RECORDS_PER_USER_OP,
     CreateTopicResult,
     DeleteTopicResult,
     NewTopic,
-    ReplicationControlManager,
+    TopicControlManager,
 )
-from kcli.broker.metadata.controller.topic import topic_name_error
 
 __all__ = [
     "MAX_RECORDS_PER_USER_OP",
@@ -60,5 +64,6 @@ __all__ = [
     "ProducerIdControlManager",
     "QuorumController",
     "ReplicationControlManager",
+    "TopicControlManager",
     "topic_name_error",
 ]

@@ -49,12 +49,15 @@ from kcli.broker.metadata.controller.feature_control_manager import FeatureContr
 from kcli.broker.metadata.controller.producer_id_control_manager import ProducerIdControlManager
 from kcli.broker.metadata.controller.replication_control_manager import (
     ALTER_PARTITION_REASSIGNMENTS,
-    CreateTopicResult,
-    DeleteTopicResult,
-    NewTopic,
     ReplicationControlManager,
 )
 from kcli.broker.metadata.controller.scram_control_manager import ScramControlManager, UserResult
+from kcli.broker.metadata.controller.topic_control_manager import (
+    CreateTopicResult,
+    DeleteTopicResult,
+    NewTopic,
+    TopicControlManager,
+)
 from kcli.broker.metadata.image import ClusterMetadataImage, ProducerIdsBlock, fold
 from kcli.broker.raft.metadata_log import LoggedBatch, MetadataLog
 from kcli.broker.raft.raft_client import KafkaRaftClient
@@ -106,9 +109,8 @@ class QuorumController:
         self._last_write = 0.0
         self.cluster_control = ClusterControlManager()
         self.configuration_control = ConfigurationControlManager(config)
-        self.replication_control = ReplicationControlManager(
-            config, self.cluster_control, self.configuration_control
-        )
+        self.topic_control = TopicControlManager(config, self.cluster_control, self.configuration_control)
+        self.replication_control = ReplicationControlManager(self.cluster_control, self.configuration_control)
         self.producer_id_control = ProducerIdControlManager(self.cluster_control)
         self.feature_control = FeatureControlManager()
         self.scram_control = ScramControlManager()
@@ -452,7 +454,7 @@ class QuorumController:
         self, topics: Sequence[NewTopic], *, validate_only: bool = False
     ) -> list[CreateTopicResult]:
         """CreateTopics: one result per distinct name, in request order; successes are one batch."""
-        results = await self._run(self.replication_control.create_topics(self._image, topics), validate_only)
+        results = await self._run(self.topic_control.create_topics(self._image, topics), validate_only)
         created = [r.name for r in results if not r.error.is_failure]
         if created:
             log.info("%s topic(s) %s", "validated" if validate_only else "created", ", ".join(created))
@@ -460,7 +462,7 @@ class QuorumController:
 
     async def delete_topics(self, topics: Sequence[str | uuid.UUID]) -> list[DeleteTopicResult]:
         """DeleteTopics by name or id: one result per distinct reference; removals are one batch."""
-        result = self.replication_control.delete_topics(self._image, topics)
+        result = self.topic_control.delete_topics(self._image, topics)
         await self._run(result)
         if result.records:
             deleted = (str(r.name) for r in result.response if not r.error.is_failure)
@@ -476,7 +478,7 @@ class QuorumController:
         validate_only: bool = False,
     ) -> ApiError:
         """CreatePartitions for one topic: raise its partition count to `count`."""
-        result = self.replication_control.create_partitions(self._image, topic, count, assignments)
+        result = self.topic_control.create_partitions(self._image, topic, count, assignments)
         return await self._run(result, validate_only)
 
     # --- configs ----------------------------------------------------------------------------------
