@@ -234,3 +234,42 @@ def test_modules_split_along_kafkas_lines_stay_split() -> None:
     }
     assert {"kcli.broker.raft.raft_client", "kcli.broker.log.cleaner"} <= set(sizes)
     assert {name: size for name, size in sizes.items() if size > 1000} == {}
+
+
+def _raft_members(module: str, cls: str) -> set[str]:
+    """What class `cls` of `module` declares: its annotated fields, methods and properties, and the
+    attributes its `__init__` sets."""
+    tree = ast.parse(MODULES[module].read_text())
+    [body] = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == cls]
+    names = set()
+    for node in body.body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            names.add(node.name)
+            if node.name == "__init__":
+                for inner in ast.walk(node):
+                    targets = (
+                        [inner.target] if isinstance(inner, ast.AnnAssign) else getattr(inner, "targets", [])
+                    )
+                    for target in targets:
+                        if isinstance(target, ast.Attribute) and ast.unparse(target.value) == "self":
+                            names.add(target.attr)
+    return names
+
+
+def test_the_raft_parts_see_the_client_only_through_raft_client_state() -> None:
+    """Every `self.raft.<name>` a part of the Raft client reads is declared by `RaftClientState`, and
+    KafkaRaftClient has every name the Protocol declares, so the Protocol is the parts' whole view."""
+    declared = _raft_members("kcli.broker.raft.raft_part", "RaftClientState")
+    parts = [name for name, targets in EDGES.items() if "kcli.broker.raft.raft_part" in targets]
+    assert {"kcli.broker.raft.elections", "kcli.broker.raft.voter_changes"} <= set(parts)
+    read = {
+        (name, node.attr)
+        for name in parts
+        for node in ast.walk(ast.parse(MODULES[name].read_text()))
+        if isinstance(node, ast.Attribute) and ast.unparse(node.value) == "self.raft"
+    }
+    assert sorted((name, attr) for name, attr in read if attr not in declared) == []
+    client = _raft_members("kcli.broker.raft.raft_client", "KafkaRaftClient")
+    assert sorted(declared - client) == []
