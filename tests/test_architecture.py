@@ -21,9 +21,18 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("formats", "kcli", "ops")
 
+NETWORK = (
+    "kcli.broker.network",
+    "kcli.broker.connection",
+    "kcli.broker.transport",
+    "kcli.broker.authenticator",
+)
+"""Kafka's network layer: SocketServer, the connection (KafkaChannel), the TLS transport, the SASL
+authenticator."""
+
 BROKER_LAYERS = [
     ("kcli.broker.server", "kcli.broker.node", "kcli.broker.lifecycle"),
-    ("kcli.broker.network", "kcli.broker.authenticator"),
+    NETWORK,
     ("kcli.broker.apis",),
     ("kcli.broker.group", "kcli.broker.txn", "kcli.broker.coordinator_log", "kcli.broker.producer_ids"),
     ("kcli.broker.replication",),
@@ -31,8 +40,8 @@ BROKER_LAYERS = [
     ("kcli.broker.raft",),
     ("kcli.broker.log",),
 ]
-"""Top to bottom. `node` wires the layers together, so it stands with the server; `network` is Kafka's
-SocketServer, below the broker's lifecycle and above the handlers it hands frames to."""
+"""Top to bottom. `node` wires the layers together, so it stands with the server; the network layer is
+Kafka's SocketServer, below the broker's lifecycle and above the handlers it hands frames to."""
 
 DISPATCH_SEAM = ("kcli.broker.apis.dispatch", "kcli.broker.apis.context")
 """What the network layer may import of the handlers' package: the dispatch and the types it speaks."""
@@ -132,14 +141,12 @@ def test_each_broker_layer_imports_only_the_layers_below(level: int) -> None:
 
 
 def test_the_network_layer_reaches_the_handlers_only_through_the_dispatch_seam() -> None:
-    network = ("kcli.broker.network", "kcli.broker.authenticator")
-    assert _violations(network, ("kcli.broker.apis",), allowed=DISPATCH_SEAM) == []
+    assert _violations(NETWORK, ("kcli.broker.apis",), allowed=DISPATCH_SEAM) == []
 
 
 def test_the_network_layer_knows_no_node_and_no_storage_below_the_handlers() -> None:
     below = tuple(p for layer in BROKER_LAYERS[3:] for p in layer)  # coordinators down to the log
-    network = ("kcli.broker.network", "kcli.broker.authenticator")
-    assert _violations(network, ("kcli.broker.node", "kcli.broker.server", *below)) == []
+    assert _violations(NETWORK, ("kcli.broker.node", "kcli.broker.server", *below)) == []
 
 
 def test_handlers_never_name_the_node_the_server_or_the_network() -> None:
@@ -150,7 +157,7 @@ def test_handlers_never_name_the_node_the_server_or_the_network() -> None:
         for name, targets in named.items()
         if _within(name, "kcli.broker.apis")
         for target in targets
-        if _within(target, "kcli.broker.node", "kcli.broker.server", "kcli.broker.network")
+        if _within(target, "kcli.broker.node", "kcli.broker.server", *NETWORK)
     )
     assert reached == []
 
@@ -158,7 +165,7 @@ def test_handlers_never_name_the_node_the_server_or_the_network() -> None:
 def test_request_headers_are_the_protocol_packages() -> None:
     """Header parsing is wire format, below the broker: the client and tools may use it too."""
     assert "kcli.protocol.request_header" in EDGES["kcli.broker.apis.dispatch"]
-    assert "kcli.protocol.request_header" in EDGES["kcli.broker.network"]
+    assert "kcli.protocol.request_header" in EDGES["kcli.broker.connection"]
 
 
 def test_no_import_circles() -> None:
@@ -273,3 +280,18 @@ def test_the_raft_parts_see_the_client_only_through_raft_client_state() -> None:
     assert sorted((name, attr) for name, attr in read if attr not in declared) == []
     client = _raft_members("kcli.broker.raft.raft_client", "KafkaRaftClient")
     assert sorted(declared - client) == []
+
+
+def test_a_connection_sees_its_server_only_through_socket_server_state() -> None:
+    """The SocketServer imports its connections' module, so a connection names the server only as the
+    `SocketServerState` Protocol: every `server.<name>` it reads is declared there, and SocketServer has
+    every name the Protocol declares."""
+    declared = _raft_members("kcli.broker.connection", "SocketServerState")
+    read = {
+        node.attr
+        for node in ast.walk(ast.parse(MODULES["kcli.broker.connection"].read_text()))
+        if isinstance(node, ast.Attribute) and ast.unparse(node.value) in ("server", "self.server")
+    }
+    assert {"handle", "accept", "wait_for_memory"} <= read
+    assert sorted(read - declared) == []
+    assert sorted(declared - _raft_members("kcli.broker.network", "SocketServer")) == []

@@ -44,7 +44,7 @@ from kcli.broker.apis import metadata as metadata_module
 from kcli.broker.apis.api_versions import advertised_versions
 from kcli.broker.apis.context import FileRegion, FramedResponse
 from kcli.broker.apis.registry import ApiRegistry, ApiSpec
-from kcli.broker.network import ReceiveBuffer
+from kcli.broker.connection import ReceiveBuffer
 from kcli.broker.server import Broker
 from kcli.client import ClientError, KafkaClient
 from kcli.config import BrokerConfig

@@ -67,7 +67,7 @@ _INT32 = struct.Struct(">i")
 
 
 class AuthenticatingConnection(Protocol):
-    """What the authenticator asks of its connection (`network.Connection`)."""
+    """What the authenticator asks of its connection (`connection.Connection`)."""
 
     max_frame: int
     max_frame_key: str

@@ -157,7 +157,7 @@ def consume(config: dict[str, str], topic: str, count: int) -> float:
 
 def serve_file(path: Path, port: int, cert: Path, key: Path) -> None:
     """A bare asyncio TLS server: to each client, `path`'s bytes as kcli sends a file region under TLS."""
-    from kcli.broker.network import _COPY_BLOCK
+    from kcli.broker.connection import _COPY_BLOCK
 
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
