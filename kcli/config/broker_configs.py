@@ -310,7 +310,14 @@ BROKER_CONFIGS: dict[str, ConfigKey] = config_table(
             "string",
             "GSSAPI",
             one_of("GSSAPI", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"),
-            "SASL mechanism for inter-broker connections; kcli's brokers talk PLAINTEXT among themselves.",
+            "SASL mechanism for inter-broker connections (replication, transaction markers).",
+        ),
+        (
+            "sasl.mechanism.controller.protocol",
+            "string",
+            "GSSAPI",
+            one_of("GSSAPI", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"),
+            "SASL mechanism for connections to the controller listener (Raft, broker lifecycle, forwarding).",
         ),
         (
             "connections.max.reauth.ms",
