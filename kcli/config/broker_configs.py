@@ -198,8 +198,8 @@ BROKER_CONFIGS: dict[str, ConfigKey] = config_table(
             None,
             "Rules mapping a client certificate's subject to a principal name.",
         ),
-        ("ssl.allow.dn.changes", "boolean", False, None, "Allow a keystore update to change the DN.", False),
-        ("ssl.allow.san.changes", "boolean", False, None, "Allow a keystore update to change SANs.", False),
+        ("ssl.allow.dn.changes", "boolean", False, None, "Allow a dynamic keystore update to change the DN."),
+        ("ssl.allow.san.changes", "boolean", False, None, "Allow a dynamic keystore update to change SANs."),
         # --- sockets and requests
         (
             "socket.request.max.bytes",
