@@ -13,7 +13,6 @@ import binascii
 import hmac
 import re
 from collections.abc import Callable, Mapping
-from functools import lru_cache
 
 from kcli.security.sasl import SaslAuthenticationError, SaslCredentialError, SaslError
 from kcli.security.scram import (
@@ -140,9 +139,7 @@ class ScramClient:
             raise SaslError(
                 f"Requested iterations {iterations} is less than the minimum {MIN_ITERATIONS} for {self.mechanism}"
             )
-        salted = _client_salted_password(
-            self.mechanism, self._password, _b64decode(match["salt"]), iterations
-        )
+        salted = salted_password(self.mechanism, self._password, _b64decode(match["salt"]), iterations)
         without_proof = f"c={base64.b64encode(_GS2_HEADER).decode()},r={server_nonce}"
         auth_message = f"{self._client_first_bare},{text},{without_proof}".encode()
         key = client_key(self.mechanism, salted)
@@ -168,14 +165,6 @@ class ScramClient:
     @property
     def complete(self) -> bool:
         return self._state == "complete"
-
-
-@lru_cache(maxsize=64)
-def _client_salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
-    """SaltedPassword, kept for the next login with the same salt and iterations (RFC 5802 section 5.1
-    lets a client cache it): PBKDF2 is most of a SCRAM client's CPU, and a broker's peers, a tool's
-    connections to each broker and re-authentications log in again and again with the same credential."""
-    return salted_password(mechanism, password, salt, iterations)
 
 
 class ScramServer:
