@@ -28,6 +28,8 @@ from secure_clients import (
     expected,
     run_client,
     secured_cluster,
+    start_secured_cluster,
+    stop_secured_cluster,
     topic,
 )
 
@@ -270,12 +272,13 @@ def quorum_status(cluster: SecuredCluster, controller: str) -> dict[str, str]:
 
 
 def controllers(cluster: SecuredCluster) -> dict[int, str]:
-    """Each node's controller listener ({node id: host:port}), from its server.properties."""
+    """Each controller's listener ({node id: host:port}), from the nodes' server.properties."""
     found = {}
     for path in sorted(cluster.data_dir.glob("node-*/server.properties")):
         lines = dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
-        listener = next(x for x in lines["listeners"].split(",") if x.startswith("CONTROLLER://"))
-        found[int(lines["node.id"])] = listener.removeprefix("CONTROLLER://")
+        for listener in lines["listeners"].split(","):  # broker-only nodes have none
+            if listener.startswith("CONTROLLER://"):
+                found[int(lines["node.id"])] = listener.removeprefix("CONTROLLER://")
     return found
 
 
@@ -329,3 +332,26 @@ def test_failover_over_the_secured_controller_listener(cluster: SecuredCluster) 
             SEEDED, b"after-failover-%d" % i, on_delivery=lambda e, m: e and failures.append(str(e))
         )
     assert producer.flush(40) == 0 and failures == []
+
+
+def test_controller_only_nodes_authenticate_their_listener(tmp_path: Path) -> None:
+    """`--controllers 3`: brokers register with controller-only voters over SASL_SSL (PLAIN as admin),
+    an admin request is forwarded to them, a SCRAM login reaches them, a plaintext one is refused."""
+    cluster = start_secured_cluster(tmp_path, "sasl_ssl", 1, controllers=3)
+    try:
+        addresses = controllers(cluster)
+        server = (cluster.data_dir / "node-1" / "server.properties").read_text()
+        assert "process.roles=controller" in server and "CONTROLLER:SASL_SSL" in server
+        assert "sasl.mechanism.controller.protocol=PLAIN" in server
+        cc = ["--command-config", str(cluster.client_properties)]
+        kcli("topics", "create", *cc, "-t", "forwarded", "--partitions", "1", "--replication-factor", "1")
+        status = quorum_status(cluster, ",".join(addresses.values()))
+        assert status["LeaderId"] in ("1", "2", "3")
+        done = kcli("quorum", "--bootstrap-controller", addresses[1], "describe", "--status", check=False)
+        assert done.returncode != 0 and done.stderr == (
+            f"kcli: {addresses[1]} closed the connection: is it a Kafka listener (a TLS one wants "
+            "security.protocol SSL or SASL_SSL)?\n"
+        )
+    finally:
+        status_code = stop_secured_cluster(cluster)
+    assert status_code == 0, cluster.output()
