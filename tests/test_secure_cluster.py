@@ -336,8 +336,12 @@ def test_failover_over_the_secured_controller_listener(cluster: SecuredCluster) 
 
 def test_controller_only_nodes_authenticate_their_listener(tmp_path: Path) -> None:
     """`--controllers 3`: brokers register with controller-only voters over SASL_SSL (PLAIN as admin),
-    an admin request is forwarded to them, a SCRAM login reaches them, a plaintext one is refused."""
+    an admin request is forwarded to them, a SCRAM login reaches them, a plaintext one is refused; and
+    the cluster starts again from its data (a new election over the secured listener)."""
     cluster = start_secured_cluster(tmp_path, "sasl_ssl", 1, controllers=3)
+    assert stop_secured_cluster(cluster) == 0, cluster.output()
+    first = json.loads((cluster.data_dir / "cluster.json").read_text())["nodes"][0]["controller_port"] - 1
+    cluster = start_secured_cluster(tmp_path, "sasl_ssl", 1, controllers=3, port=first)
     try:
         addresses = controllers(cluster)
         server = (cluster.data_dir / "node-1" / "server.properties").read_text()
