@@ -1,8 +1,8 @@
 """`kcli cluster start`: several `kcli broker start` processes on loopback, one KRaft cluster.
 
 Each node is a combined broker and controller (Kafka's combined mode) with two loopback listeners:
-one for clients at `base + 2k` (PLAINTEXT, or SSL / SASL_SSL with `--security`) and a PLAINTEXT
-CONTROLLER at `base + 2k + 1`. The layout lives in the data
+one for clients at `base + 2k` (PLAINTEXT, or SSL / SASL_SSL with `--security`) and a CONTROLLER at
+`base + 2k + 1` secured the same way (see ops.local_security). The layout lives in the data
 dir, so a second start finds the same ids, ports, cluster id and data:
 
     <data-dir>/cluster.json              cluster id, node ids, ports, overrides, security
@@ -321,13 +321,13 @@ def node_properties(
         "node.id": str(node.node_id),
         "listeners": ",".join(listeners),
         "controller.listener.names": "CONTROLLER",
-        "listener.security.protocol.map": f"{protocol}:{protocol},CONTROLLER:PLAINTEXT",
+        "listener.security.protocol.map": f"{protocol}:{protocol},CONTROLLER:{protocol}",
         "controller.quorum.voters": voters,
         "log.dirs": str(node.directory / "data"),
         "offsets.topic.replication.factor": str(internal_factor),
         "transaction.state.log.replication.factor": str(internal_factor),
         "transaction.state.log.min.isr": str(min(2, internal_factor)),
-        **(security.broker_properties() if security is not None and node.port else {}),
+        **(security.broker_properties(broker=bool(node.port)) if security is not None else {}),
     }
     for item in overrides:
         key, sep, value = item.partition("=")

@@ -7,8 +7,13 @@
                user `admin` is bootstrapped into the metadata log (`storage format --add-scram`) and the
                brokers log in to each other as `admin` over TLS.
 
-The controller listener stays PLAINTEXT on 127.0.0.1 (kcli's quorum speaks nothing else). Everything
-a client needs is written beside the data, private (mode 0600) where it holds a secret:
+The controller listener (127.0.0.1) is secured as well: with ssl it asks every voter and broker for its
+certificate (the node certificate); with sasl_ssl it is SASL_SSL with PLAIN, `admin` and its password in
+the listener's JAAS line (`sasl.mechanism.controller.protocol=PLAIN`), since the voters must
+authenticate each other before the metadata log that holds the SCRAM credentials is replicated (Kafka's
+own KRaft tests secure the controller listener the same way); it offers SCRAM too, so client.properties
+also serves `--bootstrap-controller`. A cluster laid out before 2026-12-02 keeps
+the PLAINTEXT controller listener its server.properties name. Everything a client needs is written beside the data, private (mode 0600) where it holds a secret:
 
     <data-dir>/tls/ca.crt                the throwaway CA (a PEM truststore)
     <data-dir>/tls/node.{key,crt,pem,p12}  the certificate every node serves and dials with
@@ -38,6 +43,8 @@ ADMIN = "admin"
 INTER_BROKER_MECHANISM = "SCRAM-SHA-512"
 MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
 SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
+PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
+CONTROLLER_MECHANISM = "PLAIN"
 
 
 @dataclass(frozen=True)
@@ -58,18 +65,34 @@ class ClusterSecurity:
     def client_properties(self) -> Path:
         return self.data_dir / CLIENT_PROPERTIES
 
-    def broker_properties(self) -> dict[str, str]:
-        """The server.properties lines beyond the listeners themselves."""
+    @property
+    def controller_protocol(self) -> str:
+        """The controller listener's security protocol: the client listeners' own."""
+        return self.protocol
+
+    def broker_properties(self, *, broker: bool = True) -> dict[str, str]:
+        """The server.properties lines beyond the listeners themselves: the TLS files and the
+        controller listener's login on every node, the client listener's on brokers (`broker`)."""
         if self.pki is None:
             return {}
         listener = self.protocol.lower()
         lines = {
-            "inter.broker.listener.name": self.protocol,
             "ssl.keystore.type": "PEM",
             "ssl.keystore.location": str(self.pki.node["pem"]),
             "ssl.truststore.type": "PEM",
             "ssl.truststore.location": str(self.pki.ca),
         }
+        if self.name == "sasl_ssl":
+            login = f'{PLAIN_MODULE} required username="{ADMIN}" password="{self.password}" user_{ADMIN}="{self.password}";'
+            lines["sasl.mechanism.controller.protocol"] = CONTROLLER_MECHANISM
+            # SCRAM as well, for client.properties with --bootstrap-controller (credentials from the image)
+            lines["listener.name.controller.sasl.enabled.mechanisms"] = ",".join(
+                (CONTROLLER_MECHANISM, *MECHANISMS)
+            )
+            lines[f"listener.name.controller.{CONTROLLER_MECHANISM.lower()}.sasl.jaas.config"] = login
+        if not broker:
+            return lines
+        lines["inter.broker.listener.name"] = self.protocol
         if self.name == "ssl":
             lines["ssl.client.auth"] = "required"
         else:

@@ -69,12 +69,26 @@ async def describe_cluster_status(cluster: Cluster) -> ClusterStatus:
     if client.version(DESCRIBE_CLUSTER) >= 2:
         fields["include_fenced_brokers"] = True
     described = await client.send(cls(**fields))
+    quorum_client = client
     if described.error_code is ErrorCode.mismatched_endpoint_type:  # a controller (--bootstrap-controller)
         fields["endpoint_type"] = ENDPOINT_CONTROLLERS
         described = await client.send(cls(**fields))
+        if described.error_code is ErrorCode.none:
+            # only the active controller answers DescribeQuorum: Kafka's admin client sends it there
+            quorum_client = await voter_change_target(cluster, controllers=True)
         described = dataclasses.replace(described, brokers=())  # the controllers are not brokers
     if described.error_code is not ErrorCode.none:
         raise ClusterError(f"DescribeCluster failed: {described.error_code.name}.")
+    try:
+        return await _describe_quorum(quorum_client, described)
+    finally:
+        if quorum_client is not client:
+            await quorum_client.close()
+
+
+async def _describe_quorum(client: Any, described: Any) -> ClusterStatus:
+    """DescribeQuorum to `client` (a broker forwards it; a controller must be the active one), with the
+    brokers of `described` (DescribeCluster's answer)."""
     brokers = sorted(
         (
             BrokerStatus(b.broker_id, b.host, b.port, b.rack, bool(getattr(b, "is_fenced", False)))

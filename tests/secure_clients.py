@@ -271,12 +271,19 @@ class SecuredCluster:
         return load_properties(self.client_properties)
 
 
-def start_secured_cluster(workdir: Path, security: str, brokers: int, *overrides: str) -> SecuredCluster:
-    """Run `kcli cluster start --security SECURITY` until it printed its confluent-kafka config."""
+def start_secured_cluster(
+    workdir: Path, security: str, brokers: int, *overrides: str, controllers: int = 0, port: int | None = None
+) -> SecuredCluster:
+    """Run `kcli cluster start --security SECURITY` until it printed its confluent-kafka config
+    (with `controllers`, that many controller-only nodes beside broker-only ones; `port`, the first port
+    of a cluster that ran before)."""
     data_dir = workdir / "cluster"
     out, err = workdir / "cluster.out", workdir / "cluster.err"
     args = [*KCLI, "cluster", "start", "--security", security, "--brokers", str(brokers)]
-    args += ["--data-dir", str(data_dir), "--port", str(free_port_range(2 * brokers))]
+    if controllers:
+        args += ["--controllers", str(controllers)]
+    port = free_port_range(2 * (brokers + controllers)) if port is None else port
+    args += ["--data-dir", str(data_dir), "--port", str(port)]
     for item in overrides:
         args += ["--override", item]
     with open(out, "wb") as stdout, open(err, "wb") as stderr:

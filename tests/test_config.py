@@ -619,10 +619,25 @@ _VOTER_FORM = "Each entry should be in the form `{id}@{host}:{port}`."
         (
             {
                 "controller.quorum.voters": "1@c1:9093",
-                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SSL",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+                "listener.name.controller.sasl.enabled.mechanisms": "SCRAM-SHA-512",
+                "sasl.mechanism.controller.protocol": "PLAIN",
             },
-            "controller listener CONTROLLER://127.0.0.1:9093 uses security protocol SSL; kcli's controller "
-            "quorum speaks PLAINTEXT only.",
+            "sasl.mechanism.controller.protocol PLAIN must be included in the sasl.enabled.mechanisms of "
+            "controller listener CONTROLLER (SCRAM-SHA-512).",
+        ),
+        (
+            {
+                "controller.quorum.voters": "1@c1:9093",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+                "listener.name.controller.sasl.enabled.mechanisms": "SCRAM-SHA-512",
+                "sasl.mechanism.controller.protocol": "SCRAM-SHA-512",
+                "listener.name.controller.scram-sha-512.sasl.jaas.config": (
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+                ),
+            },
+            "controller listener CONTROLLER: SASL/SCRAM-SHA-512 to the controllers needs username and password "
+            "in listener.name.controller.scram-sha-512.sasl.jaas.config.",
         ),
         (
             {"process.roles": "controller"},
@@ -641,6 +656,29 @@ def test_bad_quorum_settings_are_kafkas_sentences(settings: dict[str, str | None
     with pytest.raises(ConfigError) as info:
         BrokerConfig(merged)
     assert str(info.value) == message
+
+
+def test_a_secured_controller_listener_is_how_the_controllers_are_dialed() -> None:
+    """Kafka's controller client: the controller listener's protocol, its listener-prefixed ssl.* settings
+    and sasl.mechanism.controller.protocol's JAAS line; a broker-only node reads the same keys."""
+    login = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="ctl" password="pw";'
+    secured = {
+        "controller.quorum.voters": "1@c1:9093",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_SSL",
+        "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+        "sasl.mechanism.controller.protocol": "PLAIN",
+        "listener.name.controller.plain.sasl.jaas.config": login[:-1] + ' user_ctl="pw";',
+        "listener.name.controller.ssl.truststore.location": "/ca.crt",
+        "ssl.truststore.location": "/other.crt",
+    }
+    for node in (COMBINED, BROKER_ONLY):
+        config = BrokerConfig({**node, **secured})
+        security = config.controller_security()
+        assert (security.protocol, security.sasl_mechanism) == ("SASL_SSL", "PLAIN")
+        assert security.jaas["username"] == "ctl" and security.jaas["password"] == "pw"
+        assert security.ssl["ssl.truststore.location"] == "/ca.crt"
+        assert config.inter_broker_security().protocol == "PLAINTEXT"
+    assert BrokerConfig(COMBINED).controller_security().protocol == "PLAINTEXT"
 
 
 @pytest.mark.parametrize(

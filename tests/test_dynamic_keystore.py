@@ -1,4 +1,4 @@
-"""A renewed keystore taken without a restart: `listener.name.ssl.ssl.keystore.location` set per broker.
+"""A renewed keystore or truststore taken without a restart: `listener.name.ssl.ssl.*` set per broker.
 
 A broker on SSL with a client connected; a keystore of the same subject with a new serial is set with
 `kcli configs alter --entity-type brokers --entity-name 1`; a new connection sees the new certificate,
@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+import struct
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -120,3 +121,133 @@ def test_a_renewed_keystore_serves_new_connections(
 
     asyncio.run(run())
     assert "keystore loaded (certificate serial" in broker.log()
+
+
+def test_a_truststore_cannot_be_added_to_a_listener_without_one(
+    setup: tuple[BrokerProcess, int, int, dict[str, Path]],
+) -> None:
+    """Kafka's SslFactory: the SSL listener above has no truststore, so a dynamic one is refused."""
+    _, plaintext, _, stores = setup
+    refused = alter(f"127.0.0.1:{plaintext}", f"listener.name.ssl.ssl.truststore.location={stores['ca']}")
+    assert refused.returncode != 0
+    assert (
+        "Validation of dynamic config update of SSLFactory failed: Cannot add SSL truststore to an existing "
+        "listener for which no truststore was configured."
+    ) in refused.stdout + refused.stderr, refused.stdout + refused.stderr
+
+
+def tls_client(port: int, ca: Path, cert: dict[str, Path]) -> ssl.SSLSocket:
+    """A TLS connection to `port` presenting `cert`, its handshake done (TLS 1.2: a refused client
+    certificate fails the handshake itself rather than the first read)."""
+    context = ssl.create_default_context(cafile=str(ca))
+    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(str(cert["chain"]), str(cert["key"]))
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        return context.wrap_socket(raw, server_hostname="127.0.0.1")
+    except BaseException:
+        raw.close()
+        raise
+
+
+@pytest.fixture(scope="module")
+def mtls(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[BrokerProcess, int, int, dict[str, object]]]:
+    """A broker whose SSL listener wants client certificates from CA `one`, and allows DN and SAN
+    changes (`ssl.allow.dn.changes`, `ssl.allow.san.changes`)."""
+    workdir = tmp_path_factory.mktemp("dynamic-truststore")
+    one, two = CertificateAuthority("CA one"), CertificateAuthority("CA two")
+    both = workdir / "both.crt"
+    both.write_bytes(one.cert_pem + two.cert_pem)
+    stores: dict[str, object] = {
+        "one": one.write(workdir, "one"),
+        "both": both,
+        "node": one.issue("node1").write(workdir, "node1")["pem"],
+        "renamed": one.issue("broker-1", names=("127.0.0.1", "broker-1.example")).write(workdir, "renamed")[
+            "pem"
+        ],
+        "client-one": one.issue("alice", client=True).write(workdir, "alice"),
+        "client-two": two.issue("bob", client=True).write(workdir, "bob"),
+    }
+    base = free_port_range(2)
+    config = workdir / "server.properties"
+    config.write_text(
+        f"listeners=PLAINTEXT://127.0.0.1:{base},SSL://127.0.0.1:{base + 1}\n"
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SSL:SSL\n"
+        f"log.dirs={workdir / 'data'}\n"
+        f"ssl.keystore.location={stores['node']}\nssl.keystore.type=PEM\n"
+        f"ssl.truststore.location={stores['one']}\nssl.truststore.type=PEM\n"
+        "ssl.client.auth=required\n"
+        "listener.name.ssl.ssl.allow.dn.changes=true\nlistener.name.ssl.ssl.allow.san.changes=true\n"
+    )
+    process = start_broker(workdir, config=config, data_dir=workdir / "data")
+    try:
+        yield process, base, base + 1, stores
+    finally:
+        stop_cleanly(process)
+
+
+def test_a_new_truststore_serves_new_connections(
+    mtls: tuple[BrokerProcess, int, int, dict[str, object]],
+) -> None:
+    """CA two's client is refused until the truststore holding both CAs is set live; a connection made
+    before the change goes on."""
+    broker, plaintext, port, stores = mtls
+    ca, one, two = stores["one"], stores["client-one"], stores["client-two"]
+    assert isinstance(ca, Path) and isinstance(one, dict) and isinstance(two, dict)
+    with pytest.raises(ssl.SSLError):
+        tls_client(port, ca, two).close()
+    with tls_client(port, ca, one) as before:
+        done = alter(f"127.0.0.1:{plaintext}", f"listener.name.ssl.ssl.truststore.location={stores['both']}")
+        assert done.returncode == 0, done.stdout + done.stderr
+
+        def accepted() -> bool | None:
+            try:
+                tls_client(port, ca, two).close()
+            except (ssl.SSLError, OSError):
+                return None
+            return True
+
+        wait_for("CA two's client accepted", accepted, 15)
+        before.sendall(struct.pack(">ihhi", 10, 18, 0, 7) + struct.pack(">h", -1))  # ApiVersions v0
+        size = struct.unpack(">i", before.recv(4))[0]
+        assert size > 0
+    assert "keystore loaded" in broker.log()
+
+
+def test_allowed_dn_and_san_changes(mtls: tuple[BrokerProcess, int, int, dict[str, object]]) -> None:
+    """With ssl.allow.dn.changes and ssl.allow.san.changes, a keystore of another subject and names is
+    taken (where the first broker above refuses it)."""
+    _, plaintext, port, stores = mtls
+    done = alter(f"127.0.0.1:{plaintext}", f"listener.name.ssl.ssl.keystore.location={stores['renamed']}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    renamed = stores["renamed"]
+    assert isinstance(renamed, Path)
+    ca = stores["one"]
+    assert isinstance(ca, Path)
+    wait_for(
+        "a new connection shown the renamed certificate",
+        lambda: served_serial(port, ca) == serial_of(renamed) or None,
+        15,
+    )
+
+
+def test_a_truststore_that_drops_the_keystores_ca_is_refused_on_the_inter_broker_listener(
+    tmp_path: Path,
+) -> None:
+    """Kafka's SslEngineValidator on the inter-broker listener: a truststore that no longer trusts the
+    broker's own certificate would end replication, so it is refused with the reason."""
+    from kcli.broker.dynamic_keystore import check_keystore_update
+
+    one, other = CertificateAuthority("CA one"), CertificateAuthority("CA other")
+    node = one.issue("node1").write(tmp_path, "node1")["pem"]
+    old = {"ssl.keystore.location": str(node), "ssl.truststore.location": str(one.write(tmp_path, "one"))}
+    new = {**old, "ssl.truststore.location": str(other.write(tmp_path, "other"))}
+    refused = check_keystore_update("SSL", old, new, verify_with_truststore=True)
+    assert refused is not None and refused.startswith(
+        "Validation of dynamic config update of SSLFactory failed: the new truststore does not trust the "
+        "current keystore's certificate on listener SSL ("
+    ), refused
+    assert check_keystore_update("SSL", old, new) is None  # not the inter-broker listener
+    assert check_keystore_update("SSL", old, dict(old), verify_with_truststore=True) is None

@@ -9,8 +9,11 @@ a plaintext client each get one sentence, and admin's password is printed nowher
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +28,8 @@ from secure_clients import (
     expected,
     run_client,
     secured_cluster,
+    start_secured_cluster,
+    stop_secured_cluster,
     topic,
 )
 
@@ -83,9 +88,9 @@ def test_what_it_writes_for_clients(cluster: SecuredCluster) -> None:
     for secret in ("admin.password", "client.properties", "node-1/server.properties", "tls/node.key"):
         assert (cluster.data_dir / secret).stat().st_mode & 0o077 == 0, secret
     server = (cluster.data_dir / "node-1" / "server.properties").read_text()
-    assert (
-        "CONTROLLER:PLAINTEXT" in server and "sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256" in server
-    )
+    assert "CONTROLLER:SASL_SSL" in server and "sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256" in server
+    assert "sasl.mechanism.controller.protocol=PLAIN" in server
+    assert "listener.name.controller.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512,SCRAM-SHA-256" in server
 
 
 @pytest.mark.parametrize("client", CLIENTS)
@@ -254,3 +259,103 @@ def test_a_restart_with_other_security_is_refused(cluster: SecuredCluster) -> No
         f"kcli: {cluster.data_dir} holds a cluster made with --security sasl_ssl, so kcli cluster start cannot "
         "make it ssl; start it with --security sasl_ssl or use another --data-dir.\n"
     )
+
+
+def quorum_status(cluster: SecuredCluster, controller: str) -> dict[str, str]:
+    """`kcli quorum --bootstrap-controller CONTROLLER describe --status` over the secured controller
+    listener, as {field: value}."""
+    done = kcli(
+        "quorum", "--bootstrap-controller", controller, "--command-config", str(cluster.client_properties),
+        "describe", "--status",
+    )  # fmt: skip
+    return {k: v.strip() for k, v in (line.split(":", 1) for line in done.stdout.splitlines() if ":" in line)}
+
+
+def controllers(cluster: SecuredCluster) -> dict[int, str]:
+    """Each controller's listener ({node id: host:port}), from the nodes' server.properties."""
+    found = {}
+    for path in sorted(cluster.data_dir.glob("node-*/server.properties")):
+        lines = dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+        for listener in lines["listeners"].split(","):  # broker-only nodes have none
+            if listener.startswith("CONTROLLER://"):
+                found[int(lines["node.id"])] = listener.removeprefix("CONTROLLER://")
+    return found
+
+
+def test_the_controller_listener_wants_sasl_ssl(cluster: SecuredCluster) -> None:
+    """A plaintext client on a controller port is closed with one sentence; admin's properties reach it
+    (SCRAM over TLS), and the quorum it reports was elected over SASL_SSL with PLAIN."""
+    for node_id, controller in controllers(cluster).items():
+        done = kcli("quorum", "--bootstrap-controller", controller, "describe", "--status", check=False)
+        assert done.returncode != 0, node_id
+        assert done.stderr == (
+            f"kcli: {controller} closed the connection: is it a Kafka listener (a TLS one wants "
+            "security.protocol SSL or SASL_SSL)?\n"
+        )
+    status = quorum_status(cluster, ",".join(controllers(cluster).values()))
+    assert status["LeaderId"] in ("1", "2", "3") and status["CurrentVoters"].count('"id"') == 3
+    assert "TLS handshake failed on listener CONTROLLER" in cluster.logs()
+
+
+def test_failover_over_the_secured_controller_listener(cluster: SecuredCluster) -> None:
+    """SIGKILL the quorum leader: the other two voters elect a new one over SASL_SSL (Vote, then
+    BeginQuorumEpoch and Fetch), the brokers heartbeat to it, and acks=all produce goes on. Last in the
+    module: the cluster keeps two nodes from here on."""
+    addresses = controllers(cluster)
+    before = quorum_status(cluster, ",".join(addresses.values()))
+    leader, epoch = int(before["LeaderId"]), int(before["LeaderEpoch"])
+    pid = next(
+        p
+        for p in cluster.nodes
+        if f"node-{leader}/server.properties".encode() in Path(f"/proc/{p}/cmdline").read_bytes()
+    )
+    os.kill(pid, signal.SIGKILL)
+    survivors = ",".join(address for n, address in addresses.items() if n != leader)
+    deadline = time.monotonic() + 60
+    after = before
+    while time.monotonic() < deadline:
+        done = kcli(
+            "quorum", "--bootstrap-controller", survivors, "--command-config", str(cluster.client_properties),
+            "describe", "--status", check=False,
+        )  # fmt: skip
+        fields = {k: v.strip() for k, v in (x.split(":", 1) for x in done.stdout.splitlines() if ":" in x)}
+        if done.returncode == 0 and fields.get("LeaderId") not in (None, str(leader), "-1"):
+            after = fields
+            break
+        time.sleep(0.5)
+    assert after is not before, f"no new quorum leader within 60 s:\n{cluster.logs()[-4000:]}"
+    assert int(after["LeaderEpoch"]) > epoch
+    producer = Producer({**cluster.librdkafka, "acks": "all", "message.timeout.ms": 30000})
+    failures: list[str] = []
+    for i in range(10):
+        producer.produce(
+            SEEDED, b"after-failover-%d" % i, on_delivery=lambda e, m: e and failures.append(str(e))
+        )
+    assert producer.flush(40) == 0 and failures == []
+
+
+def test_controller_only_nodes_authenticate_their_listener(tmp_path: Path) -> None:
+    """`--controllers 3`: brokers register with controller-only voters over SASL_SSL (PLAIN as admin),
+    an admin request is forwarded to them, a SCRAM login reaches them, a plaintext one is refused; and
+    the cluster starts again from its data (a new election over the secured listener)."""
+    cluster = start_secured_cluster(tmp_path, "sasl_ssl", 1, controllers=3)
+    assert stop_secured_cluster(cluster) == 0, cluster.output()
+    first = json.loads((cluster.data_dir / "cluster.json").read_text())["nodes"][0]["controller_port"] - 1
+    cluster = start_secured_cluster(tmp_path, "sasl_ssl", 1, controllers=3, port=first)
+    try:
+        addresses = controllers(cluster)
+        server = (cluster.data_dir / "node-1" / "server.properties").read_text()
+        assert "process.roles=controller" in server and "CONTROLLER:SASL_SSL" in server
+        assert "sasl.mechanism.controller.protocol=PLAIN" in server
+        cc = ["--command-config", str(cluster.client_properties)]
+        kcli("topics", "create", *cc, "-t", "forwarded", "--partitions", "1", "--replication-factor", "1")
+        status = quorum_status(cluster, ",".join(addresses.values()))
+        assert status["LeaderId"] in ("1", "2", "3")
+        done = kcli("quorum", "--bootstrap-controller", addresses[1], "describe", "--status", check=False)
+        assert done.returncode != 0 and done.stderr == (
+            f"kcli: {addresses[1]} closed the connection: is it a Kafka listener (a TLS one wants "
+            "security.protocol SSL or SASL_SSL)?\n"
+        )
+    finally:
+        status_code = stop_secured_cluster(cluster)
+    assert status_code == 0, cluster.output()

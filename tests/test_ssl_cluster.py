@@ -137,3 +137,45 @@ def test_a_plaintext_client_is_one_sentence(cluster: SecuredCluster) -> None:
         f"kcli: {first} closed the connection: is it a Kafka listener (a TLS one wants security.protocol SSL "
         "or SASL_SSL)?\n"
     )
+
+
+def test_the_controller_listener_wants_a_certificate(cluster: SecuredCluster, tmp_path: Path) -> None:
+    """The quorum runs on mutual TLS: a plaintext client and a TLS client without a certificate are each
+    refused in one sentence on every controller port; the client certificate reaches the active one."""
+    addresses = []
+    for path in sorted(cluster.data_dir.glob("node-*/server.properties")):
+        server = path.read_text()
+        assert "CONTROLLER:SSL" in server and "ssl.client.auth=required" in server
+        listeners = next(x for x in server.splitlines() if x.startswith("listeners="))
+        addresses.append(listeners.split("CONTROLLER://")[1])
+    properties = cluster.properties()
+    no_cert = tmp_path / "no-cert.properties"
+    no_cert.write_text(
+        "security.protocol=SSL\nssl.truststore.type=PEM\n"
+        f"ssl.truststore.location={properties['ssl.truststore.location']}\n"
+    )
+    for controller in addresses:
+        done = kcli("quorum", "--bootstrap-controller", controller, "describe", "--status")
+        assert done.returncode != 0 and done.stderr == (
+            f"kcli: {controller} closed the connection: is it a Kafka listener (a TLS one wants "
+            "security.protocol SSL or SASL_SSL)?\n"
+        )
+        done = kcli(
+            "quorum",
+            "--bootstrap-controller",
+            controller,
+            "--command-config",
+            str(no_cert),
+            "describe",
+            "--status",
+        )
+        assert done.returncode != 0 and done.stderr == (
+            f"kcli: cannot connect to {controller} with TLS: {controller} requires a client certificate (set "
+            "ssl.keystore.location).\n"
+        )
+    done = kcli(
+        "quorum", "--bootstrap-controller", ",".join(addresses), "--command-config", str(cluster.client_properties),
+        "describe", "--status",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "LeaderId:" in done.stdout and done.stdout.count('"id"') >= 3

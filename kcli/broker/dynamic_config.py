@@ -31,7 +31,7 @@ import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from kcli.broker.dynamic_keystore import KEYSTORE_CONFIGS, check_keystores, keystore_key
+from kcli.broker.dynamic_keystore import RECONFIGURABLE_CONFIGS, check_keystores, keystore_key
 from kcli.config import (
     BROKER_CONFIGS,
     KCLI_DEFAULTS,
@@ -121,16 +121,12 @@ PER_BROKER_CONFIGS = frozenset(
         "advertised.listeners",
         "listener.security.protocol.map",
         # SslConfigs.RECONFIGURABLE_CONFIGS (Kafka's DynamicSecurityConfigs): a keystore or truststore update
-        *KEYSTORE_CONFIGS,
-        "ssl.truststore.type",
-        "ssl.truststore.location",
-        "ssl.truststore.password",
-        "ssl.truststore.certificates",
+        *RECONFIGURABLE_CONFIGS,
     }
 )
 """Kafka's dynamic properties that only a broker's own level may set (DynamicBrokerConfig.PerBrokerConfigs:
 its listener and SSL/SASL ones; these are the ones kcli knows). kcli cannot change them live, so per
-broker they are refused as static, all but the keystore (`kcli.broker.dynamic_keystore`); at the cluster-wide
+broker they are refused as static, all but the keystore and truststore (`kcli.broker.dynamic_keystore`); at the cluster-wide
 level Kafka's own refusal comes first."""
 
 
@@ -171,7 +167,9 @@ def validate_change(
         if name in BROKER_CONFIGS
         and name not in DYNAMIC_CONFIGS
         and (per_broker or name not in PER_BROKER_CONFIGS)  # dynamic in Kafka: refused below
-        and not (per_broker and name in KEYSTORE_CONFIGS)  # a renewed keystore (kcli.broker.dynamic_keystore)
+        and not (
+            per_broker and name in RECONFIGURABLE_CONFIGS
+        )  # a renewed keystore or truststore (dynamic_keystore)
     ]
     if non_dynamic:
         return Invalid(f"Cannot update these configs dynamically: {_scala_set(non_dynamic)}")
@@ -215,7 +213,7 @@ def persistent_props(raw: Mapping[str, str], *, per_broker: bool) -> dict[str, s
         if (
             name in BROKER_CONFIGS
             and name not in DYNAMIC_CONFIGS
-            and not (per_broker and name in KEYSTORE_CONFIGS)
+            and not (per_broker and name in RECONFIGURABLE_CONFIGS)
         ):
             continue
         if not per_broker and name in PER_BROKER_CONFIGS:

@@ -1,16 +1,21 @@
-"""A renewed keystore taken without a restart (KIP-226's SSL keystore update, Kafka's SslFactory).
+"""A renewed keystore or truststore taken without a restart (KIP-226's SSL update, Kafka's SslFactory).
 
-A broker's own dynamic configs may set `ssl.keystore.*` (every SSL listener) or
-`listener.name.<listener>.ssl.keystore.*` (one listener): a new location, password and type, or a PEM
-key and certificate chain. Before the change is stored the new keystore must load and must be the same
-identity, as Kafka's SslFactory.CertificateEntries.ensureCompatible requires: the same subject
-distinguished name, and subject alternative names including all the old ones. Once every node's
-metadata has the change, each new TLS connection gets a context made from it; connections already
-open keep theirs.
+A broker's own dynamic configs may set `ssl.keystore.*` / `ssl.truststore.*` (every SSL listener) or
+`listener.name.<listener>.ssl.keystore.*` / `.ssl.truststore.*` (one listener): a new location, password
+and type, a PEM key and certificate chain, or PEM trusted certificates. Before the change is stored the
+new stores must load, and the new keystore must be the same identity, as Kafka's
+SslFactory.CertificateEntries.ensureCompatible requires: the same subject distinguished name unless the
+listener's `ssl.allow.dn.changes` is true, and subject alternative names including all the old ones
+unless `ssl.allow.san.changes` is. A truststore cannot be added to a listener that had none. On the
+inter-broker listener (Kafka's keystoreVerifiableUsingTruststore) the old and new settings must complete
+a TLS handshake with each other both ways, so that brokers renewed one at a time keep replicating. Once
+every node's metadata has the change, each new TLS connection gets a context made from it; connections
+already open keep theirs.
 """
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping
 
 from kcli.config import BrokerConfig
@@ -26,19 +31,30 @@ KEYSTORE_CONFIGS = frozenset(
         "ssl.keystore.certificate.chain",
     }
 )
-"""The keystore part of SslConfigs.RECONFIGURABLE_CONFIGS: what kcli swaps live."""
+"""The keystore part of SslConfigs.RECONFIGURABLE_CONFIGS."""
+TRUSTSTORE_CONFIGS = frozenset(
+    {
+        "ssl.truststore.type",
+        "ssl.truststore.location",
+        "ssl.truststore.password",
+        "ssl.truststore.certificates",
+    }
+)
+"""The truststore part of SslConfigs.RECONFIGURABLE_CONFIGS."""
+RECONFIGURABLE_CONFIGS = KEYSTORE_CONFIGS | TRUSTSTORE_CONFIGS
+"""SslConfigs.RECONFIGURABLE_CONFIGS: what kcli swaps live, per broker."""
 
 _PEM_ALIAS = "kafka"
 """The alias Kafka gives the entry of a PEM keystore."""
 
 
 def keystore_key(name: str) -> str | None:
-    """The keystore config `name` sets, plain or listener-prefixed; None for any other name."""
-    if name in KEYSTORE_CONFIGS:
+    """The keystore or truststore config `name` sets, plain or listener-prefixed; None for any other."""
+    if name in RECONFIGURABLE_CONFIGS:
         return name
     if name.lower().startswith("listener.name."):
         base = name[len("listener.name.") :].partition(".")[2]
-        if base in KEYSTORE_CONFIGS:
+        if base in RECONFIGURABLE_CONFIGS:
             return base
     return None
 
@@ -49,31 +65,50 @@ def listener_ssl_settings(config: BrokerConfig, listener: str, dynamic: Mapping[
     settings = config.ssl_settings(listener)
     prefix = f"listener.name.{listener.lower()}."
     for name, value in dynamic.items():
-        if name in KEYSTORE_CONFIGS and config.listener_key(listener, name) == name:
+        if name in RECONFIGURABLE_CONFIGS and config.listener_key(listener, name) == name:
             settings[name] = value
     for name, value in dynamic.items():
-        if name.lower().startswith(prefix) and name[len(prefix) :] in KEYSTORE_CONFIGS:
+        if name.lower().startswith(prefix) and name[len(prefix) :] in RECONFIGURABLE_CONFIGS:
             settings[name[len(prefix) :]] = value
     return settings
 
 
-def check_keystore_update(listener: str, old: Mapping[str, str], new: Mapping[str, str]) -> str | None:
-    """Why the new keystore of `listener` is refused (Kafka's sentence), or None."""
+_FAILED = "Validation of dynamic config update of SSLFactory failed: "
+
+
+def check_keystore_update(
+    listener: str,
+    old: Mapping[str, str],
+    new: Mapping[str, str],
+    *,
+    allow_dn_changes: bool = False,
+    allow_san_changes: bool = False,
+    verify_with_truststore: bool = False,
+) -> str | None:
+    """Why the new keystore or truststore of `listener` is refused (Kafka's sentence), or None."""
+    if not _has_truststore(old) and _has_truststore(new):
+        return f"{_FAILED}Cannot add SSL truststore to an existing listener for which no truststore was configured."
     try:
         tls.server_context(new, listener=listener)
+        if _has_truststore(new):
+            tls.client_context(new)  # the truststore loads
         new_cert, old_cert = tls.keystore_certificate(new), tls.keystore_certificate(old)
     except tls.TlsError as exc:
-        return f"Validation of dynamic config update of SSLFactory failed: {exc}"
+        return f"{_FAILED}{exc}"
+    if verify_with_truststore:
+        refused = _handshakes(listener, old, new)
+        if refused is not None:
+            return f"{_FAILED}{refused}"
     if new_cert is None or old_cert is None:
         return None
-    if new_cert.subject != old_cert.subject:
+    if not allow_dn_changes and new_cert.subject != old_cert.subject:
         old_dn, new_dn = old_cert.subject.rfc4514_string(), new_cert.subject.rfc4514_string()
         return (
             "Keystore DistinguishedName does not match:  "
             f"existing={{alias={_PEM_ALIAS}, DN={old_dn}}}, new={{alias={_PEM_ALIAS}, DN={new_dn}}}"
         )
     old_names, new_names = _alt_names(old_cert), _alt_names(new_cert)
-    if not old_names <= new_names:
+    if not allow_san_changes and not old_names <= new_names:
         return (
             "Keystore SubjectAltNames do not match:  "
             f"existing={{alias={_PEM_ALIAS}, SAN={_java_set(old_names)}}}, "
@@ -90,10 +125,70 @@ def check_keystores(config: BrokerConfig, dynamic: Mapping[str, str]) -> str | N
         old = config.ssl_settings(listener.name)
         new = listener_ssl_settings(config, listener.name, dynamic)
         if new != old:
-            refused = check_keystore_update(listener.name, old, new)
+            refused = check_keystore_update(
+                listener.name,
+                old,
+                new,
+                allow_dn_changes=bool(config.listener_value(listener.name, "ssl.allow.dn.changes")),
+                allow_san_changes=bool(config.listener_value(listener.name, "ssl.allow.san.changes")),
+                verify_with_truststore=config.is_broker
+                and listener.name == config.inter_broker_listener_name,
+            )
             if refused is not None:
                 return refused
     return None
+
+
+def _has_truststore(settings: Mapping[str, str]) -> bool:
+    return bool(
+        settings.get("ssl.truststore.location", "").strip()
+        or settings.get("ssl.truststore.certificates", "").strip()
+    )
+
+
+def _handshakes(listener: str, old: Mapping[str, str], new: Mapping[str, str]) -> str | None:
+    """Kafka's SslEngineValidator: the old settings serving a client with the new ones, and the new
+    serving the old, each a complete TLS handshake in memory (no host name check); why one fails."""
+    for server, client in ((old, new), (new, old)):
+        try:
+            server_context = tls.server_context({**server, "ssl.client.auth": "required"}, listener=listener)
+            client_context = tls.client_context(client)
+        except tls.TlsError as exc:
+            return str(exc)
+        client_context.check_hostname = False
+        refused = _handshake(server_context, client_context)
+        if refused is not None:
+            side = (
+                "the new truststore does not trust the current"
+                if server is old
+                else "the current truststore does not trust the new"
+            )
+            return f"{side} keystore's certificate on listener {listener} ({refused})."
+    return None
+
+
+def _handshake(server_context: ssl.SSLContext, client_context: ssl.SSLContext) -> str | None:
+    """One TLS handshake between the two contexts through memory buffers; OpenSSL's reason, or None."""
+    client_in, client_out, server_in, server_out = (ssl.MemoryBIO() for _ in range(4))
+    client = client_context.wrap_bio(client_in, client_out, server_side=False)
+    server = server_context.wrap_bio(server_in, server_out, server_side=True)
+    done = {id(client): False, id(server): False}
+    for _ in range(16):
+        for side, out, peer_in in ((client, client_out, server_in), (server, server_out, client_in)):
+            if not done[id(side)]:
+                try:
+                    side.do_handshake()
+                    done[id(side)] = True
+                except ssl.SSLWantReadError:
+                    pass
+                except ssl.SSLError as exc:
+                    return str(getattr(exc, "verify_message", None) or exc.reason or exc)
+            data = out.read()
+            if data:
+                peer_in.write(data)
+        if all(done.values()):
+            return None
+    return "the handshake did not complete"
 
 
 def _alt_names(cert: object) -> set[tuple[int, str]]:

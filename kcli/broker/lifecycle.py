@@ -59,7 +59,7 @@ class ControllerChannel:
         self.raft = raft
         self.controller = controller
         self.timeout = timeout
-        self._connections = NodeConnections(f"broker-{raft.node_id}-to-controller")
+        self._connections = NodeConnections(f"broker-{raft.node_id}-to-controller", raft.security)
 
     @property
     def local(self) -> QuorumController | None:

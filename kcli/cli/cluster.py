@@ -56,7 +56,8 @@ def start(
         help="The client listeners' security (default plaintext; a started cluster keeps its own): ssl = "
         "TLS with client certificates required (a throwaway CA in DATA_DIR/tls), sasl_ssl = TLS with "
         "SCRAM-SHA-512/256 and a SCRAM user admin (random password in DATA_DIR/admin.password); the "
-        "brokers reach each other the same way. The controller listener stays PLAINTEXT on 127.0.0.1. "
+        "brokers reach each other the same way. The controller listener (127.0.0.1) is secured too: ssl "
+        "with the node certificates, sasl_ssl with PLAIN as admin. "
         "DATA_DIR/client.properties is for --command-config (and Kafka's tools).",
         show_default=False,
     ),

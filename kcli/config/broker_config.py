@@ -297,6 +297,32 @@ class BrokerConfig:
         return ClientSecurity(protocol=protocol, sasl_mechanism=mechanism, jaas=options, **extra)
 
     @property
+    def controller_listener_name(self) -> str:
+        """The first `controller.listener.names` entry: the listener every connection to a controller
+        dials (Kafka's RaftManager and RaftControllerNodeProvider take the head of the list)."""
+        names = self["controller.listener.names"] or ["CONTROLLER"]  # type: ignore[index]
+        return str(names[0]).upper()  # type: ignore[index]
+
+    def controller_security(self) -> ClientSecurity:
+        """How this node reaches the controllers (Raft, broker lifecycle, forwarding): the controller
+        listener's protocol, its `listener.name.<controller>.ssl.*` settings, and for SASL
+        `sasl.mechanism.controller.protocol` with that mechanism's JAAS line of the controller listener,
+        as Kafka's ChannelBuilders.clientChannelBuilder is given them (a broker-only node too)."""
+        from kcli.security.jaas import parse_jaas_config
+
+        name = self.controller_listener_name
+        protocol = self.protocol_of(name)
+        ssl = MappingProxyType(self.ssl_settings(name)) if protocol in ("SSL", "SASL_SSL") else None
+        if protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
+            return ClientSecurity(protocol) if ssl is None else ClientSecurity(protocol, ssl=ssl)
+        mechanism = str(self["sasl.mechanism.controller.protocol"])
+        jaas = self.listener_value(name, "sasl.jaas.config", mechanism)
+        source = self.listener_key(name, "sasl.jaas.config", mechanism)
+        options = parse_jaas_config(str(jaas), source=source).options if jaas is not None else {}
+        extra = {} if ssl is None else {"ssl": ssl}
+        return ClientSecurity(protocol=protocol, sasl_mechanism=mechanism, jaas=options, **extra)
+
+    @property
     def log_roll_ms(self) -> int:
         if self["log.roll.ms"] is not None:
             return int(self["log.roll.ms"])  # type: ignore[call-overload]
@@ -384,7 +410,12 @@ class BrokerConfig:
         controller = self.controller_listener
         if controller is not None:
             self._check_protocol(controller, controller=True)
-        listener_names = {x.name for x in self["listeners"]}  # type: ignore[attr-defined]
+        self._check_controller_client()
+        # a broker-only node configures its controller client under the controller listener's name
+        listener_names = {x.name for x in self["listeners"]} | {  # type: ignore[attr-defined]
+            str(n).upper()
+            for n in self["controller.listener.names"]  # type: ignore[attr-defined]
+        }
         for key in self._per_listener:
             name = key[len("listener.name.") :].partition(".")[0].upper()
             if name not in listener_names:
@@ -421,13 +452,8 @@ class BrokerConfig:
                 f"listener {listener} uses security protocol {protocol}; it must be one of "
                 f"{', '.join(SECURITY_PROTOCOL_IDS)}."
             )
-        if controller and protocol != "PLAINTEXT":
-            raise ConfigError(
-                f"controller listener {listener} uses security protocol {protocol}; kcli's controller "
-                "quorum speaks PLAINTEXT only."
-            )
         if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
-            self._check_sasl(listener.name)
+            self._check_sasl(listener.name, controller=controller)
 
     def _check_oauthbearer_handler(self, listener_name: str) -> None:
         """OAUTHBEARER's server callback handler is one of Kafka's two, and the JWKS one has a JWKS URL."""
@@ -451,7 +477,36 @@ class BrokerConfig:
                     f"sasl.oauthbearer.jwks.endpoint.url {url} is not a file:, http: or https: URL."
                 )
 
-    def _check_sasl(self, listener_name: str) -> None:
+    def _check_controller_client(self) -> None:
+        """A node in a quorum dials the controller listener as its protocol says: over SASL it needs
+        `sasl.mechanism.controller.protocol` enabled there and a login (username and password) for it,
+        else no voter or broker could authenticate; Kafka would find out only when connecting."""
+        in_a_cluster = bool(self["controller.quorum.voters"] or self["controller.quorum.bootstrap.servers"])
+        name = self.controller_listener_name
+        protocol = self._protocol_of(name)
+        if not in_a_cluster or protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
+            return
+        mechanism = str(self["sasl.mechanism.controller.protocol"])
+        enabled: list[str] = self.listener_value(name, "sasl.enabled.mechanisms")  # type: ignore[assignment]
+        if self.is_controller and mechanism not in enabled:
+            raise ConfigError(
+                f"sasl.mechanism.controller.protocol {mechanism} must be included in the sasl.enabled.mechanisms "
+                f"of controller listener {name} ({', '.join(enabled) or 'none'})."
+            )
+        if mechanism == "OAUTHBEARER":
+            return
+        if mechanism == "GSSAPI":
+            from kcli.security.sasl import GSSAPI_REFUSAL
+
+            raise ConfigError(f"sasl.mechanism.controller.protocol: {GSSAPI_REFUSAL}")
+        options = self.controller_security().jaas
+        if not options.get("username") or "password" not in options:
+            raise ConfigError(
+                f"controller listener {name}: SASL/{mechanism} to the controllers needs username and password in "
+                f"listener.name.{name.lower()}.{mechanism.lower()}.sasl.jaas.config."
+            )
+
+    def _check_sasl(self, listener_name: str, *, controller: bool = False) -> None:
         """A SASL listener's mechanisms and JAAS lines, refused in one sentence as Kafka refuses them."""
         from kcli.security.jaas import JaasError, check_mechanism, parse_jaas_config
         from kcli.security.sasl import GSSAPI_REFUSAL, MECHANISMS, SaslError
@@ -499,6 +554,10 @@ class BrokerConfig:
                 f"connection.failed.authentication.delay.ms={delay} should always be less than "
                 f"connections.max.idle.ms={idle} to prevent failed authentication responses from timing out"
             )
+        if (
+            controller
+        ):  # its clients log in with sasl.mechanism.controller.protocol (_check_controller_client)
+            return
         inter_broker = self["sasl.mechanism.inter.broker.protocol"]
         in_a_cluster = bool(self["controller.quorum.voters"] or self["controller.quorum.bootstrap.servers"])
         if (

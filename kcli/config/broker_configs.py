@@ -198,8 +198,8 @@ BROKER_CONFIGS: dict[str, ConfigKey] = config_table(
             None,
             "Rules mapping a client certificate's subject to a principal name.",
         ),
-        ("ssl.allow.dn.changes", "boolean", False, None, "Allow a keystore update to change the DN.", False),
-        ("ssl.allow.san.changes", "boolean", False, None, "Allow a keystore update to change SANs.", False),
+        ("ssl.allow.dn.changes", "boolean", False, None, "Allow a dynamic keystore update to change the DN."),
+        ("ssl.allow.san.changes", "boolean", False, None, "Allow a dynamic keystore update to change SANs."),
         # --- sockets and requests
         (
             "socket.request.max.bytes",
@@ -310,7 +310,14 @@ BROKER_CONFIGS: dict[str, ConfigKey] = config_table(
             "string",
             "GSSAPI",
             one_of("GSSAPI", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"),
-            "SASL mechanism for inter-broker connections; kcli's brokers talk PLAINTEXT among themselves.",
+            "SASL mechanism for inter-broker connections (replication, transaction markers).",
+        ),
+        (
+            "sasl.mechanism.controller.protocol",
+            "string",
+            "GSSAPI",
+            one_of("GSSAPI", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"),
+            "SASL mechanism for connections to the controller listener (Raft, broker lifecycle, forwarding).",
         ),
         (
             "connections.max.reauth.ms",

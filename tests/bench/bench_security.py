@@ -2,6 +2,7 @@
 
     python tests/bench/bench_security.py [--mib 256] [--connections 1000] [--concurrency 32]
     python tests/bench/bench_security.py --quick     # 32 MiB and 200 connections, a CI-size run
+    python tests/bench/bench_security.py --burst-only [--connections N] [--concurrency C]
 
 One kcli node serves a PLAINTEXT and a SASL_SSL (SCRAM-SHA-512, `admin` bootstrapped by `storage format
 --add-scram`, certificates from kcli.security.certs) listener. With confluent-kafka and 1 KiB records it
@@ -24,9 +25,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import json
 import os
 import resource
+import shutil
 import signal
 import socket
 import ssl
@@ -152,6 +155,64 @@ def consume(config: dict[str, str], topic: str, count: int) -> float:
     return seconds
 
 
+def consume_kcat(config: dict[str, str], topic: str, count: int) -> tuple[float, float]:
+    """Seconds for kcat (librdkafka in C, records written to /dev/null) to read `count` records from
+    offset 0 and exit at the end, and its CPU seconds: a consumer that is not the limit, unlike
+    confluent-kafka's Python loop."""
+    kcat = shutil.which("kcat") or shutil.which("kafkacat")
+    if kcat is None:
+        return float("nan"), float("nan")
+    args = [kcat, "-C", "-q", "-e", "-t", topic, "-p", "0", "-o", "beginning", "-c", str(count), "-f", "%o\\n"]  # fmt: skip
+    for key, value in {**config, "fetch.max.bytes": str(50 << 20), "max.partition.fetch.bytes": str(16 << 20),
+                       "queued.min.messages": "200000", "fetch.wait.max.ms": "100"}.items():  # fmt: skip
+        args += ["-b", value] if key == "bootstrap.servers" else ["-X", f"{key}={value}"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    done = subprocess.run(args, capture_output=True, timeout=300)
+    seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    lines = done.stdout.count(b"\n")
+    if done.returncode != 0 or lines < count:
+        raise SystemExit(f"kcat read {lines} of {count} records from {topic}: {done.stderr.decode()[-300:]}")
+    return seconds, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
+async def consume_raw(address: str, security: object, topic: str, count: int) -> tuple[float, int]:
+    """Seconds for kcli's own KafkaClient to Fetch `count` records from offset 0 (64 MiB answers, 32 MiB
+    per partition) without decoding them (the next offset from the last batch header), and the record
+    bytes received: a consumer about as cheap as the floor's TLS client."""
+    from kcli.client import KafkaClient
+    from kcli.protocol.messages import build, nested_type
+
+    client = await KafkaClient.connect(address, security=security)  # type: ignore[arg-type]
+    cls = client.request_type(1, highest=12)
+    topic_cls, partition_cls = nested_type(cls, "FetchTopic"), nested_type(cls, "FetchPartition")
+    offset = received = 0
+    started = time.perf_counter()
+    try:
+        while offset < count:
+            partition = build(partition_cls, partition=0, current_leader_epoch=-1, fetch_offset=offset,
+                              last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=32 << 20)  # fmt: skip
+            request = build(cls, cluster_id=None, replica_id=-1, max_wait=datetime.timedelta(milliseconds=500),
+                            min_bytes=1, max_bytes=64 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+                            topics=(topic_cls(topic=topic, partitions=(partition,)),), forgotten_topics_data=(),
+                            rack_id="")  # fmt: skip
+            response = await client.send(request)
+            records = response.responses[0].partitions[0].records or b""
+            received += len(records)
+            position = 0
+            while position + 27 <= len(records):  # batch: base offset, length, ..., last offset delta at 23
+                length = int.from_bytes(records[position + 8 : position + 12], "big")
+                if position + 12 + length > len(records):
+                    break  # a partial batch at the end of the answer
+                base = int.from_bytes(records[position : position + 8], "big")
+                offset = base + int.from_bytes(records[position + 23 : position + 27], "big") + 1
+                position += 12 + length
+    finally:
+        await client.close()
+    return time.perf_counter() - started, received
+
+
 # --- the floor: TLS with no Kafka ------------------------------------------------------------------
 
 
@@ -274,6 +335,9 @@ def kcli(*args: str) -> str:
 
 
 def main() -> None:
+    from kcli.security import PLAINTEXT
+    from kcli.security.client_config import load_client_config
+
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -281,6 +345,7 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=32, help="connections opening at once")
     parser.add_argument("--quick", action="store_true", help="32 MiB and 200 connections")
+    parser.add_argument("--burst-only", action="store_true", help="only the burst of new connections")
     parser.add_argument(
         "--serve-file", nargs=4, metavar=("FILE", "PORT", "CERT", "KEY"), help=argparse.SUPPRESS
     )
@@ -318,44 +383,65 @@ def main() -> None:
         results: dict[str, dict[str, float]] = {}
         try:
             pid = broker.pid
-            for listener, port in (
-                ("PLAINTEXT", plain),
-                ("SASL_SSL", secured),
-            ):  # warm: metadata, offsets topic
-                client = librdkafka_config(listener, f"127.0.0.1:{port}", security)
-                produce(client, f"warm-{listener.lower()}", 1000)
-                consume(client, f"warm-{listener.lower()}", 1000)
-            for listener, port in (("PLAINTEXT", plain), ("SASL_SSL", secured)):
-                client = librdkafka_config(listener, f"127.0.0.1:{port}", security)
-                topic = f"bench-{listener.lower()}"
-                gib = count * RECORD / 2**30
-                before, client_before = cpu_seconds(pid), own_cpu_seconds()
-                seconds = produce(client, topic, count)
-                produced, client_produced = cpu_seconds(pid) - before, own_cpu_seconds() - client_before
-                before, client_before = cpu_seconds(pid), own_cpu_seconds()
-                read = consume(client, topic, count)
-                consumed, client_consumed = cpu_seconds(pid) - before, own_cpu_seconds() - client_before
-                results[listener] = {
-                    "produce_mib_s": args.mib / seconds,
-                    "produce_cpu_s_per_gib": produced / gib,
-                    "consume_mib_s": args.mib / read,
-                    "consume_cpu_s_per_gib": consumed / gib,
-                    "client_produce_cpu_s_per_gib": client_produced / gib,
-                    "client_consume_cpu_s_per_gib": client_consumed / gib,
-                }
-                print(
-                    json.dumps(
-                        {"listener": listener, **{k: round(v, 2) for k, v in results[listener].items()}}
+            if not args.burst_only:  # throughput: confluent-kafka, kcat, raw Fetch, the floor
+                for listener, port in (
+                    ("PLAINTEXT", plain),
+                    ("SASL_SSL", secured),
+                ):  # warm: metadata, offsets topic
+                    client = librdkafka_config(listener, f"127.0.0.1:{port}", security)
+                    produce(client, f"warm-{listener.lower()}", 1000)
+                    consume(client, f"warm-{listener.lower()}", 1000)
+                for listener, port in (("PLAINTEXT", plain), ("SASL_SSL", secured)):
+                    client = librdkafka_config(listener, f"127.0.0.1:{port}", security)
+                    topic = f"bench-{listener.lower()}"
+                    gib = count * RECORD / 2**30
+                    before, client_before = cpu_seconds(pid), own_cpu_seconds()
+                    seconds = produce(client, topic, count)
+                    produced, client_produced = cpu_seconds(pid) - before, own_cpu_seconds() - client_before
+                    before, client_before = cpu_seconds(pid), own_cpu_seconds()
+                    read = consume(client, topic, count)
+                    consumed, client_consumed = cpu_seconds(pid) - before, own_cpu_seconds() - client_before
+                    before = cpu_seconds(pid)
+                    kcat_read, kcat_cpu = consume_kcat(client, topic, count)
+                    kcat_consumed = cpu_seconds(pid) - before
+                    client_security = (
+                        None
+                        if listener == "PLAINTEXT"
+                        else load_client_config(security.client_properties).security
                     )
+                    before, client_before = cpu_seconds(pid), own_cpu_seconds()
+                    raw_read, raw_bytes = asyncio.run(
+                        consume_raw(f"127.0.0.1:{port}", client_security or PLAINTEXT, topic, count)
+                    )
+                    raw_consumed, raw_client = cpu_seconds(pid) - before, own_cpu_seconds() - client_before
+                    raw_gib = raw_bytes / 2**30
+                    results[listener] = {
+                        "raw_consume_mib_s": raw_bytes / 2**20 / raw_read,
+                        "raw_consume_cpu_s_per_gib": raw_consumed / raw_gib,
+                        "raw_client_cpu_s_per_gib": raw_client / raw_gib,
+                        "kcat_consume_mib_s": args.mib / kcat_read,
+                        "kcat_consume_cpu_s_per_gib": kcat_consumed / gib,
+                        "kcat_client_cpu_s_per_gib": kcat_cpu / gib,
+                        "produce_mib_s": args.mib / seconds,
+                        "produce_cpu_s_per_gib": produced / gib,
+                        "consume_mib_s": args.mib / read,
+                        "consume_cpu_s_per_gib": consumed / gib,
+                        "client_produce_cpu_s_per_gib": client_produced / gib,
+                        "client_consume_cpu_s_per_gib": client_consumed / gib,
+                    }
+                    print(
+                        json.dumps(
+                            {"listener": listener, **{k: round(v, 2) for k, v in results[listener].items()}}
+                        )
+                    )
+                segments = sorted(
+                    (workdir / "data" / "bench-sasl_ssl-0").glob("*.log"), key=lambda p: p.stat().st_size
                 )
-            segments = sorted(
-                (workdir / "data" / "bench-sasl_ssl-0").glob("*.log"), key=lambda p: p.stat().st_size
-            )
-            floor_mib_s, floor_cpu, floor_client_cpu = floor(segments[-1], security)
-            print(json.dumps({"floor": "asyncio TLS server, no Kafka", "mib_s": round(floor_mib_s, 1),
-                              "server_cpu_s_per_gib": round(floor_cpu, 2),
-                    "client_cpu_s_per_gib": round(floor_client_cpu, 2),
-                              "file_mib": round(segments[-1].stat().st_size / 2**20, 1)}))  # fmt: skip
+                floor_mib_s, floor_cpu, floor_client_cpu = floor(segments[-1], security)
+                print(json.dumps({"floor": "asyncio TLS server, no Kafka", "mib_s": round(floor_mib_s, 1),
+                                  "server_cpu_s_per_gib": round(floor_cpu, 2),
+                        "client_cpu_s_per_gib": round(floor_client_cpu, 2),
+                                  "file_mib": round(segments[-1].stat().st_size / 2**20, 1)}))  # fmt: skip
             rss_before = rss(pid)
             burst_cpu, client_before = cpu_seconds(pid), own_cpu_seconds()
             with RssPeak(pid) as peak:
@@ -371,26 +457,38 @@ def main() -> None:
             rss_after = rss(pid)
         finally:
             broker.stop()
-    plain_r, tls_r = results["PLAINTEXT"], results["SASL_SSL"]
     ms = [t * 1000 for t in times]
-    print()
-    print(
-        f"records: {count:,} x {RECORD} B per listener ({args.mib} MiB), confluent-kafka, acks=1, one partition"
-    )
-    print(f"{'':24}{'PLAINTEXT':>12}{'SASL_SSL':>12}{'ratio':>8}")
-    for key, label in (("produce_mib_s", "produce MiB/s"), ("produce_cpu_s_per_gib", "produce CPU-s/GiB"),
-                       ("consume_mib_s", "consume MiB/s"), ("consume_cpu_s_per_gib", "consume CPU-s/GiB"),
-                       ("client_produce_cpu_s_per_gib", "client produce CPU-s/GiB"),
-                       ("client_consume_cpu_s_per_gib", "client consume CPU-s/GiB")):  # fmt: skip
-        print(f"{label:24}{plain_r[key]:>12.1f}{tls_r[key]:>12.1f}{tls_r[key] / plain_r[key]:>8.2f}")
-    print(
-        f"TLS floor (no Kafka):   {floor_mib_s:.1f} MiB/s, server {floor_cpu:.2f} CPU-s/GiB, "
-        f"client {floor_client_cpu:.2f} CPU-s/GiB"
-    )
-    print(
-        f"consume over TLS / floor: {tls_r['consume_mib_s'] / floor_mib_s:.2f} (goal >= 0.8); "
-        f"produce over TLS / PLAINTEXT: {tls_r['produce_mib_s'] / plain_r['produce_mib_s']:.2f} (goal >= 0.7)"
-    )
+    if results:
+        plain_r, tls_r = results["PLAINTEXT"], results["SASL_SSL"]
+        print()
+        print(
+            f"records: {count:,} x {RECORD} B per listener ({args.mib} MiB), confluent-kafka, acks=1, one partition"
+        )
+        print(f"{'':24}{'PLAINTEXT':>12}{'SASL_SSL':>12}{'ratio':>8}")
+        for key, label in (("produce_mib_s", "produce MiB/s"), ("produce_cpu_s_per_gib", "produce CPU-s/GiB"),
+                           ("consume_mib_s", "consume MiB/s"), ("consume_cpu_s_per_gib", "consume CPU-s/GiB"),
+                           ("client_produce_cpu_s_per_gib", "client produce CPU-s/GiB"),
+                           ("client_consume_cpu_s_per_gib", "client consume CPU-s/GiB"),
+                           ("kcat_consume_mib_s", "kcat consume MiB/s"),
+                           ("kcat_consume_cpu_s_per_gib", "kcat consume CPU-s/GiB"),
+                           ("kcat_client_cpu_s_per_gib", "kcat client CPU-s/GiB"),
+                           ("raw_consume_mib_s", "raw Fetch MiB/s"),
+                           ("raw_consume_cpu_s_per_gib", "raw Fetch CPU-s/GiB"),
+                           ("raw_client_cpu_s_per_gib", "raw client CPU-s/GiB")):  # fmt: skip
+            ratio = (
+                tls_r[key] / plain_r[key] if plain_r[key] else float("nan")
+            )  # a tiny --mib may read 0 CPU-s
+            print(f"{label:24}{plain_r[key]:>12.1f}{tls_r[key]:>12.1f}{ratio:>8.2f}")
+        print(
+            f"TLS floor (no Kafka):   {floor_mib_s:.1f} MiB/s, server {floor_cpu:.2f} CPU-s/GiB, "
+            f"client {floor_client_cpu:.2f} CPU-s/GiB"
+        )
+        print(
+            f"consume over TLS / floor: confluent-kafka {tls_r['consume_mib_s'] / floor_mib_s:.2f}, "
+            f"kcat {tls_r['kcat_consume_mib_s'] / floor_mib_s:.2f}, raw Fetch {tls_r['raw_consume_mib_s'] / floor_mib_s:.2f} "
+            "(goal >= 0.8); "
+            f"produce over TLS / PLAINTEXT: {tls_r['produce_mib_s'] / plain_r['produce_mib_s']:.2f} (goal >= 0.7)"
+        )
     print(
         f"burst: {args.connections} SCRAM-SHA-512 connections over SASL_SSL, {args.concurrency} at once, "
         f"{burst_seconds:.1f} s: p50 {percentile(ms, 50):.1f} ms, p99 {percentile(ms, 99):.1f} ms, "
@@ -398,8 +496,8 @@ def main() -> None:
         + (f" ({failures[0]})" if failures else "")
     )
     print(
-        f"       CPU per connection: broker {burst_cpu / args.connections * 1000:.1f} ms, "
-        f"client {burst_client_cpu / args.connections * 1000:.1f} ms"
+        f"       CPU per connection: broker {burst_cpu / args.connections * 1000:.2f} ms, "
+        f"client {burst_client_cpu / args.connections * 1000:.2f} ms"
     )
     print(
         f"broker RSS: {rss_before / 2**20:.0f} MiB before the burst, peak {peak.peak / 2**20:.0f} MiB, "

@@ -22,6 +22,7 @@ def build_controller_registry() -> ApiRegistry:
         features,
         quorum,
         reassignments,
+        sasl,
         scram,
         topics,
     )
@@ -29,6 +30,7 @@ def build_controller_registry() -> ApiRegistry:
     return ApiRegistry(
         [
             *api_versions.APIS,
+            *sasl.APIS,  # a SASL controller listener's logins (Kafka's listeners: broker, controller)
             *quorum.CONTROLLER_APIS,
             *envelope.CONTROLLER_APIS,
             *topics.APIS,

@@ -34,7 +34,7 @@ from collections.abc import Mapping
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis.context import RequestContext
+from kcli.broker.apis.context import FramedResponse, RequestContext
 from kcli.broker.apis.registry import ApiRegistry, ApiSpec
 from kcli.broker.metadata.controller.cluster_control_manager import supported_features
 from kcli.features import (
@@ -44,6 +44,7 @@ from kcli.features import (
     supports_epoch_bump,
     transaction_version_level,
 )
+from kcli.protocol.codec import entity_write
 from kcli.protocol.messages import build, kio_versions, nested_type, response_type
 
 API_KEY = 18
@@ -59,10 +60,16 @@ _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 _NO_THROTTLE = datetime.timedelta(0)
 
 
+_ENCODED: dict[tuple[object, ...], bytes] = {}
+"""Encoded answers by (version, registry, finalized features, their epoch, kraft.version): every new
+connection asks the same question, and encoding the ~70 API ranges and the features was most of the
+broker's own CPU for a connection that logs in and leaves."""
+_ENCODED_MAX = 64
+
+
 async def handle_api_versions(ctx: RequestContext, request: object) -> object:
     version = ctx.api_version
     response_cls = response_type(API_KEY, version)
-    api_version_cls = nested_type(response_cls, "ApiVersion")
     if version >= 3:
         name = request.client_software_name  # type: ignore[attr-defined]
         software_version = request.client_software_version  # type: ignore[attr-defined]
@@ -72,6 +79,25 @@ async def handle_api_versions(ctx: RequestContext, request: object) -> object:
             )
         ctx.connection.client_software_name = name
         ctx.connection.client_software_version = software_version
+    image, node = ctx.state.image, ctx.state.node
+    kraft_version = node.raft.kraft_version if node is not None else None
+    if image.client_quotas:  # a throttle time may be set in the answer: build it afresh
+        return _answer(ctx, response_cls, kraft_version)
+    key = (version, id(ctx.registry), tuple(sorted(image.features.items())), image.offset, kraft_version)
+    body = _ENCODED.get(key)
+    if body is None:
+        out = bytearray()
+        entity_write(response_cls)(out, _answer(ctx, response_cls, kraft_version))
+        if len(_ENCODED) >= _ENCODED_MAX:
+            _ENCODED.clear()
+        body = _ENCODED[key] = bytes(out)
+    return FramedResponse(response_cls, (body,))
+
+
+def _answer(ctx: RequestContext, response_cls: type, kraft_version: int | None) -> object:
+    """The ApiVersions answer of this broker's registry and metadata image, as a kio entity."""
+    version = ctx.api_version
+    api_version_cls = nested_type(response_cls, "ApiVersion")
     api_keys = tuple(
         api_version_cls(api_key=key, min_version=low, max_version=high)
         for key, (low, high) in advertised_versions(ctx.registry, ctx.state.image.features).items()
@@ -80,9 +106,8 @@ async def handle_api_versions(ctx: RequestContext, request: object) -> object:
     if version >= 3:
         image = ctx.state.image
         finalized = dict(image.features)
-        node = ctx.state.node
-        if node is not None:  # KRaftMetadataCache.features: the quorum's kraft.version too
-            finalized[KRAFT_VERSION] = node.raft.kraft_version
+        if kraft_version is not None:  # KRaftMetadataCache.features: the quorum's kraft.version too
+            finalized[KRAFT_VERSION] = kraft_version
         features = feature_fields(response_cls, finalized, image.offset, alter_v0=version < 4)
     return build(
         response_cls, error_code=ErrorCode.none, api_keys=api_keys, throttle_time=_NO_THROTTLE, **features

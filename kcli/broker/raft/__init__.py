@@ -64,6 +64,7 @@ def open_raft_client(config: BrokerConfig, cluster_id: str) -> KafkaRaftClient:
         listener_name=names[0],  # type: ignore[index]
         local_listeners={own.name: (own.host, own.port)} if own is not None else None,
         bootstrap_servers=config.quorum_bootstrap_servers if dynamic else (),
+        security=config.controller_security(),
     )
     raft.created_log_dir = created
     return raft

@@ -64,6 +64,7 @@ from kcli.broker.raft.voter_changes import AddVoterHandler, RemoveVoterHandler, 
 from kcli.broker.raft.voter_history import VoterSetHistory
 from kcli.client import NodeConnections
 from kcli.protocol.messages import build, nested_type, response_type
+from kcli.security import PLAINTEXT, ClientSecurity
 from kcli.voters import VoterNode, VoterSet
 
 log = logging.getLogger("kcli.broker.raft")
@@ -85,6 +86,7 @@ class KafkaRaftClient:
         listener_name: str = "CONTROLLER",
         local_listeners: dict[str, tuple[str, int]] | None = None,
         bootstrap_servers: Sequence[tuple[str, int]] = (),
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
         self.log = metadata_log
         self.node_id = node_id
@@ -128,7 +130,9 @@ class KafkaRaftClient:
         self.caught_up = asyncio.Event()
         self.changed = asyncio.Event()
         self.appended = asyncio.Event()  # wakes parked leader Fetches
-        self.peers = NodeConnections(f"raft-client-{node_id}")
+        self.security = security
+        """How the voters' controller listeners are dialed (BrokerConfig.controller_security)."""
+        self.peers = NodeConnections(f"raft-client-{node_id}", security)
         self._task: asyncio.Task[None] | None = None
         self._flushing: asyncio.Task[None] | None = None
         self._fired_leader: LeaderAndEpoch | None = None
