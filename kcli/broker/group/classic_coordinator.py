@@ -905,6 +905,27 @@ class ClassicGroupCoordinator:
         if isinstance(handle, asyncio.TimerHandle):
             handle.cancel()
 
+    # --- conversions with consumer groups (KIP-848) -----------------------------------------------
+
+    def prepare_rebalance(self, group: ClassicGroup, reason: str) -> None:
+        """A group downgraded from a consumer group rebalances at once, its members rejoining."""
+        self._prepare_rebalance(group, reason)
+
+    def release_members(self, group: ClassicGroup) -> None:
+        """The classic side of an upgrade: parked JoinGroup and SyncGroup requests are answered
+        REBALANCE_IN_PROGRESS (their members rejoin the consumer group), timers stop, and the group
+        stays, member-less, as the holder of the offsets."""
+        for member in list(group.members.values()):
+            group.maybe_invoke_join(member, JoinResult(member.member_id, ErrorCode.rebalance_in_progress))
+            group.maybe_invoke_sync(member, SyncResult(ErrorCode.rebalance_in_progress))
+            self._cancel_heartbeat(member)
+        for member_id in list(group.pending_member_timers):
+            self._cancel_pending_member_expiration(group, member_id)
+        self._cancel(group.join_timer)
+        group.join_timer = None
+        self._remove_sync_expiration(group)
+        group.clear_membership(wall_clock_ms())
+
     # --- group writes ----------------------------------------------------------------------------
 
     def _store_group(

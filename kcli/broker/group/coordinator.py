@@ -35,6 +35,7 @@ from kcli.broker.group.group import (
     OffsetAndMetadata,
     SyncResult,
 )
+from kcli.broker.group.migration import GroupMigration
 from kcli.broker.group.offsets import OffsetMetadataManager
 from kcli.broker.group.storage import OFFSETS_TOPIC, GroupMetadataManager, TopicPartition
 from kcli.broker.log.log import wall_clock_ms
@@ -80,6 +81,8 @@ class GroupCoordinator:
         """The consumer rebalance protocol (KIP-848): its groups live beside the classic ones."""
         self.classic = ClassicGroupCoordinator(self, self.consumer)
         self.offsets = OffsetMetadataManager(self.manager, self.classic, self.consumer)
+        self.migration = GroupMigration(config, self.consumer, self.classic)
+        """Classic members of consumer groups, and the conversions (`group.consumer.migration.policy`)."""
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -230,6 +233,28 @@ class GroupCoordinator:
         error = self.validate_group_status(group_id, GroupApi.JOIN_GROUP)
         if error is not None:
             return resolved(JoinResult(member_id, error))
+        consumer_group = self.migration.serves(group_id)
+        if consumer_group is not None:
+            if (
+                not self.classic.min_session_timeout_ms
+                <= session_timeout_ms
+                <= self.classic.max_session_timeout_ms
+            ):
+                return resolved(JoinResult(member_id, ErrorCode.invalid_session_timeout))
+            return asyncio.ensure_future(
+                self.migration.join(
+                    consumer_group,
+                    member_id,
+                    group_instance_id,
+                    require_known_member_id=require_known_member_id,
+                    client_id=client_id,
+                    client_host=client_host,
+                    rebalance_timeout_ms=rebalance_timeout_ms,
+                    session_timeout_ms=session_timeout_ms,
+                    protocol_type=protocol_type,
+                    protocols=protocols,
+                )
+            )
         return self.classic.join_group(
             group_id,
             member_id,
@@ -262,6 +287,13 @@ class GroupCoordinator:
             return resolved(SyncResult(ErrorCode.rebalance_in_progress))
         if error is not None:
             return resolved(SyncResult(error))
+        consumer_group = self.migration.serves(group_id)
+        if consumer_group is not None:
+            return resolved(
+                self.migration.sync(
+                    consumer_group, generation_id, member_id, protocol_type, protocol_name, group_instance_id
+                )
+            )
         return self.classic.sync_group(
             group_id, generation_id, member_id, protocol_type, protocol_name, group_instance_id, assignments
         )
@@ -274,6 +306,9 @@ class GroupCoordinator:
             return ErrorCode.none  # answered blindly while loading, as Kafka does
         if error is not None:
             return error
+        consumer_group = self.migration.serves(group_id)
+        if consumer_group is not None:
+            return self.migration.heartbeat(consumer_group, member_id, group_instance_id, generation_id)
         return self.classic.heartbeat(group_id, member_id, group_instance_id, generation_id)
 
     def leave_group(
@@ -283,6 +318,9 @@ class GroupCoordinator:
         error = self.validate_group_status(group_id, GroupApi.LEAVE_GROUP)
         if error is not None:
             return error, []
+        consumer_group = self.migration.serves(group_id)
+        if consumer_group is not None:
+            return self.migration.leave(consumer_group, members)
         return self.classic.leave_group(group_id, members)
 
     # --- offsets ----------------------------------------------------------------------------------

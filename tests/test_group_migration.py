@@ -1,0 +1,243 @@
+"""Classic and consumer groups side by side (KIP-848's migration), with librdkafka's two protocols.
+
+Members of the classic protocol (`group.protocol=classic`) and of the consumer protocol
+(`group.protocol=consumer`) share one group as Kafka 4.1 lets them with its default
+`group.consumer.migration.policy=bidirectional`: the first consumer-protocol member converts the
+classic group into a consumer group (upgrade), classic members keep consuming through JoinGroup,
+SyncGroup and Heartbeat served from the consumer group's target assignment, and when the last
+consumer-protocol member leaves, the group turns classic again (downgrade). The conversions' records
+are in __consumer_offsets (`kcli dump-segment --offsets-decoder`); a rolling upgrade, classic members
+replaced one by one, reads every record once; with the policy `disabled` a consumer-protocol member
+cannot join a classic group with members.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_in_process import run_kcli
+from confluent_kafka import Consumer, KafkaException
+from test_consumer_group_clients import BROKER_SETTINGS, create_topic, fill
+from waiting import wait_for
+
+from kcli.client import KafkaClient
+from kcli.protocol.messages import build, request_type
+
+pytestmark = pytest.mark.timeout(300)
+
+SETTINGS = [*BROKER_SETTINGS, "group.initial.rebalance.delay.ms=0"]
+
+
+def classic(bootstrap: str, group: str, topic: str, name: str) -> Consumer:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "group.protocol": "classic",
+            "client.id": name,
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    return consumer
+
+
+def modern(bootstrap: str, group: str, topic: str, name: str) -> Consumer:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "group.protocol": "consumer",
+            "client.id": name,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    return consumer
+
+
+def poll_all(members: list[Consumer], seconds: float, got: list[str] | None = None) -> list[str]:
+    """Poll every member for `seconds`; each record read is committed before the next poll."""
+    got = [] if got is None else got
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for consumer in members:
+            message = consumer.poll(0.05)
+            if message is None:
+                continue
+            if message.error() is not None:
+                continue  # a rebalance's transient errors; librdkafka retries
+            got.append(message.value().decode())
+            try:
+                consumer.commit(message=message, asynchronous=False)
+            except KafkaException as e:  # the partition moved meanwhile: the next owner reads it again
+                got.append(f"uncommitted:{message.value().decode()}:{e}")
+    return got
+
+
+def consume(members: list[Consumer], wanted: set[str], timeout: float = 60) -> list[str]:
+    got: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not wanted <= set(got):
+        poll_all(members, 0.5, got)
+    return got
+
+
+def balanced(members: list[Consumer], sizes: list[int], timeout: float = 60) -> None:
+    def ok() -> bool:
+        for consumer in members:
+            assert consumer.poll(0.05) is None, "balanced() polls before anything is produced"
+        return sorted(len(c.assignment()) for c in members) == sizes
+
+    wait_for(f"assignments of sizes {sizes}", ok, timeout, 0.05)
+
+
+def group_type(bootstrap: str, group: str) -> str:
+    """The group's type in ListGroups v5 ("classic" or "consumer")."""
+
+    async def listed() -> Any:
+        async with await KafkaClient.connect(bootstrap, request_timeout=10) as client:
+            return await client.send(build(request_type(16, 5), states_filter=(), types_filter=()))
+
+    response = asyncio.run(listed())
+    assert response.error_code == 0
+    [found] = [g for g in response.groups if g.group_id == group]
+    return str(found.group_type)
+
+
+def member_types(bootstrap: str, group: str) -> list[int]:
+    """ConsumerGroupDescribe v1's MemberType of each member (0 classic, 1 consumer), sorted."""
+
+    async def described() -> Any:
+        async with await KafkaClient.connect(bootstrap, request_timeout=10) as client:
+            return await client.send(
+                build(request_type(69, 1), group_ids=(group,), include_authorized_operations=False)
+            )
+
+    [found] = asyncio.run(described()).groups
+    assert found.error_code == 0
+    return sorted(m.member_type for m in found.members)
+
+
+def test_upgrade_then_downgrade_keeps_every_member_consuming(broker_factory: Any, tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    broker = broker_factory(overrides=SETTINGS, data_dir=data_dir)
+    topic, group = f"mig-{uuid.uuid4().hex[:8]}", "mig"
+    create_topic(broker.bootstrap, topic, 6)
+    members = [classic(broker.bootstrap, group, topic, f"c{i}") for i in range(2)]
+    try:
+        balanced(members, [3, 3])
+        assert group_type(broker.bootstrap, group) == "classic"
+        first = fill(broker.bootstrap, topic, 6, 30, start=0)
+        assert sorted(consume(members, set(first))) == sorted(first)
+
+        # upgrade: a consumer-protocol member joins the classic group with members
+        members.append(modern(broker.bootstrap, group, topic, "m0"))
+        balanced(members, [2, 2, 2])
+        assert group_type(broker.bootstrap, group) == "consumer"
+        described = run_kcli("groups", "describe", "-b", broker.bootstrap, group, "-o", "json")
+        assert described.returncode == 0, described.stderr
+        found = json.loads(described.stdout.splitlines()[0])
+        assert len(found["members"]) == 3
+        assert member_types(broker.bootstrap, group) == [0, 0, 1]
+        second = fill(broker.bootstrap, topic, 6, 60, start=100)
+        read = consume(members, set(second))
+        assert sorted(read) == sorted(second)  # each once, the classic members' included
+
+        # downgrade: the last consumer-protocol member leaves a group of classic members
+        members.pop().close()
+        balanced(members, [3, 3])
+        assert group_type(broker.bootstrap, group) == "classic"
+        third = fill(broker.bootstrap, topic, 6, 30, start=200)
+        assert sorted(consume(members, set(third))) == sorted(third)
+    finally:
+        for consumer in members:
+            consumer.close()
+    broker.stop()
+    segments = sorted(data_dir.glob("__consumer_offsets-*/*.log"))
+    dumped = run_kcli("dump-segment", "--offsets-decoder", *map(str, segments))
+    assert dumped.returncode == 0, dumped.stderr
+    lines = [line for line in dumped.stdout.splitlines() if f'"{group}"' in line]
+    kinds = [k for k in map(_kind, lines) if k is not None and k[0] != "1"]
+    # upgrade: the classic group's tombstone, then the consumer group's records (member metadata first)
+    upgrade = kinds.index(("2", None))
+    assert kinds[upgrade + 1 : upgrade + 3] == [("5", "value"), ("5", "value")]
+    assert kinds[upgrade + 3] == ("3", "value")
+    # downgrade: the consumer group's tombstones (its metadata last), then the classic group's record
+    downgrade = max(i for i, k in enumerate(kinds) if k == ("3", None))
+    assert downgrade > upgrade
+    assert kinds[downgrade + 1] == ("2", "value")
+    assert kinds[downgrade - 1] == ("4", None)
+
+
+def _kind(line: str) -> tuple[str, str | None] | None:
+    """(record type, "value" or None for a tombstone) of a dumped __consumer_offsets record."""
+    if "key: {" not in line:
+        return None
+    key = line.split("key: ", 1)[1]
+    record_type = key.split('"type":"', 1)[1].split('"', 1)[0]
+    return record_type, None if "payload: <DELETE>" in line else "value"
+
+
+def test_rolling_upgrade_reads_every_record_once(broker_factory: Any) -> None:
+    broker = broker_factory(overrides=SETTINGS)
+    topic, group = f"roll-{uuid.uuid4().hex[:8]}", "roll"
+    create_topic(broker.bootstrap, topic, 6)
+    members = [classic(broker.bootstrap, group, topic, f"c{i}") for i in range(3)]
+    produced: list[str] = []
+    read: list[str] = []
+    try:
+        balanced(members, [2, 2, 2])
+        for step in range(3):
+            batch = fill(broker.bootstrap, topic, 6, 30, start=1000 * step)
+            produced += batch
+            read += consume(members, set(batch[:15]))  # some read before the swap
+            members.pop(0).close()  # the oldest classic member goes, a consumer-protocol one comes
+            members.append(modern(broker.bootstrap, group, topic, f"m{step}"))
+            read += consume(members, set(batch) - set(read))  # the rest across the rebalance
+            balanced(members, [2, 2, 2])
+        last = fill(broker.bootstrap, topic, 6, 30, start=9000)
+        produced += last
+        read += consume(members, set(last))
+        read += poll_all(members, 2)  # nothing read twice after the last record either
+        assert group_type(broker.bootstrap, group) == "consumer"
+    finally:
+        for consumer in members:
+            consumer.close()
+    assert sorted(read) == sorted(produced)
+
+
+def test_disabled_policy_keeps_a_classic_group_classic(broker_factory: Any) -> None:
+    broker = broker_factory(overrides=[*SETTINGS, "group.consumer.migration.policy=disabled"])
+    topic, group = f"off-{uuid.uuid4().hex[:8]}", "off"
+    create_topic(broker.bootstrap, topic, 2)
+    old = classic(broker.bootstrap, group, topic, "c0")
+    new = None
+    try:
+        balanced([old], [2])
+        new = modern(broker.bootstrap, group, topic, "m0")
+        errors: list[str] = []
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not errors:
+            message = new.poll(0.2)
+            old.poll(0.05)
+            if message is not None and message.error() is not None:
+                errors.append(message.error().str())
+        # librdkafka makes GROUP_ID_NOT_FOUND from ConsumerGroupHeartbeat fatal for the consumer
+        assert len(errors) == 1 and "The group id does not exist" in errors[0], errors
+        assert len(old.assignment()) == 2 and new.assignment() == []
+        assert group_type(broker.bootstrap, group) == "classic"
+    finally:
+        old.close()
+        if new is not None:
+            new.close()
