@@ -8,7 +8,8 @@ SyncGroup and Heartbeat served from the consumer group's target assignment, and 
 consumer-protocol member leaves, the group turns classic again (downgrade). The conversions' records
 are in __consumer_offsets (`kcli dump-segment --offsets-decoder`); a rolling upgrade, classic members
 replaced one by one, reads every record once; with the policy `disabled` a consumer-protocol member
-cannot join a classic group with members.
+cannot join a classic group with members. Kafka 4.1.2's Java consumer does the upgrade and downgrade
+too (tests/java/KcliClients.java), and kcli's own client checks the classic paths request by request.
 """
 
 from __future__ import annotations
@@ -23,9 +24,13 @@ from typing import Any
 import pytest
 from cli_in_process import run_kcli
 from confluent_kafka import Consumer, KafkaException
+from kio.schema.errors import ErrorCode
 from test_consumer_group_clients import BROKER_SETTINGS, create_topic, fill
+from test_consumer_group_protocol import cached, count, heartbeat, in_process, join, owned_of
+from test_groups import commit_request, heartbeat_request, join_request, leave_request, sync_request
 from waiting import wait_for
 
+from formats.internal import consumer_protocol_topics
 from kcli.client import KafkaClient
 from kcli.protocol.messages import build, request_type
 
@@ -241,3 +246,102 @@ def test_disabled_policy_keeps_a_classic_group_classic(broker_factory: Any) -> N
         old.close()
         if new is not None:
             new.close()
+
+
+# --- request by request, with kcli's own client against a broker in this process ----------------------
+
+
+def test_classic_member_of_a_consumer_group_request_by_request(tmp_path: Path) -> None:
+    """A classic member joins a consumer group: MEMBER_ID_REQUIRED first, then the member epoch as its
+    generation; the partition the consumer member still owns reaches it only after the revocation,
+    through a REBALANCE_IN_PROGRESS heartbeat and a rejoin; its commits carry its epoch as the
+    generation; it leaves with LeaveGroup, which a consumer-protocol member cannot use."""
+
+    async def body(broker: Any, client: KafkaClient) -> None:
+        a = await client.send(join("g", "a", ("t",)))
+        assert count(owned_of(a)) == 2
+        first = await client.send(join_request(9, "g", "", session_ms=5000, topics=("t",)))
+        assert first.error_code == ErrorCode.member_id_required and first.member_id
+        member_id = first.member_id
+        joined = await client.send(join_request(9, "g", member_id, session_ms=5000, topics=("t",)))
+        assert (joined.error_code, joined.protocol_type, joined.protocol_name) == (
+            ErrorCode.none,
+            "consumer",
+            "range",
+        )
+        assert (joined.leader, joined.members) == ("", ())
+        group = cached(broker, "g")
+        assert joined.generation_id == group.group_epoch == group.members[member_id].member_epoch
+        assert group.members[member_id].classic_member_metadata.session_timeout_ms == 5000
+        synced = await client.send(sync_request(5, "g", joined.generation_id, member_id, {}))
+        assert synced.error_code == ErrorCode.none
+        assert consumer_protocol_topics(synced.assignment, subscription=False) == {}  # a still owns it
+        beat = await client.send(heartbeat_request(4, "g", joined.generation_id, member_id))
+        assert beat.error_code == ErrorCode.none  # waiting for a to release its partition
+        # a revokes one partition, then acknowledges it: the partition is free
+        a2 = await client.send(heartbeat("g", "a", a.member_epoch, owned=owned_of(a)))
+        assert count(owned_of(a2)) == 1
+        a3 = await client.send(heartbeat("g", "a", a2.member_epoch, owned=owned_of(a2)))
+        assert a3.error_code == ErrorCode.none
+        beat = await client.send(heartbeat_request(4, "g", joined.generation_id, member_id))
+        assert beat.error_code == ErrorCode.rebalance_in_progress
+        rejoined = await client.send(join_request(9, "g", member_id, session_ms=5000, topics=("t",)))
+        synced = await client.send(sync_request(5, "g", rejoined.generation_id, member_id, {}))
+        assert synced.error_code == ErrorCode.none
+        [(topic, partitions)] = consumer_protocol_topics(synced.assignment, subscription=False).items()
+        assert topic == "t" and len(partitions) == 1
+        assert (
+            await client.send(heartbeat_request(4, "g", rejoined.generation_id, member_id))
+        ).error_code == ErrorCode.none
+        # the checks of Kafka's classic paths into a consumer group
+        stale = await client.send(heartbeat_request(4, "g", rejoined.generation_id - 1, member_id))
+        assert stale.error_code == ErrorCode.illegal_generation
+        other = sync_request(5, "g", rejoined.generation_id, member_id, {}, protocol_name="roundrobin")
+        assert (await client.send(other)).error_code == ErrorCode.inconsistent_group_protocol
+        unknown = await client.send(heartbeat_request(4, "g", rejoined.generation_id, "nobody"))
+        assert unknown.error_code == ErrorCode.unknown_member_id
+        # OffsetCommit v8: a classic member's version, its generation the member epoch
+        committed = await client.send(
+            commit_request(8, "g", {("t", 0): 5}, rejoined.generation_id, member_id)
+        )
+        assert committed.topics[0].partitions[0].error_code == ErrorCode.none
+        old = await client.send(commit_request(8, "g", {("t", 0): 6}, rejoined.generation_id - 1, member_id))
+        assert old.topics[0].partitions[0].error_code == ErrorCode.illegal_generation
+        # LeaveGroup: the consumer member cannot use it; the classic member leaves and a takes all
+        left = await client.send(leave_request(4, "g", ["a", member_id]))
+        assert left.error_code == ErrorCode.none
+        assert [m.error_code for m in left.members] == [ErrorCode.unknown_member_id, ErrorCode.none]
+        assert set(cached(broker, "g").members) == {"a"}
+        back = await client.send(heartbeat("g", "a", a3.member_epoch, owned=owned_of(a2)))
+        assert count(owned_of(back)) == 2
+
+    in_process(tmp_path, body, topics={"t": 2})
+
+
+def test_java_classic_and_consumer_members_upgrade_and_downgrade(broker_factory: Any, tmp_path: Path) -> None:
+    """Kafka 4.1.2's Java consumer: a classic member, then a consumer-protocol member in the same group
+    (upgrade), every record read once between them, then the consumer-protocol member leaves
+    (downgrade) and the classic member takes every partition back."""
+    import test_java_clients
+    from test_consumer_group_clients import java_steps
+    from test_java_clients import MAIN, java
+
+    test_java_clients.require_apache_kafka()
+    test_java_clients.require_javac()
+    classes = test_java_clients.compile_clients()
+    broker = broker_factory(overrides=SETTINGS)
+    topic = f"java-mig-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic, 4)
+    values = fill(broker.bootstrap, topic, 4, 40)
+    result = java(
+        MAIN,
+        ["mixedGroup", broker.bootstrap, "java-mixed", topic, "40"],
+        tmp_path / "java",
+        classpath=[classes],
+        timeout=240,
+    )
+    step = java_steps(result, "mixedGroup")
+    assert "error" not in step, step
+    assert sorted(step["values"]) == sorted(values)
+    assert step["types"] == ["Classic", "Consumer", "Classic"]
+    assert step["assignments"] == [2, 2, 4]

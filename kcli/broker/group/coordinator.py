@@ -233,26 +233,24 @@ class GroupCoordinator:
         error = self.validate_group_status(group_id, GroupApi.JOIN_GROUP)
         if error is not None:
             return resolved(JoinResult(member_id, error))
-        consumer_group = self.migration.serves(group_id)
-        if consumer_group is not None:
-            if (
-                not self.classic.min_session_timeout_ms
-                <= session_timeout_ms
-                <= self.classic.max_session_timeout_ms
-            ):
+        if self.migration.serves(group_id) is not None:
+            classic = self.classic
+            if not classic.min_session_timeout_ms <= session_timeout_ms <= classic.max_session_timeout_ms:
                 return resolved(JoinResult(member_id, ErrorCode.invalid_session_timeout))
             return asyncio.ensure_future(
                 self.migration.join(
-                    consumer_group,
+                    group_id,
                     member_id,
                     group_instance_id,
                     require_known_member_id=require_known_member_id,
+                    supports_skip_assignment=supports_skip_assignment,
                     client_id=client_id,
                     client_host=client_host,
                     rebalance_timeout_ms=rebalance_timeout_ms,
                     session_timeout_ms=session_timeout_ms,
                     protocol_type=protocol_type,
                     protocols=protocols,
+                    reason=reason,
                 )
             )
         return self.classic.join_group(

@@ -101,19 +101,39 @@ class GroupMigration:
 
     async def join(
         self,
-        group: ConsumerGroup,
+        group_id: str,
         member_id: str,
         instance_id: str | None,
         *,
         require_known_member_id: bool,
+        supports_skip_assignment: bool,
         client_id: str,
         client_host: str,
         rebalance_timeout_ms: int,
         session_timeout_ms: int,
         protocol_type: str,
         protocols: list[tuple[str, bytes]],
+        reason: str | None,
     ) -> JoinResult:
-        """classicGroupJoinToConsumerGroup: answered once the member's records are committed."""
+        """classicGroupJoinToConsumerGroup: answered once the member's records are committed. The group
+        is looked up, changed and its records replayed in one step of the event loop (no other request
+        between); if it is no longer a consumer group with members, the classic path takes the join."""
+        group = self.serves(group_id)
+        if group is None:
+            return await self.classic.join_group(
+                group_id,
+                member_id,
+                instance_id,
+                require_known_member_id=require_known_member_id,
+                supports_skip_assignment=supports_skip_assignment,
+                client_id=client_id,
+                client_host=client_host,
+                rebalance_timeout_ms=rebalance_timeout_ms,
+                session_timeout_ms=session_timeout_ms,
+                protocol_type=protocol_type,
+                protocols=protocols,
+                reason=reason,
+            )
         try:
             result, records = self._join(
                 group,
@@ -132,7 +152,6 @@ class GroupMigration:
             return JoinResult(member_id, e.error)
         if result.error is not ErrorCode.none:
             return result
-        group_id = group.group_id
         error = await self.consumer.append(group_id, records)
         if error is not ErrorCode.none:
             return JoinResult(member_id, error)
