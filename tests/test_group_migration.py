@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -24,6 +26,7 @@ from typing import Any
 import pytest
 from cli_in_process import run_kcli
 from confluent_kafka import Consumer, KafkaException
+from conftest import kcli_env
 from kio.schema.errors import ErrorCode
 from test_consumer_group_clients import BROKER_SETTINGS, create_topic, fill
 from test_consumer_group_protocol import cached, count, heartbeat, in_process, join, owned_of
@@ -35,6 +38,8 @@ from kcli.client import KafkaClient
 from kcli.protocol.messages import build, request_type
 
 pytestmark = pytest.mark.timeout(300)
+
+MEMBER = Path(__file__).parent / "group_member.py"
 
 SETTINGS = [*BROKER_SETTINGS, "group.initial.rebalance.delay.ms=0"]
 
@@ -345,3 +350,50 @@ def test_java_classic_and_consumer_members_upgrade_and_downgrade(broker_factory:
     assert sorted(step["values"]) == sorted(values)
     assert step["types"] == ["Classic", "Consumer", "Classic"]
     assert step["assignments"] == [2, 2, 4]
+
+
+def test_killed_consumer_protocol_member_downgrades_at_its_session_timeout(broker_factory: Any) -> None:
+    """The last consumer-protocol member is SIGKILLed: at group.consumer.session.timeout.ms the group
+    turns classic, and its classic member rebalances to every partition and reads on."""
+    broker = broker_factory(overrides=SETTINGS)
+    topic, group = f"kill-{uuid.uuid4().hex[:8]}", "kill"
+    create_topic(broker.bootstrap, topic, 2)
+    old = classic(broker.bootstrap, group, topic, "c0")
+    process = None
+    try:
+        balanced([old], [2])
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                str(MEMBER),
+                "confluent",
+                broker.bootstrap,
+                group,
+                topic,
+                "--protocol",
+                "consumer",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=kcli_env(),
+        )
+        assert process.stdout is not None
+        deadline = time.monotonic() + 60
+        while len(old.assignment()) != 1 and time.monotonic() < deadline:
+            assert old.poll(0.05) is None
+        assert len(old.assignment()) == 1 and group_type(broker.bootstrap, group) == "consumer"
+        process.kill()  # by PID: no leaving heartbeat
+        process.wait()
+        killed = time.monotonic()
+        balanced([old], [2])
+        assert time.monotonic() - killed >= 1.0  # not before the broker's session timeout ran out
+        assert group_type(broker.bootstrap, group) == "classic"
+        values = fill(broker.bootstrap, topic, 2, 20, start=0)
+        assert sorted(consume([old], set(values))) == sorted(values)
+    finally:
+        old.close()
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
