@@ -397,3 +397,37 @@ def test_killed_consumer_protocol_member_downgrades_at_its_session_timeout(broke
         if process is not None and process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_classic_static_member_replacing_the_last_consumer_member_downgrades(tmp_path: Path) -> None:
+    """A consumer-protocol static member steps away (epoch -2); a classic member with its instance id
+    joins: the group turns classic at once with the new member in its place, holding its assignment."""
+
+    async def body(broker: Any, client: KafkaClient) -> None:
+        s1 = await client.send(join("st", "s1", ("t",), instance_id="i1"))
+        assert count(owned_of(s1)) == 2
+        other = await client.send(join_request(9, "st", "", instance_id="i2", session_ms=5000, topics=("t",)))
+        assert other.error_code == ErrorCode.none
+        s1_target = dict(cached(broker, "st").target_assignment["s1"])
+        assert sum(len(p) for p in s1_target.values()) == 1
+        away = await client.send(heartbeat("st", "s1", -2, instance_id="i1"))
+        assert away.error_code == ErrorCode.none
+        replacing = await client.send(
+            join_request(9, "st", "", instance_id="i1", session_ms=5000, topics=("t",))
+        )
+        assert replacing.error_code == ErrorCode.none and replacing.member_id != "s1"
+        assert group_type_of(broker, "st") == "classic"
+        group = broker.node.groups.manager.get_group("st")
+        assert group.state.value == "Stable" and set(group.members) == {replacing.member_id, other.member_id}
+        synced = await client.send(sync_request(5, "st", replacing.generation_id, replacing.member_id, {}))
+        assert synced.error_code == ErrorCode.none
+        assert consumer_protocol_topics(synced.assignment, subscription=False) == {
+            "t": tuple(sorted(next(iter(s1_target.values()))))
+        }
+
+    in_process(tmp_path, body, topics={"t": 2})
+
+
+def group_type_of(broker: Any, group_id: str) -> str:
+    manager = broker.node.groups.manager
+    return "consumer" if group_id in manager.consumer_groups else "classic"

@@ -58,6 +58,7 @@ from kcli.broker.group.consumer_group import (
 from kcli.broker.group.group import (
     CONSUMER_PROTOCOL_TYPE,
     UNKNOWN_MEMBER_ID,
+    ClassicGroup,
     GroupState,
     JoinResult,
     Member,
@@ -225,6 +226,16 @@ class GroupMigration:
         updated = self.consumer.update_member(
             group, existing, requested, [(t, list(p)) for t, p in owned.items()], records
         )
+        replaced = group.static_members.get(instance_id) if instance_id is not None else None
+        if (
+            replaced is not None
+            and replaced != updated.member_id
+            and self._may_downgrade(group, replaced, len(group.members))
+        ):
+            # The last consumer-protocol member, static, is replaced by this classic one: the group turns
+            # classic with it in its place, holding its assignment (no rebalance).
+            records += _tombstones_replacing(group, replaced, updated.member_id)
+            self._downgrade(group, replaced, updated, records)
         return (
             JoinResult(
                 member_id=updated.member_id,
@@ -539,30 +550,51 @@ class GroupMigration:
         consumer-protocol member among classic ones and the policy and the classic size allow it. The
         classic group takes over at once (its members' sessions running, a rebalance prepared); the
         records returned are the consumer group's tombstones then the classic group's record."""
-        group_id = group.group_id
-        if not group.all_members_use_classic_protocol_except(leaving_member_id):
-            return None
         if len(group.members) <= 1:
             return None
+        if not self._may_downgrade(group, leaving_member_id, len(group.members) - 1):
+            return None
+        records = group.tombstones()
+        self._downgrade(group, leaving_member_id, None, records)
+        return records
+
+    def _may_downgrade(self, group: ConsumerGroup, leaving_member_id: str, size: int) -> bool:
+        """validateOnlineDowngradeWith{FencedMember,ReplacedMemberId}."""
+        group_id = group.group_id
+        if not group.all_members_use_classic_protocol_except(leaving_member_id):
+            return False
         if not self.downgrade_enabled:
             log.info(
                 "Cannot downgrade consumer group %s to classic group because the online downgrade is disabled.",
                 group_id,
             )
-            return None
-        if len(group.members) - 1 > self.classic.max_group_size:
+            return False
+        if size > self.classic.max_group_size:
             log.info(
                 "Cannot downgrade consumer group %s to classic group because its group size is greater than "
                 "classic group max size.",
                 group_id,
             )
-            return None
-        records = group.tombstones()
+            return False
+        classic = self.manager.get_group(group_id)
+        return classic is None or not classic.members  # the holder of the offsets has no members
+
+    def _downgrade(
+        self,
+        group: ConsumerGroup,
+        leaving_member_id: str,
+        joining: ConsumerGroupMember | None,
+        records: list[Record],
+    ) -> ClassicGroup:
+        """convertToClassicGroup, after the checks: the classic group is built and installed at once;
+        its record goes after the consumer group's tombstones in `records`. A member that leaves is
+        followed by a rebalance; a static member replacing it takes its assignment instead."""
+        group_id = group.group_id
         now = wall_clock_ms()
         classic = self.manager.offsets_holder(group_id)
-        if classic.members:  # cannot happen: the holder of a consumer group's offsets has no members
-            return None
         remaining = [m for m in group.members.values() if m.member_id != leaving_member_id]
+        if joining is not None:
+            remaining.append(joining)
         for m in remaining:
             meta = m.classic_member_metadata
             assert meta is not None
@@ -586,7 +618,10 @@ class GroupMigration:
         classic.subscribed_topics = classic.compute_subscribed_topics()
         assignments: dict[str, bytes] = {}
         for member in classic.members.values():
-            target = group.target_assignment.get(member.member_id, {})
+            owner = (
+                leaving_member_id if joining is not None and member.member_id == joining.member_id else None
+            )
+            target = group.target_assignment.get(owner or member.member_id, {})
             version = consumer_protocol_version(member.metadata(classic.protocol_name))
             member.assignment = encode_consumer_protocol_assignment(self._by_topic_name(target), version)
             assignments[member.member_id] = member.assignment
@@ -607,8 +642,9 @@ class GroupMigration:
             group.group_epoch,
             classic.size,
         )
-        self.classic.prepare_rebalance(classic, f"Downgrade group {group_id} from consumer to classic.")
-        return records
+        if joining is None:
+            self.classic.prepare_rebalance(classic, f"Downgrade group {group_id} from consumer to classic.")
+        return classic
 
     # --- helpers ------------------------------------------------------------------------------------
 
@@ -627,3 +663,18 @@ class GroupMigration:
     def _by_topic_name(self, assignment: Assignment) -> dict[str, frozenset[int]]:
         topics = self.manager.loader.image.topics_by_id
         return {topics[t].name: p for t, p in assignment.items() if t in topics and p}
+
+
+def _tombstones_replacing(
+    group: ConsumerGroup, leaving_member_id: str, joining_member_id: str
+) -> list[Record]:
+    """createGroupTombstoneRecordsWithReplacedMember: the group's tombstones, the joining member's id in
+    place of the leaving one's (its records were just written under the new id). The subscription
+    metadata and group epoch are tombstoned too, so that a reload finds no consumer group."""
+    records = []
+    for record in group.tombstones():
+        key = record[1]
+        if key.get("memberId") == leaving_member_id:
+            key = {**key, "memberId": joining_member_id}
+        records.append((record[0], key, None))
+    return records
