@@ -33,9 +33,9 @@ from test_consumer_group_protocol import cached, count, heartbeat, in_process, j
 from test_groups import commit_request, heartbeat_request, join_request, leave_request, sync_request
 from waiting import wait_for
 
-from formats.internal import consumer_protocol_topics
+from formats.internal import consumer_protocol_topics, encode_consumer_protocol_assignment
 from kcli.client import KafkaClient
-from kcli.protocol.messages import build, request_type
+from kcli.protocol.messages import build, nested_type, request_type
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -431,3 +431,56 @@ def test_classic_static_member_replacing_the_last_consumer_member_downgrades(tmp
 def group_type_of(broker: Any, group_id: str) -> str:
     manager = broker.node.groups.manager
     return "consumer" if group_id in manager.consumer_groups else "classic"
+
+
+def test_upgraded_group_and_its_classic_member_come_back_after_a_restart(tmp_path: Path) -> None:
+    """The upgrade's records are replayed by the next coordinator: the group is a consumer group whose
+    classic member keeps its JoinGroup's session timeout and protocols, and the offsets stay."""
+    members: dict[str, str] = {}
+
+    async def before(broker: Any, client: KafkaClient) -> None:
+        first = await client.send(join_request(9, "u", "", session_ms=5000, topics=("t",)))
+        member_id = first.member_id
+        joined = await client.send(join_request(9, "u", member_id, session_ms=5000, topics=("t",)))
+        assert joined.error_code == ErrorCode.none and joined.leader == member_id
+        both = encode_consumer_protocol_assignment({"t": [0, 1]}, 0)
+        synced = await client.send(sync_request(5, "u", joined.generation_id, member_id, {member_id: both}))
+        assert synced.error_code == ErrorCode.none
+        committed = await client.send(commit_request(8, "u", {("t", 0): 7}, joined.generation_id, member_id))
+        assert committed.topics[0].partitions[0].error_code == ErrorCode.none
+        upgraded = await client.send(join("u", "a", ("t",)))  # the first consumer-protocol member
+        assert upgraded.error_code == ErrorCode.none
+        group = cached(broker, "u")
+        assert group.members[member_id].assigned_partitions and group.group_epoch == joined.generation_id + 1
+        assert not broker.node.groups.manager.get_group("u").members  # only the offsets' holder is left
+        members["classic"] = member_id
+
+    async def after(broker: Any, client: KafkaClient) -> None:
+        group = cached(broker, "u")
+        classic_member = group.members[members["classic"]]
+        assert classic_member.classic_member_metadata is not None
+        assert classic_member.classic_member_metadata.session_timeout_ms == 5000
+        assert [name for name, _ in classic_member.classic_member_metadata.supported_protocols] == [
+            "range",
+            "roundrobin",
+        ]
+        assert not group.members["a"].uses_classic_protocol
+        assert group_type_of(broker, "u") == "consumer"
+        fetched = await client.send(
+            build(
+                request_type(9, 8),
+                groups=(
+                    build(
+                        nested_type(request_type(9, 8), "OffsetFetchRequestGroup"),
+                        group_id="u",
+                        topics=None,
+                    ),
+                ),
+                require_stable=False,
+            )
+        )
+        [partition] = [p for t in fetched.groups[0].topics for p in t.partitions if p.partition_index == 0]
+        assert partition.committed_offset == 7
+
+    in_process(tmp_path, before, topics={"t": 2})
+    in_process(tmp_path, after)
