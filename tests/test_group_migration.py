@@ -44,9 +44,12 @@ MEMBER = Path(__file__).parent / "group_member.py"
 SETTINGS = [*BROKER_SETTINGS, "group.initial.rebalance.delay.ms=0"]
 
 
-def classic(bootstrap: str, group: str, topic: str, name: str) -> Consumer:
+def classic(
+    bootstrap: str, group: str, topic: str, name: str, strategy: str = "range,roundrobin"
+) -> Consumer:
     consumer = Consumer(
         {
+            "partition.assignment.strategy": strategy,
             "bootstrap.servers": bootstrap,
             "group.id": group,
             "group.protocol": "classic",
@@ -199,11 +202,13 @@ def _kind(line: str) -> tuple[str, str | None] | None:
     return record_type, None if "payload: <DELETE>" in line else "value"
 
 
-def test_rolling_upgrade_reads_every_record_once(broker_factory: Any) -> None:
+@pytest.mark.parametrize("strategy", ["range,roundrobin", "cooperative-sticky"])
+def test_rolling_upgrade_reads_every_record_once(broker_factory: Any, strategy: str) -> None:
+    """librdkafka's eager default and its cooperative assignor (which reports its owned partitions)."""
     broker = broker_factory(overrides=SETTINGS)
     topic, group = f"roll-{uuid.uuid4().hex[:8]}", "roll"
     create_topic(broker.bootstrap, topic, 6)
-    members = [classic(broker.bootstrap, group, topic, f"c{i}") for i in range(3)]
+    members = [classic(broker.bootstrap, group, topic, f"c{i}", strategy) for i in range(3)]
     produced: list[str] = []
     read: list[str] = []
     try:
