@@ -469,10 +469,15 @@ class KafkaCluster:
 
 
 def server_properties(
-    node: KafkaNode, voters: str, replication: int, security: Security | None = None
+    node: KafkaNode,
+    voters: str,
+    replication: int,
+    security: Security | None = None,
+    extra: dict[str, object] | None = None,
 ) -> str:
     """server.properties of one combined node, with Kafka's property names; with `security` the client
-    and inter-broker listener is secured (the controller listener stays PLAINTEXT)."""
+    and inter-broker listener is secured (the controller listener stays PLAINTEXT); `extra` is added
+    last (a benchmark's group timeouts)."""
     listener = security.protocol if security else "PLAINTEXT"
     lines: dict[str, object] = {
         "process.roles": "broker,controller",
@@ -501,11 +506,18 @@ def server_properties(
     }
     if security:
         lines |= security.server_properties()
+    lines |= extra or {}
     return "".join(f"{key}={value}\n" for key, value in lines.items())
 
 
 def start_cluster(
-    workdir: Path, count: int, base_port: int, *, c1_only: bool = True, security: str | None = None
+    workdir: Path,
+    count: int,
+    base_port: int,
+    *,
+    c1_only: bool = True,
+    security: str | None = None,
+    extra: dict[str, object] | None = None,
 ) -> KafkaCluster:
     """Format and start `count` combined nodes on 127.0.0.1 ports base_port .. base_port + 2*count - 1,
     and return once each has logged that it started (or raise KafkaSetupError with its log).
@@ -525,7 +537,9 @@ def start_cluster(
     for node in nodes:
         node.workdir.mkdir(parents=True, exist_ok=True)
         props = node.workdir / "server.properties"
-        props.write_text(server_properties(node, voters, replication=min(3, count), security=secured))
+        props.write_text(
+            server_properties(node, voters, replication=min(3, count), security=secured, extra=extra)
+        )
         log_path = node.workdir / "format.log"
         formatters.append(
             (

@@ -1,7 +1,7 @@
 """One consumer-group member in its own process, for tests that must kill a member outright.
 
     python tests/group_member.py CLIENT BOOTSTRAP GROUP TOPIC [--session-ms N] [--heartbeat-ms N]
-        [--poll-ms N] [--instance-id ID]
+        [--poll-ms N] [--instance-id ID] [--protocol classic|consumer]
 
 CLIENT is confluent, kafka-python or aiokafka. The member subscribes to TOPIC, commits synchronously
 after every record, polls with a timer of --poll-ms (100), and reports on stdout as JSON lines: {"assigned": [partitions]} when its
@@ -34,6 +34,9 @@ def main() -> None:
     parser.add_argument("--heartbeat-ms", type=int, default=500)
     parser.add_argument("--poll-ms", type=int, default=100)
     parser.add_argument("--instance-id")
+    parser.add_argument(
+        "--protocol", choices=["classic", "consumer"], default="classic", help="confluent only (KIP-848)"
+    )
     args = parser.parse_args()
     _configure_logging()
     stop = threading.Event()
@@ -100,9 +103,11 @@ def _confluent(args: argparse.Namespace, stop: threading.Event) -> None:
         "group.id": args.group,
         "auto.offset.reset": "earliest",
         "enable.auto.commit": False,
-        "session.timeout.ms": args.session_ms,
-        "heartbeat.interval.ms": args.heartbeat_ms,
     }
+    if args.protocol == "consumer":  # the session and heartbeat interval are the broker's then
+        config["group.protocol"] = "consumer"
+    else:
+        config |= {"session.timeout.ms": args.session_ms, "heartbeat.interval.ms": args.heartbeat_ms}
     if args.instance_id:
         config["group.instance.id"] = args.instance_id
     consumer = Consumer(config)

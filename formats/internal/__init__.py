@@ -347,6 +347,49 @@ def consumer_protocol_topics(blob: bytes, *, subscription: bool) -> dict[str, tu
     return {tp.topic: tuple(tp.partitions) for tp in message.assigned_partitions}
 
 
+@dataclass(frozen=True, slots=True)
+class ConsumerProtocolSubscription:
+    """The parts of a "consumer" JoinGroup subscription a consumer group keeps (KIP-848's classic members)."""
+
+    version: int
+    topics: tuple[str, ...]
+    owned_partitions: dict[str, tuple[int, ...]]
+    rack_id: str | None
+
+
+def consumer_protocol_subscription(blob: bytes) -> ConsumerProtocolSubscription | None:
+    """ConsumerProtocol.deserializeConsumerProtocolSubscription, or None if the bytes do not parse."""
+    message = _consumer_protocol_message(blob, subscription=True)
+    if message is None:
+        return None
+    version = INT16.unpack_from(blob)[0]
+    owned = getattr(message, "owned_partitions", ())
+    return ConsumerProtocolSubscription(
+        version=version,
+        topics=tuple(message.topics),
+        owned_partitions={tp.topic: tuple(tp.partitions) for tp in owned},
+        rack_id=getattr(message, "rack_id", None),
+    )
+
+
+def consumer_protocol_version(blob: bytes) -> int:
+    """ConsumerProtocol.deserializeVersion: the leading int16 of a subscription (0 if too short)."""
+    return INT16.unpack_from(blob)[0] if len(blob) >= 2 else 0
+
+
+def encode_consumer_protocol_assignment(assignment: Mapping[str, Iterable[int]], version: int) -> bytes:
+    """ConsumerProtocol.serializeAssignment: v0-v3 share one layout (partitions by topic name, then
+    null user data); the version is the member's subscription's, capped at 3 as Kafka's is."""
+    version = min(max(version, 0), 3)
+    parts = [INT16.pack(version), struct.pack(">i", len(assignment))]
+    for topic, partitions in assignment.items():
+        name = topic.encode()
+        ids = sorted(partitions)
+        parts.append(struct.pack(">h", len(name)) + name + struct.pack(f">i{len(ids)}i", len(ids), *ids))
+    parts.append(struct.pack(">i", -1))
+    return b"".join(parts)
+
+
 # ==========================================================================================================
 # __transaction_state
 # ==========================================================================================================

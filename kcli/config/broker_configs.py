@@ -897,6 +897,13 @@ BROKER_CONFIGS: dict[str, ConfigKey] = config_table(
             None,
             "Server assignors; the first is the default.",
         ),
+        (
+            "group.consumer.migration.policy",
+            "string",
+            "bidirectional",
+            one_of("disabled", "upgrade", "downgrade", "bidirectional", case_sensitive=False),
+            "Online conversions between classic and consumer groups with members (KIP-848).",
+        ),
         # --- transactions and producers
         (
             "transaction.state.log.num.partitions",

@@ -17,6 +17,9 @@
  *   java KcliClients consumerGroup BOOTSTRAP GROUP TOPIC COUNT   two group.protocol=consumer members
  *                                                         read COUNT records, Admin describes the group,
  *                                                         a third member resumes from the commits
+ *   java KcliClients mixedGroup BOOTSTRAP GROUP TOPIC COUNT   a classic member, then a consumer-protocol
+ *                                                         one (KIP-848's upgrade), read COUNT records;
+ *                                                         the second leaves (downgrade)
  *
  * A step that throws prints {"step": NAME, "error": ...} and the next step still runs, so one run shows
  * every failure at once. Timeouts are generous: the brokers share two cores with other processes.
@@ -117,6 +120,8 @@ public final class KcliClients {
             case "consumerProtocol" -> step("consumerProtocol", () -> consumerProtocol(args[1], args[2], args[3]));
             case "consumerGroup" -> step("consumerGroup",
                     () -> consumerGroup(args[1], args[2], args[3], Integer.parseInt(args[4])));
+            case "mixedGroup" -> step("mixedGroup",
+                    () -> mixedGroup(args[1], args[2], args[3], Integer.parseInt(args[4])));
             default -> throw new IllegalArgumentException("unknown command " + args[0]);
         }
     }
@@ -583,6 +588,57 @@ public final class KcliClients {
             emit("step", "consumerGroup", "values", values, "assignments", assignments, "describe", described,
                     "resumed", resumed, "thirdAssignment", third.assignment().size());
         }
+    }
+
+    /**
+     * KIP-848's migration with Kafka's own consumers: a classic member takes every partition; a
+     * consumer-protocol member joins (the group becomes a consumer group) and the two read COUNT records,
+     * committing as they go; when the consumer-protocol member has left, the group is classic again and
+     * the classic member holds every partition. Admin's type of the group at each stage.
+     */
+    static void mixedGroup(String bootstrap, String group, String topic, int count) throws Exception {
+        Properties classic = consumerConfig(bootstrap, group);
+        Properties modern = consumerConfig(bootstrap, group);
+        modern.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "consumer");
+        modern.remove(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG);
+        modern.remove(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG);
+        List<String> values = new ArrayList<>();
+        List<String> types = new ArrayList<>();
+        List<Integer> assignments = new ArrayList<>();
+        try (KafkaConsumer<String, String> old = new KafkaConsumer<>(classic);
+             Admin admin = Admin.create(common(bootstrap))) {
+            old.subscribe(List.of(topic));
+            long deadline = System.nanoTime() + WAIT.toNanos();
+            while (System.nanoTime() < deadline && old.assignment().size() < 4) {
+                old.poll(Duration.ofMillis(200)).forEach(r -> values.add(r.value()));
+                old.commitSync();
+            }
+            types.add(admin.describeConsumerGroups(List.of(group)).all().get().get(group).type().toString());
+            try (KafkaConsumer<String, String> neu = new KafkaConsumer<>(modern)) {
+                neu.subscribe(List.of(topic));
+                while (System.nanoTime() < deadline
+                        && (values.size() < count || old.assignment().isEmpty() || neu.assignment().isEmpty())) {
+                    for (KafkaConsumer<String, String> c : List.of(old, neu)) {
+                        var records = c.poll(Duration.ofMillis(200));
+                        records.forEach(r -> values.add(r.value()));
+                        if (!records.isEmpty()) {
+                            c.commitSync();
+                        }
+                    }
+                }
+                types.add(admin.describeConsumerGroups(List.of(group)).all().get().get(group).type().toString());
+                assignments.add(old.assignment().size());
+                assignments.add(neu.assignment().size());
+                old.commitSync();
+                neu.commitSync();
+            }
+            while (System.nanoTime() < deadline && old.assignment().size() < 4) {
+                old.poll(Duration.ofMillis(200)).forEach(r -> values.add(r.value()));
+            }
+            types.add(admin.describeConsumerGroups(List.of(group)).all().get().get(group).type().toString());
+            assignments.add(old.assignment().size());
+        }
+        emit("step", "mixedGroup", "values", values, "types", types, "assignments", assignments);
     }
 
     // --- streams --------------------------------------------------------------------------------------

@@ -25,8 +25,9 @@ from kcli.protocol.messages import build, kio_versions, nested_type, response_ty
 
 CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
+CLASSIC_MEMBER_TYPE = 0
 CONSUMER_MEMBER_TYPE = 1
-"""ConsumerGroupDescribe v1's MemberType of a member using the consumer protocol."""
+"""ConsumerGroupDescribe v1's MemberType of a member using the classic or the consumer protocol."""
 
 _NO_THROTTLE = datetime.timedelta(0)
 _MS = datetime.timedelta(milliseconds=1)
@@ -166,7 +167,7 @@ async def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> o
                 subscribed_topic_regex=m.subscribed_topic_regex,
                 assignment=assignment(m.assigned_partitions),
                 target_assignment=assignment(group.target_assignment.get(m.member_id, {})),
-                member_type=CONSUMER_MEMBER_TYPE,
+                member_type=CLASSIC_MEMBER_TYPE if m.uses_classic_protocol else CONSUMER_MEMBER_TYPE,
             )
             for m in group.members.values()
         )

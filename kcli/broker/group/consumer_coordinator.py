@@ -20,7 +20,7 @@ import re
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -49,7 +49,14 @@ from kcli.broker.group.reconciliation import FencedMemberEpoch, OwnedPartitions,
 from kcli.broker.group.storage import GroupMetadataManager
 from kcli.config import BrokerConfig
 
+if TYPE_CHECKING:
+    from kcli.broker.group.migration import GroupMigration
+
 log = logging.getLogger("kcli.broker.group")
+
+CLASSIC_GROUP_METADATA = 2
+"""A classic group's GroupMetadata record among a conversion's records: key {"groupId", "record"},
+"record" the encoded (key, value), value None; written with the batch, never replayed here."""
 
 CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION = 1
 """ConsumerGroupHeartbeat v1 (KIP-1082): the client generates its member id."""
@@ -125,6 +132,8 @@ class ConsumerGroupCoordinator:
         self.max_size = int(config["group.consumer.max.size"])  # type: ignore[call-overload]
         self.assignors = configured_assignors(list(config["group.consumer.assignors"]))  # type: ignore[call-overload]
         self._pending_session: list[tuple[str, str]] = []
+        self.migration: GroupMigration | None = None
+        """Classic members in consumer groups and the conversions (set by the group coordinator)."""
 
     @property
     def groups(self) -> dict[str, ConsumerGroup]:
@@ -205,14 +214,15 @@ class ConsumerGroupCoordinator:
                 ErrorCode.group_max_size_reached,
                 f"The consumer group has reached its maximum capacity of {self.max_size} members.",
             )
+        before = len(records)
         if request.instance_id is None:
             member = self._dynamic_member(group, member_id, request)
         else:
             member = self._static_member(group, member_id, request, records)
         existing = group.members.get(member.member_id)
-        if existing is None and records:
+        if existing is None and len(records) > before:
             existing = member  # a static member's new id: its records are written, it changes nothing
-        updated = replace(
+        requested = replace(
             member,
             instance_id=request.instance_id if request.instance_id is not None else member.instance_id,
             rack_id=request.rack_id if request.rack_id is not None else member.rack_id,
@@ -231,6 +241,35 @@ class ConsumerGroupCoordinator:
             client_id=request.client_id,
             client_host=request.client_host,
         )
+        updated = self.update_member(group, existing, requested, request.owned, records)
+        self.schedule_session_timeout(group_id, member_id)
+        full = request.member_epoch == 0 or (
+            request.rebalance_timeout_ms != -1
+            and request.subscribed_topic_names is not None
+            and request.owned is not None
+        )
+        changed = existing is None or existing.assigned_partitions != updated.assigned_partitions
+        return records, HeartbeatResult(
+            ErrorCode.none,
+            member_id=member_id,
+            member_epoch=updated.member_epoch,
+            heartbeat_interval_ms=self.heartbeat_interval_ms,
+            assignment=updated.assigned_partitions if full or changed else None,
+        )
+
+    def update_member(
+        self,
+        group: ConsumerGroup,
+        existing: ConsumerGroupMember | None,
+        updated: ConsumerGroupMember,
+        owned: OwnedPartitions,
+        records: list[Record],
+    ) -> ConsumerGroupMember:
+        """Steps 1-3 of a heartbeat or of a classic member's JoinGroup: write the member's subscription
+        when it changed (bumping the group epoch when its topics did), the subscription metadata, the
+        target assignment when the group epoch is ahead of it, then reconcile the member towards it."""
+        group_id = group.group_id
+        member_id = updated.member_id
         bump = False
         if existing is None or updated.subscription_fields() != existing.subscription_fields():
             records.append(
@@ -249,9 +288,9 @@ class ConsumerGroupCoordinator:
                     _compiled(updated.subscribed_topic_regex)  # throwIfRegularExpressionIsInvalid
                 bump = True
         members = self._members_with(group, updated)
-        metadata = self.subscription_metadata(self._topics_of(members.values()))
+        metadata = self.subscription_metadata(self.topics_of(members.values()))
         if metadata != group.subscription_metadata:
-            records.append(_partition_metadata_record(group_id, metadata))
+            records.append(partition_metadata_record(group_id, metadata))
             bump = True
         group_epoch = group.group_epoch
         if bump:
@@ -269,10 +308,9 @@ class ConsumerGroupCoordinator:
                 target = group.target_assignment.get(previous)
             target = target or {}
         if not updated.is_reconciled_to(target_epoch):
-            reconciled = reconcile(
-                updated, target_epoch, target, group.current_partition_epoch, request.owned
-            )
-            if reconciled != updated:
+            reconciled = reconcile(updated, target_epoch, target, group.current_partition_epoch, owned)
+            if reconciled != updated and not reconciled.uses_classic_protocol:
+                # Members of the classic protocol have a join and a sync deadline instead.
                 # The rebalance timeout runs from the moment revocation is asked, not from each heartbeat.
                 if reconciled.state is MemberState.UNREVOKED_PARTITIONS:
                     self._schedule_rebalance_timeout(
@@ -289,20 +327,7 @@ class ConsumerGroupCoordinator:
                     updated.assignment_fields(),
                 )
             )
-        self._schedule_session_timeout(group_id, member_id)
-        full = request.member_epoch == 0 or (
-            request.rebalance_timeout_ms != -1
-            and request.subscribed_topic_names is not None
-            and request.owned is not None
-        )
-        changed = existing is None or existing.assigned_partitions != updated.assigned_partitions
-        return records, HeartbeatResult(
-            ErrorCode.none,
-            member_id=member_id,
-            member_epoch=updated.member_epoch,
-            heartbeat_interval_ms=self.heartbeat_interval_ms,
-            assignment=updated.assigned_partitions if full or changed else None,
-        )
+        return updated
 
     def _group_for_heartbeat(self, group_id: str, joining: bool, records: list[Record]) -> ConsumerGroup:
         """getOrMaybeCreateConsumerGroup: a new group is only built here; its records create it."""
@@ -312,6 +337,8 @@ class ConsumerGroupCoordinator:
         if not joining:
             raise GroupError(ErrorCode.group_id_not_found, f"Consumer group {group_id} not found.")
         if not self.manager.release_classic_group(group_id):
+            if self.migration is not None:
+                return self.migration.upgrade(group_id, records)  # convertToConsumerGroup, or refused
             raise GroupError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group")
         return ConsumerGroup(group_id)
 
@@ -350,44 +377,15 @@ class ConsumerGroupCoordinator:
         if request.member_epoch == 0:
             if existing is None:
                 return ConsumerGroupMember(member_id, instance_id=instance_id)
-            if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            if (
+                existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH
+                and not existing.uses_classic_protocol
+            ):
                 raise GroupError(
                     ErrorCode.unreleased_instance_id,
                     f"Static member {existing.member_id} with instance id {instance_id} is not released yet.",
                 )
-            new = replace(existing, member_id=member_id, member_epoch=0, previous_member_epoch=0)
-            gid = group.group_id
-            records.extend(_member_tombstones(gid, existing.member_id))
-            records.append(
-                (CONSUMER_GROUP_MEMBER_METADATA, member_key(gid, member_id), new.subscription_fields())
-            )
-            records.append(
-                (
-                    CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
-                    member_key(gid, member_id),
-                    {
-                        "topicPartitions": assignment_to_record(
-                            group.target_assignment.get(existing.member_id, {})
-                        )
-                    },
-                )
-            )
-            records.append(
-                (
-                    CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
-                    member_key(gid, member_id),
-                    new.assignment_fields(),
-                )
-            )
-            self.cancel_timers(group, existing.member_id)
-            log.info(
-                "[GroupId %s] Static member with instance id %s re-joins the consumer group: %s replaces %s.",
-                gid,
-                instance_id,
-                member_id,
-                existing.member_id,
-            )
-            return new
+            return self.replace_static_member(group, existing, member_id, records)
         if existing is None:
             raise GroupError(ErrorCode.unknown_member_id, f"Instance id {instance_id} is unknown.")
         if existing.member_id != member_id:
@@ -398,6 +396,45 @@ class ConsumerGroupCoordinator:
             )
         _check_member_epoch(existing, request.member_epoch, request.owned)
         return existing
+
+    def replace_static_member(
+        self, group: ConsumerGroup, existing: ConsumerGroupMember, member_id: str, records: list[Record]
+    ) -> ConsumerGroupMember:
+        """replaceMember: the instance id's new member takes the old one's assignment, at epoch 0."""
+        instance_id = existing.instance_id
+        new = replace(existing, member_id=member_id, member_epoch=0, previous_member_epoch=0)
+        gid = group.group_id
+        records.extend(_member_tombstones(gid, existing.member_id))
+        records.append(
+            (CONSUMER_GROUP_MEMBER_METADATA, member_key(gid, member_id), new.subscription_fields())
+        )
+        records.append(
+            (
+                CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
+                member_key(gid, member_id),
+                {
+                    "topicPartitions": assignment_to_record(
+                        group.target_assignment.get(existing.member_id, {})
+                    )
+                },
+            )
+        )
+        records.append(
+            (
+                CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+                member_key(gid, member_id),
+                new.assignment_fields(),
+            )
+        )
+        self.cancel_timers(group, existing.member_id)
+        log.info(
+            "[GroupId %s] Static member with instance id %s re-joins the consumer group: %s replaces %s.",
+            gid,
+            instance_id,
+            member_id,
+            existing.member_id,
+        )
+        return new
 
     def _members_with(
         self, group: ConsumerGroup, updated: ConsumerGroupMember
@@ -428,7 +465,7 @@ class ConsumerGroupCoordinator:
         name = min(counts, key=lambda n: (-counts[n], n)) if counts else self.assignors[0]
         subscriptions = {
             member_id: MemberSubscription(
-                frozenset(metadata[n].topic_id for n in self._topics_of([m]) if n in metadata), m.rack_id
+                frozenset(metadata[n].topic_id for n in self.topics_of([m]) if n in metadata), m.rack_id
             )
             for member_id, m in members.items()
         }
@@ -460,7 +497,7 @@ class ConsumerGroupCoordinator:
         )
         return assignment.get(updated.member_id, {})
 
-    def _topics_of(self, members: Iterable[ConsumerGroupMember]) -> set[str]:
+    def topics_of(self, members: Iterable[ConsumerGroupMember]) -> set[str]:
         """The topics the members subscribe to: their names, and the topics their regular expression
         matches whole (refreshRegularExpressions; resolved against the current image at each heartbeat
         rather than in the background, and with Python's `re` where Kafka has RE2/J)."""
@@ -534,29 +571,61 @@ class ConsumerGroupCoordinator:
 
     def fence_records(self, group: ConsumerGroup, member: ConsumerGroupMember) -> list[Record]:
         """consumerGroupFenceMember: the member's tombstones, the subscription metadata without it, and
-        a bumped group epoch so the others get its partitions."""
+        a bumped group epoch so the others get its partitions. When it was the last member of the
+        consumer protocol among classic ones, the group becomes a classic group instead (downgrade)."""
+        if self.migration is not None:
+            downgraded = self.migration.maybe_downgrade(group, member.member_id)
+            if downgraded is not None:
+                return downgraded
         records = _member_tombstones(group.group_id, member.member_id)
         others = [m for m in group.members.values() if m.member_id != member.member_id]
-        metadata = self.subscription_metadata(self._topics_of(others))
+        metadata = self.subscription_metadata(self.topics_of(others))
         if metadata != group.subscription_metadata:
-            records.append(_partition_metadata_record(group.group_id, metadata))
+            records.append(partition_metadata_record(group.group_id, metadata))
         records.append(
             (CONSUMER_GROUP_METADATA, {"groupId": group.group_id}, {"epoch": group.group_epoch + 1})
         )
         self.cancel_timers(group, member.member_id)
         return records
 
-    def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
+    def schedule_session_timeout(self, group_id: str, member_id: str) -> None:
+        """(Re)start the member's session: group.consumer.session.timeout.ms, or the session timeout a
+        member of the classic protocol sent in its JoinGroup."""
         group = self.groups.get(group_id)
         timers = group.session_timers if group is not None else None
-        if timers is None:
+        if group is None or timers is None:
             # A new group: its records are replayed right after; schedule on the cached group then.
             self._pending_session.append((group_id, member_id))
             return
+        member = group.members.get(member_id)
+        classic = None if member is None else member.classic_member_metadata
+        timeout_ms = self.session_timeout_ms if classic is None else classic.session_timeout_ms
         self._cancel(timers.pop(member_id, None))
         timers[member_id] = self.coordinator.call_later(
-            self.session_timeout_ms, self._fence_expired, group_id, member_id, "the member session expired."
+            timeout_ms, self._fence_expired, group_id, member_id, "the member session expired."
         )
+
+    def schedule_classic_timeout(self, group_id: str, member_id: str, *, join: bool, timeout_ms: int) -> None:
+        """A classic member's join deadline (set once, when it is asked to rejoin) or sync deadline
+        (set at each join): missing it fences the member."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return
+        timers = group.join_timers if join else group.sync_timers
+        if join and member_id in timers:
+            return
+        self._cancel(timers.pop(member_id, None))
+        reason = (
+            "the classic member failed to join within the rebalance timeout."
+            if join
+            else "the member failed to sync within timeout."
+        )
+        timers[member_id] = self.coordinator.call_later(
+            timeout_ms, self._fence_expired, group_id, member_id, reason
+        )
+
+    def cancel_classic_timeout(self, group: ConsumerGroup, member_id: str, *, join: bool) -> None:
+        self._cancel((group.join_timers if join else group.sync_timers).pop(member_id, None))
 
     def _schedule_rebalance_timeout(self, group_id: str, member_id: str, epoch: int, timeout_ms: int) -> None:
         group = self.groups.get(group_id)
@@ -590,8 +659,8 @@ class ConsumerGroupCoordinator:
         self.apply_then_write(group_id, self.fence_records(group, member))
 
     def cancel_timers(self, group: ConsumerGroup, member_id: str) -> None:
-        self._cancel(group.session_timers.pop(member_id, None))
-        self._cancel(group.rebalance_timers.pop(member_id, None))
+        for timers in (group.session_timers, group.rebalance_timers, group.join_timers, group.sync_timers):
+            self._cancel(timers.pop(member_id, None))
 
     def cancel_all(self, group: ConsumerGroup) -> None:
         for member_id in list(group.members):
@@ -605,7 +674,7 @@ class ConsumerGroupCoordinator:
     def on_loaded(self, group: ConsumerGroup) -> None:
         """A group replayed from the log: every member gets a fresh session (Kafka's onLoaded)."""
         for member_id, member in group.members.items():
-            self._schedule_session_timeout(group.group_id, member_id)
+            self.schedule_session_timeout(group.group_id, member_id)
             if member.state is MemberState.UNREVOKED_PARTITIONS:
                 self._schedule_rebalance_timeout(
                     group.group_id, member_id, member.member_epoch, member.rebalance_timeout_ms
@@ -631,11 +700,15 @@ class ConsumerGroupCoordinator:
 
     def _replay(self, records: list[Record]) -> None:
         for record_type, key, value in records:
+            if record_type == CLASSIC_GROUP_METADATA:
+                if self.migration is not None and key["record"][1] is None:
+                    self.migration.release_classic_group(key["groupId"])  # upgraded: its members moved
+                continue
             replay_record(self.groups, record_type, key, value)
         pending, self._pending_session = self._pending_session, []
         for gid, member_id in pending:
             if gid in self.groups:
-                self._schedule_session_timeout(gid, member_id)
+                self.schedule_session_timeout(gid, member_id)
 
     async def _write(self, group_id: str, records: list[Record]) -> ErrorCode:
         # The append itself runs before the first suspension: in the log in the order of the replays.
@@ -655,11 +728,9 @@ class ConsumerGroupCoordinator:
         member = group.members.get(member_id)
         if member is None:
             return ErrorCode.unknown_member_id
-        if not transactional and 0 <= api_version < 9:
+        if not transactional and not member.uses_classic_protocol and 0 <= api_version < 9:
             return ErrorCode.unsupported_version
-        if member_epoch != member.member_epoch:
-            return ErrorCode.stale_member_epoch
-        return None
+        return _validate_member_epoch(member, member_epoch)
 
     @staticmethod
     def validate_offset_fetch(
@@ -671,9 +742,7 @@ class ConsumerGroupCoordinator:
         member = group.members.get(member_id or "")
         if member is None:
             return ErrorCode.unknown_member_id
-        if member_epoch != member.member_epoch:
-            return ErrorCode.stale_member_epoch
-        return None
+        return _validate_member_epoch(member, member_epoch)
 
     def describe(self, group_id: str) -> tuple[ErrorCode, str | None, ConsumerGroup | None]:
         """consumerGroupDescribe for one id: (error, message, group)."""
@@ -710,7 +779,12 @@ def _compiled(regex: str) -> re.Pattern[str]:
 
 
 def _encoded(records: list[Record]) -> list[tuple[bytes, bytes | None]]:
-    return [encode_consumer_group_record(record_type, key, value) for record_type, key, value in records]
+    return [
+        key["record"]
+        if record_type == CLASSIC_GROUP_METADATA
+        else encode_consumer_group_record(record_type, key, value)
+        for record_type, key, value in records
+    ]
 
 
 def _check_member_epoch(member: ConsumerGroupMember, received: int, owned: OwnedPartitions) -> None:
@@ -732,6 +806,13 @@ def _check_member_epoch(member: ConsumerGroupMember, received: int, owned: Owned
             )
 
 
+def _validate_member_epoch(member: ConsumerGroupMember, received: int) -> ErrorCode | None:
+    """validateMemberEpoch: a classic member's generation is its member epoch (ILLEGAL_GENERATION)."""
+    if received == member.member_epoch:
+        return None
+    return ErrorCode.illegal_generation if member.uses_classic_protocol else ErrorCode.stale_member_epoch
+
+
 def _is_subset(owned: OwnedPartitions, target: Assignment) -> bool:
     if owned is None:
         return False
@@ -748,7 +829,7 @@ def _member_tombstones(group_id: str, member_id: str) -> list[Record]:
     ]
 
 
-def _partition_metadata_record(group_id: str, metadata: Mapping[str, TopicMetadata]) -> Record:
+def partition_metadata_record(group_id: str, metadata: Mapping[str, TopicMetadata]) -> Record:
     value: dict[str, Any] = {
         "topics": [
             {

@@ -62,6 +62,30 @@ class TopicMetadata:
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    """What a member of the classic protocol sent in its JoinGroup (ConsumerGroupMemberMetadataValue's
+    tagged ClassicMemberMetadata): its session timeout and its protocols, in its order of preference."""
+
+    session_timeout_ms: int
+    supported_protocols: tuple[tuple[str, bytes], ...]
+
+    def as_record(self) -> dict[str, Any]:
+        return {
+            "sessionTimeoutMs": self.session_timeout_ms,
+            "supportedProtocols": [{"name": n, "metadata": m} for n, m in self.supported_protocols],
+        }
+
+    @classmethod
+    def from_record(cls, value: Mapping[str, Any] | None) -> ClassicMemberMetadata | None:
+        if value is None:
+            return None
+        return cls(
+            value["sessionTimeoutMs"],
+            tuple((p["name"], bytes(p["metadata"])) for p in value["supportedProtocols"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerGroupMember:
     """ConsumerGroupMember: immutable; a change is a new member (Kafka's Builder)."""
 
@@ -79,6 +103,12 @@ class ConsumerGroupMember:
     server_assignor: str | None = None
     assigned_partitions: Assignment = field(default_factory=dict)
     partitions_pending_revocation: Assignment = field(default_factory=dict)
+    classic_member_metadata: ClassicMemberMetadata | None = None
+    """Set for a member of the classic protocol (JoinGroup/SyncGroup/Heartbeat) in a consumer group."""
+
+    @property
+    def uses_classic_protocol(self) -> bool:
+        return self.classic_member_metadata is not None
 
     def is_reconciled_to(self, target_assignment_epoch: int) -> bool:
         return self.state is MemberState.STABLE and self.member_epoch == target_assignment_epoch
@@ -98,6 +128,9 @@ class ConsumerGroupMember:
             "subscribedTopicRegex": self.subscribed_topic_regex,
             "rebalanceTimeoutMs": self.rebalance_timeout_ms,
             "serverAssignor": self.server_assignor,
+            "classicMemberMetadata": None
+            if self.classic_member_metadata is None
+            else self.classic_member_metadata.as_record(),
         }
 
     def assignment_fields(self) -> dict[str, Any]:
@@ -125,6 +158,8 @@ class ConsumerGroup:
         self.partition_epochs: dict[tuple[uuid.UUID, int], int] = {}
         self.session_timers: dict[str, Any] = {}
         self.rebalance_timers: dict[str, Any] = {}
+        self.join_timers: dict[str, Any] = {}
+        self.sync_timers: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         return f"ConsumerGroup({self.group_id!r}, epoch={self.group_epoch}, state={self.state.value})"
@@ -151,6 +186,39 @@ class ConsumerGroup:
     def static_member(self, instance_id: str | None) -> ConsumerGroupMember | None:
         member_id = None if instance_id is None else self.static_members.get(instance_id)
         return None if member_id is None else self.members.get(member_id)
+
+    @property
+    def num_classic_protocol_members(self) -> int:
+        return sum(1 for m in self.members.values() if m.uses_classic_protocol)
+
+    def all_members_use_classic_protocol_except(self, member_id: str) -> bool:
+        """True when `member_id` is the group's only member of the consumer protocol."""
+        member = self.members.get(member_id)
+        return (
+            member is not None
+            and not member.uses_classic_protocol
+            and self.num_classic_protocol_members == len(self.members) - 1
+        )
+
+    def supports_classic_protocols(self, protocol_type: str, protocols: set[str]) -> bool:
+        """A joining classic member must name a protocol every classic member supports."""
+        if protocol_type != "consumer":
+            return False
+        classic = [m.classic_member_metadata for m in self.members.values() if m.classic_member_metadata]
+        if not self.members or not classic:
+            return bool(protocols)
+        return any(all(name in {n for n, _ in c.supported_protocols} for c in classic) for name in protocols)
+
+    def waiting_on_unreleased_partition(self, member: ConsumerGroupMember) -> bool:
+        """The member has target partitions another member still owns."""
+        if member.state is not MemberState.UNRELEASED_PARTITIONS:
+            return False
+        for topic_id, partitions in self.target_assignment.get(member.member_id, {}).items():
+            assigned = member.assigned_partitions.get(topic_id, frozenset())
+            for partition in partitions:
+                if partition not in assigned and self.current_partition_epoch(topic_id, partition) != -1:
+                    return True
+        return False
 
     def subscribed_topic_names(self) -> set[str]:
         return {name for m in self.members.values() for name in m.subscribed_topic_names}
@@ -195,6 +263,9 @@ class ConsumerGroup:
                         subscribed_topic_regex=value["subscribedTopicRegex"],
                         rebalance_timeout_ms=value["rebalanceTimeoutMs"],
                         server_assignor=value["serverAssignor"],
+                        classic_member_metadata=ClassicMemberMetadata.from_record(
+                            value.get("classicMemberMetadata")
+                        ),
                     )
                 )
         elif record_type == CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA:

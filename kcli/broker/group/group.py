@@ -266,6 +266,21 @@ class ClassicGroup:
             self.num_members_awaiting_join += 1
         self.pending_members.discard(member.member_id)
 
+    def clear_membership(self, now_ms: int) -> None:
+        """Back to an Empty group that only holds offsets (its members became a consumer group's)."""
+        self.members.clear()
+        self.static_members.clear()
+        self.pending_members.clear()
+        self.pending_sync_members.clear()
+        self.num_members_awaiting_join = 0
+        self.supported_protocols.clear()
+        self.subscribed_topics = None
+        self.new_member_added = False
+        self.generation_id = 0
+        self.protocol_type = self.protocol_name = self.leader_id = None
+        self.state = GroupState.EMPTY
+        self.current_state_timestamp = now_ms
+
     def remove(self, member_id: str) -> None:
         member = self.members.pop(member_id, None)
         if member is not None:

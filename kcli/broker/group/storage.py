@@ -130,29 +130,7 @@ class GroupMetadataManager:
         Returns NONE once it is committed, or the error the group APIs report for a failed append.
         The caller applies the outcome: the group may have moved on while the write waited.
         """
-        protocol = group.protocol_name
-        members = [
-            MemberMetadata(
-                member_id=m.member_id,
-                group_instance_id=m.group_instance_id,
-                client_id=m.client_id,
-                client_host=m.client_host,
-                rebalance_timeout=m.rebalance_timeout_ms,
-                session_timeout=m.session_timeout_ms,
-                subscription=m.metadata(protocol) if protocol is not None else b"",
-                assignment=assignment.get(m.member_id, b""),
-            )
-            for m in group.members.values()
-        ]
-        key, value = encode_group_metadata(
-            group.group_id,
-            group.protocol_type or "",
-            group.generation_id,
-            protocol,
-            group.leader_id,
-            group.current_state_timestamp if group.current_state_timestamp is not None else -1,
-            members,
-        )
+        key, value = group_metadata_record(group, assignment)
         error, _ = await self._write(self.partition_for(group.group_id), [(key, value)])
         if error is not ErrorCode.none:
             log.debug(
@@ -429,6 +407,34 @@ class GroupMetadataManager:
             timeout_ms=self.commit_timeout_ms,
             producer=producer,
         )
+
+
+def group_metadata_record(group: ClassicGroup, assignment: Mapping[str, bytes]) -> tuple[bytes, bytes]:
+    """The GroupMetadata record of `group` with each member's `assignment` (storeGroup's record)."""
+    protocol = group.protocol_name
+    members = [
+        MemberMetadata(
+            member_id=m.member_id,
+            group_instance_id=m.group_instance_id,
+            client_id=m.client_id,
+            client_host=m.client_host,
+            rebalance_timeout=m.rebalance_timeout_ms,
+            session_timeout=m.session_timeout_ms,
+            subscription=m.metadata(protocol) if protocol is not None else b"",
+            assignment=assignment.get(m.member_id, b""),
+        )
+        for m in group.members.values()
+    ]
+    key, value = encode_group_metadata(
+        group.group_id,
+        group.protocol_type or "",
+        group.generation_id,
+        protocol,
+        group.leader_id,
+        group.current_state_timestamp if group.current_state_timestamp is not None else -1,
+        members,
+    )
+    return key, value
 
 
 def _commit_records(
