@@ -247,7 +247,6 @@ MODULE_LINES = 1000
 """Past ~1,000 lines a module usually holds a second concept: split it along Kafka's lines."""
 
 OVER_MODULE_LINES = {
-    "kcli.broker.group.coordinator": "GroupCoordinator: being split along Kafka's lines on another branch",
     "kcli.broker.log.log": "one concept, Kafka's UnifiedLog and LocalLog in one class: each step on the "
     "segment list (roll, truncation, segment deletion, the cleaned-segment swap, flush) also moves producer "
     "state, the epoch cache, the log start offset, the recovery point or the high watermark under one "

@@ -20,7 +20,7 @@ import re
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -48,9 +48,6 @@ from kcli.broker.group.consumer_group import (
 from kcli.broker.group.reconciliation import FencedMemberEpoch, OwnedPartitions, reconcile
 from kcli.broker.group.storage import GroupMetadataManager
 from kcli.config import BrokerConfig
-
-if TYPE_CHECKING:
-    from kcli.broker.group.migration import GroupMigration
 
 log = logging.getLogger("kcli.broker.group")
 
@@ -115,6 +112,17 @@ class CoordinatorServices(Protocol):
     def call_later(self, delay_ms: int, callback: Callable[..., None], *args: Any) -> asyncio.TimerHandle: ...
 
 
+class GroupConversions(Protocol):
+    """What the consumer groups use of the conversions between classic and consumer groups
+    (GroupMigration, which sits above both coordinators)."""
+
+    def upgrade(self, group_id: str, records: list[Record]) -> ConsumerGroup: ...
+
+    def maybe_downgrade(self, group: ConsumerGroup, leaving_member_id: str) -> list[Record] | None: ...
+
+    def release_classic_group(self, group_id: str) -> None: ...
+
+
 def new_member_id() -> str:
     """Uuid.randomUuid().toString(): 16 random bytes in URL-safe base64 without padding."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -132,7 +140,7 @@ class ConsumerGroupCoordinator:
         self.max_size = int(config["group.consumer.max.size"])  # type: ignore[call-overload]
         self.assignors = configured_assignors(list(config["group.consumer.assignors"]))  # type: ignore[call-overload]
         self._pending_session: list[tuple[str, str]] = []
-        self.migration: GroupMigration | None = None
+        self.migration: GroupConversions | None = None
         """Classic members in consumer groups and the conversions (set by the group coordinator)."""
 
     @property
