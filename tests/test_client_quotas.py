@@ -2,9 +2,10 @@
 AlterClientQuotas and DescribeClientQuotas with Kafka's checks and match types (kcli's KafkaClient:
 confluent-kafka's AdminClient has no client-quota calls), `kcli configs` and Kafka's own ConfigCommand
 on users and clients, quotas kept across a restart and in a snapshot, and enforcement measured with
-confluent-kafka clients: a producer and a consumer trying three times their byte rate are held to it,
-an unthrottled producer beside them is not, a strict controller mutation rate refuses topics, a
-request-time share throttles and mutes the connection, and every node of a cluster applies the quotas."""
+confluent-kafka clients: a producer and a consumer trying three times their byte rate are held to it
+over 20 s, an unthrottled producer and consumer beside them are not, a strict controller mutation rate
+refuses topics, a request-time share throttles and mutes the connection, and every node of a cluster
+applies the quotas."""
 
 from __future__ import annotations
 

@@ -101,6 +101,7 @@ def main() -> None:
         admin = AdminClient({"bootstrap.servers": bootstrap})
         for future in admin.create_topics([NewTopic(t, 1, 1) for t in topics.values()]).values():
             future.result()
+        del admin  # no reconnect attempts once the broker stops
         asyncio.run(set_quotas(bootstrap, args.quota))
         time.sleep(1)  # the quota reaches the broker's image
         where = f"against {args.bootstrap}" if args.bootstrap else f"kcli, quota.window.num {args.windows}"
