@@ -2,9 +2,10 @@
 AlterClientQuotas and DescribeClientQuotas with Kafka's checks and match types (kcli's KafkaClient:
 confluent-kafka's AdminClient has no client-quota calls), `kcli configs` and Kafka's own ConfigCommand
 on users and clients, quotas kept across a restart and in a snapshot, and enforcement measured with
-confluent-kafka clients: a producer and a consumer trying three times their byte rate are held to it,
-an unthrottled producer beside them is not, a strict controller mutation rate refuses topics, a
-request-time share throttles and mutes the connection, and every node of a cluster applies the quotas."""
+confluent-kafka clients: a producer and a consumer trying three times their byte rate are held to it
+over 20 s, an unthrottled producer and consumer beside them are not, a strict controller mutation rate
+refuses topics, a request-time share throttles and mutes the connection, and every node of a cluster
+applies the quotas."""
 
 from __future__ import annotations
 
@@ -33,12 +34,21 @@ pytestmark = pytest.mark.timeout(240)
 
 DESCRIBE, ALTER, CREATE_TOPICS = 48, 49, 19
 EXACT, DEFAULT, SPECIFIED = 0, 1, 2
-WINDOWS = 8
-"""quota.window.num for the rate tests: a quota lets a client's first WINDOWS - 1 seconds' worth through
-at once (Kafka's Rate pads its window to that span), so over WINDOWS seconds it gets WINDOWS seconds'
-worth; 8 keeps each measurement to 8 s (Kafka's default of 11 would need 11 s)."""
+WINDOWS = 10
+"""quota.window.num for the rate tests. Kafka's Rate lets a client's first WINDOWS - 1 seconds' worth
+through at once (it pads its window to that span), and a client pushing 3x its quota then bursts again
+each time the samples of an earlier burst expire, once per WINDOWS seconds; so SPAN, two whole windows,
+holds two bursts wherever it starts, and the rate over it is the quota's (Kafka's default of 11 windows
+would need 22 s)."""
+SPAN = 2 * WINDOWS
+"""Seconds over which a throttled client's rate is measured: the issue's 20 s."""
 QUOTA = 1_000_000
 """Bytes per second: a tenth of what one producer reaches on this broker on a busy two-core machine."""
+BATCH = 16_384
+"""The throttled producer's batch.size, the Java producer's default. A request is recorded whole before
+the quota is checked (as Kafka does), so one request may overshoot the quota by its own size before the
+throttle holds; librdkafka's default batch.size (1,000,000), filled while the connection is muted, is a
+whole second of this quota per request (tests/bench/bench_quota.py measures both)."""
 RECORD = 10_000
 
 
@@ -341,12 +351,12 @@ def _bytes_within(events: list[tuple[float, int]], seconds: float) -> int:
     if not events:
         return 0
     first = events[0][0]
-    return sum(n for t, n in events if t - first <= seconds)
+    return sum(n for t, n in events if t - first < seconds)
 
 
 def test_producer_is_held_to_its_byte_rate_and_an_unthrottled_one_is_not(broker: BrokerProcess) -> None:
-    """A producer offering 3x its producer_byte_rate gets its quota over the quota window (within 10%),
-    the answers carry throttle_time_ms; a producer with another client id beside it keeps 3x."""
+    """A producer offering 3x its producer_byte_rate gets its quota over 20 s (within 10%), the answers
+    carry throttle_time_ms; a producer with another client id beside it keeps the 3x it offers."""
     b = broker.bootstrap
     admin = AdminClient({"bootstrap.servers": b})
     for future in admin.create_topics([NewTopic("slow", 1, 1), NewTopic("free", 1, 1)]).values():
@@ -363,66 +373,101 @@ def test_producer_is_held_to_its_byte_rate_and_an_unthrottled_one_is_not(broker:
         )
 
     common = {"bootstrap.servers": b, "linger.ms": 5, "acks": 1}
-    slow = Producer({**common, "client.id": "throttled", "statistics.interval.ms": 1000, "stats_cb": stats})
+    slow = Producer(
+        {
+            **common,
+            "client.id": "throttled",
+            "batch.size": BATCH,
+            "statistics.interval.ms": 1000,
+            "stats_cb": stats,
+        }
+    )
     free = Producer({**common, "client.id": "unthrottled"})
     slow_acked: list = []
     free_acked: list = []
     stop = threading.Event()
-    other = threading.Thread(target=_pace_producer, args=(free, "free", 3 * QUOTA, WINDOWS, free_acked, stop))
+    other = threading.Thread(target=_pace_producer, args=(free, "free", 3 * QUOTA, SPAN, free_acked, stop))
     other.start()
     try:
-        _pace_producer(slow, "slow", 3 * QUOTA, WINDOWS + 1, slow_acked, stop)
+        _pace_producer(slow, "slow", 3 * QUOTA, SPAN + 1, slow_acked, stop)
     finally:
         stop.set()
         other.join()
     slow.poll(1.5)  # one more statistics callback
-    rate = _bytes_within(slow_acked, WINDOWS) / WINDOWS
+    rate = _bytes_within(slow_acked, SPAN) / SPAN
     assert abs(rate / QUOTA - 1) <= 0.10, f"throttled producer got {rate:.0f} B/s against a quota of {QUOTA}"
-    free_rate = _bytes_within(free_acked, WINDOWS) / WINDOWS
-    assert free_rate >= 2.5 * QUOTA, f"unthrottled producer got {free_rate:.0f} B/s (offered {3 * QUOTA})"
+    free_rate = _bytes_within(free_acked, SPAN) / SPAN
+    assert free_rate >= 0.9 * 3 * QUOTA, f"unthrottled producer got {free_rate:.0f} B/s (offered {3 * QUOTA})"
     assert throttle_events and max(throttle_events) > 0, "no ProduceResponse carried throttle_time_ms"
 
 
-def test_consumer_is_held_to_its_byte_rate(broker: BrokerProcess) -> None:
-    """A consumer with 3x its consumer_byte_rate waiting in the log gets its quota over the window."""
-    b = broker.bootstrap
-    admin = AdminClient({"bootstrap.servers": b})
-    admin.create_topics([NewTopic("data", 1, 1)])["data"].result()
-    filler = Producer({"bootstrap.servers": b, "linger.ms": 20, "acks": 1, "client.id": "filler"})
+def _fill(bootstrap: str, topic: str, size: int) -> None:
+    filler = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": 1, "client.id": "filler"})
     payload = b"y" * RECORD
-    for _ in range(3 * QUOTA * WINDOWS // RECORD):
+    for _ in range(size // RECORD):
         while True:
             try:
-                filler.produce("data", payload)
+                filler.produce(topic, payload)
                 break
             except BufferError:
                 filler.poll(0.05)
     assert filler.flush(60) == 0
-    asyncio.run(alter(b, [([("client-id", "slow-consumer")], {"consumer_byte_rate": QUOTA})]))
+
+
+def _consume(
+    bootstrap: str, topic: str, client_id: str, seconds: float, received: list, size: int | None = None
+) -> None:
+    """Read `topic` from the start for `seconds` after the first record, or until `size` bytes are in;
+    (time, bytes) of each record land in `received`."""
     consumer = Consumer(
         {
-            "bootstrap.servers": b,
-            "group.id": "quota-test",
-            "client.id": "slow-consumer",
+            "bootstrap.servers": bootstrap,
+            "group.id": f"quota-test-{client_id}",
+            "client.id": client_id,
             "auto.offset.reset": "earliest",
             "max.partition.fetch.bytes": 256 * 1024,
             "enable.auto.commit": False,
         }
     )
-    consumer.subscribe(["data"])
-    received: list[tuple[float, int]] = []
-    deadline = time.monotonic() + 60
+    consumer.subscribe([topic])
+    deadline, total = time.monotonic() + seconds + 30, 0
     try:
         while time.monotonic() < deadline:
             msg = consumer.poll(0.1)
             if msg is not None and msg.error() is None:
                 received.append((time.monotonic(), len(msg.value())))
-            if received and time.monotonic() - received[0][0] > WINDOWS + 0.5:
+                total += len(msg.value())
+            if received and time.monotonic() - received[0][0] > seconds:
+                break
+            if size is not None and total >= size:
                 break
     finally:
         consumer.close()
-    rate = _bytes_within(received, WINDOWS) / WINDOWS
+
+
+def test_consumer_is_held_to_its_byte_rate_and_an_unthrottled_one_is_not(broker: BrokerProcess) -> None:
+    """A consumer with 3x its consumer_byte_rate waiting in the log gets its quota over 20 s (within
+    10%); a consumer with another client id reading the same log beside it reads at least the 3x."""
+    b = broker.bootstrap
+    admin = AdminClient({"bootstrap.servers": b})
+    admin.create_topics([NewTopic("data", 1, 1)])["data"].result()
+    size = 3 * QUOTA * (SPAN + 2)
+    _fill(b, "data", size)
+    asyncio.run(alter(b, [([("client-id", "slow-consumer")], {"consumer_byte_rate": QUOTA})]))
+    slow: list[tuple[float, int]] = []
+    free: list[tuple[float, int]] = []
+    other = threading.Thread(target=_consume, args=(b, "data", "free-consumer", SPAN, free, size))
+    other.start()
+    try:
+        _consume(b, "data", "slow-consumer", SPAN + 0.5, slow)
+    finally:
+        other.join()
+    rate = _bytes_within(slow, SPAN) / SPAN
     assert abs(rate / QUOTA - 1) <= 0.10, f"throttled consumer got {rate:.0f} B/s against a quota of {QUOTA}"
+    free_rate = _bytes_within(free, SPAN) / SPAN
+    assert free_rate >= 3 * QUOTA, (
+        f"unthrottled consumer got {free_rate:.0f} B/s (the slow one's 3x: {3 * QUOTA})"
+    )
 
 
 def test_controller_mutation_rate_refuses_topics_once_exhausted(broker: BrokerProcess) -> None:

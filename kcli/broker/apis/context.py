@@ -159,6 +159,9 @@ class RequestContext(NamedTuple):
     client_id: str
     connection: ConnectionInfo
     state: BrokerState
+    request_size: int = 0
+    """The frame's header and body in bytes (RequestChannel.Request.sizeInBytes): what a producer's
+    byte-rate quota records, as Kafka counts it."""
 
     @property
     def image(self) -> ClusterMetadataImage:

@@ -49,7 +49,7 @@ Answer = bytes | FramedSend | None
 async def handle_request(state: BrokerState, connection: ConnectionInfo, frame: bytes) -> Answer:
     """Answer one request frame (after its size prefix) that came in on `connection`."""
     api_key, api_version, correlation_id, client_id, body_offset = read_request_header(frame)
-    ctx = RequestContext(api_key, api_version, correlation_id, client_id, connection, state)
+    ctx = RequestContext(api_key, api_version, correlation_id, client_id, connection, state, len(frame))
     registry = ctx.registry
     spec = registry.get(api_key)
     if api_key == API_VERSIONS and (spec is None or not spec.handles(api_version)):

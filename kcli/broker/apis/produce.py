@@ -148,7 +148,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> object | None:
                 response = response._replace(current_leader=None)  # ProduceResponse v10 added it
             outcomes[slot] = (outcomes[slot][0], response)
 
-    throttle_ms = record_produce(ctx, sum(len(r) for _, r in entries)) if image.client_quotas else 0
+    throttle_ms = record_produce(ctx) if image.client_quotas else 0
     throttle(ctx, throttle_ms)  # KIP-219: answer now, then read nothing more for that long
     if acks == 0:
         failed = [

@@ -41,11 +41,12 @@ THROTTLING_QUOTA_EXCEEDED_MESSAGE = "The throttling quota has been exceeded."
 """Errors.THROTTLING_QUOTA_EXCEEDED's default message, what a refused topic carries."""
 
 
-def record_produce(ctx: RequestContext, size: int) -> int:
-    """The produce quota's throttle time for a request of `size` bytes (recorded first, as Kafka)."""
+def record_produce(ctx: RequestContext) -> int:
+    """The produce quota's throttle time for this request, recorded first at its whole size, header
+    and body, as KafkaApis.handleProduceRequest records request.sizeInBytes."""
     state = ctx.state
     return quotas_of(state).produce.record_and_get_throttle_time_ms(
-        state.image.client_quotas, ctx.connection.principal, ctx.client_id, size
+        state.image.client_quotas, ctx.connection.principal, ctx.client_id, ctx.request_size
     )
 
 
