@@ -12,8 +12,9 @@ certificate (the node certificate); with sasl_ssl it is SASL_SSL with PLAIN, `ad
 the listener's JAAS line (`sasl.mechanism.controller.protocol=PLAIN`), since the voters must
 authenticate each other before the metadata log that holds the SCRAM credentials is replicated (Kafka's
 own KRaft tests secure the controller listener the same way); it offers SCRAM too, so client.properties
-also serves `--bootstrap-controller`. A cluster laid out before 2026-12-02 keeps
-the PLAINTEXT controller listener its server.properties name. Everything a client needs is written beside the data, private (mode 0600) where it holds a secret:
+also serves `--bootstrap-controller`. A cluster laid out before commit 16f6359 keeps the PLAINTEXT
+controller listener its server.properties name. Everything a client needs is written beside the data,
+private (mode 0600) where it holds a secret:
 
     <data-dir>/tls/ca.crt                the throwaway CA (a PEM truststore)
     <data-dir>/tls/node.{key,crt,pem,p12}  the certificate every node serves and dials with

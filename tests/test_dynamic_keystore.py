@@ -246,8 +246,18 @@ def test_a_truststore_that_drops_the_keystores_ca_is_refused_on_the_inter_broker
     new = {**old, "ssl.truststore.location": str(other.write(tmp_path, "other"))}
     refused = check_keystore_update("SSL", old, new, verify_with_truststore=True)
     assert refused is not None and refused.startswith(
-        "Validation of dynamic config update of SSLFactory failed: the new truststore does not trust the "
-        "current keystore's certificate on listener SSL ("
+        "Validation of dynamic config update of SSLFactory failed: a TLS handshake fails on listener SSL "
+        "between the current keystore and truststore serving and the new ones dialing ("
     ), refused
     assert check_keystore_update("SSL", old, new) is None  # not the inter-broker listener
     assert check_keystore_update("SSL", old, dict(old), verify_with_truststore=True) is None
+    # with client certificates required, a keystore the current truststore does not trust fails too
+    mtls = {**old, "ssl.client.auth": "required"}
+    other_node = {
+        **mtls,
+        "ssl.keystore.location": str(other.issue("node1").write(tmp_path, "other-node")["pem"]),
+    }
+    refused = check_keystore_update("SSL", mtls, other_node, verify_with_truststore=True)
+    assert (
+        refused is not None and "serving and the new ones dialing (" in refused and "certificate" in refused
+    )

@@ -75,7 +75,8 @@ async def send(address: str, request: object, cluster: SecuredCluster | None, cl
 
 def test_a_forwarded_request_runs_as_its_caller(cluster: SecuredCluster) -> None:
     """CreateTopics through every broker as admin: at least two of them forward it to the active
-    controller, which handles it as User:admin with the client's id and address."""
+    controller (the broker logged in to its SASL_SSL listener as admin, with PLAIN), which handles it as
+    User:admin with the client's id and address."""
     names = {}
     for node, address in enumerate(cluster.bootstrap.split(","), start=1):
         name, client_id = topic(), f"envelope-test-{node}"
@@ -85,7 +86,7 @@ def test_a_forwarded_request_runs_as_its_caller(cluster: SecuredCluster) -> None
 
     def forwarded() -> list[str] | None:
         seen = re.findall(
-            r"CreateTopics v7 forwarded by User:ANONYMOUS \(127\.0\.0\.1:\d+\) for principal User:admin, "
+            r"CreateTopics v7 forwarded by User:admin \(127\.0\.0\.1:\d+\) for principal User:admin, "
             r"client id (envelope-test-\d), client address 127\.0\.0\.1",
             cluster.logs(),
         )
@@ -139,5 +140,6 @@ def test_an_envelope_the_controller_cannot_read(
         request_principal=principal,
         client_host_address=address,
     )
-    answer = asyncio.run(send(controller_address(cluster, 1), envelope, None, "broker-like"))
+    # the controller listener is SASL_SSL too: admin's SCRAM login, as client.properties has it
+    answer = asyncio.run(send(controller_address(cluster, 1), envelope, cluster, "broker-like"))
     assert answer.error_code is error and answer.response_data is None

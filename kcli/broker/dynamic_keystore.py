@@ -148,22 +148,22 @@ def _has_truststore(settings: Mapping[str, str]) -> bool:
 
 def _handshakes(listener: str, old: Mapping[str, str], new: Mapping[str, str]) -> str | None:
     """Kafka's SslEngineValidator: the old settings serving a client with the new ones, and the new
-    serving the old, each a complete TLS handshake in memory (no host name check); why one fails."""
+    serving the old, each a complete TLS handshake in memory (no host name check; the client's
+    certificate checked as the listener's ssl.client.auth says); why one fails."""
     for server, client in ((old, new), (new, old)):
         try:
-            server_context = tls.server_context({**server, "ssl.client.auth": "required"}, listener=listener)
+            server_context = tls.server_context(server, listener=listener)  # its own ssl.client.auth
             client_context = tls.client_context(client)
         except tls.TlsError as exc:
             return str(exc)
         client_context.check_hostname = False
         refused = _handshake(server_context, client_context)
         if refused is not None:
-            side = (
-                "the new truststore does not trust the current"
-                if server is old
-                else "the current truststore does not trust the new"
+            serving, dialing = ("current", "new") if server is old else ("new", "current")
+            return (
+                f"a TLS handshake fails on listener {listener} between the {serving} keystore and truststore "
+                f"serving and the {dialing} ones dialing ({refused})."
             )
-            return f"{side} keystore's certificate on listener {listener} ({refused})."
     return None
 
 
