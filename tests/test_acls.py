@@ -1,5 +1,6 @@
 """ACLs with the StandardAuthorizer (KIP-801) end to end: a real SASL_PLAINTEXT `kcli broker start`
-with authorizer.class.name set and super.users=User:admin, stock clients, Kafka's kafka-acls.sh.
+with authorizer.class.name set and super.users=User:admin;User:ANONYMOUS (ANONYMOUS: the principal on the
+PLAINTEXT controller listener, which needs CLUSTER_ACTION as in Kafka), stock clients, Kafka's kafka-acls.sh.
 
 A producer allowed WRITE on its topic writes there and gets TOPIC_AUTHORIZATION_FAILED elsewhere; a
 consumer with READ on its topic and group reads; a transactional producer needs WRITE on its
@@ -59,7 +60,7 @@ sasl.enabled.mechanisms=PLAIN
 sasl.mechanism.inter.broker.protocol=PLAIN
 listener.name.sasl_plaintext.plain.sasl.jaas.config={PLAIN_MODULE} required username="admin" password="admin-secret" {users};
 authorizer.class.name={AUTHORIZER}
-super.users=User:admin
+super.users=User:admin;User:ANONYMOUS
 """
     )
     return path
