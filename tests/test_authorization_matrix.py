@@ -13,7 +13,8 @@ loopback alias, which that ACL does not cover until the case grants its operatio
 
 The allowed side asks for things that cannot hurt the node (a wrong cluster id on the Raft APIs, an
 unregistered broker id, validate_only where there is one), so its answer is often an error of its
-own; what counts there is that no authorization error comes back, and that Kafka answers the same.
+own; what counts there is that no authorization error comes back, and that Kafka answers the same:
+every row's error codes on both sides, and the authorized-operations fields of the allowed answer.
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ class Env:
 
     topic_id: uuid.UUID
     versions: dict[int, int]
+    mechanism: str = "PLAIN"
+    """The SASL mechanism the node's listener logs alice in with (a SaslHandshake names it)."""
 
 
 @dataclass(frozen=True)
@@ -128,46 +131,97 @@ def _batch() -> bytes:
 
 def _produce(v: int, env: Env) -> Any:
     cls = request_type(0, v)
-    data = sub(cls, "TopicProduceData", name=TOPIC, topic_id=env.topic_id,
-               partition_data=(sub(cls, "PartitionProduceData", index=0, records=_batch()),))  # fmt: skip
+    data = sub(
+        cls,
+        "TopicProduceData",
+        name=TOPIC,
+        topic_id=env.topic_id,
+        partition_data=(sub(cls, "PartitionProduceData", index=0, records=_batch()),),
+    )
     return req(0, v, acks=1, timeout=10 * SECOND, topic_data=(data,))
 
 
 def _fetch(v: int, env: Env) -> Any:
     cls = request_type(1, v)
-    part = sub(cls, "FetchPartition", partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
-               log_start_offset=-1, partition_max_bytes=1 << 20)  # fmt: skip
+    part = sub(
+        cls,
+        "FetchPartition",
+        partition=0,
+        current_leader_epoch=-1,
+        fetch_offset=0,
+        last_fetched_epoch=-1,
+        log_start_offset=-1,
+        partition_max_bytes=1 << 20,
+    )
     topic = sub(cls, "FetchTopic", topic=TOPIC, topic_id=env.topic_id, partitions=(part,))
-    return req(1, v, replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=0, max_bytes=1 << 20,
-               session_id=0, session_epoch=-1, topics=(topic,), rack_id="")  # fmt: skip
+    return req(
+        1,
+        v,
+        replica_id=-1,
+        max_wait=datetime.timedelta(0),
+        min_bytes=0,
+        max_bytes=1 << 20,
+        session_id=0,
+        session_epoch=-1,
+        topics=(topic,),
+        rack_id="",
+    )
 
 
 def _raft_fetch(v: int, env: Env) -> Any:
     cls = request_type(1, v)
-    part = sub(cls, "FetchPartition", partition=0, current_leader_epoch=0, fetch_offset=0, last_fetched_epoch=0,
-               log_start_offset=-1, partition_max_bytes=1 << 20)  # fmt: skip
+    part = sub(
+        cls,
+        "FetchPartition",
+        partition=0,
+        current_leader_epoch=0,
+        fetch_offset=0,
+        last_fetched_epoch=0,
+        log_start_offset=-1,
+        partition_max_bytes=1 << 20,
+    )
     topic = sub(cls, "FetchTopic", topic="__cluster_metadata", topic_id=METADATA_TOPIC_ID, partitions=(part,))
-    return req(1, v, cluster_id=WRONG_CLUSTER, replica_state=sub(cls, "ReplicaState", replica_id=99, replica_epoch=-1),
-               max_wait=datetime.timedelta(0), max_bytes=1 << 20, topics=(topic,))  # fmt: skip
+    return req(
+        1,
+        v,
+        cluster_id=WRONG_CLUSTER,
+        replica_state=sub(cls, "ReplicaState", replica_id=99, replica_epoch=-1),
+        max_wait=datetime.timedelta(0),
+        max_bytes=1 << 20,
+        topics=(topic,),
+    )
 
 
 def _list_offsets(v: int, env: Env) -> Any:
     cls = request_type(2, v)
     part = sub(cls, "ListOffsetsPartition", partition_index=0, current_leader_epoch=-1, timestamp=-1)
-    return req(2, v, replica_id=-1, topics=(sub(cls, "ListOffsetsTopic", name=TOPIC, partitions=(part,)),),
-               timeout=10 * SECOND)  # fmt: skip
+    return req(
+        2,
+        v,
+        replica_id=-1,
+        topics=(sub(cls, "ListOffsetsTopic", name=TOPIC, partitions=(part,)),),
+        timeout=10 * SECOND,
+    )
 
 
 def _metadata(v: int, env: Env) -> Any:
     cls = request_type(3, v)
     topic = sub(cls, "MetadataRequestTopic", name=TOPIC, topic_id=uuid.UUID(int=0))
-    return req(3, v, topics=(topic,), allow_auto_topic_creation=False)
+    return req(
+        3, v, topics=(topic,), allow_auto_topic_creation=False, include_topic_authorized_operations=True
+    )
 
 
 def _offset_commit(v: int, env: Env) -> Any:
     cls = request_type(8, v)
-    part = sub(cls, "OffsetCommitRequestPartition", partition_index=0, committed_offset=0, committed_leader_epoch=-1,
-               committed_metadata="")  # fmt: skip
+    part = sub(
+        cls,
+        "OffsetCommitRequestPartition",
+        partition_index=0,
+        committed_offset=0,
+        committed_leader_epoch=-1,
+        committed_metadata="",
+    )
     topic = sub(cls, "OffsetCommitRequestTopic", name=TOPIC, topic_id=env.topic_id, partitions=(part,))
     return req(8, v, group_id=GROUP, generation_id_or_member_epoch=-1, member_id="", topics=(topic,))
 
@@ -184,14 +238,27 @@ def _offset_fetch(v: int, env: Env) -> Any:
 def _join_group(v: int, env: Env) -> Any:
     cls = request_type(11, v)
     protocol = sub(cls, "JoinGroupRequestProtocol", name="range", metadata=b"")
-    return req(11, v, group_id=GROUP, session_timeout=10 * SECOND, rebalance_timeout=10 * SECOND, member_id="",
-               protocol_type="consumer", protocols=(protocol,))  # fmt: skip
+    return req(
+        11,
+        v,
+        group_id=GROUP,
+        session_timeout=10 * SECOND,
+        rebalance_timeout=10 * SECOND,
+        member_id="",
+        protocol_type="consumer",
+        protocols=(protocol,),
+    )
 
 
 def _leave_group(v: int, env: Env) -> Any:
     cls = request_type(13, v)
-    return req(13, v, group_id=GROUP, member_id="m",
-               members=(sub(cls, "MemberIdentity", member_id="m", group_instance_id=None),))  # fmt: skip
+    return req(
+        13,
+        v,
+        group_id=GROUP,
+        member_id="m",
+        members=(sub(cls, "MemberIdentity", member_id="m", group_instance_id=None),),
+    )
 
 
 def _create_topics(v: int, env: Env) -> Any:
@@ -225,42 +292,94 @@ def _offset_for_leader_epoch(v: int, env: Env) -> Any:
 def _add_partitions_to_txn(v: int, env: Env) -> Any:
     cls = request_type(24, v)
     topic = sub(cls, "AddPartitionsToTxnTopic", name=TOPIC, partitions=(0,))
-    transaction = sub(cls, "AddPartitionsToTxnTransaction", transactional_id=TXN, producer_id=1, producer_epoch=0,
-                      verify_only=True, topics=(topic,))  # fmt: skip
-    return req(24, v, transactions=(transaction,), v3_and_below_transactional_id=TXN,
-               v3_and_below_producer_id=1, v3_and_below_producer_epoch=0, v3_and_below_topics=(topic,),
-               transactional_id=TXN, producer_id=1, producer_epoch=0, topics=(topic,))  # fmt: skip
+    transaction = sub(
+        cls,
+        "AddPartitionsToTxnTransaction",
+        transactional_id=TXN,
+        producer_id=1,
+        producer_epoch=0,
+        verify_only=True,
+        topics=(topic,),
+    )
+    return req(
+        24,
+        v,
+        transactions=(transaction,),
+        v3_and_below_transactional_id=TXN,
+        v3_and_below_producer_id=1,
+        v3_and_below_producer_epoch=0,
+        v3_and_below_topics=(topic,),
+        transactional_id=TXN,
+        producer_id=1,
+        producer_epoch=0,
+        topics=(topic,),
+    )
 
 
 def _write_txn_markers(v: int, env: Env) -> Any:
     cls = request_type(27, v)
     topic = sub(cls, "WritableTxnMarkerTopic", name="matrix-nope", partition_indexes=(0,))
-    marker = sub(cls, "WritableTxnMarker", producer_id=1, producer_epoch=0, transaction_result=True, topics=(topic,),
-                 coordinator_epoch=0)  # fmt: skip
+    marker = sub(
+        cls,
+        "WritableTxnMarker",
+        producer_id=1,
+        producer_epoch=0,
+        transaction_result=True,
+        topics=(topic,),
+        coordinator_epoch=0,
+    )
     return req(27, v, markers=(marker,))
 
 
 def _txn_offset_commit(v: int, env: Env) -> Any:
     cls = request_type(28, v)
-    part = sub(cls, "TxnOffsetCommitRequestPartition", partition_index=0, committed_offset=0, committed_leader_epoch=-1,
-               committed_metadata="")  # fmt: skip
-    return req(28, v, transactional_id=TXN, group_id=GROUP, producer_id=1, producer_epoch=0, generation_id=-1,
-               member_id="", topics=(sub(cls, "TxnOffsetCommitRequestTopic", name=TOPIC, partitions=(part,)),))  # fmt: skip
+    part = sub(
+        cls,
+        "TxnOffsetCommitRequestPartition",
+        partition_index=0,
+        committed_offset=0,
+        committed_leader_epoch=-1,
+        committed_metadata="",
+    )
+    return req(
+        28,
+        v,
+        transactional_id=TXN,
+        group_id=GROUP,
+        producer_id=1,
+        producer_epoch=0,
+        generation_id=-1,
+        member_id="",
+        topics=(sub(cls, "TxnOffsetCommitRequestTopic", name=TOPIC, partitions=(part,)),),
+    )
 
 
 def _acl_fields() -> dict[str, Any]:
-    return dict(resource_type=int(ResourceType.TOPIC), resource_name="matrix-acl",
-                resource_pattern_type=int(PatternType.LITERAL), principal="User:nobody", host="*",
-                operation=int(AclOperation.READ), permission_type=int(AclPermissionType.ALLOW))  # fmt: skip
+    return dict(
+        resource_type=int(ResourceType.TOPIC),
+        resource_name="matrix-acl",
+        resource_pattern_type=int(PatternType.LITERAL),
+        principal="User:nobody",
+        host="*",
+        operation=int(AclOperation.READ),
+        permission_type=int(AclPermissionType.ALLOW),
+    )
 
 
 def _delete_acls(v: int, env: Env) -> Any:
     cls = request_type(31, v)
     f = _acl_fields()
-    acl_filter = sub(cls, "DeleteAclsFilter", resource_type_filter=f["resource_type"],
-                     resource_name_filter=f["resource_name"], pattern_type_filter=f["resource_pattern_type"],
-                     principal_filter=f["principal"], host_filter="*", operation=f["operation"],
-                     permission_type=f["permission_type"])  # fmt: skip
+    acl_filter = sub(
+        cls,
+        "DeleteAclsFilter",
+        resource_type_filter=f["resource_type"],
+        resource_name_filter=f["resource_name"],
+        pattern_type_filter=f["resource_pattern_type"],
+        principal_filter=f["principal"],
+        host_filter="*",
+        operation=f["operation"],
+        permission_type=f["permission_type"],
+    )
     return req(31, v, filters=(acl_filter,))
 
 
@@ -290,8 +409,13 @@ def _create_partitions(v: int, env: Env) -> Any:
 
 def _elect_leaders(v: int, env: Env) -> Any:
     cls = request_type(43, v)
-    return req(43, v, election_type=0, timeout=10 * SECOND,
-               topic_partitions=(sub(cls, "TopicPartitions", topic=TOPIC, partitions=(0,)),))  # fmt: skip
+    return req(
+        43,
+        v,
+        election_type=0,
+        timeout=10 * SECOND,
+        topic_partitions=(sub(cls, "TopicPartitions", topic=TOPIC, partitions=(0,)),),
+    )
 
 
 def _alter_reassignments(v: int, env: Env) -> Any:
@@ -312,8 +436,12 @@ def _offset_delete(v: int, env: Env) -> Any:
 
 def _alter_client_quotas(v: int, env: Env) -> Any:
     cls = request_type(49, v)
-    entry = sub(cls, "EntryData", entity=(sub(cls, "EntityData", entity_type="user", entity_name="matrix-user"),),
-                ops=(sub(cls, "OpData", key="producer_byte_rate", value=1024.0, remove=False),))  # fmt: skip
+    entry = sub(
+        cls,
+        "EntryData",
+        entity=(sub(cls, "EntityData", entity_type="user", entity_name="matrix-user"),),
+        ops=(sub(cls, "OpData", key="producer_byte_rate", value=1024.0, remove=False),),
+    )
     return req(49, v, entries=(entry,), validate_only=True)
 
 
@@ -335,8 +463,21 @@ def _describe_producers(v: int, env: Env) -> Any:
 
 
 def _consumer_group_heartbeat(v: int, env: Env) -> Any:
-    return req(68, v, group_id=CONSUMER_GROUP, member_id=str(uuid.uuid4()), member_epoch=0, rebalance_timeout=10 * SECOND,
-               subscribed_topic_names=(TOPIC,), topic_partitions=())  # fmt: skip
+    return req(
+        68,
+        v,
+        group_id=CONSUMER_GROUP,
+        member_id=str(uuid.uuid4()),
+        member_epoch=0,
+        rebalance_timeout=10 * SECOND,
+        subscribed_topic_names=(TOPIC,),
+        topic_partitions=(),
+    )
+
+
+def _consumer_group_describe(v: int, env: Env) -> Any:
+    """The group ConsumerGroupHeartbeat's row joined: its member subscribes to TOPIC."""
+    return req(69, v, group_ids=(CONSUMER_GROUP,), include_authorized_operations=True)
 
 
 def _describe_topic_partitions(v: int, env: Env) -> Any:
@@ -349,8 +490,16 @@ def _describe_topic_partitions(v: int, env: Env) -> Any:
 def _add_raft_voter(v: int, env: Env) -> Any:
     cls = request_type(80, v)
     listener = sub(cls, "Listener", name="CONTROLLER", host="127.0.0.1", port=1)
-    return req(80, v, cluster_id=WRONG_CLUSTER, timeout=SECOND, voter_id=99, voter_directory_id=uuid.uuid4(),
-               listeners=(listener,), ack_when_committed=True)  # fmt: skip
+    return req(
+        80,
+        v,
+        cluster_id=WRONG_CLUSTER,
+        timeout=SECOND,
+        voter_id=99,
+        voter_directory_id=uuid.uuid4(),
+        listeners=(listener,),
+        ack_when_committed=True,
+    )
 
 
 def _raft_partition(api_key: int, v: int, **values: Any) -> Any:
@@ -360,8 +509,16 @@ def _raft_partition(api_key: int, v: int, **values: Any) -> Any:
 
 
 def _vote(v: int, env: Env) -> Any:
-    _, topic = _raft_partition(52, v, replica_epoch=0, replica_id=99, replica_directory_id=uuid.uuid4(),
-                               voter_directory_id=uuid.uuid4(), last_offset_epoch=0, last_offset=0)  # fmt: skip
+    _, topic = _raft_partition(
+        52,
+        v,
+        replica_epoch=0,
+        replica_id=99,
+        replica_directory_id=uuid.uuid4(),
+        voter_directory_id=uuid.uuid4(),
+        last_offset_epoch=0,
+        last_offset=0,
+    )
     return req(52, v, cluster_id=WRONG_CLUSTER, voter_id=1, topics=(topic,))
 
 
@@ -379,8 +536,14 @@ def _end_quorum_epoch(v: int, env: Env) -> Any:
 
 def _fetch_snapshot(v: int, env: Env) -> Any:
     cls = request_type(59, v)
-    part = sub(cls, "PartitionSnapshot", partition=0, current_leader_epoch=0,
-               snapshot_id=sub(cls, "SnapshotId", end_offset=0, epoch=0), position=0)  # fmt: skip
+    part = sub(
+        cls,
+        "PartitionSnapshot",
+        partition=0,
+        current_leader_epoch=0,
+        snapshot_id=sub(cls, "SnapshotId", end_offset=0, epoch=0),
+        position=0,
+    )
     topic = sub(cls, "TopicSnapshot", name="__cluster_metadata", partitions=(part,))
     return req(59, v, cluster_id=WRONG_CLUSTER, replica_id=99, max_bytes=1 << 20, topics=(topic,))
 
@@ -388,16 +551,34 @@ def _fetch_snapshot(v: int, env: Env) -> Any:
 def _broker_registration(v: int, env: Env) -> Any:
     cls = request_type(62, v)
     listener = sub(cls, "Listener", name="SASL_PLAINTEXT", host="127.0.0.1", port=1, security_protocol=2)
-    return req(62, v, broker_id=99, cluster_id=WRONG_CLUSTER, incarnation_id=uuid.uuid4(), listeners=(listener,),
-               features=(), rack=None, log_dirs=(uuid.uuid4(),), previous_broker_epoch=-1)  # fmt: skip
+    return req(
+        62,
+        v,
+        broker_id=99,
+        cluster_id=WRONG_CLUSTER,
+        incarnation_id=uuid.uuid4(),
+        listeners=(listener,),
+        features=(),
+        rack=None,
+        log_dirs=(uuid.uuid4(),),
+        previous_broker_epoch=-1,
+    )
 
 
 def _update_raft_voter(v: int, env: Env) -> Any:
     cls = request_type(82, v)
     listener = sub(cls, "Listener", name="CONTROLLER", host="127.0.0.1", port=1)
     feature = sub(cls, "KRaftVersionFeature", min_supported_version=0, max_supported_version=1)
-    return req(82, v, cluster_id=WRONG_CLUSTER, current_leader_epoch=0, voter_id=99, voter_directory_id=uuid.uuid4(),
-               listeners=(listener,), k_raft_version_feature=feature)  # fmt: skip
+    return req(
+        82,
+        v,
+        cluster_id=WRONG_CLUSTER,
+        current_leader_epoch=0,
+        voter_id=99,
+        voter_directory_id=uuid.uuid4(),
+        listeners=(listener,),
+        k_raft_version_feature=feature,
+    )
 
 
 def _envelope(v: int, env: Env) -> Any:
@@ -426,14 +607,14 @@ CASES: list[Case] = [
         ((G, GROUP, Op.DESCRIBE), (T, TOPIC, Op.DESCRIBE)),
         _offset_fetch,
         E.group_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case(
         "FindCoordinator",
         10,
         ((G, GROUP, Op.DESCRIBE),),
         lambda v, e: req(10, v, key_type=0, key=GROUP, coordinator_keys=(GROUP,)),
         E.group_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case("JoinGroup", 11, ((G, GROUP, Op.READ),), _join_group, E.group_authorization_failed),
     Case(
         "Heartbeat",
@@ -441,7 +622,7 @@ CASES: list[Case] = [
         ((G, GROUP, Op.READ),),
         lambda v, e: req(12, v, group_id=GROUP, generation_id=1, member_id="m"),
         E.group_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case("LeaveGroup", 13, ((G, GROUP, Op.READ),), _leave_group, E.group_authorization_failed),
     Case(
         "SyncGroup",
@@ -458,23 +639,23 @@ CASES: list[Case] = [
             assignments=(),
         ),
         E.group_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case(
         "DescribeGroups",
         15,
         ((G, GROUP, Op.DESCRIBE),),
         lambda v, e: req(15, v, groups=(GROUP,), include_authorized_operations=True),
         E.group_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case("ListGroups", 16, (), lambda v, e: req(16, v), None),
-    Case("SaslHandshake", 17, (), lambda v, e: req(17, v, mechanism="PLAIN"), None),
+    Case("SaslHandshake", 17, (), lambda v, e: req(17, v, mechanism=e.mechanism), None),
     Case(
         "ApiVersions",
         18,
         (),
         lambda v, e: req(18, v, client_software_name="matrix", client_software_version="1"),
         None,
-    ),  # fmt: skip
+    ),
     Case("CreateTopics", 19, ((T, NEW_TOPIC, Op.CREATE),), _create_topics, E.topic_authorization_failed),
     Case("DeleteTopics", 20, ((T, DELETED_TOPIC, Op.DELETE),), _delete_topics, E.topic_authorization_failed),
     Case("DeleteRecords", 21, ((T, TOPIC, Op.DELETE),), _delete_records, E.topic_authorization_failed),
@@ -486,14 +667,14 @@ CASES: list[Case] = [
             22, v, transactional_id=TXN, transaction_timeout=60 * SECOND, producer_id=-1, producer_epoch=-1
         ),
         E.transactional_id_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case(
         "OffsetForLeaderEpoch",
         23,
         ((T, TOPIC, Op.DESCRIBE),),
         _offset_for_leader_epoch,
         E.topic_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case(
         "AddPartitionsToTxn v3",
         24,
@@ -501,42 +682,42 @@ CASES: list[Case] = [
         _add_partitions_to_txn,
         E.transactional_id_authorization_failed,
         highest=3,
-    ),  # fmt: skip
+    ),
     Case(
         "AddPartitionsToTxn",
         24,
         ((C, CLUSTER_NAME, Op.CLUSTER_ACTION),),
         _add_partitions_to_txn,
         E.cluster_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case(
         "AddOffsetsToTxn",
         25,
         ((X, TXN, Op.WRITE), (G, GROUP, Op.READ)),
         lambda v, e: req(25, v, transactional_id=TXN, producer_id=1, producer_epoch=0, group_id=GROUP),
         E.transactional_id_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case(
         "EndTxn",
         26,
         ((X, TXN, Op.WRITE),),
         lambda v, e: req(26, v, transactional_id=TXN, producer_id=1, producer_epoch=0, committed=True),
         E.transactional_id_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case(
         "WriteTxnMarkers",
         27,
         ((C, CLUSTER_NAME, Op.CLUSTER_ACTION),),
         _write_txn_markers,
         E.cluster_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case(
         "TxnOffsetCommit",
         28,
         ((X, TXN, Op.WRITE), (G, GROUP, Op.READ), (T, TOPIC, Op.READ)),
         _txn_offset_commit,
         E.transactional_id_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case(
         "DescribeAcls",
         29,
@@ -553,14 +734,14 @@ CASES: list[Case] = [
             permission_type=1,
         ),
         E.cluster_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case(
         "CreateAcls",
         30,
         ((C, CLUSTER_NAME, Op.ALTER),),
         lambda v, e: req(30, v, creations=(sub(request_type(30, v), "AclCreation", **_acl_fields()),)),
         E.cluster_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case("DeleteAcls", 31, ((C, CLUSTER_NAME, Op.ALTER),), _delete_acls, E.cluster_authorization_failed),
     Case(
         "DescribeConfigs",
@@ -568,28 +749,28 @@ CASES: list[Case] = [
         ((T, TOPIC, Op.DESCRIBE_CONFIGS),),
         lambda v, e: _topic_configs(32, v),
         E.topic_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case(
         "AlterConfigs",
         33,
         ((T, TOPIC, Op.ALTER_CONFIGS),),
         lambda v, e: _topic_configs(33, v),
         E.topic_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case(
         "AlterReplicaLogDirs",
         34,
         ((C, CLUSTER_NAME, Op.ALTER),),
         _alter_replica_log_dirs,
         E.cluster_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case(
         "DescribeLogDirs",
         35,
         ((C, CLUSTER_NAME, Op.DESCRIBE),),
         lambda v, e: req(35, v, topics=None),
         E.cluster_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case("SaslAuthenticate", 36, (), lambda v, e: req(36, v, auth_bytes=b"\x00alice\x00alice-secret"), None),
     Case("CreatePartitions", 37, ((T, TOPIC, Op.ALTER),), _create_partitions, E.topic_authorization_failed),
     Case(
@@ -598,7 +779,7 @@ CASES: list[Case] = [
         ((G, GROUP, Op.DELETE),),
         lambda v, e: req(42, v, groups_names=(GROUP,)),
         E.group_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case("ElectLeaders", 43, ((C, CLUSTER_NAME, Op.ALTER),), _elect_leaders, E.cluster_authorization_failed),
     Case(
         "IncrementalAlterConfigs",
@@ -606,56 +787,56 @@ CASES: list[Case] = [
         ((T, TOPIC, Op.ALTER_CONFIGS),),
         lambda v, e: _topic_configs(44, v, config_operation=0),
         E.topic_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case(
         "AlterPartitionReassignments",
         45,
         ((C, CLUSTER_NAME, Op.ALTER),),
         _alter_reassignments,
         E.cluster_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case(
         "ListPartitionReassignments",
         46,
         ((C, CLUSTER_NAME, Op.DESCRIBE),),
         lambda v, e: req(46, v, timeout=10 * SECOND, topics=None),
         E.cluster_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case(
         "OffsetDelete",
         47,
         ((G, GROUP, Op.DELETE), (T, TOPIC, Op.READ)),
         _offset_delete,
         E.group_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case(
         "DescribeClientQuotas",
         48,
         ((C, CLUSTER_NAME, Op.DESCRIBE_CONFIGS),),
         lambda v, e: req(48, v, components=(), strict=False),
         E.cluster_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case(
         "AlterClientQuotas",
         49,
         ((C, CLUSTER_NAME, Op.ALTER_CONFIGS),),
         _alter_client_quotas,
         E.cluster_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case(
         "DescribeUserScramCredentials",
         50,
         ((C, CLUSTER_NAME, Op.DESCRIBE),),
-        lambda v, e: req(50, v, users=None),
+        lambda v, e: req(50, v, users=()),
         E.cluster_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case(
         "AlterUserScramCredentials",
         51,
         ((C, CLUSTER_NAME, Op.ALTER),),
         _alter_scram,
         E.cluster_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case(
         "DescribeQuorum",
         55,
@@ -669,14 +850,14 @@ CASES: list[Case] = [
         ((C, CLUSTER_NAME, Op.ALTER),),
         lambda v, e: req(57, v, timeout=10 * SECOND, feature_updates=(), validate_only=True),
         E.cluster_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case(
         "DescribeCluster",
         60,
         (),
         lambda v, e: req(60, v, include_cluster_authorized_operations=True, endpoint_type=1),
         None,
-    ),  # fmt: skip
+    ),
     Case("DescribeProducers", 61, ((T, TOPIC, Op.READ),), _describe_producers, E.topic_authorization_failed),
     Case(
         "UnregisterBroker",
@@ -684,14 +865,14 @@ CASES: list[Case] = [
         ((C, CLUSTER_NAME, Op.ALTER),),
         lambda v, e: req(64, v, broker_id=99),
         E.cluster_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case(
         "DescribeTransactions",
         65,
         ((X, TXN, Op.DESCRIBE),),
         lambda v, e: req(65, v, transactional_ids=(TXN,)),
         E.transactional_id_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case("ListTransactions", 66, (), lambda v, e: req(66, v), None),
     Case(
         "ConsumerGroupHeartbeat",
@@ -700,7 +881,7 @@ CASES: list[Case] = [
         _consumer_group_heartbeat,
         E.group_authorization_failed,
         granted=((T, TOPIC, Op.DESCRIBE),),
-    ),  # fmt: skip
+    ),
     Case(
         "ConsumerGroupHeartbeat (topic)",
         68,
@@ -708,21 +889,30 @@ CASES: list[Case] = [
         _consumer_group_heartbeat,
         E.topic_authorization_failed,
         granted=((G, CONSUMER_GROUP, Op.READ),),
-    ),  # fmt: skip
+    ),
     Case(
         "ConsumerGroupDescribe",
         69,
         ((G, CONSUMER_GROUP, Op.DESCRIBE),),
-        lambda v, e: req(69, v, group_ids=(CONSUMER_GROUP,), include_authorized_operations=True),
+        _consumer_group_describe,
         E.group_authorization_failed,
-    ),  # fmt: skip
+        granted=((T, TOPIC, Op.DESCRIBE),),
+    ),
+    Case(
+        "ConsumerGroupDescribe (topic)",
+        69,
+        ((T, TOPIC, Op.DESCRIBE),),
+        _consumer_group_describe,
+        E.topic_authorization_failed,
+        granted=((G, CONSUMER_GROUP, Op.DESCRIBE),),
+    ),
     Case(
         "DescribeTopicPartitions",
         75,
         ((T, TOPIC, Op.DESCRIBE),),
         _describe_topic_partitions,
         E.topic_authorization_failed,
-    ),  # fmt: skip
+    ),
     Case("AddRaftVoter", 80, ((C, CLUSTER_NAME, Op.ALTER),), _add_raft_voter, E.cluster_authorization_failed),
     Case(
         "RemoveRaftVoter",
@@ -730,7 +920,7 @@ CASES: list[Case] = [
         ((C, CLUSTER_NAME, Op.ALTER),),
         lambda v, e: req(81, v, cluster_id=WRONG_CLUSTER, voter_id=99, voter_directory_id=uuid.uuid4()),
         E.cluster_authorization_failed,
-    ),  # fmt: skip
+    ),
     # The controller listener, as User:ANONYMOUS from 127.0.0.2.
     Case(
         "Fetch (controller)",
@@ -739,7 +929,7 @@ CASES: list[Case] = [
         _raft_fetch,
         E.cluster_authorization_failed,
         controller=True,
-    ),  # fmt: skip
+    ),
     Case(
         "Vote",
         52,
@@ -755,7 +945,7 @@ CASES: list[Case] = [
         _begin_quorum_epoch,
         E.cluster_authorization_failed,
         controller=True,
-    ),  # fmt: skip
+    ),
     Case(
         "EndQuorumEpoch",
         54,
@@ -763,7 +953,7 @@ CASES: list[Case] = [
         _end_quorum_epoch,
         E.cluster_authorization_failed,
         controller=True,
-    ),  # fmt: skip
+    ),
     Case(
         "DescribeQuorum (controller)",
         55,
@@ -771,7 +961,7 @@ CASES: list[Case] = [
         _describe_quorum,
         E.cluster_authorization_failed,
         controller=True,
-    ),  # fmt: skip
+    ),
     Case(
         "AlterPartition",
         56,
@@ -779,7 +969,7 @@ CASES: list[Case] = [
         lambda v, e: req(56, v, broker_id=99, broker_epoch=-1, topics=()),
         E.cluster_authorization_failed,
         controller=True,
-    ),  # fmt: skip
+    ),
     Case(
         "Envelope",
         58,
@@ -787,7 +977,7 @@ CASES: list[Case] = [
         _envelope,
         E.cluster_authorization_failed,
         controller=True,
-    ),  # fmt: skip
+    ),
     Case(
         "FetchSnapshot",
         59,
@@ -795,7 +985,7 @@ CASES: list[Case] = [
         _fetch_snapshot,
         E.cluster_authorization_failed,
         controller=True,
-    ),  # fmt: skip
+    ),
     Case(
         "DescribeCluster (controller)",
         60,
@@ -803,7 +993,7 @@ CASES: list[Case] = [
         lambda v, e: req(60, v, include_cluster_authorized_operations=True, endpoint_type=2),
         E.cluster_authorization_failed,
         controller=True,
-    ),  # fmt: skip
+    ),
     Case(
         "BrokerRegistration",
         62,
@@ -811,7 +1001,7 @@ CASES: list[Case] = [
         _broker_registration,
         E.cluster_authorization_failed,
         controller=True,
-    ),  # fmt: skip
+    ),
     Case(
         "BrokerHeartbeat",
         63,
@@ -819,7 +1009,7 @@ CASES: list[Case] = [
         lambda v, e: req(63, v, broker_id=99, broker_epoch=-1, current_metadata_offset=0),
         E.cluster_authorization_failed,
         controller=True,
-    ),  # fmt: skip
+    ),
     Case(
         "AllocateProducerIds",
         67,
@@ -827,7 +1017,7 @@ CASES: list[Case] = [
         lambda v, e: req(67, v, broker_id=99, broker_epoch=-1),
         E.cluster_authorization_failed,
         controller=True,
-    ),  # fmt: skip
+    ),
     Case(
         "AssignReplicasToDirs",
         73,
@@ -835,7 +1025,7 @@ CASES: list[Case] = [
         lambda v, e: req(73, v, broker_id=99, broker_epoch=-1, directories=()),
         E.cluster_authorization_failed,
         controller=True,
-    ),  # fmt: skip
+    ),
     Case(
         "UpdateRaftVoter",
         82,
@@ -843,7 +1033,7 @@ CASES: list[Case] = [
         _update_raft_voter,
         E.cluster_authorization_failed,
         controller=True,
-    ),  # fmt: skip
+    ),
 ]
 
 RETRIABLE = frozenset(
@@ -877,6 +1067,26 @@ def error_codes(response: Any) -> frozenset[ErrorCode]:
     return frozenset(found)
 
 
+def authorized_operations(response: Any) -> tuple[tuple[str, int], ...]:
+    """Every authorized-operations bit set a response carries that was filled in (Kafka's int32 fields)."""
+    found: list[tuple[str, int]] = []
+
+    def walk(value: Any) -> None:
+        if dataclasses.is_dataclass(value):
+            for f in dataclasses.fields(value):
+                item = getattr(value, f.name)
+                if f.name.endswith("authorized_operations") and isinstance(item, int) and item != -(2**31):
+                    found.append((f.name, item))
+                else:
+                    walk(item)
+        elif isinstance(value, tuple):
+            for item in value:
+                walk(item)
+
+    walk(response)
+    return tuple(found)
+
+
 @dataclass(frozen=True)
 class Target:
     """A node to run the matrix on: where to connect, and how admin and alice log in."""
@@ -885,6 +1095,7 @@ class Target:
     controller: str
     admin: Any
     alice: Any
+    mechanism: str
 
 
 @dataclass(frozen=True)
@@ -893,6 +1104,8 @@ class Row:
 
     denied: tuple[str, ...]
     allowed: tuple[str, ...]
+    operations: tuple[tuple[str, int], ...] = ()
+    """The authorized-operations fields of the answer with the ACLs."""
 
 
 def names(codes: frozenset[ErrorCode]) -> tuple[str, ...]:
@@ -918,7 +1131,7 @@ async def _acl_change(
                 host=host,
                 operation=int(op),
                 permission_type=3,
-            )  # fmt: skip
+            )
             for rt, name, op in acls
         )
         response = await admin.send(mk(cls, creations=creations))
@@ -935,7 +1148,7 @@ async def _acl_change(
                 host_filter=host,
                 operation=int(op),
                 permission_type=3,
-            )  # fmt: skip
+            )
             for rt, name, op in acls
         )
         response = await admin.send(mk(cls, filters=filters))
@@ -952,7 +1165,7 @@ async def _acl_change(
                 host_filter=host,
                 operation=1,
                 permission_type=1,
-            )  # fmt: skip
+            )
         )
         present = {(r.resource_type, r.resource_name, a.operation) for r in found.resources for a in r.acls}
         wanted = {(int(rt), name, int(op)) for rt, name, op in acls}
@@ -967,8 +1180,11 @@ CLOSED = "CONNECTION_CLOSED"
 """A row's outcome when the node closes the connection instead of answering."""
 
 
-async def _send(target: Target, case: Case, env: Env, *, retry: bool) -> tuple[str, ...]:
-    """The error codes of the case's request, sent on a new connection (CLOSED if the node closed it)."""
+async def _send(
+    target: Target, case: Case, env: Env, *, retry: bool
+) -> tuple[tuple[str, ...], tuple[tuple[str, int], ...]]:
+    """The error codes and authorized operations of the case's answer, sent on a new connection (the
+    codes are CLOSED if the node closed it)."""
     if case.controller:
         connect = KafkaClient.connect(target.controller, local_address=CONTROLLER_PEER)
     else:
@@ -979,11 +1195,12 @@ async def _send(target: Target, case: Case, env: Env, *, retry: bool) -> tuple[s
         deadline = time.monotonic() + 20
         while True:
             try:
-                codes = error_codes(await client.send(case.request(version, env), timeout=30))
+                response = await client.send(case.request(version, env), timeout=30)
             except ClientError:
-                return (CLOSED,)
+                return (CLOSED,), ()
+            codes = error_codes(response)
             if not (retry and codes & RETRIABLE) or time.monotonic() > deadline:
-                return names(codes)
+                return names(codes), authorized_operations(response)
             await asyncio.sleep(0.3)
     finally:
         await client.close()
@@ -999,8 +1216,9 @@ async def _setup(target: Target) -> tuple[KafkaClient, Env]:
     await admin.send(mk(cls, topics=topics, timeout=30 * SECOND))
     # User:nobody's wildcard ACLs give every resource ACLs; ANONYMOUS from 127.0.0.1 is the node itself.
     nobody = tuple((rt, "*", Op.ALL) for rt in (T, G, X)) + ((C, CLUSTER_NAME, Op.ALL),)
-    await _acl_change(admin, "User:nobody", "*", nobody, add=True)
+    # The node's own ACL first: a Kafka broker forwards CreateAcls to its controller as ANONYMOUS.
     await _acl_change(admin, "User:ANONYMOUS", "127.0.0.1", ((C, CLUSTER_NAME, Op.ALL),), add=True)
+    await _acl_change(admin, "User:nobody", "*", nobody, add=True)
     topic_id = uuid.UUID(int=0)
     deadline = time.monotonic() + 30
     while topic_id == uuid.UUID(int=0) and time.monotonic() < deadline:
@@ -1025,17 +1243,19 @@ async def run_matrix(target: Target, cases: list[Case] = CASES) -> dict[str, Row
     rows: dict[str, Row] = {}
     try:
         for case in cases:
-            case_env = Env(env.topic_id, controller_versions) if case.controller else env
+            case_env = Env(
+                env.topic_id, controller_versions if case.controller else env.versions, target.mechanism
+            )
             if case.controller:
                 principal, host = "User:ANONYMOUS", CONTROLLER_PEER
             else:
                 principal, host = f"User:{ALICE}", "*"
             await _acl_change(admin, principal, host, case.granted, add=True)
-            denied = await _send(target, case, case_env, retry=False)
+            denied, _ = await _send(target, case, case_env, retry=False)
             await _acl_change(admin, principal, host, case.needs, add=True)
-            allowed = await _send(target, case, case_env, retry=True)
+            allowed, operations = await _send(target, case, case_env, retry=True)
             await _acl_change(admin, principal, host, case.needs + case.granted, add=False)
-            rows[case.name] = Row(denied, allowed)
+            rows[case.name] = Row(denied, allowed, operations)
     finally:
         await admin.close()
     return rows
@@ -1106,10 +1326,15 @@ def kcli_rows(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Ro
     workdir = tmp_path_factory.mktemp("matrix-kcli")
     config, controller_port = kcli_properties(workdir)
     env = kcli_env()
-    cluster_id = subprocess.run([*KCLI, "storage", "random-uuid"], capture_output=True, text=True, env=env,
-                                check=True).stdout.strip()  # fmt: skip
-    subprocess.run([*KCLI, "storage", "format", "-c", str(config), "-t", cluster_id], capture_output=True,
-                   env=env, check=True)  # fmt: skip
+    cluster_id = subprocess.run(
+        [*KCLI, "storage", "random-uuid"], capture_output=True, text=True, env=env, check=True
+    ).stdout.strip()
+    subprocess.run(
+        [*KCLI, "storage", "format", "-c", str(config), "-t", cluster_id],
+        capture_output=True,
+        env=env,
+        check=True,
+    )
     process: BrokerProcess = start_with_config(workdir, config)
     try:
         target = Target(
@@ -1117,6 +1342,7 @@ def kcli_rows(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Ro
             f"127.0.0.1:{controller_port}",
             plain(workdir, "admin", "admin-secret"),
             plain(workdir, ALICE, ALICE_PASSWORD),
+            "PLAIN",
         )
         yield asyncio.run(run_matrix(target))
         assert process.is_running(), process.log()[-3000:]
@@ -1164,13 +1390,28 @@ def kafka_rows(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, R
         )
         alice = client_security(workdir, alice_text, "matrix-alice")
         subprocess.run(
-            [*KCLI, "configs", "alter", "--bootstrap-server", cluster.bootstrap, "--command-config",
-             str(cluster.client_properties), "--entity-type", "users", "--entity-name", ALICE, "--add-config",
-             f"SCRAM-SHA-512=[password={ALICE_PASSWORD}]"],
-            capture_output=True, env=kcli_env(), check=True, timeout=60,
-        )  # fmt: skip
+            [
+                *KCLI,
+                "configs",
+                "alter",
+                "--bootstrap-server",
+                cluster.bootstrap,
+                "--command-config",
+                str(cluster.client_properties),
+                "--entity-type",
+                "users",
+                "--entity-name",
+                ALICE,
+                "--add-config",
+                f"SCRAM-SHA-512=[password={ALICE_PASSWORD}]",
+            ],
+            capture_output=True,
+            env=kcli_env(),
+            check=True,
+            timeout=60,
+        )
         node = cluster.nodes[0]
-        target = Target(cluster.bootstrap, f"127.0.0.1:{node.controller_port}", admin, alice)
+        target = Target(cluster.bootstrap, f"127.0.0.1:{node.controller_port}", admin, alice, "SCRAM-SHA-512")
         yield _with_login_retry(target)
 
 

@@ -5,7 +5,8 @@ As in Kafka, both are listed in ApiVersions whatever the cluster's features, and
 UNSUPPORTED_VERSION until `group.version` is finalized at 1 or above (KafkaApis'
 isConsumerGroupProtocolEnabled); the group coordinator does the rest
 (kcli.broker.group.consumer_coordinator). Heartbeat needs READ on the group and DESCRIBE on each
-subscribed topic, Describe DESCRIBE on each group, as Kafka's KafkaApis checks them.
+subscribed topic, Describe DESCRIBE on each group and on every topic its members subscribe to or are
+assigned (else the group answers TOPIC_AUTHORIZATION_FAILED), as Kafka 4.1's KafkaApis checks them.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ CONSUMER_MEMBER_TYPE = 1
 
 _NO_THROTTLE = datetime.timedelta(0)
 _MS = datetime.timedelta(milliseconds=1)
+
+
+_UNAUTHORIZED_TOPICS = "The described group uses topics that the client is not authorized to describe."
 
 
 def _enabled(ctx: RequestContext) -> bool:
@@ -171,6 +175,18 @@ async def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> o
         if group is None:
             described.append(empty_group(group_id, error, message))
             continue
+        if ctx.state.authorizer is not None:  # Kafka 4.1: no topic the principal may not DESCRIBE is shown
+            topics = {name for m in group.members.values() for name in m.subscribed_topic_names or ()}
+            for m in group.members.values():
+                for partitions in (m.assigned_partitions, group.target_assignment.get(m.member_id, {})):
+                    topics.update(t.name for t in map(image.topic_by_id, partitions) if t is not None)
+            if any(
+                not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name) for name in sorted(topics)
+            ):
+                described.append(
+                    empty_group(group_id, ErrorCode.topic_authorization_failed, _UNAUTHORIZED_TOPICS)
+                )
+                continue
         members = tuple(
             build(
                 member_cls,
