@@ -276,3 +276,71 @@ def test_the_per_ip_limits_are_dynamic(tmp_path: Path) -> None:
         while second_connection_closed():
             assert time.monotonic() < deadline, "the override was never removed"
             time.sleep(0.3)
+
+
+def test_per_ip_connection_rates_come_from_the_ip_quotas_and_unrecord_what_they_refuse() -> None:
+    """KIP-612's ip entities: an address's own connection_creation_rate, else the default ip entity's,
+    else none; a connection over it is un-recorded, so a client that keeps trying is not locked out."""
+    quotas_now: dict = {(("ip", "10.0.0.7"),): {"connection_creation_rate": 2.0}}
+    config = BrokerConfig({"quota.window.num": "2", "quota.window.size.seconds": "1"})
+    quotas = ConnectionQuotas(config, ["PLAINTEXT"], None, lambda: quotas_now)
+    assert quotas.connection_rate_for_ip("10.0.0.7") == 2
+    assert quotas.connection_rate_for_ip("10.0.0.8") == 2**31 - 1
+    quotas_now[(("ip", None),)] = {"connection_creation_rate": 1.0}  # a new image: read at once
+    assert quotas.connection_rate_for_ip("10.0.0.8") == 1
+    throttles = [
+        quotas.record_ip_connection_and_get_throttle_time_ms("PLAINTEXT", "10.0.0.7", 1000.0)
+        for _ in range(4)
+    ]
+    assert throttles[:2] == [0, 0] and throttles[2] > 0 and throttles[3] == throttles[2], throttles
+    assert quotas.record_ip_connection_and_get_throttle_time_ms("PLAINTEXT", "10.0.0.9", 1000.0) == 0
+    assert quotas.record_ip_connection_and_get_throttle_time_ms("PLAINTEXT", "10.0.0.9", 1000.0) > 0
+
+
+def test_an_ip_quota_closes_connections_over_its_rate_and_spares_other_addresses(tmp_path: Path) -> None:
+    """AlterClientQuotas on an ip entity (as kafka-configs --entity-type ips --entity-name sends it):
+    new connections from that address beyond connection_creation_rate are closed after the throttle
+    time, other addresses connect as before, and DescribeClientQuotas shows the quota."""
+    import asyncio
+
+    from kcli.client import KafkaClient
+    from kcli.protocol.messages import build, nested_type
+
+    async def alter_and_describe(bootstrap: str) -> tuple[int, list]:
+        async with await KafkaClient.connect(bootstrap) as client:
+            cls = client.request_type(49)
+            entry = build(
+                nested_type(cls, "EntryData"),
+                entity=(nested_type(cls, "EntityData")(entity_type="ip", entity_name="127.0.0.2"),),
+                ops=(
+                    build(
+                        nested_type(cls, "OpData"), key="connection_creation_rate", value=1.0, remove=False
+                    ),
+                ),
+            )
+            altered = await client.send(cls(entries=(entry,), validate_only=False))
+            describe = client.request_type(48)
+            component = nested_type(describe, "ComponentData")(
+                entity_type="ip", match_type=0, match="127.0.0.2"
+            )
+            described = await client.send(describe(components=(component,), strict=False))
+            return altered.entries[0].error_code, [
+                (v.key, v.value) for e in described.entries for v in e.values
+            ]
+
+    overrides = ("quota.window.num=2", "quota.window.size.seconds=1")
+    with _broker(tmp_path, *overrides) as broker:
+        error, values = asyncio.run(alter_and_describe(broker.bootstrap))
+        assert error == 0 and values == [("connection_creation_rate", 1.0)]
+        time.sleep(0.5)
+        limited = [_connect(broker, "127.0.0.2") for _ in range(4)]  # a burst from the limited address
+        served = [_answers(sock, i, timeout=4) for i, sock in enumerate(limited)]
+        assert served[0] and not any(served[1:]), served  # the rest closed once their throttle ended
+        others = [_connect(broker) for _ in range(4)]  # 127.0.0.1 has no ip quota
+        assert all(_answers(sock, 10 + i) for i, sock in enumerate(others))
+        time.sleep(2.5)  # the window passes: the limited address connects again
+        again = _connect(broker, "127.0.0.2")
+        assert _answers(again, 20)
+        assert "Traceback" not in broker.log()
+        for sock in [*limited, *others, again]:
+            sock.close()

@@ -100,6 +100,8 @@ class SocketServer:
         self.scram_credentials: CredentialLookup = _no_credentials
         """(mechanism, user) -> ScramCredential | None: where SCRAM looks users up (see `authenticator`).
         Installed by the broker with `handle`: its metadata image's credentials."""
+        self.client_quotas: Callable[[], Mapping[Any, Mapping[str, float]]] = dict
+        """The metadata image's client quotas (per-IP connection rates); installed by the broker."""
         self._next_connection = 0
         self._stopping = False
         self._controller_stopping = False  # the controller listener serves until the node has stopped
@@ -202,7 +204,9 @@ class SocketServer:
                     inter_broker = self.config.inter_broker_listener_name
                 except (IndexError, ConfigError):  # a controller-only node has no broker listener
                     inter_broker = None
-            quotas = self._quotas[controller] = ConnectionQuotas(self.config, names, inter_broker)
+            quotas = self._quotas[controller] = ConnectionQuotas(
+                self.config, names, inter_broker, lambda: self.client_quotas()
+            )
         return quotas
 
     def accept(self, conn: Connection) -> None:
@@ -251,6 +255,13 @@ class SocketServer:
                 self._accept_timers[listener_name] = loop.call_later(1.0, self._accept_waiting, listener_name)
                 return
             waiting.popleft()
+            throttle_ms = quotas.record_ip_connection_and_get_throttle_time_ms(
+                listener_name, conn.address, now * 1000
+            )
+            if throttle_ms:  # over its address's connection_creation_rate: closed once the throttle ends
+                log.debug("Delaying closing of connection from %s for %d ms", conn.address, throttle_ms)
+                loop.call_later(throttle_ms / 1000, conn.abort)
+                continue
             conn.counted = True
             try:
                 quotas.inc(listener_name, conn.address)
