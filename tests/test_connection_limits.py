@@ -298,40 +298,40 @@ def test_per_ip_connection_rates_come_from_the_ip_quotas_and_unrecord_what_they_
 
 
 def test_an_ip_quota_closes_connections_over_its_rate_and_spares_other_addresses(tmp_path: Path) -> None:
-    """AlterClientQuotas on an ip entity (as kafka-configs --entity-type ips --entity-name sends it):
-    new connections from that address beyond connection_creation_rate are closed after the throttle
-    time, other addresses connect as before, and DescribeClientQuotas shows the quota."""
-    import asyncio
+    """`kcli configs alter --entity-type ips` (kafka-configs.sh's flags; AlterClientQuotas on an ip
+    entity): new connections from that address beyond connection_creation_rate are closed after the
+    throttle time, other addresses connect as before, and describe shows the quota; a key ips do not
+    take and a name that is not an address are refused with kafka-configs.sh's sentences."""
+    import subprocess
 
-    from kcli.client import KafkaClient
-    from kcli.protocol.messages import build, nested_type
+    from conftest import KCLI, kcli_env
 
-    async def alter_and_describe(bootstrap: str) -> tuple[int, list]:
-        async with await KafkaClient.connect(bootstrap) as client:
-            cls = client.request_type(49)
-            entry = build(
-                nested_type(cls, "EntryData"),
-                entity=(nested_type(cls, "EntityData")(entity_type="ip", entity_name="127.0.0.2"),),
-                ops=(
-                    build(
-                        nested_type(cls, "OpData"), key="connection_creation_rate", value=1.0, remove=False
-                    ),
-                ),
-            )
-            altered = await client.send(cls(entries=(entry,), validate_only=False))
-            describe = client.request_type(48)
-            component = nested_type(describe, "ComponentData")(
-                entity_type="ip", match_type=0, match="127.0.0.2"
-            )
-            described = await client.send(describe(components=(component,), strict=False))
-            return altered.entries[0].error_code, [
-                (v.key, v.value) for e in described.entries for v in e.values
-            ]
+    def kcli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*KCLI, *args], capture_output=True, text=True, env=kcli_env(), timeout=60)
 
     overrides = ("quota.window.num=2", "quota.window.size.seconds=1")
     with _broker(tmp_path, *overrides) as broker:
-        error, values = asyncio.run(alter_and_describe(broker.bootstrap))
-        assert error == 0 and values == [("connection_creation_rate", 1.0)]
+        ip = ("--bootstrap-server", broker.bootstrap, "--entity-type", "ips")
+        done = kcli(
+            "configs",
+            "alter",
+            *ip,
+            "--entity-name",
+            "127.0.0.2",
+            "--add-config",
+            "connection_creation_rate=1",
+        )
+        assert done.returncode == 0 and done.stdout == "Completed updating config for ip 127.0.0.2.\n", done
+        described = kcli("configs", "describe", *ip, "--entity-name", "127.0.0.2")
+        assert described.stdout == "Quota configs for ip '127.0.0.2' are connection_creation_rate=1.0\n", (
+            described
+        )
+        wrong_key = kcli("configs", "alter", *ip, "--entity-default", "--add-config", "producer_byte_rate=1")
+        assert wrong_key.returncode != 0 and "Traceback" not in wrong_key.stderr
+        assert "Only connection quota configs can be added for 'ips'" in wrong_key.stderr
+        not_an_ip = kcli("configs", "alter", *ip, "--entity-name", "no.such.host.invalid", "--add-config",
+                         "connection_creation_rate=1")  # fmt: skip
+        assert not_an_ip.returncode != 0 and "must be a valid IP or resolvable host" in not_an_ip.stderr
         time.sleep(0.5)
         limited = [_connect(broker, "127.0.0.2") for _ in range(4)]  # a burst from the limited address
         served = [_answers(sock, i, timeout=4) for i, sock in enumerate(limited)]
