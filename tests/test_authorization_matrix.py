@@ -42,7 +42,7 @@ from conftest import (
 from kio.schema.errors import ErrorCode
 
 from kcli.client import ClientError, KafkaClient
-from kcli.protocol.envelope import envelope
+from kcli.protocol.envelope import FORWARDABLE, envelope
 from kcli.protocol.messages import default_entity, nested_type, request_type
 from kcli.security.acl import CLUSTER_NAME, AclOperation, AclPermissionType, PatternType, ResourceType
 from kcli.security.client_config import load_client_config
@@ -1261,11 +1261,11 @@ async def run_matrix(target: Target, cases: list[Case] = CASES) -> dict[str, Row
     return rows
 
 
-def check_rows(rows: dict[str, Row]) -> None:
+def check_rows(rows: dict[str, Row], cases: list[Case] = CASES) -> None:
     """Without the ACLs the exact error; with them no authorization error (an API that checks nothing
     the principal lacks answers the same both times)."""
     wrong = {}
-    for case in CASES:
+    for case in cases:
         row = rows[case.name]
         expected = () if case.denied is None else (case.denied.name.upper(),)
         if case.denied is None:
@@ -1415,7 +1415,7 @@ def kafka_rows(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, R
         yield _with_login_retry(target)
 
 
-def _with_login_retry(target: Target) -> dict[str, Row]:
+def _with_login_retry(target: Target, cases: list[Case] = CASES) -> dict[str, Row]:
     """The matrix, once alice's new SCRAM credential has reached the broker's credential cache."""
     deadline = time.monotonic() + 30
 
@@ -1430,7 +1430,7 @@ def _with_login_retry(target: Target) -> dict[str, Row]:
     while not asyncio.run(login()):
         assert time.monotonic() < deadline, "alice cannot log in to Apache Kafka"
         time.sleep(0.5)
-    return asyncio.run(run_matrix(target))
+    return asyncio.run(run_matrix(target, cases))
 
 
 def test_kafka_authorization_matrix(kafka_rows: dict[str, Row]) -> None:
@@ -1445,3 +1445,78 @@ def test_kcli_answers_as_kafka(kcli_rows: dict[str, Row], kafka_rows: dict[str, 
         if kcli_rows[name] != kafka_rows[name] and name not in KNOWN_DIFFERENCES
     }
     assert not different, "\n".join(f"{n}: kcli {k}, Kafka {a}" for n, (k, a) in different.items())
+
+
+# --- forwarded: a three-node kcli cluster ------------------------------------------------------------
+
+FORWARDED_CASES = [case for case in CASES if not case.controller and case.api_key in FORWARDABLE]
+"""The admin rows a broker forwards to the active controller (KIP-590), which authorizes the caller."""
+
+
+@pytest.fixture(scope="module")
+def forwarded_rows(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Row]]:
+    """The forwarded rows, sent to a node whose controller is not the active one, in a three-node
+    SASL_SSL cluster (`kcli cluster start --security sasl_ssl`) with the same authorizer settings."""
+    import re
+    import subprocess
+
+    from secure_clients import start_secured_cluster, stop_secured_cluster
+
+    overrides = [f"{k}={v}" for k, v in AUTHORIZER_PROPERTIES.items()]
+    cluster = start_secured_cluster(tmp_path_factory.mktemp("matrix-forwarded"), "sasl_ssl", 3, *overrides)
+    try:
+        admin_text = cluster.client_properties.read_text()
+        workdir = cluster.client_properties.parent
+        alice_text = re.sub(
+            r'username="[^"]*" password="[^"]*"',
+            f'username="{ALICE}" password="{ALICE_PASSWORD}"',
+            admin_text,
+        )
+        admin = client_security(workdir, admin_text, "m-admin")
+        alice = client_security(workdir, alice_text, "m-alice")
+        subprocess.run(
+            [
+                *KCLI,
+                "configs",
+                "alter",
+                "--bootstrap-server",
+                cluster.bootstrap,
+                "--command-config",
+                str(cluster.client_properties),
+                "--entity-type",
+                "users",
+                "--entity-name",
+                ALICE,
+                "--add-config",
+                f"SCRAM-SHA-512=[password={ALICE_PASSWORD}]",
+            ],
+            capture_output=True,
+            env=kcli_env(),
+            check=True,
+            timeout=60,
+        )
+
+        async def leader() -> int:
+            async with await KafkaClient.connect(cluster.bootstrap.split(",")[0], security=admin) as client:
+                answer = await client.send(_describe_quorum(client.version(55), Env(uuid.UUID(int=0), {})))
+                return answer.topics[0].partitions[0].leader_id
+
+        active = asyncio.run(leader())
+        addresses = cluster.bootstrap.split(",")
+        standby = next(a for node, a in enumerate(addresses, start=1) if node != active)
+        target = Target(standby, "", admin, alice, "SCRAM-SHA-512")
+        rows = _with_login_retry(target, FORWARDED_CASES)
+        logs = cluster.logs()
+        assert "for principal User:alice" in logs  # the active controller ran them as alice's
+        assert "Traceback" not in logs
+        yield rows
+    finally:
+        status = stop_secured_cluster(cluster)
+    assert status == 0, cluster.output()
+
+
+def test_forwarded_requests_are_authorized_as_their_caller(forwarded_rows: dict[str, Row]) -> None:
+    """Through a broker that forwards them, alice's admin requests get the same answers: the active
+    controller authorizes her (the Envelope's principal), not the forwarding broker."""
+    check_rows(forwarded_rows, FORWARDED_CASES)
+    assert len(forwarded_rows) >= 15
