@@ -50,9 +50,12 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: object)
 
     # Topics the principal cannot DESCRIBE are left out (named, with TOPIC_AUTHORIZATION_FAILED and no
     # id, after the others when asked for), so their existence is not disclosed.
-    allowed = [n for n in topics if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, n)]
-    unauthorized = [] if fetch_all else [n for n in topics if n not in set(allowed)]
-    topics = allowed
+    unauthorized = [n for n in topics if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, n)]
+    if unauthorized:
+        denied = set(unauthorized)
+        topics = [n for n in topics if n not in denied]
+        if fetch_all:
+            unauthorized = []
     limit = max(
         min(int(ctx.state.config["max.request.partition.size.limit"]), request.response_partition_limit),  # type: ignore[attr-defined,call-overload]
         1,
