@@ -437,8 +437,10 @@ class QuorumController:
         if not self.is_active:
             raise NotControllerError(f"node {self.node_id} is not the active controller")
         if not request.topics:  # as Kafka's QuorumController: nothing to do, no broker epoch checked
-            return build(response_type(ALTER_PARTITION, request.__version__), throttle_time=datetime.timedelta(0),
-                         error_code=ErrorCode.none, topics=())  # fmt: skip
+            response_cls = response_type(ALTER_PARTITION, request.__version__)
+            return build(
+                response_cls, throttle_time=datetime.timedelta(0), error_code=ErrorCode.none, topics=()
+            )
         return await self._run(self.replication_control.alter_partition(self._image, request))
 
     async def assign_replicas_to_dirs(self, request: Any) -> Any:
