@@ -6,6 +6,9 @@ decide: one DENY for the operation denies at once; an ALLOW for it (READ, WRITE,
 allow DESCRIBE, ALTER_CONFIGS allows DESCRIBE_CONFIGS) allows; no ACL on the resource at all falls back
 to `allow.everyone.if.no.acl.found`; ACLs on the resource for others only deny. Each denial of an
 operation a request asked for is one INFO line on kafka.authorizer.logger, as Kafka logs it.
+
+Each new image's ACLs are indexed once by resource type, literal name and prefix, so a check reads the
+ACLs that cover its resource and no others; decisions are remembered until the image's ACLs change.
 """
 
 from __future__ import annotations
@@ -113,6 +116,7 @@ class StandardAuthorizer:
         self._by_type: dict[ResourceType, tuple[StandardAcl, ...]] = {}
         self._index: dict[ResourceType, _TypeIndex] = {}
         self._decisions: dict[tuple[str, str, AclOperation, ResourceType, str], Decision] = {}
+        self._by_type_answers: dict[tuple[str, str, AclOperation, ResourceType], bool] = {}
 
     def _reindex(self, acls: Mapping[object, StandardAcl]) -> None:
         """A new image: index its ACLs by resource type, literal name and prefix, once; forget the
@@ -125,6 +129,7 @@ class StandardAuthorizer:
         self._by_type = {k: tuple(v) for k, v in by_type.items()}
         self._index = {k: _TypeIndex(v) for k, v in by_type.items()}
         self._decisions = {}
+        self._by_type_answers = {}
         self._indexed = acls
 
     def _acls_of(
@@ -183,9 +188,29 @@ class StandardAuthorizer:
         resource_type: ResourceType,
     ) -> bool:
         """Kafka's Authorizer.authorizeByResourceType: could `operation` be allowed on some resource of
-        the type? An ALLOW on a pattern that no DENY (literal, prefix, or the wildcard) takes back."""
+        the type? An ALLOW on a pattern that no DENY (literal, prefix, or the wildcard) takes back.
+        Remembered per image, as decisions are (it reads every ACL of the type)."""
         if principal in self.super_users:
             return True
+        self._reindex(acls)
+        key = (principal, host, operation, resource_type)
+        answer = self._by_type_answers.get(key)
+        if answer is None:
+            if len(self._by_type_answers) >= _DECISION_CACHE_SIZE:
+                self._by_type_answers.clear()
+            answer = self._by_type_answers[key] = self._authorize_by_resource_type(
+                acls, principal, host, operation, resource_type
+            )
+        return answer
+
+    def _authorize_by_resource_type(
+        self,
+        acls: Mapping[object, StandardAcl],
+        principal: str,
+        host: str,
+        operation: AclOperation,
+        resource_type: ResourceType,
+    ) -> bool:
         deny_literals: set[str] = set()
         deny_prefixes: list[str] = []
         allows: list[StandardAcl] = []
