@@ -124,8 +124,11 @@ class KafkaClient:
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         negotiate: bool = True,
         security: ClientSecurity = PLAINTEXT,
+        local_address: str | None = None,
     ) -> KafkaClient:
         """Connect to "host:port" and, unless told not to, learn the broker's API versions.
+        `local_address` binds the connection's own end (a loopback alias such as 127.0.0.2 makes a
+        client from another host as ACL host patterns see it).
 
         With SSL or SASL_SSL the TLS handshake comes first (`kcli.security.tls`), then the host name
         is checked against the broker's certificate (`ssl.endpoint.identification.algorithm`); each
@@ -147,6 +150,7 @@ class KafkaClient:
                     ssl=context,
                     server_hostname=host if context is not None else None,
                     ssl_handshake_timeout=connect_timeout if context is not None else None,
+                    local_addr=(local_address, 0) if local_address is not None else None,
                 ),
                 connect_timeout,
             )

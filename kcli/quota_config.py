@@ -55,7 +55,7 @@ def valid_keys(entity: dict[str, str | None]) -> dict[str, str] | str:
         if USER in entity or CLIENT_ID in entity:
             # Kafka's sentence, missing space included.
             return "Invalid quota entity combination, IP entity shouldnot be combined with User or ClientId"
-        if not _is_valid_ip(entity[IP]):
+        if not is_valid_ip(entity[IP]):
             return f"{entity[IP]} is not a valid IP or resolvable host."
         return IP_KEYS
     if USER in entity or CLIENT_ID in entity:
@@ -79,7 +79,7 @@ def value_error(keys: dict[str, str], key: str, value: float) -> str | None:
     return None
 
 
-def _is_valid_ip(host: str | None) -> bool:
+def is_valid_ip(host: str | None) -> bool:
     """InetAddress.getByName succeeds: a literal address, or a name that resolves."""
     if host is None:
         return True

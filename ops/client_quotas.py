@@ -1,4 +1,4 @@
-"""Client quotas as kafka-configs.sh handles them (--entity-type users / clients, KIP-546).
+"""Client quotas as kafka-configs.sh handles them (--entity-type users / clients / ips, KIP-546).
 
 DescribeClientQuotas and AlterClientQuotas, with the entity given as (type, name) pairs where a None
 name is the type's default; kafka-configs.sh's lines come from here too. Both work against Apache
@@ -17,7 +17,7 @@ from kio.schema.errors import ErrorCode
 from kcli.cluster import Cluster
 from kcli.errors import KcliError
 from kcli.protocol.messages import build, nested_type
-from kcli.quota_config import CLIENT_ID, IP, USER, USER_AND_CLIENT_KEYS
+from kcli.quota_config import CLIENT_ID, IP, IP_KEYS, USER, USER_AND_CLIENT_KEYS
 
 DESCRIBE_CLIENT_QUOTAS = 48
 ALTER_CLIENT_QUOTAS = 49
@@ -25,7 +25,7 @@ MATCH_TYPE_EXACT = 0
 MATCH_TYPE_DEFAULT = 1
 MATCH_TYPE_SPECIFIED = 2
 
-ENTITY_TYPE_OF = {"users": USER, "clients": CLIENT_ID}
+ENTITY_TYPE_OF = {"users": USER, "clients": CLIENT_ID, "ips": IP}
 """kafka-configs.sh's --entity-type -> ClientQuotaEntity type."""
 _LABELS = {USER: "user-principal", CLIENT_ID: "client-id", IP: "ip"}
 
@@ -105,9 +105,12 @@ def check_quota_configs(
 ) -> dict[str, float]:
     """--add-config values as numbers; a key that is not a quota is refused with kafka-configs.sh's
     sentence (users also take SCRAM mechanisms, which the caller has taken out)."""
-    unknown = [k for k in (*configs, *deletions) if k not in USER_AND_CLIENT_KEYS]
+    allowed = IP_KEYS if entity_type == "ips" else USER_AND_CLIENT_KEYS
+    unknown = [k for k in (*configs, *deletions) if k not in allowed]
     if unknown:
-        what = "quota and SCRAM credential configs" if entity_type == "users" else "quota configs"
+        what = {"users": "quota and SCRAM credential configs", "ips": "connection quota configs"}.get(
+            entity_type, "quota configs"
+        )
         raise QuotaError(
             f"Only {what} can be added for '{entity_type}' using --bootstrap-server. "
             f"Unexpected config names: {','.join(unknown)}"

@@ -41,7 +41,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -473,11 +473,11 @@ def server_properties(
     voters: str,
     replication: int,
     security: Security | None = None,
-    extra: dict[str, object] | None = None,
+    extra: Mapping[str, object] | None = None,
 ) -> str:
     """server.properties of one combined node, with Kafka's property names; with `security` the client
-    and inter-broker listener is secured (the controller listener stays PLAINTEXT); `extra` is added
-    last (a benchmark's group timeouts)."""
+    and inter-broker listener is secured (the controller listener stays PLAINTEXT); `extra` adds or
+    overrides lines (an authorizer, a benchmark's group timeouts)."""
     listener = security.protocol if security else "PLAINTEXT"
     lines: dict[str, object] = {
         "process.roles": "broker,controller",
@@ -506,7 +506,7 @@ def server_properties(
     }
     if security:
         lines |= security.server_properties()
-    lines |= extra or {}
+    lines |= dict(extra or {})
     return "".join(f"{key}={value}\n" for key, value in lines.items())
 
 
@@ -517,12 +517,13 @@ def start_cluster(
     *,
     c1_only: bool = True,
     security: str | None = None,
-    extra: dict[str, object] | None = None,
+    extra: Mapping[str, object] | None = None,
 ) -> KafkaCluster:
     """Format and start `count` combined nodes on 127.0.0.1 ports base_port .. base_port + 2*count - 1,
     and return once each has logged that it started (or raise KafkaSetupError with its log).
     `c1_only=False` runs the servers with the default JIT (the storage tool stays C1-only); `security`
-    ("sasl_ssl" or "mtls") secures the client and inter-broker listener (see Security)."""
+    ("sasl_ssl" or "mtls") secures the client and inter-broker listener (see Security); `extra` lines
+    are added to every node's server.properties."""
     cluster_id = random_cluster_id()
     secured = make_security(security, workdir) if security else None
     nodes = [

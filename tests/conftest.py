@@ -296,15 +296,21 @@ def require_apache_kafka() -> None:
 
 
 def _kafka_cluster(
-    tmp_path_factory: pytest.TempPathFactory, count: int, security: str | None = None
+    tmp_path_factory: pytest.TempPathFactory,
+    count: int,
+    security: str | None = None,
+    properties: dict[str, object] | None = None,
 ) -> Iterator:
-    """`count` Apache Kafka nodes (`security`: see apache_kafka.Security), stopped after the last use."""
+    """`count` Apache Kafka nodes (`security`: see apache_kafka.Security; `properties`: more
+    server.properties lines), stopped after the last use."""
     import apache_kafka
 
     require_apache_kafka()
     workdir = tmp_path_factory.mktemp(f"apache-kafka-{count}-{security or 'plaintext'}")
     try:
-        cluster = apache_kafka.start_cluster(workdir, count, free_port_range(2 * count), security=security)
+        cluster = apache_kafka.start_cluster(
+            workdir, count, free_port_range(2 * count), security=security, extra=properties
+        )
     except apache_kafka.KafkaSetupError as error:
         pytest.fail(str(error))
     try:

@@ -1,5 +1,6 @@
 """ACLs with the StandardAuthorizer (KIP-801) end to end: a real SASL_PLAINTEXT `kcli broker start`
-with authorizer.class.name set and super.users=User:admin, stock clients, Kafka's kafka-acls.sh.
+with authorizer.class.name set and super.users=User:admin;User:ANONYMOUS (ANONYMOUS: the principal on the
+PLAINTEXT controller listener, which needs CLUSTER_ACTION as in Kafka), stock clients, Kafka's kafka-acls.sh.
 
 A producer allowed WRITE on its topic writes there and gets TOPIC_AUTHORIZATION_FAILED elsewhere; a
 consumer with READ on its topic and group reads; a transactional producer needs WRITE on its
@@ -59,7 +60,7 @@ sasl.enabled.mechanisms=PLAIN
 sasl.mechanism.inter.broker.protocol=PLAIN
 listener.name.sasl_plaintext.plain.sasl.jaas.config={PLAIN_MODULE} required username="admin" password="admin-secret" {users};
 authorizer.class.name={AUTHORIZER}
-super.users=User:admin
+super.users=User:admin;User:ANONYMOUS
 """
     )
     return path
@@ -434,3 +435,55 @@ def test_acl_records_fold_and_snapshot_and_match_as_kafka() -> None:
     assert sorted(a.resource_name for a in deleted.response[0].deleted) == ["*", "ord"]
     after = fold(image, [decode_metadata_record(encode(*r)) for r in deleted.records])
     assert len(after.acls) == 2
+
+
+def test_indexed_decisions_equal_a_scan_of_every_acl() -> None:
+    """The authorizer finds ACLs through its literal and prefix index and remembers its decisions; each
+    decision equals one made by reading every ACL of the type (Kafka's rules, written out plainly)."""
+    import random
+
+    from kcli.security.acl import AclOperation as Op
+    from kcli.security.acl import AclPermissionType as Perm
+    from kcli.security.acl import PatternType, StandardAcl
+    from kcli.security.acl import ResourceType as Res
+    from kcli.security.authorizer import StandardAuthorizer, find_result
+
+    rng = random.Random(20261202)
+    names = ["a", "ab", "abc", "abd", "b", "ba", "*"]
+    ops = [Op.READ, Op.WRITE, Op.DESCRIBE, Op.ALL, Op.ALTER]
+    acls = {
+        i: StandardAcl(
+            Res.TOPIC,
+            rng.choice(names),
+            rng.choice([PatternType.LITERAL, PatternType.PREFIXED]),
+            rng.choice(["User:x", "User:y", "User:*"]),
+            rng.choice(["*", "10.0.0.1"]),
+            rng.choice(ops),
+            rng.choice([Perm.ALLOW, Perm.ALLOW, Perm.DENY]),
+        )
+        for i in range(60)
+    }
+
+    def scan(principal: str, host: str, op: Op, name: str) -> bool:
+        covering = [
+            a
+            for a in acls.values()
+            if (a.pattern_type == PatternType.LITERAL and a.resource_name in (name, "*"))
+            or (a.pattern_type == PatternType.PREFIXED and name.startswith(a.resource_name))
+        ]
+        results = [find_result(op, principal, host, a) for a in covering]
+        if False in results:
+            return False
+        return True in results  # no ACL at all: allow.everyone.if.no.acl.found, false here
+
+    authorizer = StandardAuthorizer()
+    checked = 0
+    for _ in range(2):  # the second round is answered from the remembered decisions
+        for name in ["a", "ab", "abc", "abcd", "b", "bab", "c", "*"]:
+            for principal in ["User:x", "User:y", "User:z"]:
+                for host in ["10.0.0.1", "10.0.0.2"]:
+                    for op in [Op.READ, Op.WRITE, Op.DESCRIBE, Op.DELETE]:
+                        decided = authorizer.decide(acls, principal, host, op, Res.TOPIC, name).allowed
+                        assert decided == scan(principal, host, op, name), (principal, host, op, name)
+                        checked += 1
+    assert checked == 2 * 8 * 3 * 2 * 4

@@ -244,7 +244,7 @@ def test_kcli_configs_for_users_and_clients(broker: BrokerProcess) -> None:
 
 
 def test_kafka_config_command_on_kcli(broker: BrokerProcess, tmp_path: Path) -> None:
-    """Kafka's ConfigCommand alters and describes users' and clients' quotas on kcli's broker (its
+    """Kafka's ConfigCommand alters and describes users', clients' and ips' quotas on kcli's broker (its
     --describe --entity-type users asks DescribeClientQuotas first)."""
     require_apache_kafka()
     import apache_kafka
@@ -294,6 +294,19 @@ def test_kafka_config_command_on_kcli(broker: BrokerProcess, tmp_path: Path) -> 
     assert "InvalidRequestException: producer_byte_rate cannot be a fractional value." in proc.stderr
     ours = kcli("configs", "describe", "-b", broker.bootstrap, "--user", "bob", "--client", "app")
     assert ours.stdout == "Quota configs for user-principal 'bob', client-id 'app' are consumer_byte_rate=4096.0, producer_byte_rate=2048.0\n"  # fmt: skip
+    # ip entities (KIP-612): Kafka's tool sets one, kcli's describes it with the same line, and back
+    ip = ["--entity-type", "ips", "--entity-name", "10.1.2.3"]
+    proc = kafka_configs("--alter", *ip, "--add-config", "connection_creation_rate=7")
+    assert (proc.returncode, proc.stdout) == (0, "Completed updating config for ip 10.1.2.3.\n"), proc.stderr
+    line = "Quota configs for ip '10.1.2.3' are connection_creation_rate=7.0\n"
+    assert kcli("configs", "describe", "-b", broker.bootstrap, *ip).stdout == line
+    assert kafka_configs("--describe", *ip).stdout == line
+    ip_default = ["--entity-type", "ips", "--entity-default"]
+    kcli(
+        "configs", "alter", "-b", broker.bootstrap, *ip_default, "--add-config", "connection_creation_rate=50"
+    )
+    proc = kafka_configs("--describe", *ip_default)
+    assert proc.stdout == "Quota configs for the default ip are connection_creation_rate=50.0\n", proc.stderr
 
 
 def test_quotas_survive_a_restart_and_a_snapshot(tmp_path: Path) -> None:

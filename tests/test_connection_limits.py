@@ -276,3 +276,71 @@ def test_the_per_ip_limits_are_dynamic(tmp_path: Path) -> None:
         while second_connection_closed():
             assert time.monotonic() < deadline, "the override was never removed"
             time.sleep(0.3)
+
+
+def test_per_ip_connection_rates_come_from_the_ip_quotas_and_unrecord_what_they_refuse() -> None:
+    """KIP-612's ip entities: an address's own connection_creation_rate, else the default ip entity's,
+    else none; a connection over it is un-recorded, so a client that keeps trying is not locked out."""
+    quotas_now: dict = {(("ip", "10.0.0.7"),): {"connection_creation_rate": 2.0}}
+    config = BrokerConfig({"quota.window.num": "2", "quota.window.size.seconds": "1"})
+    quotas = ConnectionQuotas(config, ["PLAINTEXT"], None, lambda: quotas_now)
+    assert quotas.connection_rate_for_ip("10.0.0.7") == 2
+    assert quotas.connection_rate_for_ip("10.0.0.8") == 2**31 - 1
+    quotas_now[(("ip", None),)] = {"connection_creation_rate": 1.0}  # a new image: read at once
+    assert quotas.connection_rate_for_ip("10.0.0.8") == 1
+    throttles = [
+        quotas.record_ip_connection_and_get_throttle_time_ms("PLAINTEXT", "10.0.0.7", 1000.0)
+        for _ in range(4)
+    ]
+    assert throttles[:2] == [0, 0] and throttles[2] > 0 and throttles[3] == throttles[2], throttles
+    assert quotas.record_ip_connection_and_get_throttle_time_ms("PLAINTEXT", "10.0.0.9", 1000.0) == 0
+    assert quotas.record_ip_connection_and_get_throttle_time_ms("PLAINTEXT", "10.0.0.9", 1000.0) > 0
+
+
+def test_an_ip_quota_closes_connections_over_its_rate_and_spares_other_addresses(tmp_path: Path) -> None:
+    """`kcli configs alter --entity-type ips` (kafka-configs.sh's flags; AlterClientQuotas on an ip
+    entity): new connections from that address beyond connection_creation_rate are closed after the
+    throttle time, other addresses connect as before, and describe shows the quota; a key ips do not
+    take and a name that is not an address are refused with kafka-configs.sh's sentences."""
+    import subprocess
+
+    from conftest import KCLI, kcli_env
+
+    def kcli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*KCLI, *args], capture_output=True, text=True, env=kcli_env(), timeout=60)
+
+    overrides = ("quota.window.num=2", "quota.window.size.seconds=1")
+    with _broker(tmp_path, *overrides) as broker:
+        ip = ("--bootstrap-server", broker.bootstrap, "--entity-type", "ips")
+        done = kcli(
+            "configs",
+            "alter",
+            *ip,
+            "--entity-name",
+            "127.0.0.2",
+            "--add-config",
+            "connection_creation_rate=1",
+        )
+        assert done.returncode == 0 and done.stdout == "Completed updating config for ip 127.0.0.2.\n", done
+        described = kcli("configs", "describe", *ip, "--entity-name", "127.0.0.2")
+        assert described.stdout == "Quota configs for ip '127.0.0.2' are connection_creation_rate=1.0\n", (
+            described
+        )
+        wrong_key = kcli("configs", "alter", *ip, "--entity-default", "--add-config", "producer_byte_rate=1")
+        assert wrong_key.returncode != 0 and "Traceback" not in wrong_key.stderr
+        assert "Only connection quota configs can be added for 'ips'" in wrong_key.stderr
+        not_an_ip = kcli("configs", "alter", *ip, "--entity-name", "no.such.host.invalid", "--add-config",
+                         "connection_creation_rate=1")  # fmt: skip
+        assert not_an_ip.returncode != 0 and "must be a valid IP or resolvable host" in not_an_ip.stderr
+        time.sleep(0.5)
+        limited = [_connect(broker, "127.0.0.2") for _ in range(4)]  # a burst from the limited address
+        served = [_answers(sock, i, timeout=4) for i, sock in enumerate(limited)]
+        assert served[0] and not any(served[1:]), served  # the rest closed once their throttle ended
+        others = [_connect(broker) for _ in range(4)]  # 127.0.0.1 has no ip quota
+        assert all(_answers(sock, 10 + i) for i, sock in enumerate(others))
+        time.sleep(2.5)  # the window passes: the limited address connects again
+        again = _connect(broker, "127.0.0.2")
+        assert _answers(again, 20)
+        assert "Traceback" not in broker.log()
+        for sock in [*limited, *others, again]:
+            sock.close()

@@ -166,8 +166,15 @@ class SaslServerAuthenticator:
     async def handle(self, info: ConnectionInfo, frame: bytes) -> Answer:
         if self._state == "complete":
             # as Kafka's Processor: a SaslHandshake begins a re-authentication even after the session
-            # expired (the client waits for its requests in flight first); anything else then closes
-            if len(frame) >= 2 and _KEY.unpack_from(frame)[0] == SASL_HANDSHAKE and self._supports_reauth:
+            # expired (the client waits for its requests in flight first); anything else then closes.
+            # A session without an expiry cannot re-authenticate (KafkaChannel): the handshake goes on to
+            # the handler, which answers ILLEGAL_SASL_STATE.
+            if (
+                len(frame) >= 2
+                and _KEY.unpack_from(frame)[0] == SASL_HANDSHAKE
+                and self._supports_reauth
+                and self._session_expires is not None
+            ):
                 self._begin_reauthentication()
             elif self._session_expires is not None and time.monotonic() > self._session_expires:
                 raise InvalidRequestError(

@@ -11,6 +11,11 @@
 - `max.connection.creation.rate` broker-wide (not on the protected listener) and per listener (KIP-612):
   each accepted connection is recorded in a sampled rate over `quota.window.num` windows of
   `quota.window.size.seconds`; over the rate, accepting waits the throttle time, at most one window.
+- Per-IP creation rates (KIP-612): the client quota `connection_creation_rate` of an `ip` entity, else
+  of the default `ip` entity (DescribeClientQuotas / AlterClientQuotas, kafka-configs --entity-type ips),
+  holds each address to that many new connections a second over the same windows; a connection over it
+  is not accepted, its creation un-recorded, and it is closed once the throttle time has passed (Kafka's
+  ConnectionThrottledException and delayed close), so the client backs off.
 - The controller listener has counts of its own: Kafka's controller runs its own SocketServer, so its
   connections neither count towards the broker's limits nor wait for them.
 
@@ -21,13 +26,20 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 
 from kcli.broker.quota.stats import SampledRate
 from kcli.config import BrokerConfig
 from kcli.config.connection_limits import parse_connection_overrides
+from kcli.quota_config import IP, IP_CONNECTION_RATE, QuotaEntity
+
+ClientQuotas = Callable[[], Mapping[QuotaEntity, Mapping[str, float]]]
+"""The client quotas of the current metadata image (the `ip` entities' connection rates among them)."""
 
 INT_MAX = 2**31 - 1
+_MAX_IP_RATES = 65536
+"""Addresses whose creation rate is kept at once; past it the oldest are forgotten (Kafka's sensors expire)."""
 
 
 class TooManyConnectionsError(Exception):
@@ -43,7 +55,11 @@ class ConnectionQuotas:
     """One SocketServer's connection counts: by address, by listener and in all."""
 
     def __init__(
-        self, config: BrokerConfig, listener_names: list[str], inter_broker_listener: str | None
+        self,
+        config: BrokerConfig,
+        listener_names: list[str],
+        inter_broker_listener: str | None,
+        client_quotas: ClientQuotas | None = None,
     ) -> None:
         self.config = config
         self.inter_broker_listener = inter_broker_listener
@@ -55,6 +71,9 @@ class ConnectionQuotas:
         self.max_throttle_time_ms = window_ms
         self._broker_rate = SampledRate(samples, window_ms)
         self._listener_rates = {name: SampledRate(samples, window_ms) for name in listener_names}
+        self._samples, self._window_ms = samples, window_ms
+        self._client_quotas: ClientQuotas = client_quotas or dict
+        self._ip_rates: dict[str, SampledRate] = {}
 
     # --- the limits, read live (dynamic broker configs) ---------------------------------------------
 
@@ -107,6 +126,47 @@ class ConnectionQuotas:
         if quota <= 0:
             return self.max_throttle_time_ms
         return min(rate.throttle_time_ms(quota, now_ms), self.max_throttle_time_ms)
+
+    def connection_rate_for_ip(self, address: str) -> int:
+        """Kafka's connectionRateForIp: the address's own `connection_creation_rate`, else the default
+        ip entity's, else none (Int.MaxValue)."""
+        quotas = self._client_quotas()
+        if not quotas:
+            return INT_MAX
+        for entity in (((IP, address),), ((IP, None),)):
+            value = quotas.get(entity, {}).get(IP_CONNECTION_RATE)
+            if value is not None:
+                return int(value)
+        if any(kind == IP and name is not None for entity in quotas for kind, name in entity):
+            for entity, values in quotas.items():  # an entity named by another spelling of the address
+                if len(entity) == 1 and entity[0][0] == IP and entity[0][1] is not None:
+                    if normal_address(entity[0][1]) == address and IP_CONNECTION_RATE in values:
+                        return int(values[IP_CONNECTION_RATE])
+        return INT_MAX
+
+    def record_ip_connection_and_get_throttle_time_ms(
+        self, listener_name: str, address: str, now_ms: float
+    ) -> int:
+        """Kafka's recordIpConnectionMaybeThrottle: 0 when the address is within its creation rate (the
+        connection recorded); else the throttle time, the connection un-recorded from the address's,
+        the listener's and the broker's rates, as it will not be accepted."""
+        quota = self.connection_rate_for_ip(address)
+        if quota >= INT_MAX:
+            return 0
+        rate = self._ip_rates.get(address)
+        if rate is None:
+            if len(self._ip_rates) >= _MAX_IP_RATES:
+                del self._ip_rates[next(iter(self._ip_rates))]
+            rate = self._ip_rates[address] = SampledRate(self._samples, self._window_ms)
+        throttle = self._record(rate, quota, now_ms)
+        if throttle:
+            rate.record(-1.0, now_ms)
+            listener_rate = self._listener_rates.get(listener_name)
+            if listener_rate is not None:
+                listener_rate.record(-1.0, now_ms)
+            if not self.protected_listener(listener_name):
+                self._broker_rate.record(-1.0, now_ms)
+        return throttle
 
     def inc(self, listener_name: str, address: str) -> None:
         """Count an accepted connection; TooManyConnectionsError when its address was already at its

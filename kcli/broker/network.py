@@ -29,6 +29,7 @@ import logging
 import os
 from collections import deque
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from kcli.broker.authenticator import SaslListener
 from kcli.broker.connection import Connection, RequestHandler
@@ -74,6 +75,8 @@ class SocketServer:
         self.scram_credentials: CredentialLookup = _no_credentials
         """(mechanism, user) -> ScramCredential | None: where SCRAM looks users up (see `authenticator`).
         Installed by the broker with `handle`: its metadata image's credentials."""
+        self.client_quotas: Callable[[], Mapping[Any, Mapping[str, float]]] = dict
+        """The metadata image's client quotas (per-IP connection rates); installed by the broker."""
         self._next_connection = 0
         self._stopping = False
         self._controller_stopping = False  # the controller listener serves until the node has stopped
@@ -176,7 +179,9 @@ class SocketServer:
                     inter_broker = self.config.inter_broker_listener_name
                 except (IndexError, ConfigError):  # a controller-only node has no broker listener
                     inter_broker = None
-            quotas = self._quotas[controller] = ConnectionQuotas(self.config, names, inter_broker)
+            quotas = self._quotas[controller] = ConnectionQuotas(
+                self.config, names, inter_broker, lambda: self.client_quotas()
+            )
         return quotas
 
     def accept(self, conn: Connection) -> None:
@@ -225,6 +230,13 @@ class SocketServer:
                 self._accept_timers[listener_name] = loop.call_later(1.0, self._accept_waiting, listener_name)
                 return
             waiting.popleft()
+            throttle_ms = quotas.record_ip_connection_and_get_throttle_time_ms(
+                listener_name, conn.address, now * 1000
+            )
+            if throttle_ms:  # over its address's connection_creation_rate: closed once the throttle ends
+                log.debug("Delaying closing of connection from %s for %d ms", conn.address, throttle_ms)
+                loop.call_later(throttle_ms / 1000, conn.abort)
+                continue
             conn.counted = True
             try:
                 quotas.inc(listener_name, conn.address)

@@ -176,6 +176,7 @@ class Broker:
             network.handle = partial(handle_request, state)
             # Kafka's BrokerServer: SCRAM logins read the credentials of the image the broker publishes
             network.scram_credentials = state.scram_credential
+            network.client_quotas = lambda: state.image.client_quotas  # per-IP connection rates
             if self._controller_server is not None:
                 await self._controller_server.start_serving()
             await node.start()

@@ -32,25 +32,27 @@ class EntityType(StrEnum):
     brokers = "brokers"
     users = "users"
     clients = "clients"
+    ips = "ips"
 
 
 ENTITY_TYPE = typer.Option(
     None,
     "--entity-type",
-    help="topics, brokers (with --entity-name or --entity-default), users (quotas and SCRAM credentials) "
-    "or clients (quotas).",
+    help="topics, brokers (with --entity-name or --entity-default), users (quotas and SCRAM credentials), "
+    "clients (quotas) or ips (connection_creation_rate).",
     show_default=False,
 )
 ENTITY_NAME = typer.Option(
     None,
     "--entity-name",
-    help="The topic's name, the broker's id, the user's name or the client id.",
+    help="The topic's name, the broker's id, the user's name, the client id or the IP address.",
     show_default=False,
 )
 ENTITY_DEFAULT = typer.Option(
     False,
     "--entity-default",
-    help="With --entity-type brokers, users or clients: the defaults shared by every broker, user or client.",
+    help="With --entity-type brokers, users, clients or ips: the defaults shared by every broker, user, "
+    "client or address.",
 )
 USER = typer.Option(
     None, "--user", help="The user's quotas: short for --entity-type users --entity-name USER."
@@ -235,12 +237,20 @@ def _quota_entity(
             if name is not None:
                 _check_user_name(name)
         return target
-    if entity_type not in (EntityType.users, EntityType.clients):
+    if entity_type not in (EntityType.users, EntityType.clients, EntityType.ips):
         return None
     if entity_name is not None and entity_default:
         raise KcliError("give --entity-name or --entity-default, not both.")
-    if entity_name is not None:
+    if entity_name is not None and entity_type is EntityType.ips:
+        from kcli.quota_config import is_valid_ip
+
+        if not is_valid_ip(entity_name):  # kafka-configs.sh's sentence
+            raise KcliError(
+                f"The entity name for ips must be a valid IP or resolvable host, but it is: {entity_name}"
+            )
+    elif entity_name is not None:
         _check_user_name(entity_name)
+    if entity_name is not None:
         return [(entity_type.value, entity_name)]
     if entity_default:
         return [(entity_type.value, None)]
@@ -263,7 +273,7 @@ def _describe_quotas(
 
     kinds = [kind for kind, _ in target]
     names = [name for _, name in target]
-    with_scram = "clients" not in kinds and None not in names
+    with_scram = set(kinds) == {"users"} and None not in names
 
     async def work(cluster: Cluster) -> tuple[list, list]:
         quotas = await describe_client_quotas(cluster, _quota_components(target))

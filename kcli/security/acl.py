@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +63,48 @@ class AclPermissionType(enum.IntEnum):
     ANY = 1
     DENY = 2
     ALLOW = 3
+
+
+SUPPORTED_OPERATIONS: dict[ResourceType, tuple[AclOperation, ...]] = {
+    ResourceType.TOPIC: (
+        AclOperation.READ,
+        AclOperation.WRITE,
+        AclOperation.CREATE,
+        AclOperation.DESCRIBE,
+        AclOperation.DELETE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+    ),
+    ResourceType.GROUP: (
+        AclOperation.READ,
+        AclOperation.DESCRIBE,
+        AclOperation.DELETE,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+    ),
+    ResourceType.CLUSTER: (
+        AclOperation.CREATE,
+        AclOperation.CLUSTER_ACTION,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+        AclOperation.IDEMPOTENT_WRITE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE,
+    ),
+    ResourceType.TRANSACTIONAL_ID: (AclOperation.DESCRIBE, AclOperation.WRITE),
+    ResourceType.DELEGATION_TOKEN: (AclOperation.DESCRIBE,),
+    ResourceType.USER: (AclOperation.CREATE_TOKENS, AclOperation.DESCRIBE_TOKENS),
+}
+"""Kafka's AclEntry.supportedOperations: what the authorized-operations bit sets can hold per type."""
+
+
+def operations_bit_set(operations: Iterable[AclOperation]) -> int:
+    """Kafka's Utils.to32BitField: bit `code` set for each operation (an int32 on the wire)."""
+    bits = 0
+    for operation in operations:
+        bits |= 1 << int(operation)
+    return bits
 
 
 def _enum_value(cls: type[enum.IntEnum], code: int) -> Any:

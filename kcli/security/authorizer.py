@@ -6,6 +6,9 @@ decide: one DENY for the operation denies at once; an ALLOW for it (READ, WRITE,
 allow DESCRIBE, ALTER_CONFIGS allows DESCRIBE_CONFIGS) allows; no ACL on the resource at all falls back
 to `allow.everyone.if.no.acl.found`; ACLs on the resource for others only deny. Each denial of an
 operation a request asked for is one INFO line on kafka.authorizer.logger, as Kafka logs it.
+
+Each new image's ACLs are indexed once by resource type, literal name and prefix, so a check reads the
+ACLs that cover its resource and no others; decisions are remembered until the image's ACLs change.
 """
 
 from __future__ import annotations
@@ -72,13 +75,33 @@ def find_result(operation: AclOperation, principal: str, host: str, acl: Standar
     return acl.permission_type == AclPermissionType.ALLOW
 
 
-def _applies(acl: StandardAcl, name: str) -> bool:
-    """The ACL's pattern covers the literal resource `name`."""
-    if acl.pattern_type == PatternType.LITERAL:
-        return acl.resource_name in (name, WILDCARD)
-    if acl.pattern_type == PatternType.PREFIXED:
-        return name.startswith(acl.resource_name)
-    return False
+_DECISION_CACHE_SIZE = 65536
+"""Decisions remembered per image (principal, host, operation, resource); cleared when full."""
+
+
+class _TypeIndex:
+    """One resource type's ACLs as Kafka's StandardAuthorizerData finds them: by literal name (the `*`
+    wildcard among them) and by prefix, so a check reads the ACLs that apply and no others."""
+
+    def __init__(self, acls: list[StandardAcl]) -> None:
+        self.literal: dict[str, list[StandardAcl]] = {}
+        self.prefixed: dict[str, list[StandardAcl]] = {}
+        for acl in acls:
+            if acl.pattern_type == PatternType.LITERAL:
+                self.literal.setdefault(acl.resource_name, []).append(acl)
+            elif acl.pattern_type == PatternType.PREFIXED:
+                self.prefixed.setdefault(acl.resource_name, []).append(acl)
+        self.prefix_lengths = sorted({len(p) for p in self.prefixed})
+
+    def matching(self, name: str) -> list[StandardAcl]:
+        found = list(self.literal.get(name, ()))
+        if name != WILDCARD:
+            found += self.literal.get(WILDCARD, ())
+        for length in self.prefix_lengths:
+            if length > len(name):
+                break
+            found += self.prefixed.get(name[:length], ())
+        return found
 
 
 class StandardAuthorizer:
@@ -91,16 +114,28 @@ class StandardAuthorizer:
         self.allow_if_no_acl = allow_if_no_acl
         self._indexed: Mapping[object, StandardAcl] | None = None
         self._by_type: dict[ResourceType, tuple[StandardAcl, ...]] = {}
+        self._index: dict[ResourceType, _TypeIndex] = {}
+        self._decisions: dict[tuple[str, str, AclOperation, ResourceType, str], Decision] = {}
+        self._by_type_answers: dict[tuple[str, str, AclOperation, ResourceType], bool] = {}
+
+    def _reindex(self, acls: Mapping[object, StandardAcl]) -> None:
+        """A new image: index its ACLs by resource type, literal name and prefix, once; forget the
+        decisions made from the previous one."""
+        if acls is self._indexed:
+            return
+        by_type: dict[ResourceType, list[StandardAcl]] = {}
+        for acl in acls.values():
+            by_type.setdefault(acl.resource_type, []).append(acl)
+        self._by_type = {k: tuple(v) for k, v in by_type.items()}
+        self._index = {k: _TypeIndex(v) for k, v in by_type.items()}
+        self._decisions = {}
+        self._by_type_answers = {}
+        self._indexed = acls
 
     def _acls_of(
         self, acls: Mapping[object, StandardAcl], resource_type: ResourceType
     ) -> tuple[StandardAcl, ...]:
-        if acls is not self._indexed:  # a new image: index its ACLs by resource type once
-            by_type: dict[ResourceType, list[StandardAcl]] = {}
-            for acl in acls.values():
-                by_type.setdefault(acl.resource_type, []).append(acl)
-            self._by_type = {k: tuple(v) for k, v in by_type.items()}
-            self._indexed = acls
+        self._reindex(acls)
         return self._by_type.get(resource_type, ())
 
     def decide(
@@ -114,11 +149,24 @@ class StandardAuthorizer:
     ) -> Decision:
         if principal in self.super_users:
             return Decision(True, "SuperUser")
+        self._reindex(acls)
+        key = (principal, host, operation, resource_type, name)
+        decision = self._decisions.get(key)
+        if decision is None:
+            decision = self._decide(principal, host, operation, resource_type, name)
+            if len(self._decisions) >= _DECISION_CACHE_SIZE:
+                self._decisions.clear()
+            self._decisions[key] = decision
+        return decision
+
+    def _decide(
+        self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType, name: str
+    ) -> Decision:
+        """StandardAuthorizerData.authorize over the ACLs whose pattern covers `name` (from the index)."""
+        index = self._index.get(resource_type)
         allow: StandardAcl | None = None
         has_resource_acls = False
-        for acl in self._acls_of(acls, resource_type):
-            if not _applies(acl, name):
-                continue
+        for acl in index.matching(name) if index is not None else ():
             has_resource_acls = True
             result = find_result(operation, principal, host, acl)
             if result is False:
@@ -140,9 +188,29 @@ class StandardAuthorizer:
         resource_type: ResourceType,
     ) -> bool:
         """Kafka's Authorizer.authorizeByResourceType: could `operation` be allowed on some resource of
-        the type? An ALLOW on a pattern that no DENY (literal, prefix, or the wildcard) takes back."""
+        the type? An ALLOW on a pattern that no DENY (literal, prefix, or the wildcard) takes back.
+        Remembered per image, as decisions are (it reads every ACL of the type)."""
         if principal in self.super_users:
             return True
+        self._reindex(acls)
+        key = (principal, host, operation, resource_type)
+        answer = self._by_type_answers.get(key)
+        if answer is None:
+            if len(self._by_type_answers) >= _DECISION_CACHE_SIZE:
+                self._by_type_answers.clear()
+            answer = self._by_type_answers[key] = self._authorize_by_resource_type(
+                acls, principal, host, operation, resource_type
+            )
+        return answer
+
+    def _authorize_by_resource_type(
+        self,
+        acls: Mapping[object, StandardAcl],
+        principal: str,
+        host: str,
+        operation: AclOperation,
+        resource_type: ResourceType,
+    ) -> bool:
         deny_literals: set[str] = set()
         deny_prefixes: list[str] = []
         allows: list[StandardAcl] = []

@@ -5,7 +5,7 @@ each filter component matches an entity type EXACT (a name), DEFAULT (the type's
 SPECIFIED (any name or default); `strict` also demands the entity have no other type. A filter
 Kafka refuses gets its sentence as the response's error. Alter goes to the active controller (a
 broker forwards it, KIP-590), which checks each entity; a request the controller cannot take gets its
-error on every entity.
+error on every entity. Describe needs DESCRIBE_CONFIGS on the cluster, Alter ALTER_CONFIGS, as Kafka's.
 """
 
 from __future__ import annotations
@@ -15,11 +15,18 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis.context import RequestContext, forward_unless_active, on_controller
+from kcli.broker.apis.context import (
+    CLUSTER_AUTHORIZATION_FAILED,
+    RequestContext,
+    forward_unless_active,
+    on_controller,
+)
 from kcli.broker.apis.registry import ApiSpec
+from kcli.broker.metadata.controller.controller_result import ApiError
 from kcli.broker.metadata.image import ClusterMetadataImage
 from kcli.protocol.messages import build, kio_versions, nested_type, response_type
 from kcli.quota_config import CLIENT_ID, ENTITY_TYPES, IP, USER
+from kcli.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 DESCRIBE_CLIENT_QUOTAS = 48
 ALTER_CLIENT_QUOTAS = 49
@@ -36,6 +43,14 @@ class _FilterError(Exception):
 
 
 async def handle_describe_client_quotas(ctx: RequestContext, request: Any) -> object:
+    if not ctx.authorize(AclOperation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):
+        return build(  # DescribeClientQuotasRequest.getErrorResponse
+            response_type(DESCRIBE_CLIENT_QUOTAS, ctx.api_version),
+            throttle_time=_NO_THROTTLE,
+            error_code=ErrorCode.cluster_authorization_failed,
+            error_message=CLUSTER_AUTHORIZATION_FAILED,
+            entries=None,
+        )
     return describe_client_quotas(ctx.state.image, request, ctx.api_version)
 
 
@@ -135,9 +150,13 @@ async def handle_alter_client_quotas(ctx: RequestContext, request: Any) -> objec
     response_cls = response_type(ALTER_CLIENT_QUOTAS, ctx.api_version)
     entry_cls = nested_type(response_cls, "EntryData")
     entity_cls = nested_type(response_cls, "EntityData")
-    answer, refused = await on_controller(
-        ctx.controller.alter_client_quotas(list(request.entries), request.validate_only)
-    )
+    answer: Any = None
+    if not ctx.authorize(AclOperation.ALTER_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):
+        refused = ApiError(ErrorCode.cluster_authorization_failed, CLUSTER_AUTHORIZATION_FAILED)
+    else:
+        answer, refused = await on_controller(
+            ctx.controller.alter_client_quotas(list(request.entries), request.validate_only)
+        )
     if answer is None:  # AlterClientQuotasRequest.getErrorResponse: the error on every entity
         outcome = [
             (tuple((e.entity_type, e.entity_name) for e in entry.entity), refused.code, refused.message)

@@ -2,7 +2,9 @@
 
 Follows Kafka's `AuthHelper.computeDescribeClusterResponse` on a broker endpoint: asking a broker
 to describe controllers is MISMATCHED_ENDPOINT_TYPE, an unknown endpoint type is
-UNSUPPORTED_ENDPOINT_TYPE, and the controller id is -1 unless that node is in the broker list.
+UNSUPPORTED_ENDPOINT_TYPE, and the controller id is -1 unless that node is in the broker list. The
+cluster's authorized operations come from the ACLs (0 without DESCRIBE on the cluster); a controller
+describes the controllers only to a principal with ALTER on the cluster, as Kafka's ControllerApis.
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ import datetime
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis.context import RequestContext
-from kcli.broker.apis.metadata import CLUSTER_OPERATIONS, OPERATIONS_NOT_REQUESTED
+from kcli.broker.apis.context import CLUSTER_AUTHORIZATION_FAILED, RequestContext
+from kcli.broker.apis.metadata import OPERATIONS_NOT_REQUESTED
 from kcli.broker.apis.registry import ApiSpec
 from kcli.protocol.messages import build, kio_versions, nested_type, response_type
+from kcli.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 API_KEY = 60
 ENDPOINT_BROKERS = 1
@@ -32,6 +35,9 @@ async def handle_describe_cluster(ctx: RequestContext, request: object) -> objec
         return _error(response_cls, error, f"Unsupported endpoint type {endpoint_type}")
     on_controller_listener = ctx.connection.listener == ctx.state.controller_listener_name
     if on_controller_listener and endpoint_type == ENDPOINT_CONTROLLERS:
+        # Unlike a broker, a controller asks for ALTER on the cluster (Kafka's ControllerApis).
+        if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+            return _error(response_cls, ErrorCode.cluster_authorization_failed, CLUSTER_AUTHORIZATION_FAILED)
         return _controllers(ctx, response_cls, request)
     if endpoint_type != ENDPOINT_BROKERS or on_controller_listener:
         if on_controller_listener:
@@ -58,7 +64,7 @@ async def handle_describe_cluster(ctx: RequestContext, request: object) -> objec
         controller_id = -1
     operations = OPERATIONS_NOT_REQUESTED
     if request.include_cluster_authorized_operations:  # type: ignore[attr-defined]
-        operations = CLUSTER_OPERATIONS
+        operations = ctx.cluster_authorized_operations()
     return build(
         response_cls,
         throttle_time=_NO_THROTTLE,
@@ -82,7 +88,7 @@ def _controllers(ctx: RequestContext, response_cls: type, request: object) -> ob
     )
     operations = OPERATIONS_NOT_REQUESTED
     if request.include_cluster_authorized_operations:  # type: ignore[attr-defined]
-        operations = CLUSTER_OPERATIONS
+        operations = ctx.cluster_authorized_operations()
     return build(
         response_cls,
         throttle_time=_NO_THROTTLE,

@@ -4,7 +4,9 @@ ConsumerGroupDescribe (69).
 As in Kafka, both are listed in ApiVersions whatever the cluster's features, and answer
 UNSUPPORTED_VERSION until `group.version` is finalized at 1 or above (KafkaApis'
 isConsumerGroupProtocolEnabled); the group coordinator does the rest
-(kcli.broker.group.consumer_coordinator).
+(kcli.broker.group.consumer_coordinator). Heartbeat needs READ on the group and DESCRIBE on each
+subscribed topic, Describe DESCRIBE on each group and on every topic its members subscribe to or are
+assigned (else the group answers TOPIC_AUTHORIZATION_FAILED), as Kafka 4.1's KafkaApis checks them.
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kcli.broker.apis.context import RequestContext
-from kcli.broker.apis.groups import GROUP_OPERATIONS, client_host, coordinator_of, millis
+from kcli.broker.apis.groups import client_host, coordinator_of, millis
 from kcli.broker.apis.metadata import OPERATIONS_NOT_REQUESTED
 from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.group.consumer_coordinator import HeartbeatRequest
 from kcli.broker.group.consumer_group import Assignment
 from kcli.features import is_consumer_protocol_enabled
 from kcli.protocol.messages import build, kio_versions, nested_type, response_type
+from kcli.security.acl import AclOperation, ResourceType
 
 CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
@@ -31,6 +34,9 @@ CONSUMER_MEMBER_TYPE = 1
 
 _NO_THROTTLE = datetime.timedelta(0)
 _MS = datetime.timedelta(milliseconds=1)
+
+
+_UNAUTHORIZED_TOPICS = "The described group uses topics that the client is not authorized to describe."
 
 
 def _enabled(ctx: RequestContext) -> bool:
@@ -57,6 +63,20 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> 
         return error_response(
             ErrorCode.unsupported_version, "The consumer rebalance protocol is not enabled."
         )
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return error_response(ErrorCode.group_authorization_failed)
+    if request.subscribed_topic_names:  # Kafka 4.1 (KAFKA-18813): DESCRIBE on every subscribed topic
+        denied = sorted(
+            {
+                n
+                for n in request.subscribed_topic_names
+                if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, n)
+            }
+        )
+        if denied:
+            return error_response(
+                ErrorCode.topic_authorization_failed, f"Unauthorized topics: {', '.join(denied)}"
+            )
     if coordinator is None:
         return error_response(ErrorCode.coordinator_not_available)
     owned = request.topic_partitions
@@ -111,7 +131,6 @@ async def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> o
     partitions_cls = nested_type(response_cls, "TopicPartitions")
     coordinator = coordinator_of(ctx)
     image = ctx.state.image
-    operations = GROUP_OPERATIONS if request.include_authorized_operations else OPERATIONS_NOT_REQUESTED
 
     def assignment(partitions: Assignment) -> object:
         entries = []
@@ -147,6 +166,9 @@ async def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> o
         return build(response_cls, throttle_time=_NO_THROTTLE, groups=groups)
     described = []
     for group_id in request.group_ids:
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            described.append(empty_group(group_id, ErrorCode.group_authorization_failed))
+            continue
         if coordinator is None:
             described.append(empty_group(group_id, ErrorCode.coordinator_not_available))
             continue
@@ -154,6 +176,18 @@ async def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> o
         if group is None:
             described.append(empty_group(group_id, error, message))
             continue
+        if ctx.state.authorizer is not None:  # Kafka 4.1: no topic the principal may not DESCRIBE is shown
+            topics = {name for m in group.members.values() for name in m.subscribed_topic_names or ()}
+            for m in group.members.values():
+                for partitions in (m.assigned_partitions, group.target_assignment.get(m.member_id, {})):
+                    topics.update(t.name for t in map(image.topic_by_id, partitions) if t is not None)
+            if any(
+                not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name) for name in sorted(topics)
+            ):
+                described.append(
+                    empty_group(group_id, ErrorCode.topic_authorization_failed, _UNAUTHORIZED_TOPICS)
+                )
+                continue
         members = tuple(
             build(
                 member_cls,
@@ -182,7 +216,11 @@ async def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> o
                 assignment_epoch=group.assignment_epoch,
                 assignor_name=coordinator.consumer.default_assignor(group),
                 members=members,
-                authorized_operations=operations,
+                authorized_operations=(
+                    ctx.authorized_operations(ResourceType.GROUP, group_id)
+                    if request.include_authorized_operations
+                    else OPERATIONS_NOT_REQUESTED
+                ),
             )
         )
     return build(response_cls, throttle_time=_NO_THROTTLE, groups=tuple(described))

@@ -17,7 +17,14 @@ from kio.schema.errors import ErrorCode
 from kcli.broker.metadata.controller import NotControllerError
 from kcli.broker.metadata.controller.controller_result import NONE, ApiError, ApiException
 from kcli.config import BrokerConfig
-from kcli.security.acl import AclOperation, ResourceType
+from kcli.protocol.messages import error_response
+from kcli.security.acl import (
+    CLUSTER_NAME,
+    SUPPORTED_OPERATIONS,
+    AclOperation,
+    ResourceType,
+    operations_bit_set,
+)
 from kcli.security.authorizer import STANDARD_AUTHORIZER, StandardAuthorizer, host_of
 
 if TYPE_CHECKING:
@@ -85,6 +92,9 @@ class NodeServices(Protocol):
 
 
 T = TypeVar("T")
+
+CLUSTER_AUTHORIZATION_FAILED = "Cluster authorization failed."
+"""Kafka's message for Errors.CLUSTER_AUTHORIZATION_FAILED."""
 
 
 @dataclass
@@ -191,6 +201,36 @@ class RequestContext(NamedTuple):
             resource_type,
             name,
             log_if_denied=log_if_denied,
+        )
+
+    def authorized_operations(self, resource_type: ResourceType, name: str) -> int:
+        """Kafka's AuthHelper.authorizedOperations: the bit set of the operations the type supports
+        that this principal may do on the resource (all of them with no authorizer); nothing logged."""
+        supported = SUPPORTED_OPERATIONS[resource_type]
+        if self.state.authorizer is None:
+            return operations_bit_set(supported)
+        return operations_bit_set(
+            op for op in supported if self.authorize(op, resource_type, name, log_if_denied=False)
+        )
+
+    def cluster_authorized_operations(self) -> int:
+        """What Metadata and DescribeCluster report when asked: the cluster's authorized operations,
+        or 0 without DESCRIBE on the cluster (a denial logged, as Kafka's)."""
+        if not self.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+            return 0
+        return self.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
+
+    def cluster_refusal(self, operation: AclOperation) -> Any | None:
+        """Kafka's AuthHelper.authorizeClusterOperation: None when the principal may do `operation` on
+        the cluster, else this API's error response carrying CLUSTER_AUTHORIZATION_FAILED (a handler
+        whose request names items answers with its own per-item shape instead)."""
+        if self.authorize(operation, ResourceType.CLUSTER, CLUSTER_NAME):
+            return None
+        return error_response(
+            self.api_key,
+            self.api_version,
+            ErrorCode.cluster_authorization_failed,
+            CLUSTER_AUTHORIZATION_FAILED,
         )
 
     def authorize_by_resource_type(self, operation: AclOperation, resource_type: ResourceType) -> bool:

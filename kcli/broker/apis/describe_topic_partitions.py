@@ -5,22 +5,26 @@ Follows Kafka's `DescribeTopicPartitionsRequestHandler` and
 is empty) are answered sorted by name, starting at the request's cursor, until the partition limit
 (the request's, capped by `max.request.partition.size.limit`) is used up; the answer then carries
 `NextCursor`, the first partition it left out. A cursor whose topic is not in a non-empty topic
-list, or whose partition index is negative, fails the whole request with INVALID_REQUEST.
+list, or whose partition index is negative, fails the whole request with INVALID_REQUEST. Topics the
+principal may not DESCRIBE are skipped (named ones answered TOPIC_AUTHORIZATION_FAILED at the end), and
+each described topic carries its authorized operations from the ACLs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import uuid
 
 from kio.schema.errors import ErrorCode
 
 from kcli.broker.apis.context import RequestContext
-from kcli.broker.apis.metadata import OPERATIONS_NOT_REQUESTED, TOPIC_OPERATIONS, ZERO_UUID
+from kcli.broker.apis.metadata import OPERATIONS_NOT_REQUESTED, ZERO_UUID
 from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.metadata.image import ClusterMetadataImage
 from kcli.config import is_internal_topic, is_valid_topic_name
 from kcli.protocol.messages import build, nested_type, response_type
+from kcli.security.acl import AclOperation, ResourceType
 
 API_KEY = 75
 NO_LEADER = -1
@@ -44,6 +48,14 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: object)
         entries = tuple(_topic_entry(response_cls, ErrorCode.invalid_request, t.name) for t in requested)
         return build(response_cls, throttle_time=_NO_THROTTLE, topics=entries, next_cursor=None)
 
+    # Topics the principal cannot DESCRIBE are left out (named, with TOPIC_AUTHORIZATION_FAILED and no
+    # id, after the others when asked for), so their existence is not disclosed.
+    unauthorized = [n for n in topics if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, n)]
+    if unauthorized:
+        denied = set(unauthorized)
+        topics = [n for n in topics if n not in denied]
+        if fetch_all:
+            unauthorized = []
     limit = max(
         min(int(ctx.state.config["max.request.partition.size.limit"]), request.response_partition_limit),  # type: ignore[attr-defined,call-overload]
         1,
@@ -73,6 +85,16 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: object)
             next_cursor = build(cursor_cls, topic_name=name, partition_index=next_index)
             break
         limit -= len(entry.partitions)  # type: ignore[attr-defined]
+    entries_out = [
+        dataclasses.replace(
+            e, topic_authorized_operations=ctx.authorized_operations(ResourceType.TOPIC, e.name)
+        )  # type: ignore[attr-defined]
+        for e in entries_out
+    ]
+    entries_out += [
+        _topic_entry(response_cls, ErrorCode.topic_authorization_failed, name, internal=False)
+        for name in unauthorized
+    ]
     return build(response_cls, throttle_time=_NO_THROTTLE, topics=tuple(entries_out), next_cursor=next_cursor)
 
 
@@ -120,10 +142,11 @@ def _topic_entry(
     topic_id: uuid.UUID = ZERO_UUID,
     *,
     partitions: tuple[object, ...] = (),
+    internal: bool | None = None,
 ) -> object:
-    # Kafka fills the authorized operations of every topic it answers, asked or not (there is no
-    # flag in the request); with no authorizer that is every operation a topic supports. Its
-    # INVALID_REQUEST answer (getErrorResponse) leaves them, and is_internal, at the defaults.
+    # Kafka fills the authorized operations of every topic it describes, asked or not (there is no
+    # flag in the request; the handler sets them from the ACLs afterwards). Its INVALID_REQUEST answer
+    # (getErrorResponse) and a topic the principal may not describe leave them at the default.
     invalid = error is ErrorCode.invalid_request
     topic_cls = nested_type(response_cls, "DescribeTopicPartitionsResponseTopic")
     return build(
@@ -131,9 +154,9 @@ def _topic_entry(
         error_code=error,
         name=name,
         topic_id=topic_id,
-        is_internal=not invalid and is_internal_topic(name),
+        is_internal=(not invalid and is_internal_topic(name)) if internal is None else internal,
         partitions=partitions,
-        topic_authorized_operations=OPERATIONS_NOT_REQUESTED if invalid else TOPIC_OPERATIONS,
+        topic_authorized_operations=OPERATIONS_NOT_REQUESTED,
     )
 
 

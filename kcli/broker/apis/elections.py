@@ -2,7 +2,8 @@
 
 A broker forwards the request to the active controller (KIP-590), which answers per partition after
 the elections are committed. A request the controller refuses whole (an unknown election type) gets
-that error on every named partition and at the top level, as Kafka's ElectLeadersRequest.getErrorResponse.
+that error on every named partition and at the top level, as Kafka's ElectLeadersRequest.getErrorResponse;
+so does a principal without ALTER on the cluster (CLUSTER_AUTHORIZATION_FAILED), as ControllerApis checks.
 """
 
 from __future__ import annotations
@@ -12,9 +13,15 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis.context import RequestContext, forward_unless_active, on_controller
+from kcli.broker.apis.context import (
+    CLUSTER_AUTHORIZATION_FAILED,
+    RequestContext,
+    forward_unless_active,
+    on_controller,
+)
 from kcli.broker.apis.registry import ApiSpec
 from kcli.protocol.messages import build, kio_versions, nested_type, response_type
+from kcli.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 ELECT_LEADERS = 43
 _NO_THROTTLE = datetime.timedelta(0)
@@ -24,6 +31,10 @@ async def handle_elect_leaders(ctx: RequestContext, request: Any) -> object:
     forwarded = await forward_unless_active(ctx, request)
     if forwarded is not None:
         return forwarded
+    if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+        return _error_response(
+            ctx.api_version, request, ErrorCode.cluster_authorization_failed, CLUSTER_AUTHORIZATION_FAILED
+        )
     response, error = await on_controller(ctx.controller.elect_leaders(request))
     if error.is_failure:
         return _error_response(ctx.api_version, request, error.code, error.message)

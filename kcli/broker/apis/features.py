@@ -13,10 +13,16 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis.context import RequestContext, controller_error, forward_unless_active
+from kcli.broker.apis.context import (
+    CLUSTER_AUTHORIZATION_FAILED,
+    RequestContext,
+    controller_error,
+    forward_unless_active,
+)
 from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.metadata.controller.controller_result import ApiError
 from kcli.protocol.messages import build, kio_versions, nested_type, response_type
+from kcli.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 UPDATE_FEATURES = 57
 _NO_THROTTLE = datetime.timedelta(0)
@@ -26,6 +32,14 @@ async def handle_update_features(ctx: RequestContext, request: Any) -> object:
     forwarded = await forward_unless_active(ctx, request)
     if forwarded is not None:
         return forwarded
+    if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+        return build(  # UpdateFeaturesRequest.getErrorResponse: the error alone, no results
+            response_type(UPDATE_FEATURES, ctx.api_version),
+            throttle_time=_NO_THROTTLE,
+            error_code=ErrorCode.cluster_authorization_failed,
+            error_message=CLUSTER_AUTHORIZATION_FAILED,
+            results=(),
+        )
     error = await controller_error(ctx.controller.update_features(request))
     return update_features_response(ctx.api_version, request, error)
 

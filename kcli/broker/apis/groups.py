@@ -44,9 +44,6 @@ GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
 SHARE_KEY_TYPE = 2
 
-GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8))
-"""READ, DELETE and DESCRIBE: what DescribeGroups reports as authorized with no authorizer configured."""
-
 _NO_THROTTLE = datetime.timedelta(0)
 _MS = datetime.timedelta(milliseconds=1)
 _MESSAGES = {
@@ -315,9 +312,7 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> object:
     group_cls = nested_type(response_cls, "DescribedGroup")
     member_cls = nested_type(response_cls, "DescribedGroupMember")
     coordinator = coordinator_of(ctx)
-    operations = OPERATIONS_NOT_REQUESTED
-    if getattr(request, "include_authorized_operations", False):
-        operations = GROUP_OPERATIONS
+    include_operations = getattr(request, "include_authorized_operations", False)
     groups = []
     for group_id in request.groups:
         if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
@@ -355,7 +350,11 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> object:
                 protocol_type=summary.protocol_type if summary is not None else "",
                 protocol_data=summary.protocol if summary is not None else "",
                 members=members,
-                authorized_operations=operations,
+                authorized_operations=(
+                    ctx.authorized_operations(ResourceType.GROUP, group_id)
+                    if include_operations and error is ErrorCode.none
+                    else OPERATIONS_NOT_REQUESTED
+                ),
             )
         )
     return build(response_cls, throttle_time=_NO_THROTTLE, groups=tuple(groups))

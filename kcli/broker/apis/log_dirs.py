@@ -13,6 +13,9 @@ AlterReplicaLogDirs answers each partition as `ReplicaManager.alterReplicaLogDir
 KAFKA_STORAGE_ERROR for one that is not usable, REPLICA_NOT_AVAILABLE for a partition with no replica
 on this broker (its dir is remembered for when the replica comes), UNKNOWN_TOPIC_OR_PARTITION for one
 the metadata does not know.
+
+DescribeLogDirs needs DESCRIBE on the cluster (else no dirs and CLUSTER_AUTHORIZATION_FAILED), and
+AlterReplicaLogDirs ALTER (else that error on every partition), as KafkaApis checks them.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from kcli.broker.apis.context import RequestContext
 from kcli.broker.apis.registry import ApiSpec
 from kcli.broker.log.log import Log
 from kcli.protocol.messages import build, kio_versions, nested_type, response_type
+from kcli.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 API_KEY = 35
 ALTER_REPLICA_LOG_DIRS = 34
@@ -38,6 +42,13 @@ INVALID_OFFSET_LAG = -1
 
 async def handle_describe_log_dirs(ctx: RequestContext, request: object) -> object:
     response_cls = response_type(API_KEY, ctx.api_version)
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):  # no dirs, the error
+        return build(
+            response_cls,
+            throttle_time=_NO_THROTTLE,
+            error_code=ErrorCode.cluster_authorization_failed,
+            results=(),
+        )
     wanted = None
     if request.topics is not None:  # type: ignore[attr-defined]
         wanted = {(t.topic, p) for t in request.topics for p in t.partitions}  # type: ignore[attr-defined]
@@ -111,7 +122,11 @@ async def handle_alter_replica_log_dirs(ctx: RequestContext, request: object) ->
         for index in topic.partitions
     ]
     node = ctx.state.node
-    if node is None:
+    if not ctx.authorize(
+        AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME
+    ):  # the error on every partition
+        errors = {(topic, index): ErrorCode.cluster_authorization_failed for topic, index, _ in wanted}
+    elif node is None:
         errors = {(topic, index): ErrorCode.kafka_storage_error for topic, index, _ in wanted}
     else:
         errors = node.alter_log_dirs.alter_replica_log_dirs(wanted)

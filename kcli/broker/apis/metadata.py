@@ -57,7 +57,7 @@ async def handle_metadata(ctx: RequestContext, request: object) -> object:
     entries: list[object] = []
     if all_topics:
         entries = [
-            _describe(response_cls, info, include_topic_ops)
+            _describe(ctx, response_cls, info, include_topic_ops)
             for info in image.topics()
             if _describable(ctx, info.name, log_if_denied=False)
         ]
@@ -66,7 +66,7 @@ async def handle_metadata(ctx: RequestContext, request: object) -> object:
 
     cluster_ops = OPERATIONS_NOT_REQUESTED
     if 8 <= version <= 10 and getattr(request, "include_cluster_authorized_operations", False):
-        cluster_ops = CLUSTER_OPERATIONS
+        cluster_ops = ctx.cluster_authorized_operations()
     broker_cls = nested_type(response_cls, "MetadataResponseBroker")
     image = ctx.image  # auto-creation may have replaced it
     brokers = tuple(
@@ -105,7 +105,7 @@ async def _requested_topics(
                     )
                 )
             else:
-                entries.append(_describe(response_cls, info, include_ops))
+                entries.append(_describe(ctx, response_cls, info, include_ops))
         return entries
 
     names = list(dict.fromkeys(t.name for t in requested if t.name is not None))
@@ -121,13 +121,19 @@ async def _requested_topics(
             continue
         info = image.topic(name)
         if info is not None:
-            entries.append(_describe(response_cls, info, include_ops))
+            entries.append(_describe(ctx, response_cls, info, include_ops))
         else:
             # Created (or found) by the active controller, not in this broker's metadata yet: as
             # Kafka, LEADER_NOT_AVAILABLE (retriable), never "no error" with no partitions.
             error = ErrorCode.leader_not_available if errors[name] is ErrorCode.none else errors[name]
-            entries.append(_topic_entry(response_cls, error, name, ZERO_UUID))
+            operations = _topic_operations(ctx, name, include_ops)
+            entries.append(_topic_entry(response_cls, error, name, ZERO_UUID, operations=operations))
     return entries
+
+
+def _topic_operations(ctx: RequestContext, name: str, include_ops: bool) -> int:
+    """A described topic's authorized operations when the request asks for them (Kafka's bit set)."""
+    return ctx.authorized_operations(ResourceType.TOPIC, name) if include_ops else OPERATIONS_NOT_REQUESTED
 
 
 def _describable(ctx: RequestContext, name: str, *, log_if_denied: bool = True) -> bool:
@@ -171,7 +177,7 @@ async def _create_or_refuse(ctx: RequestContext, request: object, names: list[st
     return errors
 
 
-def _describe(response_cls: type, info: TopicInfo, include_ops: bool) -> object:
+def _describe(ctx: RequestContext, response_cls: type, info: TopicInfo, include_ops: bool) -> object:
     partition_cls = nested_type(response_cls, "MetadataResponsePartition")
     partitions = tuple(
         build(
@@ -193,7 +199,7 @@ def _describe(response_cls: type, info: TopicInfo, include_ops: bool) -> object:
         info.topic_id,
         is_internal=info.is_internal,
         partitions=partitions,
-        operations=TOPIC_OPERATIONS if include_ops else OPERATIONS_NOT_REQUESTED,
+        operations=_topic_operations(ctx, info.name, include_ops),
     )
 
 

@@ -3,7 +3,10 @@
 As Kafka's ControllerApis: Vote, BeginQuorumEpoch, EndQuorumEpoch and Fetch (of `__cluster_metadata`)
 go to the Raft client, FetchSnapshot too; DescribeQuorum is answered by the leader; BrokerRegistration, BrokerHeartbeat,
 AlterPartition and AssignReplicasToDirs by the active controller, others answering NOT_CONTROLLER so the broker looks for the new one.
-These APIs are served on `controller.listener.names` only, never to clients.
+These APIs are served on `controller.listener.names` only, never to clients. Each is authorized as
+ControllerApis does: CLUSTER_ACTION on the cluster for what nodes send each other, DESCRIBE for
+DescribeQuorum, ALTER for the operator's AddRaftVoter, RemoveRaftVoter and UnregisterBroker; a denial is
+CLUSTER_AUTHORIZATION_FAILED in the API's error response.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from kcli.broker.raft.raft_util import (
 )
 from kcli.config import Listener
 from kcli.protocol.messages import build, kio_versions, response_type
+from kcli.security.acl import AclOperation
 
 log = logging.getLogger("kcli.broker")
 
@@ -43,32 +47,46 @@ _NO_THROTTLE = datetime.timedelta(0)
 
 
 async def handle_vote(ctx: RequestContext, request: Any) -> object:
+    if (refused := ctx.cluster_refusal(AclOperation.CLUSTER_ACTION)) is not None:
+        return refused
     return ctx.raft.handle_vote(request, ctx.api_version)
 
 
 async def handle_begin_quorum_epoch(ctx: RequestContext, request: Any) -> object:
+    if (refused := ctx.cluster_refusal(AclOperation.CLUSTER_ACTION)) is not None:
+        return refused
     return ctx.raft.handle_begin_quorum_epoch(request, ctx.api_version)
 
 
 async def handle_end_quorum_epoch(ctx: RequestContext, request: Any) -> object:
+    if (refused := ctx.cluster_refusal(AclOperation.CLUSTER_ACTION)) is not None:
+        return refused
     return ctx.raft.handle_end_quorum_epoch(request, ctx.api_version)
 
 
 async def handle_raft_fetch(ctx: RequestContext, request: Any) -> object:
+    if (refused := ctx.cluster_refusal(AclOperation.CLUSTER_ACTION)) is not None:
+        return refused
     return await ctx.raft.handle_fetch(request, ctx.api_version)
 
 
 async def handle_fetch_snapshot(ctx: RequestContext, request: Any) -> object:
+    if (refused := ctx.cluster_refusal(AclOperation.CLUSTER_ACTION)) is not None:
+        return refused
     return ctx.raft.handle_fetch_snapshot(request, ctx.api_version)
 
 
 async def handle_describe_quorum(ctx: RequestContext, request: Any) -> object:
+    if (refused := ctx.cluster_refusal(AclOperation.DESCRIBE)) is not None:
+        return refused
     return ctx.raft.describe_quorum(ctx.api_version)
 
 
 async def handle_describe_quorum_on_broker(ctx: RequestContext, request: Any) -> object:
     """A broker answers DescribeQuorum by asking the active controller (Kafka forwards it)."""
     if ctx.raft.quorum.is_leader or ctx.state.forward_to_controller is None:
+        if (refused := ctx.cluster_refusal(AclOperation.DESCRIBE)) is not None:
+            return refused
         return ctx.raft.describe_quorum(ctx.api_version)
     return await ctx.state.forward_to_controller(request, caller_of(ctx))
 
@@ -79,6 +97,8 @@ async def handle_add_raft_voter(ctx: RequestContext, request: Any) -> object:
     forwarded = await forward_unless_active(ctx, request)
     if forwarded is not None:
         return forwarded
+    if (refused := ctx.cluster_refusal(AclOperation.ALTER)) is not None:
+        return refused
     return await ctx.raft.handle_add_raft_voter(request, ctx.api_version)
 
 
@@ -86,16 +106,22 @@ async def handle_remove_raft_voter(ctx: RequestContext, request: Any) -> object:
     forwarded = await forward_unless_active(ctx, request)
     if forwarded is not None:
         return forwarded
+    if (refused := ctx.cluster_refusal(AclOperation.ALTER)) is not None:
+        return refused
     return await ctx.raft.handle_remove_raft_voter(request, ctx.api_version)
 
 
 async def handle_update_raft_voter(ctx: RequestContext, request: Any) -> object:
     """UpdateRaftVoter: a voter announcing its endpoints to the leader (controller listener only)."""
+    if (refused := ctx.cluster_refusal(AclOperation.CLUSTER_ACTION)) is not None:
+        return refused
     return await ctx.raft.handle_update_raft_voter(request, ctx.api_version)
 
 
 async def handle_broker_registration(ctx: RequestContext, request: Any) -> object:
     """A broker's new incarnation: registered fenced, with its broker epoch (the record's offset)."""
+    if (refused := ctx.cluster_refusal(AclOperation.CLUSTER_ACTION)) is not None:
+        return refused
     cls = response_type(BROKER_REGISTRATION, ctx.api_version)
     if request.cluster_id != ctx.raft.cluster_id:
         return build(
@@ -132,6 +158,8 @@ async def handle_broker_registration(ctx: RequestContext, request: Any) -> objec
 
 
 async def handle_broker_heartbeat(ctx: RequestContext, request: Any) -> object:
+    if (refused := ctx.cluster_refusal(AclOperation.CLUSTER_ACTION)) is not None:
+        return refused
     cls = response_type(BROKER_HEARTBEAT, ctx.api_version)
     heartbeat = BrokerHeartbeat(
         request.broker_id,
@@ -166,12 +194,16 @@ async def handle_unregister_broker(ctx: RequestContext, request: Any) -> object:
     forwarded = await forward_unless_active(ctx, request)
     if forwarded is not None:
         return forwarded
+    if (denied := ctx.cluster_refusal(AclOperation.ALTER)) is not None:
+        return denied
     _, refused = await on_controller(ctx.controller.unregister_broker(request.broker_id))
     return build(cls, throttle_time=_NO_THROTTLE, error_code=refused.code, error_message=refused.message)
 
 
 async def handle_allocate_producer_ids(ctx: RequestContext, request: Any) -> object:
     """A broker's next block of producer ids, recorded in the metadata log (ProducerIdsRecord)."""
+    if (refused := ctx.cluster_refusal(AclOperation.CLUSTER_ACTION)) is not None:
+        return refused
     cls = response_type(ALLOCATE_PRODUCER_IDS, ctx.api_version)
     block, refused = await on_controller(
         ctx.controller.allocate_producer_ids(request.broker_id, request.broker_epoch)
@@ -191,6 +223,8 @@ async def handle_allocate_producer_ids(ctx: RequestContext, request: Any) -> obj
 
 async def handle_alter_partition(ctx: RequestContext, request: Any) -> object:
     """A partition leader's ISR change; NOT_CONTROLLER (top level) from a controller that is not active."""
+    if (refused := ctx.cluster_refusal(AclOperation.CLUSTER_ACTION)) is not None:
+        return refused
     response, error = await on_controller(ctx.controller.alter_partition(request))
     if error.is_failure:
         return build(
@@ -204,6 +238,8 @@ async def handle_alter_partition(ctx: RequestContext, request: Any) -> object:
 
 async def handle_assign_replicas_to_dirs(ctx: RequestContext, request: Any) -> object:
     """A broker's replicas placed in its log dirs (KIP-858); NOT_CONTROLLER from a standby controller."""
+    if (refused := ctx.cluster_refusal(AclOperation.CLUSTER_ACTION)) is not None:
+        return refused
     response, error = await on_controller(ctx.controller.assign_replicas_to_dirs(request))
     if error.is_failure:
         return build(

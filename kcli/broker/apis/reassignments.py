@@ -4,6 +4,7 @@ Both are answered by the active controller; a broker forwards them there (KIP-59
 controller cannot take at all (it is not active any more) gets the error in the request's own error
 shape, as Kafka's getErrorResponse builds it: AlterPartitionReassignments repeats it on every named
 partition and at the top level, ListPartitionReassignments names each asked partition with no replicas.
+Alter needs ALTER on the cluster and List DESCRIBE (else CLUSTER_AUTHORIZATION_FAILED in that shape).
 """
 
 from __future__ import annotations
@@ -13,9 +14,15 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis.context import RequestContext, forward_unless_active, on_controller
+from kcli.broker.apis.context import (
+    CLUSTER_AUTHORIZATION_FAILED,
+    RequestContext,
+    forward_unless_active,
+    on_controller,
+)
 from kcli.broker.apis.registry import ApiSpec
 from kcli.protocol.messages import build, kio_versions, nested_type, response_type
+from kcli.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 ALTER_PARTITION_REASSIGNMENTS = 45
 LIST_PARTITION_REASSIGNMENTS = 46
@@ -26,6 +33,10 @@ async def handle_alter_partition_reassignments(ctx: RequestContext, request: Any
     forwarded = await forward_unless_active(ctx, request)
     if forwarded is not None:
         return forwarded
+    if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+        return _alter_error(
+            ctx.api_version, request, ErrorCode.cluster_authorization_failed, CLUSTER_AUTHORIZATION_FAILED
+        )
     response, error = await on_controller(ctx.controller.alter_partition_reassignments(request))
     if error.is_failure:
         return _alter_error(ctx.api_version, request, error.code, error.message)
@@ -36,6 +47,10 @@ async def handle_list_partition_reassignments(ctx: RequestContext, request: Any)
     forwarded = await forward_unless_active(ctx, request)
     if forwarded is not None:
         return forwarded
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return _list_error(
+            ctx.api_version, request, ErrorCode.cluster_authorization_failed, CLUSTER_AUTHORIZATION_FAILED
+        )
     response, error = await on_controller(ctx.controller.list_partition_reassignments(request))
     if error.is_failure:
         return _list_error(ctx.api_version, request, error.code, error.message)

@@ -5,6 +5,7 @@ user's mechanisms and iteration counts (never salts or keys), every user when no
 RESOURCE_NOT_FOUND for a named user without credentials and DUPLICATE_RESOURCE for one named twice.
 Alter goes to the active controller (a broker forwards it, KIP-590), which checks each user and writes
 the credentials that pass; a request the controller cannot take gets its error on every user.
+Describe needs DESCRIBE on the cluster, Alter ALTER (else CLUSTER_AUTHORIZATION_FAILED), as Kafka's.
 """
 
 from __future__ import annotations
@@ -14,10 +15,17 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.broker.apis.context import RequestContext, forward_unless_active, on_controller
+from kcli.broker.apis.context import (
+    CLUSTER_AUTHORIZATION_FAILED,
+    RequestContext,
+    forward_unless_active,
+    on_controller,
+)
 from kcli.broker.apis.registry import ApiSpec
+from kcli.broker.metadata.controller.controller_result import ApiError
 from kcli.broker.metadata.image import ClusterMetadataImage
 from kcli.protocol.messages import build, kio_versions, nested_type, response_type
+from kcli.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from kcli.security.scram import MECHANISMS
 
 DESCRIBE_USER_SCRAM_CREDENTIALS = 50
@@ -29,6 +37,21 @@ _DESCRIBE_USER_THAT_DOES_NOT_EXIST = "Attempt to describe a user credential that
 
 
 async def handle_describe_user_scram_credentials(ctx: RequestContext, request: Any) -> object:
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        # DescribeUserScramCredentialsRequest.getErrorResponse: the error at the top and once per named user
+        response_cls = response_type(DESCRIBE_USER_SCRAM_CREDENTIALS, ctx.api_version)
+        result_cls = nested_type(response_cls, "DescribeUserScramCredentialsResult")
+        denied, message = ErrorCode.cluster_authorization_failed, CLUSTER_AUTHORIZATION_FAILED
+        return build(
+            response_cls,
+            throttle_time=_NO_THROTTLE,
+            error_code=denied,
+            error_message=message,
+            results=tuple(
+                build(result_cls, user="", error_code=denied, error_message=message, credential_infos=())
+                for _ in request.users or ()
+            ),
+        )
     return describe_user_scram_credentials(ctx.state.image, request, ctx.api_version)
 
 
@@ -74,9 +97,13 @@ async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any)
         return forwarded
     response_cls = response_type(ALTER_USER_SCRAM_CREDENTIALS, ctx.api_version)
     result_cls = nested_type(response_cls, "AlterUserScramCredentialsResult")
-    answer, refused = await on_controller(ctx.controller.alter_user_scram_credentials(request))
-    if answer is None:  # AlterUserScramCredentialsRequest.getErrorResponse: the error on every user
-        names = dict.fromkeys(e.name for e in (*request.deletions, *request.upsertions))
+    answer: Any = None
+    if not ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+        refused = ApiError(ErrorCode.cluster_authorization_failed, CLUSTER_AUTHORIZATION_FAILED)
+    else:
+        answer, refused = await on_controller(ctx.controller.alter_user_scram_credentials(request))
+    if answer is None:  # AlterUserScramCredentialsRequest.getErrorResponse: the error on every user, sorted
+        names = sorted({e.name for e in (*request.deletions, *request.upsertions)})
         results = tuple(
             build(result_cls, user=name, error_code=refused.code, error_message=refused.message)
             for name in names

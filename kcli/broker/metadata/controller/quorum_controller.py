@@ -48,6 +48,7 @@ from kcli.broker.metadata.controller.directory_assignment import assign_replicas
 from kcli.broker.metadata.controller.feature_control_manager import FeatureControlManager
 from kcli.broker.metadata.controller.producer_id_control_manager import ProducerIdControlManager
 from kcli.broker.metadata.controller.replication_control_manager import (
+    ALTER_PARTITION,
     ALTER_PARTITION_REASSIGNMENTS,
     ReplicationControlManager,
 )
@@ -439,6 +440,11 @@ class QuorumController:
         """
         if not self.is_active:
             raise NotControllerError(f"node {self.node_id} is not the active controller")
+        if not request.topics:  # as Kafka's QuorumController: nothing to do, no broker epoch checked
+            response_cls = response_type(ALTER_PARTITION, request.__version__)
+            return build(
+                response_cls, throttle_time=datetime.timedelta(0), error_code=ErrorCode.none, topics=()
+            )
         return await self._run(self.replication_control.alter_partition(self._image, request))
 
     async def assign_replicas_to_dirs(self, request: Any) -> Any:
