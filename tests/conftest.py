@@ -55,6 +55,25 @@ BYTECODE_CACHE = Path(tempfile.gettempdir()) / f"kcli-tests-pycache-{os.getuid()
 """Where the subprocesses cache their bytecode when PYTHONDONTWRITEBYTECODE is set (see kcli_env)."""
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """`--dist loadfile` spreads the files longest first, the Apache Kafka files together (tests/scheduling.py)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from scheduling import SharedFileScheduling
+
+    return SharedFileScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On a loadfile worker, the order SharedFileScheduling queues the files in; a run in one process
+    keeps the files in collection order."""
+    if hasattr(config, "workerinput") and config.getvalue("dist") == "loadfile":
+        from scheduling import order_items
+
+        order_items(items)
+
+
 @dataclass
 class BrokerProcess:
     """A running `kcli broker start`; `bootstrap` is "127.0.0.1:PORT"."""
