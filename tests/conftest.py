@@ -34,6 +34,16 @@ import pytest
 from hypothesis import HealthCheck, settings
 from waiting import WaitTimeout, wait_for
 
+BYTECODE_CACHE = os.path.join(tempfile.gettempdir(), f"kcli-tests-pycache-{os.getuid()}")
+"""Where this process and its kcli subprocesses cache bytecode when PYTHONDONTWRITEBYTECODE is set."""
+if sys.dont_write_bytecode:
+    # Set as in some sandboxes, it made every pytest-xdist worker compile the checkout and rewrite the
+    # asserts of every test file from source at collection (~12 s of CPU each, four at once on two cores).
+    # The bytecode goes outside the source tree instead, as for the subprocesses (kcli_env); Python and
+    # pytest's assertion rewriter check each cached file against its source.
+    sys.dont_write_bytecode = False
+    sys.pycache_prefix = BYTECODE_CACHE
+
 # The multi-node cluster fixtures (cluster_factory, cluster_runner) live with their harness.
 pytest_plugins = ("kraft_cluster",)
 
@@ -51,8 +61,6 @@ KCLI = [sys.executable, "-m", "kcli"]
 READY = re.compile(r"^kcli broker: listening on (\S+):(\d+)$", re.MULTILINE)
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 15.0
-BYTECODE_CACHE = Path(tempfile.gettempdir()) / f"kcli-tests-pycache-{os.getuid()}"
-"""Where the subprocesses cache their bytecode when PYTHONDONTWRITEBYTECODE is set (see kcli_env)."""
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -164,7 +172,7 @@ def kcli_env() -> dict[str, str]:
     # and the suite starts hundreds. The children cache their bytecode instead, outside the source tree
     # (as tests/bench/bench_verify.py does); Python checks each .pyc against its source's mtime and size.
     if env.pop("PYTHONDONTWRITEBYTECODE", None):
-        env.setdefault("PYTHONPYCACHEPREFIX", str(BYTECODE_CACHE))
+        env.setdefault("PYTHONPYCACHEPREFIX", BYTECODE_CACHE)
     return env
 
 

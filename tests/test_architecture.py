@@ -11,6 +11,7 @@ in an annotation; there is no import circle; and no module takes another's priva
 from __future__ import annotations
 
 import ast
+import functools
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
@@ -83,7 +84,10 @@ def _edges(*, annotations: bool = False) -> dict[str, set[str]]:
     return edges
 
 
-EDGES = _edges()
+@functools.cache
+def edges() -> dict[str, set[str]]:
+    """_edges() once, when a test first asks: at import it parsed the whole tree on every xdist worker."""
+    return _edges()
 
 
 def _within(module: str, *prefixes: str) -> bool:
@@ -95,7 +99,7 @@ def _violations(importer, forbidden: tuple[str, ...], allowed: tuple[str, ...] =
     accepts = importer if callable(importer) else (lambda name: _within(name, *importer))
     return sorted(
         (name, target)
-        for name, targets in EDGES.items()
+        for name, targets in edges().items()
         if accepts(name)
         for target in targets
         if _within(target, *forbidden) and not _within(target, *allowed)
@@ -155,13 +159,13 @@ def test_handlers_never_name_the_node_the_server_or_the_network() -> None:
 
 def test_request_headers_are_the_protocol_packages() -> None:
     """Header parsing is wire format, below the broker: the client and tools may use it too."""
-    assert "kcli.protocol.request_header" in EDGES["kcli.broker.apis.dispatch"]
-    assert "kcli.protocol.request_header" in EDGES["kcli.broker.network"]
+    assert "kcli.protocol.request_header" in edges()["kcli.broker.apis.dispatch"]
+    assert "kcli.protocol.request_header" in edges()["kcli.broker.network"]
 
 
 def test_no_import_circles() -> None:
     try:
-        list(TopologicalSorter(EDGES).static_order())
+        list(TopologicalSorter(edges()).static_order())
     except CycleError as e:
         pytest.fail(f"import circle: {' -> '.join(e.args[1])}")
 
@@ -204,8 +208,8 @@ def _is_module(package: str, name: str) -> bool:
 def test_the_rules_see_the_tree() -> None:
     """Guards the guard: the module map and the import reader find what is there."""
     assert {"formats.records", "kcli.protocol.messages", "kcli.broker.replication.partition"} <= set(MODULES)
-    assert "kcli.broker.log.log" in EDGES["kcli.broker.replication.partition"]
-    assert "kcli.protocol.messages" in EDGES["ops.groups"]
+    assert "kcli.broker.log.log" in edges()["kcli.broker.replication.partition"]
+    assert "kcli.protocol.messages" in edges()["ops.groups"]
 
 
 def test_the_raft_client_stays_split_along_kafkas_lines() -> None:
