@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -323,9 +323,10 @@ def require_apache_kafka() -> None:
 
 
 def _kafka_cluster(
-    tmp_path_factory: pytest.TempPathFactory, count: int, security: str | None = None
+    tmp_path_factory: pytest.TempPathFactory, count: int, security: str | None = None, *, name: str = ""
 ) -> Iterator:
-    """`count` Apache Kafka nodes (`security`: see apache_kafka.Security), stopped after the last use."""
+    """`count` Apache Kafka nodes (`security`: see apache_kafka.Security), stopped after the last use;
+    a session fixture passes its `name` so that it stops once no test left to run asks for it."""
     import apache_kafka
 
     require_apache_kafka()
@@ -334,9 +335,13 @@ def _kafka_cluster(
         cluster = apache_kafka.start_cluster(workdir, count, free_port_range(2 * count), security=security)
     except apache_kafka.KafkaSetupError as error:
         pytest.fail(str(error))
-    try:
-        yield cluster
-    finally:
+    stopped = False
+
+    def stop() -> None:
+        nonlocal stopped
+        if stopped:
+            return
+        stopped = True
         statuses = cluster.stop()
         # Kafka's shutdown hook ends the JVM with 143 (128 + SIGTERM) after a clean shutdown.
         bad = {
@@ -346,16 +351,44 @@ def _kafka_cluster(
         }
         assert not bad, f"Apache Kafka nodes exited with {bad}"
 
+    if name:
+        _SESSION_KAFKA[name] = stop
+    try:
+        yield cluster
+    finally:
+        _SESSION_KAFKA.pop(name, None)
+        stop()
+
+
+_SESSION_KAFKA: dict[str, Callable[[], None]] = {}
+"""The session-scoped Apache Kafka fixtures running now, by fixture name: how to stop each."""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_apache_kafka_after_its_last_use(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each file: stop the session's Apache Kafka node or cluster when no test after this file
+    asks for it. An idle 3-node cluster takes ~8% of a core, and a session fixture otherwise lives until
+    its xdist worker ends (tests/scheduling.py runs the files that use them first, on one worker)."""
+    yield
+    if not _SESSION_KAFKA:
+        return
+    items = request.session.items
+    prefix = request.node.nodeid + "::"
+    last = max((i for i, item in enumerate(items) if item.nodeid.startswith(prefix)), default=len(items))
+    for name in list(_SESSION_KAFKA):
+        if not any(name in item.fixturenames for item in items[last + 1 :]):
+            _SESSION_KAFKA.pop(name)()
+
 
 @pytest.fixture(scope="session")
 def kafka_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     """One combined Apache Kafka KRaft node for the whole run, started when a test first asks; tests that
     share it use topic and group names of their own."""
-    yield from _kafka_cluster(tmp_path_factory, 1)
+    yield from _kafka_cluster(tmp_path_factory, 1, name="kafka_node")
 
 
 @pytest.fixture(scope="session")
 def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     """Three combined Apache Kafka nodes (static voters, one cluster id) for the whole run, started when
     a test first asks."""
-    yield from _kafka_cluster(tmp_path_factory, 3)
+    yield from _kafka_cluster(tmp_path_factory, 3, name="kafka_cluster")
