@@ -26,13 +26,23 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 from waiting import WaitTimeout, wait_for
+
+BYTECODE_CACHE = os.path.join(tempfile.gettempdir(), f"kcli-tests-pycache-{os.getuid()}")
+"""Where this process and its kcli subprocesses cache bytecode when PYTHONDONTWRITEBYTECODE is set."""
+if sys.dont_write_bytecode:
+    # Set as in some sandboxes, it made every pytest-xdist worker compile the checkout and rewrite the
+    # asserts of every test file from source at collection (~12 s of CPU each, four at once on two cores).
+    # The bytecode goes outside the source tree instead, as for the subprocesses (kcli_env); Python and
+    # pytest's assertion rewriter check each cached file against its source.
+    sys.dont_write_bytecode = False
+    sys.pycache_prefix = BYTECODE_CACHE
 
 # The multi-node cluster fixtures (cluster_factory, cluster_runner) live with their harness.
 pytest_plugins = ("kraft_cluster",)
@@ -51,8 +61,25 @@ KCLI = [sys.executable, "-m", "kcli"]
 READY = re.compile(r"^kcli broker: listening on (\S+):(\d+)$", re.MULTILINE)
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 15.0
-BYTECODE_CACHE = Path(tempfile.gettempdir()) / f"kcli-tests-pycache-{os.getuid()}"
-"""Where the subprocesses cache their bytecode when PYTHONDONTWRITEBYTECODE is set (see kcli_env)."""
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """`--dist loadfile` spreads the files longest first, the Apache Kafka files together (tests/scheduling.py)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from scheduling import SharedFileScheduling
+
+    return SharedFileScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On a loadfile worker, the order SharedFileScheduling queues the files in; a run in one process
+    keeps the files in collection order."""
+    if hasattr(config, "workerinput") and config.getvalue("dist") == "loadfile":
+        from scheduling import order_items
+
+        order_items(items)
 
 
 @dataclass
@@ -145,7 +172,7 @@ def kcli_env() -> dict[str, str]:
     # and the suite starts hundreds. The children cache their bytecode instead, outside the source tree
     # (as tests/bench/bench_verify.py does); Python checks each .pyc against its source's mtime and size.
     if env.pop("PYTHONDONTWRITEBYTECODE", None):
-        env.setdefault("PYTHONPYCACHEPREFIX", str(BYTECODE_CACHE))
+        env.setdefault("PYTHONPYCACHEPREFIX", BYTECODE_CACHE)
     return env
 
 
@@ -300,9 +327,12 @@ def _kafka_cluster(
     count: int,
     security: str | None = None,
     properties: dict[str, object] | None = None,
+    *,
+    name: str = "",
 ) -> Iterator:
     """`count` Apache Kafka nodes (`security`: see apache_kafka.Security; `properties`: more
-    server.properties lines), stopped after the last use."""
+    server.properties lines), stopped after the last use; a session fixture passes its `name` so that it
+    stops once no test left to run asks for it."""
     import apache_kafka
 
     require_apache_kafka()
@@ -313,9 +343,13 @@ def _kafka_cluster(
         )
     except apache_kafka.KafkaSetupError as error:
         pytest.fail(str(error))
-    try:
-        yield cluster
-    finally:
+    stopped = False
+
+    def stop() -> None:
+        nonlocal stopped
+        if stopped:
+            return
+        stopped = True
         statuses = cluster.stop()
         # Kafka's shutdown hook ends the JVM with 143 (128 + SIGTERM) after a clean shutdown.
         bad = {
@@ -325,16 +359,44 @@ def _kafka_cluster(
         }
         assert not bad, f"Apache Kafka nodes exited with {bad}"
 
+    if name:
+        _SESSION_KAFKA[name] = stop
+    try:
+        yield cluster
+    finally:
+        _SESSION_KAFKA.pop(name, None)
+        stop()
+
+
+_SESSION_KAFKA: dict[str, Callable[[], None]] = {}
+"""The session-scoped Apache Kafka fixtures running now, by fixture name: how to stop each."""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_apache_kafka_after_its_last_use(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each file: stop the session's Apache Kafka node or cluster when no test after this file
+    asks for it. An idle 3-node cluster takes ~8% of a core, and a session fixture otherwise lives until
+    its xdist worker ends (tests/scheduling.py runs the files that use them first, on one worker)."""
+    yield
+    if not _SESSION_KAFKA:
+        return
+    items = request.session.items
+    prefix = request.node.nodeid + "::"
+    last = max((i for i, item in enumerate(items) if item.nodeid.startswith(prefix)), default=len(items))
+    for name in list(_SESSION_KAFKA):
+        if not any(name in item.fixturenames for item in items[last + 1 :]):
+            _SESSION_KAFKA.pop(name)()
+
 
 @pytest.fixture(scope="session")
 def kafka_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     """One combined Apache Kafka KRaft node for the whole run, started when a test first asks; tests that
     share it use topic and group names of their own."""
-    yield from _kafka_cluster(tmp_path_factory, 1)
+    yield from _kafka_cluster(tmp_path_factory, 1, name="kafka_node")
 
 
 @pytest.fixture(scope="session")
 def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     """Three combined Apache Kafka nodes (static voters, one cluster id) for the whole run, started when
     a test first asks."""
-    yield from _kafka_cluster(tmp_path_factory, 3)
+    yield from _kafka_cluster(tmp_path_factory, 3, name="kafka_cluster")

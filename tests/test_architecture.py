@@ -13,6 +13,7 @@ do not count them, the circle rules do.
 from __future__ import annotations
 
 import ast
+import functools
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
@@ -94,7 +95,10 @@ def _edges(*, annotations: bool = False) -> dict[str, set[str]]:
     return edges
 
 
-EDGES = _edges()
+@functools.cache
+def edges() -> dict[str, set[str]]:
+    """_edges() once, when a test first asks: at import it parsed the whole tree on every xdist worker."""
+    return _edges()
 
 
 def _within(module: str, *prefixes: str) -> bool:
@@ -106,7 +110,7 @@ def _violations(importer, forbidden: tuple[str, ...], allowed: tuple[str, ...] =
     accepts = importer if callable(importer) else (lambda name: _within(name, *importer))
     return sorted(
         (name, target)
-        for name, targets in EDGES.items()
+        for name, targets in edges().items()
         if accepts(name)
         for target in targets
         if _within(target, *forbidden) and not _within(target, *allowed)
@@ -164,13 +168,13 @@ def test_handlers_never_name_the_node_the_server_or_the_network() -> None:
 
 def test_request_headers_are_the_protocol_packages() -> None:
     """Header parsing is wire format, below the broker: the client and tools may use it too."""
-    assert "kcli.protocol.request_header" in EDGES["kcli.broker.apis.dispatch"]
-    assert "kcli.protocol.request_header" in EDGES["kcli.broker.connection"]
+    assert "kcli.protocol.request_header" in edges()["kcli.broker.apis.dispatch"]
+    assert "kcli.protocol.request_header" in edges()["kcli.broker.connection"]
 
 
 def test_no_import_circles() -> None:
     try:
-        list(TopologicalSorter(EDGES).static_order())
+        list(TopologicalSorter(edges()).static_order())
     except CycleError as e:
         pytest.fail(f"import circle: {' -> '.join(e.args[1])}")
 
@@ -216,8 +220,8 @@ def _is_module(package: str, name: str) -> bool:
 def test_the_rules_see_the_tree() -> None:
     """Guards the guard: the module map and the import reader find what is there."""
     assert {"formats.records", "kcli.protocol.messages", "kcli.broker.replication.partition"} <= set(MODULES)
-    assert "kcli.broker.log.log" in EDGES["kcli.broker.replication.partition"]
-    assert "kcli.protocol.messages" in EDGES["ops.groups"]
+    assert "kcli.broker.log.log" in edges()["kcli.broker.replication.partition"]
+    assert "kcli.protocol.messages" in edges()["ops.groups"]
 
 
 SPLIT_ALONG_KAFKAS_LINES = (
@@ -291,7 +295,7 @@ def test_the_raft_parts_see_the_client_only_through_raft_client_state() -> None:
     """Every `self.raft.<name>` a part of the Raft client reads is declared by `RaftClientState`, and
     KafkaRaftClient has every name the Protocol declares, so the Protocol is the parts' whole view."""
     declared = _raft_members("kcli.broker.raft.raft_part", "RaftClientState")
-    parts = [name for name, targets in EDGES.items() if "kcli.broker.raft.raft_part" in targets]
+    parts = [name for name, targets in edges().items() if "kcli.broker.raft.raft_part" in targets]
     assert {"kcli.broker.raft.elections", "kcli.broker.raft.voter_changes"} <= set(parts)
     read = {
         (name, node.attr)

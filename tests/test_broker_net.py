@@ -45,7 +45,7 @@ from kcli.broker.apis.api_versions import advertised_versions
 from kcli.broker.apis.context import FileRegion, FramedResponse
 from kcli.broker.apis.registry import ApiRegistry, ApiSpec
 from kcli.broker.connection import ReceiveBuffer
-from kcli.broker.server import Broker
+from kcli.broker.server import SHUTDOWN_GRACE_SECONDS, Broker
 from kcli.client import ClientError, KafkaClient
 from kcli.config import BrokerConfig
 from kcli.protocol.codec import encode
@@ -664,11 +664,14 @@ def test_sigterm_exits_zero_quickly_with_connections_open(broker: BrokerProcess)
         time.sleep(0.1)
         started = time.monotonic()
         os.kill(broker.pid, signal.SIGTERM)
-        status = broker.process.wait(10)
+        status = broker.process.wait(SHUTDOWN_GRACE_SECONDS + 20)
         elapsed = time.monotonic() - started
         assert _closed_by_broker(idle)
     assert status == 0, broker.log()
-    assert elapsed < 3.0
+    # Neither connection held the shutdown: none was left to the grace (the broker says when one was), and
+    # the whole stop took less than that grace. A bound of 3 s was a loaded machine's time (4.9 s once).
+    assert "were abandoned" not in broker.log()
+    assert elapsed < SHUTDOWN_GRACE_SECONDS, elapsed
     assert "shutdown complete" in broker.log()
 
 

@@ -2,22 +2,25 @@
 
 Each new partition is a directory and several files; made on the event loop, one CreateTopics of
 thousands of partitions held every other request for seconds. Here a client sends ApiVersions every
-10 ms while another creates 2,000 partitions, and each answer must come within STALL_BOUND seconds;
-afterwards every partition is on disk and one of them takes a record and gives it back.
+10 ms while another creates 2,000 partitions, and each answer must come within STALL_BOUND seconds of
+the longest answer an idle broker gives meanwhile (the machine's own delay); afterwards every partition
+is on disk and one of them takes a record and gives it back.
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import statistics
 import struct
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from conftest import BrokerProcess, start_broker
+from conftest import BrokerProcess, start_broker, stop_cleanly
 
 STALL_BOUND = 0.5
 """Seconds an ApiVersions may take while partitions are created (generous for 2 shared cores)."""
@@ -93,15 +96,19 @@ def create_partitions(
     *,
     per_topic: int = PARTITIONS_PER_TOPIC,
     timeout: float = 300,
+    control: BrokerProcess | None = None,
 ) -> tuple[dict[str, float], float]:
     """Create `partitions` partitions (topics of `per_topic`, one CreateTopics) while a Pinger runs;
-    (its figures, seconds until every partition directory exists)."""
+    (its figures, seconds until every partition directory exists). With `control`, a second Pinger asks
+    that idle broker meanwhile; its figures are under "control"."""
     admin = AdminClient({"bootstrap.servers": broker.bootstrap, "socket.timeout.ms": int(timeout * 1000)})
     topics = [
         NewTopic(f"{prefix}{i}", num_partitions=min(per_topic, partitions - start), replication_factor=1)
         for i, start in enumerate(range(0, partitions, per_topic))
     ]
-    with Pinger(broker.host, broker.port) as pinger:
+    with contextlib.ExitStack() as pingers:
+        pinger = pingers.enter_context(Pinger(broker.host, broker.port))
+        idle = pingers.enter_context(Pinger(control.host, control.port)) if control else None
         time.sleep(0.2)
         started = time.monotonic()
         futures = admin.create_topics(topics, request_timeout=timeout, operation_timeout=timeout)
@@ -112,7 +119,10 @@ def create_partitions(
             time.sleep(0.01)
         elapsed = time.monotonic() - started
         time.sleep(0.2)
-    return pinger.figures(), elapsed
+    figures: dict[str, Any] = dict(pinger.figures())
+    if idle is not None:
+        figures["control"] = idle.figures()
+    return figures, elapsed
 
 
 def delete_topics(
@@ -137,19 +147,26 @@ def delete_topics(
 
 def test_requests_answered_while_partitions_are_created(tmp_path: Path) -> None:
     broker = start_broker(tmp_path / "broker")
+    control = start_broker(tmp_path / "control")
     try:
-        answered_while_created(broker)
+        answered_while_created(broker, control)
     finally:
+        stop_cleanly(control)
         # flushing and closing 2,000 logs takes longer than the suite's stop timeout on a busy disk
         status = broker.stop(timeout=120)
     assert status == 0, broker.log()
 
 
-def answered_while_created(broker: BrokerProcess) -> None:
-    """The test's body: 2,000 partitions while a Pinger runs, then one of them used."""
-    figures, _ = create_partitions(broker, "many-", 2000)
-    assert figures["requests"] > 10
-    assert figures["max_s"] < STALL_BOUND, figures
+def answered_while_created(broker: BrokerProcess, control: BrokerProcess) -> None:
+    """The test's body: 2,000 partitions while a Pinger runs, then one of them used.
+
+    The longest answer may exceed STALL_BOUND by no more than the longest answer of an idle broker
+    (`control`) asked at the same time by the same process: what the loaded machine made every broker
+    wait, not this one's event loop (a run beside a full suite on two cores once measured 0.54 s, with
+    a p99 of 0.20 s)."""
+    figures, _ = create_partitions(broker, "many-", 2000, control=control)
+    assert figures["requests"] > 10 and figures["control"]["requests"] > 10
+    assert figures["max_s"] < STALL_BOUND + figures["control"]["max_s"], figures
     producer = Producer({"bootstrap.servers": broker.bootstrap, "message.timeout.ms": 30000})
     producer.produce("many-3", b"value", partition=499)
     assert producer.flush(30) == 0

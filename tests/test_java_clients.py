@@ -513,14 +513,20 @@ class JsonLines:
         with self.changed:
             return [line for line in self.lines if line.get("name") == name]
 
-    def wait(self, what: str, check: Callable[[], bool], timeout: float) -> None:
-        """Until `check()` holds; fail naming `what` when the tool exits first or `timeout` passes."""
+    def wait(
+        self, what: str, check: Callable[[], bool], timeout: float, explain: Callable[[], str] | None = None
+    ) -> None:
+        """Until `check()` holds; fail naming `what`, the tool's last lines and `explain()` (its log, the
+        brokers') when the tool exits first or `timeout` passes."""
         deadline = time.monotonic() + timeout
         with self.changed:
             while not check():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or (not self.reader.is_alive() and not check()):
-                    pytest.fail(f"{what}: not after {timeout:g} s (tool exit status {self.process.poll()})")
+                    pytest.fail(
+                        f"{what}: not after {timeout:g} s (tool exit status {self.process.poll()}); "
+                        f"its last lines: {self.lines[-5:]}" + (f"\n{explain()}" if explain else "")
+                    )
                 self.changed.wait(min(remaining, 1.0))
 
 

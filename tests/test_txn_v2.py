@@ -476,7 +476,12 @@ def test_java_producer_through_a_coordinator_failover(
         )
     lines = JsonLines(process)
     try:
-        lines.wait("the paused transaction", lambda: {"event": "paused"} in lines.lines, 120)
+        lines.wait(
+            "the paused transaction",
+            lambda: {"event": "paused"} in lines.lines,
+            120,
+            explain=lambda: tails(tmp_path / "jfo.log", *(n.node.log_file for n in cluster.nodes.values())),
+        )
         live = cluster.live_bootstrap().split(",")[0]
         coordinator = wait_for("a coordinator", lambda: asyncio.run(find_coordinator(live, tid)), 60)
         cluster[coordinator].kill()
@@ -507,6 +512,14 @@ def test_java_producer_through_a_coordinator_failover(
     cluster[coordinator].start()
     cluster[coordinator].wait_ready()
     wait_in_sync(cluster, ["__transaction_state", "jfo-out"])
+
+
+def tails(*paths: Path, size: int = 2000) -> str:
+    """The last `size` characters of each file, headed by its name (a failure's context)."""
+    return "\n".join(
+        f"--- {path}:\n{path.read_text(errors='replace')[-size:] if path.exists() else '(none)'}"
+        for path in paths
+    )
 
 
 def wait_in_sync(cluster: LocalKraftCluster, topics: list[str]) -> None:
