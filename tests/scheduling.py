@@ -44,9 +44,11 @@ START_ORDER = (
     "test_cluster_faults",
     "test_txn_v2",  # JVM
     "test_cluster_clients",
+    "test_authorization_matrix",  # JVM (added 2026-12-02 unmeasured: a secured Kafka and a kcli cluster)
     "test_client_quotas",  # JVM
     "test_java_clients",  # JVM
     "test_cluster",
+    "test_group_migration",  # JVM (added 2026-12-02 unmeasured: Java consumers)
     "test_spark_audit",  # JVM
     "test_bad_input",
     "test_consumer_group_clients",  # JVM
