@@ -639,6 +639,7 @@ def test_describe_topic_partitions_answers_the_elr_and_metadata_does_not(tmp_pat
         api_version=0,
         image=controller.image,
         state=SimpleNamespace(image=controller.image, config=BrokerConfig({})),
+        authorize=lambda *_args, **_kwargs: True,  # no authorizer configured: every topic may be described
     )
     response = asyncio.run(handle_describe_topic_partitions(ctx, request))  # type: ignore[arg-type]
     [topic] = response.topics
