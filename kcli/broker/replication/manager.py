@@ -132,6 +132,14 @@ def _readable(results: list[FetchPartitionData]) -> dict[PartitionKey, int]:
     }
 
 
+def _same_topics(old: ClusterMetadataImage, new: ClusterMetadataImage) -> bool:
+    """Whether two images hold the same topic objects (images share what a delta does not change)."""
+    old_topics, new_topics = old.topics_by_id, new.topics_by_id
+    if len(old_topics) != len(new_topics):
+        return False
+    return all(old_topics.get(topic_id) is topic for topic_id, topic in new_topics.items())
+
+
 def is_valid_required_acks(acks: int) -> bool:
     """ReplicaManager.isValidRequiredAcks: 0, 1 or -1 (all)."""
     return acks in _VALID_REQUIRED_ACKS
@@ -183,6 +191,8 @@ class ReplicaManager:
         self.image: ClusterMetadataImage | None = None
         self._partitions: dict[PartitionKey, Partition] = {}
         self._registrations: dict[PartitionKey, PartitionRegistration] = {}
+        self._applied_generation = -1
+        """The log manager's generation when an image was last applied partition by partition."""
         self.alter_partition_manager: AlterPartitionManager | None = None
         self.fetchers: ReplicaFetcherManager | None = None
         self.leader_quota = ReplicationQuotaManager(
@@ -213,6 +223,7 @@ class ReplicaManager:
             partition.alter_isr = self.alter_partition_manager.submit
         if self.image is not None:
             self._registrations.clear()
+            self._applied_generation = -1  # walked again whole: now with fetchers
             self.apply_image(self.image)
 
     async def shutdown(self) -> None:
@@ -278,8 +289,16 @@ class ReplicaManager:
         """Bring the hosted partitions in line with `image` and the logs on disk (the node creates and
         deletes the logs first): host each local log of a partition with a replica here, apply its
         registration, drop the rest. Requests waiting on a dropped partition are woken to answer its
-        error (stopReplicas); a partition this node now follows in a new leader epoch gets its fetcher."""
+        error (stopReplicas); a partition this node now follows in a new leader epoch gets its fetcher.
+        An image whose topics are the very objects of the last one applied (a metadata commit of no
+        partition change: a NoOpRecord, a broker heartbeat's registration) over the same logs changes
+        nothing here, and is not walked partition by partition."""
+        previous = self.image
         self.image = image
+        generation = self.logs.generation
+        if previous is not None and generation == self._applied_generation and _same_topics(previous, image):
+            return
+        self._applied_generation = generation
         for key in [k for k in self._partitions if self.logs.get_log(*k) is None]:
             del self._partitions[key]
             self._registrations.pop(key, None)
@@ -465,10 +484,39 @@ class ReplicaManager:
         return True
 
     async def wait_for_acks(self, appended: list[tuple[PartitionKey, int]], timeout: float) -> bool:
-        """Wait (DelayedProduce) until `acks_reached` or `timeout` seconds; whether it was reached."""
-        return await self.purgatory.wait_until(
-            [key for key, _ in appended], lambda: self.acks_reached(appended), timeout
-        )
+        """Wait (DelayedProduce) until `acks_reached` or `timeout` seconds; whether it was reached. A
+        change of a partition looks at that partition alone: the request completes when the last of
+        its partitions short of its offset gets there (a produce to a thousand partitions is not
+        looked at whole on each of their thousand high watermark moves)."""
+        required = dict(appended)
+        short = {key for key, offset in required.items() if not self._ack_reached(key, offset)}
+        if not short:
+            return True
+        loop = asyncio.get_running_loop()
+        reached: asyncio.Future[bool] = loop.create_future()
+
+        def wake(key: PartitionKey) -> None:
+            if key in short and self._ack_reached(key, required[key]):
+                short.discard(key)
+                if not short and not reached.done():
+                    reached.set_result(True)
+
+        purgatory = self.purgatory
+        watched = list(short)
+        for key in watched:
+            purgatory.watch(key, wake)
+        timer = loop.call_at(loop.time() + timeout, lambda: reached.done() or reached.set_result(False))
+        try:
+            return await reached
+        finally:
+            timer.cancel()
+            for key in watched:
+                purgatory.unwatch(key, wake)
+
+    def _ack_reached(self, key: PartitionKey, required_offset: int) -> bool:
+        """`acks_reached` of one partition."""
+        partition = self._partitions.get(key)
+        return partition is None or not partition.is_leader or partition.high_watermark >= required_offset
 
     def acks_error(self, key: PartitionKey, required_offset: int) -> ErrorCode:
         """The answer for a partition of a completed DelayedProduce (checkEnoughReplicasReachOffset)."""
