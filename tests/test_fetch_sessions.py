@@ -71,6 +71,7 @@ def fetch(
     forgotten: list[tuple[str, int]] = (),  # type: ignore[assignment]
     replica_id: int = -1,
     max_wait_ms: int = 0,
+    max_bytes: int = 50 << 20,
 ) -> Any:
     """A Fetch of `partitions`, grouped by topic in order; topics by id from v13 (`ids`)."""
     cls = request_type(1, version)
@@ -98,7 +99,7 @@ def fetch(
     fields: dict[str, Any] = dict(
         max_wait=datetime.timedelta(milliseconds=max_wait_ms),
         min_bytes=1,
-        max_bytes=50 << 20,
+        max_bytes=max_bytes,
         isolation_level=0,
         session_id=session_id,
         session_epoch=session_epoch,
@@ -267,6 +268,90 @@ def test_a_session_by_kafkas_rules(broker: BrokerProcess) -> None:
                 await produce(producer, "s-a", 1, 1)
             got = answered(await asyncio.wait_for(pending, 4), names)
             assert offsets(got[("s-a", 1)].records) == [2]
+            assert "Traceback" not in server.log()
+
+    asyncio.run(run())
+
+
+def test_an_incremental_fetch_reads_what_changed_and_what_it_left_unread(broker: BrokerProcess) -> None:
+    """The leader reads only the partitions of a session that changed since its last fetch, plus those
+    whose last read did not reach their end; the answers are Kafka's, which reads them all."""
+    server = broker
+    create_topics(server.bootstrap, {"d-a": 4})
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+
+    async def run() -> None:
+        async with await KafkaClient.connect(server.bootstrap) as client:
+            ids = await topic_ids(client, ["d-a"])
+            names = {v: k for k, v in ids.items()}
+            for i in range(4):
+                await produce(client, "d-a", i, 3)
+            all_at = [("d-a", i, 3) for i in range(4)]
+            first = await client.send(fetch(13, all_at, ids=ids, session_epoch=0))
+            session = first.session_id
+            assert session != 0 and [p.high_watermark for p in answered(first).values()] == [3] * 4
+            epoch = 1
+            response = await client.send(fetch(13, [], ids=ids, session_id=session, session_epoch=epoch))
+            assert answered(response) == {}
+
+            # Two records each, read with a budget of one byte: the first partition's batch comes whole
+            # (minOneMessage), the others only say their new high watermark. The next fetch names only
+            # the first partition's new offset, yet the others' records come: their last read was short.
+            for i in range(4):
+                await produce(client, "d-a", i, 2)
+            epoch += 1
+            response = await client.send(
+                fetch(13, [], ids=ids, session_id=session, session_epoch=epoch, max_bytes=1)
+            )
+            got = answered(response, names)
+            assert [(k[1], offsets(p.records), p.high_watermark) for k, p in got.items()] == [
+                (0, [3, 4], 5),
+                (1, [], 5),
+                (2, [], 5),
+                (3, [], 5),
+            ]
+            epoch += 1
+            response = await client.send(
+                fetch(13, [("d-a", 0, 5)], ids=ids, session_id=session, session_epoch=epoch)
+            )
+            got = answered(response, names)
+            assert {k[1]: offsets(p.records) for k, p in got.items()} == {1: [3, 4], 2: [3, 4], 3: [3, 4]}
+            epoch += 1
+            caught_up = [("d-a", i, 5) for i in (1, 2, 3)]
+            response = await client.send(
+                fetch(13, caught_up, ids=ids, session_id=session, session_epoch=epoch)
+            )
+            assert answered(response) == {}
+
+            # A log start offset moved by DeleteRecords is news without a record appended.
+            deleted = admin.delete_records([CkTopicPartition("d-a", 2, 4)])
+            for future in deleted.values():
+                future.result(10)
+            epoch += 1
+            response = await client.send(fetch(13, [], ids=ids, session_id=session, session_epoch=epoch))
+            got = answered(response, names)
+            assert [(k[1], p.log_start_offset) for k, p in got.items()] == [(2, 4)]
+
+            # A long poll of the session wakes on an append to a partition it did not name, and an append
+            # between two fetches is answered by the next one without waiting.
+            epoch += 1
+            pending = asyncio.ensure_future(
+                client.send(fetch(13, [], ids=ids, session_id=session, session_epoch=epoch, max_wait_ms=5000))
+            )
+            await asyncio.sleep(0.3)
+            async with await KafkaClient.connect(server.bootstrap) as producer:
+                await produce(producer, "d-a", 3, 1)
+            got = answered(await asyncio.wait_for(pending, 4), names)
+            assert {k[1]: offsets(p.records) for k, p in got.items()} == {3: [5]}
+            await produce(client, "d-a", 1, 1)
+            epoch += 1
+            began = time.monotonic()
+            response = await client.send(
+                fetch(13, [("d-a", 3, 6)], ids=ids, session_id=session, session_epoch=epoch, max_wait_ms=5000)
+            )
+            got = answered(response, names)
+            assert {k[1]: offsets(p.records) for k, p in got.items()} == {1: [5]}
+            assert time.monotonic() - began < 4
             assert "Traceback" not in server.log()
 
     asyncio.run(run())

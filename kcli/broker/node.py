@@ -92,10 +92,6 @@ class Node:
         self.channel = ControllerChannel(raft, self.controller, timeout=timeout)
         self.lifecycle = BrokerLifecycleManager(config, self.channel, loader)
         self.logs = LogManager(config)
-        self.fetch_manager = FetchManager(
-            FetchSessionCache(int(config["max.incremental.fetch.session.cache.slots"])),  # type: ignore[call-overload]
-            monotonic_ms,
-        )
         self.replicas = ReplicaManager(
             config.node_id,
             self.logs,
@@ -112,6 +108,13 @@ class Node:
             replica_selector=replica_selector(config["replica.selector.class"]),  # type: ignore[arg-type]
             quota_samples=int(config["replication.quota.window.num"]),  # type: ignore[call-overload]
             quota_window_seconds=int(config["replication.quota.window.size.seconds"]),  # type: ignore[call-overload]
+        )
+        self.fetch_manager = FetchManager(
+            FetchSessionCache(
+                int(config["max.incremental.fetch.session.cache.slots"]),  # type: ignore[call-overload]
+                purgatory=self.replicas.purgatory,
+            ),
+            monotonic_ms,
         )
         self.dynamic_configs = DynamicConfigPublisher(config, self.logs, self.replicas)
         self.assignments = AssignmentsManager(

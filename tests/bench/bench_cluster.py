@@ -73,6 +73,8 @@ class Nodes:
     def __init__(self, data_dir: Path, count: int, base_port: int, overrides: list[str]) -> None:
         self.layout = plan(data_dir, count, base_port, overrides)
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
+        self.profile_dir: Path | None = None
+        """When set, each node runs under cProfile and writes node-<id>.prof here when it stops."""
 
     def start(self, *node_ids: int) -> None:
         """Start the nodes together (a quorum needs a majority before any of them is ready), then wait."""
@@ -81,8 +83,13 @@ class Nodes:
             node = self._node(node_id)
             sizes[node_id] = node.log_file.stat().st_size if node.log_file.exists() else 0
             with open(node.log_file, "ab") as log:
+                profile = (
+                    []
+                    if self.profile_dir is None
+                    else ["-m", "cProfile", "-o", str(self.profile_dir / f"node-{node_id}.prof")]
+                )
                 self.processes[node_id] = subprocess.Popen(
-                    [sys.executable, "-m", "kcli", "broker", "start", "--config", str(node.properties)],
+                    [sys.executable, *profile, "-m", "kcli", "broker", "start", "--config", str(node.properties)],
                     stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
                 )  # fmt: skip
         deadline = time.monotonic() + 120

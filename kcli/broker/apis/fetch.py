@@ -22,7 +22,8 @@ long poll, aborted transactions, the leader quota, the followers' state), encode
   replication rate is over leader.replication.throttled.rate (KIP-73, see replication/quota.py);
 - incremental fetch sessions (v7+, KIP-227, replication/fetch_session.py): a full fetch (epoch 0)
   may open one, and an incremental fetch names only the partitions added or changed and the ones to
-  forget; it reads every partition of the session and answers only those with something to say.
+  forget; it reads the partitions of the session that changed (and waits on the whole session) and
+  answers only those with something to say.
   A session error (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH,
   FETCH_SESSION_TOPIC_ID_ERROR) is the answer's error, with no partitions.
 
@@ -34,6 +35,7 @@ No record byte is read into Python on this path.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -107,11 +109,14 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> FramedResponse:
         read_committed=request.isolation_level == READ_COMMITTED,
         client_metadata=ClientMetadata(request.rack_id, ctx.client_id) if version >= 11 else None,
     )
-    results = await ctx.replicas.fetch_messages(params, targets)
+    changes = context.changes if isinstance(context, IncrementalFetchContext) else None
+    results = await ctx.replicas.fetch_messages(params, targets, changes)
     if (version <= 5 or version >= 16) and any(r.error_code is not ErrorCode.none for r in results):
         results = [_for_version(r, version, ctx) for r in results]
     results += unknown
-    error, session_id, answer = context.update_and_generate_response_data(results)
+    error, session_id, answer = context.update_and_generate_response_data(
+        results, partial(ctx.replicas.at_fetch_end, params)
+    )
     response = encode_response(
         version, error, _group(answer, version), _leader_endpoints(ctx, answer), session_id
     )

@@ -79,6 +79,7 @@ def delete_records(ctx: RequestContext, topic: str, partition: int, offset: int)
         log.debug("DeleteRecords on %s-%d to %d failed: %s", topic, partition, offset, exc)
         return exc.error_code, INVALID_LOW_WATERMARK
     log.info("DeleteRecords: log start offset of %s-%d is now %d", topic, partition, low_watermark)
+    ctx.replicas.purgatory.check_and_complete((topic, partition))  # fetch sessions answer the new start
     return ErrorCode.none, low_watermark
 
 

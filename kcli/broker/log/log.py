@@ -939,6 +939,8 @@ class Log:
 
     def delete_pending_segments(self, now_ms: int) -> None:
         """Remove `.deleted` segments whose file.delete.delay.ms has passed (closing their descriptors)."""
+        if not self._pending_deletes:  # most logs, every periodic tick: no lock taken
+            return
         with self._lock:
             due = [s for when, s in self._pending_deletes if when <= now_ms]
             if due:

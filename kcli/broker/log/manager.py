@@ -87,6 +87,8 @@ class LogManager:
         self.log_dirs = [Path(d) for d in config.log_dirs]
         self.default_config = LogConfig.from_broker(config)
         self._logs: dict[tuple[str, int], Log] = {}
+        self.generation = 0
+        """Counts the changes of the set of current logs (a log made, deleted or replaced by its future)."""
         self._future_logs: dict[tuple[str, int], Log] = {}
         """Logs being filled to replace the current log in another dir (AlterReplicaLogDirs)."""
         self._preferred_log_dirs: dict[tuple[str, int], Path] = {}
@@ -299,6 +301,7 @@ class LogManager:
             self._logs_per_dir[log_dir] -= 1
             raise
         self._logs[(topic, partition)] = created
+        self.generation += 1
         return created
 
     async def create_logs(
@@ -330,6 +333,7 @@ class LogManager:
             for (each, log_dir), created in zip(chunk, made, strict=True):
                 if isinstance(created, Log):
                     self._logs[(each.topic, each.partition)] = created
+                    self.generation += 1
                     continue
                 self._logs_per_dir[log_dir] -= 1
                 log.error(
@@ -436,6 +440,7 @@ class LogManager:
             producer_id_expiration_ms=self.producer_id_expiration_ms,
         )
         self._logs[key] = loaded
+        self.generation += 1
         if source is not None:
             self._logs_per_dir[source.dir.parent] -= 1
             self.cleaner.alter_checkpoint_dir(loaded, source.dir.parent, target.parent)
@@ -472,6 +477,7 @@ class LogManager:
         logs): flushed, closed, and renamed `<topic>-<partition>.<uuid>-stray`, which later starts
         leave alone; the operator decides what becomes of it. Returns the new dir."""
         removed = self._logs.pop((topic, partition), None)
+        self.generation += 1
         if removed is None:
             return None
         self._preferred_log_dirs.pop((topic, partition), None)
@@ -501,6 +507,7 @@ class LogManager:
             self.delete_future_log(topic, partition)
             self._preferred_log_dirs.pop((topic, partition), None)
             removed = self._logs.pop((topic, partition), None)
+            self.generation += 1
             if removed is not None:
                 doomed.append(removed)
         self.cleaner.remove_logs(doomed)  # before the renames: a clean in progress is aborted first

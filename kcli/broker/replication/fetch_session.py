@@ -23,10 +23,21 @@ slots among 8 shards for its threads' locks; one event loop needs no shards, so 
   and here also a changed last stable offset, so a read_committed consumer hears of a commit without
   new records; partitions that returned records move to the end of the session, so the next reads
   start with the others (Kafka's round robin within fetch.max.bytes).
+
+Where kcli goes further than Kafka: Kafka's IncrementalFetchContext reads every partition of the session
+on every fetch. Here a session watches its partitions in the replica manager's purgatory for as long
+as it lives (the notifications that wake delayed fetches: appends, high watermark, last stable offset,
+leadership), and an incremental fetch reads only the partitions that changed since the last fetch, the
+ones the fetch names, and those whose last read was not at the end of what they may read (an error, a
+partition left out of the response budget, a throttled or out-of-sync follower, a consumer with a
+replica selector). Its delayed fetch waits on the session. Every FULL_READ_INTERVAL_MS a fetch reads the
+whole session, as Kafka's does, so what changes without a notification (a log start offset moved by
+retention) is answered too. A thousand caught-up partitions cost one fetch nothing each.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -40,12 +51,15 @@ from kcli.broker.replication.fetch_metadata import (
     next_epoch,
 )
 from kcli.broker.replication.manager import FetchTarget
+from kcli.broker.replication.purgatory import PartitionKey, Purgatory
 from kcli.protocol.fetch_codec import PartitionResult
 
 FIRST_TOPIC_ID_VERSION = 13
 MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS = 120_000
 """Kafka's KafkaServer.MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS: the age before a session may be evicted."""
 _MAX_INT32 = 2**31 - 1
+FULL_READ_INTERVAL_MS = 10_000
+"""How often an incremental fetch of a session reads all of its partitions anyway (see the module's note)."""
 
 PartitionId = tuple[Any, int]
 """How a session names a partition: (topic id, index) from Fetch v13, (topic name, index) before."""
@@ -97,12 +111,18 @@ class FetchSession:
     """One session: its partitions in the order they are read, and the epoch the next fetch must carry."""
 
     __slots__ = (
+        "_names",
+        "_purgatory",
+        "_waiters",
+        "_wake",
         "cached_size",
         "creation_ms",
+        "dirty",
         "epoch",
         "evictable_by_all",
         "evictable_by_privileged",
         "id",
+        "last_full_read_ms",
         "last_used_ms",
         "partition_map",
         "privileged",
@@ -116,6 +136,7 @@ class FetchSession:
         partition_map: dict[PartitionId, CachedPartition],
         uses_topic_ids: bool,
         now_ms: int,
+        purgatory: Purgatory | None = None,
     ) -> None:
         self.id = session_id
         self.privileged = privileged
@@ -129,6 +150,18 @@ class FetchSession:
         """The partition count as of the last `touch`; -1 while not in a cache."""
         self.evictable_by_privileged = False
         self.evictable_by_all = False
+        self._purgatory = purgatory
+        """Where the session watches its partitions; None: every incremental fetch reads them all."""
+        self._names: dict[PartitionKey, PartitionId] = {}
+        """The watched partitions: (topic name, index) -> the session's key."""
+        self._wake = self._changed
+        self._waiters: list[tuple[asyncio.Future[None], set[PartitionKey]]] = []
+        self.dirty: dict[PartitionId, None] = dict.fromkeys(partition_map)
+        """The partitions the next incremental fetch reads, in order (all of them at first)."""
+        self.last_full_read_ms = now_ms
+        if purgatory is not None:
+            for key, cached in partition_map.items():
+                self._watch(key, cached)
 
     def __repr__(self) -> str:
         return (
@@ -147,20 +180,94 @@ class FetchSession:
         forgotten ones. (added, updated, removed) counts."""
         partition_map = self.partition_map
         added = updated = removed = 0
+        dirty = self.dirty
         for key, request in fetch_data.items():
             cached = partition_map.get(key)
             if cached is None:
-                partition_map[key] = CachedPartition(request)
+                cached = partition_map[key] = CachedPartition(request)
                 added += 1
             else:
-                cached.request = (
-                    request if request.topic is not None else request._replace(topic=cached.request.topic)
-                )
+                if request.topic is None:
+                    request = request._replace(topic=cached.request.topic)
+                cached.request = request
                 updated += 1
+                dirty.pop(key, None)  # to the end: read after the partitions that changed before
+            self._watch(key, cached)
+            dirty[key] = None
         for key in to_forget:
-            if partition_map.pop(key, None) is not None:
+            cached = partition_map.pop(key, None)
+            if cached is not None:
+                self._unwatch(key, cached)
+                dirty.pop(key, None)
                 removed += 1
         return added, updated, removed
+
+    # --- what changed: the session's watch of its partitions ----------------------------------------
+
+    @property
+    def watches(self) -> bool:
+        """Whether the session hears of its partitions' changes (else each fetch reads them all)."""
+        return self._purgatory is not None
+
+    def _watch(self, key: PartitionId, cached: CachedPartition) -> None:
+        topic = cached.request.topic
+        if topic is None or self._purgatory is None:
+            return  # a topic id not known here: read on every fetch (its error is answered each time)
+        name_key = (topic, key[1])
+        if name_key not in self._names:
+            self._names[name_key] = key
+            self._purgatory.watch(name_key, self._wake)
+
+    def _unwatch(self, key: PartitionId, cached: CachedPartition) -> None:
+        topic = cached.request.topic
+        if topic is None or self._purgatory is None:
+            return
+        name_key = (topic, key[1])
+        if self._names.get(name_key) == key:
+            del self._names[name_key]
+            self._purgatory.unwatch(name_key, self._wake)
+
+    def close(self) -> None:
+        """The session left the cache: stop watching its partitions."""
+        purgatory = self._purgatory
+        if purgatory is not None:
+            for name_key in self._names:
+                purgatory.unwatch(name_key, self._wake)
+        self._names.clear()
+        self._purgatory = None
+
+    def _changed(self, name_key: PartitionKey) -> None:
+        """A partition of the session changed: the next fetch reads it, and a waiting fetch wakes."""
+        key = self._names.get(name_key)
+        if key is None:
+            return
+        self.dirty[key] = None
+        for woken, changed in self._waiters:
+            changed.add(name_key)
+            if not woken.done():
+                woken.set_result(None)
+
+    async def wait_for_changes(self, deadline: float) -> set[PartitionKey]:
+        """The session's partitions (by name) that changed until the waiter ran again; none when the
+        event loop's clock reached `deadline` first (manager.PartitionChanges)."""
+        loop = asyncio.get_running_loop()
+        woken: asyncio.Future[None] = loop.create_future()
+        changed: set[PartitionKey] = set()
+        entry = (woken, changed)
+        self._waiters.append(entry)
+        timer = loop.call_at(deadline, lambda: woken.done() or woken.set_result(None))
+        try:
+            await woken
+            return changed
+        finally:
+            timer.cancel()
+            self._waiters.remove(entry)
+
+    def target(self, name_key: PartitionKey) -> FetchTarget | None:
+        """What the session asks of a partition it watches (manager.PartitionChanges)."""
+        key = self._names.get(name_key)
+        cached = None if key is None else self.partition_map.get(key)
+        return None if cached is None else cached.request
 
 
 class FetchSessionCache:
@@ -171,8 +278,11 @@ class FetchSessionCache:
         max_entries: int = 1000,
         eviction_ms: int = MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS,
         rng: random.Random | None = None,
+        purgatory: Purgatory | None = None,
     ) -> None:
         self.max_entries = max_entries
+        self.purgatory = purgatory
+        """The replica manager's: where sessions watch their partitions (None: they read them all)."""
         self.eviction_ms = eviction_ms
         self._sessions: dict[int, FetchSession] = {}
         self._random = rng or random.Random()
@@ -205,7 +315,9 @@ class FetchSessionCache:
         """A new session when there is room or one may be evicted for it: its id, else INVALID_SESSION_ID."""
         if len(self._sessions) >= self.max_entries and not self._try_evict(privileged, size, now_ms):
             return INVALID_SESSION_ID
-        session = FetchSession(self.new_session_id(), privileged, create_partitions(), uses_topic_ids, now_ms)
+        session = FetchSession(
+            self.new_session_id(), privileged, create_partitions(), uses_topic_ids, now_ms, self.purgatory
+        )
         self._sessions[session.id] = session
         self.touch(session, now_ms)
         return session.id
@@ -235,8 +347,10 @@ class FetchSessionCache:
 
     def remove(self, session_id: int) -> FetchSession | None:
         session = self._sessions.pop(session_id, None)
-        if session is not None and session.cached_size >= 0:
-            self.num_partitions -= session.cached_size
+        if session is not None:
+            session.close()
+            if session.cached_size >= 0:
+                self.num_partitions -= session.cached_size
         return session
 
     def touch(self, session: FetchSession, now_ms: int) -> None:
@@ -264,9 +378,10 @@ class FetchContext:
         return iter(())
 
     def update_and_generate_response_data(
-        self, results: list[PartitionResult]
+        self, results: list[PartitionResult], settled: Callable[[FetchTarget], bool] | None = None
     ) -> tuple[ErrorCode, int, list[PartitionResult]]:
-        """(top-level error, session id, the partitions the answer carries)."""
+        """(top-level error, session id, the partitions the answer carries). `settled`: whether a read
+        partition would answer nothing until it changes (ReplicaManager.at_fetch_end)."""
         raise NotImplementedError
 
 
@@ -277,7 +392,7 @@ class SessionErrorContext(FetchContext):
         self.error = error
 
     def update_and_generate_response_data(
-        self, results: list[PartitionResult]
+        self, results: list[PartitionResult], settled: Callable[[FetchTarget], bool] | None = None
     ) -> tuple[ErrorCode, int, list[PartitionResult]]:
         return self.error, INVALID_SESSION_ID, []
 
@@ -292,7 +407,7 @@ class SessionlessFetchContext(FetchContext):
         return iter(self.fetch_data.values())
 
     def update_and_generate_response_data(
-        self, results: list[PartitionResult]
+        self, results: list[PartitionResult], settled: Callable[[FetchTarget], bool] | None = None
     ) -> tuple[ErrorCode, int, list[PartitionResult]]:
         return ErrorCode.none, INVALID_SESSION_ID, results
 
@@ -315,7 +430,7 @@ class FullFetchContext(SessionlessFetchContext):
         self.now_ms = now_ms
 
     def update_and_generate_response_data(
-        self, results: list[PartitionResult]
+        self, results: list[PartitionResult], settled: Callable[[FetchTarget], bool] | None = None
     ) -> tuple[ErrorCode, int, list[PartitionResult]]:
         uses_topic_ids = self.uses_topic_ids
         fetch_data = self.fetch_data
@@ -336,34 +451,64 @@ class FullFetchContext(SessionlessFetchContext):
 
 
 class IncrementalFetchContext(FetchContext):
-    """A fetch in a session: reads every partition of the session, answers the ones with news."""
+    """A fetch in a session: reads the partitions of the session that changed (all of them when the
+    session does not watch them, or its full read is due), answers the ones with news."""
 
     def __init__(
-        self, session: FetchSession, request_epoch: int, topic_names: Callable[[Any], str | None]
+        self,
+        session: FetchSession,
+        request_epoch: int,
+        topic_names: Callable[[Any], str | None],
+        now_ms: int = 0,
     ) -> None:
         self.session = session
         self.request_epoch = request_epoch
         self.topic_names = topic_names
+        self.now_ms = now_ms
 
     def partitions(self) -> Iterator[FetchTarget]:
+        session = self.session
+        partition_map = session.partition_map
+        if not session.watches or self.now_ms - session.last_full_read_ms >= FULL_READ_INTERVAL_MS:
+            session.last_full_read_ms = self.now_ms
+            keys = list(partition_map)
+        else:
+            keys = list(session.dirty)
+        session.dirty.clear()  # what changes from now on is read by the next fetch (or this one's wait)
         topic_names = self.topic_names
-        for cached in list(self.session.partition_map.values()):
+        for key in keys:
+            cached = partition_map.get(key)
+            if cached is None:
+                continue
             request = cached.request
             if request.topic is None:  # maybeResolveUnknownName: the topic may be known by now
                 name = topic_names(request.topic_id)
                 if name is not None:
                     request = cached.request = request._replace(topic=name)
+                    session._watch(key, cached)
             yield request
 
+    @property
+    def changes(self) -> FetchSession | None:
+        """What the fetch waits on when its partitions have nothing (manager.PartitionChanges)."""
+        return self.session if self.session.watches else None
+
     def update_and_generate_response_data(
-        self, results: list[PartitionResult]
+        self, results: list[PartitionResult], settled: Callable[[FetchTarget], bool] | None = None
     ) -> tuple[ErrorCode, int, list[PartitionResult]]:
         session = self.session
-        if session.epoch != next_epoch(self.request_epoch):
-            # another fetch of this session came in while this one was read: a duplicate request
-            return ErrorCode.invalid_fetch_session_epoch, session.id, []
         partition_map = session.partition_map
         uses_topic_ids = session.uses_topic_ids
+        dirty = session.dirty
+        if session.epoch != next_epoch(self.request_epoch):
+            # another fetch of this session came in while this one was read: a duplicate request; what
+            # this one read is read again by the next
+            for result in results:
+                key = (result.topic_id if uses_topic_ids else result.topic, result.partition_index)
+                if key in partition_map:
+                    dirty[key] = None
+            return ErrorCode.invalid_fetch_session_epoch, session.id, []
+        watches = session.watches
         answer = []
         for result in results:
             key = (result.topic_id if uses_topic_ids else result.topic, result.partition_index)
@@ -376,6 +521,12 @@ class IncrementalFetchContext(FetchContext):
                 if records is not None and records.size > 0:
                     del partition_map[key]  # to the end: the others are read first next time
                     partition_map[key] = cached
+            if watches:
+                # what this read saw includes every change notified for the partition so far (a read
+                # follows its changes with no await in between, its own high watermark move included)
+                dirty.pop(key, None)
+                if settled is None or not settled(cached.request):
+                    dirty[key] = None  # not at its end: read again by the next fetch
         return ErrorCode.none, session.id, answer
 
 
@@ -418,6 +569,7 @@ class FetchManager:
         if not session.partition_map:
             cache.remove(session.id)
             return SessionlessFetchContext(fetch_data)
-        cache.touch(session, self.clock_ms())
+        now_ms = self.clock_ms()
+        cache.touch(session, now_ms)
         session.epoch = next_epoch(session.epoch)
-        return IncrementalFetchContext(session, epoch, topic_names)
+        return IncrementalFetchContext(session, epoch, topic_names, now_ms)

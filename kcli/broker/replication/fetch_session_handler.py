@@ -57,14 +57,31 @@ class FetchSessionHandler:
         self.epoch = INITIAL_EPOCH
         self.session_partitions: dict[PartitionKey, PartitionData] = {}
 
-    def build(self, wanted: dict[PartitionKey, PartitionData]) -> FetchRequestData:
-        """FetchSessionHandler.Builder.build: the next request for `wanted`, in its order."""
+    def build(
+        self, wanted: dict[PartitionKey, PartitionData], changed: set[PartitionKey] | None = None
+    ) -> FetchRequestData:
+        """FetchSessionHandler.Builder.build: the next request for `wanted`, in its order. `changed`: the
+        only partitions whose entry in `wanted` may differ from the last request (None: any may)."""
         if self.epoch == INITIAL_EPOCH:
             self.session_partitions = dict(wanted)
             return FetchRequestData(self.session_id, self.epoch, wanted, [], self.session_partitions)
         session = self.session_partitions
         to_send: dict[PartitionKey, PartitionData] = {}
         to_forget: list[tuple[uuid.UUID, int]] = []
+        if changed is not None:
+            for key in changed:
+                previous = session.get(key)
+                data = wanted.get(key)
+                if data is None:
+                    if previous is not None:
+                        del session[key]
+                        to_forget.append((previous.topic_id, key[1]))
+                elif data != previous:
+                    if previous is not None and data.topic_id != previous.topic_id:
+                        to_forget.append((previous.topic_id, key[1]))  # a topic recreated under the name
+                    session[key] = data
+                    to_send[key] = data
+            return FetchRequestData(self.session_id, self.epoch, to_send, to_forget, session)
         for key in list(session):
             previous = session[key]
             data = wanted.get(key)

@@ -6,7 +6,10 @@ log's latest epoch, the current leader epoch, and this broker's id and epoch in 
 leader knows who fetched what. The fetch keeps an incremental fetch session with the leader (KIP-227,
 fetch_session_handler.py): after the first, full, fetch a request names only the partitions whose fetch
 changed (a new log end, epoch or log start) and the ones to forget, and the answer only the partitions
-with news; the others keep their state here. The answer is read by hand (protocol.fetch_codec), its records left
+with news; the others keep their state here. What a fetch asks of each partition is kept from one
+fetch to the next and made again only for the partitions an answer, a delay or the metadata touched
+(and for all of them every FULL_BUILD_INTERVAL seconds, or at every fetch while some replica is
+throttled), so a fetch costs the partitions that changed, not all it follows. The answer is read by hand (protocol.fetch_codec), its records left
 as views of the response frame, so they reach the segment file with no copy in Python; it is
 applied as Kafka's follower applies it:
 - records are appended as they are (leader's offsets and epochs), then the leader's high watermark is
@@ -62,6 +65,8 @@ _MIN_THROTTLE_WAIT = 0.001
 """A throttled partition is looked at again no sooner than this (no busy loop at the bound)."""
 LAGGING_LEADER_RETRY_MS = 50
 """The first retry of a partition whose leader has not applied the metadata naming it yet."""
+FULL_BUILD_INTERVAL = 10.0
+"""Seconds between two looks at every followed partition's fetch (its log start moved by retention)."""
 
 
 @dataclass(eq=False)
@@ -178,16 +183,27 @@ class ReplicaFetcher:
         """This fetcher's incremental fetch session with the source broker (KIP-227)."""
         self._topic_names: dict[uuid.UUID, str] = {}
         """The names of the topics this fetcher asked for, by id: how an answer's partitions are found."""
+        self._wanted: dict[PartitionKey, PartitionData] = {}
+        """What the next fetch asks of each partition that may be fetched now."""
+        self._wanted_states: dict[PartitionKey, PartitionFetchState] = {}
+        """The fetch state each entry of `_wanted` was made for."""
+        self._stale: set[PartitionKey] = set()
+        """Partitions whose entry in `_wanted` is made again before the next fetch."""
+        self._delayed: set[PartitionKey] = set()
+        """Partitions left out of the fetches until their delayed_until."""
+        self._next_full_build = 0.0
         self._task: asyncio.Task[None] | None = None
 
     def add(self, key: PartitionKey, state: PartitionFetchState) -> None:
         self.partitions[key] = state
+        self._stale.add(key)
         self._changed.set()
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     def remove(self, key: PartitionKey) -> None:
         self.partitions.pop(key, None)
+        self._stale.add(key)
 
     async def shutdown(self) -> None:
         if self._task is not None:
@@ -198,63 +214,107 @@ class ReplicaFetcher:
     async def _run(self) -> None:
         while self.partitions:
             now = time.monotonic()
-            ready = {k: s for k, s in self.partitions.items() if not s.fenced and s.delayed_until <= now}
-            if not ready:
+            changed = self._build_wanted(now)
+            if not self._wanted:
                 self._changed.clear()
-                delays = [s.delayed_until - now for s in self.partitions.values() if not s.fenced]
+                delays = [
+                    state.delayed_until - now
+                    for state in map(self.partitions.get, self._delayed)
+                    if state is not None and not state.fenced
+                ]
                 try:
                     await asyncio.wait_for(self._changed.wait(), min(delays) if delays else None)
                 except TimeoutError:
                     pass
                 continue
             try:
-                await self._fetch_once(ready)
+                await self._fetch_once(changed)
             except Exception:  # a bug must not stop replication of every other partition for good
                 log.exception("replica fetcher for broker %d failed; backing off", self.source_id)
                 self.session.handle_error()
-                self._delay(ready)
+                self._delay(self._wanted_states)
 
     def _delay(self, states: dict[PartitionKey, PartitionFetchState]) -> None:
         until = time.monotonic() + self.manager.config.backoff_ms / 1000
-        for state in states.values():
+        for key, state in list(states.items()):
             state.delayed_until = until
+            self._stale.add(key)
 
-    async def _fetch_once(self, ready: dict[PartitionKey, PartitionFetchState]) -> None:
+    def _build_wanted(self, now: float) -> set[PartitionKey] | None:
+        """Bring `_wanted` up to date with the partitions' logs and fetch states: the stale partitions and
+        those whose delay is over, or all of them when a full look is due (every FULL_BUILD_INTERVAL
+        seconds, or each time while some replica is throttled). The partitions looked at, None for all."""
+        manager = self.manager
+        config = manager.config
+        quota = manager.quota
+        partitions = self.partitions
+        wanted = self._wanted
+        wanted_states = self._wanted_states
+        delayed = self._delayed
+        full = now >= self._next_full_build or quota.throttles_any
+        if full:
+            self._next_full_build = now + FULL_BUILD_INTERVAL
+            keys: set[PartitionKey] | list[PartitionKey] = [
+                *partitions,
+                *(k for k in wanted if k not in partitions),
+            ]
+            delayed.clear()
+        else:
+            keys = self._stale
+            for key in list(delayed):
+                state = partitions.get(key)
+                if state is None or state.delayed_until <= now:
+                    delayed.discard(key)
+                    keys.add(key)
+        self._stale = set()
+        held_until = None
+        for key in keys:
+            state = partitions.get(key)
+            data = None
+            if state is not None and not state.fenced:
+                partition = manager.partition(*key)
+                if state.delayed_until > now:
+                    delayed.add(key)
+                elif partition is not None:
+                    if _should_follower_throttle(quota, key, state):
+                        # not asked for until the rate is back under the bound (at most
+                        # replica.fetch.backoff.ms, Kafka's wait when a fetcher has nothing to ask for)
+                        if held_until is None:
+                            held_until = max(
+                                now + min(quota.seconds_until_within(), config.backoff_ms / 1000),
+                                now + _MIN_THROTTLE_WAIT,
+                            )
+                        state.delayed_until = held_until
+                        delayed.add(key)
+                    else:
+                        log_ = partition.log
+                        last_epoch = log_.latest_epoch()
+                        data = PartitionData(
+                            state.topic_id,
+                            log_.log_end_offset,
+                            log_.log_start_offset,
+                            config.partition_max_bytes,
+                            state.leader_epoch,
+                            -1 if last_epoch is None else last_epoch,
+                        )
+            if data is None:
+                wanted.pop(key, None)
+                wanted_states.pop(key, None)
+            else:
+                wanted[key] = data
+                wanted_states[key] = state  # type: ignore[assignment]
+        return None if full else set(keys)
+
+    async def _fetch_once(self, changed: set[PartitionKey] | None) -> None:
         manager = self.manager
         config = manager.config
         address = manager.broker_address(self.source_id)
         if address is None:
-            self._delay(ready)
+            self._delay(self._wanted_states)
             return
         cls = request_type(FETCH, FETCH_VERSION)
-        wanted: dict[PartitionKey, PartitionData] = {}
-        quota = manager.quota
-        held_back: dict[PartitionKey, PartitionFetchState] = {}
-        for key, state in ready.items():
-            partition = manager.partition(*key)
-            if partition is None:
-                continue
-            if _should_follower_throttle(quota, key, state):
-                held_back[key] = state
-                continue
-            log_ = partition.log
-            last_epoch = log_.latest_epoch()
-            wanted[key] = PartitionData(
-                state.topic_id,
-                log_.log_end_offset,
-                log_.log_start_offset,
-                config.partition_max_bytes,
-                state.leader_epoch,
-                -1 if last_epoch is None else last_epoch,
-            )
-        if held_back:
-            # not asked for until the rate is back under the bound (at most replica.fetch.backoff.ms,
-            # Kafka's wait when a fetcher has nothing to ask for)
-            until = time.monotonic() + min(quota.seconds_until_within(), config.backoff_ms / 1000)
-            for state in held_back.values():
-                state.delayed_until = max(until, time.monotonic() + _MIN_THROTTLE_WAIT)
         session = self.session
-        data = session.build(wanted)
+        data = session.build(self._wanted, changed)
         if not data.session_partitions and not data.to_forget:
             return
         session_partitions = data.session_partitions
@@ -282,14 +342,16 @@ class ReplicaFetcher:
         )
         if response is None:
             session.handle_error()
-            self._delay(ready)
+            self._delay(self._wanted_states)
             return
         if not session.handle_response(response.error_code, response.session_id):
             if response.error_code in _SESSION_ERRORS:
                 return  # the next fetch is a full one, at once
             log.info("fetch from broker %d failed: %s", self.source_id, response.error_code.name)
-            self._delay(ready)
+            self._delay(self._wanted_states)
             return
+        sent_states = self._wanted_states  # as when the request was made: only `_build_wanted` changes it
+        stale = self._stale
         for topic in response.responses:
             name = topic_names.get(topic.topic_id)  # type: ignore[arg-type]
             for partition_data in topic.partitions:
@@ -297,9 +359,10 @@ class ReplicaFetcher:
                 sent = session_partitions.get(key)  # type: ignore[arg-type]
                 if sent is None or sent.topic_id != topic.topic_id:
                     continue  # not asked for in this session
-                state = ready[key]  # type: ignore[index]
-                if self.partitions.get(key) is not state:  # type: ignore[arg-type]
+                state = sent_states.get(key)  # type: ignore[arg-type]
+                if state is None or self.partitions.get(key) is not state:  # type: ignore[arg-type]
                     continue  # a new leader epoch since this request went out
+                stale.add(key)  # type: ignore[arg-type]
                 await self._process(key, state, partition_data)  # type: ignore[arg-type]
 
     async def _process(self, key: PartitionKey, state: PartitionFetchState, data: Any) -> None:

@@ -21,7 +21,7 @@ import logging
 import math
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -110,6 +110,19 @@ FetchPartitionData = PartitionResult
 read's answer goes to the wire as it is; `records` is a FetchSlice of a segment file."""
 
 
+class PartitionChanges(Protocol):
+    """An incremental fetch session's view of its partitions, for a fetch that read only the changed ones."""
+
+    async def wait_for_changes(self, deadline: float) -> set[PartitionKey]:
+        """The session's partitions that changed until the waiter ran again, or none at `deadline`
+        (the event loop's clock)."""
+        ...
+
+    def target(self, key: PartitionKey) -> FetchTarget | None:
+        """What the session asks of `key`, or None when it is no longer in the session."""
+        ...
+
+
 def _readable(results: list[FetchPartitionData]) -> dict[PartitionKey, int]:
     """The bytes each partition's read returned (what a DelayedFetch has until its partitions change)."""
     return {
@@ -117,6 +130,14 @@ def _readable(results: list[FetchPartitionData]) -> dict[PartitionKey, int]:
         for r in results
         if r.records is not None and r.records.size
     }
+
+
+def _same_topics(old: ClusterMetadataImage, new: ClusterMetadataImage) -> bool:
+    """Whether two images hold the same topic objects (images share what a delta does not change)."""
+    old_topics, new_topics = old.topics_by_id, new.topics_by_id
+    if len(old_topics) != len(new_topics):
+        return False
+    return all(old_topics.get(topic_id) is topic for topic_id, topic in new_topics.items())
 
 
 def is_valid_required_acks(acks: int) -> bool:
@@ -170,6 +191,8 @@ class ReplicaManager:
         self.image: ClusterMetadataImage | None = None
         self._partitions: dict[PartitionKey, Partition] = {}
         self._registrations: dict[PartitionKey, PartitionRegistration] = {}
+        self._applied_generation = -1
+        """The log manager's generation when an image was last applied partition by partition."""
         self.alter_partition_manager: AlterPartitionManager | None = None
         self.fetchers: ReplicaFetcherManager | None = None
         self.leader_quota = ReplicationQuotaManager(
@@ -200,6 +223,7 @@ class ReplicaManager:
             partition.alter_isr = self.alter_partition_manager.submit
         if self.image is not None:
             self._registrations.clear()
+            self._applied_generation = -1  # walked again whole: now with fetchers
             self.apply_image(self.image)
 
     async def shutdown(self) -> None:
@@ -265,8 +289,16 @@ class ReplicaManager:
         """Bring the hosted partitions in line with `image` and the logs on disk (the node creates and
         deletes the logs first): host each local log of a partition with a replica here, apply its
         registration, drop the rest. Requests waiting on a dropped partition are woken to answer its
-        error (stopReplicas); a partition this node now follows in a new leader epoch gets its fetcher."""
+        error (stopReplicas); a partition this node now follows in a new leader epoch gets its fetcher.
+        An image whose topics are the very objects of the last one applied (a metadata commit of no
+        partition change: a NoOpRecord, a broker heartbeat's registration) over the same logs changes
+        nothing here, and is not walked partition by partition."""
+        previous = self.image
         self.image = image
+        generation = self.logs.generation
+        if previous is not None and generation == self._applied_generation and _same_topics(previous, image):
+            return
+        self._applied_generation = generation
         for key in [k for k in self._partitions if self.logs.get_log(*k) is None]:
             del self._partitions[key]
             self._registrations.pop(key, None)
@@ -452,10 +484,39 @@ class ReplicaManager:
         return True
 
     async def wait_for_acks(self, appended: list[tuple[PartitionKey, int]], timeout: float) -> bool:
-        """Wait (DelayedProduce) until `acks_reached` or `timeout` seconds; whether it was reached."""
-        return await self.purgatory.wait_until(
-            [key for key, _ in appended], lambda: self.acks_reached(appended), timeout
-        )
+        """Wait (DelayedProduce) until `acks_reached` or `timeout` seconds; whether it was reached. A
+        change of a partition looks at that partition alone: the request completes when the last of
+        its partitions short of its offset gets there (a produce to a thousand partitions is not
+        looked at whole on each of their thousand high watermark moves)."""
+        required = dict(appended)
+        short = {key for key, offset in required.items() if not self._ack_reached(key, offset)}
+        if not short:
+            return True
+        loop = asyncio.get_running_loop()
+        reached: asyncio.Future[bool] = loop.create_future()
+
+        def wake(key: PartitionKey) -> None:
+            if key in short and self._ack_reached(key, required[key]):
+                short.discard(key)
+                if not short and not reached.done():
+                    reached.set_result(True)
+
+        purgatory = self.purgatory
+        watched = list(short)
+        for key in watched:
+            purgatory.watch(key, wake)
+        timer = loop.call_at(loop.time() + timeout, lambda: reached.done() or reached.set_result(False))
+        try:
+            return await reached
+        finally:
+            timer.cancel()
+            for key in watched:
+                purgatory.unwatch(key, wake)
+
+    def _ack_reached(self, key: PartitionKey, required_offset: int) -> bool:
+        """`acks_reached` of one partition."""
+        partition = self._partitions.get(key)
+        return partition is None or not partition.is_leader or partition.high_watermark >= required_offset
 
     def acks_error(self, key: PartitionKey, required_offset: int) -> ErrorCode:
         """The answer for a partition of a completed DelayedProduce (checkEnoughReplicasReachOffset)."""
@@ -467,17 +528,29 @@ class ReplicaManager:
     # --- fetch ---------------------------------------------------------------------------------------
 
     async def fetch_messages(
-        self, params: FetchParams, targets: Sequence[FetchTarget]
+        self,
+        params: FetchParams,
+        targets: Sequence[FetchTarget],
+        changes: PartitionChanges | None = None,
     ) -> list[FetchPartitionData]:
         """ReplicaManager.fetchMessages: read the partitions in request order (readFromLog); answer
         at once when max_wait is 0, no partition passed the metadata checks, min_bytes are readable or
         a partition failed, diverged or has a preferred read replica; otherwise wait (DelayedFetch) for
         the partitions read to change until min_bytes are readable or max_wait has passed, then read
         again. A follower's answer has passed the leader quota: its throttled bytes are counted then.
-        The answers to partitions the metadata does not know come last."""
+        The answers to partitions the metadata does not know come last.
+
+        `changes`: an incremental fetch session's partitions, when `targets` are only the ones that
+        changed since its last fetch; the wait is then on any partition of the session, and one that
+        changes is read too."""
         results, readable, failed, watched, interesting = self.read_from_log(params, targets)
-        if params.max_wait > 0 and interesting and readable < params.min_bytes and not failed:
-            results = await self._delayed_fetch(params, targets, watched, results)
+        if (
+            params.max_wait > 0
+            and (interesting or changes is not None)
+            and readable < params.min_bytes
+            and not failed
+        ):
+            results = await self._delayed_fetch(params, list(targets), watched, results, changes)
         if params.replica_id >= 0:
             # KafkaApis: a follower's answer has passed the quota check; its throttled bytes count now
             self.record_leader_replication(
@@ -490,13 +563,15 @@ class ReplicaManager:
     async def _delayed_fetch(
         self,
         params: FetchParams,
-        targets: Sequence[FetchTarget],
+        targets: list[FetchTarget],
         watched: list[PartitionKey],
         results: list[FetchPartitionData],
+        changes: PartitionChanges | None,
     ) -> list[FetchPartitionData]:
-        """Kafka's DelayedFetch: wait in the purgatory for the partitions read to change, until min_bytes
-        are readable or max_wait has passed. A change is looked at on its partition alone (tryComplete);
-        everything is read again once that says the fetch can complete."""
+        """Kafka's DelayedFetch: wait in the purgatory for the partitions read to change (or for any of
+        the session's, with `changes`), until min_bytes are readable or max_wait has passed. A change is
+        looked at on its partition alone (tryComplete); everything is read again once that says the
+        fetch can complete."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + params.max_wait
         purgatory = self.purgatory
@@ -506,7 +581,16 @@ class ReplicaManager:
         changed_since_read: set[PartitionKey] = set()
         while True:
             wake_up = min(deadline, self._throttle_wake_up(params, targets, loop.time()))
-            changed = await purgatory.wait_for_changes(watched, wake_up)
+            if changes is None:
+                changed = await purgatory.wait_for_changes(watched, wake_up)
+            else:
+                changed = await changes.wait_for_changes(wake_up)
+                for key in changed:
+                    if key not in by_key:  # a partition of the session that was not read: read it too
+                        target = changes.target(key)
+                        if target is not None:
+                            by_key[key] = target
+                            targets.append(target)
             changed_since_read |= changed
             if changed and loop.time() < deadline:
                 complete = False
@@ -541,10 +625,12 @@ class ReplicaManager:
     ) -> tuple[list[FetchPartitionData], int, bool]:
         """What read_from_log would answer now when only the partitions in `changed` changed since
         `results` and none returned records (so none took from the response budget): those are read
-        again, the others keep their answer. (results, bytes readable, whether one failed)."""
+        again (added after the others when they were not read before), the others keep their answer.
+        (results, bytes readable, whether one failed)."""
         fresh = self.read_from_log(params, [t for t in targets if (t.topic, t.partition) in changed])[0]
         by_key = {(r.topic, r.partition_index): r for r in fresh}
-        merged = [by_key.get((r.topic, r.partition_index), r) for r in results]
+        merged = [by_key.pop((r.topic, r.partition_index), r) for r in results]
+        merged += by_key.values()
         ordered = [r for r in merged if r.error_code not in _METADATA_ERRORS]
         ordered += [r for r in merged if r.error_code in _METADATA_ERRORS]
         readable = 0
@@ -561,6 +647,28 @@ class ReplicaManager:
             ):
                 failed = True
         return ordered, readable, failed
+
+    def at_fetch_end(self, params: FetchParams, target: FetchTarget) -> bool:
+        """Whether a read of `target` would answer nothing until the partition changes (Partition.at_fetch_end),
+        and, for a follower, it is in the ISR (else each of its fetches may grow the ISR); a consumer's
+        fetch with a replica selector is read each time, since the selector's choice moves with the
+        followers."""
+        partition = self._partitions.get((target.topic, target.partition))
+        if partition is None:
+            return False
+        replica_id = params.replica_id
+        if replica_id >= 0:
+            if replica_id not in partition.isr:
+                return False
+        elif params.client_metadata is not None and self.replica_selector is not None:
+            return False
+        return partition.at_fetch_end(
+            target.fetch_offset,
+            replica_id=replica_id,
+            read_committed=params.read_committed,
+            current_leader_epoch=target.current_leader_epoch,
+            last_fetched_epoch=target.last_fetched_epoch,
+        )
 
     def _bytes_available(self, params: FetchParams, target: FetchTarget) -> int | None:
         """DelayedFetch.tryComplete's look at one changed partition: the bytes a read would now return

@@ -462,25 +462,49 @@ class Partition:
         log end, a consumer at the high watermark or last stable offset: most partitions of most
         fetches at a thousand partitions), without its reads: a follower's fetch state is updated, no
         records. None when the leader's whole read is needed (an epoch to check, records, an error)."""
-        if self.leader_id != self.node_id or (
-            current_leader_epoch >= 0 and current_leader_epoch != self.leader_epoch
+        if not self.at_fetch_end(
+            fetch_offset,
+            replica_id=replica_id,
+            read_committed=read_committed,
+            current_leader_epoch=current_leader_epoch,
+            last_fetched_epoch=last_fetched_epoch,
         ):
             return None
         log = self.log
-        if last_fetched_epoch >= 0 and last_fetched_epoch != log.latest_epoch():
-            return None
         if replica_id >= 0:
-            leader_end = log.log_end_offset
-            if fetch_offset != leader_end or replica_id == self.node_id or replica_id not in self.replicas:
-                return None
             self.update_follower_fetch_state(
-                replica_id, fetch_offset, follower_log_start_offset, leader_end, now_ms, replica_epoch
+                replica_id, fetch_offset, follower_log_start_offset, fetch_offset, now_ms, replica_epoch
             )
-        elif replica_id != CONSUMER_REPLICA_ID or fetch_offset != (
-            log.last_stable_offset if read_committed else log.high_watermark
-        ):
-            return None
         return PartitionRead(log.high_watermark, log.last_stable_offset, log.log_start_offset)
+
+    def at_fetch_end(
+        self,
+        fetch_offset: int,
+        *,
+        replica_id: int,
+        read_committed: bool,
+        current_leader_epoch: int,
+        last_fetched_epoch: int,
+    ) -> bool:
+        """Whether this leader would answer a fetch at `fetch_offset` with no records and no error: a
+        follower (one of the replicas) at the log end, a consumer at the high watermark or last stable
+        offset, in the current leader epoch and the leader's latest epoch. Nothing is updated."""
+        if self.leader_id != self.node_id or (
+            current_leader_epoch >= 0 and current_leader_epoch != self.leader_epoch
+        ):
+            return False
+        log = self.log
+        if last_fetched_epoch >= 0 and last_fetched_epoch != log.latest_epoch():
+            return False
+        if replica_id >= 0:
+            return (
+                fetch_offset == log.log_end_offset
+                and replica_id != self.node_id
+                and replica_id in self.replicas
+            )
+        return replica_id == CONSUMER_REPLICA_ID and fetch_offset == (
+            log.last_stable_offset if read_committed else log.high_watermark
+        )
 
     def read_records(
         self,

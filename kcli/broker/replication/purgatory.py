@@ -3,7 +3,8 @@
 A waiting request watches the partitions it needs; every change of a partition's log end offset or high
 watermark wakes the requests watching it, and each then checks its own condition (enough bytes for a
 fetch, a high watermark past the offsets of a produce), a fetch on the partitions that changed only.
-No polling: the wake-up is the partition's change.
+No polling: the wake-up is the partition's change. A fetch session watches its partitions for as long as
+it lives (`watch`), so its fetches register nothing per request and look only at what changed.
 """
 
 from __future__ import annotations
@@ -24,6 +25,20 @@ class Purgatory:
         if watchers:
             for wake in list(watchers):
                 wake(key)
+
+    def watch(self, key: PartitionKey, wake: Callable[[PartitionKey], None]) -> None:
+        """Call `wake(key)` on every change of `key` until `unwatch`."""
+        self._watchers.setdefault(key, []).append(wake)
+
+    def unwatch(self, key: PartitionKey, wake: Callable[[PartitionKey], None]) -> None:
+        watchers = self._watchers.get(key)
+        if watchers is not None:
+            try:
+                watchers.remove(wake)
+            except ValueError:
+                return
+            if not watchers:
+                del self._watchers[key]
 
     async def wait_until(
         self, keys: Iterable[PartitionKey], done: Callable[[], bool], timeout: float
@@ -59,8 +74,9 @@ class Purgatory:
             if not woken.done():
                 woken.set_result(True)
 
+        watchers = self._watchers
         for key in keys:
-            self._watchers.setdefault(key, []).append(wake)
+            watchers.setdefault(key, []).append(wake)
         timer = loop.call_at(deadline, lambda: woken.done() or woken.set_result(False))
         try:
             await woken
@@ -68,11 +84,7 @@ class Purgatory:
         finally:
             timer.cancel()
             for key in keys:
-                watchers = self._watchers.get(key)
-                if watchers is not None:
-                    watchers.remove(wake)
-                    if not watchers:
-                        del self._watchers[key]
+                self.unwatch(key, wake)
 
     def watched(self) -> int:
         """How many partitions have a request waiting on them (for tests and metrics)."""
