@@ -233,11 +233,19 @@ class LocalKraftCluster:
         overrides: Sequence[str] = (),
         add_scram: Sequence[str] = (),
         release: int | None = None,
+        security: str | None = None,
     ) -> None:
-        """`release`: the --release-version level the nodes are formatted at (None: kcli's default)."""
+        """`release`: the --release-version level the nodes are formatted at (None: kcli's default);
+        `security`: `kcli cluster start --security` (None: plaintext)."""
         base = free_port_range(2 * brokers)
         self.layout: ClusterLayout = plan(
-            root, brokers, base, [*QUORUM_TIMEOUTS, *overrides], add_scram=add_scram, release=release
+            root,
+            brokers,
+            base,
+            [*QUORUM_TIMEOUTS, *overrides],
+            add_scram=add_scram,
+            release=release,
+            security=security,
         )
         self.nodes = {n.node_id: NodeProcess(n) for n in self.layout.nodes}
 
