@@ -40,7 +40,7 @@ from kcli.protocol.produce_codec import (
     ProducePartitionAnswer,
     answer_from_response,
 )
-from kcli.security import PLAINTEXT, ClientSecurity, tls
+from kcli.security import PLAINTEXT, ClientSecurity, ReconfigurableSecurity, tls
 from kcli.security.sasl import SaslClientMechanism, SaslError
 from kcli.security.sasl.client import client_mechanism, needs_io
 
@@ -764,10 +764,18 @@ class NodeConnections:
     """One connection per node, opened on first use and dropped when it fails: what a broker keeps to
     its peers (Raft voters, the active controller)."""
 
-    def __init__(self, client_id: str, security: ClientSecurity = PLAINTEXT) -> None:
+    def __init__(self, client_id: str, security: ClientSecurity | ReconfigurableSecurity = PLAINTEXT) -> None:
+        """`security`: a ReconfigurableSecurity for a broker's own clients, whose renewed keystore or
+        truststore the next connection takes (the open ones keep theirs)."""
         self.client_id = client_id
-        self.security = security
+        self._security = security
         self._clients: dict[int, KafkaClient] = {}
+
+    @property
+    def security(self) -> ClientSecurity:
+        """What the next connection is opened with."""
+        security = self._security
+        return security.current if isinstance(security, ReconfigurableSecurity) else security
 
     async def send(
         self,

@@ -2,7 +2,8 @@
 
 A broker on SSL with a client connected; a keystore of the same subject with a new serial is set with
 `kcli configs alter --entity-type brokers --entity-name 1`; a new connection sees the new certificate,
-the open one goes on; a keystore of another subject is refused with Kafka's sentence.
+the open one goes on; a keystore of another subject is refused with Kafka's sentence. On a three-node
+mutual-TLS cluster, a follower's renewed truststore reaches its replica fetcher's next connection.
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ from pathlib import Path
 import pytest
 from conftest import KCLI, BrokerProcess, free_port_range, kcli_env, start_broker, stop_cleanly
 from cryptography import x509
+from kraft_cluster import QUORUM_TIMEOUTS, NodeProcess
 from waiting import wait_for
 
+from formats.segment import walk
 from kcli.client import KafkaClient
 from kcli.security import ClientSecurity
 from kcli.security.certs import CertificateAuthority
+from ops.local_cluster import plan
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -261,3 +265,101 @@ def test_a_truststore_that_drops_the_keystores_ca_is_refused_on_the_inter_broker
     assert (
         refused is not None and "serving and the new ones dialing (" in refused and "certificate" in refused
     )
+
+
+LAG_MS = 3000
+"""replica.lag.time.max.ms of the cluster below: how soon a follower that cannot fetch leaves the ISR."""
+
+
+def disk_batches(node: NodeProcess, topic: str) -> int:
+    """How many whole batches of `topic`-0 node `node` holds on disk."""
+    directory = node.node.directory / "data" / f"{topic}-0"
+    return sum(len(walk(path.read_bytes(), check_crc=True).batches) for path in directory.glob("*.log"))
+
+
+@pytest.fixture
+def ssl_cluster(tmp_path: Path) -> Iterator[tuple[dict[int, NodeProcess], Path, dict[str, str]]]:
+    """`kcli cluster start --security ssl`'s three nodes (mutual TLS between brokers), with node 3's
+    inter-broker listener serving a certificate of a second CA ("CA two") that nodes 1 and 3 trust and
+    node 2 does not yet: the middle of a CA rotation. Yields the nodes, client.properties and a
+    librdkafka client trusting both CAs."""
+    layout = plan(
+        tmp_path / "cluster",
+        3,
+        free_port_range(6),
+        [*QUORUM_TIMEOUTS, f"replica.lag.time.max.ms={LAG_MS}"],
+        security="ssl",
+    )
+    tls = layout.data_dir / "tls"
+    two = CertificateAuthority("CA two")
+    both = tls / "both.crt"
+    both.write_bytes((tls / "ca.crt").read_bytes() + two.cert_pem)
+    node3 = two.issue("kcli-node").write(tls, "node3-ca-two")["pem"]
+    extra = {1: [f"listener.name.ssl.ssl.truststore.location={both}"], 2: []}
+    extra[3] = [*extra[1], f"listener.name.ssl.ssl.keystore.location={node3}"]
+    nodes = {n.node_id: NodeProcess(n) for n in layout.nodes}
+    for node_id, lines in extra.items():
+        with open(nodes[node_id].node.properties, "a") as properties:
+            properties.write("".join(f"{line}\n" for line in lines))
+    client = {
+        "bootstrap.servers": layout.bootstrap_servers,
+        "security.protocol": "SSL",
+        "ssl.ca.location": str(both),
+        "ssl.certificate.location": str(tls / "client.crt"),
+        "ssl.key.location": str(tls / "client.key"),
+    }
+    try:
+        for node in nodes.values():
+            node.start()
+        for node in nodes.values():
+            node.wait_ready()
+        yield nodes, layout.data_dir / "client.properties", client
+    finally:
+        for node in nodes.values():
+            if node.running:
+                node.terminate()
+
+
+def test_a_renewed_truststore_reaches_the_replica_fetchers(
+    ssl_cluster: tuple[dict[int, NodeProcess], Path, dict[str, str]],
+) -> None:
+    """Kafka's inter-broker channel builders are Reconfigurable: node 2 cannot fetch from node 3 (whose
+    CA it does not trust) until its truststore is renewed live; then its fetcher's next connection
+    takes the new truststore and replication goes on, without a restart."""
+    from confluent_kafka import Producer, TopicCollection
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    nodes, client_properties, client = ssl_cluster
+    name = "rotated"
+    admin = AdminClient(client)
+    admin.create_topics([NewTopic(name, 1, replica_assignment=[[3, 2]])])[name].result(30)
+    producer = Producer({**client, "acks": "1", "enable.idempotence": False, "message.timeout.ms": 30000})
+    for i in range(5):
+        producer.produce(name, b"m-%d" % i, partition=0)
+    assert producer.flush(30) == 0
+
+    def isr() -> list[int]:
+        described = admin.describe_topics(TopicCollection([name]))[name].result(10)
+        return sorted(node.id for node in described.partitions[0].isr)
+
+    # node 2's fetcher cannot complete a handshake with node 3, so it leaves the ISR (replica.lag.time.max.ms)
+    wait_for("node 2 out of the ISR", lambda: isr() == [3] or None, 30)
+    assert disk_batches(nodes[2], name) == 0
+
+    both = client["ssl.ca.location"]
+    done = subprocess.run(
+        [*KCLI, "configs", "alter", "--bootstrap-server", nodes[1].bootstrap]
+        + ["--command-config", str(client_properties), "--entity-type", "brokers", "--entity-name", "2"]
+        + ["--add-config", f"listener.name.ssl.ssl.truststore.location={both}"],
+        capture_output=True,
+        text=True,
+        env=kcli_env(),
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    wait_for("node 2 replicating from node 3", lambda: disk_batches(nodes[2], name) > 0 or None, 30)
+    wait_for("node 2 back in the ISR", lambda: isr() == [2, 3] or None, 30)
+    assert "clients of listener SSL: keystore and truststore loaded for new connections" in nodes[2].log()
+    producer.produce(name, b"after", partition=0)
+    assert producer.flush(30) == 0
+    wait_for("node 2 replicating what follows", lambda: disk_batches(nodes[2], name) > 1 or None, 30)

@@ -56,12 +56,13 @@ class DynamicConfigPublisher:
         self._values: dict[str, object] = {}
         self._raw: tuple[dict[str, str], dict[str, str]] | None = None
         self._keystores: dict[str, str] = {}
-        self._reload_keystores: Callable[[Mapping[str, str]], None] | None = None
+        self._reload_keystores: list[Callable[[Mapping[str, str]], None]] = []
 
     def on_keystore_change(self, reload: Callable[[Mapping[str, str]], None]) -> None:
-        """`reload(dynamic keystore configs)` now and whenever this broker's own ones change: the
-        network layer's TLS listeners take the renewed keystore for their new connections."""
-        self._reload_keystores = reload
+        """`reload(dynamic keystore configs)` now and whenever this broker's own ones change (Kafka's
+        reconfigurables): the network layer's TLS listeners and the broker's own clients take the
+        renewed keystore for their new connections."""
+        self._reload_keystores.append(reload)
         if self._keystores:
             reload(self._keystores)
 
@@ -101,8 +102,8 @@ class DynamicConfigPublisher:
         keystores = {name: value for name, value in per_broker.items() if keystore_key(name) is not None}
         if keystores != self._keystores:
             self._keystores = keystores
-            if self._reload_keystores is not None:
-                self._reload_keystores(keystores)
+            for reload in self._reload_keystores:
+                reload(keystores)
         values = effective_values(per_broker, defaults)
         changed = changed_names(self._values, values)
         self._values = values

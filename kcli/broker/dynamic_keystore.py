@@ -10,16 +10,22 @@ unless `ssl.allow.san.changes` is. A truststore cannot be added to a listener th
 inter-broker listener (Kafka's keystoreVerifiableUsingTruststore) the old and new settings must complete
 a TLS handshake with each other both ways, so that brokers renewed one at a time keep replicating. Once
 every node's metadata has the change, each new TLS connection gets a context made from it; connections
-already open keep theirs.
+already open keep theirs. That holds for the connections the broker opens too (`reconfigure_clients`):
+its replica fetchers, transaction markers and verification on the inter-broker listener, and its
+requests to the controller, as Kafka registers those clients' channel builders as Reconfigurable. The
+Raft client keeps the settings it started with, as Kafka's RaftManager does.
 """
 
 from __future__ import annotations
 
+import logging
 import ssl
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from kcli.config import BrokerConfig
-from kcli.security import tls
+from kcli.security import ReconfigurableSecurity, tls
+
+log = logging.getLogger("kcli.broker")
 
 KEYSTORE_CONFIGS = frozenset(
     {
@@ -71,6 +77,33 @@ def listener_ssl_settings(config: BrokerConfig, listener: str, dynamic: Mapping[
         if name.lower().startswith(prefix) and name[len(prefix) :] in RECONFIGURABLE_CONFIGS:
             settings[name[len(prefix) :]] = value
     return settings
+
+
+def reconfigure_clients(
+    config: BrokerConfig, clients: Iterable[ReconfigurableSecurity], dynamic: Mapping[str, str]
+) -> None:
+    """Each of the broker's own clients takes its listener's settings with this broker's dynamic
+    keystore configs (checked before they were stored) for its next connections. A store that no longer
+    loads (its file changed since) keeps the client's current settings."""
+    for client in clients:
+        if not client.current.uses_tls:
+            continue
+        settings = listener_ssl_settings(config, client.listener_name, dynamic)
+        try:
+            tls.client_context(settings)
+        except tls.TlsError as exc:
+            log.error(
+                "clients of listener %s keep their keystore and truststore: the dynamic ones cannot be "
+                "loaded: %s",
+                client.listener_name,
+                exc,
+            )
+            continue
+        if client.reconfigure(settings):
+            log.info(
+                "clients of listener %s: keystore and truststore loaded for new connections",
+                client.listener_name,
+            )
 
 
 _FAILED = "Validation of dynamic config update of SSLFactory failed: "

@@ -34,6 +34,7 @@ from kcli.config import SECURITY_PROTOCOL_IDS, BrokerConfig, Listener
 from kcli.errors import KcliError
 from kcli.protocol.envelope import envelope, read_response
 from kcli.protocol.messages import api_name, error_response, nested_type, request_type, response_type
+from kcli.security import ReconfigurableSecurity
 from kcli.storage import load_meta_properties
 
 if TYPE_CHECKING:
@@ -55,11 +56,20 @@ class ControllerUnavailable(KcliError):
 class ControllerChannel:
     """Requests to the active controller: in process when it is this node's, else over its listener."""
 
-    def __init__(self, raft: KafkaRaftClient, controller: QuorumController | None, *, timeout: float) -> None:
+    def __init__(
+        self,
+        raft: KafkaRaftClient,
+        controller: QuorumController | None,
+        *,
+        timeout: float,
+        security: ReconfigurableSecurity | None = None,
+    ) -> None:
+        """`security`: how the controller listener is dialed, reconfigured with a renewed keystore (as
+        Kafka's NodeToControllerChannelManager's channel builder is); None: the Raft client's."""
         self.raft = raft
         self.controller = controller
         self.timeout = timeout
-        self._connections = NodeConnections(f"broker-{raft.node_id}-to-controller", raft.security)
+        self._connections = NodeConnections(f"broker-{raft.node_id}-to-controller", security or raft.security)
 
     @property
     def local(self) -> QuorumController | None:

@@ -27,11 +27,13 @@ import uuid
 from collections import deque
 from collections.abc import Awaitable, Mapping, Sequence
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from kcli.broker.dynamic_config_publisher import DynamicConfigPublisher
+from kcli.broker.dynamic_keystore import reconfigure_clients
 from kcli.broker.group.coordinator import GroupCoordinator
 from kcli.broker.lifecycle import (
     BrokerLifecycleManager,
@@ -60,6 +62,7 @@ from kcli.broker.txn.verification import AddPartitionsToTxnManager
 from kcli.config import INTERNAL_TOPICS, BrokerConfig, Listener
 from kcli.errors import KcliError
 from kcli.protocol.messages import nested_type, request_type
+from kcli.security import ReconfigurableSecurity
 from kcli.storage import read_bootstrap_metadata
 
 CREATE_TOPICS = 19
@@ -89,7 +92,11 @@ class Node:
         raft, self.controller, loader = metadata_parts(config, cluster_id, config.inter_broker_listener_name)
         self.raft, self.loader = raft, loader
         timeout = int(config["request.timeout.ms"]) / 1000  # type: ignore[call-overload]
-        self.channel = ControllerChannel(raft, self.controller, timeout=timeout)
+        inter_broker = ReconfigurableSecurity(config.inter_broker_listener_name, config.inter_broker_security)
+        to_controller = ReconfigurableSecurity(config.controller_listener_name, config.controller_security)
+        self.client_security = (inter_broker, to_controller)
+        """What the broker's own clients dial with, reconfigured when its keystore is renewed."""
+        self.channel = ControllerChannel(raft, self.controller, timeout=timeout, security=to_controller)
         self.lifecycle = BrokerLifecycleManager(config, self.channel, loader)
         self.logs = LogManager(config)
         self.replicas = ReplicaManager(
@@ -103,7 +110,7 @@ class Node:
                 partition_max_bytes=int(config["replica.fetch.max.bytes"]),  # type: ignore[call-overload]
                 backoff_ms=int(config["replica.fetch.backoff.ms"]),  # type: ignore[call-overload]
                 request_timeout_ms=int(config["replica.socket.timeout.ms"]),  # type: ignore[call-overload]
-                security=config.inter_broker_security(),
+                security=inter_broker,
             ),
             replica_selector=replica_selector(config["replica.selector.class"]),  # type: ignore[arg-type]
             quota_samples=int(config["replication.quota.window.num"]),  # type: ignore[call-overload]
@@ -117,6 +124,7 @@ class Node:
             monotonic_ms,
         )
         self.dynamic_configs = DynamicConfigPublisher(config, self.logs, self.replicas)
+        self.dynamic_configs.on_keystore_change(partial(reconfigure_clients, config, self.client_security))
         self.assignments = AssignmentsManager(
             config.node_id,
             self._send_assign_replicas_to_dirs,
@@ -134,8 +142,11 @@ class Node:
             loader,
             self.producer_ids,
             on_offsets_marker=self.groups.on_transaction_completed,
+            inter_broker_security=inter_broker,
         )
-        self.add_partitions_to_txn = AddPartitionsToTxnManager(config, loader, self.transaction_coordinator)
+        self.add_partitions_to_txn = AddPartitionsToTxnManager(
+            config, loader, self.transaction_coordinator, inter_broker
+        )
         self._tasks: list[asyncio.Task[None]] = []
         self._storage_steps: deque[tuple[TopicChanges, ClusterMetadataImage]] = deque()
         """Images whose storage step waits for an earlier one that creates many partitions, in order."""

@@ -277,16 +277,18 @@ class BrokerConfig:
                 plain[key[len(prefix) :]] = value
         return plain
 
-    def inter_broker_security(self) -> ClientSecurity:
+    def inter_broker_security(self, ssl_settings: Mapping[str, str] | None = None) -> ClientSecurity:
         """How this broker reaches the others (replication, transaction markers): the inter-broker
         listener's protocol; for TLS its own `ssl.*` settings (its truststore checks the peers, its
         keystore is its client certificate); for SASL `sasl.mechanism.inter.broker.protocol` with the
-        username and password of that mechanism's JAAS line, as Kafka's inter-broker client takes them."""
+        username and password of that mechanism's JAAS line, as Kafka's inter-broker client takes them.
+        `ssl_settings`: the listener's settings with a renewed keystore over them (the static ones if None)."""
         from kcli.security.jaas import parse_jaas_config
 
         name = self.inter_broker_listener_name
         protocol = self.protocol_of(name)
-        ssl = MappingProxyType(self.ssl_settings(name)) if protocol in ("SSL", "SASL_SSL") else None
+        settings = self.ssl_settings(name) if ssl_settings is None else dict(ssl_settings)
+        ssl = MappingProxyType(settings) if protocol in ("SSL", "SASL_SSL") else None
         if protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
             return ClientSecurity(protocol) if ssl is None else ClientSecurity(protocol, ssl=ssl)
         mechanism = str(self["sasl.mechanism.inter.broker.protocol"])
@@ -303,16 +305,18 @@ class BrokerConfig:
         names = self["controller.listener.names"] or ["CONTROLLER"]  # type: ignore[index]
         return str(names[0]).upper()  # type: ignore[index]
 
-    def controller_security(self) -> ClientSecurity:
+    def controller_security(self, ssl_settings: Mapping[str, str] | None = None) -> ClientSecurity:
         """How this node reaches the controllers (Raft, broker lifecycle, forwarding): the controller
         listener's protocol, its `listener.name.<controller>.ssl.*` settings, and for SASL
         `sasl.mechanism.controller.protocol` with that mechanism's JAAS line of the controller listener,
-        as Kafka's ChannelBuilders.clientChannelBuilder is given them (a broker-only node too)."""
+        as Kafka's ChannelBuilders.clientChannelBuilder is given them (a broker-only node too).
+        `ssl_settings`: as for `inter_broker_security`."""
         from kcli.security.jaas import parse_jaas_config
 
         name = self.controller_listener_name
         protocol = self.protocol_of(name)
-        ssl = MappingProxyType(self.ssl_settings(name)) if protocol in ("SSL", "SASL_SSL") else None
+        settings = self.ssl_settings(name) if ssl_settings is None else dict(ssl_settings)
+        ssl = MappingProxyType(settings) if protocol in ("SSL", "SASL_SSL") else None
         if protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
             return ClientSecurity(protocol) if ssl is None else ClientSecurity(protocol, ssl=ssl)
         mechanism = str(self["sasl.mechanism.controller.protocol"])

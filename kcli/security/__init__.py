@@ -8,7 +8,7 @@ runs the mechanisms; `KafkaClient.connect` applies both.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -49,3 +49,25 @@ class ClientSecurity:
 
 
 PLAINTEXT = ClientSecurity()
+
+
+class ReconfigurableSecurity:
+    """The ClientSecurity a broker's own client opens its next connection with, as Kafka's inter-broker
+    and broker-to-controller channel builders are Reconfigurable (SslChannelBuilder.reconfigure): a
+    renewed keystore or truststore of `listener_name` replaces it, and connections already open keep
+    the one they were made with."""
+
+    def __init__(
+        self, listener_name: str, build: Callable[[Mapping[str, str] | None], ClientSecurity]
+    ) -> None:
+        """`build(ssl settings)` makes the ClientSecurity of the listener; None: its static settings."""
+        self.listener_name = listener_name
+        self._build = build
+        self.current = build(None)
+
+    def reconfigure(self, ssl: Mapping[str, str]) -> bool:
+        """Take the listener's new `ssl.*` settings (checked and loadable); whether they changed it."""
+        if not self.current.uses_tls or dict(self.current.ssl) == dict(ssl):
+            return False
+        self.current = self._build(ssl)
+        return True

@@ -51,7 +51,7 @@ from kcli.broker.replication.quota import ReplicationQuotaManager
 from kcli.client import NodeConnections
 from kcli.protocol.fetch_codec import read_fetch_response
 from kcli.protocol.messages import nested_type, request_type
-from kcli.security import PLAINTEXT, ClientSecurity
+from kcli.security import PLAINTEXT, ClientSecurity, ReconfigurableSecurity
 
 log = logging.getLogger("kcli.broker.replication")
 
@@ -97,9 +97,10 @@ class FetcherConfig:
     partition_max_bytes: int = 1024 * 1024  # replica.fetch.max.bytes
     backoff_ms: int = 1000  # replica.fetch.backoff.ms
     request_timeout_ms: int = 30_000  # replica.socket.timeout.ms
-    security: ClientSecurity = PLAINTEXT
+    security: ClientSecurity | ReconfigurableSecurity = PLAINTEXT
     """How to reach the leaders: the inter-broker listener's protocol, its ssl.* settings and the
-    inter-broker SASL mechanism's credentials (BrokerConfig.inter_broker_security)."""
+    inter-broker SASL mechanism's credentials (BrokerConfig.inter_broker_security); a broker's is
+    reconfigured when its keystore or truststore is renewed."""
 
 
 class ReplicaFetcherManager:

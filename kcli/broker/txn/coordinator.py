@@ -52,6 +52,7 @@ from kcli.broker.txn.metadata import (
 from kcli.broker.txn.state_manager import TRANSACTION_STATE_TOPIC, TransactionStateManager
 from kcli.config import BrokerConfig
 from kcli.features import supports_epoch_bump
+from kcli.security import ReconfigurableSecurity
 
 log = logging.getLogger("kcli.broker.txn")
 
@@ -100,7 +101,9 @@ class TransactionCoordinator:
         *,
         on_offsets_marker: Callable[[int, bool], None] | None = None,
         clock: Callable[[], int] = wall_clock_ms,
+        inter_broker_security: ReconfigurableSecurity | None = None,
     ) -> None:
+        """`inter_broker_security`: what the marker channel dials with (reconfigured with the keystore)."""
         self.config = config
         self.replicas = replicas
         self.loader = loader
@@ -110,7 +113,13 @@ class TransactionCoordinator:
         self.clock = clock
         self.state_manager = TransactionStateManager(config, replicas, loader, clock=clock)
         self.markers = TransactionMarkerChannelManager(
-            config, replicas, loader, self.state_manager, on_offsets_marker=on_offsets_marker, clock=clock
+            config,
+            replicas,
+            loader,
+            self.state_manager,
+            on_offsets_marker=on_offsets_marker,
+            clock=clock,
+            security=inter_broker_security,
         )
         self.max_timeout_ms = int(config["transaction.max.timeout.ms"])  # type: ignore[call-overload]
         self.abort_interval_ms = int(config["transaction.abort.timed.out.transaction.cleanup.interval.ms"])  # type: ignore[call-overload]

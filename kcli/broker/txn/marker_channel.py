@@ -43,6 +43,7 @@ from kcli.broker.txn.state_manager import TransactionStateManager
 from kcli.client import KafkaClient, NodeConnections
 from kcli.config import BrokerConfig
 from kcli.protocol.messages import nested_type
+from kcli.security import ReconfigurableSecurity
 
 log = logging.getLogger("kcli.broker.txn")
 
@@ -175,7 +176,9 @@ class TransactionMarkerChannelManager:
         *,
         on_offsets_marker: Callable[[int, bool], None] | None = None,
         clock: Callable[[], int],
+        security: ReconfigurableSecurity | None = None,
     ) -> None:
+        """`security`: the broker's inter-broker client security, reconfigured with its keystore."""
         self.node_id = config.node_id
         self.replicas = replicas
         self.loader = loader
@@ -185,7 +188,7 @@ class TransactionMarkerChannelManager:
         self.listener_name = config.inter_broker_listener_name
         self.request_timeout = int(config["request.timeout.ms"]) / 1000  # type: ignore[call-overload]
         self.connections = NodeConnections(
-            f"broker-{config.node_id}-txn-markers", config.inter_broker_security()
+            f"broker-{config.node_id}-txn-markers", security or config.inter_broker_security()
         )
         self._queues: dict[int, list[Entry]] = {}
         """Destination broker -> markers waiting to go (this node's id: written in-process)."""

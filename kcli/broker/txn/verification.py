@@ -34,6 +34,7 @@ from kcli.broker.txn.state_manager import TRANSACTION_STATE_TOPIC
 from kcli.client import ClientError, KafkaClient, NodeConnections
 from kcli.config import BrokerConfig
 from kcli.protocol.messages import nested_type
+from kcli.security import ReconfigurableSecurity
 
 log = logging.getLogger("kcli.broker.txn")
 
@@ -47,15 +48,20 @@ class AddPartitionsToTxnManager:
     """Asks the transaction coordinator of a transactional id, wherever it is, to verify partitions."""
 
     def __init__(
-        self, config: BrokerConfig, loader: MetadataLoader, coordinator: TransactionCoordinator
+        self,
+        config: BrokerConfig,
+        loader: MetadataLoader,
+        coordinator: TransactionCoordinator,
+        security: ReconfigurableSecurity | None = None,
     ) -> None:
+        """`security`: the broker's inter-broker client security, reconfigured with its keystore."""
         self.node_id = config.node_id
         self.loader = loader
         self.coordinator = coordinator
         self.listener_name = config.inter_broker_listener_name
         self.request_timeout = int(config["request.timeout.ms"]) / 1000  # type: ignore[call-overload]
         self.connections = NodeConnections(
-            f"broker-{config.node_id}-txn-verification", config.inter_broker_security()
+            f"broker-{config.node_id}-txn-verification", security or config.inter_broker_security()
         )
 
     def has_transaction_log(self) -> bool:
