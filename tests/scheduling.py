@@ -49,6 +49,7 @@ START_ORDER = (
     "test_java_clients",  # JVM
     "test_cluster",
     "test_group_migration",  # JVM (added 2026-12-02 unmeasured: Java consumers)
+    "test_acls_cluster",  # (added 2026-12-02 unmeasured: a 3-node SASL_SSL cluster, ~60 s)
     "test_spark_audit",  # JVM
     "test_bad_input",
     "test_consumer_group_clients",  # JVM
