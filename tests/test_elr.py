@@ -639,7 +639,9 @@ def test_describe_topic_partitions_answers_the_elr_and_metadata_does_not(tmp_pat
         api_version=0,
         image=controller.image,
         state=SimpleNamespace(image=controller.image, config=BrokerConfig({})),
-        authorize=lambda *_args, **_kwargs: True,  # no authorizer configured: every topic may be described
+        # no authorizer configured: every topic may be described (its operations are not looked at here)
+        authorize=lambda *_args, **_kwargs: True,
+        authorized_operations=lambda *_args: 0,
     )
     response = asyncio.run(handle_describe_topic_partitions(ctx, request))  # type: ignore[arg-type]
     [topic] = response.topics
