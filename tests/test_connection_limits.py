@@ -344,3 +344,63 @@ def test_an_ip_quota_closes_connections_over_its_rate_and_spares_other_addresses
         assert "Traceback" not in broker.log()
         for sock in [*limited, *others, again]:
             sock.close()
+
+
+def test_ip_shorthands_and_an_ip_quota_named_by_host_name(tmp_path: Path) -> None:
+    """kafka-configs.sh's --ip and --ip-defaults: the same quota and describe line as --entity-type ips,
+    ConfigCommand's refusals in one sentence each; a quota named `localhost` holds the address the name
+    resolves to (127.0.0.1), as Kafka's InetAddress.getByName, and spares other addresses."""
+    import subprocess
+
+    from conftest import KCLI, kcli_env
+
+    def kcli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*KCLI, *args], capture_output=True, text=True, env=kcli_env(), timeout=60)
+
+    with _broker(tmp_path, "quota.window.num=2", "quota.window.size.seconds=1") as broker:
+        b = ("--bootstrap-server", broker.bootstrap)
+        done = kcli("configs", "alter", *b, "--ip", "127.0.0.1", "--add-config", "connection_creation_rate=5")
+        assert (done.returncode, done.stdout, done.stderr) == (
+            0,
+            "Completed updating config for ip 127.0.0.1.\n",
+            "",
+        )
+        line = "Quota configs for ip '127.0.0.1' are connection_creation_rate=5.0\n"
+        short = kcli("configs", "describe", *b, "--ip", "127.0.0.1")
+        long = kcli("configs", "describe", *b, "--entity-type", "ips", "--entity-name", "127.0.0.1")
+        assert (short.returncode, short.stdout) == (0, line) and long.stdout == short.stdout, (short, long)
+        done = kcli("configs", "alter", *b, "--ip-defaults", "--add-config", "connection_creation_rate=100")
+        assert done.stdout == "Completed updating default config for ips in the cluster.\n", done
+        defaults = kcli("configs", "describe", *b, "--ip-defaults")
+        assert defaults.stdout == "Quota configs for the default ip are connection_creation_rate=100.0\n", (
+            defaults
+        )
+        for args, message in [
+            (["--ip", "127.0.0.1", "--user", "alice"], "Only 'users' and 'clients' entity types may be specified together"),
+            (["--ip", "127.0.0.1", "--ip-defaults"], "Duplicate entity type(s) specified: ips"),
+            (["--ip", "127.0.0.1", "--entity-name", "127.0.0.1"], "--entity-{type,name,default} should not be used in conjunction with specific entity flags"),
+            (["--ip", "no.such.host.invalid"], "The entity name for ips must be a valid IP or resolvable host, but it is: no.such.host.invalid"),
+        ]:  # fmt: skip
+            refused = kcli("configs", "alter", *b, *args, "--add-config", "connection_creation_rate=1")
+            assert (refused.returncode, refused.stdout, refused.stderr) == (2, "", f"kcli: {message}\n"), args
+        unchanged = kcli("configs", "describe", *b, "--entity-type", "ips")  # nothing refused went through
+        assert set(unchanged.stdout.splitlines()) == {line.rstrip(), defaults.stdout.rstrip()}, unchanged
+
+        # the host name's quota: 127.0.0.1 loses its own, so `localhost`'s one connection a second holds it
+        gone = kcli(
+            "configs", "alter", *b, "--ip", "127.0.0.1", "--delete-config", "connection_creation_rate"
+        )
+        assert gone.returncode == 0, gone
+        named = kcli(
+            "configs", "alter", *b, "--ip", "localhost", "--add-config", "connection_creation_rate=1"
+        )
+        assert named.stdout == "Completed updating config for ip localhost.\n", named
+        time.sleep(2.5)  # the windows holding kcli's own connections pass
+        limited = [_connect(broker, "127.0.0.1") for _ in range(4)]
+        served = [_answers(sock, i, timeout=4) for i, sock in enumerate(limited)]
+        assert served[0] and not any(served[1:]), served
+        others = [_connect(broker, "127.0.0.2") for _ in range(4)]  # the default ip quota: 100 a second
+        assert all(_answers(sock, 10 + i) for i, sock in enumerate(others))
+        assert "Traceback" not in broker.log()
+        for sock in [*limited, *others]:
+            sock.close()

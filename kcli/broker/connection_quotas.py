@@ -12,9 +12,10 @@
   each accepted connection is recorded in a sampled rate over `quota.window.num` windows of
   `quota.window.size.seconds`; over the rate, accepting waits the throttle time, at most one window.
 - Per-IP creation rates (KIP-612): the client quota `connection_creation_rate` of an `ip` entity, else
-  of the default `ip` entity (DescribeClientQuotas / AlterClientQuotas, kafka-configs --entity-type ips),
-  holds each address to that many new connections a second over the same windows; a connection over it
-  is not accepted, its creation un-recorded, and it is closed once the throttle time has passed (Kafka's
+  of the default `ip` entity (DescribeClientQuotas / AlterClientQuotas, kafka-configs --entity-type ips;
+  an entity named by a host name holds the address the name resolves to, as Kafka's), holds each
+  address to that many new connections a second over the same windows; a connection over it is not
+  accepted, its creation un-recorded, and it is closed once the throttle time has passed (Kafka's
   ConnectionThrottledException and delayed close), so the client backs off.
 - The controller listener has counts of its own: Kafka's controller runs its own SocketServer, so its
   connections neither count towards the broker's limits nor wait for them.
@@ -128,21 +129,21 @@ class ConnectionQuotas:
         return min(rate.throttle_time_ms(quota, now_ms), self.max_throttle_time_ms)
 
     def connection_rate_for_ip(self, address: str) -> int:
-        """Kafka's connectionRateForIp: the address's own `connection_creation_rate`, else the default
-        ip entity's, else none (Int.MaxValue)."""
+        """Kafka's connectionRateForIp: the address's own `connection_creation_rate` (an entity named by
+        the address in any spelling, or by a host name resolving to it), else the default ip entity's,
+        else none (Int.MaxValue)."""
         quotas = self._client_quotas()
         if not quotas:
             return INT_MAX
-        for entity in (((IP, address),), ((IP, None),)):
-            value = quotas.get(entity, {}).get(IP_CONNECTION_RATE)
-            if value is not None:
-                return int(value)
-        if any(kind == IP and name is not None for entity in quotas for kind, name in entity):
-            for entity, values in quotas.items():  # an entity named by another spelling of the address
-                if len(entity) == 1 and entity[0][0] == IP and entity[0][1] is not None:
-                    if normal_address(entity[0][1]) == address and IP_CONNECTION_RATE in values:
-                        return int(values[IP_CONNECTION_RATE])
-        return INT_MAX
+        value = quotas.get(((IP, address),), {}).get(IP_CONNECTION_RATE)
+        if value is not None:
+            return int(value)
+        for entity, values in quotas.items():  # named by another spelling, or by a host name
+            if len(entity) == 1 and entity[0][0] == IP and entity[0][1] not in (None, address):
+                if IP_CONNECTION_RATE in values and resolved_address(entity[0][1]) == address:
+                    return int(values[IP_CONNECTION_RATE])
+        value = quotas.get(((IP, None),), {}).get(IP_CONNECTION_RATE)
+        return INT_MAX if value is None else int(value)
 
     def record_ip_connection_and_get_throttle_time_ms(
         self, listener_name: str, address: str, now_ms: float
@@ -203,6 +204,23 @@ def normal_address(address: str) -> str:
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         return str(ip.ipv4_mapped)
     return str(ip)
+
+
+@lru_cache(maxsize=1024)
+def resolved_address(host: str) -> str | None:
+    """The address an ip quota entity names, as Kafka's InetAddress.getByName gives it: a literal in its
+    normal spelling, else the host name's first address (IPv4 first, Java's default), resolved once;
+    None when the name does not resolve."""
+    try:
+        return normal_address(str(ipaddress.ip_address(host)))
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return None
+    infos.sort(key=lambda info: info[0] != socket.AF_INET)  # stable: the resolver's order otherwise
+    return normal_address(str(infos[0][4][0])) if infos else None
 
 
 @lru_cache(maxsize=8)

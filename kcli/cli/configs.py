@@ -62,6 +62,16 @@ CLIENT = typer.Option(
 )
 USER_DEFAULTS = typer.Option(False, "--user-defaults", help="The quotas of the default user.")
 CLIENT_DEFAULTS = typer.Option(False, "--client-defaults", help="The quotas of the default client id.")
+IP = typer.Option(
+    None,
+    "--ip",
+    metavar="ADDR",
+    help="The IP address's connection_creation_rate: short for --entity-type ips --entity-name ADDR.",
+    show_default=False,
+)
+IP_DEFAULTS = typer.Option(
+    False, "--ip-defaults", help="The default connection_creation_rate of every IP address."
+)
 TOPIC = typer.Option(
     None, "--topic", help="Short for --entity-type topics --entity-name TOPIC.", show_default=False
 )
@@ -90,24 +100,36 @@ def describe(
     client: str = CLIENT,
     user_defaults: bool = USER_DEFAULTS,
     client_defaults: bool = CLIENT_DEFAULTS,
+    ip: str = IP,
+    ip_defaults: bool = IP_DEFAULTS,
     output: Output = OUTPUT,
 ) -> None:
     """The configs set on a topic or broker, each with its synonyms (where else it is set, most specific
     first), as kafka-configs.sh --describe prints them; --all shows every config.
 
     Without a name, every topic (or every broker and the broker defaults) is described. Users and
-    clients show their quotas ("Quota configs for user-principal 'alice' are producer_byte_rate=1024.0");
+    clients show their quotas ("Quota configs for user-principal 'alice' are producer_byte_rate=1024.0"),
+    ips (--ip, --ip-defaults) their connection_creation_rate;
     users also show their SCRAM credentials: each mechanism and its iterations, never a key.
     """
     from ops.configs import BROKER_DEFAULTS as DEFAULTS_NAME
     from ops.configs import ResourceType, describe_configs, entity_names
 
     quota_entity = _quota_entity(
-        entity_type, entity_name, entity_default, user, client, user_defaults, client_defaults
+        entity_type,
+        entity_name,
+        entity_default,
+        user,
+        client,
+        user_defaults,
+        client_defaults,
+        ip,
+        ip_defaults,
+        _resource_flags(topic, broker, broker_defaults),
     )
     if quota_entity is not None:
         if all_:
-            raise KcliError("--all applies to topics and brokers, not to users or clients.")
+            raise KcliError("--all applies to topics and brokers, not to users, clients or ips.")
         _describe_quotas(bootstrap, command_config, quota_entity, output)
         return
     kind, name = _entity(
@@ -165,6 +187,8 @@ def alter(
     client: str = CLIENT,
     user_defaults: bool = USER_DEFAULTS,
     client_defaults: bool = CLIENT_DEFAULTS,
+    ip: str = IP,
+    ip_defaults: bool = IP_DEFAULTS,
 ) -> None:
     """Set or remove configs of one topic or broker with IncrementalAlterConfigs, or a user's SCRAM
     credentials with AlterUserScramCredentials.
@@ -175,12 +199,22 @@ def alter(
     here and never sent nor printed. Users and clients take quotas (producer_byte_rate,
     consumer_byte_rate, request_percentage, controller_mutation_rate) with AlterClientQuotas; --user
     with --client names a user's client id, --user-defaults and --client-defaults the defaults.
+    --ip (a literal address or a host name that resolves) and --ip-defaults take connection_creation_rate.
     """
     from ops.configs import BROKER_DEFAULTS as DEFAULTS_NAME
     from ops.configs import alter_configs, parse_add_config
 
     quota_entity = _quota_entity(
-        entity_type, entity_name, entity_default, user, client, user_defaults, client_defaults
+        entity_type,
+        entity_name,
+        entity_default,
+        user,
+        client,
+        user_defaults,
+        client_defaults,
+        ip,
+        ip_defaults,
+        _resource_flags(topic, broker, broker_defaults),
     )
     if quota_entity is not None:
         _alter_quotas(bootstrap, command_config, quota_entity, add_config, delete_config)
@@ -205,6 +239,13 @@ def alter(
 # ---------------------------------------------------------------------------------------------------
 
 
+def _resource_flags(topic: str | None, broker: str | None, broker_defaults: bool) -> list[str]:
+    """The entity types --topic, --broker and --broker-defaults name, for ConfigCommand's checks."""
+    flags = ["topics"] if topic is not None else []
+    flags += ["brokers"] if broker is not None else []
+    return flags + (["brokers"] if broker_defaults else [])
+
+
 QuotaTarget = list[tuple[str, str | None]]
 """(kafka-configs.sh entity type "users"/"clients", name or None for the default) in the order given;
 an empty name list ([("users", "")]) means every entity of the type."""
@@ -218,23 +259,39 @@ def _quota_entity(
     client: str | None,
     user_defaults: bool,
     client_defaults: bool,
+    ip: str | None,
+    ip_defaults: bool,
+    resource_flags: list[str],
 ) -> QuotaTarget | None:
-    """The users/clients entity the options name, or None when they name a topic or broker."""
-    shorthand = user is not None or client is not None or user_defaults or client_defaults
-    if shorthand and (entity_type is not None or entity_name is not None or entity_default):
+    """The users/clients/ips entity the options name, or None when they name a topic or broker;
+    ConfigCommand.checkArgs's refusals, in its order and with its sentences."""
+    named = [("clients", client), ("users", user), ("ips", ip)]  # ConfigCommand's entityFlags order
+    defaults = [("clients", client_defaults), ("users", user_defaults), ("ips", ip_defaults)]
+    flags = [kind for kind, name in named if name is not None] + [kind for kind, on in defaults if on]
+    kinds = ([entity_type.value] if entity_type is not None else []) + resource_flags + flags
+    if not {"users", "clients", "ips"} & set(kinds):
+        return None  # a topic or broker: _entity checks those options
+    repeated = sorted({kind for kind in kinds if kinds.count(kind) > 1})
+    if repeated:
+        raise KcliError(f"Duplicate entity type(s) specified: {','.join(repeated)}")
+    if len(kinds) > 1 and set(kinds) != {"users", "clients"}:
+        raise KcliError("Only 'users' and 'clients' entity types may be specified together")
+    if flags and (entity_type is not None or entity_name is not None or entity_default):
         raise KcliError(
-            "--user/--client/--user-defaults/--client-defaults cannot be combined with --entity-type."
+            "--entity-{type,name,default} should not be used in conjunction with specific entity flags"
         )
-    if user is not None and user_defaults or client is not None and client_defaults:
-        raise KcliError("give a name or the defaults of users (or clients), not both.")
-    if shorthand:
+    if ip is not None:
+        _check_ip(ip)
+    if flags:
         target: QuotaTarget = []
         if user is not None or user_defaults:
             target.append(("users", None if user_defaults else user))
         if client is not None or client_defaults:
             target.append(("clients", None if client_defaults else client))
-        for _, name in target:
-            if name is not None:
+        if ip is not None or ip_defaults:
+            target.append(("ips", None if ip_defaults else ip))
+        for kind, name in target:
+            if name is not None and kind != "ips":
                 _check_user_name(name)
         return target
     if entity_type not in (EntityType.users, EntityType.clients, EntityType.ips):
@@ -242,12 +299,7 @@ def _quota_entity(
     if entity_name is not None and entity_default:
         raise KcliError("give --entity-name or --entity-default, not both.")
     if entity_name is not None and entity_type is EntityType.ips:
-        from kcli.quota_config import is_valid_ip
-
-        if not is_valid_ip(entity_name):  # kafka-configs.sh's sentence
-            raise KcliError(
-                f"The entity name for ips must be a valid IP or resolvable host, but it is: {entity_name}"
-            )
+        _check_ip(entity_name)
     elif entity_name is not None:
         _check_user_name(entity_name)
     if entity_name is not None:
@@ -348,6 +400,14 @@ def _alter_quotas(
         print(f"Completed updating default config for {kind} in the cluster.")
     else:
         print(f"Completed updating config for {kind[:-1]} {name}.")
+
+
+def _check_ip(name: str) -> None:
+    """ConfigCommand's check (DynamicConfig.Ip.isValidIpEntity: InetAddress.getByName succeeds)."""
+    from kcli.quota_config import is_valid_ip
+
+    if not is_valid_ip(name):
+        raise KcliError(f"The entity name for ips must be a valid IP or resolvable host, but it is: {name}")
 
 
 def _check_user_name(name: str) -> None:
