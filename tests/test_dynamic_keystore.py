@@ -24,6 +24,8 @@ from waiting import wait_for
 
 from formats.segment import walk
 from kcli.client import KafkaClient
+from kcli.protocol.configs import OpType, ResourceType
+from kcli.protocol.messages import nested_type
 from kcli.security import ClientSecurity
 from kcli.security.certs import CertificateAuthority
 from ops.local_cluster import plan
@@ -206,6 +208,53 @@ def test_a_ca_rotation_in_steps_on_the_inter_broker_listener(tmp_path: Path) -> 
         ), refused.stdout + refused.stderr
     finally:
         stop_cleanly(broker)
+
+
+def test_a_controller_only_node_serves_its_renewed_keystore(tmp_path: Path) -> None:
+    """A controller-only node's own dynamic keystore (IncrementalAlterConfigs sent to its controller
+    listener, as kafka-configs.sh --bootstrap-controller does) serves that listener's new connections."""
+    ca = CertificateAuthority()
+    ca_file = ca.write(tmp_path)
+    first = ca.issue("controller1").write(tmp_path, "controller1")["pem"]
+    renewed = ca.issue("controller1").write(tmp_path, "controller1-renewed")["pem"]
+    port = free_port_range(1)
+    config = tmp_path / "server.properties"
+    config.write_text(
+        "process.roles=controller\nnode.id=1\ncontroller.listener.names=CONTROLLER\n"
+        f"listeners=CONTROLLER://127.0.0.1:{port}\ncontroller.quorum.voters=1@127.0.0.1:{port}\n"
+        "listener.security.protocol.map=CONTROLLER:SSL\n"
+        f"log.dirs={tmp_path / 'data'}\n"
+        f"ssl.keystore.location={first}\nssl.keystore.type=PEM\n"
+        f"ssl.truststore.location={ca_file}\nssl.truststore.type=PEM\n"
+    )
+    controller = start_broker(tmp_path, config=config, data_dir=tmp_path / "data")
+    try:
+        assert served_serial(port, ca_file) == serial_of(first)
+        security = ClientSecurity(protocol="SSL", ssl={"ssl.truststore.location": str(ca_file)})
+
+        async def run() -> int:
+            async with await KafkaClient.connect(f"127.0.0.1:{port}", security=security) as client:
+                cls = client.request_type(44)
+                entry = nested_type(cls, "AlterableConfig")(
+                    name="listener.name.controller.ssl.keystore.location",
+                    config_operation=int(OpType.SET),
+                    value=str(renewed),
+                )
+                resource = nested_type(cls, "AlterConfigsResource")(
+                    resource_type=int(ResourceType.BROKER), resource_name="1", configs=(entry,)
+                )
+                response = await client.send(cls(resources=(resource,), validate_only=False))
+                return int(response.responses[0].error_code)
+
+        assert asyncio.run(run()) == 0
+        wait_for(
+            "a new connection shown the renewed certificate",
+            lambda: served_serial(port, ca_file) == serial_of(renewed) or None,
+            15,
+        )
+        assert "listener CONTROLLER: keystore loaded" in controller.log()
+    finally:
+        stop_cleanly(controller)
 
 
 def tls_client(port: int, ca: Path, cert: dict[str, Path]) -> ssl.SSLSocket:
