@@ -24,6 +24,8 @@ from waiting import wait_for
 
 from formats.segment import walk
 from kcli.client import KafkaClient
+from kcli.protocol.configs import OpType, ResourceType
+from kcli.protocol.messages import nested_type
 from kcli.security import ClientSecurity
 from kcli.security.certs import CertificateAuthority
 from ops.local_cluster import plan
@@ -56,6 +58,10 @@ def setup(
         "old": ca.issue("node1").write(workdir, "node1")["pem"],
         "renewed": ca.issue("node1").write(workdir, "node1-renewed")["pem"],
         "other": ca.issue("node2").write(workdir, "node2")["pem"],
+        "wider": ca.issue("node1", names=("localhost", "127.0.0.1", "node1.example")).write(workdir, "wider")[
+            "pem"
+        ],
+        "narrower": ca.issue("node1").write(workdir, "narrower")["pem"],
     }
     base = free_port_range(2)
     config = workdir / "server.properties"
@@ -138,6 +144,117 @@ def test_a_truststore_cannot_be_added_to_a_listener_without_one(
         "Validation of dynamic config update of SSLFactory failed: Cannot add SSL truststore to an existing "
         "listener for which no truststore was configured."
     ) in refused.stdout + refused.stderr, refused.stdout + refused.stderr
+
+
+def test_a_keystore_is_checked_against_the_one_in_use_not_the_static_one(
+    setup: tuple[BrokerProcess, int, int, dict[str, Path]],
+) -> None:
+    """Kafka's SslFactory compares a new keystore with the one the listener serves now: once a keystore
+    that adds a subject alternative name is in use, one without that name is refused, though it has
+    every name of the static keystore."""
+    _, plaintext, port, stores = setup
+    bootstrap = f"127.0.0.1:{plaintext}"
+    done = alter(bootstrap, f"listener.name.ssl.ssl.keystore.location={stores['wider']}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    wider = serial_of(stores["wider"])
+    wait_for("the wider certificate served", lambda: served_serial(port, stores["ca"]) == wider or None, 15)
+
+    refused = alter(bootstrap, f"listener.name.ssl.ssl.keystore.location={stores['narrower']}")
+    assert refused.returncode != 0, refused.stdout + refused.stderr
+    assert (
+        "Keystore SubjectAltNames do not match:  "
+        "existing={alias=kafka, SAN=[[2, localhost], [2, node1.example], [7, 127.0.0.1]]}, "
+        "new={alias=kafka, SAN=[[2, localhost], [7, 127.0.0.1]]}"
+    ) in refused.stdout + refused.stderr, refused.stdout + refused.stderr
+    assert served_serial(port, stores["ca"]) == wider
+
+
+def test_a_ca_rotation_in_steps_on_the_inter_broker_listener(tmp_path: Path) -> None:
+    """The inter-broker listener's old and new settings must handshake both ways, the old being the ones
+    in use: the truststore first takes the new CA beside the old one, then a keystore from the new CA
+    is taken (the static settings, trusting the old CA alone, could not dial it), and a client trusting
+    only the new CA connects."""
+    one, two = CertificateAuthority("CA one"), CertificateAuthority("CA two")
+    both = tmp_path / "both.crt"
+    both.write_bytes(one.cert_pem + two.cert_pem)
+    ca_two = two.write(tmp_path, "two")
+    first = one.issue("node1").write(tmp_path, "node1-one")["pem"]
+    second = two.issue("node1").write(tmp_path, "node1-two")["pem"]
+    base = free_port_range(2)
+    config = tmp_path / "server.properties"
+    config.write_text(
+        f"listeners=PLAINTEXT://127.0.0.1:{base},SSL://127.0.0.1:{base + 1}\n"
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SSL:SSL\n"
+        "inter.broker.listener.name=SSL\n"
+        f"log.dirs={tmp_path / 'data'}\n"
+        f"ssl.keystore.location={first}\nssl.keystore.type=PEM\n"
+        f"ssl.truststore.location={one.write(tmp_path, 'one')}\nssl.truststore.type=PEM\n"
+    )
+    broker = start_broker(tmp_path, config=config, data_dir=tmp_path / "data")
+    try:
+        bootstrap, port = f"127.0.0.1:{base}", base + 1
+        done = alter(bootstrap, f"listener.name.ssl.ssl.truststore.location={both}")
+        assert done.returncode == 0, done.stdout + done.stderr
+        done = alter(bootstrap, f"listener.name.ssl.ssl.keystore.location={second}")
+        assert done.returncode == 0, done.stdout + done.stderr
+        renewed = serial_of(second)
+        wait_for("CA two's certificate served", lambda: served_serial(port, ca_two) == renewed or None, 15)
+        # going back to the static truststore would leave the keystore in use unverifiable
+        refused = alter(bootstrap, f"listener.name.ssl.ssl.truststore.location={tmp_path / 'one.crt'}")
+        assert refused.returncode != 0, refused.stdout + refused.stderr
+        assert (
+            "a TLS handshake fails on listener SSL between the current keystore and truststore serving"
+            in (refused.stdout + refused.stderr)
+        ), refused.stdout + refused.stderr
+    finally:
+        stop_cleanly(broker)
+
+
+def test_a_controller_only_node_serves_its_renewed_keystore(tmp_path: Path) -> None:
+    """A controller-only node's own dynamic keystore (IncrementalAlterConfigs sent to its controller
+    listener, as kafka-configs.sh --bootstrap-controller does) serves that listener's new connections."""
+    ca = CertificateAuthority()
+    ca_file = ca.write(tmp_path)
+    first = ca.issue("controller1").write(tmp_path, "controller1")["pem"]
+    renewed = ca.issue("controller1").write(tmp_path, "controller1-renewed")["pem"]
+    port = free_port_range(1)
+    config = tmp_path / "server.properties"
+    config.write_text(
+        "process.roles=controller\nnode.id=1\ncontroller.listener.names=CONTROLLER\n"
+        f"listeners=CONTROLLER://127.0.0.1:{port}\ncontroller.quorum.voters=1@127.0.0.1:{port}\n"
+        "listener.security.protocol.map=CONTROLLER:SSL\n"
+        f"log.dirs={tmp_path / 'data'}\n"
+        f"ssl.keystore.location={first}\nssl.keystore.type=PEM\n"
+        f"ssl.truststore.location={ca_file}\nssl.truststore.type=PEM\n"
+    )
+    controller = start_broker(tmp_path, config=config, data_dir=tmp_path / "data")
+    try:
+        assert served_serial(port, ca_file) == serial_of(first)
+        security = ClientSecurity(protocol="SSL", ssl={"ssl.truststore.location": str(ca_file)})
+
+        async def run() -> int:
+            async with await KafkaClient.connect(f"127.0.0.1:{port}", security=security) as client:
+                cls = client.request_type(44)
+                entry = nested_type(cls, "AlterableConfig")(
+                    name="listener.name.controller.ssl.keystore.location",
+                    config_operation=int(OpType.SET),
+                    value=str(renewed),
+                )
+                resource = nested_type(cls, "AlterConfigsResource")(
+                    resource_type=int(ResourceType.BROKER), resource_name="1", configs=(entry,)
+                )
+                response = await client.send(cls(resources=(resource,), validate_only=False))
+                return int(response.responses[0].error_code)
+
+        assert asyncio.run(run()) == 0
+        wait_for(
+            "a new connection shown the renewed certificate",
+            lambda: served_serial(port, ca_file) == serial_of(renewed) or None,
+            15,
+        )
+        assert "listener CONTROLLER: keystore loaded" in controller.log()
+    finally:
+        stop_cleanly(controller)
 
 
 def tls_client(port: int, ca: Path, cert: dict[str, Path]) -> ssl.SSLSocket:

@@ -157,10 +157,16 @@ def synonyms_of(name: str) -> tuple[str, ...]:
 
 
 def validate_change(
-    config: BrokerConfig, props: Mapping[str, str], *, per_broker: bool, other_level: Mapping[str, str]
+    config: BrokerConfig,
+    props: Mapping[str, str],
+    *,
+    per_broker: bool,
+    current: Mapping[str, str],
+    other_level: Mapping[str, str],
 ) -> Invalid | None:
     """DynamicBrokerConfig.validate: `props` would become a level's whole set of dynamic properties
-    (per broker or the cluster-wide defaults); `other_level` is the other level's current set."""
+    (per broker or the cluster-wide defaults) in place of `current`; `other_level` is the other
+    level's current set."""
     non_dynamic = [
         name
         for name in props
@@ -187,7 +193,7 @@ def validate_change(
                 f"{_scala_set(per_broker_only)}"
             )
     if per_broker:
-        refused = check_keystores(config, props)
+        refused = check_keystores(config, props, current)
         if refused is not None:
             return Invalid(refused)
     defaults, own = (other_level, props) if per_broker else (props, other_level)

@@ -3,12 +3,14 @@
 A broker's own dynamic configs may set `ssl.keystore.*` / `ssl.truststore.*` (every SSL listener) or
 `listener.name.<listener>.ssl.keystore.*` / `.ssl.truststore.*` (one listener): a new location, password
 and type, a PEM key and certificate chain, or PEM trusted certificates. Before the change is stored the
-new stores must load, and the new keystore must be the same identity, as Kafka's
-SslFactory.CertificateEntries.ensureCompatible requires: the same subject distinguished name unless the
-listener's `ssl.allow.dn.changes` is true, and subject alternative names including all the old ones
-unless `ssl.allow.san.changes` is. A truststore cannot be added to a listener that had none. On the
-inter-broker listener (Kafka's keystoreVerifiableUsingTruststore) the old and new settings must complete
-a TLS handshake with each other both ways, so that brokers renewed one at a time keep replicating. Once
+new stores must load, and the new keystore must be the same identity as the one the listener serves
+with now (the broker's dynamic level in force, else the static settings), as Kafka's
+SslFactory.CertificateEntries.ensureCompatible requires against the engine factory in use: the same
+subject distinguished name unless the listener's `ssl.allow.dn.changes` is true, and subject
+alternative names including all the old ones unless `ssl.allow.san.changes` is. A truststore cannot be
+added to a listener that had none. On the inter-broker listener (Kafka's
+keystoreVerifiableUsingTruststore) the old and new settings must complete a TLS handshake with each
+other both ways, so that brokers renewed one at a time keep replicating. Once
 every node's metadata has the change, each new TLS connection gets a context made from it; connections
 already open keep theirs. That holds for the connections the broker opens too (`reconfigure_clients`):
 its replica fetchers, transaction markers and verification on the inter-broker listener, and its
@@ -150,12 +152,18 @@ def check_keystore_update(
     return None
 
 
-def check_keystores(config: BrokerConfig, dynamic: Mapping[str, str]) -> str | None:
-    """Every SSL listener whose keystore the broker's new dynamic configs change: the refusal, or None."""
+def check_keystores(
+    config: BrokerConfig, dynamic: Mapping[str, str], current: Mapping[str, str]
+) -> str | None:
+    """Every SSL listener whose keystore the broker's new dynamic configs change: the refusal, or None.
+
+    `current` is the broker's dynamic level in force: the new settings are checked against the ones
+    its listeners serve with now (Kafka's SslFactory compares with the engine factory in use), not the
+    static ones, so a rotation in several steps is judged one step at a time."""
     for listener in config["listeners"]:  # type: ignore[attr-defined]
         if config.protocol_of(listener.name) not in ("SSL", "SASL_SSL"):
             continue
-        old = config.ssl_settings(listener.name)
+        old = listener_ssl_settings(config, listener.name, current)
         new = listener_ssl_settings(config, listener.name, dynamic)
         if new != old:
             refused = check_keystore_update(

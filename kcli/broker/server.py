@@ -226,6 +226,9 @@ class Broker:
         try:
             self.node = node = ControllerNode(self.config, cluster_id)
             node.raft.fatal_fault_handler = self._handle_fatal_fault
+            # Kafka's ControllerServer registers itself for dynamic config changes: a renewed keystore
+            # of the controller listener serves its new connections
+            node.dynamic_configs.on_keystore_change(self.network.reload_keystores)
             self.state = state = BrokerState(
                 self.config,
                 self.registry,

@@ -529,7 +529,11 @@ def _preprocess_broker(
     else:
         props = {key: value for key, value in items}
     invalid = validate_change(
-        config, props, per_broker=per_broker, other_level=defaults if per_broker else own
+        config,
+        props,
+        per_broker=per_broker,
+        current=own if per_broker else defaults,
+        other_level=defaults if per_broker else own,
     )
     return None if invalid is None else ApiError(ErrorCode.invalid_request, invalid.message)
 
