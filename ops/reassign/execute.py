@@ -249,6 +249,15 @@ async def _final_states(
         await asyncio.sleep(0.2)
 
 
+def _raise_if_cancel_was_lost() -> None:
+    """Ctrl-C cancels the running task (asyncio.run's SIGINT handler); Python 3.11's wait_for returns an
+    answer that arrives at that moment and drops the cancellation, so the moves would run on to the end.
+    The task still counts the request (Task.cancelling), which is what stops the run here."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 class WaitTimeout(ReassignError):
     """The reassignment outlasted ExecuteOptions.timeout."""
 
@@ -276,6 +285,7 @@ class _Runner:
 
     async def run(self) -> None:
         while self.pending or self.running:
+            _raise_if_cancel_was_lost()
             await self._start_next()
             if not self.pending and not self.running:
                 break
@@ -286,6 +296,7 @@ class _Runner:
                 )
             await asyncio.sleep(self.options.poll_interval)
             await self._poll()
+            _raise_if_cancel_was_lost()
 
     async def _start_next(self) -> None:
         batch = next_batch(self.pending, self.running.values(), self.options.max_moves_per_broker)
