@@ -93,7 +93,7 @@ def poll_all(members: list[Consumer], seconds: float, got: list[str] | None = No
             got.append(message.value().decode())
             try:
                 consumer.commit(message=message, asynchronous=False)
-            except KafkaException as e:  # the partition moved meanwhile: the next owner reads it again
+            except KafkaException as e:  # the partition (or the member epoch) moved meanwhile
                 got.append(f"uncommitted:{message.value().decode()}:{e}")
     return got
 
@@ -229,7 +229,9 @@ def test_rolling_upgrade_reads_every_record_once(broker_factory: Any, strategy: 
     finally:
         for consumer in members:
             consumer.close()
-    assert sorted(read) == sorted(produced)
+    # A commit racing the member's epoch bump is refused with STALE_MEMBER_EPOCH, as Kafka refuses it; it loses
+    # nothing unless another member reads the record again, which the comparison catches.
+    assert sorted(v for v in read if not v.startswith("uncommitted:")) == sorted(produced)
 
 
 def test_disabled_policy_keeps_a_classic_group_classic(broker_factory: Any) -> None:
