@@ -363,7 +363,8 @@ def test_kafka_shell_tools_against_a_kcli_cluster(kcli_cluster: LocalKraftCluste
     txn_producer.commit_transaction(60)
 
     # kafka-transactions asks about the transaction (describe-producers and find-hanging of a broker
-    # that follows the partition), side by side with the reassignment below, which it does not touch.
+    # that follows the partition), before the reassignment below: a broker-wide find-hanging lists every
+    # partition of that broker and fails (against Kafka too) on one the move has taken away meanwhile.
     txn_leader = leaders(admin, txn_topic)[0][0]
     follower = min(n for n in (1, 2, 3) if n != txn_leader)
     transactions = [
@@ -378,7 +379,7 @@ def test_kafka_shell_tools_against_a_kcli_cluster(kcli_cluster: LocalKraftCluste
         pool.submit(tool, tmp_path, apache_kafka.TRANSACTIONS_COMMAND, "--bootstrap-server", b, *args)
         for args in transactions
     ]
-    pool.shutdown(wait=False)
+    pool.shutdown(wait=True)
 
     # kafka-reassign-partitions: --generate proposes from the current assignment; --execute runs a plan
     # that reorders partition 0's replicas and moves partition 1 from broker 2 to broker 1.
