@@ -848,6 +848,25 @@ def test_epoch_truncations_are_written_off_the_callers_thread(tmp_path: Path) ->
     assert on_disk() == [(3, 12)] and not scheduled
 
 
+def test_a_closed_epoch_cache_writes_nothing_into_a_dir_being_removed(tmp_path: Path) -> None:
+    """A deleted log's truncation write still queued on the flusher ran while its `-delete` dir was
+    being removed, created the checkpoint's temporary file in it, and the dir stayed (seen in CI)."""
+    from kcli.broker.log.epochs import LeaderEpochCache
+
+    (tmp_path / "t-0").mkdir()
+    cache, _ = LeaderEpochCache.load(tmp_path / "t-0")
+    scheduled: list = []
+    cache.flush_scheduler = scheduled.append
+    cache.assign(0, 0)
+    cache.truncate_from_start(1)
+    cache.rename_dir(tmp_path / "t-0.x-delete")
+    cache.close()
+    for each in (tmp_path / "t-0.x-delete").iterdir():
+        each.unlink()
+    scheduled.pop(0)()
+    assert list((tmp_path / "t-0.x-delete").iterdir()) == []
+
+
 def test_a_leadership_without_appends_leaves_no_epoch_behind_after_a_diverging_answer(tmp_path: Path) -> None:
     """A replica made leader of epoch 2 writes that epoch's start at its log end, then loses the
     leadership before it appends. Its next leader never had epoch 2 and answers its fetch (last fetched

@@ -39,6 +39,7 @@ class LeaderEpochCache:
         self._epochs: list[int] = []
         self._starts: list[int] = []
         self._lock = threading.Lock()
+        self._closed = False
         for entry in entries or ():
             self._put(entry.epoch, entry.start_offset)
 
@@ -162,8 +163,14 @@ class LeaderEpochCache:
         else:
             self.flush_scheduler(self._write)
 
+    def close(self) -> None:
+        """No more writes: the partition dir is about to be removed, and a write still pending on the
+        flusher would otherwise create a file in it while it is being removed."""
+        with self._lock:
+            self._closed = True
+
     def _write(self) -> None:
         """The entries as they are now; a partition dir deleted meanwhile is not an error (writeIfDirExists)."""
         with self._lock:
-            if self.path.parent.exists():
+            if not self._closed and self.path.parent.exists():
                 write_atomically(self.path, write_leader_epoch_checkpoint(self.entries()))

@@ -1004,6 +1004,7 @@ class Log:
 
     def close_handlers(self) -> None:
         """Release descriptors and maps without writing (the directory is going away)."""
+        self.epoch_cache.close()
         with self._lock:
             self._closed = True
             for segment in self._segments:
