@@ -528,8 +528,9 @@ class KafkaCluster:
 
         A node whose broker asks for controlled shutdown after a majority of the voters has already exited
         waits for an answer no controller can commit (Kafka's BrokerServer waits up to its shutdown
-        timeout, minutes). Nodes still running after STOP_TIMEOUT are killed; when they are a minority (the
-        majority had exited) they are named in `stranded`, since Kafka itself could not end them."""
+        timeout, minutes). Nodes still running after STOP_TIMEOUT are killed; when they are not a majority (the
+        others had exited: one of two is not a majority) they are named in `stranded`, since Kafka itself
+        could not end them."""
         for node in self.nodes:
             if node.is_running():
                 os.kill(node.pid, signal.SIGTERM)
@@ -537,7 +538,7 @@ class KafkaCluster:
         while any(node.is_running() for node in self.nodes) and time.monotonic() < deadline:
             time.sleep(0.1)
         running = {node.node_id for node in self.nodes if node.is_running()}
-        if 2 * len(running) < len(self.nodes):
+        if 2 * len(running) <= len(self.nodes):  # no majority left to commit their shutdown
             self.stranded = running
         return {node.node_id: node.stop(timeout=0.0) for node in self.nodes}
 

@@ -368,7 +368,9 @@ def test_a_voter_change_a_follower_truncates_goes_from_its_voter_set(tmp_path: P
     base = free_port_range(3)
     ports = {1: base, 2: base + 1, 3: base + 2}
     settings = _initial_controllers(tmp_path, ports, ports)
-    patient = {"controller.quorum.election.timeout.ms": "5000", "controller.quorum.fetch.timeout.ms": "5000"}
+    # Patient for longer than `started` waits: F keeps campaigning until the other voter is up to vote,
+    # however slowly both start on a loaded machine, and the other never runs against it (seen in CI).
+    patient = {"controller.quorum.election.timeout.ms": "30000", "controller.quorum.fetch.timeout.ms": "30000"}
 
     async def started(
         *node_ids: int, overrides: dict[int, dict[str, str]] | None = None
