@@ -919,3 +919,35 @@ def test_truncate_to_drops_records_segments_epochs_and_producer_state_past_the_t
     reloaded = Log.load(log.dir, log.config, recovery_point_checkpoint=0, had_clean_shutdown=False)
     assert reloaded.log_end_offset == 7 and reloaded.epoch_cache.entries() == [(1, 0), (3, 6)]
     reloaded.close()
+
+
+def test_a_flush_on_another_thread_never_deadlocks_an_append_that_rolls(tmp_path: Path) -> None:
+    """The metadata log has no flush scheduler, so a roll flushes the old segment in place, under the
+    lock the append holds, while the Raft client flushes the same log on a thread. That flush held the
+    flush lock and wanted the log's lock while the append held the log's lock and wanted the flush
+    lock: the node's event loop froze (seen as a node that never finished its shutdown)."""
+    import threading
+
+    log = new_log(tmp_path, segment_bytes=1_000)
+    stop = threading.Event()
+
+    def flush_forever() -> None:
+        while not stop.is_set():
+            log.flush()
+
+    def append_and_roll() -> None:
+        for _ in range(1_500):
+            leader_append(log, batch(2, size=200), leader_epoch=0, now_ms=T0)
+
+    flusher = threading.Thread(target=flush_forever, daemon=True)
+    appender = threading.Thread(target=append_and_roll, daemon=True)
+    flusher.start()
+    appender.start()
+    appender.join(60)
+    stop.set()
+    flusher.join(10)
+    assert not appender.is_alive() and not flusher.is_alive(), "the append and the flush deadlocked"
+    assert len(log.segments) > 500
+    log.flush()
+    assert log.recovery_point == log.log_end_offset
+    log.close()

@@ -952,7 +952,13 @@ class Log:
 
     def flush(self, up_to: int | None = None) -> None:
         """fsync the segments holding offsets [recovery point, up_to) (default: the log end offset) and
-        move the recovery point there."""
+        move the recovery point there.
+
+        The recovery point moves under the log's lock after the flush lock is released, never with both
+        held: an append holds the log's lock when a roll flushes the old segment in place (the metadata
+        log, which has no flush scheduler), so a flush on another thread that held the flush lock and
+        then wanted the log's lock froze the node's event loop for good (seen at a controlled shutdown
+        beside a Raft flush)."""
         with self._flush_lock:
             offset = self._leo if up_to is None else min(up_to, self._leo)
             recovery_point = self.recovery_point
@@ -972,22 +978,24 @@ class Log:
                 raise LogStorageError(
                     f"Error while flushing log {self.name} up to offset {offset}: {e}"
                 ) from e
-            with self._lock:
-                if offset > self.recovery_point:
-                    self.recovery_point = offset
-                    self.last_flush_ms = self.clock()
+        self._advance_recovery_point(offset)
+
+    def _advance_recovery_point(self, offset: int) -> None:
+        with self._lock:
+            offset = min(offset, self._leo)  # the log may have been truncated during the flush
+            if offset > self.recovery_point:
+                self.recovery_point = offset
+                self.last_flush_ms = self.clock()
 
     def flush_all(self) -> None:
         """fsync every segment from the recovery point, the empty active one included (clean shutdown)."""
         with self._flush_lock:
-            segments, bases = self._segments, self._bases
+            end, segments, bases = self._leo, self._segments, self._bases
             first = max(bisect_right(bases, self.recovery_point) - 1, 0)
             for segment in segments[first:]:
                 segment.flush()
             fsync_dir(self.dir)
-            with self._lock:
-                self.recovery_point = max(self.recovery_point, self._leo)
-                self.last_flush_ms = self.clock()
+        self._advance_recovery_point(end)
 
     def close(self) -> None:
         """Close every segment: final time-index entries, trimmed indexes, descriptors released."""
