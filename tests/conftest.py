@@ -74,9 +74,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On a loadfile worker, the order SharedFileScheduling queues the files in; a run in one process
-    keeps the files in collection order."""
-    if hasattr(config, "workerinput") and config.getvalue("dist") == "loadfile":
+    """On an xdist worker, the order SharedFileScheduling queues the files in; a run in one process
+    keeps the files in collection order. (xdist sets a worker's `dist` option to "no", so this cannot
+    ask for loadfile: the order is harmless to the other modes, whose controller hands out tests by
+    their index in this same list on every worker.)"""
+    if hasattr(config, "workerinput"):
         from scheduling import order_items
 
         order_items(items)
