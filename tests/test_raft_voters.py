@@ -370,7 +370,10 @@ def test_a_voter_change_a_follower_truncates_goes_from_its_voter_set(tmp_path: P
     settings = _initial_controllers(tmp_path, ports, ports)
     # Patient for longer than `started` waits: F keeps campaigning until the other voter is up to vote,
     # however slowly both start on a loaded machine, and the other never runs against it (seen in CI).
-    patient = {"controller.quorum.election.timeout.ms": "30000", "controller.quorum.fetch.timeout.ms": "30000"}
+    patient = {
+        "controller.quorum.election.timeout.ms": "30000",
+        "controller.quorum.fetch.timeout.ms": "30000",
+    }
 
     async def started(
         *node_ids: int, overrides: dict[int, dict[str, str]] | None = None
