@@ -28,6 +28,9 @@ CONNECT_TIMEOUT = 10.0
 """Seconds to open a connection: KafkaClient.connect's default, Kafka's socket.connection.setup.timeout.ms."""
 METADATA = 3
 FIND_COORDINATOR = 10
+DESCRIBE_CLUSTER = 60
+ENDPOINT_CONTROLLERS = 2
+"""DescribeCluster's endpoint_type for the controllers (KIP-919)."""
 GROUP_KEY = 0
 TRANSACTION_KEY = 1
 
@@ -62,14 +65,19 @@ class Cluster:
         request_timeout: float,
         security: ClientSecurity = PLAINTEXT,
         connect_timeout: float = CONNECT_TIMEOUT,
+        controllers: bool = False,
     ) -> None:
         self.bootstrap = bootstrap
+        self.controllers = controllers
+        """Connected with --bootstrap-controller (Kafka's bootstrap.controllers, KIP-919): the nodes are
+        the controllers, known from DescribeCluster, and the controllers answer no Metadata."""
         self.client_id = client_id
         self.security = security
         self.request_timeout = request_timeout
         self.connect_timeout = connect_timeout
         self._brokers: dict[int, str] = {}
         self._clients: dict[int, KafkaClient] = {}
+        self._active_controller: KafkaClient | None = None
 
     @classmethod
     async def connect(
@@ -80,9 +88,11 @@ class Cluster:
         request_timeout: float = 30.0,
         security: ClientSecurity = PLAINTEXT,
         connect_timeout: float = CONNECT_TIMEOUT,
+        controllers: bool = False,
     ) -> Cluster:
-        """Connect to the first reachable of "host:port[,host:port...]"; `connect_timeout` is Kafka's
-        socket.connection.setup.timeout.ms, for this and every broker connection after it."""
+        """Connect to the first reachable of "host:port[,host:port...]" (controllers' addresses with
+        `controllers`); `connect_timeout` is Kafka's socket.connection.setup.timeout.ms, for this and
+        every connection after it."""
         errors = []
         for address in split_bootstrap(bootstrap_servers):  # every entry well formed before any connects
             try:
@@ -104,6 +114,7 @@ class Cluster:
                 request_timeout=request_timeout,
                 security=security,
                 connect_timeout=connect_timeout,
+                controllers=controllers,
             )
         raise ClusterError(
             errors[0] if len(errors) == 1 else "no bootstrap server is reachable: " + " ".join(errors)
@@ -124,6 +135,11 @@ class Cluster:
 
     async def metadata_response(self, topics: list[str] | None = None) -> Any:
         """The Metadata response itself (replicas, ISR, topic ids...), never auto-creating a topic."""
+        if self.controllers:
+            raise ClusterError(
+                "the controllers do not answer Metadata requests: give --bootstrap-server to reach "
+                "topics and brokers."
+            )
         cls = self.bootstrap.request_type(METADATA)
         topic_cls = nested_type(cls, "MetadataRequestTopic")
         names = None if topics is None else tuple(build(topic_cls, name=t, topic_id=None) for t in topics)
@@ -144,9 +160,11 @@ class Cluster:
         if client is not None:
             return client
         if node_id not in self._brokers:
-            await self.metadata([])
+            await self._learn_nodes()
         address = self._brokers.get(node_id)
         if address is None:
+            if self.controllers:
+                raise ClusterError(f"controller {node_id} is not one of the cluster's controllers.")
             raise ClusterError(f"broker {node_id} is not in the cluster metadata.")
         if address == self.bootstrap.address:
             client = self.bootstrap
@@ -165,10 +183,72 @@ class Cluster:
         """ "host:port" of a broker this cluster has seen in Metadata or FindCoordinator (else None)."""
         return self._brokers.get(node_id)
 
+    async def node_ids(self) -> list[int]:
+        """Every broker's id; with `controllers` every controller's."""
+        await self._learn_nodes()
+        return sorted(self._brokers)
+
     async def all_nodes(self) -> list[tuple[int, KafkaClient]]:
         """(node id, connection) of every broker (e.g. ListGroups is answered per coordinator)."""
-        await self.metadata([])
-        return [(node_id, await self.node(node_id)) for node_id in sorted(self._brokers)]
+        return [(node_id, await self.node(node_id)) for node_id in await self.node_ids()]
+
+    async def _learn_nodes(self) -> None:
+        """The brokers from Metadata; the controllers from DescribeCluster, as Kafka's admin client
+        learns them when bootstrapped from controllers."""
+        if self.controllers:
+            described = await self._describe_controllers()
+            self._brokers = {c.broker_id: f"{c.host}:{c.port}" for c in described.brokers}
+        else:
+            await self.metadata([])
+
+    async def active_controller(self) -> KafkaClient:
+        """The connection to the active controller, found with DescribeCluster from the bootstrap
+        controller (KIP-919): where Kafka's admin client sends a change when bootstrapped from
+        controllers (LeastLoadedBrokerOrActiveKController), since only the active one commits it."""
+        if self._active_controller is not None:
+            return self._active_controller
+        described = await self._describe_controllers()
+        address = next(
+            (f"{c.host}:{c.port}" for c in described.brokers if c.broker_id == described.controller_id), None
+        )
+        if address is None:
+            raise ClusterError("no active controller is known to the bootstrap controllers.")
+        if address == self.bootstrap.address:
+            self._active_controller = self.bootstrap
+        else:
+            self._active_controller = await KafkaClient.connect(
+                address,
+                client_id=self.client_id,
+                connect_timeout=self.connect_timeout,
+                request_timeout=self.request_timeout,
+                security=self.security,
+            )
+        return self._active_controller
+
+    async def least_loaded_or_active_controller(self) -> KafkaClient:
+        """Where a cluster-wide change goes: the bootstrap broker (which forwards it to the active
+        controller), or from controllers the active one."""
+        return await self.active_controller() if self.controllers else self.bootstrap
+
+    async def _describe_controllers(self) -> Any:
+        client = self.bootstrap
+        if client.version(DESCRIBE_CLUSTER) < 1:
+            raise ClusterError(f"{client.address} cannot describe its controllers (DescribeCluster v1).")
+        response = await client.send(
+            build(
+                client.request_type(DESCRIBE_CLUSTER),
+                include_cluster_authorized_operations=False,
+                endpoint_type=ENDPOINT_CONTROLLERS,
+                include_fenced_brokers=False,
+            )
+        )
+        if response.error_code is ErrorCode.mismatched_endpoint_type:
+            raise ClusterError(
+                f"{client.address} is a broker, not a controller: give it to --bootstrap-server."
+            )
+        if response.error_code is not ErrorCode.none:
+            raise ClusterError(f"DescribeCluster failed: {response.error_code.name}.")
+        return response
 
     async def coordinator(self, key: str, key_type: int = GROUP_KEY) -> tuple[int, KafkaClient]:
         """(node id, connection) of the coordinator of a group (key type 0) or transactional id (1)."""
@@ -204,7 +284,8 @@ class Cluster:
         return grouped
 
     async def close(self) -> None:
-        clients = {id(c): c for c in (self.bootstrap, *self._clients.values())}
+        opened = (self.bootstrap, *self._clients.values(), self._active_controller)
+        clients = {id(c): c for c in opened if c is not None}
         for client in clients.values():
             await client.close()
 

@@ -142,7 +142,7 @@ async def alter_client_quotas(
         missing = [key for key in delete_quotas if key not in present]
         if missing:
             raise QuotaError(f"Invalid config(s): {','.join(missing)}")
-    client = cluster.bootstrap
+    client = await cluster.least_loaded_or_active_controller()
     cls = client.request_type(ALTER_CLIENT_QUOTAS)
     entry_cls = nested_type(cls, "EntryData")
     entity_cls = nested_type(cls, "EntityData")

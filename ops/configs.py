@@ -176,12 +176,12 @@ def _name(entry: ConfigEntry) -> str:
 
 
 async def entity_names(cluster: Cluster, resource_type: ResourceType) -> list[str]:
-    """Every topic (internal ones too), or every broker's id and then the broker defaults, as kafka-configs.sh
-    describes them when no entity name is given."""
-    response = await cluster.metadata_response(None)
+    """Every topic (internal ones too), or every broker's id (every controller's, from controllers) and
+    then the broker defaults, as kafka-configs.sh describes them when no entity name is given."""
     if resource_type is ResourceType.TOPIC:
+        response = await cluster.metadata_response(None)
         return sorted(t.name for t in response.topics if t.error_code == ErrorCode.none)
-    return [str(b.node_id) for b in sorted(response.brokers, key=lambda b: b.node_id)] + [BROKER_DEFAULTS]
+    return [str(node_id) for node_id in await cluster.node_ids()] + [BROKER_DEFAULTS]
 
 
 # --- alter -----------------------------------------------------------------------------------------
@@ -212,7 +212,11 @@ async def alter_configs(
             raise ConfigError(
                 f"cannot delete {', '.join(absent)}: not set on {_resource(resource_type, name)}."
             )
-    client = await _answering_broker(cluster, resource_type, name)
+    # From controllers every change goes to the active one, which alone commits it.
+    if cluster.controllers:
+        client = await cluster.active_controller()
+    else:
+        client = await _answering_broker(cluster, resource_type, name)
     cls = client.request_type(INCREMENTAL_ALTER_CONFIGS)
     config_cls = nested_type(cls, "AlterableConfig")
     ops = [config_cls(name=k, config_operation=int(OpType.SET), value=v) for k, v in to_set.items()]
@@ -261,7 +265,8 @@ def parse_key_values(items: Iterable[str], option: str) -> dict[str, str]:
 
 
 async def _answering_broker(cluster: Cluster, resource_type: ResourceType, name: str) -> KafkaClient:
-    """A broker resource is answered by that broker; topics and the broker defaults by any."""
+    """A broker resource is answered by that broker (that controller, from controllers); topics and the
+    broker defaults by any."""
     if resource_type is ResourceType.BROKER and name != BROKER_DEFAULTS:
         return await cluster.node(broker_id(name))
     return cluster.bootstrap

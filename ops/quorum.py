@@ -17,7 +17,6 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.client import KafkaClient
 from kcli.cluster import Cluster, ClusterError
 from kcli.protocol.messages import build, nested_type
 
@@ -79,11 +78,7 @@ async def describe_cluster_status(cluster: Cluster) -> ClusterStatus:
         described = dataclasses.replace(described, brokers=())  # the controllers are not brokers
     if described.error_code is not ErrorCode.none:
         raise ClusterError(f"DescribeCluster failed: {described.error_code.name}.")
-    try:
-        return await _describe_quorum(quorum_client, described)
-    finally:
-        if quorum_client is not client:
-            await quorum_client.close()
+    return await _describe_quorum(quorum_client, described)
 
 
 async def _describe_quorum(client: Any, described: Any) -> ClusterStatus:
@@ -151,32 +146,8 @@ ENDPOINT_CONTROLLERS = 2
 async def voter_change_target(cluster: Cluster, *, controllers: bool) -> Any:
     """Where Kafka's admin client sends a voter change (LeastLoadedBrokerOrActiveKController): with
     --bootstrap-controller the active controller, found with DescribeCluster (KIP-919); with
-    --bootstrap-server the broker it is connected to, which forwards it."""
-    client = cluster.bootstrap
-    if not controllers:
-        return client
-    cls = client.request_type(DESCRIBE_CLUSTER)
-    described = await client.send(
-        cls(
-            include_cluster_authorized_operations=False,
-            endpoint_type=ENDPOINT_CONTROLLERS,
-            include_fenced_brokers=False,
-        )
-    )
-    if described.error_code is not ErrorCode.none:
-        raise ClusterError(f"DescribeCluster failed: {described.error_code.name}.")
-    for controller in described.brokers:
-        if controller.broker_id == described.controller_id:
-            address = f"{controller.host}:{controller.port}"
-            if address == client.address:
-                return client
-            return await KafkaClient.connect(
-                address,
-                client_id=cluster.client_id,
-                request_timeout=cluster.request_timeout,
-                security=cluster.security,
-            )
-    raise ClusterError("no active controller is known to the bootstrap controllers.")
+    --bootstrap-server the broker it is connected to, which forwards it. The cluster closes it."""
+    return await cluster.active_controller() if controllers else cluster.bootstrap
 
 
 async def add_raft_voter(
@@ -200,11 +171,7 @@ async def add_raft_voter(
     }
     if client.version(ADD_RAFT_VOTER) >= 1:
         fields["ack_when_committed"] = True
-    try:
-        response = await client.send(build(cls, **fields))
-    finally:
-        if client is not cluster.bootstrap:
-            await client.close()
+    response = await client.send(build(cls, **fields))
     _raise_on_error("AddRaftVoter", response)
 
 
@@ -214,13 +181,9 @@ async def remove_raft_voter(
     """RemoveRaftVoter (81); ClusterError on refusal."""
     client = await voter_change_target(cluster, controllers=controllers)
     cls = client.request_type(REMOVE_RAFT_VOTER)
-    try:
-        response = await client.send(
-            build(cls, cluster_id=None, voter_id=voter_id, voter_directory_id=directory_id)
-        )
-    finally:
-        if client is not cluster.bootstrap:
-            await client.close()
+    response = await client.send(
+        build(cls, cluster_id=None, voter_id=voter_id, voter_directory_id=directory_id)
+    )
     _raise_on_error("RemoveRaftVoter", response)
 
 

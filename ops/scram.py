@@ -113,7 +113,7 @@ async def alter_user_scram_credentials(
     deletions = list(deletions)
     if not upsertions and not deletions:
         raise ScramError("give at least one SCRAM credential to add or delete.")
-    client = cluster.bootstrap
+    client = await cluster.least_loaded_or_active_controller()
     cls = client.request_type(ALTER_USER_SCRAM_CREDENTIALS)
     deletion_cls = nested_type(cls, "ScramCredentialDeletion")
     upsertion_cls = nested_type(cls, "ScramCredentialUpsertion")

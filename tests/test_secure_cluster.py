@@ -297,6 +297,86 @@ def test_the_controller_listener_wants_sasl_ssl(cluster: SecuredCluster) -> None
     assert "TLS handshake failed on listener CONTROLLER" in cluster.logs()
 
 
+def test_configs_through_the_secured_controller_listener(cluster: SecuredCluster) -> None:
+    """kafka-configs.sh's --bootstrap-controller (KIP-919) over SASL_SSL: a broker's config and the broker
+    defaults are altered at the active controller whichever controller is named (each in turn, so some
+    are not the active one) and read back through a broker; without a name the controllers are listed
+    as brokers are; topics, which only brokers list (Metadata), and both bootstrap options are one
+    sentence each."""
+    cc = ["--command-config", str(cluster.client_properties)]
+    broker = ["--bootstrap-server", cluster.bootstrap.split(",")[0], *cc]
+    addresses = controllers(cluster)
+    key = "log.cleaner.backoff.ms"
+    for node_id, address in addresses.items():
+        via = ["--bootstrap-controller", address, *cc, "--entity-type", "brokers"]
+        done = kcli(
+            "configs", "alter", *via, "--entity-name", str(node_id), "--add-config", f"{key}={node_id}000"
+        )
+        assert done.stdout == f"Completed updating config for broker {node_id}.\n"
+        shown = kcli(
+            "configs", "describe", *broker, "--entity-type", "brokers", "--entity-name", str(node_id)
+        )
+        assert (
+            f"  {key}={node_id}000 sensitive=false synonyms={{DYNAMIC_BROKER_CONFIG:{key}={node_id}000"
+            in shown.stdout
+        )
+    first = ["--bootstrap-controller", ",".join(addresses.values()), *cc]
+    done = kcli(
+        "configs",
+        "alter",
+        *first,
+        "--entity-type",
+        "brokers",
+        "--entity-default",
+        "--add-config",
+        f"{key}=7000",
+    )
+    assert done.stdout == "Completed updating default config for brokers in the cluster.\n"
+    listed = kcli("configs", "describe", *first, "--entity-type", "brokers").stdout
+    headers = [line for line in listed.splitlines() if not line.startswith("  ")]
+    assert headers == [f"Dynamic configs for broker {n} are:" for n in sorted(addresses)] + [
+        "Default configs for brokers in the cluster are:"
+    ]
+    assert f"  {key}=7000 sensitive=false synonyms={{DYNAMIC_DEFAULT_BROKER_CONFIG:{key}=7000" in listed
+    for node_id in addresses:
+        kcli(
+            "configs",
+            "alter",
+            *first,
+            "--entity-type",
+            "brokers",
+            "--entity-name",
+            str(node_id),
+            "--delete-config",
+            key,
+        )
+    kcli("configs", "alter", *first, "--entity-type", "brokers", "--entity-default", "--delete-config", key)
+    assert key not in kcli("configs", "describe", *broker, "--entity-type", "brokers").stdout
+
+    topics = kcli("configs", "describe", *first, "--entity-type", "topics", check=False)
+    assert topics.returncode != 0 and topics.stderr == (
+        "kcli: the controllers do not answer Metadata requests: give --bootstrap-server to reach topics and "
+        "brokers.\n"
+    )
+    both = kcli("configs", "describe", *first, *broker[:2], "--entity-type", "brokers", check=False)
+    assert both.returncode != 0
+    assert both.stderr == "kcli: You cannot specify both --bootstrap-controller and --bootstrap-server.\n"
+    wrong = kcli(
+        "configs",
+        "describe",
+        "--bootstrap-controller",
+        broker[1],
+        *cc,
+        "--entity-type",
+        "brokers",
+        check=False,
+    )
+    assert wrong.returncode != 0
+    assert (
+        wrong.stderr == f"kcli: {broker[1]} is a broker, not a controller: give it to --bootstrap-server.\n"
+    )
+
+
 def test_failover_over_the_secured_controller_listener(cluster: SecuredCluster) -> None:
     """SIGKILL the quorum leader: the other two voters elect a new one over SASL_SSL (Vote, then
     BeginQuorumEpoch and Fetch), the brokers heartbeat to it, and acks=all produce goes on. Last in the

@@ -12,6 +12,7 @@ import orjson
 import typer
 
 from kcli.cli.app import Output
+from kcli.errors import KcliError
 
 if TYPE_CHECKING:
     from kcli.cluster import Cluster
@@ -28,6 +29,13 @@ BOOTSTRAP = typer.Option(
     "-b",
     metavar="HOST:PORT[,...]",
     help=f"Brokers to bootstrap from [default: --command-config's bootstrap.servers, else {DEFAULT_BOOTSTRAP}].",
+    show_default=False,
+)
+BOOTSTRAP_CONTROLLER = typer.Option(
+    None,
+    "--bootstrap-controller",
+    metavar="HOST:PORT[,...]",
+    help="Controllers to bootstrap from instead of brokers (KIP-919): the request goes to the controllers.",
     show_default=False,
 )
 OUTPUT = typer.Option(Output.text, "--output", "-o", help="Aligned columns, or one JSON object per line.")
@@ -55,6 +63,14 @@ def client_config(path: Path | None, *, role: Role = "admin") -> ClientConfig:
     return config
 
 
+def bootstrap_target(server: str | None, controller: str | None) -> tuple[str | None, bool]:
+    """--bootstrap-server or --bootstrap-controller, never both (Kafka's initializeBootstrapProperties):
+    the addresses and whether they are controllers."""
+    if server and controller:
+        raise KcliError("You cannot specify both --bootstrap-controller and --bootstrap-server.")
+    return (controller, True) if controller else (server, False)
+
+
 def run_on_cluster(
     bootstrap: str | None,
     work: Callable[[Cluster], Awaitable[T]],
@@ -62,8 +78,10 @@ def run_on_cluster(
     client_id: str = "kcli",
     security: ClientSecurity | None = None,
     config: ClientConfig | Path | None = None,
+    controllers: bool = False,
 ) -> T:
-    """Connect, run `work(cluster)` on a fresh event loop, close every connection.
+    """Connect, run `work(cluster)` on a fresh event loop, close every connection; with `controllers`
+    `bootstrap` names controllers (--bootstrap-controller).
 
     `config` (read from a path here) gives the security, client.id, request.timeout.ms and, when
     `bootstrap` is None, bootstrap.servers; `security` and `client_id` are for callers without one.
@@ -82,6 +100,7 @@ def run_on_cluster(
             request_timeout=config.timeout_s("request.timeout.ms", 30.0),
             security=security or config.security or PLAINTEXT,
             connect_timeout=config.timeout_s("socket.connection.setup.timeout.ms", CONNECT_TIMEOUT),
+            controllers=controllers,
         ) as cluster:
             return await work(cluster)
 

@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from kcli.cli.admin import BOOTSTRAP, COMMAND_CONFIG, OUTPUT, run_on_cluster, write_json_lines
+from kcli.cli.admin import (
+    BOOTSTRAP,
+    BOOTSTRAP_CONTROLLER,
+    COMMAND_CONFIG,
+    OUTPUT,
+    bootstrap_target,
+    run_on_cluster,
+    write_json_lines,
+)
 from kcli.cli.app import Output, app
 from kcli.errors import KcliError
 
@@ -86,6 +94,7 @@ BROKER_DEFAULTS = typer.Option(
 @configs_app.command("describe")
 def describe(
     bootstrap: str | None = BOOTSTRAP,
+    bootstrap_controller: str | None = BOOTSTRAP_CONTROLLER,
     command_config: Path | None = COMMAND_CONFIG,
     entity_type: EntityType = ENTITY_TYPE,
     entity_name: str = ENTITY_NAME,
@@ -115,6 +124,8 @@ def describe(
     from ops.configs import BROKER_DEFAULTS as DEFAULTS_NAME
     from ops.configs import ResourceType, describe_configs, entity_names
 
+    bootstrap, controllers = bootstrap_target(bootstrap, bootstrap_controller)
+
     quota_entity = _quota_entity(
         entity_type,
         entity_name,
@@ -130,7 +141,7 @@ def describe(
     if quota_entity is not None:
         if all_:
             raise KcliError("--all applies to topics and brokers, not to users, clients or ips.")
-        _describe_quotas(bootstrap, command_config, quota_entity, output)
+        _describe_quotas(bootstrap, controllers, command_config, quota_entity, output)
         return
     kind, name = _entity(
         entity_type, entity_name, entity_default, topic, broker, broker_defaults, alter=False
@@ -140,7 +151,7 @@ def describe(
         names = [name] if name is not None else await entity_names(cluster, kind)
         return await describe_configs(cluster, [(kind, n) for n in names])
 
-    described = run_on_cluster(bootstrap, work, config=command_config)
+    described = run_on_cluster(bootstrap, work, config=command_config, controllers=controllers)
     if output is Output.json:
         write_json_lines(d.to_json(d.entries if all_ else d.dynamic()) for d in described)
         return
@@ -162,6 +173,7 @@ def describe(
 @configs_app.command("alter")
 def alter(
     bootstrap: str | None = BOOTSTRAP,
+    bootstrap_controller: str | None = BOOTSTRAP_CONTROLLER,
     command_config: Path | None = COMMAND_CONFIG,
     entity_type: EntityType = ENTITY_TYPE,
     entity_name: str = ENTITY_NAME,
@@ -204,6 +216,8 @@ def alter(
     from ops.configs import BROKER_DEFAULTS as DEFAULTS_NAME
     from ops.configs import alter_configs, parse_add_config
 
+    bootstrap, controllers = bootstrap_target(bootstrap, bootstrap_controller)
+
     quota_entity = _quota_entity(
         entity_type,
         entity_name,
@@ -217,7 +231,7 @@ def alter(
         _resource_flags(topic, broker, broker_defaults),
     )
     if quota_entity is not None:
-        _alter_quotas(bootstrap, command_config, quota_entity, add_config, delete_config)
+        _alter_quotas(bootstrap, controllers, command_config, quota_entity, add_config, delete_config)
         return
     kind, name = _entity(entity_type, entity_name, entity_default, topic, broker, broker_defaults, alter=True)
     assert name is not None
@@ -229,6 +243,7 @@ def alter(
         bootstrap,
         lambda cluster: alter_configs(cluster, kind, name, set_configs=to_set, delete_configs=to_delete),
         config=command_config,
+        controllers=controllers,
     )
     if name == DEFAULTS_NAME:
         print("Completed updating default config for brokers in the cluster.")
@@ -316,7 +331,7 @@ def _quota_components(target: QuotaTarget) -> list[tuple[str, str | None, bool]]
 
 
 def _describe_quotas(
-    bootstrap: str | None, command_config: Path | None, target: QuotaTarget, output: Output
+    bootstrap: str | None, controllers: bool, command_config: Path | None, target: QuotaTarget, output: Output
 ) -> None:
     """kafka-configs.sh --describe for users or clients: quota lines, then (users only, no default,
     no client) the SCRAM credential lines."""
@@ -333,7 +348,7 @@ def _describe_quotas(
         scram = await describe_user_scram_credentials(cluster, users) if with_scram else []
         return quotas, scram
 
-    quotas, scram = run_on_cluster(bootstrap, work, config=command_config)
+    quotas, scram = run_on_cluster(bootstrap, work, config=command_config, controllers=controllers)
     if output is Output.json:
         write_json_lines([*(q.to_json() for q in quotas), *(d.to_json() for d in scram)])
         return
@@ -343,6 +358,7 @@ def _describe_quotas(
 
 def _alter_quotas(
     bootstrap: str | None,
+    controllers: bool,
     command_config: Path | None,
     target: QuotaTarget,
     add_config: str | None,
@@ -394,7 +410,7 @@ def _alter_quotas(
                 deletions=deletions,
             )
 
-    run_on_cluster(bootstrap, work, config=command_config)
+    run_on_cluster(bootstrap, work, config=command_config, controllers=controllers)
     kind, name = target[0]
     if name is None:
         print(f"Completed updating default config for {kind} in the cluster.")
