@@ -357,6 +357,46 @@ def test_an_incremental_fetch_reads_what_changed_and_what_it_left_unread(broker:
     asyncio.run(run())
 
 
+def test_a_session_never_reads_a_deleted_topics_successor_under_the_old_id(broker: BrokerProcess) -> None:
+    """A session holds a partition by its topic's id; the topic is deleted and made again under the same
+    name. The session's next fetch answers INCONSISTENT_TOPIC_ID for it, as Kafka's readFromLog does,
+    never the new topic's records under the old id (the client then refreshes its metadata)."""
+    create_topics(broker.bootstrap, {"d-re": 1})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+    async def run() -> None:
+        async with await KafkaClient.connect(broker.bootstrap) as client:
+            old = await topic_ids(client, ["d-re"])
+            await produce(client, "d-re", 0, 2)
+            first = await client.send(fetch(13, [("d-re", 0, 0)], ids=old, session_epoch=0))
+            assert offsets(answered(first, {old["d-re"]: "d-re"})[("d-re", 0)].records) == [0, 1]
+            admin.delete_topics(["d-re"])["d-re"].result(30)
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    admin.create_topics([NewTopic("d-re", 1, 1)])["d-re"].result(30)
+                    break
+                except Exception:  # the deletion is still going on: TOPIC_ALREADY_EXISTS
+                    assert time.monotonic() < deadline, "the topic could not be made again"
+                    await asyncio.sleep(0.2)
+            new = await topic_ids(client, ["d-re"])
+            assert new["d-re"] != old["d-re"]
+            while True:
+                try:
+                    await produce(client, "d-re", 0, 3)
+                    break
+                except AssertionError:  # its leader is not elected yet
+                    assert time.monotonic() < deadline, "the new topic took no records"
+                    await asyncio.sleep(0.2)
+            again = await client.send(fetch(13, [], ids=old, session_id=first.session_id, session_epoch=1))
+            assert again.error_code == ErrorCode.none
+            answer = answered(again, {old["d-re"]: "d-re"})[("d-re", 0)]
+            assert answer.error_code == ErrorCode.inconsistent_topic_id
+            assert not offsets(answer.records)
+
+    asyncio.run(run())
+
+
 def test_a_full_cache_evicts_by_kafkas_rules(broker_factory: Any) -> None:
     """One slot: a consumer's young session is not evicted by another consumer's, a follower's evicts it,
     and no consumer's can evict the follower's; with no slots no session is ever made."""

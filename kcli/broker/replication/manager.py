@@ -163,6 +163,8 @@ _INVALID_REQUIRED_ACKS = PartitionResponse(ErrorCode.invalid_required_acks)
 _INVALID_TOPIC = PartitionResponse(ErrorCode.invalid_topic_exception)
 _STORAGE_ERROR = PartitionResponse(ErrorCode.kafka_storage_error)
 _METADATA_ERRORS = frozenset({ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id})
+_NO_TOPIC_ID = uuid.UUID(int=0)
+"""A Fetch before v13 names topics, not ids."""
 _RECORDS_ERRORS_WITHOUT_OFFSETS = frozenset(
     {ErrorCode.corrupt_message, ErrorCode.message_too_large, ErrorCode.record_list_too_large}
 )
@@ -787,6 +789,10 @@ class ReplicaManager:
             partition = self._partitions.get((topic, index))
             if partition is None:
                 raise PartitionError(ErrorCode.not_leader_or_follower)
+            if topic_id not in (None, _NO_TOPIC_ID) and partition.log.topic_id not in (None, topic_id):
+                # A fetch session's partition named by the id of a topic deleted since, while a new
+                # topic of the same name has the log now (ReplicaManager.readFromLog's check).
+                raise PartitionError(ErrorCode.inconsistent_topic_id)
             # a preferred read replica is looked for only for a consumer's fetch (v11+) with a selector
             if client_metadata is not None and replica_id < 0 and self.replica_selector is not None:
                 preferred = self.find_preferred_read_replica(
