@@ -17,11 +17,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kcli.cluster import Cluster, ClusterError
+from kcli.cluster import DESCRIBE_CLUSTER, ENDPOINT_CONTROLLERS, Cluster, ClusterError
 from kcli.protocol.messages import build, nested_type
 
 DESCRIBE_QUORUM = 55
-DESCRIBE_CLUSTER = 60
 METADATA_TOPIC = "__cluster_metadata"
 
 
@@ -74,7 +73,7 @@ async def describe_cluster_status(cluster: Cluster) -> ClusterStatus:
         described = await client.send(cls(**fields))
         if described.error_code is ErrorCode.none:
             # only the active controller answers DescribeQuorum: Kafka's admin client sends it there
-            quorum_client = await voter_change_target(cluster, controllers=True)
+            quorum_client = await cluster.active_controller()
         described = dataclasses.replace(described, brokers=())  # the controllers are not brokers
     if described.error_code is not ErrorCode.none:
         raise ClusterError(f"DescribeCluster failed: {described.error_code.name}.")
@@ -140,14 +139,6 @@ async def _describe_quorum(client: Any, described: Any) -> ClusterStatus:
 
 ADD_RAFT_VOTER = 80
 REMOVE_RAFT_VOTER = 81
-ENDPOINT_CONTROLLERS = 2
-
-
-async def voter_change_target(cluster: Cluster, *, controllers: bool) -> Any:
-    """Where Kafka's admin client sends a voter change (LeastLoadedBrokerOrActiveKController): with
-    --bootstrap-controller the active controller, found with DescribeCluster (KIP-919); with
-    --bootstrap-server the broker it is connected to, which forwards it. The cluster closes it."""
-    return await cluster.active_controller() if controllers else cluster.bootstrap
 
 
 async def add_raft_voter(
@@ -155,11 +146,10 @@ async def add_raft_voter(
     voter_id: int,
     directory_id: uuid.UUID,
     endpoints: list[tuple[str, str, int]],
-    *,
-    controllers: bool,
 ) -> None:
-    """AddRaftVoter (80) with the new controller's replica key and endpoints; ClusterError on refusal."""
-    client = await voter_change_target(cluster, controllers=controllers)
+    """AddRaftVoter (80) with the new controller's replica key and endpoints, to the bootstrap broker
+    (which forwards it) or from controllers the active one; ClusterError on refusal."""
+    client = await cluster.least_loaded_or_active_controller()
     cls = client.request_type(ADD_RAFT_VOTER)
     listener_cls = nested_type(cls, "Listener")
     fields: dict[str, Any] = {
@@ -175,11 +165,9 @@ async def add_raft_voter(
     _raise_on_error("AddRaftVoter", response)
 
 
-async def remove_raft_voter(
-    cluster: Cluster, voter_id: int, directory_id: uuid.UUID, *, controllers: bool
-) -> None:
-    """RemoveRaftVoter (81); ClusterError on refusal."""
-    client = await voter_change_target(cluster, controllers=controllers)
+async def remove_raft_voter(cluster: Cluster, voter_id: int, directory_id: uuid.UUID) -> None:
+    """RemoveRaftVoter (81), sent as AddRaftVoter is; ClusterError on refusal."""
+    client = await cluster.least_loaded_or_active_controller()
     cls = client.request_type(REMOVE_RAFT_VOTER)
     response = await client.send(
         build(cls, cluster_id=None, voter_id=voter_id, voter_directory_id=directory_id)

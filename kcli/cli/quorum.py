@@ -90,10 +90,9 @@ def add_controller(
     if not dry_run:
         run_on_cluster(
             bootstrap,
-            lambda cluster: add_raft_voter(
-                cluster, node_id, directory_id, endpoints, controllers=controllers
-            ),
+            lambda cluster: add_raft_voter(cluster, node_id, directory_id, endpoints),
             config=client_config(config, role="server"),
+            controllers=controllers,
         )
     from formats.checkpoints import uuid_to_base64
 
@@ -137,8 +136,9 @@ def remove_controller(
     if not dry_run:
         run_on_cluster(
             bootstrap,
-            lambda cluster: remove_raft_voter(cluster, controller_id, directory_id, controllers=controllers),
+            lambda cluster: remove_raft_voter(cluster, controller_id, directory_id),
             config=config,
+            controllers=controllers,
         )
     verb = "DRY RUN of removing " if dry_run else "Removed "
     typer.echo(f"{verb} KRaft controller {controller_id} with directory id {controller_directory_id}")
