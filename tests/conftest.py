@@ -374,33 +374,41 @@ _SESSION_KAFKA: dict[str, Callable[[], None]] = {}
 """The session-scoped Apache Kafka fixtures running now, by fixture name: how to stop each."""
 
 
-def _cpu_seconds() -> float:
+@pytest.fixture(scope="module", autouse=True)
+def _file_cpu(request: pytest.FixtureRequest) -> Iterator[None]:
+    """With KCLI_SUITE_CPU=DIR, each file's CPU-seconds (the worker's and those of the processes it
+    started and reaped: brokers, JVMs, tools) go to a line in DIR, for scripts/suite_times.py. Set up
+    before the fixture below, so that its teardown (a Kafka node stopped) counts too."""
+    cpu_dir = os.environ.get("KCLI_SUITE_CPU")
+    if not cpu_dir:
+        yield
+        return
     import resource
 
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    def cpu_seconds() -> float:
+        own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+    before = cpu_seconds()
+    yield
+    with open(Path(cpu_dir) / f"{os.getpid()}.cpu", "a") as out:
+        out.write(f"{request.node.path.stem} {cpu_seconds() - before:.2f}\n")
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _stop_apache_kafka_after_its_last_use(request: pytest.FixtureRequest) -> Iterator[None]:
     """After each file: stop the session's Apache Kafka node or cluster when no test after this file
     asks for it. An idle 3-node cluster takes ~8% of a core, and a session fixture otherwise lives until
-    its xdist worker ends (tests/scheduling.py runs the files that use them first, on one worker).
-
-    With KCLI_SUITE_CPU=DIR each file's CPU-seconds (the worker's and those of the processes it started
-    and reaped: brokers, JVMs, tools) go to a line in DIR, for scripts/suite_times.py."""
-    before = _cpu_seconds()
+    its xdist worker ends (tests/scheduling.py runs the files that use them first, on one worker)."""
     yield
-    if _SESSION_KAFKA:
-        items = request.session.items
-        prefix = request.node.nodeid + "::"
-        last = max((i for i, item in enumerate(items) if item.nodeid.startswith(prefix)), default=len(items))
-        for name in list(_SESSION_KAFKA):
-            if not any(name in item.fixturenames for item in items[last + 1 :]):
-                _SESSION_KAFKA.pop(name)()
-    if cpu_dir := os.environ.get("KCLI_SUITE_CPU"):
-        with open(Path(cpu_dir) / f"{os.getpid()}.cpu", "a") as out:
-            out.write(f"{request.node.path.stem} {_cpu_seconds() - before:.2f}\n")
+    if not _SESSION_KAFKA:
+        return
+    items = request.session.items
+    prefix = request.node.nodeid + "::"
+    last = max((i for i, item in enumerate(items) if item.nodeid.startswith(prefix)), default=len(items))
+    for name in list(_SESSION_KAFKA):
+        if not any(name in item.fixturenames for item in items[last + 1 :]):
+            _SESSION_KAFKA.pop(name)()
 
 
 @pytest.fixture(scope="session")
