@@ -1,7 +1,7 @@
 """ACLs and client quotas on a three-node SASL_SSL kcli cluster with the StandardAuthorizer survive a
 controller failover (kill -9 of the active controller) and reach a node that can only learn them from
-a metadata snapshot: real `kcli broker start` processes, `kcli acls` and `kcli configs`, confluent-kafka
-clients. Every node is a voter and a broker (`kcli cluster start --security sasl_ssl`'s layout), the
+a metadata snapshot (a restarted node that fell behind, and a broker-only node that joins late): real
+`kcli broker start` processes, `kcli acls` and `kcli configs`, confluent-kafka clients. Every node is a voter and a broker (`kcli cluster start --security sasl_ssl`'s layout), the
 nodes log in to each other as admin, a super user; alice, bob, carol and dora are SCRAM users
 bootstrapped into the metadata log, and allow.everyone.if.no.acl.found is false (Kafka's default), so
 bob, who is given no ACL, is denied everywhere."""
@@ -16,7 +16,10 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from kraft_cluster import SESSION, LocalKraftCluster, kcli, read_metadata_log, wait_for
+from conftest import free_port_range
+from kraft_cluster import SESSION, LocalKraftCluster, NodeProcess, kcli, read_metadata_log, wait_for
+
+from ops.local_cluster import LocalNode
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -210,8 +213,47 @@ def test_acls_and_quotas_survive_a_failover_and_reach_a_node_from_a_snapshot(tmp
             return bool(throttles) and max(throttles) > 0
 
         wait_for("a throttled ProduceResponse from the restarted node", throttled, 20, 0.1)
+        dora.flush(0)
+
+        # a broker-only node formatted now, whose metadata log starts empty while the controllers' starts
+        # past 0: it can learn the ACLs and quotas only from a snapshot, and enforces them
+        late = join_broker_only(cluster, root, 4)
+        late.wait_ready()
+        assert "installed snapshot" in late.log(), late.log()[-3000:]
+        assert c.acls(4) == after_failover
+        assert c.quota(4, "dora") == quota
+        c.create_topics(4, [NewTopic("ha-joined", 1, replica_assignment=[[4]])])
+        assert produce(c.client(4, "alice"), "ha-joined") is None
+        assert denied(produce(c.client(4, "bob"), "ha-joined"))
+        assert denied(produce(c.client(4, "carol"), "ha-joined"))
     finally:
         cluster.kill_all()
+
+
+def join_broker_only(cluster: LocalKraftCluster, root: Path, node_id: int) -> NodeProcess:
+    """Node `node_id` as `process.roles=broker`, with node 1's security settings and the same voters,
+    formatted with the cluster's id and started; it joins `cluster`'s nodes."""
+    port = free_port_range(1)
+    node = LocalNode(node_id, port, None, root / f"node-{node_id}")
+    node.directory.mkdir()
+    replaced = {
+        "process.roles": "broker",
+        "node.id": str(node_id),
+        "listeners": f"SASL_SSL://127.0.0.1:{port}",
+        "log.dirs": str(node.directory / "data"),
+    }
+    lines = []
+    for line in cluster[1].node.properties.read_text().splitlines():
+        key = line.split("=", 1)[0]
+        lines.append(f"{key}={replaced[key]}" if key in replaced else line)
+    node.properties.write_text("\n".join(lines) + "\n")
+    node.properties.chmod(0o600)
+    formatted = kcli("storage", "format", "--config", str(node.properties), "--cluster-id",
+                     cluster.layout.cluster_id)  # fmt: skip
+    assert formatted.returncode == 0, formatted.stderr
+    cluster.nodes[node_id] = process = NodeProcess(node)
+    process.start()
+    return process
 
 
 def _try_leader(c: SecureCluster, node_id: int) -> int | None:
