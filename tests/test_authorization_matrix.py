@@ -1384,53 +1384,59 @@ KNOWN_DIFFERENCES: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
-def kafka_rows(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Row]]:
+def kafka_authorizer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One Apache Kafka node on SASL_SSL with the StandardAuthorizer and the matrix's properties."""
+    yield from _kafka_cluster(tmp_path_factory, 1, security="sasl_ssl", properties=AUTHORIZER_PROPERTIES)
+
+
+@pytest.fixture(scope="module")
+def kafka_rows(kafka_authorizer: Any) -> dict[str, Row]:
     import subprocess
 
     import apache_kafka
 
-    for cluster in _kafka_cluster(tmp_path_factory, 1, security="sasl_ssl", properties=AUTHORIZER_PROPERTIES):
-        assert cluster.client_properties is not None
-        workdir = cluster.client_properties.parent
-        admin_text = cluster.client_properties.read_text()
-        admin = client_security(workdir, admin_text, "matrix-admin")
-        alice_text = admin_text.replace(
-            f'username="{apache_kafka.ADMIN_USER}" password="{apache_kafka.ADMIN_PASSWORD}"',
-            f'username="{ALICE}" password="{ALICE_PASSWORD}"',
-        )
-        alice = client_security(workdir, alice_text, "matrix-alice")
-        subprocess.run(
-            [
-                *KCLI,
-                "configs",
-                "alter",
-                "--bootstrap-server",
-                cluster.bootstrap,
-                "--command-config",
-                str(cluster.client_properties),
-                "--entity-type",
-                "users",
-                "--entity-name",
-                ALICE,
-                "--add-config",
-                f"SCRAM-SHA-512=[password={ALICE_PASSWORD}]",
-            ],
-            capture_output=True,
-            env=kcli_env(),
-            check=True,
-            timeout=60,
-        )
-        node = cluster.nodes[0]
-        target = Target(
+    cluster = kafka_authorizer
+    assert cluster.client_properties is not None
+    workdir = cluster.client_properties.parent
+    admin_text = cluster.client_properties.read_text()
+    admin = client_security(workdir, admin_text, "matrix-admin")
+    alice_text = admin_text.replace(
+        f'username="{apache_kafka.ADMIN_USER}" password="{apache_kafka.ADMIN_PASSWORD}"',
+        f'username="{ALICE}" password="{ALICE_PASSWORD}"',
+    )
+    alice = client_security(workdir, alice_text, "matrix-alice")
+    subprocess.run(
+        [
+            *KCLI,
+            "configs",
+            "alter",
+            "--bootstrap-server",
             cluster.bootstrap,
-            f"127.0.0.1:{node.controller_port}",
-            admin,
-            alice,
-            "SCRAM-SHA-512",
-            settle=0.3,
-            settle_controller_cases_only=True,
-        )
-        yield _with_login_retry(target)
+            "--command-config",
+            str(cluster.client_properties),
+            "--entity-type",
+            "users",
+            "--entity-name",
+            ALICE,
+            "--add-config",
+            f"SCRAM-SHA-512=[password={ALICE_PASSWORD}]",
+        ],
+        capture_output=True,
+        env=kcli_env(),
+        check=True,
+        timeout=60,
+    )
+    node = cluster.nodes[0]
+    target = Target(
+        cluster.bootstrap,
+        f"127.0.0.1:{node.controller_port}",
+        admin,
+        alice,
+        "SCRAM-SHA-512",
+        settle=0.3,
+        settle_controller_cases_only=True,
+    )
+    return _with_login_retry(target)
 
 
 def _with_login_retry(target: Target, cases: list[Case] = CASES) -> dict[str, Row]:
@@ -1454,6 +1460,65 @@ def _with_login_retry(target: Target, cases: list[Case] = CASES) -> dict[str, Ro
 def test_kafka_authorization_matrix(kafka_rows: dict[str, Row]) -> None:
     """The same matrix holds for Apache Kafka (the reference the rows were written against)."""
     check_rows(kafka_rows)
+
+
+ACL_COMMAND = "org.apache.kafka.tools.AclCommand"
+"""kafka-acls.sh's main class."""
+
+
+def test_kcli_acls_manages_kafkas_acls_as_kafka_acls_does(kafka_authorizer: Any, kafka_rows: Any) -> None:
+    """`kcli acls` against Apache Kafka with the same flags and the same properties file as kafka-acls.sh:
+    the same lines for add and list, ACLs one tool wrote seen and removed by the other, and `acls check`
+    deciding from Kafka's ACLs. After the matrix, whose ACLs stay listed beside these."""
+    import subprocess
+
+    import apache_kafka
+
+    config = str(kafka_authorizer.client_properties)
+    workdir = kafka_authorizer.client_properties.parent / "kafka-acls"
+    connect = ["--bootstrap-server", kafka_authorizer.bootstrap, "--command-config", config]
+
+    def ours(*args: str, code: int = 0) -> str:
+        done = subprocess.run([*KCLI, "acls", *args, *connect], capture_output=True, text=True,
+                              env=kcli_env(), timeout=60)  # fmt: skip
+        assert done.returncode == code, (args, done.stdout, done.stderr)
+        return done.stdout
+
+    def kafkas(*args: str) -> str:
+        done = apache_kafka.run_tool(ACL_COMMAND, [*connect, *args], workdir=workdir)
+        assert done.returncode == 0, (args, done.stdout, done.stderr)
+        return done.stdout
+
+    def lines(text: str) -> list[str]:  # each resource's entries come in the tool's own order
+        return sorted(line.strip() for line in text.splitlines() if line.strip())
+
+    reader = ("--allow-principal", "User:erin", "--operation", "Read", "--operation", "Describe",
+              "--topic", "erin-", "--resource-pattern-type", "prefixed")  # fmt: skip
+    producer = ("--allow-principal", "User:erin", "--producer", "--topic", "erin-out")
+    denied = ("--deny-principal", "User:erin", "--deny-host", "127.0.0.9", "--operation", "All",
+              "--group", "erin-group")  # fmt: skip
+    added = ours("add", *reader)
+    assert "ResourcePattern(resourceType=TOPIC, name=erin-, patternType=PREFIXED)" in added, added
+    assert lines(added) == lines(kafkas("--add", *reader))  # adding an existing ACL again is no change
+    assert lines(kafkas("--add", *producer)) == lines(ours("add", *producer))
+    assert lines(ours("add", *denied)) == lines(kafkas("--add", *denied))
+    listed = kafkas("--list")
+    assert "(principal=User:erin, host=127.0.0.9, operation=ALL, permissionType=DENY)" in listed, listed
+    assert lines(ours("list")) == lines(listed)
+    assert lines(ours("list", "--topic", "erin-out")) == lines(kafkas("--list", "--topic", "erin-out"))
+
+    assert "User:erin ALLOWED READ on TOPIC erin-events" in ours(
+        "check", "--principal", "User:erin", "--operation", "Read", "--topic", "erin-events"
+    )
+    assert "DENIED" in ours(
+        "check", "--principal", "User:erin", "--operation", "Write", "--topic", "erin-events", code=1
+    )
+
+    ours("remove", "--force", *reader)
+    kafkas("--remove", "--force", *producer)
+    ours("remove", "--force", "--group", "erin-group")  # no principal: every ACL of the resource
+    assert "User:erin" not in kafkas("--list")
+    assert "User:erin" not in ours("list")
 
 
 def test_kcli_answers_as_kafka(kcli_rows: dict[str, Row], kafka_rows: dict[str, Row]) -> None:
