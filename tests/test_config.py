@@ -329,6 +329,16 @@ def test_topic_defaults_come_from_broker_synonyms() -> None:
             "advertised.listeners cannot use the nonroutable meta-address 0.0.0.0; "
             "set advertised.listeners to a routable address.",
         ),
+        (
+            {"group.coordinator.rebalance.protocols": "consumer"},
+            "invalid value 'consumer' for configuration group.coordinator.rebalance.protocols: "
+            "Disabling the 'classic' protocol is not supported.",
+        ),
+        (
+            {"group.coordinator.rebalance.protocols": "classic,share"},
+            "invalid value 'classic,share' for configuration group.coordinator.rebalance.protocols: "
+            "kcli does not run share groups; the protocols it runs are classic and consumer.",
+        ),
     ],
 )
 def test_bad_settings_are_one_sentence(settings: dict[str, str], message: str) -> None:

@@ -51,10 +51,16 @@ def in_process(
     enable: bool = True,
     topics: dict[str, int] | None = None,
     release: int | None = None,
+    settings: dict[str, str] | None = None,
 ) -> None:
     async def main() -> None:
         config = BrokerConfig(
-            {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path / "data"), **SETTINGS}
+            {
+                "listeners": "PLAINTEXT://127.0.0.1:0",
+                "log.dirs": str(tmp_path / "data"),
+                **SETTINGS,
+                **(settings or {}),
+            }
         )
         broker = Broker(config, release=release)
         host, port = await broker.start()
@@ -149,6 +155,23 @@ def test_apis_answer_unsupported_version_until_group_version_1(tmp_path: Path) -
         assert response.error_code == ErrorCode.none and response.member_epoch == 1
 
     in_process(tmp_path, body, enable=False, topics={"t": 2}, release=MV_3_9_IV0)  # group.version 0
+
+
+def test_rebalance_protocols_without_consumer_turn_the_apis_off(tmp_path: Path) -> None:
+    """group.coordinator.rebalance.protocols=classic: UNSUPPORTED_VERSION at group.version 1 too, as
+    KafkaApis' isConsumerGroupProtocolEnabled; classic groups form as ever."""
+
+    async def body(broker: Broker, client: KafkaClient) -> None:
+        response = await client.send(join("g", "m1", ("t",)))
+        assert response.error_code == ErrorCode.unsupported_version
+        described = await client.send(
+            build(request_type(DESCRIBE, 1), group_ids=("g",), include_authorized_operations=False)
+        )
+        assert described.groups[0].error_code == ErrorCode.unsupported_version
+        member_id, generation = await join_alone(client, "classic-g", topics=("t",))
+        assert member_id and generation == 1
+
+    in_process(tmp_path, body, topics={"t": 2}, settings={"group.coordinator.rebalance.protocols": "classic"})
 
 
 def test_invalid_heartbeats_get_kafka_errors(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from kcli.config.listeners import DEFAULT_PROTOCOL_MAP, parse_listeners
 from kcli.config.quorum import check_quorum_bootstrap_servers, check_quorum_voters
 from kcli.config.topics import CLEANUP_POLICIES, TIMESTAMP_TYPES, TOPIC_COMPRESSION
 from kcli.config.types import DAY_MS, HOUR_MS, INT_MAX, LONG_MAX, ConfigKey, config_table
-from kcli.config.values import at_least, between, compression_level, list_of, one_of
+from kcli.config.values import at_least, between, compression_level, list_of, one_of, rebalance_protocols
 
 BROKER_CONFIGS: dict[str, ConfigKey] = config_table(
     [
@@ -898,6 +898,13 @@ BROKER_CONFIGS: dict[str, ConfigKey] = config_table(
             "Server assignors; the first is the default.",
         ),
         (
+            "group.coordinator.rebalance.protocols",
+            "list",
+            ["classic", "consumer"],
+            rebalance_protocols,
+            "Rebalance protocols: classic (always) and consumer (KIP-848, with group.version 1).",
+        ),
+        (
             "group.consumer.migration.policy",
             "string",
             "bidirectional",
@@ -980,14 +987,6 @@ BROKER_CONFIGS: dict[str, ConfigKey] = config_table(
         ("share.coordinator.state.topic.min.isr", "short", 2, at_least(1), "Share groups.", False),
         ("zookeeper.connect", "string", None, None, "ZooKeeper mode is not supported; ignored.", False),
         ("controlled.shutdown.enable", "boolean", True, None, "Controlled shutdown.", False),
-        (
-            "group.coordinator.rebalance.protocols",
-            "list",
-            ["classic", "consumer"],
-            None,
-            "Rebalance protocols.",
-            False,
-        ),
     ]
 )
 

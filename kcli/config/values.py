@@ -166,6 +166,21 @@ def list_of(*choices: str) -> Validator:
     return check
 
 
+def rebalance_protocols(value: object) -> str | None:
+    """`group.coordinator.rebalance.protocols`: Kafka's names (its ValidList of group types), classic
+    always on (KafkaConfig refuses to turn it off), and only the protocols kcli runs."""
+    names = list(value)  # type: ignore[call-overload]
+    unknown = [n for n in names if n not in ("classic", "consumer", "share", "streams")]
+    if unknown:
+        return f"{unknown[0]!r} is not one of classic, consumer, share, streams"
+    if "classic" not in names:
+        return "Disabling the 'classic' protocol is not supported"
+    unsupported = [n for n in names if n in ("share", "streams")]
+    if unsupported:
+        return f"kcli does not run {unsupported[0]} groups; the protocols it runs are classic and consumer"
+    return None
+
+
 def throttled_replica_list(name: str) -> Validator:
     """Kafka's ThrottledReplicaListValidator: `*`, or `partition:broker` items (empty ones allowed)."""
 

@@ -2,8 +2,8 @@
 ConsumerGroupDescribe (69).
 
 As in Kafka, both are listed in ApiVersions whatever the cluster's features, and answer
-UNSUPPORTED_VERSION until `group.version` is finalized at 1 or above (KafkaApis'
-isConsumerGroupProtocolEnabled); the group coordinator does the rest
+UNSUPPORTED_VERSION until `group.version` is finalized at 1 or above, and always where
+`group.coordinator.rebalance.protocols` leaves out `consumer` (KafkaApis' isConsumerGroupProtocolEnabled); the group coordinator does the rest
 (kcli.broker.group.consumer_coordinator). Heartbeat needs READ on the group and DESCRIBE on each
 subscribed topic, Describe DESCRIBE on each group and on every topic its members subscribe to or are
 assigned (else the group answers TOPIC_AUTHORIZATION_FAILED), as Kafka 4.1's KafkaApis checks them.
@@ -40,7 +40,8 @@ _UNAUTHORIZED_TOPICS = "The described group uses topics that the client is not a
 
 
 def _enabled(ctx: RequestContext) -> bool:
-    return is_consumer_protocol_enabled(ctx.state.image.features)
+    protocols = ctx.state.config["group.coordinator.rebalance.protocols"]
+    return "consumer" in protocols and is_consumer_protocol_enabled(ctx.state.image.features)  # type: ignore[operator]
 
 
 async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> object:
