@@ -86,6 +86,12 @@ class Member:
     client_id: str
     client_host: str
     assignment: dict[str, tuple[int, ...]]
+    member_epoch: int | None = None
+    """A consumer group's member (KIP-848): its epoch, the assignment the coordinator computed for it,
+    and whether it speaks the consumer protocol (False: a classic member; None: unknown, as for a
+    ConsumerGroupDescribe v0 answer). A classic group's members have none of these."""
+    target_assignment: dict[str, tuple[int, ...]] | None = None
+    upgraded: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -93,8 +99,17 @@ class Member:
             "group_instance_id": self.group_instance_id,
             "client_id": self.client_id,
             "host": self.client_host,
-            "assignment": {topic: list(parts) for topic, parts in sorted(self.assignment.items())},
+            "assignment": _assignment_json(self.assignment),
+            "member_epoch": self.member_epoch,
+            "target_assignment": None
+            if self.target_assignment is None
+            else _assignment_json(self.target_assignment),
+            "upgraded": self.upgraded,
         }
+
+
+def _assignment_json(assignment: dict[str, tuple[int, ...]]) -> dict[str, list[int]]:
+    return {topic: list(parts) for topic, parts in sorted(assignment.items())}
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +154,9 @@ class GroupDescription:
     partitions: tuple[PartitionLag, ...]
     coordinator_address: str = ""
     """"host:port" of the coordinator, as kafka-consumer-groups.sh --state shows it."""
+    group_epoch: int | None = None
+    """A consumer group's epoch and the epoch of its target assignment (None for classic groups)."""
+    target_assignment_epoch: int | None = None
 
     @property
     def exists(self) -> bool:
@@ -161,6 +179,8 @@ class GroupDescription:
             "protocol": self.protocol,
             "coordinator": self.coordinator,
             "coordinator_address": self.coordinator_address,
+            "group_epoch": self.group_epoch,
+            "target_assignment_epoch": self.target_assignment_epoch,
             "total_lag": self.total_lag,
             "max_lag_seconds": self.max_lag_seconds,
             "members": [m.to_json() for m in self.members],
@@ -286,6 +306,7 @@ async def describe_group(
     node_id, described = await _at_coordinator(cluster, group_id, describe)
     if described.error_code == ErrorCode.group_id_not_found:
         return GroupDescription(group_id, "Dead", "", "", node_id, (), (), cluster.address(node_id) or "")
+    epochs: tuple[int | None, int | None] = (None, None)
     if hasattr(described, "group_epoch"):  # a consumer group (KIP-848), from ConsumerGroupDescribe
         members = tuple(
             Member(
@@ -293,11 +314,15 @@ async def describe_group(
                 m.instance_id,
                 m.client_id,
                 m.client_host,
-                {tp.topic_name: tuple(sorted(tp.partitions)) for tp in m.assignment.topic_partitions},
+                _topic_partitions(m.assignment),
+                m.member_epoch,
+                _topic_partitions(m.target_assignment),
+                {CONSUMER_MEMBER_TYPE: True, CLASSIC_MEMBER_TYPE: False}.get(getattr(m, "member_type", -1)),
             )
             for m in described.members
         )
         protocol_type, protocol_data = "consumer", described.assignor_name
+        epochs = (described.group_epoch, described.assignment_epoch)
     else:
         members = tuple(
             Member(
@@ -344,7 +369,18 @@ async def describe_group(
         members,
         rows,
         cluster.address(node_id) or "",
+        *epochs,
     )
+
+
+def _topic_partitions(assignment: Any) -> dict[str, tuple[int, ...]]:
+    """A ConsumerGroupDescribe Assignment as topic -> sorted partitions."""
+    return {tp.topic_name: tuple(sorted(tp.partitions)) for tp in assignment.topic_partitions}
+
+
+CLASSIC_MEMBER_TYPE = 0
+CONSUMER_MEMBER_TYPE = 1
+"""ConsumerGroupDescribe v1's MemberType (KIP-1099): Kafka's Admin reports it as MemberDescription.upgraded."""
 
 
 async def _describe_consumer_group(coordinator: Any, group_id: str) -> Any | None:

@@ -205,6 +205,96 @@ def expected_throttles(
     return topic, {n: rates for n in (1, 2, 3)}
 
 
+@pytest.mark.parametrize("target", ["kafka", "kcli"])
+def test_groups_describe_verbose_equals_kafka_consumer_groups_for_both_protocols(
+    target: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Two consumer-protocol members (KIP-848, librdkafka's group.protocol=consumer) on two topics and a
+    classic member: `kcli groups describe --members|--state [--verbose]` prints what Kafka 4.1's
+    kafka-consumer-groups.sh prints (epochs, current and target assignments), against Apache Kafka and
+    against a kcli broker, once the consumer group is reconciled."""
+    b = (
+        request.getfixturevalue("kafka_cluster") if target == "kafka" else request.getfixturevalue("broker")
+    ).bootstrap
+    rf = "3" if target == "kafka" else "1"
+    topics = {f"verbose-{target}-a": 3, f"verbose-{target}-b": 2}
+    for topic, count in topics.items():
+        kcli("topics", "create", "-b", b, "-t", topic, "--partitions", str(count), "--replication-factor", rf)
+    new_group, old_group = f"verbose-new-{target}", f"verbose-old-{target}"
+    members = [
+        Consumer(
+            {
+                "bootstrap.servers": b,
+                "group.id": new_group,
+                "group.protocol": "consumer",
+                "client.id": f"new-{i}",
+            }
+        )  # fmt: skip
+        for i in range(2)
+    ] + [Consumer({"bootstrap.servers": b, "group.id": old_group, "client.id": "old-0"})]
+    members[0].subscribe(list(topics))
+    members[1].subscribe(list(topics))
+    members[2].subscribe([next(iter(topics))])
+
+    def reconciled() -> bool:
+        for m in members:
+            m.poll(0.1)
+        done = kcli_run("groups", "describe", "-b", b, new_group, "-o", "json")
+        if done.returncode != 0:
+            return False
+        group = json.loads(done.stdout)
+        return (
+            group["state"] == "Stable"
+            and len(group["members"]) == 2
+            and all(m["assignment"] and m["assignment"] == m["target_assignment"] for m in group["members"])
+            and all(m["member_epoch"] == group["target_assignment_epoch"] for m in group["members"])
+            and len(members[2].assignment()) == 3
+        )
+
+    try:
+        wait_for("a reconciled consumer group and a stable classic one", reconciled, 60)
+        views = [
+            (new_group, "--members"),
+            (new_group, "--members", "--verbose"),
+            (new_group, "--state", "--verbose"),
+            (old_group, "--members", "--verbose"),
+            (old_group, "--state", "--verbose"),
+        ]
+        results = in_parallel(
+            *(lambda v=v: kcli_run("groups", "describe", "-b", b, v[0], *v[1:]) for v in views),
+            *(
+                lambda v=v: kafka_run(
+                    tmp_path,
+                    CONSUMER_GROUP_COMMAND,
+                    "--bootstrap-server",
+                    b,
+                    "--describe",
+                    "--group",
+                    v[0],
+                    *v[1:],
+                )
+                for v in views
+            ),  # fmt: skip
+        )
+    finally:
+        for m in members:
+            m.close()
+    for view, ours, theirs in zip(views, results[: len(views)], results[len(views) :], strict=True):
+        assert ours.returncode == theirs.returncode == 0, (view, ours.stderr, theirs.stderr)
+        assert ours.stdout == theirs.stdout, (view, ours.stdout, theirs.stdout)
+    verbose_members = results[1].stdout.splitlines()
+    assert verbose_members[1].split()[-4:] == [
+        "CURRENT-EPOCH",
+        "CURRENT-ASSIGNMENT",
+        "TARGET-EPOCH",
+        "TARGET-ASSIGNMENT",
+    ]
+    assert all(row.split()[-2] != "-" for row in verbose_members[2:])  # the consumer group's target epoch
+    classic_row = results[3].stdout.splitlines()[2].split()
+    assert classic_row[-4:] == ["-", f"verbose-{target}-a:0,1,2", "-", "-"], classic_row
+    assert results[4].stdout.splitlines()[2].split()[-3:] == ["-", "-", "1"]
+
+
 def test_reassign_kcli_executes_kafka_verifies_and_back(kafka_cluster: KafkaCluster, tmp_path: Path) -> None:
     """`kcli reassign execute --no-wait --throttle` prints Kafka's --execute lines and sets Kafka's
     throttles, which kafka-reassign-partitions.sh --verify confirms and clears; the rollback the other

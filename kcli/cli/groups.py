@@ -74,6 +74,12 @@ def describe(
     state: bool = typer.Option(
         False, "--state", help="Show the coordinator, assignment strategy, state and member count."
     ),
+    verbose: bool = typer.Option(
+        False,
+        "--verbose",
+        help="With --members: each member's epoch and current and target assignments; with --state: the "
+        "group epoch and target assignment epoch (consumer groups; '-' for classic ones).",
+    ),
     watch: bool = typer.Option(False, "--watch", help="Redraw every --interval seconds until Ctrl-C."),
     interval: float = typer.Option(2.0, "--interval", min=0.2, help="Seconds between redraws with --watch."),
     output: Output = OUTPUT,
@@ -81,8 +87,9 @@ def describe(
     """Committed offsets, log end offsets and lag per partition, as kafka-consumer-groups.sh --describe.
 
     The text is that tool's (its rows in its order; "has no active members" and "is rebalancing" on
-    stderr); --output json adds each member's assignment, the total lag and the lag in seconds (the age
-    of the first record the group has not consumed). Exit 1 when a group does not exist.
+    stderr), Kafka 4.1's columns with --verbose; --output json adds each member's assignment (and a
+    consumer group's epochs and target assignments), the total lag and the lag in seconds (the age of
+    the first record the group has not consumed). Exit 1 when a group does not exist.
     """
     from ops.groups import describe_groups
 
@@ -97,7 +104,9 @@ def describe(
     def render(descriptions: list[GroupDescription]) -> str:
         if output is Output.json:
             return "".join(orjson.dumps(d.to_json()).decode() + "\n" for d in descriptions)
-        return "".join(_describe_text(d, view) for d in sorted(descriptions, key=lambda d: d.group_id))
+        return "".join(
+            _describe_text(d, view, verbose) for d in sorted(descriptions, key=lambda d: d.group_id)
+        )
 
     if watch:
         _watch(fetch, render, interval)
@@ -111,7 +120,7 @@ def describe(
             note = _state_note(d)
             if note:
                 sys.stderr.write(note)
-            sys.stdout.write(_describe_text(d, view))
+            sys.stdout.write(_describe_text(d, view, verbose))
     else:
         sys.stdout.write(render(shown))
     sys.stdout.flush()
@@ -284,33 +293,22 @@ def _state_note(d: GroupDescription) -> str:
     return ""
 
 
-def _describe_text(d: GroupDescription, view: str) -> str:
-    """ConsumerGroupCommand's --describe text (default, --members or --state) for one group: its
-    printf formats, each line opened by a newline, columns at least 15 wide (grown to the longest cell)."""
+def _describe_text(d: GroupDescription, view: str, verbose: bool = False) -> str:
+    """ConsumerGroupCommand's --describe text (default, --members or --state, with Kafka 4.1's
+    --verbose columns) for one group: its printf formats, each line opened by a newline, columns at
+    least 15 wide (grown to the longest cell)."""
     if view == "state":
         coordinator = f"{d.coordinator_address}  ({d.coordinator})"
-        line = f"%-{max(15, len(d.group_id))}s %-{max(25, len(coordinator))}s %-20s %-20s %s"
-        header = line % ("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS")
-        row = line % (d.group_id, coordinator, d.protocol or "-", d.state, len(d.members))
-        return f"\n{header}\n{row}\n"
+        epochs = "%-15s %-25s " if verbose else ""
+        line = f"%-{max(15, len(d.group_id))}s %-{max(25, len(coordinator))}s %-20s %-20s {epochs}%s"
+        names = ("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE")
+        cells = (d.group_id, coordinator, d.protocol or "-", d.state)
+        if verbose:
+            names += ("GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH")
+            cells += (_or_dash(d.group_epoch), _or_dash(d.target_assignment_epoch))
+        return f"\n{line % (*names, '#MEMBERS')}\n{line % (*cells, len(d.members))}\n"
     if view == "members":
-        with_instance = any(m.group_instance_id for m in d.members)
-        cells = [
-            [d.group_id, m.member_id]
-            + ([m.group_instance_id or ""] if with_instance else [])
-            + [m.client_host, m.client_id, str(sum(len(p) for p in m.assignment.values()))]
-            for m in d.members
-        ]
-        names = ["GROUP", "CONSUMER-ID"] + (["GROUP-INSTANCE-ID"] if with_instance else [])
-        names += ["HOST", "CLIENT-ID", "#PARTITIONS"]
-        minimum = [15, 15] + ([17] if with_instance else []) + [15, 15, 15]
-        widths = [max([low] + [len(row[i]) for row in cells]) for i, low in enumerate(minimum)]
-        widths[-1] = 15  # #PARTITIONS is "%-15s " whatever its cells
-
-        def line(row: list[str]) -> str:
-            return "".join(cell.ljust(w) + " " for cell, w in zip(row, widths, strict=True))
-
-        return "\n" + "".join(line(row) + "\n" for row in [names, *cells])
+        return _members_text(d, verbose)
     rows = _offset_rows(d)
     if not rows:
         return ""
@@ -321,6 +319,57 @@ def _describe_text(d: GroupDescription, view: str) -> str:
     line = f"%-{group_w}s %-{topic_w}s %-10s %-15s %-15s %-15s %-{member_w}s %-{host_w}s %s"
     header = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID")  # fmt: skip
     return "".join("\n" + line % tuple(r) for r in [header, *rows]) + "\n"
+
+
+def _members_text(d: GroupDescription, verbose: bool) -> str:
+    """--members: "%-Ns " cells, #PARTITIONS always 15 wide; --verbose adds the epochs and the
+    assignments ("topic:p,p" per topic, sorted, joined by ";"), and UPGRADED where a consumer group
+    holds members of both protocols."""
+    with_instance = any(m.group_instance_id for m in d.members)
+    cells = [
+        [d.group_id, m.member_id]
+        + ([m.group_instance_id or ""] if with_instance else [])
+        + [m.client_host, m.client_id, str(sum(len(p) for p in m.assignment.values()))]
+        for m in d.members
+    ]
+    names = ["GROUP", "CONSUMER-ID"] + (["GROUP-INSTANCE-ID"] if with_instance else [])
+    names += ["HOST", "CLIENT-ID", "#PARTITIONS"]
+    minimum = [15, 15] + ([17] if with_instance else []) + [15, 15, 15]
+    widths = [max([low] + [len(row[i]) for row in cells]) for i, low in enumerate(minimum)]
+    widths[-1] = 15  # #PARTITIONS is "%-15s " whatever its cells
+    tails: list[list[str]] = [[] for _ in [names, *cells]]
+    if verbose:
+        upgraded = {m.upgraded for m in d.members}
+        both = True in upgraded and False in upgraded
+        tails[0] = ["CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT"]
+        tails[0] += ["UPGRADED"] if both else []
+        for tail, m in zip(tails[1:], d.members, strict=True):
+            tail += [_or_dash(m.member_epoch), _assignment_text(m.assignment)]
+            tail += [_or_dash(d.target_assignment_epoch), _assignment_text(m.target_assignment or {})]
+            tail += [_or_dash(None if m.upgraded is None else str(m.upgraded).lower())] if both else []
+        current = max([20] + [len(t[1]) for t in tails])
+        target = max([20] + [len(t[3]) for t in tails])
+        tail_widths = [15, current, 15, target]
+
+    def line(row: list[str], tail: list[str]) -> str:
+        text = "".join(cell.ljust(w) + " " for cell, w in zip(row, widths, strict=True))
+        if tail:
+            text += " ".join(cell.ljust(w) for cell, w in zip(tail, tail_widths, strict=False))
+            text += " " + tail[4] if len(tail) > 4 else ""
+        return text
+
+    return "\n" + "".join(line(row, tail) + "\n" for row, tail in zip([names, *cells], tails, strict=True))
+
+
+def _or_dash(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def _assignment_text(assignment: dict[str, tuple[int, ...]]) -> str:
+    """ConsumerGroupCommand's getAssignmentString: "topic:p,p" per topic (partitions ascending), the
+    topics' strings sorted and joined by ";"; "-" for none."""
+    parts = sorted(f"{topic}:{','.join(map(str, sorted(ps)))}" for topic, ps in assignment.items() if ps)
+    return ";".join(parts) or "-"
 
 
 def _offset_rows(d: GroupDescription) -> list[tuple[str, ...]]:
