@@ -5,7 +5,8 @@ tests/java/KcliClients.java) join groups the coordinator assigns: every record i
 a member that leaves or is killed hands its partitions to the others (the killed one after the
 broker's session timeout, short here), committed offsets are where the next member resumes, and the
 group's records in __consumer_offsets bring it back after a broker restart, where
-`kcli dump-segment --offsets-decoder` prints them.
+`kcli dump-segment --offsets-decoder` prints them. On three nodes, ten librdkafka members in processes
+of their own share a replicated topic while two leave and two are killed -9.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,7 @@ from cli_in_process import run_kcli
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import BrokerProcess, kcli_env
+from kraft_cluster import kcli
 from test_consumer_group_protocol import DESCRIBE, commit, count, join, owned_of
 from waiting import wait_for
 
@@ -363,3 +367,237 @@ def test_storage_format_with_group_version_1(tmp_path: Path) -> None:
             consumer.close()
     finally:
         stop_cleanly(broker)
+
+
+MEMBER = Path(__file__).parent / "group_member.py"
+CLUSTER_PARTITIONS = 20
+CLUSTER_RECORDS = 20_000
+RECORD_MS = 0.5
+"""The time a member spends on each record: ten members read about 20,000 records a second at most,
+so the four that leave or are killed have records left to read when they go."""
+
+
+class MemberProcess:
+    """tests/group_member.py with --commit-ms: a librdkafka member of the consumer protocol in a process
+    of its own (so that it can be killed -9), committing what it read every 100 ms, on revocation and
+    before it closes; `events` are its JSON lines, in order."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, log: Path) -> None:
+        args = [sys.executable, str(MEMBER), "confluent", bootstrap, group, topic, "--protocol", "consumer"]
+        args += ["--commit-ms", "100", "--record-ms", str(RECORD_MS)]
+        self.log_path = log
+        with open(log, "wb") as stderr:
+            self.process = subprocess.Popen(
+                args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True, env=kcli_env()
+            )
+        self.events: list[dict[str, Any]] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        self.killed = False
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.events.append(json.loads(line))
+
+    def _all(self, key: str) -> list[Any]:
+        return [e[key] for e in list(self.events) if key in e]
+
+    @property
+    def assigned(self) -> list[int]:
+        found = self._all("assigned")
+        return found[-1] if found else []
+
+    @property
+    def reads(self) -> list[tuple[int, int]]:
+        return [(p, o) for p, o in self._all("read")]
+
+    def covered_reads(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """(reads a later confirmed commit of this member covered, the others), in the order of its lines."""
+        covered: list[tuple[int, int]] = []
+        pending: dict[int, list[int]] = {}
+        for event in list(self.events):
+            if "read" in event:
+                p, o = event["read"]
+                pending.setdefault(p, []).append(o)
+            for p, end in event.get("committed", ()):
+                covered += [(p, o) for o in pending.get(p, []) if o < end]
+                pending[p] = [o for o in pending.get(p, []) if o >= end]
+        return covered, [(p, o) for p, offsets in pending.items() for o in offsets]
+
+    @property
+    def sent(self) -> dict[int, int]:
+        """Partition -> the highest offset of a commit this member sent, confirmed or not."""
+        found: dict[int, int] = {}
+        for offsets in self._all("committing"):
+            for p, o in offsets:
+                found[p] = max(found.get(p, -1), o)
+        return found
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    @property
+    def member_id(self) -> str | None:
+        found = self._all("member")
+        return found[-1] if found else None
+
+    def kill(self) -> None:
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.killed = True
+
+    def stop(self) -> None:
+        """Ask it to commit, close (a leave) and exit: "stop" on its stdin."""
+        if self.process.poll() is None and self.process.stdin is not None:
+            try:
+                self.process.stdin.write("stop\n")
+                self.process.stdin.flush()
+            except BrokenPipeError:
+                pass
+
+    def wait(self) -> None:
+        try:
+            self.process.wait(20)
+        except subprocess.TimeoutExpired:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        self.reader.join(10)
+
+
+def produce_keyed(bootstrap: str, topic: str, records: int = CLUSTER_RECORDS) -> set[tuple[int, int]]:
+    """(partition, offset) of every record acknowledged by an acks=all producer, keyed k0, k1, ..."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    written: set[tuple[int, int]] = set()
+    failed: list[str] = []
+
+    def done(err: Any, msg: Any) -> None:
+        if err is None:
+            written.add((msg.partition(), msg.offset()))
+        else:
+            failed.append(str(err))
+
+    for i in range(records):
+        producer.produce(topic, f"v{i}".encode(), f"k{i}".encode(), on_delivery=done)
+        producer.poll(0)
+    assert producer.flush(60) == 0 and not failed, failed[:5]
+    assert len(written) == records
+    return written
+
+
+@pytest.mark.timeout(120)
+def test_librdkafka_ten_members_join_leave_and_are_killed_on_three_nodes(
+    replicated_cluster: Any, tmp_path: Path
+) -> None:
+    """Ten librdkafka members (group.protocol=consumer, each a process of tests/group_member.py committing
+    every 100 ms, on revocation and before it closes) share a 20-partition topic of replication factor 3
+    on three nodes while 20,000 keyed records are produced with acks=all; once four of them are reading,
+    two leave (close) and two are killed -9, and the six others finish the topic.
+
+    A read counts as committed when a later commit of the same member, which it saw succeed, covered
+    it. The rule checked: every record is read at least once; no record is committed twice; every read
+    of a member that left or stayed is committed; a record nobody committed was read by a killed member
+    that had sent a commit past it (the commit reached the coordinator, its answer did not come back).
+    So a record is read twice only where a killed member read it after its last confirmed commit of
+    that partition and the next owner read it again. The partitions of the members that went are read
+    on by others, and `kcli groups describe` shows a consumer group of the six survivors, every
+    partition committed at its log end."""
+    cluster = replicated_cluster(*BROKER_SETTINGS)
+    topic, group = f"cg-{uuid.uuid4().hex[:8]}", "ten"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})  # kept alive until the result is in
+    new = NewTopic(topic, CLUSTER_PARTITIONS, 3, config={"min.insync.replicas": "2"})
+    admin.create_topics([new])[topic].result(30)
+    members = [
+        MemberProcess(cluster.bootstrap, group, topic, tmp_path / f"member-{i}.log") for i in range(10)
+    ]
+    leaving, killed, survivors = members[:2], members[2:4], members[4:]
+
+    def explain() -> str:
+        parts = []
+        for number, m in enumerate(members):
+            parts.append(
+                f"--- member {number} (pid {m.process.pid}, exit {m.process.poll()}, killed {m.killed}): "
+                f"assigned {m.assigned}, {len(m.reads)} read; stderr:\n"
+                + "\n".join(m.log().splitlines()[-40:])
+            )
+        for node in cluster.nodes.values():
+            parts.append(f"--- node {node.node_id}:\n" + "\n".join(node.log().splitlines()[-60:]))
+        return "\n".join(parts)
+
+    def wait(what: str, check: Callable[[], Any], timeout: float = 60) -> Any:
+        return wait_for(what, check, timeout, 0.05, explain=explain)
+
+    written: set[tuple[int, int]] = set()
+    try:
+        wait(
+            "ten members holding two partitions each",
+            lambda: (
+                sorted(p for m in members for p in m.assigned) == list(range(CLUSTER_PARTITIONS))
+                and all(len(m.assigned) == 2 for m in members)
+            ),
+        )
+        producing = threading.Thread(target=lambda: written.update(produce_keyed(cluster.bootstrap, topic)))
+        producing.start()
+        wait(
+            "the four members that go to be reading",
+            lambda: all(len(m.reads) >= 200 for m in leaving + killed),
+        )
+        handed_over = {id(m): set(m.assigned) for m in leaving + killed}
+        for m in killed:
+            m.kill()
+        for m in leaving:
+            m.stop()
+        producing.join(90)
+        assert len(written) == CLUSTER_RECORDS, "the producer failed (its thread's error is above)"
+        wait(
+            "the survivors to read every record", lambda: set().union(*(m.reads for m in members)) >= written
+        )
+
+        def described() -> dict[str, Any] | None:
+            result = kcli("groups", "describe", group, "-o", "json", "--bootstrap-server", cluster.bootstrap)
+            assert result.returncode == 0, result.stderr
+            [found] = [json.loads(line) for line in result.stdout.splitlines()]
+            members_ids = sorted(m["member_id"] for m in found["members"])
+            done = found["state"] == "Stable" and found["total_lag"] == 0
+            return found if done and members_ids == sorted(m.member_id or "" for m in survivors) else None
+
+        found = wait("the group of six survivors, committed at the log end", described, 30)
+        assert (found["protocol_type"], found["protocol"]) == ("consumer", "uniform")
+        owned = sorted(p for m in found["members"] for p in m["assignment"][topic])
+        assert owned == list(range(CLUSTER_PARTITIONS))
+        ends = {p: 1 + max(o for q, o in written if q == p) for p in range(CLUSTER_PARTITIONS)}
+        assert {r["partition"]: r["current_offset"] for r in found["partitions"]} == ends
+    finally:
+        for m in members:
+            if not m.killed:
+                m.stop()
+        for m in members:
+            m.wait()
+    for m in leaving + survivors:
+        assert m.process.returncode == 0, explain()
+
+    committed_reads: Counter[tuple[int, int]] = Counter()
+    uncommitted: dict[int, list[tuple[int, int]]] = {}
+    for number, m in enumerate(members):
+        covered, pending = m.covered_reads()
+        committed_reads.update(covered)
+        uncommitted[number] = pending
+    every_read = Counter(r for m in members for r in m.reads)
+    assert set(every_read) == written  # each record read at least once, and nothing else
+    assert max(committed_reads.values()) == 1, [r for r, n in committed_reads.items() if n > 1][:10]
+    assert all(not uncommitted[i] for i, m in enumerate(members) if not m.killed), {
+        i: pending[:10] for i, pending in uncommitted.items() if pending
+    }
+    in_flight = Counter(r for i, m in enumerate(members) if m.killed for r in uncommitted[i])
+    assert all(n - in_flight[r] <= 1 for r, n in every_read.items())  # read twice: after a kill only
+    for p, o in written - set(committed_reads):
+        assert any((p, o) in uncommitted[i] and m.sent.get(p, -1) > o for i, m in enumerate(members)), (
+            f"partition {p} offset {o}: read by a killed member only, and after every commit it sent"
+        )
+    # the partitions of the members that left and were killed went on with others
+    for m in leaving + killed:
+        others = [r for n in members if n is not m for r in n.reads]
+        for p in handed_over[id(m)]:
+            last = max((o for q, o in m.reads if q == p), default=-1)
+            assert any(q == p and o > last for q, o in others), f"partition {p} after {last}"
+    for node in cluster.nodes.values():
+        assert "Traceback" not in node.log(), f"node {node.node_id}:\n{node.log()}"
