@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import subprocess
 import sys
 import time
@@ -433,6 +434,64 @@ def test_classic_static_member_replacing_the_last_consumer_member_downgrades(tmp
         }
 
     in_process(tmp_path, body, topics={"t": 2})
+
+
+async def offsets_max_message_bytes(client: KafkaClient, value: str | None) -> None:
+    """Set (or with None delete) __consumer_offsets' max.message.bytes."""
+    cls = request_type(44, 1)  # IncrementalAlterConfigs
+    config = build(nested_type(cls, "AlterableConfig"), name="max.message.bytes",
+                   config_operation=0 if value is not None else 1, value=value)  # fmt: skip
+    resource = build(nested_type(cls, "AlterConfigsResource"), resource_type=2,
+                     resource_name="__consumer_offsets", configs=(config,))  # fmt: skip
+    answer = await client.send(build(cls, resources=(resource,), validate_only=False))
+    assert answer.responses[0].error_code == ErrorCode.none, answer
+
+
+def test_a_refused_upgrade_write_leaves_the_group_as_its_log_holds_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The upgrade's batch is refused (MESSAGE_TOO_LARGE: __consumer_offsets' max.message.bytes set
+    below it) after its records were applied: the heartbeat gets UNKNOWN_SERVER_ERROR, as Kafka's
+    normalizeException maps it, and the partition's state goes back to what its log holds, as Kafka's runtime reverts to the last
+    written offset: the classic group with its member, heartbeating, its offsets kept, and no consumer
+    group (before, the cache held an upgraded group the log did not). Once writes are taken again, the
+    same heartbeat upgrades the group."""
+
+    async def body(broker: Any, client: KafkaClient) -> None:
+        first = await client.send(join_request(9, "r", "", session_ms=5000, topics=("t",)))
+        member_id = first.member_id
+        joined = await client.send(join_request(9, "r", member_id, session_ms=5000, topics=("t",)))
+        both = encode_consumer_protocol_assignment({"t": [0, 1]}, 0)
+        synced = await client.send(sync_request(5, "r", joined.generation_id, member_id, {member_id: both}))
+        assert synced.error_code == ErrorCode.none
+        committed = await client.send(commit_request(8, "r", {("t", 0): 7}, joined.generation_id, member_id))
+        assert committed.topics[0].partitions[0].error_code == ErrorCode.none
+
+        await offsets_max_message_bytes(client, "100")
+        refused = await client.send(join("r", "a", ("t",)))
+        assert refused.error_code == ErrorCode.unknown_server_error, refused
+
+        async def classic_heartbeat() -> ErrorCode:
+            beat = await client.send(heartbeat_request(4, "r", joined.generation_id, member_id))
+            return beat.error_code
+
+        deadline = time.monotonic() + 10
+        while (error := await classic_heartbeat()) == ErrorCode.coordinator_load_in_progress:
+            assert time.monotonic() < deadline, "the partition was not loaded again"
+            await asyncio.sleep(0.05)
+        assert error == ErrorCode.none
+        assert group_type_of(broker, "r") == "classic"
+        group = broker.node.groups.manager.get_group("r")
+        assert set(group.members) == {member_id} and group.state.value == "Stable"
+        assert ("t", 0) in group.offsets
+
+        await offsets_max_message_bytes(client, None)
+        upgraded = await client.send(join("r", "a", ("t",)))
+        assert upgraded.error_code == ErrorCode.none and group_type_of(broker, "r") == "consumer"
+
+    caplog.set_level(logging.WARNING, logger="kcli.broker.group")
+    in_process(tmp_path, body, topics={"t": 2})
+    assert "a write was refused after its records were applied" in caplog.text
 
 
 def group_type_of(broker: Any, group_id: str) -> str:

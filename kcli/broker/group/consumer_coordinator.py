@@ -111,6 +111,8 @@ class CoordinatorServices(Protocol):
 
     def call_later(self, delay_ms: int, callback: Callable[..., None], *args: Any) -> asyncio.TimerHandle: ...
 
+    def revert_partition(self, partition: int) -> None: ...
+
 
 class GroupConversions(Protocol):
     """What the consumer groups use of the conversions between classic and consumer groups
@@ -695,9 +697,10 @@ class ConsumerGroupCoordinator:
         deletion's records, which nobody answers): appended in the same step as the replay, they stay
         in the log in the order the cache took them."""
         self._replay(records)
-        error = self.manager.append_now(self.manager.partition_for(group_id), _encoded(records))
-        if error is not ErrorCode.none:
-            log.warning("[GroupId %s] Writing %d record(s) failed: %s", group_id, len(records), error.name)
+        partition = self.manager.partition_for(group_id)
+        self._written(
+            group_id, partition, len(records), self.manager.append_now(partition, _encoded(records))
+        )
 
     async def append(self, group_id: str, records: list[Record]) -> ErrorCode:
         """Replay `records` into the cache and write them as one batch; the error a heartbeat returns."""
@@ -720,10 +723,20 @@ class ConsumerGroupCoordinator:
 
     async def _write(self, group_id: str, records: list[Record]) -> ErrorCode:
         # The append itself runs before the first suspension: in the log in the order of the replays.
-        error, _ = await self.manager.write(self.manager.partition_for(group_id), _encoded(records))
-        if error is not ErrorCode.none:
-            log.warning("[GroupId %s] Writing %d record(s) failed: %s", group_id, len(records), error.name)
+        partition = self.manager.partition_for(group_id)
+        error, _ = await self.manager.write(partition, _encoded(records))
+        self._written(group_id, partition, len(records), error)
         return _APPEND_ERRORS.get(error, error)
+
+    def _written(self, group_id: str, partition: int, count: int, error: ErrorCode) -> None:
+        """A batch the log refused was replayed already: the partition's state goes back to what its
+        log holds (CoordinatorRuntime reverts to the last written offset). A batch that was appended
+        but not yet replicated stays, as in Kafka; a partition no longer led here is unloaded anyway."""
+        if error is ErrorCode.none:
+            return
+        log.warning("[GroupId %s] Writing %d record(s) failed: %s", group_id, count, error.name)
+        if error not in _APPENDED_OR_UNLOADED:
+            self.coordinator.revert_partition(partition)
 
     # --- offsets and admin ------------------------------------------------------------------------
 
@@ -864,3 +877,14 @@ _APPEND_ERRORS = {
     ErrorCode.invalid_fetch_size: ErrorCode.unknown_server_error,
 }
 """GroupCoordinatorService.normalizeException: what a failed write of the new coordinator answers."""
+
+_APPENDED_OR_UNLOADED = frozenset(
+    {
+        ErrorCode.request_timed_out,
+        ErrorCode.not_enough_replicas_after_append,
+        ErrorCode.not_leader_or_follower,
+        ErrorCode.unknown_topic_or_partition,
+    }
+)
+"""Failed writes whose batch is in the log (not yet committed), or whose partition this node no longer
+leads (its groups are unloaded on the metadata change): nothing to revert."""

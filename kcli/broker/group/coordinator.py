@@ -107,6 +107,29 @@ class GroupCoordinator:
         for consumer_group in self.manager.consumer_groups.values():
             self.consumer.cancel_all(consumer_group)
 
+    def revert_partition(self, partition: int) -> None:
+        """A batch of consumer-group records was replayed into the cache and then refused by the log
+        (NOT_ENOUGH_REPLICAS, a storage error): Kafka's CoordinatorRuntime reverts the partition's state
+        to its last written offset. Here the partition's groups are dropped, as on resignation, and
+        loaded again from its log, which never held the batch; meanwhile their requests get
+        COORDINATOR_LOAD_IN_PROGRESS."""
+        if not self.active or partition not in self.manager.owned_partitions:
+            return
+        self._unload(partition)
+        self._load([partition])
+        log.warning(
+            "Reloading %s-%d: a write was refused after its records were applied", OFFSETS_TOPIC, partition
+        )
+
+    def _unload(self, partition: int) -> list[ClassicGroup]:
+        removed = self.manager.remove_groups_for_partition(partition)
+        for group in removed:
+            self.classic.unload_group(group)
+        for consumer_group in self.manager.removed_consumer_groups:
+            self.consumer.cancel_all(consumer_group)
+        self.manager.removed_consumer_groups.clear()
+        return removed
+
     def spawn(self, coroutine) -> None:  # type: ignore[no-untyped-def]
         """Run `coroutine` as one of the coordinator's tasks (cancelled at shutdown)."""
         self._spawn(coroutine)
@@ -161,12 +184,7 @@ class GroupCoordinator:
             led = self.manager.led_partitions()
             manager = self.manager
             for partition in sorted((manager.owned_partitions | manager.loading_partitions) - set(led)):
-                removed = manager.remove_groups_for_partition(partition)
-                for group in removed:
-                    self.classic.unload_group(group)
-                for consumer_group in manager.removed_consumer_groups:
-                    self.consumer.cancel_all(consumer_group)
-                manager.removed_consumer_groups.clear()
+                removed = self._unload(partition)
                 log.info(
                     "Unloaded %d group(s) of %s-%d: this node no longer leads it",
                     len(removed),

@@ -282,7 +282,7 @@ class GroupMetadataManager:
         """A first consumer-protocol heartbeat for `group_id`: True when a consumer group may take the id.
         A simple group stays as the holder of the offsets; an Empty classic group is deleted
         (maybeDeleteEmptyClassicGroup: its metadata tombstoned, its offsets kept); one with members is
-        not converted (Kafka's online upgrade is not done here), so False."""
+        not released here, so False (its online upgrade is GroupMigration.upgrade's)."""
         group = self.groups.get(group_id)
         if group is None or group.is_(GroupState.DEAD) or self.is_simple_classic(group_id):
             return True
