@@ -19,22 +19,32 @@ import json
 import logging
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cli_in_process import run_kcli
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import ConfigResource
 from conftest import kcli_env
 from kio.schema.errors import ErrorCode
+from kraft_cluster import admin
+from kraft_cluster import create_topic as create_replicated_topic
+from test_cluster_clients import find_coordinator, leaders
 from test_consumer_group_clients import BROKER_SETTINGS, create_topic, fill
 from test_consumer_group_protocol import cached, count, heartbeat, in_process, join, owned_of
 from test_groups import commit_request, heartbeat_request, join_request, leave_request, sync_request
 from waiting import wait_for
 
-from formats.internal import consumer_protocol_topics, encode_consumer_protocol_assignment
+from formats.internal import (
+    consumer_protocol_topics,
+    encode_consumer_protocol_assignment,
+    offsets_partition_for,
+)
 from kcli.client import KafkaClient
 from kcli.protocol.messages import build, nested_type, request_type
 
@@ -46,7 +56,12 @@ SETTINGS = [*BROKER_SETTINGS, "group.initial.rebalance.delay.ms=0"]
 
 
 def classic(
-    bootstrap: str, group: str, topic: str, name: str, strategy: str = "range,roundrobin"
+    bootstrap: str,
+    group: str,
+    topic: str,
+    name: str,
+    strategy: str = "range,roundrobin",
+    session_ms: int = 6000,
 ) -> Consumer:
     consumer = Consumer(
         {
@@ -55,7 +70,7 @@ def classic(
             "group.id": group,
             "group.protocol": "classic",
             "client.id": name,
-            "session.timeout.ms": 6000,
+            "session.timeout.ms": session_ms,
             "heartbeat.interval.ms": 500,
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
@@ -550,3 +565,253 @@ def test_upgraded_group_and_its_classic_member_come_back_after_a_restart(tmp_pat
 
     in_process(tmp_path, before, topics={"t": 2})
     in_process(tmp_path, after)
+
+
+# --- three nodes: the group's coordinator killed between the upgrade and the downgrade ------------------
+
+CLUSTER_SETTINGS = (*SETTINGS, "group.consumer.session.timeout.ms=6000", "min.insync.replicas=2")
+"""BROKER_SETTINGS' three __consumer_offsets partitions, heartbeats every 500 ms and 1 s minimum
+session, with consumer-protocol sessions of 6 s: on the next coordinator every member's session starts
+when the group is loaded, and a member must find that coordinator within it. The cluster's
+min.insync.replicas (2) is __consumer_offsets' too, which `kcli cluster start` replicates three times."""
+FAILOVER_PARTITIONS = 6
+FAILOVER_ASSIGNMENT = [[1 + (p + k) % 3 for k in range(3)] for p in range(FAILOVER_PARTITIONS)]
+"""Each node leads two of the data partitions and follows the four others."""
+CLASSIC_SESSION_MS = 10_000
+"""librdkafka's classic member gives up its member id after a session without a heartbeat answer: it
+must outlast the kill, the broker's fencing (4 s) and the load on the next coordinator."""
+
+
+class Readers:
+    """In-process librdkafka members polled in turn by the test's thread. A record read is committed at
+    once, synchronously (its offset + 1), before the next poll; `reads` holds (member, partition, offset,
+    value, confirmed) for each read, confirmed when that commit succeeded."""
+
+    def __init__(self) -> None:
+        self.members: dict[str, Consumer] = {}
+        self.reads: list[tuple[str, int, int, str, bool]] = []
+        self.errors: list[str] = []
+
+    def poll(self) -> None:
+        for name, consumer in list(self.members.items()):
+            message = consumer.poll(0.02)
+            if message is None:
+                continue
+            if message.error() is not None:  # transient while the coordinator moves; librdkafka retries
+                self.errors.append(f"{name}: {message.error()}")
+                continue
+            try:
+                answer = consumer.commit(message=message, asynchronous=False) or []
+                confirmed = all(tp.error is None for tp in answer)
+            except KafkaException:  # NOT_COORDINATOR, a stale epoch, the group rebalancing
+                confirmed = False
+            read = (name, message.partition(), message.offset(), message.value().decode(), confirmed)
+            self.reads.append(read)
+
+    def until(self, what: str, check: Any, explain: Any, timeout: float = 60) -> Any:
+        def polled() -> Any:
+            self.poll()
+            return check()
+
+        return wait_for(what, polled, timeout, 0, explain=explain)
+
+    def sizes(self) -> list[int]:
+        return sorted(len(c.assignment()) for c in self.members.values())
+
+    def read(self) -> set[tuple[int, int]]:
+        return {(p, o) for _, p, o, _, _ in self.reads}
+
+    def close(self, name: str) -> None:
+        self.members.pop(name).close()
+
+
+@pytest.mark.timeout(150)
+def test_upgraded_group_keeps_its_members_through_a_coordinator_kill_and_downgrades_on_the_next(
+    replicated_cluster: Any,
+) -> None:
+    """Three nodes; __consumer_offsets of replication factor 3 and min.insync.replicas 2; a 6-partition
+    topic of replication factor 3 written with acks=all (idempotent). Two classic members (range) read
+    it; two consumer-protocol members join: the group is upgraded on its coordinator (a node that is not
+    the active controller). That node is killed -9 while records are produced and read: the next leader
+    of the group's __consumer_offsets partition coordinates the group with the same four members (two
+    classic, two consumer-protocol, the same member ids and group epoch), which read on. The
+    consumer-protocol members then leave one by one: after the first the group is a consumer group of
+    three, after the second it is downgraded, on the new coordinator, to a classic group of the two
+    classic members, which read the rest; the group ends Stable, committed at the log end.
+
+    Members run in this process, each read committed synchronously before the next poll. The rule:
+    every acknowledged record is read, nothing else is; and a record is read more than once only if
+    all its reads but one had their commit refused or unanswered (a commit that succeeded moved the
+    group past the record for good, on the new coordinator too)."""
+    cluster = replicated_cluster(*CLUSTER_SETTINGS)
+    controller = cluster.status().leader_id
+    wait_for("__consumer_offsets", lambda: find_coordinator(cluster, 0, "warm-up"), 60, 0.25)
+    offsets_leaders = wait_for(
+        "__consumer_offsets fully replicated",
+        lambda: leaders(cluster, "__consumer_offsets", 3, full_isr=True),
+        60,
+        0.25,
+    )
+    group = next(
+        g
+        for g in (f"failover-{i}" for i in range(100))
+        if offsets_leaders[offsets_partition_for(g, 3)] != controller
+    )
+    victim = offsets_leaders[offsets_partition_for(group, 3)]
+    assert find_coordinator(cluster, 0, group) == victim
+    survivors = [n for n in cluster.nodes if n != victim]
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "__consumer_offsets")
+    client = admin(cluster.bootstrap)
+    offsets_configs = client.describe_configs([resource])[resource].result(30)
+    assert offsets_configs["min.insync.replicas"].value == "2"
+    topic = f"failover-{uuid.uuid4().hex[:8]}"
+    create_replicated_topic(cluster.bootstrap, topic, FAILOVER_ASSIGNMENT, **{"min.insync.replicas": "2"})
+    wait_for(
+        f"{topic} led as assigned with full ISRs",
+        lambda: (
+            leaders(cluster, topic, FAILOVER_PARTITIONS, full_isr=True)
+            == {p: a[0] for p, a in enumerate(FAILOVER_ASSIGNMENT)}
+        ),
+        60,
+        0.25,
+    )
+
+    acked: dict[tuple[int, int], str] = {}
+    failed: list[str] = []
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "message.timeout.ms": 60_000,
+        }
+    )
+
+    def produce(prefix: str, records: int, pause: float = 0.0) -> None:
+        def done(err: Any, msg: Any) -> None:
+            if err is None:
+                acked[msg.partition(), msg.offset()] = msg.value().decode()
+            else:
+                failed.append(f"{msg.value()!r}: {err}")
+
+        for i in range(records):
+            producer.produce(
+                topic, f"{prefix}{i}".encode(), partition=i % FAILOVER_PARTITIONS, on_delivery=done
+            )
+            producer.poll(0)
+            time.sleep(pause)
+        assert producer.flush(60) == 0 and not failed, failed[:5]
+
+    readers = Readers()
+
+    def explain() -> str:
+        parts = [f"sizes {readers.sizes()}; client errors: {readers.errors[-20:]}"]
+        for node in cluster.nodes.values():
+            parts.append(f"--- node {node.node_id}:\n" + "\n".join(node.log().splitlines()[-60:]))
+        return "\n".join(parts)
+
+    def all_read() -> bool:
+        return readers.read() >= set(acked)
+
+    def described() -> dict[str, Any]:
+        result = run_kcli("groups", "describe", "-b", cluster.live_bootstrap(), group, "-o", "json")
+        assert result.returncode == 0, result.stderr
+        [found] = [json.loads(line) for line in result.stdout.splitlines()]
+        return found
+
+    def member_ids() -> dict[str, str]:
+        return {c.memberid(): name for name, c in readers.members.items()}
+
+    try:
+        for name in ("c0", "c1"):
+            readers.members[name] = classic(
+                cluster.bootstrap, group, topic, name, session_ms=CLASSIC_SESSION_MS
+            )
+        readers.until("two classic members of 3 partitions", lambda: readers.sizes() == [3, 3], explain)
+        assert group_type(cluster[victim].bootstrap, group) == "classic"
+        produce("a", 60)
+        readers.until("the first records read", all_read, explain)
+
+        # the upgrade: consumer-protocol members join the classic group on the victim
+        for name in ("m0", "m1"):
+            readers.members[name] = modern(cluster.bootstrap, group, topic, name)
+        readers.until("four members of 1, 1, 2, 2", lambda: readers.sizes() == [1, 1, 2, 2], explain)
+        assert group_type(cluster[victim].bootstrap, group) == "consumer"
+        assert member_types(cluster[victim].bootstrap, group) == [0, 0, 1, 1]
+        before = described()
+        assert before["coordinator"] == victim and before["state"] == "Stable"
+        ids = member_ids()
+        assert {m["member_id"]: m["upgraded"] for m in before["members"]} == {
+            member_id: name.startswith("m") for member_id, name in ids.items()
+        }
+        produce("b", 60)
+        readers.until("the records after the upgrade read", all_read, explain)
+
+        # the coordinator's node is killed -9 while records are produced and read
+        producing = threading.Thread(target=produce, args=("c", 150, 0.01))
+        producing.start()
+        readers.until(
+            "records read while producing", lambda: sum(r[3][0] == "c" for r in readers.reads) >= 30, explain
+        )
+        cluster[victim].kill()
+        killed_at = time.monotonic()
+        new = wait_for(
+            "a new coordinator",
+            lambda: (found := find_coordinator(cluster, 0, group)) in survivors and found,
+            60,
+            0.25,
+        )
+        readers.until(
+            "every record produced across the kill read",
+            lambda: not producing.is_alive() and all_read(),
+            explain,
+        )
+        producing.join()
+        assert not failed, failed[:5]
+        after = described()
+        assert after["coordinator"] == new and after["state"] == "Stable"
+        assert {m["member_id"]: m["upgraded"] for m in after["members"]} == {
+            m["member_id"]: m["upgraded"] for m in before["members"]
+        }
+        assert after["group_epoch"] == before["group_epoch"]
+        assert group_type(cluster[new].bootstrap, group) == "consumer"
+        assert member_types(cluster[new].bootstrap, group) == [0, 0, 1, 1]
+        assert readers.sizes() == [1, 1, 2, 2]
+        produce("d", 60)
+        readers.until("the records after the failover read", all_read, explain)
+        print(f"coordinator {victim} killed, {new} took over; {time.monotonic() - killed_at:.1f} s to here")
+
+        # the consumer-protocol members leave: the group is downgraded on the new coordinator
+        readers.close("m1")
+        readers.until("three members of 2 partitions", lambda: readers.sizes() == [2, 2, 2], explain)
+        assert group_type(cluster[new].bootstrap, group) == "consumer"
+        assert member_types(cluster[new].bootstrap, group) == [0, 0, 1]
+        readers.close("m0")
+        readers.until("the two classic members of 3 partitions", lambda: readers.sizes() == [3, 3], explain)
+        assert group_type(cluster[new].bootstrap, group) == "classic"
+        produce("e", 60)
+        readers.until("the records after the downgrade read", all_read, explain)
+        final = readers.until(
+            "a Stable classic group committed at the log end",
+            lambda: (found := described())["state"] == "Stable" and found["total_lag"] == 0 and found,
+            explain,
+            30,
+        )
+        assert (final["coordinator"], final["protocol_type"], final["protocol"]) == (new, "consumer", "range")
+        assert sorted(m["member_id"] for m in final["members"]) == sorted(
+            i for i, name in ids.items() if name.startswith("c")
+        )
+    finally:
+        for name in list(readers.members):
+            readers.close(name)
+
+    every_read = Counter((p, o) for _, p, o, _, _ in readers.reads)
+    assert set(every_read) == set(acked)  # every acknowledged record read, nothing else
+    assert all(acked[p, o] == v for _, p, o, v, _ in readers.reads)
+    refused = Counter((p, o) for _, p, o, _, confirmed in readers.reads if not confirmed)
+    twice = {r: n for r, n in every_read.items() if n - refused[r] > 1}
+    assert not twice, f"read again after a confirmed commit: {sorted(twice)[:10]}"
+    print(f"{len(readers.reads)} reads of {len(acked)} records; {sum(refused.values())} commits refused")
+    for node in cluster.nodes.values():
+        assert "Traceback" not in node.log(), f"node {node.node_id}:\n{node.log()}"
