@@ -6,7 +6,8 @@ a member that leaves or is killed hands its partitions to the others (the killed
 broker's session timeout, short here), committed offsets are where the next member resumes, and the
 group's records in __consumer_offsets bring it back after a broker restart, where
 `kcli dump-segment --offsets-decoder` prints them. On three nodes, ten librdkafka members in processes
-of their own share a replicated topic while two leave and two are killed -9.
+of their own share a replicated topic while two leave and two are killed -9; so do ten Java members in
+three JVMs, two of which join mid-stream and leave.
 """
 
 from __future__ import annotations
@@ -574,6 +575,239 @@ def test_librdkafka_ten_members_join_leave_and_are_killed_on_three_nodes(
             m.wait()
     for m in leaving + survivors:
         assert m.process.returncode == 0, explain()
+
+    committed_reads: Counter[tuple[int, int]] = Counter()
+    uncommitted: dict[int, list[tuple[int, int]]] = {}
+    for number, m in enumerate(members):
+        covered, pending = m.covered_reads()
+        committed_reads.update(covered)
+        uncommitted[number] = pending
+    every_read = Counter(r for m in members for r in m.reads)
+    assert set(every_read) == written  # each record read at least once, and nothing else
+    assert max(committed_reads.values()) == 1, [r for r, n in committed_reads.items() if n > 1][:10]
+    assert all(not uncommitted[i] for i, m in enumerate(members) if not m.killed), {
+        i: pending[:10] for i, pending in uncommitted.items() if pending
+    }
+    in_flight = Counter(r for i, m in enumerate(members) if m.killed for r in uncommitted[i])
+    assert all(n - in_flight[r] <= 1 for r, n in every_read.items())  # read twice: after a kill only
+    for p, o in written - set(committed_reads):
+        assert any((p, o) in uncommitted[i] and m.sent.get(p, -1) > o for i, m in enumerate(members)), (
+            f"partition {p} offset {o}: read by a killed member only, and after every commit it sent"
+        )
+    # the partitions of the members that left and were killed went on with others
+    for m in leaving + killed:
+        others = [r for n in members if n is not m for r in n.reads]
+        for p in handed_over[id(m)]:
+            last = max((o for q, o in m.reads if q == p), default=-1)
+            assert any(q == p and o > last for q, o in others), f"partition {p} after {last}"
+    for node in cluster.nodes.values():
+        assert "Traceback" not in node.log(), f"node {node.node_id}:\n{node.log()}"
+
+
+JAVA_COMMIT_MS = 200
+JAVA_RECORD_US = 1500
+"""A batch commit every 200 ms, and 1.5 ms spent on each record: the members read more slowly than the
+producer writes, so that the four that go have records left to read when they go."""
+
+
+class JavaMembers:
+    """One JVM of tests/java/KcliClients.java `members`: `count` Java consumers of the consumer protocol,
+    a thread each, committing with commitSync every JAVA_COMMIT_MS, in onPartitionsRevoked and before
+    they close (on "stop"), sending again a commit refused for a stale member epoch (it crossed the
+    heartbeat answer that bumped the epoch; Kafka 4.1's coordinator refuses it too); killed -9, the JVM
+    takes them all. They subscribe at once or, with `on_join`, on join(). `members` sees each one's lines
+    as a MemberProcess sees its process's."""
+
+    def __init__(
+        self,
+        classes: Path,
+        bootstrap: str,
+        group: str,
+        topic: str,
+        count: int,
+        workdir: Path,
+        on_join: bool = False,
+    ) -> None:
+        import apache_kafka
+        from test_java_clients import MAIN
+
+        self.name = workdir.name
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.log_path, self.stderr_path = workdir / "client.log", workdir / "stderr"
+        args = ["members", bootstrap, group, topic, str(count), str(JAVA_COMMIT_MS), str(JAVA_RECORD_US)]
+        args.append("stdin" if on_join else "now")
+        command = apache_kafka.java_command(
+            MAIN, args, log_path=self.log_path, level="info", classpath=[classes]
+        )
+        with open(self.stderr_path, "wb") as stderr:
+            self.process = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True, cwd=workdir
+            )
+        self.members = [JavaMember(self, i) for i in range(count)]
+        self.lines: list[dict[str, Any]] = []
+        """Its lines of no member: {"event": "done"} once every member closed, anything unexpected."""
+        self.killed = False
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            event = json.loads(line) if line.startswith("{") else {"text": line}
+            if "m" in event:
+                self.members[event.pop("m")].events.append(event)
+            else:
+                self.lines.append(event)
+
+    def log(self) -> str:
+        parts = [p.read_text(errors="replace") for p in (self.log_path, self.stderr_path) if p.exists()]
+        return "\n".join(parts)
+
+    def join(self) -> None:
+        """Let its members subscribe: "join" on its stdin."""
+        assert self.process.stdin is not None
+        self.process.stdin.write("join\n")
+        self.process.stdin.flush()
+
+    kill = MemberProcess.kill
+    stop = MemberProcess.stop
+    wait = MemberProcess.wait
+
+
+class JavaMember:
+    """One consumer of a JavaMembers JVM: its lines (without "m"), read as MemberProcess reads them."""
+
+    def __init__(self, jvm: JavaMembers, index: int) -> None:
+        self.jvm, self.index = jvm, index
+        self.events: list[dict[str, Any]] = []
+
+    @property
+    def killed(self) -> bool:
+        return self.jvm.killed
+
+    _all = MemberProcess._all
+    assigned = MemberProcess.assigned
+    reads = MemberProcess.reads
+    covered_reads = MemberProcess.covered_reads
+    sent = MemberProcess.sent
+    member_id = MemberProcess.member_id
+
+
+@pytest.mark.timeout(120)
+def test_java_ten_members_join_leave_and_are_killed_on_three_nodes(
+    replicated_cluster: Any, tmp_path: Path
+) -> None:
+    """Ten of Kafka's Java consumers (kafka-clients 4.1.2, group.protocol=consumer, tests/java/KcliClients.java
+    `members`: commitSync every 200 ms, in onPartitionsRevoked and before close) share a 20-partition
+    topic of replication factor 3 on three nodes while 20,000 keyed records are produced with acks=all.
+    Three JVMs hold them, started together (a JVM starts slowly on two cores): six that stay, two that
+    are killed -9 and two that leave. The eight of the first two JVMs share the topic; once they are
+    reading, the last two join (partitions move from members with reads in hand, which commit them on
+    revocation), and once the four that go are reading, their JVM of two is killed and the other two
+    close; the six others finish the topic.
+
+    The rule is the librdkafka test's above: every record is read at least once; no record is committed
+    twice; every read of a member that left or stayed is committed; a record nobody committed was read by
+    a killed member that had sent a commit past it. So a record is read twice only where a killed member
+    read it after its last confirmed commit of that partition and the next owner read it again. The
+    partitions of the members that went are read on by others, and `kcli groups describe` shows a
+    consumer group of the six survivors, every partition committed at its log end."""
+    import test_java_clients
+
+    test_java_clients.require_apache_kafka()
+    test_java_clients.require_javac()
+    classes = test_java_clients.compile_clients()
+    cluster = replicated_cluster(*BROKER_SETTINGS)
+    topic, group = f"cg-{uuid.uuid4().hex[:8]}", "ten-java"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})  # kept alive until the result is in
+    new = NewTopic(topic, CLUSTER_PARTITIONS, 3, config={"min.insync.replicas": "2"})
+    admin.create_topics([new])[topic].result(30)
+    jvms = [
+        JavaMembers(classes, cluster.bootstrap, group, topic, count, tmp_path / name, on_join)
+        for name, count, on_join in (("leaving", 2, True), ("killed", 2, False), ("staying", 6, False))
+    ]
+    leaving_jvm, killed_jvm, staying_jvm = jvms
+    members = [m for jvm in jvms for m in jvm.members]
+    leaving, killed, survivors = members[:2], members[2:4], members[4:]
+
+    def explain() -> str:
+        parts = []
+        for number, m in enumerate(members):
+            parts.append(
+                f"--- member {number} ({m.jvm.name} {m.index}, {m.member_id}): assigned {m.assigned}, "
+                f"{len(m.reads)} read, last lines {m.events[-5:]}"
+            )
+        for jvm in jvms:
+            parts.append(
+                f"--- JVM {jvm.name} (pid {jvm.process.pid}, exit {jvm.process.poll()}, killed {jvm.killed}): "
+                f"lines {jvm.lines[-5:]}; log:\n" + "\n".join(jvm.log().splitlines()[-40:])
+            )
+        for node in cluster.nodes.values():
+            parts.append(f"--- node {node.node_id}:\n" + "\n".join(node.log().splitlines()[-60:]))
+        return "\n".join(parts)
+
+    def wait(what: str, check: Callable[[], Any], timeout: float = 60) -> Any:
+        return wait_for(what, check, timeout, 0.05, explain=explain)
+
+    def holding(some: list[JavaMember], sizes: tuple[int, ...]) -> bool:
+        owned = sorted(p for m in some for p in m.assigned)
+        return owned == list(range(CLUSTER_PARTITIONS)) and all(len(m.assigned) in sizes for m in some)
+
+    written: set[tuple[int, int]] = set()
+    first = killed + survivors
+    try:
+        wait("eight members holding every partition", lambda: holding(first, (2, 3)))
+        producing = threading.Thread(target=lambda: written.update(produce_keyed(cluster.bootstrap, topic)))
+        producing.start()
+        wait("the eight members to be reading", lambda: all(len(m.reads) >= 100 for m in first))
+        leaving_jvm.join()
+        wait("ten members holding two partitions each", lambda: holding(members, (2,)))
+        wait(
+            "the four members that go to be reading",
+            lambda: all(len(m.reads) >= 200 for m in leaving + killed),
+        )
+        handed_over = {id(m): set(m.assigned) for m in leaving + killed}
+        killed_jvm.kill()
+        leaving_jvm.stop()
+        producing.join(90)
+        assert len(written) == CLUSTER_RECORDS, "the producer failed (its thread's error is above)"
+        wait(
+            "the survivors to read every record", lambda: set().union(*(m.reads for m in members)) >= written
+        )
+
+        def described() -> dict[str, Any] | None:
+            result = kcli("groups", "describe", group, "-o", "json", "--bootstrap-server", cluster.bootstrap)
+            assert result.returncode == 0, result.stderr
+            [found] = [json.loads(line) for line in result.stdout.splitlines()]
+            members_ids = sorted(m["member_id"] for m in found["members"])
+            done = found["state"] == "Stable" and found["total_lag"] == 0
+            return found if done and members_ids == sorted(m.member_id or "" for m in survivors) else None
+
+        found = wait("the group of six survivors, committed at the log end", described, 30)
+        assert (found["protocol_type"], found["protocol"]) == ("consumer", "uniform")
+        owned = sorted(p for m in found["members"] for p in m["assignment"][topic])
+        assert owned == list(range(CLUSTER_PARTITIONS))
+        ends = {p: 1 + max(o for q, o in written if q == p) for p in range(CLUSTER_PARTITIONS)}
+        assert {r["partition"]: r["current_offset"] for r in found["partitions"]} == ends
+    finally:
+        for jvm in jvms:
+            if not jvm.killed:
+                jvm.stop()
+        for jvm in jvms:
+            jvm.wait()
+    for jvm in (leaving_jvm, staying_jvm):
+        assert jvm.process.returncode == 0 and jvm.lines == [{"event": "done"}], explain()
+    for m in leaving + survivors:
+        assert [e for e in m.events if "error" in e or "lost" in e] == [] and "closed" in m.events[-1], (
+            explain()
+        )
+
+    # the join took partitions from members that were reading: revoked between two of their reads
+    def revoked_between_reads(m: JavaMember) -> bool:
+        kinds = "".join("r" if "read" in e else "v" if "revoked" in e else "" for e in m.events)
+        return "v" in kinds.strip("v")  # a "v" with an "r" on either side
+
+    assert any(revoked_between_reads(m) for m in first), explain()
 
     committed_reads: Counter[tuple[int, int]] = Counter()
     uncommitted: dict[int, list[tuple[int, int]]] = {}

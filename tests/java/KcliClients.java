@@ -20,15 +20,24 @@
  *   java KcliClients mixedGroup BOOTSTRAP GROUP TOPIC COUNT   a classic member, then a consumer-protocol
  *                                                         one (KIP-848's upgrade), read COUNT records;
  *                                                         the second leaves (downgrade)
+ *   java KcliClients members BOOTSTRAP GROUP TOPIC COUNT COMMIT_MS RECORD_US JOIN   COUNT
+ *                                                         group.protocol=consumer members, a thread each,
+ *                                                         committing in batches, that join at once (JOIN
+ *                                                         now) or on a line "join" on stdin (JOIN stdin),
+ *                                                         until a line "stop" there (see members)
  *
  * A step that throws prints {"step": NAME, "error": ...} and the next step still runs, so one run shows
  * every failure at once. Timeouts are generous: the brokers share two cores with other processes.
  */
 
 import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Collection;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -36,7 +45,9 @@ import java.util.Locale;
 import java.util.Map;
 import java.util.Properties;
 import java.util.TreeMap;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.Future;
+import java.util.concurrent.atomic.AtomicBoolean;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.Config;
@@ -52,15 +63,19 @@ import org.apache.kafka.clients.admin.RecordsToDelete;
 import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.admin.TransactionDescription;
 import org.apache.kafka.clients.admin.TransactionListing;
+import org.apache.kafka.clients.consumer.CommitFailedException;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
+import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
 import org.apache.kafka.common.config.ConfigResource;
@@ -122,6 +137,8 @@ public final class KcliClients {
                     () -> consumerGroup(args[1], args[2], args[3], Integer.parseInt(args[4])));
             case "mixedGroup" -> step("mixedGroup",
                     () -> mixedGroup(args[1], args[2], args[3], Integer.parseInt(args[4])));
+            case "members" -> members(args[1], args[2], args[3], Integer.parseInt(args[4]), Long.parseLong(args[5]),
+                    Long.parseLong(args[6]), args[7].equals("stdin"));
             default -> throw new IllegalArgumentException("unknown command " + args[0]);
         }
     }
@@ -639,6 +656,181 @@ public final class KcliClients {
             assignments.add(old.assignment().size());
         }
         emit("step", "mixedGroup", "values", values, "types", types, "assignments", assignments);
+    }
+
+    /**
+     * COUNT members of GROUP with group.protocol=consumer (KIP-848) in this JVM, a thread and a KafkaConsumer
+     * each, subscribed to TOPIC (auto.offset.reset=earliest, no auto-commit) at once or, with `onJoin`, once
+     * a line "join" came on stdin (the JVM's start-up, seconds on two cores, paid before). Each commits what
+     * it read with commitSync every COMMIT_MS, in onPartitionsRevoked (before the revocation is acknowledged)
+     * and before it closes, once a line "stop" (or the end of stdin) has come. It spends RECORD_US on each
+     * record.
+     *
+     * Every line a member prints carries "m": its index, and one of {"member": id} once it has a member
+     * id, {"assigned": [partitions]} when its assignment changed, {"read": [partition, offset]} as each
+     * record is handed to it, {"revoked": [partitions]} as onPartitionsRevoked begins (its commit follows),
+     * {"committing": [[partition, next offset], ...]} before each commit, {"committed": [...]} once it
+     * succeeded, {"commit_failed": message} when it did not (see commitPending), {"lost": [partitions]}
+     * when partitions were lost (a fenced member: no commit), {"closed": true} once closed, {"error":
+     * message} when its thread failed. As tests/group_member.py --commit-ms reports for librdkafka.
+     */
+    static void members(String bootstrap, String group, String topic, int count, long commitMs, long recordMicros,
+                        boolean onJoin) throws Exception {
+        AtomicBoolean stop = new AtomicBoolean();
+        CountDownLatch join = new CountDownLatch(onJoin ? 1 : 0);
+        Thread stdin = new Thread(() -> {
+            try (BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8))) {
+                String line;
+                while ((line = in.readLine()) != null && !line.strip().equals("stop")) {
+                    if (line.strip().equals("join")) {
+                        join.countDown();
+                    }
+                }
+            } catch (Exception e) {
+                // the end of stdin either way
+            }
+            stop.set(true);
+            join.countDown();
+        }, "stdin");
+        stdin.setDaemon(true);
+        stdin.start();
+        Properties p = consumerConfig(bootstrap, group);
+        p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "consumer");
+        p.remove(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG); // the broker's to set under this protocol
+        p.remove(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG);
+        // Small polls and partition fetches: a member reads its partitions in turns of a few dozen records
+        // (a revocation finds reads to commit) and polls, so runs onPartitionsRevoked, every ~75 ms.
+        p.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "50");
+        p.put(ConsumerConfig.MAX_PARTITION_FETCH_BYTES_CONFIG, "1024");
+        List<Thread> threads = new ArrayList<>();
+        for (int i = 0; i < count; i++) {
+            int index = i;
+            Properties own = new Properties();
+            own.putAll(p);
+            own.put(ConsumerConfig.CLIENT_ID_CONFIG, group + "-" + index);
+            Thread t = new Thread(() -> {
+                try {
+                    member(index, own, topic, commitMs, recordMicros, join, stop);
+                } catch (Throwable e) {
+                    emit("m", index, "error", e.getClass().getName() + ": " + e.getMessage());
+                }
+            }, "member-" + index);
+            t.start();
+            threads.add(t);
+        }
+        for (Thread t : threads) {
+            t.join();
+        }
+    }
+
+    /** One member of `members`, on its own thread until `stop`. */
+    static void member(int index, Properties p, String topic, long commitMs, long recordMicros, CountDownLatch join,
+                       AtomicBoolean stop) {
+        Map<Integer, Long> pending = new TreeMap<>(); // partition -> next offset, read but not yet committed
+        try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(p)) {
+            join.await();
+            consumer.subscribe(List.of(topic), new ConsumerRebalanceListener() {
+                @Override
+                public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
+                    List<Integer> revoked = partitions.stream().map(TopicPartition::partition).sorted().toList();
+                    emit("m", index, "revoked", revoked);
+                    commitPending(index, consumer, topic, pending, revoked);
+                    revoked.forEach(pending::remove); // never committed again once another member owns it
+                }
+
+                @Override
+                public void onPartitionsAssigned(Collection<TopicPartition> partitions) {
+                }
+
+                @Override
+                public void onPartitionsLost(Collection<TopicPartition> partitions) {
+                    List<Integer> lost = partitions.stream().map(TopicPartition::partition).sorted().toList();
+                    lost.forEach(pending::remove);
+                    emit("m", index, "lost", lost);
+                }
+            });
+            List<Integer> assigned = null;
+            String memberId = "";
+            long lastCommit = System.nanoTime();
+            while (!stop.get()) {
+                ConsumerRecords<String, String> records = consumer.poll(Duration.ofMillis(100));
+                List<Integer> now = consumer.assignment().stream().map(TopicPartition::partition).sorted().toList();
+                if (!now.equals(assigned)) {
+                    assigned = now;
+                    emit("m", index, "assigned", now);
+                }
+                if (memberId.isEmpty() && !consumer.groupMetadata().memberId().isEmpty()) {
+                    memberId = consumer.groupMetadata().memberId();
+                    emit("m", index, "member", memberId);
+                }
+                for (ConsumerRecord<String, String> r : records) {
+                    emit("m", index, "read", List.of(r.partition(), r.offset()));
+                    if (recordMicros > 0) {
+                        Thread.sleep(recordMicros / 1000, (int) (recordMicros % 1000) * 1000);
+                    }
+                    pending.put(r.partition(), r.offset() + 1);
+                    if (System.nanoTime() - lastCommit >= commitMs * 1_000_000) {
+                        commitPending(index, consumer, topic, pending, List.copyOf(pending.keySet()));
+                        lastCommit = System.nanoTime();
+                    }
+                }
+                if (!pending.isEmpty() && System.nanoTime() - lastCommit >= commitMs * 1_000_000) {
+                    commitPending(index, consumer, topic, pending, List.copyOf(pending.keySet()));
+                    lastCommit = System.nanoTime();
+                }
+            }
+            commitPending(index, consumer, topic, pending, List.copyOf(pending.keySet()));
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+        emit("m", index, "closed", true);
+    }
+
+    /**
+     * commitSync of what `pending` holds for `partitions`; what was committed leaves `pending`. A commit
+     * refused with a stale member epoch (it crossed the heartbeat answer that bumped the epoch, as Kafka's
+     * coordinator refuses it too) is sent again, as the error tells the member to, once the heartbeat
+     * thread has had time to take the new epoch: the partitions are still this member's until a poll
+     * acknowledges their revocation.
+     */
+    static void commitPending(int index, KafkaConsumer<String, String> consumer, String topic,
+                              Map<Integer, Long> pending, List<Integer> partitions) {
+        Map<TopicPartition, OffsetAndMetadata> offsets = new LinkedHashMap<>();
+        List<List<Long>> sent = new ArrayList<>();
+        for (int partition : partitions) {
+            Long next = pending.get(partition);
+            if (next != null) {
+                offsets.put(new TopicPartition(topic, partition), new OffsetAndMetadata(next));
+                sent.add(List.of((long) partition, next));
+            }
+        }
+        if (offsets.isEmpty()) {
+            return;
+        }
+        for (int attempt = 1; ; attempt++) {
+            emit("m", index, "committing", sent);
+            try {
+                consumer.commitSync(offsets, WAIT);
+                break;
+            } catch (KafkaException e) {
+                emit("m", index, "commit_failed", e.getClass().getName() + ": " + e.getMessage());
+                boolean stale = e instanceof CommitFailedException
+                        && String.valueOf(e.getMessage()).contains("stale member epoch");
+                if (!stale || attempt == 50) {
+                    return;
+                }
+            }
+            try {
+                Thread.sleep(100);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return;
+            }
+        }
+        for (var e : offsets.entrySet()) {
+            pending.remove(e.getKey().partition(), e.getValue().offset());
+        }
+        emit("m", index, "committed", sent);
     }
 
     // --- streams --------------------------------------------------------------------------------------
