@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from conftest import KCLI, REPO, kcli_env, require_apache_kafka, skip_unless_ci
+from conftest import KCLI, REPO, free_port_range, kcli_env, require_apache_kafka, skip_unless_ci
 from secure_clients import (
     CLIENTS,
     Endpoint,
@@ -439,3 +439,99 @@ def test_controller_only_nodes_authenticate_their_listener(tmp_path: Path) -> No
     finally:
         status_code = stop_secured_cluster(cluster)
     assert status_code == 0, cluster.output()
+
+
+def test_a_secured_dynamic_quorum_grows_by_add_controller(tmp_path: Path) -> None:
+    """KIP-853 over a SASL_SSL controller listener (PLAIN, `cluster start --security sasl_ssl`'s
+    controller login): controller 1 formatted --standalone, controller 2 --no-initial-controllers
+    fetching as an observer; `kcli quorum add-controller --command-config` with controller 2's own
+    server.properties (its client settings beside the server's, as kafka-metadata-quorum.sh takes them)
+    makes it a voter, which DescribeQuorum through either controller then reports. With a client file
+    that is not the controller's own, or without the login, it is one sentence and changes nothing."""
+    from kraft_cluster import QUORUM_TIMEOUTS, NodeProcess, wait_for
+
+    from ops.local_cluster import LocalNode
+    from ops.local_security import PLAIN_MODULE, cluster_security
+
+    security = cluster_security("sasl_ssl", tmp_path / "pki")
+    assert security.pki is not None and security.password is not None
+    base = free_port_range(2)
+    ports = {1: base, 2: base + 1}
+    login = f'{PLAIN_MODULE} required username="admin" password="{security.password}";'
+    client = {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "sasl.jaas.config": login,
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(security.pki.ca),
+    }
+    nodes = {}
+    for node_id, port in ports.items():
+        directory = tmp_path / f"c{node_id}"
+        directory.mkdir()
+        settings = {
+            "process.roles": "controller",
+            "node.id": str(node_id),
+            "listeners": f"CONTROLLER://127.0.0.1:{port}",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "CONTROLLER:SASL_SSL",
+            "controller.quorum.bootstrap.servers": ",".join(f"127.0.0.1:{p}" for p in ports.values()),
+            "log.dirs": str(directory / "data"),
+            **security.broker_properties(broker=False),
+            **dict(line.split("=", 1) for line in QUORUM_TIMEOUTS),
+            **(client if node_id == 2 else {}),
+        }
+        properties = directory / "server.properties"
+        properties.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        properties.chmod(0o600)
+        nodes[node_id] = NodeProcess(LocalNode(node_id, None, port, directory))
+    client_file = tmp_path / "admin.properties"
+    client_file.write_text("".join(f"{k}={v}\n" for k, v in client.items()))
+    client_file.chmod(0o600)
+    for node_id, flag in ((1, "--standalone"), (2, "--no-initial-controllers")):
+        kcli(
+            "storage",
+            "format",
+            "-c",
+            str(nodes[node_id].node.properties),
+            "-t",
+            "MkU3OEVBNTcwNTJENDM2Qg",
+            flag,
+        )
+
+    def status(controller: int) -> dict[str, str]:
+        done = kcli("quorum", "--bootstrap-controller", f"127.0.0.1:{ports[controller]}", "--command-config",
+                    str(client_file), "describe", "--status", check=False)  # fmt: skip
+        lines = (line.split(":", 1) for line in done.stdout.splitlines() if ":" in line)
+        return {k: v.strip() for k, v in lines} if done.returncode == 0 else {}
+
+    try:
+        for node in nodes.values():
+            node.start()
+        for node in nodes.values():
+            node.wait_ready()
+        wait_for(
+            "controller 2 as an observer", lambda: '"id": 2' in status(1).get("CurrentObservers", ""), 20
+        )
+        assert json.loads(status(1)["CurrentVoters"])[0]["id"] == 1
+
+        join = ["quorum", "--bootstrap-controller", f"127.0.0.1:{ports[2]}"]
+        refused = kcli(*join, "--command-config", str(client_file), "add-controller", check=False)
+        assert refused.returncode != 0 and refused.stderr == (
+            "kcli: node.id not found in configuration file. Is this a valid controller configuration file?\n"
+        ), refused.stderr
+        plain = kcli(*join, "describe", "--status", check=False)
+        assert plain.returncode != 0 and "closed the connection" in plain.stderr, plain.stderr
+        assert [v["id"] for v in json.loads(status(1)["CurrentVoters"])] == [1]
+
+        added = kcli(*join, "--command-config", str(nodes[2].node.properties), "add-controller")
+        assert added.stdout.startswith("Added controller 2 with directory id "), added.stdout
+        assert added.stdout.rstrip().endswith(f"endpoints: CONTROLLER://127.0.0.1:{ports[2]}")
+        for controller in (1, 2):
+            voters = json.loads(status(controller)["CurrentVoters"])
+            assert [v["id"] for v in voters] == [1, 2], (controller, voters)
+        assert "TLS handshake failed on listener CONTROLLER" in nodes[1].log() + nodes[2].log()
+    finally:
+        for node in nodes.values():
+            if node.running:
+                node.kill()

@@ -987,6 +987,24 @@ BROKER_CONFIGS: dict[str, ConfigKey] = config_table(
         ("share.coordinator.state.topic.min.isr", "short", 2, at_least(1), "Share groups.", False),
         ("zookeeper.connect", "string", None, None, "ZooKeeper mode is not supported; ignored.", False),
         ("controlled.shutdown.enable", "boolean", True, None, "Controlled shutdown.", False),
+        # a controller's server.properties is also the --command-config of `quorum add-controller`
+        # (kafka-metadata-quorum.sh's), so it may carry these client settings beside the server's
+        (
+            "security.protocol",
+            "string",
+            "PLAINTEXT",
+            one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
+            "A client setting (quorum add-controller --command-config); the broker does not read it.",
+            False,
+        ),
+        (
+            "sasl.mechanism",
+            "string",
+            "GSSAPI",
+            None,
+            "A client setting (quorum add-controller --command-config); the broker does not read it.",
+            False,
+        ),
     ]
 )
 
