@@ -535,3 +535,44 @@ def test_a_secured_dynamic_quorum_grows_by_add_controller(tmp_path: Path) -> Non
         for node in nodes.values():
             if node.running:
                 node.kill()
+
+
+def test_scram_between_the_voters_of_a_new_quorum_is_one_warning(tmp_path: Path) -> None:
+    """SCRAM on the controller listener of a new quorum of two: the credentials reach the metadata log
+    only through a leader, which the voters cannot elect without them (Apache Kafka 4.1.2's voters fail
+    each other's logins the same way): the node says so once, at start."""
+    from kraft_cluster import NodeProcess, wait_for
+
+    from ops.local_cluster import LocalNode
+    from ops.local_security import SCRAM_MODULE, cluster_security
+
+    security = cluster_security("sasl_ssl", tmp_path / "pki")
+    base = free_port_range(2)
+    directory = tmp_path / "c1"
+    directory.mkdir()
+    settings = {
+        "process.roles": "controller",
+        "node.id": "1",
+        "listeners": f"CONTROLLER://127.0.0.1:{base}",
+        "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": "CONTROLLER:SASL_SSL",
+        "controller.quorum.voters": f"1@127.0.0.1:{base},2@127.0.0.1:{base + 1}",
+        "log.dirs": str(directory / "data"),
+        **security.broker_properties(broker=False),
+        "sasl.mechanism.controller.protocol": "SCRAM-SHA-512",
+        "listener.name.controller.scram-sha-512.sasl.jaas.config": (
+            f'{SCRAM_MODULE} required username="admin" password="{security.password}";'
+        ),
+    }
+    node = NodeProcess(LocalNode(1, None, base, directory))
+    node.node.properties.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+    node.node.properties.chmod(0o600)
+    kcli("storage", "format", "-c", str(node.node.properties), "-t", "MkU3OEVBNTcwNTJENDM2Qg",
+         "--add-scram", f"SCRAM-SHA-512=[name=admin,password={security.password}]")  # fmt: skip
+    node.start()
+    try:
+        warning = "sasl.mechanism.controller.protocol is SCRAM-SHA-512 on a new metadata log"
+        wait_for("the warning", lambda: warning in node.log(), 20)
+        assert node.log().count(warning) == 1
+    finally:
+        node.kill()

@@ -166,7 +166,7 @@ class Node:
         As Kafka's BrokerServer, the logs are loaded only once this node has the committed metadata:
         which topics exist, and their configs, come from the quorum, not from what the disk holds.
         """
-        await join_quorum(self.raft)
+        await join_quorum(self.raft, self.config)
         image = self.loader.image
         self.dynamic_configs.initialize(image)  # the logs load with the dynamic broker defaults
         self.logs.startup({name: self._log_config(self.config, image, name) for name in image.topic_ids})
@@ -511,9 +511,31 @@ def metadata_parts(
     return raft, controller, loader
 
 
-async def join_quorum(raft: KafkaRaftClient) -> None:
+def warn_scram_between_new_voters(config: BrokerConfig, metadata_end: int) -> None:
+    """A new quorum whose voters log in to each other with SCRAM cannot elect a leader: the credentials
+    are in the metadata log only once a leader has written the bootstrap records. Apache Kafka 4.1.2's
+    voters fail authentication against each other until they are stopped (measured 2026-12-02), and so
+    do kcli's; the operator gets one sentence instead of a log of failed logins."""
+    listener = config.controller_listener
+    mechanism = str(config["sasl.mechanism.controller.protocol"]).upper()
+    if not config.is_controller or listener is None or metadata_end > 0 or not mechanism.startswith("SCRAM-"):
+        return
+    if len(config.quorum_voters) < 2:  # a voter of one elects itself; a dynamic quorum grows from one
+        return
+    if config.protocol_of(listener.name) not in ("SASL_PLAINTEXT", "SASL_SSL"):
+        return
+    log.warning(
+        "sasl.mechanism.controller.protocol is %s on a new metadata log: the voters cannot authenticate "
+        "each other until a leader has written the SCRAM credentials, which it cannot be elected to do; "
+        "use PLAIN (or OAUTHBEARER) on the controller listener, as Kafka's own KRaft tests do",
+        mechanism,
+    )
+
+
+async def join_quorum(raft: KafkaRaftClient, config: BrokerConfig) -> None:
     """Start the Raft client and wait until this node has what the quorum had committed; on failure
     stop it, close the log and leave no trace of a first start (a metadata log with no record)."""
+    warn_scram_between_new_voters(config, raft.log.next_offset)
     try:
         await raft.start()
         await raft.wait_caught_up()
@@ -572,7 +594,7 @@ class ControllerNode:
         return self.loader.image
 
     async def start(self) -> None:
-        await join_quorum(self.raft)
+        await join_quorum(self.raft, self.config)
         self.dynamic_configs.initialize(self.loader.image)
         self.loader.install_publisher(self.dynamic_configs)
         self._tasks.extend(controller_tasks(self.config, self.controller))
