@@ -418,8 +418,20 @@ def kafka_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     yield from _kafka_cluster(tmp_path_factory, 1, name="kafka_node")
 
 
+KAFKA_CLUSTER_PROPERTIES = {
+    "group.consumer.session.timeout.ms": 3000,
+    "group.consumer.min.session.timeout.ms": 1000,
+    "group.consumer.heartbeat.interval.ms": 500,
+    "group.consumer.min.heartbeat.interval.ms": 100,
+}
+"""kafka_cluster's session timeout and heartbeat interval of consumer-protocol members (KIP-848): those
+of test_consumer_group_clients.BROKER_SETTINGS instead of Kafka's 45 s (and 45 s at least) and 5 s, so
+that a member killed -9 in test_apache_kafka_ops loses its partitions within seconds, as on kcli's nodes.
+No other test of kafka_cluster waits on a session to end; classic groups keep Kafka's defaults."""
+
+
 @pytest.fixture(scope="session")
 def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     """Three combined Apache Kafka nodes (static voters, one cluster id) for the whole run, started when
-    a test first asks."""
-    yield from _kafka_cluster(tmp_path_factory, 3, name="kafka_cluster")
+    a test first asks, with KAFKA_CLUSTER_PROPERTIES."""
+    yield from _kafka_cluster(tmp_path_factory, 3, properties=KAFKA_CLUSTER_PROPERTIES, name="kafka_cluster")

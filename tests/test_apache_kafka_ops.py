@@ -1,9 +1,11 @@
 """kcli's operations against a three-node Apache Kafka 4.1 cluster (the session fixture `kafka_cluster`),
 side by side with Kafka's own tool on the same cluster: consumer groups (describe, --members, --state,
-reset-offsets), reassignments and their throttles both ways, features, the quorum and `cluster status`,
-`replay` of a fixture partition into Kafka, and last, because it stops nodes: an unclean election on a
-partition whose ISR is gone, `recover partitions`' predicted loss against what Kafka really loses, and
-preferred elections, with kcli's `elect` and Kafka's LeaderElectionCommand on twin partitions.
+reset-offsets; ten librdkafka members of the consumer protocol that join, leave and are killed -9, as
+test_consumer_group_clients runs them on kcli's nodes), reassignments and their throttles both ways,
+features, the quorum and `cluster status`, `replay` of a fixture partition into Kafka, and last, because
+it stops nodes: an unclean election on a partition whose ISR is gone, `recover partitions`' predicted
+loss against what Kafka really loses, and preferred elections, with kcli's `elect` and Kafka's
+LeaderElectionCommand on twin partitions.
 
 Every test uses names of its own; each runs Kafka's tools (a JVM of about a second) side by side with
 kcli's where they are independent. Values that change between two reads of a live cluster (the metadata
@@ -34,6 +36,7 @@ from apache_kafka import (
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from conftest import KCLI, REPO, kcli_env
 from test_apache_kafka import in_parallel, kafka, kcli, mask
+from test_consumer_group_clients import BROKER_SETTINGS, ten_members_join_leave_and_are_killed
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -164,6 +167,30 @@ def test_groups_describe_and_reset_offsets_equal_kafka_consumer_groups(
         ("2", str(3 + p % 4), str(1 + p % 4)) for p in range(12)
     }
     assert after[2].stdout.splitlines()[2].split()[-2:] == ["Empty", "0"]
+
+
+@pytest.mark.timeout(120)
+def test_librdkafka_ten_members_join_leave_and_are_killed_on_kafka(
+    kafka_cluster: KafkaCluster, tmp_path: Path
+) -> None:
+    """test_consumer_group_clients' ten librdkafka members (group.protocol=consumer, each a process of
+    tests/group_member.py committing every 100 ms, on revocation and before it closes) on Kafka's three
+    nodes, with the session timeout and heartbeat interval of kcli's nodes there (conftest's
+    KAFKA_CLUSTER_PROPERTIES): they share a 20-partition topic of replication factor 3 while 20,000 keyed
+    records are produced with acks=all, two leave and two are killed -9, the six others finish the topic.
+    The same rule holds: every record read at least once, none committed twice, a record read twice only
+    after a killed member's last confirmed commit of its partition. `kcli groups describe` of the six
+    survivors' group (partitions, and members --verbose) equals kafka-consumer-groups.sh --describe's."""
+    configured = (kafka_cluster.nodes[0].workdir / "server.properties").read_text().splitlines()
+    assert set(BROKER_SETTINGS) <= set(configured), configured
+    ten_members_join_leave_and_are_killed(
+        kafka_cluster.bootstrap,
+        tmp_path,
+        "ops-ten-members",
+        lambda: {node.node_id: node.log() for node in kafka_cluster.nodes},
+        kcli_nodes=False,
+        kafka_tool=True,
+    )
 
 
 # --- reassignments ----------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ import pytest
 from cli_in_process import run_kcli
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from conftest import BrokerProcess, kcli_env
+from conftest import BrokerProcess, kcli_env, require_apache_kafka
 from kraft_cluster import kcli
 from test_consumer_group_protocol import DESCRIBE, commit, count, join, owned_of
 from waiting import wait_for
@@ -485,31 +486,65 @@ def produce_keyed(bootstrap: str, topic: str, records: int = CLUSTER_RECORDS) ->
     return written
 
 
-@pytest.mark.timeout(120)
-def test_librdkafka_ten_members_join_leave_and_are_killed_on_three_nodes(
-    replicated_cluster: Any, tmp_path: Path
-) -> None:
-    """Ten librdkafka members (group.protocol=consumer, each a process of tests/group_member.py committing
-    every 100 ms, on revocation and before it closes) share a 20-partition topic of replication factor 3
-    on three nodes while 20,000 keyed records are produced with acks=all; once four of them are reading,
-    two leave (close) and two are killed -9, and the six others finish the topic.
+DESCRIBE_VIEWS = ((), ("--members", "--verbose"))
+"""The views of a group compared with kafka-consumer-groups.sh --describe: its partitions (offsets and
+owners) and its members with their epochs, current and target assignments."""
 
-    A read counts as committed when a later commit of the same member, which it saw succeed, covered
-    it. The rule checked: every record is read at least once; no record is committed twice; every read
-    of a member that left or stayed is committed; a record nobody committed was read by a killed member
-    that had sent a commit past it (the commit reached the coordinator, its answer did not come back).
-    So a record is read twice only where a killed member read it after its last confirmed commit of
-    that partition and the next owner read it again. The partitions of the members that went are read
-    on by others, and `kcli groups describe` shows a consumer group of the six survivors, every
-    partition committed at its log end."""
-    cluster = replicated_cluster(*BROKER_SETTINGS)
-    topic, group = f"cg-{uuid.uuid4().hex[:8]}", "ten"
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})  # kept alive until the result is in
+
+def kafka_tool_here() -> bool:
+    """Whether Kafka's tools can run here (java, and the pinned jars or mvn); with CI=true they must be:
+    conftest.require_apache_kafka fails then, as it fails when the jars cannot be resolved."""
+    import apache_kafka
+
+    if apache_kafka.missing_tools() and os.environ.get("CI") != "true":
+        return False
+    require_apache_kafka()
+    return True
+
+
+def describe_equals_kafka_consumer_groups(bootstrap: str, group: str, workdir: Path) -> list[str]:
+    """`kcli groups describe GROUP [--members --verbose]` and Kafka 4.1's kafka-consumer-groups.sh
+    --describe --group GROUP [--members --verbose] on the same cluster, side by side: the same exit
+    status 0, stdout and stderr byte for byte. Returns kcli's stdout of each view."""
+    import apache_kafka
+
+    def ours(view: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+        return kcli("groups", "describe", group, *view, "--bootstrap-server", bootstrap)
+
+    def theirs(view: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+        args = ["--bootstrap-server", bootstrap, "--describe", "--group", group, *view]
+        return apache_kafka.run_tool(apache_kafka.CONSUMER_GROUP_COMMAND, args, workdir=workdir)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = [(pool.submit(ours, v), pool.submit(theirs, v)) for v in DESCRIBE_VIEWS]
+        results = [(a.result(), b.result()) for a, b in futures]
+    for view, (mine, kafkas) in zip(DESCRIBE_VIEWS, results, strict=True):
+        assert mine.returncode == kafkas.returncode == 0, (view, mine.stderr, kafkas.stderr)
+        assert mine.stdout == kafkas.stdout, (view, mine.stdout, kafkas.stdout)
+        assert mine.stderr == kafkas.stderr == "", (view, mine.stderr, kafkas.stderr)
+    return [mine.stdout for mine, _ in results]
+
+
+def ten_members_join_leave_and_are_killed(
+    bootstrap: str,
+    workdir: Path,
+    group: str,
+    node_logs: Callable[[], dict[int, str]],
+    *,
+    kcli_nodes: bool,
+    kafka_tool: bool,
+) -> None:
+    """The scenario of the test below on the three nodes at `bootstrap` (kcli's or Apache Kafka's, with
+    BROKER_SETTINGS' session timeout and heartbeat interval), the members' logs in `workdir`, the group
+    named `group`. `node_logs()` is each node's log so far by node id, shown when a wait fails; the logs
+    of kcli nodes (`kcli_nodes`) must hold no Traceback at the end. With `kafka_tool`, `kcli groups
+    describe` of the final group (its partitions, and its members --verbose) equals kafka-consumer-groups.sh
+    --describe's on the same cluster, byte for byte."""
+    topic = f"cg-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the result is in
     new = NewTopic(topic, CLUSTER_PARTITIONS, 3, config={"min.insync.replicas": "2"})
     admin.create_topics([new])[topic].result(30)
-    members = [
-        MemberProcess(cluster.bootstrap, group, topic, tmp_path / f"member-{i}.log") for i in range(10)
-    ]
+    members = [MemberProcess(bootstrap, group, topic, workdir / f"member-{i}.log") for i in range(10)]
     leaving, killed, survivors = members[:2], members[2:4], members[4:]
 
     def explain() -> str:
@@ -520,8 +555,8 @@ def test_librdkafka_ten_members_join_leave_and_are_killed_on_three_nodes(
                 f"assigned {m.assigned}, {len(m.reads)} read; stderr:\n"
                 + "\n".join(m.log().splitlines()[-40:])
             )
-        for node in cluster.nodes.values():
-            parts.append(f"--- node {node.node_id}:\n" + "\n".join(node.log().splitlines()[-60:]))
+        for node_id, text in node_logs().items():
+            parts.append(f"--- node {node_id}:\n" + "\n".join(text.splitlines()[-60:]))
         return "\n".join(parts)
 
     def wait(what: str, check: Callable[[], Any], timeout: float = 60) -> Any:
@@ -536,7 +571,7 @@ def test_librdkafka_ten_members_join_leave_and_are_killed_on_three_nodes(
                 and all(len(m.assigned) == 2 for m in members)
             ),
         )
-        producing = threading.Thread(target=lambda: written.update(produce_keyed(cluster.bootstrap, topic)))
+        producing = threading.Thread(target=lambda: written.update(produce_keyed(bootstrap, topic)))
         producing.start()
         wait(
             "the four members that go to be reading",
@@ -554,19 +589,32 @@ def test_librdkafka_ten_members_join_leave_and_are_killed_on_three_nodes(
         )
 
         def described() -> dict[str, Any] | None:
-            result = kcli("groups", "describe", group, "-o", "json", "--bootstrap-server", cluster.bootstrap)
+            result = kcli("groups", "describe", group, "-o", "json", "--bootstrap-server", bootstrap)
             assert result.returncode == 0, result.stderr
             [found] = [json.loads(line) for line in result.stdout.splitlines()]
             members_ids = sorted(m["member_id"] for m in found["members"])
             done = found["state"] == "Stable" and found["total_lag"] == 0
-            return found if done and members_ids == sorted(m.member_id or "" for m in survivors) else None
+            reconciled = all(
+                m["assignment"] == m["target_assignment"]
+                and m["member_epoch"] == found["target_assignment_epoch"]
+                for m in found["members"]
+            )
+            survived = members_ids == sorted(m.member_id or "" for m in survivors)
+            return found if done and reconciled and survived else None
 
-        found = wait("the group of six survivors, committed at the log end", described, 30)
+        found = wait("the group of six survivors, reconciled and committed at the log end", described, 30)
         assert (found["protocol_type"], found["protocol"]) == ("consumer", "uniform")
         owned = sorted(p for m in found["members"] for p in m["assignment"][topic])
         assert owned == list(range(CLUSTER_PARTITIONS))
         ends = {p: 1 + max(o for q, o in written if q == p) for p in range(CLUSTER_PARTITIONS)}
         assert {r["partition"]: r["current_offset"] for r in found["partitions"]} == ends
+        if kafka_tool:
+            offsets, verbose = describe_equals_kafka_consumer_groups(bootstrap, group, workdir / "kafka-tool")
+            assert len(offsets.splitlines()) == 2 + CLUSTER_PARTITIONS, offsets  # a blank line, the header
+            rows = [line.split() for line in verbose.splitlines()[2:]]
+            assert sorted(r[1] for r in rows) == sorted(m.member_id or "" for m in survivors), verbose
+            # CURRENT-EPOCH equal to TARGET-EPOCH, CURRENT-ASSIGNMENT to TARGET-ASSIGNMENT: reconciled
+            assert all(r[-4] == r[-2] and r[-3] == r[-1] for r in rows), verbose
     finally:
         for m in members:
             if not m.killed:
@@ -600,8 +648,39 @@ def test_librdkafka_ten_members_join_leave_and_are_killed_on_three_nodes(
         for p in handed_over[id(m)]:
             last = max((o for q, o in m.reads if q == p), default=-1)
             assert any(q == p and o > last for q, o in others), f"partition {p} after {last}"
-    for node in cluster.nodes.values():
-        assert "Traceback" not in node.log(), f"node {node.node_id}:\n{node.log()}"
+    if kcli_nodes:
+        for node_id, text in node_logs().items():
+            assert "Traceback" not in text, f"node {node_id}:\n{text}"
+
+
+@pytest.mark.timeout(120)
+def test_librdkafka_ten_members_join_leave_and_are_killed_on_three_nodes(
+    replicated_cluster: Any, tmp_path: Path
+) -> None:
+    """Ten librdkafka members (group.protocol=consumer, each a process of tests/group_member.py committing
+    every 100 ms, on revocation and before it closes) share a 20-partition topic of replication factor 3
+    on three nodes while 20,000 keyed records are produced with acks=all; once four of them are reading,
+    two leave (close) and two are killed -9, and the six others finish the topic.
+
+    A read counts as committed when a later commit of the same member, which it saw succeed, covered
+    it. The rule checked: every record is read at least once; no record is committed twice; every read
+    of a member that left or stayed is committed; a record nobody committed was read by a killed member
+    that had sent a commit past it (the commit reached the coordinator, its answer did not come back).
+    So a record is read twice only where a killed member read it after its last confirmed commit of
+    that partition and the next owner read it again. The partitions of the members that went are read
+    on by others, and `kcli groups describe` shows a consumer group of the six survivors, reconciled,
+    every partition committed at its log end; where Kafka's tools run, kafka-consumer-groups.sh
+    --describe prints what `kcli groups describe` prints of it (partitions, and members --verbose).
+    tests/test_apache_kafka_ops.py runs the same scenario on Apache Kafka 4.1."""
+    cluster = replicated_cluster(*BROKER_SETTINGS)
+    ten_members_join_leave_and_are_killed(
+        cluster.bootstrap,
+        tmp_path,
+        "ten",
+        lambda: {node.node_id: node.log() for node in cluster.nodes.values()},
+        kcli_nodes=True,
+        kafka_tool=kafka_tool_here(),
+    )
 
 
 JAVA_COMMIT_MS = 200
