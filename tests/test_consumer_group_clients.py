@@ -161,6 +161,25 @@ def test_librdkafka_members_share_leave_and_resume(broker_factory: Any) -> None:
     listed = run_kcli("groups", "list", "-b", broker.bootstrap)
     assert listed.returncode == 0 and group in listed.stdout
 
+    # the empty consumer group: its offsets reset (dry run, then --execute), read again from there, deleted
+    reset = ["groups", "reset-offsets", "-b", broker.bootstrap, group, "--topic", topic, "--to-offset", "10"]
+    planned = run_kcli(*reset, "--dry-run")
+    assert planned.returncode == 0, planned.stderr
+    assert [line.split()[-1] for line in planned.stdout.splitlines()[2:]] == ["10"] * 6, planned.stdout
+    executed = run_kcli(*reset, "--execute")
+    assert executed.returncode == 0 and executed.stdout == planned.stdout, executed.stderr
+    again = member(broker.bootstrap, group, topic, "again")
+    try:
+        read = consume([again], len(more + late))  # offsets 10 on: the second and third fills
+        assert sorted(v for _, v in read) == sorted(more + late), read
+        assert consume([again], 1, timeout=2) == []
+    finally:
+        again.close()
+    deleted = run_kcli("groups", "delete", "-b", broker.bootstrap, group)
+    assert deleted.returncode == 0, deleted.stderr
+    gone = run_kcli("groups", "describe", "-b", broker.bootstrap, group)
+    assert gone.returncode == 1 and f"consumer group '{group}' does not exist" in gone.stderr, gone.stderr
+
 
 def test_librdkafka_regex_subscription(broker_factory: Any) -> None:
     """librdkafka sends a "^"-subscription as the heartbeat's SubscribedTopicRegex: the coordinator
