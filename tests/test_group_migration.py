@@ -10,6 +10,9 @@ are in __consumer_offsets (`kcli dump-segment --offsets-decoder`); a rolling upg
 replaced one by one, reads every record once; with the policy `disabled` a consumer-protocol member
 cannot join a classic group with members. Kafka 4.1.2's Java consumer does the upgrade and downgrade
 too (tests/java/KcliClients.java), and kcli's own client checks the classic paths request by request.
+On three nodes, an upgraded group keeps its members through a kill -9 of its coordinator's node and is
+downgraded by the next coordinator; a conversion whose write the log refuses leaves the group as its
+log holds it.
 """
 
 from __future__ import annotations
