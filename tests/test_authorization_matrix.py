@@ -1383,6 +1383,18 @@ KNOWN_DIFFERENCES: dict[str, str] = {}
 """Rows where kcli answers other than Kafka, each with the reason (docs/apache-kafka.md says the same)."""
 
 
+def add_alice_scram(bootstrap: str, admin_properties: Path) -> None:
+    """alice's SCRAM-SHA-512 credential, through `kcli configs alter` as admin."""
+    import subprocess
+
+    subprocess.run(
+        [*KCLI, "configs", "alter", "--bootstrap-server", bootstrap, "--command-config", str(admin_properties),
+         "--entity-type", "users", "--entity-name", ALICE, "--add-config",
+         f"SCRAM-SHA-512=[password={ALICE_PASSWORD}]"],
+        capture_output=True, env=kcli_env(), check=True, timeout=60,
+    )  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def kafka_authorizer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One Apache Kafka node on SASL_SSL with the StandardAuthorizer and the matrix's properties."""
@@ -1391,7 +1403,6 @@ def kafka_authorizer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def kafka_rows(kafka_authorizer: Any) -> dict[str, Row]:
-    import subprocess
 
     import apache_kafka
 
@@ -1405,27 +1416,7 @@ def kafka_rows(kafka_authorizer: Any) -> dict[str, Row]:
         f'username="{ALICE}" password="{ALICE_PASSWORD}"',
     )
     alice = client_security(workdir, alice_text, "matrix-alice")
-    subprocess.run(
-        [
-            *KCLI,
-            "configs",
-            "alter",
-            "--bootstrap-server",
-            cluster.bootstrap,
-            "--command-config",
-            str(cluster.client_properties),
-            "--entity-type",
-            "users",
-            "--entity-name",
-            ALICE,
-            "--add-config",
-            f"SCRAM-SHA-512=[password={ALICE_PASSWORD}]",
-        ],
-        capture_output=True,
-        env=kcli_env(),
-        check=True,
-        timeout=60,
-    )
+    add_alice_scram(cluster.bootstrap, cluster.client_properties)
     node = cluster.nodes[0]
     target = Target(
         cluster.bootstrap,
@@ -1540,7 +1531,6 @@ def forwarded_rows(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
     """The forwarded rows, sent to a node whose controller is not the active one, in a three-node
     SASL_SSL cluster (`kcli cluster start --security sasl_ssl`) with the same authorizer settings."""
     import re
-    import subprocess
 
     from secure_clients import start_secured_cluster, stop_secured_cluster
 
@@ -1556,27 +1546,7 @@ def forwarded_rows(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
         )
         admin = client_security(workdir, admin_text, "m-admin")
         alice = client_security(workdir, alice_text, "m-alice")
-        subprocess.run(
-            [
-                *KCLI,
-                "configs",
-                "alter",
-                "--bootstrap-server",
-                cluster.bootstrap,
-                "--command-config",
-                str(cluster.client_properties),
-                "--entity-type",
-                "users",
-                "--entity-name",
-                ALICE,
-                "--add-config",
-                f"SCRAM-SHA-512=[password={ALICE_PASSWORD}]",
-            ],
-            capture_output=True,
-            env=kcli_env(),
-            check=True,
-            timeout=60,
-        )
+        add_alice_scram(cluster.bootstrap, cluster.client_properties)
 
         async def leader() -> int:
             async with await KafkaClient.connect(cluster.bootstrap.split(",")[0], security=admin) as client:

@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -544,6 +544,59 @@ def describe_equals_kafka_consumer_groups(bootstrap: str, group: str, workdir: P
     return [mine.stdout for mine, _ in results]
 
 
+def create_cluster_topic(bootstrap: str, topic: str) -> None:
+    """The ten-member scenarios' topic: CLUSTER_PARTITIONS partitions, replication factor 3, min ISR 2."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the result is in
+    new = NewTopic(topic, CLUSTER_PARTITIONS, 3, config={"min.insync.replicas": "2"})
+    admin.create_topics([new])[topic].result(30)
+
+
+def assert_survivors_group(found: dict[str, Any], topic: str, written: set[tuple[int, int]]) -> None:
+    """`kcli groups describe -o json` of the survivors' group: the consumer protocol's uniform assignor,
+    every partition owned and committed at its log end."""
+    assert (found["protocol_type"], found["protocol"]) == ("consumer", "uniform")
+    owned = sorted(p for m in found["members"] for p in m["assignment"][topic])
+    assert owned == list(range(CLUSTER_PARTITIONS))
+    ends = {p: 1 + max(o for q, o in written if q == p) for p in range(CLUSTER_PARTITIONS)}
+    assert {r["partition"]: r["current_offset"] for r in found["partitions"]} == ends
+
+
+def assert_read_once(
+    members: Sequence[Any],
+    written: set[tuple[int, int]],
+    gone: Sequence[Any],
+    handed_over: dict[int, set[int]],
+) -> None:
+    """The ten-member scenarios' rule over the members' reports: every record read at least once and
+    nothing else; none committed twice; every read of a member not killed committed; a record nobody
+    committed read by a killed member that had sent a commit past it (so read twice only after a kill);
+    and the partitions `handed_over` by the members `gone` read on by others."""
+    committed_reads: Counter[tuple[int, int]] = Counter()
+    uncommitted: dict[int, list[tuple[int, int]]] = {}
+    for number, m in enumerate(members):
+        covered, pending = m.covered_reads()
+        committed_reads.update(covered)
+        uncommitted[number] = pending
+    every_read = Counter(r for m in members for r in m.reads)
+    assert set(every_read) == written  # each record read at least once, and nothing else
+    assert max(committed_reads.values()) == 1, [r for r, n in committed_reads.items() if n > 1][:10]
+    assert all(not uncommitted[i] for i, m in enumerate(members) if not m.killed), {
+        i: pending[:10] for i, pending in uncommitted.items() if pending
+    }
+    in_flight = Counter(r for i, m in enumerate(members) if m.killed for r in uncommitted[i])
+    assert all(n - in_flight[r] <= 1 for r, n in every_read.items())  # read twice: after a kill only
+    for p, o in written - set(committed_reads):
+        assert any((p, o) in uncommitted[i] and m.sent.get(p, -1) > o for i, m in enumerate(members)), (
+            f"partition {p} offset {o}: read by a killed member only, and after every commit it sent"
+        )
+    # the partitions of the members that left and were killed went on with others
+    for m in gone:
+        others = [r for n in members if n is not m for r in n.reads]
+        for p in handed_over[id(m)]:
+            last = max((o for q, o in m.reads if q == p), default=-1)
+            assert any(q == p and o > last for q, o in others), f"partition {p} after {last}"
+
+
 def ten_members_join_leave_and_are_killed(
     bootstrap: str,
     workdir: Path,
@@ -560,9 +613,7 @@ def ten_members_join_leave_and_are_killed(
     describe` of the final group (its partitions, and its members --verbose) equals kafka-consumer-groups.sh
     --describe's on the same cluster, byte for byte."""
     topic = f"cg-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the result is in
-    new = NewTopic(topic, CLUSTER_PARTITIONS, 3, config={"min.insync.replicas": "2"})
-    admin.create_topics([new])[topic].result(30)
+    create_cluster_topic(bootstrap, topic)
     members = [MemberProcess(bootstrap, group, topic, workdir / f"member-{i}.log") for i in range(10)]
     leaving, killed, survivors = members[:2], members[2:4], members[4:]
 
@@ -622,11 +673,7 @@ def ten_members_join_leave_and_are_killed(
             return found if done and reconciled and survived else None
 
         found = wait("the group of six survivors, reconciled and committed at the log end", described, 30)
-        assert (found["protocol_type"], found["protocol"]) == ("consumer", "uniform")
-        owned = sorted(p for m in found["members"] for p in m["assignment"][topic])
-        assert owned == list(range(CLUSTER_PARTITIONS))
-        ends = {p: 1 + max(o for q, o in written if q == p) for p in range(CLUSTER_PARTITIONS)}
-        assert {r["partition"]: r["current_offset"] for r in found["partitions"]} == ends
+        assert_survivors_group(found, topic, written)
         if kafka_tool:
             offsets, verbose = describe_equals_kafka_consumer_groups(bootstrap, group, workdir / "kafka-tool")
             assert len(offsets.splitlines()) == 2 + CLUSTER_PARTITIONS, offsets  # a blank line, the header
@@ -643,30 +690,7 @@ def ten_members_join_leave_and_are_killed(
     for m in leaving + survivors:
         assert m.process.returncode == 0, explain()
 
-    committed_reads: Counter[tuple[int, int]] = Counter()
-    uncommitted: dict[int, list[tuple[int, int]]] = {}
-    for number, m in enumerate(members):
-        covered, pending = m.covered_reads()
-        committed_reads.update(covered)
-        uncommitted[number] = pending
-    every_read = Counter(r for m in members for r in m.reads)
-    assert set(every_read) == written  # each record read at least once, and nothing else
-    assert max(committed_reads.values()) == 1, [r for r, n in committed_reads.items() if n > 1][:10]
-    assert all(not uncommitted[i] for i, m in enumerate(members) if not m.killed), {
-        i: pending[:10] for i, pending in uncommitted.items() if pending
-    }
-    in_flight = Counter(r for i, m in enumerate(members) if m.killed for r in uncommitted[i])
-    assert all(n - in_flight[r] <= 1 for r, n in every_read.items())  # read twice: after a kill only
-    for p, o in written - set(committed_reads):
-        assert any((p, o) in uncommitted[i] and m.sent.get(p, -1) > o for i, m in enumerate(members)), (
-            f"partition {p} offset {o}: read by a killed member only, and after every commit it sent"
-        )
-    # the partitions of the members that left and were killed went on with others
-    for m in leaving + killed:
-        others = [r for n in members if n is not m for r in n.reads]
-        for p in handed_over[id(m)]:
-            last = max((o for q, o in m.reads if q == p), default=-1)
-            assert any(q == p and o > last for q, o in others), f"partition {p} after {last}"
+    assert_read_once(members, written, leaving + killed, handed_over)
     if kcli_nodes:
         for node_id, text in node_logs().items():
             assert "Traceback" not in text, f"node {node_id}:\n{text}"
@@ -817,9 +841,7 @@ def test_java_ten_members_join_leave_and_are_killed_on_three_nodes(
     classes = test_java_clients.compile_clients()
     cluster = replicated_cluster(*BROKER_SETTINGS)
     topic, group = f"cg-{uuid.uuid4().hex[:8]}", "ten-java"
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})  # kept alive until the result is in
-    new = NewTopic(topic, CLUSTER_PARTITIONS, 3, config={"min.insync.replicas": "2"})
-    admin.create_topics([new])[topic].result(30)
+    create_cluster_topic(cluster.bootstrap, topic)
     jvms = [
         JavaMembers(classes, cluster.bootstrap, group, topic, count, tmp_path / name, on_join)
         for name, count, on_join in (("leaving", 2, True), ("killed", 2, False), ("staying", 6, False))
@@ -882,11 +904,7 @@ def test_java_ten_members_join_leave_and_are_killed_on_three_nodes(
             return found if done and members_ids == sorted(m.member_id or "" for m in survivors) else None
 
         found = wait("the group of six survivors, committed at the log end", described, 30)
-        assert (found["protocol_type"], found["protocol"]) == ("consumer", "uniform")
-        owned = sorted(p for m in found["members"] for p in m["assignment"][topic])
-        assert owned == list(range(CLUSTER_PARTITIONS))
-        ends = {p: 1 + max(o for q, o in written if q == p) for p in range(CLUSTER_PARTITIONS)}
-        assert {r["partition"]: r["current_offset"] for r in found["partitions"]} == ends
+        assert_survivors_group(found, topic, written)
     finally:
         for jvm in jvms:
             if not jvm.killed:
@@ -907,29 +925,6 @@ def test_java_ten_members_join_leave_and_are_killed_on_three_nodes(
 
     assert any(revoked_between_reads(m) for m in first), explain()
 
-    committed_reads: Counter[tuple[int, int]] = Counter()
-    uncommitted: dict[int, list[tuple[int, int]]] = {}
-    for number, m in enumerate(members):
-        covered, pending = m.covered_reads()
-        committed_reads.update(covered)
-        uncommitted[number] = pending
-    every_read = Counter(r for m in members for r in m.reads)
-    assert set(every_read) == written  # each record read at least once, and nothing else
-    assert max(committed_reads.values()) == 1, [r for r, n in committed_reads.items() if n > 1][:10]
-    assert all(not uncommitted[i] for i, m in enumerate(members) if not m.killed), {
-        i: pending[:10] for i, pending in uncommitted.items() if pending
-    }
-    in_flight = Counter(r for i, m in enumerate(members) if m.killed for r in uncommitted[i])
-    assert all(n - in_flight[r] <= 1 for r, n in every_read.items())  # read twice: after a kill only
-    for p, o in written - set(committed_reads):
-        assert any((p, o) in uncommitted[i] and m.sent.get(p, -1) > o for i, m in enumerate(members)), (
-            f"partition {p} offset {o}: read by a killed member only, and after every commit it sent"
-        )
-    # the partitions of the members that left and were killed went on with others
-    for m in leaving + killed:
-        others = [r for n in members if n is not m for r in n.reads]
-        for p in handed_over[id(m)]:
-            last = max((o for q, o in m.reads if q == p), default=-1)
-            assert any(q == p and o > last for q, o in others), f"partition {p} after {last}"
+    assert_read_once(members, written, leaving + killed, handed_over)
     for node in cluster.nodes.values():
         assert "Traceback" not in node.log(), f"node {node.node_id}:\n{node.log()}"
