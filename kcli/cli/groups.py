@@ -338,6 +338,7 @@ def _members_text(d: GroupDescription, verbose: bool) -> str:
     widths = [max([low] + [len(row[i]) for row in cells]) for i, low in enumerate(minimum)]
     widths[-1] = 15  # #PARTITIONS is "%-15s " whatever its cells
     tails: list[list[str]] = [[] for _ in [names, *cells]]
+    tail_widths: list[int] = []
     if verbose:
         upgraded = {m.upgraded for m in d.members}
         both = True in upgraded and False in upgraded
@@ -353,10 +354,9 @@ def _members_text(d: GroupDescription, verbose: bool) -> str:
 
     def line(row: list[str], tail: list[str]) -> str:
         text = "".join(cell.ljust(w) + " " for cell, w in zip(row, widths, strict=True))
-        if tail:
-            text += " ".join(cell.ljust(w) for cell, w in zip(tail, tail_widths, strict=False))
-            text += " " + tail[4] if len(tail) > 4 else ""
-        return text
+        # the four verbose columns padded; UPGRADED, the last, is not
+        padded = [cell.ljust(w) for cell, w in zip(tail, tail_widths, strict=False)]
+        return text + " ".join(padded + tail[len(tail_widths) :])
 
     return "\n" + "".join(line(row, tail) + "\n" for row, tail in zip([names, *cells], tails, strict=True))
 
