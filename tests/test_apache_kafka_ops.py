@@ -450,7 +450,11 @@ def test_replay_of_a_fixture_partition_into_kafka_record_for_record(
     b, topic = kafka_cluster.bootstrap, "ops-replayed"
     source = REPO / "fixtures" / "logdir" / "m2-gzip-0"
     sources = sorted(source.glob("*.log"))  # two segments, 24 records each
-    replayed = kcli_run("replay", str(source), "-b", b, "-t", topic, "--replication-factor", "3")
+    # the fixture's records date from 2023: under Kafka's default seven days of retention the next
+    # retention check (every five minutes) would delete the replayed segment; keep it
+    kcli("topics", "create", "-b", b, "-t", topic, "--partitions", "1", "--replication-factor", "3",
+         "--config", "retention.ms=-1")
+    replayed = kcli_run("replay", str(source), "-b", b, "-t", topic)
     assert replayed.returncode == 0, replayed.stderr
     leader = partitions(b, topic)[0][0]
     segment = kafka_cluster.nodes[leader - 1].log_dir / f"{topic}-0" / "00000000000000000000.log"
