@@ -10,9 +10,6 @@ from __future__ import annotations
 import base64
 import json
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 
 from kcli.security.sasl import SaslError
@@ -27,6 +24,12 @@ def fetch_token(url: str, options: Mapping[str, str], *, timeout: float = 10.0) 
     secret = options.get("clientSecret", "")
     if not client_id or not secret:
         raise SaslError("OAUTHBEARER with a token endpoint needs the JAAS options clientId and clientSecret.")
+    # here, not at the top: http.client and email cost every client and broker process ~10 ms at start,
+    # and only OAUTHBEARER with a token endpoint asks for them
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
     form = {"grant_type": "client_credentials"}
     if options.get("scope"):
         form["scope"] = options["scope"]
