@@ -453,7 +453,7 @@ def test_replay_of_a_fixture_partition_into_kafka_record_for_record(
     # the fixture's records date from 2023: under Kafka's default seven days of retention the next
     # retention check (every five minutes) would delete the replayed segment; keep it
     kcli("topics", "create", "-b", b, "-t", topic, "--partitions", "1", "--replication-factor", "3",
-         "--config", "retention.ms=-1")
+         "--config", "retention.ms=-1")  # fmt: skip
     replayed = kcli_run("replay", str(source), "-b", b, "-t", topic)
     assert replayed.returncode == 0, replayed.stderr
     leader = partitions(b, topic)[0][0]

@@ -4,6 +4,7 @@ On the wire (kio requests): ApiVersions offers EndTxn v5 and TxnOffsetCommit v5 
 is finalized; Produce v12 adds its partition to the transaction itself; EndTxn v5 bumps the epoch at
 the end of every transaction and answers with it, a retry is recognised by it, an abort from Empty
 works; a produce with the epoch of an aborted transaction is fenced (the hanging-transaction defence);
+a partition the coordinator keeps refusing is logged once by its leader;
 __transaction_state holds v1 values with ClientTransactionVersion 2 (kcli dump-segment
 --transaction-log-decoder). With stock clients: Kafka's Java transactional producer (kafka-clients
 4.1.2, which uses version 2 when the broker has it; beside it a Kafka Streams exactly_once_v2 word
@@ -54,6 +55,7 @@ from test_txn_apis import init_producer, txn_commit
 from waiting import wait_for
 
 from formats.records import RecordSpec, build_batch
+from kcli.broker.txn.verification import REFUSED_FOR_LONG_S
 from kcli.client import KafkaClient
 from kcli.protocol.messages import build, request_type
 
@@ -659,3 +661,30 @@ def test_bad_version_2_requests_get_kafkas_errors(broker_factory) -> None:
 
     asyncio.run(run())
     assert api_versions(broker.bootstrap)[1]["transaction.version"] == 2  # still serving
+
+
+def test_a_partition_refused_for_long_is_logged_once(broker_factory) -> None:
+    """The leader says once, after REFUSED_FOR_LONG_S, that the transaction coordinator keeps refusing
+    one partition of a transaction (a producer retrying a retriable refusal is otherwise silent until
+    its transaction times out); a partition accepted afterwards starts over."""
+    broker = broker_factory(overrides=FAST)
+    upgrade_to_tv2(broker.bootstrap)
+    create_topic(broker.bootstrap, "held", 1)
+    line = "The transaction coordinator has refused partition held-0 of unmapped-v2 (epoch 0) for"
+
+    async def run() -> list[ErrorCode]:
+        async with await KafkaClient.connect(broker.bootstrap) as client:
+            pid, epoch = await init_producer(client, "mapped-v2")
+            answers = []
+            for _ in range(3):  # a producer id the coordinator does not hold for this transactional id
+                answers.append(
+                    await produce(client, 12, "unmapped-v2", "held", 0, txn_batch(pid, epoch, 0, [b"x"]))
+                )
+                if len(answers) < 3:
+                    await asyncio.sleep(REFUSED_FOR_LONG_S / 2 + 0.1)
+            return answers
+
+    answers = asyncio.run(run())
+    assert answers == [ErrorCode.invalid_producer_id_mapping] * 3
+    logged = [text for text in broker.log().splitlines() if line in text]
+    assert len(logged) == 1 and logged[0].endswith("s: invalid_producer_id_mapping"), logged

@@ -12,6 +12,8 @@ Produce path makes the retriable ones NOT_ENOUGH_REPLICAS). No coordinator known
 COORDINATOR_NOT_AVAILABLE, no answer NETWORK_EXCEPTION, both retriable; a coordinator too old for
 VerifyOnly (below v4) verifies nothing, and the append goes ahead, as Kafka does on a version mismatch.
 Unlike Kafka, requests are not batched across producers: each verification is one request.
+A partition the coordinator keeps refusing for REFUSED_FOR_LONG_S is one WARNING on the leader (its
+producer retries silently until its transaction times out otherwise).
 
 Transaction version 2 (KIP-890 part 2, Produce v12 and TxnOffsetCommit v5 on a cluster at
 transaction.version 2): the producer no longer sends AddPartitionsToTxn, so the leader asks the
@@ -22,6 +24,7 @@ transaction version 2), Kafka's `addPartition` supported operation.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -42,6 +45,10 @@ ADD_PARTITIONS_TO_TXN = 24
 FIRST_VERIFY_ONLY_VERSION = 4
 FIRST_ADD_PARTITION_VERSION = 5
 """AddPartitionsToTxn v5: the first a broker adds partitions with on the producer's behalf."""
+REFUSED_FOR_LONG_S = 10.0
+"""How long one partition of a transaction may be refused before the leader says so once: a refusal
+after a commit (CONCURRENT_TRANSACTIONS while the markers go out) lasts milliseconds; one that lasts
+holds the producer, whose batch is retried until the transaction times out."""
 
 
 class AddPartitionsToTxnManager:
@@ -63,6 +70,8 @@ class AddPartitionsToTxnManager:
         self.connections = NodeConnections(
             f"broker-{config.node_id}-txn-verification", security or config.inter_broker_security()
         )
+        self._refused_since: dict[tuple[str, int, TopicPartition], float] = {}
+        """(transactional id, epoch, partition) -> when its refusals began; -1 once logged."""
 
     def has_transaction_log(self) -> bool:
         """Whether __transaction_state exists at all: without it no transaction can be open."""
@@ -76,7 +85,11 @@ class AddPartitionsToTxnManager:
         partitions: Iterable[TopicPartition],
     ) -> dict[TopicPartition, ErrorCode]:
         """The coordinator's answer for each partition: NONE when it is in the ongoing transaction."""
-        return await self._ask(transactional_id, producer_id, producer_epoch, list(partitions), add=False)
+        return self._watched(
+            transactional_id,
+            producer_epoch,
+            await self._ask(transactional_id, producer_id, producer_epoch, list(partitions), add=False),
+        )
 
     async def add_partitions(
         self,
@@ -87,7 +100,46 @@ class AddPartitionsToTxnManager:
     ) -> dict[TopicPartition, ErrorCode]:
         """Transaction version 2: the coordinator adds the partitions to the producer's transaction
         (starting one if none is open); NONE for each once that is durable."""
-        return await self._ask(transactional_id, producer_id, producer_epoch, list(partitions), add=True)
+        return self._watched(
+            transactional_id,
+            producer_epoch,
+            await self._ask(transactional_id, producer_id, producer_epoch, list(partitions), add=True),
+        )
+
+    def _watched(
+        self, transactional_id: str | None, producer_epoch: int, answers: dict[TopicPartition, ErrorCode]
+    ) -> dict[TopicPartition, ErrorCode]:
+        """`answers`, after one WARNING for a partition the coordinator has kept refusing for
+        REFUSED_FOR_LONG_S (the answer, and the coordinator's state of the transaction when it is
+        this node)."""
+        if not transactional_id:
+            return answers
+        now = time.monotonic()
+        refused = self._refused_since
+        for tp, error in answers.items():
+            key = (transactional_id, producer_epoch, tp)
+            if error is ErrorCode.none:
+                refused.pop(key, None)
+                continue
+            since = refused.setdefault(key, now)
+            if since >= 0 and now - since >= REFUSED_FOR_LONG_S:
+                refused[key] = -1.0
+                log.warning(
+                    "The transaction coordinator has refused partition %s-%d of %s (epoch %d) for %.0f s: %s%s",
+                    tp[0], tp[1], transactional_id, producer_epoch, now - since, error.name,
+                    self._local_state(transactional_id),
+                )  # fmt: skip
+        if len(refused) > 10_000:  # producers that gave up and never came back
+            refused.clear()
+        return answers
+
+    def _local_state(self, transactional_id: str) -> str:
+        """The transaction as this node's coordinator holds it, when this node is its coordinator."""
+        found = self.coordinator.state_manager.get_transaction_state(transactional_id)
+        if found is None or isinstance(found, ErrorCode):
+            return ""
+        pending = found.pending_state.state_name if found.pending_state is not None else "none"
+        return f" (this node's coordinator: state {found.state.state_name}, pending {pending})"
 
     async def _ask(
         self,
