@@ -32,6 +32,10 @@ pytestmark = pytest.mark.timeout(120)
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 COUNT = 40
+LINGER_MS = 200
+"""Long enough that the COUNT records go out in a few compressed batches (stored_codecs looks at batches
+of more than one record) even when a loaded machine runs the producing loop slowly: at 5 ms, a loop
+starved of CPU once sent each record alone. flush() sends at once whatever lingers."""
 BASE_MS = int(time.time() * 1000) - 3_600_000  # an hour ago: CreateTime must keep it, LogAppendTime not
 
 
@@ -63,7 +67,7 @@ def test_confluent_kafka_every_codec(server: BrokerProcess) -> None:
     topics = create_topics(server, "ck", {})
     for codec, topic in topics.items():
         producer = Producer(
-            {"bootstrap.servers": server.bootstrap, "compression.type": codec, "linger.ms": 5}
+            {"bootstrap.servers": server.bootstrap, "compression.type": codec, "linger.ms": LINGER_MS}
         )
         for key, value, headers, timestamp in expected_records():
             producer.produce(topic, value=value, key=key, headers=headers, timestamp=timestamp)
@@ -109,7 +113,7 @@ def test_kafka_python_every_codec(server: BrokerProcess) -> None:
             bootstrap_servers=server.bootstrap,
             compression_type=None if codec == "none" else codec,
             enable_idempotence=False,  # InitProducerId belongs to the idempotence work
-            linger_ms=5,
+            linger_ms=LINGER_MS,
         )
         futures = [
             producer.send(topic, value=value, key=key, headers=headers, timestamp_ms=timestamp, partition=0)
@@ -155,7 +159,7 @@ def test_aiokafka_every_codec(server: BrokerProcess) -> None:
             producer = AIOKafkaProducer(
                 bootstrap_servers=server.bootstrap,
                 compression_type=None if codec == "none" else codec,
-                linger_ms=5,
+                linger_ms=LINGER_MS,
             )
             await producer.start()
             try:
