@@ -1,5 +1,6 @@
 """The `kcli` entry point: registers every command on the app and turns errors into one line and an exit code."""
 
+import gc
 import importlib
 import logging
 import os
@@ -57,6 +58,9 @@ def main() -> None:
     # in the user's cwd for nothing. The program never needs it (tests import our modules directly).
     sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
     root = command(sys.argv[1:])
+    if not gc.isenabled():  # off for the imports (kcli.__main__): what they made lives as long as the
+        gc.freeze()  # process, so no collection need look at it again
+        gc.enable()
     logging.getLogger("asyncio").addFilter(quiet_unretrieved)
     try:
         rc = root.main(standalone_mode=False)
