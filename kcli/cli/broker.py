@@ -1,5 +1,6 @@
 """`kcli broker start`: run the embedded Kafka-compatible broker in the foreground."""
 
+import gc
 import logging
 import sys
 from pathlib import Path
@@ -68,7 +69,15 @@ def start(
     config = BrokerConfig.load(config_file=config_file, settings=settings, overrides=overrides)
     _configure_logging()
 
+    # the broker's modules, imported with the cyclic collector off and then frozen: made once, they live
+    # as long as the process, and no collection of the running broker need look at them again
+    collecting = gc.isenabled()
+    gc.disable()
     from kcli.broker.server import serve
+
+    gc.freeze()
+    if collecting:
+        gc.enable()
 
     def ready(host: str, port: int) -> None:
         shown = f"[{host}]" if ":" in host else host
