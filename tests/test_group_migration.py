@@ -517,9 +517,12 @@ def group_type_of(broker: Any, group_id: str) -> str:
     return "consumer" if group_id in manager.consumer_groups else "classic"
 
 
-def test_upgraded_group_and_its_classic_member_come_back_after_a_restart(tmp_path: Path) -> None:
+def test_upgraded_group_and_its_classic_member_come_back_after_a_restart(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """The upgrade's records are replayed by the next coordinator: the group is a consumer group whose
-    classic member keeps its JoinGroup's session timeout and protocols, and the offsets stay."""
+    classic member keeps its JoinGroup's session timeout and protocols, and the offsets stay; the load
+    counts it once and says nothing of the empty classic group holding its offsets."""
     members: dict[str, str] = {}
 
     async def before(broker: Any, client: KafkaClient) -> None:
@@ -567,7 +570,11 @@ def test_upgraded_group_and_its_classic_member_come_back_after_a_restart(tmp_pat
         assert partition.committed_offset == 7
 
     in_process(tmp_path, before, topics={"t": 2})
+    caplog.set_level(logging.INFO, logger="kcli.broker.group")
     in_process(tmp_path, after)
+    loads = [r.getMessage() for r in caplog.records if "Finished loading" in r.getMessage()]
+    assert any(m.endswith(": 1 group(s), 1 offset(s)") for m in loads), loads
+    assert not [r for r in caplog.records if r.getMessage().startswith("Loading group metadata for u ")]
 
 
 # --- three nodes: the group's coordinator killed between the upgrade and the downgrade ------------------

@@ -363,6 +363,8 @@ class GroupMetadataManager:
             if current is not group:
                 log.debug("Attempt to load group %s from log failed: a cached group exists", group.group_id)
                 continue
+            if group.group_id in replay.consumer_groups and not group.members:
+                continue  # a consumer group's offsets, held by an empty classic group: not a group of its own
             on_group_loaded(group)
         for group_id, consumer_group in replay.consumer_groups.items():
             if group_id not in self.consumer_groups:
@@ -375,7 +377,7 @@ class GroupMetadataManager:
             "Finished loading offsets and group metadata from %s in %d milliseconds: %d group(s), %d offset(s)",
             name,
             self.clock() - started,
-            len(loaded) + len(replay.consumer_groups),
+            len({group.group_id for group in loaded} | replay.consumer_groups.keys()),
             len(replay.offsets),
         )
 
