@@ -1,4 +1,4 @@
-"""The `kcli` entry point: registers every command on the app and turns errors into one line and an exit code."""
+"""The `kcli` entry point: registers the command it runs on the app and turns errors into one line and an exit code."""
 
 import gc
 import importlib
@@ -49,7 +49,8 @@ def command(args: list[str] | None = None) -> click.Command:
     """The command tree as click runs it for `args` (the whole tree when None): every command
     registered, or only the one `args` names, every option of a kind given the checks of its kind
     (kcli.cli.params)."""
-    register(next((arg for arg in args if not arg.startswith("-")), None) if args is not None else None)
+    named = None if args is None else next((arg for arg in args if not arg.startswith("-")), None)
+    register(named)  # the root's options are flags: the first other argument names the command
     return harden(typer.main.get_command(app))
 
 
