@@ -770,6 +770,7 @@ class NodeConnections:
         self.client_id = client_id
         self._security = security
         self._clients: dict[int, KafkaClient] = {}
+        self._connecting: dict[int, asyncio.Lock] = {}
 
     @property
     def security(self) -> ClientSecurity:
@@ -790,8 +791,31 @@ class NodeConnections:
 
         `request` may be a function of the connection that builds it, for a request sent at the newest
         version both sides speak (`client.version(api_key)`); a ClientError it raises counts as unreachable.
+        A failure closes the connection it happened on (Kafka's NetworkClient disconnects on a request
+        timeout), not one another send has opened since.
         """
+        client = None
         try:
+            client = await self._connection(node_id, address, timeout)
+            if callable(request):
+                request = request(client)
+            return await client.send(request, timeout=timeout, reader=reader)
+        except ClientError as exc:
+            log.debug("%s: %s", self.client_id, exc)
+            if client is not None:
+                if self._clients.get(node_id) is client:
+                    del self._clients[node_id]
+                await client.close()
+            return None
+
+    async def _connection(self, node_id: int, address: tuple[str, int], timeout: float) -> KafkaClient:
+        """The open connection to `node_id`, or a new one: sends that find none wait for one connect
+        rather than each opening its own (only the last would be kept, the others never closed)."""
+        client = self._clients.get(node_id)
+        if client is not None and not client.closed:
+            return client
+        lock = self._connecting.setdefault(node_id, asyncio.Lock())
+        async with lock:
             client = self._clients.get(node_id)
             if client is None or client.closed:
                 client = await KafkaClient.connect(
@@ -802,15 +826,7 @@ class NodeConnections:
                     security=self.security,
                 )
                 self._clients[node_id] = client
-            if callable(request):
-                request = request(client)
-            return await client.send(request, timeout=timeout, reader=reader)
-        except ClientError as exc:
-            log.debug("%s: %s", self.client_id, exc)
-            stale = self._clients.pop(node_id, None)
-            if stale is not None:
-                await stale.close()
-            return None
+            return client
 
     async def drop(self, node_id: int) -> None:
         """Close the connection to `node_id` (its requests in flight fail); the next send reconnects."""

@@ -1,7 +1,8 @@
 """KafkaClient's framing over a real loopback socket: responses cut at every byte boundary a network can
 cut them, several in one read, and frames larger than the receive buffer (a follower's fetch), arrive
 whole and in order. The server is a plain asyncio server that writes real response frames in chosen
-pieces; the client is kcli's own."""
+pieces; the client is kcli's own. NodeConnections, a broker's one connection per peer, is checked through a
+counting proxy in front of a real broker."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 import pytest
+from conftest import BrokerProcess
 from kio.schema.errors import ErrorCode
 
 from kcli.client import (
@@ -19,6 +21,7 @@ from kcli.client import (
     RECEIVE_MESSAGE_MAX_BYTES,
     ClientError,
     KafkaClient,
+    NodeConnections,
     split_bootstrap,
 )
 from kcli.protocol.codec import entity_write
@@ -208,3 +211,44 @@ def test_an_oversized_response_ends_the_connection_with_one_sentence_before_any_
         f"127.0.0.1:{sentence.split(':')[1].split(' ')[0]} announced a response of 2000000000 bytes, more than "
         f"the {RECEIVE_MESSAGE_MAX_BYTES} a client accepts (receive.message.max.bytes)."
     )
+
+
+def test_node_connections_open_one_connection_for_sends_that_race(broker: BrokerProcess) -> None:
+    """Sends to a node with no connection yet share one connect; before, each opened its own, and all but
+    the last stayed open, unreferenced, for the life of the broker holding them. Through a loopback
+    proxy to a real broker that counts the connections it is asked for."""
+
+    async def run() -> tuple[int, list[object]]:
+        accepted = 0
+
+        async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                while data := await reader.read(65536):
+                    writer.write(data)
+                    await writer.drain()
+            except ConnectionError:
+                pass
+            finally:
+                writer.close()
+
+        async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal accepted
+            accepted += 1
+            upstream_reader, upstream_writer = await asyncio.open_connection(broker.host, broker.port)
+            await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
+
+        server = await asyncio.start_server(proxy, "127.0.0.1", 0)
+        address = server.sockets[0].getsockname()[:2]
+        connections = NodeConnections("test-node-connections")
+        try:
+            answers = await asyncio.gather(
+                *(connections.send(1, address, fetch_request(), timeout=30) for _ in range(5))
+            )
+        finally:
+            await connections.close()
+            server.close()
+        return accepted, answers
+
+    accepted, answers = asyncio.run(run())
+    assert all(answer is not None for answer in answers)
+    assert accepted == 1
