@@ -3,12 +3,14 @@
 A broker on SSL with a client connected; a keystore of the same subject with a new serial is set with
 `kcli configs alter --entity-type brokers --entity-name 1`; a new connection sees the new certificate,
 the open one goes on; a keystore of another subject is refused with Kafka's sentence. On a three-node
-mutual-TLS cluster, a follower's renewed truststore reaches its replica fetcher's next connection.
+mutual-TLS cluster, a follower's renewed truststore reaches its replica fetcher's next connection, and
+its transaction coordinator's markers and its verification of transactional batches.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import ssl
 import struct
@@ -480,3 +482,99 @@ def test_a_renewed_truststore_reaches_the_replica_fetchers(
     producer.produce(name, b"after", partition=0)
     assert producer.flush(30) == 0
     wait_for("node 2 replicating what follows", lambda: disk_batches(nodes[2], name) > 1 or None, 30)
+
+
+def test_a_renewed_truststore_reaches_transaction_markers_and_verification(
+    ssl_cluster: tuple[dict[int, NodeProcess], Path, dict[str, str]],
+) -> None:
+    """Node 2's other inter-broker clients take its renewed truststore as its fetchers do. Before the
+    renewal nodes 2 and 3 cannot talk (neither side of the mutual TLS trusts the other's certificate), so
+    two transactions stall: one whose batch node 2 leads and must verify at its coordinator on node 3
+    (AddPartitionsToTxn, VerifyOnly: node 2 says in its log that it keeps being refused), one whose batch
+    node 3 leads and must verify at node 2. Once node 2's truststore also trusts node 3's CA, both batches
+    are appended and both transactions committed, the second's markers sent by node 2's coordinator to
+    node 3: a read_committed consumer reads both records, without a restart."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from formats.internal import txn_partition_for
+
+    nodes, client_properties, client = ssl_cluster
+    admin = AdminClient(client)
+    on_2, on_3 = "led-by-2", "led-by-3"
+    for topic, replicas in ((on_2, [2, 1]), (on_3, [3, 1])):
+        admin.create_topics([NewTopic(topic, 1, replica_assignment=[replicas])])[topic].result(30)
+
+    def producer(transactional_id: str) -> Producer:
+        settings = {"transactional.id": transactional_id, "transaction.timeout.ms": 90000, "acks": "all"}
+        made = Producer({**client, **settings})
+        made.init_transactions(30)
+        return made
+
+    def transaction_state_leaders() -> dict[int, int] | None:
+        found = admin.list_topics("__transaction_state", timeout=10).topics["__transaction_state"]
+        leaders = {index: partition.leader for index, partition in found.partitions.items()}
+        return leaders if leaders and min(leaders.values()) >= 0 else None
+
+    def transactional_id_on(node_id: int, leaders: dict[int, int]) -> str:
+        """An id whose transaction coordinator (its __transaction_state partition's leader) is `node_id`."""
+        return next(
+            f"t-{n}" for n in range(10_000) if leaders[txn_partition_for(f"t-{n}", len(leaders))] == node_id
+        )
+
+    first = producer("t-first")  # makes __transaction_state
+    leaders = wait_for("__transaction_state led everywhere", transaction_state_leaders, 30)
+    verified_id = transactional_id_on(3, leaders)
+    verified = producer(verified_id)
+    verified.begin_transaction()
+    verified.produce(on_2, b"verified at node 3", partition=0)
+    marked = producer(transactional_id_on(2, leaders))
+    marked.begin_transaction()
+    marked.produce(on_3, b"marked by node 2", partition=0)
+    for held in (verified, marked):
+        held.poll(0)
+    wait_for(
+        "node 2's verification at node 3 refused",
+        lambda: f"has refused partition {on_2}-0" in nodes[2].log() or None,
+        30,
+    )
+    refused = f"has refused partition {on_2}-0 of {verified_id} (epoch 0) for "
+    assert re.search(re.escape(refused) + r"\d+ s: NETWORK_EXCEPTION", nodes[2].log())
+    assert disk_batches(nodes[2], on_2) == disk_batches(nodes[3], on_3) == 0
+
+    done = subprocess.run(
+        [*KCLI, "configs", "alter", "--bootstrap-server", nodes[1].bootstrap]
+        + ["--command-config", str(client_properties), "--entity-type", "brokers", "--entity-name", "2"]
+        + ["--add-config", f"listener.name.ssl.ssl.truststore.location={client['ssl.ca.location']}"],
+        capture_output=True,
+        text=True,
+        env=kcli_env(),
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for held in (verified, marked):
+        assert held.flush(60) == 0
+        held.commit_transaction(30)
+
+    consumer = Consumer(
+        {
+            **client,
+            "group.id": "renewed",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    seen: list[bytes] = []
+
+    def both_read() -> bool | None:
+        message = consumer.poll(1)
+        if message is not None and message.error() is None:
+            seen.append(message.value())
+        return sorted(seen) == [b"marked by node 2", b"verified at node 3"] or None
+
+    try:
+        consumer.subscribe([on_2, on_3])
+        wait_for("both transactions read committed", both_read, 60)
+    finally:
+        consumer.close()
+        first.flush(10)

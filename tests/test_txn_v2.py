@@ -687,4 +687,4 @@ def test_a_partition_refused_for_long_is_logged_once(broker_factory) -> None:
     answers = asyncio.run(run())
     assert answers == [ErrorCode.invalid_producer_id_mapping] * 3
     logged = [text for text in broker.log().splitlines() if line in text]
-    assert len(logged) == 1 and logged[0].endswith("s: invalid_producer_id_mapping"), logged
+    assert len(logged) == 1 and logged[0].endswith("s: INVALID_PRODUCER_ID_MAPPING"), logged

@@ -126,7 +126,7 @@ class AddPartitionsToTxnManager:
                 refused[key] = -1.0
                 log.warning(
                     "The transaction coordinator has refused partition %s-%d of %s (epoch %d) for %.0f s: %s%s",
-                    tp[0], tp[1], transactional_id, producer_epoch, now - since, error.name,
+                    tp[0], tp[1], transactional_id, producer_epoch, now - since, error.name.upper(),
                     self._local_state(transactional_id),
                 )  # fmt: skip
         if len(refused) > 10_000:  # producers that gave up and never came back
