@@ -36,7 +36,11 @@ from apache_kafka import (
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from conftest import KCLI, REPO, kcli_env
 from test_apache_kafka import in_parallel, kafka, kcli, mask
-from test_consumer_group_clients import BROKER_SETTINGS, ten_members_join_leave_and_are_killed
+from test_consumer_group_clients import (
+    BROKER_SETTINGS,
+    java_ten_members_join_leave_and_are_killed,
+    ten_members_join_leave_and_are_killed,
+)
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -190,6 +194,23 @@ def test_librdkafka_ten_members_join_leave_and_are_killed_on_kafka(
         lambda: {node.node_id: node.log() for node in kafka_cluster.nodes},
         kcli_nodes=False,
         kafka_tool=True,
+    )
+
+
+@pytest.mark.timeout(120)
+def test_java_ten_members_join_leave_and_are_killed_on_kafka(
+    kafka_cluster: KafkaCluster, tmp_path: Path
+) -> None:
+    """test_consumer_group_clients' ten Java consumers (kafka-clients 4.1.2, group.protocol=consumer, in
+    three JVMs: two join mid-stream and leave, two are killed -9, six stay) on Kafka's three nodes with
+    the same client settings and kcli's session timeout and heartbeat interval: the same rule holds there
+    as on kcli's nodes."""
+    java_ten_members_join_leave_and_are_killed(
+        kafka_cluster.bootstrap,
+        tmp_path,
+        "ops-ten-java",
+        lambda: {node.node_id: node.log() for node in kafka_cluster.nodes},
+        kcli_nodes=False,
     )
 
 

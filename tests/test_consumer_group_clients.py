@@ -5,9 +5,10 @@ tests/java/KcliClients.java) join groups the coordinator assigns: every record i
 a member that leaves or is killed hands its partitions to the others (the killed one after the
 broker's session timeout, short here), committed offsets are where the next member resumes, and the
 group's records in __consumer_offsets bring it back after a broker restart, where
-`kcli dump-segment --offsets-decoder` prints them. On three nodes, ten librdkafka members in processes
-of their own share a replicated topic while two leave and two are killed -9; so do ten Java members in
-three JVMs, two of which join mid-stream and leave.
+`kcli dump-segment --offsets-decoder` prints them. On three nodes and on one, ten librdkafka members in
+processes of their own share a topic while two leave and two are killed -9; so do ten Java members in
+three JVMs, two of which join mid-stream and leave. tests/test_apache_kafka_ops.py runs both scenarios
+on Apache Kafka 4.1.
 """
 
 from __future__ import annotations
@@ -544,10 +545,12 @@ def describe_equals_kafka_consumer_groups(bootstrap: str, group: str, workdir: P
     return [mine.stdout for mine, _ in results]
 
 
-def create_cluster_topic(bootstrap: str, topic: str) -> None:
-    """The ten-member scenarios' topic: CLUSTER_PARTITIONS partitions, replication factor 3, min ISR 2."""
+def create_cluster_topic(bootstrap: str, topic: str, replication_factor: int = 3) -> None:
+    """The ten-member scenarios' topic: CLUSTER_PARTITIONS partitions, replication factor 3 and min ISR 2
+    on three nodes (1 and 1 on one)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the result is in
-    new = NewTopic(topic, CLUSTER_PARTITIONS, 3, config={"min.insync.replicas": "2"})
+    min_isr = str(min(2, replication_factor))
+    new = NewTopic(topic, CLUSTER_PARTITIONS, replication_factor, config={"min.insync.replicas": min_isr})
     admin.create_topics([new])[topic].result(30)
 
 
@@ -581,7 +584,9 @@ def assert_read_once(
     assert set(every_read) == written  # each record read at least once, and nothing else
     assert max(committed_reads.values()) == 1, [r for r, n in committed_reads.items() if n > 1][:10]
     assert all(not uncommitted[i] for i, m in enumerate(members) if not m.killed), {
-        i: pending[:10] for i, pending in uncommitted.items() if pending
+        i: (pending[:10], [e for e in members[i].events if "read" not in e][-20:])
+        for i, pending in uncommitted.items()
+        if pending and not members[i].killed
     }
     in_flight = Counter(r for i, m in enumerate(members) if m.killed for r in uncommitted[i])
     assert all(n - in_flight[r] <= 1 for r, n in every_read.items())  # read twice: after a kill only
@@ -605,15 +610,16 @@ def ten_members_join_leave_and_are_killed(
     *,
     kcli_nodes: bool,
     kafka_tool: bool,
+    replication_factor: int = 3,
 ) -> None:
-    """The scenario of the test below on the three nodes at `bootstrap` (kcli's or Apache Kafka's, with
-    BROKER_SETTINGS' session timeout and heartbeat interval), the members' logs in `workdir`, the group
-    named `group`. `node_logs()` is each node's log so far by node id, shown when a wait fails; the logs
+    """The scenario of the test below on the nodes at `bootstrap` (three of kcli's or Apache Kafka's, or
+    one with `replication_factor` 1; with BROKER_SETTINGS' session timeout and heartbeat interval), the
+    members' logs in `workdir`, the group named `group`. `node_logs()` is each node's log so far by node id, shown when a wait fails; the logs
     of kcli nodes (`kcli_nodes`) must hold no Traceback at the end. With `kafka_tool`, `kcli groups
     describe` of the final group (its partitions, and its members --verbose) equals kafka-consumer-groups.sh
     --describe's on the same cluster, byte for byte."""
     topic = f"cg-{uuid.uuid4().hex[:8]}"
-    create_cluster_topic(bootstrap, topic)
+    create_cluster_topic(bootstrap, topic, replication_factor)
     members = [MemberProcess(bootstrap, group, topic, workdir / f"member-{i}.log") for i in range(10)]
     leaving, killed, survivors = members[:2], members[2:4], members[4:]
 
@@ -726,6 +732,24 @@ def test_librdkafka_ten_members_join_leave_and_are_killed_on_three_nodes(
     )
 
 
+@pytest.mark.timeout(120)
+def test_librdkafka_ten_members_join_leave_and_are_killed_on_one_node(
+    broker_factory: Any, tmp_path: Path
+) -> None:
+    """The scenario above on one node, the topic's 20 partitions of replication factor 1: two of the ten
+    members leave, two are killed -9, the six others finish the topic, and the same rule holds."""
+    broker = broker_factory(overrides=BROKER_SETTINGS)
+    ten_members_join_leave_and_are_killed(
+        broker.bootstrap,
+        tmp_path,
+        "ten-one-node",
+        lambda: {1: broker.log()},
+        kcli_nodes=True,
+        kafka_tool=False,
+        replication_factor=1,
+    )
+
+
 JAVA_COMMIT_MS = 200
 JAVA_RECORD_US = 1500
 """A batch commit every 200 ms, and 1.5 ms spent on each record: the members read more slowly than the
@@ -815,35 +839,26 @@ class JavaMember:
     member_id = MemberProcess.member_id
 
 
-@pytest.mark.timeout(120)
-def test_java_ten_members_join_leave_and_are_killed_on_three_nodes(
-    replicated_cluster: Any, tmp_path: Path
+def java_ten_members_join_leave_and_are_killed(
+    bootstrap: str,
+    workdir: Path,
+    group: str,
+    node_logs: Callable[[], dict[int, str]],
+    *,
+    kcli_nodes: bool,
+    replication_factor: int = 3,
 ) -> None:
-    """Ten of Kafka's Java consumers (kafka-clients 4.1.2, group.protocol=consumer, tests/java/KcliClients.java
-    `members`: commitSync every 200 ms, in onPartitionsRevoked and before close) share a 20-partition
-    topic of replication factor 3 on three nodes while 20,000 keyed records are produced with acks=all.
-    Three JVMs hold them, started together (a JVM starts slowly on two cores): six that stay, two that
-    are killed -9 and two that leave. The eight of the first two JVMs share the topic; once they are
-    reading, the last two join (partitions move from members with reads in hand, which commit them on
-    revocation), and once the four that go are reading, their JVM of two is killed and the other two
-    close; the six others finish the topic.
-
-    The rule is the librdkafka test's above: every record is read at least once; no record is committed
-    twice; every read of a member that left or stayed is committed; a record nobody committed was read by
-    a killed member that had sent a commit past it. So a record is read twice only where a killed member
-    read it after its last confirmed commit of that partition and the next owner read it again. The
-    partitions of the members that went are read on by others, and `kcli groups describe` shows a
-    consumer group of the six survivors, every partition committed at its log end."""
+    """The Java scenario of the test below on the nodes at `bootstrap` (three of kcli's or Apache Kafka's,
+    or one with `replication_factor` 1), as `ten_members_join_leave_and_are_killed` is the librdkafka one."""
     import test_java_clients
 
     test_java_clients.require_apache_kafka()
     test_java_clients.require_javac()
     classes = test_java_clients.compile_clients()
-    cluster = replicated_cluster(*BROKER_SETTINGS)
-    topic, group = f"cg-{uuid.uuid4().hex[:8]}", "ten-java"
-    create_cluster_topic(cluster.bootstrap, topic)
+    topic = f"cg-{uuid.uuid4().hex[:8]}"
+    create_cluster_topic(bootstrap, topic, replication_factor)
     jvms = [
-        JavaMembers(classes, cluster.bootstrap, group, topic, count, tmp_path / name, on_join)
+        JavaMembers(classes, bootstrap, group, topic, count, workdir / name, on_join)
         for name, count, on_join in (("leaving", 2, True), ("killed", 2, False), ("staying", 6, False))
     ]
     leaving_jvm, killed_jvm, staying_jvm = jvms
@@ -862,8 +877,8 @@ def test_java_ten_members_join_leave_and_are_killed_on_three_nodes(
                 f"--- JVM {jvm.name} (pid {jvm.process.pid}, exit {jvm.process.poll()}, killed {jvm.killed}): "
                 f"lines {jvm.lines[-5:]}; log:\n" + "\n".join(jvm.log().splitlines()[-40:])
             )
-        for node in cluster.nodes.values():
-            parts.append(f"--- node {node.node_id}:\n" + "\n".join(node.log().splitlines()[-60:]))
+        for node_id, text in node_logs().items():
+            parts.append(f"--- node {node_id}:\n" + "\n".join(text.splitlines()[-60:]))
         return "\n".join(parts)
 
     def wait(what: str, check: Callable[[], Any], timeout: float = 60) -> Any:
@@ -877,7 +892,7 @@ def test_java_ten_members_join_leave_and_are_killed_on_three_nodes(
     first = killed + survivors
     try:
         wait("eight members holding every partition", lambda: holding(first, (2, 3)))
-        producing = threading.Thread(target=lambda: written.update(produce_keyed(cluster.bootstrap, topic)))
+        producing = threading.Thread(target=lambda: written.update(produce_keyed(bootstrap, topic)))
         producing.start()
         wait("the eight members to be reading", lambda: all(len(m.reads) >= 100 for m in first))
         leaving_jvm.join()
@@ -896,7 +911,7 @@ def test_java_ten_members_join_leave_and_are_killed_on_three_nodes(
         )
 
         def described() -> dict[str, Any] | None:
-            result = kcli("groups", "describe", group, "-o", "json", "--bootstrap-server", cluster.bootstrap)
+            result = kcli("groups", "describe", group, "-o", "json", "--bootstrap-server", bootstrap)
             assert result.returncode == 0, result.stderr
             [found] = [json.loads(line) for line in result.stdout.splitlines()]
             members_ids = sorted(m["member_id"] for m in found["members"])
@@ -926,5 +941,49 @@ def test_java_ten_members_join_leave_and_are_killed_on_three_nodes(
     assert any(revoked_between_reads(m) for m in first), explain()
 
     assert_read_once(members, written, leaving + killed, handed_over)
-    for node in cluster.nodes.values():
-        assert "Traceback" not in node.log(), f"node {node.node_id}:\n{node.log()}"
+    if kcli_nodes:
+        for node_id, text in node_logs().items():
+            assert "Traceback" not in text, f"node {node_id}:\n{text}"
+
+
+@pytest.mark.timeout(120)
+def test_java_ten_members_join_leave_and_are_killed_on_three_nodes(
+    replicated_cluster: Any, tmp_path: Path
+) -> None:
+    """Ten of Kafka's Java consumers (kafka-clients 4.1.2, group.protocol=consumer, tests/java/KcliClients.java
+    `members`: commitSync every 200 ms, in onPartitionsRevoked and before close) share a 20-partition
+    topic of replication factor 3 on three nodes while 20,000 keyed records are produced with acks=all.
+    Three JVMs hold them, started together (a JVM starts slowly on two cores): six that stay, two that
+    are killed -9 and two that leave. The eight of the first two JVMs share the topic; once they are
+    reading, the last two join (partitions move from members with reads in hand, which commit them on
+    revocation), and once the four that go are reading, their JVM of two is killed and the other two
+    close; the six others finish the topic.
+
+    The rule is the librdkafka test's above: every record is read at least once; no record is committed
+    twice; every read of a member that left or stayed is committed; a record nobody committed was read by
+    a killed member that had sent a commit past it. So a record is read twice only where a killed member
+    read it after its last confirmed commit of that partition and the next owner read it again. The
+    partitions of the members that went are read on by others, and `kcli groups describe` shows a
+    consumer group of the six survivors, every partition committed at its log end."""
+    cluster = replicated_cluster(*BROKER_SETTINGS)
+    java_ten_members_join_leave_and_are_killed(
+        cluster.bootstrap,
+        tmp_path,
+        "ten-java",
+        lambda: {node.node_id: node.log() for node in cluster.nodes.values()},
+        kcli_nodes=True,
+    )
+
+
+@pytest.mark.timeout(120)
+def test_java_ten_members_join_leave_and_are_killed_on_one_node(broker_factory: Any, tmp_path: Path) -> None:
+    """The Java scenario above on one node, the topic's 20 partitions of replication factor 1."""
+    broker = broker_factory(overrides=BROKER_SETTINGS)
+    java_ten_members_join_leave_and_are_killed(
+        broker.bootstrap,
+        tmp_path,
+        "ten-java-one-node",
+        lambda: {1: broker.log()},
+        kcli_nodes=True,
+        replication_factor=1,
+    )
