@@ -62,3 +62,13 @@ def test_shell_completion_is_offered_and_completes():
     done = subprocess.run([sys.executable, "-c", entry], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert set(done.stdout.split()) == {"describe", "delete"}
+
+
+def test_each_command_is_registered_by_the_module_the_entry_point_imports_for_it():
+    """kcli.cli.main imports only the module of the command it runs (COMMAND_MODULES): a command missing
+    from that map, or mapped to a module that does not add it, would start slower or not at all."""
+    from kcli.cli.main import COMMAND_MODULES
+
+    register()
+    registered = {path[0]: callback.__module__ for path, callback in _commands(app)}
+    assert registered == {name: f"kcli.cli.{module}" for name, module in COMMAND_MODULES.items()}
