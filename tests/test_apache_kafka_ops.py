@@ -34,13 +34,18 @@ from apache_kafka import (
     KafkaNode,
 )
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import KCLI, REPO, kcli_env
 from test_apache_kafka import in_parallel, kafka, kcli, mask
 from test_consumer_group_clients import (
     BROKER_SETTINGS,
     java_ten_members_join_leave_and_are_killed,
+    member,
     ten_members_join_leave_and_are_killed,
 )
+
+from formats.checkpoints import read_partition_metadata
+from kcli.broker.group.metadata_hash import group_hash, topic_hash_of
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -212,6 +217,33 @@ def test_java_ten_members_join_leave_and_are_killed_on_kafka(
         lambda: {node.node_id: node.log() for node in kafka_cluster.nodes},
         kcli_nodes=False,
     )
+
+
+def test_kafka_keeps_the_metadata_hash_kcli_computes(kafka_cluster: KafkaCluster) -> None:
+    """Kafka 4.1 keeps a hash of a consumer group's subscribed topics in the group's epoch record
+    (KIP-1101, the tagged MetadataHash) and writes no subscription-metadata record (type 4): the hash
+    kcli computes from the topic Kafka made (its id, name and partitions; these nodes have no rack) is
+    the one in Kafka's __consumer_offsets, read with `kcli dump-segment --offsets-decoder`."""
+    topic, group = f"hash-{time.monotonic_ns()}", "ops-metadata-hash"
+    admin = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, 3, 3)])[topic].result(30)
+    consumer = member(kafka_cluster.bootstrap, group, topic, "hashed")
+    try:
+        wait_for(
+            "the member holding the topic", lambda: consumer.poll(0.1) or len(consumer.assignment()) == 3, 60
+        )
+    finally:
+        consumer.close()
+    segments = [
+        str(p) for node in kafka_cluster.nodes for p in node.log_dir.glob("__consumer_offsets-*/*.log")
+    ]
+    dumped = kcli("dump-segment", "--offsets-decoder", *segments)
+    lines = [line for line in dumped.splitlines() if f'"groupId":"{group}"' in line and "payload: {" in line]
+    epochs = [json.loads(line.split("payload: ", 1)[1])["data"] for line in lines if '"type":"3"' in line]
+    assert not [line for line in lines if '"type":"4"' in line]
+    metadata = (kafka_cluster.nodes[0].log_dir / f"{topic}-0" / "partition.metadata").read_text()
+    expected = group_hash({topic: topic_hash_of(read_partition_metadata(metadata).topic_id, topic, [[]] * 3)})
+    assert epochs[0] == {"epoch": 1, "metadataHash": expected}, epochs
 
 
 # --- reassignments ----------------------------------------------------------------------------------

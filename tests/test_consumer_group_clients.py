@@ -37,6 +37,8 @@ from kraft_cluster import kcli
 from test_consumer_group_protocol import DESCRIBE, commit, count, join, owned_of
 from waiting import wait_for
 
+from formats.checkpoints import read_partition_metadata
+from kcli.broker.group.metadata_hash import group_hash, topic_hash_of
 from kcli.client import KafkaClient
 from kcli.protocol.messages import build, request_type
 
@@ -206,6 +208,22 @@ def test_librdkafka_regex_subscription(broker_factory: Any) -> None:
     finally:
         consumer.close()
 
+    def resolutions() -> list[str] | None:
+        """The group's regular-expression records (type 16, Kafka 4.0+) once the last one is a tombstone."""
+        segments = sorted(broker.data_dir.glob("__consumer_offsets-*/*.log"))
+        dumped = run_kcli("dump-segment", "--offsets-decoder", *map(str, segments))
+        lines = [
+            line
+            for line in dumped.stdout.splitlines()
+            if '"type":"16"' in line and '"groupId":"regex"' in line
+        ]
+        return lines if lines and "payload: <DELETE>" in lines[-1] else None
+
+    # resolved as Kafka records it, and removed when the last member subscribing with it left
+    first, *_ = wait_for("the resolution's tombstone", resolutions, 10)
+    assert f'"regularExpression":"(^{prefix}-.*)"' in first
+    assert f'"topics":["{prefix}-a","{prefix}-b"],"version":' in first
+
 
 async def describe_members(bootstrap: str, group_id: str) -> Any:
     async with await KafkaClient.connect(bootstrap, request_timeout=10) as client:
@@ -298,9 +316,15 @@ def test_group_survives_a_broker_restart(broker_factory: Any, tmp_path: Path) ->
     segments = sorted(data_dir.glob("__consumer_offsets-*/*.log"))
     dumped = run_kcli("dump-segment", "--offsets-decoder", *map(str, segments))
     assert dumped.returncode == 0, dumped.stderr
-    for record_type in range(3, 9):
+    # Kafka 4.1's records: the subscribed topics' metadata hash in the group's epoch record (KIP-1101),
+    # no subscription-metadata record (type 4, Kafka 4.0's)
+    for record_type in (3, 5, 6, 7, 8):
         assert f'"type":"{record_type}"' in dumped.stdout, record_type
+    assert '"type":"4"' not in dumped.stdout
     assert '"data":{"groupId":"g","memberId":"a"}' in dumped.stdout
+    topic_id = read_partition_metadata((data_dir / f"{topic}-0" / "partition.metadata").read_text()).topic_id
+    expected = group_hash({topic: topic_hash_of(topic_id, topic, [[], []])})
+    assert f'"data":{{"epoch":1,"metadataHash":{expected}}}' in dumped.stdout, dumped.stdout
 
 
 async def describe(client: KafkaClient) -> Any:

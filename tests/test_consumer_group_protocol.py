@@ -517,3 +517,35 @@ def test_member_that_does_not_revoke_is_fenced_after_its_rebalance_timeout(tmp_p
         assert count(owned_of(taken)) == 4
 
     in_process(tmp_path, body, topics={"t": 4})
+
+
+def test_a_subscription_metadata_record_from_before_4_1_is_removed_at_the_next_heartbeat(
+    tmp_path: Path,
+) -> None:
+    """Kafka 4.0 (and kcli before 2026-12-02) kept a consumer group's topics in a subscription-metadata
+    record (type 4); Kafka 4.1 keeps their hash in the epoch record and tombstones such a record at the
+    group's next heartbeat, without a rebalance when the hash is unchanged."""
+
+    async def body(broker: Broker, client: KafkaClient) -> None:
+        first = await client.send(join("g", "a", ("t",)))
+        group = cached(broker, "g")
+        assert group.metadata_hash != 0 and not group.has_subscription_metadata_record
+        topic = {"topicId": uuid.uuid4(), "topicName": "t", "numPartitions": 3, "partitionMetadata": []}
+        coordinator = broker.node.groups.consumer  # type: ignore[union-attr]
+        coordinator.apply_then_write("g", [(4, {"groupId": "g"}, {"topics": [topic]})])  # as 4.0 wrote it
+        assert group.has_subscription_metadata_record
+        beat = await client.send(heartbeat("g", "a", first.member_epoch, owned=owned_of(first)))
+        assert (beat.error_code, beat.member_epoch) == (ErrorCode.none, first.member_epoch)
+        assert not group.has_subscription_metadata_record
+        written: list[tuple[int, bool]] = []
+
+        def fold(buf: memoryview, batch: Any) -> None:
+            if not batch.is_control:
+                written.extend(
+                    (decode_offsets_key(r.key).record_type, r.value is None) for r in batch.records(buf)
+                )
+
+        await replay_log(broker.node.replicas.log("__consumer_offsets", 0), fold, stopping=lambda: False)  # type: ignore[union-attr]
+        assert [w for w in written if w[0] == 4] == [(4, False), (4, True)]
+
+    in_process(tmp_path, body, topics={"t": 3})

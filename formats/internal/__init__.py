@@ -110,7 +110,7 @@ class GroupMetadataKey:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConsumerGroupRecordKey:
-    """Key of a KIP-848 consumer-group record (types 3-8), decoded generically with camelCase names."""
+    """Key of a KIP-848 consumer-group record (types 3-8 and 16), decoded generically with camelCase names."""
 
     record_type: int
     name: str
@@ -321,7 +321,7 @@ def encode_group_metadata(
 def encode_consumer_group_record(
     record_type: int, key: Mapping[str, Any], value: Mapping[str, Any] | None
 ) -> tuple[bytes, bytes | None]:
-    """A KIP-848 consumer-group record (types 3-8): its key (version = record type) and value v0, or
+    """A KIP-848 consumer-group record (types 3-8 and 16): its key (version = record type) and value v0, or
     None for a tombstone. Field names are the schemas' camelCase ones."""
     key_schema, value_schema = COORDINATOR_RECORDS[record_type]
     encoded_value = None if value is None else encode_prefixed(value_schema, 0, value)

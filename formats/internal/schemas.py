@@ -199,11 +199,16 @@ _TOPIC_PARTITIONS = (
     f("Partitions", "[]int32", "0+"),
 )
 
-# KIP-848 consumer-group records (3.8+). Keys are non-flexible and read with version = record type.
+# KIP-848 consumer-group records (3.8+; type 16 from 4.0, the tagged MetadataHash from 4.1). Keys are
+# non-flexible and read with version = record type.
 CONSUMER_GROUP_RECORDS: dict[int, tuple[Schema, Schema]] = {
     3: (
         message("ConsumerGroupMetadataKey", "3", "none", f("GroupId", "string", "3")),
-        message("ConsumerGroupMetadataValue", "0", "0+", f("Epoch", "int32", "0+")),
+        message(
+            "ConsumerGroupMetadataValue", "0", "0+",
+            f("Epoch", "int32", "0+"),
+            f("MetadataHash", "int64", "0+", tagged="0+", tag=0, default=0),  # Kafka 4.1 (KIP-1101)
+        ),
     ),
     4: (
         message("ConsumerGroupPartitionMetadataKey", "4", "none", f("GroupId", "string", "4")),
@@ -276,9 +281,23 @@ CONSUMER_GROUP_RECORDS: dict[int, tuple[Schema, Schema]] = {
             f("PartitionsPendingRevocation", "[]TopicPartitions", "0+", fields=_TOPIC_PARTITIONS),
         ),
     ),
+    16: (  # Kafka 4.0+: a subscribed regular expression as the coordinator last resolved it
+        message(
+            "ConsumerGroupRegularExpressionKey", "16", "none",
+            f("GroupId", "string", "16"),
+            f("RegularExpression", "string", "16"),
+        ),
+        message(
+            "ConsumerGroupRegularExpressionValue", "0", "0+",
+            f("Topics", "[]string", "0+"),
+            f("Version", "int64", "0+"),
+            f("Timestamp", "int64", "0+"),
+        ),
+    ),
 }  # fmt: skip
 
-# record type -> (key schema, value schema), as GroupCoordinatorRecordSerde maps them in 3.8/3.9.
+# record type -> (key schema, value schema), as GroupCoordinatorRecordSerde maps them (share and streams
+# group records are not here: Kafka's loader skips what it does not know, and so does kcli's).
 COORDINATOR_RECORDS: dict[int, tuple[Schema, Schema]] = {
     0: (OFFSET_COMMIT_KEY, OFFSET_COMMIT_VALUE),
     1: (OFFSET_COMMIT_KEY, OFFSET_COMMIT_VALUE),

@@ -31,6 +31,7 @@ from kcli.broker.group.consumer_group import (
     CONSUMER_GROUP_MEMBER_METADATA,
     CONSUMER_GROUP_METADATA,
     CONSUMER_GROUP_PARTITION_METADATA,
+    CONSUMER_GROUP_REGULAR_EXPRESSION,
     CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
     CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
     LEAVE_GROUP_MEMBER_EPOCH,
@@ -45,8 +46,10 @@ from kcli.broker.group.consumer_group import (
     member_key,
     replay_record,
 )
+from kcli.broker.group.metadata_hash import MetadataHasher
 from kcli.broker.group.reconciliation import FencedMemberEpoch, OwnedPartitions, reconcile
 from kcli.broker.group.storage import GroupMetadataManager
+from kcli.broker.log.log import wall_clock_ms
 from kcli.config import BrokerConfig
 
 log = logging.getLogger("kcli.broker.group")
@@ -142,6 +145,7 @@ class ConsumerGroupCoordinator:
         self.max_size = int(config["group.consumer.max.size"])  # type: ignore[call-overload]
         self.assignors = configured_assignors(list(config["group.consumer.assignors"]))  # type: ignore[call-overload]
         self._pending_session: list[tuple[str, str]] = []
+        self.hasher = MetadataHasher()
         self.migration: GroupConversions | None = None
         """Classic members in consumer groups and the conversions (set by the group coordinator)."""
 
@@ -298,16 +302,19 @@ class ConsumerGroupCoordinator:
                     _compiled(updated.subscribed_topic_regex)  # throwIfRegularExpressionIsInvalid
                 bump = True
         members = self._members_with(group, updated)
-        metadata = self.subscription_metadata(self.topics_of(members.values()))
-        if metadata != group.subscription_metadata:
-            records.append(partition_metadata_record(group_id, metadata))
+        records += self.regex_records(group, members.values())
+        topics = self.topics_of(members.values())
+        metadata_hash = self.metadata_hash(topics)
+        if metadata_hash != group.metadata_hash:
             bump = True
         group_epoch = group.group_epoch
         if bump:
             group_epoch += 1
-            records.append((CONSUMER_GROUP_METADATA, {"groupId": group_id}, {"epoch": group_epoch}))
-            log.info("[GroupId %s] Bumped group epoch to %d.", group_id, group_epoch)
+            records.append(epoch_record(group_id, group_epoch, metadata_hash))
+        if group.has_subscription_metadata_record:  # Kafka 4.0's record of the topics, now the hash's
+            records.append((CONSUMER_GROUP_PARTITION_METADATA, {"groupId": group_id}, None))
         if group_epoch > group.assignment_epoch:
+            metadata = self.subscription_metadata(topics)
             target = self._update_target_assignment(group, group_epoch, members, metadata, updated, records)
             target_epoch = group_epoch
         else:
@@ -512,23 +519,58 @@ class ConsumerGroupCoordinator:
         matches whole (refreshRegularExpressions; resolved against the current image at each heartbeat
         rather than in the background, and with Python's `re` where Kafka has RE2/J)."""
         topics: set[str] = set()
-        regexes = set()
         for member in members:
             topics.update(member.subscribed_topic_names)
-            if member.subscribed_topic_regex:
-                regexes.add(member.subscribed_topic_regex)
-        if regexes:
-            names = list(self.manager.loader.image.topic_ids)
-            for regex in regexes:
-                try:
-                    pattern = _compiled(regex)
-                except GroupError:
-                    continue  # kept from an older record; Kafka logs and ignores it too
-                topics.update(name for name in names if pattern.fullmatch(name))
+        for resolved in self.resolve_regexes(members).values():
+            topics.update(resolved)
         return topics
 
+    def resolve_regexes(self, members: Iterable[ConsumerGroupMember]) -> dict[str, frozenset[str]]:
+        """Each regular expression the members subscribe with, and the topics it matches whole."""
+        regexes = {m.subscribed_topic_regex for m in members if m.subscribed_topic_regex}
+        if not regexes:
+            return {}
+        names = list(self.manager.loader.image.topic_ids)
+        resolved = {}
+        for regex in regexes:
+            try:
+                pattern = _compiled(regex)
+            except GroupError:
+                continue  # kept from an older record; Kafka logs and ignores it too
+            resolved[regex] = frozenset(name for name in names if pattern.fullmatch(name))
+        return resolved
+
+    def regex_records(self, group: ConsumerGroup, members: Iterable[ConsumerGroupMember]) -> list[Record]:
+        """The resolution records (type 16, Kafka 4.0+) of `members`' regular expressions that changed,
+        and the tombstones of those no member subscribes with any more (maybeDeleteResolvedRegularExpressions).
+        Kafka resolves in the background and writes what it found (its topics, the metadata offset
+        resolved at, when); kcli resolves at each heartbeat and writes the same record when that changes."""
+        resolved = self.resolve_regexes(members)
+        records: list[Record] = []
+        gid = group.group_id
+        for regex in sorted(set(group.resolved_regexes) - set(resolved)):
+            records.append(
+                (CONSUMER_GROUP_REGULAR_EXPRESSION, {"groupId": gid, "regularExpression": regex}, None)
+            )
+        image = self.manager.loader.image
+        for regex in sorted(resolved):
+            if group.resolved_regexes.get(regex) != resolved[regex]:
+                value = {
+                    "topics": sorted(resolved[regex]),
+                    "version": image.offset,
+                    "timestamp": wall_clock_ms(),
+                }
+                records.append(
+                    (CONSUMER_GROUP_REGULAR_EXPRESSION, {"groupId": gid, "regularExpression": regex}, value)
+                )
+        return records
+
+    def metadata_hash(self, topic_names: Iterable[str]) -> int:
+        """ModernGroup.computeMetadataHash: what the group's epoch record keeps of its topics (Kafka 4.1)."""
+        return self.hasher.group_hash(self.manager.loader.image, topic_names)
+
     def subscription_metadata(self, topic_names: Iterable[str]) -> dict[str, TopicMetadata]:
-        """computeSubscriptionMetadata: the subscribed topics that exist, with id and partition count."""
+        """The subscribed topics that exist, with id and partition count: what the assignors take."""
         image = self.manager.loader.image
         metadata = {}
         for name in sorted(topic_names):
@@ -589,12 +631,9 @@ class ConsumerGroupCoordinator:
                 return downgraded
         records = _member_tombstones(group.group_id, member.member_id)
         others = [m for m in group.members.values() if m.member_id != member.member_id]
-        metadata = self.subscription_metadata(self.topics_of(others))
-        if metadata != group.subscription_metadata:
-            records.append(partition_metadata_record(group.group_id, metadata))
-        records.append(
-            (CONSUMER_GROUP_METADATA, {"groupId": group.group_id}, {"epoch": group.group_epoch + 1})
-        )
+        records += self.regex_records(group, others)
+        metadata_hash = self.metadata_hash(self.topics_of(others))
+        records.append(epoch_record(group.group_id, group.group_epoch + 1, metadata_hash))
         self.cancel_timers(group, member.member_id)
         return records
 
@@ -850,19 +889,16 @@ def _member_tombstones(group_id: str, member_id: str) -> list[Record]:
     ]
 
 
-def partition_metadata_record(group_id: str, metadata: Mapping[str, TopicMetadata]) -> Record:
-    value: dict[str, Any] = {
-        "topics": [
-            {
-                "topicId": t.topic_id,
-                "topicName": t.name,
-                "numPartitions": t.num_partitions,
-                "partitionMetadata": [],
-            }
-            for t in metadata.values()
-        ]
-    }
-    return (CONSUMER_GROUP_PARTITION_METADATA, {"groupId": group_id}, value)
+def epoch_record(group_id: str, group_epoch: int, metadata_hash: int) -> Record:
+    """newConsumerGroupEpochRecord, and Kafka's line for it."""
+    log.info(
+        "[GroupId %s] Bumped group epoch to %d with metadata hash %d.", group_id, group_epoch, metadata_hash
+    )
+    return (
+        CONSUMER_GROUP_METADATA,
+        {"groupId": group_id},
+        {"epoch": group_epoch, "metadataHash": metadata_hash},
+    )
 
 
 _APPEND_ERRORS = {

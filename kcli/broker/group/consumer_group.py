@@ -1,5 +1,5 @@
 """A consumer group of the consumer rebalance protocol (KIP-848): Kafka's ConsumerGroup and
-ConsumerGroupMember, as the records of __consumer_offsets (types 3-8) build them.
+ConsumerGroupMember, as the records of __consumer_offsets (types 3-8 and 16) build them.
 
 The state changes only by `replay`: the coordinator turns a heartbeat into records, replays them here
 and writes them, and loading a partition replays the same records, so a restarted or failed-over
@@ -23,6 +23,7 @@ CONSUMER_GROUP_MEMBER_METADATA = 5
 CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA = 6
 CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER = 7
 CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT = 8
+CONSUMER_GROUP_REGULAR_EXPRESSION = 16
 
 LEAVE_GROUP_MEMBER_EPOCH = -1
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
@@ -154,7 +155,14 @@ class ConsumerGroup:
         self.members: dict[str, ConsumerGroupMember] = {}
         self.static_members: dict[str, str] = {}
         self.target_assignment: dict[str, Assignment] = {}
-        self.subscription_metadata: dict[str, TopicMetadata] = {}
+        self.metadata_hash = 0
+        """The hash of the subscribed topics' metadata its epoch record keeps (Kafka 4.1, KIP-1101)."""
+        self.has_subscription_metadata_record = False
+        """Whether the log holds a subscription-metadata record (type 4, Kafka 4.0's) the next
+        heartbeat's update removes."""
+        self.resolved_regexes: dict[str, frozenset[str]] = {}
+        """Each subscribed regular expression and the topics its last resolution record (type 16,
+        Kafka 4.0+) holds."""
         self.partition_epochs: dict[tuple[uuid.UUID, int], int] = {}
         self.session_timers: dict[str, Any] = {}
         self.rebalance_timers: dict[str, Any] = {}
@@ -240,12 +248,14 @@ class ConsumerGroup:
         if record_type == CONSUMER_GROUP_METADATA:
             if value is not None:
                 self.group_epoch = value["epoch"]
+                self.metadata_hash = value.get("metadataHash", 0)
         elif record_type == CONSUMER_GROUP_PARTITION_METADATA:
-            self.subscription_metadata = {}
-            for topic in value["topics"] if value is not None else ():
-                self.subscription_metadata[topic["topicName"]] = TopicMetadata(
-                    topic["topicId"], topic["topicName"], topic["numPartitions"]
-                )
+            self.has_subscription_metadata_record = value is not None
+        elif record_type == CONSUMER_GROUP_REGULAR_EXPRESSION:
+            if value is None:
+                self.resolved_regexes.pop(key["regularExpression"], None)
+            else:
+                self.resolved_regexes[key["regularExpression"]] = frozenset(value["topics"])
         elif record_type == CONSUMER_GROUP_MEMBER_METADATA:
             member_id = key["memberId"]
             if value is None:
@@ -341,6 +351,10 @@ class ConsumerGroup:
         records.append((CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, {"groupId": gid}, None))
         for member_id in self.members:
             records.append((CONSUMER_GROUP_MEMBER_METADATA, member_key(gid, member_id), None))
+        for regex in sorted(self.resolved_regexes):
+            records.append(
+                (CONSUMER_GROUP_REGULAR_EXPRESSION, {"groupId": gid, "regularExpression": regex}, None)
+            )
         records.append((CONSUMER_GROUP_PARTITION_METADATA, {"groupId": gid}, None))
         records.append((CONSUMER_GROUP_METADATA, {"groupId": gid}, None))
         return records

@@ -5,7 +5,7 @@ latest value per offset key and per group key, tombstones removing them, transac
 per producer until that producer's COMMIT marker (ABORT drops them). `groups()` then builds the
 ClassicGroups the coordinator takes over: a group with members is Stable, one without is Empty, and a
 group known only from its offsets is an Empty commit-only group. KIP-848 consumer groups (record
-types 3-8) are rebuilt record by record (`consumer_group.replay_record`) into `consumer_groups`; their
+types 3-8 and 16) are rebuilt record by record (`consumer_group.replay_record`) into `consumer_groups`; their
 offsets are kept like any group's. Reading the log is the caller's job.
 """
 

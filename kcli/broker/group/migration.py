@@ -37,8 +37,8 @@ from kcli.broker.group.consumer_coordinator import (
     CLASSIC_GROUP_METADATA,
     ConsumerGroupCoordinator,
     GroupError,
+    epoch_record,
     new_member_id,
-    partition_metadata_record,
 )
 from kcli.broker.group.consumer_group import (
     CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
@@ -394,10 +394,9 @@ class GroupMigration:
             errors.append(ErrorCode.none)
         if records:
             others = [m for m in group.members.values() if m.member_id not in leaving]
-            metadata = self.consumer.subscription_metadata(self.consumer.topics_of(others))
-            if metadata != group.subscription_metadata:
-                records.append(partition_metadata_record(group_id, metadata))
-            records.append((CONSUMER_GROUP_METADATA, {"groupId": group_id}, {"epoch": group.group_epoch + 1}))
+            records += self.consumer.regex_records(group, others)
+            metadata_hash = self.consumer.metadata_hash(self.consumer.topics_of(others))
+            records.append(epoch_record(group_id, group.group_epoch + 1, metadata_hash))
             self.consumer.apply_then_write(group_id, records)
         return ErrorCode.none, errors
 
@@ -503,7 +502,14 @@ class GroupMigration:
                     member.subscription_fields(),
                 )
             )
-        records.append((CONSUMER_GROUP_METADATA, {"groupId": group_id}, {"epoch": group.group_epoch}))
+        group.metadata_hash = self.consumer.metadata_hash(self.consumer.topics_of(members))
+        records.append(
+            (
+                CONSUMER_GROUP_METADATA,
+                {"groupId": group_id},
+                {"epoch": group.group_epoch, "metadataHash": group.metadata_hash},
+            )
+        )
         for member in members:
             records.append(
                 (

@@ -124,7 +124,7 @@ class OffsetMetadataManager:
             return ErrorCode.group_id_not_found, {}
         results: dict[TopicPartition, ErrorCode] = {}
         if consumer_group is not None:  # ConsumerGroup.isSubscribedToTopic
-            subscribed = consumer_group.subscription_metadata
+            subscribed = self.consumer.topics_of(consumer_group.members.values())
             eligible = [tp for tp in partitions if tp[0] not in subscribed]
             results.update(
                 {tp: ErrorCode.group_subscribed_to_topic for tp in partitions if tp not in eligible}
