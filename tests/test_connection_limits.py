@@ -359,13 +359,14 @@ def test_ip_shorthands_and_an_ip_quota_named_by_host_name(tmp_path: Path) -> Non
 
     with _broker(tmp_path, "quota.window.num=2", "quota.window.size.seconds=1") as broker:
         b = ("--bootstrap-server", broker.bootstrap)
-        done = kcli("configs", "alter", *b, "--ip", "127.0.0.1", "--add-config", "connection_creation_rate=5")
+        # 50 a second: more than this test's own kcli commands open from 127.0.0.1 on a fast machine
+        done = kcli("configs", "alter", *b, "--ip", "127.0.0.1", "--add-config", "connection_creation_rate=50")
         assert (done.returncode, done.stdout, done.stderr) == (
             0,
             "Completed updating config for ip 127.0.0.1.\n",
             "",
         )
-        line = "Quota configs for ip '127.0.0.1' are connection_creation_rate=5.0\n"
+        line = "Quota configs for ip '127.0.0.1' are connection_creation_rate=50.0\n"
         short = kcli("configs", "describe", *b, "--ip", "127.0.0.1")
         long = kcli("configs", "describe", *b, "--entity-type", "ips", "--entity-name", "127.0.0.1")
         assert (short.returncode, short.stdout) == (0, line) and long.stdout == short.stdout, (short, long)
