@@ -212,7 +212,7 @@ def test_kcat_every_codec(server: BrokerProcess) -> None:
     for codec, topic in topics.items():
         produced = subprocess.run(
             [kcat, "-P", "-b", server.bootstrap, "-t", topic, "-p", "0", "-K", "\t", "-Z", "-H", "source=kcat",
-             "-X", f"compression.codec={codec}"],
+             "-X", f"compression.codec={codec}", "-X", f"linger.ms={LINGER_MS}"],
             input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=30,
         )  # fmt: skip
         assert produced.returncode == 0, produced.stderr
