@@ -563,8 +563,21 @@ public final class KcliClients {
         try (KafkaConsumer<String, String> first = new KafkaConsumer<>(p);
              KafkaConsumer<String, String> second = new KafkaConsumer<>(p);
              Admin admin = Admin.create(common(bootstrap))) {
-            first.subscribe(List.of(topic));
-            second.subscribe(List.of(topic));
+            for (KafkaConsumer<String, String> c : List.of(first, second)) {
+                c.subscribe(List.of(topic), new ConsumerRebalanceListener() {
+                    @Override
+                    public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
+                        // what it read of them, before the other member owns them: without a listener the
+                        // consumer drops a revoked partition's position, possibly between a poll and the
+                        // commitSync after it, and the other member reads those records again
+                        c.commitSync();
+                    }
+
+                    @Override
+                    public void onPartitionsAssigned(Collection<TopicPartition> partitions) {
+                    }
+                });
+            }
             long deadline = System.nanoTime() + WAIT.toNanos();
             while (System.nanoTime() < deadline
                     && (values.size() < count || first.assignment().isEmpty() || second.assignment().isEmpty()
