@@ -252,3 +252,32 @@ def test_node_connections_open_one_connection_for_sends_that_race(broker: Broker
     accepted, answers = asyncio.run(run())
     assert all(answer is not None for answer in answers)
     assert accepted == 1
+
+
+def test_a_cancel_that_meets_the_response_is_not_lost() -> None:
+    """A task cancelled (Ctrl-C) just as its response arrives ends cancelled: Python 3.11's wait_for
+    returned the response and dropped the cancellation, so `reassign execute` once ran on after a
+    Ctrl-C. The cancel here runs after the response is set and before the waiting task resumes."""
+
+    async def run() -> asyncio.Task[Any]:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            (size,) = struct.unpack(">i", await reader.readexactly(4))
+            request = await reader.readexactly(size)
+            writer.write(frame(struct.unpack_from(">i", request, 4)[0], fetch_response(b"")))
+            await writer.drain()
+            await reader.read()
+
+        async def use(client: KafkaClient) -> asyncio.Task[Any]:
+            task = asyncio.create_task(client.send(fetch_request()))
+            while not client._pending:  # the request is out: its response future is there
+                await asyncio.sleep(0)
+            [(_, _, future)] = client._pending.values()
+            future.add_done_callback(lambda _: task.cancel())  # after the waiter's own callback
+            await asyncio.wait([task], timeout=10)
+            return task
+
+        return await _against(serve, use)
+
+    task = asyncio.run(run())
+    assert task.done()
+    assert task.cancelled() or task.cancelling() == 0, "the task ran on with its cancellation dropped"
