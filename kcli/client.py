@@ -142,8 +142,8 @@ class KafkaClient:
         context = _tls_context(security) if security.uses_tls else None
         loop = asyncio.get_running_loop()
         try:
-            async with asyncio.timeout(connect_timeout):  # not wait_for: see `send`
-                transport, protocol = await loop.create_connection(
+            transport, protocol = await _wait(
+                loop.create_connection(
                     lambda: _Connection(bootstrap),
                     host,
                     port,
@@ -151,7 +151,9 @@ class KafkaClient:
                     server_hostname=host if context is not None else None,
                     ssl_handshake_timeout=connect_timeout if context is not None else None,
                     local_addr=(local_address, 0) if local_address is not None else None,
-                )
+                ),
+                connect_timeout,
+            )
         except TimeoutError:
             raise ClientError(
                 f"cannot connect to {bootstrap}: timed out after {connect_timeout:g} s."
@@ -316,16 +318,11 @@ class KafkaClient:
     async def send(
         self, request: Any, *, timeout: float | None = None, reader: ResponseReader | None = None
     ) -> Any:
-        """Send one request and wait for its response (read by `reader` when given, else by kio).
-
-        The wait is asyncio.timeout's, not wait_for's: Python 3.11's wait_for returns a response that
-        arrives as the waiting task is cancelled and drops the cancellation, so a Ctrl-C could be lost
-        and a long run (`reassign execute`, `groups --watch`) go on to its end."""
+        """Send one request and wait for its response (read by `reader` when given, else by kio)."""
         future = self.send_nowait(request, reader)
         limit = self.request_timeout if timeout is None else timeout
         try:
-            async with asyncio.timeout(limit):
-                return await future
+            return await _wait(future, limit)
         except TimeoutError:
             name = api_name(request.__api_key__)
             raise ClientError(f"{name} request to {self.address} timed out after {limit:g} s.") from None
@@ -356,8 +353,7 @@ class KafkaClient:
         finally:
             self._held = held
         try:
-            async with asyncio.timeout(self.request_timeout):  # not wait_for: see `send`
-                return await future
+            return await _wait(future, self.request_timeout)
         except TimeoutError:
             name = api_name(request.__api_key__)
             raise ClientError(
@@ -762,6 +758,19 @@ def _tls_context(security: ClientSecurity) -> ssl.SSLContext:
         _TLS_CONTEXTS.clear()
     _TLS_CONTEXTS[id(security)] = (security, context)
     return context
+
+
+async def _wait(awaitable: Any, timeout: float) -> Any:
+    """`awaitable`'s result, or TimeoutError after `timeout` seconds.
+
+    In a task, asyncio.timeout's wait rather than wait_for's: Python 3.11's wait_for returns a result
+    that arrives as the waiting task is cancelled and drops the cancellation, so a Ctrl-C could be lost
+    and a long run (`reassign execute`, `groups --watch`) go on to its end. A broker's request handlers
+    are stepped outside tasks, where asyncio.timeout cannot be used: they keep wait_for."""
+    if asyncio.current_task() is None:
+        return await asyncio.wait_for(awaitable, timeout)
+    async with asyncio.timeout(timeout):
+        return await awaitable
 
 
 class NodeConnections:
