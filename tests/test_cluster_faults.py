@@ -20,6 +20,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import signal
 import socket
 import threading
@@ -302,8 +303,12 @@ def test_a_killed_broker_is_fenced_after_its_session_and_a_stopped_one_at_once(
     new_leader_log = cluster[fenced.leader_id].log()[logs_before[fenced.leader_id] :]
     assert f"fencing broker {stopping}: no heartbeat" not in new_leader_log
     assert took < SESSION_TIMEOUT_S - HEARTBEAT_INTERVAL_S - 0.5, f"fenced {took:.1f} s after SIGTERM"
-    # It resigned with EndQuorumEpoch: the next leader campaigned at once, not after fetch.timeout.ms.
+    # It resigned with EndQuorumEpoch: the next leader campaigned at once, not after fetch.timeout.ms,
+    # and the old one stayed until it led (Kafka's graceful shutdown), fetching its epoch's first record.
     assert f"raft: leader {stopping} resigned from epoch {status.epoch}" in new_leader_log, new_leader_log
+    assert re.search(
+        rf"raft: node \d leads epoch {status.epoch + 1}; leaving the quorum", cluster[stopping].log()
+    )
     # No live broker loses its session over the change of controller: their heartbeats find the new
     # one. (An absence has no event to wait for: give the sessions the time to expire, then look.)
     time.sleep(SESSION_TIMEOUT_S + 2 * HEARTBEAT_INTERVAL_S)

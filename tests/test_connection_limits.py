@@ -360,7 +360,9 @@ def test_ip_shorthands_and_an_ip_quota_named_by_host_name(tmp_path: Path) -> Non
     with _broker(tmp_path, "quota.window.num=2", "quota.window.size.seconds=1") as broker:
         b = ("--bootstrap-server", broker.bootstrap)
         # 50 a second: more than this test's own kcli commands open from 127.0.0.1 on a fast machine
-        done = kcli("configs", "alter", *b, "--ip", "127.0.0.1", "--add-config", "connection_creation_rate=50")
+        done = kcli(
+            "configs", "alter", *b, "--ip", "127.0.0.1", "--add-config", "connection_creation_rate=50"
+        )
         assert (done.returncode, done.stdout, done.stderr) == (
             0,
             "Completed updating config for ip 127.0.0.1.\n",

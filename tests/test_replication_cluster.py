@@ -114,9 +114,7 @@ def assert_replicas_identical(cluster: LocalKraftCluster, topic: str, nodes: lis
 
 
 def stop_all(cluster: LocalKraftCluster) -> None:
-    """SIGTERM to every running node at once (by PID), then each must exit 0. One after the other, the
-    last voter left waits out its controlled shutdown (5 s: no majority can commit its fencing) after
-    the others' stops; together, that wait overlaps theirs."""
+    """SIGTERM to every running node at once (by PID), then each must exit 0."""
     running = [node for node in cluster.nodes.values() if node.running]
     for node in running:
         os.kill(node.pid, signal.SIGTERM)

@@ -376,9 +376,18 @@ class BrokerLifecycleManager:
         log.info("broker %d: controlled shutdown: asking the controller to fence this broker", self.node_id)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            beat = asyncio.ensure_future(
+                self.heartbeat(want_shut_down=True, timeout=max(deadline - time.monotonic(), 0.05))
+            )
             try:
-                remaining = max(deadline - time.monotonic(), 0.05)
-                error, _, should_shut_down = await self.heartbeat(want_shut_down=True, timeout=remaining)
+                while not beat.done() and (lost := self.quorum_lost()) is None:
+                    await asyncio.wait({beat}, timeout=LEADER_CHECK_SECONDS)
+                if not beat.done():
+                    beat.cancel()
+                    await asyncio.gather(beat, return_exceptions=True)
+                    log.warning("broker %d: controlled shutdown given up: %s", self.node_id, lost)
+                    return
+                error, _, should_shut_down = beat.result()
             except ControllerUnavailable as exc:
                 log.warning("broker %d: controlled shutdown not acknowledged: %s", self.node_id, exc)
                 return
@@ -390,6 +399,24 @@ class BrokerLifecycleManager:
                 return
             await asyncio.sleep(RETRY_BACKOFF_SECONDS)
         log.warning("broker %d: controlled shutdown not acknowledged within %g s", self.node_id, timeout)
+
+    def quorum_lost(self) -> str | None:
+        """Why no majority of the controller quorum is left to record this broker's fence, or None.
+
+        A voter that is also a registered broker is the same process (node.id is unique in KRaft); once
+        the controller has fenced that broker, its voter is leaving or gone with it. When every node of a
+        combined cluster stops at once, the last one would otherwise wait out the whole timeout for a
+        record that cannot commit (Kafka's last broker does); nobody is left to take its leaderships.
+        """
+        voters = set(self.channel.raft.voter_addresses)
+        brokers = self.loader.image.brokers_by_id
+        gone = sorted(v for v in voters if v != self.node_id and v in brokers and brokers[v].fenced)
+        if not gone or len(voters) - len(gone) > len(voters) // 2:
+            return None
+        return (
+            f"the brokers of voters {', '.join(map(str, gone))} are fenced and stopping with their "
+            f"controllers, so no majority of the {len(voters)} voters is left to record the fence"
+        )
 
 
 def _log_dir_ids(config: BrokerConfig) -> tuple[uuid.UUID, ...]:

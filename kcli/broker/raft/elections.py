@@ -256,8 +256,9 @@ class Elections(RaftPart):
         if partition.error_code is ErrorCode.none and self.raft.leader_state is not None:
             self.raft.leader_state.acknowledged.add(voter_id)
 
-    async def send_end_quorum_epoch(self, *, timeout: float) -> None:
-        """Tell the other voters this leader is gone, most caught-up first as preferred successors."""
+    async def send_end_quorum_epoch(self, *, timeout: float) -> set[int]:
+        """Tell the other voters this leader is gone, most caught-up first as preferred successors; the
+        voters that answered."""
         state = self.raft.leader_state
         progress = state.voters if state is not None else {}
         others = [v for v in self.raft.voter_addresses if v != self.raft.node_id]
@@ -278,9 +279,14 @@ class Elections(RaftPart):
             cluster_id=self.raft.cluster_id,
             leader_endpoints=self.raft.leader_endpoints_field(cls),
         )
-        await asyncio.gather(
+        answers = await asyncio.gather(
             *(self.raft.send(v, request, timeout=timeout) for v in others), return_exceptions=True
         )
+        return {
+            v
+            for v, answer in zip(others, answers, strict=True)
+            if answer is not None and not isinstance(answer, BaseException)
+        }
 
     def handle_vote(self, request: Any, version: int) -> Any:
         """Vote and PreVote (v2's `pre_vote`), with Kafka's rules per state."""
@@ -356,10 +362,12 @@ class Elections(RaftPart):
         self, candidate: int, directory_id: uuid.UUID | None, up_to_date: bool, pre_vote: bool
     ) -> bool:
         state = self.raft.quorum.state
-        if state in (RaftState.LEADER, RaftState.CANDIDATE, RaftState.RESIGNED):
+        if state in (RaftState.LEADER, RaftState.CANDIDATE):
             return False
         if candidate == self.raft.node_id:  # Kafka's QuorumState never votes for itself on a request
             return False
+        if state is RaftState.RESIGNED:  # Kafka's ResignedState: helps elect its successor
+            return pre_vote and up_to_date
         if state is RaftState.FOLLOWER:
             return pre_vote and not self.raft.fetched_from_leader and up_to_date
         if pre_vote:

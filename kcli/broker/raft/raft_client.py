@@ -229,22 +229,46 @@ class KafkaRaftClient:
             shutil.rmtree(self.log.directory, ignore_errors=True)
 
     async def shutdown(self) -> None:
-        """Resign leadership (EndQuorumEpoch to the voters), stop, flush and close the log. After a fatal
-        fault there is no resignation: the node has left the quorum (Kafka halts), the voters elect
-        another leader once their fetch timeout passes."""
+        """Resign leadership (EndQuorumEpoch to the voters) and stay until a successor leads, stop,
+        flush and close the log. After a fatal fault there is no resignation: the node has left the
+        quorum (Kafka halts), the voters elect another leader once their fetch timeout passes."""
         self.shutting_down = True
+        successors: set[int] = set()
+        resigned_epoch = self.epoch
         if self.quorum.is_leader and not self.is_only_voter and self.fatal_error is None:
             self.quorum.become_resigned()
-            await self.elections.send_end_quorum_epoch(
+            successors = await self.elections.send_end_quorum_epoch(
                 timeout=min(self.config.request_timeout_ms / 1000, 1.0)
             )
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        if len(successors) + 1 > len(self.voter_addresses) // 2:
+            await self._await_successor(resigned_epoch)
         if self._flushing is not None:
             await asyncio.gather(self._flushing, return_exceptions=True)
         self._fail_commit_waiters()
         await self.peers.close()
+
+    async def _await_successor(self, resigned_epoch: int) -> None:
+        """Kafka's GracefulShutdown of a leader: stay resigned until another voter leads a later epoch,
+        answering pre-votes and votes (the controller listener still serves), up to the fetch timeout,
+        after which the voters would campaign without it. A majority may need this node's vote: a
+        voter that still counts the old leader as live refuses pre-votes, and one whose log is behind
+        cannot win, so without it the election waits for a fetch timeout."""
+        deadline = time.monotonic() + self.config.fetch_timeout_ms / 1000
+        while self.epoch == resigned_epoch or self.quorum.leader_id in (NO_ID, self.node_id):
+            self.changed.clear()
+            if not await self.wait_changed(deadline - time.monotonic()):
+                log.info("raft: no successor led within %d ms of resigning", self.config.fetch_timeout_ms)
+                return
+        # Two Fetches: one brings the successor's LeaderChange, the next says it is held here, which
+        # commits it, and with it what this node wrote before resigning but had not committed (the
+        # fence of its own broker, say): the successor's controller sees its peers as they left.
+        for _ in range(2):
+            if not await self.fetch_replication.fetch_from(self.quorum.leader_id, deadline):
+                break
+        log.info("raft: node %d leads epoch %d; leaving the quorum", self.quorum.leader_id, self.epoch)
 
     # --- the voter set (KIP-853) ---------------------------------------------------------------------
 
