@@ -233,7 +233,7 @@ class KafkaRaftClient:
         flush and close the log. After a fatal fault there is no resignation: the node has left the
         quorum (Kafka halts), the voters elect another leader once their fetch timeout passes."""
         self.shutting_down = True
-        successors: set[int] = set()
+        successors: set[int] | None = None  # the voters told, when this node resigns
         resigned_epoch = self.epoch
         if self.quorum.is_leader and not self.is_only_voter and self.fatal_error is None:
             self.quorum.become_resigned()
@@ -243,7 +243,7 @@ class KafkaRaftClient:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        if len(successors) + 1 > len(self.voter_addresses) // 2:
+        if successors is not None and len(successors) + 1 > len(self.voter_addresses) // 2:
             await self._await_successor(resigned_epoch)
         if self._flushing is not None:
             await asyncio.gather(self._flushing, return_exceptions=True)
