@@ -26,16 +26,17 @@ import pytest
 from xdist.scheduler import LoadFileScheduling
 
 SHARED = {
-    # kafka_cluster (test_apache_kafka, test_apache_kafka_ops) and kafka_node (those with
-    # test_apache_kafka_files and test_scram): three JVMs and one, started once on one worker
+    # kafka_cluster (test_apache_kafka, test_apache_kafka_ops) and kafka_node (test_apache_kafka,
+    # test_scram): three JVMs and one, started once on one worker. test_apache_kafka_files runs a
+    # Kafka node of its own, so it is a unit apart (together they held one worker for ~300 s).
     "test_apache_kafka": "apache-kafka",
     "test_apache_kafka_ops": "apache-kafka",
-    "test_apache_kafka_files": "apache-kafka",
     "test_scram": "apache-kafka",
 }
 
 START_ORDER = (
     "apache-kafka",  # JVM
+    "test_apache_kafka_files",  # JVM
     "test_metadata_snapshots",
     "test_apache_kafka_security",  # JVM
     "test_replication_cluster",
