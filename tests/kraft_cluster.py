@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import struct
 import subprocess
@@ -458,6 +459,16 @@ def cluster_runner(tmp_path: Path) -> Iterator[Callable[..., ClusterRunner]]:
             for pid in runner.children:  # only if the runner could not stop them itself
                 if still_ours(pid, runner.data_dir):
                     os.kill(pid, signal.SIGKILL)
+
+
+_SHUTDOWN_ENDING = re.compile(r"controlled shutdown (complete|given up|not acknowledged|refused)")
+
+
+def shutdown_ending(log: str) -> str | None:
+    """How the last controlled shutdown in a node's log ended: complete, given up, not acknowledged,
+    refused; None when it has none."""
+    found = _SHUTDOWN_ENDING.findall(log)
+    return found[-1] if found else None
 
 
 def wait_all_caught_up(cluster: LocalKraftCluster, timeout: float = 45.0) -> Status:

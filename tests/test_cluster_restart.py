@@ -11,14 +11,13 @@ high watermark empty and its broker waits for the metadata before it loads the l
 from __future__ import annotations
 
 import os
-import re
 import signal
 from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from kraft_cluster import LocalKraftCluster, wait_for
+from kraft_cluster import LocalKraftCluster, shutdown_ending, wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -76,9 +75,6 @@ def test_a_whole_cluster_restart_sets_no_log_aside_and_loses_no_record(
     # record (it waited out its 5 s controlled-shutdown timeout before).
     for node in cluster.nodes.values():
         assert node.terminate() == 0, node.log()
-    endings = [
-        re.findall(r"controlled shutdown (complete|given up|not acknowledged|refused)", node.log())[-1:]
-        for node in cluster.nodes.values()
-    ]
-    assert endings == [["complete"], ["complete"], ["given up"]], endings
+    endings = [shutdown_ending(node.log()) for node in cluster.nodes.values()]
+    assert endings == ["complete", "complete", "given up"], endings
     assert seen == {f"v{i}".encode() for i in range(RECORDS)}

@@ -627,9 +627,8 @@ def assert_read_once(
     in_flight = Counter(
         r for i, m in enumerate(members) for r in fenced[i] + (uncommitted[i] if m.killed else [])
     )
-    assert all(
-        n - in_flight[r] <= 1 for r, n in every_read.items()
-    )  # read twice: after a kill or a fence only
+    # read twice: after a kill or a fence only
+    assert all(n - in_flight[r] <= 1 for r, n in every_read.items())
     for p, o in written - set(committed_reads):
         assert any((p, o) in uncommitted[i] and m.sent.get(p, -1) > o for i, m in enumerate(members)), (
             f"partition {p} offset {o}: read by a killed member only, and after every commit it sent"
