@@ -749,7 +749,10 @@ def test_upgraded_group_keeps_its_members_through_a_coordinator_kill_and_downgra
         readers.until("four members of 1, 1, 2, 2", lambda: readers.sizes() == [1, 1, 2, 2], explain)
         assert group_type(cluster[victim].bootstrap, group) == "consumer"
         assert member_types(cluster[victim].bootstrap, group) == [0, 0, 1, 1]
-        before = described()
+        # the members' sizes settle a heartbeat before their epochs do (Reconciling, seen once in a run)
+        before = readers.until(
+            "the upgraded group Stable", lambda: (d := described())["state"] == "Stable" and d, explain
+        )
         assert before["coordinator"] == victim and before["state"] == "Stable"
         ids = member_ids()
         assert {m["member_id"]: m["upgraded"] for m in before["members"]} == {
