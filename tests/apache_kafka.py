@@ -37,11 +37,14 @@ from __future__ import annotations
 import argparse
 import base64
 import hashlib
+import json
 import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -329,8 +332,18 @@ def train(partial: Path | None, heap: Sequence[str] = TOOL_HEAP, classpath: Sequ
 def run_tool(
     main_class: str, args: Sequence[str], *, workdir: Path, timeout: float = 120.0, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run one of Kafka's command-line tools to completion; its log4j output goes to a file in `workdir`."""
+    """Run one of Kafka's command-line tools to completion; its log4j output goes to a file in `workdir`.
+
+    In this process's ToolHost JVM when it is free and the arguments name no path relative to
+    `workdir` (a JVM cannot change its directory); else in a JVM of its own, as kafka-run-class.sh runs
+    it. KCLI_TOOL_HOST=0 runs every tool in its own JVM."""
     workdir.mkdir(parents=True, exist_ok=True)
+    host = ToolHost.shared()
+    if host is not None and not _names_relative_path(args, workdir) and host.lock.acquire(blocking=False):
+        try:
+            return host.run(main_class, args, stdin=stdin, timeout=timeout)
+        finally:
+            host.lock.release()
     log_path = workdir / f"{main_class.rsplit('.', 1)[-1]}-{time.monotonic_ns()}.log"
     partial = archive_slot(main_class)
     try:
@@ -341,6 +354,121 @@ def run_tool(
         )  # fmt: skip
     finally:
         train(partial)
+
+
+def _names_relative_path(args: Sequence[str], workdir: Path) -> bool:
+    """Whether an argument (or a comma-separated part of one) is a relative path to something in `workdir`."""
+    parts = (part for arg in args for part in arg.split(","))
+    return any(part and not part.startswith("-") and not Path(part).is_absolute() and (workdir / part).exists()
+               for part in parts)  # fmt: skip
+
+
+TOOL_HOST_SOURCE = REPO / "tests" / "java" / "ToolHost.java"
+
+
+def compile_java(source: Path) -> Path:
+    """The classes dir of `source` (a test program), compiled with javac against the pinned jars on first
+    use into the jar cache, keyed by the source and the pin: an edit or a new pin compiles afresh and
+    concurrent runs never see a half-written dir."""
+    libs = resolve(quiet=True)
+    digest = hashlib.sha256(source.read_bytes() + libs.name.encode()).hexdigest()[:12]
+    classes = cache_dir() / f"classes-{digest}"
+    if (classes / f"{source.stem}.class").exists():
+        return classes
+    staging = classes.with_name(f"{classes.name}.partial-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    result = subprocess.run(
+        ["javac", "-nowarn", "-encoding", "UTF-8", "-d", str(staging), "-cp", f"{libs}/*", str(source)],
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    if result.returncode != 0:
+        raise KafkaSetupError(f"javac {source.name} failed with status {result.returncode}:\n{result.stderr}")
+    try:
+        staging.rename(classes)
+    except OSError:  # another run compiled the same source first
+        shutil.rmtree(staging, ignore_errors=True)
+    return classes
+
+
+class ToolHost:
+    """One JVM (tests/java/ToolHost.java) that runs Kafka's tools one after another for this process: a
+    tool's own JVM spends ~0.45 CPU-s starting before it does anything, and the suite runs over a
+    hundred. The tool's code, arguments, standard streams and exit status are the same; what differs is
+    only that its classes are loaded and compiled once per test process."""
+
+    _shared: ToolHost | None = None
+    _refused = False
+
+    def __init__(self, workdir: Path) -> None:
+        self.lock = threading.Lock()
+        self._workdir = workdir
+        self._process: subprocess.Popen[bytes] | None = None
+        self._buffer = b""
+
+    @classmethod
+    def shared(cls) -> ToolHost | None:
+        """This process's host, or None where there is none (no javac, KCLI_TOOL_HOST=0)."""
+        if cls._shared is None and not cls._refused:
+            if os.environ.get("KCLI_TOOL_HOST", "1") == "0" or shutil.which("javac") is None:
+                cls._refused = True
+                return None
+            import atexit
+            import tempfile
+
+            cls._shared = cls(Path(tempfile.mkdtemp(prefix="kcli-tool-host-")))
+            atexit.register(cls._shared.close)
+        return cls._shared
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        if self._process is None or self._process.poll() is not None:
+            classes = compile_java(TOOL_HOST_SOURCE)
+            command = java_command(
+                "ToolHost", [], log_path=self._workdir / "tools.log", level="warn", classpath=[classes]
+            )
+            self._process = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                cwd=self._workdir,
+            )  # fmt: skip
+            self._buffer = b""
+        return self._process
+
+    def run(
+        self, main_class: str, args: Sequence[str], *, stdin: str | None, timeout: float
+    ) -> subprocess.CompletedProcess[str]:
+        """The tool's run as subprocess.run would report it; TimeoutExpired (the host is stopped) when it
+        does not end within `timeout` seconds."""
+        process = self._start()
+        assert process.stdin is not None and process.stdout is not None
+        request = {"main": main_class, "args": list(args), "stdin": stdin}
+        process.stdin.write(json.dumps(request).encode() + b"\n")
+        process.stdin.flush()
+        deadline = time.monotonic() + timeout
+        fd = process.stdout.fileno()
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            ready = select.select([fd], [], [], max(remaining, 0))[0] if remaining > 0 else []
+            if not ready:
+                self.close()
+                raise subprocess.TimeoutExpired([main_class, *args], timeout)
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                status = process.wait()
+                self._process = None
+                raise KafkaSetupError(
+                    f"the tool host JVM exited with status {status} while running {main_class}"
+                )
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        answer = json.loads(line)
+        return subprocess.CompletedProcess(
+            [main_class, *args], answer["status"], answer["stdout"], answer["stderr"]
+        )
+
+    def close(self) -> None:
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def random_cluster_id() -> str:

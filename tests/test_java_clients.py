@@ -27,7 +27,6 @@ tool runs go side by side.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -75,27 +74,11 @@ def require_javac() -> None:
 
 
 def compile_clients() -> Path:
-    """The classes dir of KcliClients.java, compiled on first use into the jar cache; keyed by the
-    source and the pinned jar set, so an edit or a new pin compiles afresh and concurrent runs (other
-    checkouts) never see a half-written dir."""
-    libs = apache_kafka.resolve(quiet=True)
-    digest = hashlib.sha256(SOURCE.read_bytes() + libs.name.encode()).hexdigest()[:12]
-    classes = apache_kafka.cache_dir() / f"classes-{digest}"
-    if (classes / f"{MAIN}.class").exists():
-        return classes
-    staging = classes.with_name(f"{classes.name}.partial-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    result = subprocess.run(
-        ["javac", "-nowarn", "-encoding", "UTF-8", "-d", str(staging), "-cp", f"{libs}/*", str(SOURCE)],
-        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    if result.returncode != 0:
-        pytest.fail(f"javac {SOURCE.name} failed with status {result.returncode}:\n{result.stderr}")
+    """The classes dir of KcliClients.java (apache_kafka.compile_java); a javac failure fails the test."""
     try:
-        staging.rename(classes)
-    except OSError:  # another run compiled the same source first
-        shutil.rmtree(staging, ignore_errors=True)
-    return classes
+        return apache_kafka.compile_java(SOURCE)
+    except apache_kafka.KafkaSetupError as error:
+        pytest.fail(str(error))
 
 
 @pytest.fixture(scope="module")
