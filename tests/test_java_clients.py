@@ -110,7 +110,7 @@ def java(
 
 def tool(workdir: Path, main_class: str, *args: str) -> str:
     """stdout of one of Kafka's tools, which must exit 0 (its output in the message when it does not)."""
-    result = java(main_class, args, workdir)
+    result = apache_kafka.run_tool(main_class, args, workdir=workdir, timeout=300)
     name = main_class.rsplit(".", 1)[-1]
     assert result.returncode == 0, (
         f"{name} {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
