@@ -416,7 +416,7 @@ class ToolHost:
             import tempfile
 
             cls._shared = cls(Path(tempfile.mkdtemp(prefix="kcli-tool-host-")))
-            atexit.register(cls._shared.close)
+            atexit.register(cls._shared._remove)
         return cls._shared
 
     def _start(self) -> subprocess.Popen[bytes]:
@@ -465,10 +465,15 @@ class ToolHost:
         )
 
     def close(self) -> None:
+        """Stop the JVM (its next run starts another); at exit also drop its log dir."""
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
             process.kill()
             process.wait()
+
+    def _remove(self) -> None:
+        self.close()
+        shutil.rmtree(self._workdir, ignore_errors=True)
 
 
 def random_cluster_id() -> str:
