@@ -573,6 +573,9 @@ def test_a_port_in_use_is_refused_before_anything_is_touched(tmp_path: Path) -> 
     before = tree(tmp_path / "cluster")
     for port in (node.port, node.controller_port):
         with socket.socket() as taken:
+            # as a server binds (and as free_port_range probed): an earlier test's connections to this
+            # port may still be in TIME_WAIT, which only a plain bind refuses; a listener still holds it
+            taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             taken.bind(("127.0.0.1", port))
             taken.listen()
             outcome = run_node(node.properties, tmp_path / f"node-{port}.log")
