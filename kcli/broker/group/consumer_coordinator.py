@@ -302,8 +302,9 @@ class ConsumerGroupCoordinator:
                     _compiled(updated.subscribed_topic_regex)  # throwIfRegularExpressionIsInvalid
                 bump = True
         members = self._members_with(group, updated)
-        records += self.regex_records(group, members.values())
-        topics = self.topics_of(members.values())
+        resolved = self.resolve_regexes(members.values())
+        records += self.regex_records(group, resolved)
+        topics = self.topics_of(members.values(), resolved)
         metadata_hash = self.metadata_hash(topics)
         if metadata_hash != group.metadata_hash:
             bump = True
@@ -514,15 +515,21 @@ class ConsumerGroupCoordinator:
         )
         return assignment.get(updated.member_id, {})
 
-    def topics_of(self, members: Iterable[ConsumerGroupMember]) -> set[str]:
+    def topics_of(
+        self,
+        members: Iterable[ConsumerGroupMember],
+        resolved: Mapping[str, frozenset[str]] | None = None,
+    ) -> set[str]:
         """The topics the members subscribe to: their names, and the topics their regular expression
         matches whole (refreshRegularExpressions; resolved against the current image at each heartbeat
-        rather than in the background, and with Python's `re` where Kafka has RE2/J)."""
+        rather than in the background, and with Python's `re` where Kafka has RE2/J). `resolved`: the
+        members' `resolve_regexes`, when the caller has it already."""
+        members = list(members)
         topics: set[str] = set()
         for member in members:
             topics.update(member.subscribed_topic_names)
-        for resolved in self.resolve_regexes(members).values():
-            topics.update(resolved)
+        for matched in (self.resolve_regexes(members) if resolved is None else resolved).values():
+            topics.update(matched)
         return topics
 
     def resolve_regexes(self, members: Iterable[ConsumerGroupMember]) -> dict[str, frozenset[str]]:
@@ -540,12 +547,12 @@ class ConsumerGroupCoordinator:
             resolved[regex] = frozenset(name for name in names if pattern.fullmatch(name))
         return resolved
 
-    def regex_records(self, group: ConsumerGroup, members: Iterable[ConsumerGroupMember]) -> list[Record]:
-        """The resolution records (type 16, Kafka 4.0+) of `members`' regular expressions that changed,
-        and the tombstones of those no member subscribes with any more (maybeDeleteResolvedRegularExpressions).
-        Kafka resolves in the background and writes what it found (its topics, the metadata offset
-        resolved at, when); kcli resolves at each heartbeat and writes the same record when that changes."""
-        resolved = self.resolve_regexes(members)
+    def regex_records(self, group: ConsumerGroup, resolved: Mapping[str, frozenset[str]]) -> list[Record]:
+        """The resolution records (type 16, Kafka 4.0+) of the regular expressions the members subscribe
+        with (`resolved`, from resolve_regexes) that changed, and the tombstones of those no member
+        subscribes with any more (maybeDeleteResolvedRegularExpressions). Kafka resolves in the background
+        and writes what it found (its topics, the metadata offset resolved at, when); kcli resolves at
+        each heartbeat and writes the same record when that changes."""
         records: list[Record] = []
         gid = group.group_id
         for regex in sorted(set(group.resolved_regexes) - set(resolved)):
@@ -631,8 +638,9 @@ class ConsumerGroupCoordinator:
                 return downgraded
         records = _member_tombstones(group.group_id, member.member_id)
         others = [m for m in group.members.values() if m.member_id != member.member_id]
-        records += self.regex_records(group, others)
-        metadata_hash = self.metadata_hash(self.topics_of(others))
+        resolved = self.resolve_regexes(others)
+        records += self.regex_records(group, resolved)
+        metadata_hash = self.metadata_hash(self.topics_of(others, resolved))
         records.append(epoch_record(group.group_id, group.group_epoch + 1, metadata_hash))
         self.cancel_timers(group, member.member_id)
         return records

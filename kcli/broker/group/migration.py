@@ -394,8 +394,9 @@ class GroupMigration:
             errors.append(ErrorCode.none)
         if records:
             others = [m for m in group.members.values() if m.member_id not in leaving]
-            records += self.consumer.regex_records(group, others)
-            metadata_hash = self.consumer.metadata_hash(self.consumer.topics_of(others))
+            resolved = self.consumer.resolve_regexes(others)
+            records += self.consumer.regex_records(group, resolved)
+            metadata_hash = self.consumer.metadata_hash(self.consumer.topics_of(others, resolved))
             records.append(epoch_record(group_id, group.group_epoch + 1, metadata_hash))
             self.consumer.apply_then_write(group_id, records)
         return ErrorCode.none, errors
