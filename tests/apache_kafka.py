@@ -422,6 +422,7 @@ class ToolHost:
     def _start(self) -> subprocess.Popen[bytes]:
         if self._process is None or self._process.poll() is not None:
             classes = compile_java(TOOL_HOST_SOURCE)
+            self._workdir.mkdir(parents=True, exist_ok=True)
             command = java_command(
                 "ToolHost", [], log_path=self._workdir / "tools.log", level="warn", classpath=[classes]
             )
@@ -446,8 +447,7 @@ class ToolHost:
         fd = process.stdout.fileno()
         while b"\n" not in self._buffer:
             remaining = deadline - time.monotonic()
-            ready = select.select([fd], [], [], max(remaining, 0))[0] if remaining > 0 else []
-            if not ready:
+            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
                 self.close()
                 raise subprocess.TimeoutExpired([main_class, *args], timeout)
             chunk = os.read(fd, 1 << 16)
@@ -463,6 +463,11 @@ class ToolHost:
         return subprocess.CompletedProcess(
             [main_class, *args], answer["status"], answer["stdout"], answer["stderr"]
         )
+
+    @property
+    def pid(self) -> int | None:
+        """The running JVM's process id (None before the first run and after `close`)."""
+        return None if self._process is None else self._process.pid
 
     def close(self) -> None:
         """Stop the JVM (its next run starts another); at exit also drop its log dir."""

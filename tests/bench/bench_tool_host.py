@@ -57,20 +57,22 @@ def main() -> None:
                 (apache_kafka.CONSUMER_GROUP_COMMAND, ["--bootstrap-server", b, "--list"]),
                 (apache_kafka.FEATURE_COMMAND, ["--bootstrap-server", b, "describe"]),
             ]  # fmt: skip
+            os.environ["KCLI_TOOL_HOST"] = "0"  # run_tool: each tool in a JVM of its own
+            host = apache_kafka.ToolHost(workdir / "host")
             for way in ("own JVMs", "tool host"):
-                os.environ["KCLI_TOOL_HOST"] = "0" if way == "own JVMs" else "1"
-                apache_kafka.ToolHost._refused = False
                 cpu_before = children_cpu()
                 began = time.monotonic()
                 for main_class, tool_args in [*calls, *round_calls * args.rounds]:
-                    done = apache_kafka.run_tool(main_class, tool_args, workdir=workdir / "tools")
+                    if way == "own JVMs":
+                        done = apache_kafka.run_tool(main_class, tool_args, workdir=workdir / "tools")
+                    else:
+                        done = host.run(main_class, tool_args, stdin=None, timeout=120)
                     if done.returncode != 0 and "already exists" not in done.stdout + done.stderr:
                         raise SystemExit(f"{main_class} exited {done.returncode}: {done.stderr.strip()}")
                 took = time.monotonic() - began
                 cpu = children_cpu() - cpu_before
-                host = apache_kafka.ToolHost._shared
-                if host is not None and host._process is not None:
-                    cpu += process_cpu(host._process.pid)
+                if host.pid is not None:  # read before it is stopped (and reaped into the children's)
+                    cpu += process_cpu(host.pid)
                     host.close()
                 runs = 1 + len(round_calls) * args.rounds
                 print(f"{way:10s} {runs:3d} runs: {took:6.2f} s, {cpu:6.2f} CPU-s ({cpu / runs:.3f} a run)")
