@@ -5,8 +5,8 @@ the files pack onto the workers bound the run (tests/scheduling.py orders them).
     python -m pytest -n 4 --dist loadfile -p no:cacheprovider --junitxml=/tmp/suite.xml
     python scripts/suite_times.py /tmp/suite.xml [TOP]
 
-With KCLI_SUITE_CPU=DIR set for the run (tests/conftest.py writes each file's CPU-seconds there), pass
-`--cpu DIR` after the xml to see them beside the times.
+With KCLI_SUITE_CPU=DIR set for the run (tests/conftest.py writes each file's CPU-seconds and wall-clock
+span there), pass `--cpu DIR` after the xml to see them beside the times, and each worker's timeline.
 """
 
 from __future__ import annotations
@@ -29,14 +29,34 @@ def file_times(junit_xml: str) -> tuple[Counter[str], Counter[str]]:
     return seconds, counts
 
 
-def file_cpu(cpu_dir: Path) -> Counter[str]:
-    """CPU-seconds per test file, from the lines conftest writes under KCLI_SUITE_CPU."""
+def file_cpu(cpu_dir: Path) -> tuple[Counter[str], dict[str, list[tuple[float, float]]]]:
+    """CPU-seconds per test file, from the lines conftest writes under KCLI_SUITE_CPU ("module cpu
+    start end"), and each worker's files as (start, end) wall-clock pairs, by the worker's file."""
     cpu: Counter[str] = Counter()
-    for path in cpu_dir.glob("*.cpu"):
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for path in sorted(cpu_dir.glob("*.cpu")):
         for line in path.read_text().splitlines():
-            module, spent = line.rsplit(" ", 1)
+            module, spent, *wall = line.split(" ")
             cpu[module] += float(spent)
-    return cpu
+            if len(wall) == 2:
+                spans.setdefault(path.stem, []).append((float(wall[0]), float(wall[1])))
+    return cpu, spans
+
+
+def print_workers(spans: dict[str, list[tuple[float, float]]]) -> None:
+    """Per worker, seconds from the first file's start on any worker: when its first file began, when
+    its last ended, and the time between files (fixtures of the session, scheduling) in between."""
+    if not spans:
+        return
+    zero = min(start for pairs in spans.values() for start, _ in pairs)
+    for worker, pairs in spans.items():
+        pairs.sort()
+        inside = sum(end - start for start, end in pairs)
+        first, last = pairs[0][0] - zero, pairs[-1][1] - zero
+        print(
+            f"  worker {worker}: {len(pairs)} files from {first:.1f} s to {last:.1f} s, in files"
+            f" {inside:.1f} s, between files {last - first - inside:.1f} s"
+        )
 
 
 def main(argv: list[str]) -> int:
@@ -50,7 +70,7 @@ def main(argv: list[str]) -> int:
     try:
         seconds, counts = file_times(argv[0])
         top = int(argv[1]) if len(argv) > 1 else 20
-        cpu = file_cpu(cpu_dir) if cpu_dir else Counter()
+        cpu, spans = file_cpu(cpu_dir) if cpu_dir else (Counter(), {})
     except (OSError, ET.ParseError, ValueError) as error:
         print(f"suite_times: cannot read {argv[0]}: {error}", file=sys.stderr)
         return 1
@@ -60,6 +80,7 @@ def main(argv: list[str]) -> int:
     for module, spent in seconds.most_common(top):
         extra = f" {cpu[module]:7.1f} CPU-s" if cpu else ""
         print(f"{spent:8.1f} s{extra} {counts[module]:5d} tests  {module}")
+    print_workers(spans)
     return 0
 
 

@@ -377,7 +377,8 @@ _SESSION_KAFKA: dict[str, Callable[[], None]] = {}
 @pytest.fixture(scope="module", autouse=True)
 def _file_cpu(request: pytest.FixtureRequest) -> Iterator[None]:
     """With KCLI_SUITE_CPU=DIR, each file's CPU-seconds (the worker's and those of the processes it
-    started and reaped: brokers, JVMs, tools) go to a line in DIR, for scripts/suite_times.py. Set up
+    started and reaped: brokers, JVMs, tools) and its wall-clock start and end go to a line in DIR, for
+    scripts/suite_times.py. Set up
     before the fixture below, so that its teardown (a Kafka node stopped) counts too."""
     cpu_dir = os.environ.get("KCLI_SUITE_CPU")
     if not cpu_dir:
@@ -389,10 +390,10 @@ def _file_cpu(request: pytest.FixtureRequest) -> Iterator[None]:
         own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
-    before = cpu_seconds()
+    before, began = cpu_seconds(), time.time()
     yield
     with open(Path(cpu_dir) / f"{os.getpid()}.cpu", "a") as out:
-        out.write(f"{request.node.path.stem} {cpu_seconds() - before:.2f}\n")
+        out.write(f"{request.node.path.stem} {cpu_seconds() - before:.2f} {began:.2f} {time.time():.2f}\n")
 
 
 @pytest.fixture(scope="module", autouse=True)
