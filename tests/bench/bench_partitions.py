@@ -3,7 +3,7 @@ partitions at replication factor 3 and then 1 on a 3-node kcli cluster (combined
 with --kafka the same rows on a 3-node Apache Kafka 4.1.2 cluster (tests/apache_kafka.py) in the same run.
 
     python tests/bench/bench_partitions.py [--partitions 1,30,1000,3000] [--rf 3,1] [--kafka]
-                                           [--mib 64] [--size 1024] [--idle-seconds 10]
+                                           [--mib 64] [--size 1024] [--linger-ms 5] [--idle-seconds 10]
                                            [--settle-seconds 15] [--base-port 24000] [--profile DIR]
 
 For each replication factor and partition count: a topic with replicas spread over the three nodes
@@ -12,7 +12,7 @@ and one record is written to each partition, not measured (each replica's first 
 leader-epoch checkpoint with an fsync, in Kafka too: a one-off left out of the figures). The brokers'
 CPU seconds per second are measured over --idle-seconds with no traffic, --settle-seconds later: what
 the followers' fetches of every partition cost by themselves. Then one idempotent confluent-kafka
-producer writes --mib MiB of --size-byte records with acks=all (each counted once the ISR has it),
+producer (linger.ms --linger-ms) writes --mib MiB of --size-byte records with acks=all (each counted once the ISR has it),
 round-robin over the partitions. Printed: records/s, MB/s, the CPU (user + system, from /proc) of the
 three broker processes per GiB written and the producer's own (this process, librdkafka's threads
 included); then whether every broker still runs and how many partitions lack a full ISR right after
@@ -81,11 +81,11 @@ def delete_topic(bootstrap: str, name: str) -> None:
 
 
 def throughput(
-    nodes: Nodes, topic: str, partitions: int, mib: int, size: int
+    nodes: Nodes, topic: str, partitions: int, mib: int, size: int, linger_ms: int
 ) -> tuple[float, float, float, float]:
     """(records/s, MB/s, broker CPU seconds per GiB, the producer's CPU seconds per GiB: this process,
     librdkafka's threads included) of `mib` MiB acks=all into `topic`."""
-    p = producer(nodes.bootstrap)
+    p = producer(nodes.bootstrap, **{"linger.ms": linger_ms})
     value = os.urandom(size)
     count = mib * 1024 * 1024 // size
     errors: list[Any] = []
@@ -139,7 +139,7 @@ def measure_row(nodes: Nodes, args: argparse.Namespace, name: str, rf: int, coun
     warm_up(nodes.bootstrap, topic, count, args.size)
     time.sleep(args.settle_seconds)
     idle = idle_cpu(nodes, args.idle_seconds)
-    rate, mb, cpu, producer_cpu = throughput(nodes, topic, count, args.mib, args.size)
+    rate, mb, cpu, producer_cpu = throughput(nodes, topic, count, args.mib, args.size, args.linger_ms)
     running = sum(1 for process in nodes.processes.values() if process.poll() is None)
     short = short_isr(nodes.bootstrap, topic, count, rf)
     delete_topic(nodes.bootstrap, topic)
@@ -167,6 +167,12 @@ def main() -> None:
     )
     parser.add_argument("--mib", type=int, default=64, help="MiB per throughput phase")
     parser.add_argument("--size", type=int, default=1024, help="record size in bytes")
+    parser.add_argument(
+        "--linger-ms",
+        type=int,
+        default=5,
+        help="the producer's linger.ms (the issue's table: 500-byte records, 20)",
+    )
     parser.add_argument("--idle-seconds", type=float, default=10.0)
     parser.add_argument(
         "--settle-seconds", type=float, default=15.0, help="wait after creating a topic before measuring"
@@ -205,7 +211,8 @@ def main() -> None:
                     start_cluster(Path(tmp) / "kafka", 3, args.base_port + 20, c1_only=False)
                 )
             print(
-                f"acks=all, {args.mib} MiB of {args.size}-byte records, round-robin over the partitions"
+                f"acks=all, {args.mib} MiB of {args.size}-byte records, linger.ms {args.linger_ms},"
+                " round-robin over the partitions"
                 f" (load {' '.join(Path('/proc/loadavg').read_text().split()[:3])}):",
                 flush=True,
             )
