@@ -6,7 +6,8 @@ the files pack onto the workers bound the run (tests/scheduling.py orders them).
     python scripts/suite_times.py /tmp/suite.xml [TOP]
 
 With KCLI_SUITE_CPU=DIR set for the run (tests/conftest.py writes each file's CPU-seconds and wall-clock
-span there), pass `--cpu DIR` after the xml to see them beside the times, and each worker's timeline.
+span and the worker's own share there), pass `--cpu DIR` after the xml to see them beside the times, and each
+worker's timeline.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import sys
 import xml.etree.ElementTree as ET
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -29,18 +31,29 @@ def file_times(junit_xml: str) -> tuple[Counter[str], Counter[str]]:
     return seconds, counts
 
 
-def file_cpu(cpu_dir: Path) -> tuple[Counter[str], dict[str, list[tuple[float, float]]]]:
-    """CPU-seconds per test file, from the lines conftest writes under KCLI_SUITE_CPU ("module cpu
-    start end"), and each worker's files as (start, end) wall-clock pairs, by the worker's file."""
-    cpu: Counter[str] = Counter()
-    spans: dict[str, list[tuple[float, float]]] = {}
+@dataclass
+class FileCpu:
+    """What conftest wrote under KCLI_SUITE_CPU ("module cpu start end own" per line, one file per worker)."""
+
+    cpu: Counter[str] = field(default_factory=Counter)
+    """CPU-seconds per test file: the worker's own and those of the processes it started and reaped."""
+    own: Counter[str] = field(default_factory=Counter)
+    """The worker's own share: in-process clients, kcli runs in the test's process, the test's code."""
+    spans: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    """Each worker's files as (start, end) wall-clock pairs, by the worker's file name."""
+
+
+def file_cpu(cpu_dir: Path) -> FileCpu:
+    found = FileCpu()
     for path in sorted(cpu_dir.glob("*.cpu")):
         for line in path.read_text().splitlines():
-            module, spent, *wall = line.split(" ")
-            cpu[module] += float(spent)
-            if len(wall) == 2:
-                spans.setdefault(path.stem, []).append((float(wall[0]), float(wall[1])))
-    return cpu, spans
+            module, spent, *rest = line.split(" ")
+            found.cpu[module] += float(spent)
+            if len(rest) >= 2:
+                found.spans.setdefault(path.stem, []).append((float(rest[0]), float(rest[1])))
+            if len(rest) >= 3:
+                found.own[module] += float(rest[2])
+    return found
 
 
 def print_workers(spans: dict[str, list[tuple[float, float]]]) -> None:
@@ -70,17 +83,22 @@ def main(argv: list[str]) -> int:
     try:
         seconds, counts = file_times(argv[0])
         top = int(argv[1]) if len(argv) > 1 else 20
-        cpu, spans = file_cpu(cpu_dir) if cpu_dir else (Counter(), {})
+        found = file_cpu(cpu_dir) if cpu_dir else FileCpu()
     except (OSError, ET.ParseError, ValueError) as error:
         print(f"suite_times: cannot read {argv[0]}: {error}", file=sys.stderr)
         return 1
     total = sum(seconds.values())
+    cpu, own = found.cpu, found.own
     used = f", {sum(cpu.values()):.0f} CPU-s" if cpu else ""
+    if own:
+        used += f" ({sum(own.values()):.0f} in the workers themselves)"
     print(f"{total:.0f} s of tests in {len(seconds)} files ({sum(counts.values())} tests){used}")
     for module, spent in seconds.most_common(top):
         extra = f" {cpu[module]:7.1f} CPU-s" if cpu else ""
+        if own:
+            extra += f" ({own[module]:5.1f} own)"
         print(f"{spent:8.1f} s{extra} {counts[module]:5d} tests  {module}")
-    print_workers(spans)
+    print_workers(found.spans)
     return 0
 
 

@@ -377,7 +377,8 @@ _SESSION_KAFKA: dict[str, Callable[[], None]] = {}
 @pytest.fixture(scope="module", autouse=True)
 def _file_cpu(request: pytest.FixtureRequest) -> Iterator[None]:
     """With KCLI_SUITE_CPU=DIR, each file's CPU-seconds (the worker's and those of the processes it
-    started and reaped: brokers, JVMs, tools) and its wall-clock start and end go to a line in DIR, for
+    started and reaped: brokers, JVMs, tools), its wall-clock start and end and the worker's own share go
+    to a line in DIR, for
     scripts/suite_times.py. Set up
     before the fixture below, so that its teardown (a Kafka node stopped) counts too."""
     cpu_dir = os.environ.get("KCLI_SUITE_CPU")
@@ -386,14 +387,18 @@ def _file_cpu(request: pytest.FixtureRequest) -> Iterator[None]:
         return
     import resource
 
-    def cpu_seconds() -> float:
+    def cpu_seconds() -> tuple[float, float]:
         own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+        mine = own.ru_utime + own.ru_stime
+        return mine + children.ru_utime + children.ru_stime, mine
 
-    before, began = cpu_seconds(), time.time()
+    (before, own_before), began = cpu_seconds(), time.time()
     yield
+    (after, own_after), ended = cpu_seconds(), time.time()
     with open(Path(cpu_dir) / f"{os.getpid()}.cpu", "a") as out:
-        out.write(f"{request.node.path.stem} {cpu_seconds() - before:.2f} {began:.2f} {time.time():.2f}\n")
+        out.write(
+            f"{request.node.path.stem} {after - before:.2f} {began:.2f} {ended:.2f} {own_after - own_before:.2f}\n"
+        )
 
 
 @pytest.fixture(scope="module", autouse=True)
