@@ -140,7 +140,10 @@ class IdempotentProducer(Worker):
                     write.outcome, write.error = Outcome.FAILED, f"not sent: {exc}"
                 sequence += 1
                 next_send = max(next_send + self.interval, now - 1.0)
-            producer.poll(min(max(next_send - time.monotonic(), 0.0), 0.05))
+            if in_flight[0] >= MAX_IN_FLIGHT:  # wait for an answer (poll returns at the first), do not spin
+                producer.poll(0.05)
+            else:
+                producer.poll(min(max(next_send - time.monotonic(), 0.0), 0.05))
         producer.flush(MESSAGE_TIMEOUT_MS / 1000 + 5)  # what is still pending after it stays PENDING
 
     def _answer(self, write: Write, in_flight: list[int]):  # noqa: ANN202 - librdkafka's callback shape
