@@ -62,10 +62,17 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
-def _imports(path: Path, *, annotations: bool = False) -> list[tuple[str, str | None]]:
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once for all the tests of the file (each used to parse the tree again)."""
+    return ast.parse(path.read_text())
+
+
+@functools.cache
+def _imports(path: Path, *, annotations: bool = False) -> tuple[tuple[str, str | None], ...]:
     """(module, name or None) for every import outside `if TYPE_CHECKING:` blocks (inside them too
     with `annotations`)."""
-    tree = ast.parse(path.read_text())
+    tree = _tree(path)
     type_only: set[int] = set()
     for node in ast.walk(tree):
         if not annotations and isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
@@ -78,7 +85,7 @@ def _imports(path: Path, *, annotations: bool = False) -> list[tuple[str, str | 
             found += [(alias.name, None) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found += [(node.module, alias.name) for alias in node.names]
-    return found
+    return tuple(found)
 
 
 def _edges(*, annotations: bool = False) -> dict[str, set[str]]:
@@ -272,7 +279,7 @@ def test_no_module_is_over_1000_lines_unless_listed_with_its_reason() -> None:
 def _raft_members(module: str, cls: str) -> set[str]:
     """What class `cls` of `module` declares: its annotated fields, methods and properties, and the
     attributes its `__init__` sets."""
-    tree = ast.parse(MODULES[module].read_text())
+    tree = _tree(MODULES[module])
     [body] = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == cls]
     names = set()
     for node in body.body:
@@ -300,7 +307,7 @@ def test_the_raft_parts_see_the_client_only_through_raft_client_state() -> None:
     read = {
         (name, node.attr)
         for name in parts
-        for node in ast.walk(ast.parse(MODULES[name].read_text()))
+        for node in ast.walk(_tree(MODULES[name]))
         if isinstance(node, ast.Attribute) and ast.unparse(node.value) == "self.raft"
     }
     assert sorted((name, attr) for name, attr in read if attr not in declared) == []
@@ -315,7 +322,7 @@ def test_a_connection_sees_its_server_only_through_socket_server_state() -> None
     declared = _raft_members("kcli.broker.connection", "SocketServerState")
     read = {
         node.attr
-        for node in ast.walk(ast.parse(MODULES["kcli.broker.connection"].read_text()))
+        for node in ast.walk(_tree(MODULES["kcli.broker.connection"]))
         if isinstance(node, ast.Attribute) and ast.unparse(node.value) in ("server", "self.server")
     }
     assert {"handle", "accept", "wait_for_memory"} <= read
