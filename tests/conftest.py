@@ -378,9 +378,8 @@ _SESSION_KAFKA: dict[str, Callable[[], None]] = {}
 def _file_cpu(request: pytest.FixtureRequest) -> Iterator[None]:
     """With KCLI_SUITE_CPU=DIR, each file's CPU-seconds (the worker's and those of the processes it
     started and reaped: brokers, JVMs, tools), its wall-clock start and end and the worker's own share go
-    to a line in DIR, for
-    scripts/suite_times.py. Set up
-    before the fixture below, so that its teardown (a Kafka node stopped) counts too."""
+    to a line in DIR, for scripts/suite_times.py. Set up before the fixture below, so that its teardown
+    (a Kafka node stopped) counts too."""
     cpu_dir = os.environ.get("KCLI_SUITE_CPU")
     if not cpu_dir:
         yield

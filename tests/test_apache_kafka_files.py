@@ -402,18 +402,18 @@ def records_on_disk(log_dir: Path, partitions: Sequence[str], *, damaged: bool) 
     return rows
 
 
-def batches_on_disk(log: Path) -> list[dict]:
-    lines = kcli("dump-segment", "--output", "json", str(log), check=False).stdout.splitlines()
+def batches_on_disk(log: Path, *, check: bool = True) -> list[dict]:
+    lines = kcli("dump-segment", "--output", "json", str(log), check=check).stdout.splitlines()
     return [item for item in map(json.loads, lines) if item["type"] == "batch"]
 
 
 def torn_tail(log: Path) -> tuple[int, int] | None:
     """(bytes after the last whole batch, the offset that follows it) when a SIGKILL cut a write short
     (the kernel stops a large write between pages for a fatal signal); None when the file ends whole."""
-    batches = batches_on_disk(log)
-    end = batches[-1]["position"] + batches[-1]["size"] if batches else 0
-    extra = log.stat().st_size - end
-    return (extra, batches[-1]["lastOffset"] + 1 if batches else 0) if extra else None
+    batches = batches_on_disk(log, check=False)  # a torn file makes dump-segment exit 1
+    last = batches[-1] if batches else {"position": 0, "size": 0, "lastOffset": -1}
+    extra = log.stat().st_size - (last["position"] + last["size"])
+    return (extra, last["lastOffset"] + 1) if extra else None
 
 
 def served(bootstrap: str, partitions: Sequence[str]) -> dict[str, list[Row]]:

@@ -12,8 +12,8 @@ and one record is written to each partition, not measured (each replica's first 
 leader-epoch checkpoint with an fsync, in Kafka too: a one-off left out of the figures). The brokers'
 CPU seconds per second are measured over --idle-seconds with no traffic, --settle-seconds later: what
 the followers' fetches of every partition cost by themselves. Then one idempotent confluent-kafka
-producer (linger.ms --linger-ms) writes --mib MiB of --size-byte records with acks=all (each counted once the ISR has it),
-round-robin over the partitions. Printed: records/s, MB/s, the CPU (user + system, from /proc) of the
+producer (linger.ms --linger-ms) writes --mib MiB of --size-byte records with acks=all (each counted
+once the ISR has it), round-robin over the partitions. Printed: records/s, MB/s, the CPU (user + system, from /proc) of the
 three broker processes per GiB written and the producer's own (this process, librdkafka's threads
 included); then whether every broker still runs and how many partitions lack a full ISR right after
 the writes (a broker that missed its session timeout or a follower that fell out of the ISR shows
