@@ -425,7 +425,11 @@ def test_cluster_start_honours_a_new_port_and_overrides_after_a_failed_first_sta
     data = tmp_path / "cluster"
     base = free_port_range(4)
     with socket.socket() as taken:
+        # as free_port_range probed it (a port of this worker's range may still be in TIME_WAIT), and
+        # listening, which SO_REUSEADDR does not let the node's listener share
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         taken.bind(("127.0.0.1", base))
+        taken.listen()
         failed = run_kcli("cluster", "start", "--brokers", "1", "--data-dir", str(data), "--port", str(base))
     assert failed.returncode == 2
     assert one_sentence(failed.stderr.splitlines()[-1]).startswith(
