@@ -42,6 +42,7 @@ from conftest import (
     start_broker,
     stop_cleanly,
 )
+from waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 NO_REBALANCE_DELAY = "group.initial.rebalance.delay.ms=0"
@@ -239,6 +240,14 @@ def test_kcli_transactions_lines_equal_kafka_transactions_against_kafka(
     kcli("topics", "create", "-b", b, "-t", topic, "--partitions", "1", "--replication-factor", "1")
     produce_transaction(b, topic, commit=True)
     txn_id = f"{topic}-True"
+    # the commit returns once PrepareCommit is written; CompleteCommit follows the markers, and both
+    # tools must read the same state
+    wait_for(
+        "CompleteCommit",
+        lambda: "CompleteCommit" in kcli("transactions", "describe", "-b", b, "--transactional-id", txn_id),
+        timeout=30,
+        interval=0.2,
+    )
     listed, their_list, described, their_description = in_parallel(
         lambda: kcli("transactions", "list", "-b", b),
         lambda: kafka(tmp_path, TRANSACTIONS_COMMAND, "--bootstrap-server", b, "list"),
