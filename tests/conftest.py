@@ -44,6 +44,13 @@ if sys.dont_write_bytecode:
     sys.dont_write_bytecode = False
     sys.pycache_prefix = BYTECODE_CACHE
 
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    # Started in the background (a non-interactive shell's `cmd &`), the suite inherits SIGINT ignored, and
+    # so would every process it starts: a program that starts with SIGINT ignored keeps it so (Python then
+    # installs no Ctrl-C handler), and the tests that Ctrl-C a kcli process would see it run on. A caught
+    # signal is back to its default in a child, so the children get Ctrl-C as in a foreground run.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 # The multi-node cluster fixtures (cluster_factory, cluster_runner) live with their harness.
 pytest_plugins = ("kraft_cluster",)
 

@@ -451,7 +451,7 @@ def test_ctrl_c_cancels_the_running_moves_and_clears_the_throttles(
         [*KCLI, "reassign", "execute", "--reassignment-json-file", str(plan), "--throttle", "50000",
          "--max-moves-per-broker", "1", "--rollback-file", str(tmp_path / "rollback.json"), "--interval", "0.3",
          "-o", "json", "-b", bootstrap],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=kcli_env(), preexec_fn=_ctrl_c_reaches,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=kcli_env(),
     )  # fmt: skip
     signals = ""
     try:
@@ -495,13 +495,6 @@ def test_ctrl_c_cancels_the_running_moves_and_clears_the_throttles(
     expected = {p: [2] if f"slow-{p}" in finished else [1] for p in (0, 1)}
     wait_for("the reverted move", lambda: replicas_of(bootstrap, "slow") == expected, 30, 0.3)
     assert reassign(cluster, "list").stdout == "No partition reassignments found.\n"
-
-
-def _ctrl_c_reaches() -> None:
-    """In the child before it runs kcli: SIGINT to its default, so Python installs its Ctrl-C handler even
-    where the suite was started in the background (a shell's `&` ignores SIGINT for what it starts, and a
-    program started with SIGINT ignored keeps ignoring it, as it should)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _signal_masks(pid: int) -> str:
