@@ -6,6 +6,9 @@ the same `main` (argument parsing, error-to-sentence mapping, exit codes) with s
 stdout/stderr captured, and answers a CompletedProcess like subprocess.run's. Each test file keeps
 at least one real `python -m kcli` process per command family, so the installed entry point itself
 stays proven.
+
+Runs take turns (a lock): sys.argv and the redirected sys.stdout and sys.stderr belong to the whole
+process, and a test may run kcli beside Kafka's tools in threads (test_apache_kafka.in_parallel).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import io
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,6 +45,9 @@ def _without_debug() -> Iterator[None]:
             os.environ["KCLI_DEBUG"] = saved
 
 
+_ONE_AT_A_TIME = threading.Lock()
+
+
 def run_kcli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """`kcli ARGS` in this process (in `cwd` when given): exit status, stdout and stderr as a
     subprocess would give them. An exception main does not turn into a sentence propagates and fails
@@ -48,22 +55,23 @@ def run_kcli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess
     from kcli.cli.main import main  # main sets sys.modules["hypothesis"]; conftest imported it already
 
     out, err = _Captured(), _Captured()
-    saved_argv = sys.argv
-    sys.argv = ["kcli", *args]
     code: int | str | None = None
-    try:
-        with (
-            _without_debug(),
-            contextlib.chdir(cwd or os.getcwd()),
-            contextlib.redirect_stdout(out),
-            contextlib.redirect_stderr(err),
-        ):
-            try:
-                main()
-            except SystemExit as exited:
-                code = exited.code
-    finally:
-        sys.argv = saved_argv
+    with _ONE_AT_A_TIME:
+        saved_argv = sys.argv
+        sys.argv = ["kcli", *args]
+        try:
+            with (
+                _without_debug(),
+                contextlib.chdir(cwd or os.getcwd()),
+                contextlib.redirect_stdout(out),
+                contextlib.redirect_stderr(err),
+            ):
+                try:
+                    main()
+                except SystemExit as exited:
+                    code = exited.code
+        finally:
+            sys.argv = saved_argv
     if code is None:
         code = 0
     elif not isinstance(code, int):  # sys.exit("message"): printed to stderr, status 1

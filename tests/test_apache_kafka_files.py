@@ -30,6 +30,7 @@ from apache_kafka import CONSUMER_GROUP_COMMAND, DUMP_LOG_SEGMENTS, STORAGE_TOOL
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import KCLI, free_port_range, kcli_env, require_apache_kafka
+from waiting import wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -113,13 +114,6 @@ def produce_transaction(bootstrap: str, topic: str, commit: bool, tag: str) -> N
         producer.abort_transaction(30)
 
 
-def wait_for(what: str, condition: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what}: not after {timeout:g} s"
-        time.sleep(0.2)
-
-
 def cleaned(log_dir: Path, topic_partition: str) -> bool:
     """Whether the cleaner checkpointed a cleaned offset above 0 for `topic_partition`."""
     path = log_dir / "cleaner-offset-checkpoint"
@@ -162,7 +156,7 @@ def fill(node: KafkaNode, workdir: Path) -> tuple[str, tuple[int, int]]:
     produce(b, "compacted", [("k0", None)], 0)  # a tombstone, and a roll of the last round's segment
     time.sleep(0.3)
     produce(b, "compacted", [("k9", "last")], 0)
-    wait_for("the cleaner on compacted-0", lambda: cleaned(node.log_dir, "compacted-0"))
+    wait_for("the cleaner on compacted-0", lambda: cleaned(node.log_dir, "compacted-0"), 60)
     # `audited`: acks=1, no idempotence; the record "dup" produced twice by design (offsets 5 and 6).
     produce(b, "audited", [(f"a{i}", f"v{i}") for i in range(5)], 0, acks="1")
     produce(b, "audited", [("dup", "same"), ("dup", "same")], 0, acks="1")
@@ -176,7 +170,7 @@ def fill(node: KafkaNode, workdir: Path) -> tuple[str, tuple[int, int]]:
     describe = kafka_tool(workdir, CONSUMER_GROUP_COMMAND, "--bootstrap-server", b, "--describe",
                           "--group", AUDIT_GROUP).stdout  # fmt: skip
     metadata = node.log_dir / "__cluster_metadata-0"
-    wait_for("a metadata snapshot", lambda: any(metadata.glob("*.checkpoint")))
+    wait_for("a metadata snapshot", lambda: any(metadata.glob("*.checkpoint")), 60)
     return describe, (5, 6)
 
 

@@ -19,7 +19,6 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import apache_kafka
@@ -33,9 +32,10 @@ from apache_kafka import (
     KafkaCluster,
     KafkaNode,
 )
+from cli_in_process import run_kcli
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from conftest import KCLI, REPO, kcli_env
+from conftest import REPO
 from test_apache_kafka import in_parallel, kafka, kcli, mask
 from test_consumer_group_clients import (
     BROKER_SETTINGS,
@@ -43,6 +43,7 @@ from test_consumer_group_clients import (
     member,
     ten_members_join_leave_and_are_killed,
 )
+from waiting import wait_for
 
 from formats.checkpoints import read_partition_metadata
 from kcli.broker.group.metadata_hash import group_hash, topic_hash_of
@@ -54,23 +55,13 @@ LEADER_ELECTION_COMMAND = "org.apache.kafka.tools.LeaderElectionCommand"
 
 
 def kcli_run(*args: str) -> subprocess.CompletedProcess[str]:
-    """`python -m kcli ARGS`, whatever its exit status."""
-    return subprocess.run([*KCLI, *args], capture_output=True, text=True, env=kcli_env(), timeout=120)
+    """`kcli ARGS` in this process (tests/cli_in_process.py), whatever its exit status."""
+    return run_kcli(*args)
 
 
 def kafka_run(workdir: Path, main_class: str, *args: str) -> subprocess.CompletedProcess[str]:
     """One of Kafka's tools, whatever its exit status."""
     return apache_kafka.run_tool(main_class, args, workdir=workdir)
-
-
-def wait_for(what: str, check: Callable[[], object], timeout: float = 60.0, pause: float = 0.3) -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"no {what} after {timeout:g} s"
-        time.sleep(pause)
 
 
 def partitions(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
@@ -399,7 +390,7 @@ def test_reassign_kcli_executes_kafka_verifies_and_back(kafka_cluster: KafkaClus
     assert json.loads(rollback.read_text()) == json.loads(current)
     assert throttle_configs(b, topic) == expected_throttles(original, moved, 50000000)
 
-    wait_for("the moves done", lambda: {p: s[1] for p, s in partitions(b, topic).items()} == moved)
+    wait_for("the moves done", lambda: {p: s[1] for p, s in partitions(b, topic).items()} == moved, 60)
     verified = kafka(tmp_path, REASSIGN_COMMAND, "--bootstrap-server", b, "--verify", "--reassignment-json-file", str(plan))  # fmt: skip
     verify_lines = [
         "Status of partition reassignment:",
@@ -422,7 +413,7 @@ def test_reassign_kcli_executes_kafka_verifies_and_back(kafka_cluster: KafkaClus
         moved_json if line == current else line.replace("50000000", "40000000") for line in execute_lines
     ]
     assert throttle_configs(b, topic) == expected_throttles(moved, original, 40000000)
-    wait_for("the moves back", lambda: {p: s[1] for p, s in partitions(b, topic).items()} == original)
+    wait_for("the moves back", lambda: {p: s[1] for p, s in partitions(b, topic).items()} == original, 60)
     ours = kcli("reassign", "verify", "-b", b, "--reassignment-json-file", str(rollback))
     assert ours.splitlines() == verify_lines
     their_brokers, their_topic = in_parallel(
@@ -576,13 +567,13 @@ def test_unclean_election_loses_what_recover_predicted_and_preferred_elections(
          "--config", "unclean.leader.election.enable=false", "--config", "min.insync.replicas=1")  # fmt: skip
     via = first.bootstrap  # node 1 stays up throughout
     wait_for("both replicas in sync", lambda: all(s == (a.node_id, [a.node_id, c.node_id], [a.node_id, c.node_id])
-                                                  for s in partitions(via, topic).values()))  # fmt: skip
+                                                  for s in partitions(via, topic).values()), 60)  # fmt: skip
     # acks=all: both replicas hold these before node 3 stops (with acks=1 a loaded node 3 could stop
     # before it fetched them, and then the election would lose them too).
     produce_to(via, topic, {0: 10, 1: 10}, prefix="kept", acks="all")
     try:
         assert c.stop() in (0, 143)
-        wait_for(f"node {c.node_id} out of the ISR", lambda: all(s[2] == [a.node_id] for s in partitions(via, topic).values()))  # fmt: skip
+        wait_for(f"node {c.node_id} out of the ISR", lambda: all(s[2] == [a.node_id] for s in partitions(via, topic).values()), 60)  # fmt: skip
         produce_to(via, topic, {0: 5, 1: 7}, prefix="alone")  # only node 2 holds these
         assert a.kill() == -signal.SIGKILL
         before = {p: log_end(a, topic, p) for p in (0, 1)}
@@ -620,7 +611,7 @@ def test_unclean_election_loses_what_recover_predicted_and_preferred_elections(
         )  # fmt: skip
         assert ours == f"Successfully completed leader election (UNCLEAN) for partitions {topic}-0\n"
         assert theirs == ours.replace(f"{topic}-0", f"{topic}-1")
-        wait_for(f"node {c.node_id} leading both", lambda: all(s[0] == c.node_id for s in partitions(via, topic).values()))  # fmt: skip
+        wait_for(f"node {c.node_id} leading both", lambda: all(s[0] == c.node_id for s in partitions(via, topic).values()), 60)  # fmt: skip
     finally:
         for node in (c, a):
             if not node.is_running():
@@ -658,7 +649,7 @@ def test_unclean_election_loses_what_recover_predicted_and_preferred_elections(
     )  # fmt: skip
     assert ours == f"Successfully completed leader election (PREFERRED) for partitions {topic}-0\n"
     assert theirs == ours.replace(f"{topic}-0", f"{topic}-1")
-    wait_for(f"node {a.node_id} leading both", lambda: all(s[0] == a.node_id for s in partitions(via, topic).values()))  # fmt: skip
+    wait_for(f"node {a.node_id} leading both", lambda: all(s[0] == a.node_id for s in partitions(via, topic).values()), 60)  # fmt: skip
     ours, theirs = in_parallel(
         lambda: kcli("elect", "-b", via, "--election-type", "preferred", "--topic", topic, "--partition", "0"),
         lambda: kafka(tmp_path, LEADER_ELECTION_COMMAND, "--bootstrap-server", via,

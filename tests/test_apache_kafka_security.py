@@ -13,9 +13,8 @@ kafka-consumer-groups, console producer and consumer and KcliClients (tests/java
 from __future__ import annotations
 
 import json
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import apache_kafka
@@ -31,19 +30,12 @@ from apache_kafka import (
 )
 from conftest import BrokerProcess, _kafka_cluster, free_port_range, require_apache_kafka, start_with_config
 from test_apache_kafka import in_parallel, kafka, kcli
+from waiting import wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
 CONSOLE_PRODUCER = "org.apache.kafka.tools.ConsoleProducer"
 CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
-
-
-def wait_for(what: str, check: Callable[[], object], timeout: float = 60.0) -> object:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"no {what} after {timeout:g} s"
-        time.sleep(0.3)
-    return value
 
 
 @pytest.fixture(scope="module", params=apache_kafka.SECURITY_KINDS)
@@ -87,6 +79,7 @@ def test_kcli_commands_against_secured_kafka(secured_kafka: KafkaCluster, tmp_pa
     wait_for(
         "reassignment complete",
         lambda: "is completed" in kcli("reassign", "verify", *auth, "--reassignment-json-file", str(plan)),
+        60,
     )
 
     # Groups, transactions and the election: the call succeeding over the secured listener is the check.

@@ -21,9 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_in_process import run_kcli
 from confluent_kafka import Producer
 
-from tests.cli_in_process import run_kcli
 from tests.conftest import KCLI, BrokerProcess, kcli_env, start_broker, stop_cleanly
 
 IN_USE = "A Kafka instance in another process or thread is using this directory."

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from cli_in_process import run_kcli
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from formats.segment import walk
@@ -22,7 +23,6 @@ from kcli.broker.log.config import LogConfig
 from kcli.broker.log.log import Log
 from ops.recover import Executor, plan_log_dir
 from ops.verify import Verifier, VerifyOptions, resolve
-from tests.cli_in_process import run_kcli
 from tests.conftest import KCLI, REPO, kcli_env, start_broker, stop_cleanly
 
 FIXTURE = REPO / "fixtures" / "logdir"

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_in_process import run_kcli
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import KCLI, REPO, free_port_range, kcli_env, require_apache_kafka, skip_unless_ci
@@ -125,8 +126,9 @@ def test_the_printed_confluent_kafka_config(cluster: SecuredCluster) -> None:
         consumer.close()
 
 
-def kcli(*args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([*KCLI, *args], capture_output=True, text=True, env=kcli_env(), timeout=timeout)
+def kcli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """`kcli ARGS` in this process (tests/cli_in_process.py); `check`: it must exit 0."""
+    done = run_kcli(*args)
     if check:
         assert done.returncode == 0, f"kcli {' '.join(args)}:\n{done.stdout}{done.stderr}"
     return done
@@ -232,7 +234,7 @@ def test_a_wrong_password_is_the_brokers_sentence(cluster: SecuredCluster, tmp_p
     wrong = "not-the-admin-password-42"
     bad = tmp_path / "bad.properties"
     bad.write_text(cluster.client_properties.read_text().replace(admin_password(cluster), wrong))
-    done = kcli("topics", "list", "--command-config", str(bad), check=False, timeout=30)
+    done = kcli("topics", "list", "--command-config", str(bad), check=False)
     first = cluster.bootstrap.split(",")[0]
     assert done.returncode != 0
     assert done.stderr == (
@@ -244,7 +246,7 @@ def test_a_wrong_password_is_the_brokers_sentence(cluster: SecuredCluster, tmp_p
 
 def test_a_plaintext_client_on_the_tls_port_is_one_sentence(cluster: SecuredCluster) -> None:
     first = cluster.bootstrap.split(",")[0]
-    done = kcli("cluster", "status", "-b", first, check=False, timeout=30)
+    done = kcli("cluster", "status", "-b", first, check=False)
     assert done.returncode != 0
     assert done.stderr == (
         f"kcli: {first} closed the connection: is it a Kafka listener (a TLS one wants security.protocol SSL "
@@ -253,7 +255,10 @@ def test_a_plaintext_client_on_the_tls_port_is_one_sentence(cluster: SecuredClus
 
 
 def test_a_restart_with_other_security_is_refused(cluster: SecuredCluster) -> None:
-    done = kcli("cluster", "start", "--security", "ssl", "--data-dir", str(cluster.data_dir), check=False)
+    done = subprocess.run(  # a real process: cluster start takes the process's signals
+        [*KCLI, "cluster", "start", "--security", "ssl", "--data-dir", str(cluster.data_dir)],
+        capture_output=True, text=True, env=kcli_env(), timeout=60,
+    )  # fmt: skip
     assert done.returncode != 0
     assert done.stderr == (
         f"kcli: {cluster.data_dir} holds a cluster made with --security sasl_ssl, so kcli cluster start cannot "

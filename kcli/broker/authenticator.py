@@ -47,7 +47,6 @@ from kcli.security.sasl import (
     SaslError,
     SaslServerMechanism,
 )
-from kcli.security.sasl.jwt_validator import SERVER_HANDLERS, ValidatorAccessTokenValidator
 from kcli.security.sasl.oauthbearer import AccessTokenValidator, OAuthBearerServer, UnsecuredValidator
 from kcli.security.sasl.plain import PlainServer, users_from_jaas
 from kcli.security.sasl.scram import CredentialLookup, ScramServer
@@ -125,6 +124,10 @@ def _oauthbearer_validator(
     """`listener.name.<l>.oauthbearer.sasl.server.callback.handler.class`: Kafka's validator reads the
     JWKS (a file or an endpoint that cannot be read stops the start, in one sentence); unset, the
     unsecured one."""
+    # Imported here: the JWT checks bring cryptography and urllib (~15 ms), which a broker without an
+    # OAUTHBEARER listener never needs, and every broker start would pay.
+    from kcli.security.sasl.jwt_validator import SERVER_HANDLERS, ValidatorAccessTokenValidator
+
     handler = config.listener_value(listener, "sasl.server.callback.handler.class", "OAUTHBEARER")
     if handler not in SERVER_HANDLERS:
         return UnsecuredValidator.from_jaas(jaas)
