@@ -222,7 +222,9 @@ def _kind(line: str) -> tuple[str, str | None] | None:
 
 
 @pytest.mark.parametrize("strategy", ["range,roundrobin", "cooperative-sticky"])
-def test_rolling_upgrade_reads_every_record_once(broker_factory: Any, strategy: str) -> None:
+def test_rolling_upgrade_loses_nothing_and_rereads_only_after_a_refused_commit(
+    broker_factory: Any, strategy: str
+) -> None:
     """librdkafka's eager default and its cooperative assignor (which reports its owned partitions)."""
     broker = broker_factory(overrides=SETTINGS)
     topic, group = f"roll-{uuid.uuid4().hex[:8]}", "roll"
@@ -248,9 +250,15 @@ def test_rolling_upgrade_reads_every_record_once(broker_factory: Any, strategy: 
     finally:
         for consumer in members:
             consumer.close()
-    # A commit racing the member's epoch bump is refused with STALE_MEMBER_EPOCH, as Kafka refuses it; it loses
-    # nothing unless another member reads the record again, which the comparison catches.
-    assert sorted(v for v in read if not v.startswith("uncommitted:")) == sorted(produced)
+    # A commit racing the member's epoch bump is refused (STALE_MEMBER_EPOCH, or ILLEGAL_GENERATION for a
+    # classic member whose rejoin the coordinator saw first), as Kafka refuses it; the partition's next
+    # reader then starts at the last accepted commit and reads that record again, Kafka's at-least-once.
+    # So: nothing lost, and a record read twice only after a refused commit of it.
+    reads = Counter(v for v in read if not v.startswith("uncommitted:"))
+    refused = Counter(v.split(":")[1] for v in read if v.startswith("uncommitted:"))
+    assert sorted(reads) == sorted(produced)
+    again = {v: n for v, n in reads.items() if n > 1 + refused[v]}
+    assert not again, f"read again with no refused commit to explain it: {again}"
 
 
 def test_disabled_policy_keeps_a_classic_group_classic(broker_factory: Any) -> None:
