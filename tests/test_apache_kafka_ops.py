@@ -54,11 +54,6 @@ REASSIGN_COMMAND = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
 LEADER_ELECTION_COMMAND = "org.apache.kafka.tools.LeaderElectionCommand"
 
 
-def kcli_run(*args: str) -> subprocess.CompletedProcess[str]:
-    """`kcli ARGS` in this process (tests/cli_in_process.py), whatever its exit status."""
-    return run_kcli(*args)
-
-
 def kafka_run(workdir: Path, main_class: str, *args: str) -> subprocess.CompletedProcess[str]:
     """One of Kafka's tools, whatever its exit status."""
     return apache_kafka.run_tool(main_class, args, workdir=workdir)
@@ -71,7 +66,7 @@ def partitions(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int], li
 
 def every_partition(bootstrap: str, pattern: str) -> dict[tuple[str, int], tuple[int, list[int], list[int]]]:
     """{(topic, partition): (leader, replicas, isr)} of the topics `pattern` matches."""
-    text = kcli_run("topics", "describe", "-b", bootstrap, "-t", pattern).stdout
+    text = run_kcli("topics", "describe", "-b", bootstrap, "-t", pattern).stdout
     found = {}
     for line in text.splitlines():
         cells = dict(re.findall(r"(\w+): ([^\t]*)", line))
@@ -115,7 +110,7 @@ def test_groups_describe_and_reset_offsets_equal_kafka_consumer_groups(
 
     def describe_both(*flags: str) -> tuple[subprocess.CompletedProcess[str], ...]:
         calls = [
-            lambda f=f: kcli_run("groups", "describe", "-b", b, group, *f) for f in ((), ("--members",), ("--state",))
+            lambda f=f: run_kcli("groups", "describe", "-b", b, group, *f) for f in ((), ("--members",), ("--state",))
         ] + [
             lambda f=f: kafka_run(tmp_path, CONSUMER_GROUP_COMMAND, "--bootstrap-server", b, "--describe", "--group", group, *f)
             for f in ((), ("--members",), ("--state",))
@@ -141,14 +136,14 @@ def test_groups_describe_and_reset_offsets_equal_kafka_consumer_groups(
     # The member left: Empty. A dry run, then each tool's --execute of the same reset.
     scope = ("--topic", topic)
     dry, their_dry = in_parallel(
-        lambda: kcli_run("groups", "reset-offsets", "-b", b, group, "--to-earliest", "--dry-run", *scope),
+        lambda: run_kcli("groups", "reset-offsets", "-b", b, group, "--to-earliest", "--dry-run", *scope),
         lambda: kafka_run(tmp_path, CONSUMER_GROUP_COMMAND, "--bootstrap-server", b, "--reset-offsets",
                           "--group", group, "--to-earliest", "--dry-run", *scope),
     )  # fmt: skip
     assert dry.returncode == their_dry.returncode == 0, dry.stderr + their_dry.stderr
     assert dry.stdout == their_dry.stdout and dry.stderr == their_dry.stderr == ""
     assert len(dry.stdout.splitlines()) == 2 + 12  # every partition of the topic, as Kafka with --topic
-    executed = kcli_run("groups", "reset-offsets", "-b", b, group, "--to-offset", "2", "--execute", *scope)
+    executed = run_kcli("groups", "reset-offsets", "-b", b, group, "--to-offset", "2", "--execute", *scope)
     their_executed = kafka_run(tmp_path, CONSUMER_GROUP_COMMAND, "--bootstrap-server", b, "--reset-offsets",
                                "--group", group, "--shift-by", "0", "--execute", *scope)  # fmt: skip
     assert executed.returncode == their_executed.returncode == 0, executed.stderr + their_executed.stderr
@@ -312,7 +307,7 @@ def test_groups_describe_verbose_equals_kafka_consumer_groups_for_both_protocols
     def reconciled() -> bool:
         for m in members:
             m.poll(0.1)
-        done = kcli_run("groups", "describe", "-b", b, new_group, "-o", "json")
+        done = run_kcli("groups", "describe", "-b", b, new_group, "-o", "json")
         if done.returncode != 0:
             return False
         group = json.loads(done.stdout)
@@ -332,7 +327,7 @@ def test_groups_describe_verbose_equals_kafka_consumer_groups_for_both_protocols
             (old_group, "--state", "--verbose"),
         ]
         results = in_parallel(
-            *(lambda v=v: kcli_run("groups", "describe", "-b", b, v[0], *v[1:]) for v in views),
+            *(lambda v=v: run_kcli("groups", "describe", "-b", b, v[0], *v[1:]) for v in views),
             *(
                 lambda v=v: kafka_run(
                     tmp_path,
@@ -373,7 +368,7 @@ def test_reassign_kcli_executes_kafka_verifies_and_back(kafka_cluster: KafkaClus
     moved = {0: [3, 1], 1: [1, 3]}
     plan, rollback = plan_file(tmp_path / "plan.json", topic, moved), tmp_path / "rollback.json"
 
-    started = kcli_run("reassign", "execute", "-b", b, "--reassignment-json-file", str(plan),
+    started = run_kcli("reassign", "execute", "-b", b, "--reassignment-json-file", str(plan),
                        "--throttle", "50000000", "--no-wait", "--rollback-file", str(rollback))  # fmt: skip
     assert started.returncode == 0, started.stderr
     current = json.dumps({"version": 1, "partitions": [
@@ -501,7 +496,7 @@ def test_replay_of_a_fixture_partition_into_kafka_record_for_record(
     # retention check (every five minutes) would delete the replayed segment; keep it
     kcli("topics", "create", "-b", b, "-t", topic, "--partitions", "1", "--replication-factor", "3",
          "--config", "retention.ms=-1")  # fmt: skip
-    replayed = kcli_run("replay", str(source), "-b", b, "-t", topic)
+    replayed = run_kcli("replay", str(source), "-b", b, "-t", topic)
     assert replayed.returncode == 0, replayed.stderr
     leader = partitions(b, topic)[0][0]
     segment = kafka_cluster.nodes[leader - 1].log_dir / f"{topic}-0" / "00000000000000000000.log"
@@ -583,7 +578,7 @@ def test_unclean_election_loses_what_recover_predicted_and_preferred_elections(
             "both partitions leaderless", lambda: all(s[0] == -1 for s in partitions(via, topic).values()), 90
         )
         # Kafka answers OffsetForLeaderEpoch only as a leader: node 3's epoch history comes off its disk too.
-        dry = kcli_run("recover", "partitions", "--bootstrap-server", via, "--topic", topic, "-o", "json",
+        dry = run_kcli("recover", "partitions", "--bootstrap-server", via, "--topic", topic, "-o", "json",
                        "--logdir", f"{a.node_id}={a.log_dir}", "--logdir", f"{c.node_id}={c.log_dir}")  # fmt: skip
         assert dry.returncode == 3, dry.stdout + dry.stderr
         plans = {p["partition"]: p for p in map(json.loads, dry.stdout.splitlines())}
@@ -595,7 +590,7 @@ def test_unclean_election_loses_what_recover_predicted_and_preferred_elections(
             predicted[partition] = {(x["broker"], x["startOffset"], x["endOffset"], x["records"]) for x in candidate["losses"]}  # fmt: skip
         assert predicted == {0: {(a.node_id, 10, 15, 5)}, 1: {(a.node_id, 10, 17, 7)}}
 
-        refused = kcli_run(
+        refused = run_kcli(
             "elect", "-b", via, "--election-type", "preferred", "--topic", topic, "--partition", "0"
         )
         their_refused = kafka_run(tmp_path, LEADER_ELECTION_COMMAND, "--bootstrap-server", via,
