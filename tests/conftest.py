@@ -9,9 +9,9 @@
     def test_interop(kafka_node):          # Apache Kafka 4.1 (tests/apache_kafka.py), one per run
         kcli topics describe -b kafka_node.bootstrap ...   # kafka_cluster: three nodes, one per run
 
-Each broker runs as `python -m kcli broker start --listen 127.0.0.1:0 --data-dir <tmp>/data`,
-its stderr goes to a log file in `<tmp>` (`BrokerProcess.log()`), and the fixture waits for the
-ready line. At teardown it is stopped with SIGTERM by PID (SIGKILL after a timeout) and the
+Each broker runs as `kcli broker start --listen 127.0.0.1:0 --data-dir <tmp>/data`, a process of its own
+forked from this worker's fork server, which has kcli imported already (tests/forkserver.py), its stderr
+to a log file in `<tmp>` (`BrokerProcess.log()`), and the fixture waits for the ready line. At teardown it is stopped with SIGTERM by PID (SIGKILL after a timeout) and the
 test fails unless it exited with status 0.
 """
 
@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import forkserver
 import pytest
 from hypothesis import HealthCheck, settings
 from waiting import WaitTimeout, wait_for
@@ -101,7 +102,7 @@ class BrokerProcess:
     pid: int
     data_dir: Path
     log_path: Path
-    process: subprocess.Popen[bytes] = field(repr=False)
+    process: forkserver.Process = field(repr=False)
 
     def log(self) -> str:
         """Everything the broker wrote to stderr so far."""
@@ -200,7 +201,7 @@ def start_broker(
     workdir.mkdir(parents=True, exist_ok=True)
     data_dir = data_dir or workdir / "data"
     log_path = workdir / f"broker-{time.monotonic_ns()}.log"
-    args = [*KCLI, "broker", "start"]
+    args = ["broker", "start"]
     if config:
         args += ["--config", str(config)]
     else:
@@ -211,13 +212,11 @@ def start_broker(
         args += ["--override", item]
     args += list(extra_args)
     with open(log_path, "wb") as log_file:
-        process = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, cwd=workdir, env=kcli_env()
-        )
+        process = forkserver.popen(args, stdout=log_file, stderr=log_file, cwd=workdir, env=kcli_env())
     return wait_until_ready(process, log_path, data_dir)
 
 
-def wait_until_ready(process: subprocess.Popen[bytes], log_path: Path, data_dir: Path) -> BrokerProcess:
+def wait_until_ready(process: forkserver.Process, log_path: Path, data_dir: Path) -> BrokerProcess:
     """The broker once its ready line is in `log_path`; the test fails with the log if the process exits
     first or the line does not come within START_TIMEOUT (the process is killed by PID then)."""
 
@@ -248,9 +247,8 @@ def start_with_config(workdir: Path, config: Path) -> BrokerProcess:
     """`kcli broker start --config FILE` (no --listen: the file's listeners stay), waited for."""
     log_path = workdir / f"broker-{time.monotonic_ns()}.log"
     with open(log_path, "wb") as log_file:
-        process = subprocess.Popen(
-            [*KCLI, "broker", "start", "--config", str(config)],
-            stdin=subprocess.DEVNULL,
+        process = forkserver.popen(
+            ["broker", "start", "--config", str(config)],
             stdout=log_file,
             stderr=log_file,
             cwd=workdir,
@@ -384,7 +382,7 @@ _SESSION_KAFKA: dict[str, Callable[[], None]] = {}
 @pytest.fixture(scope="module", autouse=True)
 def _file_cpu(request: pytest.FixtureRequest) -> Iterator[None]:
     """With KCLI_SUITE_CPU=DIR, each file's CPU-seconds (the worker's and those of the processes it
-    started and reaped: brokers, JVMs, tools), its wall-clock start and end and the worker's own share go
+    started and reaped: brokers, JVMs, tools; the fork server's children as it reports them), its wall-clock start and end and the worker's own share go
     to a line in DIR, for scripts/suite_times.py. Set up before the fixture below, so that its teardown
     (a Kafka node stopped) counts too."""
     cpu_dir = os.environ.get("KCLI_SUITE_CPU")
@@ -396,7 +394,7 @@ def _file_cpu(request: pytest.FixtureRequest) -> Iterator[None]:
     def cpu_seconds() -> tuple[float, float]:
         own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         mine = own.ru_utime + own.ru_stime
-        return mine + children.ru_utime + children.ru_stime, mine
+        return mine + children.ru_utime + children.ru_stime + forkserver.children_cpu(), mine
 
     (before, own_before), began = cpu_seconds(), time.time()
     yield

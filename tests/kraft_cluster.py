@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import forkserver
 import pytest
 from cli_in_process import run_kcli
 from conftest import KCLI, READY, free_port_range, kcli_env
@@ -90,7 +91,7 @@ class NodeProcess:
     """One node of the layout, run as `kcli broker start --config`, its output appended to broker.log."""
 
     node: LocalNode
-    process: subprocess.Popen[bytes] | None = None
+    process: forkserver.Process | None = None
     log_mark: int = 0
     exits: list[int] = field(default_factory=list)
 
@@ -111,9 +112,8 @@ class NodeProcess:
         assert not self.running, f"node {self.node_id} is already running"
         self.log_mark = self.node.log_file.stat().st_size if self.node.log_file.exists() else 0
         with open(self.node.log_file, "ab") as log:
-            self.process = subprocess.Popen(
-                [*KCLI, "broker", "start", "--config", str(self.node.properties)],
-                stdin=subprocess.DEVNULL,
+            self.process = forkserver.popen(
+                ["broker", "start", "--config", str(self.node.properties)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.node.directory,

@@ -30,9 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import forkserver
 import pytest
 from cli_in_process import run_kcli
-from conftest import KCLI, START_TIMEOUT, free_port_range, kcli_env
+from conftest import START_TIMEOUT, free_port_range, kcli_env
 from kraft_cluster import (
     QUORUM_TIMEOUTS,
     READY_TIMEOUT_S,
@@ -430,12 +431,12 @@ def run_node(
 ) -> Outcome:
     """`kcli broker start --config` until it exits or `timeout` passes after its first line of output
     (then it is killed by PID)."""
-    args = [*KCLI, "broker", "start", "--config", str(config)]
+    args = ["broker", "start", "--config", str(config)]
     for item in overrides:
         args += ["--override", item]
     with open(log, "wb") as out:
-        process = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=kcli_env()
+        process = forkserver.popen(
+            args, stdout=out, stderr=subprocess.STDOUT, cwd=os.getcwd(), env=kcli_env()
         )
     returncode: int | None = None
     try:

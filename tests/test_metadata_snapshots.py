@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
+import forkserver
 import pytest
 from cli_in_process import run_kcli
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -103,7 +103,7 @@ def test_one_node_snapshots_cleans_its_log_and_restarts_from_the_snapshot(tmp_pa
 class Nodes:
     def __init__(self, layout) -> None:  # noqa: ANN001
         self.layout = layout
-        self.processes: dict[int, subprocess.Popen[bytes]] = {}
+        self.processes: dict[int, forkserver.Process] = {}
 
     def start(self, *ids: int) -> None:
         sizes = {}
@@ -111,8 +111,8 @@ class Nodes:
             node = self.node(node_id)
             sizes[node_id] = node.log_file.stat().st_size if node.log_file.exists() else 0
             with open(node.log_file, "ab") as out:
-                self.processes[node_id] = subprocess.Popen(
-                    [sys.executable, "-m", "kcli", "broker", "start", "--config", str(node.properties)],
+                self.processes[node_id] = forkserver.popen(
+                    ["broker", "start", "--config", str(node.properties)],
                     stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=kcli_env(),
                 )  # fmt: skip
         waiting = set(ids)
