@@ -418,10 +418,14 @@ def test_a_voter_change_a_follower_truncates_goes_from_its_voter_set(tmp_path: P
             assert old.high_watermark <= offset  # written, never committed
             await running.pop(old_id).shutdown()
 
-            running.update(await started(moved_id, other_id, overrides={other_id: patient}))
+            # F's check-quorum (1.5 fetch timeouts) must outlast a stall of this worker's event loop on a
+            # loaded machine: a leader that resigns sends EndQuorumEpoch, and the follower it leaves, which
+            # has fetched from it and so refuses F's pre-votes, campaigns itself and wins (seen in CI).
+            steady = {"controller.quorum.fetch.timeout.ms": "5000"}
+            running.update(await started(moved_id, other_id, overrides={other_id: patient, moved_id: steady}))
             leader = running[moved_id].node.raft
-            # F may lose a first term on a loaded machine (a fetch timeout) and win the next: only it
-            # campaigns, the other voter being patient
+            # F may lose a first election on a loaded machine and win the next: only it campaigns, the
+            # other voter being patient
             await wait_for_async("F to lead", lambda: leader.quorum.is_leader, timeout=30.0, interval=0.05)
             assert leader.epoch > old.epoch
             assert leader.voter_set.voters[moved_id].listeners == {
