@@ -33,6 +33,7 @@ from secure_clients import (
     stop_secured_cluster,
     topic,
 )
+from waiting import wait_for
 
 from kcli.security.jaas import parse_jaas_config
 
@@ -318,13 +319,10 @@ def test_configs_through_the_secured_controller_listener(cluster: SecuredCluster
             "configs", "alter", *via, "--entity-name", str(node_id), "--add-config", f"{key}={node_id}000"
         )
         assert done.stdout == f"Completed updating config for broker {node_id}.\n"
-        shown = kcli(
-            "configs", "describe", *broker, "--entity-type", "brokers", "--entity-name", str(node_id)
-        )
-        assert (
-            f"  {key}={node_id}000 sensitive=false synonyms={{DYNAMIC_BROKER_CONFIG:{key}={node_id}000"
-            in shown.stdout
-        )
+        line = f"  {key}={node_id}000 sensitive=false synonyms={{DYNAMIC_BROKER_CONFIG:{key}={node_id}000"
+        describe = ["configs", "describe", *broker, "--entity-type", "brokers", "--entity-name", str(node_id)]
+        # committed at the controller when alter returns; a broker applies it when the record reaches it
+        wait_for(f"broker {node_id}'s {key} at a broker", lambda a=describe, w=line: w in kcli(*a).stdout, 30)
     first = ["--bootstrap-controller", ",".join(addresses.values()), *cc]
     done = kcli(
         "configs",
@@ -337,12 +335,19 @@ def test_configs_through_the_secured_controller_listener(cluster: SecuredCluster
         f"{key}=7000",
     )
     assert done.stdout == "Completed updating default config for brokers in the cluster.\n"
-    listed = kcli("configs", "describe", *first, "--entity-type", "brokers").stdout
+    default = f"  {key}=7000 sensitive=false synonyms={{DYNAMIC_DEFAULT_BROKER_CONFIG:{key}=7000"
+
+    def listed_with_default() -> (
+        str | None
+    ):  # the controller that answers may be a record behind the active one
+        text = kcli("configs", "describe", *first, "--entity-type", "brokers").stdout
+        return text if default in text else None
+
+    listed = wait_for("the brokers' default at a controller", listed_with_default, 30)
     headers = [line for line in listed.splitlines() if not line.startswith("  ")]
     assert headers == [f"Dynamic configs for broker {n} are:" for n in sorted(addresses)] + [
         "Default configs for brokers in the cluster are:"
     ]
-    assert f"  {key}=7000 sensitive=false synonyms={{DYNAMIC_DEFAULT_BROKER_CONFIG:{key}=7000" in listed
     for node_id in addresses:
         kcli(
             "configs",
@@ -356,7 +361,11 @@ def test_configs_through_the_secured_controller_listener(cluster: SecuredCluster
             key,
         )
     kcli("configs", "alter", *first, "--entity-type", "brokers", "--entity-default", "--delete-config", key)
-    assert key not in kcli("configs", "describe", *broker, "--entity-type", "brokers").stdout
+    wait_for(
+        f"no {key} left at a broker",
+        lambda: key not in kcli("configs", "describe", *broker, "--entity-type", "brokers").stdout,
+        30,
+    )
 
     topics = kcli("configs", "describe", *first, "--entity-type", "topics", check=False)
     assert topics.returncode != 0 and topics.stderr == (
