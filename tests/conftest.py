@@ -11,8 +11,9 @@
 
 Each broker runs as `kcli broker start --listen 127.0.0.1:0 --data-dir <tmp>/data`, a process of its own
 forked from this worker's fork server, which has kcli imported already (tests/forkserver.py), its stderr
-to a log file in `<tmp>` (`BrokerProcess.log()`), and the fixture waits for the ready line. At teardown it is stopped with SIGTERM by PID (SIGKILL after a timeout) and the
-test fails unless it exited with status 0.
+to a log file in `<tmp>` (`BrokerProcess.log()`), and the fixture waits for the ready line. At teardown
+it is stopped with SIGTERM by PID (SIGKILL after a timeout) and the test fails unless it exited with
+status 0.
 """
 
 from __future__ import annotations
@@ -382,9 +383,9 @@ _SESSION_KAFKA: dict[str, Callable[[], None]] = {}
 @pytest.fixture(scope="module", autouse=True)
 def _file_cpu(request: pytest.FixtureRequest) -> Iterator[None]:
     """With KCLI_SUITE_CPU=DIR, each file's CPU-seconds (the worker's and those of the processes it
-    started and reaped: brokers, JVMs, tools; the fork server's children as it reports them), its wall-clock start and end and the worker's own share go
-    to a line in DIR, for scripts/suite_times.py. Set up before the fixture below, so that its teardown
-    (a Kafka node stopped) counts too."""
+    started and reaped: brokers, JVMs, tools; the fork server's children as it reports them), its
+    wall-clock start and end and the worker's own share go to a line in DIR, for scripts/suite_times.py.
+    Set up before the fixture below, so that its teardown (a Kafka node stopped) counts too."""
     cpu_dir = os.environ.get("KCLI_SUITE_CPU")
     if not cpu_dir:
         yield

@@ -235,7 +235,8 @@ def _serve(sock: socket.socket) -> dict[str, Any] | None:
             sys.stdout.flush()
             sys.stderr.flush()
             pid = os.fork()
-            if pid == 0:  # the child leaves the loop (no finally of the server's runs in it)
+            if pid == 0:  # the child leaves the loop, with none of the server's children to kill
+                live.clear()
                 signal.set_wakeup_fd(-1)
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 for fd in (wake_r, wake_w, sock.detach()):
@@ -244,21 +245,15 @@ def _serve(sock: socket.socket) -> dict[str, Any] | None:
                     os.dup2(fd, target)
                 for fd in fds:
                     os.close(fd)
-                return dict(json.loads(data))
+                return json.loads(data)
             for fd in fds:
                 os.close(fd)
             live.add(pid)
             sock.send(json.dumps({"pid": pid}).encode())
-    except BaseException:
-        _kill(live)
-        raise
-    _kill(live)  # the worker went without stopping them: nothing else would
+    finally:  # the worker went (or the server failed) without stopping them: nothing else would
+        for pid in live:
+            os.kill(pid, signal.SIGKILL)
     return None
-
-
-def _kill(pids: set[int]) -> None:
-    for pid in pids:
-        os.kill(pid, signal.SIGKILL)
 
 
 def _become(request: dict[str, Any]) -> None:

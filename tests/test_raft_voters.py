@@ -420,7 +420,8 @@ def test_a_voter_change_a_follower_truncates_goes_from_its_voter_set(tmp_path: P
 
             # F's check-quorum (1.5 fetch timeouts) must outlast a stall of this worker's event loop on a
             # loaded machine: a leader that resigns sends EndQuorumEpoch, and the follower it leaves, which
-            # has fetched from it and so refuses F's pre-votes, campaigns itself and wins (seen in CI).
+            # has fetched from it and so refuses F's pre-votes, campaigns itself and wins (the likely cause
+            # of F not leading within 30 s once in a clean-clone run).
             steady = {"controller.quorum.fetch.timeout.ms": "5000"}
             running.update(await started(moved_id, other_id, overrides={other_id: patient, moved_id: steady}))
             leader = running[moved_id].node.raft

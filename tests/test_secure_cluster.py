@@ -337,9 +337,8 @@ def test_configs_through_the_secured_controller_listener(cluster: SecuredCluster
     assert done.stdout == "Completed updating default config for brokers in the cluster.\n"
     default = f"  {key}=7000 sensitive=false synonyms={{DYNAMIC_DEFAULT_BROKER_CONFIG:{key}=7000"
 
-    def listed_with_default() -> (
-        str | None
-    ):  # the controller that answers may be a record behind the active one
+    def listed_with_default() -> str | None:
+        # the controller that answers may be a follower a record behind the active one
         text = kcli("configs", "describe", *first, "--entity-type", "brokers").stdout
         return text if default in text else None
 
