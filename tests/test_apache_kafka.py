@@ -483,6 +483,17 @@ def test_kcli_topics_and_quorum_against_a_kafka_cluster(kafka_cluster: KafkaClus
     b, topic = kafka_cluster.bootstrap, "kcli-replicated"
     kcli("topics", "create", "-b", b, "-t", topic, "--partitions", "3", "--replication-factor", "3",
          "--config", "min.insync.replicas=2")  # fmt: skip
+    # CreateTopics answers once the controller has committed the topic; each broker learns it from the
+    # metadata log a moment later, and the tools below may ask any of them
+    for node in kafka_cluster.nodes:
+        wait_for(
+            f"node {node.node_id} to know {topic}",
+            lambda node=node: (
+                run_kcli("topics", "describe", "-b", node.bootstrap, "-t", topic).returncode == 0
+            ),
+            30,
+            0.2,
+        )
     ours, theirs, quorum, their_quorum = in_parallel(
         lambda: kcli("topics", "describe", "-b", b, "-t", topic),
         lambda: kafka(tmp_path, TOPIC_COMMAND, "--bootstrap-server", b, "--describe", "--topic", topic),

@@ -282,6 +282,28 @@ def test_a_dir_with_partitions_but_no_meta_properties_is_refused_untouched(tmp_p
     assert hashes(copy) == before  # nothing formatted, nothing deleted, not even a .lock
 
 
+def test_an_empty_partition_metadata_refuses_the_start_naming_the_file(tmp_path: Path) -> None:
+    """An empty partition.metadata (what a process killed between creating and writing the file left
+    before kcli wrote it under a temporary name and renamed it, as Kafka does) stops the start with
+    Kafka's sentence naming the file; the records and the file are left as they were."""
+    data = stopped_broker_dir(tmp_path)
+    metadata = data / "t1-0" / "partition.metadata"
+    metadata.write_text("")
+    before = hashes(data / "t1-0")
+    started = kcli_process(
+        "broker", "start", "--listen", "127.0.0.1:0", "--data-dir", str(data), cwd=tmp_path
+    )
+    assert started.returncode == 2 and "Traceback" not in started.stderr, started.stderr
+    assert started.stderr.splitlines()[-1] == (
+        f"kcli: Error while reading partition metadata file {metadata}: Partition metadata file is empty."
+    )
+    after = hashes(data / "t1-0")
+    assert [after[name] for name in (SEGMENT, "partition.metadata")] == [
+        before[name] for name in (SEGMENT, "partition.metadata")
+    ]
+    assert not list(data.glob("*/partition.metadata.tmp"))
+
+
 def test_an_empty_or_missing_dir_is_still_formatted_on_first_start(broker_factory, tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()

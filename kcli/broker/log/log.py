@@ -28,6 +28,7 @@ from typing import NamedTuple
 from kio.schema.errors import ErrorCode
 
 from formats.checkpoints import PartitionMetadata, read_partition_metadata, write_partition_metadata
+from formats.errors import CheckpointError
 from formats.index import AbortedTxn
 from formats.records import ControlType, build_control_batch
 from formats.segment import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX, StopReason, parse_partition_dir, walk
@@ -175,7 +176,12 @@ class Log:
         """
         dir.mkdir(parents=True, exist_ok=False)
         metadata = dir / PARTITION_METADATA
-        metadata.write_text(write_partition_metadata(PartitionMetadata(0, topic_id)))
+        # Written whole under a temporary name and renamed, as Kafka's PartitionMetadataFile does: a
+        # process killed between the open and the write leaves no file (written again at the next
+        # start) rather than an empty one, which start-up refuses to read.
+        pending = dir / (PARTITION_METADATA + ".tmp")
+        pending.write_text(write_partition_metadata(PartitionMetadata(0, topic_id)))
+        os.replace(pending, metadata)
         now_ms = clock()
         segment = Segment(dir, 0, config, now_ms=now_ms, create=True)
         epoch_cache, _ = LeaderEpochCache.load(dir)
@@ -260,7 +266,13 @@ class Log:
         topic_id = None
         metadata = dir / PARTITION_METADATA
         if metadata.exists():
-            topic_id = read_partition_metadata(metadata.read_text("utf-8")).topic_id
+            try:
+                topic_id = read_partition_metadata(metadata.read_text("utf-8")).topic_id
+            except (CheckpointError, UnicodeDecodeError) as e:
+                reason = str(e).rstrip(".")
+                raise CheckpointError(
+                    f"Error while reading partition metadata file {metadata}: {reason}."
+                ) from None
         return cls(
             dir,
             config,
