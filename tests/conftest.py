@@ -430,7 +430,7 @@ def kafka_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
 
 
 KAFKA_CLUSTER_PROPERTIES = {
-    "group.consumer.session.timeout.ms": 3000,
+    "group.consumer.session.timeout.ms": 6000,
     "group.consumer.min.session.timeout.ms": 1000,
     "group.consumer.heartbeat.interval.ms": 500,
     "group.consumer.min.heartbeat.interval.ms": 100,
