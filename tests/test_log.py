@@ -295,6 +295,59 @@ def test_read_limits_and_bounds(tmp_path: Path) -> None:
     log.close()
 
 
+def cold_read(log: Log, offset: int, max_bytes: int, upper_bound: int) -> object:
+    """log.read with every segment's remembered append ends set aside: the index lookup and header walk."""
+    kept = [(segment, dict(segment._starts)) for segment in log.segments]
+    for segment, _ in kept:
+        segment._starts.clear()
+    try:
+        return log.read(offset, max_bytes, upper_bound=upper_bound, min_one_batch=True)
+    finally:
+        for segment, starts in kept:
+            segment._starts.update(starts)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["leader", "follower", "truncate"]), st.integers(1, 3), st.integers(1, 4)),
+        min_size=1,
+        max_size=30,
+    ),
+    st.integers(2_000, 6_000),
+)
+def test_reads_at_remembered_append_ends_equal_the_index_walk(
+    tmp_path_factory: pytest.TempPathFactory, steps: list, segment_bytes: int
+) -> None:
+    """A fetch at the offset where a recent append ended skips the offset index and the header walk
+    (Segment.recent_start); through leader appends, multi-batch follower appends, rolls and truncations
+    every read, at every offset, budget and bound, is the one the walk gives."""
+    log = new_log(tmp_path_factory.mktemp("log"), segment_bytes=segment_bytes, index_interval_bytes=300)
+    for kind, batches, count in steps:
+        leo = log.log_end_offset
+        if kind == "leader":
+            log.append_as_leader(batch(count, T0, 60), leader_epoch=0, now_ms=T0)
+        elif kind == "follower":
+            data = b"".join(
+                batch(count, T0, 60, base_offset=leo + k * count, partition_leader_epoch=0)
+                for k in range(batches)
+            )
+            log.append_as_follower(data, now_ms=T0)
+        elif leo > 0:
+            log.truncate_to(leo - min(leo, count * batches))
+        leo = log.log_end_offset
+        for offset in range(log.log_start_offset, leo + 1):
+            for max_bytes in (1, 500, 1 << 20):
+                for upper_bound in {leo, (offset + leo) // 2 + 1} - {leo + 1}:
+                    warm = log.read(offset, max_bytes, upper_bound=upper_bound, min_one_batch=True)
+                    assert warm == cold_read(log, offset, max_bytes, upper_bound), (
+                        offset,
+                        max_bytes,
+                        upper_bound,
+                    )
+    log.close()
+
+
 # --- validation ------------------------------------------------------------------------------------------
 
 

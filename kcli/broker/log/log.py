@@ -671,6 +671,10 @@ class Log:
             if segment.base_offset > bound_segment:
                 return None
             max_position = segment.size if segment.base_offset < bound_segment else bound_position
+            start = segment.recent_start(offset)
+            if start is not None and start < max_position <= start + max_bytes:
+                # max_position is a batch boundary within reach: a fetch that keeps up reads no header
+                return FetchSlice(segment.fd, start, max_position - start, segment.base_offset)
             header = segment.translate_offset(offset)
             if header is None:
                 continue
@@ -694,6 +698,9 @@ class Log:
         if offset >= self._leo:
             return active.base_offset, active.size
         segment = segments[max(bisect_right(bases, offset) - 1, 0)]
+        position = segment.recent_start(offset)
+        if position is not None:
+            return segment.base_offset, position
         header = segment.translate_offset(offset)
         if header is None:
             return segment.base_offset, segment.size
