@@ -3,8 +3,9 @@ partitions at replication factor 3 and then 1 on a 3-node kcli cluster (combined
 with --kafka the same rows on a 3-node Apache Kafka 4.1.2 cluster (tests/apache_kafka.py) in the same run.
 
     python tests/bench/bench_partitions.py [--partitions 1,30,1000,3000] [--rf 3,1] [--kafka]
-                                           [--mib 64] [--size 1024] [--linger-ms 5] [--idle-seconds 10]
-                                           [--settle-seconds 15] [--base-port 24000] [--profile DIR]
+                                           [--producer librdkafka|java] [--mib 64] [--size 1024]
+                                           [--linger-ms 5] [--idle-seconds 10] [--settle-seconds 15]
+                                           [--base-port 24000] [--profile DIR]
 
 For each replication factor and partition count: a topic with replicas spread over the three nodes
 (min.insync.replicas 2, 1 at RF 1) is created and waited for until every partition has its full ISR,
@@ -18,6 +19,11 @@ three broker processes per GiB written and the producer's own (this process, lib
 included); then whether every broker still runs and how many partitions lack a full ISR right after
 the writes (a broker that missed its session timeout or a follower that fell out of the ISR shows
 there). The topic is deleted before the next row, so each row replicates only its own partitions.
+With --producer java the writer is Apache Kafka's Java producer instead (tests/java/KcliClients.java
+`produce`, the same settings, its own batch.size of 16 KiB, full JIT), timed from its first send once
+it has started and has the topic's metadata; its CPU is the JVM's over the same span. It carries every
+partition a broker leads in one ProduceRequest, where librdkafka sends one partition per request
+(confluentinc/librdkafka#1700), which at 1000 partitions is most of the difference.
 With --kafka each row runs on kcli and on Kafka alternately (kcli first, then Kafka first on the next
 row), so the machine's other load falls on both alike; Kafka's JVMs run with the harness's heap and
 the default JIT, as bench_kafka.py's rf3 phase.
@@ -41,6 +47,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(REPO / "tests"))
 
 from bench_replication import Nodes, admin, producer  # noqa: E402
 
@@ -114,6 +121,45 @@ def throughput(
     return count / took, count * size / took / 1e6, cpu / (mib / 1024), own / (mib / 1024)
 
 
+def java_throughput(
+    nodes: Nodes, topic: str, partitions: int, mib: int, size: int, linger_ms: int, workdir: Path
+) -> tuple[float, float, float, float]:
+    """throughput()'s figures with Apache Kafka's Java producer (KcliClients `produce`)."""
+    import subprocess
+
+    import apache_kafka
+
+    count = mib * 1024 * 1024 // size
+    classes = apache_kafka.compile_java(REPO / "tests" / "java" / "KcliClients.java")
+    args = ["produce", nodes.bootstrap, topic, str(partitions), str(count), str(size), str(linger_ms)]
+    command = apache_kafka.java_command(
+        "KcliClients", args, log_path=workdir / f"{topic}-producer.log", heap=("-Xmx1g",),
+        level="warn", classpath=[classes], c1_only=False,
+    )  # fmt: skip
+    with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as java:
+        assert java.stdin is not None and java.stdout is not None
+        lines = (json.loads(line) for line in java.stdout if line.startswith("{"))
+        if next(lines, {}).get("event") != "ready":
+            raise SystemExit(f"{topic}: the Java producer did not start (see {workdir})")
+        cpu_before, own_before = nodes.cpu_seconds(), process_cpu(java.pid)
+        java.stdin.write("go\n")
+        java.stdin.flush()
+        result = next(lines, {})
+        cpu, own = nodes.cpu_seconds() - cpu_before, process_cpu(java.pid) - own_before
+        java.stdin.close()
+        java.wait(120)
+    if "seconds" not in result or result["errors"]:
+        raise SystemExit(f"{topic}: the Java producer failed: {result or 'no result'} (see {workdir})")
+    took = result["seconds"]
+    return count / took, count * size / took / 1e6, cpu / (mib / 1024), own / (mib / 1024)
+
+
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of one process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def warm_up(bootstrap: str, topic: str, partitions: int, size: int) -> None:
     """One record into every partition, not measured: a replica's first record writes its
     leader-epoch-checkpoint with an fsync (Kafka's LeaderEpochFileCache.assign too), a one-off that at
@@ -139,12 +185,20 @@ def measure_row(nodes: Nodes, args: argparse.Namespace, name: str, rf: int, coun
     warm_up(nodes.bootstrap, topic, count, args.size)
     time.sleep(args.settle_seconds)
     idle = idle_cpu(nodes, args.idle_seconds)
-    rate, mb, cpu, producer_cpu = throughput(nodes, topic, count, args.mib, args.size, args.linger_ms)
+    if args.producer == "java":
+        workdir = Path(args.tmp) / "java"
+        workdir.mkdir(exist_ok=True)
+        rate, mb, cpu, producer_cpu = java_throughput(
+            nodes, topic, count, args.mib, args.size, args.linger_ms, workdir
+        )
+    else:
+        rate, mb, cpu, producer_cpu = throughput(nodes, topic, count, args.mib, args.size, args.linger_ms)
     running = sum(1 for process in nodes.processes.values() if process.poll() is None)
     short = short_isr(nodes.bootstrap, topic, count, rf)
     delete_topic(nodes.bootstrap, topic)
     return {
         "target": name,
+        "producer": args.producer,
         "rf": rf,
         "partitions": count,
         "msg_s": round(rate),
@@ -164,6 +218,12 @@ def main() -> None:
     parser.add_argument("--rf", default="3,1", help="comma-separated replication factors (at most 3)")
     parser.add_argument(
         "--kafka", action="store_true", help="the same rows on a 3-node Apache Kafka 4.1.2, alternating"
+    )
+    parser.add_argument(
+        "--producer",
+        choices=("librdkafka", "java"),
+        default="librdkafka",
+        help="the measured writer: confluent-kafka (one partition per request) or Kafka's Java producer",
     )
     parser.add_argument("--mib", type=int, default=64, help="MiB per throughput phase")
     parser.add_argument("--size", type=int, default=1024, help="record size in bytes")
@@ -192,6 +252,7 @@ def main() -> None:
         raise SystemExit("--rf: replication factors from 1 to 3 (the cluster has three nodes)")
 
     with tempfile.TemporaryDirectory(prefix="kcli-bench-partitions-") as tmp:
+        args.tmp = tmp
         clusters: dict[str, Nodes] = {}
         try:
             if args.kafka:
@@ -211,7 +272,8 @@ def main() -> None:
                     start_cluster(Path(tmp) / "kafka", 3, args.base_port + 20, c1_only=False)
                 )
             print(
-                f"acks=all, {args.mib} MiB of {args.size}-byte records, linger.ms {args.linger_ms},"
+                f"{args.producer}, acks=all, {args.mib} MiB of {args.size}-byte records,"
+                f" linger.ms {args.linger_ms},"
                 " round-robin over the partitions"
                 f" (load {' '.join(Path('/proc/loadavg').read_text().split()[:3])}):",
                 flush=True,

@@ -25,6 +25,12 @@
  *                                                         committing in batches, that join at once (JOIN
  *                                                         now) or on a line "join" on stdin (JOIN stdin),
  *                                                         until a line "stop" there (see members)
+ *   java KcliClients produce BOOTSTRAP TOPIC PARTITIONS COUNT SIZE LINGER_MS   for tests/bench/bench_partitions.py:
+ *                                                         an idempotent acks=all producer prints
+ *                                                         {"event": "ready"} once it knows the topic, writes
+ *                                                         COUNT records of SIZE bytes round-robin over the
+ *                                                         partitions on a line "go" on stdin, and prints
+ *                                                         {"records": COUNT, "seconds": ..., "errors": ...}
  *
  * A step that throws prints {"step": NAME, "error": ...} and the next step still runs, so one run shows
  * every failure at once. Timeouts are generous: the brokers share two cores with other processes.
@@ -48,6 +54,7 @@ import java.util.TreeMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.Future;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicLong;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.Config;
@@ -80,6 +87,7 @@ import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
 import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.errors.UnsupportedVersionException;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.apache.kafka.common.serialization.LongDeserializer;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.common.serialization.StringDeserializer;
@@ -139,6 +147,8 @@ public final class KcliClients {
                     () -> mixedGroup(args[1], args[2], args[3], Integer.parseInt(args[4])));
             case "members" -> members(args[1], args[2], args[3], Integer.parseInt(args[4]), Long.parseLong(args[5]),
                     Long.parseLong(args[6]), args[7].equals("stdin"));
+            case "produce" -> produce(args[1], args[2], Integer.parseInt(args[3]), Long.parseLong(args[4]),
+                    Integer.parseInt(args[5]), args[6]);
             default -> throw new IllegalArgumentException("unknown command " + args[0]);
         }
     }
@@ -669,6 +679,40 @@ public final class KcliClients {
             assignments.add(old.assignment().size());
         }
         emit("step", "mixedGroup", "values", values, "types", types, "assignments", assignments);
+    }
+
+    /** The measured phase of bench_partitions' Java rows: one producer as Kafka's own clients batch, every
+     * partition led by a broker in one ProduceRequest to it (librdkafka sends one partition per request). The
+     * producer is made and has the topic's metadata before "ready", so the bench times only the writes. */
+    static void produce(String bootstrap, String topic, int partitions, long count, int size, String lingerMs)
+            throws Exception {
+        Properties p = common(bootstrap);
+        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        p.put(ProducerConfig.ACKS_CONFIG, "all");
+        p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
+        p.put(ProducerConfig.LINGER_MS_CONFIG, lingerMs);
+        byte[] value = new byte[size];
+        new java.util.Random(1).nextBytes(value);
+        AtomicLong errors = new AtomicLong();
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p);
+                BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8))) {
+            producer.partitionsFor(topic);
+            emit("event", "ready");
+            if (!"go".equals(in.readLine())) {
+                return;
+            }
+            long began = System.nanoTime();
+            for (long i = 0; i < count; i++) {
+                producer.send(new ProducerRecord<>(topic, (int) (i % partitions), null, value), (meta, error) -> {
+                    if (error != null) {
+                        errors.incrementAndGet();
+                    }
+                });
+            }
+            producer.flush();
+            emit("records", count, "seconds", (System.nanoTime() - began) / 1e9, "errors", errors.get());
+        }
     }
 
     /**
