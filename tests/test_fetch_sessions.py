@@ -4,18 +4,23 @@ kcli's own client sends the raw Fetch requests a rule needs: a full fetch (epoch
 incremental fetches add, update and forget partitions and are answered with only the partitions that
 have something to say, a wrong epoch is INVALID_FETCH_SESSION_EPOCH, an unknown id
 FETCH_SESSION_ID_NOT_FOUND, a version that names topics otherwise than the session
-FETCH_SESSION_TOPIC_ID_ERROR, and a full cache evicts by Kafka's rules. Stock clients (kafka-python,
-which keeps a session, and librdkafka, which fetches without one) consume many partitions whole, and three nodes replicate a
-topic of many partitions at replication factor 3 through the followers' sessions.
+FETCH_SESSION_TOPIC_ID_ERROR, and a full cache evicts by Kafka's rules. Stock clients (kafka-python
+and Kafka's Java consumer, which keep a session, the Java one closing it on close, and librdkafka, which
+fetches without one) consume many partitions whole; three nodes replicate a topic of many partitions at
+replication factor 3 through the followers' sessions, and a topic of 1000 keeps every acknowledged
+record through a node's kill -9.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import json
+import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -521,6 +526,46 @@ def test_stock_consumers_read_many_partitions_whole(broker_factory: Any) -> None
     assert "Traceback" not in server.log()
 
 
+def test_kafkas_java_consumer_holds_a_session_and_closes_it(broker_factory: Any, tmp_path: Path) -> None:
+    """Apache Kafka's Java consumer keeps a session (its FetchSessionHandler) while it reads many
+    partitions whole, and its close() ends the session with a FINAL_EPOCH fetch, freeing the one slot."""
+    import apache_kafka
+    import test_java_clients
+
+    test_java_clients.require_apache_kafka()
+    test_java_clients.require_javac()
+    classes = test_java_clients.compile_clients()
+    server = broker_factory(overrides=["max.incremental.fetch.session.cache.slots=1"])
+    create_topics(server.bootstrap, {"many-java": PARTITIONS})
+    expected = produce_many(server.bootstrap, "many-java", PARTITIONS, PER_PARTITION)
+    # no probe before the consumer: a consumer's session is evicted only by a follower or when idle 2 min
+
+    args = ["sessionReader", server.bootstrap, "many-java", str(PARTITIONS), str(len(expected))]
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    command = apache_kafka.java_command(
+        test_java_clients.MAIN, args, log_path=tmp_path / "java.log", level="warn", classpath=[classes]
+    )
+    with subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=tmp_path
+    ) as java:
+        assert java.stdin is not None and java.stdout is not None
+        lines = (json.loads(line) for line in java.stdout if line.startswith("{"))
+        try:
+            read = next(lines, {})
+            assert {(p, o): v.encode() for p, o, v in read.get("records", [])} == expected, read
+            assert next(lines, {}) == {"event": "read"}
+            assert slot_taken(server.bootstrap, "many-java"), "the Java consumer holds no session"
+            java.stdin.write("close\n")
+            java.stdin.flush()
+            assert next(lines, {}) == {"event": "closed"}
+        finally:
+            java.stdin.close()
+            java.wait(60)
+    assert java.returncode == 0
+    assert not slot_taken(server.bootstrap, "many-java"), "the session outlived the consumer's close"
+    assert "Traceback" not in server.log()
+
+
 def replica_records(bootstrap: str, topic: str, partitions: int) -> dict[int, tuple[int, dict[int, bytes]]]:
     """Each partition's (high watermark, records by offset) as this broker's replica holds them, through a
     Fetch with the debugging replica id (it reads followers too, to their log end)."""
@@ -575,6 +620,81 @@ def test_three_nodes_replicate_many_partitions_through_sessions(replicated_clust
     wait_for("every ISR full", isr_full, 30, interval=0.5)
     for node in cluster.nodes.values():
         assert slot_taken(node.bootstrap, "rf3-many"), f"node {node.node_id}: a slot no follower holds"
+        assert "Traceback" not in node.log()
+
+
+SCALE_PARTITIONS = 1000
+
+
+@pytest.mark.timeout(300)
+def test_a_thousand_partitions_keep_every_acknowledged_record_through_a_kill(replicated_cluster: Any) -> None:
+    """RF 3 at a thousand partitions, briefly through a fault: a node killed -9 while an idempotent
+    acks=all producer writes to every partition, the writes go on on the other two (min.insync.replicas
+    2), and once the node is back every replica of every partition holds every acknowledged record and
+    every ISR is full again."""
+    cluster: LocalKraftCluster = replicated_cluster()
+    client = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    topic = NewTopic("rf3-thousand", SCALE_PARTITIONS, 3, config={"min.insync.replicas": "2"})
+    client.create_topics([topic])["rf3-thousand"].result(60)
+
+    def isr_full() -> bool:
+        meta = client.list_topics("rf3-thousand", timeout=10).topics["rf3-thousand"].partitions
+        return len(meta) == SCALE_PARTITIONS and all(len(p.isrs) == 3 for p in meta.values())
+
+    wait_for("every ISR full", isr_full, 120, interval=1)
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 20,
+            "message.timeout.ms": 120000,
+        }
+    )
+    acked: dict[tuple[int, int], bytes] = {}
+    failed: list[str] = []
+
+    def done(err: Any, msg: Any) -> None:
+        if err is None:
+            acked[(msg.partition(), msg.offset())] = msg.value()
+        else:
+            failed.append(f"{msg.partition()}: {err}")
+
+    def write(first: int, count: int) -> None:
+        for i in range(first, first + count):
+            producer.produce(
+                "rf3-thousand", value=b"r-%d" % i, partition=i % SCALE_PARTITIONS, on_delivery=done
+            )
+            producer.poll(0)
+
+    per_round = 5 * SCALE_PARTITIONS
+    write(0, per_round)
+
+    def some_acknowledged() -> bool:
+        producer.poll(0.1)
+        return len(acked) > 1000
+
+    wait_for("some records acknowledged", some_acknowledged, 60)
+    cluster[2].kill()  # mid-way: a third of the partitions lose their leader, the rest a follower
+    write(per_round, per_round)
+    assert producer.flush(180) == 0
+    assert not failed, failed[:5]
+    assert len(acked) == 2 * per_round
+
+    cluster[2].start()
+    cluster[2].wait_ready()
+    wait_for("every ISR full again", isr_full, 120, interval=1)
+    ends = {p: 1 + max(o for q, o in acked if q == p) for p in range(SCALE_PARTITIONS)}
+    for node_id in cluster.nodes:
+
+        def caught_up(n: int = node_id) -> dict[int, tuple[int, dict[int, bytes]]] | None:
+            held = replica_records(cluster[n].bootstrap, "rf3-thousand", SCALE_PARTITIONS)
+            return held if all(held[p][0] == ends[p] for p in range(SCALE_PARTITIONS)) else None
+
+        held = wait_for(f"node {node_id}'s high watermarks", caught_up, 60, interval=1)
+        for (partition, offset), value in acked.items():
+            assert held[partition][1].get(offset) == value, (node_id, partition, offset)
+    for node in cluster.nodes.values():
         assert "Traceback" not in node.log()
 
 

@@ -25,6 +25,11 @@
  *                                                         committing in batches, that join at once (JOIN
  *                                                         now) or on a line "join" on stdin (JOIN stdin),
  *                                                         until a line "stop" there (see members)
+ *   java KcliClients sessionReader BOOTSTRAP TOPIC PARTITIONS COUNT   a consumer with no group assigned every
+ *                                                         partition reads COUNT records from the beginning
+ *                                                         (printing them), prints {"event": "read"}, and
+ *                                                         closes on a line "close" on stdin (its fetch
+ *                                                         sessions closed with it, as KafkaConsumer.close does)
  *   java KcliClients produce BOOTSTRAP TOPIC PARTITIONS COUNT SIZE LINGER_MS   for tests/bench/bench_partitions.py:
  *                                                         an idempotent acks=all producer prints
  *                                                         {"event": "ready"} once it knows the topic, writes
@@ -147,6 +152,7 @@ public final class KcliClients {
                     () -> mixedGroup(args[1], args[2], args[3], Integer.parseInt(args[4])));
             case "members" -> members(args[1], args[2], args[3], Integer.parseInt(args[4]), Long.parseLong(args[5]),
                     Long.parseLong(args[6]), args[7].equals("stdin"));
+            case "sessionReader" -> sessionReader(args[1], args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4]));
             case "produce" -> produce(args[1], args[2], Integer.parseInt(args[3]), Long.parseLong(args[4]),
                     Integer.parseInt(args[5]), args[6]);
             default -> throw new IllegalArgumentException("unknown command " + args[0]);
@@ -679,6 +685,43 @@ public final class KcliClients {
             assignments.add(old.assignment().size());
         }
         emit("step", "mixedGroup", "values", values, "types", types, "assignments", assignments);
+    }
+
+    /** tests/test_fetch_sessions.py: Kafka's Java consumer keeps a KIP-227 session with the broker while it
+     * reads (its FetchSessionHandler), and closes it when it closes; the test looks at the broker's slots
+     * between the "read" line and the "close" one. */
+    static void sessionReader(String bootstrap, String topic, int partitions, int count) throws Exception {
+        Properties p = common(bootstrap);
+        p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        p.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "100");
+        List<TopicPartition> assigned = new ArrayList<>();
+        for (int i = 0; i < partitions; i++) {
+            assigned.add(new TopicPartition(topic, i));
+        }
+        List<List<Object>> read = new ArrayList<>();
+        try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(p);
+                BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8))) {
+            consumer.assign(assigned);
+            consumer.seekToBeginning(assigned);
+            long deadline = System.nanoTime() + WAIT.toNanos();
+            while (read.size() < count && System.nanoTime() < deadline) {
+                for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofMillis(200))) {
+                    read.add(List.of(r.partition(), r.offset(), r.value()));
+                }
+            }
+            emit("records", read);
+            consumer.poll(Duration.ofMillis(300)); // one more incremental fetch, caught up
+            emit("event", "read");
+            while (true) {
+                String line = in.readLine();
+                if (line == null || line.strip().equals("close")) {
+                    break;
+                }
+            }
+        }
+        emit("event", "closed");
     }
 
     /** The measured phase of bench_partitions' Java rows: one producer as Kafka's own clients batch, every
