@@ -15,8 +15,8 @@ CPU seconds per second are measured over --idle-seconds with no traffic, --settl
 the followers' fetches of every partition cost by themselves. Then one idempotent confluent-kafka
 producer (linger.ms --linger-ms) writes --mib MiB of --size-byte records with acks=all (each counted
 once the ISR has it), round-robin over the partitions. Printed: records/s, MB/s, the CPU (user + system, from /proc) of the
-three broker processes per GiB written and the producer's own (this process, librdkafka's threads
-included); then whether every broker still runs and how many partitions lack a full ISR right after
+three broker processes per GiB written (and the kernel's share of it: system time) and the producer's
+own (this process, librdkafka's threads included); then whether every broker still runs and how many partitions lack a full ISR right after
 the writes (a broker that missed its session timeout or a follower that fell out of the ISR shows
 there). The topic is deleted before the next row, so each row replicates only its own partitions.
 With --producer java the writer is Apache Kafka's Java producer instead (tests/java/KcliClients.java
@@ -185,6 +185,7 @@ def measure_row(nodes: Nodes, args: argparse.Namespace, name: str, rf: int, coun
     warm_up(nodes.bootstrap, topic, count, args.size)
     time.sleep(args.settle_seconds)
     idle = idle_cpu(nodes, args.idle_seconds)
+    times_before = nodes.cpu_times()
     if args.producer == "java":
         workdir = Path(args.tmp) / "java"
         workdir.mkdir(exist_ok=True)
@@ -193,6 +194,10 @@ def measure_row(nodes: Nodes, args: argparse.Namespace, name: str, rf: int, coun
         )
     else:
         rate, mb, cpu, producer_cpu = throughput(nodes, topic, count, args.mib, args.size, args.linger_ms)
+    user, system = (
+        sum(t[k] - times_before[n][k] for n, t in nodes.cpu_times().items() if n in times_before)
+        for k in (0, 1)
+    )
     running = sum(1 for process in nodes.processes.values() if process.poll() is None)
     short = short_isr(nodes.bootstrap, topic, count, rf)
     delete_topic(nodes.bootstrap, topic)
@@ -205,6 +210,7 @@ def measure_row(nodes: Nodes, args: argparse.Namespace, name: str, rf: int, coun
         "MB_s": round(mb, 1),
         "cpu_s_per_GiB": round(cpu, 1),
         "producer_cpu_s_per_GiB": round(producer_cpu, 1),
+        "broker_system_share": round(system / (user + system), 2) if user + system else None,
         "idle_cpu_s_per_s": round(idle, 3),
         "brokers_running": running,
         "short_isr_after": short,
@@ -288,7 +294,8 @@ def main() -> None:
                         print(
                             f"  {name:5s} RF {rf} {count:5d} partitions: {r['msg_s']:9d} msg/s,"
                             f" {r['MB_s']:6.1f} MB/s, broker CPU {r['cpu_s_per_GiB']:6.1f} s/GiB"
-                            f" (producer {r['producer_cpu_s_per_GiB']:.1f});"
+                            f" (producer {r['producer_cpu_s_per_GiB']:.1f}; brokers' system time"
+                            f" {r['broker_system_share']:.0%});"
                             f" idle {r['idle_cpu_s_per_s']:.3f} CPU-s/s; brokers running"
                             f" {r['brokers_running']}/3, partitions short of their ISR after"
                             f" {r['short_isr_after']}; load {r['load']}",
