@@ -541,7 +541,6 @@ def test_kafkas_java_consumer_holds_a_session_and_closes_it(broker_factory: Any,
     # no probe before the consumer: a consumer's session is evicted only by a follower or when idle 2 min
 
     args = ["sessionReader", server.bootstrap, "many-java", str(PARTITIONS), str(len(expected))]
-    tmp_path.mkdir(parents=True, exist_ok=True)
     command = apache_kafka.java_command(
         test_java_clients.MAIN, args, log_path=tmp_path / "java.log", level="warn", classpath=[classes]
     )
@@ -684,7 +683,9 @@ def test_a_thousand_partitions_keep_every_acknowledged_record_through_a_kill(rep
     cluster[2].start()
     cluster[2].wait_ready()
     wait_for("every ISR full again", isr_full, 120, interval=1)
-    ends = {p: 1 + max(o for q, o in acked if q == p) for p in range(SCALE_PARTITIONS)}
+    ends: dict[int, int] = {}
+    for partition, offset in acked:
+        ends[partition] = max(ends.get(partition, 0), offset + 1)
     for node_id in cluster.nodes:
 
         def caught_up(n: int = node_id) -> dict[int, tuple[int, dict[int, bytes]]] | None:

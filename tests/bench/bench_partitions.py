@@ -49,7 +49,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(REPO / "tests"))
 
-from bench_replication import Nodes, admin, producer  # noqa: E402
+from bench_replication import Nodes, admin, process_times, producer  # noqa: E402
 
 
 def create_topic(bootstrap: str, name: str, partitions: int, rf: int = 3) -> None:
@@ -141,23 +141,17 @@ def java_throughput(
         lines = (json.loads(line) for line in java.stdout if line.startswith("{"))
         if next(lines, {}).get("event") != "ready":
             raise SystemExit(f"{topic}: the Java producer did not start (see {workdir})")
-        cpu_before, own_before = nodes.cpu_seconds(), process_cpu(java.pid)
+        cpu_before, own_before = nodes.cpu_seconds(), sum(process_times(java.pid))
         java.stdin.write("go\n")
         java.stdin.flush()
         result = next(lines, {})
-        cpu, own = nodes.cpu_seconds() - cpu_before, process_cpu(java.pid) - own_before
+        cpu, own = nodes.cpu_seconds() - cpu_before, sum(process_times(java.pid)) - own_before
         java.stdin.close()
         java.wait(120)
     if "seconds" not in result or result["errors"]:
         raise SystemExit(f"{topic}: the Java producer failed: {result or 'no result'} (see {workdir})")
     took = result["seconds"]
     return count / took, count * size / took / 1e6, cpu / (mib / 1024), own / (mib / 1024)
-
-
-def process_cpu(pid: int) -> float:
-    """User + system CPU seconds of one process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def warm_up(bootstrap: str, topic: str, partitions: int, size: int) -> None:

@@ -58,6 +58,12 @@ SESSION_TIMEOUT_MS = 9000  # Kafka's broker.session.timeout.ms
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def process_times(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of one process so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) / CLOCK_TICKS, int(fields[12]) / CLOCK_TICKS
+
+
 class Nodes(ClusterNodes):
     """bench_cluster's nodes, plus what this benchmark asks of them: CPU time and a signal by id."""
 
@@ -72,11 +78,7 @@ class Nodes(ClusterNodes):
 
     def cpu_times(self) -> dict[int, tuple[float, float]]:
         """Each running node's (user, system) CPU seconds so far."""
-        times = {}
-        for node_id, process in self.processes.items():
-            fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            times[node_id] = (int(fields[11]) / CLOCK_TICKS, int(fields[12]) / CLOCK_TICKS)
-        return times
+        return {node_id: process_times(process.pid) for node_id, process in self.processes.items()}
 
     @property
     def bootstrap(self) -> str:
